@@ -1,0 +1,41 @@
+"""The topology layer: devices, typed directed links, node templates, cluster fabrics, routing and path classes.
+
+Imports nothing from collsim but :mod:`collsim.units`; knows nothing of SimPy, collectives or backends.
+
+Examples
+--------
+>>> from collsim.topology import load_topology
+>>> topo = load_topology("dgx-a100")
+>>> topo.path_type("n0/gpu0", "n0/gpu1"), topo.path_type("n0/gpu0", "n0/nic0")
+('NV12', 'PIX')
+"""
+
+from __future__ import annotations
+
+from collsim.topology.display import format_topo_matrix
+from collsim.topology.errors import TopologyError
+from collsim.topology.fabric import FABRIC_TOPOLOGIES, TRANSPORTS, parse_fabric
+from collsim.topology.model import PATH_CLASS_ORDER, Device, Link, Topology, path_class_rank
+from collsim.topology.presets import DEVICE_KINDS, LINK_KINDS, PresetLibrary, load_presets, topologies_dir
+from collsim.topology.template import available_templates, load_topology, topology_from_template
+
+__all__ = [
+    "DEVICE_KINDS",
+    "FABRIC_TOPOLOGIES",
+    "LINK_KINDS",
+    "PATH_CLASS_ORDER",
+    "TRANSPORTS",
+    "Device",
+    "Link",
+    "PresetLibrary",
+    "Topology",
+    "TopologyError",
+    "available_templates",
+    "format_topo_matrix",
+    "load_presets",
+    "load_topology",
+    "parse_fabric",
+    "path_class_rank",
+    "topologies_dir",
+    "topology_from_template",
+]

@@ -1,0 +1,90 @@
+"""Text views of a topology (what ``collsim topo`` prints)."""
+
+from __future__ import annotations
+
+from collsim.topology.model import Topology
+
+__all__ = ["format_topo_matrix"]
+
+_LEGEND = (
+    ("X", "the same device"),
+    ("SYS", "through PCIe and the link between CPU sockets (UPI / Infinity Fabric)"),
+    ("PHB", "through PCIe and one CPU root complex (host bridge)"),
+    ("PXB", "through several PCIe switches, without the host bridge"),
+    ("PIX", "through at most one PCIe switch"),
+    ("NV#", "over # bonded NVLinks (directly or through NVSwitch)"),
+    ("NET", "across the network (another node)"),
+)
+
+
+def _table(rows: list[list[str]]) -> list[str]:
+    widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
+    return ["  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=False)).rstrip() for r in rows]
+
+
+def format_topo_matrix(topo: Topology, node: int = 0) -> str:
+    """Render one node like ``nvidia-smi topo -m`` plus a table of links.
+
+    Parameters
+    ----------
+    topo : Topology
+        The topology.
+    node : int
+        The node to show (default 0).
+
+    Returns
+    -------
+    str
+        A GPU x (GPU, NIC) matrix of :meth:`Topology.path_type` cells with a CPU affinity column, a legend, the
+        NIC list, then a table per link kind: directed links, bandwidth per link and in total, per direction in
+        GB/s (GB = 1e9 bytes).
+    """
+    gpus = topo.devices("gpu", node)
+    nics = topo.nics(node)
+    out = [f"{topo.name}: node {node} of {topo.nodes}"]
+    if not topo.devices(node=node):
+        out.append(f"  no devices on node {node}")
+        return "\n".join(out) + "\n"
+    if gpus:
+        header = [""] + [f"GPU{g.index}" for g in gpus] + [f"NIC{n.index}" for n in nics] + ["CPU Affinity"]
+        rows = [header]
+        for g in gpus:
+            cells = [topo.path_type(g.name, o.name) for o in [*gpus, *nics]]
+            try:
+                cpu = topo.host_cpu(g.name).local_name
+            except ValueError:
+                cpu = "-"
+            rows.append([f"GPU{g.index}", *cells, cpu])
+        out.append("")
+        out.extend(_table(rows))
+    else:
+        cpus = topo.devices("cpu", node)
+        out.append("")
+        out.append(
+            f"no GPUs; ranks are {len(topo.rank_devices()) // max(topo.nodes, 1)} process(es) per node on "
+            f"{', '.join(c.local_name for c in cpus)}"
+        )
+        if nics:
+            rows = [[""] + [f"NIC{n.index}" for n in nics]]
+            for c in cpus:
+                rows.append([c.local_name] + [topo.path_type(c.name, n.name) for n in nics])
+            out.extend(_table(rows))
+    out.append("")
+    out.append("Legend:")
+    for key, text in _LEGEND:
+        out.append(f"  {key:<4} = {text}")
+    if nics:
+        out.append("")
+        out.append("NIC Legend:")
+        for n in nics:
+            speed = float(n.spec.get("speed", 0.0)) * 8 / 1e9  # bytes/s to Gb/s (8 bits per byte, 1e9)
+            out.append(f"  NIC{n.index}: {n.local_name} ({n.spec.get('preset', '?')}, {speed:g} Gb/s)")
+    out.append("")
+    out.append("Links (per direction, GB/s = 1e9 bytes/s):")
+    rows = [["kind", "links", "per link GB/s", "total GB/s"]]
+    for kind, count, total in topo.summary():
+        bws = sorted({round(lk.bandwidth / 1e9, 2) for lk in topo.links() if lk.kind == kind})
+        per = f"{bws[0]:.2f}" if len(bws) == 1 else f"{bws[0]:.2f}-{bws[-1]:.2f}"
+        rows.append([kind, str(count), per, f"{total / 1e9:.2f}"])
+    out.extend("  " + line for line in _table(rows))
+    return "\n".join(out) + "\n"

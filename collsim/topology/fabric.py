@@ -1,0 +1,279 @@
+"""Cluster fabrics: the network joining the NICs of several nodes.
+
+Configuration (a plain mapping, passed through by the scenario layer)::
+
+    topology: single_switch | rail_optimized | fat_tree     # required
+    transport: rdma | tcp                                   # default rdma
+    nic: connectx-7-ndr            # optional NIC preset replacing the node's NICs
+    nic_speed: 100Gb/s             # optional NIC speed override (per direction; Gb/s are bits)
+    nics_per_node: 4               # optional: keep only the first k NICs of each node (the others are removed)
+    gpudirect: true                # default true; recorded for the backends (only meaningful with rdma)
+    switch: {latency: 0.3us, radix: 40}   # optional; default radix from presets/fabric.yaml
+    oversubscription: 1.0          # leaf uplink capacity divisor (fat_tree; also honoured by rail_optimized)
+    in_network_reduction: false    # switches can reduce (SHARP / CollNet), recorded on switch specs
+
+Layouts
+-------
+single_switch
+    Every NIC to ``fabric/sw0``.
+rail_optimized
+    NIC i of every node to leaf ``fabric/rail{i}``; with more than one rail, every leaf joins every spine
+    ``fabric/spine{j}`` (``ceil(rails * nodes / radix)`` spines) with full-bisection capacity (divided by
+    ``oversubscription``). With ``switch.radix`` given, a leaf serves at most ``radix / 2`` nodes (``radix`` with one
+    rail); otherwise a rail leaf is a logical switch of any size.
+fat_tree
+    NICs, node-major, fill leaves ``fabric/leaf{k}`` with ``radix / 2`` ports each; with several leaves every leaf
+    joins every spine (``ceil(NICs / radix)`` spines) with its down-port capacity divided by ``oversubscription``.
+
+Fabric links: kind ``ib`` or ``roce`` (the NIC port's preset) for rdma, ``eth`` for tcp (the NIC's Ethernet
+preset, or the IPoIB preset of presets/fabric.yaml on an InfiniBand NIC). Their raw rate per port is the NIC speed;
+efficiency and latency come from the port's link preset, ``switch.latency`` replacing the latency (every fabric
+link's latency is one hop into or out of a switch). A leaf-spine link aggregates ports (``count``); its bandwidth
+is the capacity described above, so ``count`` is informative.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import networkx as nx
+
+from collsim.topology.errors import TopologyError
+from collsim.topology.model import Device, FrozenMap, Link
+from collsim.topology.presets import PresetLibrary, parse_field
+
+__all__ = ["FABRIC_TOPOLOGIES", "TRANSPORTS", "add_fabric", "parse_fabric"]
+
+FABRIC_TOPOLOGIES: tuple[str, ...] = ("single_switch", "rail_optimized", "fat_tree")
+TRANSPORTS: tuple[str, ...] = ("rdma", "tcp")
+_KEYS = (
+    "topology",
+    "transport",
+    "nic",
+    "nic_speed",
+    "nics_per_node",
+    "gpudirect",
+    "switch",
+    "oversubscription",
+    "in_network_reduction",
+)
+
+
+def _err(message: str, key: str) -> TopologyError:
+    return TopologyError(message, field=f"fabric.{key}")
+
+
+def parse_fabric(fabric: Mapping[str, Any], presets: PresetLibrary) -> dict[str, Any]:
+    """Check a fabric configuration and fill in defaults.
+
+    Parameters
+    ----------
+    fabric : Mapping
+        The configuration (see the module docstring).
+    presets : PresetLibrary
+        For NIC presets and defaults.
+
+    Returns
+    -------
+    dict
+        Keys as in the module docstring, values in SI (``nic_speed`` bytes/s, ``switch.latency`` seconds or None).
+    """
+    if not isinstance(fabric, Mapping):
+        raise TopologyError(f"expected a mapping with a 'topology' key, got {type(fabric).__name__}", field="fabric")
+    for key in fabric:
+        if key not in _KEYS:
+            raise _err(f"unknown fabric key {key!r}; valid: {', '.join(_KEYS)}", str(key))
+    topo = fabric.get("topology")
+    if topo not in FABRIC_TOPOLOGIES:
+        raise _err(f"unknown fabric topology {topo!r}; valid: {', '.join(FABRIC_TOPOLOGIES)}", "topology")
+    transport = fabric.get("transport", "rdma")
+    if transport not in TRANSPORTS:
+        raise _err(f"unknown transport {transport!r}; valid: {', '.join(TRANSPORTS)}", "transport")
+    nic = fabric.get("nic")
+    if nic is not None:
+        presets.get("nics", nic, None, "fabric.nic")
+    nic_speed = fabric.get("nic_speed")
+    if nic_speed is not None:
+        try:
+            nic_speed = parse_field("bandwidth", nic_speed)
+        except ValueError as exc:
+            raise _err(str(exc), "nic_speed") from None
+    k = fabric.get("nics_per_node")
+    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
+        raise _err(f"expected a positive integer, got {k!r}", "nics_per_node")
+    flags: dict[str, bool] = {}
+    for key, default in (("gpudirect", True), ("in_network_reduction", False)):
+        value = fabric.get(key, default)
+        if not isinstance(value, bool):
+            raise _err(f"expected true or false, got {value!r}", key)
+        flags[key] = value
+    over = fabric.get("oversubscription", 1.0)
+    if isinstance(over, bool) or not isinstance(over, (int, float)) or not over > 0:
+        raise _err(
+            f"expected a positive number (1 = full bisection, 2 = half the uplinks), got {over!r}", "oversubscription"
+        )
+    switch = fabric.get("switch") or {}
+    if not isinstance(switch, Mapping):
+        raise _err("expected a mapping with latency and/or radix", "switch")
+    for key in switch:
+        if key not in ("latency", "radix"):
+            raise _err(f"unknown switch key {key!r}; valid: latency, radix", f"switch.{key}")
+    latency = switch.get("latency")
+    if latency is not None:
+        try:
+            latency = parse_field("time", latency)
+        except ValueError as exc:
+            raise _err(str(exc), "switch.latency") from None
+    radix = switch.get("radix")
+    radix_given = radix is not None
+    if radix is None:
+        radix = presets.fabric["radix"]
+    if isinstance(radix, bool) or not isinstance(radix, int) or radix < 2:
+        raise _err(f"expected a number of ports >= 2, got {radix!r}", "switch.radix")
+    return {
+        "topology": topo,
+        "transport": transport,
+        "nic": nic,
+        "nic_speed": nic_speed,
+        "nics_per_node": k,
+        "gpudirect": flags["gpudirect"],
+        "in_network_reduction": flags["in_network_reduction"],
+        "oversubscription": float(over),
+        "switch": {"latency": latency, "radix": radix, "radix_given": radix_given},
+    }
+
+
+def _port_preset(nic: Device, transport: str, presets: PresetLibrary) -> dict[str, Any]:
+    link = presets.links[nic.spec["link"]]
+    if transport == "rdma":
+        if not nic.spec.get("rdma") or link["kind"] not in ("ib", "roce"):
+            raise _err(
+                f"NIC {nic.name} ({nic.spec.get('preset')}) cannot do RDMA; use transport: tcp or an RDMA NIC preset",
+                "transport",
+            )
+        return link
+    if link["kind"] == "eth":
+        return link
+    return presets.links[presets.fabric["ipoib_link"]]
+
+
+class _Builder:
+    def __init__(self, g: nx.DiGraph, cfg: Mapping[str, Any], presets: PresetLibrary) -> None:
+        self.g = g
+        self.cfg = cfg
+        self.presets = presets
+        self.switches = 0
+
+    def switch(self, name: str, tier: str) -> str:
+        full = f"fabric/{name}"
+        spec = {
+            "tier": tier,
+            "radix": self.cfg["switch"]["radix"],
+            "latency": self.cfg["switch"]["latency"],
+            "in_network_reduction": self.cfg["in_network_reduction"],
+        }
+        self.g.add_node(full, device=Device(full, "switch", -1, self.switches, FrozenMap(spec)))
+        self.switches += 1
+        return full
+
+    def connect(self, a: str, b: str, preset: Mapping[str, Any], port_bw: float, ports: float, count: int) -> None:
+        """Join a and b both ways; capacity = port_bw * ports (ports may be fractional after oversubscription)."""
+        raw = port_bw * ports
+        latency = self.cfg["switch"]["latency"]
+        lat = float(preset["latency"]) if latency is None else float(latency)
+        for s, d in ((a, b), (b, a)):
+            lk = Link(
+                src=s,
+                dst=d,
+                kind=str(preset["kind"]),
+                bandwidth=raw * float(preset["efficiency"]),
+                raw_bandwidth=raw,
+                latency=lat,
+                count=count,
+                preset=str(preset["preset"]),
+                source=str(preset["source"]),
+            )
+            self.g.add_edge(s, d, link=lk)
+
+
+def add_fabric(g: nx.DiGraph, nodes: int, cfg: Mapping[str, Any], presets: PresetLibrary) -> dict[str, Any]:
+    """Add the fabric switches and links of ``cfg`` (from :func:`parse_fabric`) to the cluster graph ``g``.
+
+    Returns
+    -------
+    dict
+        The resolved configuration stored as ``Topology.fabric`` (adds ``nics_per_node`` actually used and the
+        fabric ``link_kind``; ``gpudirect`` is true only with rdma).
+    """
+    per_node: list[list[Device]] = []
+    devs = [d["device"] for _, d in g.nodes(data=True)]
+    for n in range(nodes):
+        per_node.append(sorted((d for d in devs if d.kind == "nic" and d.node == n), key=lambda d: d.index))
+    k = len(per_node[0])
+    b = _Builder(g, cfg, presets)
+    transport = cfg["transport"]
+    radix = int(cfg["switch"]["radix"])
+    over = float(cfg["oversubscription"])
+    ports = [(nic, _port_preset(nic, transport, presets)) for nics in per_node for nic in nics]
+    kinds = sorted({str(p["kind"]) for _, p in ports})
+    topo = cfg["topology"]
+
+    if topo == "single_switch":
+        if cfg["switch"]["radix_given"] and len(ports) > radix:
+            raise _err(f"{len(ports)} NIC ports do not fit one switch of radix {radix}", "switch.radix")
+        sw = b.switch("sw0", "single")
+        for nic, preset in ports:
+            b.connect(nic.name, sw, preset, float(nic.spec["speed"]), 1, 1)
+    elif topo == "rail_optimized":
+        limit = radix // 2 if k > 1 else radix
+        if cfg["switch"]["radix_given"] and nodes > limit:
+            raise _err(
+                f"rail_optimized with radix {radix} serves at most {limit} nodes per rail leaf; got {nodes} "
+                "(set fabric.switch.radix)",
+                "switch.radix",
+            )
+        rails = [b.switch(f"rail{i}", "leaf") for i in range(k)]
+        for nic, preset in ports:
+            b.connect(nic.name, rails[nic.index], preset, float(nic.spec["speed"]), 1, 1)
+        if k > 1:
+            n_spines = max(1, math.ceil(k * nodes / radix))
+            spines = [b.switch(f"spine{j}", "spine") for j in range(n_spines)]
+            for i, leaf in enumerate(rails):
+                nic0, preset = ports[i]
+                for sp in spines:
+                    b.connect(
+                        leaf,
+                        sp,
+                        preset,
+                        float(nic0.spec["speed"]),
+                        nodes / n_spines / over,
+                        math.ceil(nodes / n_spines),
+                    )
+    else:  # fat_tree
+        down = radix // 2
+        if len(ports) > radix * down:
+            raise _err(
+                f"{len(ports)} NIC ports need more than two tiers with radix {radix} (at most {radix * down})",
+                "switch.radix",
+            )
+        groups = [ports[i : i + down] for i in range(0, len(ports), down)]
+        leaves = [b.switch(f"leaf{i}", "leaf") for i in range(len(groups))]
+        for leaf, group in zip(leaves, groups, strict=False):
+            for nic, preset in group:
+                b.connect(nic.name, leaf, preset, float(nic.spec["speed"]), 1, 1)
+        if len(leaves) > 1:
+            n_spines = max(1, math.ceil(len(ports) / radix))
+            spines = [b.switch(f"spine{j}", "spine") for j in range(n_spines)]
+            for leaf, group in zip(leaves, groups, strict=False):
+                nic0, preset = group[0]
+                for sp in spines:
+                    share = len(group) / n_spines
+                    b.connect(leaf, sp, preset, float(nic0.spec["speed"]), share / over, math.ceil(share))
+    out = dict(cfg)
+    out["switch"] = {"latency": cfg["switch"]["latency"], "radix": radix}
+    out["nics_per_node"] = k
+    out["gpudirect"] = bool(cfg["gpudirect"]) and transport == "rdma"
+    out["link_kind"] = kinds[0] if len(kinds) == 1 else kinds
+    return out

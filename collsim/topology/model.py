@@ -1,0 +1,473 @@
+"""Devices, links and the :class:`Topology` graph with routing and NCCL-style path classes."""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Collection, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import networkx as nx
+
+from collsim.topology.errors import TopologyError
+from collsim.topology.presets import LINK_KINDS
+
+__all__ = ["PATH_CLASS_ORDER", "Device", "FrozenMap", "Link", "Topology", "path_class_rank"]
+
+#: NCCL path classes, best (closest) first. ``LOC`` is a device to itself.
+PATH_CLASS_ORDER: tuple[str, ...] = ("LOC", "NVL", "NVB", "PIX", "PXB", "PHB", "SYS", "NET")
+
+# Devices a route may start or end at but never pass through.
+_NO_TRANSIT = frozenset({"gpu", "nic"})
+# Order of device kinds in listings.
+_KIND_ORDER = {k: i for i, k in enumerate(("gpu", "cpu", "pcie_switch", "nic", "nvswitch", "switch"))}
+_PS_PER_S = 1e12  # route latencies are compared in integer picoseconds so that float sums tie exactly
+
+
+class FrozenMap(Mapping[str, Any]):
+    """A read-only mapping that, unlike ``types.MappingProxyType``, can be pickled and deep-copied.
+
+    Parameters
+    ----------
+    data : Mapping, optional
+        The items (copied).
+    """
+
+    __slots__ = ("_data",)
+
+    def __init__(self, data: Mapping[str, Any] | None = None) -> None:
+        self._data: dict[str, Any] = dict(data or {})
+
+    def __getitem__(self, key: str) -> Any:
+        return self._data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __repr__(self) -> str:
+        return f"FrozenMap({self._data!r})"
+
+    def __reduce__(self) -> tuple[type[FrozenMap], tuple[dict[str, Any]]]:
+        return (FrozenMap, (self._data,))
+
+
+def path_class_rank(cls: str) -> int:
+    """Return the position of a path class in :data:`PATH_CLASS_ORDER` (0 = best).
+
+    Parameters
+    ----------
+    cls : str
+        A path class such as ``"PIX"``.
+
+    Returns
+    -------
+    int
+        Its rank; lower is closer.
+    """
+    try:
+        return PATH_CLASS_ORDER.index(cls)
+    except ValueError:
+        raise TopologyError(f"unknown path class {cls!r}; valid: {', '.join(PATH_CLASS_ORDER)}") from None
+
+
+@dataclass(frozen=True)
+class Device:
+    """One device of a cluster.
+
+    Attributes
+    ----------
+    name : str
+        Cluster-wide name, ``n{node}/{local}`` for node devices (``"n0/gpu3"``), ``fabric/...`` for fabric switches.
+    kind : str
+        ``gpu``, ``cpu`` (a socket), ``pcie_switch``, ``nic``, ``nvswitch`` or ``switch`` (network switch).
+    node : int
+        Node index; -1 for fabric devices.
+    index : int
+        Index among the devices of this kind within its node (a GPU's index is its local rank).
+    spec : Mapping[str, Any]
+        Resolved preset values in SI units (bytes/s, seconds), e.g. ``spec["nccl_channel_bw"]``, ``spec["cores"]``;
+        ``spec["preset"]`` names the preset when there is one.
+    """
+
+    name: str
+    kind: str
+    node: int
+    index: int
+    spec: Mapping[str, Any] = field(default_factory=FrozenMap, compare=False, hash=False)
+
+    @property
+    def local_name(self) -> str:
+        """The name without the ``n{node}/`` prefix (``"gpu3"``)."""
+        return self.name.split("/", 1)[-1]
+
+
+@dataclass(frozen=True)
+class Link:
+    """One direction of a (possibly aggregated) link.
+
+    Attributes
+    ----------
+    src, dst : str
+        Device names.
+    kind : str
+        ``nvlink``, ``pcie``, ``upi``, ``ib``, ``roce`` or ``eth``.
+    bandwidth : float
+        Bytes/s in this direction, all ``count`` parallel links together, after efficiency.
+    raw_bandwidth : float
+        Bytes/s in this direction before efficiency.
+    latency : float
+        Seconds for one traversal.
+    count : int
+        Parallel physical links aggregated into this one (e.g. 12 NVLinks, or uplink ports).
+    preset : str
+        The links.yaml preset name (``"nvlink3"``).
+    source : str
+        Where the numbers come from.
+    """
+
+    src: str
+    dst: str
+    kind: str
+    bandwidth: float
+    raw_bandwidth: float
+    latency: float
+    count: int
+    preset: str
+    source: str
+
+    @property
+    def efficiency(self) -> float:
+        """Achieved fraction of the raw bandwidth."""
+        return self.bandwidth / self.raw_bandwidth
+
+
+class Topology:
+    """A cluster as a directed graph of devices and links.
+
+    Parameters
+    ----------
+    name : str
+        Template name (``"dgx-a100"``).
+    graph : networkx.DiGraph
+        Node attribute ``device`` holds a :class:`Device`, edge attribute ``link`` a :class:`Link`; every physical
+        link appears in both directions.
+    nodes : int
+        Number of cluster nodes.
+    params : Mapping, optional
+        Resolved template parameters.
+    source_file : str, optional
+        The template file.
+    fabric : Mapping, optional
+        The resolved fabric configuration (None for a single node without a fabric).
+
+    Notes
+    -----
+    Rank devices: a topology with GPUs ranks its GPUs. A CPU-only topology (template ``cpu-host``) ranks process
+    slots: :meth:`rank_devices` returns, for each of ``params["processes"]`` processes per node, the CPU socket the
+    process runs on; processes are spread over the sockets in blocks, so several ranks share a socket Device. No
+    ``proc`` device kind exists.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        graph: nx.DiGraph,
+        nodes: int = 1,
+        params: Mapping[str, Any] | None = None,
+        source_file: str | None = None,
+        fabric: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.name = name
+        self.graph = graph
+        self.nodes = nodes
+        self.params: Mapping[str, Any] = FrozenMap(params)
+        self.source_file = source_file
+        self.fabric: Mapping[str, Any] | None = None if fabric is None else FrozenMap(fabric)
+        self._route_cache: dict[tuple[str, str, frozenset[str] | None], list[Link] | None] = {}
+        self._sorted: list[Device] = sorted(
+            (d["device"] for _, d in graph.nodes(data=True)),
+            key=lambda d: (d.node, _KIND_ORDER.get(d.kind, 99), d.index, d.name),
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"Topology({self.name!r}, nodes={self.nodes}, devices={self.graph.number_of_nodes()}, "
+            f"links={self.graph.number_of_edges()})"
+        )
+
+    # ---------------------------------------------------------------------------------------------- lookups
+    def device(self, name: str) -> Device:
+        """Return the device called ``name`` (e.g. ``"n0/gpu3"``).
+
+        Raises
+        ------
+        TopologyError
+            When no such device exists; the message suggests close names.
+        """
+        try:
+            dev: Device = self.graph.nodes[name]["device"]
+        except KeyError:
+            known = [d.name for d in self._sorted]
+            local = name.split("/")[-1]
+            hint = [n for n in known if n.endswith("/" + local)][:4] or known[:6]
+            raise TopologyError(f"no device {name!r} in topology {self.name!r}; e.g. {', '.join(hint)}") from None
+        return dev
+
+    def devices(self, kind: str | None = None, node: int | None = None) -> list[Device]:
+        """Return devices, optionally of one kind and/or node, sorted by (node, kind, index)."""
+        return [d for d in self._sorted if (kind is None or d.kind == kind) and (node is None or d.node == node)]
+
+    def gpus(self) -> list[Device]:
+        """Return all GPUs in global rank order (node-major, then local index)."""
+        return self.devices("gpu")
+
+    def rank_devices(self) -> list[Device]:
+        """Return one device per rank: the GPUs when there are any, else CPU process slots.
+
+        Returns
+        -------
+        list[Device]
+            GPUs in rank order; for a CPU-only topology, ``params["processes"]`` entries per node (default one per
+            socket), each the CPU socket Device that process runs on (block distribution over sockets).
+        """
+        gpus = self.gpus()
+        if gpus:
+            return gpus
+        out: list[Device] = []
+        for node in range(self.nodes):
+            cpus = self.devices("cpu", node)
+            if not cpus:
+                continue
+            procs = int(self.params.get("processes", len(cpus)))
+            out.extend(cpus[p * len(cpus) // procs] for p in range(procs))
+        return out
+
+    def nics(self, node: int | None = None) -> list[Device]:
+        """Return NICs (of one node, or all) sorted by (node, index)."""
+        return self.devices("nic", node)
+
+    def link(self, src: str, dst: str) -> Link:
+        """Return the directed link ``src -> dst``; raises :class:`TopologyError` when they are not adjacent."""
+        self.device(src)
+        self.device(dst)
+        try:
+            lk: Link = self.graph.edges[src, dst]["link"]
+        except KeyError:
+            raise TopologyError(f"no link from {src!r} to {dst!r}") from None
+        return lk
+
+    def links(self) -> list[Link]:
+        """Return every directed link, sorted by (src, dst)."""
+        return sorted((d["link"] for _, _, d in self.graph.edges(data=True)), key=lambda lk: (lk.src, lk.dst))
+
+    # ---------------------------------------------------------------------------------------------- routing
+    def _search(self, src: str, dst: str, kinds: frozenset[str] | None) -> list[Link] | None:
+        key = (src, dst, kinds)
+        if key in self._route_cache:
+            cached = self._route_cache[key]
+            return None if cached is None else list(cached)
+        self.device(src)
+        self.device(dst)
+        result: list[Link] | None
+        if src == dst:
+            result = []
+        else:
+            result = None
+            g = self.graph
+            best: dict[str, tuple[int, int]] = {src: (0, 0)}
+            prev: dict[str, str] = {}
+            heap: list[tuple[int, int, str]] = [(0, 0, src)]
+            while heap:
+                lat, hops, u = heapq.heappop(heap)
+                if (lat, hops) > best[u]:
+                    continue
+                if u == dst:
+                    break
+                if u != src and g.nodes[u]["device"].kind in _NO_TRANSIT:
+                    continue
+                for v in sorted(g.successors(u)):
+                    lk: Link = g.edges[u, v]["link"]
+                    if kinds is not None and lk.kind not in kinds:
+                        continue
+                    cand = (lat + round(lk.latency * _PS_PER_S), hops + 1)
+                    if v not in best or cand < best[v]:
+                        best[v] = cand
+                        prev[v] = u
+                        heapq.heappush(heap, (cand[0], cand[1], v))
+            if dst in prev:
+                names = [dst]
+                while names[-1] != src:
+                    names.append(prev[names[-1]])
+                names.reverse()
+                result = [g.edges[a, b]["link"] for a, b in itertools.pairwise(names)]
+        self._route_cache[key] = result
+        return None if result is None else list(result)
+
+    def route(self, src: str, dst: str, kinds: Collection[str] | None = None) -> list[Link]:
+        """Return the directed links from ``src`` to ``dst`` with minimum total latency (ties: fewest hops).
+
+        Parameters
+        ----------
+        src, dst : str
+            Device names.
+        kinds : Collection[str], optional
+            Link kinds the route may use (default: all).
+
+        Returns
+        -------
+        list[Link]
+            Hops in order; empty when ``src == dst``. A route never passes through a GPU or a NIC, so a route
+            between nodes starts and ends at NICs (or fabric switches).
+
+        Raises
+        ------
+        TopologyError
+            When no such route exists (the message names both devices).
+        """
+        ks = self._kinds(kinds)
+        found = self._search(src, dst, ks)
+        if found is None:
+            only = f" over {'/'.join(sorted(ks))} links" if ks is not None else ""
+            raise TopologyError(f"no route from {src!r} to {dst!r}{only} (routes never pass through a GPU or a NIC)")
+        return found
+
+    @staticmethod
+    def _kinds(kinds: Collection[str] | None) -> frozenset[str] | None:
+        if kinds is None:
+            return None
+        ks = frozenset(kinds)
+        bad = sorted(ks - set(LINK_KINDS))
+        if bad:
+            raise TopologyError(f"unknown link kind(s) {', '.join(bad)}; valid kinds: {', '.join(LINK_KINDS)}")
+        return ks
+
+    def nvlink_route(self, a: str, b: str) -> list[Link] | None:
+        """Return the GPU-to-GPU route over NVLink/NVSwitch only (never through another GPU), or None."""
+        if a == b:
+            return []
+        return self._search(a, b, frozenset({"nvlink"}))
+
+    def pcie_route(self, a: str, b: str) -> list[Link]:
+        """Return the route over PCIe and inter-socket links only (through PCIe switches and CPU sockets)."""
+        return self.route(a, b, kinds=("pcie", "upi"))
+
+    def host_cpu(self, dev: str) -> Device:
+        """Return the CPU socket whose PCIe tree holds ``dev`` (its root complex); a CPU returns itself.
+
+        Raises
+        ------
+        TopologyError
+            When ``dev`` hangs off no CPU over PCIe (e.g. a fabric switch).
+        """
+        start = self.device(dev)
+        if start.kind == "cpu":
+            return start
+        seen = {dev}
+        frontier = [dev]
+        while frontier:
+            nxt: list[str] = []
+            for u in frontier:
+                if u != dev and self.graph.nodes[u]["device"].kind in _NO_TRANSIT:
+                    continue
+                for v in sorted(self.graph.successors(u)):
+                    if v in seen or self.graph.edges[u, v]["link"].kind != "pcie":
+                        continue
+                    seen.add(v)
+                    vdev: Device = self.graph.nodes[v]["device"]
+                    if vdev.kind == "cpu":
+                        return vdev
+                    nxt.append(v)
+            frontier = sorted(nxt)
+        raise TopologyError(f"device {dev!r} is not attached to any CPU socket over PCIe")
+
+    # ---------------------------------------------------------------------------------------------- path classes
+    def _pcie_class(self, a: str, b: str) -> str:
+        hops = self.pcie_route(a, b)
+        names = [a] + [lk.dst for lk in hops]
+        kinds = [self.graph.nodes[n]["device"].kind for n in names]
+        cpus = kinds.count("cpu")
+        if cpus >= 2 or any(lk.kind == "upi" for lk in hops):
+            return "SYS"
+        if cpus == 1:
+            return "PHB"
+        return "PXB" if kinds.count("pcie_switch") > 1 else "PIX"
+
+    def _nvb(self, a: str, b: str) -> bool:
+        da, db = self.device(a), self.device(b)
+        if da.kind != "gpu" or db.kind != "gpu":
+            return False
+        for mid in self.devices("gpu", da.node):
+            if mid.name in (a, b):
+                continue
+            if self.nvlink_route(a, mid.name) and self.nvlink_route(mid.name, b):
+                return True
+        return False
+
+    def path_type(self, a: str, b: str) -> str:
+        """Return the connection type between two devices as ``nvidia-smi topo -m`` prints it.
+
+        Returns
+        -------
+        str
+            ``"X"`` (same device), ``"NV{n}"`` (NVLink, direct or through NVSwitch; n = NVLinks bonded, the
+            smallest count along the route), ``"PIX"`` (one PCIe switch), ``"PXB"`` (several PCIe switches, no
+            host bridge), ``"PHB"`` (through one CPU root complex), ``"SYS"`` (across CPU sockets) or ``"NET"``
+            (different nodes, or a fabric device).
+        """
+        if a == b:
+            self.device(a)
+            return "X"
+        da, db = self.device(a), self.device(b)
+        if da.node != db.node or da.node < 0:
+            return "NET"
+        if da.kind == "gpu" and db.kind == "gpu":
+            nv = self.nvlink_route(a, b)
+            if nv:
+                return f"NV{min(lk.count for lk in nv)}"
+        return self._pcie_class(a, b)
+
+    def path_class(self, a: str, b: str) -> str:
+        """Return NCCL's path class: as :meth:`path_type` but ``"LOC"`` for ``"X"``, ``"NVL"`` for ``"NV{n}"``, and
+        ``"NVB"`` when two GPUs reach each other over NVLink only through a third GPU."""
+        pt = self.path_type(a, b)
+        if pt == "X":
+            return "LOC"
+        if pt.startswith("NV"):
+            return "NVL"
+        if pt != "NET" and self._nvb(a, b):
+            return "NVB"
+        return pt
+
+    def p2p_supported(self, a: str, b: str) -> bool:
+        """Return True when GPUs ``a`` and ``b`` can do CUDA peer-to-peer.
+
+        Both must be GPUs of the same node whose spec has ``p2p: true``, and the template parameter ``p2p`` must
+        not be false. (Whether NCCL *uses* P2P at a given path class is the backend's decision.)
+        """
+        da, db = self.device(a), self.device(b)
+        if da.kind != "gpu" or db.kind != "gpu" or da.node != db.node:
+            return False
+        if self.params.get("p2p") is False:
+            return False
+        return bool(da.spec.get("p2p")) and bool(db.spec.get("p2p"))
+
+    def nearest_nic(self, gpu: str) -> Device | None:
+        """Return the NIC of the same node with the best path class from ``gpu`` (ties: lowest index), or None."""
+        dev = self.device(gpu)
+        nics = self.nics(dev.node)
+        if not nics:
+            return None
+        return min(nics, key=lambda n: (path_class_rank(self.path_class(gpu, n.name)), n.index))
+
+    def summary(self) -> list[tuple[str, int, float]]:
+        """Return, per link kind present, (kind, number of directed links, total bytes/s over them)."""
+        count: dict[str, int] = {}
+        total: dict[str, float] = {}
+        for lk in self.links():
+            count[lk.kind] = count.get(lk.kind, 0) + 1
+            total[lk.kind] = total.get(lk.kind, 0.0) + lk.bandwidth
+        return [(k, count[k], total[k]) for k in LINK_KINDS if k in count]

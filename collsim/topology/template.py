@@ -1,0 +1,525 @@
+"""Node templates (``topologies/nodes/<name>.yaml``) and :func:`load_topology`.
+
+Template format
+---------------
+A template is a YAML mapping::
+
+    name: dgx-a100                      # optional, default: the file name
+    description: 8x A100 SXM4 ...
+    source: where the layout comes from
+    params:                             # optional: parameters a user may set (node_params / --set)
+      gpus: {default: 2, type: int, min: 2, max: 8, description: ...}
+    generator: pcie_workstation         # optional: a builder in collsim/topology/generators.py
+    devices:                            # static templates: devices and links
+      - {name: gpu, count: 8, kind: gpu, preset: a100-sxm4-80gb}     # gpu0 .. gpu7
+      - {name: nvswitch, kind: nvswitch, spec: {physical_switches: 6}}
+    links:                              # full duplex; `a` (or `b`) may be a list or a range such as gpu[0-7]
+      - {a: "gpu[0-7]", b: nvswitch, preset: nvlink3, count: 12}
+
+A device entry with ``count`` expands to ``name0 .. name{count-1}``; without it the name is used as it is.
+Device kinds: gpu, cpu, pcie_switch, nic, nvswitch, switch. ``gpu``, ``cpu`` and ``nic`` need a ``preset``
+(gpus.yaml, cpus.yaml, nics.yaml); ``spec`` overrides preset fields (same units as the preset files).
+A link entry names a links.yaml ``preset`` and may override ``count`` (parallel links, default 1),
+``bandwidth`` (raw per link), ``efficiency``, ``latency``, ``kind`` and ``source``.
+
+Parameter types: ``int``, ``bool``, ``str``, ``gpu`` / ``cpu`` / ``nic`` (a preset name of that library); ``choices``,
+``min``, ``max`` restrict values; a ``default`` of null makes the parameter optional (null = not set).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import networkx as nx
+
+from collsim.topology.errors import TopologyError
+from collsim.topology.model import Device, FrozenMap, Link, Topology
+from collsim.topology.presets import (
+    DEVICE_KINDS,
+    DEVICE_SCHEMAS,
+    LINK_SCHEMA,
+    PresetLibrary,
+    load_presets,
+    parse_record,
+    read_yaml,
+    topologies_dir,
+)
+
+__all__ = ["NodeLayout", "available_templates", "load_topology", "resolve_params", "topology_from_template"]
+
+_TEMPLATE_KEYS = ("name", "description", "source", "params", "generator", "devices", "links", "notes")
+_DEVICE_KEYS = ("name", "kind", "count", "preset", "spec", "source", "notes")
+_LINK_KEYS = ("a", "b", "preset", "count", "bandwidth", "efficiency", "latency", "kind", "source", "notes")
+_PARAM_KEYS = ("default", "type", "choices", "min", "max", "description")
+_PARAM_TYPES = ("int", "bool", "str", "gpu", "cpu", "nic")
+_PRESET_KINDS = {"gpu": "gpus", "cpu": "cpus", "nic": "nics"}
+# Which device kinds each link kind may join (structural rules, not numbers).
+_LINK_ENDS: dict[str, frozenset[str]] = {
+    "nvlink": frozenset({"gpu", "nvswitch"}),
+    "pcie": frozenset({"gpu", "nic", "pcie_switch", "cpu", "nvswitch"}),
+    "upi": frozenset({"cpu"}),
+    "ib": frozenset({"nic", "switch"}),
+    "roce": frozenset({"nic", "switch"}),
+    "eth": frozenset({"nic", "switch"}),
+}
+_RANGE = re.compile(r"^([A-Za-z_][\w-]*)\[(\d+)-(\d+)\]$")
+_NAME = re.compile(r"^[A-Za-z_][\w-]*$")
+
+
+def available_templates() -> list[str]:
+    """Return the names of the node templates under ``topologies_dir()/nodes``, sorted."""
+    ndir = topologies_dir() / "nodes"
+    if not ndir.is_dir():
+        return []
+    return sorted(p.stem for p in ndir.glob("*.yaml"))
+
+
+def _template_path(node: str | Path) -> Path:
+    p = Path(node)
+    if isinstance(node, Path) or p.suffix in (".yaml", ".yml") or len(p.parts) > 1:
+        if p.is_file():
+            return p
+        shipped = topologies_dir() / "nodes" / p.name
+        if len(p.parts) == 1 and shipped.is_file():
+            return shipped
+        raise TopologyError("template file not found", file=p)
+    candidate = topologies_dir() / "nodes" / f"{node}.yaml"
+    if not candidate.is_file():
+        known = available_templates()
+        raise TopologyError(
+            f"unknown node template {str(node)!r}; known templates: {', '.join(known) or '(none)'} "
+            f"(in {topologies_dir() / 'nodes'})",
+            field="node",
+        )
+    return candidate
+
+
+# ------------------------------------------------------------------------------------------------------ params
+def resolve_params(
+    decl: Any, given: Mapping[str, Any] | None, presets: PresetLibrary, file: str | Path | None
+) -> dict[str, Any]:
+    """Check ``given`` against the template's parameter declarations and fill in defaults.
+
+    Parameters
+    ----------
+    decl : Any
+        The template's ``params`` mapping (name to declaration).
+    given : Mapping, optional
+        Values set by the user.
+    presets : PresetLibrary
+        For parameters naming presets.
+    file : str or Path, optional
+        The template file, for messages.
+
+    Returns
+    -------
+    dict
+        Every declared parameter with its value.
+    """
+    decl = {} if decl is None else decl
+    if not isinstance(decl, Mapping):
+        raise TopologyError("expected a mapping of parameter name to declaration", file=file, field="params")
+    given = dict(given or {})
+    unknown = sorted(set(given) - set(decl))
+    if unknown:
+        known = ", ".join(sorted(decl)) or "none"
+        raise TopologyError(
+            f"unknown parameter(s) {', '.join(unknown)}; this template takes: {known}",
+            file=file,
+            field=f"params.{unknown[0]}",
+        )
+    out: dict[str, Any] = {}
+    for pname, d in decl.items():
+        dfield = f"params.{pname}"
+        if not isinstance(d, Mapping) or "type" not in d or "default" not in d:
+            raise TopologyError("a parameter declaration needs 'type' and 'default'", file=file, field=dfield)
+        for key in d:
+            if key not in _PARAM_KEYS:
+                raise TopologyError(f"unknown key {key!r}; valid: {', '.join(_PARAM_KEYS)}", file=file, field=dfield)
+        if d["type"] not in _PARAM_TYPES:
+            raise TopologyError(
+                f"unknown parameter type {d['type']!r}; valid: {', '.join(_PARAM_TYPES)}", file=file, field=dfield
+            )
+        value = given.get(pname, d["default"])
+        out[pname] = _check_param(pname, value, d, presets, file)
+    return out
+
+
+def _check_param(name: str, value: Any, d: Mapping[str, Any], presets: PresetLibrary, file: str | Path | None) -> Any:
+    field = f"params.{name}"
+    ptype = d["type"]
+    if value is None:
+        if d["default"] is None:
+            return None
+        raise TopologyError(f"parameter {name} must be set ({ptype})", file=file, field=field)
+    if ptype == "int":
+        if isinstance(value, str) and re.fullmatch(r"-?\d+", value.strip()):
+            value = int(value)  # from a --set override
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TopologyError(f"expected an integer, got {value!r}", file=file, field=field)
+        lo, hi = d.get("min"), d.get("max")
+        if (lo is not None and value < lo) or (hi is not None and value > hi):
+            raise TopologyError(f"expected an integer from {lo} to {hi}, got {value}", file=file, field=field)
+    elif ptype == "bool":
+        if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+            value = value.strip().lower() == "true"
+        if not isinstance(value, bool):
+            raise TopologyError(f"expected true or false, got {value!r}", file=file, field=field)
+    elif ptype == "str":
+        if not isinstance(value, str):
+            raise TopologyError(f"expected a string, got {value!r}", file=file, field=field)
+    else:
+        presets.get(_PRESET_KINDS[ptype], value, file, field)
+    choices = d.get("choices")
+    if choices is not None and value not in choices:
+        raise TopologyError(f"expected one of {', '.join(map(str, choices))}, got {value!r}", file=file, field=field)
+    return value
+
+
+# ------------------------------------------------------------------------------------------------------ building
+def _expand(ref: Any, file: str | Path | None, field: str) -> list[str]:
+    items = ref if isinstance(ref, list) else [ref]
+    if not items:
+        raise TopologyError("expected a device name or a non-empty list of names", file=file, field=field)
+    out: list[str] = []
+    for item in items:
+        if not isinstance(item, str):
+            raise TopologyError(f"expected a device name, got {item!r}", file=file, field=field)
+        m = _RANGE.match(item.strip())
+        if m:
+            lo, hi = int(m.group(2)), int(m.group(3))
+            if hi < lo:
+                raise TopologyError(f"empty range {item!r}", file=file, field=field)
+            out.extend(f"{m.group(1)}{i}" for i in range(lo, hi + 1))
+        else:
+            out.append(item.strip())
+    return out
+
+
+class NodeLayout:
+    """One node's devices and links with local names (``gpu0``), before replication into a cluster.
+
+    Attributes
+    ----------
+    devices : dict[str, Device]
+        Local name to Device (node 0, local names).
+    links : dict[tuple[str, str], Link]
+        (a, b) to the a->b direction; the b->a direction is built from it.
+    """
+
+    def __init__(self) -> None:
+        self.devices: dict[str, Device] = {}
+        self.links: dict[tuple[str, str], Link] = {}
+
+    def kind_count(self, kind: str) -> int:
+        """Number of devices of ``kind``."""
+        return sum(1 for d in self.devices.values() if d.kind == kind)
+
+
+def _build_layout(data: Mapping[str, Any], presets: PresetLibrary, file: str | Path | None) -> NodeLayout:
+    layout = NodeLayout()
+    raw_devices = data.get("devices")
+    if not isinstance(raw_devices, list) or not raw_devices:
+        raise TopologyError("expected a non-empty list of devices", file=file, field="devices")
+    first_entry: dict[str, str] = {}
+    for i, entry in enumerate(raw_devices):
+        field = f"devices.{i}"
+        if not isinstance(entry, Mapping):
+            raise TopologyError("expected a mapping with name and kind", file=file, field=field)
+        for key in entry:
+            if key not in _DEVICE_KEYS:
+                raise TopologyError(
+                    f"unknown key {key!r}; valid: {', '.join(_DEVICE_KEYS)}", file=file, field=f"{field}.{key}"
+                )
+        name, kind = entry.get("name"), entry.get("kind")
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise TopologyError(
+                f"expected a device name of letters, digits, '_' or '-', got {name!r}", file=file, field=f"{field}.name"
+            )
+        if kind not in DEVICE_KINDS:
+            raise TopologyError(
+                f"unknown device kind {kind!r}; valid kinds: {', '.join(DEVICE_KINDS)}",
+                file=file,
+                field=f"{field}.kind",
+            )
+        spec: dict[str, Any]
+        if kind in _PRESET_KINDS:
+            preset_name = entry.get("preset")
+            if preset_name is None:
+                raise TopologyError(
+                    f"a {kind} needs a preset from {_PRESET_KINDS[kind]}.yaml", file=file, field=f"{field}.preset"
+                )
+            spec = dict(presets.get(_PRESET_KINDS[kind], preset_name, file, f"{field}.preset"))
+            if entry.get("spec") is not None:
+                spec.update(parse_record(entry["spec"], DEVICE_SCHEMAS[kind], file, f"{field}.spec", partial=True))
+        else:
+            if entry.get("preset") is not None:
+                raise TopologyError(f"a {kind} takes no preset; use spec", file=file, field=f"{field}.preset")
+            raw_spec = entry.get("spec") or {}
+            if not isinstance(raw_spec, Mapping):
+                raise TopologyError("expected a mapping", file=file, field=f"{field}.spec")
+            spec = {str(k): v for k, v in raw_spec.items()}
+        if entry.get("source") is not None:
+            spec["source"] = str(entry["source"])
+        count = entry.get("count")
+        if count is None:
+            names = [name]
+        else:
+            if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+                raise TopologyError(f"expected a positive integer, got {count!r}", file=file, field=f"{field}.count")
+            names = [f"{name}{k}" for k in range(count)]
+        frozen = FrozenMap(spec)
+        for n in names:
+            if n in layout.devices:
+                raise TopologyError(
+                    f"duplicate device name {n!r} (first in {first_entry[n]})", file=file, field=f"{field}.name"
+                )
+            first_entry[n] = field
+            layout.devices[n] = Device(n, str(kind), 0, layout.kind_count(str(kind)), frozen)
+
+    raw_links = data.get("links")
+    if not isinstance(raw_links, list):
+        raise TopologyError("expected a list of links", file=file, field="links")
+    nvlinks_used: dict[str, int] = {}
+    for i, entry in enumerate(raw_links):
+        field = f"links.{i}"
+        if not isinstance(entry, Mapping):
+            raise TopologyError("expected a mapping with a, b and preset", file=file, field=field)
+        for key in entry:
+            if key not in _LINK_KEYS:
+                raise TopologyError(
+                    f"unknown key {key!r}; valid: {', '.join(_LINK_KEYS)}", file=file, field=f"{field}.{key}"
+                )
+        for end in ("a", "b"):
+            if end not in entry:
+                raise TopologyError("missing link endpoint (a device name)", file=file, field=f"{field}.{end}")
+        a_list = _expand(entry["a"], file, f"{field}.a")
+        b_list = _expand(entry["b"], file, f"{field}.b")
+        if len(a_list) > 1 and len(b_list) > 1:
+            raise TopologyError(
+                "give a list on one side only (each of a to b, or a to each of b)", file=file, field=field
+            )
+        for end, lst in (("a", a_list), ("b", b_list)):
+            for n in lst:
+                if n not in layout.devices:
+                    raise TopologyError(
+                        f"link endpoint {n!r} is not a device; devices: {', '.join(layout.devices)}",
+                        file=file,
+                        field=f"{field}.{end}",
+                    )
+        if "preset" not in entry:
+            raise TopologyError("missing link preset (a name from links.yaml)", file=file, field=f"{field}.preset")
+        base = dict(presets.get("links", entry["preset"], file, f"{field}.preset"))
+        overrides = {k: entry[k] for k in ("bandwidth", "efficiency", "latency", "kind", "source") if k in entry}
+        base.update(parse_record(overrides, LINK_SCHEMA, file, field, partial=True))
+        count = entry.get("count", 1)
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise TopologyError(f"expected a positive integer, got {count!r}", file=file, field=f"{field}.count")
+        kind = base["kind"]
+        for a in a_list:
+            for b in b_list:
+                _add_layout_link(layout, a, b, kind, base, count, file, field, nvlinks_used)
+    for name, dev in layout.devices.items():
+        if dev.kind == "gpu" and not any(name in pair for pair in layout.links):
+            raise TopologyError(f"GPU {name!r} is connected to nothing; add a link", file=file, field=first_entry[name])
+    return layout
+
+
+def _add_layout_link(
+    layout: NodeLayout,
+    a: str,
+    b: str,
+    kind: str,
+    base: Mapping[str, Any],
+    count: int,
+    file: str | Path | None,
+    field: str,
+    nvlinks_used: dict[str, int],
+) -> None:
+    if a == b:
+        raise TopologyError(f"a link from {a!r} to itself", file=file, field=field)
+    if (a, b) in layout.links or (b, a) in layout.links:
+        raise TopologyError(
+            f"duplicate link between {a!r} and {b!r}; use count for parallel links", file=file, field=field
+        )
+    for n in (a, b):
+        dk = layout.devices[n].kind
+        if dk not in _LINK_ENDS[kind]:
+            raise TopologyError(
+                f"a {kind} link cannot attach to {n!r} (a {dk}); it joins: {', '.join(sorted(_LINK_ENDS[kind]))}",
+                file=file,
+                field=field,
+            )
+        if kind == "nvlink" and dk == "gpu":
+            used = nvlinks_used.get(n, 0) + count
+            have = layout.devices[n].spec.get("nvlinks") or 0
+            if used > have:
+                raise TopologyError(
+                    f"GPU {n!r} would use {used} NVLinks; its preset {layout.devices[n].spec.get('preset')} has {have}",
+                    file=file,
+                    field=f"{field}.count",
+                )
+            nvlinks_used[n] = used
+    raw = float(base["bandwidth"]) * count
+    layout.links[(a, b)] = Link(
+        src=a,
+        dst=b,
+        kind=kind,
+        bandwidth=raw * float(base["efficiency"]),
+        raw_bandwidth=raw,
+        latency=float(base["latency"]),
+        count=count,
+        preset=str(base["preset"]),
+        source=str(base["source"]),
+    )
+
+
+def _prefixed(lk: Link, pa: str, pb: str) -> Link:
+    return Link(pa, pb, lk.kind, lk.bandwidth, lk.raw_bandwidth, lk.latency, lk.count, lk.preset, lk.source)
+
+
+def _check_template(data: Any, file: str | Path | None) -> Mapping[str, Any]:
+    if not isinstance(data, Mapping):
+        raise TopologyError(f"expected a mapping with devices and links, got {type(data).__name__}", file=file)
+    for key in data:
+        if key not in _TEMPLATE_KEYS:
+            raise TopologyError(f"unknown key {key!r}; valid: {', '.join(_TEMPLATE_KEYS)}", file=file, field=str(key))
+    return data
+
+
+def topology_from_template(
+    data: Mapping[str, Any],
+    nodes: int = 1,
+    fabric: Mapping[str, Any] | None = None,
+    node_params: Mapping[str, Any] | None = None,
+    file: str | Path | None = None,
+    presets: PresetLibrary | None = None,
+) -> Topology:
+    """Build a cluster Topology from a template mapping (as read from a node template file).
+
+    Parameters
+    ----------
+    data : Mapping
+        The template (see the module docstring for the format).
+    nodes : int
+        Number of identical nodes.
+    fabric : Mapping, optional
+        Fabric configuration (see :mod:`collsim.topology.fabric`); required when ``nodes > 1``.
+    node_params : Mapping, optional
+        Values for the template's parameters.
+    file : str or Path, optional
+        Where ``data`` came from, for messages.
+    presets : PresetLibrary, optional
+        Preset library (default: :func:`load_presets`).
+
+    Returns
+    -------
+    Topology
+    """
+    from collsim.topology.fabric import add_fabric, parse_fabric
+    from collsim.topology.generators import GENERATORS
+
+    presets = load_presets() if presets is None else presets
+    data = _check_template(data, file)
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
+        raise TopologyError(f"expected a positive integer number of nodes, got {nodes!r}", field="nodes")
+    if nodes > 1 and fabric is None:
+        raise TopologyError(
+            f"{nodes} nodes need a fabric: give fabric.topology (single_switch | rail_optimized | fat_tree)",
+            field="fabric",
+        )
+    params = resolve_params(data.get("params"), node_params, presets, file)
+    gen = data.get("generator")
+    if gen is not None:
+        if gen not in GENERATORS:
+            raise TopologyError(
+                f"unknown generator {gen!r}; known: {', '.join(sorted(GENERATORS))}", file=file, field="generator"
+            )
+        if "devices" in data or "links" in data:
+            raise TopologyError("a template with a generator lists no devices or links", file=file, field="generator")
+        layout = _build_layout(GENERATORS[gen](params, presets), presets, file)
+    else:
+        layout = _build_layout(data, presets, file)
+    cfg = parse_fabric(fabric, presets) if fabric is not None else None
+
+    if cfg is not None:
+        _apply_fabric_to_node(layout, cfg, presets, file)
+
+    g: nx.DiGraph = nx.DiGraph()
+    for n in range(nodes):
+        prefix = f"n{n}/"
+        for local, dev in layout.devices.items():
+            g.add_node(prefix + local, device=Device(prefix + local, dev.kind, n, dev.index, dev.spec))
+        for (a, b), lk in layout.links.items():
+            g.add_edge(prefix + a, prefix + b, link=_prefixed(lk, prefix + a, prefix + b))
+            g.add_edge(prefix + b, prefix + a, link=_prefixed(lk, prefix + b, prefix + a))
+    resolved: dict[str, Any] | None = None
+    if cfg is not None:
+        resolved = add_fabric(g, nodes, cfg, presets)
+    name = str(data.get("name") or (Path(file).stem if file is not None else "topology"))
+    src = None if file is None else str(file)
+    return Topology(name, g, nodes=nodes, params=params, source_file=src, fabric=resolved)
+
+
+def _apply_fabric_to_node(layout: NodeLayout, cfg: dict[str, Any], presets: PresetLibrary, file: Any) -> None:
+    """Apply fabric.nic, fabric.nic_speed and fabric.nics_per_node to the node's NICs."""
+    nics = sorted((d for d in layout.devices.values() if d.kind == "nic"), key=lambda d: d.index)
+    if not nics:
+        raise TopologyError(
+            "the node template has no NIC to attach to the fabric (pcie-workstation and cpu-host take a 'nic' param)",
+            file=file,
+            field="fabric",
+        )
+    k = cfg.get("nics_per_node")
+    if k is not None:
+        if k > len(nics):
+            raise TopologyError(
+                f"the node has {len(nics)} NICs; nics_per_node {k} is too many", field="fabric.nics_per_node"
+            )
+        for dev in nics[k:]:
+            del layout.devices[dev.local_name]
+            for pair in [p for p in layout.links if dev.local_name in p]:
+                del layout.links[pair]
+        nics = nics[:k]
+    for dev in nics:
+        spec = dict(presets.nics[cfg["nic"]]) if cfg.get("nic") else dict(dev.spec)
+        if cfg.get("nic_speed") is not None:
+            spec["speed"] = cfg["nic_speed"]
+        layout.devices[dev.local_name] = Device(dev.name, dev.kind, dev.node, dev.index, FrozenMap(spec))
+
+
+def load_topology(
+    node: str | Path,
+    nodes: int = 1,
+    fabric: Mapping[str, Any] | None = None,
+    node_params: Mapping[str, Any] | None = None,
+) -> Topology:
+    """Load a node template and build a cluster of ``nodes`` copies joined by ``fabric``.
+
+    Parameters
+    ----------
+    node : str or Path
+        A template name (``topologies/nodes/<name>.yaml``, see :func:`available_templates`) or a template file path.
+    nodes : int
+        Number of nodes (default 1).
+    fabric : Mapping, optional
+        Fabric configuration, required when ``nodes > 1``; see :func:`collsim.topology.fabric.parse_fabric`.
+    node_params : Mapping, optional
+        Values for a parametrised template's parameters (``{"gpus": 4, "pcie_gen": 4}``).
+
+    Returns
+    -------
+    Topology
+        Device names are ``n{node}/{local}``; fabric switches are ``fabric/...``.
+
+    Raises
+    ------
+    TopologyError
+        Naming the file and the dotted field that is wrong.
+    """
+    path = _template_path(node)
+    data = read_yaml(path)
+    return topology_from_template(data, nodes=nodes, fabric=fabric, node_params=node_params, file=path)

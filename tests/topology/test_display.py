@@ -1,0 +1,49 @@
+"""format_topo_matrix output."""
+
+from __future__ import annotations
+
+from collsim.topology import Topology, format_topo_matrix, load_topology
+
+
+def test_dgx_matrix(dgx: Topology) -> None:
+    text = format_topo_matrix(dgx)
+    lines = text.splitlines()
+    assert lines[0] == "dgx-a100: node 0 of 1"
+    header = lines[2].split()
+    assert header[:2] == ["GPU0", "GPU1"] and header[8:10] == ["NIC0", "NIC1"] and header[-2:] == ["CPU", "Affinity"]
+    row0 = next(ln for ln in lines if ln.startswith("GPU0 ")).split()
+    assert row0 == ["GPU0", "X"] + ["NV12"] * 7 + ["PIX", "PIX", "PHB", "PHB"] + ["SYS"] * 4 + ["cpu0"]
+    row5 = next(ln for ln in lines if ln.startswith("GPU5 ")).split()
+    assert row5[-9:] == ["SYS", "SYS", "SYS", "SYS", "PIX", "PIX", "PHB", "PHB", "cpu1"]
+    assert "  NV#  = over # bonded NVLinks (directly or through NVSwitch)" in lines
+    assert "  NIC3: nic3 (connectx-6-hdr, 200 Gb/s)" in lines
+    table = lines[lines.index("Links (per direction, GB/s = 1e9 bytes/s):") + 1 :]
+    assert table[0].split() == ["kind", "links", "per", "link", "GB/s", "total", "GB/s"]
+    assert table[1].split() == ["nvlink", "16", "240.00", "3840.00"]
+    assert table[2].split() == ["pcie", "40", "24.00", "960.00"]
+    assert table[3].split() == ["upi", "2", "16.00", "32.00"]
+
+
+def test_workstation_matrix() -> None:
+    text = format_topo_matrix(load_topology("pcie-workstation", node_params={"sockets": 2, "pcie_switch": False}))
+    rows = [ln.split() for ln in text.splitlines() if ln.startswith("GPU")]
+    assert rows[0] == ["GPU0", "X", "SYS", "cpu0"]
+    assert rows[1] == ["GPU1", "SYS", "X", "cpu1"]
+    assert "NIC Legend:" not in text
+
+
+def test_cpu_host_and_other_node() -> None:
+    topo = load_topology(
+        "cpu-host",
+        nodes=2,
+        fabric={"topology": "single_switch", "transport": "tcp"},
+        node_params={"sockets": 2, "processes": 4},
+    )
+    text = format_topo_matrix(topo, node=1)
+    assert text.startswith("cpu-host: node 1 of 2\n")
+    assert "no GPUs; ranks are 4 process(es) per node on cpu0, cpu1" in text
+    assert ["cpu1", "SYS"] in [ln.split() for ln in text.splitlines()]
+    assert "  NIC0: nic0 (eth-100g, 100 Gb/s)" in text
+    eth = next(ln.split() for ln in text.splitlines() if ln.strip().startswith("eth"))
+    assert eth == ["eth", "4", "11.75", "47.00"]  # 12.5e9 B/s * 0.94 per direction, 4 directed links
+    assert "no devices on node 5" in format_topo_matrix(topo, node=5)

@@ -1,0 +1,102 @@
+"""Preset libraries: exact numbers and error messages."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from collsim.topology import TopologyError, load_presets, load_topology
+
+
+def test_link_numbers_match_nccl() -> None:
+    lib = load_presets()
+    nv3 = lib.links["nvlink3"]
+    assert nv3["bandwidth"] == 25e9 and nv3["efficiency"] == 0.8 and nv3["kind"] == "nvlink"
+    assert nv3["bandwidth"] * nv3["efficiency"] == pytest.approx(20e9, rel=1e-12)
+    assert lib.links["nvlink4"]["bandwidth"] * lib.links["nvlink4"]["efficiency"] == pytest.approx(20.6e9, rel=1e-12)
+    # NCCL's width*speed/80: Gen3 x16 = 12, Gen4 x16 = 24, Gen5 x16 = 48 GB/s.
+    for name, nccl in (("pcie3", 12e9), ("pcie4", 24e9), ("pcie5", 48e9)):
+        p = lib.links[name]
+        assert p["bandwidth"] * p["efficiency"] == pytest.approx(nccl, rel=1e-9), name
+    assert lib.links["ib-hdr"]["bandwidth"] == 25e9  # 200 Gb/s / 8 bits per byte
+    assert lib.links["ib-ndr"]["bandwidth"] == 50e9
+    assert lib.links["eth-100g"]["bandwidth"] == 12.5e9
+    assert lib.links["amd-if"]["bandwidth"] == 16e9 and lib.links["amd-if"]["kind"] == "upi"
+    assert lib.links["upi-spr"]["bandwidth"] == 22e9
+    assert lib.links["nvlink3"]["latency"] == pytest.approx(0.2e-6)
+
+
+def test_device_presets_in_si() -> None:
+    lib = load_presets()
+    a100 = lib.gpus["a100-sxm4-80gb"]
+    assert (a100["sm"], a100["nvlinks"], a100["nvlink"], a100["p2p"]) == (80, 12, "nvlink3", True)
+    assert a100["hbm_bandwidth"] == 2.0e12 and a100["nccl_channel_bw"] == 20e9
+    assert a100["kernel_launch_latency"] == pytest.approx(4e-6)
+    assert lib.gpus["h100-sxm5-80gb"]["nccl_channel_bw"] == 30e9
+    assert lib.gpus["rtx-2080ti"]["p2p"] is False
+    assert lib.cpus["xeon-8480"]["memory_bandwidth"] == pytest.approx(307.2e9)
+    assert lib.cpus["epyc-7742"]["cores"] == 64 and lib.cpus["epyc-7742"]["vendor"] == "amd"
+    assert lib.nics["connectx-7-ndr"]["speed"] == 50e9 and lib.nics["eth-100g"]["rdma"] is False
+    for library in ("links", "gpus", "cpus", "nics"):
+        for name, rec in lib.library(library).items():
+            assert rec["source"], f"{library}.{name} has no source"
+
+
+def _edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new, 1))
+
+
+def test_unknown_link_kind_lists_valid(topo_dir: Path) -> None:
+    _edit(topo_dir / "presets/links.yaml", "kind: nvlink", "kind: warp")
+    with pytest.raises(TopologyError) as ei:
+        load_topology("dgx-a100")
+    err = ei.value
+    assert err.file is not None and err.file.endswith("links.yaml")
+    assert err.field == "nvlink3.kind"
+    assert "warp" in err.message and "nvlink, pcie, upi, ib, roce, eth" in err.message
+
+
+def test_missing_bandwidth(topo_dir: Path) -> None:
+    _edit(topo_dir / "presets/links.yaml", "  bandwidth: 25GB/s\n", "")
+    with pytest.raises(TopologyError, match=r"links\.yaml: nvlink3\.bandwidth: missing bandwidth"):
+        load_topology("dgx-a100")
+
+
+@pytest.mark.parametrize("bad", ["0GB/s", "-5GB/s", "0", "fast"])
+def test_non_positive_or_bad_bandwidth(topo_dir: Path, bad: str) -> None:
+    _edit(topo_dir / "presets/links.yaml", "bandwidth: 25GB/s", f"bandwidth: {bad}")
+    with pytest.raises(TopologyError) as ei:
+        load_topology("dgx-a100")
+    assert ei.value.field == "nvlink3.bandwidth"
+    assert "bandwidth" in ei.value.message
+
+
+def test_broken_yaml_names_line(topo_dir: Path) -> None:
+    (topo_dir / "presets/nics.yaml").write_text("a: [1, 2\nb: 3\n")
+    with pytest.raises(TopologyError) as ei:
+        load_topology("dgx-a100")
+    assert ei.value.file is not None and ei.value.file.endswith("nics.yaml")
+    assert "broken YAML" in ei.value.message and "line " in ei.value.message
+
+
+def test_empty_preset_file(topo_dir: Path) -> None:
+    (topo_dir / "presets/cpus.yaml").write_text("# nothing\n")
+    with pytest.raises(TopologyError, match=r"cpus\.yaml: empty file"):
+        load_topology("dgx-a100")
+
+
+def test_unknown_preset_field(topo_dir: Path) -> None:
+    _edit(topo_dir / "presets/gpus.yaml", "  arch: ampere\n", "  arch: ampere\n  archh: x\n")
+    with pytest.raises(TopologyError) as ei:
+        load_topology("dgx-a100")
+    assert ei.value.field == "a100-sxm4-80gb.archh" and "valid fields" in ei.value.message
+
+
+def test_dangling_cross_reference(topo_dir: Path) -> None:
+    _edit(topo_dir / "presets/nics.yaml", "link: ib-hdr", "link: ib-xdr")
+    with pytest.raises(TopologyError) as ei:
+        load_topology("dgx-a100")
+    assert ei.value.field == "connectx-6-hdr.link" and "ib-xdr" in ei.value.message and "ib-ndr" in ei.value.message

@@ -1,0 +1,235 @@
+"""Node templates: the shipped ones, parameters and every template error."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from collsim.topology import Topology, TopologyError, available_templates, load_topology, topology_from_template
+
+
+def test_available_templates() -> None:
+    assert available_templates() == ["cpu-host", "dgx-a100", "hgx-h100", "pcie-workstation"]
+
+
+@pytest.mark.parametrize("name", ["cpu-host", "dgx-a100", "hgx-h100", "pcie-workstation"])
+def test_each_template_loads(name: str) -> None:
+    topo = load_topology(name)
+    assert topo.name == name and topo.nodes == 1 and topo.source_file is not None
+    assert topo.rank_devices()
+    for lk in topo.links():
+        assert topo.link(lk.dst, lk.src).bandwidth == lk.bandwidth  # full duplex
+
+
+def test_dgx_a100(dgx: Topology) -> None:
+    assert [g.name for g in dgx.gpus()] == [f"n0/gpu{i}" for i in range(8)]
+    assert [g.index for g in dgx.gpus()] == list(range(8))
+    assert len(dgx.nics()) == 8 and len(dgx.devices("pcie_switch")) == 4 and len(dgx.devices("cpu")) == 2
+    assert dgx.path_type("n0/gpu0", "n0/gpu7") == "NV12"
+    assert dgx.path_type("n0/gpu0", "n0/gpu0") == "X"
+    assert dgx.path_type("n0/gpu0", "n0/nic1") == "PIX"
+    assert dgx.path_type("n0/gpu0", "n0/nic2") == "PHB"
+    assert dgx.path_type("n0/gpu0", "n0/nic4") == "SYS"
+    assert dgx.path_type("n0/gpu6", "n0/nic0") == "SYS"
+    nv = dgx.link("n0/gpu3", "n0/nvswitch")
+    assert (nv.kind, nv.count, nv.preset) == ("nvlink", 12, "nvlink3")
+    assert nv.bandwidth == pytest.approx(240e9, rel=1e-12) and nv.raw_bandwidth == 300e9
+    assert dgx.link("n0/gpu0", "n0/pcie0").bandwidth == pytest.approx(24e9, rel=1e-9)
+    assert dgx.link("n0/cpu0", "n0/cpu1").bandwidth == 16e9
+    assert dgx.device("n0/gpu0").spec["nccl_channel_bw"] == 20e9
+    assert dgx.device("n0/cpu1").spec["cores"] == 64
+    assert dgx.device("n0/nvswitch").spec["multicast"] is False
+    assert dgx.params == {}
+
+
+def test_hgx_h100(hgx: Topology) -> None:
+    assert hgx.path_type("n0/gpu2", "n0/gpu5") == "NV18"
+    lk = hgx.link("n0/gpu0", "n0/nvswitch")
+    assert lk.bandwidth == pytest.approx(18 * 20.6e9, rel=1e-12)
+    assert hgx.link("n0/nic0", "n0/pcie0").bandwidth == pytest.approx(48e9, rel=1e-9)
+    assert hgx.device("n0/nic5").spec["speed"] == 50e9  # 400 Gb/s / 8
+    assert hgx.link("n0/cpu0", "n0/cpu1").bandwidth == 22e9
+    assert hgx.path_type("n0/gpu5", "n0/nic5") == "PIX"
+
+
+def test_workstation_default_is_calibration_box() -> None:
+    topo = load_topology("pcie-workstation")
+    assert topo.params["gpus"] == 2 and topo.params["pcie_gen"] == 3 and topo.params["p2p"] is None
+    assert topo.path_type("n0/gpu0", "n0/gpu1") == "PIX"
+    assert topo.p2p_supported("n0/gpu0", "n0/gpu1") is False
+    assert topo.link("n0/gpu0", "n0/pcie0").bandwidth == pytest.approx(12e9, rel=1e-9)
+    assert topo.devices("nic") == [] and topo.nearest_nic("n0/gpu0") is None
+    assert not any(lk.kind == "nvlink" for lk in topo.links())
+
+
+def test_workstation_variants() -> None:
+    no_switch = load_topology("pcie-workstation", node_params={"pcie_switch": False})
+    assert no_switch.path_type("n0/gpu0", "n0/gpu1") == "PHB"
+    assert no_switch.devices("pcie_switch") == []
+    two = load_topology("pcie-workstation", node_params={"sockets": 2, "pcie_switch": False})
+    assert two.path_type("n0/gpu0", "n0/gpu1") == "SYS"
+    assert two.link("n0/cpu0", "n0/cpu1").preset == "qpi-bdw"
+    p2p = load_topology("pcie-workstation", node_params={"p2p": True, "gpu": "a100-sxm4-80gb", "pcie_gen": 4})
+    assert p2p.p2p_supported("n0/gpu0", "n0/gpu1") is True
+    assert p2p.link("n0/gpu1", "n0/pcie0").bandwidth == pytest.approx(24e9, rel=1e-9)
+    off = load_topology("pcie-workstation", node_params={"p2p": False, "gpu": "a100-sxm4-80gb"})
+    assert off.p2p_supported("n0/gpu0", "n0/gpu1") is False
+    eight = load_topology("pcie-workstation", node_params={"gpus": 8, "nic": "connectx-6-hdr"})
+    assert [d.local_name for d in eight.devices("pcie_switch")] == ["pcie0", "pcie1"]
+    assert eight.path_type("n0/gpu0", "n0/gpu3") == "PIX"
+    assert eight.path_type("n0/gpu0", "n0/gpu4") == "PHB"
+    assert eight.path_type("n0/gpu3", "n0/nic0") == "PIX"
+    assert eight.nearest_nic("n0/gpu7") == eight.device("n0/nic0")
+
+
+def test_workstation_string_params_from_set() -> None:
+    topo = load_topology("pcie-workstation", node_params={"gpus": "4", "pcie_switch": "false"})
+    assert len(topo.gpus()) == 4 and topo.params["pcie_switch"] is False
+
+
+def test_cpu_host_rank_slots() -> None:
+    topo = load_topology("cpu-host")
+    assert topo.gpus() == []
+    assert [d.name for d in topo.rank_devices()] == ["n0/cpu0", "n0/cpu0"]
+    two = load_topology(
+        "cpu-host",
+        nodes=2,
+        fabric={"topology": "single_switch", "transport": "tcp"},
+        node_params={"sockets": 2, "processes": 3},
+    )
+    assert [d.name for d in two.rank_devices()] == ["n0/cpu0", "n0/cpu0", "n0/cpu1", "n1/cpu0", "n1/cpu0", "n1/cpu1"]
+    assert two.host_cpu("n0/nic0").name == "n0/cpu0"
+    assert two.path_type("n0/cpu1", "n0/nic0") == "SYS"
+
+
+@pytest.mark.parametrize(
+    ("params", "field", "text"),
+    [
+        ({"gpus": 1}, "params.gpus", "from 2 to 8"),
+        ({"gpus": 9}, "params.gpus", "from 2 to 8"),
+        ({"gpus": 2.5}, "params.gpus", "integer"),
+        ({"pcie_gen": 6}, "params.pcie_gen", "one of 3, 4, 5"),
+        ({"pcie_switch": "maybe"}, "params.pcie_switch", "true or false"),
+        ({"gpu": "v100"}, "params.gpu", "rtx-2080ti"),
+        ({"sockets": 3}, "params.sockets", "one of 1, 2"),
+        ({"colour": "red"}, "params.colour", "this template takes: cpu, gpu"),
+    ],
+)
+def test_bad_parameter(params: dict[str, Any], field: str, text: str) -> None:
+    with pytest.raises(TopologyError) as ei:
+        load_topology("pcie-workstation", node_params=params)
+    assert ei.value.file is not None and ei.value.file.endswith("pcie-workstation.yaml")
+    assert ei.value.field == field
+    assert text in ei.value.message
+
+
+def test_static_template_takes_no_params() -> None:
+    with pytest.raises(TopologyError, match=r"dgx-a100\.yaml: params\.gpus: unknown parameter\(s\) gpus; .*none"):
+        load_topology("dgx-a100", node_params={"gpus": 4})
+
+
+def test_unknown_template_lists_known() -> None:
+    with pytest.raises(TopologyError) as ei:
+        load_topology("dgx-z900")
+    assert ei.value.field == "node"
+    assert "dgx-z900" in ei.value.message and "cpu-host, dgx-a100, hgx-h100, pcie-workstation" in ei.value.message
+
+
+def test_template_by_path(tmp_path: Path) -> None:
+    path = tmp_path / "mine.yaml"
+    path.write_text(
+        "source: test\ndevices:\n  - {name: gpu, count: 2, kind: gpu, preset: h100-sxm5-80gb}\n"
+        "  - {name: cpu, kind: cpu, count: 1, preset: generic-x86}\n"
+        "links:\n  - {a: gpu0, b: gpu1, preset: nvlink4, count: 6}\n  - {a: [gpu0, gpu1], b: cpu0, preset: pcie5}\n"
+    )
+    topo = load_topology(path)
+    assert topo.name == "mine" and topo.path_type("n0/gpu0", "n0/gpu1") == "NV6"
+    assert load_topology(str(path)).name == "mine"
+
+
+def test_missing_template_file(tmp_path: Path) -> None:
+    with pytest.raises(TopologyError, match="template file not found"):
+        load_topology(tmp_path / "nope.yaml")
+
+
+def test_broken_template_yaml(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("devices:\n  - {name: gpu\nlinks: []\n")
+    with pytest.raises(TopologyError) as ei:
+        load_topology(path)
+    assert ei.value.file is not None and ei.value.file.endswith("bad.yaml")
+    assert "broken YAML: line" in ei.value.message
+
+
+def test_empty_template(tmp_path: Path) -> None:
+    path = tmp_path / "empty.yaml"
+    path.write_text("")
+    with pytest.raises(TopologyError, match=r"empty\.yaml: empty file"):
+        load_topology(path)
+
+
+GPU = {"name": "gpu", "count": 2, "kind": "gpu", "preset": "a100-sxm4-80gb"}
+CPU = {"name": "cpu", "kind": "cpu", "count": 1, "preset": "generic-x86"}
+OK_LINKS = [{"a": ["gpu0", "gpu1"], "b": "cpu0", "preset": "pcie4"}]
+
+
+def _err(devices: list[dict[str, Any]], links: list[dict[str, Any]], **kw: Any) -> TopologyError:
+    with pytest.raises(TopologyError) as ei:
+        topology_from_template({"devices": devices, "links": links}, file="t.yaml", **kw)
+    return ei.value
+
+
+def test_template_errors() -> None:
+    e = _err([GPU, CPU], [{"a": "gpu0", "b": "cpu0", "preset": "pcie9"}])
+    assert (e.field, e.file) == ("links.0.preset", "t.yaml") and "pcie4" in e.message
+    e = _err([GPU, {**CPU, "preset": "m1"}], OK_LINKS)
+    assert e.field == "devices.1.preset" and "unknown cpu preset 'm1'" in e.message
+    e = _err([GPU, CPU], [{"a": "gpu0", "b": "cpu0", "preset": "pcie4"}])
+    assert e.field == "devices.0" and "'gpu1' is connected to nothing" in e.message
+    e = _err([GPU, CPU], [{"a": ["gpu0", "gpu1"], "b": "cpu9", "preset": "pcie4"}])
+    assert e.field == "links.0.b" and "'cpu9' is not a device" in e.message
+    e = _err([GPU, CPU], [{"a": ["gpu0", "gpu1"], "b": "cpu0", "preset": "pcie4", "kind": "optical"}])
+    assert e.field == "links.0.kind" and "valid kinds: nvlink, pcie, upi, ib, roce, eth" in e.message
+    e = _err([GPU, CPU], [{"a": ["gpu0", "gpu1"], "b": "cpu0", "preset": "pcie4", "bandwidth": "0GB/s"}])
+    assert e.field == "links.0.bandwidth" and "positive" in e.message
+    e = _err([{**GPU, "kind": "tpu"}, CPU], OK_LINKS)
+    assert e.field == "devices.0.kind" and "gpu, cpu, pcie_switch, nic, nvswitch, switch" in e.message
+    e = _err([GPU, CPU], [*OK_LINKS, {"a": "gpu0", "b": "gpu1", "preset": "nvlink3", "count": 13}])
+    assert e.field == "links.1.count" and "13 NVLinks" in e.message and "has 12" in e.message
+    e = _err([GPU, CPU], [*OK_LINKS, {"a": "gpu0", "b": "cpu0", "preset": "nvlink3"}])
+    assert e.field == "links.1" and "duplicate link" in e.message
+    e = _err([GPU, CPU], [{"a": ["gpu0", "gpu1"], "b": "cpu0", "preset": "nvlink3"}])
+    assert e.field == "links.0" and "cannot attach to 'cpu0'" in e.message
+    e = _err([GPU, CPU], [{"a": "gpu[0-1]", "preset": "pcie4"}])
+    assert e.field == "links.0.b" and "missing link endpoint" in e.message
+    e = _err([GPU, GPU], OK_LINKS)
+    assert e.field == "devices.1.name" and "duplicate device name 'gpu0'" in e.message
+    e = _err([{**GPU, "spec": {"p2p": "yes"}}, CPU], OK_LINKS)
+    assert e.field == "devices.0.spec.p2p" and "true or false" in e.message
+    e = _err([GPU, CPU], OK_LINKS, nodes=0)
+    assert e.field == "nodes"
+    with pytest.raises(TopologyError, match=r"t\.yaml: colour: unknown key"):
+        topology_from_template({"devices": [GPU], "links": [], "colour": 1}, file="t.yaml")
+    with pytest.raises(TopologyError, match=r"devices: expected a non-empty list"):
+        topology_from_template({"links": []}, file="t.yaml")
+
+
+def test_error_string_format() -> None:
+    err = TopologyError("bad", file="f.yaml", field="a.b")
+    assert str(err) == "f.yaml: a.b: bad"
+    assert str(TopologyError("bad", field="x")) == "x: bad"
+    assert str(TopologyError("bad")) == "bad"
+    assert isinstance(err, ValueError)
+
+
+def test_spec_override_and_ranges(build: Any) -> None:
+    topo = build(
+        [{**GPU, "count": 4, "spec": {"nccl_channel_bw": "10GB/s"}}, CPU],
+        [{"a": "gpu[0-3]", "b": "cpu0", "preset": "pcie4", "latency": "1us", "efficiency": 0.5}],
+    )
+    assert topo.device("n0/gpu3").spec["nccl_channel_bw"] == 10e9
+    assert topo.device("n0/gpu3").spec["sm"] == 80
+    lk = topo.link("n0/gpu2", "n0/cpu0")
+    assert lk.latency == pytest.approx(1e-6) and lk.bandwidth == pytest.approx(0.5 * lk.raw_bandwidth)
