@@ -1,0 +1,366 @@
+"""Load scenarios from YAML files, built-in names or dicts; apply ``--set`` overrides; report clear errors.
+
+Every failure becomes one :class:`~collsim.scenario.errors.ScenarioError` naming the file, the dotted field and
+what was expected (pydantic's errors are translated), never a traceback from inside a library.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import os
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from collsim.scenario.errors import ScenarioError
+from collsim.scenario.models import Scenario
+
+__all__ = [
+    "apply_overrides",
+    "builtin_scenarios",
+    "load_scenario",
+    "scenario_json_schema",
+    "scenarios_dir",
+    "validation_error_to_scenario_error",
+]
+
+DICT_SOURCE = "<dict>"
+OVERRIDE_SOURCE = "--set"
+JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
+
+
+def scenarios_dir() -> Path:
+    """Folder of the built-in scenarios: ``$COLLSIM_SCENARIOS`` if set, else ``<repo>/scenarios``."""
+    env = os.environ.get("COLLSIM_SCENARIOS")
+    if env:
+        return Path(env).expanduser()
+    return Path(__file__).resolve().parents[2] / "scenarios"
+
+
+def builtin_scenarios() -> list[str]:
+    """Names of the built-in scenarios (file stems of ``scenarios_dir()/*.yaml``), sorted."""
+    folder = scenarios_dir()
+    if not folder.is_dir():
+        return []
+    return sorted(p.stem for p in folder.glob("*.yaml") if p.is_file())
+
+
+def scenario_json_schema() -> dict[str, Any]:
+    """JSON Schema (draft 2020-12) of a scenario file, for editors (``yaml-language-server``)."""
+    schema = Scenario.model_json_schema()
+    return {"$schema": JSON_SCHEMA_DIALECT, **schema}
+
+
+# ----------------------------------------------------------------------------------------------------- YAML reading
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that rejects duplicate mapping keys instead of silently keeping the last one."""
+
+
+def _construct_unique_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
+    seen: set[Any] = set()
+    for key_node, _value in node.value:
+        key = loader.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+        try:
+            duplicate = key in seen
+            seen.add(key)
+        except TypeError:  # unhashable key: let the normal constructor report it
+            continue
+        if duplicate:
+            raise yaml.constructor.ConstructorError(
+                "while reading a mapping", node.start_mark, f"duplicate key {key!r}", key_node.start_mark
+            )
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping)
+
+
+def _yaml_error_text(exc: yaml.YAMLError) -> str:
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc)
+    if mark is not None:
+        return f"invalid YAML at line {mark.line + 1}, column {mark.column + 1}: {problem}"
+    return f"invalid YAML: {problem}"
+
+
+def _find_source(source: str | Path) -> Path:
+    path = Path(source).expanduser()
+    if path.is_file():
+        return path
+    text = str(source)
+    if path.is_dir():
+        raise ScenarioError("is a folder, expected a scenario YAML file", file=text)
+    if "/" not in text and "\\" not in text and not text.endswith((".yaml", ".yml")):
+        builtin = scenarios_dir() / f"{text}.yaml"
+        if builtin.is_file():
+            return builtin
+    known = ", ".join(builtin_scenarios()) or "none found"
+    raise ScenarioError(f"scenario file not found (built-in scenarios: {known})", file=text)
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    file = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ScenarioError("not a UTF-8 text file", file=file) from None
+    except OSError as exc:
+        raise ScenarioError(f"cannot read file: {exc.strerror or exc}", file=file) from None
+    if not text.strip():
+        raise ScenarioError("empty file, expected a scenario mapping (name, cluster, workload, backends)", file=file)
+    try:
+        data = yaml.load(text, Loader=_UniqueKeyLoader)
+    except yaml.YAMLError as exc:
+        raise ScenarioError(_yaml_error_text(exc), file=file) from None
+    if data is None:
+        raise ScenarioError("empty file (only comments), expected a scenario mapping (name, cluster, ...)", file=file)
+    if not isinstance(data, dict):
+        raise ScenarioError(f"top level must be a mapping of fields (name, cluster, workload, backends, engine), "
+                            f"got {_type_name(data)}", file=file)
+    return data
+
+
+def _type_name(value: Any) -> str:
+    names = {dict: "a mapping", list: "a list", str: "a string", int: "an integer", float: "a number",
+             bool: "a boolean", type(None): "null"}
+    return names.get(type(value), type(value).__name__)
+
+
+# ---------------------------------------------------------------------------------------------------------- overrides
+
+
+def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """Apply ``KEY=VALUE`` overrides to raw scenario data and return a new dict (``data`` is not changed).
+
+    Parameters
+    ----------
+    data : dict
+        Raw scenario data (before validation).
+    overrides : sequence of str
+        Items like ``"backends.nccl.env.NCCL_ALGO=Ring"`` or ``"cluster.nodes=2"``. KEY is a dotted path;
+        missing intermediate mappings are created; an integer part indexes an existing list. VALUE is read as a
+        YAML scalar or flow collection (``2`` -> 2, ``true`` -> True, ``[1,2]`` -> list, empty -> null).
+
+    Raises
+    ------
+    ScenarioError
+        With ``file="--set"`` and the KEY as field when an item cannot be applied.
+    """
+    if not isinstance(data, dict):
+        raise ScenarioError(f"top level must be a mapping, got {_type_name(data)}", file=OVERRIDE_SOURCE)
+    if isinstance(overrides, str):
+        overrides = [overrides]
+    result = copy.deepcopy(data)
+    for item in overrides:
+        if not isinstance(item, str) or "=" not in item:
+            raise ScenarioError("expected KEY=VALUE, e.g. cluster.nodes=2 or backends.nccl.env.NCCL_ALGO=Ring",
+                                file=OVERRIDE_SOURCE, field=str(item))
+        key, _, raw = item.partition("=")
+        key = key.strip()
+        parts = [p.strip() for p in key.split(".")]
+        if not key or any(not p for p in parts):
+            raise ScenarioError(f"bad field path {key!r} in {item!r}; expected dotted names like cluster.nodes",
+                                file=OVERRIDE_SOURCE, field=key or item)
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else None
+        except yaml.YAMLError as exc:
+            raise ScenarioError(f"cannot read value {raw!r}: {_yaml_error_text(exc)}", file=OVERRIDE_SOURCE,
+                                field=key) from None
+        _set_path(result, parts, value, key)
+    return result
+
+
+def _set_path(root: dict[str, Any], parts: list[str], value: Any, key: str) -> None:
+    cur: Any = root
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        where = ".".join(parts[: i + 1])
+        if isinstance(cur, dict):
+            if last:
+                cur[part] = value
+            else:
+                if cur.get(part) is None:
+                    cur[part] = {}
+                cur = cur[part]
+        elif isinstance(cur, list):
+            try:
+                index = int(part)
+            except ValueError:
+                raise ScenarioError(f"{'.'.join(parts[:i])} is a list; {part!r} is not an index",
+                                    file=OVERRIDE_SOURCE, field=key) from None
+            if not -len(cur) <= index < len(cur):
+                raise ScenarioError(f"index {index} out of range for a list of {len(cur)} items ({where})",
+                                    file=OVERRIDE_SOURCE, field=key)
+            if last:
+                cur[index] = value
+            else:
+                cur = cur[index]
+        else:
+            raise ScenarioError(f"cannot set {key}: {'.'.join(parts[:i])} is {_type_name(cur)}, not a mapping",
+                                file=OVERRIDE_SOURCE, field=key)
+
+
+# ------------------------------------------------------------------------------------------- pydantic error handling
+
+
+def _field_path(loc: Sequence[int | str]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def _model_fields_at(loc: Sequence[int | str]) -> list[str] | None:
+    """Field names of the model found by walking ``loc`` from Scenario, or None when not a model."""
+    model: type[BaseModel] = Scenario
+    for part in loc:
+        if not isinstance(part, str) or part not in model.model_fields:
+            return None
+        nested = _model_in(model.model_fields[part].annotation)
+        if nested is None:
+            return None
+        model = nested
+    return list(model.model_fields)
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        for arg in typing.get_args(annotation):
+            found = _model_in(arg)
+            if found is not None:
+                return found
+    return None
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _error_message(err: Mapping[str, Any]) -> str:
+    kind = err["type"]
+    loc = tuple(err["loc"])
+    ctx = err.get("ctx") or {}
+    if kind == "scenario":
+        return str(ctx.get("text", err["msg"]))
+    if kind == "missing":
+        return "required field is missing"
+    if kind == "extra_forbidden":
+        allowed = _model_fields_at(loc[:-1]) or []
+        near = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
+        hint = f" (did you mean {near[0]!r}?)" if near else ""
+        return f"unknown field{hint}, expected one of: {', '.join(allowed)}"
+    if kind in ("model_type", "model_attributes_type", "dict_type"):
+        fields = _model_fields_at(loc)
+        what = f"a mapping with fields {', '.join(fields)}" if fields else "a mapping"
+        return f"expected {what}, got {_short(err.get('input'))}"
+    msg = str(err["msg"])
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, "):]
+    return f"{msg}, got {_short(err.get('input'))}"
+
+
+def validation_error_to_scenario_error(exc: ValidationError, file: str | None) -> ScenarioError:
+    """One ScenarioError for a pydantic ValidationError: the first problem, then the others in the message."""
+    problems: list[tuple[str, str]] = []
+    for err in exc.errors():
+        field = _field_path(err["loc"])
+        sub = (err.get("ctx") or {}).get("subfield")
+        if sub:
+            field = f"{field}.{sub}" if field else str(sub)
+        problems.append((field, _error_message(err)))
+    if not problems:
+        return ScenarioError(str(exc), file=file)
+    field, message = problems[0]
+    if len(problems) > 1:
+        more = "; ".join(f"{f}: {m}" for f, m in problems[1:6])
+        extra = f" (and {len(problems) - 6} more)" if len(problems) > 6 else ""
+        message = f"{message}; also {more}{extra}"
+    error = ScenarioError(message, file=file, field=field or None)
+    error.problems = problems  # type: ignore[attr-defined]
+    return error
+
+
+# ----------------------------------------------------------------------------------------------------------- loading
+
+
+def _known_templates() -> list[str] | None:
+    """Node template names from the topology layer, or None when that layer cannot be imported."""
+    try:
+        from collsim.topology import available_templates
+    except ImportError:  # topology layer absent: load_topology will report an unknown template later
+        return None
+    return available_templates()
+
+
+def _check_files(scenario: Scenario, file: str) -> None:
+    node = scenario.node_template()
+    if isinstance(node, Path):
+        if not node.is_file():
+            raise ScenarioError(f"node template file not found: {node}", file=file, field="cluster.node")
+    else:
+        known = _known_templates()
+        if known is not None and node not in known:
+            near = difflib.get_close_matches(node, known, n=1)
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            raise ScenarioError(f"unknown node template {node!r}{hint}; known templates: {', '.join(known)}; "
+                                f"or give a path to a template .yaml file", file=file, field="cluster.node")
+    cal = scenario.calibration_path()
+    if cal is not None and not cal.is_file():
+        raise ScenarioError(f"calibration profile not found: {cal}", file=file, field="calibration")
+
+
+def load_scenario(source: str | Path | Mapping[str, Any], overrides: Sequence[str] = ()) -> Scenario:
+    """Load and validate a scenario.
+
+    Parameters
+    ----------
+    source : str, Path or mapping
+        A YAML file path, a built-in scenario name (``"hgx-h100"`` -> ``scenarios/hgx-h100.yaml``, used when no
+        such file exists), or a dict (e.g. from a notebook; relative paths then resolve against the current folder).
+    overrides : sequence of str
+        ``KEY=VALUE`` items (``--set``) applied to the raw data before validation; see :func:`apply_overrides`.
+
+    Returns
+    -------
+    Scenario
+        The validated scenario, with ``source_file`` and ``base_dir`` set.
+
+    Raises
+    ------
+    ScenarioError
+        Naming the file and dotted field for every kind of bad input.
+    """
+    if isinstance(source, Mapping):
+        file = DICT_SOURCE
+        base_dir = Path.cwd()
+        data: Any = copy.deepcopy(dict(source))
+    elif isinstance(source, (str, Path)):
+        path = _find_source(source)
+        file = str(path)
+        base_dir = path.resolve().parent
+        data = _read_yaml(path)
+    else:
+        raise ScenarioError(f"expected a file path, a built-in scenario name or a dict, got {_type_name(source)}")
+    data = apply_overrides(data, overrides)
+    try:
+        scenario = Scenario.model_validate(data, context={"file": file})
+    except ValidationError as exc:
+        raise validation_error_to_scenario_error(exc, file) from None
+    scenario._source_file = file
+    scenario._base_dir = base_dir
+    _check_files(scenario, file)
+    return scenario

@@ -1,0 +1,510 @@
+"""Typed models of a collsim scenario (pydantic v2, unknown keys rejected).
+
+A scenario says which cluster to build (a node template, how many nodes, the fabric between them), which
+collectives to time (sizes in bytes, data type, reduction op) and which backends to simulate (NCCL with its
+environment variables, Gloo with its algorithm and device). Quantities stay as the strings the user wrote
+("8B:8GiB:x2", "100Gb/s"); accessors such as :meth:`Scenario.sizes` return SI numbers.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    ValidationInfo,
+    WithJsonSchema,
+    field_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from collsim.scenario.errors import ScenarioWarning
+from collsim.scenario.nccl_env import (
+    KNOWN_NCCL_ENV,
+    NcclEnvError,
+    check_env_value,
+    closest_known,
+    parse_algorithms,
+    parse_level,
+    parse_protocols,
+)
+from collsim.units import (
+    DTYPE_SIZES,
+    NCCL_TESTS_TYPE_NAMES,
+    UnitError,
+    parse_bandwidth,
+    parse_size,
+    parse_size_range,
+    parse_time,
+)
+
+__all__ = [
+    "COLLECTIVES",
+    "FABRIC_TOPOLOGIES",
+    "GLOO_ALGORITHMS",
+    "REDUCE_OPS",
+    "BackendsConfig",
+    "ClusterConfig",
+    "EngineConfig",
+    "FabricConfig",
+    "GlooConfig",
+    "NcclConfig",
+    "Scenario",
+    "SwitchConfig",
+    "WorkloadConfig",
+    "custom_error",
+    "is_path_like",
+]
+
+#: Collective names collsim simulates, in nccl-tests order.
+COLLECTIVES: tuple[str, ...] = (
+    "allreduce",
+    "allgather",
+    "reduce_scatter",
+    "broadcast",
+    "reduce",
+    "alltoall",
+    "sendrecv",
+)
+#: Spelling variants accepted for collectives (after lower-casing and removing '-' and '_').
+_COLLECTIVE_ALIASES: dict[str, str] = {c.replace("_", ""): c for c in COLLECTIVES}
+REDUCE_OPS: tuple[str, ...] = ("sum", "prod", "max", "min", "avg")
+FABRIC_TOPOLOGIES: tuple[str, ...] = ("single_switch", "rail_optimized", "fat_tree")
+GLOO_ALGORITHMS: tuple[str, ...] = ("ring", "ring_chunked", "halving_doubling", "bcube")
+#: nccl-tests type names ("float", "half") map to collsim's PyTorch-style names ("float32", "float16").
+_DTYPE_ALIASES: dict[str, str] = {v: k for k, v in NCCL_TESTS_TYPE_NAMES.items()}
+
+_STRICT = ConfigDict(extra="forbid", validate_default=False)
+
+
+def custom_error(message: str, subfield: str | None = None) -> PydanticCustomError:
+    """A pydantic error whose text is exactly ``message``; ``subfield`` is appended to the field path by the loader."""
+    ctx: dict[str, Any] = {"text": message}
+    if subfield is not None:
+        ctx["subfield"] = subfield
+    return PydanticCustomError("scenario", "{text}", ctx)
+
+
+def _check_bandwidth(value: Any) -> Any:
+    if value is None:
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = repr(float(value))  # a bare number is bytes/s
+    if not isinstance(value, str):
+        raise custom_error(f"expected a bandwidth string such as '100Gb/s' or '25GB/s', got {value!r}")
+    try:
+        parse_bandwidth(value)
+    except UnitError as exc:
+        raise custom_error(str(exc)) from None
+    return value
+
+
+class SwitchConfig(BaseModel):
+    """Network switch parameters for the fabric (passed to the topology layer as given)."""
+
+    model_config = _STRICT
+
+    latency: str | None = Field(None, description="Port-to-port latency of one switch hop, e.g. '300ns'.")
+    radix: StrictInt | None = Field(None, ge=2, description="Ports per switch (fat_tree: radix/2 go down to NICs).")
+
+    @field_validator("latency", mode="before")
+    @classmethod
+    def _latency(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = repr(float(value))  # a bare number is seconds
+        if not isinstance(value, str):
+            raise custom_error(f"expected a duration string such as '300ns' or '1us', got {value!r}")
+        try:
+            parse_time(value)
+        except UnitError as exc:
+            raise custom_error(str(exc)) from None
+        return value
+
+
+class FabricConfig(BaseModel):
+    """The network joining the nodes (only used when ``cluster.nodes > 1``)."""
+
+    model_config = _STRICT
+
+    topology: Literal["single_switch", "rail_optimized", "fat_tree"] = Field(
+        description="single_switch: every NIC on one switch; rail_optimized: NIC i of every node on leaf i; "
+        "fat_tree: two-tier leaf/spine."
+    )
+    transport: Literal["rdma", "tcp"] = Field("rdma", description="rdma: InfiniBand/RoCE verbs; tcp: sockets.")
+    nic: str | None = Field(None, description="NIC preset name replacing the node's own NICs, e.g. 'eth-100g'.")
+    nic_speed: str | None = Field(None, description="Override of the NIC speed per direction, e.g. '100Gb/s'.")
+    nics_per_node: StrictInt | None = Field(None, ge=1, description="Use only the first k NICs of each node.")
+    gpudirect: StrictBool = Field(True, description="GPUDirect RDMA: NICs read/write GPU memory directly.")
+    switch: SwitchConfig | None = Field(None, description="Switch latency and radix.")
+    oversubscription: StrictFloat | StrictInt = Field(
+        1.0, gt=0, description="fat_tree only: downlink/uplink bandwidth ratio (1.0 = full bisection)."
+    )
+    in_network_reduction: StrictBool = Field(False, description="Switches can reduce (SHARP/CollNet).")
+
+    @field_validator("nic_speed", mode="before")
+    @classmethod
+    def _nic_speed(cls, value: Any) -> Any:
+        return _check_bandwidth(value)
+
+    def to_topology_dict(self) -> dict[str, Any]:
+        """The plain dict ``collsim.topology.load_topology(fabric=...)`` takes (unset optional keys left out)."""
+        return self.model_dump(mode="json", exclude_none=True)
+
+
+class ClusterConfig(BaseModel):
+    """Which machines: a node template repeated ``nodes`` times, joined by ``fabric``."""
+
+    model_config = _STRICT
+
+    node: str = Field(
+        min_length=1,
+        description="Node template name (topologies/nodes/<name>.yaml) or a path to a template file, relative "
+        "to the scenario file.",
+    )
+    nodes: StrictInt = Field(1, ge=1, description="Number of nodes.")
+    node_params: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Parameters of a parametrised template, e.g. pcie-workstation: gpus, pcie_gen, pcie_switch, "
+        "gpu, p2p.",
+    )
+    fabric: FabricConfig | None = Field(None, validate_default=True, description="Required when nodes > 1.")
+
+    @field_validator("fabric")
+    @classmethod
+    def _fabric_needed(cls, value: FabricConfig | None, info: ValidationInfo) -> FabricConfig | None:
+        nodes = info.data.get("nodes")
+        if value is None and isinstance(nodes, int) and nodes > 1:
+            raise custom_error(
+                f"required when cluster.nodes > 1 (got nodes: {nodes}); e.g. fabric: {{topology: rail_optimized, "
+                f"transport: rdma}}; topologies: {', '.join(FABRIC_TOPOLOGIES)}"
+            )
+        return value
+
+
+_COLLECTIVE_SCHEMA: dict[str, Any] = {
+    "description": "Collective(s) to time: one name or a list.",
+    "anyOf": [
+        {"type": "string", "enum": list(COLLECTIVES)},
+        {"type": "array", "items": {"type": "string", "enum": list(COLLECTIVES)}, "minItems": 1},
+    ],
+}
+_SIZES_SCHEMA: dict[str, Any] = {
+    "description": "Message sizes: a sweep 'MIN:MAX:xFACTOR' or 'MIN:MAX:+STEP' (e.g. '8B:8GiB:x2'), a "
+    "comma-separated list, one size, or a list of sizes (bytes as integers or strings like '1MiB').",
+    "anyOf": [
+        {"type": "string"},
+        {"type": "integer", "minimum": 0},
+        {"type": "array", "items": {"anyOf": [{"type": "string"}, {"type": "integer", "minimum": 0}]}, "minItems": 1},
+    ],
+}
+
+
+class WorkloadConfig(BaseModel):
+    """What to time: collectives, message sizes, data type and reduction."""
+
+    model_config = _STRICT
+
+    collective: Annotated[str | list[str], WithJsonSchema(_COLLECTIVE_SCHEMA)] = "allreduce"
+    dtype: str = Field("float32", description=f"Element type: {', '.join(DTYPE_SIZES)}.")
+    op: Literal["sum", "prod", "max", "min", "avg"] = Field("sum", description="Reduction operation.")
+    sizes: Annotated[str | int | list[int | str], WithJsonSchema(_SIZES_SCHEMA)] = "8B:8GiB:x2"
+    root: StrictInt = Field(0, ge=0, description="Root rank of broadcast and reduce.")
+    peers: list[StrictInt] = Field(default_factory=lambda: [0, 1], description="The two ranks of sendrecv.")
+
+    @field_validator("collective", mode="before")
+    @classmethod
+    def _collective(cls, value: Any) -> list[str]:
+        items = [value] if isinstance(value, str) else value
+        if not isinstance(items, list) or not items:
+            raise custom_error(f"expected a collective name or a non-empty list of them ({', '.join(COLLECTIVES)})"
+                               f", got {value!r}")
+        out: list[str] = []
+        for item in items:
+            key = item.lower().replace("_", "").replace("-", "") if isinstance(item, str) else None
+            if key not in _COLLECTIVE_ALIASES:
+                raise custom_error(f"unknown collective {item!r}; valid: {', '.join(COLLECTIVES)}")
+            name = _COLLECTIVE_ALIASES[key]
+            if name not in out:
+                out.append(name)
+        return out
+
+    @field_validator("dtype", mode="before")
+    @classmethod
+    def _dtype(cls, value: Any) -> str:
+        if isinstance(value, str):
+            key = value.strip().lower()
+            key = _DTYPE_ALIASES.get(key, key)
+            if key in DTYPE_SIZES:
+                return key
+        raise custom_error(f"unknown dtype {value!r}; valid: {', '.join(DTYPE_SIZES)}")
+
+    @field_validator("op", mode="before")
+    @classmethod
+    def _op(cls, value: Any) -> Any:
+        return value.strip().lower() if isinstance(value, str) else value
+
+    @field_validator("sizes", mode="before")
+    @classmethod
+    def _sizes(cls, value: Any) -> Any:
+        try:
+            sizes = _parse_sizes(value)
+        except UnitError as exc:
+            raise custom_error(f"{exc} (expected e.g. '8B:8GiB:x2', '1MiB', or a list of sizes)") from None
+        if not sizes:
+            raise custom_error(f"no sizes in {value!r}")
+        return value
+
+    @field_validator("peers")
+    @classmethod
+    def _peers(cls, value: list[int]) -> list[int]:
+        if len(value) != 2 or value[0] == value[1] or min(value) < 0:
+            raise custom_error(f"expected two different non-negative ranks, e.g. [0, 1], got {value!r}")
+        return value
+
+
+def _parse_sizes(value: Any) -> list[int]:
+    """Sizes in bytes from the forms ``WorkloadConfig.sizes`` accepts; raises UnitError."""
+    if isinstance(value, bool):
+        raise UnitError(f"expected sizes, got {value!r}")
+    if isinstance(value, int):
+        return [parse_size(value)]
+    if isinstance(value, str):
+        return parse_size_range(value)
+    if isinstance(value, list):
+        out: list[int] = []
+        for item in value:
+            if isinstance(item, bool) or not isinstance(item, (int, str)):
+                raise UnitError(f"list item {item!r} is not a size")
+            out.append(parse_size(item))
+        return out
+    raise UnitError(f"cannot read {value!r} as sizes")
+
+
+def _env_value_str(value: Any) -> str | None:
+    if isinstance(value, bool):
+        return "1" if value else "0"  # NCCL reads booleans as integers
+    if isinstance(value, (int, float, str)):
+        return str(value)
+    return None
+
+
+_ENV_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": "NCCL environment variables (strings; numbers and booleans are converted).",
+    "propertyNames": {"pattern": "^NCCL_"},
+    "properties": {k: {"type": ["string", "integer", "boolean"], "description": v} for k, v in KNOWN_NCCL_ENV.items()},
+    "additionalProperties": {"type": ["string", "integer", "number", "boolean"]},
+}
+
+
+class NcclConfig(BaseModel):
+    """The NCCL backend: whether to simulate it and its environment variables."""
+
+    model_config = _STRICT
+
+    enabled: StrictBool = Field(True, description="Simulate NCCL.")
+    env: Annotated[dict[str, str], WithJsonSchema(_ENV_SCHEMA)] = Field(default_factory=dict)
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is None:
+            return {}
+        if not isinstance(value, Mapping):
+            raise custom_error(f"expected a mapping of NCCL_* variables to values, got {value!r}")
+        out: dict[str, str] = {}
+        for key, raw in value.items():
+            skey = str(key)
+            if not skey.startswith("NCCL_"):
+                raise custom_error(f"not an NCCL variable (names start with NCCL_); known: "
+                                   f"{', '.join(KNOWN_NCCL_ENV)}", subfield=skey)
+            text = _env_value_str(raw)
+            if text is None:
+                raise custom_error(f"expected a string, number or boolean, got {raw!r}", subfield=skey)
+            if skey in KNOWN_NCCL_ENV:
+                try:
+                    check_env_value(skey, text)
+                except NcclEnvError as exc:
+                    raise custom_error(str(exc), subfield=skey) from None
+            else:
+                file = (info.context or {}).get("file") if info is not None else None
+                near = closest_known(skey)
+                hint = f"; did you mean {near}?" if near else ""
+                where = f"{file}: " if file else ""
+                warnings.warn(f"{where}backends.nccl.env.{skey}: unknown NCCL variable, collsim ignores it{hint}",
+                              ScenarioWarning, stacklevel=2)
+            out[skey] = text
+        return out
+
+    def algorithms(self) -> set[str] | None:
+        """Algorithms allowed by ``NCCL_ALGO`` (canonical names, e.g. ``{"Ring"}``); None when unset."""
+        value = self.env.get("NCCL_ALGO")
+        return None if value is None else parse_algorithms(value)
+
+    def protocols(self) -> set[str] | None:
+        """Protocols allowed by ``NCCL_PROTO`` (from LL, LL128, Simple); None when unset."""
+        value = self.env.get("NCCL_PROTO")
+        return None if value is None else parse_protocols(value)
+
+    def p2p_level(self) -> str | None:
+        """``NCCL_P2P_LEVEL`` as a path type name (LOC ... SYS); None when unset."""
+        value = self.env.get("NCCL_P2P_LEVEL")
+        return None if value is None else parse_level(value)
+
+    def net_gdr_level(self) -> str | None:
+        """``NCCL_NET_GDR_LEVEL`` as a path type name (LOC ... SYS); None when unset."""
+        value = self.env.get("NCCL_NET_GDR_LEVEL")
+        return None if value is None else parse_level(value)
+
+    def env_int(self, key: str, default: int | None = None) -> int | None:
+        """An integer-valued variable (e.g. ``NCCL_MAX_NCHANNELS``), or ``default`` when unset."""
+        value = self.env.get(key)
+        return default if value is None else int(value.strip())
+
+
+class GlooConfig(BaseModel):
+    """The Gloo backend (as used by torch.distributed)."""
+
+    model_config = _STRICT
+
+    enabled: StrictBool = Field(True, description="Simulate Gloo.")
+    algorithm: Literal["ring", "ring_chunked", "halving_doubling", "bcube"] = Field(
+        "ring", description="Gloo allreduce algorithm (PyTorch's ProcessGroupGloo uses ring for CUDA tensors)."
+    )
+    device: Literal["cuda", "cpu"] = Field("cuda", description="Where the tensors live.")
+    threads: StrictInt = Field(2, ge=1, description="Worker threads per device (PyTorch default 2).")
+
+
+class BackendsConfig(BaseModel):
+    """Backends to simulate; one left out is not simulated unless the command line asks for it."""
+
+    model_config = _STRICT
+
+    nccl: NcclConfig | None = None
+    gloo: GlooConfig | None = None
+
+
+class EngineConfig(BaseModel):
+    """Simulation engine options."""
+
+    model_config = _STRICT
+
+    symmetry: StrictBool = Field(True, description="Simulate provably identical ranks/channels once.")
+    seed: StrictInt | None = Field(None, ge=0, description="Random seed for noise options (none yet).")
+
+
+class Scenario(BaseModel):
+    """A validated scenario. Build one with :func:`collsim.scenario.load_scenario`.
+
+    ``source_file`` (``"<dict>"`` for dicts) and ``base_dir`` (folder for relative paths) are set by the loader
+    and are not part of the schema.
+    """
+
+    model_config = ConfigDict(extra="forbid", title="collsim scenario")
+
+    name: str = Field(min_length=1, description="Short name used in reports.")
+    description: str | None = Field(None, description="What the scenario models.")
+    cluster: ClusterConfig
+    workload: WorkloadConfig = Field(default_factory=lambda: WorkloadConfig.model_validate({}))
+    backends: BackendsConfig = Field(default_factory=lambda: BackendsConfig.model_validate({}))
+    engine: EngineConfig = Field(default_factory=lambda: EngineConfig.model_validate({}))
+    calibration: str | None = Field(None, description="Calibration profile YAML, relative to the scenario file.")
+
+    _source_file: str | None = PrivateAttr(None)
+    _base_dir: Path = PrivateAttr(default_factory=Path.cwd)
+
+    @property
+    def source_file(self) -> str | None:
+        """Where the scenario came from: a file path, ``"<dict>"``, or None if built directly."""
+        return self._source_file
+
+    @property
+    def base_dir(self) -> Path:
+        """Folder against which relative paths (node template file, calibration) are resolved."""
+        return self._base_dir
+
+    def sizes(self) -> list[int]:
+        """Message sizes in bytes, in the order given."""
+        return _parse_sizes(self.workload.sizes)
+
+    def collectives(self) -> list[str]:
+        """Canonical collective names (e.g. ``["allreduce"]``), without duplicates."""
+        c = self.workload.collective
+        return [c] if isinstance(c, str) else list(c)
+
+    def dtype_size(self) -> int:
+        """Bytes per element of ``workload.dtype``."""
+        return DTYPE_SIZES[self.workload.dtype]
+
+    def backend_names(self) -> list[str]:
+        """Backends present and enabled, in the order nccl, gloo."""
+        out: list[str] = []
+        if self.backends.nccl is not None and self.backends.nccl.enabled:
+            out.append("nccl")
+        if self.backends.gloo is not None and self.backends.gloo.enabled:
+            out.append("gloo")
+        return out
+
+    def node_template(self) -> str | Path:
+        """The template to load: a name (str) or, when ``cluster.node`` looks like a path, the resolved Path."""
+        node = self.cluster.node
+        if is_path_like(node):
+            path = Path(node).expanduser()
+            return path if path.is_absolute() else (self.base_dir / path).resolve()
+        return node
+
+    def calibration_path(self) -> Path | None:
+        """``calibration`` resolved against :attr:`base_dir`, or None."""
+        if self.calibration is None:
+            return None
+        path = Path(self.calibration).expanduser()
+        return path if path.is_absolute() else (self.base_dir / path).resolve()
+
+    def topology_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for ``collsim.topology.load_topology``."""
+        fabric = self.cluster.fabric
+        return {
+            "node": self.node_template(),
+            "nodes": self.cluster.nodes,
+            "fabric": None if fabric is None else fabric.to_topology_dict(),
+            "node_params": dict(self.cluster.node_params),
+        }
+
+    def build_topology(self) -> Any:
+        """Load the cluster with ``collsim.topology.load_topology`` (its TopologyError propagates)."""
+        from collsim.topology import load_topology  # imported late: the scenario layer does not need it
+
+        return load_topology(**self.topology_kwargs())
+
+    def to_dict(self) -> dict[str, Any]:
+        """The resolved scenario as JSON-serialisable data.
+
+        Sizes become a list of byte counts, ``collective`` a list, and file paths (a node template file,
+        ``calibration``) absolute. The result is itself a valid scenario source.
+        """
+        data = self.model_dump(mode="json")
+        data["workload"]["sizes"] = self.sizes()
+        data["workload"]["collective"] = self.collectives()
+        node = self.node_template()
+        if isinstance(node, Path):
+            data["cluster"]["node"] = str(node)
+        cal = self.calibration_path()
+        if cal is not None:
+            data["calibration"] = str(cal)
+        return data
+
+
+def is_path_like(node: str) -> bool:
+    """True when a ``cluster.node`` value is a file path rather than a template name."""
+    return "/" in node or "\\" in node or node.endswith((".yaml", ".yml"))

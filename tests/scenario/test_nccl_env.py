@@ -1,0 +1,109 @@
+"""NCCL environment variables: NCCL's list syntax, levels, integer knobs, warnings for unknown names."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from collsim.scenario import (
+    NCCL_ALGORITHMS,
+    NcclConfig,
+    ScenarioWarning,
+    load_scenario,
+    parse_algorithms,
+    parse_level,
+    parse_protocols,
+)
+from collsim.scenario.nccl_env import NcclEnvError, closest_known
+
+
+def test_algo_syntax() -> None:
+    assert parse_algorithms("Ring") == {"Ring"}
+    assert parse_algorithms("ring,tree") == {"Ring", "Tree"}
+    assert parse_algorithms(" RING , nvlstree ") == {"Ring", "NVLSTree"}
+    assert parse_algorithms("^Ring") == {"Tree", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT"}
+    assert parse_algorithms("collnet") == {"CollNetDirect", "CollNetChain"}
+    assert parse_algorithms("^collnet,nvls,nvlstree,pat") == {"Ring", "Tree"}
+
+
+@pytest.mark.parametrize("bad", ["", "^", "ring,", ",ring", "ring;tree", "Ring Tree"])
+def test_algo_syntax_errors(bad: str) -> None:
+    with pytest.raises(NcclEnvError):
+        parse_algorithms(bad)
+
+
+def test_proto_syntax() -> None:
+    assert parse_protocols("simple") == {"Simple"}
+    assert parse_protocols("^LL") == {"LL128", "Simple"}
+    assert parse_protocols("ll,ll128") == {"LL", "LL128"}
+
+
+def test_levels() -> None:
+    assert [parse_level(v) for v in ("loc", "NVL", "pix", "PXB", "phb", "SYS", "nvb")] == [
+        "LOC", "NVL", "PIX", "PXB", "PHB", "SYS", "NVB"]
+    assert [parse_level(str(i)) for i in range(6)] == ["LOC", "PIX", "PXB", "PHB", "SYS", "SYS"]
+    for bad in ("6", "-1", "NET", ""):
+        with pytest.raises(NcclEnvError):
+            parse_level(bad)
+
+
+def test_config_accessors() -> None:
+    cfg = NcclConfig.model_validate({"env": {"NCCL_ALGO": "^tree", "NCCL_PROTO": "LL128", "NCCL_P2P_LEVEL": 2,
+                                             "NCCL_NET_GDR_LEVEL": "phb", "NCCL_P2P_DISABLE": True,
+                                             "NCCL_SHM_DISABLE": False, "NCCL_MAX_NCHANNELS": 16}})
+    assert cfg.algorithms() == set(NCCL_ALGORITHMS) - {"Tree"}
+    assert cfg.protocols() == {"LL128"}
+    assert cfg.p2p_level() == "PXB"
+    assert cfg.net_gdr_level() == "PHB"
+    assert cfg.env["NCCL_P2P_DISABLE"] == "1" and cfg.env["NCCL_SHM_DISABLE"] == "0"  # booleans as NCCL integers
+    assert cfg.env_int("NCCL_MAX_NCHANNELS") == 16
+    assert cfg.env_int("NCCL_MIN_NCHANNELS", 2) == 2
+    empty = NcclConfig.model_validate({})
+    assert (empty.algorithms(), empty.protocols(), empty.p2p_level(), empty.net_gdr_level()) == (None,) * 4
+    assert empty.enabled is True
+
+
+def test_unknown_nccl_var_warns_with_closest(write: Callable[[str, str], Path]) -> None:
+    path = write("s.yaml", "name: t\ncluster: {node: node.yaml}\nbackends: {nccl: {env: {NCCL_ALOG: Ring}}}\n")
+    with pytest.warns(ScenarioWarning) as record:
+        s = load_scenario(path)
+    assert len(record) == 1
+    assert str(record[0].message) == (
+        f"{path}: backends.nccl.env.NCCL_ALOG: unknown NCCL variable, collsim ignores it; did you mean NCCL_ALGO?"
+    )
+    assert s.backends.nccl is not None and s.backends.nccl.env == {"NCCL_ALOG": "Ring"}
+
+
+def test_unknown_nccl_var_without_close_match_warns() -> None:
+    pattern = r"^backends\.nccl\.env\.NCCL_DEBUG: unknown NCCL variable, collsim ignores it$"
+    with pytest.warns(ScenarioWarning, match=pattern):
+        NcclConfig.model_validate({"env": {"NCCL_DEBUG": "INFO"}})
+
+
+def test_known_vars_do_not_warn() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        NcclConfig.model_validate({"env": {"NCCL_ALGO": "Ring", "NCCL_CROSS_NIC": 1, "NCCL_NVLS_ENABLE": 0}})
+
+
+def test_closest_known() -> None:
+    assert closest_known("NCCL_PROT") == "NCCL_PROTO"
+    assert closest_known("NCCL_P2P_DISABEL") == "NCCL_P2P_DISABLE"
+    assert closest_known("NCCL_DEBUG") is None
+
+
+@given(st.lists(st.sampled_from(NCCL_ALGORITHMS), min_size=1, max_size=7), st.booleans())
+def test_algo_list_property(names: list[str], exclude: bool) -> None:
+    mixed = [n.lower() if i % 2 else n.upper() for i, n in enumerate(names)]
+    text = ("^" if exclude else "") + ",".join(mixed)
+    expected = set(NCCL_ALGORITHMS) - set(names) if exclude else set(names)
+    if not expected:
+        with pytest.raises(NcclEnvError):
+            parse_algorithms(text)
+    else:
+        assert parse_algorithms(text) == expected
