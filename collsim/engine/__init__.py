@@ -1,0 +1,11 @@
+"""Time, shared resources and flows: the fluid max-min fair engine, and its exact symmetry quotient."""
+
+from __future__ import annotations
+
+from collsim.engine.breakdown import attribute_time
+from collsim.engine.fluid import LATE, Flow, FlowRecord, FluidNetwork, Resource
+from collsim.engine.symmetry import Quotient, ResourceSpec, build_quotient, refine
+
+__all__ = [
+    "attribute_time",
+    "LATE", "Flow", "FlowRecord", "FluidNetwork", "Resource", "Quotient", "ResourceSpec", "build_quotient", "refine"]

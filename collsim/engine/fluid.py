@@ -1,0 +1,371 @@
+"""Flows of bytes over shared resources, with max-min fair rates (a fluid model in SimPy time).
+
+A :class:`Flow` moves ``size`` units (bytes, usually) and, while it streams at rate ``x`` (units/s), consumes
+``coef * x`` of every resource it uses. Every resource has a capacity (units/s: bytes/s for a link direction,
+core-seconds/s for a pool of CPU cores). All streaming flows share every resource max-min fairly (progressive
+filling, SimGrid's model); a flow may also be capped by its own ``max_rate`` (e.g. what one NCCL channel or one CPU
+thread can push). Rates are recomputed once per timestamp, after every event of that timestamp has run, so flows
+that start and end together cost one solve.
+
+Latency is separate from bandwidth: :meth:`FluidNetwork.transfer` streams first and reports arrival ``latency``
+seconds after the last byte left, so a sender that pipelines messages pays the latency once per dependency chain,
+not once per message.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import simpy
+from simpy.events import Event
+
+__all__ = ["Resource", "Flow", "FlowRecord", "FluidNetwork", "LATE"]
+
+#: SimPy priority of the rate solve: after every NORMAL (1) event of the same timestamp.
+LATE = 2
+
+_SAT_TOL = 1e-9  # relative: a resource with less than this fraction of its capacity left is saturated
+
+
+class Resource:
+    """A capacity shared by flows.
+
+    Parameters
+    ----------
+    name : str
+        Unique name, e.g. ``"n0/gpu0->n0/nvswitch"``.
+    capacity : float
+        Units per second: bytes/s for a link direction or memory, core-seconds/s (= number of cores) for a CPU pool.
+    kind : str
+        What it is, for reports: ``nvlink``, ``pcie``, ``hostmem``, ``cpu``, ``ib`` ...
+    """
+
+    __slots__ = ("name", "capacity", "kind", "busy", "carried")
+
+    def __init__(self, name: str, capacity: float, kind: str = "") -> None:
+        if not capacity > 0 or math.isnan(capacity):
+            raise ValueError(f"resource {name!r}: capacity must be positive, got {capacity!r}")
+        self.name = name
+        self.capacity = float(capacity)
+        self.kind = kind
+        self.busy = 0.0  # seconds during which the resource was saturated
+        self.carried = 0.0  # units consumed by finished flows
+
+    def __repr__(self) -> str:
+        return f"Resource({self.name!r}, {self.capacity:.4g}, {self.kind!r})"
+
+
+class Flow:
+    """A transfer in progress. Created by :meth:`FluidNetwork.transfer`; read-only for callers."""
+
+    __slots__ = ("size", "remaining", "uses", "max_rate", "rate", "done", "tag", "owner", "t_start", "latency")
+
+    def __init__(
+        self,
+        size: float,
+        uses: tuple[tuple[Resource, float], ...],
+        max_rate: float,
+        done: Event,
+        tag: str,
+        owner: str,
+        latency: float,
+    ) -> None:
+        self.size = size
+        self.remaining = size
+        self.uses = uses
+        self.max_rate = max_rate
+        self.rate = 0.0
+        self.done = done
+        self.tag = tag
+        self.owner = owner
+        self.t_start = 0.0
+        self.latency = latency
+
+
+@dataclass(frozen=True)
+class FlowRecord:
+    """What one finished flow did (kept when the network records).
+
+    ``t_start``/``t_end`` are the streaming interval in seconds; ``latency`` is paid after ``t_end``.
+    """
+
+    owner: str
+    tag: str
+    size: float
+    t_start: float
+    t_end: float
+    latency: float
+    resources: tuple[str, ...]
+
+
+class FluidNetwork:
+    """Max-min fair fluid flows on SimPy time.
+
+    Parameters
+    ----------
+    env : simpy.Environment
+        The simulation clock.
+    record : bool
+        Keep a :class:`FlowRecord` per finished flow and per :meth:`delay` (for breakdowns and traces).
+    check : bool
+        After every solve, assert the invariants (no resource above capacity; every streaming flow is at its own
+        cap or crosses a saturated resource). For tests; costs time.
+
+    Examples
+    --------
+    Two flows of 1 MB share a 1 GB/s link, then the second runs alone:
+
+    >>> env = simpy.Environment()
+    >>> net = FluidNetwork(env)
+    >>> link = net.resource("a->b", 1e9)
+    >>> a = net.transfer(1e6, [(link, 1.0)])
+    >>> b = net.transfer(2e6, [(link, 1.0)])
+    >>> env.run()
+    >>> round(env.now * 1e3, 6)  # 2 MB at 0.5 GB/s each, then the remaining 1 MB alone at 1 GB/s
+    3.0
+    """
+
+    def __init__(self, env: simpy.Environment, *, record: bool = False, check: bool = False) -> None:
+        self.env = env
+        self.record = record
+        self.check = check
+        self.resources: dict[str, Resource] = {}
+        self.records: list[FlowRecord] = []
+        self.solves = 0
+        self._active: list[Flow] = []
+        self._last = 0.0
+        self._update_pending = False
+        self._generation = 0
+        self._expected: list[Flow] = []
+        self._sat_since: dict[Resource, float] = {}
+
+    # ------------------------------------------------------------------ resources
+    def resource(self, name: str, capacity: float, kind: str = "") -> Resource:
+        """Create (or return the existing) resource called ``name`` with ``capacity`` units/s."""
+        res = self.resources.get(name)
+        if res is None:
+            res = Resource(name, capacity, kind)
+            self.resources[name] = res
+        elif not math.isclose(res.capacity, capacity, rel_tol=1e-12):
+            raise ValueError(f"resource {name!r} exists with capacity {res.capacity}, asked for {capacity}")
+        return res
+
+    # ------------------------------------------------------------------ flows
+    def transfer(
+        self,
+        size: float,
+        uses: Sequence[tuple[Resource, float]],
+        *,
+        latency: float = 0.0,
+        max_rate: float = math.inf,
+        tag: str = "",
+        owner: str = "",
+    ) -> tuple[Event, Event]:
+        """Start a flow now and return ``(streamed, arrived)`` events.
+
+        The flow streams ``size`` units at its max-min fair rate; ``streamed`` fires when the last unit has left
+        (the sender is free), ``arrived`` ``latency`` seconds later (the receiver has it). Waits for nothing; pays
+        ``latency`` once, after streaming, without holding any resource.
+
+        Parameters
+        ----------
+        size : float
+            Units to move (bytes), >= 0.
+        uses : sequence of (Resource, float)
+            Resources crossed and the units consumed per unit moved (1 for a plain link; 2 for a link carrying
+            NCCL LL, whose lines are half flags; 1/rate for a CPU pool measured in core-seconds).
+        latency : float
+            Seconds from the end of streaming to arrival.
+        max_rate : float
+            Cap on this flow's rate in units/s (one channel, one thread).
+        tag, owner : str
+            What the flow is and who does it, for breakdowns and traces.
+        """
+        env = self.env
+        streamed = Event(env)
+        arrived = Event(env) if latency > 0 else streamed
+        if latency > 0:
+            streamed.callbacks.append(lambda _ev: self._after(latency, arrived))
+        if size <= 0 or (not uses and math.isinf(max_rate)):
+            streamed.succeed()
+            if self.record:
+                self.records.append(FlowRecord(owner, tag, size, env.now, env.now, latency, ()))
+            return streamed, arrived
+        merged: dict[Resource, float] = {}
+        for res, coef in uses:
+            if coef > 0:
+                merged[res] = merged.get(res, 0.0) + coef
+        flow = Flow(float(size), tuple(merged.items()), max_rate, streamed, tag, owner, latency)
+        flow.t_start = env.now
+        self._advance()
+        self._active.append(flow)
+        self._schedule_update()
+        return streamed, arrived
+
+    def delay(self, seconds: float, *, tag: str = "", owner: str = "") -> Event:
+        """A pure wait of ``seconds`` (an overhead such as a kernel launch), recorded like a flow."""
+        if self.record:
+            now = self.env.now
+            self.records.append(FlowRecord(owner, tag, 0.0, now, now + seconds, 0.0, ()))
+        return self.env.timeout(seconds)
+
+    def _after(self, seconds: float, ev: Event) -> None:
+        self.env.timeout(seconds).callbacks.append(lambda _e: ev.succeed())
+
+    # ------------------------------------------------------------------ solver
+    def _schedule_update(self) -> None:
+        if self._update_pending:
+            return
+        self._update_pending = True
+        ev = Event(self.env)
+        ev._ok = True
+        ev._value = None
+        ev.callbacks.append(self._update)
+        self.env.schedule(ev, LATE)
+
+    def _advance(self) -> None:
+        """Move every streaming flow forward to now at its current rate."""
+        now = self.env.now
+        dt = now - self._last
+        if dt > 0:
+            for f in self._active:
+                f.remaining -= f.rate * dt
+            for res, since in self._sat_since.items():
+                res.busy += now - max(since, self._last)
+                self._sat_since[res] = now
+        self._last = now
+
+    def _update(self, _ev: Event | None = None) -> None:
+        self._update_pending = False
+        self._advance()
+        finished: list[Flow] = []
+        keep: list[Flow] = []
+        expected = set(map(id, self._expected))
+        for f in self._active:
+            if id(f) in expected or f.remaining <= max(1e-3, 1e-12 * f.size):
+                finished.append(f)
+            else:
+                keep.append(f)
+        self._expected = []
+        self._active = keep
+        if finished:
+            now = self.env.now
+            for f in finished:
+                f.remaining = 0.0
+                f.rate = 0.0
+                for res, coef in f.uses:
+                    res.carried += coef * f.size
+                if self.record:
+                    self.records.append(
+                        FlowRecord(f.owner, f.tag, f.size, f.t_start, now, f.latency, tuple(r.name for r, _ in f.uses))
+                    )
+                f.done.succeed()
+            # the finished flows' callbacks run at this timestamp and may start flows: solve after them
+            self._schedule_update()
+            return
+        self._solve()
+        self._arm()
+
+    def _solve(self) -> None:
+        """Progressive filling: raise all unfrozen rates together until a resource or a flow cap binds."""
+        self.solves += 1
+        flows = self._active
+        weight: dict[Resource, float] = {}
+        for f in flows:
+            for res, coef in f.uses:
+                weight[res] = weight.get(res, 0.0) + coef
+        left = {res: res.capacity for res in weight}
+        unfrozen = set(range(len(flows)))
+        level = 0.0
+        saturated: set[Resource] = set()
+        while unfrozen:
+            step = math.inf
+            for res, w in weight.items():
+                if w > 0:
+                    s = left[res] / w
+                    if s < step:
+                        step = s
+            for i in unfrozen:
+                s = flows[i].max_rate - level
+                if s < step:
+                    step = s
+            if math.isinf(step):
+                for i in unfrozen:
+                    flows[i].rate = math.inf
+                break
+            step = max(step, 0.0)
+            level += step
+            newly: set[Resource] = set()
+            for res, w in weight.items():
+                if w > 0:
+                    left[res] -= step * w
+                    if left[res] <= _SAT_TOL * res.capacity:
+                        newly.add(res)
+            freeze = [i for i in unfrozen if flows[i].max_rate - level <= _SAT_TOL * max(level, 1.0)]
+            if newly:
+                saturated |= newly
+                freeze.extend(i for i in unfrozen if any(res in newly for res, _ in flows[i].uses))
+            for i in set(freeze):
+                f = flows[i]
+                f.rate = level
+                unfrozen.discard(i)
+                for res, coef in f.uses:
+                    weight[res] -= coef
+                    if weight[res] < 1e-15:
+                        weight[res] = 0.0
+        # bookkeeping for utilisation
+        now = self.env.now
+        for res in list(self._sat_since):
+            if res not in saturated:
+                del self._sat_since[res]
+        for res in saturated:
+            self._sat_since.setdefault(res, now)
+        if self.check:
+            self.check_invariants()
+
+    def _arm(self) -> None:
+        """Schedule a wake-up at the next flow completion (older wake-ups become stale)."""
+        self._generation += 1
+        if not self._active:
+            return
+        best = math.inf
+        for f in self._active:
+            t = 0.0 if math.isinf(f.rate) else (f.remaining / f.rate if f.rate > 0 else math.inf)
+            if t < best:
+                best = t
+        if math.isinf(best):
+            names = ", ".join(f"{f.owner}:{f.tag}" for f in self._active[:5])
+            raise RuntimeError(f"flows cannot progress (zero rate): {names}")
+        tol = best * 1e-9 + 1e-15
+        self._expected = [
+            f for f in self._active if (0.0 if math.isinf(f.rate) else f.remaining / f.rate) <= best + tol
+        ]
+        gen = self._generation
+        self.env.timeout(max(best, 0.0)).callbacks.append(lambda _e: self._wake(gen))
+
+    def _wake(self, gen: int) -> None:
+        if gen == self._generation:
+            self._update()
+
+    # ------------------------------------------------------------------ checks
+    def check_invariants(self, rel_tol: float = 1e-6) -> None:
+        """Assert: no resource above capacity; every streaming flow is capped or crosses a saturated resource."""
+        load: dict[Resource, float] = {}
+        for f in self._active:
+            for res, coef in f.uses:
+                load[res] = load.get(res, 0.0) + coef * f.rate
+        for res, value in load.items():
+            if value > res.capacity * (1 + rel_tol):
+                raise AssertionError(f"{res.name}: load {value} above capacity {res.capacity}")
+        for f in self._active:
+            if f.rate >= f.max_rate * (1 - rel_tol):
+                continue
+            if not any(load[res] >= res.capacity * (1 - rel_tol) for res, _ in f.uses):
+                raise AssertionError(f"flow {f.owner}:{f.tag} at {f.rate} is not bottlenecked")
+
+    @property
+    def active(self) -> list[Flow]:
+        """Flows streaming now."""
+        return list(self._active)
