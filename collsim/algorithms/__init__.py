@@ -1,0 +1,23 @@
+"""Collective schedules as SimPy processes: what waits for what, chunk by chunk, independent of link speeds."""
+
+from __future__ import annotations
+
+from collsim.algorithms.board import EventBoard
+from collsim.algorithms.ring import (
+    GlooRingShape,
+    RingChunking,
+    gloo_ring_allreduce,
+    gloo_ring_receiver,
+    gloo_ring_segments,
+    nccl_ring_allreduce,
+)
+
+__all__ = [
+    "EventBoard",
+    "GlooRingShape",
+    "RingChunking",
+    "gloo_ring_allreduce",
+    "gloo_ring_receiver",
+    "gloo_ring_segments",
+    "nccl_ring_allreduce",
+]

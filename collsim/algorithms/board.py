@@ -1,0 +1,53 @@
+"""A board of named SimPy events, so that processes can wait for what others have not started yet."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+
+import simpy
+from simpy.events import Event
+
+__all__ = ["EventBoard"]
+
+
+class EventBoard:
+    """Events keyed by ``(who, what)``, created on first use by either side.
+
+    Examples
+    --------
+    >>> env = simpy.Environment()
+    >>> board = EventBoard(env)
+    >>> def waiter(env):
+    ...     yield board.get("r0", "ready")
+    ...     return env.now
+    >>> p = env.process(waiter(env))
+    >>> _ = env.timeout(3).callbacks.append(lambda _e: board.fire("r0", "ready"))
+    >>> env.run()
+    >>> p.value
+    3
+    """
+
+    def __init__(self, env: simpy.Environment) -> None:
+        self.env = env
+        self._events: dict[tuple[Hashable, Hashable], Event] = {}
+
+    def get(self, who: Hashable, what: Hashable) -> Event:
+        """The event for ``(who, what)``, created untriggered if nobody asked before."""
+        key = (who, what)
+        ev = self._events.get(key)
+        if ev is None:
+            ev = self._events[key] = Event(self.env)
+        return ev
+
+    def fire(self, who: Hashable, what: Hashable) -> None:
+        """Trigger the event for ``(who, what)`` now (once)."""
+        ev = self.get(who, what)
+        if not ev.triggered:
+            ev.succeed()
+
+    def bind(self, who: Hashable, what: Hashable, source: Event) -> None:
+        """Fire ``(who, what)`` when ``source`` fires."""
+        if source.processed:
+            self.fire(who, what)
+        else:
+            source.callbacks.append(lambda _e: self.fire(who, what))

@@ -1,0 +1,217 @@
+"""Ring allreduce schedules: NCCL's pipelined ring and Gloo's segmented ring, as SimPy processes.
+
+Both take the cost of moving data from the caller as functions: ``send(nbytes) -> (streamed, arrived)`` (the sender
+is free at ``streamed``; the receiver has the data at ``arrived``) and, for Gloo, ``reduce(nbytes) -> done``. The
+schedules know what waits for what; they never know link speeds.
+
+Processes run for *representatives* (see :mod:`collsim.engine.symmetry`): ``pred`` and ``succ`` name the
+representatives of the ring predecessor and successor, which may be the process itself when all ranks are alike.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Generator, Hashable
+from dataclasses import dataclass
+from typing import Any
+
+from simpy.events import Event
+
+from collsim.algorithms.board import EventBoard
+
+__all__ = [
+    "RingChunking",
+    "GlooRingShape",
+    "gloo_ring_segments",
+    "nccl_ring_allreduce",
+    "gloo_ring_allreduce",
+]
+
+Send = Callable[[float], tuple[Event, Event]]
+Reduce = Callable[[float], Event]
+Proc = Generator[Event, Any, None]
+
+
+@dataclass(frozen=True)
+class RingChunking:
+    """How NCCL's ring cuts one channel's data.
+
+    Parameters
+    ----------
+    chunk_bytes : float
+        Data bytes a rank handles per ring step in a full loop (Simple: 4 steps of 512 KiB = 2 MiB).
+    slices_per_chunk : int
+        Slices a chunk is cut into; each slice is one send (Simple: 2; LL and LL128: 1).
+    slots : int
+        Slices a sender may have in the receiver's buffer before it must wait (NCCL_STEPS / slice steps).
+    """
+
+    chunk_bytes: float
+    slices_per_chunk: int
+    slots: int
+
+    def loops(self, nranks: int, data_bytes: float) -> list[float]:
+        """Per-rank chunk size of every loop for ``data_bytes`` on this channel (bytes are conserved).
+
+        >>> RingChunking(2 * 2**20, 2, 4).loops(8, 40 * 2**20)  # 40 MiB: two full loops of 16 MiB, then 8 MiB
+        [2097152.0, 2097152.0, 1048576.0]
+        """
+        loop = nranks * self.chunk_bytes
+        n = max(1, math.ceil(data_bytes / loop))
+        return [min(loop, data_bytes - i * loop) / nranks for i in range(n)]
+
+
+def nccl_ring_allreduce(
+    board: EventBoard,
+    me: Hashable,
+    pred: Hashable,
+    succ: Hashable,
+    *,
+    nranks: int,
+    data_bytes: float,
+    chunking: RingChunking,
+    send: Send,
+) -> Proc:
+    """One (channel, rank) of NCCL's ring allreduce: reduce-scatter then all-gather, 2(n-1) steps per chunk.
+
+    Waits for: at step k > 0, the predecessor's slice of step k-1 to arrive (the reduction is fused into the copy
+    and overlaps the transfer: it costs no separate time); before each send, a free slot, i.e. the slice sent
+    ``slots`` sends ago consumed by the successor (forwarded by its next step, or arrived if it was the last step).
+    Pays: each slice's transfer as given by ``send`` (bandwidth while streaming, latency once on arrival); the sender
+    streams slices back to back, so latency overlaps later slices.
+
+    Fires on the board: ``(me, ("arr", loop, step, slice))`` at arrival and ``(me, ("str", ...))`` when streamed,
+    and ``(me, "done")`` at the end (last slice arrived).
+    """
+    nsteps = 2 * (nranks - 1)
+    spc = chunking.slices_per_chunk
+    order: list[tuple[int, int, int]] = []
+    loops = chunking.loops(nranks, data_bytes)
+    last_arrival: Event | None = None
+    for li, chunk in enumerate(loops):
+        slice_bytes = chunk / spc
+        for k in range(nsteps):
+            for s in range(spc):
+                if k > 0:
+                    yield board.get(pred, ("arr", li, k - 1, s))
+                seq = len(order)
+                if seq >= chunking.slots:
+                    l0, k0, s0 = order[seq - chunking.slots]
+                    if k0 < nsteps - 1:
+                        yield board.get(succ, ("str", l0, k0 + 1, s0))
+                    else:
+                        yield board.get(me, ("arr", l0, k0, s0))
+                order.append((li, k, s))
+                streamed, arrived = send(slice_bytes)
+                board.bind(me, ("arr", li, k, s), arrived)
+                last_arrival = arrived
+                yield streamed
+                board.fire(me, ("str", li, k, s))
+    # the rank is done when its last slice has arrived and the predecessor's last slice has reached it
+    if last_arrival is not None:
+        yield last_arrival
+    if loops:
+        yield board.get(pred, ("arr", len(loops) - 1, nsteps - 1, spc - 1))
+    board.fire(me, "done")
+
+
+@dataclass(frozen=True)
+class GlooRingShape:
+    """Segments of Gloo's ring allreduce as PyTorch runs it.
+
+    ``segments`` in all (a multiple of the rank count), ``per_rank`` of them in each rank's chunk, ``segment_bytes``
+    each (float, so bytes are conserved).
+    """
+
+    segments: int
+    per_rank: int
+    segment_bytes: float
+
+
+def gloo_ring_segments(nbytes: float, nranks: int, max_segment_bytes: float = 1 << 20) -> GlooRingShape:
+    """Gloo's segmentation: numSegments = roundUp(max(ceil(S/M), 2P), P), at most M (1 MiB) per segment.
+
+    >>> gloo_ring_segments(25 * 2**20, 8)   # 25 MiB on 8 ranks: 32 segments of 800 KiB
+    GlooRingShape(segments=32, per_rank=4, segment_bytes=819200.0)
+    >>> gloo_ring_segments(100 * 2**20, 2).segments
+    100
+    """
+    want = max(math.ceil(nbytes / max_segment_bytes), 2 * nranks)
+    segments = math.ceil(want / nranks) * nranks
+    return GlooRingShape(segments, segments // nranks, nbytes / segments)
+
+
+def gloo_ring_allreduce(
+    board: EventBoard,
+    me: Hashable,
+    succ: Hashable,
+    *,
+    nranks: int,
+    shape: GlooRingShape,
+    send: Send,
+    inflight: int = 2,
+) -> Proc:
+    """One rank's sender side of Gloo's ring allreduce (run :func:`gloo_ring_receiver` beside it).
+
+    Reduce-scatter: ``(P-1)*k`` segment sends; send ``t >= k`` forwards the segment received as ``t-k`` once this rank
+    has reduced it. All-gather: ``(P-1)*k`` sends; send ``u >= k`` forwards received segment ``u-k``.
+    Waits for: the data to send (own, reduced, or received), the send ``inflight`` (2) before to have arrived, and the
+    successor's receive-ready notice for that segment (an unbound send waits for it).
+    Pays: each segment's transfer (``send``), once per message: its latency (TCP stack, preamble).
+    """
+    k = shape.per_rank
+    total = (nranks - 1) * k
+    seg = shape.segment_bytes
+    for phase in ("rs", "ag"):
+        if phase == "ag":
+            # the all-gather starts when this rank's own chunk is fully reduced
+            if total:
+                yield board.get(me, ("red", total - 1))
+        for t in range(total):
+            if t >= k:
+                yield board.get(me, ("red", t - k) if phase == "rs" else ("agarr", t - k))
+            if t >= inflight:
+                yield board.get(me, (phase + "sent", t - inflight))
+            yield board.get(succ, (phase + "ready", t))
+            _streamed, arrived = send(seg)
+            board.bind(me, (phase + "sent", t), arrived)
+    if total:
+        yield board.get(me, ("agsent", total - 1))
+    board.fire(me, "sent-all")
+
+
+def gloo_ring_receiver(
+    board: EventBoard,
+    me: Hashable,
+    pred: Hashable,
+    *,
+    nranks: int,
+    shape: GlooRingShape,
+    reduce: Reduce,
+    notice: Callable[[], Event],
+    inflight: int = 2,
+) -> Proc:
+    """One rank's receiver side of Gloo's ring allreduce.
+
+    Posts receive ``t`` when its buffer is free (segment ``t - inflight`` reduced, or received in the all-gather) and
+    tells the predecessor (a control message: ``notice()`` is its latency). Waits for the predecessor's send ``t`` to
+    arrive; in the reduce-scatter then reduces it on the CPU (``reduce``), one segment after another.
+    Fires ``(me, ("red", t))`` and ``(me, ("agarr", u))``, and ``(me, "recv-all")`` at the end.
+    """
+    k = shape.per_rank
+    total = (nranks - 1) * k
+    seg = shape.segment_bytes
+    for phase in ("rs", "ag"):
+        if phase == "ag" and total:
+            yield board.get(me, ("red", total - 1))
+        for t in range(total):
+            if t >= inflight:
+                yield board.get(me, ("red", t - inflight) if phase == "rs" else ("agarr", t - inflight))
+            board.bind(me, (phase + "ready", t), notice())
+            yield board.get(pred, (phase + "sent", t))
+            if phase == "rs":
+                yield reduce(seg)
+                board.fire(me, ("red", t))
+            else:
+                board.fire(me, ("agarr", t))
+    board.fire(me, "recv-all")
