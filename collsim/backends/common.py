@@ -1,0 +1,129 @@
+"""What both backends share: resources from a topology, the outcome of one simulated collective, running it."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+
+import simpy
+
+from collsim.engine import FlowRecord, FluidNetwork, ResourceSpec
+from collsim.topology import Link, Topology
+
+__all__ = ["BackendError", "Outcome", "ResourceCatalog", "Path", "link_uses", "run_until_done"]
+
+
+class BackendError(ValueError):
+    """A request the backend cannot honour (a choice the real library would refuse); the message says why."""
+
+
+@dataclass
+class Outcome:
+    """One simulated collective.
+
+    Attributes
+    ----------
+    time_s : float
+        Completion time in seconds, from the call until the last rank is done.
+    breakdown : dict
+        Seconds per activity of a representative rank; the values add up to ``time_s``.
+    predicted_s : float or None
+        The backend's closed-form cost model for the same choice (NCCL's tuner), when it has one.
+    classes, entities : int
+        Simulated representatives and the entities they stand for (symmetry reduction).
+    """
+
+    backend: str
+    collective: str
+    algorithm: str
+    protocol: str
+    nranks: int
+    size_bytes: int
+    time_s: float
+    channels: int | None = None
+    breakdown: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    predicted_s: float | None = None
+    classes: int = 0
+    entities: int = 0
+    records: list[FlowRecord] = field(default_factory=list)
+    solves: int = 0
+
+
+@dataclass(frozen=True)
+class Path:
+    """Resources one transfer crosses: ``uses`` as (resource key, units consumed per data byte), and its latency."""
+
+    uses: tuple[tuple[Hashable, float], ...]
+    latency: float
+    kinds: tuple[str, ...]
+
+    def __add__(self, other: Path) -> Path:
+        return Path(self.uses + other.uses, self.latency + other.latency, self.kinds + other.kinds)
+
+    def scaled(self, factor: float) -> Path:
+        """The same path with every coefficient multiplied (protocol wire overhead)."""
+        return Path(tuple((k, c * factor) for k, c in self.uses), self.latency, self.kinds)
+
+
+def link_uses(links: Sequence[Link]) -> Path:
+    """A path over topology links: one unit per byte on each directed link, latencies added (cut-through)."""
+    return Path(
+        tuple((("link", ln.src, ln.dst), 1.0) for ln in links),
+        sum(ln.latency for ln in links),
+        tuple(ln.kind for ln in links),
+    )
+
+
+class ResourceCatalog:
+    """Resource keys and their specs: directed links, host memory per CPU socket, CPU cores per node.
+
+    Keys: ``("link", src, dst)``, ``("mem", cpu)`` (bytes/s), ``("cores", node)`` (core-seconds/s = cores).
+    """
+
+    def __init__(self, topo: Topology) -> None:
+        self.topo = topo
+        self.specs: dict[Hashable, ResourceSpec] = {}
+        for ln in topo.links():
+            self.specs[("link", ln.src, ln.dst)] = ResourceSpec(f"{ln.src}->{ln.dst}", ln.bandwidth, ln.kind)
+        cores: dict[int, float] = {}
+        for cpu in topo.devices("cpu"):
+            spec = cpu.spec
+            self.specs[("mem", cpu.name)] = ResourceSpec(f"{cpu.name} memory", float(spec["memory_bandwidth"]), "hostmem")
+            cores[cpu.node] = cores.get(cpu.node, 0.0) + float(spec["cores"])
+        for node, n in cores.items():
+            self.specs[("cores", node)] = ResourceSpec(f"n{node} CPU cores", n, "cpu")
+
+    def mem(self, cpu: str, coef: float) -> Path:
+        """``coef`` bytes of host-memory traffic per data byte on ``cpu``'s socket."""
+        return Path(((("mem", cpu), coef),), 0.0, ("hostmem",))
+
+    def cores(self, node: int, seconds_per_byte: float) -> Path:
+        """CPU time on ``node``'s cores: ``seconds_per_byte`` core-seconds per data byte."""
+        return Path(((("cores", node), seconds_per_byte),), 0.0, ("cpu",))
+
+
+def run_until_done(env: simpy.Environment, done_events: Sequence[simpy.Event]) -> float:
+    """Run the simulation and return the time the last of ``done_events`` fired (seconds).
+
+    The clock may run past it on stale wake-ups; the completion time is read from the events themselves.
+    """
+    finish = [math.nan] * len(done_events)
+
+    def mark(i: int) -> None:
+        finish[i] = env.now
+
+    for i, ev in enumerate(done_events):
+        ev.callbacks.append(lambda _e, i=i: mark(i))
+    env.run()
+    missing = [i for i, t in enumerate(finish) if math.isnan(t)]
+    if missing:
+        raise RuntimeError(f"simulation deadlocked: {len(missing)} participants never finished")
+    return max(finish) if finish else 0.0
+
+
+def new_network(record: bool, check: bool = False) -> tuple[simpy.Environment, FluidNetwork]:
+    """A fresh clock and fluid network."""
+    env = simpy.Environment()
+    return env, FluidNetwork(env, record=record, check=check)

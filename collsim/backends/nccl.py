@@ -1,0 +1,600 @@
+"""NCCL-style collectives: channels, rings, protocols, transports, NCCL's tuner, and the simulation.
+
+The backend turns a topology and NCCL's environment knobs into a plan (how many channels, which ring each channel
+follows, which transport and path each hop uses: P2P over NVLink or PCIe, SHM through host memory, NET over a NIC with
+or without GPUDirect RDMA, or sockets), picks the protocol with NCCL's cost model when ``NCCL_PROTO`` is unset, and
+simulates the pipelined ring chunk by chunk on the fluid engine.
+
+Constants come from ``topologies/software/nccl.yaml`` through :meth:`NcclConstants.from_mapping` (this layer does
+not read YAML).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from collsim.algorithms import EventBoard, RingChunking, nccl_ring_allreduce
+from collsim.backends.common import BackendError, Outcome, Path, ResourceCatalog, link_uses, new_network, run_until_done
+from collsim.engine import attribute_time, build_quotient
+from collsim.topology import Topology
+from collsim.topology.model import PATH_CLASS_ORDER, path_class_rank
+
+__all__ = [
+    "ALGORITHMS",
+    "PROTOCOLS",
+    "NcclConstants",
+    "NcclOptions",
+    "NcclPlan",
+    "plan_nccl",
+    "tuner_times",
+    "simulate_nccl",
+]
+
+ALGORITHMS = ("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT")
+PROTOCOLS = ("LL", "LL128", "Simple")
+IMPLEMENTED_ALGORITHMS = ("Ring",)
+_US = 1e-6  # microseconds to seconds
+_GBPS = 1e9  # GB/s (1e9 bytes/s) to bytes/s
+
+
+@dataclass(frozen=True)
+class ProtocolConstants:
+    """One NCCL protocol: buffer (wire bytes), data fraction of the wire, chunk and slice in steps."""
+
+    name: str
+    buffer_bytes: int
+    data_per_wire: float
+    chunk_steps: int
+    slice_steps: int
+    threshold_per_thread: int
+
+
+@dataclass(frozen=True)
+class NcclConstants:
+    """NCCL's tuning and protocol constants in SI units (seconds, bytes/s, bytes)."""
+
+    base_latency: Mapping[str, Mapping[str, float]]
+    hw_latency: Mapping[str, Mapping[str, Mapping[str, float]]]
+    ll_max_bw: Mapping[str, tuple[float, float, float]]
+    per_channel_max_ring_ll128_bw: Mapping[str, tuple[float, float, float]]
+    ll128_tuner_efficiency: float
+    steps: int
+    protocols: Mapping[str, ProtocolConstants]
+    nthreads: int
+    max_channels: int
+    default_p2p_level: str
+    default_gdr_level: str
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> NcclConstants:
+        """Build from the mapping in ``topologies/software/nccl.yaml`` (us and GB/s there, SI here)."""
+
+        def us(table: Mapping[str, Any]) -> dict[str, Any]:
+            return {k: (us(v) if isinstance(v, Mapping) else float(v) * _US) for k, v in table.items()}
+
+        def gbps3(table: Mapping[str, Any]) -> dict[str, tuple[float, float, float]]:
+            return {k: (float(v[0]) * _GBPS, float(v[1]) * _GBPS, float(v[2]) * _GBPS) for k, v in table.items()}
+
+        return cls(
+            base_latency=us(data["base_latency_us"]),
+            hw_latency=us(data["hw_latency_us"]),
+            ll_max_bw=gbps3(data["ll_max_bw_gbps"]),
+            per_channel_max_ring_ll128_bw=gbps3(data["per_channel_max_ring_ll128_bw_gbps"]),
+            ll128_tuner_efficiency=float(data["ll128_tuner_efficiency"]),
+            steps=int(data["steps"]),
+            protocols={
+                name: ProtocolConstants(
+                    name,
+                    int(p["buffer_bytes"]),
+                    float(p["data_per_wire"]),
+                    int(p["chunk_steps"]),
+                    int(p["slice_steps"]),
+                    int(p["threshold_per_thread"]),
+                )
+                for name, p in data["protocols"].items()
+            },
+            nthreads=int(data["nthreads"]),
+            max_channels=int(data["max_channels"]),
+            default_p2p_level=str(data["default_p2p_level"]),
+            default_gdr_level=str(data["default_gdr_level"]),
+        )
+
+
+_LEVELS_BY_INT = ("LOC", "PIX", "PXB", "PHB", "SYS")  # NCCL's integer forms of P2P_LEVEL / NET_GDR_LEVEL (0..4)
+
+
+def _level(value: str | None, default: str, name: str) -> str:
+    if value is None or value == "":
+        return default
+    v = str(value).strip().upper()
+    if v.isdigit():
+        i = int(v)
+        return _LEVELS_BY_INT[min(i, len(_LEVELS_BY_INT) - 1)]
+    if v not in PATH_CLASS_ORDER:
+        raise BackendError(f"{name}={value!r}: expected one of {', '.join(PATH_CLASS_ORDER)} or 0..5")
+    return v
+
+
+def _parse_list(value: str | None, valid: tuple[str, ...], name: str) -> set[str] | None:
+    """NCCL's list syntax: ``a,b`` enables, ``^a,b`` disables; case-insensitive."""
+    if value is None or str(value).strip() == "":
+        return None
+    text = str(value).strip()
+    exclude = text.startswith("^")
+    names = [t.strip() for t in text.lstrip("^").split(",") if t.strip()]
+    canon = {v.lower(): v for v in valid}
+    if "collnet" in canon or name == "NCCL_ALGO":
+        canon["collnet"] = "CollNetDirect"
+    picked = set()
+    for n in names:
+        if n.lower() not in canon:
+            raise BackendError(f"{name}={value!r}: unknown {n!r}; expected names from {', '.join(valid)}")
+        picked.add(canon[n.lower()])
+        if n.lower() == "collnet":
+            picked.add("CollNetChain")
+    return set(valid) - picked if exclude else picked
+
+
+@dataclass(frozen=True)
+class NcclOptions:
+    """NCCL's environment knobs, parsed. Built from ``backends.nccl.env`` by :meth:`from_env`."""
+
+    algorithms: frozenset[str] | None = None
+    protocols: frozenset[str] | None = None
+    p2p_disable: bool = False
+    p2p_level: str | None = None
+    shm_disable: bool = False
+    ib_disable: bool = False
+    gdr_level: str | None = None
+    pxn_disable: bool = False
+    min_channels: int | None = None
+    max_channels: int | None = None
+    buffsize: int | None = None
+    socket_threads: int = 1
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, Any]) -> NcclOptions:
+        """Parse NCCL_* variables (values as strings or numbers) the way NCCL reads them."""
+
+        def as_int(name: str) -> int | None:
+            v = env.get(name)
+            if v is None or str(v).strip() == "":
+                return None
+            try:
+                return int(str(v).strip())
+            except ValueError:
+                raise BackendError(f"{name}={v!r}: expected an integer") from None
+
+        algos = _parse_list(env.get("NCCL_ALGO"), ALGORITHMS, "NCCL_ALGO")
+        protos = _parse_list(env.get("NCCL_PROTO"), PROTOCOLS, "NCCL_PROTO")
+        threads = (as_int("NCCL_SOCKET_NTHREADS") or 1) * (as_int("NCCL_NSOCKS_PERTHREAD") or 1)
+        return cls(
+            algorithms=frozenset(algos) if algos is not None else None,
+            protocols=frozenset(protos) if protos is not None else None,
+            p2p_disable=bool(as_int("NCCL_P2P_DISABLE")),
+            p2p_level=env.get("NCCL_P2P_LEVEL"),
+            shm_disable=bool(as_int("NCCL_SHM_DISABLE")),
+            ib_disable=bool(as_int("NCCL_IB_DISABLE")),
+            gdr_level=env.get("NCCL_NET_GDR_LEVEL"),
+            pxn_disable=bool(as_int("NCCL_PXN_DISABLE")),
+            min_channels=as_int("NCCL_MIN_NCHANNELS"),
+            max_channels=as_int("NCCL_MAX_NCHANNELS"),
+            buffsize=as_int("NCCL_BUFFSIZE"),
+            socket_threads=max(1, threads),
+            env={k: str(v) for k, v in env.items()},
+        )
+
+
+@dataclass(frozen=True)
+class Hop:
+    """One ring edge of one channel: the transport NCCL would pick and the path it takes."""
+
+    src: str
+    dst: str
+    transport: str  # "P2P/NVLink", "P2P/PCIe", "SHM", "NET/GDR", "NET/staged", "NET/socket"
+    hw: str  # latency class for the tuner tables: NVLINK, PCI or NET
+    path: Path
+    max_rate: float  # cap on one connection (e.g. socket threads), bytes/s; inf when none
+
+
+@dataclass
+class NcclPlan:
+    """Channels, their rings and hops, and what NCCL's tuner needs to know about the system."""
+
+    ranks: list[str]
+    nnodes: int
+    channels: int
+    rings: list[list[str]]
+    hops: dict[tuple[int, int], Hop]
+    arch: str
+    channel_bw: float
+    intra_hw: str
+    bus_bw: float  # what the rings can carry per rank (bytes/s), for the tuner
+    net_latency: float
+    net_overhead: float
+    notes: list[str] = field(default_factory=list)
+
+
+def _rank_index(topo: Topology) -> dict[str, int]:
+    return {d.name: i for i, d in enumerate(topo.gpus())}
+
+
+def _node_chain(topo: Topology, node: int, nic: str | None) -> list[str]:
+    """GPUs of ``node`` in ring order: enter at the GPU nearest the channel's NIC, leave at another near it."""
+    gpus = [d.name for d in topo.gpus() if d.node == node]
+    if nic is None or len(gpus) == 1:
+        return gpus
+    ranked = sorted(gpus, key=lambda g: (path_class_rank(topo.path_class(g, nic)), gpus.index(g)))
+    entry = ranked[0]
+    exit_ = ranked[1]
+    i = gpus.index(entry)
+    rest = [g for g in gpus[i + 1 :] + gpus[:i] if g != exit_]
+    return [entry, *rest, exit_]
+
+
+def _hop(topo: Topology, cat: ResourceCatalog, a: str, b: str, nic_a: str | None, nic_b: str | None,
+         opts: NcclOptions, consts: NcclConstants, fabric: Mapping[str, Any]) -> Hop:
+    da, db = topo.device(a), topo.device(b)
+    if da.node == db.node:
+        p2p_level = _level(opts.p2p_level, consts.default_p2p_level, "NCCL_P2P_LEVEL")
+        cls = topo.path_class(a, b)
+        if not opts.p2p_disable and topo.p2p_supported(a, b) and path_class_rank(cls) <= path_class_rank(p2p_level):
+            nvl = topo.nvlink_route(a, b)
+            if nvl:
+                return Hop(a, b, "P2P/NVLink", "NVLINK", link_uses(nvl), math.inf)
+            return Hop(a, b, "P2P/PCIe", "PCI", link_uses(topo.pcie_route(a, b)), math.inf)
+        if opts.shm_disable:
+            raise BackendError(f"no transport between {a} and {b}: P2P unavailable and NCCL_SHM_DISABLE=1")
+        cpu = topo.host_cpu(a).name
+        path = link_uses(topo.pcie_route(a, cpu)) + cat.mem(cpu, 2.0) + link_uses(topo.pcie_route(cpu, b))
+        return Hop(a, b, "SHM", "PCI", path, math.inf)
+    # different nodes: the network
+    assert nic_a is not None and nic_b is not None
+    fabric_path = link_uses(topo.route(nic_a, nic_b))
+    rdma = bool(topo.device(nic_a).spec.get("rdma", False)) and fabric.get("transport", "rdma") == "rdma"
+    if rdma and not opts.ib_disable:
+        gdr_level = _level(opts.gdr_level, consts.default_gdr_level, "NCCL_NET_GDR_LEVEL")
+        gdr_ok = bool(fabric.get("gpudirect", True))
+        near = all(
+            path_class_rank(topo.path_class(g, n)) <= path_class_rank(gdr_level) for g, n in ((a, nic_a), (b, nic_b))
+        )
+        if gdr_ok and near:
+            path = link_uses(topo.pcie_route(a, nic_a)) + fabric_path + link_uses(topo.pcie_route(nic_b, b))
+            return Hop(a, b, "NET/GDR", "NET", path, math.inf)
+    ca, cb = topo.host_cpu(a).name, topo.host_cpu(b).name
+    staged = (
+        link_uses(topo.pcie_route(a, ca))
+        + cat.mem(ca, 2.0)
+        + link_uses(topo.pcie_route(ca, nic_a))
+        + fabric_path
+        + link_uses(topo.pcie_route(nic_b, cb))
+        + cat.mem(cb, 2.0)
+        + link_uses(topo.pcie_route(cb, b))
+    )
+    if rdma and not opts.ib_disable:
+        return Hop(a, b, "NET/staged", "NET", staged, math.inf)
+    cpu_a, cpu_b = topo.device(ca).spec, topo.device(cb).spec
+    per_core = float(cpu_a["tcp_bw_per_core"])
+    sock = staged + cat.cores(da.node, 1.0 / per_core) + cat.cores(db.node, 1.0 / float(cpu_b["tcp_bw_per_core"]))
+    return Hop(a, b, "NET/socket", "NET", sock, per_core * opts.socket_threads)
+
+
+def plan_nccl(topo: Topology, opts: NcclOptions, consts: NcclConstants, fabric: Mapping[str, Any] | None = None
+              ) -> NcclPlan:
+    """Channels, rings and transports as NCCL would build them for ``topo``.
+
+    Channel count: on NVLink systems 2 x (the GPU's NVLink bandwidth / one channel's bandwidth), NCCL's rings
+    duplicated (24 on DGX A100 and HGX H100); on PCIe 2 x (path bottleneck / channel bandwidth), at least 2;
+    across nodes at most 2 per NIC used; then NCCL_MIN/MAX_NCHANNELS and MAXCHANNELS.
+    Rings: within a node GPUs in index order; across nodes each channel uses one NIC rail (channel mod NICs), enters
+    a node at the GPU nearest that NIC and leaves from the next nearest, so GPUDirect RDMA stays within PIX.
+    """
+    fabric = dict(fabric or {})
+    gpus = [d.name for d in topo.gpus()]
+    if len(gpus) < 1:
+        raise BackendError("the topology has no GPUs: NCCL needs GPUs (use the gloo backend with device: cpu)")
+    cat = ResourceCatalog(topo)
+    g0 = topo.device(gpus[0])
+    arch = str(g0.spec.get("arch", "ampere"))
+    channel_bw = float(g0.spec["nccl_channel_bw"])
+    nnodes = len({topo.device(g).node for g in gpus})
+    nvl_bw = sum(ln.bandwidth for ln in topo.links() if ln.src == gpus[0] and ln.kind == "nvlink")
+    node0 = [g for g in gpus if topo.device(g).node == 0]
+    notes: list[str] = []
+    intra_hw = "NVLINK"
+    # intra-node capacity per rank and channel count
+    if len(node0) > 1:
+        probe = _hop(topo, cat, node0[0], node0[1], None, None, opts, consts, fabric)
+        intra_hw = probe.hw
+        if probe.transport == "P2P/NVLink":
+            intra_cap = nvl_bw
+        else:
+            specs = cat.specs
+            intra_cap = min(specs[k].capacity / c for k, c in probe.path.uses)
+            if probe.transport == "SHM":
+                notes.append(f"{node0[0]}->{node0[1]}: P2P unavailable, SHM through host memory")
+        nch = 2 * max(1, int(intra_cap // channel_bw))
+    else:
+        intra_cap = math.inf
+        nch = 2
+    nics_used = 0
+    net_latency = 0.0
+    if nnodes > 1:
+        nics = topo.nics(0)
+        if not nics:
+            raise BackendError("several nodes but node 0 has no NIC")
+        nics_used = len(nics)
+        nch = min(nch, 2 * nics_used)
+    nch = min(nch, consts.max_channels)
+    if opts.max_channels is not None:
+        nch = min(nch, max(1, opts.max_channels))
+    if opts.min_channels is not None:
+        nch = max(nch, min(opts.min_channels, consts.max_channels))
+    rings: list[list[str]] = []
+    hops: dict[tuple[int, int], Hop] = {}
+    for c in range(nch):
+        ring: list[str] = []
+        nic_of: dict[int, str | None] = {}
+        for node in range(nnodes):
+            nic = None
+            if nnodes > 1:
+                node_nics = topo.nics(node)
+                nic = node_nics[c % len(node_nics)].name
+            nic_of[node] = nic
+            ring += _node_chain(topo, node, nic)
+        rings.append(ring)
+        n = len(ring)
+        for i in range(n):
+            a, b = ring[i], ring[(i + 1) % n]
+            na, nb = topo.device(a).node, topo.device(b).node
+            hop = _hop(topo, cat, a, b, nic_of[na], nic_of[nb], opts, consts, fabric)
+            hops[(c, i)] = hop
+            if hop.hw == "NET":
+                net_latency = max(net_latency, hop.path.latency)
+    bus_bw = min(intra_cap, nch * channel_bw)
+    if nnodes > 1:
+        first_net = next(h for h in hops.values() if h.hw == "NET")
+        nic_bw = min(cat.specs[k].capacity / c for k, c in first_net.path.uses)
+        bus_bw = min(bus_bw, nics_used * nic_bw, nch * min(nic_bw, first_net.max_rate))
+        transports = sorted({h.transport for h in hops.values() if h.hw == "NET"})
+        notes.append(f"inter-node transport: {', '.join(transports)}")
+    cpu0 = topo.host_cpu(gpus[0]).spec
+    return NcclPlan(
+        ranks=gpus,
+        nnodes=nnodes,
+        channels=nch,
+        rings=rings,
+        hops=hops,
+        arch=arch,
+        channel_bw=channel_bw,
+        intra_hw=intra_hw,
+        bus_bw=bus_bw,
+        net_latency=net_latency,
+        net_overhead=float(cpu0.get("nccl_net_overhead", 1e-6)),
+        notes=notes,
+    )
+
+
+def _node_index(nnodes: int) -> int:
+    return 0 if nnodes <= 1 else (1 if nnodes == 2 else 2)
+
+
+def ll128_enabled(plan: NcclPlan) -> bool:
+    """NCCL enables LL128 by default only on NVLink-class intra-node paths (compute capability >= 7.0)."""
+    return plan.intra_hw == "NVLINK"
+
+
+def tuner_times(plan: NcclPlan, consts: NcclConstants, collective: str, nbytes: int) -> dict[tuple[str, str], float]:
+    """NCCL's cost model (tuning.cc): predicted seconds for every implemented (algorithm, protocol) pair.
+
+    time = latency + bytes / algBw, with busBw from channels and per-generation caps, algBw = busBw * n / nsteps,
+    and latency = baseLat + per-step hardware latencies (NVLink/PCI within nodes, NET between them).
+    """
+    if collective != "allreduce":
+        raise BackendError(f"collective {collective!r} is not implemented by the NCCL backend yet (allreduce only)")
+    n = len(plan.ranks)
+    out: dict[tuple[str, str], float] = {}
+    if n == 1:
+        return {("Ring", p): consts.base_latency["Ring"][p] for p in PROTOCOLS}
+    nsteps = 2 * (n - 1)
+    ninter = 2 * (plan.nnodes - 1) if plan.nnodes > 1 else 0
+    idx = _node_index(plan.nnodes)
+    for proto in PROTOCOLS:
+        bus = plan.bus_bw
+        if proto == "LL":
+            bus = min(consts.ll_max_bw.get(plan.arch, consts.ll_max_bw["ampere"])[idx], 0.5 * bus)
+        elif proto == "LL128":
+            per_ch = consts.per_channel_max_ring_ll128_bw.get(plan.arch, consts.per_channel_max_ring_ll128_bw["ampere"])
+            bus = min(consts.ll128_tuner_efficiency * bus, plan.channels * per_ch[idx])
+        algbw = bus * n / nsteps
+        intra = consts.hw_latency[plan.intra_hw]["Ring"][proto]
+        lat = consts.base_latency["Ring"][proto]
+        if plan.nnodes > 1:
+            intra = max(intra, plan.net_overhead * (3 if proto == "Simple" else 1))
+            inter = consts.hw_latency["NET"]["Ring"][proto] + plan.net_latency * (2 if proto == "Simple" else 1)
+            lat += (nsteps - ninter) * intra + ninter * inter
+            if proto == "Simple" and nbytes / (plan.channels * n) >= 64:
+                lat *= 1.4
+        else:
+            lat += nsteps * intra
+        out[("Ring", proto)] = lat + nbytes / algbw
+    return out
+
+
+def choose(plan: NcclPlan, opts: NcclOptions, consts: NcclConstants, collective: str, nbytes: int
+           ) -> tuple[str, str, float]:
+    """The (algorithm, protocol) NCCL would run and its predicted time, honouring NCCL_ALGO and NCCL_PROTO."""
+    if opts.algorithms is not None:
+        allowed_algos = set(opts.algorithms)
+        if not allowed_algos:
+            raise BackendError("NCCL_ALGO excludes every algorithm")
+        unimplemented = allowed_algos - set(IMPLEMENTED_ALGORITHMS)
+        if not allowed_algos & set(IMPLEMENTED_ALGORITHMS):
+            raise BackendError(
+                f"NCCL_ALGO={opts.env.get('NCCL_ALGO')}: {', '.join(sorted(unimplemented))} not modelled yet "
+                f"(collsim models {', '.join(IMPLEMENTED_ALGORITHMS)})"
+            )
+    protos = set(opts.protocols) if opts.protocols is not None else set(PROTOCOLS)
+    if opts.protocols is None and not ll128_enabled(plan):
+        protos.discard("LL128")
+    if not protos:
+        raise BackendError("NCCL_PROTO excludes every protocol")
+    times = tuner_times(plan, consts, collective, nbytes)
+    cands = [(t, a, p) for (a, p), t in times.items() if p in protos]
+    t, a, p = min(cands, key=lambda x: (x[0], PROTOCOLS.index(x[2])))
+    return a, p, t
+
+
+def _channels_for(plan: NcclPlan, consts: NcclConstants, proto: str, nbytes: int) -> int:
+    """NCCL shrinks the channel count for small sizes: while bytes < nc * nthreads * threshold, nc -= 1."""
+    pc = consts.protocols[proto]
+    thresh = pc.threshold_per_thread * (len(plan.ranks) if proto == "LL" else 1)
+    nc = plan.channels
+    while nc > 1 and nbytes < nc * consts.nthreads * thresh:
+        nc -= 1
+    return nc
+
+
+_TRANSPORT_TAG = {
+    "P2P/NVLink": "NVLink",
+    "P2P/PCIe": "PCIe P2P",
+    "SHM": "SHM via host memory",
+    "NET/GDR": "network (GPUDirect RDMA)",
+    "NET/staged": "network (staged via host)",
+    "NET/socket": "network (TCP sockets)",
+}
+_PRIORITY = [
+    "network (TCP sockets)",
+    "network (staged via host)",
+    "network (GPUDirect RDMA)",
+    "SHM via host memory",
+    "PCIe P2P",
+    "NVLink",
+    "launch + base latency",
+]
+
+
+def simulate_nccl(
+    topo: Topology,
+    opts: NcclOptions,
+    consts: NcclConstants,
+    nbytes: int,
+    *,
+    collective: str = "allreduce",
+    fabric: Mapping[str, Any] | None = None,
+    plan: NcclPlan | None = None,
+    symmetry: bool = True,
+    record: bool = False,
+    check: bool = False,
+) -> Outcome:
+    """Simulate one NCCL-style collective of ``nbytes`` (bytes per rank's buffer) and return its outcome.
+
+    Every channel of every rank is a SimPy process running :func:`~collsim.algorithms.nccl_ring_allreduce` after the
+    base latency (launch, NCCL's baseLat); each slice pays its hop's per-step latency (NCCL's hwLat for the hop's
+    class plus the path's propagation, twice for Simple over the network) once on arrival and streams at its
+    max-min fair rate, capped by one channel's bandwidth, with the protocol's wire overhead on every link.
+    Symmetric (channel, rank) pairs are simulated once (exactly; see :mod:`collsim.engine.symmetry`).
+    """
+    plan = plan or plan_nccl(topo, opts, consts, fabric)
+    algo, proto, predicted = choose(plan, opts, consts, collective, nbytes)
+    pc = consts.protocols[proto]
+    n = len(plan.ranks)
+    nc = _channels_for(plan, consts, proto, nbytes)
+    buffer = opts.buffsize if (opts.buffsize and proto == "Simple") else pc.buffer_bytes
+    step_data = buffer / consts.steps * pc.data_per_wire
+    chunking = RingChunking(step_data * pc.chunk_steps, pc.chunk_steps // pc.slice_steps, consts.steps // pc.slice_steps)
+    idx = _node_index(plan.nnodes)
+    cap = plan.channel_bw
+    if proto == "LL":
+        cap = min(cap, consts.ll_max_bw.get(plan.arch, consts.ll_max_bw["ampere"])[idx] / nc)
+    elif proto == "LL128":
+        cap = min(cap, consts.per_channel_max_ring_ll128_bw.get(plan.arch, consts.ll_max_bw["ampere"])[idx])
+    per_channel = nbytes / nc
+    wire = 1.0 / pc.data_per_wire
+    base = consts.base_latency["Ring"][proto]
+
+    env, net = new_network(record, check)
+    cat = ResourceCatalog(topo)
+    usage: dict[Hashable, dict[str, list[tuple[Hashable, float]]]] = {}
+    colors: dict[Hashable, Hashable] = {}
+    relations: list[tuple[Hashable, str, Hashable]] = []
+    hop_of: dict[Hashable, Hop] = {}
+    latency_of: dict[Hashable, float] = {}
+    for c in range(nc):
+        ring = plan.rings[c]
+        for i, g in enumerate(ring):
+            ent = (c, g)
+            hop = plan.hops[(c, i)]
+            hw_lat = consts.hw_latency[hop.hw]["Ring"][proto]
+            if plan.nnodes > 1 and hop.hw != "NET":
+                hw_lat = max(hw_lat, plan.net_overhead * (3 if proto == "Simple" else 1))
+            lat = hw_lat + hop.path.latency * (2 if (hop.hw == "NET" and proto == "Simple") else 1)
+            usage[ent] = {"send": [(k, coef * wire) for k, coef in hop.path.uses]}
+            hop_of[ent] = hop
+            latency_of[ent] = lat
+            colors[ent] = (round(per_channel, 6), hop.transport, round(lat * 1e12), min(cap, hop.max_rate))
+            relations.append((ent, "pred", (c, ring[i - 1])))
+    quotient = build_quotient(net, usage, cat.specs, colors=colors, relations=relations, symmetric=symmetry)
+    board = EventBoard(env)
+    done = []
+    owner_ent = quotient.rep((0, plan.rings[0][0]))
+
+    def send_fn(ent: Hashable) -> Any:
+        uses = quotient.uses(ent, "send")
+        hop = hop_of[ent]
+        tag = _TRANSPORT_TAG[hop.transport]
+        rate = min(cap, hop.max_rate)
+        lat = latency_of[ent]
+        owner = str(ent)
+        return lambda b: net.transfer(b, uses, latency=lat, max_rate=rate, tag=tag, owner=owner)
+
+    def proc(ent: Hashable, pred: Hashable, succ: Hashable) -> Any:
+        yield net.delay(base, tag="launch + base latency", owner=str(ent))
+        yield from nccl_ring_allreduce(
+            board, ent, pred, succ, nranks=n, data_bytes=per_channel, chunking=chunking, send=send_fn(ent)
+        )
+
+    for ent in quotient.reps():
+        c, g = ent  # type: ignore[misc]
+        ring = plan.rings[c]
+        i = ring.index(g)
+        pred = quotient.rep((c, ring[i - 1]))
+        succ = quotient.rep((c, ring[(i + 1) % len(ring)]))
+        if n == 1:
+            done.append(env.process(_single(net, base, str(ent))))
+            continue
+        env.process(proc(ent, pred, succ))
+        done.append(board.get(ent, "done"))
+    if not done:
+        done.append(env.process(_single(net, base, str(owner_ent))))
+    t = run_until_done(env, done)
+    breakdown: dict[str, float] = {}
+    if record:
+        breakdown = attribute_time(net.records, str(owner_ent), 0.0, t, _PRIORITY,
+                                   latency_label="per-step latency", idle_label="waiting (peers, slots)")
+        breakdown = {k: v for k, v in breakdown.items() if v > 0}
+    return Outcome(
+        backend="nccl",
+        collective=collective,
+        algorithm=algo,
+        protocol=proto,
+        nranks=n,
+        size_bytes=nbytes,
+        time_s=t,
+        channels=nc,
+        breakdown=breakdown,
+        notes=list(plan.notes),
+        predicted_s=predicted,
+        classes=quotient.n_classes,
+        entities=len(usage),
+        records=net.records if record else [],
+        solves=net.solves,
+    )
+
+
+def _single(net: Any, base: float, owner: str) -> Any:
+    yield net.delay(base, tag="launch + base latency", owner=owner)
