@@ -157,7 +157,8 @@ def gloo_ring_allreduce(
     has reduced it. All-gather: ``(P-1)*k`` sends; send ``u >= k`` forwards received segment ``u-k``.
     Waits for: the data to send (own, reduced, or received), the send ``inflight`` (2) before to have arrived, and the
     successor's receive-ready notice for that segment (an unbound send waits for it).
-    Pays: each segment's transfer (``send``), once per message: its latency (TCP stack, preamble).
+    Pays: each segment's transfer (``send``), streamed one after another on the connection, and once per message
+    its latency (TCP stack, preamble) on arrival.
     """
     k = shape.per_rank
     total = (nranks - 1) * k
@@ -173,8 +174,9 @@ def gloo_ring_allreduce(
             if t >= inflight:
                 yield board.get(me, (phase + "sent", t - inflight))
             yield board.get(succ, (phase + "ready", t))
-            _streamed, arrived = send(seg)
+            streamed, arrived = send(seg)
             board.bind(me, (phase + "sent", t), arrived)
+            yield streamed  # one TCP connection per peer: messages leave in order, one after another
     if total:
         yield board.get(me, ("agsent", total - 1))
     board.fire(me, "sent-all")

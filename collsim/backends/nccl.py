@@ -67,6 +67,7 @@ class NcclConstants:
     max_channels: int
     default_p2p_level: str
     default_gdr_level: str
+    shm_channel_bw: float
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> NcclConstants:
@@ -100,6 +101,7 @@ class NcclConstants:
             max_channels=int(data["max_channels"]),
             default_p2p_level=str(data["default_p2p_level"]),
             default_gdr_level=str(data["default_gdr_level"]),
+            shm_channel_bw=float(data["shm_channel_bw_gbps"]) * _GBPS,
         )
 
 
@@ -224,11 +226,22 @@ def _rank_index(topo: Topology) -> dict[str, int]:
 
 
 def _node_chain(topo: Topology, node: int, nic: str | None) -> list[str]:
-    """GPUs of ``node`` in ring order: enter at the GPU nearest the channel's NIC, leave at another near it."""
+    """GPUs of ``node`` in ring order: enter at the GPU nearest the channel's NIC, leave at another near it.
+
+    Among equally near GPUs the one whose index matches the NIC's enters, so that channels on NICs sharing a PCIe
+    switch enter and leave through different GPUs and spread over their PCIe links.
+    """
     gpus = [d.name for d in topo.gpus() if d.node == node]
     if nic is None or len(gpus) == 1:
         return gpus
-    ranked = sorted(gpus, key=lambda g: (path_class_rank(topo.path_class(g, nic)), gpus.index(g)))
+    nic_index = topo.device(nic).index
+    ngpu = len(gpus)
+
+    def key(g: str) -> tuple[int, int]:
+        # nearest first; among equals the GPU whose index matches the NIC's (its "own" rail), then the following
+        return path_class_rank(topo.path_class(g, nic)), (topo.device(g).index - nic_index) % ngpu
+
+    ranked = sorted(gpus, key=key)
     entry = ranked[0]
     exit_ = ranked[1]
     i = gpus.index(entry)
@@ -251,7 +264,7 @@ def _hop(topo: Topology, cat: ResourceCatalog, a: str, b: str, nic_a: str | None
             raise BackendError(f"no transport between {a} and {b}: P2P unavailable and NCCL_SHM_DISABLE=1")
         cpu = topo.host_cpu(a).name
         path = link_uses(topo.pcie_route(a, cpu)) + cat.mem(cpu, 2.0) + link_uses(topo.pcie_route(cpu, b))
-        return Hop(a, b, "SHM", "PCI", path, math.inf)
+        return Hop(a, b, "SHM", "PCI", path, consts.shm_channel_bw)
     # different nodes: the network
     assert nic_a is not None and nic_b is not None
     fabric_path = link_uses(topo.route(nic_a, nic_b))
@@ -318,6 +331,7 @@ def plan_nccl(topo: Topology, opts: NcclOptions, consts: NcclConstants, fabric: 
             if probe.transport == "SHM":
                 notes.append(f"{node0[0]}->{node0[1]}: P2P unavailable, SHM through host memory")
         nch = 2 * max(1, int(intra_cap // channel_bw))
+        channel_bw = min(channel_bw, probe.max_rate)
     else:
         intra_cap = math.inf
         nch = 2

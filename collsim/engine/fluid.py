@@ -222,7 +222,7 @@ class FluidNetwork:
         ev = Event(self.env)
         ev._ok = True
         ev._value = None
-        ev.callbacks.append(self._update)
+        ev.callbacks.append(lambda _e: self._update(due=False))
         self.env.schedule(ev, LATE)
 
     def _advance(self) -> None:
@@ -237,12 +237,13 @@ class FluidNetwork:
                 self._sat_since[res] = now
         self._last = now
 
-    def _update(self, _ev: Event | None = None) -> None:
+    def _update(self, due: bool) -> None:
+        """Advance, finish what is done (``due``: the flows the last wake-up was armed for), then re-solve."""
         self._update_pending = False
         self._advance()
         finished: list[Flow] = []
         keep: list[Flow] = []
-        expected = set(map(id, self._expected))
+        expected = set(map(id, self._expected)) if due else set()
         for f in self._active:
             if id(f) in expected or f.remaining <= max(1e-3, 1e-12 * f.size):
                 finished.append(f)
@@ -280,40 +281,50 @@ class FluidNetwork:
         unfrozen = set(range(len(flows)))
         level = 0.0
         saturated: set[Resource] = set()
+        rounds = 0
         while unfrozen:
             step = math.inf
+            binding: Resource | None = None
             for res, w in weight.items():
                 if w > 0:
                     s = left[res] / w
                     if s < step:
-                        step = s
+                        step, binding = s, res
+            capped = False
             for i in unfrozen:
                 s = flows[i].max_rate - level
                 if s < step:
-                    step = s
+                    step, binding, capped = s, None, True
             if math.isinf(step):
                 for i in unfrozen:
                     flows[i].rate = math.inf
                 break
             step = max(step, 0.0)
             level += step
-            newly: set[Resource] = set()
+            newly: set[Resource] = set() if binding is None else {binding}
             for res, w in weight.items():
                 if w > 0:
                     left[res] -= step * w
                     if left[res] <= _SAT_TOL * res.capacity:
                         newly.add(res)
-            freeze = [i for i in unfrozen if flows[i].max_rate - level <= _SAT_TOL * max(level, 1.0)]
+            freeze = {i for i in unfrozen if flows[i].max_rate - level <= _SAT_TOL * max(level, 1.0)}
+            if capped and not freeze:  # rounding: freeze the flow whose cap bound
+                freeze.add(min(unfrozen, key=lambda i: flows[i].max_rate))
             if newly:
                 saturated |= newly
-                freeze.extend(i for i in unfrozen if any(res in newly for res, _ in flows[i].uses))
-            for i in set(freeze):
+                freeze.update(i for i in unfrozen if any(res in newly for res, _ in flows[i].uses))
+            if not freeze:  # the binding resource only carried rounding residue
+                if binding is None or rounds > 4 * (len(flows) + len(weight)):
+                    raise RuntimeError("max-min solver made no progress")
+                weight[binding] = 0.0
+            rounds += 1
+            for i in freeze:
                 f = flows[i]
                 f.rate = level
                 unfrozen.discard(i)
                 for res, coef in f.uses:
                     weight[res] -= coef
-                    if weight[res] < 1e-15:
+                    if weight[res] <= 1e-12 * coef:
                         weight[res] = 0.0
         # bookkeeping for utilisation
         now = self.env.now
@@ -347,7 +358,7 @@ class FluidNetwork:
 
     def _wake(self, gen: int) -> None:
         if gen == self._generation:
-            self._update()
+            self._update(due=True)
 
     # ------------------------------------------------------------------ checks
     def check_invariants(self, rel_tol: float = 1e-6) -> None:

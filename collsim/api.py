@@ -1,0 +1,240 @@
+"""The Python API behind the CLI: load a scenario, simulate it with each backend, compare, get records.
+
+Examples
+--------
+>>> sim = Simulator.from_source("pcie-2gpu-nop2p", ["workload.sizes=1MiB"])
+>>> [round(r.busbw_gbps, 1) for r in sim.run(backends=["nccl"]).records]
+[3.8]
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from collsim.backends import (
+    BackendError,
+    GlooConstants,
+    GlooOptions,
+    NcclConstants,
+    NcclOptions,
+    Outcome,
+    plan_nccl,
+    simulate_gloo,
+    simulate_nccl,
+)
+from collsim.backends.nccl import NcclPlan
+from collsim.results import Record, make_record, records_to_dataframe
+from collsim.scenario import Scenario, ScenarioError, load_scenario
+from collsim.topology import Topology, TopologyError, topologies_dir
+
+__all__ = ["Simulator", "SweepResult", "Comparison", "simulate", "load", "BACKENDS"]
+
+BACKENDS = ("nccl", "gloo")
+Progress = Callable[[str, int, int, int], None]
+
+
+def load(source: str | Path | Mapping[str, Any], overrides: Sequence[str] = ()) -> Scenario:
+    """Load and validate a scenario from a file, a built-in name or a dict (see :func:`collsim.scenario.load_scenario`)."""
+    return load_scenario(source, overrides)
+
+
+def _software(name: str) -> dict[str, Any]:
+    path = topologies_dir() / "software" / f"{name}.yaml"
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ScenarioError(f"cannot read backend constants: {exc}", file=str(path)) from None
+    if not isinstance(data, dict):
+        raise ScenarioError("expected a mapping of constants", file=str(path))
+    return data
+
+
+@dataclass
+class SweepResult:
+    """Records of a sweep (one per backend and size, in order), the raw outcomes, and whether it was interrupted."""
+
+    scenario: Scenario
+    records: list[Record] = field(default_factory=list)
+    outcomes: list[Outcome] = field(default_factory=list)
+    interrupted: bool = False
+
+    def dataframe(self) -> Any:
+        """The records as a pandas DataFrame (one row per backend and size)."""
+        return records_to_dataframe(self.records)
+
+    def by_backend(self, backend: str) -> list[Record]:
+        """Records of one backend."""
+        return [r for r in self.records if r.backend == backend]
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """NCCL against Gloo at one size: both records, the speedup, and where each spends its time."""
+
+    size_bytes: int
+    nccl: Record
+    gloo: Record
+
+    @property
+    def speedup(self) -> float:
+        """Gloo time / NCCL time."""
+        return self.gloo.time_us / self.nccl.time_us if self.nccl.time_us > 0 else math.inf
+
+    @staticmethod
+    def shares(rec: Record) -> list[tuple[str, float]]:
+        """Breakdown as (category, fraction of the time), largest first; the fractions add up to 1."""
+        total = sum(rec.breakdown.values())
+        if total <= 0:
+            return []
+        return sorted(((k, v / total) for k, v in rec.breakdown.items()), key=lambda kv: -kv[1])
+
+
+class Simulator:
+    """A scenario made ready to simulate: its topology, each backend's options, constants and plan.
+
+    Parameters
+    ----------
+    scenario : Scenario
+        A validated scenario (see :func:`load`).
+    """
+
+    def __init__(self, scenario: Scenario) -> None:
+        self.scenario = scenario
+        file = scenario.source_file
+        try:
+            self.topology: Topology = scenario.build_topology()
+        except TopologyError as exc:
+            field_ = "cluster" + (f".{exc.field}" if exc.field and not str(exc.field).startswith("cluster") else "")
+            where = f"{exc.file}: " if exc.file and exc.file != file else ""
+            raise ScenarioError(f"{where}{exc.message}", file=file, field=field_) from None
+        nccl = scenario.backends.nccl
+        try:
+            self.nccl_options = NcclOptions.from_env(nccl.env if nccl else {})
+        except BackendError as exc:
+            raise ScenarioError(str(exc), file=file, field="backends.nccl.env") from None
+        gloo = scenario.backends.gloo
+        self.gloo_options = GlooOptions(algorithm=gloo.algorithm, device=gloo.device) if gloo else GlooOptions()
+        self.fabric = scenario.topology_kwargs().get("fabric") or {}
+
+    @classmethod
+    def from_source(cls, source: str | Path | Mapping[str, Any], overrides: Sequence[str] = ()) -> Simulator:
+        """Load a scenario (file, built-in name or dict), apply ``--set`` style overrides, and prepare it."""
+        return cls(load(source, overrides))
+
+    @cached_property
+    def nccl_constants(self) -> NcclConstants:
+        """NCCL's constants from ``topologies/software/nccl.yaml``."""
+        return NcclConstants.from_mapping(_software("nccl"))
+
+    @cached_property
+    def gloo_constants(self) -> GlooConstants:
+        """Gloo's constants from ``topologies/software/gloo.yaml``."""
+        return GlooConstants.from_mapping(_software("gloo"))
+
+    @cached_property
+    def nccl_plan(self) -> NcclPlan:
+        """Channels, rings and transports NCCL would use on this topology."""
+        try:
+            return plan_nccl(self.topology, self.nccl_options, self.nccl_constants, self.fabric)
+        except BackendError as exc:
+            raise ScenarioError(str(exc), file=self.scenario.source_file, field="backends.nccl") from None
+
+    def backends(self) -> list[str]:
+        """Backends the scenario enables, in order nccl, gloo."""
+        return [b for b in self.scenario.backend_names() if b in BACKENDS]
+
+    def simulate_one(self, backend: str, size: int, *, collective: str | None = None, record: bool = False
+                     ) -> Outcome:
+        """Simulate one collective of ``size`` bytes with ``backend`` ("nccl" or "gloo")."""
+        coll = collective or self.scenario.collectives()[0]
+        sym = self.scenario.engine.symmetry
+        try:
+            if backend == "nccl":
+                return simulate_nccl(self.topology, self.nccl_options, self.nccl_constants, size, collective=coll,
+                                     fabric=self.fabric, plan=self.nccl_plan, symmetry=sym, record=record)
+            if backend == "gloo":
+                return simulate_gloo(self.topology, self.gloo_options, self.gloo_constants, size, collective=coll,
+                                     symmetry=sym, record=record)
+        except BackendError as exc:
+            raise ScenarioError(str(exc), file=self.scenario.source_file, field=f"backends.{backend}") from None
+        raise ScenarioError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}", field="backend")
+
+    def to_record(self, out: Outcome) -> Record:
+        """The nccl-tests style record of an outcome."""
+        return make_record(
+            backend=out.backend,
+            collective=out.collective,
+            algorithm=out.algorithm,
+            protocol=out.protocol,
+            nranks=out.nranks,
+            dtype=self.scenario.workload.dtype,
+            size_bytes=out.size_bytes,
+            time_s=out.time_s,
+            redop=self.scenario.workload.op,
+            channels=out.channels,
+            breakdown=out.breakdown,
+            notes=out.notes,
+        )
+
+    def run(
+        self,
+        backends: Sequence[str] | None = None,
+        sizes: Sequence[int] | None = None,
+        *,
+        record: bool = False,
+        breakdown: bool = False,
+        progress: Progress | None = None,
+    ) -> SweepResult:
+        """Simulate every size with every backend; Ctrl-C stops cleanly and keeps the rows already computed.
+
+        Parameters
+        ----------
+        backends : sequence of str, optional
+            Default: the scenario's enabled backends.
+        sizes : sequence of int, optional
+            Bytes; default: the scenario's ``workload.sizes``.
+        record : bool
+            Keep every flow (for traces); implies ``breakdown``.
+        breakdown : bool
+            Attribute each collective's time to activities (records' ``breakdown``).
+        progress : callable, optional
+            Called as ``progress(backend, size, index, total)`` before each simulation.
+        """
+        todo = [(b, s) for b in (backends or self.backends()) for s in (sizes or self.scenario.sizes())]
+        result = SweepResult(self.scenario)
+        try:
+            for i, (b, s) in enumerate(todo):
+                if progress:
+                    progress(b, s, i, len(todo))
+                for coll in self.scenario.collectives():
+                    out = self.simulate_one(b, s, collective=coll, record=record or breakdown)
+                    if not record:
+                        out.records = []
+                    result.outcomes.append(out)
+                    result.records.append(self.to_record(out))
+        except KeyboardInterrupt:
+            result.interrupted = True
+        return result
+
+    def compare(self, sizes: Sequence[int] | None = None, *, progress: Progress | None = None
+                ) -> tuple[list[Comparison], bool]:
+        """NCCL and Gloo side by side per size, with time breakdowns; returns (rows, interrupted)."""
+        sweep = self.run(backends=list(BACKENDS), sizes=sizes, breakdown=True, progress=progress)
+        nccl = {r.size_bytes: r for r in sweep.by_backend("nccl")}
+        gloo = {r.size_bytes: r for r in sweep.by_backend("gloo")}
+        rows = [Comparison(s, nccl[s], gloo[s]) for s in nccl if s in gloo]
+        return rows, sweep.interrupted
+
+
+def simulate(source: str | Path | Mapping[str, Any] | Scenario, overrides: Sequence[str] = (), **kwargs: Any
+             ) -> SweepResult:
+    """Load (unless given a Scenario) and run a scenario's sweep; keyword arguments go to :meth:`Simulator.run`."""
+    scenario = source if isinstance(source, Scenario) else load(source, overrides)
+    return Simulator(scenario).run(**kwargs)
