@@ -195,25 +195,26 @@ def gloo_ring_receiver(
 ) -> Proc:
     """One rank's receiver side of Gloo's ring allreduce.
 
-    Posts receive ``t`` when its buffer is free (segment ``t - inflight`` reduced, or received in the all-gather) and
-    tells the predecessor (a control message: ``notice()`` is its latency). Waits for the predecessor's send ``t`` to
+    Posts the first ``inflight`` receives at the start of each phase and receive ``t + inflight`` as soon as segment
+    ``t`` is reduced (or, in the all-gather, received), telling the predecessor each time (a control message:
+    ``notice()`` is its latency). Waits for the predecessor's send ``t`` to
     arrive; in the reduce-scatter then reduces it on the CPU (``reduce``), one segment after another.
     Fires ``(me, ("red", t))`` and ``(me, ("agarr", u))``, and ``(me, "recv-all")`` at the end.
     """
-    k = shape.per_rank
-    total = (nranks - 1) * k
+    total = (nranks - 1) * shape.per_rank
     seg = shape.segment_bytes
     for phase in ("rs", "ag"):
         if phase == "ag" and total:
             yield board.get(me, ("red", total - 1))
-        for t in range(total):
-            if t >= inflight:
-                yield board.get(me, ("red", t - inflight) if phase == "rs" else ("agarr", t - inflight))
+        for t in range(min(inflight, total)):
             board.bind(me, (phase + "ready", t), notice())
+        for t in range(total):
             yield board.get(pred, (phase + "sent", t))
             if phase == "rs":
                 yield reduce(seg)
                 board.fire(me, ("red", t))
             else:
                 board.fire(me, ("agarr", t))
+            if t + inflight < total:  # the buffer is free again: post the receive `inflight` ahead
+                board.bind(me, (phase + "ready", t + inflight), notice())
     board.fire(me, "recv-all")

@@ -60,7 +60,7 @@ class Resource:
 class Flow:
     """A transfer in progress. Created by :meth:`FluidNetwork.transfer`; read-only for callers."""
 
-    __slots__ = ("size", "remaining", "uses", "max_rate", "rate", "done", "tag", "owner", "t_start", "latency")
+    __slots__ = ("size", "remaining", "uses", "max_rate", "rate", "done", "tag", "owner", "t_start", "latency", "sig")
 
     def __init__(
         self,
@@ -82,6 +82,7 @@ class Flow:
         self.owner = owner
         self.t_start = 0.0
         self.latency = latency
+        self.sig = 0  # interned (uses, max_rate): flows with equal signatures get equal max-min fair rates
 
 
 @dataclass(frozen=True)
@@ -140,6 +141,10 @@ class FluidNetwork:
         self._generation = 0
         self._expected: list[Flow] = []
         self._sat_since: dict[Resource, float] = {}
+        self._signatures: dict[tuple[tuple[tuple[Resource, float], ...], float], int] = {}
+        self._memo: dict[tuple[int, ...], tuple[dict[int, float], frozenset[Resource]]] = {}
+        self.memo_hits = 0
+        self._last_saturated: frozenset[Resource] = frozenset()
 
     # ------------------------------------------------------------------ resources
     def resource(self, name: str, capacity: float, kind: str = "") -> Resource:
@@ -197,7 +202,9 @@ class FluidNetwork:
         for res, coef in uses:
             if coef > 0:
                 merged[res] = merged.get(res, 0.0) + coef
-        flow = Flow(float(size), tuple(merged.items()), max_rate, streamed, tag, owner, latency)
+        uses_t = tuple(merged.items())
+        flow = Flow(float(size), uses_t, max_rate, streamed, tag, owner, latency)
+        flow.sig = self._signatures.setdefault((uses_t, max_rate), len(self._signatures))
         flow.t_start = env.now
         self._advance()
         self._active.append(flow)
@@ -270,9 +277,33 @@ class FluidNetwork:
         self._arm()
 
     def _solve(self) -> None:
-        """Progressive filling: raise all unfrozen rates together until a resource or a flow cap binds."""
+        """Set every streaming flow's max-min fair rate (memoised on the multiset of flow signatures)."""
         self.solves += 1
         flows = self._active
+        key = tuple(sorted(f.sig for f in flows))
+        hit = self._memo.get(key)
+        if hit is None:
+            self._progressive_filling(flows)
+            hit = ({f.sig: f.rate for f in flows}, self._last_saturated)
+            if len(self._memo) < 100_000:
+                self._memo[key] = hit
+        else:
+            self.memo_hits += 1
+            rates = hit[0]
+            for f in flows:
+                f.rate = rates[f.sig]
+        saturated = hit[1]
+        now = self.env.now
+        for res in list(self._sat_since):
+            if res not in saturated:
+                del self._sat_since[res]
+        for res in saturated:
+            self._sat_since.setdefault(res, now)
+        if self.check:
+            self.check_invariants()
+
+    def _progressive_filling(self, flows: list[Flow]) -> None:
+        """Raise all unfrozen rates together until a resource or a flow cap binds; freeze those; repeat."""
         weight: dict[Resource, float] = {}
         for f in flows:
             for res, coef in f.uses:
@@ -326,15 +357,7 @@ class FluidNetwork:
                     weight[res] -= coef
                     if weight[res] <= 1e-12 * coef:
                         weight[res] = 0.0
-        # bookkeeping for utilisation
-        now = self.env.now
-        for res in list(self._sat_since):
-            if res not in saturated:
-                del self._sat_since[res]
-        for res in saturated:
-            self._sat_since.setdefault(res, now)
-        if self.check:
-            self.check_invariants()
+        self._last_saturated = frozenset(saturated)
 
     def _arm(self) -> None:
         """Schedule a wake-up at the next flow completion (older wake-ups become stale)."""

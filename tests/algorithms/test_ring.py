@@ -1,0 +1,61 @@
+"""Ring schedules against closed forms on ideal rings (one channel, no contention)."""
+
+from __future__ import annotations
+
+import pytest
+from tests_support import ideal_gloo_ring_time, ideal_ring_time
+
+from collsim.algorithms import RingChunking, gloo_ring_segments
+
+MiB = 2**20
+
+
+@pytest.mark.parametrize("n", [2, 4, 8, 16])
+@pytest.mark.parametrize("size", [64 * MiB, 256 * MiB])
+def test_nccl_simple_ring_matches_alpha_beta(n: int, size: int) -> None:
+    bw, alpha = 10e9, 1e-6
+    t, _ = ideal_ring_time(n, size, bw=bw, alpha=alpha)
+    formula = 2 * (n - 1) * alpha + 2 * (n - 1) / n * size / bw
+    assert t == pytest.approx(formula, rel=0.01)
+
+
+@pytest.mark.parametrize("n", [2, 3, 8])
+def test_ring_latency_bound_is_exact(n: int) -> None:
+    # a few bytes: each of the 2(n-1) steps sends its first slice (of two, size/2n bytes each) once the
+    # predecessor's first slice of the step before has arrived; the last step's second slice streams after that
+    bw, alpha, size = 10e9, 2e-6, 4.0
+    t, _ = ideal_ring_time(n, size, bw=bw, alpha=alpha)
+    s = size / (2 * n)
+    assert t == pytest.approx(2 * (n - 1) * (alpha + s / bw) + s / bw, rel=1e-9)
+
+
+def test_ring_time_grows_with_size_and_falls_with_bandwidth() -> None:
+    sizes = [MiB, 4 * MiB, 16 * MiB, 64 * MiB]
+    times = [ideal_ring_time(4, s)[0] for s in sizes]
+    assert times == sorted(times)
+    assert ideal_ring_time(4, 16 * MiB, bw=20e9)[0] < ideal_ring_time(4, 16 * MiB, bw=10e9)[0]
+
+
+def test_chunking_conserves_bytes() -> None:
+    ch = RingChunking(2 * MiB, 2, 4)
+    for size in (1, 3 * MiB + 5, 40 * MiB, 1000 * MiB):
+        assert sum(ch.loops(8, size)) * 8 == pytest.approx(size, rel=1e-12)
+
+
+def test_gloo_segmentation_matches_pytorch() -> None:
+    # reference notes: 25 MiB / 8 ranks -> 32 segments of 800 KiB; 1 MiB / 8 -> 16 of 64 KiB; 100 MiB / 2 -> 100
+    assert gloo_ring_segments(25 * MiB, 8).segments == 32
+    s = gloo_ring_segments(1 * MiB, 8)
+    assert (s.segments, s.segment_bytes) == (16, 64 * 1024)
+    assert gloo_ring_segments(100 * MiB, 2).segments == 100
+
+
+@pytest.mark.parametrize("n", [2, 4, 8])
+def test_gloo_ring_matches_its_step_structure(n: int) -> None:
+    # 2(P-1)k segment messages per rank streamed back to back on one connection: 2(P-1)/P * S / B, plus the
+    # latency of the last message of each phase and the first receive-ready notice
+    bw, alpha, notice, size = 5e9, 10e-6, 10e-6, 64 * MiB
+    t = ideal_gloo_ring_time(n, size, bw=bw, alpha=alpha, notice=notice)
+    formula = 2 * (n - 1) / n * size / bw + 2 * alpha + notice
+    assert t == pytest.approx(formula, rel=0.01)
+    assert ideal_gloo_ring_time(n, size, bw=bw, alpha=alpha, notice=notice, symmetric=False) == pytest.approx(t)

@@ -1,0 +1,81 @@
+"""Shipped scenarios against published figures (issue 2's acceptance) and backend behaviour."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from collsim.api import Simulator
+
+GiB, MiB = 2**30, 2**20
+CAL = Path(__file__).resolve().parents[3] / "shared" / "calibration-data"
+
+
+def _busbw(sim: Simulator, backend: str, size: int) -> float:
+    out = sim.simulate_one(backend, size)
+    n = out.nranks
+    return size / out.time_s * 2 * (n - 1) / n / 1e9
+
+
+@pytest.mark.parametrize(
+    ("scenario", "overrides", "target", "tol"),
+    [
+        ("dgx-a100", [], 230.0, 0.10),  # NVIDIA staff: DGX A100 AllReduce busbw ~230 GB/s
+        ("hgx-h100", ["backends.nccl.env.NCCL_ALGO=Ring"], 370.0, 0.10),  # H100 ring ~365-370 GB/s
+        ("pcie-2gpu-nop2p", [], 4.0, 0.15),  # rtx2080ti_2gpu_pcie3_switch_nop2p.json plateau
+    ],
+)
+def test_nccl_plateau_busbw(scenario: str, overrides: list[str], target: float, tol: float) -> None:
+    sim = Simulator.from_source(scenario, overrides)
+    for size in (GiB, 8 * GiB):
+        assert _busbw(sim, "nccl", size) == pytest.approx(target, rel=tol)
+
+
+def test_pcie_nop2p_small_message_time() -> None:
+    measured = 12.25  # us at 8 B, rtx2080ti_2gpu_pcie3_switch_nop2p.json
+    sim = Simulator.from_source("pcie-2gpu-nop2p")
+    out = sim.simulate_one("nccl", 8)
+    assert out.time_s * 1e6 == pytest.approx(measured, rel=0.30)
+    assert out.protocol == "LL"
+
+
+def test_pcie_nop2p_whole_curve_against_measurement() -> None:
+    path = CAL / "rtx2080ti_2gpu_pcie3_switch_nop2p.json"
+    if not path.exists():
+        pytest.skip("shared calibration data not present")
+    rows = json.loads(path.read_text())["rows"]
+    sim = Simulator.from_source("pcie-2gpu-nop2p")
+    errs = [abs(sim.simulate_one("nccl", r["size_bytes"]).time_s * 1e6 / r["time_us"] - 1) for r in rows]
+    errs.sort()
+    assert errs[len(errs) // 2] < 0.15  # median absolute time error over 8 B .. 1 GiB
+
+
+@pytest.mark.parametrize("scenario", ["hgx-h100", "dgx-a100", "pcie-2gpu-nop2p", "2node-h100-ib", "2node-a100-tcp"])
+def test_gloo_slower_than_nccl_from_1mib(scenario: str) -> None:
+    sim = Simulator.from_source(scenario)
+    for size in (MiB, 64 * MiB, 512 * MiB):
+        assert sim.simulate_one("gloo", size).time_s > sim.simulate_one("nccl", size).time_s
+
+
+@pytest.mark.parametrize("scenario", ["hgx-h100", "2node-h100-ib", "2node-a100-tcp", "pcie-2gpu-nop2p"])
+@pytest.mark.parametrize("backend", ["nccl", "gloo"])
+def test_symmetry_reduction_is_exact(scenario: str, backend: str) -> None:
+    on = Simulator.from_source(scenario)
+    off = Simulator.from_source(scenario, ["engine.symmetry=false"])
+    for size in (4096, 3 * MiB):
+        a, b = on.simulate_one(backend, size), off.simulate_one(backend, size)
+        assert a.time_s == pytest.approx(b.time_s, rel=1e-9)
+        assert a.classes <= b.classes
+
+
+def test_breakdown_adds_up_and_names_the_gloo_costs() -> None:
+    sim = Simulator.from_source("hgx-h100")
+    out = sim.simulate_one("gloo", 64 * MiB, record=True)
+    assert sum(out.breakdown.values()) == pytest.approx(out.time_s, rel=1e-9)
+    for part in ("D2H copy (PCIe)", "H2D copy (PCIe)", "CPU reduction", "TCP over loopback"):
+        assert out.breakdown.get(part, 0.0) > 0.0
+    nccl = sim.simulate_one("nccl", 64 * MiB, record=True)
+    assert sum(nccl.breakdown.values()) == pytest.approx(nccl.time_s, rel=1e-9)
+    assert max(nccl.breakdown, key=nccl.breakdown.get) == "NVLink"  # type: ignore[arg-type]

@@ -1,0 +1,81 @@
+"""NCCL backend: plans (channels, transports), the tuner's choice, and knobs."""
+
+from __future__ import annotations
+
+import pytest
+
+from collsim.api import Simulator
+from collsim.scenario import ScenarioError
+
+MiB = 2**20
+
+
+@pytest.mark.parametrize("scenario", ["dgx-a100", "hgx-h100"])
+def test_nvswitch_systems_get_24_channels_over_nvlink(scenario: str) -> None:
+    plan = Simulator.from_source(scenario).nccl_plan
+    assert plan.channels == 24
+    assert {h.transport for h in plan.hops.values()} == {"P2P/NVLink"}
+
+
+def test_two_node_ib_uses_gpudirect_on_every_rail() -> None:
+    plan = Simulator.from_source("2node-h100-ib").nccl_plan
+    net = [h for h in plan.hops.values() if h.hw == "NET"]
+    assert {h.transport for h in net} == {"NET/GDR"}
+    nics = {k for h in net for k, _ in h.path.uses if k[0] == "link" and "nic" in k[1] and "fabric" in k[2]}
+    assert len(nics) == 16  # 8 rails, both nodes
+
+
+def test_tcp_fabric_uses_sockets_staged_through_host() -> None:
+    plan = Simulator.from_source("2node-a100-tcp").nccl_plan
+    net = [h for h in plan.hops.values() if h.hw == "NET"]
+    assert {h.transport for h in net} == {"NET/socket"}
+    assert any(k[0] == "mem" for h in net for k, _ in h.path.uses)
+
+
+def test_nop2p_box_uses_shm() -> None:
+    plan = Simulator.from_source("pcie-2gpu-nop2p").nccl_plan
+    assert {h.transport for h in plan.hops.values()} == {"SHM"}
+
+
+def test_protocol_follows_the_cost_model_and_is_honoured_when_set() -> None:
+    sim = Simulator.from_source("hgx-h100")
+    assert sim.simulate_one("nccl", 8).protocol == "LL"
+    assert sim.simulate_one("nccl", 1024 * MiB).protocol == "Simple"
+    forced = Simulator.from_source("hgx-h100", ["backends.nccl.env.NCCL_PROTO=LL"])
+    out = forced.simulate_one("nccl", 1024 * MiB)
+    assert out.protocol == "LL"
+    # LL moves 8 data bytes per 16 and is capped by llMaxBw: far below Simple
+    assert out.time_s > 2 * sim.simulate_one("nccl", 1024 * MiB).time_s
+    excl = Simulator.from_source("hgx-h100", ["backends.nccl.env.NCCL_PROTO=^LL,LL128"])
+    assert excl.simulate_one("nccl", 8).protocol == "Simple"
+
+
+def test_ll128_only_on_nvlink_by_default() -> None:
+    pcie = Simulator.from_source("pcie-2gpu-nop2p")
+    assert {pcie.simulate_one("nccl", s).protocol for s in (8, MiB, 64 * MiB)} <= {"LL", "Simple"}
+
+
+def test_p2p_disable_moves_traffic_to_host_memory() -> None:
+    base = Simulator.from_source("hgx-h100")
+    off = Simulator.from_source("hgx-h100", ["backends.nccl.env.NCCL_P2P_DISABLE=1"])
+    assert {h.transport for h in off.nccl_plan.hops.values()} == {"SHM"}
+    assert off.simulate_one("nccl", 256 * MiB).time_s > 5 * base.simulate_one("nccl", 256 * MiB).time_s
+
+
+def test_channel_limits_change_bandwidth() -> None:
+    few = Simulator.from_source("hgx-h100", ["backends.nccl.env.NCCL_MAX_NCHANNELS=4"])
+    assert few.nccl_plan.channels == 4
+    many = Simulator.from_source("hgx-h100")
+    assert few.simulate_one("nccl", 256 * MiB).time_s > 2 * many.simulate_one("nccl", 256 * MiB).time_s
+
+
+def test_algorithm_not_modelled_is_a_clear_error() -> None:
+    sim = Simulator.from_source("hgx-h100", ["backends.nccl.env.NCCL_ALGO=Tree"])
+    with pytest.raises(ScenarioError, match=r"backends\.nccl.*Tree.*not modelled"):
+        sim.simulate_one("nccl", MiB)
+
+
+def test_tuner_prediction_close_to_simulation_at_large_sizes() -> None:
+    sim = Simulator.from_source("dgx-a100")
+    out = sim.simulate_one("nccl", 1024 * MiB)
+    assert out.predicted_s == pytest.approx(out.time_s, rel=0.05)

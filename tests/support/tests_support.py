@@ -1,0 +1,90 @@
+"""Small ideal systems shared by the tests: rings of identical links where closed forms hold."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import simpy
+
+from collsim.algorithms import (
+    EventBoard,
+    RingChunking,
+    gloo_ring_allreduce,
+    gloo_ring_receiver,
+    gloo_ring_segments,
+    nccl_ring_allreduce,
+)
+from collsim.engine import FluidNetwork, ResourceSpec, build_quotient
+
+SIMPLE = RingChunking(2 * 2**20, 2, 4)  # NCCL Simple: 4 steps of 512 KiB per chunk, 2 slices, 8 slots of 2 steps
+
+
+def _quotient(net: FluidNetwork, n: int, caps: Sequence[float], symmetric: bool):  # type: ignore[no-untyped-def]
+    res = {i: ResourceSpec(f"l{i}", caps[i], "link") for i in range(n)}
+    use = {r: {"send": [(r, 1.0)]} for r in range(n)}
+    return build_quotient(net, use, res, relations=[(r, "pred", (r - 1) % n) for r in range(n)], symmetric=symmetric)
+
+
+def ideal_ring_time(
+    n: int,
+    size: float,
+    *,
+    bw: float = 10e9,
+    alpha: float = 1e-6,
+    caps: Sequence[float] | None = None,
+    chunking: RingChunking = SIMPLE,
+    symmetric: bool = True,
+) -> tuple[float, int]:
+    """NCCL ring allreduce of ``size`` bytes on n ranks, each sending over its own link; (seconds, classes)."""
+    env = simpy.Environment()
+    net = FluidNetwork(env, check=True)
+    q = _quotient(net, n, list(caps) if caps else [bw] * n, symmetric)
+    board = EventBoard(env)
+    for rep in q.reps():
+        uses = q.uses(rep, "send")
+
+        def send(b: float, uses=uses):  # type: ignore[no-untyped-def]
+            return net.transfer(b, uses, latency=alpha)
+
+        env.process(
+            nccl_ring_allreduce(board, rep, q.rep((rep - 1) % n), q.rep((rep + 1) % n), nranks=n,
+                                data_bytes=size, chunking=chunking, send=send)
+        )
+    done = [board.get(r, "done") for r in q.reps()]
+    ends: list[float] = []
+    for ev in done:
+        ev.callbacks.append(lambda _e: ends.append(env.now))
+    env.run()
+    assert len(ends) == len(done)
+    return max(ends), q.n_classes
+
+
+def ideal_gloo_ring_time(
+    n: int, size: float, *, bw: float = 5e9, alpha: float = 10e-6, notice: float = 10e-6, symmetric: bool = True
+) -> float:
+    """Gloo's ring allreduce on n ranks with own links of ``bw``, message latency ``alpha``, free reductions."""
+    env = simpy.Environment()
+    net = FluidNetwork(env, check=True)
+    q = _quotient(net, n, [bw] * n, symmetric)
+    board = EventBoard(env)
+    shape = gloo_ring_segments(size, n)
+    procs = []
+    for rep in q.reps():
+        uses = q.uses(rep, "send")
+
+        def send(b: float, uses=uses):  # type: ignore[no-untyped-def]
+            return net.transfer(b, uses, latency=alpha)
+
+        def reduce(_b: float):  # type: ignore[no-untyped-def]
+            return env.timeout(0)
+
+        pred, succ = q.rep((rep - 1) % n), q.rep((rep + 1) % n)
+        procs.append(env.process(gloo_ring_allreduce(board, rep, succ, nranks=n, shape=shape, send=send)))
+        procs.append(env.process(gloo_ring_receiver(board, rep, pred, nranks=n, shape=shape, reduce=reduce,
+                                                    notice=lambda: env.timeout(notice))))
+    ends: list[float] = []
+    for p in procs:
+        p.callbacks.append(lambda _e: ends.append(env.now))
+    env.run()
+    assert len(ends) == len(procs)
+    return max(ends)
