@@ -34,14 +34,14 @@ from collsim.results import Record, make_record, records_to_dataframe
 from collsim.scenario import Scenario, ScenarioError, load_scenario
 from collsim.topology import Topology, TopologyError, topologies_dir
 
-__all__ = ["Simulator", "SweepResult", "Comparison", "simulate", "load", "BACKENDS"]
+__all__ = ["BACKENDS", "Comparison", "Simulator", "SweepResult", "load", "simulate"]
 
 BACKENDS = ("nccl", "gloo")
 Progress = Callable[[str, int, int, int], None]
 
 
 def load(source: str | Path | Mapping[str, Any], overrides: Sequence[str] = ()) -> Scenario:
-    """Load and validate a scenario from a file, a built-in name or a dict (see :func:`collsim.scenario.load_scenario`)."""
+    """Load and validate a scenario from a file, a built-in name or a dict (see ``collsim.scenario.load_scenario``)."""
     return load_scenario(source, overrides)
 
 
@@ -150,18 +150,33 @@ class Simulator:
         """Backends the scenario enables, in order nccl, gloo."""
         return [b for b in self.scenario.backend_names() if b in BACKENDS]
 
-    def simulate_one(self, backend: str, size: int, *, collective: str | None = None, record: bool = False
-                     ) -> Outcome:
+    def simulate_one(self, backend: str, size: int, *, collective: str | None = None, record: bool = False) -> Outcome:
         """Simulate one collective of ``size`` bytes with ``backend`` ("nccl" or "gloo")."""
         coll = collective or self.scenario.collectives()[0]
         sym = self.scenario.engine.symmetry
         try:
             if backend == "nccl":
-                return simulate_nccl(self.topology, self.nccl_options, self.nccl_constants, size, collective=coll,
-                                     fabric=self.fabric, plan=self.nccl_plan, symmetry=sym, record=record)
+                return simulate_nccl(
+                    self.topology,
+                    self.nccl_options,
+                    self.nccl_constants,
+                    size,
+                    collective=coll,
+                    fabric=self.fabric,
+                    plan=self.nccl_plan,
+                    symmetry=sym,
+                    record=record,
+                )
             if backend == "gloo":
-                return simulate_gloo(self.topology, self.gloo_options, self.gloo_constants, size, collective=coll,
-                                     symmetry=sym, record=record)
+                return simulate_gloo(
+                    self.topology,
+                    self.gloo_options,
+                    self.gloo_constants,
+                    size,
+                    collective=coll,
+                    symmetry=sym,
+                    record=record,
+                )
         except BackendError as exc:
             raise ScenarioError(str(exc), file=self.scenario.source_file, field=f"backends.{backend}") from None
         raise ScenarioError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}", field="backend")
@@ -223,8 +238,9 @@ class Simulator:
             result.interrupted = True
         return result
 
-    def compare(self, sizes: Sequence[int] | None = None, *, progress: Progress | None = None
-                ) -> tuple[list[Comparison], bool]:
+    def compare(
+        self, sizes: Sequence[int] | None = None, *, progress: Progress | None = None
+    ) -> tuple[list[Comparison], bool]:
         """NCCL and Gloo side by side per size, with time breakdowns; returns (rows, interrupted)."""
         sweep = self.run(backends=list(BACKENDS), sizes=sizes, breakdown=True, progress=progress)
         nccl = {r.size_bytes: r for r in sweep.by_backend("nccl")}
@@ -233,8 +249,9 @@ class Simulator:
         return rows, sweep.interrupted
 
 
-def simulate(source: str | Path | Mapping[str, Any] | Scenario, overrides: Sequence[str] = (), **kwargs: Any
-             ) -> SweepResult:
+def simulate(
+    source: str | Path | Mapping[str, Any] | Scenario, overrides: Sequence[str] = (), **kwargs: Any
+) -> SweepResult:
     """Load (unless given a Scenario) and run a scenario's sweep; keyword arguments go to :meth:`Simulator.run`."""
     scenario = source if isinstance(source, Scenario) else load(source, overrides)
     return Simulator(scenario).run(**kwargs)

@@ -27,15 +27,22 @@ __all__ = ["main"]
 
 def _common(p: argparse.ArgumentParser, formats: Sequence[str] = ("table", "json", "csv")) -> None:
     p.add_argument("scenario", help="scenario YAML file, or a built-in name such as hgx-h100")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="PATH=VALUE",
-                   help="override a scenario field, e.g. --set backends.nccl.env.NCCL_PROTO=Simple (repeatable)")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="PATH=VALUE",
+        help="override a scenario field, e.g. --set backends.nccl.env.NCCL_PROTO=Simple (repeatable)",
+    )
     p.add_argument("--format", choices=formats, default=formats[0], help="output format (default: %(default)s)")
     p.add_argument("-o", "--output", metavar="FILE", help="write the output to FILE instead of stdout")
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="collsim", description="Simulate NCCL-style and Gloo-style collectives on GPU "
-                                 "clusters described in YAML.")
+    ap = argparse.ArgumentParser(
+        prog="collsim", description="Simulate NCCL-style and Gloo-style collectives on GPU clusters described in YAML."
+    )
     sub = ap.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="simulate a sweep and print nccl-tests style tables")
     _common(run)
@@ -111,8 +118,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
             if not recs:
                 continue
             r0 = recs[0]
-            head = (f"collsim {b}: {sim.scenario.name}, {r0.nranks} ranks, {r0.collective} {r0.dtype}, "
-                    f"algorithm {r0.algorithm}" + (f", {r0.channels} channels max" if r0.channels else ""))
+            head = (
+                f"collsim {b}: {sim.scenario.name}, {r0.nranks} ranks, {r0.collective} {r0.dtype}, "
+                f"algorithm {r0.algorithm}" + (f", {r0.channels} channels max" if r0.channels else "")
+            )
             parts.append(format_nccl_tests(recs, header=head))
         text = "\n".join(parts)
     _emit(text, args.output)
@@ -147,15 +156,16 @@ def _cmd_compare(args: argparse.Namespace) -> int:
             }
             for r in rows
         ]
-        text = json.dumps({"scenario": sim.scenario.to_dict(), "comparison": out, "interrupted": interrupted},
-                          indent=2) + "\n"
+        text = (
+            json.dumps({"scenario": sim.scenario.to_dict(), "comparison": out, "interrupted": interrupted}, indent=2)
+            + "\n"
+        )
     elif args.format == "csv":
         buf = io.StringIO()
         w = csv.writer(buf)
         w.writerow(["size_bytes", "nccl_time_us", "nccl_busbw_gbps", "gloo_time_us", "gloo_busbw_gbps", "speedup"])
         for r in rows:
-            w.writerow([r.size_bytes, r.nccl.time_us, r.nccl.busbw_gbps, r.gloo.time_us, r.gloo.busbw_gbps,
-                        r.speedup])
+            w.writerow([r.size_bytes, r.nccl.time_us, r.nccl.busbw_gbps, r.gloo.time_us, r.gloo.busbw_gbps, r.speedup])
         text = buf.getvalue()
     else:
         n = rows[0].nccl.nranks if rows else 0
@@ -163,7 +173,9 @@ def _cmd_compare(args: argparse.Namespace) -> int:
             f"# collsim compare: {sim.scenario.name} ({n} ranks, {sim.scenario.collectives()[0]} "
             f"{sim.scenario.workload.dtype})",
             f"# NCCL: {rows[0].nccl.algorithm} algorithm; Gloo: {rows[0].gloo.algorithm} over TCP "
-            f"({sim.gloo_options.device} tensors)" if rows else "#",
+            f"({sim.gloo_options.device} tensors)"
+            if rows
+            else "#",
             f"# {'size':>10} {'nccl us':>12} {'busbw':>7} {'proto':>6} {'gloo us':>12} {'busbw':>7} {'speedup':>8}",
         ]
         for r in rows:
@@ -206,8 +218,13 @@ def _cmd_benchmark(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``collsim`` command; returns the exit status."""
     args = _parser().parse_args(argv)
-    handlers = {"run": _cmd_run, "compare": _cmd_compare, "topo": _cmd_topo, "schema": _cmd_schema,
-                "benchmark": _cmd_benchmark}
+    handlers = {
+        "run": _cmd_run,
+        "compare": _cmd_compare,
+        "topo": _cmd_topo,
+        "schema": _cmd_schema,
+        "benchmark": _cmd_benchmark,
+    }
     try:
         return handlers[args.command](args)
     except (ScenarioError, TopologyError, BackendError, UnitError) as exc:

@@ -10,9 +10,9 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 
-__all__ = ["run_benchmark", "bare_simpy_seconds"]
+__all__ = ["bare_simpy_seconds", "run_benchmark"]
 
 #: Targets on a 2-core machine, as multiples of the bare-SimPy baseline (issue 2 and 3).
 TARGETS = {"hgx-h100": 9.0, "2node-h100-ib": 27.0, "16node-h100-ib": 60.0}
@@ -25,7 +25,7 @@ def bare_simpy_seconds(n: int = 1_000_000) -> float:
 
     env = simpy.Environment()
 
-    def loop(env: simpy.Environment) -> object:
+    def loop(env: simpy.Environment) -> Generator[simpy.Event, None, None]:
         for _ in range(n):
             yield env.timeout(1)
 

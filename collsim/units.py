@@ -27,16 +27,16 @@ import math
 import re
 
 __all__ = [
-    "UnitError",
-    "parse_size",
-    "parse_bandwidth",
-    "parse_time",
-    "parse_size_range",
-    "format_size",
-    "format_bandwidth",
-    "format_time",
     "DTYPE_SIZES",
     "NCCL_TESTS_TYPE_NAMES",
+    "UnitError",
+    "format_bandwidth",
+    "format_size",
+    "format_time",
+    "parse_bandwidth",
+    "parse_size",
+    "parse_size_range",
+    "parse_time",
 ]
 
 
@@ -105,7 +105,7 @@ def parse_size(text: str | int | float) -> int:
     nbytes = value * factor
     if nbytes < 0 or not math.isfinite(nbytes):
         raise UnitError(f"size {text!r} must be a non-negative number of bytes")
-    return int(round(nbytes))
+    return round(nbytes)
 
 
 def parse_bandwidth(text: str | int | float) -> float:
@@ -205,7 +205,7 @@ def parse_size_range(text: str) -> list[int]:
             raise UnitError(f"size sweep {text!r}: a factor sweep needs MIN > 0 and a factor > 1")
         s = float(lo)
         while s <= hi * (1 + 1e-12):
-            out.append(int(round(s)))
+            out.append(round(s))
             s *= factor
     elif step.startswith("+"):
         inc = parse_size(step[1:])

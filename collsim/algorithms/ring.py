@@ -20,11 +20,11 @@ from simpy.events import Event
 from collsim.algorithms.board import EventBoard
 
 __all__ = [
-    "RingChunking",
     "GlooRingShape",
+    "RingChunking",
+    "gloo_ring_allreduce",
     "gloo_ring_segments",
     "nccl_ring_allreduce",
-    "gloo_ring_allreduce",
 ]
 
 Send = Callable[[float], tuple[Event, Event]]
@@ -164,10 +164,8 @@ def gloo_ring_allreduce(
     total = (nranks - 1) * k
     seg = shape.segment_bytes
     for phase in ("rs", "ag"):
-        if phase == "ag":
-            # the all-gather starts when this rank's own chunk is fully reduced
-            if total:
-                yield board.get(me, ("red", total - 1))
+        if phase == "ag" and total:  # the all-gather starts when this rank's own chunk is fully reduced
+            yield board.get(me, ("red", total - 1))
         for t in range(total):
             if t >= k:
                 yield board.get(me, ("red", t - k) if phase == "rs" else ("agarr", t - k))

@@ -11,7 +11,7 @@ import simpy
 from collsim.engine import FlowRecord, FluidNetwork, ResourceSpec
 from collsim.topology import Link, Topology
 
-__all__ = ["BackendError", "Outcome", "ResourceCatalog", "Path", "link_uses", "run_until_done"]
+__all__ = ["BackendError", "Outcome", "Path", "ResourceCatalog", "link_uses", "run_until_done"]
 
 
 class BackendError(ValueError):
@@ -90,7 +90,9 @@ class ResourceCatalog:
         cores: dict[int, float] = {}
         for cpu in topo.devices("cpu"):
             spec = cpu.spec
-            self.specs[("mem", cpu.name)] = ResourceSpec(f"{cpu.name} memory", float(spec["memory_bandwidth"]), "hostmem")
+            self.specs[("mem", cpu.name)] = ResourceSpec(
+                f"{cpu.name} memory", float(spec["memory_bandwidth"]), "hostmem"
+            )
             cores[cpu.node] = cores.get(cpu.node, 0.0) + float(spec["cores"])
         for node, n in cores.items():
             self.specs[("cores", node)] = ResourceSpec(f"n{node} CPU cores", n, "cpu")
@@ -115,7 +117,7 @@ def run_until_done(env: simpy.Environment, done_events: Sequence[simpy.Event]) -
         finish[i] = env.now
 
     for i, ev in enumerate(done_events):
-        ev.callbacks.append(lambda _e, i=i: mark(i))
+        ev.callbacks.append(lambda _e, i=i: mark(i))  # type: ignore[misc]
     env.run()
     missing = [i for i, t in enumerate(finish) if math.isnan(t)]
     if missing:

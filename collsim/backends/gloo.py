@@ -52,12 +52,19 @@ class GlooOptions:
     device: str = "cuda"
 
 
-_PRIORITY = ["D2H copy (PCIe)", "H2D copy (PCIe)", "CPU reduction", "TCP over network", "TCP over loopback",
-             "enqueue on worker thread"]
+_PRIORITY = [
+    "D2H copy (PCIe)",
+    "H2D copy (PCIe)",
+    "CPU reduction",
+    "TCP over network",
+    "TCP over loopback",
+    "enqueue on worker thread",
+]
 
 
-def _tcp_path(topo: Topology, cat: ResourceCatalog, a: str, b: str, preamble: float, seg: float
-              ) -> tuple[Path, float, float, str]:
+def _tcp_path(
+    topo: Topology, cat: ResourceCatalog, a: str, b: str, preamble: float, seg: float
+) -> tuple[Path, float, float, str]:
     """TCP send from rank device ``a`` to ``b``: resources, latency, one stream's cap, and its tag."""
     ca, cb = topo.host_cpu(a), topo.host_cpu(b)
     da, db = topo.device(a), topo.device(b)
@@ -121,6 +128,7 @@ def simulate_gloo(
     shape = gloo_ring_segments(nbytes, n, consts.max_segment_bytes)
     env, net = new_network(record, check)
     cat = ResourceCatalog(topo)
+    # entities are rank numbers: CPU processes on one socket share a device
     usage: dict[Hashable, dict[str, list[tuple[Hashable, float]]]] = {}
     info: dict[Hashable, dict[str, Any]] = {}
     colors: dict[Hashable, Hashable] = {}
@@ -142,10 +150,10 @@ def simulate_gloo(
             roles["reduce"] = list((cat.cores(cpu.node, 1.0 / red_rate) + cat.mem(cpu.name, 3.0)).uses)
             d["reduce_cap"] = red_rate
             d["notice_lat"] = float(cpu.spec["tcp_message_latency"])
-        usage[r] = roles
-        info[r] = d
-        colors[r] = (d.get("copy_lat"), d.get("send_lat"), d.get("send_cap"), d.get("reduce_cap"), d.get("send_tag"))
-    relations = [(r, "pred", ranks[i - 1]) for i, r in enumerate(ranks)]
+        usage[i] = roles
+        info[i] = d
+        colors[i] = (d.get("copy_lat"), d.get("send_lat"), d.get("send_cap"), d.get("reduce_cap"), d.get("send_tag"))
+    relations: list[tuple[Hashable, str, Hashable]] = [(i, "pred", (i - 1) % n) for i in range(n)]
     quotient = build_quotient(net, usage, cat.specs, colors=colors, relations=relations, symmetric=symmetry)
     board = EventBoard(env)
 
@@ -154,15 +162,17 @@ def simulate_gloo(
         owner = str(me)
         yield net.delay(consts.work_enqueue_latency, tag="enqueue on worker thread", owner=owner)
         if opts.device == "cuda":
-            _s, arrived = net.transfer(nbytes, quotient.uses(me, "d2h"), latency=d["copy_lat"],
-                                       tag="D2H copy (PCIe)", owner=owner)
+            _s, arrived = net.transfer(
+                nbytes, quotient.uses(me, "d2h"), latency=d["copy_lat"], tag="D2H copy (PCIe)", owner=owner
+            )
             yield arrived
         if n > 1:
             send_uses, reduce_uses = quotient.uses(me, "send"), quotient.uses(me, "reduce")
 
             def send(b: float) -> Any:
-                return net.transfer(b, send_uses, latency=d["send_lat"], max_rate=d["send_cap"],
-                                    tag=d["send_tag"], owner=owner)
+                return net.transfer(
+                    b, send_uses, latency=d["send_lat"], max_rate=d["send_cap"], tag=d["send_tag"], owner=owner
+                )
 
             def reduce(b: float) -> Any:
                 return net.transfer(b, reduce_uses, max_rate=d["reduce_cap"], tag="CPU reduction", owner=owner)[0]
@@ -172,26 +182,33 @@ def simulate_gloo(
 
             k = consts.segments_in_flight
             s = env.process(gloo_ring_allreduce(board, me, succ, nranks=n, shape=shape, send=send, inflight=k))
-            rcv = env.process(gloo_ring_receiver(board, me, pred, nranks=n, shape=shape, reduce=reduce,
-                                                 notice=notice, inflight=k))
+            rcv = env.process(
+                gloo_ring_receiver(board, me, pred, nranks=n, shape=shape, reduce=reduce, notice=notice, inflight=k)
+            )
             yield s & rcv
         if opts.device == "cuda":
-            _s, arrived = net.transfer(nbytes, quotient.uses(me, "h2d"), latency=d["copy_lat"],
-                                       tag="H2D copy (PCIe)", owner=owner)
+            _s, arrived = net.transfer(
+                nbytes, quotient.uses(me, "h2d"), latency=d["copy_lat"], tag="H2D copy (PCIe)", owner=owner
+            )
             yield arrived
 
     done = []
     for rep in quotient.reps():
-        i = ranks.index(rep)  # type: ignore[arg-type]
-        pred = quotient.rep(ranks[i - 1])
-        succ = quotient.rep(ranks[(i + 1) % n])
-        done.append(env.process(rank_proc(rep, pred, succ)))
+        i = int(rep)  # type: ignore[call-overload]
+        done.append(env.process(rank_proc(rep, quotient.rep((i - 1) % n), quotient.rep((i + 1) % n))))
     t = run_until_done(env, done)
-    owner = str(quotient.rep(ranks[0]))
+    owner = str(quotient.rep(0))
     breakdown: dict[str, float] = {}
     if record:
-        breakdown = attribute_time(net.records, owner, 0.0, t, _PRIORITY, latency_label="TCP message latency",
-                                   idle_label="waiting (peers, notices)")
+        breakdown = attribute_time(
+            net.records,
+            owner,
+            0.0,
+            t,
+            _PRIORITY,
+            latency_label="TCP message latency",
+            idle_label="waiting (peers, notices)",
+        )
         breakdown = {k: v for k, v in breakdown.items() if v > 0}
     return Outcome(
         backend="gloo",

@@ -29,8 +29,8 @@ __all__ = [
     "NcclOptions",
     "NcclPlan",
     "plan_nccl",
-    "tuner_times",
     "simulate_nccl",
+    "tuner_times",
 ]
 
 ALGORITHMS = ("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT")
@@ -249,8 +249,17 @@ def _node_chain(topo: Topology, node: int, nic: str | None) -> list[str]:
     return [entry, *rest, exit_]
 
 
-def _hop(topo: Topology, cat: ResourceCatalog, a: str, b: str, nic_a: str | None, nic_b: str | None,
-         opts: NcclOptions, consts: NcclConstants, fabric: Mapping[str, Any]) -> Hop:
+def _hop(
+    topo: Topology,
+    cat: ResourceCatalog,
+    a: str,
+    b: str,
+    nic_a: str | None,
+    nic_b: str | None,
+    opts: NcclOptions,
+    consts: NcclConstants,
+    fabric: Mapping[str, Any],
+) -> Hop:
     da, db = topo.device(a), topo.device(b)
     if da.node == db.node:
         p2p_level = _level(opts.p2p_level, consts.default_p2p_level, "NCCL_P2P_LEVEL")
@@ -296,8 +305,9 @@ def _hop(topo: Topology, cat: ResourceCatalog, a: str, b: str, nic_a: str | None
     return Hop(a, b, "NET/socket", "NET", sock, per_core * opts.socket_threads)
 
 
-def plan_nccl(topo: Topology, opts: NcclOptions, consts: NcclConstants, fabric: Mapping[str, Any] | None = None
-              ) -> NcclPlan:
+def plan_nccl(
+    topo: Topology, opts: NcclOptions, consts: NcclConstants, fabric: Mapping[str, Any] | None = None
+) -> NcclPlan:
     """Channels, rings and transports as NCCL would build them for ``topo``.
 
     Channel count: on NVLink systems 2 x (the GPU's NVLink bandwidth / one channel's bandwidth), NCCL's rings
@@ -439,8 +449,9 @@ def tuner_times(plan: NcclPlan, consts: NcclConstants, collective: str, nbytes: 
     return out
 
 
-def choose(plan: NcclPlan, opts: NcclOptions, consts: NcclConstants, collective: str, nbytes: int
-           ) -> tuple[str, str, float]:
+def choose(
+    plan: NcclPlan, opts: NcclOptions, consts: NcclConstants, collective: str, nbytes: int
+) -> tuple[str, str, float]:
     """The (algorithm, protocol) NCCL would run and its predicted time, honouring NCCL_ALGO and NCCL_PROTO."""
     if opts.algorithms is not None:
         allowed_algos = set(opts.algorithms)
@@ -520,7 +531,9 @@ def simulate_nccl(
     nc = _channels_for(plan, consts, proto, nbytes)
     buffer = opts.buffsize if (opts.buffsize and proto == "Simple") else pc.buffer_bytes
     step_data = buffer / consts.steps * pc.data_per_wire
-    chunking = RingChunking(step_data * pc.chunk_steps, pc.chunk_steps // pc.slice_steps, consts.steps // pc.slice_steps)
+    chunking = RingChunking(
+        step_data * pc.chunk_steps, pc.chunk_steps // pc.slice_steps, consts.steps // pc.slice_steps
+    )
     idx = _node_index(plan.nnodes)
     cap = plan.channel_bw
     if proto == "LL":
@@ -554,7 +567,7 @@ def simulate_nccl(
             relations.append((ent, "pred", (c, ring[i - 1])))
     quotient = build_quotient(net, usage, cat.specs, colors=colors, relations=relations, symmetric=symmetry)
     board = EventBoard(env)
-    done = []
+    done: list[Any] = []
     owner_ent = quotient.rep((0, plan.rings[0][0]))
 
     def send_fn(ent: Hashable) -> Any:
@@ -572,8 +585,9 @@ def simulate_nccl(
             board, ent, pred, succ, nranks=n, data_bytes=per_channel, chunking=chunking, send=send_fn(ent)
         )
 
-    for ent in quotient.reps():
-        c, g = ent  # type: ignore[misc]
+    for rep in quotient.reps():
+        c, g = rep  # type: ignore[misc]
+        ent = (c, g)
         ring = plan.rings[c]
         i = ring.index(g)
         pred = quotient.rep((c, ring[i - 1]))
@@ -588,8 +602,15 @@ def simulate_nccl(
     t = run_until_done(env, done)
     breakdown: dict[str, float] = {}
     if record:
-        breakdown = attribute_time(net.records, str(owner_ent), 0.0, t, _PRIORITY,
-                                   latency_label="per-step latency", idle_label="waiting (peers, slots)")
+        breakdown = attribute_time(
+            net.records,
+            str(owner_ent),
+            0.0,
+            t,
+            _PRIORITY,
+            latency_label="per-step latency",
+            idle_label="waiting (peers, slots)",
+        )
         breakdown = {k: v for k, v in breakdown.items() if v > 0}
     return Outcome(
         backend="nccl",

@@ -7,5 +7,14 @@ from collsim.engine.fluid import LATE, Flow, FlowRecord, FluidNetwork, Resource
 from collsim.engine.symmetry import Quotient, ResourceSpec, build_quotient, refine
 
 __all__ = [
+    "LATE",
+    "Flow",
+    "FlowRecord",
+    "FluidNetwork",
+    "Quotient",
+    "Resource",
+    "ResourceSpec",
     "attribute_time",
-    "LATE", "Flow", "FlowRecord", "FluidNetwork", "Resource", "Quotient", "ResourceSpec", "build_quotient", "refine"]
+    "build_quotient",
+    "refine",
+]

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import simpy
 from simpy.events import Event
 
-__all__ = ["Resource", "Flow", "FlowRecord", "FluidNetwork", "LATE"]
+__all__ = ["LATE", "Flow", "FlowRecord", "FluidNetwork", "Resource"]
 
 #: SimPy priority of the rate solve: after every NORMAL (1) event of the same timestamp.
 LATE = 2
@@ -42,7 +42,7 @@ class Resource:
         What it is, for reports: ``nvlink``, ``pcie``, ``hostmem``, ``cpu``, ``ib`` ...
     """
 
-    __slots__ = ("name", "capacity", "kind", "busy", "carried")
+    __slots__ = ("busy", "capacity", "carried", "kind", "name")
 
     def __init__(self, name: str, capacity: float, kind: str = "") -> None:
         if not capacity > 0 or math.isnan(capacity):
@@ -60,7 +60,7 @@ class Resource:
 class Flow:
     """A transfer in progress. Created by :meth:`FluidNetwork.transfer`; read-only for callers."""
 
-    __slots__ = ("size", "remaining", "uses", "max_rate", "rate", "done", "tag", "owner", "t_start", "latency", "sig")
+    __slots__ = ("done", "latency", "max_rate", "owner", "rate", "remaining", "sig", "size", "t_start", "tag", "uses")
 
     def __init__(
         self,
@@ -219,7 +219,10 @@ class FluidNetwork:
         return self.env.timeout(seconds)
 
     def _after(self, seconds: float, ev: Event) -> None:
-        self.env.timeout(seconds).callbacks.append(lambda _e: ev.succeed())
+        def fire(_e: Event) -> None:
+            ev.succeed()
+
+        self.env.timeout(seconds).callbacks.append(fire)
 
     # ------------------------------------------------------------------ solver
     def _schedule_update(self) -> None:
@@ -230,7 +233,7 @@ class FluidNetwork:
         ev._ok = True
         ev._value = None
         ev.callbacks.append(lambda _e: self._update(due=False))
-        self.env.schedule(ev, LATE)
+        self.env.schedule(ev, LATE)  # type: ignore[arg-type]  # SimPy accepts any int priority
 
     def _advance(self) -> None:
         """Move every streaming flow forward to now at its current rate."""

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from collsim.engine.fluid import FluidNetwork, Resource
 
-__all__ = ["ResourceSpec", "Quotient", "build_quotient", "refine"]
+__all__ = ["Quotient", "ResourceSpec", "build_quotient", "refine"]
 
 Entity = Hashable
 ResKey = Hashable
@@ -199,8 +199,8 @@ def build_quotient(
         colors.setdefault(e, 0)
     used: dict[ResKey, ResourceSpec] = {}
     for roles in usage.values():
-        for uses in roles.values():
-            for rk, _ in uses:
+        for role_list in roles.values():
+            for rk, _ in role_list:
                 if rk not in resources:
                     raise KeyError(f"resource {rk!r} used but not declared")
                 used[rk] = resources[rk]
@@ -224,7 +224,7 @@ def build_quotient(
         name = spec.name if len(keys) == 1 else f"{spec.name} (+{len(keys) - 1} symmetric)"
         engine_res[c] = net.resource(name, spec.capacity, spec.kind)
     uses: dict[tuple[Entity, str], list[tuple[Resource, float]]] = {}
-    for c, lst in members.items():
+    for lst in members.values():
         rep = lst[0]
         for role, role_uses in usage.get(rep, {}).items():
             agg: dict[int, float] = {}

@@ -123,14 +123,24 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     if data is None:
         raise ScenarioError("empty file (only comments), expected a scenario mapping (name, cluster, ...)", file=file)
     if not isinstance(data, dict):
-        raise ScenarioError(f"top level must be a mapping of fields (name, cluster, workload, backends, engine), "
-                            f"got {_type_name(data)}", file=file)
+        raise ScenarioError(
+            f"top level must be a mapping of fields (name, cluster, workload, backends, engine), "
+            f"got {_type_name(data)}",
+            file=file,
+        )
     return data
 
 
 def _type_name(value: Any) -> str:
-    names = {dict: "a mapping", list: "a list", str: "a string", int: "an integer", float: "a number",
-             bool: "a boolean", type(None): "null"}
+    names = {
+        dict: "a mapping",
+        list: "a list",
+        str: "a string",
+        int: "an integer",
+        float: "a number",
+        bool: "a boolean",
+        type(None): "null",
+    }
     return names.get(type(value), type(value).__name__)
 
 
@@ -161,19 +171,26 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str,
     result = copy.deepcopy(data)
     for item in overrides:
         if not isinstance(item, str) or "=" not in item:
-            raise ScenarioError("expected KEY=VALUE, e.g. cluster.nodes=2 or backends.nccl.env.NCCL_ALGO=Ring",
-                                file=OVERRIDE_SOURCE, field=str(item))
+            raise ScenarioError(
+                "expected KEY=VALUE, e.g. cluster.nodes=2 or backends.nccl.env.NCCL_ALGO=Ring",
+                file=OVERRIDE_SOURCE,
+                field=str(item),
+            )
         key, _, raw = item.partition("=")
         key = key.strip()
         parts = [p.strip() for p in key.split(".")]
         if not key or any(not p for p in parts):
-            raise ScenarioError(f"bad field path {key!r} in {item!r}; expected dotted names like cluster.nodes",
-                                file=OVERRIDE_SOURCE, field=key or item)
+            raise ScenarioError(
+                f"bad field path {key!r} in {item!r}; expected dotted names like cluster.nodes",
+                file=OVERRIDE_SOURCE,
+                field=key or item,
+            )
         try:
             value = yaml.safe_load(raw) if raw.strip() else None
         except yaml.YAMLError as exc:
-            raise ScenarioError(f"cannot read value {raw!r}: {_yaml_error_text(exc)}", file=OVERRIDE_SOURCE,
-                                field=key) from None
+            raise ScenarioError(
+                f"cannot read value {raw!r}: {_yaml_error_text(exc)}", file=OVERRIDE_SOURCE, field=key
+            ) from None
         _set_path(result, parts, value, key)
     return result
 
@@ -194,18 +211,25 @@ def _set_path(root: dict[str, Any], parts: list[str], value: Any, key: str) -> N
             try:
                 index = int(part)
             except ValueError:
-                raise ScenarioError(f"{'.'.join(parts[:i])} is a list; {part!r} is not an index",
-                                    file=OVERRIDE_SOURCE, field=key) from None
+                raise ScenarioError(
+                    f"{'.'.join(parts[:i])} is a list; {part!r} is not an index", file=OVERRIDE_SOURCE, field=key
+                ) from None
             if not -len(cur) <= index < len(cur):
-                raise ScenarioError(f"index {index} out of range for a list of {len(cur)} items ({where})",
-                                    file=OVERRIDE_SOURCE, field=key)
+                raise ScenarioError(
+                    f"index {index} out of range for a list of {len(cur)} items ({where})",
+                    file=OVERRIDE_SOURCE,
+                    field=key,
+                )
             if last:
                 cur[index] = value
             else:
                 cur = cur[index]
         else:
-            raise ScenarioError(f"cannot set {key}: {'.'.join(parts[:i])} is {_type_name(cur)}, not a mapping",
-                                file=OVERRIDE_SOURCE, field=key)
+            raise ScenarioError(
+                f"cannot set {key}: {'.'.join(parts[:i])} is {_type_name(cur)}, not a mapping",
+                file=OVERRIDE_SOURCE,
+                field=key,
+            )
 
 
 # ------------------------------------------------------------------------------------------- pydantic error handling
@@ -269,7 +293,7 @@ def _error_message(err: Mapping[str, Any]) -> str:
         return f"expected {what}, got {_short(err.get('input'))}"
     msg = str(err["msg"])
     if msg.startswith("Value error, "):
-        msg = msg[len("Value error, "):]
+        msg = msg[len("Value error, ") :]
     return f"{msg}, got {_short(err.get('input'))}"
 
 
@@ -316,8 +340,12 @@ def _check_files(scenario: Scenario, file: str) -> None:
         if known is not None and node not in known:
             near = difflib.get_close_matches(node, known, n=1)
             hint = f" (did you mean {near[0]!r}?)" if near else ""
-            raise ScenarioError(f"unknown node template {node!r}{hint}; known templates: {', '.join(known)}; "
-                                f"or give a path to a template .yaml file", file=file, field="cluster.node")
+            raise ScenarioError(
+                f"unknown node template {node!r}{hint}; known templates: {', '.join(known)}; "
+                f"or give a path to a template .yaml file",
+                file=file,
+                field="cluster.node",
+            )
     cal = scenario.calibration_path()
     if cal is not None and not cal.is_file():
         raise ScenarioError(f"calibration profile not found: {cal}", file=file, field="calibration")

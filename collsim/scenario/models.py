@@ -227,8 +227,9 @@ class WorkloadConfig(BaseModel):
     def _collective(cls, value: Any) -> list[str]:
         items = [value] if isinstance(value, str) else value
         if not isinstance(items, list) or not items:
-            raise custom_error(f"expected a collective name or a non-empty list of them ({', '.join(COLLECTIVES)})"
-                               f", got {value!r}")
+            raise custom_error(
+                f"expected a collective name or a non-empty list of them ({', '.join(COLLECTIVES)}), got {value!r}"
+            )
         out: list[str] = []
         for item in items:
             key = item.lower().replace("_", "").replace("-", "") if isinstance(item, str) else None
@@ -327,8 +328,9 @@ class NcclConfig(BaseModel):
         for key, raw in value.items():
             skey = str(key)
             if not skey.startswith("NCCL_"):
-                raise custom_error(f"not an NCCL variable (names start with NCCL_); known: "
-                                   f"{', '.join(KNOWN_NCCL_ENV)}", subfield=skey)
+                raise custom_error(
+                    f"not an NCCL variable (names start with NCCL_); known: {', '.join(KNOWN_NCCL_ENV)}", subfield=skey
+                )
             text = _env_value_str(raw)
             if text is None:
                 raise custom_error(f"expected a string, number or boolean, got {raw!r}", subfield=skey)
@@ -342,8 +344,11 @@ class NcclConfig(BaseModel):
                 near = closest_known(skey)
                 hint = f"; did you mean {near}?" if near else ""
                 where = f"{file}: " if file else ""
-                warnings.warn(f"{where}backends.nccl.env.{skey}: unknown NCCL variable, collsim ignores it{hint}",
-                              ScenarioWarning, stacklevel=2)
+                warnings.warn(
+                    f"{where}backends.nccl.env.{skey}: unknown NCCL variable, collsim ignores it{hint}",
+                    ScenarioWarning,
+                    stacklevel=2,
+                )
             out[skey] = text
         return out
 

@@ -87,8 +87,9 @@ class NcclEnvError(ValueError):
     """A bad value for one NCCL variable; the message says what was expected."""
 
 
-def parse_name_list(value: str, valid: tuple[str, ...], groups: Mapping[str, tuple[str, ...]] | None = None,
-                    what: str = "name") -> set[str]:
+def parse_name_list(
+    value: str, valid: tuple[str, ...], groups: Mapping[str, tuple[str, ...]] | None = None, what: str = "name"
+) -> set[str]:
     """Parse NCCL's ``[^]name[,name...]`` list syntax into the set of enabled names.
 
     Parameters
@@ -122,8 +123,10 @@ def parse_name_list(value: str, valid: tuple[str, ...], groups: Mapping[str, tup
         text = text[1:]
     tokens = [t.strip() for t in text.split(",")]
     if not text.strip() or any(not t for t in tokens):
-        raise NcclEnvError(f"expected a comma-separated list of {what}s from {listing} (optionally starting "
-                           f"with ^ to exclude them), got {value!r}")
+        raise NcclEnvError(
+            f"expected a comma-separated list of {what}s from {listing} (optionally starting "
+            f"with ^ to exclude them), got {value!r}"
+        )
     chosen: set[str] = set()
     for tok in tokens:
         if tok.lower() not in lookup:

@@ -24,8 +24,9 @@ def schema_text() -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Write (or with ``--check`` compare) the scenario JSON Schema; returns the exit status."""
     parser = argparse.ArgumentParser(prog="python -m collsim.scenario.schema", description=__doc__)
-    parser.add_argument("path", nargs="?", type=Path, default=None, help="output file (default: "
-                        "<scenarios dir>/scenario.schema.json)")
+    parser.add_argument(
+        "path", nargs="?", type=Path, default=None, help="output file (default: <scenarios dir>/scenario.schema.json)"
+    )
     parser.add_argument("--check", action="store_true", help="only check that the file is up to date")
     args = parser.parse_args(argv)
     path: Path = args.path or scenarios_dir() / "scenario.schema.json"

@@ -86,8 +86,10 @@ def test_unknown_top_level_key(write: Write) -> None:
     path = scenario_with(write, "workloads: {}\n")
     err = error_of(path)
     assert err.field == "workloads"
-    assert err.message.startswith("unknown field (did you mean 'workload'?), expected one of: name, description, "
-                                  "cluster, workload, backends, engine, calibration")
+    assert err.message.startswith(
+        "unknown field (did you mean 'workload'?), expected one of: name, description, "
+        "cluster, workload, backends, engine, calibration"
+    )
 
 
 def test_wrong_type_int(write: Write) -> None:
@@ -124,8 +126,7 @@ def test_nodes_without_fabric(write: Write) -> None:
 def test_bad_fabric_topology(write: Write) -> None:
     path = scenario_with(write, "  nodes: 2\n  fabric: {topology: torus}\n")
     assert str(error_of(path)) == (
-        f"{path}: cluster.fabric.topology: Input should be 'single_switch', 'rail_optimized' or 'fat_tree', "
-        "got 'torus'"
+        f"{path}: cluster.fabric.topology: Input should be 'single_switch', 'rail_optimized' or 'fat_tree', got 'torus'"
     )
 
 
@@ -227,25 +228,45 @@ def test_backend_and_engine_fields(write: Write, body: str, field: str) -> None:
 @pytest.mark.parametrize(
     ("env", "field", "message"),
     [
-        ("{NCCL_ALGO: Rings}", "backends.nccl.env.NCCL_ALGO",
-         "unknown algorithm 'Rings' in 'Rings'; valid algorithms: Ring, Tree, CollNetDirect, CollNetChain, NVLS, "
-         "NVLSTree, PAT, CollNet"),
-        ("{NCCL_PROTO: LL256}", "backends.nccl.env.NCCL_PROTO",
-         "unknown protocol 'LL256' in 'LL256'; valid protocols: LL, LL128, Simple"),
-        ("{NCCL_ALGO: '^Ring,Tree,CollNet,NVLS,NVLSTree,PAT'}", "backends.nccl.env.NCCL_ALGO",
-         "'^Ring,Tree,CollNet,NVLS,NVLSTree,PAT' leaves no algorithm enabled"),
-        ("{NCCL_P2P_DISABLE: yes please}", "backends.nccl.env.NCCL_P2P_DISABLE",
-         "expected an integer, got 'yes please'"),
+        (
+            "{NCCL_ALGO: Rings}",
+            "backends.nccl.env.NCCL_ALGO",
+            "unknown algorithm 'Rings' in 'Rings'; valid algorithms: Ring, Tree, CollNetDirect, CollNetChain, NVLS, "
+            "NVLSTree, PAT, CollNet",
+        ),
+        (
+            "{NCCL_PROTO: LL256}",
+            "backends.nccl.env.NCCL_PROTO",
+            "unknown protocol 'LL256' in 'LL256'; valid protocols: LL, LL128, Simple",
+        ),
+        (
+            "{NCCL_ALGO: '^Ring,Tree,CollNet,NVLS,NVLSTree,PAT'}",
+            "backends.nccl.env.NCCL_ALGO",
+            "'^Ring,Tree,CollNet,NVLS,NVLSTree,PAT' leaves no algorithm enabled",
+        ),
+        (
+            "{NCCL_P2P_DISABLE: yes please}",
+            "backends.nccl.env.NCCL_P2P_DISABLE",
+            "expected an integer, got 'yes please'",
+        ),
         ("{NCCL_BUFFSIZE: 4MiB}", "backends.nccl.env.NCCL_BUFFSIZE", "expected an integer, got '4MiB'"),
-        ("{NCCL_MAX_NCHANNELS: -2}", "backends.nccl.env.NCCL_MAX_NCHANNELS",
-         "expected a non-negative integer, got '-2'"),
-        ("{NCCL_P2P_LEVEL: NODE}", "backends.nccl.env.NCCL_P2P_LEVEL",
-         "expected a path type from LOC, NVL, NVB, PIX, PXB, PHB, SYS or a legacy integer 0..5, got 'NODE'"),
-        ("{NCCL_NET_GDR_LEVEL: 9}", "backends.nccl.env.NCCL_NET_GDR_LEVEL",
-         "expected a path type from LOC, NVL, NVB, PIX, PXB, PHB, SYS or a legacy integer 0..5, got '9'"),
+        (
+            "{NCCL_MAX_NCHANNELS: -2}",
+            "backends.nccl.env.NCCL_MAX_NCHANNELS",
+            "expected a non-negative integer, got '-2'",
+        ),
+        (
+            "{NCCL_P2P_LEVEL: NODE}",
+            "backends.nccl.env.NCCL_P2P_LEVEL",
+            "expected a path type from LOC, NVL, NVB, PIX, PXB, PHB, SYS or a legacy integer 0..5, got 'NODE'",
+        ),
+        (
+            "{NCCL_NET_GDR_LEVEL: 9}",
+            "backends.nccl.env.NCCL_NET_GDR_LEVEL",
+            "expected a path type from LOC, NVL, NVB, PIX, PXB, PHB, SYS or a legacy integer 0..5, got '9'",
+        ),
         ("{NCCL_ALGO: [Ring]}", "backends.nccl.env.NCCL_ALGO", "expected a string, number or boolean, got ['Ring']"),
-        ("[NCCL_ALGO]", "backends.nccl.env",
-         "expected a mapping of NCCL_* variables to values, got ['NCCL_ALGO']"),
+        ("[NCCL_ALGO]", "backends.nccl.env", "expected a mapping of NCCL_* variables to values, got ['NCCL_ALGO']"),
     ],
 )
 def test_bad_nccl_env(write: Write, env: str, field: str, message: str) -> None:

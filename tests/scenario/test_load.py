@@ -122,8 +122,15 @@ def test_dict_source_builtin_template(needs_topology: list[str]) -> None:
 
 def test_workload_normalisation(minimal: dict[str, Any], write: Callable[[str, str], Path]) -> None:
     folder = write("x.yaml", "").parent
-    data = dict(minimal, workload={"collective": ["all_reduce", "AllGather", "reduce-scatter", "allreduce"],
-                                   "dtype": "half", "op": "MAX", "sizes": [1024, "1KiB", "2MB"]})
+    data = dict(
+        minimal,
+        workload={
+            "collective": ["all_reduce", "AllGather", "reduce-scatter", "allreduce"],
+            "dtype": "half",
+            "op": "MAX",
+            "sizes": [1024, "1KiB", "2MB"],
+        },
+    )
     path = write("s.yaml", json.dumps(data))
     s = load_scenario(path)
     assert s.base_dir == folder

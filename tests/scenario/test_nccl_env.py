@@ -45,7 +45,14 @@ def test_proto_syntax() -> None:
 
 def test_levels() -> None:
     assert [parse_level(v) for v in ("loc", "NVL", "pix", "PXB", "phb", "SYS", "nvb")] == [
-        "LOC", "NVL", "PIX", "PXB", "PHB", "SYS", "NVB"]
+        "LOC",
+        "NVL",
+        "PIX",
+        "PXB",
+        "PHB",
+        "SYS",
+        "NVB",
+    ]
     assert [parse_level(str(i)) for i in range(6)] == ["LOC", "PIX", "PXB", "PHB", "SYS", "SYS"]
     for bad in ("6", "-1", "NET", ""):
         with pytest.raises(NcclEnvError):
@@ -53,9 +60,19 @@ def test_levels() -> None:
 
 
 def test_config_accessors() -> None:
-    cfg = NcclConfig.model_validate({"env": {"NCCL_ALGO": "^tree", "NCCL_PROTO": "LL128", "NCCL_P2P_LEVEL": 2,
-                                             "NCCL_NET_GDR_LEVEL": "phb", "NCCL_P2P_DISABLE": True,
-                                             "NCCL_SHM_DISABLE": False, "NCCL_MAX_NCHANNELS": 16}})
+    cfg = NcclConfig.model_validate(
+        {
+            "env": {
+                "NCCL_ALGO": "^tree",
+                "NCCL_PROTO": "LL128",
+                "NCCL_P2P_LEVEL": 2,
+                "NCCL_NET_GDR_LEVEL": "phb",
+                "NCCL_P2P_DISABLE": True,
+                "NCCL_SHM_DISABLE": False,
+                "NCCL_MAX_NCHANNELS": 16,
+            }
+        }
+    )
     assert cfg.algorithms() == set(NCCL_ALGORITHMS) - {"Tree"}
     assert cfg.protocols() == {"LL128"}
     assert cfg.p2p_level() == "PXB"

@@ -29,8 +29,11 @@ def test_nested_create_and_types() -> None:
     assert out == {
         "name": "t",
         "description": None,
-        "cluster": {"node": "x", "nodes": 2, "fabric": {"oversubscription": 1.5, "switch": {"latency": "300ns",
-                                                                                          "radix": 64}}},
+        "cluster": {
+            "node": "x",
+            "nodes": 2,
+            "fabric": {"oversubscription": 1.5, "switch": {"latency": "300ns", "radix": 64}},
+        },
         "backends": {"nccl": {"env": {"NCCL_ALGO": "Ring"}}, "gloo": {"enabled": False}},
         "workload": {"peers": [2, 3], "sizes": "8B:1KiB:x2"},
     }
@@ -55,11 +58,16 @@ def test_list_index() -> None:
 @pytest.mark.parametrize(
     ("item", "text"),
     [
-        ("cluster.nodes", "--set: cluster.nodes: expected KEY=VALUE, e.g. cluster.nodes=2 or "
-         "backends.nccl.env.NCCL_ALGO=Ring"),
+        (
+            "cluster.nodes",
+            "--set: cluster.nodes: expected KEY=VALUE, e.g. cluster.nodes=2 or backends.nccl.env.NCCL_ALGO=Ring",
+        ),
         ("=3", "--set: =3: bad field path '' in '=3'; expected dotted names like cluster.nodes"),
-        ("cluster..nodes=3", "--set: cluster..nodes: bad field path 'cluster..nodes' in 'cluster..nodes=3'; "
-         "expected dotted names like cluster.nodes"),
+        (
+            "cluster..nodes=3",
+            "--set: cluster..nodes: bad field path 'cluster..nodes' in 'cluster..nodes=3'; "
+            "expected dotted names like cluster.nodes",
+        ),
         ("name.first=x", "--set: name.first: cannot set name.first: name is a string, not a mapping"),
     ],
 )
@@ -80,8 +88,16 @@ def test_bad_override_yaml_value() -> None:
 
 def test_load_with_overrides(write: Callable[[str, str], Path]) -> None:
     path = write("s.yaml", "name: t\ncluster: {node: node.yaml}\nbackends: {nccl: {env: {NCCL_ALGO: Tree}}}\n")
-    s = load_scenario(path, ["backends.nccl.env.NCCL_ALGO=ring,tree", "backends.nccl.env.NCCL_NTHREADS=256",
-                             "workload.sizes=1KiB", "cluster.nodes=2", "cluster.fabric.topology=single_switch"])
+    s = load_scenario(
+        path,
+        [
+            "backends.nccl.env.NCCL_ALGO=ring,tree",
+            "backends.nccl.env.NCCL_NTHREADS=256",
+            "workload.sizes=1KiB",
+            "cluster.nodes=2",
+            "cluster.fabric.topology=single_switch",
+        ],
+    )
     assert s.backends.nccl is not None
     assert s.backends.nccl.algorithms() == {"Ring", "Tree"}
     assert s.backends.nccl.env["NCCL_NTHREADS"] == "256"  # YAML int converted back to the env string

@@ -23,12 +23,22 @@ def test_schema_shape() -> None:
     assert schema["required"] == ["name", "cluster"]
     assert schema["additionalProperties"] is False
     assert "source_file" not in schema["properties"] and "base_dir" not in schema["properties"]
-    assert list(schema["properties"]) == ["name", "description", "cluster", "workload", "backends", "engine",
-                                          "calibration"]
+    assert list(schema["properties"]) == [
+        "name",
+        "description",
+        "cluster",
+        "workload",
+        "backends",
+        "engine",
+        "calibration",
+    ]
     cluster = schema["$defs"]["ClusterConfig"]
     assert cluster["required"] == ["node"]
     assert schema["$defs"]["FabricConfig"]["properties"]["topology"]["enum"] == [
-        "single_switch", "rail_optimized", "fat_tree"]
+        "single_switch",
+        "rail_optimized",
+        "fat_tree",
+    ]
     env = schema["$defs"]["NcclConfig"]["properties"]["env"]
     assert env["propertyNames"] == {"pattern": "^NCCL_"}
     assert "NCCL_ALGO" in env["properties"]

@@ -47,8 +47,16 @@ def ideal_ring_time(
             return net.transfer(b, uses, latency=alpha)
 
         env.process(
-            nccl_ring_allreduce(board, rep, q.rep((rep - 1) % n), q.rep((rep + 1) % n), nranks=n,
-                                data_bytes=size, chunking=chunking, send=send)
+            nccl_ring_allreduce(
+                board,
+                rep,
+                q.rep((rep - 1) % n),
+                q.rep((rep + 1) % n),
+                nranks=n,
+                data_bytes=size,
+                chunking=chunking,
+                send=send,
+            )
         )
     done = [board.get(r, "done") for r in q.reps()]
     ends: list[float] = []
@@ -80,8 +88,13 @@ def ideal_gloo_ring_time(
 
         pred, succ = q.rep((rep - 1) % n), q.rep((rep + 1) % n)
         procs.append(env.process(gloo_ring_allreduce(board, rep, succ, nranks=n, shape=shape, send=send)))
-        procs.append(env.process(gloo_ring_receiver(board, rep, pred, nranks=n, shape=shape, reduce=reduce,
-                                                    notice=lambda: env.timeout(notice))))
+        procs.append(
+            env.process(
+                gloo_ring_receiver(
+                    board, rep, pred, nranks=n, shape=shape, reduce=reduce, notice=lambda: env.timeout(notice)
+                )
+            )
+        )
     ends: list[float] = []
     for p in procs:
         p.callbacks.append(lambda _e: ends.append(env.now))

@@ -1,0 +1,476 @@
+"""Black-box tests of the ``collsim`` command line (``collsim.cli.main``), run in-process with small sweeps."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from collsim.api import Simulator
+from collsim.cli import main
+
+CONTRACT_KEYS = (
+    "backend",
+    "collective",
+    "algorithm",
+    "protocol",
+    "nranks",
+    "dtype",
+    "size_bytes",
+    "count",
+    "time_us",
+    "algbw_gbps",
+    "busbw_gbps",
+)
+
+NCCL_TESTS_HEADER = re.compile(r"^#\s+size\s+count\s+type\s+redop\s+root\s+time\s+algbw\s+busbw\s+#wrong$")
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """Call the CLI in-process; return (exit status, stdout, stderr)."""
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def _tables(text: str) -> dict[str, list[list[str]]]:
+    """Split ``run`` table output into {backend: data rows split on whitespace}."""
+    tables: dict[str, list[list[str]]] = {}
+    current: str | None = None
+    for line in text.splitlines():
+        m = re.match(r"^# collsim (\w+): ", line)
+        if m:
+            current = m.group(1)
+            assert current not in tables, f"backend {current} has two tables"
+            tables[current] = []
+        elif line.strip() and not line.startswith("#"):
+            assert current is not None, f"data row before any header: {line!r}"
+            tables[current].append(line.split())
+    return tables
+
+
+def _json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
+    rc, out, err = _run(capsys, *argv)
+    assert rc == 0, err
+    assert err == ""
+    doc: dict[str, Any] = json.loads(out)
+    return doc
+
+
+# ------------------------------------------------------------------------------------------------------------ run
+
+
+def test_run_table_nccl_tests_layout(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, err = _run(capsys, "run", "hgx-h100", "--sizes", "1KiB,1MiB")
+    assert rc == 0
+    assert err == ""
+    tables = _tables(out)
+    assert list(tables) == ["nccl", "gloo"]
+    headers = [line for line in out.splitlines() if line.startswith("# collsim ")]
+    assert len(headers) == 2
+    for h, backend in zip(headers, ("nccl", "gloo")):
+        assert h.startswith(f"# collsim {backend}: hgx-h100, 8 ranks, allreduce float32")
+    assert sum(1 for line in out.splitlines() if NCCL_TESTS_HEADER.match(line)) == 2
+    assert out.count("# Avg bus bandwidth    :") == 2
+    for backend, rows in tables.items():
+        assert [r[0] for r in rows] == ["1024", "1048576"], backend
+        for row in rows:
+            assert len(row) == 9  # size count type redop root time algbw busbw #wrong
+            assert row[1] == str(int(row[0]) // 4)  # float32: 4 bytes per element
+            assert row[2:5] == ["float", "sum", "-1"]
+            assert row[8] == "N/A"
+            assert float(row[5]) > 0
+
+
+def test_run_table_matches_json(capsys: pytest.CaptureFixture[str]) -> None:
+    _, out, _ = _run(capsys, "run", "hgx-h100", "--sizes", "1KiB,1MiB")
+    doc = _json(capsys, "run", "hgx-h100", "--sizes", "1KiB,1MiB", "--format", "json")
+    tables = _tables(out)
+    for res in doc["results"]:
+        row = next(r for r in tables[res["backend"]] if int(r[0]) == res["size_bytes"])
+        assert float(row[5]) == pytest.approx(res["time_us"], abs=0.006)
+        assert float(row[7]) == pytest.approx(res["busbw_gbps"], abs=0.006)
+
+
+def test_run_backend_nccl_only(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = _run(capsys, "run", "hgx-h100", "--sizes", "1KiB,1MiB", "--backend", "nccl")
+    assert rc == 0
+    tables = _tables(out)
+    assert list(tables) == ["nccl"]
+    assert len(tables["nccl"]) == 2
+    assert "gloo" not in out
+
+
+def test_run_json_contract(capsys: pytest.CaptureFixture[str]) -> None:
+    doc = _json(capsys, "run", "hgx-h100", "--sizes", "1KiB,1MiB", "--format", "json")
+    assert doc["scenario"]["name"] == "hgx-h100"
+    assert doc["interrupted"] is False
+    results = doc["results"]
+    assert [(r["backend"], r["size_bytes"]) for r in results] == [
+        ("nccl", 1024),
+        ("nccl", 1048576),
+        ("gloo", 1024),
+        ("gloo", 1048576),
+    ]
+    for r in results:
+        for key in CONTRACT_KEYS:
+            assert key in r, key
+        assert r["collective"] == "allreduce"
+        assert r["dtype"] == "float32"
+        assert r["nranks"] == 8
+        assert r["count"] == r["size_bytes"] // 4
+        assert r["time_us"] > 0
+        assert r["algbw_gbps"] == pytest.approx(r["size_bytes"] / (r["time_us"] * 1e-6) / 1e9, rel=1e-12)
+        n = r["nranks"]
+        assert r["busbw_gbps"] == pytest.approx(r["algbw_gbps"] * 2 * (n - 1) / n, rel=1e-12)
+
+
+def test_run_json_busbw_two_ranks(capsys: pytest.CaptureFixture[str]) -> None:
+    doc = _json(capsys, "run", "pcie-2gpu-nop2p", "--sizes", "1MiB", "--format", "json")
+    for r in doc["results"]:
+        assert r["nranks"] == 2
+        assert r["busbw_gbps"] == pytest.approx(r["algbw_gbps"], rel=1e-12)  # 2(n-1)/n = 1 for n = 2
+
+
+def test_run_csv(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, err = _run(capsys, "run", "hgx-h100", "--sizes", "1KiB,1MiB", "--format", "csv")
+    assert rc == 0 and err == ""
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert len(rows) == 4
+    header = out.splitlines()[0].split(",")
+    assert header[: len(CONTRACT_KEYS)] == list(CONTRACT_KEYS)
+    assert [(r["backend"], int(r["size_bytes"])) for r in rows] == [
+        ("nccl", 1024),
+        ("nccl", 1048576),
+        ("gloo", 1024),
+        ("gloo", 1048576),
+    ]
+    for r in rows:
+        assert int(r["nranks"]) == 8
+        assert float(r["busbw_gbps"]) == pytest.approx(float(r["algbw_gbps"]) * 1.75, rel=1e-9)
+
+
+def test_run_output_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    dest = tmp_path / "out.json"
+    rc, out, err = _run(capsys, "run", "hgx-h100", "--sizes", "1KiB", "--format", "json", "-o", str(dest))
+    assert rc == 0
+    assert out == "" and err == ""
+    doc = json.loads(dest.read_text())
+    assert [r["size_bytes"] for r in doc["results"]] == [1024, 1024]
+
+    table = tmp_path / "out.txt"
+    rc, out, _ = _run(capsys, "run", "hgx-h100", "--sizes", "1KiB", "--backend", "nccl", "--output", str(table))
+    assert rc == 0 and out == ""
+    assert [r[0] for r in _tables(table.read_text())["nccl"]] == ["1024"]
+
+
+def test_run_set_nccl_proto_simple(capsys: pytest.CaptureFixture[str]) -> None:
+    base = _json(capsys, "run", "hgx-h100", "--sizes", "1KiB,1MiB", "--backend", "nccl", "--format", "json")
+    assert {r["protocol"] for r in base["results"]} != {"Simple"}  # otherwise the override proves nothing
+    doc = _json(capsys, "run", "hgx-h100", "--sizes", "1KiB,1MiB", "--backend", "nccl", "--format", "json",
+                "--set", "backends.nccl.env.NCCL_PROTO=Simple")
+    assert len(doc["results"]) == 2
+    assert all(r["protocol"] == "Simple" for r in doc["results"])
+    assert doc["scenario"]["backends"]["nccl"]["env"]["NCCL_PROTO"] == "Simple"
+    # Simple has a higher latency than LL, so the 1 KiB collective gets slower
+    assert doc["results"][0]["time_us"] > base["results"][0]["time_us"]
+
+
+def test_run_set_workload_sizes(capsys: pytest.CaptureFixture[str]) -> None:
+    doc = _json(capsys, "run", "hgx-h100", "--set", "workload.sizes=4KiB,64KiB", "--format", "json")
+    assert [(r["backend"], r["size_bytes"]) for r in doc["results"]] == [
+        ("nccl", 4096),
+        ("nccl", 65536),
+        ("gloo", 4096),
+        ("gloo", 65536),
+    ]
+    assert doc["scenario"]["workload"]["sizes"] == [4096, 65536]
+
+
+def test_run_sizes_flag_beats_workload_sizes(capsys: pytest.CaptureFixture[str]) -> None:
+    doc = _json(capsys, "run", "hgx-h100", "--set", "workload.sizes=4KiB", "--sizes", "8B", "--backend", "nccl",
+                "--format", "json")
+    assert [r["size_bytes"] for r in doc["results"]] == [8]
+
+
+# -------------------------------------------------------------------------------------------------------- compare
+
+COMPARE_SCENARIOS = ["hgx-h100", "dgx-a100", "pcie-2gpu-nop2p", "2node-a100-tcp"]
+
+
+@pytest.mark.parametrize("scenario", COMPARE_SCENARIOS)
+def test_compare_json_gloo_slower_and_breakdown_adds_up(capsys: pytest.CaptureFixture[str], scenario: str) -> None:
+    doc = _json(capsys, "compare", scenario, "--sizes", "1MiB,64MiB", "--format", "json")
+    assert doc["interrupted"] is False
+    rows = doc["comparison"]
+    assert [r["size_bytes"] for r in rows] == [1048576, 67108864]
+    for row in rows:
+        assert row["speedup"] > 1.0, (scenario, row["size_bytes"])
+        assert row["speedup"] == pytest.approx(row["gloo"]["time_us"] / row["nccl"]["time_us"], rel=1e-12)
+        for backend in ("nccl", "gloo"):
+            rec = row[backend]
+            assert rec["backend"] == backend
+            assert rec["size_bytes"] == row["size_bytes"]
+            assert rec["breakdown"], f"{scenario} {backend}: empty breakdown"
+            assert all(v >= 0 for v in rec["breakdown"].values())
+            assert math.fsum(rec["breakdown"].values()) == pytest.approx(rec["time_us"] / 1e6, rel=1e-6)
+
+
+@pytest.mark.parametrize("scenario", COMPARE_SCENARIOS)
+def test_compare_table_speedup_and_shares(capsys: pytest.CaptureFixture[str], scenario: str) -> None:
+    rc, out, err = _run(capsys, "compare", scenario, "--sizes", "1MiB,64MiB")
+    assert rc == 0 and err == ""
+    rows = [line.split() for line in out.splitlines() if re.match(r"^\s+\d+\wiB\s+\d", line)]
+    assert [r[0] for r in rows] == ["1MiB", "64MiB"]
+    for r in rows:
+        assert r[-1].endswith("x")
+        nccl_us, gloo_us, speedup = float(r[1]), float(r[4]), float(r[-1][:-1])
+        assert gloo_us > nccl_us
+        assert speedup > 1.0
+        assert speedup == pytest.approx(gloo_us / nccl_us, abs=0.06)
+    share_lines = [line for line in out.splitlines() if re.search(r"\b(NCCL|Gloo): \d", line)]
+    assert len(share_lines) == 4  # one NCCL and one Gloo line per size
+    for line in share_lines:
+        pcts = [float(p) for p in re.findall(r"(\d+(?:\.\d+)?)%", line)]
+        assert pcts, line
+        assert sum(pcts) == pytest.approx(100.0, abs=1.5), line
+
+
+def test_compare_csv(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = _run(capsys, "compare", "hgx-h100", "--sizes", "1MiB", "--format", "csv")
+    assert rc == 0
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert len(rows) == 1
+    r = rows[0]
+    assert int(r["size_bytes"]) == 1048576
+    assert float(r["speedup"]) == pytest.approx(float(r["gloo_time_us"]) / float(r["nccl_time_us"]), rel=1e-9)
+
+
+# ----------------------------------------------------------------------------------------------------------- topo
+
+
+def test_topo_hgx_h100(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, err = _run(capsys, "topo", "hgx-h100")
+    assert rc == 0 and err == ""
+    lines = out.splitlines()
+    head = next(line for line in lines if line.split()[:1] == ["GPU0"] and "GPU7" in line)
+    assert head.split()[:8] == [f"GPU{i}" for i in range(8)]
+    gpu0 = next(line.split() for line in lines if line.startswith("GPU0 "))
+    assert gpu0[1] == "X"
+    assert gpu0[2:9] == ["NV18"] * 7  # H100 SXM5: 18 NVLink4 links to NVSwitch
+    assert "Links" in out
+    summary = {line.split()[0]: line.split() for line in lines if re.match(r"^\s+(nvlink|pcie|upi|ib)\s+\d", line)}
+    assert "nvlink" in summary and "pcie" in summary
+
+
+def test_topo_dgx_a100(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = _run(capsys, "topo", "dgx-a100")
+    assert rc == 0
+    gpu3 = next(line.split() for line in out.splitlines() if line.startswith("GPU3 "))
+    assert gpu3[1:9] == ["NV12"] * 3 + ["X"] + ["NV12"] * 4  # A100 SXM4: 12 NVLink3 links
+    assert "NV18" not in out
+
+
+def test_topo_second_node(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, err = _run(capsys, "topo", "2node-h100-ib", "--node", "1")
+    assert rc == 0 and err == ""
+    assert "node 1 of 2" in out
+    assert "NV18" in out
+
+
+def test_topo_node_out_of_range(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, err = _run(capsys, "topo", "2node-h100-ib", "--node", "5")
+    assert rc == 2
+    assert out == ""
+    assert err.startswith("collsim: error: ")
+    assert "--node" in err and "0..1" in err
+    assert "Traceback" not in err
+
+
+# --------------------------------------------------------------------------------------------------------- errors
+
+
+def _error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    rc, out, err = _run(capsys, *argv)
+    assert rc == 2, (rc, out, err)
+    assert out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("collsim: error: ")
+    assert "Traceback" not in err
+    return lines[0]
+
+
+def _write(tmp_path: Path, name: str, text: str) -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def test_error_missing_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    msg = _error(capsys, "run", str(tmp_path / "nope.yaml"), "--sizes", "1KiB")
+    assert "nope.yaml" in msg
+    assert "not found" in msg
+
+
+def test_error_empty_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    msg = _error(capsys, "run", _write(tmp_path, "empty.yaml", ""), "--sizes", "1KiB")
+    assert "empty.yaml" in msg
+    assert "empty" in msg.split("empty.yaml", 1)[1]
+
+
+def test_error_broken_yaml(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = _write(tmp_path, "broken.yaml", "name: x\ncluster: {node: hgx-h100\n")
+    msg = _error(capsys, "run", path, "--sizes", "1KiB")
+    assert "broken.yaml" in msg
+    assert "YAML" in msg
+    assert "line" in msg
+
+
+def test_error_wrong_type(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = _write(tmp_path, "wrongtype.yaml", 'name: x\ncluster: {node: hgx-h100, nodes: "two"}\n')
+    msg = _error(capsys, "run", path, "--sizes", "1KiB")
+    assert "wrongtype.yaml" in msg
+    assert "cluster.nodes" in msg
+    assert "integer" in msg and "two" in msg
+
+
+def test_error_unknown_template(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = _write(tmp_path, "tmpl.yaml", "name: x\ncluster: {node: no-such-node, nodes: 1}\n")
+    msg = _error(capsys, "run", path, "--sizes", "1KiB")
+    assert "tmpl.yaml" in msg
+    assert "cluster.node" in msg
+    assert "no-such-node" in msg
+    assert "hgx-h100" in msg  # lists the known templates
+
+
+def test_error_unknown_nccl_algo(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = _write(tmp_path, "algo.yaml", "name: x\ncluster: {node: hgx-h100, nodes: 1}\nbackends: {nccl: {}}\n")
+    msg = _error(capsys, "run", path, "--sizes", "1KiB", "--set", "backends.nccl.env.NCCL_ALGO=Foo")
+    assert "algo.yaml" in msg
+    assert "backends.nccl.env.NCCL_ALGO" in msg
+    assert "Foo" in msg and "Ring" in msg
+
+
+def test_error_unknown_nccl_algo_builtin(capsys: pytest.CaptureFixture[str]) -> None:
+    msg = _error(capsys, "run", "hgx-h100", "--sizes", "1KiB", "--set", "backends.nccl.env.NCCL_ALGO=Foo")
+    assert "hgx-h100.yaml" in msg
+    assert "backends.nccl.env.NCCL_ALGO" in msg
+
+
+def test_error_two_nodes_without_fabric(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = _write(tmp_path, "nofabric.yaml", "name: x\ncluster: {node: hgx-h100, nodes: 2}\nbackends: {nccl: {}}\n")
+    msg = _error(capsys, "run", path, "--sizes", "1KiB")
+    assert "nofabric.yaml" in msg
+    assert "cluster.fabric" in msg
+
+
+@pytest.mark.parametrize("sizes", ["1KiBB", "banana", "1MiB:1KiB"])
+def test_error_bad_sizes(capsys: pytest.CaptureFixture[str], sizes: str) -> None:
+    msg = _error(capsys, "run", "hgx-h100", "--sizes", sizes)
+    assert "--sizes" in msg
+    assert sizes in msg
+
+
+def test_error_bad_sizes_compare(capsys: pytest.CaptureFixture[str]) -> None:
+    msg = _error(capsys, "compare", "hgx-h100", "--sizes", "1KiBB")
+    assert "--sizes" in msg and "1KiBB" in msg
+
+
+def test_error_bad_workload_sizes_override(capsys: pytest.CaptureFixture[str]) -> None:
+    msg = _error(capsys, "run", "hgx-h100", "--set", "workload.sizes=banana")
+    assert "hgx-h100.yaml" in msg
+    assert "workload.sizes" in msg and "banana" in msg
+
+
+def test_error_topo_bad_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    msg = _error(capsys, "topo", str(tmp_path / "nope.yaml"))
+    assert "nope.yaml" in msg
+
+
+def test_subprocess_bad_scenario_exit_code(tmp_path: Path) -> None:
+    path = _write(tmp_path, "bad.yaml", 'name: x\ncluster: {node: hgx-h100, nodes: "two"}\n')
+    proc = subprocess.run([sys.executable, "-m", "collsim", "run", path, "--sizes", "1KiB"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("collsim: error: ")
+    assert "bad.yaml" in lines[0] and "cluster.nodes" in lines[0]
+
+
+# ------------------------------------------------------------------------------------------------ Ctrl-C, progress
+
+
+def _interrupt_on_call(monkeypatch: pytest.MonkeyPatch, nth: int) -> list[tuple[str, int]]:
+    """Make ``Simulator.simulate_one`` raise KeyboardInterrupt on its ``nth`` call; return the calls made."""
+    original = Simulator.simulate_one
+    calls: list[tuple[str, int]] = []
+
+    def fake(self: Simulator, backend: str, size: int, **kwargs: Any) -> Any:
+        calls.append((backend, size))
+        if len(calls) == nth:
+            raise KeyboardInterrupt
+        return original(self, backend, size, **kwargs)
+
+    monkeypatch.setattr(Simulator, "simulate_one", fake)
+    return calls
+
+
+def test_run_ctrl_c_keeps_rows(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = _interrupt_on_call(monkeypatch, 3)
+    rc, out, err = _run(capsys, "run", "hgx-h100", "--sizes", "1KiB,1MiB")
+    assert rc == 130
+    assert calls == [("nccl", 1024), ("nccl", 1048576), ("gloo", 1024)]
+    tables = _tables(out)
+    assert list(tables) == ["nccl"]
+    assert [r[0] for r in tables["nccl"]] == ["1024", "1048576"]
+    assert "interrupted" in err
+    assert "Traceback" not in err
+
+
+def test_run_ctrl_c_json(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    _interrupt_on_call(monkeypatch, 3)
+    rc, out, err = _run(capsys, "run", "hgx-h100", "--sizes", "1KiB,1MiB", "--format", "json")
+    assert rc == 130
+    doc = json.loads(out)
+    assert doc["interrupted"] is True
+    assert [(r["backend"], r["size_bytes"]) for r in doc["results"]] == [("nccl", 1024), ("nccl", 1048576)]
+    assert "interrupted" in err
+
+
+def test_compare_ctrl_c(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    _interrupt_on_call(monkeypatch, 4)  # nccl 1KiB, nccl 1MiB, gloo 1KiB, then gloo 1MiB is interrupted
+    rc, out, err = _run(capsys, "compare", "hgx-h100", "--sizes", "1KiB,1MiB", "--format", "json")
+    assert rc == 130
+    doc = json.loads(out)
+    assert doc["interrupted"] is True
+    assert [r["size_bytes"] for r in doc["comparison"]] == [1024]
+    assert "interrupted" in err
+
+
+def test_no_progress_when_stderr_not_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, err = _run(capsys, "run", "hgx-h100", "--sizes", "1KiB,4KiB,1MiB")
+    assert rc == 0
+    assert err == ""
+    assert "\r" not in out and "\x1b" not in out
+    rc, _, err = _run(capsys, "compare", "hgx-h100", "--sizes", "1KiB,1MiB")
+    assert rc == 0
+    assert err == ""
+
+
+def test_schema_is_json(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = _run(capsys, "schema")
+    assert rc == 0
+    schema = json.loads(out)
+    assert {"name", "cluster", "workload", "backends", "engine"} <= set(schema["properties"])
