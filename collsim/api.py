@@ -222,7 +222,11 @@ class Simulator:
         progress : callable, optional
             Called as ``progress(backend, size, index, total)`` before each simulation.
         """
-        todo = [(b, s) for b in (backends or self.backends()) for s in (sizes or self.scenario.sizes())]
+        todo = [
+            (b, s)
+            for b in (self.backends() if backends is None else backends)
+            for s in (self.scenario.sizes() if sizes is None else sizes)
+        ]
         result = SweepResult(self.scenario)
         try:
             for i, (b, s) in enumerate(todo):

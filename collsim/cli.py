@@ -103,7 +103,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     sim = Simulator.from_source(args.scenario, args.overrides)
     backends = sim.backends() if args.backend == "all" else [args.backend]
     if not backends:
-        raise ScenarioError("no backend enabled; enable backends.nccl or backends.gloo", field="backends")
+        raise ScenarioError(
+            "no backend enabled; enable backends.nccl or backends.gloo", file=sim.scenario.source_file, field="backends"
+        )
     prog = _Progress(args.quiet)
     result = sim.run(backends=backends, sizes=_sizes(args.sizes), progress=prog)
     prog.done()
@@ -120,7 +122,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
             r0 = recs[0]
             head = (
                 f"collsim {b}: {sim.scenario.name}, {r0.nranks} ranks, {r0.collective} {r0.dtype}, "
-                f"algorithm {r0.algorithm}" + (f", {r0.channels} channels max" if r0.channels else "")
+                f"algorithm {r0.algorithm}"
+                + (f", up to {max(r.channels or 0 for r in recs)} channels" if r0.channels else "")
             )
             parts.append(format_nccl_tests(recs, header=head))
         text = "\n".join(parts)
@@ -199,7 +202,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 def _cmd_topo(args: argparse.Namespace) -> int:
     sim = Simulator.from_source(args.scenario, args.overrides)
     if not 0 <= args.node < sim.topology.nodes:
-        raise ScenarioError(f"--node {args.node}: the cluster has nodes 0..{sim.topology.nodes - 1}", field="--node")
+        raise ScenarioError(f"{args.node}: the cluster has nodes 0..{sim.topology.nodes - 1}", field="--node")
     _emit(format_topo_matrix(sim.topology, args.node), args.output)
     return 0
 

@@ -76,7 +76,7 @@ def test_run_table_nccl_tests_layout(capsys: pytest.CaptureFixture[str]) -> None
     assert list(tables) == ["nccl", "gloo"]
     headers = [line for line in out.splitlines() if line.startswith("# collsim ")]
     assert len(headers) == 2
-    for h, backend in zip(headers, ("nccl", "gloo")):
+    for h, backend in zip(headers, ("nccl", "gloo"), strict=True):
         assert h.startswith(f"# collsim {backend}: hgx-h100, 8 ranks, allreduce float32")
     assert sum(1 for line in out.splitlines() if NCCL_TESTS_HEADER.match(line)) == 2
     assert out.count("# Avg bus bandwidth    :") == 2

@@ -526,6 +526,19 @@ def simulate_nccl(
     """
     plan = plan or plan_nccl(topo, opts, consts, fabric)
     algo, proto, predicted = choose(plan, opts, consts, collective, nbytes)
+    if nbytes == 0:  # NCCL returns at once for a count of 0 (enqueue.cc), without launching a kernel
+        return Outcome(
+            "nccl",
+            collective,
+            algo,
+            proto,
+            len(plan.ranks),
+            0,
+            0.0,
+            channels=0,
+            notes=["count 0: nothing launched"],
+            predicted_s=0.0,
+        )
     pc = consts.protocols[proto]
     n = len(plan.ranks)
     nc = _channels_for(plan, consts, proto, nbytes)

@@ -1,0 +1,211 @@
+"""Black-box tests of the Python API (``collsim.api``) with small sweeps."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+
+from collsim import api
+from collsim.api import Simulator
+from collsim.scenario import ScenarioError
+
+KiB = 1024  # bytes
+MiB = 1024 * 1024  # bytes
+
+CONTRACT_COLUMNS = [
+    "backend",
+    "collective",
+    "algorithm",
+    "protocol",
+    "nranks",
+    "dtype",
+    "size_bytes",
+    "count",
+    "time_us",
+    "algbw_gbps",
+    "busbw_gbps",
+]
+
+
+def _dict_scenario(**engine: Any) -> dict[str, Any]:
+    """A scenario given as a dict: one HGX H100 node, NCCL ring and Gloo ring (like the built-in hgx-h100)."""
+    data: dict[str, Any] = {
+        "name": "from-dict",
+        "cluster": {"node": "hgx-h100", "nodes": 1},
+        "workload": {"collective": "allreduce", "dtype": "float32", "sizes": [1 * KiB, 1 * MiB]},
+        "backends": {"nccl": {"env": {"NCCL_ALGO": "Ring"}}, "gloo": {"algorithm": "ring", "device": "cuda"}},
+    }
+    if engine:
+        data["engine"] = engine
+    return data
+
+
+def test_from_source_dict() -> None:
+    sim = Simulator.from_source(_dict_scenario())
+    assert sim.scenario.name == "from-dict"
+    assert sim.scenario.source_file == "<dict>"
+    assert sim.backends() == ["nccl", "gloo"]
+    assert sim.scenario.sizes() == [1 * KiB, 1 * MiB]
+    res = sim.run()
+    assert not res.interrupted
+    assert [(r.backend, r.size_bytes) for r in res.records] == [
+        ("nccl", 1 * KiB),
+        ("nccl", 1 * MiB),
+        ("gloo", 1 * KiB),
+        ("gloo", 1 * MiB),
+    ]
+    assert all(r.nranks == 8 and r.collective == "allreduce" and r.dtype == "float32" for r in res.records)
+
+
+def test_dict_gives_same_times_as_builtin() -> None:
+    from_dict = Simulator.from_source(_dict_scenario()).run().records
+    builtin = Simulator.from_source("hgx-h100").run(sizes=[1 * KiB, 1 * MiB]).records
+    assert [(r.backend, r.size_bytes, r.time_us) for r in from_dict] == [
+        (r.backend, r.size_bytes, r.time_us) for r in builtin
+    ]
+
+
+def test_simulate_returns_records() -> None:
+    res = api.simulate("pcie-2gpu-nop2p", ["workload.sizes=1MiB"], backends=["nccl"])
+    assert len(res.records) == 1
+    r = res.records[0]
+    assert (r.backend, r.size_bytes, r.nranks, r.count) == ("nccl", 1 * MiB, 2, MiB // 4)
+    assert r.time_us > 0
+    assert r.algbw_gbps == pytest.approx(MiB / (r.time_us * 1e-6) / 1e9, rel=1e-12)
+    assert r.busbw_gbps == pytest.approx(r.algbw_gbps, rel=1e-12)  # 2(n-1)/n = 1 for n = 2
+    assert len(res.outcomes) == 1
+
+
+def test_simulate_accepts_scenario_and_dict() -> None:
+    scen = api.load(_dict_scenario())
+    a = api.simulate(scen, sizes=[4 * KiB])
+    b = api.simulate(_dict_scenario(), sizes=[4 * KiB])
+    assert [r.time_us for r in a.records] == [r.time_us for r in b.records]
+    assert len(a.records) == 2
+
+
+def test_dataframe_one_row_per_backend_and_size() -> None:
+    res = Simulator.from_source("hgx-h100").run(sizes=[1 * KiB, 64 * KiB, 1 * MiB])
+    df = res.dataframe()
+    assert len(df) == 6
+    assert list(df.columns[: len(CONTRACT_COLUMNS)]) == CONTRACT_COLUMNS
+    pairs = list(zip(df["backend"], df["size_bytes"], strict=True))
+    assert len(set(pairs)) == 6
+    assert set(pairs) == {(b, s) for b in ("nccl", "gloo") for s in (1 * KiB, 64 * KiB, 1 * MiB)}
+    assert set(df["nranks"]) == {8}
+    assert (df["busbw_gbps"] - df["algbw_gbps"] * 1.75).abs().max() < 1e-9
+    assert list(df["time_us"]) == [r.time_us for r in res.records]
+
+
+def test_load_with_overrides() -> None:
+    scen = api.load("hgx-h100", ["workload.sizes=8B,1MiB", "backends.nccl.env.NCCL_PROTO=Simple",
+                                 "backends.gloo.enabled=false"])
+    assert scen.sizes() == [8, 1 * MiB]
+    assert scen.backend_names() == ["nccl"]
+    res = Simulator(scen).run()
+    assert [(r.backend, r.size_bytes, r.protocol) for r in res.records] == [
+        ("nccl", 8, "Simple"),
+        ("nccl", 1 * MiB, "Simple"),
+    ]
+
+
+def test_load_dict_with_overrides() -> None:
+    scen = api.load(_dict_scenario(), ["cluster.nodes=1", "workload.dtype=float16"])
+    assert scen.workload.dtype == "float16"
+    r = Simulator(scen).run(backends=["nccl"], sizes=[1 * KiB]).records[0]
+    assert r.count == 512  # float16: 2 bytes per element
+
+
+def test_load_bad_override_names_field() -> None:
+    with pytest.raises(ScenarioError) as info:
+        api.load(_dict_scenario(), ["backends.nccl.env.NCCL_ALGO=Foo"])
+    assert info.value.file == "<dict>"
+    assert info.value.field is not None and "backends.nccl.env.NCCL_ALGO" in info.value.field
+    assert "Foo" in str(info.value)
+
+
+def test_dict_two_nodes_without_fabric_is_an_error() -> None:
+    data = _dict_scenario()
+    data["cluster"]["nodes"] = 2
+    with pytest.raises(ScenarioError) as info:
+        Simulator.from_source(data)
+    assert "cluster.fabric" in str(info.value)
+    assert "<dict>" in str(info.value)
+
+
+@pytest.mark.parametrize("scenario", ["hgx-h100", "pcie-2gpu-nop2p", "2node-h100-ib"])
+def test_times_increase_with_size(scenario: str) -> None:
+    sizes = [1 * KiB, 1 * MiB, 16 * MiB, 64 * MiB]
+    sim = Simulator.from_source(scenario)
+    res = sim.run(sizes=sizes)
+    for backend in sim.backends():
+        recs = res.by_backend(backend)
+        assert [r.size_bytes for r in recs] == sizes
+        times = [r.time_us for r in recs]
+        assert all(b > a for a, b in itertools.pairwise(times)), (backend, times)
+
+
+def test_compare_api() -> None:
+    sim = Simulator.from_source("hgx-h100")
+    rows, interrupted = sim.compare([1 * MiB])
+    assert not interrupted
+    assert len(rows) == 1
+    row = rows[0]
+    assert row.size_bytes == 1 * MiB
+    assert row.speedup == pytest.approx(row.gloo.time_us / row.nccl.time_us, rel=1e-12)
+    assert row.speedup > 1
+    for rec in (row.nccl, row.gloo):
+        shares = api.Comparison.shares(rec)
+        assert sum(f for _, f in shares) == pytest.approx(1.0, rel=1e-9)
+        assert [f for _, f in shares] == sorted((f for _, f in shares), reverse=True)
+
+
+def test_run_interrupted_keeps_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    original = Simulator.simulate_one
+    calls = []
+
+    def fake(self: Simulator, backend: str, size: int, **kwargs: Any) -> Any:
+        calls.append(size)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return original(self, backend, size, **kwargs)
+
+    monkeypatch.setattr(Simulator, "simulate_one", fake)
+    res = Simulator.from_source("hgx-h100").run(backends=["nccl"], sizes=[1 * KiB, 1 * MiB, 16 * MiB])
+    assert res.interrupted
+    assert [r.size_bytes for r in res.records] == [1 * KiB]
+    assert calls == [1 * KiB, 1 * MiB]
+
+
+@pytest.mark.parametrize("scenario", ["hgx-h100", "2node-h100-ib"])
+def test_symmetry_off_matches_symmetry_on(scenario: str) -> None:
+    sizes = [1 * MiB, 16 * MiB]
+    on = Simulator.from_source(scenario, ["engine.symmetry=true"])
+    off = Simulator.from_source(scenario, ["engine.symmetry=false"])
+    assert on.scenario.engine.symmetry is True
+    assert off.scenario.engine.symmetry is False
+    a = on.run(sizes=sizes).records
+    b = off.run(sizes=sizes).records
+    assert [(r.backend, r.size_bytes) for r in a] == [(r.backend, r.size_bytes) for r in b]
+    assert len(a) == 4
+    for ra, rb in zip(a, b, strict=True):
+        assert rb.time_us == pytest.approx(ra.time_us, rel=1e-9), (ra.backend, ra.size_bytes)
+        assert (rb.algorithm, rb.protocol, rb.channels) == (ra.algorithm, ra.protocol, ra.channels)
+
+
+def test_symmetry_in_dict() -> None:
+    on = Simulator.from_source(_dict_scenario(symmetry=True)).run(sizes=[1 * MiB, 16 * MiB]).records
+    off_sim = Simulator.from_source(_dict_scenario(symmetry=False))
+    assert off_sim.scenario.engine.symmetry is False
+    off = off_sim.run(sizes=[1 * MiB, 16 * MiB]).records
+    assert len(on) == len(off) == 4
+    for ra, rb in zip(on, off, strict=True):
+        assert rb.time_us == pytest.approx(ra.time_us, rel=1e-9)
+
+
+def test_symmetry_must_be_bool() -> None:
+    with pytest.raises(ScenarioError) as info:
+        Simulator.from_source(_dict_scenario(symmetry="maybe"))
+    assert "engine.symmetry" in str(info.value)
