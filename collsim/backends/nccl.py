@@ -535,7 +535,7 @@ def simulate_nccl(
             len(plan.ranks),
             0,
             0.0,
-            channels=0,
+            channels=None,
             notes=["count 0: nothing launched"],
             predicted_s=0.0,
         )
