@@ -120,7 +120,11 @@ class Simulator:
         except BackendError as exc:
             raise ScenarioError(str(exc), file=file, field="backends.nccl.env") from None
         gloo = scenario.backends.gloo
-        self.gloo_options = GlooOptions(algorithm=gloo.algorithm, device=gloo.device) if gloo else GlooOptions()
+        self.gloo_options = (
+            GlooOptions(algorithm=gloo.algorithm, device=gloo.device, transport=getattr(gloo, "transport", "tcp"))
+            if gloo
+            else GlooOptions()
+        )
         self.fabric = scenario.topology_kwargs().get("fabric") or {}
 
     @classmethod

@@ -50,6 +50,7 @@ class GlooOptions:
 
     algorithm: str = "ring"
     device: str = "cuda"
+    transport: str = "tcp"
 
 
 _PRIORITY = [
