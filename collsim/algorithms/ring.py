@@ -71,8 +71,12 @@ def nccl_ring_allreduce(
     data_bytes: float,
     chunking: RingChunking,
     send: Send,
+    nsteps: int | None = None,
 ) -> Proc:
     """One (channel, rank) of NCCL's ring allreduce: reduce-scatter then all-gather, 2(n-1) steps per chunk.
+
+    With ``nsteps = n - 1`` the same schedule is NCCL's ring all-gather or reduce-scatter (``data_bytes`` is then
+    the whole buffer of the channel, each rank owning ``1/n`` of every loop).
 
     Waits for: at step k > 0, the predecessor's slice of step k-1 to arrive (the reduction is fused into the copy
     and overlaps the transfer: it costs no separate time); before each send, a free slot, i.e. the slice sent
@@ -83,7 +87,7 @@ def nccl_ring_allreduce(
     Fires on the board: ``(me, ("arr", loop, step, slice))`` at arrival and ``(me, ("str", ...))`` when streamed,
     and ``(me, "done")`` at the end (last slice arrived).
     """
-    nsteps = 2 * (nranks - 1)
+    nsteps = 2 * (nranks - 1) if nsteps is None else nsteps
     spc = chunking.slices_per_chunk
     order: list[tuple[int, int, int]] = []
     loops = chunking.loops(nranks, data_bytes)

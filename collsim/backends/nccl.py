@@ -16,7 +16,16 @@ from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from simpy.events import AllOf
+
 from collsim.algorithms import EventBoard, RingChunking, nccl_ring_allreduce
+from collsim.algorithms.nccl_algos import (
+    nccl_chain,
+    nccl_nvls_allgather,
+    nccl_nvls_reduce_scatter,
+    nccl_tree_down,
+    nccl_tree_up,
+)
 from collsim.backends.common import BackendError, Outcome, Path, ResourceCatalog, link_uses, new_network, run_until_done
 from collsim.engine import attribute_time, build_quotient
 from collsim.topology import Topology
@@ -35,7 +44,6 @@ __all__ = [
 
 ALGORITHMS = ("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT")
 PROTOCOLS = ("LL", "LL128", "Simple")
-IMPLEMENTED_ALGORITHMS = ("Ring",)
 _US = 1e-6  # microseconds to seconds
 _GBPS = 1e9  # GB/s (1e9 bytes/s) to bytes/s
 
@@ -68,6 +76,11 @@ class NcclConstants:
     default_p2p_level: str
     default_gdr_level: str
     shm_channel_bw: float
+    per_channel_max_tree_bw: Mapping[str, tuple[float, float, float]]
+    per_channel_max_tree_ll128_bw: Mapping[str, tuple[float, float, float]]
+    nvls_efficiency: Mapping[str, float]
+    nvls_channels: int
+    tree_correction: Mapping[str, tuple[float, ...]]
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> NcclConstants:
@@ -102,6 +115,11 @@ class NcclConstants:
             default_p2p_level=str(data["default_p2p_level"]),
             default_gdr_level=str(data["default_gdr_level"]),
             shm_channel_bw=float(data["shm_channel_bw_gbps"]) * _GBPS,
+            per_channel_max_tree_bw=gbps3(data["per_channel_max_tree_bw_gbps"]),
+            per_channel_max_tree_ll128_bw=gbps3(data["per_channel_max_tree_ll128_bw_gbps"]),
+            nvls_efficiency={k: float(v) for k, v in data["nvls_efficiency"].items()},
+            nvls_channels=int(data["nvls_channels"]),
+            tree_correction={k: tuple(float(x) for x in v) for k, v in data["tree_correction"].items()},
         )
 
 
@@ -156,6 +174,7 @@ class NcclOptions:
     max_channels: int | None = None
     buffsize: int | None = None
     socket_threads: int = 1
+    nvls_enable: bool = True
     env: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -187,6 +206,7 @@ class NcclOptions:
             max_channels=as_int("NCCL_MAX_NCHANNELS"),
             buffsize=as_int("NCCL_BUFFSIZE"),
             socket_threads=max(1, threads),
+            nvls_enable=(as_int("NCCL_NVLS_ENABLE") if "NCCL_NVLS_ENABLE" in env else 1) != 0,
             env={k: str(v) for k, v in env.items()},
         )
 
@@ -218,6 +238,10 @@ class NcclPlan:
     bus_bw: float  # what the rings can carry per rank (bytes/s), for the tuner
     net_latency: float
     net_overhead: float
+    nvl_bw: float = 0.0  # one GPU's NVLink bandwidth per direction (bytes/s)
+    nvswitch: str | None = None  # the node's NVSwitch fabric device, when there is one
+    ppn: int = 1  # GPUs per node
+    fabric: Mapping[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
 
@@ -399,6 +423,10 @@ def plan_nccl(
         bus_bw=bus_bw,
         net_latency=net_latency,
         net_overhead=float(cpu0.get("nccl_net_overhead", 1e-6)),
+        nvl_bw=nvl_bw,
+        nvswitch=next((d.name for d in topo.devices("nvswitch", 0)), None),
+        ppn=len(node0),
+        fabric=fabric,
         notes=notes,
     )
 
@@ -412,73 +440,142 @@ def ll128_enabled(plan: NcclPlan) -> bool:
     return plan.intra_hw == "NVLINK"
 
 
-def tuner_times(plan: NcclPlan, consts: NcclConstants, collective: str, nbytes: int) -> dict[tuple[str, str], float]:
-    """NCCL's cost model (tuning.cc): predicted seconds for every implemented (algorithm, protocol) pair.
+COLLECTIVES = ("allreduce", "allgather", "reduce_scatter", "broadcast", "reduce", "alltoall", "sendrecv")
+_P2P_COLLECTIVES = ("alltoall", "sendrecv")
 
-    time = latency + bytes / algBw, with busBw from channels and per-generation caps, algBw = busBw * n / nsteps,
-    and latency = baseLat + per-step hardware latencies (NVLink/PCI within nodes, NET between them).
+
+def nvls_supported(plan: NcclPlan, opts: NcclOptions) -> str | None:
+    """None when NVLS can run; else why not (NVLS needs NVSwitch and Hopper or newer, one node here)."""
+    if plan.arch not in ("hopper", "blackwell"):
+        return f"NVLS needs Hopper or newer GPUs (this is {plan.arch})"
+    if plan.nvswitch is None:
+        return "NVLS needs an NVSwitch"
+    if not opts.nvls_enable:
+        return "NCCL_NVLS_ENABLE=0"
+    if plan.nnodes > 1:
+        return "NVLS across nodes is NVLSTree, not modelled yet"
+    return None
+
+
+def candidates(plan: NcclPlan, opts: NcclOptions, collective: str) -> list[tuple[str, str]]:
+    """(algorithm, protocol) pairs NCCL could run for ``collective`` here, before NCCL_ALGO/NCCL_PROTO filtering."""
+    if collective in _P2P_COLLECTIVES:
+        return [("P2P", "Simple")]
+    pairs = [("Ring", p) for p in PROTOCOLS]
+    if collective == "allreduce" and len(plan.ranks) > 1:
+        pairs += [("Tree", p) for p in PROTOCOLS]
+        if nvls_supported(plan, opts) is None:
+            pairs.append(("NVLS", "Simple"))
+    return pairs
+
+
+def tuner_times(
+    plan: NcclPlan, consts: NcclConstants, collective: str, nbytes: int, opts: NcclOptions | None = None
+) -> dict[tuple[str, str], float]:
+    """NCCL's cost model (tuning.cc): predicted seconds for every modelled (algorithm, protocol) pair.
+
+    time = latency + bytes / algBw. busBw starts from what the channels carry (``plan.bus_bw``) with NCCL's caps per
+    protocol and generation (LL: llMaxBw and half the wire; LL128: 92% and a per-channel cap; Tree: 92% and
+    perChMaxTreeBw, LL /3.8, LL128 7/9 on one node; NVLS: NVLink x nvlsEfficiency x (nCh-1)/nCh x 2); algBw = busBw x
+    n/nsteps for rings and NVLS, busBw / 2 for trees, which also get NCCL's size-bucket correction. Latency = baseLat
+    + per-step hwLat (NVLink/PCI in a node, NET + network latency between nodes; Simple pays the network twice).
     """
-    if collective != "allreduce":
-        raise BackendError(f"collective {collective!r} is not implemented by the NCCL backend yet (allreduce only)")
+    if collective not in COLLECTIVES:
+        raise BackendError(f"unknown collective {collective!r}; expected one of {', '.join(COLLECTIVES)}")
+    opts = opts or NcclOptions()
     n = len(plan.ranks)
     out: dict[tuple[str, str], float] = {}
+    if collective in _P2P_COLLECTIVES:
+        return {("P2P", "Simple"): consts.base_latency["Ring"]["Simple"] + nbytes / max(plan.bus_bw, 1.0)}
     if n == 1:
         return {("Ring", p): consts.base_latency["Ring"][p] for p in PROTOCOLS}
-    nsteps = 2 * (n - 1)
-    ninter = 2 * (plan.nnodes - 1) if plan.nnodes > 1 else 0
     idx = _node_index(plan.nnodes)
-    for proto in PROTOCOLS:
+    arch = plan.arch if plan.arch in consts.ll_max_bw else "ampere"
+    nch = plan.channels
+    if collective == "allreduce":
+        nsteps, ninter = 2 * (n - 1), 2 * (plan.nnodes - 1)
+    elif collective in ("allgather", "reduce_scatter"):
+        nsteps, ninter = n - 1, plan.nnodes - 1
+    else:  # broadcast, reduce: a pipelined chain
+        nsteps, ninter = n, plan.nnodes - 1
+    for algo, proto in candidates(plan, opts, collective):
+        intra = consts.hw_latency[plan.intra_hw][algo][proto]
+        inter = consts.hw_latency["NET"][algo][proto] + plan.net_latency * (2 if proto == "Simple" else 1)
+        lat = consts.base_latency[algo][proto]
         bus = plan.bus_bw
-        if proto == "LL":
-            bus = min(consts.ll_max_bw.get(plan.arch, consts.ll_max_bw["ampere"])[idx], 0.5 * bus)
-        elif proto == "LL128":
-            per_ch = consts.per_channel_max_ring_ll128_bw.get(plan.arch, consts.per_channel_max_ring_ll128_bw["ampere"])
-            bus = min(consts.ll128_tuner_efficiency * bus, plan.channels * per_ch[idx])
-        algbw = bus * n / nsteps
-        intra = consts.hw_latency[plan.intra_hw]["Ring"][proto]
-        lat = consts.base_latency["Ring"][proto]
-        if plan.nnodes > 1:
-            intra = max(intra, plan.net_overhead * (3 if proto == "Simple" else 1))
-            inter = consts.hw_latency["NET"]["Ring"][proto] + plan.net_latency * (2 if proto == "Simple" else 1)
+        if algo == "Ring":
+            if proto == "LL":
+                bus = min(consts.ll_max_bw[arch][idx], 0.5 * bus)
+            elif proto == "LL128":
+                bus = min(consts.ll128_tuner_efficiency * bus, nch * consts.per_channel_max_ring_ll128_bw[arch][idx])
+            algbw = bus * n / nsteps
+            if plan.nnodes > 1:
+                intra = max(intra, plan.net_overhead * (3 if proto == "Simple" else 1))
             lat += (nsteps - ninter) * intra + ninter * inter
-            if proto == "Simple" and nbytes / (plan.channels * n) >= 64:
+            if plan.nnodes > 1 and proto == "Simple" and collective == "allreduce" and nbytes / (nch * n) >= 64:
                 lat *= 1.4
-        else:
-            lat += nsteps * intra
-        out[("Ring", proto)] = lat + nbytes / algbw
+        elif algo == "Tree":
+            if proto == "LL":
+                bus = min(bus / 3.8, consts.ll_max_bw[arch][idx])
+            elif proto == "LL128":
+                frac = 7.0 / 9.0 if plan.nnodes == 1 else 120.0 / 128.0
+                bus = min(bus * frac, nch * consts.per_channel_max_tree_ll128_bw[arch][idx])
+            else:
+                bus = min(consts.ll128_tuner_efficiency * bus, nch * consts.per_channel_max_tree_bw[arch][idx])
+            bucket = min(max(int(math.log2(max(nbytes, 64) / 64)), 0), len(consts.tree_correction[proto]) - 1)
+            algbw = bus * 0.5 * consts.tree_correction[proto][bucket]
+            lat += 2 * ((plan.ppn - 1) * intra + int(math.log2(plan.nnodes)) * inter)
+        else:  # NVLS, one node
+            eff = consts.nvls_efficiency.get(plan.arch, 0.85)
+            nc = consts.nvls_channels
+            bus = plan.nvl_bw * eff * (nc - 1) / nc * 2
+            algbw = bus * n / nsteps
+            lat += intra
+        out[(algo, proto)] = lat + nbytes / algbw
     return out
 
 
 def choose(
     plan: NcclPlan, opts: NcclOptions, consts: NcclConstants, collective: str, nbytes: int
 ) -> tuple[str, str, float]:
-    """The (algorithm, protocol) NCCL would run and its predicted time, honouring NCCL_ALGO and NCCL_PROTO."""
-    if opts.algorithms is not None:
-        allowed_algos = set(opts.algorithms)
-        if not allowed_algos:
+    """The (algorithm, protocol) NCCL would run and its predicted time, honouring NCCL_ALGO and NCCL_PROTO.
+
+    A choice NCCL would refuse (NVLS without Hopper and NVSwitch, CollNet without in-network reduction) is a
+    BackendError saying why; algorithms NCCL has but collsim does not model yet are named as such.
+    """
+    pairs = candidates(plan, opts, collective)
+    if opts.algorithms is not None and collective not in _P2P_COLLECTIVES:
+        wanted = set(opts.algorithms)
+        if not wanted:
             raise BackendError("NCCL_ALGO excludes every algorithm")
-        unimplemented = allowed_algos - set(IMPLEMENTED_ALGORITHMS)
-        if not allowed_algos & set(IMPLEMENTED_ALGORITHMS):
+        if "NVLS" in wanted and (why := nvls_supported(plan, opts)) and len(wanted) == 1:
+            raise BackendError(f"NCCL_ALGO=NVLS: NCCL would refuse it here: {why}")
+        if wanted <= {"CollNetDirect", "CollNetChain"} and not plan.fabric.get("in_network_reduction"):
             raise BackendError(
-                f"NCCL_ALGO={opts.env.get('NCCL_ALGO')}: {', '.join(sorted(unimplemented))} not modelled yet "
-                f"(collsim models {', '.join(IMPLEMENTED_ALGORITHMS)})"
+                "NCCL_ALGO=CollNet needs a fabric with in-network reduction (fabric.in_network_reduction)"
+            )
+        pairs = [(a, p) for a, p in pairs if a in wanted]
+        if not pairs:
+            raise BackendError(
+                f"NCCL_ALGO={opts.env.get('NCCL_ALGO')}: no modelled algorithm left for {collective} "
+                f"(collsim models Ring and Tree, NVLS on Hopper NVSwitch; {', '.join(sorted(wanted))} not modelled yet)"
             )
     protos = set(opts.protocols) if opts.protocols is not None else set(PROTOCOLS)
     if opts.protocols is None and not ll128_enabled(plan):
         protos.discard("LL128")
-    if not protos:
-        raise BackendError("NCCL_PROTO excludes every protocol")
-    times = tuner_times(plan, consts, collective, nbytes)
-    cands = [(t, a, p) for (a, p), t in times.items() if p in protos]
-    t, a, p = min(cands, key=lambda x: (x[0], PROTOCOLS.index(x[2])))
+    pairs = [(a, p) for a, p in pairs if p in protos or a == "P2P"]
+    if not pairs:
+        raise BackendError(f"NCCL_PROTO={opts.env.get('NCCL_PROTO')}: no protocol left for {collective}")
+    times = tuner_times(plan, consts, collective, nbytes, opts)
+    cands = [(times[(a, p)], a, p) for a, p in pairs if (a, p) in times]
+    t, a, p = min(cands, key=lambda x: (x[0], ALGORITHMS.index(x[1]) if x[1] in ALGORITHMS else 0, x[2]))
     return a, p, t
 
 
-def _channels_for(plan: NcclPlan, consts: NcclConstants, proto: str, nbytes: int) -> int:
+def _channels_for(plan: NcclPlan, consts: NcclConstants, proto: str, nbytes: int, nc: int) -> int:
     """NCCL shrinks the channel count for small sizes: while bytes < nc * nthreads * threshold, nc -= 1."""
     pc = consts.protocols[proto]
     thresh = pc.threshold_per_thread * (len(plan.ranks) if proto == "LL" else 1)
-    nc = plan.channels
     while nc > 1 and nbytes < nc * consts.nthreads * thresh:
         nc -= 1
     return nc
@@ -493,6 +590,8 @@ _TRANSPORT_TAG = {
     "NET/socket": "network (TCP sockets)",
 }
 _PRIORITY = [
+    "NVLS (NVSwitch reduce)",
+    "NVLS (NVSwitch multicast)",
     "network (TCP sockets)",
     "network (staged via host)",
     "network (GPUDirect RDMA)",
@@ -501,6 +600,58 @@ _PRIORITY = [
     "NVLink",
     "launch + base latency",
 ]
+
+
+@dataclass
+class _Role:
+    """What one representative's flows in one role cost: resources (already protocol-scaled), latency, cap, tag."""
+
+    uses: list[tuple[Hashable, float]]
+    latency: float
+    cap: float
+    tag: str
+
+
+def _hop_role(hop: Hop, consts: NcclConstants, plan: NcclPlan, algo: str, proto: str, wire: float, cap: float) -> _Role:
+    table = "Ring" if algo in ("P2P", "Ring") else algo
+    hw_lat = consts.hw_latency[hop.hw][table][proto]
+    if plan.nnodes > 1 and hop.hw != "NET":
+        hw_lat = max(hw_lat, plan.net_overhead * (3 if proto == "Simple" else 1))
+    lat = hw_lat + hop.path.latency * (2 if (hop.hw == "NET" and proto == "Simple") else 1)
+    return _Role([(k, c * wire) for k, c in hop.path.uses], lat, min(cap, hop.max_rate), _TRANSPORT_TAG[hop.transport])
+
+
+def _tree_links(plan: NcclPlan, c: int, topo: Topology) -> tuple[dict[str, str | None], dict[str, list[str]]]:
+    """Parent and children of every GPU in channel ``c``'s tree: a chain in each node (from the GPU next to the
+    channel's NIC) and, across nodes, one of NCCL's two complementary binary trees (even channels tree 0, odd
+    channels its mirror image), joined at the chains' heads."""
+    nodes = plan.nnodes
+    chains: list[list[str]] = []
+    ring = plan.rings[c]
+    for node in range(nodes):
+        chains.append([g for g in ring if topo.device(g).node == node])
+
+    def parent0(i: int) -> int | None:
+        return None if i == 0 else (i - 1) // 2
+
+    def node_parent(i: int) -> int | None:
+        if c % 2 == 0:
+            return parent0(i)
+        m = parent0(nodes - 1 - i)
+        return None if m is None else nodes - 1 - m
+
+    parent: dict[str, str | None] = {}
+    children: dict[str, list[str]] = {g: [] for g in ring}
+    for node, chain in enumerate(chains):
+        for k, g in enumerate(chain):
+            if k > 0:
+                parent[g] = chain[k - 1]
+            else:
+                pn = node_parent(node)
+                parent[g] = None if pn is None else chains[pn][0]
+            if parent[g] is not None:
+                children[parent[g]].append(g)  # type: ignore[index]
+    return parent, children
 
 
 def simulate_nccl(
@@ -515,104 +666,235 @@ def simulate_nccl(
     symmetry: bool = True,
     record: bool = False,
     check: bool = False,
+    choice: tuple[str, str] | None = None,
 ) -> Outcome:
-    """Simulate one NCCL-style collective of ``nbytes`` (bytes per rank's buffer) and return its outcome.
+    """Simulate one NCCL-style collective of ``nbytes`` and return its outcome.
 
-    Every channel of every rank is a SimPy process running :func:`~collsim.algorithms.nccl_ring_allreduce` after the
-    base latency (launch, NCCL's baseLat); each slice pays its hop's per-step latency (NCCL's hwLat for the hop's
-    class plus the path's propagation, twice for Simple over the network) once on arrival and streams at its
-    max-min fair rate, capped by one channel's bandwidth, with the protocol's wire overhead on every link.
-    Symmetric (channel, rank) pairs are simulated once (exactly; see :mod:`collsim.engine.symmetry`).
+    ``nbytes`` follows nccl-tests: the buffer per rank for allreduce, broadcast, reduce and sendrecv, the whole
+    gathered buffer (count x ranks x type) for allgather, reduce_scatter and alltoall. The (algorithm, protocol) is
+    NCCL's choice (:func:`choose`) unless ``choice`` forces one.
+
+    Every (channel, rank) is a SimPy process after the base latency (NCCL's baseLat; NVLS its hwLat, once): rings
+    (:func:`~collsim.algorithms.nccl_ring_allreduce`, 2(n-1) steps or n-1 for all-gather/reduce-scatter), chains for
+    broadcast/reduce/send-recv, the double binary tree (reduce up and broadcast down, concurrently, per slice) or
+    NVLS (the NVSwitch reduces and multicasts). Each slice pays its hop's per-step latency (NCCL's hwLat for the
+    hop's class plus propagation, twice for Simple over the network) once on arrival and streams at its max-min fair
+    rate, capped by one channel, with the protocol's wire overhead on every link. Symmetric (channel, rank) pairs
+    are simulated once (exactly; see :mod:`collsim.engine.symmetry`).
     """
     plan = plan or plan_nccl(topo, opts, consts, fabric)
-    algo, proto, predicted = choose(plan, opts, consts, collective, nbytes)
-    if nbytes == 0:  # NCCL returns at once for a count of 0 (enqueue.cc), without launching a kernel
-        return Outcome(
-            "nccl",
-            collective,
-            algo,
-            proto,
-            len(plan.ranks),
-            0,
-            0.0,
-            channels=None,
-            notes=["count 0: nothing launched"],
-            predicted_s=0.0,
-        )
-    pc = consts.protocols[proto]
+    if collective not in COLLECTIVES:
+        raise BackendError(f"unknown collective {collective!r}; expected one of {', '.join(COLLECTIVES)}")
+    if choice is None:
+        algo, proto, predicted = choose(plan, opts, consts, collective, nbytes)
+    else:
+        algo, proto = choice
+        predicted = tuner_times(plan, consts, collective, nbytes, opts).get(choice, math.nan)
     n = len(plan.ranks)
-    nc = _channels_for(plan, consts, proto, nbytes)
+    if nbytes == 0:  # NCCL returns at once for a count of 0 (enqueue.cc), without launching a kernel
+        return Outcome("nccl", collective, algo, proto, n, 0, 0.0, notes=["count 0: nothing launched"], predicted_s=0.0)
+    pc = consts.protocols[proto]
+    nc = consts.nvls_channels if algo == "NVLS" else plan.channels
+    nc = _channels_for(plan, consts, proto, nbytes, nc)
     buffer = opts.buffsize if (opts.buffsize and proto == "Simple") else pc.buffer_bytes
     step_data = buffer / consts.steps * pc.data_per_wire
     chunking = RingChunking(
         step_data * pc.chunk_steps, pc.chunk_steps // pc.slice_steps, consts.steps // pc.slice_steps
     )
     idx = _node_index(plan.nnodes)
+    arch = plan.arch if plan.arch in consts.ll_max_bw else "ampere"
     cap = plan.channel_bw
     if proto == "LL":
-        cap = min(cap, consts.ll_max_bw.get(plan.arch, consts.ll_max_bw["ampere"])[idx] / nc)
+        cap = min(cap, consts.ll_max_bw[arch][idx] / nc)
     elif proto == "LL128":
-        cap = min(cap, consts.per_channel_max_ring_ll128_bw.get(plan.arch, consts.ll_max_bw["ampere"])[idx])
-    per_channel = nbytes / nc
+        cap = min(cap, consts.per_channel_max_ring_ll128_bw[arch][idx])
     wire = 1.0 / pc.data_per_wire
-    base = consts.base_latency["Ring"][proto]
-
-    env, net = new_network(record, check)
+    base = consts.base_latency[algo if algo in consts.base_latency else "Ring"][proto]
+    if algo == "NVLS":
+        base += consts.hw_latency[plan.intra_hw]["NVLS"]["Simple"]
+    per_channel = nbytes / nc
     cat = ResourceCatalog(topo)
-    usage: dict[Hashable, dict[str, list[tuple[Hashable, float]]]] = {}
-    colors: dict[Hashable, Hashable] = {}
+    env, net = new_network(record, check)
+    roles: dict[Hashable, dict[str, _Role]] = {}
     relations: list[tuple[Hashable, str, Hashable]] = []
-    hop_of: dict[Hashable, Hop] = {}
-    latency_of: dict[Hashable, float] = {}
-    for c in range(nc):
-        ring = plan.rings[c]
-        for i, g in enumerate(ring):
-            ent = (c, g)
-            hop = plan.hops[(c, i)]
-            hw_lat = consts.hw_latency[hop.hw]["Ring"][proto]
-            if plan.nnodes > 1 and hop.hw != "NET":
-                hw_lat = max(hw_lat, plan.net_overhead * (3 if proto == "Simple" else 1))
-            lat = hw_lat + hop.path.latency * (2 if (hop.hw == "NET" and proto == "Simple") else 1)
-            usage[ent] = {"send": [(k, coef * wire) for k, coef in hop.path.uses]}
-            hop_of[ent] = hop
-            latency_of[ent] = lat
-            colors[ent] = (round(per_channel, 6), hop.transport, round(lat * 1e12), min(cap, hop.max_rate))
-            relations.append((ent, "pred", (c, ring[i - 1])))
+    extra: dict[Hashable, Any] = {}  # algorithm-specific structure per entity
+    fab = plan.fabric
+
+    def hop(a: str, b: str, c: int) -> Hop:
+        na, nb = topo.device(a).node, topo.device(b).node
+        nics = {}
+        if plan.nnodes > 1:
+            for node in {na, nb}:
+                node_nics = topo.nics(node)
+                nics[node] = node_nics[c % len(node_nics)].name
+        return _hop(topo, cat, a, b, nics.get(na), nics.get(nb), opts, consts, fab)
+
+    if algo == "Ring" and collective in ("allreduce", "allgather", "reduce_scatter"):
+        for c in range(nc):
+            ring = plan.rings[c]
+            for i, g in enumerate(ring):
+                roles[(c, g)] = {"send": _hop_role(plan.hops[(c, i)], consts, plan, algo, proto, wire, cap)}
+                relations.append(((c, g), "pred", (c, ring[i - 1])))
+    elif algo == "Ring":  # broadcast / reduce: a chain along the ring, from the root or towards it
+        for c in range(nc):
+            ring = plan.rings[c]
+            r = ring.index(plan.ranks[0])
+            order = ring[r:] + ring[:r]  # root first
+            if collective == "reduce":
+                order = order[1:] + order[:1]  # root last
+            for i, g in enumerate(order):
+                nxt = order[i + 1] if i + 1 < len(order) else None
+                roles[(c, g)] = (
+                    {} if nxt is None else {"send": _hop_role(hop(g, nxt, c), consts, plan, algo, proto, wire, cap)}
+                )
+                extra[(c, g)] = ((c, order[i - 1]) if i > 0 else None, (c, nxt) if nxt else None)
+                if i > 0:
+                    relations.append(((c, g), "pred", (c, order[i - 1])))
+    elif algo == "Tree":
+        for c in range(nc):
+            parent, children = _tree_links(plan, c, topo)
+            for g in plan.rings[c]:
+                r: dict[str, _Role] = {}
+                if parent[g] is not None:
+                    r["up"] = _hop_role(hop(g, parent[g], c), consts, plan, algo, proto, wire, cap)  # type: ignore[arg-type]
+                    relations.append(((c, g), "parent", (c, parent[g])))
+                for k, ch in enumerate(children[g]):
+                    r[f"down{k}"] = _hop_role(hop(g, ch, c), consts, plan, algo, proto, wire, cap)
+                roles[(c, g)] = r
+                extra[(c, g)] = ((c, parent[g]) if parent[g] else None, [(c, ch) for ch in children[g]])
+    elif algo == "NVLS":
+        eff = consts.nvls_efficiency.get(plan.arch, 0.85)
+        for c in range(nc):
+            for g in plan.ranks:
+                up = link_uses(topo.route(g, plan.nvswitch, kinds=("nvlink",)))  # type: ignore[arg-type]
+                down = link_uses(topo.route(plan.nvswitch, g, kinds=("nvlink",)))  # type: ignore[arg-type]
+                lat = up.latency + down.latency
+                rs = [(k, v / eff) for k, v in up.uses] + [(k, v / (n * eff)) for k, v in down.uses]
+                ag = [(k, v / (n * eff)) for k, v in up.uses] + [(k, v / eff) for k, v in down.uses]
+                roles[(c, g)] = {
+                    "rs": _Role(rs, lat, cap, "NVLS (NVSwitch reduce)"),
+                    "ag": _Role(ag, lat, cap, "NVLS (NVSwitch multicast)"),
+                }
+    elif collective == "sendrecv":
+        src, dst = plan.ranks[0], plan.ranks[min(1, n - 1)]
+        for c in range(nc):
+            roles[(c, src)] = {"send": _hop_role(hop(src, dst, c), consts, plan, "Ring", proto, wire, cap)}
+            roles[(c, dst)] = {}
+            extra[(c, src)] = (None, (c, dst))
+            extra[(c, dst)] = ((c, src), None)
+            relations.append(((c, dst), "pred", (c, src)))
+    else:  # alltoall: every rank sends nbytes/n to every peer at once, over its own connection
+        for g in plan.ranks:
+            roles[g] = {
+                f"to{j}": _hop_role(hop(g, h, j % plan.channels), consts, plan, "Ring", proto, wire, cap * nc / n)
+                for j, h in enumerate(plan.ranks)
+                if h != g
+            }
+    usage = {e: {name: role.uses for name, role in r.items()} for e, r in roles.items()}
+    colors = {
+        e: (
+            tuple(sorted((k, round(ro.latency * 1e12), ro.cap, ro.tag) for k, ro in r.items())),
+            str(extra.get(e) is None),
+        )
+        for e, r in roles.items()
+    }
     quotient = build_quotient(net, usage, cat.specs, colors=colors, relations=relations, symmetric=symmetry)
     board = EventBoard(env)
+    rep = quotient.rep
+
+    def sender(e: Hashable, role: str) -> Any:
+        ro = roles[e][role]
+        uses = quotient.uses(e, role)
+        owner = str(e)
+        return lambda b: net.transfer(b, uses, latency=ro.latency, max_rate=ro.cap, tag=ro.tag, owner=owner)
+
+    def after_base(e: Hashable, body: Any) -> Any:
+        yield net.delay(base, tag="launch + base latency", owner=str(e))
+        yield from body
+
     done: list[Any] = []
-    owner_ent = quotient.rep((0, plan.rings[0][0]))
-
-    def send_fn(ent: Hashable) -> Any:
-        uses = quotient.uses(ent, "send")
-        hop = hop_of[ent]
-        tag = _TRANSPORT_TAG[hop.transport]
-        rate = min(cap, hop.max_rate)
-        lat = latency_of[ent]
-        owner = str(ent)
-        return lambda b: net.transfer(b, uses, latency=lat, max_rate=rate, tag=tag, owner=owner)
-
-    def proc(ent: Hashable, pred: Hashable, succ: Hashable) -> Any:
-        yield net.delay(base, tag="launch + base latency", owner=str(ent))
-        yield from nccl_ring_allreduce(
-            board, ent, pred, succ, nranks=n, data_bytes=per_channel, chunking=chunking, send=send_fn(ent)
-        )
-
-    for rep in quotient.reps():
-        c, g = rep  # type: ignore[misc]
-        ent = (c, g)
-        ring = plan.rings[c]
-        i = ring.index(g)
-        pred = quotient.rep((c, ring[i - 1]))
-        succ = quotient.rep((c, ring[(i + 1) % len(ring)]))
+    reps = quotient.reps()
+    for e in reps:
         if n == 1:
-            done.append(env.process(_single(net, base, str(ent))))
+            done.append(env.process(_single(net, base, str(e))))
             continue
-        env.process(proc(ent, pred, succ))
-        done.append(board.get(ent, "done"))
-    if not done:
-        done.append(env.process(_single(net, base, str(owner_ent))))
+        if algo == "Ring" and collective in ("allreduce", "allgather", "reduce_scatter"):
+            c, g = e  # type: ignore[misc]
+            ring = plan.rings[c]
+            i = ring.index(g)
+            body = nccl_ring_allreduce(
+                board,
+                e,
+                rep((c, ring[i - 1])),
+                rep((c, ring[(i + 1) % n])),
+                nranks=n,
+                data_bytes=per_channel,
+                chunking=chunking,
+                send=sender(e, "send"),
+                nsteps=2 * (n - 1) if collective == "allreduce" else n - 1,
+            )
+            env.process(after_base(e, body))
+            done.append(board.get(e, "done"))
+        elif algo == "Ring" or collective == "sendrecv":
+            pred, succ = extra[e]
+            body = nccl_chain(
+                board,
+                e,
+                rep(pred) if pred else None,
+                rep(succ) if succ else None,
+                data_bytes=per_channel,
+                chunking=chunking,
+                send=sender(e, "send") if "send" in roles[e] else None,
+            )
+            env.process(after_base(e, body))
+            done.append(board.get(e, "done"))
+        elif algo == "Tree":
+            par, kids = extra[e]
+            up = nccl_tree_up(
+                board,
+                e,
+                rep(par) if par else None,
+                [rep(k) for k in kids],
+                data_bytes=per_channel,
+                chunking=chunking,
+                send_up=sender(e, "up") if "up" in roles[e] else None,
+            )
+            down = nccl_tree_down(
+                board,
+                e,
+                [rep(k) for k in kids],
+                data_bytes=per_channel,
+                chunking=chunking,
+                send_down=[sender(e, f"down{k}") for k in range(len(kids))],
+            )
+            env.process(after_base(e, up))
+            env.process(after_base(e, down))
+            done.append(board.get(e, "done"))
+        elif algo == "NVLS":
+            env.process(
+                after_base(
+                    e,
+                    nccl_nvls_reduce_scatter(board, e, data_bytes=per_channel, chunking=chunking, send=sender(e, "rs")),
+                )
+            )
+            env.process(
+                after_base(
+                    e,
+                    nccl_nvls_allgather(
+                        board, e, reps, data_bytes=per_channel, chunking=chunking, send=sender(e, "ag")
+                    ),
+                )
+            )
+            done.append(board.get(e, "done"))
+        else:  # alltoall
+
+            def a2a(e: Hashable = e) -> Any:
+                arrivals = [sender(e, role)(nbytes / n)[1] for role in roles[e]]
+                yield AllOf(env, arrivals)
+
+            done.append(env.process(after_base(e, a2a())))
     t = run_until_done(env, done)
+    owner_ent = reps[0]
     breakdown: dict[str, float] = {}
     if record:
         breakdown = attribute_time(

@@ -60,7 +60,7 @@ class Resource:
 class Flow:
     """A transfer in progress. Created by :meth:`FluidNetwork.transfer`; read-only for callers."""
 
-    __slots__ = ("done", "latency", "max_rate", "owner", "rate", "remaining", "sig", "size", "t_start", "tag", "uses")
+    __slots__ = ("done", "latency", "max_rate", "owner", "rate", "remaining", "sig", "size", "t_start", "tag", "tol", "uses")
 
     def __init__(
         self,
@@ -83,6 +83,7 @@ class Flow:
         self.t_start = 0.0
         self.latency = latency
         self.sig = 0  # interned (uses, max_rate): flows with equal signatures get equal max-min fair rates
+        self.tol = max(1e-3, 1e-12 * size)  # units left that count as done (float rounding)
 
 
 @dataclass(frozen=True)
@@ -255,7 +256,7 @@ class FluidNetwork:
         keep: list[Flow] = []
         expected = set(map(id, self._expected)) if due else set()
         for f in self._active:
-            if id(f) in expected or f.remaining <= max(1e-3, 1e-12 * f.size):
+            if f.remaining <= f.tol or id(f) in expected:
                 finished.append(f)
             else:
                 keep.append(f)
@@ -306,60 +307,74 @@ class FluidNetwork:
             self.check_invariants()
 
     def _progressive_filling(self, flows: list[Flow]) -> None:
-        """Raise all unfrozen rates together until a resource or a flow cap binds; freeze those; repeat."""
+        """Raise all unfrozen rates together until a resource or a flow cap binds; freeze those; repeat.
+
+        Every round freezes at least one flow or retires one resource, so it ends after at most
+        (flows + resources) rounds; each round costs one pass over the resources still in play.
+        """
         weight: dict[Resource, float] = {}
-        for f in flows:
+        members: dict[Resource, list[int]] = {}
+        for i, f in enumerate(flows):
             for res, coef in f.uses:
                 weight[res] = weight.get(res, 0.0) + coef
+                members.setdefault(res, []).append(i)
         left = {res: res.capacity for res in weight}
-        unfrozen = set(range(len(flows)))
+        live = {res for res, w in weight.items() if w > 0}
+        frozen = [False] * len(flows)
+        nfrozen = 0
+        by_cap = sorted(range(len(flows)), key=lambda i: flows[i].max_rate)
+        cp = 0
         level = 0.0
         saturated: set[Resource] = set()
-        rounds = 0
-        while unfrozen:
+        while nfrozen < len(flows):
             step = math.inf
             binding: Resource | None = None
-            for res, w in weight.items():
-                if w > 0:
-                    s = left[res] / w
-                    if s < step:
-                        step, binding = s, res
-            capped = False
-            for i in unfrozen:
-                s = flows[i].max_rate - level
+            for res in live:
+                s = left[res] / weight[res]
                 if s < step:
-                    step, binding, capped = s, None, True
+                    step, binding = s, res
+            while cp < len(by_cap) and frozen[by_cap[cp]]:
+                cp += 1
+            if cp < len(by_cap) and flows[by_cap[cp]].max_rate - level < step:
+                step, binding = flows[by_cap[cp]].max_rate - level, None
             if math.isinf(step):
-                for i in unfrozen:
-                    flows[i].rate = math.inf
+                for i, f in enumerate(flows):
+                    if not frozen[i]:
+                        f.rate = math.inf
                 break
             step = max(step, 0.0)
             level += step
-            newly: set[Resource] = set() if binding is None else {binding}
-            for res, w in weight.items():
-                if w > 0:
-                    left[res] -= step * w
-                    if left[res] <= _SAT_TOL * res.capacity:
-                        newly.add(res)
-            freeze = {i for i in unfrozen if flows[i].max_rate - level <= _SAT_TOL * max(level, 1.0)}
-            if capped and not freeze:  # rounding: freeze the flow whose cap bound
-                freeze.add(min(unfrozen, key=lambda i: flows[i].max_rate))
-            if newly:
-                saturated |= newly
-                freeze.update(i for i in unfrozen if any(res in newly for res, _ in flows[i].uses))
-            if not freeze:  # the binding resource only carried rounding residue
-                if binding is None or rounds > 4 * (len(flows) + len(weight)):
-                    raise RuntimeError("max-min solver made no progress")
-                weight[binding] = 0.0
-            rounds += 1
-            for i in freeze:
+            newly: list[Resource] = []
+            for res in live:
+                left[res] -= step * weight[res]
+                if left[res] <= _SAT_TOL * res.capacity:
+                    newly.append(res)
+            if binding is not None and binding not in newly:
+                newly.append(binding)
+            to_freeze: list[int] = []
+            if binding is None:  # a flow cap binds: freeze every flow at that cap
+                to_freeze.append(by_cap[cp])
+            while cp < len(by_cap) and (
+                frozen[by_cap[cp]] or flows[by_cap[cp]].max_rate - level <= _SAT_TOL * max(level, 1.0)
+            ):
+                to_freeze.append(by_cap[cp])
+                cp += 1
+            for res in newly:
+                saturated.add(res)
+                live.discard(res)
+                to_freeze.extend(members[res])
+            for i in to_freeze:
+                if frozen[i]:
+                    continue
+                frozen[i] = True
+                nfrozen += 1
                 f = flows[i]
                 f.rate = level
-                unfrozen.discard(i)
                 for res, coef in f.uses:
-                    weight[res] -= coef
-                    if weight[res] <= 1e-12 * coef:
-                        weight[res] = 0.0
+                    if res in live:
+                        weight[res] -= coef
+                        if weight[res] <= 1e-12 * coef:  # no unfrozen flow left on it
+                            live.discard(res)
         self._last_saturated = frozenset(saturated)
 
     def _arm(self) -> None:

@@ -70,9 +70,18 @@ def test_channel_limits_change_bandwidth() -> None:
 
 
 def test_algorithm_not_modelled_is_a_clear_error() -> None:
-    sim = Simulator.from_source("hgx-h100", ["backends.nccl.env.NCCL_ALGO=Tree"])
-    with pytest.raises(ScenarioError, match=r"backends\.nccl.*Tree.*not modelled"):
+    sim = Simulator.from_source("hgx-h100", ["backends.nccl.env.NCCL_ALGO=PAT"])
+    with pytest.raises(ScenarioError, match=r"backends\.nccl.*PAT not modelled"):
         sim.simulate_one("nccl", MiB)
+
+
+def test_choices_nccl_would_refuse_are_errors() -> None:
+    a100 = Simulator.from_source("dgx-a100", ["backends.nccl.env.NCCL_ALGO=NVLS"])
+    with pytest.raises(ScenarioError, match="NVLS.*Hopper"):
+        a100.simulate_one("nccl", MiB)
+    collnet = Simulator.from_source("2node-h100-ib", ["backends.nccl.env.NCCL_ALGO=CollNet"])
+    with pytest.raises(ScenarioError, match="in-network reduction"):
+        collnet.simulate_one("nccl", MiB)
 
 
 def test_tuner_prediction_close_to_simulation_at_large_sizes() -> None:

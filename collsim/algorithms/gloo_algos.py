@@ -1,0 +1,650 @@
+"""Gloo's other allreduce algorithms and its other collectives, as SimPy schedules.
+
+Each schedule is one rank's thread of a Gloo algorithm: what it waits for (data from a peer, a peer's notification
+that a receive buffer is free, a peer's receive-ready notice) and what it pays, costed by the caller through a
+:class:`GlooRankContext`:
+
+* ``send(label, nbytes) -> (streamed, arrived)``: one message on the connection called ``label`` (its peer is
+  ``GlooSchedule.peers[rank][label]``); latency is paid once per message, on arrival, and messages on one
+  connection leave one after another (:meth:`GlooRankContext.post` queues them);
+* ``reduce(nbytes) -> done``: reducing a received buffer into the local one (the CPU for host tensors; the GPU's HBM
+  for ibverbs/GPUDirect), done by the rank's own thread after the receive, so it does not overlap that thread's next
+  wait, but it does overlap messages already posted;
+* ``copy(nbytes) -> done``: a memcpy out of a receive buffer (all-gather phases of the legacy algorithms);
+* ``notice(label) -> arrived``: a control message (notification or receive-ready notice) to a peer.
+
+Sources (facts read from pytorch/gloo): ``gloo/allreduce_ring_chunked.h``, ``gloo/allreduce_halving_doubling.h``,
+``gloo/allreduce_bcube.h``, ``gloo/allgather.cc``, ``gloo/broadcast.cc``, ``gloo/reduce.cc``, ``gloo/alltoall.cc``.
+
+Processes run for *representatives* (see :mod:`collsim.engine.symmetry`): every event on the board is keyed by the
+representative of the rank that fires it (``ctx.key(rank)``) and by what happened, never by who it was meant for, so
+a class of symmetric ranks is simulated once.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Generator, Hashable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from simpy.events import Event
+
+from collsim.algorithms.board import EventBoard
+from collsim.algorithms.ring import gloo_ring_allreduce, gloo_ring_receiver, gloo_ring_segments
+
+__all__ = [
+    "ALLREDUCE_ALGORITHMS",
+    "COLLECTIVES",
+    "GlooRankContext",
+    "GlooSchedule",
+    "bcube_radices",
+    "gloo_schedule",
+]
+
+Proc = Generator[Event, Any, None]
+
+#: Allreduce algorithms modelled (``backends.gloo.algorithm``).
+ALLREDUCE_ALGORITHMS = ("ring", "ring_chunked", "halving_doubling", "bcube")
+#: Collectives modelled (the ``collective`` argument of the Gloo backend).
+COLLECTIVES = ("allreduce", "allgather", "reduce_scatter", "broadcast", "reduce", "alltoall", "sendrecv")
+
+
+def _chain(src: Event, dst: Event) -> None:
+    """Fire ``dst`` when ``src`` fires (now, if it already has)."""
+    if src.processed:
+        if not dst.triggered:
+            dst.succeed()
+    else:
+
+        def fire(_e: Event) -> None:
+            if not dst.triggered:
+                dst.succeed()
+
+        src.callbacks.append(fire)
+
+
+@dataclass
+class GlooRankContext:
+    """What one (representative) rank can do, with costs supplied by the caller.
+
+    Parameters
+    ----------
+    board : EventBoard
+        Shared named events.
+    me : int
+        This rank's number (it is its class's representative).
+    nranks : int
+        Ranks in the collective.
+    rep : callable
+        Rank number -> its representative (identity without symmetry reduction).
+    send : callable
+        ``send(label, nbytes) -> (streamed, arrived)``: start a message of ``nbytes`` bytes on connection ``label``
+        now (no queueing; use :meth:`post`).
+    reduce, copy : callable
+        ``f(nbytes) -> done``: reduce / copy ``nbytes`` bytes out of a receive buffer.
+    notice : callable
+        ``notice(label) -> arrived``: a control message to the peer of ``label`` (``None``: the rank's default).
+    """
+
+    board: EventBoard
+    me: int
+    nranks: int
+    rep: Callable[[int], Hashable]
+    send: Callable[[str, float], tuple[Event, Event]]
+    reduce: Callable[[float], Event]
+    copy: Callable[[float], Event]
+    notice: Callable[[str | None], Event]
+    _last: dict[str, Event] = field(default_factory=dict)
+
+    def key(self, rank: int) -> Hashable:
+        """The board owner standing for ``rank`` (taken modulo the rank count)."""
+        return self.rep(rank % self.nranks)
+
+    def post(self, label: str, nbytes: float, after: Iterable[Event] = ()) -> tuple[Event, Event]:
+        """Queue a message on connection ``label``: it starts once every event in ``after`` has fired and the
+        previous message on the connection has streamed. Returns ``(streamed, arrived)``."""
+        env = self.board.env
+        streamed, arrived = Event(env), Event(env)
+        waits = list(after)
+        prev = self._last.get(label)
+        if prev is not None:
+            waits.append(prev)
+        self._last[label] = streamed
+
+        def go() -> Proc:
+            if waits:
+                yield env.all_of(waits)
+            s, a = self.send(label, nbytes)
+            _chain(s, streamed)
+            _chain(a, arrived)
+
+        env.process(go())
+        return streamed, arrived
+
+    def fire_on(self, what: Hashable, ev: Event) -> None:
+        """Fire ``(me, what)`` on the board when ``ev`` fires."""
+        self.board.bind(self.me, what, ev)
+
+    def wait(self, rank: int, what: Hashable) -> Event:
+        """The board event ``what`` of ``rank``'s representative."""
+        return self.board.get(self.key(rank), what)
+
+
+@dataclass(frozen=True)
+class GlooSchedule:
+    """One Gloo collective on ``nranks`` ranks: who talks to whom, and each rank's thread.
+
+    Attributes
+    ----------
+    name : str
+        ``collective/algorithm`` (e.g. ``allreduce/halving_doubling``).
+    peers : dict
+        ``peers[rank][label]`` = the rank this rank sends to on connection ``label``.
+    roles : dict
+        A structural colour per rank (ranks with different jobs, such as a broadcast root, differ).
+    body : callable
+        ``body(ctx) -> generator`` for one rank; the rank is done when it returns.
+    notes : tuple of str
+        What was chosen (segments, chunk counts, bases, folding).
+    """
+
+    name: str
+    nranks: int
+    peers: dict[int, dict[str, int]]
+    roles: dict[int, Hashable]
+    body: Callable[[GlooRankContext], Proc]
+    notes: tuple[str, ...] = ()
+
+    def relations(self) -> list[tuple[int, str, int]]:
+        """``(rank, label, peer)`` for every connection (for the symmetry refinement)."""
+        return [(r, lab, p) for r, d in self.peers.items() for lab, p in sorted(d.items())]
+
+
+# ---------------------------------------------------------------------------------------- allreduce: ring
+def _ring(n: int, nbytes: float, max_segment_bytes: float, inflight: int) -> GlooSchedule:
+    shape = gloo_ring_segments(nbytes, n, max_segment_bytes)
+
+    def body(ctx: GlooRankContext) -> Proc:
+        """PyTorch's segmented ring (:func:`~collsim.algorithms.gloo_ring_allreduce`), sender and receiver."""
+        env = ctx.board.env
+        me = ctx.me
+        succ, pred = ctx.key(me + 1), ctx.key(me - 1)
+        s = env.process(
+            gloo_ring_allreduce(
+                ctx.board, me, succ, nranks=n, shape=shape, send=lambda b: ctx.send("right", b), inflight=inflight
+            )
+        )
+        r = env.process(
+            gloo_ring_receiver(
+                ctx.board,
+                me,
+                pred,
+                nranks=n,
+                shape=shape,
+                reduce=ctx.reduce,
+                notice=lambda: ctx.notice("left"),
+                inflight=inflight,
+            )
+        )
+        yield s & r
+
+    peers = {i: {"right": (i + 1) % n} for i in range(n)} if n > 1 else {0: {}}
+    return GlooSchedule(
+        "allreduce/ring",
+        n,
+        peers,
+        dict.fromkeys(range(n), 0),
+        body if n > 1 else _nothing,
+        (f"{shape.segments} segments of {shape.segment_bytes:.0f} B",),
+    )
+
+
+def _nothing(ctx: GlooRankContext) -> Proc:
+    """A single rank has nothing to exchange."""
+    return
+    yield  # pragma: no cover
+
+
+# ---------------------------------------------------------------------------------------- allreduce: ring_chunked
+def _ring_chunked(n: int, nbytes: float) -> GlooSchedule:
+    chunks = 2 * n
+    chunk = nbytes / chunks
+    total = 4 * n - 4  # messages each rank sends (and receives): 2P in the first pass, 2P-4 in the second
+
+    def body(ctx: GlooRankContext) -> Proc:
+        """One rank of ``AllreduceRingChunked`` (one thread, 2P chunks of S/2P, two inboxes).
+
+        Waits for: before consuming receive ``j`` its arrival from the left; before send ``m >= 2`` (the chunk just
+        consumed) the right neighbour's notification ``m-2`` (it has emptied the inbox that send will fill). Pays:
+        ``4P-4`` messages of S/2P (``2(P-1)/P * S`` per rank; the first ``2P`` carry partial sums, one lap plus a
+        hop, the rest the result), each with its latency once; a CPU reduction of each of the first ``2P-2``
+        receives and a copy of each later one, in the thread, before its notification; notifications to the left
+        (control messages); a final notification exchange (Gloo's local barrier).
+        """
+        me = ctx.me
+        for m in range(2):
+            _s, arr = ctx.post("right", chunk)
+            ctx.fire_on(("rc", m), arr)
+        for j in range(total):
+            yield ctx.wait(me - 1, ("rc", j))
+            yield ctx.reduce(chunk) if j < chunks - 2 else ctx.copy(chunk)
+            m = j + 2
+            if m < total:
+                ctx.fire_on(("rcn", j), ctx.notice("left"))
+                yield ctx.wait(me + 1, ("rcn", j))
+                _s, arr = ctx.post("right", chunk)
+                ctx.fire_on(("rc", m), arr)
+        # local barrier: one more notification to the left, and wait for the right's
+        ctx.fire_on(("rcn", total - 2), ctx.notice("left"))
+        yield ctx.wait(me + 1, ("rcn", total - 2))
+
+    peers = {i: {"right": (i + 1) % n} for i in range(n)} if n > 1 else {0: {}}
+    return GlooSchedule(
+        "allreduce/ring_chunked",
+        n,
+        peers,
+        dict.fromkeys(range(n), 0),
+        body if n > 1 else _nothing,
+        (f"{chunks} chunks of {chunk:.0f} B, {total} messages per rank",),
+    )
+
+
+# ---------------------------------------------------------------------------------------- allreduce: halving_doubling
+def _halving_doubling(n: int, nbytes: float) -> GlooSchedule:
+    k = (n.bit_length() - 1) if n > 1 else 0  # floor(log2 P)
+    p2 = 1 << k
+    extra = n - p2  # ranks folded into a partner before the power-of-two exchange
+
+    def real(v: int) -> int:
+        return 2 * v if v < extra else v + extra
+
+    def virtual(r: int) -> int | None:
+        if r < 2 * extra:
+            return None if r % 2 else r // 2
+        return r - extra
+
+    peers: dict[int, dict[str, int]] = {}
+    roles: dict[int, Hashable] = {}
+    for r in range(n):
+        d: dict[str, int] = {}
+        v = virtual(r)
+        if v is None:
+            d["fold"] = r - 1
+            roles[r] = "folded"
+        else:
+            for s in range(k):
+                d[f"hd{s}"] = real(v ^ (1 << s))
+            if r < 2 * extra:
+                d["unfold"] = r + 1
+                roles[r] = "folding"
+            else:
+                roles[r] = "plain"
+        peers[r] = d
+
+    def body(ctx: GlooRankContext) -> Proc:
+        """One rank of ``AllreduceHalvingDoubling`` (recursive halving, then recursive doubling).
+
+        Reduce-scatter, step s = 0..log2(P)-1: send S/2^(s+1) to the partner whose rank differs in bit s (the largest
+        message to the nearest rank, as Gloo does), wait for the partner's message, reduce it on the CPU, notify the
+        partner. All-gather, steps in reverse: wait for the partner's reduce-scatter notification of that step (its
+        receive buffer is free), send the S/2^(s+1) this rank owns, wait for the partner's, copy it out, notify.
+        Done when every partner has notified the all-gather receive. Pays 2 log2 P messages (latency once each,
+        ``2(P-1)/P * S`` bytes) and the reductions in the thread, between steps.
+
+        Non-power-of-two P: ranks are *folded* (the MPICH/Rabenseifner scheme): with P = 2^k + r, each odd rank below
+        2r first sends its whole buffer to the even rank below it, which reduces it, takes part in the 2^k exchange,
+        and sends the result back. Gloo itself splits the ranks into binary blocks (e.g. 6 = 4 + 2) that exchange
+        partial results between the phases; folding costs one extra S each way for the folded pairs instead.
+        """
+        me = ctx.me
+        v = virtual(me)
+        if v is None:  # folded: hand the buffer over, then wait for the result
+            _st, arr = ctx.post("fold", nbytes)
+            ctx.fire_on("folded", arr)
+            yield ctx.wait(me - 1, "unfolded")
+            yield ctx.copy(nbytes)
+            return
+        if me < 2 * extra:
+            yield ctx.wait(me + 1, "folded")
+            yield ctx.reduce(nbytes)
+        for s in range(k):
+            part = nbytes / (2 << s)
+            peer = real(v ^ (1 << s))
+            _st, arr = ctx.post(f"hd{s}", part)
+            ctx.fire_on(("hrs", s), arr)
+            yield ctx.wait(peer, ("hrs", s))
+            yield ctx.reduce(part)
+            ctx.fire_on(("hrsn", s), ctx.notice(f"hd{s}"))
+        for s in reversed(range(k)):
+            part = nbytes / (2 << s)
+            peer = real(v ^ (1 << s))
+            yield ctx.wait(peer, ("hrsn", s))
+            _st, arr = ctx.post(f"hd{s}", part)
+            ctx.fire_on(("hag", s), arr)
+            yield ctx.wait(peer, ("hag", s))
+            yield ctx.copy(part)
+            ctx.fire_on(("hagn", s), ctx.notice(f"hd{s}"))
+        for s in range(k):
+            yield ctx.wait(real(v ^ (1 << s)), ("hagn", s))
+        if me < 2 * extra:
+            _st, arr = ctx.post("unfold", nbytes)
+            ctx.fire_on("unfolded", arr)
+            yield arr
+
+    notes = [f"{k} halving + {k} doubling steps over {p2} ranks"]
+    if extra:
+        notes.append(f"{extra} rank(s) folded into a partner first (P={n} is not a power of two)")
+    return GlooSchedule("allreduce/halving_doubling", n, peers, roles, body if n > 1 else _nothing, tuple(notes))
+
+
+# ---------------------------------------------------------------------------------------- allreduce: bcube
+def bcube_radices(nranks: int, base: int) -> list[int]:
+    """Group sizes of BCube's steps: ``base`` while it divides what is left, then the rest in one step.
+
+    >>> bcube_radices(16, 4), bcube_radices(16, 8), bcube_radices(12, 8), bcube_radices(8, 2)
+    ([4, 4], [8, 2], [12], [2, 2, 2])
+    """
+    if base < 2:
+        raise ValueError(f"bcube base must be >= 2, got {base}")
+    out: list[int] = []
+    left = nranks
+    while left > 1:
+        if left % base == 0:
+            out.append(base)
+            left //= base
+        else:
+            out.append(left)
+            left = 1
+    return out
+
+
+def _bcube(n: int, nbytes: float, base: int) -> GlooSchedule:
+    radices = bcube_radices(n, base)
+    strides = [math.prod(radices[:s]) for s in range(len(radices))]
+
+    def peer(r: int, s: int, j: int) -> int:
+        """The rank whose digit s is this rank's plus ``j`` (mod the group size)."""
+        g, st = radices[s], strides[s]
+        d = (r // st) % g
+        return r + (((d + j) % g) - d) * st
+
+    peers = {
+        r: {f"bc{s}.{j}": peer(r, s, j) for s in range(len(radices)) for j in range(1, radices[s])} for r in range(n)
+    }
+
+    def body(ctx: GlooRankContext) -> Proc:
+        """One rank of ``AllreduceBcube``: log_B P steps of reduce-scatter in groups of B, then all-gather back.
+
+        Step s: the rank and the ranks differing from it only in base-B digit s form a group; the rank posts all
+        B-1 sends at once (its current share cut in B pieces, one per peer; they share its links), then, peer after
+        peer, waits for that peer's piece, reduces it on the CPU and notifies the peer. All-gather, steps in
+        reverse: per peer, waits for its reduce-scatter notification, posts the piece this rank owns; then
+        receives the peers' pieces and copies them out (notifying after step 0). Done when the step-0 peers have
+        notified. Pays 2 sum(B-1) messages, ``2(P-1)/P * S`` bytes, latency once per message.
+        """
+        me = ctx.me
+        share = nbytes
+        pieces: list[float] = []
+        for s, g in enumerate(radices):
+            piece = share / g
+            pieces.append(piece)
+            for j in range(1, g):
+                _st, arr = ctx.post(f"bc{s}.{j}", piece)
+                ctx.fire_on(("brs", s, j), arr)
+            for j in range(1, g):
+                src = peer(me, s, -j)
+                yield ctx.wait(src, ("brs", s, j))
+                yield ctx.reduce(piece)
+                ctx.fire_on(("brsn", s, j), ctx.notice(f"bc{s}.{g - j}"))
+            share = piece
+        for s in reversed(range(len(radices))):
+            g, piece = radices[s], pieces[s]
+            for j in range(1, g):
+                yield ctx.wait(peer(me, s, j), ("brsn", s, j))
+                _st, arr = ctx.post(f"bc{s}.{j}", piece)
+                ctx.fire_on(("bag", s, j), arr)
+            for j in range(1, g):
+                yield ctx.wait(peer(me, s, -j), ("bag", s, j))
+                yield ctx.copy(piece)
+                if s == 0:
+                    ctx.fire_on(("bagn", j), ctx.notice(f"bc0.{g - j}"))
+        if radices:
+            for j in range(1, radices[0]):
+                yield ctx.wait(peer(me, 0, j), ("bagn", j))
+
+    return GlooSchedule(
+        "allreduce/bcube",
+        n,
+        peers,
+        dict.fromkeys(range(n), 0),
+        body if n > 1 else _nothing,
+        (f"base {base}: {len(radices)} steps in groups of {'x'.join(map(str, radices)) or '1'}",),
+    )
+
+
+# ---------------------------------------------------------------------------------------- other collectives
+def _allgather(n: int, nbytes: float) -> GlooSchedule:
+    own = nbytes / n
+    halves = (own / 2, own - own / 2)
+    ops = 2 * (n - 1)
+
+    def body(ctx: GlooRankContext) -> Proc:
+        """One rank of ``gloo::allgather`` (ring; ``nbytes`` is the whole output, each rank contributes S/P).
+
+        Copies its input into the output, then 2(P-1) operations, two in flight: operation i sends half a chunk to
+        the right (its own first, then what arrived two operations before) and posts a receive from the left
+        (a receive-ready notice to the left; an unbound send waits for it). From i = 2 on it first waits for send
+        i-2 and receive i-2 to complete. Pays (P-1)/P * S per rank in 2(P-1) messages, latency once each.
+        """
+        me = ctx.me
+        yield ctx.copy(own)
+        sends: list[Event] = []
+        for i in range(ops):
+            if i >= 2:
+                yield sends[i - 2]
+                yield ctx.wait(me - 1, ("ag", i - 2))
+            ctx.fire_on(("agready", i), ctx.notice("left"))
+            _st, arr = ctx.post("right", halves[i & 1], after=[ctx.wait(me + 1, ("agready", i))])
+            ctx.fire_on(("ag", i), arr)
+            sends.append(arr)
+        for i in range(max(0, ops - 2), ops):
+            yield sends[i]
+            yield ctx.wait(me - 1, ("ag", i))
+
+    peers = {i: {"right": (i + 1) % n} for i in range(n)} if n > 1 else {0: {}}
+    return GlooSchedule(
+        "allgather/ring", n, peers, dict.fromkeys(range(n), 0), body if n > 1 else _nothing, (f"{ops} half chunks",)
+    )
+
+
+def _broadcast(n: int, nbytes: float) -> GlooSchedule:
+    dim = math.ceil(math.log2(n)) if n > 1 else 0
+    peers: dict[int, dict[str, int]] = {}
+    roles: dict[int, Hashable] = {}
+    plan: dict[int, tuple[int | None, tuple[int, ...]]] = {}
+    for v in range(n):
+        out = tuple(i for i in range(dim) if v < (1 << i) and v + (1 << i) < n)
+        plan[v] = (None if v == 0 else v.bit_length() - 1, out)
+        peers[v] = {f"bt{i}": v + (1 << i) for i in out}
+        roles[v] = plan[v]
+
+    def body(ctx: GlooRankContext) -> Proc:
+        """One rank of ``gloo::broadcast`` from root 0: a binomial tree of whole buffers.
+
+        Iteration i: ranks below 2^i send the whole buffer to rank + 2^i; rank v (2^i <= v < 2^(i+1)) receives from
+        v - 2^i. A rank posts its receive first (a receive-ready notice to its parent) and waits for the data; it
+        then posts all its sends at once (asynchronous in Gloo: they share its links), each starting when the
+        child's notice has arrived, and finally waits for them. Pays ceil(log2 P) hops on the critical path, the
+        whole buffer and the latency once per hop.
+        """
+        me = ctx.me
+        recv, sends = plan[me]
+        if recv is not None:
+            ctx.fire_on(("bready", recv), ctx.notice(None))
+            yield ctx.wait(me - (1 << recv), ("bdata", recv))
+        done: list[Event] = []
+        for i in sends:
+            _st, arr = ctx.post(f"bt{i}", nbytes, after=[ctx.wait(me + (1 << i), ("bready", i))])
+            ctx.fire_on(("bdata", i), arr)
+            done.append(arr)
+        yield from done
+
+    return GlooSchedule(
+        "broadcast/binomial", n, peers, roles, body if n > 1 else _nothing, (f"binomial tree, {dim} rounds",)
+    )
+
+
+def _reduce(n: int, nbytes: float, max_segment_bytes: float) -> GlooSchedule:
+    shape = gloo_ring_segments(nbytes, n, max_segment_bytes)
+    nseg, seg = shape.segments, shape.segment_bytes
+    chunk = shape.per_rank * seg
+
+    peers: dict[int, dict[str, int]] = {}
+    for r in range(n):
+        d = {"left": (r - 1) % n} if n > 1 else {}
+        if r != 0:
+            d["root"] = 0
+        peers[r] = d
+
+    def body(ctx: GlooRankContext) -> Proc:
+        """One rank of ``gloo::reduce`` to root 0: a segmented ring reduce-scatter, then every chunk to the root.
+
+        Reduce-scatter towards rank - 1, two operations in flight (as ``gloo/reduce.cc``): iteration i >= 2 waits
+        for receive i-2 from the right, reduces it on the CPU, and waits for send i-2; iterations below
+        ``segments - 2`` post a receive (notice to the right) and a send (which waits for the left's notice).
+        Then each non-root rank sends its reduced chunk (S/P) to the root, which posts all P-1 receives at once.
+        """
+        me = ctx.me
+        sends: list[Event] = []
+        for i in range(nseg):
+            if i >= 2:
+                yield ctx.wait(me + 1, ("rd", i - 2))
+                yield ctx.reduce(seg)
+                yield sends[i - 2]
+            if i < nseg - 2:
+                ctx.fire_on(("rdready", i), ctx.notice(None))
+                _st, arr = ctx.post("left", seg, after=[ctx.wait(me - 1, ("rdready", i))])
+                ctx.fire_on(("rd", i), arr)
+                sends.append(arr)
+        if me == 0:
+            ctx.fire_on("gready", ctx.notice(None))
+            for r in range(1, n):
+                yield ctx.wait(r, "gather")
+        else:
+            _st, arr = ctx.post("root", chunk, after=[ctx.wait(0, "gready")])
+            ctx.fire_on("gather", arr)
+            yield arr
+
+    return GlooSchedule(
+        "reduce/ring+gather",
+        n,
+        peers,
+        {r: r == 0 for r in range(n)},
+        body if n > 1 else _nothing,
+        (f"{nseg} segments of {seg:.0f} B, then chunks of {chunk:.0f} B to the root",),
+    )
+
+
+def _alltoall(n: int, nbytes: float) -> GlooSchedule:
+    block = nbytes / n
+
+    def body(ctx: GlooRankContext) -> Proc:
+        """One rank of ``gloo::alltoall``: all P-1 receives and sends posted at once (S/P each), then wait.
+
+        Each send starts when its receiver's receive-ready notice has arrived; concurrent sends share the rank's
+        links fairly. The own block is copied locally.
+        """
+        me = ctx.me
+        ctx.fire_on("a2aready", ctx.notice(None))
+        yield ctx.copy(block)
+        done: list[Event] = []
+        for i in range(1, n):
+            _st, arr = ctx.post(f"a2a{i}", block, after=[ctx.wait(me + i, "a2aready")])
+            ctx.fire_on(("a2a", i), arr)
+            done.append(arr)
+        for i in range(1, n):
+            yield ctx.wait(me - i, ("a2a", i))
+        yield from done
+
+    peers = {r: {f"a2a{i}": (r + i) % n for i in range(1, n)} for r in range(n)}
+    return GlooSchedule(
+        "alltoall/direct", n, peers, dict.fromkeys(range(n), 0), body if n > 1 else _nothing, (f"{n - 1} sends",)
+    )
+
+
+def _sendrecv(n: int, nbytes: float) -> GlooSchedule:
+    if n < 2:
+        raise ValueError("sendrecv needs at least 2 ranks")
+
+    def body(ctx: GlooRankContext) -> Proc:
+        """Rank 0 sends one message of ``nbytes`` to rank 1 (which posts the receive first); others idle."""
+        if ctx.me == 1:
+            ctx.fire_on("ready", ctx.notice(None))
+            yield ctx.wait(0, "data")
+        elif ctx.me == 0:
+            _st, arr = ctx.post("peer", nbytes, after=[ctx.wait(1, "ready")])
+            ctx.fire_on("data", arr)
+            yield arr
+
+    peers = {r: ({"peer": 1} if r == 0 else {}) for r in range(n)}
+    return GlooSchedule("sendrecv/p2p", n, peers, {r: min(r, 2) for r in range(n)}, body, ("rank 0 -> rank 1",))
+
+
+def gloo_schedule(
+    collective: str,
+    algorithm: str,
+    nranks: int,
+    nbytes: float,
+    *,
+    max_segment_bytes: float = 1 << 20,
+    inflight: int = 2,
+    base: int = 2,
+) -> GlooSchedule:
+    """The schedule Gloo runs for ``collective`` of ``nbytes`` bytes on ``nranks`` ranks.
+
+    Parameters
+    ----------
+    collective : str
+        One of :data:`COLLECTIVES`. ``reduce_scatter`` is the allreduce (PyTorch's Gloo backend allreduces the
+        whole input and keeps its slice); the caller stages only the slice back.
+    algorithm : str
+        Allreduce algorithm (:data:`ALLREDUCE_ALGORITHMS`), for ``allreduce`` and ``reduce_scatter``.
+    nranks : int
+        Ranks (>= 1; ``sendrecv`` needs 2).
+    nbytes : float
+        Bytes, nccl-tests semantics: per-rank buffer for allreduce, broadcast, reduce, alltoall, sendrecv; the whole
+        output (every rank's contribution) for allgather; the whole input for reduce_scatter.
+    max_segment_bytes, inflight : float, int
+        Segmentation of the ring algorithms (1 MiB, 2 in flight).
+    base : int
+        BCube's group size.
+
+    Raises
+    ------
+    ValueError
+        For an unknown collective or algorithm (the message names the valid ones).
+    """
+    if nranks < 1:
+        raise ValueError(f"need at least one rank, got {nranks}")
+    if collective in ("allreduce", "reduce_scatter"):
+        if algorithm == "ring":
+            return _ring(nranks, nbytes, max_segment_bytes, inflight)
+        if algorithm == "ring_chunked":
+            return _ring_chunked(nranks, nbytes)
+        if algorithm == "halving_doubling":
+            return _halving_doubling(nranks, nbytes)
+        if algorithm == "bcube":
+            return _bcube(nranks, nbytes, base)
+        raise ValueError(f"unknown gloo allreduce algorithm {algorithm!r}; valid: {', '.join(ALLREDUCE_ALGORITHMS)}")
+    if collective == "allgather":
+        return _allgather(nranks, nbytes)
+    if collective == "broadcast":
+        return _broadcast(nranks, nbytes)
+    if collective == "reduce":
+        return _reduce(nranks, nbytes, max_segment_bytes)
+    if collective == "alltoall":
+        return _alltoall(nranks, nbytes)
+    if collective == "sendrecv":
+        return _sendrecv(nranks, nbytes)
+    raise ValueError(f"unknown collective {collective!r}; valid: {', '.join(COLLECTIVES)}")

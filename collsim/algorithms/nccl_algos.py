@@ -1,0 +1,156 @@
+"""NCCL's other schedules: pipelined chains (broadcast, reduce, send/recv), the double binary tree, and NVLS.
+
+Like :mod:`collsim.algorithms.ring`, each function is one (channel, rank) representative's SimPy process; costs
+come from the caller as ``send(nbytes) -> (streamed, arrived)``; dependencies go through an
+:class:`~collsim.algorithms.board.EventBoard` keyed by representatives.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Generator, Hashable, Sequence
+from typing import Any
+
+from simpy.events import AllOf, Event
+
+from collsim.algorithms.board import EventBoard
+from collsim.algorithms.ring import RingChunking
+
+__all__ = ["slices", "nccl_chain", "nccl_tree_up", "nccl_tree_down", "nccl_nvls_reduce_scatter", "nccl_nvls_allgather"]
+
+Send = Callable[[float], tuple[Event, Event]]
+Proc = Generator[Event, Any, None]
+
+
+def slices(data_bytes: float, chunking: RingChunking) -> list[float]:
+    """Cut one channel's buffer into the slices a pipeline moves: chunks of ``chunk_bytes``, each in
+    ``slices_per_chunk`` equal slices (bytes conserved).
+
+    >>> slices(5 * 2**20, RingChunking(2 * 2**20, 2, 4))
+    [1048576.0, 1048576.0, 1048576.0, 1048576.0, 524288.0, 524288.0]
+    """
+    n = max(1, math.ceil(data_bytes / chunking.chunk_bytes))
+    out: list[float] = []
+    for i in range(n):
+        chunk = min(chunking.chunk_bytes, data_bytes - i * chunking.chunk_bytes)
+        out += [chunk / chunking.slices_per_chunk] * chunking.slices_per_chunk
+    return out
+
+
+def nccl_chain(
+    board: EventBoard,
+    me: Hashable,
+    pred: Hashable | None,
+    succ: Hashable | None,
+    *,
+    data_bytes: float,
+    chunking: RingChunking,
+    send: Send | None,
+) -> Proc:
+    """A pipelined chain (NCCL's ring broadcast and reduce, and a send/recv pair).
+
+    Waits for: each slice from the predecessor (none at the head), and a free slot at the successor (the slice sent
+    ``slots`` ago forwarded by it, or arrived if it is the tail). Pays: each slice's transfer (``send``), streamed
+    back to back; a reduction into the slice (reduce) is fused into the copy and costs no separate time.
+    Fires ``(me, ("arr", i))`` when slice ``i`` has reached the successor and ``(me, "done")`` at the end.
+    """
+    parts = slices(data_bytes, chunking)
+    for i, b in enumerate(parts):
+        if pred is not None:
+            yield board.get(pred, ("arr", i))
+        if succ is None or send is None:  # the tail consumes each slice as it arrives
+            board.fire(me, ("fwd", i))
+            continue
+        if i >= chunking.slots:
+            yield board.get(succ, ("fwd", i - chunking.slots))
+        streamed, arrived = send(b)
+        board.bind(me, ("arr", i), arrived)
+        yield streamed
+        board.fire(me, ("fwd", i))
+    if succ is not None and send is not None and parts:
+        yield board.get(me, ("arr", len(parts) - 1))
+    board.fire(me, "done")
+
+
+def nccl_tree_up(
+    board: EventBoard,
+    me: Hashable,
+    parent: Hashable | None,
+    children: Sequence[Hashable],
+    *,
+    data_bytes: float,
+    chunking: RingChunking,
+    send_up: Send | None,
+) -> Proc:
+    """Reduce up the tree: per slice, wait for every child's slice, send the (fused) sum to the parent.
+
+    The root, having the full sum of a slice, makes it available to the broadcast down (``(me, ("down", i))``).
+    """
+    for i, b in enumerate(slices(data_bytes, chunking)):
+        for ch in children:
+            yield board.get(ch, ("up", i))
+        if parent is None or send_up is None:
+            board.fire(me, ("down", i))
+            continue
+        streamed, arrived = send_up(b)
+        board.bind(me, ("up", i), arrived)
+        yield streamed
+
+
+def nccl_tree_down(
+    board: EventBoard,
+    me: Hashable,
+    children: Sequence[Hashable],
+    *,
+    data_bytes: float,
+    chunking: RingChunking,
+    send_down: Sequence[Send],
+) -> Proc:
+    """Broadcast down the tree: per slice, wait for it to arrive from the parent (or the root's reduction), then
+    send it to every child at once (one connection each). Runs beside :func:`nccl_tree_up` (NCCL splits a
+    channel's threads between the two directions). Fires ``(me, "done")`` when the last slice is here and sent."""
+    parts = slices(data_bytes, chunking)
+    for i, b in enumerate(parts):
+        yield board.get(me, ("down", i))
+        streams = []
+        for ch, send in zip(children, send_down, strict=True):
+            streamed, arrived = send(b)
+            board.bind(ch, ("down", i), arrived)
+            streams.append(streamed)
+        if streams:
+            yield AllOf(board.env, streams)
+    board.fire(me, "done")
+
+
+def nccl_nvls_reduce_scatter(
+    board: EventBoard, me: Hashable, *, data_bytes: float, chunking: RingChunking, send: Send
+) -> Proc:
+    """NVLS first half: the NVSwitch reduces each slice (multimem loads from every GPU); this rank's share flows
+    GPU -> switch for the whole slice and switch -> GPU for its 1/n of the sum (the caller's ``send`` carries both
+    coefficients). Waits for a free slot: no more than ``slots`` slices ahead of its own all-gather."""
+    for i, b in enumerate(slices(data_bytes, chunking)):
+        if i >= chunking.slots:
+            yield board.get(me, ("ag", i - chunking.slots))
+        streamed, arrived = send(b)
+        board.bind(me, ("rs", i), arrived)
+        yield streamed
+
+
+def nccl_nvls_allgather(
+    board: EventBoard, me: Hashable, peers: Sequence[Hashable], *, data_bytes: float, chunking: RingChunking,
+    send: Send,
+) -> Proc:
+    """NVLS second half: once every rank's reduce of a slice is done (``peers``: all representatives), the
+    reduced share is multicast by the switch (GPU -> switch 1/n, switch -> every GPU the whole slice)."""
+    parts = slices(data_bytes, chunking)
+    last: Event | None = None
+    for i, b in enumerate(parts):
+        for p in peers:
+            yield board.get(p, ("rs", i))
+        streamed, arrived = send(b)
+        board.bind(me, ("ag", i), arrived)
+        last = arrived
+        yield streamed
+    if last is not None:
+        yield last
+    board.fire(me, "done")
