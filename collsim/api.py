@@ -29,7 +29,7 @@ from collsim.backends import (
     simulate_gloo,
     simulate_nccl,
 )
-from collsim.backends.nccl import NcclPlan
+from collsim.backends.nccl import NcclPlan, enabled_pairs, tuner_times
 from collsim.results import Record, make_record, records_to_dataframe
 from collsim.scenario import Scenario, ScenarioError, load_scenario
 from collsim.topology import Topology, TopologyError, topologies_dir
@@ -94,6 +94,42 @@ class Comparison:
         if total <= 0:
             return []
         return sorted(((k, v / total) for k, v in rec.breakdown.items()), key=lambda kv: -kv[1])
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """NCCL's choice at one size: the cost model's time for every enabled (algorithm, protocol) pair, the pair it
+    picks, and simulated times (of the choice, or of every pair)."""
+
+    collective: str
+    size_bytes: int
+    model_s: dict[tuple[str, str], float]
+    choice: tuple[str, str]
+    simulated_s: dict[tuple[str, str], float]
+
+    @property
+    def simulated_best(self) -> tuple[str, str] | None:
+        """The pair the simulation finds fastest (when every pair was simulated)."""
+        if len(self.simulated_s) < 2:
+            return None
+        return min(self.simulated_s, key=lambda k: self.simulated_s[k])
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe form."""
+        return {
+            "collective": self.collective,
+            "size_bytes": self.size_bytes,
+            "choice": {"algorithm": self.choice[0], "protocol": self.choice[1]},
+            "pairs": [
+                {
+                    "algorithm": a,
+                    "protocol": p,
+                    "model_us": t * 1e6,
+                    "simulated_us": (self.simulated_s[(a, p)] * 1e6 if (a, p) in self.simulated_s else None),
+                }
+                for (a, p), t in self.model_s.items()
+            ],
+        }
 
 
 class Simulator:
@@ -245,6 +281,45 @@ class Simulator:
         except KeyboardInterrupt:
             result.interrupted = True
         return result
+
+    def explain(
+        self, sizes: Sequence[int] | None = None, *, all_pairs: bool = False, progress: Progress | None = None
+    ) -> tuple[list[Explanation], bool]:
+        """NCCL's cost model per size for every enabled pair, its choice, and the simulated time of the choice
+        (of every pair with ``all_pairs``); returns (rows, interrupted)."""
+        rows: list[Explanation] = []
+        sizes = self.scenario.sizes() if sizes is None else sizes
+        todo = [(c, s) for c in self.scenario.collectives() for s in sizes]
+        plan = self.nccl_plan
+        try:
+            for i, (coll, size) in enumerate(todo):
+                if progress:
+                    progress("nccl", size, i, len(todo))
+                try:
+                    pairs = enabled_pairs(plan, self.nccl_options, coll)
+                    model = tuner_times(plan, self.nccl_constants, coll, size, self.nccl_options)
+                    model = {k: v for k, v in model.items() if k in pairs}
+                    choice = min(model, key=lambda k: model[k])
+                    sim: dict[tuple[str, str], float] = {}
+                    for pair in model if all_pairs else [choice]:
+                        out = simulate_nccl(
+                            self.topology,
+                            self.nccl_options,
+                            self.nccl_constants,
+                            size,
+                            collective=coll,
+                            fabric=self.fabric,
+                            plan=plan,
+                            symmetry=self.scenario.engine.symmetry,
+                            choice=pair,
+                        )
+                        sim[pair] = out.time_s
+                except BackendError as exc:
+                    raise ScenarioError(str(exc), file=self.scenario.source_file, field="backends.nccl") from None
+                rows.append(Explanation(coll, size, model, choice, sim))
+        except KeyboardInterrupt:
+            return rows, True
+        return rows, False
 
     def compare(
         self, sizes: Sequence[int] | None = None, *, progress: Progress | None = None

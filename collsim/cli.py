@@ -53,6 +53,13 @@ def _parser() -> argparse.ArgumentParser:
     _common(cmp_)
     cmp_.add_argument("--sizes", metavar="RANGE", help="sizes (overrides workload.sizes)")
     cmp_.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    exp = sub.add_parser(
+        "explain", help="NCCL's cost model for every enabled (algorithm, protocol), its choice, and the simulated time"
+    )
+    _common(exp, ("table", "json"))
+    exp.add_argument("--sizes", metavar="RANGE", help="sizes (overrides workload.sizes)")
+    exp.add_argument("--all", action="store_true", help="simulate every enabled pair, not only the choice")
+    exp.add_argument("--quiet", action="store_true", help="no progress on stderr")
     topo = sub.add_parser("topo", help="GPU x GPU and GPU x NIC path matrix like nvidia-smi topo -m")
     _common(topo, ("table",))
     topo.add_argument("--node", type=int, default=0, help="which node to show (default 0)")
@@ -199,6 +206,58 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_explain(args: argparse.Namespace) -> int:
+    sim = Simulator.from_source(args.scenario, args.overrides)
+    prog = _Progress(args.quiet)
+    rows, interrupted = sim.explain(_sizes(args.sizes), all_pairs=args.all, progress=prog)
+    prog.done()
+    agree = [r for r in rows if r.simulated_best is not None]
+    same = sum(1 for r in agree if r.simulated_best == r.choice)
+    if args.format == "json":
+        payload: dict[str, Any] = {
+            "scenario": sim.scenario.to_dict(),
+            "explain": [r.to_dict() for r in rows],
+            "interrupted": interrupted,
+        }
+        if agree:
+            payload["agreement"] = {"same_choice": same, "sizes": len(agree)}
+        text = json.dumps(payload, indent=2) + "\n"
+    else:
+        pairs = list(rows[0].model_s) if rows else []
+        names = [f"{a}/{p}" for a, p in pairs]
+        width = max([11, *(len(x) + 1 for x in names)])
+        lines = [
+            f"# collsim explain: {sim.scenario.name}, {len(sim.nccl_plan.ranks)} ranks, NCCL's cost model in us per "
+            "(algorithm/protocol); * = its choice" + ("; simulated times below each row" if args.all else ""),
+            f"# {'size':>10} " + "".join(f"{x:>{width}}" for x in names) + f" {'choice':>14} {'simulated us':>13}",
+        ]
+        for r in rows:
+            cells = "".join(
+                f"{(f'{r.model_s[k] * 1e6:.1f}' + ('*' if k == r.choice else ' ')):>{width}}" for k in pairs
+            )
+            sim_t = r.simulated_s.get(r.choice)
+            lines.append(
+                f"  {format_size(r.size_bytes):>10} {cells} {'/'.join(r.choice):>14} {(sim_t or 0) * 1e6:13.2f}"
+            )
+            if args.all:
+                best = r.simulated_best
+                simc = "".join(
+                    f"{(f'{r.simulated_s[k] * 1e6:.1f}' + ('+' if k == best else ' ')):>{width}}" for k in pairs
+                )
+                lines.append(f"  {'simulated':>10} {simc} {'/'.join(best or ('-',)):>14}")
+        if agree:
+            lines.append(
+                f"# cost model and simulation pick the same pair at {same} of {len(agree)} sizes "
+                "(+ = fastest simulated)"
+            )
+        text = "\n".join(lines) + "\n"
+    _emit(text, args.output)
+    if interrupted:
+        print(f"collsim: interrupted; kept {len(rows)} sizes", file=sys.stderr)
+        return 130
+    return 0
+
+
 def _cmd_topo(args: argparse.Namespace) -> int:
     sim = Simulator.from_source(args.scenario, args.overrides)
     if not 0 <= args.node < sim.topology.nodes:
@@ -224,6 +283,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     handlers = {
         "run": _cmd_run,
         "compare": _cmd_compare,
+        "explain": _cmd_explain,
         "topo": _cmd_topo,
         "schema": _cmd_schema,
         "benchmark": _cmd_benchmark,

@@ -100,8 +100,9 @@ def test_dataframe_one_row_per_backend_and_size() -> None:
 
 
 def test_load_with_overrides() -> None:
-    scen = api.load("hgx-h100", ["workload.sizes=8B,1MiB", "backends.nccl.env.NCCL_PROTO=Simple",
-                                 "backends.gloo.enabled=false"])
+    scen = api.load(
+        "hgx-h100", ["workload.sizes=8B,1MiB", "backends.nccl.env.NCCL_PROTO=Simple", "backends.gloo.enabled=false"]
+    )
     assert scen.sizes() == [8, 1 * MiB]
     assert scen.backend_names() == ["nccl"]
     res = Simulator(scen).run()

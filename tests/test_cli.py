@@ -175,8 +175,19 @@ def test_run_output_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> 
 def test_run_set_nccl_proto_simple(capsys: pytest.CaptureFixture[str]) -> None:
     base = _json(capsys, "run", "hgx-h100", "--sizes", "1KiB,1MiB", "--backend", "nccl", "--format", "json")
     assert {r["protocol"] for r in base["results"]} != {"Simple"}  # otherwise the override proves nothing
-    doc = _json(capsys, "run", "hgx-h100", "--sizes", "1KiB,1MiB", "--backend", "nccl", "--format", "json",
-                "--set", "backends.nccl.env.NCCL_PROTO=Simple")
+    doc = _json(
+        capsys,
+        "run",
+        "hgx-h100",
+        "--sizes",
+        "1KiB,1MiB",
+        "--backend",
+        "nccl",
+        "--format",
+        "json",
+        "--set",
+        "backends.nccl.env.NCCL_PROTO=Simple",
+    )
     assert len(doc["results"]) == 2
     assert all(r["protocol"] == "Simple" for r in doc["results"])
     assert doc["scenario"]["backends"]["nccl"]["env"]["NCCL_PROTO"] == "Simple"
@@ -196,8 +207,19 @@ def test_run_set_workload_sizes(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_run_sizes_flag_beats_workload_sizes(capsys: pytest.CaptureFixture[str]) -> None:
-    doc = _json(capsys, "run", "hgx-h100", "--set", "workload.sizes=4KiB", "--sizes", "8B", "--backend", "nccl",
-                "--format", "json")
+    doc = _json(
+        capsys,
+        "run",
+        "hgx-h100",
+        "--set",
+        "workload.sizes=4KiB",
+        "--sizes",
+        "8B",
+        "--backend",
+        "nccl",
+        "--format",
+        "json",
+    )
     assert [r["size_bytes"] for r in doc["results"]] == [8]
 
 
@@ -398,8 +420,13 @@ def test_error_topo_bad_file(capsys: pytest.CaptureFixture[str], tmp_path: Path)
 
 def test_subprocess_bad_scenario_exit_code(tmp_path: Path) -> None:
     path = _write(tmp_path, "bad.yaml", 'name: x\ncluster: {node: hgx-h100, nodes: "two"}\n')
-    proc = subprocess.run([sys.executable, "-m", "collsim", "run", path, "--sizes", "1KiB"],
-                          capture_output=True, text=True, timeout=120, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "collsim", "run", path, "--sizes", "1KiB"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 2
     assert proc.stdout == ""
     assert "Traceback" not in proc.stderr

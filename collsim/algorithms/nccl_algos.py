@@ -16,7 +16,7 @@ from simpy.events import AllOf, Event
 from collsim.algorithms.board import EventBoard
 from collsim.algorithms.ring import RingChunking
 
-__all__ = ["slices", "nccl_chain", "nccl_tree_up", "nccl_tree_down", "nccl_nvls_reduce_scatter", "nccl_nvls_allgather"]
+__all__ = ["nccl_chain", "nccl_nvls_allgather", "nccl_nvls_reduce_scatter", "nccl_tree_down", "nccl_tree_up", "slices"]
 
 Send = Callable[[float], tuple[Event, Event]]
 Proc = Generator[Event, Any, None]
@@ -137,7 +137,12 @@ def nccl_nvls_reduce_scatter(
 
 
 def nccl_nvls_allgather(
-    board: EventBoard, me: Hashable, peers: Sequence[Hashable], *, data_bytes: float, chunking: RingChunking,
+    board: EventBoard,
+    me: Hashable,
+    peers: Sequence[Hashable],
+    *,
+    data_bytes: float,
+    chunking: RingChunking,
     send: Send,
 ) -> Proc:
     """NVLS second half: once every rank's reduce of a slice is done (``peers``: all representatives), the

@@ -535,10 +535,8 @@ def tuner_times(
     return out
 
 
-def choose(
-    plan: NcclPlan, opts: NcclOptions, consts: NcclConstants, collective: str, nbytes: int
-) -> tuple[str, str, float]:
-    """The (algorithm, protocol) NCCL would run and its predicted time, honouring NCCL_ALGO and NCCL_PROTO.
+def enabled_pairs(plan: NcclPlan, opts: NcclOptions, collective: str) -> list[tuple[str, str]]:
+    """The (algorithm, protocol) pairs NCCL may pick here after NCCL_ALGO and NCCL_PROTO.
 
     A choice NCCL would refuse (NVLS without Hopper and NVSwitch, CollNet without in-network reduction) is a
     BackendError saying why; algorithms NCCL has but collsim does not model yet are named as such.
@@ -566,6 +564,15 @@ def choose(
     pairs = [(a, p) for a, p in pairs if p in protos or a == "P2P"]
     if not pairs:
         raise BackendError(f"NCCL_PROTO={opts.env.get('NCCL_PROTO')}: no protocol left for {collective}")
+    return pairs
+
+
+def choose(
+    plan: NcclPlan, opts: NcclOptions, consts: NcclConstants, collective: str, nbytes: int
+) -> tuple[str, str, float]:
+    """The (algorithm, protocol) NCCL would run and its predicted time: the minimum of NCCL's cost model
+    (:func:`tuner_times`) over :func:`enabled_pairs`."""
+    pairs = enabled_pairs(plan, opts, collective)
     times = tuner_times(plan, consts, collective, nbytes, opts)
     cands = [(times[(a, p)], a, p) for a, p in pairs if (a, p) in times]
     t, a, p = min(cands, key=lambda x: (x[0], ALGORITHMS.index(x[1]) if x[1] in ALGORITHMS else 0, x[2]))
@@ -694,7 +701,9 @@ def simulate_nccl(
     if nbytes == 0:  # NCCL returns at once for a count of 0 (enqueue.cc), without launching a kernel
         return Outcome("nccl", collective, algo, proto, n, 0, 0.0, notes=["count 0: nothing launched"], predicted_s=0.0)
     pc = consts.protocols[proto]
-    nc = consts.nvls_channels if algo == "NVLS" else plan.channels
+    nc = plan.channels
+    if algo == "NVLS":  # NVLS runs its own channel count, under the same NCCL_MAX/MIN_NCHANNELS
+        nc = min(consts.nvls_channels, opts.max_channels or consts.nvls_channels)
     nc = _channels_for(plan, consts, proto, nbytes, nc)
     buffer = opts.buffsize if (opts.buffsize and proto == "Simple") else pc.buffer_bytes
     step_data = buffer / consts.steps * pc.data_per_wire

@@ -60,7 +60,20 @@ class Resource:
 class Flow:
     """A transfer in progress. Created by :meth:`FluidNetwork.transfer`; read-only for callers."""
 
-    __slots__ = ("done", "latency", "max_rate", "owner", "rate", "remaining", "sig", "size", "t_start", "tag", "tol", "uses")
+    __slots__ = (
+        "done",
+        "latency",
+        "max_rate",
+        "owner",
+        "rate",
+        "remaining",
+        "sig",
+        "size",
+        "t_start",
+        "tag",
+        "tol",
+        "uses",
+    )
 
     def __init__(
         self,

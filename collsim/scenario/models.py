@@ -388,6 +388,13 @@ class GlooConfig(BaseModel):
         "ring", description="Gloo allreduce algorithm (PyTorch's ProcessGroupGloo uses ring for CUDA tensors)."
     )
     device: Literal["cuda", "cpu"] = Field("cuda", description="Where the tensors live.")
+    transport: Literal["tcp", "ibverbs"] = Field(
+        "tcp",
+        description=(
+            "Gloo transport: tcp (PyTorch's default: host staging, CPU reductions, loopback TCP within a host) or "
+            "ibverbs (RDMA; with device cuda GPUDirect and reductions on the GPU, no host copies; needs RDMA NICs)."
+        ),
+    )
     threads: StrictInt = Field(2, ge=1, description="Worker threads per device (PyTorch default 2).")
 
 

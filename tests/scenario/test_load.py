@@ -17,7 +17,15 @@ from collsim.scenario import (
     scenarios_dir,
 )
 
-SHIPPED = ["2node-a100-tcp", "2node-h100-ib", "dgx-a100", "hgx-h100", "pcie-2gpu-nop2p"]
+SHIPPED = [
+    "16node-h100-ib",
+    "2node-a100-ib",
+    "2node-a100-tcp",
+    "2node-h100-ib",
+    "dgx-a100",
+    "hgx-h100",
+    "pcie-2gpu-nop2p",
+]
 
 
 def test_builtin_scenarios_listed() -> None:
@@ -45,7 +53,13 @@ def test_shipped_scenario_loads(name: str) -> None:
 def test_shipped_scenario_builds_topology(name: str, needs_topology: list[str]) -> None:
     s = load_scenario(name)
     topo = s.build_topology()
-    expected_gpus = {"pcie-2gpu-nop2p": 2, "2node-a100-tcp": 16, "2node-h100-ib": 16}.get(name, 8)
+    expected_gpus = {
+        "pcie-2gpu-nop2p": 2,
+        "2node-a100-tcp": 16,
+        "2node-a100-ib": 16,
+        "2node-h100-ib": 16,
+        "16node-h100-ib": 128,
+    }.get(name, 8)
     assert len(topo.gpus()) == expected_gpus
 
 
@@ -56,7 +70,7 @@ def test_hgx_h100_values() -> None:
     assert sizes[:3] == [8, 16, 32]
     assert sizes[-1] == 8 * 1024**3  # 8 GiB
     assert s.backends.nccl is not None
-    assert s.backends.nccl.algorithms() == {"Ring"}
+    assert s.backends.nccl.algorithms() is None  # NCCL chooses (NVLS for large sizes)
     assert s.backends.nccl.protocols() is None
     assert s.cluster.nodes == 1 and s.cluster.fabric is None
     assert s.topology_kwargs() == {"node": "hgx-h100", "nodes": 1, "fabric": None, "node_params": {}}
@@ -186,5 +200,5 @@ def test_scenarios_dir_env_override(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 def test_unknown_builtin_lists_known(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ScenarioError) as info:
         load_scenario("no-such-scenario")
-    assert str(info.value).startswith("no-such-scenario: scenario file not found (built-in scenarios: 2node-a100-tcp")
+    assert str(info.value).startswith("no-such-scenario: scenario file not found (built-in scenarios: 16node-h100-ib")
     assert info.value.file == "no-such-scenario" and info.value.field is None
