@@ -34,6 +34,7 @@ def ideal_ring_time(
     caps: Sequence[float] | None = None,
     chunking: RingChunking = SIMPLE,
     symmetric: bool = True,
+    nsteps: int | None = None,
 ) -> tuple[float, int]:
     """NCCL ring allreduce of ``size`` bytes on n ranks, each sending over its own link; (seconds, classes)."""
     env = simpy.Environment()
@@ -56,6 +57,7 @@ def ideal_ring_time(
                 data_bytes=size,
                 chunking=chunking,
                 send=send,
+                nsteps=nsteps,
             )
         )
     done = [board.get(r, "done") for r in q.reps()]
