@@ -747,8 +747,8 @@ def simulate_nccl(
     elif algo == "Ring":  # broadcast / reduce: a chain along the ring, from the root or towards it
         for c in range(nc):
             ring = plan.rings[c]
-            r = ring.index(plan.ranks[0])
-            order = ring[r:] + ring[:r]  # root first
+            root = ring.index(plan.ranks[0])
+            order = ring[root:] + ring[:root]  # root first
             if collective == "reduce":
                 order = order[1:] + order[:1]  # root last
             for i, g in enumerate(order):
@@ -763,13 +763,14 @@ def simulate_nccl(
         for c in range(nc):
             parent, children = _tree_links(plan, c, topo)
             for g in plan.rings[c]:
-                r: dict[str, _Role] = {}
-                if parent[g] is not None:
-                    r["up"] = _hop_role(hop(g, parent[g], c), consts, plan, algo, proto, wire, cap)  # type: ignore[arg-type]
-                    relations.append(((c, g), "parent", (c, parent[g])))
+                tree_roles: dict[str, _Role] = {}
+                par = parent[g]
+                if par is not None:
+                    tree_roles["up"] = _hop_role(hop(g, par, c), consts, plan, algo, proto, wire, cap)
+                    relations.append(((c, g), "parent", (c, par)))
                 for k, ch in enumerate(children[g]):
-                    r[f"down{k}"] = _hop_role(hop(g, ch, c), consts, plan, algo, proto, wire, cap)
-                roles[(c, g)] = r
+                    tree_roles[f"down{k}"] = _hop_role(hop(g, ch, c), consts, plan, algo, proto, wire, cap)
+                roles[(c, g)] = tree_roles
                 extra[(c, g)] = ((c, parent[g]) if parent[g] else None, [(c, ch) for ch in children[g]])
     elif algo == "NVLS":
         eff = consts.nvls_efficiency.get(plan.arch, 0.85)
@@ -859,7 +860,7 @@ def simulate_nccl(
             done.append(board.get(e, "done"))
         elif algo == "Tree":
             par, kids = extra[e]
-            up = nccl_tree_up(
+            up_proc = nccl_tree_up(
                 board,
                 e,
                 rep(par) if par else None,
@@ -868,7 +869,7 @@ def simulate_nccl(
                 chunking=chunking,
                 send_up=sender(e, "up") if "up" in roles[e] else None,
             )
-            down = nccl_tree_down(
+            down_proc = nccl_tree_down(
                 board,
                 e,
                 [rep(k) for k in kids],
@@ -876,8 +877,8 @@ def simulate_nccl(
                 chunking=chunking,
                 send_down=[sender(e, f"down{k}") for k in range(len(kids))],
             )
-            env.process(after_base(e, up))
-            env.process(after_base(e, down))
+            env.process(after_base(e, up_proc))
+            env.process(after_base(e, down_proc))
             done.append(board.get(e, "done"))
         elif algo == "NVLS":
             env.process(

@@ -77,7 +77,7 @@ def test_algorithm_not_modelled_is_a_clear_error() -> None:
 
 def test_choices_nccl_would_refuse_are_errors() -> None:
     a100 = Simulator.from_source("dgx-a100", ["backends.nccl.env.NCCL_ALGO=NVLS"])
-    with pytest.raises(ScenarioError, match="NVLS.*Hopper"):
+    with pytest.raises(ScenarioError, match=r"NVLS.*Hopper"):
         a100.simulate_one("nccl", MiB)
     collnet = Simulator.from_source("2node-h100-ib", ["backends.nccl.env.NCCL_ALGO=CollNet"])
     with pytest.raises(ScenarioError, match="in-network reduction"):

@@ -103,5 +103,5 @@ def test_explain_cli_table_and_json(capsys: pytest.CaptureFixture[str]) -> None:
     rows = data["explain"]
     assert [r["choice"]["algorithm"] for r in rows] == ["Ring", "Ring"]
     assert [r["choice"]["protocol"] for r in rows] == ["LL", "Simple"]
-    chosen = [p for p in rows[1]["pairs"] if p["algorithm"] == "Ring" and p["protocol"] == "Simple"][0]
+    chosen = next(p for p in rows[1]["pairs"] if p["algorithm"] == "Ring" and p["protocol"] == "Simple")
     assert chosen["simulated_us"] == pytest.approx(chosen["model_us"], rel=0.05)
