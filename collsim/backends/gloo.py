@@ -13,6 +13,7 @@ Constants come from ``topologies/software/gloo.yaml`` and the device presets.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
@@ -267,6 +268,10 @@ def simulate_gloo(
     reduce-scatter), as PyTorch's Gloo backend does. With ``transport: ibverbs`` and CUDA tensors nothing is
     staged: messages are RDMA writes between GPU memories and reductions run on the GPU at HBM speed (plus a kernel
     launch each).
+
+    The breakdown (``record=True``) adds up to the time: for allreduce, allgather, reduce_scatter and alltoall it is
+    the last rank's; for broadcast, reduce and sendrecv, whose ranks have different jobs, every instant goes to the
+    highest-priority activity of any rank (so a receiver's wait shows as the sender's transfer).
     """
     ranks = _check(topo, opts, collective)
     n = len(ranks)
@@ -410,9 +415,13 @@ def simulate_gloo(
     last = max(reps, key=lambda r: (finish.get(r, 0.0), -r))
     breakdown: dict[str, float] = {}
     if record:
+        # ranks with different jobs (a root, a sender): every instant goes to the most telling activity of any rank;
+        # otherwise the last rank to finish speaks for all
+        mixed = collective in ("broadcast", "reduce", "sendrecv")
+        recs = [dataclasses.replace(r, owner="*") for r in net.records] if mixed else net.records
         breakdown = attribute_time(
-            net.records,
-            str(last),
+            recs,
+            "*" if mixed else str(last),
             0.0,
             t,
             _PRIORITY,
