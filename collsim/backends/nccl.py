@@ -253,7 +253,8 @@ def _node_chain(topo: Topology, node: int, nic: str | None) -> list[str]:
     """GPUs of ``node`` in ring order: enter at the GPU nearest the channel's NIC, leave at another near it.
 
     Among equally near GPUs the one whose index matches the NIC's enters, so that channels on NICs sharing a PCIe
-    switch enter and leave through different GPUs and spread over their PCIe links.
+    switch enter and leave through different GPUs and spread over their PCIe links. The GPUs between follow in
+    index order from the entry.
     """
     gpus = [d.name for d in topo.gpus() if d.node == node]
     if nic is None or len(gpus) == 1:
@@ -270,6 +271,12 @@ def _node_chain(topo: Topology, node: int, nic: str | None) -> list[str]:
     exit_ = ranked[1]
     i = gpus.index(entry)
     rest = [g for g in gpus[i + 1 :] + gpus[:i] if g != exit_]
+    if all(topo.path_class(entry, g) == "NVL" for g in rest):
+        # on an NVSwitch any order costs the same; mirror the order on odd rails (indices XOR 1) so that the
+        # channels of a NIC pair are images of each other and the symmetry reduction can merge them
+        flip = nic_index & 1
+        e = topo.device(entry).index ^ flip
+        rest.sort(key=lambda g: ((topo.device(g).index ^ flip) - e) % ngpu)
     return [entry, *rest, exit_]
 
 
@@ -630,34 +637,38 @@ def _hop_role(hop: Hop, consts: NcclConstants, plan: NcclPlan, algo: str, proto:
 
 def _tree_links(plan: NcclPlan, c: int, topo: Topology) -> tuple[dict[str, str | None], dict[str, list[str]]]:
     """Parent and children of every GPU in channel ``c``'s tree: a chain in each node (from the GPU next to the
-    channel's NIC) and, across nodes, one of NCCL's two complementary binary trees (even channels tree 0, odd
-    channels its mirror image), joined at the chains' heads."""
+    channel's NIC) and, across nodes, one of NCCL's two complementary binary trees (even channels tree 0, a heap
+    over the nodes; odd channels its mirror image), joined at the chains' heads. Children are listed in a fixed
+    order (the next GPU of the chain, then the left and right subtree), so mirrored channels are exact images."""
     nodes = plan.nnodes
-    chains: list[list[str]] = []
     ring = plan.rings[c]
-    for node in range(nodes):
-        chains.append([g for g in ring if topo.device(g).node == node])
-
-    def parent0(i: int) -> int | None:
-        return None if i == 0 else (i - 1) // 2
+    chains = [[g for g in ring if topo.device(g).node == node] for node in range(nodes)]
+    mirror = c % 2 == 1
 
     def node_parent(i: int) -> int | None:
-        if c % 2 == 0:
-            return parent0(i)
-        m = parent0(nodes - 1 - i)
-        return None if m is None else nodes - 1 - m
+        m = nodes - 1 - i if mirror else i
+        if m == 0:
+            return None
+        p = (m - 1) // 2
+        return nodes - 1 - p if mirror else p
+
+    def node_children(i: int) -> list[int]:
+        m = nodes - 1 - i if mirror else i
+        kids = [k for k in (2 * m + 1, 2 * m + 2) if k < nodes]
+        return [nodes - 1 - k if mirror else k for k in kids]
 
     parent: dict[str, str | None] = {}
-    children: dict[str, list[str]] = {g: [] for g in ring}
+    children: dict[str, list[str]] = {}
     for node, chain in enumerate(chains):
         for k, g in enumerate(chain):
-            if k > 0:
-                parent[g] = chain[k - 1]
-            else:
+            kids = [chain[k + 1]] if k + 1 < len(chain) else []
+            if k == 0:
                 pn = node_parent(node)
                 parent[g] = None if pn is None else chains[pn][0]
-            if parent[g] is not None:
-                children[parent[g]].append(g)  # type: ignore[index]
+                kids += [chains[x][0] for x in node_children(node)]
+            else:
+                parent[g] = chain[k - 1]
+            children[g] = kids
     return parent, children
 
 

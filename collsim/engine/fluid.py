@@ -264,12 +264,20 @@ class FluidNetwork:
     def _update(self, due: bool) -> None:
         """Advance, finish what is done (``due``: the flows the last wake-up was armed for), then re-solve."""
         self._update_pending = False
-        self._advance()
+        now = self.env.now
+        dt = now - self._last
+        if dt > 0:
+            for res, since in self._sat_since.items():
+                res.busy += now - max(since, self._last)
+                self._sat_since[res] = now
+        self._last = now
         finished: list[Flow] = []
         keep: list[Flow] = []
-        expected = set(map(id, self._expected)) if due else set()
-        for f in self._active:
-            if f.remaining <= f.tol or id(f) in expected:
+        expected = set(map(id, self._expected)) if due else ()
+        for f in self._active:  # advance and sort out the finished ones in one pass
+            if dt > 0:
+                f.remaining -= f.rate * dt
+            if f.remaining <= f.tol or (due and id(f) in expected):
                 finished.append(f)
             else:
                 keep.append(f)
@@ -396,17 +404,18 @@ class FluidNetwork:
         if not self._active:
             return
         best = math.inf
+        ttf = []
         for f in self._active:
-            t = 0.0 if math.isinf(f.rate) else (f.remaining / f.rate if f.rate > 0 else math.inf)
+            rate = f.rate
+            t = 0.0 if rate == math.inf else (f.remaining / rate if rate > 0 else math.inf)
+            ttf.append(t)
             if t < best:
                 best = t
         if math.isinf(best):
             names = ", ".join(f"{f.owner}:{f.tag}" for f in self._active[:5])
             raise RuntimeError(f"flows cannot progress (zero rate): {names}")
-        tol = best * 1e-9 + 1e-15
-        self._expected = [
-            f for f in self._active if (0.0 if math.isinf(f.rate) else f.remaining / f.rate) <= best + tol
-        ]
+        limit = best + best * 1e-9 + 1e-15
+        self._expected = [f for f, t in zip(self._active, ttf, strict=True) if t <= limit]
         gen = self._generation
         self.env.timeout(max(best, 0.0)).callbacks.append(lambda _e: self._wake(gen))
 
