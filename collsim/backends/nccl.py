@@ -718,9 +718,20 @@ def simulate_nccl(
     nc = _channels_for(plan, consts, proto, nbytes, nc)
     buffer = opts.buffsize if (opts.buffsize and proto == "Simple") else pc.buffer_bytes
     step_data = buffer / consts.steps * pc.data_per_wire
-    chunking = RingChunking(
-        step_data * pc.chunk_steps, pc.chunk_steps // pc.slice_steps, consts.steps // pc.slice_steps
-    )
+    if algo == "Ring" and proto == "Simple":
+        chunking = RingChunking(
+            step_data * pc.chunk_steps, pc.chunk_steps // pc.slice_steps, consts.steps // pc.slice_steps
+        )
+    else:  # enqueue.cc: chunkSteps = sliceSteps = 1 unless Ring/Simple
+        chunk = step_data
+        if algo == "Tree" and proto == "Simple":
+            # enqueue.cc: halve the chunk until every channel has enough of them to fill the tree's pipeline
+            depth = plan.ppn - 1 + max(0, math.ceil(math.log2(plan.nnodes)))
+            per = nbytes / max(1, min(plan.channels, _channels_for(plan, consts, proto, nbytes, plan.channels)))
+            for times, floor in ((8, 131072), (4, 65536), (1, 32768)):
+                while per / chunk < depth * times and chunk > floor:
+                    chunk /= 2
+        chunking = RingChunking(chunk, 1, consts.steps)
     idx = _node_index(plan.nnodes)
     arch = plan.arch if plan.arch in consts.ll_max_bw else "ampere"
     cap = plan.channel_bw
