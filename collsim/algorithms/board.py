@@ -30,6 +30,7 @@ class EventBoard:
     def __init__(self, env: simpy.Environment) -> None:
         self.env = env
         self._events: dict[tuple[Hashable, Hashable], Event] = {}
+        self._owned: set[tuple[Hashable, Hashable]] = set()  # keys whose event the board made (a placeholder)
 
     def get(self, who: Hashable, what: Hashable) -> Event:
         """The event for ``(who, what)``, created untriggered if nobody asked before."""
@@ -37,17 +38,24 @@ class EventBoard:
         ev = self._events.get(key)
         if ev is None:
             ev = self._events[key] = Event(self.env)
+            self._owned.add(key)
         return ev
 
     def fire(self, who: Hashable, what: Hashable) -> None:
-        """Trigger the event for ``(who, what)`` now (once)."""
+        """Trigger the event for ``(who, what)`` now (once); an event bound to a source fires with its source."""
         ev = self.get(who, what)
-        if not ev.triggered:
+        if not ev.triggered and (who, what) in self._owned:
             ev.succeed()
 
     def bind(self, who: Hashable, what: Hashable, source: Event) -> None:
-        """Fire ``(who, what)`` when ``source`` fires."""
-        if source.processed:
+        """Fire ``(who, what)`` when ``source`` fires (``source`` itself stands for it when nobody waits yet)."""
+        key = (who, what)
+        placeholder = self._events.get(key)
+        if placeholder is None:
+            self._events[key] = source
+        elif key not in self._owned:
+            return  # already bound to another source (a symmetric twin that arrives at the same time)
+        elif source.processed:
             self.fire(who, what)
         else:
             source.callbacks.append(lambda _e: self.fire(who, what))

@@ -233,10 +233,10 @@ class FluidNetwork:
         return self.env.timeout(seconds)
 
     def _after(self, seconds: float, ev: Event) -> None:
-        def fire(_e: Event) -> None:
-            ev.succeed()
-
-        self.env.timeout(seconds).callbacks.append(fire)
+        """Trigger ``ev`` ``seconds`` from now (what a Timeout does, without a second event)."""
+        ev._ok = True
+        ev._value = None
+        self.env.schedule(ev, delay=seconds)
 
     # ------------------------------------------------------------------ solver
     def _schedule_update(self) -> None:
