@@ -190,8 +190,18 @@ class Simulator:
         """Backends the scenario enables, in order nccl, gloo."""
         return [b for b in self.scenario.backend_names() if b in BACKENDS]
 
-    def simulate_one(self, backend: str, size: int, *, collective: str | None = None, record: bool = False) -> Outcome:
-        """Simulate one collective of ``size`` bytes with ``backend`` ("nccl" or "gloo")."""
+    def simulate_one(
+        self,
+        backend: str,
+        size: int,
+        *,
+        collective: str | None = None,
+        record: bool = False,
+        choice: tuple[str, str] | None = None,
+    ) -> Outcome:
+        """Simulate one collective of ``size`` bytes with ``backend`` ("nccl" or "gloo").
+
+        ``choice`` forces NCCL's (algorithm, protocol) instead of its cost model's pick."""
         coll = collective or self.scenario.collectives()[0]
         sym = self.scenario.engine.symmetry
         try:
@@ -206,6 +216,7 @@ class Simulator:
                     plan=self.nccl_plan,
                     symmetry=sym,
                     record=record,
+                    choice=choice,
                 )
             if backend == "gloo":
                 return simulate_gloo(
@@ -302,18 +313,7 @@ class Simulator:
                     choice = min(model, key=lambda k: model[k])
                     sim: dict[tuple[str, str], float] = {}
                     for pair in model if all_pairs else [choice]:
-                        out = simulate_nccl(
-                            self.topology,
-                            self.nccl_options,
-                            self.nccl_constants,
-                            size,
-                            collective=coll,
-                            fabric=self.fabric,
-                            plan=plan,
-                            symmetry=self.scenario.engine.symmetry,
-                            choice=pair,
-                        )
-                        sim[pair] = out.time_s
+                        sim[pair] = self.simulate_one("nccl", size, collective=coll, choice=pair).time_s
                 except BackendError as exc:
                     raise ScenarioError(str(exc), file=self.scenario.source_file, field="backends.nccl") from None
                 rows.append(Explanation(coll, size, model, choice, sim))

@@ -106,6 +106,15 @@ def _emit(text: str, output: str | None) -> None:
         sys.stdout.write(text)
 
 
+def _finish(text: str, output: str | None, interrupted: bool, kept: str) -> int:
+    """Write the output; after Ctrl-C say what was kept and return 130."""
+    _emit(text, output)
+    if interrupted:
+        print(f"collsim: interrupted; kept {kept}", file=sys.stderr)
+        return 130
+    return 0
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     sim = Simulator.from_source(args.scenario, args.overrides)
     backends = sim.backends() if args.backend == "all" else [args.backend]
@@ -134,11 +143,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             )
             parts.append(format_nccl_tests(recs, header=head))
         text = "\n".join(parts)
-    _emit(text, args.output)
-    if result.interrupted:
-        print(f"collsim: interrupted; kept {len(result.records)} rows", file=sys.stderr)
-        return 130
-    return 0
+    return _finish(text, args.output, result.interrupted, f"{len(result.records)} rows")
 
 
 def _share_text(rec: Any) -> str:
@@ -199,11 +204,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
             lines.append(f"  {format_size(r.size_bytes):>10}  NCCL: {_share_text(r.nccl)}")
             lines.append(f"  {'':>10}  Gloo: {_share_text(r.gloo)}")
         text = "\n".join(lines) + "\n"
-    _emit(text, args.output)
-    if interrupted:
-        print(f"collsim: interrupted; kept {len(rows)} sizes", file=sys.stderr)
-        return 130
-    return 0
+    return _finish(text, args.output, interrupted, f"{len(rows)} sizes")
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
@@ -251,11 +252,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
                 "(+ = fastest simulated)"
             )
         text = "\n".join(lines) + "\n"
-    _emit(text, args.output)
-    if interrupted:
-        print(f"collsim: interrupted; kept {len(rows)} sizes", file=sys.stderr)
-        return 130
-    return 0
+    return _finish(text, args.output, interrupted, f"{len(rows)} sizes")
 
 
 def _cmd_topo(args: argparse.Namespace) -> int:

@@ -6,6 +6,7 @@ import itertools
 from typing import Any
 
 import pytest
+from contract import CONTRACT_KEYS
 
 from collsim import api
 from collsim.api import Simulator
@@ -14,19 +15,7 @@ from collsim.scenario import ScenarioError
 KiB = 1024  # bytes
 MiB = 1024 * 1024  # bytes
 
-CONTRACT_COLUMNS = [
-    "backend",
-    "collective",
-    "algorithm",
-    "protocol",
-    "nranks",
-    "dtype",
-    "size_bytes",
-    "count",
-    "time_us",
-    "algbw_gbps",
-    "busbw_gbps",
-]
+CONTRACT_COLUMNS = CONTRACT_KEYS
 
 
 def _dict_scenario(**engine: Any) -> dict[str, Any]:

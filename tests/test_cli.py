@@ -13,23 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from contract import CONTRACT_KEYS
 
 from collsim.api import Simulator
 from collsim.cli import main
-
-CONTRACT_KEYS = (
-    "backend",
-    "collective",
-    "algorithm",
-    "protocol",
-    "nranks",
-    "dtype",
-    "size_bytes",
-    "count",
-    "time_us",
-    "algbw_gbps",
-    "busbw_gbps",
-)
 
 NCCL_TESTS_HEADER = re.compile(r"^#\s+size\s+count\s+type\s+redop\s+root\s+time\s+algbw\s+busbw\s+#wrong$")
 

@@ -9,6 +9,7 @@ import math
 from typing import Any
 
 import pytest
+from contract import CONTRACT_KEYS
 
 from collsim.results import (
     BUSBW_FACTORS,
@@ -22,19 +23,6 @@ from collsim.results import (
     records_to_json,
 )
 
-CONTRACT_KEYS = [
-    "backend",
-    "collective",
-    "algorithm",
-    "protocol",
-    "nranks",
-    "dtype",
-    "size_bytes",
-    "count",
-    "time_us",
-    "algbw_gbps",
-    "busbw_gbps",
-]
 FLAT_COLUMNS = [*CONTRACT_KEYS, "redop", "root", "channels"]
 
 
