@@ -30,7 +30,7 @@ from collsim.backends import (
     simulate_nccl,
 )
 from collsim.backends.nccl import NcclPlan, enabled_pairs, tuner_times
-from collsim.results import Record, make_record, records_to_dataframe
+from collsim.results import REDUCING_COLLECTIVES, Record, make_record, records_to_dataframe
 from collsim.scenario import Scenario, ScenarioError, load_scenario
 from collsim.topology import Topology, TopologyError, topologies_dir
 
@@ -243,7 +243,8 @@ class Simulator:
             dtype=self.scenario.workload.dtype,
             size_bytes=out.size_bytes,
             time_s=out.time_s,
-            redop=self.scenario.workload.op,
+            redop=self.scenario.workload.op if out.collective in REDUCING_COLLECTIVES else None,
+            root=0 if out.collective in ("broadcast", "reduce") else -1,
             channels=out.channels,
             breakdown=out.breakdown,
             notes=out.notes,
@@ -326,9 +327,9 @@ class Simulator:
     ) -> tuple[list[Comparison], bool]:
         """NCCL and Gloo side by side per size, with time breakdowns; returns (rows, interrupted)."""
         sweep = self.run(backends=list(BACKENDS), sizes=sizes, breakdown=True, progress=progress)
-        nccl = {r.size_bytes: r for r in sweep.by_backend("nccl")}
-        gloo = {r.size_bytes: r for r in sweep.by_backend("gloo")}
-        rows = [Comparison(s, nccl[s], gloo[s]) for s in nccl if s in gloo]
+        nccl = {(r.collective, r.size_bytes): r for r in sweep.by_backend("nccl")}
+        gloo = {(r.collective, r.size_bytes): r for r in sweep.by_backend("gloo")}
+        rows = [Comparison(k[1], nccl[k], gloo[k]) for k in nccl if k in gloo]
         return rows, sweep.interrupted
 
 

@@ -17,7 +17,7 @@ from typing import Any, TextIO
 
 from collsim.api import BACKENDS, Comparison, Simulator
 from collsim.backends import BackendError
-from collsim.results import format_nccl_tests, records_to_csv, records_to_json
+from collsim.results import Record, format_nccl_tests, records_to_csv, records_to_json
 from collsim.scenario import ScenarioError, scenario_json_schema
 from collsim.topology import TopologyError, format_topo_matrix
 from collsim.units import UnitError, format_size, parse_size_range
@@ -132,21 +132,23 @@ def _cmd_run(args: argparse.Namespace) -> int:
     else:
         parts = []
         for b in backends:
-            recs = result.by_backend(b)
-            if not recs:
-                continue
-            r0 = recs[0]
-            head = (
-                f"collsim {b}: {sim.scenario.name}, {r0.nranks} ranks, {r0.collective} {r0.dtype}, "
-                f"algorithm {r0.algorithm}"
-                + (f", up to {max(r.channels or 0 for r in recs)} channels" if r0.channels else "")
-            )
-            parts.append(format_nccl_tests(recs, header=head))
+            for coll in sim.scenario.collectives():
+                recs = [r for r in result.by_backend(b) if r.collective == coll]
+                if not recs:
+                    continue
+                r0 = recs[0]
+                channels = max(r.channels or 0 for r in recs)
+                head = (
+                    f"collsim {b}: {sim.scenario.name}, {r0.nranks} ranks, {coll} {r0.dtype}, "
+                    f"algorithms {', '.join(sorted({r.algorithm for r in recs}))}"
+                    + (f", up to {channels} channels" if channels else "")
+                )
+                parts.append(format_nccl_tests(recs, header=head))
         text = "\n".join(parts)
     return _finish(text, args.output, result.interrupted, f"{len(result.records)} rows")
 
 
-def _share_text(rec: Any) -> str:
+def _share_text(rec: Record) -> str:
     shares = Comparison.shares(rec)
     shown = [(k, f) for k, f in shares if f >= 0.005]
     other = 1.0 - sum(f for _, f in shown)
@@ -184,25 +186,33 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         text = buf.getvalue()
     else:
         n = rows[0].nccl.nranks if rows else 0
+        many = len(sim.scenario.collectives()) > 1
+
+        def label(r: Comparison) -> str:
+            size = format_size(r.size_bytes)
+            return f"{r.nccl.collective} {size}" if many else size
+
+        width = max([10, *(len(label(r)) for r in rows)])
+        go = sim.gloo_options
         lines = [
-            f"# collsim compare: {sim.scenario.name} ({n} ranks, {sim.scenario.collectives()[0]} "
+            f"# collsim compare: {sim.scenario.name} ({n} ranks, {', '.join(sim.scenario.collectives())} "
             f"{sim.scenario.workload.dtype})",
-            f"# NCCL: {rows[0].nccl.algorithm} algorithm; Gloo: {rows[0].gloo.algorithm} over TCP "
-            f"({sim.gloo_options.device} tensors)"
-            if rows
-            else "#",
-            f"# {'size':>10} {'nccl us':>12} {'busbw':>7} {'proto':>6} {'gloo us':>12} {'busbw':>7} {'speedup':>8}",
+            f"# NCCL: the (algorithm/protocol) its cost model picks; Gloo: {go.algorithm} over {go.transport} "
+            f"({go.device} tensors)",
+            f"# {'size':>{width}} {'nccl us':>12} {'busbw':>7} {'nccl algo':>12} {'gloo us':>12} {'busbw':>7} "
+            f"{'speedup':>8}",
         ]
         for r in rows:
+            algo = f"{r.nccl.algorithm}/{r.nccl.protocol}"
             lines.append(
-                f"  {format_size(r.size_bytes):>10} {r.nccl.time_us:12.2f} {r.nccl.busbw_gbps:7.2f} "
-                f"{r.nccl.protocol:>6} {r.gloo.time_us:12.2f} {r.gloo.busbw_gbps:7.2f} {r.speedup:7.1f}x"
+                f"  {label(r):>{width}} {r.nccl.time_us:12.2f} {r.nccl.busbw_gbps:7.2f} {algo:>12} "
+                f"{r.gloo.time_us:12.2f} {r.gloo.busbw_gbps:7.2f} {r.speedup:7.1f}x"
             )
         lines.append("")
         lines.append("# Where the time goes (share of each collective's time; the parts add up to 100%)")
         for r in rows:
-            lines.append(f"  {format_size(r.size_bytes):>10}  NCCL: {_share_text(r.nccl)}")
-            lines.append(f"  {'':>10}  Gloo: {_share_text(r.gloo)}")
+            lines.append(f"  {label(r):>{width}}  NCCL: {_share_text(r.nccl)}")
+            lines.append(f"  {'':>{width}}  Gloo: {_share_text(r.gloo)}")
         text = "\n".join(lines) + "\n"
     return _finish(text, args.output, interrupted, f"{len(rows)} sizes")
 

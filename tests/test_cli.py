@@ -488,3 +488,15 @@ def test_schema_is_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert rc == 0
     schema = json.loads(out)
     assert {"name", "cluster", "workload", "backends", "engine"} <= set(schema["properties"])
+
+
+def test_several_collectives_get_their_own_tables_and_compare_rows(capsys: pytest.CaptureFixture[str]) -> None:
+    sets = ["--set", "workload.collective=[allreduce,allgather]", "--sizes", "1MiB", "--quiet"]
+    assert main(["run", "dgx-a100", "--backend", "nccl", *sets]) == 0
+    out = capsys.readouterr().out
+    assert "allreduce float32" in out and "allgather float32" in out
+    rows = [ln.split() for ln in out.splitlines() if ln.strip() and not ln.startswith("#")]
+    assert [r[3] for r in rows] == ["sum", "none"]  # nccl-tests prints no redop for allgather
+    assert main(["compare", "dgx-a100", *sets]) == 0
+    out = capsys.readouterr().out
+    assert "allreduce 1MiB" in out and "allgather 1MiB" in out
