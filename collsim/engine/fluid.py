@@ -14,6 +14,7 @@ not once per message.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -69,10 +70,12 @@ class Flow:
         "remaining",
         "sig",
         "size",
+        "t_ref",
         "t_start",
         "tag",
         "tol",
         "uses",
+        "version",
     )
 
     def __init__(
@@ -97,6 +100,8 @@ class Flow:
         self.latency = latency
         self.sig = 0  # interned (uses, max_rate): flows with equal signatures get equal max-min fair rates
         self.tol = max(1e-3, 1e-12 * size)  # units left that count as done (float rounding)
+        self.t_ref = 0.0  # `remaining` is exact at t_ref; it falls at `rate` since (progress is lazy)
+        self.version = 0  # bumped at every rate change: older finish-time entries are stale
 
 
 @dataclass(frozen=True)
@@ -149,11 +154,12 @@ class FluidNetwork:
         self.resources: dict[str, Resource] = {}
         self.records: list[FlowRecord] = []
         self.solves = 0
-        self._active: list[Flow] = []
+        self._active: dict[int, Flow] = {}
+        self._heap: list[tuple[float, int, int, Flow]] = []  # (finish time, tie-break, version, flow)
+        self._seq = 0
         self._last = 0.0
         self._update_pending = False
         self._generation = 0
-        self._expected: list[Flow] = []
         self._sat_since: dict[Resource, float] = {}
         self._signatures: dict[tuple[tuple[tuple[Resource, float], ...], float], int] = {}
         self._memo: dict[tuple[int, ...], tuple[dict[int, float], frozenset[Resource]]] = {}
@@ -219,9 +225,8 @@ class FluidNetwork:
         uses_t = tuple(merged.items())
         flow = Flow(float(size), uses_t, max_rate, streamed, tag, owner, latency)
         flow.sig = self._signatures.setdefault((uses_t, max_rate), len(self._signatures))
-        flow.t_start = env.now
-        self._advance()
-        self._active.append(flow)
+        flow.t_start = flow.t_ref = env.now
+        self._active[id(flow)] = flow
         self._schedule_update()
         return streamed, arrived
 
@@ -249,45 +254,38 @@ class FluidNetwork:
         ev.callbacks.append(lambda _e: self._update(due=False))
         self.env.schedule(ev, LATE)  # type: ignore[arg-type]  # SimPy accepts any int priority
 
-    def _advance(self) -> None:
-        """Move every streaming flow forward to now at its current rate."""
+    def _account_busy(self) -> None:
+        """Add the time since the last update to every saturated resource's busy time."""
         now = self.env.now
-        dt = now - self._last
-        if dt > 0:
-            for f in self._active:
-                f.remaining -= f.rate * dt
+        if now > self._last:
             for res, since in self._sat_since.items():
                 res.busy += now - max(since, self._last)
                 self._sat_since[res] = now
         self._last = now
 
     def _update(self, due: bool) -> None:
-        """Advance, finish what is done (``due``: the flows the last wake-up was armed for), then re-solve."""
+        """Finish the flows whose finish time has come, then re-solve once the timestamp's other events ran.
+
+        Progress is lazy: a flow's ``remaining`` is brought up to date only when its rate changes, and its finish
+        time waits in a heap, so an update costs the flows that change, not all of them (``due`` is unused: the
+        heap knows what is due).
+        """
         self._update_pending = False
+        self._account_busy()
         now = self.env.now
-        dt = now - self._last
-        if dt > 0:
-            for res, since in self._sat_since.items():
-                res.busy += now - max(since, self._last)
-                self._sat_since[res] = now
-        self._last = now
+        horizon = now + now * 1e-12 + 1e-15
+        heap = self._heap
         finished: list[Flow] = []
-        keep: list[Flow] = []
-        expected = set(map(id, self._expected)) if due else ()
-        for f in self._active:  # advance and sort out the finished ones in one pass
-            if dt > 0:
-                f.remaining -= f.rate * dt
-            if f.remaining <= f.tol or (due and id(f) in expected):
+        while heap and heap[0][0] <= horizon:
+            _t, _s, version, f = heapq.heappop(heap)
+            if version == f.version and id(f) in self._active:
+                del self._active[id(f)]
                 finished.append(f)
-            else:
-                keep.append(f)
-        self._expected = []
-        self._active = keep
         if finished:
-            now = self.env.now
             for f in finished:
                 f.remaining = 0.0
                 f.rate = 0.0
+                f.version += 1
                 for res, coef in f.uses:
                     res.carried += coef * f.size
                 if self.record:
@@ -304,21 +302,32 @@ class FluidNetwork:
     def _solve(self) -> None:
         """Set every streaming flow's max-min fair rate (memoised on the multiset of flow signatures)."""
         self.solves += 1
-        flows = self._active
+        flows = list(self._active.values())
         key = tuple(sorted(f.sig for f in flows))
         hit = self._memo.get(key)
         if hit is None:
-            self._progressive_filling(flows)
-            hit = ({f.sig: f.rate for f in flows}, self._last_saturated)
+            rates = self._progressive_filling(flows)
+            hit = ({f.sig: r for f, r in zip(flows, rates, strict=True)}, self._last_saturated)
             if len(self._memo) < 100_000:
                 self._memo[key] = hit
         else:
             self.memo_hits += 1
-            rates = hit[0]
-            for f in flows:
-                f.rate = rates[f.sig]
-        saturated = hit[1]
+        by_sig = hit[0]
         now = self.env.now
+        heap = self._heap
+        for f in flows:
+            rate = by_sig[f.sig]
+            if rate == f.rate and f.version:
+                continue
+            f.remaining -= f.rate * (now - f.t_ref)
+            f.t_ref = now
+            f.rate = rate
+            f.version += 1
+            if rate > 0:
+                self._seq += 1
+                finish = now if rate == math.inf else now + max(f.remaining, 0.0) / rate
+                heapq.heappush(heap, (finish, self._seq, f.version, f))
+        saturated = hit[1]
         for res in list(self._sat_since):
             if res not in saturated:
                 del self._sat_since[res]
@@ -327,7 +336,7 @@ class FluidNetwork:
         if self.check:
             self.check_invariants()
 
-    def _progressive_filling(self, flows: list[Flow]) -> None:
+    def _progressive_filling(self, flows: list[Flow]) -> list[float]:
         """Raise all unfrozen rates together until a resource or a flow cap binds; freeze those; repeat.
 
         Every round freezes at least one flow or retires one resource, so it ends after at most
@@ -342,6 +351,7 @@ class FluidNetwork:
         left = {res: res.capacity for res in weight}
         live = {res for res, w in weight.items() if w > 0}
         frozen = [False] * len(flows)
+        rates = [0.0] * len(flows)
         nfrozen = 0
         by_cap = sorted(range(len(flows)), key=lambda i: flows[i].max_rate)
         cp = 0
@@ -359,9 +369,9 @@ class FluidNetwork:
             if cp < len(by_cap) and flows[by_cap[cp]].max_rate - level < step:
                 step, binding = flows[by_cap[cp]].max_rate - level, None
             if math.isinf(step):
-                for i, f in enumerate(flows):
+                for i in range(len(flows)):
                     if not frozen[i]:
-                        f.rate = math.inf
+                        rates[i] = math.inf
                 break
             step = max(step, 0.0)
             level += step
@@ -389,35 +399,28 @@ class FluidNetwork:
                     continue
                 frozen[i] = True
                 nfrozen += 1
-                f = flows[i]
-                f.rate = level
-                for res, coef in f.uses:
+                rates[i] = level
+                for res, coef in flows[i].uses:
                     if res in live:
                         weight[res] -= coef
                         if weight[res] <= 1e-12 * coef:  # no unfrozen flow left on it
                             live.discard(res)
         self._last_saturated = frozenset(saturated)
+        return rates
 
     def _arm(self) -> None:
-        """Schedule a wake-up at the next flow completion (older wake-ups become stale)."""
+        """Schedule a wake-up at the earliest finish time in the heap (older wake-ups become stale)."""
         self._generation += 1
-        if not self._active:
+        heap = self._heap
+        while heap and (heap[0][2] != heap[0][3].version or id(heap[0][3]) not in self._active):
+            heapq.heappop(heap)
+        if not heap:
+            if self._active:
+                names = ", ".join(f"{f.owner}:{f.tag}" for f in list(self._active.values())[:5])
+                raise RuntimeError(f"flows cannot progress (zero rate): {names}")
             return
-        best = math.inf
-        ttf = []
-        for f in self._active:
-            rate = f.rate
-            t = 0.0 if rate == math.inf else (f.remaining / rate if rate > 0 else math.inf)
-            ttf.append(t)
-            if t < best:
-                best = t
-        if math.isinf(best):
-            names = ", ".join(f"{f.owner}:{f.tag}" for f in self._active[:5])
-            raise RuntimeError(f"flows cannot progress (zero rate): {names}")
-        limit = best + best * 1e-9 + 1e-15
-        self._expected = [f for f, t in zip(self._active, ttf, strict=True) if t <= limit]
         gen = self._generation
-        self.env.timeout(max(best, 0.0)).callbacks.append(lambda _e: self._wake(gen))
+        self.env.timeout(max(heap[0][0] - self.env.now, 0.0)).callbacks.append(lambda _e: self._wake(gen))
 
     def _wake(self, gen: int) -> None:
         if gen == self._generation:
@@ -427,13 +430,13 @@ class FluidNetwork:
     def check_invariants(self, rel_tol: float = 1e-6) -> None:
         """Assert: no resource above capacity; every streaming flow is capped or crosses a saturated resource."""
         load: dict[Resource, float] = {}
-        for f in self._active:
+        for f in self._active.values():
             for res, coef in f.uses:
                 load[res] = load.get(res, 0.0) + coef * f.rate
         for res, value in load.items():
             if value > res.capacity * (1 + rel_tol):
                 raise AssertionError(f"{res.name}: load {value} above capacity {res.capacity}")
-        for f in self._active:
+        for f in self._active.values():
             if f.rate >= f.max_rate * (1 - rel_tol):
                 continue
             if not any(load[res] >= res.capacity * (1 - rel_tol) for res, _ in f.uses):
@@ -442,4 +445,4 @@ class FluidNetwork:
     @property
     def active(self) -> list[Flow]:
         """Flows streaming now."""
-        return list(self._active)
+        return list(self._active.values())
