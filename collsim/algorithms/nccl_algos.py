@@ -16,7 +16,15 @@ from simpy.events import AllOf, Event
 from collsim.algorithms.board import EventBoard
 from collsim.algorithms.ring import RingChunking
 
-__all__ = ["nccl_chain", "nccl_nvls_allgather", "nccl_nvls_reduce_scatter", "nccl_tree_down", "nccl_tree_up", "slices"]
+__all__ = [
+    "nccl_chain",
+    "nccl_nvls_allgather",
+    "nccl_nvls_reduce_scatter",
+    "nccl_nvls_tree",
+    "nccl_tree_down",
+    "nccl_tree_up",
+    "slices",
+]
 
 Send = Callable[[float], tuple[Event, Event]]
 Proc = Generator[Event, Any, None]
@@ -159,3 +167,79 @@ def nccl_nvls_allgather(
     if last is not None:
         yield last
     board.fire(me, "done")
+
+
+def nccl_nvls_tree(
+    board: EventBoard,
+    me: Hashable,
+    node_peers: Sequence[Hashable],
+    parent: Hashable | None,
+    children: Sequence[Hashable],
+    *,
+    data_bytes: float,
+    chunking: RingChunking,
+    share: float,
+    send_rs: Send,
+    send_up: Send | None,
+    send_down: Sequence[Send],
+    send_ag: Send,
+) -> list[Proc]:
+    """NVLSTree: NVLS inside each node, a tree of NICs between nodes, NVLS multicast back. Four processes.
+
+    Per slice: (1) the NVSwitch reduces the node's contributions (as :func:`nccl_nvls_reduce_scatter`); (2) once
+    every GPU of the node has contributed (``node_peers``), this GPU's ``share`` of the node sum goes up its tree
+    to the same GPU of the parent node, after the children's shares arrived; (3) the total comes down the tree and
+    is forwarded to the children; (4) once every GPU of the node has its share back, the switch multicasts the
+    slice. Fires ``(me, "done")`` when the last slice's multicast has arrived.
+    """
+    parts = slices(data_bytes, chunking)
+
+    def reduce_scatter() -> Proc:
+        for i, b in enumerate(parts):
+            if i >= chunking.slots:  # the reduced share waits in a buffer of `slots` steps until sent up
+                yield board.get(me, ("upsent", i - chunking.slots))
+            streamed, arrived = send_rs(b)
+            board.bind(me, ("rs", i), arrived)
+            yield streamed
+
+    def up() -> Proc:
+        for i, b in enumerate(parts):
+            for p in node_peers:
+                yield board.get(p, ("rs", i))
+            for ch in children:
+                yield board.get(ch, ("up", i))
+            if parent is None or send_up is None:
+                board.fire(me, ("down", i))
+                board.fire(me, ("upsent", i))
+                continue
+            streamed, arrived = send_up(b * share)
+            board.bind(me, ("up", i), arrived)
+            yield streamed
+            board.fire(me, ("upsent", i))
+
+    def down() -> Proc:
+        for i, b in enumerate(parts):
+            yield board.get(me, ("down", i))
+            streams = []
+            for ch, send in zip(children, send_down, strict=True):
+                streamed, arrived = send(b * share)
+                board.bind(ch, ("down", i), arrived)
+                streams.append(streamed)
+            board.fire(me, ("treedone", i))
+            if streams:
+                yield AllOf(board.env, streams)
+
+    def allgather() -> Proc:
+        last: Event | None = None
+        for i, b in enumerate(parts):
+            for p in node_peers:
+                yield board.get(p, ("treedone", i))
+            streamed, arrived = send_ag(b)
+            board.bind(me, ("ag", i), arrived)
+            last = arrived
+            yield streamed
+        if last is not None:
+            yield last
+        board.fire(me, "done")
+
+    return [reduce_scatter(), up(), down(), allgather()]

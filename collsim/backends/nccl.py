@@ -23,6 +23,7 @@ from collsim.algorithms.nccl_algos import (
     nccl_chain,
     nccl_nvls_allgather,
     nccl_nvls_reduce_scatter,
+    nccl_nvls_tree,
     nccl_tree_down,
     nccl_tree_up,
 )
@@ -78,6 +79,7 @@ class NcclConstants:
     shm_channel_bw: float
     per_channel_max_tree_bw: Mapping[str, tuple[float, float, float]]
     per_channel_max_tree_ll128_bw: Mapping[str, tuple[float, float, float]]
+    per_channel_max_nvls_tree_bw: Mapping[str, tuple[float, float, float]]
     nvls_efficiency: Mapping[str, float]
     nvls_channels: int
     tree_correction: Mapping[str, tuple[float, ...]]
@@ -117,6 +119,7 @@ class NcclConstants:
             shm_channel_bw=float(data["shm_channel_bw_gbps"]) * _GBPS,
             per_channel_max_tree_bw=gbps3(data["per_channel_max_tree_bw_gbps"]),
             per_channel_max_tree_ll128_bw=gbps3(data["per_channel_max_tree_ll128_bw_gbps"]),
+            per_channel_max_nvls_tree_bw=gbps3(data["per_channel_max_nvls_tree_bw_gbps"]),
             nvls_efficiency={k: float(v) for k, v in data["nvls_efficiency"].items()},
             nvls_channels=int(data["nvls_channels"]),
             tree_correction={k: tuple(float(x) for x in v) for k, v in data["tree_correction"].items()},
@@ -241,6 +244,8 @@ class NcclPlan:
     nvl_bw: float = 0.0  # one GPU's NVLink bandwidth per direction (bytes/s)
     nvswitch: str | None = None  # the node's NVSwitch fabric device, when there is one
     ppn: int = 1  # GPUs per node
+    nic_count: int = 0  # NICs per node in use
+    nic_bw: float = 0.0  # one NIC's bandwidth per direction on the network path (bytes/s)
     fabric: Mapping[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
@@ -377,6 +382,7 @@ def plan_nccl(
         intra_cap = math.inf
         nch = 2
     nics_used = 0
+    nic_bw = 0.0
     net_latency = 0.0
     if nnodes > 1:
         nics = topo.nics(0)
@@ -434,6 +440,8 @@ def plan_nccl(
         nvswitch=next((d.name for d in topo.devices("nvswitch", 0)), None),
         ppn=len(node0),
         fabric=fabric,
+        nic_count=nics_used,
+        nic_bw=nic_bw,
         notes=notes,
     )
 
@@ -452,15 +460,14 @@ _P2P_COLLECTIVES = ("alltoall", "sendrecv")
 
 
 def nvls_supported(plan: NcclPlan, opts: NcclOptions) -> str | None:
-    """None when NVLS can run; else why not (NVLS needs NVSwitch and Hopper or newer, one node here)."""
+    """None when NVLS can run (NVLS on one node, NVLSTree across nodes); else why not (it needs an NVSwitch and
+    Hopper or newer GPUs)."""
     if plan.arch not in ("hopper", "blackwell"):
         return f"NVLS needs Hopper or newer GPUs (this is {plan.arch})"
     if plan.nvswitch is None:
         return "NVLS needs an NVSwitch"
     if not opts.nvls_enable:
         return "NCCL_NVLS_ENABLE=0"
-    if plan.nnodes > 1:
-        return "NVLS across nodes is NVLSTree, not modelled yet"
     return None
 
 
@@ -472,7 +479,7 @@ def candidates(plan: NcclPlan, opts: NcclOptions, collective: str) -> list[tuple
     if collective == "allreduce" and len(plan.ranks) > 1:
         pairs += [("Tree", p) for p in PROTOCOLS]
         if nvls_supported(plan, opts) is None:
-            pairs.append(("NVLS", "Simple"))
+            pairs.append(("NVLS", "Simple") if plan.nnodes == 1 else ("NVLSTree", "Simple"))
     return pairs
 
 
@@ -532,12 +539,17 @@ def tuner_times(
             bucket = min(max(int(math.log2(max(nbytes, 64) / 64)), 0), len(consts.tree_correction[proto]) - 1)
             algbw = bus * 0.5 * consts.tree_correction[proto][bucket]
             lat += 2 * ((plan.ppn - 1) * intra + int(math.log2(plan.nnodes)) * inter)
-        else:  # NVLS, one node
+        else:  # NVLS (one node) or NVLSTree (NVLS in each node, trees of NICs between nodes)
             eff = consts.nvls_efficiency.get(plan.arch, 0.85)
             nc = consts.nvls_channels
             bus = plan.nvl_bw * eff * (nc - 1) / nc * 2
+            if algo == "NVLSTree":
+                inter_bw = plan.nic_count * plan.nic_bw * (2 if plan.nnodes <= 2 else 1)
+                bus = min(bus, inter_bw, nc * consts.per_channel_max_nvls_tree_bw[arch][idx])
+                lat += intra + 2 * math.log2(plan.nnodes) * inter
+            else:
+                lat += intra
             algbw = bus * n / nsteps
-            lat += intra
         out[(algo, proto)] = lat + nbytes / algbw
     return out
 
@@ -553,8 +565,8 @@ def enabled_pairs(plan: NcclPlan, opts: NcclOptions, collective: str) -> list[tu
         wanted = set(opts.algorithms)
         if not wanted:
             raise BackendError("NCCL_ALGO excludes every algorithm")
-        if "NVLS" in wanted and (why := nvls_supported(plan, opts)) and len(wanted) == 1:
-            raise BackendError(f"NCCL_ALGO=NVLS: NCCL would refuse it here: {why}")
+        if wanted <= {"NVLS", "NVLSTree"} and (why := nvls_supported(plan, opts)):
+            raise BackendError(f"NCCL_ALGO={opts.env.get('NCCL_ALGO')}: NCCL would refuse it here: {why}")
         if wanted <= {"CollNetDirect", "CollNetChain"} and not plan.fabric.get("in_network_reduction"):
             raise BackendError(
                 "NCCL_ALGO=CollNet needs a fabric with in-network reduction (fabric.in_network_reduction)"
@@ -563,7 +575,8 @@ def enabled_pairs(plan: NcclPlan, opts: NcclOptions, collective: str) -> list[tu
         if not pairs:
             raise BackendError(
                 f"NCCL_ALGO={opts.env.get('NCCL_ALGO')}: no modelled algorithm left for {collective} "
-                f"(collsim models Ring and Tree, NVLS on Hopper NVSwitch; {', '.join(sorted(wanted))} not modelled yet)"
+                f"(collsim models Ring, Tree, and NVLS on one Hopper NVSwitch node or NVLSTree across them; "
+                f"{', '.join(sorted(wanted))} not modelled here)"
             )
     protos = set(opts.protocols) if opts.protocols is not None else set(PROTOCOLS)
     if opts.protocols is None and not ll128_enabled(plan):
@@ -635,6 +648,21 @@ def _hop_role(hop: Hop, consts: NcclConstants, plan: NcclPlan, algo: str, proto:
     return _Role([(k, c * wire) for k, c in hop.path.uses], lat, min(cap, hop.max_rate), _TRANSPORT_TAG[hop.transport])
 
 
+def _binary_tree(node: int, nodes: int, mirror: bool) -> tuple[int | None, list[int]]:
+    """Parent and children of ``node`` in NCCL-style binary trees over ``nodes``: a heap (tree 0) or its mirror
+    image (tree 1), children in a fixed order (left, right).
+
+    >>> _binary_tree(0, 4, False), _binary_tree(3, 4, True)
+    ((None, [1, 2]), (None, [2, 1]))
+    """
+    m = nodes - 1 - node if mirror else node
+    parent = None if m == 0 else (m - 1) // 2
+    kids = [k for k in (2 * m + 1, 2 * m + 2) if k < nodes]
+    if mirror:
+        return (None if parent is None else nodes - 1 - parent), [nodes - 1 - k for k in kids]
+    return parent, kids
+
+
 def _tree_links(plan: NcclPlan, c: int, topo: Topology) -> tuple[dict[str, str | None], dict[str, list[str]]]:
     """Parent and children of every GPU in channel ``c``'s tree: a chain in each node (from the GPU next to the
     channel's NIC) and, across nodes, one of NCCL's two complementary binary trees (even channels tree 0, a heap
@@ -645,27 +673,15 @@ def _tree_links(plan: NcclPlan, c: int, topo: Topology) -> tuple[dict[str, str |
     chains = [[g for g in ring if topo.device(g).node == node] for node in range(nodes)]
     mirror = c % 2 == 1
 
-    def node_parent(i: int) -> int | None:
-        m = nodes - 1 - i if mirror else i
-        if m == 0:
-            return None
-        p = (m - 1) // 2
-        return nodes - 1 - p if mirror else p
-
-    def node_children(i: int) -> list[int]:
-        m = nodes - 1 - i if mirror else i
-        kids = [k for k in (2 * m + 1, 2 * m + 2) if k < nodes]
-        return [nodes - 1 - k if mirror else k for k in kids]
-
     parent: dict[str, str | None] = {}
     children: dict[str, list[str]] = {}
     for node, chain in enumerate(chains):
         for k, g in enumerate(chain):
             kids = [chain[k + 1]] if k + 1 < len(chain) else []
             if k == 0:
-                pn = node_parent(node)
+                pn, node_kids = _binary_tree(node, nodes, mirror)
                 parent[g] = None if pn is None else chains[pn][0]
-                kids += [chains[x][0] for x in node_children(node)]
+                kids += [chains[x][0] for x in node_kids]
             else:
                 parent[g] = chain[k - 1]
             children[g] = kids
@@ -713,7 +729,7 @@ def simulate_nccl(
         return Outcome("nccl", collective, algo, proto, n, 0, 0.0, notes=["count 0: nothing launched"], predicted_s=0.0)
     pc = consts.protocols[proto]
     nc = plan.channels
-    if algo == "NVLS":  # NVLS runs its own channel count, under the same NCCL_MAX/MIN_NCHANNELS
+    if algo in ("NVLS", "NVLSTree"):  # NVLS runs its own channel count, under NCCL_MAX_NCHANNELS
         nc = min(consts.nvls_channels, opts.max_channels or consts.nvls_channels)
     nc = _channels_for(plan, consts, proto, nbytes, nc)
     buffer = opts.buffsize if (opts.buffsize and proto == "Simple") else pc.buffer_bytes
@@ -741,8 +757,8 @@ def simulate_nccl(
         cap = min(cap, consts.per_channel_max_ring_ll128_bw[arch][idx])
     wire = 1.0 / pc.data_per_wire
     base = consts.base_latency[algo if algo in consts.base_latency else "Ring"][proto]
-    if algo == "NVLS":
-        base += consts.hw_latency[plan.intra_hw]["NVLS"]["Simple"]
+    if algo in ("NVLS", "NVLSTree"):
+        base += consts.hw_latency[plan.intra_hw][algo]["Simple"]
     per_channel = nbytes / nc
     cat = ResourceCatalog(topo)
     env, net = new_network(record, check)
@@ -807,6 +823,35 @@ def simulate_nccl(
                     "rs": _Role(rs, lat, cap, "NVLS (NVSwitch reduce)"),
                     "ag": _Role(ag, lat, cap, "NVLS (NVSwitch multicast)"),
                 }
+    elif algo == "NVLSTree":
+        eff = consts.nvls_efficiency.get(plan.arch, 0.85)
+        ppn = plan.ppn
+        for c in range(nc):
+            mirror = c % 2 == 1
+            for g in plan.ranks:
+                dev = topo.device(g)
+                sw = topo.devices("nvswitch", dev.node)[0].name
+                up = link_uses(topo.route(g, sw, kinds=("nvlink",)))
+                down = link_uses(topo.route(sw, g, kinds=("nvlink",)))
+                lat = up.latency + down.latency
+                rs = [(k, v / eff) for k, v in up.uses] + [(k, v / (ppn * eff)) for k, v in down.uses]
+                ag = [(k, v / (ppn * eff)) for k, v in up.uses] + [(k, v / eff) for k, v in down.uses]
+                node_roles = {
+                    "rs": _Role(rs, lat, cap, "NVLS (NVSwitch reduce)"),
+                    "ag": _Role(ag, lat, cap, "NVLS (NVSwitch multicast)"),
+                }
+                same = [h for h in plan.ranks if topo.device(h).index == dev.index]  # this GPU on every node
+                pnode, kids = _binary_tree(dev.node, plan.nnodes, mirror)
+                rail = dev.index
+                par = same[pnode] if pnode is not None else None
+                if par is not None:
+                    node_roles["up"] = _hop_role(hop(g, par, rail), consts, plan, algo, proto, wire, cap)
+                    relations.append(((c, g), "parent", (c, par)))
+                for k, kid in enumerate(kids):
+                    node_roles[f"down{k}"] = _hop_role(hop(g, same[kid], rail), consts, plan, algo, proto, wire, cap)
+                roles[(c, g)] = node_roles
+                peers = [(c, h) for h in plan.ranks if topo.device(h).node == dev.node]
+                extra[(c, g)] = ((c, par) if par else None, [(c, same[kid]) for kid in kids], peers)
     elif collective == "sendrecv":
         src, dst = plan.ranks[0], plan.ranks[min(1, n - 1)]
         for c in range(nc):
@@ -917,6 +962,24 @@ def simulate_nccl(
                     ),
                 )
             )
+            done.append(board.get(e, "done"))
+        elif algo == "NVLSTree":
+            par, kids, peers = extra[e]
+            for body in nccl_nvls_tree(
+                board,
+                e,
+                [rep(p) for p in peers],
+                rep(par) if par else None,
+                [rep(k) for k in kids],
+                data_bytes=per_channel,
+                chunking=chunking,
+                share=1.0 / plan.ppn,
+                send_rs=sender(e, "rs"),
+                send_up=sender(e, "up") if "up" in roles[e] else None,
+                send_down=[sender(e, f"down{k}") for k in range(len(kids))],
+                send_ag=sender(e, "ag"),
+            ):
+                env.process(after_base(e, body))
             done.append(board.get(e, "done"))
         else:  # alltoall
 

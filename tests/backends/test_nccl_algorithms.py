@@ -105,3 +105,21 @@ def test_explain_cli_table_and_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert [r["choice"]["protocol"] for r in rows] == ["LL", "Simple"]
     chosen = next(p for p in rows[1]["pairs"] if p["algorithm"] == "Ring" and p["protocol"] == "Simple")
     assert chosen["simulated_us"] == pytest.approx(chosen["model_us"], rel=0.05)
+
+
+def test_nvls_tree_across_h100_nodes() -> None:
+    sim = Simulator.from_source("2node-h100-ib")
+    bw, algo = _busbw(sim, 4 * GiB)
+    assert algo == "NVLSTree"
+    # NVLS in each node, one tree per GPU's own NIC across: above the ring's NIC-bound ~384 GB/s
+    assert 420.0 < bw < 560.0
+    on = Simulator.from_source("16node-h100-ib", ["backends.nccl.env.NCCL_ALGO=NVLSTree"])
+    off = Simulator.from_source("16node-h100-ib", ["backends.nccl.env.NCCL_ALGO=NVLSTree", "engine.symmetry=false"])
+    a, b = on.simulate_one("nccl", 3 * MiB), off.simulate_one("nccl", 3 * MiB)
+    assert a.time_s == pytest.approx(b.time_s, rel=1e-9)
+    assert a.classes < b.classes
+    no = Simulator.from_source("2node-h100-ib", ["backends.nccl.env.NCCL_NVLS_ENABLE=0"])
+    assert no.simulate_one("nccl", 4 * GiB).algorithm != "NVLSTree"
+    a100 = Simulator.from_source("2node-a100-ib", ["backends.nccl.env.NCCL_ALGO=NVLSTree"])
+    with pytest.raises(Exception, match="Hopper"):
+        a100.simulate_one("nccl", MiB)
