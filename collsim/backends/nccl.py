@@ -617,8 +617,7 @@ _TRANSPORT_TAG = {
     "NET/socket": "network (TCP sockets)",
 }
 _PRIORITY = [
-    "NVLS (NVSwitch reduce)",
-    "NVLS (NVSwitch multicast)",
+    "NVLink (NVLS)",
     "network (TCP sockets)",
     "network (staged via host)",
     "network (GPUDirect RDMA)",
@@ -820,8 +819,8 @@ def simulate_nccl(
                 rs = [(k, v / eff) for k, v in up.uses] + [(k, v / (n * eff)) for k, v in down.uses]
                 ag = [(k, v / (n * eff)) for k, v in up.uses] + [(k, v / eff) for k, v in down.uses]
                 roles[(c, g)] = {
-                    "rs": _Role(rs, lat, cap, "NVLS (NVSwitch reduce)"),
-                    "ag": _Role(ag, lat, cap, "NVLS (NVSwitch multicast)"),
+                    "rs": _Role(rs, lat, cap, "NVLink (NVLS)"),
+                    "ag": _Role(ag, lat, cap, "NVLink (NVLS)"),
                 }
     elif algo == "NVLSTree":
         eff = consts.nvls_efficiency.get(plan.arch, 0.85)
@@ -837,8 +836,8 @@ def simulate_nccl(
                 rs = [(k, v / eff) for k, v in up.uses] + [(k, v / (ppn * eff)) for k, v in down.uses]
                 ag = [(k, v / (ppn * eff)) for k, v in up.uses] + [(k, v / eff) for k, v in down.uses]
                 node_roles = {
-                    "rs": _Role(rs, lat, cap, "NVLS (NVSwitch reduce)"),
-                    "ag": _Role(ag, lat, cap, "NVLS (NVSwitch multicast)"),
+                    "rs": _Role(rs, lat, cap, "NVLink (NVLS)"),
+                    "ag": _Role(ag, lat, cap, "NVLink (NVLS)"),
                 }
                 same = [h for h in plan.ranks if topo.device(h).index == dev.index]  # this GPU on every node
                 pnode, kids = _binary_tree(dev.node, plan.nnodes, mirror)

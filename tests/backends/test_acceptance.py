@@ -78,4 +78,4 @@ def test_breakdown_adds_up_and_names_the_gloo_costs() -> None:
         assert out.breakdown.get(part, 0.0) > 0.0
     nccl = sim.simulate_one("nccl", 64 * MiB, record=True)
     assert sum(nccl.breakdown.values()) == pytest.approx(nccl.time_s, rel=1e-9)
-    assert max(nccl.breakdown, key=nccl.breakdown.get).startswith("NVLS")  # type: ignore[arg-type]
+    assert max(nccl.breakdown, key=nccl.breakdown.get) == "NVLink (NVLS)"  # type: ignore[arg-type]
