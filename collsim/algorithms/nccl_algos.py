@@ -21,6 +21,7 @@ __all__ = [
     "nccl_nvls_allgather",
     "nccl_nvls_reduce_scatter",
     "nccl_nvls_tree",
+    "nccl_pat",
     "nccl_tree_down",
     "nccl_tree_up",
     "slices",
@@ -243,3 +244,29 @@ def nccl_nvls_tree(
         board.fire(me, "done")
 
     return [reduce_scatter(), up(), down(), allgather()]
+
+
+def nccl_pat(
+    board: EventBoard,
+    me: Hashable,
+    partners: Sequence[Hashable],
+    *,
+    sizes: Sequence[float],
+    sends: Sequence[Send],
+) -> Proc:
+    """PAT-style all-gather or reduce-scatter with one GPU per node: log2(n) exchanges with partners at doubling
+    distance; exchange ``k`` sends ``sizes[k]`` bytes (all-gather: S/n, 2S/n, ...; reduce-scatter: the reverse),
+    so each rank moves (n-1)/n of the buffer in log2(n) messages.
+
+    Waits for: the partner's data of exchange ``k-1`` before exchange ``k`` (it carries it on, reduced or
+    gathered). Pays each exchange's transfer and its latency once.
+    """
+    for k, (b, send) in enumerate(zip(sizes, sends, strict=True)):
+        if k > 0:
+            yield board.get(partners[k - 1], ("pat", k - 1))
+        streamed, arrived = send(b)
+        board.bind(me, ("pat", k), arrived)
+        yield streamed
+    if partners:
+        yield board.get(partners[-1], ("pat", len(partners) - 1))
+    board.fire(me, "done")

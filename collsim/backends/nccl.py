@@ -24,6 +24,7 @@ from collsim.algorithms.nccl_algos import (
     nccl_nvls_allgather,
     nccl_nvls_reduce_scatter,
     nccl_nvls_tree,
+    nccl_pat,
     nccl_tree_down,
     nccl_tree_up,
 )
@@ -364,7 +365,7 @@ def plan_nccl(
     nvl_bw = sum(ln.bandwidth for ln in topo.links() if ln.src == gpus[0] and ln.kind == "nvlink")
     node0 = [g for g in gpus if topo.device(g).node == 0]
     notes: list[str] = []
-    intra_hw = "NVLINK"
+    intra_hw = "NVLINK" if nvl_bw > 0 else "PCI"  # one GPU per node: its class, though no hop uses it
     # intra-node capacity per rank and channel count
     if len(node0) > 1:
         probe = _hop(topo, cat, node0[0], node0[1], None, None, opts, consts, fabric)
@@ -476,6 +477,9 @@ def candidates(plan: NcclPlan, opts: NcclOptions, collective: str) -> list[tuple
     if collective in _P2P_COLLECTIVES:
         return [("P2P", "Simple")]
     pairs = [("Ring", p) for p in PROTOCOLS]
+    n = len(plan.ranks)
+    if collective in ("allgather", "reduce_scatter") and plan.ppn == 1 and n > 1 and n & (n - 1) == 0:
+        pairs.append(("PAT", "Simple"))  # one GPU per node (modelled for a power-of-two count of ranks)
     if collective == "allreduce" and len(plan.ranks) > 1:
         pairs += [("Tree", p) for p in PROTOCOLS]
         if nvls_supported(plan, opts) is None:
@@ -528,6 +532,9 @@ def tuner_times(
             lat += (nsteps - ninter) * intra + ninter * inter
             if plan.nnodes > 1 and proto == "Simple" and collective == "allreduce" and nbytes / (nch * n) >= 64:
                 lat *= 1.4
+        elif algo == "PAT":
+            algbw = 0.75 * bus * n / nsteps  # tuning.cc: PAT's bandwidth x0.75
+            lat += int(math.log2(n)) * inter
         elif algo == "Tree":
             if proto == "LL":
                 bus = min(bus / 3.8, consts.ll_max_bw[arch][idx])
@@ -851,6 +858,19 @@ def simulate_nccl(
                 roles[(c, g)] = node_roles
                 peers = [(c, h) for h in plan.ranks if topo.device(h).node == dev.node]
                 extra[(c, g)] = ((c, par) if par else None, [(c, same[kid]) for kid in kids], peers)
+    elif algo == "PAT":
+        steps = int(math.log2(n))
+        for c in range(nc):
+            for r, g in enumerate(plan.ranks):
+                partners = [plan.ranks[r ^ (1 << k)] for k in range(steps)]
+                if collective == "reduce_scatter":
+                    partners.reverse()
+                roles[(c, g)] = {
+                    f"x{k}": _hop_role(hop(g, p, c), consts, plan, algo, proto, wire, cap)
+                    for k, p in enumerate(partners)
+                }
+                extra[(c, g)] = [(c, p) for p in partners]
+                relations.extend(((c, g), f"x{k}", (c, p)) for k, p in enumerate(partners))
     elif collective == "sendrecv":
         src, dst = plan.ranks[0], plan.ranks[min(1, n - 1)]
         for c in range(nc):
@@ -979,6 +999,16 @@ def simulate_nccl(
                 send_ag=sender(e, "ag"),
             ):
                 env.process(after_base(e, body))
+            done.append(board.get(e, "done"))
+        elif algo == "PAT":
+            steps = int(math.log2(n))
+            sizes = [per_channel / n * (1 << k) for k in range(steps)]
+            if collective == "reduce_scatter":
+                sizes.reverse()
+            body = nccl_pat(
+                board, e, [rep(p) for p in extra[e]], sizes=sizes, sends=[sender(e, f"x{k}") for k in range(steps)]
+            )
+            env.process(after_base(e, body))
             done.append(board.get(e, "done"))
         else:  # alltoall
 

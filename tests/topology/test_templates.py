@@ -107,8 +107,8 @@ def test_cpu_host_rank_slots() -> None:
 @pytest.mark.parametrize(
     ("params", "field", "text"),
     [
-        ({"gpus": 1}, "params.gpus", "from 2 to 8"),
-        ({"gpus": 9}, "params.gpus", "from 2 to 8"),
+        ({"gpus": 0}, "params.gpus", "from 1 to 8"),
+        ({"gpus": 9}, "params.gpus", "from 1 to 8"),
         ({"gpus": 2.5}, "params.gpus", "integer"),
         ({"pcie_gen": 6}, "params.pcie_gen", "one of 3, 4, 5"),
         ({"pcie_switch": "maybe"}, "params.pcie_switch", "true or false"),
