@@ -484,6 +484,8 @@ def candidates(plan: NcclPlan, opts: NcclOptions, collective: str) -> list[tuple
         pairs += [("Tree", p) for p in PROTOCOLS]
         if nvls_supported(plan, opts) is None:
             pairs.append(("NVLS", "Simple") if plan.nnodes == 1 else ("NVLSTree", "Simple"))
+        if plan.nnodes > 1 and plan.fabric.get("in_network_reduction") and plan.nic_count:
+            pairs += [("CollNetDirect", "Simple"), ("CollNetChain", "Simple")]
     return pairs
 
 
@@ -532,6 +534,14 @@ def tuner_times(
             lat += (nsteps - ninter) * intra + ninter * inter
             if plan.nnodes > 1 and proto == "Simple" and collective == "allreduce" and nbytes / (nch * n) >= 64:
                 lat *= 1.4
+        elif algo in ("CollNetDirect", "CollNetChain"):
+            # the switches reduce: every node sends the buffer once and gets it back once, spread over its NICs
+            # (Direct: every GPU a head for its share; Chain: one head per channel, channels on all rails);
+            # collsim's reading: tuning.cc gives the latencies
+            bus = min(bus, plan.nic_count * plan.nic_bw * 2)
+            algbw = bus * 0.5
+            hops = 2 if algo == "CollNetDirect" else 2 * (plan.ppn - 1)
+            lat += hops * intra + inter
         elif algo == "PAT":
             algbw = 0.75 * bus * n / nsteps  # tuning.cc: PAT's bandwidth x0.75
             lat += int(math.log2(n)) * inter
@@ -829,6 +839,67 @@ def simulate_nccl(
                     "rs": _Role(rs, lat, cap, "NVLink (NVLS)"),
                     "ag": _Role(ag, lat, cap, "NVLink (NVLS)"),
                 }
+    elif algo in ("CollNetDirect", "CollNetChain"):
+        direct = algo == "CollNetDirect"
+        for c in range(nc):
+            heads: dict[Hashable, list[tuple[str, str]]] = {}
+            for g in plan.ranks:
+                dev = topo.device(g)
+                node_gpus = [h for h in plan.ranks if topo.device(h).node == dev.node]
+                chain = _node_chain(topo, dev.node, topo.nics(dev.node)[c % len(topo.nics(dev.node))].name)
+                is_head = direct or g == chain[0]
+                cn_roles: dict[str, _Role] = {}
+                if direct:  # intra-node reduce-scatter / all-gather, every GPU to every other over P2P
+                    p2p = hop(g, node_gpus[(node_gpus.index(g) + 1) % len(node_gpus)], c)
+                    frac = (len(node_gpus) - 1) / len(node_gpus)
+                    fwd = [(k, v * frac) for k, v in p2p.path.uses]
+                    # (n-1)/n of the slice leaves each GPU and (n-1)/n arrives (from the others, by symmetry)
+                    cn_roles["rs"] = _Role(fwd, p2p.path.latency, cap, _TRANSPORT_TAG[p2p.transport])
+                    cn_roles["ag"] = _Role(fwd, p2p.path.latency, cap, _TRANSPORT_TAG[p2p.transport])
+                    nic = topo.nics(dev.node)[dev.index % len(topo.nics(dev.node))].name
+                else:
+                    nic = topo.nics(dev.node)[c % len(topo.nics(dev.node))].name
+                    k = chain.index(g)
+                    if k + 1 < len(chain):
+                        cn_roles["down0"] = _hop_role(hop(g, chain[k + 1], c), consts, plan, algo, proto, wire, cap)
+                    if k > 0:
+                        cn_roles["up"] = _hop_role(hop(g, chain[k - 1], c), consts, plan, algo, proto, wire, cap)
+                        relations.append(((c, g), "parent", (c, chain[k - 1])))
+                if is_head:
+                    sw = next(
+                        d
+                        for d in topo.route(nic, topo.nics((dev.node + 1) % plan.nnodes)[0].name)
+                        if topo.device(d.dst).kind == "switch"
+                    ).dst
+                    up_path = link_uses(topo.pcie_route(g, nic)) + link_uses(topo.route(nic, sw))
+                    hw_lat = consts.hw_latency["NET"][algo]["Simple"]
+                    cn_roles["up"] = _Role(
+                        [(k, v * wire) for k, v in up_path.uses],
+                        hw_lat + up_path.latency,
+                        cap,
+                        "network (in-network reduction)",
+                    )
+                    sharp: Hashable = ("sharp", c, sw, dev.index if direct else 0)
+                    heads.setdefault(sharp, []).append((g, nic))
+                    relations.append(((c, g), "parent", sharp))
+                roles[(c, g)] = cn_roles
+                cn_kids = (
+                    [] if direct else ([(c, chain[chain.index(g) + 1])] if chain.index(g) + 1 < len(chain) else [])
+                )
+                extra[(c, g)] = (direct, cn_kids, [(c, h) for h in node_gpus])
+            for sharp_key, members in heads.items():
+                sw = sharp_key[2]  # type: ignore[index]
+                sw_roles: dict[str, _Role] = {}
+                for k, (g, nic) in enumerate(members):
+                    down_path = link_uses(topo.route(sw, nic)) + link_uses(topo.pcie_route(nic, g))
+                    sw_roles[f"down{k}"] = _Role(
+                        [(kk, v * wire) for kk, v in down_path.uses],
+                        down_path.latency,
+                        cap,
+                        "network (in-network reduction)",
+                    )
+                roles[sharp_key] = sw_roles
+                extra[sharp_key] = ("switch", [(c, g) for g, _nic in members], [])
     elif algo == "NVLSTree":
         eff = consts.nvls_efficiency.get(plan.arch, 0.85)
         ppn = plan.ppn
@@ -981,6 +1052,82 @@ def simulate_nccl(
                     ),
                 )
             )
+            done.append(board.get(e, "done"))
+        elif algo in ("CollNetDirect", "CollNetChain"):
+            kind, kids, peers = extra[e]
+            direct = algo == "CollNetDirect"
+            share = 1.0 / plan.ppn if direct else 1.0
+            if kind == "switch":  # the in-network reducer: waits for every head, sends the sum back
+                scaled = RingChunking(chunking.chunk_bytes * share, 1, chunking.slots)
+                kid_reps = [rep(k) for k in kids]
+                env.process(
+                    after_base(
+                        e,
+                        nccl_tree_up(
+                            board, e, None, kid_reps, data_bytes=per_channel * share, chunking=scaled, send_up=None
+                        ),
+                    )
+                )
+                env.process(
+                    after_base(
+                        e,
+                        nccl_tree_down(
+                            board,
+                            e,
+                            kid_reps,
+                            data_bytes=per_channel * share,
+                            chunking=scaled,
+                            send_down=[sender(e, f"down{k}") for k in range(len(kids))],
+                        ),
+                    )
+                )
+                continue
+            par_key = next(b for a, lbl, b in relations if a == e and lbl == "parent")
+            if direct:
+                for body in nccl_nvls_tree(
+                    board,
+                    e,
+                    [rep(p) for p in peers],
+                    rep(par_key),
+                    [],
+                    data_bytes=per_channel,
+                    chunking=chunking,
+                    share=share,
+                    send_rs=sender(e, "rs"),
+                    send_up=sender(e, "up"),
+                    send_down=[],
+                    send_ag=sender(e, "ag"),
+                ):
+                    env.process(after_base(e, body))
+            else:
+                kid_reps = [rep(k) for k in kids]
+                env.process(
+                    after_base(
+                        e,
+                        nccl_tree_up(
+                            board,
+                            e,
+                            rep(par_key),
+                            kid_reps,
+                            data_bytes=per_channel,
+                            chunking=chunking,
+                            send_up=sender(e, "up"),
+                        ),
+                    )
+                )
+                env.process(
+                    after_base(
+                        e,
+                        nccl_tree_down(
+                            board,
+                            e,
+                            kid_reps,
+                            data_bytes=per_channel,
+                            chunking=chunking,
+                            send_down=[sender(e, "down0")] if kids else [],
+                        ),
+                    )
+                )
             done.append(board.get(e, "done"))
         elif algo == "NVLSTree":
             par, kids, peers = extra[e]

@@ -148,3 +148,33 @@ def test_pat_with_one_gpu_per_node() -> None:
     assert ("PAT", "Simple") not in [
         (o.algorithm, o.protocol) for o in [on_two_gpus.simulate_one("nccl", MiB, collective="allgather")]
     ]
+
+
+@pytest.mark.parametrize(("n", "depth"), [(3, 1), (7, 2), (15, 3)])
+def test_pipelined_tree_matches_closed_form(n: int, depth: int) -> None:
+    # every parent-child link carries the buffer once up and once down, in parallel, slice by slice:
+    # T = S/B + (2 depth) slices of fill + 2 depth latencies (a slice's way up and back down)
+    from tests_support import ideal_tree_time
+
+    bw, alpha, size, sl = 10e9, 1e-6, 256 * MiB, 2**17
+    t = ideal_tree_time(n, size, bw=bw, alpha=alpha, slice_bytes=sl)
+    assert t == pytest.approx(size / bw + 2 * depth * (sl / bw + alpha), rel=0.01)
+
+
+def test_collnet_needs_and_uses_in_network_reduction() -> None:
+    inr = ["cluster.fabric.in_network_reduction=true"]
+    sim = Simulator.from_source("2node-a100-ib", inr)
+    for algo in ("CollNetDirect", "CollNetChain"):
+        out = sim.simulate_one("nccl", GiB, choice=(algo, "Simple"))
+        bw = GiB / out.time_s / 1e9 * busbw_factor("allreduce", 16)
+        # the switches reduce, so each node sends the buffer once and receives it once: above the ring's ~192
+        assert bw > 230.0
+        off = Simulator.from_source("2node-a100-ib", [*inr, "engine.symmetry=false"])
+        assert off.simulate_one("nccl", 3 * MiB, choice=(algo, "Simple")).time_s == pytest.approx(
+            sim.simulate_one("nccl", 3 * MiB, choice=(algo, "Simple")).time_s, rel=1e-9
+        )
+    assert (
+        Simulator.from_source("2node-a100-ib", [*inr, "backends.nccl.env.NCCL_ALGO=CollNet"])
+        .simulate_one("nccl", MiB)
+        .algorithm.startswith("CollNet")
+    )

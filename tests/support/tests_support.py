@@ -168,3 +168,45 @@ def ideal_gloo_schedule_time(
     env.run()
     assert len(ends) == len(procs), "deadlock"
     return max(ends), q.n_classes
+
+
+def ideal_tree_time(n: int, size: float, *, bw: float = 10e9, alpha: float = 1e-6, slice_bytes: float = 2**17) -> float:
+    """NCCL's pipelined tree allreduce on a complete binary heap of ``n`` ranks, a link of ``bw`` per direction
+    between every parent and child (no sharing): reduce up and broadcast down run at once, slice by slice."""
+    from collsim.algorithms.nccl_algos import nccl_tree_down, nccl_tree_up
+
+    env = simpy.Environment()
+    net = FluidNetwork(env, check=True)
+    chunking = RingChunking(slice_bytes, 1, 8)
+    board = EventBoard(env)
+    parent = {r: (None if r == 0 else (r - 1) // 2) for r in range(n)}
+    children = {r: [k for k in (2 * r + 1, 2 * r + 2) if k < n] for r in range(n)}
+
+    def link(a: int, b: int):  # type: ignore[no-untyped-def]
+        res = net.resource(f"{a}->{b}", bw)
+        return lambda nb: net.transfer(nb, [(res, 1.0)], latency=alpha)
+
+    for r in range(n):
+        p = parent[r]
+        env.process(
+            nccl_tree_up(
+                board,
+                r,
+                p,
+                children[r],
+                data_bytes=size,
+                chunking=chunking,
+                send_up=link(r, p) if p is not None else None,
+            )
+        )
+        env.process(
+            nccl_tree_down(
+                board, r, children[r], data_bytes=size, chunking=chunking, send_down=[link(r, k) for k in children[r]]
+            )
+        )
+    ends: list[float] = []
+    for r in range(n):
+        board.get(r, "done").callbacks.append(lambda _e: ends.append(env.now))
+    env.run()
+    assert len(ends) == n
+    return max(ends)
