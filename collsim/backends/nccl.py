@@ -83,6 +83,7 @@ class NcclConstants:
     per_channel_max_nvls_tree_bw: Mapping[str, tuple[float, float, float]]
     nvls_efficiency: Mapping[str, float]
     nvls_channels: int
+    nvls_chunk_bytes: int
     tree_correction: Mapping[str, tuple[float, ...]]
 
     @classmethod
@@ -123,6 +124,7 @@ class NcclConstants:
             per_channel_max_nvls_tree_bw=gbps3(data["per_channel_max_nvls_tree_bw_gbps"]),
             nvls_efficiency={k: float(v) for k, v in data["nvls_efficiency"].items()},
             nvls_channels=int(data["nvls_channels"]),
+            nvls_chunk_bytes=int(data["nvls_chunk_bytes"]),
             tree_correction={k: tuple(float(x) for x in v) for k, v in data["tree_correction"].items()},
         )
 
@@ -756,14 +758,26 @@ def simulate_nccl(
         )
     else:  # enqueue.cc: chunkSteps = sliceSteps = 1 unless Ring/Simple
         chunk = step_data
-        if algo == "Tree" and proto == "Simple":
+        pieces = 1
+        if algo == "NVLS":
+            chunk = min(chunk, consts.nvls_chunk_bytes)
+        elif algo == "Tree" and proto == "Simple":
             # enqueue.cc: halve the chunk until every channel has enough of them to fill the tree's pipeline
             depth = plan.ppn - 1 + max(0, math.ceil(math.log2(plan.nnodes)))
             per = nbytes / max(1, min(plan.channels, _channels_for(plan, consts, proto, nbytes, plan.channels)))
             for times, floor in ((8, 131072), (4, 65536), (1, 32768)):
                 while per / chunk < depth * times and chunk > floor:
                     chunk /= 2
-        chunking = RingChunking(chunk, 1, consts.steps)
+        elif proto in ("LL", "LL128") and algo in ("Tree", "Ring"):
+            # LL and LL128 carry a flag in every line, so a receiver forwards data as lines arrive instead of waiting
+            # for a whole step: model that by cutting a step into up to 16 pieces when a channel has too few steps
+            # to fill the pipeline (collsim's modelling choice; NCCL has no such parameter)
+            depth = 2 * (plan.ppn - 1 + max(0, math.ceil(math.log2(plan.nnodes)))) if algo == "Tree" else 2 * n
+            per = nbytes / max(1, _channels_for(plan, consts, proto, nbytes, plan.channels))
+            while per / (chunk / pieces) < 2 * depth and pieces < 16:
+                pieces *= 2
+        # a step cut in pieces is still one chunk; the connection still holds NCCL_STEPS steps
+        chunking = RingChunking(chunk, pieces, consts.steps * pieces)
     idx = _node_index(plan.nnodes)
     arch = plan.arch if plan.arch in consts.ll_max_bw else "ampere"
     cap = plan.channel_bw
