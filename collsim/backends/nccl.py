@@ -660,7 +660,7 @@ class _Role:
 def _hop_role(hop: Hop, consts: NcclConstants, plan: NcclPlan, algo: str, proto: str, wire: float, cap: float) -> _Role:
     table = "Ring" if algo in ("P2P", "Ring") else algo
     hw_lat = consts.hw_latency[hop.hw][table][proto]
-    if plan.nnodes > 1 and hop.hw != "NET":
+    if table == "Ring" and plan.nnodes > 1 and hop.hw != "NET":  # tuning.cc: rings across nodes only
         hw_lat = max(hw_lat, plan.net_overhead * (3 if proto == "Simple" else 1))
     lat = hw_lat + hop.path.latency * (2 if (hop.hw == "NET" and proto == "Simple") else 1)
     return _Role([(k, c * wire) for k, c in hop.path.uses], lat, min(cap, hop.max_rate), _TRANSPORT_TAG[hop.transport])
