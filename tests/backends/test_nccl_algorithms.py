@@ -178,3 +178,23 @@ def test_collnet_needs_and_uses_in_network_reduction() -> None:
         .simulate_one("nccl", MiB)
         .algorithm.startswith("CollNet")
     )
+
+
+def test_p2p_level_and_buffsize() -> None:
+    box = {
+        "name": "p2p-box",
+        "cluster": {"node": "pcie-workstation", "node_params": {"gpus": 2, "pcie_gen": 4, "p2p": True}},
+        "backends": {"nccl": {}},
+    }
+    sim = Simulator.from_source(box)
+    assert {h.transport for h in sim.nccl_plan.hops.values()} == {"P2P/PCIe"}  # PIX is within the default PXB
+    box["backends"] = {"nccl": {"env": {"NCCL_P2P_LEVEL": "LOC"}}}
+    assert {h.transport for h in Simulator.from_source(box).nccl_plan.hops.values()} == {"SHM"}
+    # NCCL_BUFFSIZE sets the bytes a connection holds in flight (8 steps): 512 KiB still covers the per-step
+    # latency at a channel's rate, 64 KiB (8 steps of 8 KiB) does not, and bandwidth drops
+    forced = ("Ring", "Simple")
+    base = Simulator.from_source("dgx-a100").simulate_one("nccl", 64 * MiB, choice=forced).time_s
+    half_mib = Simulator.from_source("dgx-a100", ["backends.nccl.env.NCCL_BUFFSIZE=524288"])
+    tiny = Simulator.from_source("dgx-a100", ["backends.nccl.env.NCCL_BUFFSIZE=65536"])
+    assert half_mib.simulate_one("nccl", 64 * MiB, choice=forced).time_s == pytest.approx(base, rel=0.01)
+    assert tiny.simulate_one("nccl", 64 * MiB, choice=forced).time_s > 1.3 * base
