@@ -153,14 +153,16 @@ def nccl_nvls_allgather(
     data_bytes: float,
     chunking: RingChunking,
     send: Send,
+    ready: str = "rs",
 ) -> Proc:
-    """NVLS second half: once every rank's reduce of a slice is done (``peers``: all representatives), the
-    reduced share is multicast by the switch (GPU -> switch 1/n, switch -> every GPU the whole slice)."""
+    """NVLS second half: once every rank's share of a slice is ready (``(peer, (ready, i))`` for all ``peers``:
+    reduced by the switch, or back from the inter-node tree), the switch multicasts it (GPU -> switch 1/n,
+    switch -> every GPU the whole slice)."""
     parts = slices(data_bytes, chunking)
     last: Event | None = None
     for i, b in enumerate(parts):
         for p in peers:
-            yield board.get(p, ("rs", i))
+            yield board.get(p, (ready, i))
         streamed, arrived = send(b)
         board.bind(me, ("ag", i), arrived)
         last = arrived
@@ -230,20 +232,10 @@ def nccl_nvls_tree(
             if streams:
                 yield AllOf(board.env, streams)
 
-    def allgather() -> Proc:
-        last: Event | None = None
-        for i, b in enumerate(parts):
-            for p in node_peers:
-                yield board.get(p, ("treedone", i))
-            streamed, arrived = send_ag(b)
-            board.bind(me, ("ag", i), arrived)
-            last = arrived
-            yield streamed
-        if last is not None:
-            yield last
-        board.fire(me, "done")
-
-    return [reduce_scatter(), up(), down(), allgather()]
+    allgather = nccl_nvls_allgather(
+        board, me, node_peers, data_bytes=data_bytes, chunking=chunking, send=send_ag, ready="treedone"
+    )
+    return [reduce_scatter(), up(), down(), allgather]
 
 
 def nccl_pat(
