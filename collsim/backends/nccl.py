@@ -288,6 +288,18 @@ def _node_chain(topo: Topology, node: int, nic: str | None) -> list[str]:
     return [entry, *rest, exit_]
 
 
+def _pxn_proxy(topo: Topology, gpu: str, nic: str, gdr_level: str) -> str | None:
+    """A GPU of ``gpu``'s node, reachable over NVLink, close enough to ``nic`` for GPUDirect (NCCL's PXN), or None."""
+    dev = topo.device(gpu)
+    for other in topo.gpus():
+        if other.node != dev.node or other.name == gpu:
+            continue
+        close = path_class_rank(topo.path_class(other.name, nic)) <= path_class_rank(gdr_level)
+        if close and topo.nvlink_route(gpu, other.name):
+            return other.name
+    return None
+
+
 def _hop(
     topo: Topology,
     cat: ResourceCatalog,
@@ -326,6 +338,18 @@ def _hop(
         if gdr_ok and near:
             path = link_uses(topo.pcie_route(a, nic_a)) + fabric_path + link_uses(topo.pcie_route(nic_b, b))
             return Hop(a, b, "NET/GDR", "NET", path, math.inf)
+        recv_near = path_class_rank(topo.path_class(b, nic_b)) <= path_class_rank(gdr_level)
+        if gdr_ok and recv_near and not opts.pxn_disable:
+            # PXN: the sender hands the data over NVLink to a GPU next to the NIC, which sends it (GPUDirect)
+            proxy = _pxn_proxy(topo, a, nic_a, gdr_level)
+            if proxy is not None:
+                path = (
+                    link_uses(topo.nvlink_route(a, proxy) or [])
+                    + link_uses(topo.pcie_route(proxy, nic_a))
+                    + fabric_path
+                    + link_uses(topo.pcie_route(nic_b, b))
+                )
+                return Hop(a, b, "NET/GDR", "NET", path, math.inf)
     ca, cb = topo.host_cpu(a).name, topo.host_cpu(b).name
     staged = (
         link_uses(topo.pcie_route(a, ca))

@@ -198,3 +198,13 @@ def test_p2p_level_and_buffsize() -> None:
     tiny = Simulator.from_source("dgx-a100", ["backends.nccl.env.NCCL_BUFFSIZE=65536"])
     assert half_mib.simulate_one("nccl", 64 * MiB, choice=forced).time_s == pytest.approx(base, rel=0.01)
     assert tiny.simulate_one("nccl", 64 * MiB, choice=forced).time_s > 1.3 * base
+
+
+def test_pxn_lets_far_gpus_use_gpudirect_through_an_nvlink_peer() -> None:
+    # all-to-all sends from every GPU through every rail: a GPU far from a rail's NIC hands its data over NVLink to
+    # the GPU next to that NIC (PXN); with NCCL_PXN_DISABLE=1 it must stage through host memory instead
+    on = Simulator.from_source("2node-h100-ib")
+    off = Simulator.from_source("2node-h100-ib", ["backends.nccl.env.NCCL_PXN_DISABLE=1"])
+    t_on = on.simulate_one("nccl", 256 * MiB, collective="alltoall").time_s
+    t_off = off.simulate_one("nccl", 256 * MiB, collective="alltoall").time_s
+    assert t_off > 1.2 * t_on
