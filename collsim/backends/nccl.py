@@ -35,10 +35,13 @@ from collsim.topology.model import PATH_CLASS_ORDER, path_class_rank
 
 __all__ = [
     "ALGORITHMS",
+    "COLLECTIVES",
     "PROTOCOLS",
     "NcclConstants",
     "NcclOptions",
     "NcclPlan",
+    "choose",
+    "enabled_pairs",
     "plan_nccl",
     "simulate_nccl",
     "tuner_times",
@@ -251,10 +254,6 @@ class NcclPlan:
     nic_bw: float = 0.0  # one NIC's bandwidth per direction on the network path (bytes/s)
     fabric: Mapping[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
-
-
-def _rank_index(topo: Topology) -> dict[str, int]:
-    return {d.name: i for i, d in enumerate(topo.gpus())}
 
 
 def _node_chain(topo: Topology, node: int, nic: str | None) -> list[str]:
