@@ -241,24 +241,24 @@ def nccl_nvls_tree(
 def nccl_pat(
     board: EventBoard,
     me: Hashable,
-    partners: Sequence[Hashable],
+    sources: Sequence[Hashable],
     *,
     sizes: Sequence[float],
     sends: Sequence[Send],
 ) -> Proc:
-    """PAT-style all-gather or reduce-scatter with one GPU per node: log2(n) exchanges with partners at doubling
-    distance; exchange ``k`` sends ``sizes[k]`` bytes (all-gather: S/n, 2S/n, ...; reduce-scatter: the reverse),
-    so each rank moves (n-1)/n of the buffer in log2(n) messages.
+    """PAT-style all-gather or reduce-scatter with one GPU per node: ceil(log2 n) exchanges at doubling distance
+    (Bruck's pattern, any n); exchange ``k`` sends ``sizes[k]`` bytes to the rank ``2^k`` ahead and receives from
+    ``sources[k]``, the rank ``2^k`` behind, so each rank moves (n-1)/n of the buffer in ceil(log2 n) messages.
 
-    Waits for: the partner's data of exchange ``k-1`` before exchange ``k`` (it carries it on, reduced or
+    Waits for: exchange ``k-1``'s data from its source before exchange ``k`` (it carries it on, reduced or
     gathered). Pays each exchange's transfer and its latency once.
     """
     for k, (b, send) in enumerate(zip(sizes, sends, strict=True)):
         if k > 0:
-            yield board.get(partners[k - 1], ("pat", k - 1))
+            yield board.get(sources[k - 1], ("pat", k - 1))
         streamed, arrived = send(b)
         board.bind(me, ("pat", k), arrived)
         yield streamed
-    if partners:
-        yield board.get(partners[-1], ("pat", len(partners) - 1))
+    if sources:
+        yield board.get(sources[-1], ("pat", len(sources) - 1))
     board.fire(me, "done")

@@ -503,8 +503,8 @@ def candidates(plan: NcclPlan, opts: NcclOptions, collective: str) -> list[tuple
         return [("P2P", "Simple")]
     pairs = [("Ring", p) for p in PROTOCOLS]
     n = len(plan.ranks)
-    if collective in ("allgather", "reduce_scatter") and plan.ppn == 1 and n > 1 and n & (n - 1) == 0:
-        pairs.append(("PAT", "Simple"))  # one GPU per node (modelled for a power-of-two count of ranks)
+    if collective in ("allgather", "reduce_scatter") and plan.ppn == 1 and n > 1:
+        pairs.append(("PAT", "Simple"))  # one GPU per node
     if collective == "allreduce" and len(plan.ranks) > 1:
         pairs += [("Tree", p) for p in PROTOCOLS]
         if nvls_supported(plan, opts) is None:
@@ -569,7 +569,7 @@ def tuner_times(
             lat += hops * intra + inter
         elif algo == "PAT":
             algbw = 0.75 * bus * n / nsteps  # tuning.cc: PAT's bandwidth x0.75
-            lat += int(math.log2(n)) * inter
+            lat += math.ceil(math.log2(n)) * inter
         elif algo == "Tree":
             if proto == "LL":
                 bus = min(bus / 3.8, consts.ll_max_bw[arch][idx])
@@ -967,18 +967,18 @@ def simulate_nccl(
                 peers = [(c, h) for h in plan.ranks if topo.device(h).node == dev.node]
                 extra[(c, g)] = ((c, par) if par else None, [(c, same[kid]) for kid in kids], peers)
     elif algo == "PAT":
-        steps = int(math.log2(n))
+        shifts = [1 << k for k in range(math.ceil(math.log2(n)))]
+        if collective == "reduce_scatter":
+            shifts.reverse()
         for c in range(nc):
             for r, g in enumerate(plan.ranks):
-                partners = [plan.ranks[r ^ (1 << k)] for k in range(steps)]
-                if collective == "reduce_scatter":
-                    partners.reverse()
+                targets = [plan.ranks[(r + d) % n] for d in shifts]
                 roles[(c, g)] = {
-                    f"x{k}": _hop_role(hop(g, p, c), consts, plan, algo, proto, wire, cap)
-                    for k, p in enumerate(partners)
+                    f"x{k}": _hop_role(hop(g, t, c), consts, plan, algo, proto, wire, cap)
+                    for k, t in enumerate(targets)
                 }
-                extra[(c, g)] = [(c, p) for p in partners]
-                relations.extend(((c, g), f"x{k}", (c, p)) for k, p in enumerate(partners))
+                extra[(c, g)] = [(c, plan.ranks[(r - d) % n]) for d in shifts]
+                relations.extend(((c, g), f"x{k}", (c, t)) for k, t in enumerate(targets))
     elif collective == "sendrecv":
         src, dst = plan.ranks[0], plan.ranks[min(1, n - 1)]
         for c in range(nc):
@@ -1185,12 +1185,16 @@ def simulate_nccl(
                 env.process(after_base(e, body))
             done.append(board.get(e, "done"))
         elif algo == "PAT":
-            steps = int(math.log2(n))
-            sizes = [per_channel / n * (1 << k) for k in range(steps)]
+            # Bruck: exchange k moves min(2^k, n - 2^k) blocks of per_channel/n (reversed for reduce-scatter)
+            blocks = [min(1 << k, n - (1 << k)) for k in range(math.ceil(math.log2(n)))]
             if collective == "reduce_scatter":
-                sizes.reverse()
+                blocks.reverse()
             body = nccl_pat(
-                board, e, [rep(p) for p in extra[e]], sizes=sizes, sends=[sender(e, f"x{k}") for k in range(steps)]
+                board,
+                e,
+                [rep(p) for p in extra[e]],
+                sizes=[per_channel / n * b for b in blocks],
+                sends=[sender(e, f"x{k}") for k in range(len(blocks))],
             )
             env.process(after_base(e, body))
             done.append(board.get(e, "done"))
