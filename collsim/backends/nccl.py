@@ -250,6 +250,7 @@ class NcclPlan:
     nvl_bw: float = 0.0  # one GPU's NVLink bandwidth per direction (bytes/s)
     nvswitch: str | None = None  # the node's NVSwitch fabric device, when there is one
     ppn: int = 1  # GPUs per node
+    intra_bw: float = 0.0  # what the channels carry per rank inside a node (bytes/s)
     nic_count: int = 0  # NICs per node in use
     nic_bw: float = 0.0  # one NIC's bandwidth per direction on the network path (bytes/s)
     fabric: Mapping[str, Any] = field(default_factory=dict)
@@ -466,6 +467,7 @@ def plan_nccl(
         nvswitch=next((d.name for d in topo.devices("nvswitch", 0)), None),
         ppn=len(node0),
         fabric=fabric,
+        intra_bw=min(intra_cap, nch * channel_bw),
         nic_count=nics_used,
         nic_bw=nic_bw,
         notes=notes,
@@ -571,6 +573,11 @@ def tuner_times(
             algbw = 0.75 * bus * n / nsteps  # tuning.cc: PAT's bandwidth x0.75
             lat += math.ceil(math.log2(n)) * inter
         elif algo == "Tree":
+            if plan.nnodes == 2:
+                # two nodes are a special case (NCCL maintainers, NVIDIA/nccl#946 and nccl-tests#196): a tree sends
+                # half the ring's traffic over the network, so it is bound by the intra-node links and can reach
+                # ~2x the network speed; tuning.cc takes bwIntra for nNodes <= 2
+                bus = min(plan.intra_bw, 2 * plan.bus_bw)
             if proto == "LL":
                 bus = min(bus / 3.8, consts.ll_max_bw[arch][idx])
             elif proto == "LL128":
@@ -784,6 +791,12 @@ def simulate_nccl(
         pieces = 1
         if algo == "NVLS":
             chunk = min(chunk, consts.nvls_chunk_bytes)
+        elif algo == "NVLSTree":
+            # like the tree's: halve the chunk (down to NVLS's) until the inter-node pipeline can fill
+            depth = 2 + 2 * math.ceil(math.log2(plan.nnodes))
+            per = nbytes / max(1, min(consts.nvls_channels, opts.max_channels or consts.nvls_channels))
+            while per / chunk < 4 * depth and chunk > consts.nvls_chunk_bytes:
+                chunk /= 2
         elif algo == "Tree" and proto == "Simple":
             # enqueue.cc: halve the chunk until every channel has enough of them to fill the tree's pipeline
             depth = plan.ppn - 1 + max(0, math.ceil(math.log2(plan.nnodes)))
@@ -809,6 +822,11 @@ def simulate_nccl(
     elif proto == "LL128":
         cap = min(cap, consts.per_channel_max_ring_ll128_bw[arch][idx])
     wire = 1.0 / pc.data_per_wire
+    if algo == "Tree" and collective == "allreduce":
+        # NCCL's tree kernels reach only a size-dependent fraction of the link rate; tuning.cc carries it as the tree
+        # correction factor, fitted to NVIDIA's measurements: the simulation charges the links accordingly
+        bucket = min(max(int(math.log2(max(nbytes, 64) / 64)), 0), len(consts.tree_correction[proto]) - 1)
+        wire /= consts.tree_correction[proto][bucket]
     base = consts.base_latency[algo if algo in consts.base_latency else "Ring"][proto]
     if algo in ("NVLS", "NVLSTree"):
         base += consts.hw_latency[plan.intra_hw][algo]["Simple"]

@@ -26,9 +26,17 @@ def test_hgx_h100_unset_picks_nvls_near_480() -> None:
 
 
 def test_two_node_a100_ib_plateau_near_192() -> None:
-    sim = Simulator.from_source("2node-a100-ib")
-    bw, _ = _busbw(sim, 4 * GiB)
-    assert bw == pytest.approx(192.0, rel=0.10)  # multi-node DGX A100, 8 x 200 Gb IB: ~192 GB/s
+    # NVIDIA (NVIDIA/nccl#812): "On an Nvidia DGX-A100 system we have 8x200Gbit/s IB cards and we measure 192GB/s
+    # AllReduce BusBW", the network-bound figure a ring reaches ...
+    ring = Simulator.from_source("2node-a100-ib", ["backends.nccl.env.NCCL_ALGO=Ring"])
+    bw, _ = _busbw(ring, 4 * GiB)
+    assert bw == pytest.approx(192.0, rel=0.10)
+    # ... while on two nodes NCCL picks the tree, which sends half the bytes over the network and goes beyond it
+    # ("2 nodes is a special case", NVIDIA/nccl#946; "We often see two nodes Tree BusBW figures that exceed the
+    # theoretical limit of the network cards", #812)
+    tree_bw, algo = _busbw(Simulator.from_source("2node-a100-ib"), 4 * GiB)
+    assert algo == "Tree"
+    assert 1.1 * bw < tree_bw < 2 * bw
 
 
 @pytest.mark.parametrize("n", [2, 4, 8])
