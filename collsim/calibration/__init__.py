@@ -1,0 +1,16 @@
+"""Calibration: read measured collective times (nccl-tests output) to compare with and tune the simulator.
+
+Examples
+--------
+>>> from collsim.calibration import parse_nccl_tests
+>>> row = "  1024  256  float  sum  -1  10.0  0.10  0.18  0  9.5  0.11  0.19  0"
+>>> log = parse_nccl_tests(row, collective="allreduce")
+>>> log.collective, len(log.rows), log.rows[0].size_bytes, log.rows[0].inplace_time_us
+('allreduce', 1, 1024, 9.5)
+"""
+
+from __future__ import annotations
+
+from collsim.calibration.nccltests import MeasuredRow, NcclTestsLog, ParseWarning, parse_nccl_tests, read_nccl_tests
+
+__all__ = ["MeasuredRow", "NcclTestsLog", "ParseWarning", "parse_nccl_tests", "read_nccl_tests"]

@@ -1,0 +1,297 @@
+"""Tests of collsim.calibration.nccltests: published raw outputs and synthetic pastes."""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from pathlib import Path
+
+import pytest
+
+from collsim.calibration import MeasuredRow, NcclTestsLog, ParseWarning, parse_nccl_tests, read_nccl_tests
+
+
+def _shared_dir() -> Path | None:
+    """The shared/ folder: $COLLSIM_SHARED first, else the sibling of the repository."""
+    candidates = []
+    if os.environ.get("COLLSIM_SHARED"):
+        candidates.append(Path(os.environ["COLLSIM_SHARED"]))
+    candidates.append(Path(__file__).resolve().parents[3] / "shared")
+    for c in candidates:
+        if (c / "calibration-data" / "raw").is_dir():
+            return c
+    return None
+
+
+SHARED = _shared_dir()
+DATA = None if SHARED is None else SHARED / "calibration-data"
+RAW_FILES = [] if DATA is None else sorted(p for p in (DATA / "raw").iterdir() if p.is_file())
+
+#: Raw files that are not nccl-tests output: they must parse without crashing, give no rows and warn per line.
+NOT_NCCL_TESTS: dict[str, str] = {
+    "gloo_readme_4node_40gbe.txt": "Gloo benchmark output (elements, min/p50/p99/max us, samples)",
+    "azure_nd_h100_v5.md": "markdown table of rounded size labels (65K, 132K ...) and in-place busbw only",
+}
+
+#: Row fields compared with the published JSON when both have them.
+FIELDS = (
+    "size_bytes",
+    "time_us",
+    "algbw_gbps",
+    "busbw_gbps",
+    "inplace_time_us",
+    "inplace_algbw_gbps",
+    "inplace_busbw_gbps",
+)
+
+
+def _tokens(name: str) -> set[str]:
+    return set(Path(name).stem.lower().split("_"))
+
+
+def _match_case(raw: Path, cases: list[Path]) -> Path:
+    """The JSON case whose name shares the most ``_``-separated words with the raw file's name."""
+    scored = sorted(cases, key=lambda c: (len(_tokens(c.name) & _tokens(raw.name)), c.name), reverse=True)
+    best = scored[0]
+    assert len(_tokens(best.name) & _tokens(raw.name)) >= 2, f"no JSON case matches {raw.name}"
+    return best
+
+
+def _parse_quietly(path: Path) -> tuple[NcclTestsLog, list[warnings.WarningMessage]]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        log = read_nccl_tests(path)
+    return log, caught
+
+
+needs_data = pytest.mark.skipif(
+    DATA is None, reason="shared/calibration-data/raw not found (set COLLSIM_SHARED to the shared/ folder)"
+)
+
+
+@needs_data
+def test_raw_to_case_mapping_is_one_to_one() -> None:
+    assert DATA is not None
+    cases = sorted(DATA.glob("*.json"))
+    matched = {raw.name: _match_case(raw, cases).name for raw in RAW_FILES}
+    assert len(set(matched.values())) == len(matched), matched
+    assert matched["stas00_a100_1node_nccltests.txt"] == "a100_8gpu_1node_stas00.json"
+    assert matched["rtx2080ti_2gpu_pcie_nop2p.txt"] == "rtx2080ti_2gpu_pcie3_switch_nop2p.json"
+
+
+@needs_data
+@pytest.mark.parametrize("raw", RAW_FILES, ids=lambda p: p.name)
+def test_raw_file_matches_published_json(raw: Path) -> None:
+    assert DATA is not None
+    log, caught = _parse_quietly(raw)
+    assert log.source == str(raw)
+    if raw.name in NOT_NCCL_TESTS:
+        # Not nccl-tests text: no rows invented, one warning per non-blank line, each naming its line.
+        lines = [i for i, s in enumerate(raw.read_text().split("\n"), start=1) if s.strip()]
+        assert log.rows == []
+        assert [w.category for w in caught] == [ParseWarning] * len(lines)
+        assert [f"line {i}:" in str(w.message) for w, i in zip(caught, lines, strict=True)] == [True] * len(lines)
+        return
+    assert [w for w in caught if issubclass(w.category, ParseWarning)] == []
+    case = json.loads(_match_case(raw, sorted(DATA.glob("*.json"))).read_text())
+    assert len(log.rows) == len(case["rows"])
+    for row, published in zip(log.rows, case["rows"], strict=True):
+        for name in FIELDS:
+            if published.get(name) is not None:
+                assert getattr(row, name) == published[name], (raw.name, row.line, name)
+    if log.collective is not None:
+        assert log.collective == case["collective"]
+
+
+@needs_data
+def test_stas00_trimmed_table_detects_collective_from_command() -> None:
+    assert DATA is not None
+    log, _ = _parse_quietly(DATA / "raw" / "stas00_a100_1node_nccltests.txt")
+    assert log.collective == "allreduce"
+    assert log.rows[5] == MeasuredRow(1048576, None, None, None, None, 101.9, 10.29, 18.0, None, None, None, 10)
+
+
+FULL = """\
+# Collective test starting: all_reduce_perf
+# nThread 1 nGpus 1 minBytes 8 maxBytes 1073741824 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1
+#
+# Using devices
+#  Rank  0 Group  0 Pid  12345 on   node-a device  0 [0x18] NVIDIA H100 80GB HBM3
+#  Rank  1 Group  0 Pid  12346 on   node-a device  1 [0x2a] NVIDIA H100 80GB HBM3
+node-a:12345:12345 [0] NCCL INFO NCCL version 2.18.5+cuda12.2
+#                                                              out-of-place                       in-place
+#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
+#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
+     1048576        262144     float     sum      -1    20.00   52.43   52.43      0    19.50   53.77   53.77      0
+  1073741824     268435456      half     max       0   5808.8  184.85  184.85      0   5802.8  185.04  185.04      0
+# Out of bounds values : 0 OK
+# Avg bus bandwidth    : 118.99
+#
+"""
+
+
+def _parse(text: str, **kwargs: str) -> tuple[NcclTestsLog, list[str]]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        log = parse_nccl_tests(text, **kwargs)
+    return log, [str(w.message) for w in caught if issubclass(w.category, ParseWarning)]
+
+
+def test_full_modern_output() -> None:
+    log, warned = _parse(FULL)
+    assert warned == []
+    assert (log.collective, log.nranks, log.source) == ("allreduce", 2, "<text>")
+    assert log.rows == [
+        MeasuredRow(1048576, 262144, "float32", "sum", -1, 20.0, 52.43, 52.43, 19.5, 53.77, 53.77, 11),
+        MeasuredRow(1073741824, 268435456, "float16", "max", 0, 5808.8, 184.85, 184.85, 5802.8, 185.04, 185.04, 12),
+    ]
+
+
+ROW = "   1048576      262144     float     sum      -1    20.00   52.43   52.43      0    19.50   53.77   53.77      0"
+EXPECTED = MeasuredRow(1048576, 262144, "float32", "sum", -1, 20.0, 52.43, 52.43, 19.5, 53.77, 53.77, 1)
+
+
+@pytest.mark.parametrize(
+    "prefix",
+    [
+        "0:",
+        "  12: ",
+        "[1,0]<stdout>:",
+        "Thu Jul 18 15:41:05 2024<stdout>:",
+        "Thu Jul 18 15:41:05 2024[1,0]<stdout>:",
+        "2024-07-18T15:41:05.123456Z ",
+        "node01: ",
+        "| ",
+    ],
+)
+def test_rank_and_time_prefixes(prefix: str) -> None:
+    log, warned = _parse(prefix + ROW + (" |" if prefix == "| " else ""))
+    assert warned == []
+    assert log.rows == [EXPECTED]
+
+
+def test_prefixed_header_lines_still_give_nranks_and_collective() -> None:
+    text = "0: # Collective test starting: alltoall_perf\n0: #  Rank  0 Group  0 Pid 1 on a device 0 [0x1] GPU\n"
+    text += "1: host:1:1 [0] NCCL INFO comm 0x55 rank 1 nranks 16 cudaDev 1 busId 2a000 - Init COMPLETE\n"
+    log, warned = _parse(text)
+    assert (log.collective, log.nranks, log.rows, warned) == ("alltoall", 16, [], [])
+
+
+def test_no_root_column_old_layout() -> None:
+    text = "   4096   1024   float   sum   42.18   0.10   0.19   0   41.42   0.10   0.19   0"
+    log, warned = _parse(text, collective="all_reduce")
+    assert warned == []
+    assert log.collective == "allreduce"
+    assert log.rows == [MeasuredRow(4096, 1024, "float32", "sum", None, 42.18, 0.1, 0.19, 41.42, 0.1, 0.19, 1)]
+
+
+def test_out_of_place_only_layouts() -> None:
+    log, warned = _parse("64 16 int8 none 0 1.5 0.04 0.04 0\n64 16 bfloat16 prod 1.5 0.04 0.04 0\n")
+    assert warned == []
+    assert [(r.dtype, r.redop, r.root, r.time_us, r.inplace_time_us) for r in log.rows] == [
+        ("int8", "none", 0, 1.5, None),
+        ("bfloat16", "prod", None, 1.5, None),
+    ]
+
+
+def test_inplace_columns_of_trimmed_seven_column_table() -> None:
+    log, warned = _parse("#  size  time algbw busbw  time algbw busbw\n  2048  3.0  0.68  1.19  2.5  0.82  1.43\n")
+    assert warned == []
+    assert log.rows == [MeasuredRow(2048, None, None, None, None, 3.0, 0.68, 1.19, 2.5, 0.82, 1.43, 2)]
+
+
+def test_na_and_error_in_wrong_column() -> None:
+    text = "\n".join(
+        [
+            "  8  2  float  sum  -1  12.25  0.00  0.00  N/A  12.00  0.00  0.00  N/A",
+            "  16  4  float  sum  -1  11.77  0.00  0.00  error  11.69  0.00  0.00  error",
+            "  32  8  float  sum  11.0  0.00  0.00  2e-07  11.5  0.00  0.00  0e+00",
+        ]
+    )
+    log, warned = _parse(text)
+    assert warned == []
+    assert [(r.size_bytes, r.time_us, r.inplace_time_us, r.line) for r in log.rows] == [
+        (8, 12.25, 12.0, 1),
+        (16, 11.77, 11.69, 2),
+        (32, 11.0, 11.5, 3),
+    ]
+
+
+def test_nonzero_wrong_count_warns_but_keeps_row() -> None:
+    log, warned = _parse("# all_gather_perf\n 8 1 float none -1 5.0 0.0 0.0 3 5.0 0.0 0.0 0\n")
+    assert len(log.rows) == 1
+    assert warned == ["<text>, line 2: nccl-tests reports 3 wrong result(s) for size 8 B"]
+
+
+def test_junk_line_warns_with_its_line_number_and_parsing_continues() -> None:
+    text = f"# header\n{ROW}\nSegmentation fault (core dumped)\n 8 2 float sum -1 oops 0 0 0 1 0 0 0\n{ROW}"
+    with pytest.warns(ParseWarning) as record:
+        log = parse_nccl_tests(text, source="run.log")
+    messages = [str(w.message) for w in record]
+    assert len(messages) == 2
+    assert messages[0].startswith("run.log, line 3: skipped a line")
+    assert "Segmentation fault" in messages[0]
+    assert messages[1].startswith("run.log, line 4: skipped a line")
+    assert [r.line for r in log.rows] == [2, 5]
+
+
+@pytest.mark.parametrize("text", ["", "\n\n", "   \r\n"])
+def test_empty_text_gives_zero_rows(text: str) -> None:
+    log, warned = _parse(text)
+    assert (log.collective, log.nranks, log.rows, warned) == (None, None, [], [])
+
+
+def test_printf_number_formats() -> None:
+    text = "1.0e+08 2.5E+07 float sum -1 16801 5.95 5.95 0 1.6801e4 5.952 5.952 0\n1_048_576 1.5 699.05 699.05"
+    log, warned = _parse(text)
+    assert warned == []
+    assert [(r.size_bytes, r.count, r.time_us, r.inplace_time_us) for r in log.rows] == [
+        (100000000, 25000000, 16801.0, 16801.0),
+        (1048576, None, 1.5, None),
+    ]
+
+
+def test_noise_lines_are_silent() -> None:
+    text = "\n".join(
+        [
+            "```text",
+            "$ mpirun -np 16 --tag-output ./build/reduce_scatter_perf_mpi -b 8 -e 8G -f 2",
+            "NCCL version 2.20.3+cuda12.2",
+            "--------------------------------------------------------------------------",
+            "[...]",
+            "       size    time   algbw   busbw",
+            "        (B)    (us)  (GB/s)  (GB/s)",
+            "|---|---:|---:|---:|",
+            "Avg bus bandwidth    : 1.0",
+            "```",
+        ]
+    )
+    log, warned = _parse(text)
+    assert (log.collective, log.rows, warned) == ("reduce_scatter", [], [])
+
+
+def test_collective_argument_and_conflicts() -> None:
+    assert _parse(ROW, collective="Broadcast")[0].collective == "broadcast"
+    log, warned = _parse("# broadcast_perf\n" + ROW, collective="reduce")
+    assert log.collective == "broadcast"
+    assert warned == ["<text>: collective='reduce' ignored: the text is from 'broadcast'"]
+    log, warned = _parse("# sendrecv_perf\n# hypercube_perf\n# all_reduce_perf\n")
+    assert log.collective == "sendrecv"
+    assert [w.split(": ", 1)[0] for w in warned] == ["<text>, line 2", "<text>, line 3"]
+    with pytest.raises(ValueError, match="unknown collective 'allfoo'"):
+        parse_nccl_tests(ROW, collective="allfoo")
+    with pytest.raises(TypeError, match="must be a str"):
+        parse_nccl_tests(b"8 2 float sum", source="x")  # type: ignore[arg-type]
+
+
+def test_read_nccl_tests_file(tmp_path: Path) -> None:
+    path = tmp_path / "ar.log"
+    path.write_bytes(("# all_reduce_perf\r\n" + ROW + "\r\n\xff").encode("latin-1"))
+    log, warned = _parse_quietly(path)
+    assert (log.collective, log.source, [r.line for r in log.rows]) == ("allreduce", str(path), [2])
+    assert [str(w.message) for w in warned] == [
+        f"{path}, line 3: skipped a line that is neither an nccl-tests data row nor a comment: '\ufffd'"
+    ]
+    with pytest.raises(FileNotFoundError, match=r"missing\.log"):
+        read_nccl_tests(tmp_path / "missing.log")
