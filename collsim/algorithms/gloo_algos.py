@@ -190,20 +190,18 @@ def _ring(n: int, nbytes: float, max_segment_bytes: float, inflight: int) -> Glo
         yield s & r
 
     peers = {i: {"right": (i + 1) % n} for i in range(n)} if n > 1 else {0: {}}
-    return GlooSchedule(
-        "allreduce/ring",
-        n,
-        peers,
-        dict.fromkeys(range(n), 0),
-        body if n > 1 else _nothing,
-        (f"{shape.segments} segments of {shape.segment_bytes:.0f} B",),
-    )
+    return _same_role("allreduce/ring", n, peers, body, (f"{shape.segments} segments of {shape.segment_bytes:.0f} B",))
 
 
 def _nothing(ctx: GlooRankContext) -> Proc:
     """A single rank has nothing to exchange."""
     return
     yield  # pragma: no cover
+
+
+def _same_role(name: str, n: int, peers: dict[int, dict[str, int]], body: Any, notes: tuple[str, ...]) -> GlooSchedule:
+    """A schedule where every rank plays the same role (a single rank has nothing to exchange)."""
+    return GlooSchedule(name, n, peers, dict.fromkeys(range(n), 0), body if n > 1 else _nothing, notes)
 
 
 # ---------------------------------------------------------------------------------------- allreduce: ring_chunked
@@ -240,13 +238,8 @@ def _ring_chunked(n: int, nbytes: float) -> GlooSchedule:
         yield ctx.wait(me + 1, ("rcn", total - 2))
 
     peers = {i: {"right": (i + 1) % n} for i in range(n)} if n > 1 else {0: {}}
-    return GlooSchedule(
-        "allreduce/ring_chunked",
-        n,
-        peers,
-        dict.fromkeys(range(n), 0),
-        body if n > 1 else _nothing,
-        (f"{chunks} chunks of {chunk:.0f} B, {total} messages per rank",),
+    return _same_role(
+        "allreduce/ring_chunked", n, peers, body, (f"{chunks} chunks of {chunk:.0f} B, {total} messages per rank",)
     )
 
 
@@ -413,12 +406,11 @@ def _bcube(n: int, nbytes: float, base: int) -> GlooSchedule:
             for j in range(1, radices[0]):
                 yield ctx.wait(peer(me, 0, j), ("bagn", j))
 
-    return GlooSchedule(
+    return _same_role(
         "allreduce/bcube",
         n,
         peers,
-        dict.fromkeys(range(n), 0),
-        body if n > 1 else _nothing,
+        body,
         (f"base {base}: {len(radices)} steps in groups of {'x'.join(map(str, radices)) or '1'}",),
     )
 
@@ -453,9 +445,7 @@ def _allgather(n: int, nbytes: float) -> GlooSchedule:
             yield ctx.wait(me - 1, ("ag", i))
 
     peers = {i: {"right": (i + 1) % n} for i in range(n)} if n > 1 else {0: {}}
-    return GlooSchedule(
-        "allgather/ring", n, peers, dict.fromkeys(range(n), 0), body if n > 1 else _nothing, (f"{ops} half chunks",)
-    )
+    return _same_role("allgather/ring", n, peers, body, (f"{ops} half chunks",))
 
 
 def _broadcast(n: int, nbytes: float) -> GlooSchedule:
@@ -568,9 +558,7 @@ def _alltoall(n: int, nbytes: float) -> GlooSchedule:
         yield from done
 
     peers = {r: {f"a2a{i}": (r + i) % n for i in range(1, n)} for r in range(n)}
-    return GlooSchedule(
-        "alltoall/direct", n, peers, dict.fromkeys(range(n), 0), body if n > 1 else _nothing, (f"{n - 1} sends",)
-    )
+    return _same_role("alltoall/direct", n, peers, body, (f"{n - 1} sends",))
 
 
 def _sendrecv(n: int, nbytes: float) -> GlooSchedule:

@@ -9,7 +9,7 @@ environment variables, Gloo with its algorithm and device). Quantities stay as t
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -94,18 +94,23 @@ def custom_error(message: str, subfield: str | None = None) -> PydanticCustomErr
     return PydanticCustomError("scenario", "{text}", ctx)
 
 
-def _check_bandwidth(value: Any) -> Any:
+def _check_quantity(value: Any, parse: Callable[[str], float], unit: str, examples: str) -> Any:
+    """Accept a quantity string the parser reads (a bare number is taken in SI ``unit``), keep it as given."""
     if value is None:
         return None
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        value = repr(float(value))  # a bare number is bytes/s
+        value = repr(float(value))  # a bare number is in SI units
     if not isinstance(value, str):
-        raise custom_error(f"expected a bandwidth string such as '100Gb/s' or '25GB/s', got {value!r}")
+        raise custom_error(f"expected a {unit} string such as {examples}, got {value!r}")
     try:
-        parse_bandwidth(value)
+        parse(value)
     except UnitError as exc:
         raise custom_error(str(exc)) from None
     return value
+
+
+def _check_bandwidth(value: Any) -> Any:
+    return _check_quantity(value, parse_bandwidth, "bandwidth", "'100Gb/s' or '25GB/s'")
 
 
 class SwitchConfig(BaseModel):
@@ -119,17 +124,7 @@ class SwitchConfig(BaseModel):
     @field_validator("latency", mode="before")
     @classmethod
     def _latency(cls, value: Any) -> Any:
-        if value is None:
-            return None
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            value = repr(float(value))  # a bare number is seconds
-        if not isinstance(value, str):
-            raise custom_error(f"expected a duration string such as '300ns' or '1us', got {value!r}")
-        try:
-            parse_time(value)
-        except UnitError as exc:
-            raise custom_error(str(exc)) from None
-        return value
+        return _check_quantity(value, parse_time, "duration", "'300ns' or '1us'")
 
 
 class FabricConfig(BaseModel):

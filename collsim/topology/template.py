@@ -29,7 +29,7 @@ Parameter types: ``int``, ``bool``, ``str``, ``gpu`` / ``cpu`` / ``nic`` (a pres
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -219,6 +219,15 @@ class NodeLayout:
         return sum(1 for d in self.devices.values() if d.kind == kind)
 
 
+def _check_entry(entry: Any, keys: Sequence[str], needs: str, file: str | Path | None, field: str) -> None:
+    """A device or link entry must be a mapping with known keys only."""
+    if not isinstance(entry, Mapping):
+        raise TopologyError(f"expected a mapping with {needs}", file=file, field=field)
+    for key in entry:
+        if key not in keys:
+            raise TopologyError(f"unknown key {key!r}; valid: {', '.join(keys)}", file=file, field=f"{field}.{key}")
+
+
 def _build_layout(data: Mapping[str, Any], presets: PresetLibrary, file: str | Path | None) -> NodeLayout:
     layout = NodeLayout()
     raw_devices = data.get("devices")
@@ -227,13 +236,7 @@ def _build_layout(data: Mapping[str, Any], presets: PresetLibrary, file: str | P
     first_entry: dict[str, str] = {}
     for i, entry in enumerate(raw_devices):
         field = f"devices.{i}"
-        if not isinstance(entry, Mapping):
-            raise TopologyError("expected a mapping with name and kind", file=file, field=field)
-        for key in entry:
-            if key not in _DEVICE_KEYS:
-                raise TopologyError(
-                    f"unknown key {key!r}; valid: {', '.join(_DEVICE_KEYS)}", file=file, field=f"{field}.{key}"
-                )
+        _check_entry(entry, _DEVICE_KEYS, "name and kind", file, field)
         name, kind = entry.get("name"), entry.get("kind")
         if not isinstance(name, str) or not _NAME.match(name):
             raise TopologyError(
@@ -286,13 +289,7 @@ def _build_layout(data: Mapping[str, Any], presets: PresetLibrary, file: str | P
     nvlinks_used: dict[str, int] = {}
     for i, entry in enumerate(raw_links):
         field = f"links.{i}"
-        if not isinstance(entry, Mapping):
-            raise TopologyError("expected a mapping with a, b and preset", file=file, field=field)
-        for key in entry:
-            if key not in _LINK_KEYS:
-                raise TopologyError(
-                    f"unknown key {key!r}; valid: {', '.join(_LINK_KEYS)}", file=file, field=f"{field}.{key}"
-                )
+        _check_entry(entry, _LINK_KEYS, "a, b and preset", file, field)
         for end in ("a", "b"):
             if end not in entry:
                 raise TopologyError("missing link endpoint (a device name)", file=file, field=f"{field}.{end}")
