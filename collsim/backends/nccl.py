@@ -88,6 +88,10 @@ class NcclConstants:
     nvls_channels: int
     nvls_chunk_bytes: int
     tree_correction: Mapping[str, tuple[float, ...]]
+    # Calibration (collsim.scenario.profile): what the simulated system pays beyond NCCL's constants. They change
+    # the simulated time only, never the cost model's choice (NCCL's tuner uses its own fixed table).
+    sim_step_latency_scale: float = 1.0  # factor on the per-step latency (hwLat) a simulated hop pays
+    sim_launch_overhead: float = 0.0  # seconds added to each simulated collective's base latency
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> NcclConstants:
@@ -692,29 +696,59 @@ def _hop_role(hop: Hop, consts: NcclConstants, plan: NcclPlan, algo: str, proto:
     hw_lat = consts.hw_latency[hop.hw][table][proto]
     if table == "Ring" and plan.nnodes > 1 and hop.hw != "NET":  # tuning.cc: rings across nodes only
         hw_lat = max(hw_lat, plan.net_overhead * (3 if proto == "Simple" else 1))
-    lat = hw_lat + hop.path.latency * (2 if (hop.hw == "NET" and proto == "Simple") else 1)
+    prop = hop.path.latency * (2 if (hop.hw == "NET" and proto == "Simple") else 1)
+    lat = hw_lat * consts.sim_step_latency_scale + prop
     return _Role([(k, c * wire) for k, c in hop.path.uses], lat, min(cap, hop.max_rate), _TRANSPORT_TAG[hop.transport])
 
 
-def _binary_tree(node: int, nodes: int, mirror: bool) -> tuple[int | None, list[int]]:
-    """Parent and children of ``node`` in NCCL-style binary trees over ``nodes``: a heap (tree 0) or its mirror
-    image (tree 1), children in a fixed order (left, right).
-
-    >>> _binary_tree(0, 4, False), _binary_tree(3, 4, True)
-    ((None, [1, 2]), (None, [2, 1]))
-    """
-    m = nodes - 1 - node if mirror else node
-    parent = None if m == 0 else (m - 1) // 2
-    kids = [k for k in (2 * m + 1, 2 * m + 2) if k < nodes]
-    if mirror:
-        return (None if parent is None else nodes - 1 - parent), [nodes - 1 - k for k in kids]
+def _btree(nodes: int, m: int) -> tuple[int | None, list[int]]:
+    """Parent and children of ``m`` in NCCL's binary tree over ``nodes`` (trees.cc ``ncclGetBtree``): rooted at 0
+    with a single child (the highest power of two below ``nodes``); a node's lowest set bit ``b`` gives its parent
+    ``(m ^ b) | 2b`` (or ``m ^ b`` when that is out of range) and children ``m - b/2`` and ``m + b/2`` (halving the
+    offset until in range); odd nodes are leaves."""
+    bit = 1
+    while bit < nodes and not bit & m:
+        bit <<= 1
+    if m == 0:
+        return None, ([bit >> 1] if nodes > 1 else [])
+    up = (m ^ bit) | (bit << 1)
+    parent = up if up < nodes else m ^ bit
+    low = bit >> 1
+    if low == 0:
+        return parent, []
+    kids = [m - low]
+    while m + low >= nodes and low > 0:
+        low >>= 1
+    if low > 0:
+        kids.append(m + low)
     return parent, kids
+
+
+def _binary_tree(node: int, nodes: int, mirror: bool) -> tuple[int | None, list[int]]:
+    """Parent and children of ``node`` in NCCL's double binary tree over ``nodes`` (trees.cc ``ncclGetDtree``):
+    tree 0 is :func:`_btree`; tree 1 is its mirror image for an even node count and the tree shifted by one node
+    for an odd count, so no node is an inner node of both trees.
+
+    >>> _binary_tree(0, 4, False), _binary_tree(2, 4, False), _binary_tree(1, 4, False)
+    ((None, [2]), (0, [1, 3]), (2, []))
+    >>> _binary_tree(3, 4, True), _binary_tree(1, 4, True)
+    ((None, [1]), (3, [2, 0]))
+    >>> _binary_tree(1, 3, True), _binary_tree(0, 3, True), _binary_tree(2, 3, True)
+    ((None, [0]), (1, [2]), (0, []))
+    """
+    if not mirror:
+        return _btree(nodes, node)
+    if nodes % 2 == 1:  # shift by one node
+        parent, kids = _btree(nodes, (node - 1) % nodes)
+        return (None if parent is None else (parent + 1) % nodes), [(k + 1) % nodes for k in kids]
+    parent, kids = _btree(nodes, nodes - 1 - node)
+    return (None if parent is None else nodes - 1 - parent), [nodes - 1 - k for k in kids]
 
 
 def _tree_links(plan: NcclPlan, c: int, topo: Topology) -> tuple[dict[str, str | None], dict[str, list[str]]]:
     """Parent and children of every GPU in channel ``c``'s tree: a chain in each node (from the GPU next to the
-    channel's NIC) and, across nodes, one of NCCL's two complementary binary trees (even channels tree 0, a heap
-    over the nodes; odd channels its mirror image), joined at the chains' heads. Children are listed in a fixed
+    channel's NIC) and, across nodes, one of NCCL's two complementary binary trees (even channels tree 0, odd
+    channels tree 1; see :func:`_binary_tree`), joined at the chains' heads. Children are listed in a fixed
     order (the next GPU of the chain, then the left and right subtree), so mirrored channels are exact images."""
     nodes = plan.nnodes
     ring = plan.rings[c]
@@ -829,7 +863,8 @@ def simulate_nccl(
         wire /= consts.tree_correction[proto][bucket]
     base = consts.base_latency[algo if algo in consts.base_latency else "Ring"][proto]
     if algo in ("NVLS", "NVLSTree"):
-        base += consts.hw_latency[plan.intra_hw][algo]["Simple"]
+        base += consts.hw_latency[plan.intra_hw][algo]["Simple"] * consts.sim_step_latency_scale
+    base = max(0.0, base + consts.sim_launch_overhead)
     per_channel = nbytes / nc
     cat = ResourceCatalog(topo)
     env, net = new_network(record, check)
@@ -927,7 +962,7 @@ def simulate_nccl(
                         if topo.device(d.dst).kind == "switch"
                     ).dst
                     up_path = link_uses(topo.pcie_route(g, nic)) + link_uses(topo.route(nic, sw))
-                    hw_lat = consts.hw_latency["NET"][algo]["Simple"]
+                    hw_lat = consts.hw_latency["NET"][algo]["Simple"] * consts.sim_step_latency_scale
                     cn_roles["up"] = _Role(
                         [(k, v * wire) for k, v in up_path.uses],
                         hw_lat + up_path.latency,
