@@ -32,6 +32,7 @@ from collsim.backends import (
 from collsim.backends.nccl import NcclPlan, enabled_pairs, tuner_times
 from collsim.results import REDUCING_COLLECTIVES, Record, make_record, records_to_dataframe
 from collsim.scenario import Scenario, ScenarioError, load_scenario
+from collsim.scenario.profile import Profile, load_profile
 from collsim.topology import Topology, TopologyError, topologies_dir
 
 __all__ = ["BACKENDS", "Comparison", "Simulator", "SweepResult", "load", "simulate"]
@@ -139,17 +140,23 @@ class Simulator:
     ----------
     scenario : Scenario
         A validated scenario (see :func:`load`).
+    profile : Profile, optional
+        Calibration to apply; default: the profile the scenario's ``calibration`` field names, if any.
     """
 
-    def __init__(self, scenario: Scenario) -> None:
+    def __init__(self, scenario: Scenario, profile: Profile | None = None) -> None:
         self.scenario = scenario
         file = scenario.source_file
+        cal = scenario.calibration_path()
+        self.profile: Profile | None = profile if profile is not None else (load_profile(cal) if cal else None)
         try:
             self.topology: Topology = scenario.build_topology()
         except TopologyError as exc:
             field_ = "cluster" + (f".{exc.field}" if exc.field and not str(exc.field).startswith("cluster") else "")
             where = f"{exc.file}: " if exc.file and exc.file != file else ""
             raise ScenarioError(f"{where}{exc.message}", file=file, field=field_) from None
+        if self.profile is not None:
+            self.topology = self.profile.apply_topology(self.topology)
         nccl = scenario.backends.nccl
         try:
             self.nccl_options = NcclOptions.from_env(nccl.env if nccl else {})
@@ -164,19 +171,23 @@ class Simulator:
         self.fabric = scenario.topology_kwargs().get("fabric") or {}
 
     @classmethod
-    def from_source(cls, source: str | Path | Mapping[str, Any], overrides: Sequence[str] = ()) -> Simulator:
+    def from_source(
+        cls, source: str | Path | Mapping[str, Any], overrides: Sequence[str] = (), profile: Profile | None = None
+    ) -> Simulator:
         """Load a scenario (file, built-in name or dict), apply ``--set`` style overrides, and prepare it."""
-        return cls(load(source, overrides))
+        return cls(load(source, overrides), profile)
 
     @cached_property
     def nccl_constants(self) -> NcclConstants:
-        """NCCL's constants from ``topologies/software/nccl.yaml``."""
-        return NcclConstants.from_mapping(_software("nccl"))
+        """NCCL's constants from ``topologies/software/nccl.yaml`` (with the calibration profile's overheads)."""
+        consts = NcclConstants.from_mapping(_software("nccl"))
+        return self.profile.apply_nccl(consts) if self.profile else consts
 
     @cached_property
     def gloo_constants(self) -> GlooConstants:
-        """Gloo's constants from ``topologies/software/gloo.yaml``."""
-        return GlooConstants.from_mapping(_software("gloo"))
+        """Gloo's constants from ``topologies/software/gloo.yaml`` (with the calibration profile's overheads)."""
+        consts = GlooConstants.from_mapping(_software("gloo"))
+        return self.profile.apply_gloo(consts) if self.profile else consts
 
     @cached_property
     def nccl_plan(self) -> NcclPlan:

@@ -11,6 +11,28 @@ Examples
 
 from __future__ import annotations
 
+from collsim.calibration.measurement import (
+    Measurement,
+    MeasurementError,
+    MeasurementRow,
+    parse_measurement_csv,
+    parse_measurement_json,
+    read_measurement,
+    summarise_times,
+)
 from collsim.calibration.nccltests import MeasuredRow, NcclTestsLog, ParseWarning, parse_nccl_tests, read_nccl_tests
 
-__all__ = ["MeasuredRow", "NcclTestsLog", "ParseWarning", "parse_nccl_tests", "read_nccl_tests"]
+__all__ = [
+    "MeasuredRow",
+    "Measurement",
+    "MeasurementError",
+    "MeasurementRow",
+    "NcclTestsLog",
+    "ParseWarning",
+    "parse_measurement_csv",
+    "parse_measurement_json",
+    "parse_nccl_tests",
+    "read_measurement",
+    "read_nccl_tests",
+    "summarise_times",
+]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from pathlib import Path
 
 import simpy
 
@@ -210,3 +212,13 @@ def ideal_tree_time(n: int, size: float, *, bw: float = 10e9, alpha: float = 1e-
     env.run()
     assert len(ends) == n
     return max(ends)
+
+
+def shared_calibration_dir() -> Path | None:
+    """``shared/calibration-data``: under $COLLSIM_SHARED first, else beside the repository; None when absent."""
+    candidates = [Path(os.environ["COLLSIM_SHARED"])] if os.environ.get("COLLSIM_SHARED") else []
+    candidates.append(Path(__file__).resolve().parents[3] / "shared")
+    for c in candidates:
+        if (c / "calibration-data").is_dir():
+            return c / "calibration-data"
+    return None

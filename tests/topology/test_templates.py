@@ -11,10 +11,10 @@ from collsim.topology import Topology, TopologyError, available_templates, load_
 
 
 def test_available_templates() -> None:
-    assert available_templates() == ["cpu-host", "dgx-a100", "hgx-h100", "pcie-workstation"]
+    assert available_templates() == ["aws-p4de", "cpu-host", "dgx-a100", "hgx-h100", "pcie-workstation"]
 
 
-@pytest.mark.parametrize("name", ["cpu-host", "dgx-a100", "hgx-h100", "pcie-workstation"])
+@pytest.mark.parametrize("name", ["aws-p4de", "cpu-host", "dgx-a100", "hgx-h100", "pcie-workstation"])
 def test_each_template_loads(name: str) -> None:
     topo = load_topology(name)
     assert topo.name == name and topo.nodes == 1 and topo.source_file is not None

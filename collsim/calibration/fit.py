@@ -1,0 +1,287 @@
+"""Fit a calibration profile to measurements: the few parameters that govern the measured path, within bounds.
+
+How a fit runs (:func:`calibrate`):
+
+1. Split the measured sizes: with ``holdout="alternate"`` every other size (in size order) is held out; the fit
+   sees the rest and the held-out sizes report the error on data the fit never saw (cross-validation).
+2. Choose the parameters: every candidate (per link kind present in the topology: achieved bandwidth and extra
+   latency; per backend: per-step and per-collective overheads; Gloo: TCP throughput, CPU reduction rate, message
+   latency) is nudged once; those that move the predicted times of the fit sizes by at least 0.5% are kept, minus
+   any whose effect is (nearly) parallel to one already kept (they could not be told apart), at most
+   ``max_parameters``.
+3. ``scipy.optimize.least_squares`` (trust-region reflective, within each parameter's physical bounds, see
+   :data:`collsim.scenario.profile.PARAMETER_BOUNDS`) minimises the log of predicted / measured time over the fit
+   sizes: a relative error, symmetric in over- and under-prediction. Factors are searched in log space.
+
+The result holds the :class:`~collsim.scenario.profile.Profile` (with the measurement it came from and the fit's
+error recorded in it) and validations before and after, on the fit and the held-out sizes.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from collsim.api import Simulator
+from collsim.calibration.measurement import Measurement
+from collsim.calibration.validate import BandSummary, Validation, measurement_backend, summarise, validate
+from collsim.scenario import Scenario
+from collsim.scenario.profile import LINK_KINDS, Profile, parameter_bounds
+
+__all__ = ["CalibrationResult", "calibrate", "candidate_parameters", "split_sizes"]
+
+_SCALE_SUFFIXES = ("_scale",)
+_US = 1e-6  # microseconds to seconds
+
+
+def split_sizes(sizes: Sequence[int], holdout: str) -> tuple[list[int], list[int]]:
+    """Fit and held-out sizes.
+
+    Parameters
+    ----------
+    sizes : sequence of int
+        Measured sizes in bytes.
+    holdout : str
+        ``"alternate"`` (every other size held out, the smallest and the largest kept for the fit), or ``"none"``.
+
+    Examples
+    --------
+    >>> split_sizes([1, 2, 4, 8, 16, 32], "alternate")
+    ([1, 4, 16, 32], [2, 8])
+    >>> split_sizes([1, 2], "none")
+    ([1, 2], [])
+    """
+    ordered = sorted(set(sizes))
+    if holdout == "none" or len(ordered) < 4:
+        return ordered, []
+    if holdout != "alternate":
+        raise ValueError(f"holdout: expected 'alternate' or 'none', got {holdout!r}")
+    held = [s for i, s in enumerate(ordered) if i % 2 == 1 and i != len(ordered) - 1]
+    return [s for s in ordered if s not in held], held
+
+
+def _is_scale(name: str) -> bool:
+    return name.endswith(_SCALE_SUFFIXES)
+
+
+def candidate_parameters(sim: Simulator, backends: Sequence[str]) -> list[str]:
+    """Every parameter that could matter for ``backends`` on this topology (before the sensitivity check)."""
+    kinds = sorted({ln.kind for ln in sim.topology.links()} & set(LINK_KINDS), key=LINK_KINDS.index)
+    out: list[str] = []
+    for k in kinds:
+        out += [f"link.{k}.bandwidth_scale", f"link.{k}.latency_us"]
+    if "nccl" in backends:
+        out += ["nccl.step_latency_scale", "nccl.launch_overhead_us"]
+    if "gloo" in backends:
+        out += ["gloo.tcp_bw_scale", "gloo.reduce_bw_scale", "gloo.message_latency_us", "gloo.enqueue_latency_us"]
+    return out
+
+
+def _start_value(sim: Simulator, name: str) -> float:
+    lo, hi, neutral = parameter_bounds(name)
+    if not math.isnan(neutral):
+        return neutral
+    if name == "gloo.message_latency_us":
+        cpus = sim.topology.devices("cpu")
+        return float(cpus[0].spec.get("tcp_message_latency", 10e-6)) / _US if cpus else 10.0
+    if name == "gloo.enqueue_latency_us":
+        return sim.gloo_constants.work_enqueue_latency / _US
+    return (lo + hi) / 2  # pragma: no cover - every absolute parameter is listed above
+
+
+def _to_x(name: str, value: float) -> float:
+    return math.log(value) if _is_scale(name) else value
+
+
+def _from_x(name: str, x: float) -> float:
+    return math.exp(x) if _is_scale(name) else x
+
+
+def _x_bounds(name: str) -> tuple[float, float]:
+    lo, hi, _ = parameter_bounds(name)
+    return (math.log(lo), math.log(hi)) if _is_scale(name) else (lo, hi)
+
+
+@dataclass
+class CalibrationResult:
+    """What :func:`calibrate` found.
+
+    Attributes
+    ----------
+    profile : Profile
+        The fitted parameters, with ``fitted_on`` and ``fit`` metadata.
+    parameters : list of str
+        The parameters fitted (chosen by sensitivity).
+    sensitivity : dict
+        Largest relative change of a fit-size time (percent) when each candidate was nudged.
+    fit_sizes, heldout_sizes : list of int
+        Bytes.
+    before, after : list of Validation
+        Per measurement, uncalibrated and calibrated, on every measured size.
+    evaluations : int
+        Sweeps simulated.
+    """
+
+    profile: Profile
+    parameters: list[str]
+    sensitivity: dict[str, float]
+    fit_sizes: list[int]
+    heldout_sizes: list[int]
+    before: list[Validation]
+    after: list[Validation]
+    evaluations: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def error(self, which: str, held_out: bool) -> BandSummary:
+        """Summary of |errors| over all measurements, ``which`` = "before" or "after", on held-out or fit sizes."""
+        vals = self.before if which == "before" else self.after
+        keep = set(self.heldout_sizes if held_out else self.fit_sizes)
+        rows = [r for v in vals for r in v.rows if r.size_bytes in keep]
+        return summarise("held-out sizes" if held_out else "fit sizes", rows)
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(x, 2)
+
+
+def _errors(s: BandSummary) -> dict[str, Any]:
+    return {
+        "sizes": s.count,
+        "median_abs_time_error_pct": _round(s.median_abs_time_error_pct),
+        "max_abs_time_error_pct": _round(s.max_abs_time_error_pct),
+    }
+
+
+def calibrate(
+    scenario: Scenario,
+    measurements: Sequence[Measurement],
+    *,
+    holdout: str = "alternate",
+    parameters: Sequence[str] | None = None,
+    max_parameters: int = 5,
+    max_evaluations: int = 80,
+    progress: Callable[[str], None] | None = None,
+) -> CalibrationResult:
+    """Fit a profile for ``scenario`` to ``measurements``.
+
+    Parameters
+    ----------
+    scenario : Scenario
+        The system measured (its own ``calibration`` profile, if any, is ignored: the fit starts from presets).
+    measurements : sequence of Measurement
+        One or more measured sweeps (each simulated with its own backend and collective).
+    holdout : str
+        ``"alternate"`` (default) or ``"none"``; see :func:`split_sizes`.
+    parameters : sequence of str, optional
+        Fit exactly these (see the profile parameter table) instead of choosing by sensitivity.
+    max_parameters : int
+        Most parameters chosen by sensitivity.
+    max_evaluations : int
+        Budget of simulated sweeps for the least-squares search.
+    progress : callable, optional
+        Called with a short message as the fit proceeds.
+
+    Raises
+    ------
+    ValueError
+        When no parameter affects the measured times, or a measurement does not fit the scenario.
+    """
+    from scipy.optimize import least_squares
+
+    if not measurements:
+        raise ValueError("no measurement given")
+    base_sim = Simulator(scenario, Profile())
+    backends = [measurement_backend(base_sim, m) for m in measurements]
+    all_sizes = sorted({s for m in measurements for s in m.sizes()})
+    fit_sizes, held = split_sizes(all_sizes, holdout)
+    fit_set = set(fit_sizes)
+    fit_rows = [(m, [r for r in m.rows if r.size_bytes in fit_set]) for m in measurements]
+    measured = np.array([r.time_us for _, rows in fit_rows for r in rows])
+    evaluations = 0
+
+    def predict(values: dict[str, float]) -> np.ndarray:
+        nonlocal evaluations
+        evaluations += 1
+        sim = Simulator(scenario, Profile(values))
+        out = []
+        for (m, rows), b in zip(fit_rows, backends, strict=True):
+            for r in rows:
+                out.append(sim.simulate_one(b, r.size_bytes, collective=m.collective).time_s * 1e6)  # s to us
+        return np.array(out)
+
+    base = predict({})
+    if progress:
+        progress(f"uncalibrated: median |time error| {np.median(np.abs(base / measured - 1)) * 100:.1f}% on "
+                 f"{len(measured)} fit sizes")
+    sensitivity: dict[str, float] = {}
+    if parameters is None:
+        effects: list[tuple[str, np.ndarray]] = []
+        for name in candidate_parameters(base_sim, backends):
+            start = _start_value(base_sim, name)
+            hi = parameter_bounds(name)[1]
+            nudged = min(hi, start * 1.25) if _is_scale(name) or name.startswith("gloo.") else min(hi, start + 5.0)
+            d = np.log(predict({name: nudged}) / base)
+            sensitivity[name] = float(np.max(np.abs(d)) * 100)
+            if sensitivity[name] >= 0.5:
+                effects.append((name, d))
+        effects.sort(key=lambda e: -float(np.linalg.norm(e[1])))
+        chosen: list[tuple[str, np.ndarray]] = []
+        for name, d in effects:
+            if all(abs(float(d @ c) / (np.linalg.norm(d) * np.linalg.norm(c))) < 0.995 for _, c in chosen):
+                chosen.append((name, d))
+        names = [n for n, _ in chosen[:max_parameters]]
+        if progress:
+            progress("sensitivity (max % change of a fit-size time): "
+                     + ", ".join(f"{k} {v:.1f}" for k, v in sensitivity.items()))
+    else:
+        names = list(parameters)
+        for n in names:
+            parameter_bounds(n)
+    if not names:
+        raise ValueError("no calibration parameter changes the predicted times of the measured sizes")
+    if progress:
+        progress(f"fitting {', '.join(names)} on {len(fit_sizes)} sizes ({len(held)} held out)")
+
+    x0 = np.array([_to_x(n, _start_value(base_sim, n)) for n in names])
+    lb = np.array([_x_bounds(n)[0] for n in names])
+    ub = np.array([_x_bounds(n)[1] for n in names])
+    x0 = np.clip(x0, lb, ub)
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        values = {n: _from_x(n, float(v)) for n, v in zip(names, x, strict=True)}
+        return np.log(predict(values) / measured)
+
+    sol = least_squares(residuals, x0, bounds=(lb, ub), diff_step=1e-3, max_nfev=max_evaluations, x_scale="jac")
+    fitted = {n: _from_x(n, float(v)) for n, v in zip(names, sol.x, strict=True)}
+    profile = Profile(fitted)
+    before = [validate(base_sim, m) for m in measurements]
+    after_sim = Simulator(scenario, profile)
+    after = [validate(after_sim, m) for m in measurements]
+    result = CalibrationResult(profile, names, sensitivity, fit_sizes, held, before, after, evaluations)
+    profile.meta = {
+        "fitted_on": {
+            "scenario": scenario.source_file or scenario.name,
+            "measurements": [m.file for m in measurements],
+            "fit_sizes_bytes": fit_sizes,
+            "heldout_sizes_bytes": held,
+            "date": _dt.date.today().isoformat(),
+        },
+        "fit": {
+            "method": "scipy.optimize.least_squares (trf) on log(predicted/measured time), bounded",
+            "evaluations": evaluations,
+            "fit_sizes": {
+                "before": _errors(result.error("before", False)),
+                "after": _errors(result.error("after", False)),
+            },
+            "heldout_sizes": {
+                "before": _errors(result.error("before", True)),
+                "after": _errors(result.error("after", True)),
+            },
+        },
+    }
+    return result

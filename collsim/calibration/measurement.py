@@ -1,0 +1,481 @@
+"""collsim's measurement format: measured collective times with the hardware and software they came from.
+
+One measurement is one collective swept over sizes on one system. It is stored as JSON or CSV and read back by
+:func:`read_measurement`, which also takes nccl-tests logs (see :mod:`collsim.calibration.nccltests`) and the
+published cases of ``shared/calibration-data/*.json`` (same fields, no ``format`` key).
+
+JSON layout (``format: collsim-measurement/1``)::
+
+    {"format": "collsim-measurement/1", "collective": "allreduce", "backend": "gloo", "device": "cpu",
+     "nranks": 2, "dtype": "float32",
+     "hardware": {"gpu": ..., "nodes": 1, "gpus_per_node": ..., "interconnect": ..., "cpu": ...},
+     "software": {"nccl_version": ..., "torch_version": ..., "env": {"NCCL_ALGO": "Ring"}},
+     "source": {"command": ..., "machine": ..., "date": ..., "url": ...},
+     "notes": "...",
+     "rows": [{"size_bytes": 1024, "time_us": 12.3, "statistic": "median", "iterations": 20,
+               "spread_us": 0.4, "algbw_gbps": 0.08, "busbw_gbps": 0.08}]}
+
+Row fields: ``size_bytes`` (bytes, as nccl-tests' ``size`` column), ``time_us`` (one collective, microseconds),
+``statistic`` (how ``time_us`` summarises the iterations: ``median``, ``mean`` (nccl-tests prints the mean of its
+iterations), ``min``, or ``derived`` when computed from a published bandwidth), ``iterations`` (timed iterations),
+``spread_us`` (interquartile range of the per-iteration times, microseconds), ``algbw_gbps`` and ``busbw_gbps``
+(GB/s, GB = 1e9 bytes, busbw with nccl-tests' factor; derived from the time when absent). Unknown keys are kept in
+``extra``.
+
+The CSV form carries the same: metadata lines ``# key: <JSON value>`` first, then a header row and one row per size.
+
+Examples
+--------
+>>> m = Measurement(collective="allreduce", nranks=4, rows=[MeasurementRow(1048576, 100.0)])
+>>> r = m.rows[0]
+>>> round(r.algbw_gbps, 4), round(m.busbw_gbps(r), 4)   # 1 MiB in 100 us; busbw = 2(n-1)/n x algbw
+(10.4858, 15.7286)
+>>> back = parse_measurement_json(m.to_json())
+>>> back.rows[0].time_us, back.nranks
+(100.0, 4)
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from collsim.calibration.nccltests import parse_nccl_tests
+from collsim.results import busbw_factor, canonical_collective
+
+__all__ = [
+    "FORMAT",
+    "Measurement",
+    "MeasurementError",
+    "MeasurementRow",
+    "parse_measurement_csv",
+    "parse_measurement_json",
+    "read_measurement",
+    "summarise_times",
+]
+
+#: The value of the ``format`` key of collsim measurement files.
+FORMAT = "collsim-measurement/1"
+
+_STATISTICS = ("median", "mean", "min", "derived")
+_ROW_FIELDS = ("size_bytes", "time_us", "statistic", "iterations", "spread_us", "algbw_gbps", "busbw_gbps")
+_META_KEYS = ("format", "collective", "backend", "device", "nranks", "dtype", "hardware", "software", "source", "notes")
+
+
+class MeasurementError(ValueError):
+    """A measurement file that cannot be read; the message names the file, the field and what was expected."""
+
+    def __init__(self, message: str, *, file: str | None = None, field: str | None = None) -> None:
+        self.file = file
+        self.field = field
+        where = ": ".join(p for p in (file, field) if p)
+        super().__init__(f"{where}: {message}" if where else message)
+
+
+@dataclass(frozen=True)
+class MeasurementRow:
+    """One measured size.
+
+    Parameters
+    ----------
+    size_bytes : int
+        Message size in bytes (nccl-tests' ``size``: the larger of the send and receive buffers).
+    time_us : float
+        Time of one collective, microseconds.
+    statistic : str
+        How ``time_us`` summarises the iterations: ``"median"``, ``"mean"``, ``"min"`` or ``"derived"``.
+    iterations : int or None
+        Number of timed iterations.
+    spread_us : float or None
+        Interquartile range of the per-iteration times, microseconds.
+    """
+
+    size_bytes: int
+    time_us: float
+    statistic: str = "median"
+    iterations: int | None = None
+    spread_us: float | None = None
+
+    @property
+    def algbw_gbps(self) -> float:
+        """Algorithm bandwidth in GB/s (GB = 1e9 bytes), from size and time (published ones are rounded)."""
+        return self.size_bytes / self.time_us / 1e3  # bytes/us = 1e6 bytes/s = 1e-3 GB/s
+
+
+@dataclass
+class Measurement:
+    """A measured sweep of one collective on one system.
+
+    Attributes
+    ----------
+    collective : str
+        Canonical collective name (``allreduce`` ...).
+    nranks : int or None
+        Number of ranks; needed for busbw.
+    backend : str or None
+        ``"nccl"`` or ``"gloo"`` (None when unknown).
+    device : str or None
+        ``"cuda"`` or ``"cpu"`` tensors.
+    dtype : str
+        Element type (``float32`` ...).
+    hardware, software, source : dict
+        Free-form metadata: GPU, nodes, interconnect; NCCL/torch versions and environment; the command, machine and
+        date (or URL) that produced the numbers.
+    rows : list of MeasurementRow
+        One per size, in increasing size.
+    file : str
+        Where it was read from (``"<memory>"`` otherwise); used in messages.
+    """
+
+    collective: str
+    nranks: int | None = None
+    rows: list[MeasurementRow] = field(default_factory=list)
+    backend: str | None = None
+    device: str | None = None
+    dtype: str = "float32"
+    hardware: dict[str, Any] = field(default_factory=dict)
+    software: dict[str, Any] = field(default_factory=dict)
+    source: dict[str, Any] = field(default_factory=dict)
+    notes: str = ""
+    file: str = "<memory>"
+
+    @property
+    def name(self) -> str:
+        """The file's stem, or ``"measurement"``."""
+        return Path(self.file).stem if self.file != "<memory>" else "measurement"
+
+    def busbw_gbps(self, row: MeasurementRow) -> float | None:
+        """nccl-tests' bus bandwidth of ``row`` in GB/s, or None when ``nranks`` is unknown."""
+        if self.nranks is None:
+            return None
+        return row.algbw_gbps * busbw_factor(self.collective, self.nranks)
+
+    def sizes(self) -> list[int]:
+        """Measured sizes in bytes."""
+        return [r.size_bytes for r in self.rows]
+
+    def subset(self, sizes: Sequence[int]) -> Measurement:
+        """A copy holding only the rows whose size is in ``sizes`` (for held-out validation)."""
+        keep = set(sizes)
+        return _replace_rows(self, [r for r in self.rows if r.size_bytes in keep])
+
+    def dataframe(self) -> Any:
+        """pandas DataFrame with ``size_bytes, time_us, algbw_gbps, busbw_gbps, statistic, iterations, spread_us``."""
+        import pandas as pd
+
+        return pd.DataFrame(
+            [
+                {
+                    "size_bytes": r.size_bytes,
+                    "time_us": r.time_us,
+                    "algbw_gbps": r.algbw_gbps,
+                    "busbw_gbps": self.busbw_gbps(r) if self.nranks else math.nan,
+                    "statistic": r.statistic,
+                    "iterations": r.iterations,
+                    "spread_us": r.spread_us,
+                }
+                for r in self.rows
+            ]
+        )
+
+    def metadata(self) -> dict[str, Any]:
+        """The header fields as a JSON-ready dict (``format`` first)."""
+        return {
+            "format": FORMAT,
+            "collective": self.collective,
+            "backend": self.backend,
+            "device": self.device,
+            "nranks": self.nranks,
+            "dtype": self.dtype,
+            "hardware": self.hardware,
+            "software": self.software,
+            "source": self.source,
+            "notes": self.notes,
+        }
+
+    def _row_dict(self, r: MeasurementRow) -> dict[str, Any]:
+        busbw = self.busbw_gbps(r)
+        return {
+            "size_bytes": r.size_bytes,
+            "time_us": r.time_us,
+            "statistic": r.statistic,
+            "iterations": r.iterations,
+            "spread_us": r.spread_us,
+            "algbw_gbps": round(r.algbw_gbps, 6),
+            "busbw_gbps": None if busbw is None else round(busbw, 6),
+        }
+
+    def to_json(self) -> str:
+        """The measurement as collsim JSON (see the module docstring)."""
+        return json.dumps({**self.metadata(), "rows": [self._row_dict(r) for r in self.rows]}, indent=2) + "\n"
+
+    def to_csv(self) -> str:
+        """The measurement as collsim CSV: ``# key: <JSON>`` metadata lines, a header row, one row per size."""
+        buf = io.StringIO()
+        for key, value in self.metadata().items():
+            buf.write(f"# {key}: {json.dumps(value)}\n")
+        writer = csv.DictWriter(buf, fieldnames=list(_ROW_FIELDS), lineterminator="\n")
+        writer.writeheader()
+        for r in self.rows:
+            writer.writerow({k: ("" if v is None else v) for k, v in self._row_dict(r).items()})
+        return buf.getvalue()
+
+    def write(self, path: str | Path) -> None:
+        """Write JSON or CSV, chosen by the suffix of ``path`` (``.json`` or ``.csv``)."""
+        p = Path(path)
+        if p.suffix.lower() == ".csv":
+            p.write_text(self.to_csv())
+        else:
+            p.write_text(self.to_json())
+
+
+def _replace_rows(m: Measurement, rows: list[MeasurementRow]) -> Measurement:
+    return Measurement(
+        collective=m.collective,
+        nranks=m.nranks,
+        rows=rows,
+        backend=m.backend,
+        device=m.device,
+        dtype=m.dtype,
+        hardware=dict(m.hardware),
+        software=dict(m.software),
+        source=dict(m.source),
+        notes=m.notes,
+        file=m.file,
+    )
+
+
+def summarise_times(times_s: Sequence[float]) -> tuple[float, float]:
+    """Median and interquartile range of per-iteration times given in seconds, both returned in microseconds.
+
+    Examples
+    --------
+    >>> summarise_times([1e-6, 2e-6, 3e-6, 4e-6, 100e-6])
+    (3.0, 2.0)
+    """
+    if not times_s:
+        raise ValueError("no times to summarise")
+    us = sorted(t * 1e6 for t in times_s)  # seconds to microseconds
+    if len(us) < 2:
+        return us[0], 0.0
+    q = statistics.quantiles(us, n=4, method="inclusive")
+    return statistics.median(us), q[2] - q[0]
+
+
+# --- reading ----------------------------------------------------------------------------------------------------
+
+
+def _number(value: Any, file: str, where: str, *, positive: bool = True) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise MeasurementError(f"expected a number, got {value!r}", file=file, field=where)
+    try:
+        x = float(value)
+    except ValueError:
+        raise MeasurementError(f"expected a number, got {value!r}", file=file, field=where) from None
+    if not math.isfinite(x) or (positive and x <= 0):
+        raise MeasurementError(f"expected a positive finite number, got {value!r}", file=file, field=where)
+    return x
+
+
+def _optional(value: Any, file: str, where: str) -> float | None:
+    if value is None or value == "":
+        return None
+    return _number(value, file, where, positive=False)
+
+
+def _infer_backend(meta: Mapping[str, Any]) -> str | None:
+    if meta.get("backend") in ("nccl", "gloo"):
+        return str(meta["backend"])
+    text = json.dumps(meta.get("software", {})).lower()
+    if "nccl-tests" in text or "nccl_version" in text:
+        return "nccl"
+    if "gloo" in text:
+        return "gloo"
+    return None
+
+
+def _infer_nranks(meta: Mapping[str, Any], file: str) -> int | None:
+    value = meta.get("nranks")
+    if value is None:
+        hw = meta.get("hardware") or {}
+        for key in ("total_gpus", "processes", "ranks"):
+            if isinstance(hw.get(key), int):
+                return int(hw[key])
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise MeasurementError(f"expected an integer >= 1, got {value!r}", file=file, field="nranks")
+    return value
+
+
+def _row_from_mapping(
+    d: Mapping[str, Any], i: int, file: str, collective: str, nranks: int | None, default_stat: str
+) -> MeasurementRow:
+    where = f"rows[{i}]"
+    if not isinstance(d, Mapping):
+        raise MeasurementError(f"expected a mapping with size_bytes and time_us, got {d!r}", file=file, field=where)
+    if "size_bytes" not in d:
+        raise MeasurementError("missing size_bytes (bytes)", file=file, field=where)
+    size = _number(d["size_bytes"], file, f"{where}.size_bytes")
+    if size != int(size):
+        raise MeasurementError(f"expected a whole number of bytes, got {d['size_bytes']!r}", file=file,
+                               field=f"{where}.size_bytes")
+    stat = str(d.get("statistic") or default_stat)
+    if stat not in _STATISTICS:
+        raise MeasurementError(f"expected one of {', '.join(_STATISTICS)}, got {stat!r}", file=file,
+                               field=f"{where}.statistic")
+    _optional(d.get("algbw_gbps"), file, f"{where}.algbw_gbps")  # checked, then recomputed from size and time
+    time_raw = d.get("time_us")
+    if time_raw is None or time_raw == "":
+        # Published tables sometimes give only a bandwidth (e.g. in-place busbw): time = size x factor / busbw.
+        busbw = _optional(d.get("busbw_gbps"), file, f"{where}.busbw_gbps")
+        if busbw is None:
+            busbw = _optional(d.get("inplace_busbw_gbps"), file, f"{where}.inplace_busbw_gbps")
+        if busbw is None or busbw <= 0 or nranks is None:
+            raise MeasurementError("missing time_us (and no busbw with nranks to derive it from)", file=file,
+                                   field=where)
+        time_us = size * busbw_factor(collective, nranks) / (busbw * 1e3)  # GB/s x 1e3 = bytes/us
+        stat = "derived"
+    else:
+        time_us = _number(time_raw, file, f"{where}.time_us")
+    iters = d.get("iterations", d.get("samples"))
+    spread = _optional(d.get("spread_us"), file, f"{where}.spread_us")
+    return MeasurementRow(
+        size_bytes=int(size),
+        time_us=time_us,
+        statistic=stat,
+        iterations=None if iters in (None, "") else int(_number(iters, file, f"{where}.iterations")),
+        spread_us=spread,
+    )
+
+
+def _from_mapping(data: Any, file: str) -> Measurement:
+    if not isinstance(data, Mapping):
+        raise MeasurementError("expected a JSON object with collective and rows", file=file)
+    fmt = data.get("format")
+    if fmt is not None and fmt != FORMAT:
+        raise MeasurementError(f"expected {FORMAT!r}, got {fmt!r}", file=file, field="format")
+    try:
+        collective = canonical_collective(data.get("collective") or "")
+    except ValueError as exc:
+        raise MeasurementError(str(exc), file=file, field="collective") from None
+    nranks = _infer_nranks(data, file)
+    rows_raw = data.get("rows")
+    if not isinstance(rows_raw, list) or not rows_raw:
+        raise MeasurementError("expected a non-empty list of rows", file=file, field="rows")
+    software = dict(data.get("software") or {}) if isinstance(data.get("software"), Mapping) else {}
+    default_stat = "median" if fmt else ("mean" if "nccl-tests" in json.dumps(software) else "median")
+    rows = [_row_from_mapping(d, i, file, collective, nranks, default_stat) for i, d in enumerate(rows_raw)]
+    rows.sort(key=lambda r: r.size_bytes)
+    dtype = data.get("dtype") or software.get("dtype") or "float32"
+    return Measurement(
+        collective=collective,
+        nranks=nranks,
+        rows=rows,
+        backend=_infer_backend(data),
+        device=data.get("device"),
+        dtype=str(dtype).split()[0],
+        hardware=dict(data.get("hardware") or {}),
+        software=software,
+        source=dict(data.get("source") or {}) if isinstance(data.get("source"), Mapping) else {},
+        notes=str(data.get("notes") or ""),
+        file=file,
+    )
+
+
+def parse_measurement_json(text: str, *, file: str = "<text>") -> Measurement:
+    """Parse collsim measurement JSON (or a published case of ``calibration-data/``).
+
+    Raises
+    ------
+    MeasurementError
+        Naming ``file`` and the field, for invalid JSON or fields.
+    """
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise MeasurementError(f"invalid JSON: {exc.msg} (line {exc.lineno})", file=file) from None
+    return _from_mapping(data, file)
+
+
+def parse_measurement_csv(text: str, *, file: str = "<text>") -> Measurement:
+    """Parse collsim measurement CSV: ``# key: <JSON>`` metadata lines, then a header and rows.
+
+    Raises
+    ------
+    MeasurementError
+        Naming ``file`` and the field (or line) for bad metadata, a missing column or a bad value.
+    """
+    meta: dict[str, Any] = {}
+    body: list[str] = []
+    for n, line in enumerate(text.splitlines(), start=1):
+        if line.startswith("#"):
+            key, sep, value = line[1:].partition(":")
+            if not sep:
+                continue
+            try:
+                meta[key.strip()] = json.loads(value.strip()) if value.strip() else None
+            except json.JSONDecodeError:
+                raise MeasurementError(f"line {n}: expected '# key: <JSON value>', got {line!r}", file=file,
+                                       field=key.strip()) from None
+        elif line.strip():
+            body.append(line)
+    reader = csv.DictReader(body)
+    if reader.fieldnames is None or "size_bytes" not in reader.fieldnames:
+        raise MeasurementError("expected a header row with size_bytes and time_us columns", file=file)
+    meta["rows"] = [dict(r) for r in reader]
+    return _from_mapping(meta, file)
+
+
+def read_measurement(path: str | Path, *, collective: str | None = None, nranks: int | None = None) -> Measurement:
+    """Read a measurement: collsim JSON or CSV, a published ``calibration-data`` case, or an nccl-tests log.
+
+    Parameters
+    ----------
+    path : str or Path
+        ``.json`` and ``.csv`` are collsim's format; anything else is read as nccl-tests output.
+    collective, nranks : optional
+        For nccl-tests logs that do not say (a trimmed table): the collective and the rank count.
+
+    Raises
+    ------
+    MeasurementError
+        For a missing file, bad content, or a log with no rows; the message names the file.
+    """
+    p = Path(path)
+    file = str(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise MeasurementError(f"cannot read: {exc.strerror or exc}", file=file) from None
+    suffix = p.suffix.lower()
+    if suffix == ".json":
+        return parse_measurement_json(text, file=file)
+    if suffix == ".csv":
+        return parse_measurement_csv(text, file=file)
+    log = parse_nccl_tests(text, collective=collective, source=file)
+    if not log.rows:
+        raise MeasurementError("no nccl-tests data rows found", file=file)
+    coll = log.collective or collective
+    if coll is None:
+        raise MeasurementError("the log does not name its collective; pass collective=", file=file,
+                               field="collective")
+    rows = sorted(
+        (MeasurementRow(r.size_bytes, r.time_us, "mean", None, None) for r in log.rows if r.time_us > 0),
+        key=lambda r: r.size_bytes,
+    )
+    return Measurement(
+        collective=coll,
+        nranks=log.nranks or nranks,
+        rows=rows,
+        backend="nccl",
+        software={"benchmark": "nccl-tests"},
+        source={"log": file},
+        file=file,
+    )

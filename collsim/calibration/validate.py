@@ -1,0 +1,262 @@
+"""Predicted against measured, per size and per size band: collsim's error, reported, never hidden.
+
+Errors are relative to the measurement: time error = (predicted - measured) / measured, busbw error =
+(predicted busbw - measured busbw) / measured busbw = measured time / predicted time - 1. Bands follow what limits a
+collective: latency-bound (< 64 KiB), in between (64 KiB - 16 MiB), bandwidth-bound (>= 16 MiB).
+
+Examples
+--------
+>>> rows = [ValidationRow(1024, 10.0, 11.0, 0.1, 0.2), ValidationRow(2**30, 1000.0, 900.0, 2000.0, 2222.2)]
+>>> [round(r.time_error_pct, 1) for r in rows], [round(r.busbw_error_pct, 1) for r in rows]
+([10.0, -10.0], [-9.1, 11.1])
+>>> [(b.band, b.count) for b in summarise_bands(rows)]
+[('< 64 KiB', 1), ('64 KiB - 16 MiB', 0), ('>= 16 MiB', 1)]
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from collsim.calibration.measurement import Measurement, MeasurementError
+from collsim.results import busbw_factor
+
+if TYPE_CHECKING:  # the simulator is only needed to predict; importing it here keeps module loading light
+    from collsim.api import Simulator
+
+__all__ = [
+    "BANDS",
+    "BandSummary",
+    "Validation",
+    "ValidationRow",
+    "band_label",
+    "measurement_backend",
+    "predict_times",
+    "summarise",
+    "summarise_bands",
+    "validate",
+]
+
+_KIB = 1024
+_MIB = 1024 * 1024
+#: (label, lower bound inclusive, upper bound exclusive) in bytes.
+BANDS: tuple[tuple[str, float, float], ...] = (
+    ("< 64 KiB", 0, 64 * _KIB),
+    ("64 KiB - 16 MiB", 64 * _KIB, 16 * _MIB),
+    (">= 16 MiB", 16 * _MIB, math.inf),
+)
+
+
+@dataclass(frozen=True)
+class ValidationRow:
+    """One size: measured and predicted time (us) and busbw (GB/s, GB = 1e9 bytes)."""
+
+    size_bytes: int
+    measured_us: float
+    predicted_us: float
+    measured_busbw_gbps: float
+    predicted_busbw_gbps: float
+    algorithm: str = ""
+    protocol: str = ""
+
+    @property
+    def time_error_pct(self) -> float:
+        """(predicted - measured) / measured time, percent."""
+        return (self.predicted_us / self.measured_us - 1.0) * 100.0
+
+    @property
+    def busbw_error_pct(self) -> float:
+        """(predicted - measured) / measured busbw, percent (= measured / predicted time - 1)."""
+        return (self.measured_us / self.predicted_us - 1.0) * 100.0
+
+
+@dataclass(frozen=True)
+class BandSummary:
+    """Median and maximum absolute errors (percent) of the rows in one size band."""
+
+    band: str
+    count: int
+    median_abs_time_error_pct: float | None
+    max_abs_time_error_pct: float | None
+    median_abs_busbw_error_pct: float | None
+    max_abs_busbw_error_pct: float | None
+
+
+def summarise(label: str, rows: Sequence[ValidationRow]) -> BandSummary:
+    """Median and max absolute time and busbw errors of ``rows`` (None when there are none)."""
+    if not rows:
+        return BandSummary(label, 0, None, None, None, None)
+    t = [abs(r.time_error_pct) for r in rows]
+    b = [abs(r.busbw_error_pct) for r in rows]
+    return BandSummary(label, len(rows), statistics.median(t), max(t), statistics.median(b), max(b))
+
+
+def summarise_bands(rows: Sequence[ValidationRow]) -> list[BandSummary]:
+    """One :class:`BandSummary` per band of :data:`BANDS` (empty bands have count 0 and None errors)."""
+    return [summarise(label, [r for r in rows if lo <= r.size_bytes < hi]) for label, lo, hi in BANDS]
+
+
+@dataclass
+class Validation:
+    """Predicted against measured for one measurement on one scenario."""
+
+    scenario: str
+    measurement: str
+    backend: str
+    collective: str
+    nranks: int
+    rows: list[ValidationRow] = field(default_factory=list)
+    profile: str | None = None
+
+    def bands(self) -> list[BandSummary]:
+        """Errors per size band."""
+        return summarise_bands(self.rows)
+
+    def overall(self) -> BandSummary:
+        """Errors over every size."""
+        return summarise("all sizes", self.rows)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: header, ``rows`` (with error percentages) and ``bands`` (plus ``overall``)."""
+        return {
+            "scenario": self.scenario,
+            "measurement": self.measurement,
+            "backend": self.backend,
+            "collective": self.collective,
+            "nranks": self.nranks,
+            "profile": self.profile,
+            "rows": [
+                {**asdict(r), "time_error_pct": r.time_error_pct, "busbw_error_pct": r.busbw_error_pct}
+                for r in self.rows
+            ],
+            "bands": [asdict(b) for b in self.bands()],
+            "overall": asdict(self.overall()),
+        }
+
+    def format_table(self) -> str:
+        """Per-size table and the band summary, as text."""
+        head = (
+            f"# validate: {self.scenario} against {self.measurement} ({self.backend} {self.collective}, "
+            f"{self.nranks} ranks{', profile ' + self.profile if self.profile else ''})\n"
+            f"#       size  measured us  predicted us   err %   meas busbw  pred busbw   err %  algo/proto\n"
+        )
+        lines = [
+            f"{r.size_bytes:>12}  {r.measured_us:>11.2f}  {r.predicted_us:>12.2f}  {r.time_error_pct:>+6.1f}"
+            f"  {r.measured_busbw_gbps:>11.2f} {r.predicted_busbw_gbps:>11.2f}  {r.busbw_error_pct:>+6.1f}"
+            f"  {r.algorithm}/{r.protocol}"
+            for r in self.rows
+        ]
+        summary = ["#", "# band              sizes  median |time err|  max |time err|  median |busbw err|  max"]
+        for b in [*self.bands(), self.overall()]:
+            if b.count == 0:
+                summary.append(f"# {b.band:<17} {0:>5}  -")
+                continue
+            summary.append(
+                f"# {b.band:<17} {b.count:>5}  {b.median_abs_time_error_pct:>16.1f}%"
+                f"  {b.max_abs_time_error_pct:>13.1f}%"
+                f"  {b.median_abs_busbw_error_pct:>17.1f}%  {b.max_abs_busbw_error_pct:>5.1f}%"
+            )
+        return head + "\n".join(lines + summary) + "\n"
+
+
+def measurement_backend(sim: Simulator, m: Measurement) -> str:
+    """The backend to simulate for ``m``: its own (which the scenario must enable), else the first enabled."""
+    enabled = sim.backends()
+    if m.backend is not None:
+        if m.backend not in enabled:
+            raise MeasurementError(
+                f"the measurement is {m.backend} but the scenario enables {', '.join(enabled) or 'no backend'}",
+                file=m.file,
+                field="backend",
+            )
+        return m.backend
+    if not enabled:
+        raise MeasurementError("the scenario enables no backend to compare with", file=m.file, field="backend")
+    return enabled[0]
+
+
+def predict_times(
+    sim: Simulator, m: Measurement, sizes: Sequence[int] | None = None, backend: str | None = None
+) -> list[tuple[float, str, str]]:
+    """Simulated (seconds, algorithm, protocol) for each size (default: every size of ``m``).
+
+    Raises
+    ------
+    MeasurementError
+        When the measurement's rank count or backend does not match the scenario.
+    """
+    nranks = len(sim.topology.rank_devices())
+    if m.nranks is not None and m.nranks != nranks:
+        raise MeasurementError(f"the measurement has {m.nranks} ranks, the scenario {nranks}", file=m.file,
+                               field="nranks")
+    b = backend or measurement_backend(sim, m)
+    out = []
+    for s in m.sizes() if sizes is None else sizes:
+        o = sim.simulate_one(b, s, collective=m.collective)
+        out.append((o.time_s, o.algorithm, o.protocol))
+    return out
+
+
+def validate(
+    sim: Simulator,
+    m: Measurement,
+    *,
+    sizes: Sequence[int] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> Validation:
+    """Simulate every measured size of ``m`` on ``sim`` and compare.
+
+    Parameters
+    ----------
+    sim : Simulator
+        The scenario (with its calibration profile, if any).
+    m : Measurement
+        Measured times; its backend (nccl or gloo) is simulated, or the scenario's first enabled backend.
+    sizes : sequence of int, optional
+        Only these measured sizes (bytes).
+    progress : callable, optional
+        Called as ``progress(done, total)``.
+    """
+    backend = measurement_backend(sim, m)
+    nranks = len(sim.topology.rank_devices())
+    factor = busbw_factor(m.collective, nranks)
+    rows = [r for r in m.rows if sizes is None or r.size_bytes in set(sizes)]
+    out: list[ValidationRow] = []
+    for i, r in enumerate(rows):
+        if progress:
+            progress(i, len(rows))
+        ((t, algo, proto),) = predict_times(sim, m, [r.size_bytes], backend)
+        pred_us = t * 1e6  # seconds to microseconds
+        out.append(
+            ValidationRow(
+                size_bytes=r.size_bytes,
+                measured_us=r.time_us,
+                predicted_us=pred_us,
+                measured_busbw_gbps=r.size_bytes * factor / r.time_us / 1e3,  # bytes/us = 1e-3 GB/s
+                predicted_busbw_gbps=r.size_bytes * factor / pred_us / 1e3,
+                algorithm=algo,
+                protocol=proto,
+            )
+        )
+    prof = sim.profile.file if sim.profile is not None else None
+    return Validation(
+        scenario=sim.scenario.name,
+        measurement=m.file,
+        backend=backend,
+        collective=m.collective,
+        nranks=nranks,
+        rows=out,
+        profile=prof,
+    )
+
+
+def band_label(size_bytes: int) -> str:
+    """The band of a size, e.g. ``'>= 16 MiB'`` for 1 GiB (see :data:`BANDS`).
+
+    >>> band_label(4096), band_label(2**20)
+    ('< 64 KiB', '64 KiB - 16 MiB')
+    """
+    return next(label for label, lo, hi in BANDS if lo <= size_bytes < hi)

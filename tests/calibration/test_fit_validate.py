@@ -1,0 +1,135 @@
+"""validate and calibrate: exact errors on synthetic data, parameter recovery, and the published cases."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from statistics import median
+
+import pytest
+from tests_support import shared_calibration_dir
+
+from collsim.api import Simulator, load
+from collsim.calibration import Measurement, MeasurementError, MeasurementRow, read_measurement
+from collsim.calibration.fit import calibrate, split_sizes
+from collsim.calibration.validate import validate
+from collsim.cli import main
+from collsim.scenario.profile import Profile, load_profile
+
+PCIE = "pcie-2gpu-nop2p"
+SIZES = [2**k for k in range(3, 28, 2)]  # 8 B .. 128 MiB, x4
+
+
+def _synthetic(profile: Profile | None, factor: float = 1.0) -> Measurement:
+    """What the simulator predicts (times ``factor``), as a measurement."""
+    sim = Simulator.from_source(PCIE, profile=profile)
+    rows = [MeasurementRow(s, sim.simulate_one("nccl", s).time_s * 1e6 * factor) for s in SIZES]
+    return Measurement("allreduce", 2, rows, backend="nccl", file="synthetic.json")
+
+
+def test_validate_reports_exact_errors_and_bands() -> None:
+    v = validate(Simulator.from_source(PCIE), _synthetic(None, factor=1.25))
+    assert all(r.time_error_pct == pytest.approx(-20.0) for r in v.rows)  # 1/1.25 - 1
+    assert all(r.busbw_error_pct == pytest.approx(25.0) for r in v.rows)
+    assert [b.count for b in v.bands()] == [7, 4, 2]  # < 64 KiB, 64 KiB - 16 MiB, >= 16 MiB
+    assert v.overall().median_abs_time_error_pct == pytest.approx(20.0)
+    doc = v.to_dict()
+    assert set(doc) >= {"rows", "bands", "overall"} and doc["rows"][0]["time_error_pct"] == pytest.approx(-20.0)
+
+
+def test_validate_refuses_a_rank_count_mismatch() -> None:
+    m = Measurement("allreduce", 8, [MeasurementRow(8, 10.0)], backend="nccl", file="m.json")
+    with pytest.raises(MeasurementError, match="8 ranks, the scenario 2"):
+        validate(Simulator.from_source(PCIE), m)
+
+
+def test_split_sizes_alternates_and_keeps_the_ends() -> None:
+    fit, held = split_sizes(SIZES, "alternate")
+    assert held == SIZES[1:-1:2] and fit[0] == SIZES[0] and fit[-1] == SIZES[-1]
+    assert sorted(fit + held) == SIZES
+
+
+def test_calibrate_recovers_known_parameters() -> None:
+    truth = Profile({"link.pcie.bandwidth_scale": 0.8, "nccl.launch_overhead_us": 6.0})
+    res = calibrate(load(PCIE), [_synthetic(truth)], parameters=list(truth.parameters))
+    assert res.profile.parameters["link.pcie.bandwidth_scale"] == pytest.approx(0.8, rel=1e-3)
+    assert res.profile.parameters["nccl.launch_overhead_us"] == pytest.approx(6.0, abs=0.05)
+    held = res.error("after", held_out=True)
+    assert held.count == 6 and held.max_abs_time_error_pct is not None and held.max_abs_time_error_pct < 0.1
+
+
+def test_calibrate_chooses_only_parameters_that_matter() -> None:
+    res = calibrate(load(PCIE), [_synthetic(Profile({"nccl.launch_overhead_us": 6.0}))])
+    assert "nccl.launch_overhead_us" in res.parameters or "link.pcie.latency_us" in res.parameters
+    assert all(res.sensitivity[p] >= 0.5 for p in res.parameters)
+    assert res.error("after", held_out=True).median_abs_time_error_pct < 1.0
+
+
+SHARED = shared_calibration_dir()
+needs_shared = pytest.mark.skipif(SHARED is None, reason="shared/calibration-data not found (set COLLSIM_SHARED)")
+VALIDATION = Path(__file__).resolve().parents[2] / "scenarios" / "validation"
+
+
+def _case(name: str) -> Measurement:
+    assert SHARED is not None
+    return read_measurement(SHARED / f"{name}.json")
+
+
+# Uncalibrated errors, presets only, as measured (README accuracy table). The issue's targets: median |busbw error|
+# <= 20% on sizes >= 16 MiB and median |time error| <= 35% on sizes <= 64 KiB for every NCCL case.
+NCCL_CASES = {
+    "a100_8gpu_1node_stas00": (True, False),
+    "aws_p4de_2node_efa_a100": (True, False),
+    "azure_nd_h100_v5_1node": (True, True),
+    "h100_4node_vm_ib_ndr_issue309": (True, True),
+    "rtx2080ti_2gpu_pcie3_switch_nop2p": (True, True),
+}
+
+
+@needs_shared
+@pytest.mark.parametrize("case", sorted(p.stem for p in VALIDATION.glob("*.yaml")))
+def test_every_validation_scenario_validates_against_its_case(case: str) -> None:
+    m = _case(case)
+    v = validate(Simulator.from_source(VALIDATION / f"{case}.yaml"), m)
+    assert len(v.rows) == len(m.rows)
+    if case not in NCCL_CASES:
+        return
+    big = [abs(r.busbw_error_pct) for r in v.rows if r.size_bytes >= 16 * 2**20]
+    small = [abs(r.time_error_pct) for r in v.rows if r.size_bytes <= 64 * 2**10]
+    busbw_ok, time_ok = NCCL_CASES[case]
+    assert (median(big) <= 20.0) == busbw_ok, median(big)
+    assert (median(small) <= 35.0) == time_ok, median(small)  # the misses are explained in the README
+
+
+@needs_shared
+def test_calibrated_on_held_out_sizes_meets_the_target() -> None:
+    """Calibrated on the 2-GPU PCIe case, held-out sizes: median |time error| <= 5%, max <= 15%."""
+    res = calibrate(load(VALIDATION / "rtx2080ti_2gpu_pcie3_switch_nop2p.yaml"),
+                    [_case("rtx2080ti_2gpu_pcie3_switch_nop2p")])
+    held = res.error("after", held_out=True)
+    assert held.median_abs_time_error_pct is not None and held.max_abs_time_error_pct is not None
+    assert held.median_abs_time_error_pct <= 5.0 and held.max_abs_time_error_pct <= 15.0
+    assert held.median_abs_time_error_pct < res.error("before", held_out=True).median_abs_time_error_pct  # type: ignore[operator]
+
+
+@needs_shared
+def test_cli_calibrate_then_validate_with_the_profile(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert SHARED is not None
+    case = str(SHARED / "rtx2080ti_2gpu_pcie3_switch_nop2p.json")
+    prof = tmp_path / "p.yaml"
+    assert main(["calibrate", PCIE, case, "-o", str(prof), "--quiet"]) == 0
+    assert "held-out sizes (13)" in capsys.readouterr().out
+    assert load_profile(prof).meta["fitted_on"]["measurements"] == [case]
+    html = tmp_path / "v.html"
+    assert main(["validate", PCIE, case, "--profile", str(prof), "--format", "json", "--html", str(html)]) == 0
+    (doc,) = json.loads(capsys.readouterr().out)
+    assert doc["profile"] == str(prof) and doc["overall"]["median_abs_time_error_pct"] < 2.0
+    assert "plotly" in html.read_text()[:200000].lower()
+
+
+def test_cli_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "m.json"
+    bad.write_text('{"collective": "allreduce", "rows": [{"size_bytes": 8}]}')
+    assert main(["validate", PCIE, str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"collsim: error: {bad}: rows[0]: missing time_us") and err.count("\n") == 1

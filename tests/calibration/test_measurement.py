@@ -1,0 +1,135 @@
+"""collsim's measurement format: round trips, the published cases, clear errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from tests_support import shared_calibration_dir
+
+from collsim.calibration import (
+    Measurement,
+    MeasurementError,
+    MeasurementRow,
+    parse_measurement_csv,
+    parse_measurement_json,
+    read_measurement,
+    summarise_times,
+)
+
+
+def _sample() -> Measurement:
+    return Measurement(
+        collective="allreduce",
+        nranks=2,
+        backend="gloo",
+        device="cpu",
+        hardware={"cpu": "test", "nodes": 1},
+        software={"torch_version": "2.13.0", "env": {"GLOO_SOCKET_IFNAME": "lo"}},
+        source={"command": "collsim bench", "date": "2026-11-29"},
+        rows=[MeasurementRow(1024, 50.0, "median", 20, 2.5), MeasurementRow(2**20, 1000.0, "median", 20, 10.0)],
+    )
+
+
+def test_json_round_trip_keeps_every_field() -> None:
+    m = _sample()
+    back = parse_measurement_json(m.to_json())
+    assert back.rows == m.rows
+    assert (back.collective, back.nranks, back.backend, back.device) == ("allreduce", 2, "gloo", "cpu")
+    assert back.software["env"] == {"GLOO_SOCKET_IFNAME": "lo"}
+    doc = json.loads(m.to_json())
+    assert doc["format"] == "collsim-measurement/1"
+    # busbw = 2(n-1)/n x size/time: 2 ranks -> factor 1; 1 MiB in 1000 us = 1.048576 GB/s
+    assert doc["rows"][1]["busbw_gbps"] == pytest.approx(1.048576)
+
+
+def test_csv_round_trip(tmp_path: Path) -> None:
+    m = _sample()
+    path = tmp_path / "m.csv"
+    m.write(path)
+    text = path.read_text()
+    assert text.startswith("# format: \"collsim-measurement/1\"")
+    back = read_measurement(path)
+    assert back.rows == m.rows and back.hardware == m.hardware and back.nranks == 2
+
+
+def test_dataframe_columns() -> None:
+    df = _sample().dataframe()
+    assert list(df.columns[:4]) == ["size_bytes", "time_us", "algbw_gbps", "busbw_gbps"]
+    assert df["time_us"].tolist() == [50.0, 1000.0]
+
+
+def test_summarise_times_median_and_iqr() -> None:
+    assert summarise_times([3e-6, 1e-6, 2e-6]) == (2.0, 1.0)
+    with pytest.raises(ValueError):
+        summarise_times([])
+
+
+@pytest.mark.parametrize(
+    ("doc", "field"),
+    [
+        ({"collective": "allreduce", "rows": []}, "rows"),
+        ({"collective": "allreduce", "rows": [{"time_us": 1.0}]}, "rows[0]"),
+        ({"collective": "allreduce", "rows": [{"size_bytes": 8, "time_us": -1}]}, "rows[0].time_us"),
+        ({"collective": "allreduce", "rows": [{"size_bytes": 8, "time_us": "fast"}]}, "rows[0].time_us"),
+        ({"collective": "allreduce", "rows": [{"size_bytes": 8.5, "time_us": 1}]}, "rows[0].size_bytes"),
+        ({"collective": "allsum", "rows": [{"size_bytes": 8, "time_us": 1}]}, "collective"),
+        ({"collective": "allreduce", "nranks": 0, "rows": [{"size_bytes": 8, "time_us": 1}]}, "nranks"),
+        ({"format": "other/2", "collective": "allreduce", "rows": [{"size_bytes": 8, "time_us": 1}]}, "format"),
+        ({"collective": "allreduce", "rows": [{"size_bytes": 8, "time_us": 1, "statistic": "p90"}]},
+         "rows[0].statistic"),
+    ],
+)
+def test_bad_fields_name_file_and_field(doc: dict, field: str) -> None:
+    with pytest.raises(MeasurementError) as err:
+        parse_measurement_json(json.dumps(doc), file="m.json")
+    assert err.value.file == "m.json" and err.value.field == field
+    assert str(err.value).startswith(f"m.json: {field}: ")
+
+
+def test_bad_json_and_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(MeasurementError, match=r"^m.json: invalid JSON"):
+        parse_measurement_json("{", file="m.json")
+    with pytest.raises(MeasurementError, match="cannot read"):
+        read_measurement(tmp_path / "absent.json")
+    with pytest.raises(MeasurementError, match="line 1"):
+        parse_measurement_csv("# nranks: {bad\nsize_bytes,time_us\n8,1\n", file="m.csv")
+
+
+def test_time_derived_from_busbw_when_only_bandwidth_is_published() -> None:
+    doc = {"collective": "allreduce", "nranks": 8, "rows": [{"size_bytes": 2**30, "inplace_busbw_gbps": 470.0}]}
+    (row,) = parse_measurement_json(json.dumps(doc)).rows
+    # time = size x 2(n-1)/n / busbw = 2^30 x 1.75 / 470e9 s
+    assert row.time_us == pytest.approx(2**30 * 1.75 / 470e9 * 1e6)
+    assert row.statistic == "derived"
+
+
+def test_nccl_tests_log_through_read_measurement(tmp_path: Path) -> None:
+    path = tmp_path / "log.txt"
+    path.write_text(
+        "# nThread 1 nGpus 1 minBytes 8 maxBytes 16 step: 2(factor) warmup iters: 5 iters: 20\n"
+        "#  Rank  0 Group  0 Pid 1 on h device  0 [0x1] GPU\n#  Rank  1 Group  0 Pid 2 on h device  1 [0x2] GPU\n"
+        "   16  4  float  sum  -1  12.0  0.00  0.00  0  11.0  0.00  0.00  0\n"
+        "    8  2  float  sum  -1  10.0  0.00  0.00  0   9.0  0.00  0.00  0\n"
+    )
+    with pytest.raises(MeasurementError, match="collective"):
+        read_measurement(path)
+    m = read_measurement(path, collective="allreduce")
+    assert [(r.size_bytes, r.time_us, r.statistic) for r in m.rows] == [(8, 10.0, "mean"), (16, 12.0, "mean")]
+    assert m.nranks == 2 and m.backend == "nccl"
+
+
+SHARED = shared_calibration_dir()
+
+
+@pytest.mark.skipif(SHARED is None, reason="shared/calibration-data not found (set COLLSIM_SHARED)")
+def test_every_published_case_reads() -> None:
+    assert SHARED is not None
+    for path in sorted(SHARED.glob("*.json")):
+        data = json.loads(path.read_text())
+        m = read_measurement(path)
+        assert len(m.rows) == len(data["rows"]), path.name
+        assert m.nranks is not None and m.backend in ("nccl", "gloo"), path.name
+        assert all(r.time_us > 0 for r in m.rows)
+        assert m.sizes() == sorted(m.sizes())
