@@ -118,6 +118,7 @@ class FlowRecord:
     t_end: float
     latency: float
     resources: tuple[str, ...]
+    coefficients: tuple[float, ...] = ()  # units consumed on each of ``resources`` per data byte
 
 
 class FluidNetwork:
@@ -290,7 +291,16 @@ class FluidNetwork:
                     res.carried += coef * f.size
                 if self.record:
                     self.records.append(
-                        FlowRecord(f.owner, f.tag, f.size, f.t_start, now, f.latency, tuple(r.name for r, _ in f.uses))
+                        FlowRecord(
+                            f.owner,
+                            f.tag,
+                            f.size,
+                            f.t_start,
+                            now,
+                            f.latency,
+                            tuple(r.name for r, _ in f.uses),
+                            tuple(c for _, c in f.uses),
+                        )
                     )
                 f.done.succeed()
             # the finished flows' callbacks run at this timestamp and may start flows: solve after them

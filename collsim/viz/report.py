@@ -1,0 +1,298 @@
+"""``collsim report``: one self-contained HTML page with the topology, NCCL against Gloo, where the time goes and a
+timeline of one collective.
+
+The page embeds plotly.js once (inline, no network access needed) and every figure as a div with its data; it opens
+offline in any browser. A small script installed before plotly.js records JavaScript errors into the element
+``#collsim-js-errors`` (shown in red when not empty), so a headless browser can check the page.
+"""
+
+from __future__ import annotations
+
+import html
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import plotly.graph_objects as go
+from plotly.offline import get_plotlyjs
+
+from collsim.api import BACKENDS, Progress, Simulator
+from collsim.backends import Outcome
+from collsim.results import Record
+from collsim.scenario import ScenarioError
+from collsim.trace import representative_size, unsymmetric
+from collsim.units import format_size
+from collsim.viz.figures import (
+    bottleneck_figure,
+    breakdown_figure,
+    link_utilisation_figure,
+    path_matrix_figure,
+    sweep_figure,
+    timeline_figure,
+    topology_figure,
+)
+
+__all__ = ["ERROR_HOOK_JS", "Report", "build_report", "coarse_sizes"]
+
+_PLOTLY_CONFIG = {"displaylogo": False, "responsive": True}
+
+#: JavaScript run before plotly.js: records errors, unhandled rejections and console.error calls into
+#: ``window.collsimErrors`` and the text of the element ``#collsim-js-errors``.
+ERROR_HOOK_JS = """
+window.collsimErrors = [];
+window.collsimRecordError = function (text) {
+  window.collsimErrors.push(String(text));
+  var el = document.getElementById("collsim-js-errors");
+  if (el) { el.textContent = window.collsimErrors.join("\\n"); el.style.display = "block"; }
+};
+window.onerror = function (msg, src, line, col) {
+  window.collsimRecordError("error: " + msg + " at " + src + ":" + line + ":" + col);
+};
+window.addEventListener("unhandledrejection", function (ev) {
+  window.collsimRecordError("unhandled rejection: " + (ev.reason && ev.reason.message ? ev.reason.message : ev.reason));
+});
+(function () {
+  var orig = console.error;
+  console.error = function () {
+    window.collsimRecordError("console.error: " + Array.prototype.join.call(arguments, " "));
+    if (orig) { orig.apply(console, arguments); }
+  };
+})();
+"""
+
+_FINISH = """
+(function () {
+  var divs = document.querySelectorAll("div.plotly-graph-div");
+  var drawn = 0;
+  divs.forEach(function (d) { if (d.querySelector(".main-svg")) { drawn += 1; } });
+  document.body.setAttribute("data-figures", String(divs.length));
+  document.body.setAttribute("data-figures-drawn", String(drawn));
+  var el = document.getElementById("collsim-js-errors");
+  if (el && window.collsimErrors.length) {
+    el.textContent = window.collsimErrors.join("\\n");
+    el.style.display = "block";
+  }
+})();
+"""
+
+_STYLE = """
+body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 2em auto; max-width: 1250px;
+       color: #222; padding: 0 1em; }
+h1 { margin-bottom: 0.2em; } h2 { margin-top: 2em; border-bottom: 1px solid #ddd; }
+.meta { color: #555; } .note { color: #555; font-size: 0.92em; }
+table { border-collapse: collapse; font-size: 0.92em; margin: 1em 0; }
+th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: right; } th { background: #f3f3f3; }
+td.l, th.l { text-align: left; }
+#collsim-js-errors { display: none; color: #b00; white-space: pre-wrap; border: 1px solid #b00; padding: 0.5em; }
+"""
+
+
+def coarse_sizes(sizes: Sequence[int], factor: float = 4.0) -> list[int]:
+    """Sizes at least ``factor`` apart (bytes): the first, every next one >= factor x the last kept, and the largest.
+
+    >>> coarse_sizes([8, 16, 32, 64, 128, 256])
+    [8, 32, 128, 256]
+    """
+    out: list[int] = []
+    for s in sorted(set(sizes)):
+        if not out or s >= out[-1] * factor:
+            out.append(s)
+    if sizes and max(sizes) not in out:
+        out.append(max(sizes))
+    return out
+
+
+@dataclass
+class Report:
+    """What :func:`build_report` produced: the page and the parts it shows."""
+
+    html: str
+    sizes: list[int]
+    timeline_size: int
+    records: list[Record] = field(default_factory=list)
+    outcomes: list[Outcome] = field(default_factory=list)
+    figures: dict[str, go.Figure] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def write(self, path: str | Path) -> None:
+        """Write the page to ``path`` (UTF-8)."""
+        Path(path).write_text(self.html, encoding="utf-8")
+
+
+def _table(records: Sequence[Record]) -> str:
+    coll = records[0].collective if records else ""
+    nccl = {r.size_bytes: r for r in records if r.backend == "nccl" and r.collective == coll}
+    gloo = {r.size_bytes: r for r in records if r.backend == "gloo" and r.collective == coll}
+    sizes = sorted(set(nccl) | set(gloo))
+    head = (
+        "<tr><th>size</th><th>NCCL time (us)</th><th>NCCL busbw (GB/s)</th><th class='l'>NCCL algorithm</th>"
+        "<th>Gloo time (us)</th><th>Gloo busbw (GB/s)</th><th>speedup (Gloo / NCCL)</th></tr>"
+    )
+    rows = []
+    for s in sizes:
+        n, g = nccl.get(s), gloo.get(s)
+        cells = [f"<td>{format_size(s)}</td>"]
+        if n:
+            cells.append(
+                f"<td>{n.time_us:.2f}</td><td>{n.busbw_gbps:.2f}</td>"
+                f"<td class='l'>{html.escape(n.algorithm)}/{html.escape(n.protocol)}</td>"
+            )
+        else:
+            cells.append("<td>-</td><td>-</td><td class='l'>-</td>")
+        cells.append(f"<td>{g.time_us:.2f}</td><td>{g.busbw_gbps:.2f}</td>" if g else "<td>-</td><td>-</td>")
+        cells.append(f"<td>{g.time_us / n.time_us:.1f}x</td>" if (n and g and n.time_us > 0) else "<td>-</td>")
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<table id='comparison-table'>{head}{''.join(rows)}</table>"
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("collsim")
+    except Exception:  # the package may run from a checkout without metadata
+        return "unknown"
+
+
+def build_report(
+    sim: Simulator,
+    *,
+    sizes: Sequence[int] | None = None,
+    size: int | None = None,
+    progress: Progress | None = None,
+    max_bars: int = 3000,
+) -> Report:
+    """Simulate what the report shows and assemble the page.
+
+    Parameters
+    ----------
+    sim : Simulator
+        The scenario, prepared.
+    sizes : sequence of int, optional
+        Sweep sizes in bytes for the comparison; default: the scenario's sizes, coarsened to steps of at least x4
+        (:func:`coarse_sizes`).
+    size : int, optional
+        Bytes of the one collective drawn as a timeline (default: 64 MiB, or the largest sweep size if smaller).
+    progress : callable, optional
+        Passed to :meth:`Simulator.run`.
+    max_bars : int
+        Cap on each timeline's bars (see :func:`collsim.viz.timeline_figure`).
+
+    Returns
+    -------
+    Report
+        The HTML and what it shows. A backend that cannot run this scenario (NCCL without GPUs) is left out with
+        a note on the page.
+    """
+    t0 = time.perf_counter()
+    scenario = sim.scenario
+    sweep = list(sizes) if sizes else coarse_sizes(scenario.sizes())
+    rep_size = size if size is not None else representative_size(sweep)
+    notes: list[str] = []
+    records: list[Record] = []
+    ok: list[str] = []
+    for backend in BACKENDS:
+        try:
+            res = sim.run(backends=[backend], sizes=sweep, breakdown=True, progress=progress)
+        except ScenarioError as exc:
+            notes.append(f"{backend}: not simulated: {exc}")
+            continue
+        records += res.records
+        ok.append(backend)
+        if res.interrupted:
+            raise KeyboardInterrupt
+    profile = getattr(sim, "profile", None)  # keep a calibration profile the caller passed in
+    full = Simulator(unsymmetric(scenario), profile) if profile is not None else Simulator(unsymmetric(scenario))
+    coll = scenario.collectives()[0]
+    outcomes = [full.simulate_one(b, rep_size, collective=coll, record=True) for b in ok]
+    topo = sim.topology
+    figs: dict[str, go.Figure] = {
+        "topology": topology_figure(topo),
+        "path-matrix": path_matrix_figure(topo),
+        "comparison": sweep_figure(records, title="NCCL against Gloo: busbw and time against size"),
+        "breakdown": breakdown_figure(records),
+    }
+    for out in outcomes:
+        figs[f"timeline-{out.backend}"] = timeline_figure(out, topo, max_bars=max_bars)
+        figs[f"bottlenecks-{out.backend}"] = bottleneck_figure(
+            out.records, topo, total_s=out.time_s, title=f"{out.backend.upper()}: top bottleneck links"
+        )
+        figs[f"links-{out.backend}"] = link_utilisation_figure(
+            out.records, topo, total_s=out.time_s, title=f"{out.backend.upper()}: link utilisation over time"
+        )
+    page = _page(sim, sweep, rep_size, records, outcomes, figs, notes)
+    return Report(page, sweep, rep_size, records, outcomes, figs, notes, time.perf_counter() - t0)
+
+
+def _fig_html(fig: go.Figure, div_id: str) -> str:
+    body: str = fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id, config=_PLOTLY_CONFIG)
+    return f"<div class='collsim-figure' data-figure='{div_id}'>{body}</div>"
+
+
+def _page(
+    sim: Simulator,
+    sweep: Sequence[int],
+    rep_size: int,
+    records: Sequence[Record],
+    outcomes: Sequence[Outcome],
+    figs: dict[str, go.Figure],
+    notes: Sequence[str],
+) -> str:
+    sc = sim.scenario
+    topo = sim.topology
+    esc = html.escape
+    nranks = len(topo.rank_devices())
+    parts: list[str] = [
+        "<!DOCTYPE html>",
+        "<html lang='en'><head><meta charset='utf-8'>",
+        f"<title>collsim report: {esc(sc.name)}</title>",
+        f"<style>{_STYLE}</style>",
+        f"<script>{ERROR_HOOK_JS}</script>",
+        f"<script type='text/javascript'>{get_plotlyjs()}</script>",
+        "</head><body>",
+        "<pre id='collsim-js-errors'></pre>",
+        f"<h1>collsim report: {esc(sc.name)}</h1>",
+        f"<p class='meta'>{esc(sc.description or '')}</p>",
+        f"<p class='meta'>{nranks} ranks on {topo.nodes} node(s) of {esc(topo.name)}; workload "
+        f"{esc(', '.join(sc.collectives()))} {esc(sc.workload.dtype)}; collsim {esc(_version())}. "
+        "Times in us, bandwidths in GB/s (1e9 bytes/s), as nccl-tests prints them.</p>",
+    ]
+    for note in notes:
+        parts.append(f"<p class='note'>{esc(note)}</p>")
+    parts += [
+        "<h2>Topology</h2>",
+        "<p class='note'>Devices by kind; links coloured by kind, wider for more bandwidth per direction; hover for "
+        "specs. The matrix is <code>collsim topo</code>'s (<code>nvidia-smi topo -m</code>'s) view of node 0.</p>",
+        _fig_html(figs["topology"], "fig-topology"),
+        _fig_html(figs["path-matrix"], "fig-path-matrix"),
+        "<h2>NCCL against Gloo</h2>",
+        f"<p class='note'>Sizes {esc(', '.join(format_size(s) for s in sweep))}. NCCL runs the (algorithm, "
+        "protocol) its cost model picks (hover a point to see it); Gloo runs PyTorch's host-staged path as "
+        "configured.</p>",
+        _fig_html(figs["comparison"], "fig-comparison"),
+        _table(records),
+        "<h2>Where the time goes</h2>",
+        "<p class='note'>Each collective's time split among activities of a representative rank (the parts add up "
+        "to 100%). Categories: latency and overheads (launch, per-step and per-message latency, work enqueue), "
+        "transfer by link kind, host copies (D2H/H2D), CPU reduction, and waiting for peers or contended "
+        "resources.</p>",
+        _fig_html(figs["breakdown"], "fig-breakdown"),
+        f"<h2>One collective at {esc(format_size(rep_size))}</h2>",
+        f"<p class='note'>Timeline size: <b id='timeline-size'>{esc(format_size(rep_size))}</b> "
+        f"({rep_size} bytes), {esc(sc.collectives()[0])}, simulated with <code>engine.symmetry=false</code> so "
+        "that every rank appears. Rows are ranks and channels, bars the chunks each sends, receives, reduces or "
+        "copies; drag to zoom, double-click to reset. Link utilisation counts data bytes per second over each "
+        "link's bandwidth, at each flow's average rate.</p>",
+    ]
+    for out in outcomes:
+        b = out.backend
+        parts += [
+            f"<h3>{esc(b.upper())}: {esc(out.algorithm)}/{esc(out.protocol)}, {out.time_s * 1e6:.1f} us</h3>",
+            _fig_html(figs[f"timeline-{b}"], f"fig-timeline-{b}"),
+            _fig_html(figs[f"bottlenecks-{b}"], f"fig-bottlenecks-{b}"),
+            _fig_html(figs[f"links-{b}"], f"fig-links-{b}"),
+        ]
+    parts += [f"<script>{_FINISH}</script>", "</body></html>"]
+    return "\n".join(parts)

@@ -1,0 +1,374 @@
+"""Tests of collsim.viz.figures: each figure's traces and the data they draw, on tiny inputs with known values."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pandas as pd
+import pytest
+
+from collsim.api import Explanation, Simulator
+from collsim.backends import Outcome
+from collsim.backends import gloo as gloo_backend
+from collsim.backends import nccl as nccl_backend
+from collsim.engine import FlowRecord
+from collsim.results import Record, make_record
+from collsim.topology import PATH_CLASS_ORDER, format_topo_matrix
+from collsim.trace import unsymmetric
+from collsim.viz import (
+    BREAKDOWN_CATEGORIES,
+    TAG_CATEGORIES,
+    bottleneck_figure,
+    breakdown_category,
+    breakdown_figure,
+    group_breakdown,
+    link_utilisation_figure,
+    path_matrix_figure,
+    sweep_figure,
+    timeline_figure,
+    topology_figure,
+)
+from collsim.viz.figures import PATH_TYPE_ORDER, size_ticks
+
+MiB = 2**20
+
+
+def _rec(backend: str, size: int, time_s: float, **kw: object) -> Record:
+    return make_record(
+        backend=backend,
+        collective=str(kw.pop("collective", "allreduce")),
+        algorithm=str(kw.pop("algorithm", "Ring" if backend == "nccl" else "ring")),
+        protocol=str(kw.pop("protocol", "Simple" if backend == "nccl" else "tcp/cuda")),
+        nranks=4,
+        dtype="float32",
+        size_bytes=size,
+        time_s=time_s,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+@pytest.fixture(scope="module")
+def pcie() -> Simulator:
+    return Simulator.from_source("pcie-2gpu-nop2p")
+
+
+@pytest.fixture(scope="module")
+def hgx() -> Simulator:
+    return Simulator.from_source("hgx-h100")
+
+
+# ------------------------------------------------------------------------------------------------ sweep
+
+
+def test_sweep_figure_lines_per_backend() -> None:
+    recs = [_rec("gloo", MiB, 1e-3), _rec("nccl", MiB, 1e-4), _rec("nccl", 4 * MiB, 2e-4), _rec("gloo", 4 * MiB, 4e-3)]
+    fig = sweep_figure(recs)
+    assert [(t.name, t.xaxis) for t in fig.data] == [("NCCL", "x"), ("NCCL", "x2"), ("Gloo", "x"), ("Gloo", "x2")]
+    nccl_bus, nccl_time, gloo_bus, gloo_time = fig.data
+    assert list(nccl_bus.x) == [MiB, 4 * MiB]
+    # busbw = size / time * 2(n-1)/n with n = 4, GB = 1e9 bytes
+    assert list(nccl_bus.y) == pytest.approx([MiB / 1e-4 / 1e9 * 1.5, 4 * MiB / 2e-4 / 1e9 * 1.5])
+    assert list(nccl_time.y) == pytest.approx([100.0, 200.0])
+    assert list(gloo_time.y) == pytest.approx([1000.0, 4000.0])
+    assert list(gloo_bus.customdata) == ["ring/tcp/cuda", "ring/tcp/cuda"]
+    assert list(gloo_bus.text) == ["1MiB", "4MiB"]  # hover labels with binary prefixes
+    assert nccl_bus.showlegend is not False and nccl_time.showlegend is False
+    assert fig.layout.xaxis.type == "log" and fig.layout.yaxis.type == "log" and fig.layout.yaxis2.type == "log"
+    assert fig.layout.yaxis.title.text == "busbw (GB/s)" and fig.layout.yaxis2.title.text == "time (us)"
+
+
+def test_sweep_figure_by_algorithm_and_explanations() -> None:
+    recs = [_rec("nccl", MiB, 1e-4, algorithm="Tree", protocol="LL"), _rec("nccl", MiB, 2e-4)]
+    fig = sweep_figure(recs, by_algorithm=True)
+    assert [t.name for t in fig.data] == ["NCCL Ring/Simple", "NCCL Ring/Simple", "NCCL Tree/LL", "NCCL Tree/LL"]
+    ex = [
+        Explanation("allreduce", MiB, {("Ring", "LL"): 1e-4, ("NVLS", "Simple"): 3e-4}, ("Ring", "LL"), {}),
+        Explanation(
+            "allreduce",
+            4 * MiB,
+            {("Ring", "LL"): 4e-4, ("NVLS", "Simple"): 2e-4},
+            ("NVLS", "Simple"),
+            {("Ring", "LL"): 5e-4, ("NVLS", "Simple"): 1e-4},
+        ),
+    ]
+    fig = sweep_figure([_rec("nccl", MiB, 1e-4)], explanations=ex, nranks=8)
+    names = [t.name for t in fig.data]
+    assert names == [
+        "NCCL",
+        "NCCL",
+        "NCCL NVLS/Simple (simulated)",
+        "NCCL NVLS/Simple (simulated)",
+        "NCCL Ring/LL (simulated)",
+        "NCCL Ring/LL (simulated)",
+    ]
+    ring_bus, ring_time = fig.data[4], fig.data[5]
+    assert list(ring_bus.x) == [4 * MiB]  # the 1 MiB row simulated no pair
+    assert list(ring_bus.y) == pytest.approx([4 * MiB / 5e-4 / 1e9 * 2 * 7 / 8])
+    assert list(ring_time.y) == pytest.approx([500.0])
+
+
+def test_sweep_figure_measured_overlay() -> None:
+    df = pd.DataFrame({"size_bytes": [4 * MiB, MiB], "time_us": [300.0, 120.0], "busbw_gbps": [float("nan"), 13.1]})
+    fig = sweep_figure([_rec("nccl", MiB, 1e-4)], measured={"nccl-tests (DGX)": df})
+    bus, time = fig.data[2], fig.data[3]
+    assert bus.name == time.name == "nccl-tests (DGX)" and bus.mode == "markers"
+    assert list(bus.x) == [MiB] and list(bus.y) == [13.1]  # the NaN busbw is left out
+    assert list(time.x) == [MiB, 4 * MiB] and list(time.y) == [120.0, 300.0]
+    with pytest.raises(ValueError, match="busbw_gbps"):
+        sweep_figure([], measured={"bad": pd.DataFrame({"size_bytes": [1], "time_us": [1.0]})})
+
+
+def test_size_ticks() -> None:
+    vals, text = size_ticks([1024, 1024**3])
+    assert vals[0] == 1024 and text[0] == "1KiB" and vals[-1] <= 1024**3
+    assert all(b / a == vals[1] / vals[0] for a, b in itertools.pairwise(vals))
+    assert size_ticks([]) == ([], [])
+
+
+# ------------------------------------------------------------------------------------------------ breakdown
+
+
+def test_every_backend_tag_has_a_category(pcie: Simulator, hgx: Simulator) -> None:
+    tags = set(nccl_backend._PRIORITY) | set(gloo_backend._PRIORITY)
+    tags |= {"per-step latency", "waiting (peers, slots)", "TCP message latency", "RDMA message latency"}
+    tags |= {"waiting (peers, notices)", "network (in-network reduction)"}
+    for sim in (pcie, hgx):
+        rows, _ = sim.compare([4096, 4 * MiB])
+        for row in rows:
+            tags |= set(row.nccl.breakdown) | set(row.gloo.breakdown)
+    for tag in tags:
+        assert tag in TAG_CATEGORIES, tag
+        assert TAG_CATEGORIES[tag] in BREAKDOWN_CATEGORIES
+    assert breakdown_category("something new") == "other: something new"
+    assert breakdown_category("RDMA over network (GPUDirect)") == "transfer: network (RDMA)"
+
+
+def test_group_breakdown_sums_and_orders() -> None:
+    bd = {"waiting (peers, slots)": 1.0, "NVLink": 2.0, "NVLink (NVLS)": 3.0, "per-step latency": 0.5}
+    assert group_breakdown(bd) == {
+        "latency and overheads": 0.5,
+        "transfer: NVLink": 5.0,
+        "waiting (peers, contention)": 1.0,
+    }
+
+
+def test_breakdown_figure_stacks_shares() -> None:
+    recs = [
+        _rec("nccl", 4 * MiB, 8e-6, breakdown={"NVLink": 6e-6, "launch + base latency": 2e-6}),
+        _rec("nccl", MiB, 4e-6, breakdown={"NVLink": 3e-6, "per-step latency": 1e-6}),
+        _rec(
+            "gloo",
+            MiB,
+            4e-6,
+            breakdown={"D2H copy (PCIe)": 1e-6, "H2D copy (PCIe)": 1e-6, "TCP over loopback": 2e-6},
+        ),
+        _rec("gloo", 2 * MiB, 1e-6),  # no breakdown: skipped
+    ]
+    fig = breakdown_figure(recs)
+    got = [(t.name, t.xaxis, list(t.x), [round(y, 9) for y in t.y], t.showlegend) for t in fig.data]
+    assert got == [
+        ("latency and overheads", "x", ["1MiB", "4MiB"], [25.0, 25.0], True),
+        ("transfer: NVLink", "x", ["1MiB", "4MiB"], [75.0, 75.0], True),
+        ("transfer: TCP loopback (CPU + host memory)", "x2", ["1MiB"], [50.0], True),
+        ("host copies (D2H/H2D)", "x2", ["1MiB"], [50.0], True),
+    ]
+    assert fig.layout.barmode == "stack"
+    assert [a.text for a in fig.layout.annotations] == ["NCCL", "Gloo"]
+    us = breakdown_figure(recs, normalize=False)
+    assert list(us.data[1].y) == pytest.approx([3.0, 6.0])  # NVLink seconds to us
+    # the same category in both panels has one legend entry
+    both = breakdown_figure([recs[1], _rec("gloo", MiB, 1e-6, breakdown={"TCP message latency": 1e-6})])
+    assert [(t.name, t.showlegend) for t in both.data] == [
+        ("latency and overheads", True),
+        ("transfer: NVLink", True),
+        ("latency and overheads", False),
+    ]
+
+
+# ------------------------------------------------------------------------------------------------ timeline
+
+
+def _outcome(records: list[FlowRecord], time_s: float, **kw: object) -> Outcome:
+    return Outcome(
+        backend=str(kw.get("backend", "nccl")),
+        collective="allreduce",
+        algorithm="Ring",
+        protocol="Simple",
+        nranks=2,
+        size_bytes=1000,
+        time_s=time_s,
+        channels=1,
+        records=records,
+    )
+
+
+def test_timeline_figure_tiny(pcie: Simulator) -> None:
+    path = ("n0/gpu0->n0/pcie0", "n0/pcie0->n0/cpu0", "n0/cpu0 memory", "n0/cpu0->n0/pcie0", "n0/pcie0->n0/gpu1")
+    recs = [
+        FlowRecord("(0, 'n0/gpu0')", "launch + base latency", 0.0, 0.0, 2e-6, 0.0, ()),
+        FlowRecord("(0, 'n0/gpu1')", "launch + base latency", 0.0, 0.0, 2e-6, 0.0, ()),
+        FlowRecord("(0, 'n0/gpu0')", "SHM via host memory", 1000.0, 2e-6, 5e-6, 1e-6, path),
+    ]
+    fig = timeline_figure(_outcome(recs, 6e-6), pcie.topology)
+    got = [(t.name, list(t.y), list(t.base), list(t.x)) for t in fig.data]
+    assert got == [
+        ("send", ["rank 0 ch 0"], [2.0], [pytest.approx(3.0)]),
+        ("receive", ["rank 1 ch 0"], [3.0], [pytest.approx(3.0)]),
+        ("overhead", ["rank 0 ch 0", "rank 1 ch 0"], [0.0, 0.0], [2.0, 2.0]),
+    ]
+    assert all(t.orientation == "h" for t in fig.data)
+    # rank 1 receives while its launch is over; rank 0 sends after its launch: no overlap, full-height bars
+    assert list(fig.data[0].width) == [0.8] and list(fig.data[0].offset) == [-0.4]
+    assert list(fig.layout.yaxis.categoryarray) == ["rank 0 ch 0", "rank 1 ch 0"]
+    assert "showing" not in fig.layout.title.text
+    assert "1000B" in fig.data[0].hovertext[0] and "to n0/gpu1" in fig.data[0].hovertext[0]
+
+
+def test_timeline_figure_overlaps_share_a_row(pcie: Simulator) -> None:
+    recs = [
+        FlowRecord("0", "TCP over loopback", 10.0, 0.0, 2e-6, 0.0, ("n0/cpu0 memory",)),
+        FlowRecord("0", "CPU reduction", 10.0, 1e-6, 3e-6, 0.0, ("n0 CPU cores",)),
+    ]
+    fig = timeline_figure(_outcome(recs, 3e-6, backend="gloo"), pcie.topology)
+    (send, red) = fig.data
+    assert (send.name, list(send.y), list(send.width), list(send.offset)) == ("send", ["rank 0"], [0.4], [-0.4])
+    assert (red.name, list(red.width), list(red.offset)) == ("reduce", [0.4], [pytest.approx(0.0)])
+
+
+def test_timeline_figure_every_rank_and_caps(hgx: Simulator) -> None:
+    full = Simulator(unsymmetric(hgx.scenario))
+    out = full.simulate_one("nccl", 256 * 1024, record=True)  # Ring/LL on 8 channels
+    fig = timeline_figure(out, full.topology, max_bars=100_000)
+    labels = list(fig.layout.yaxis.categoryarray)
+    assert labels == [f"rank {r} ch {c}" for r in range(8) for c in range(out.channels or 0)]
+    ends = [b + x for t in fig.data for b, x in zip(t.base, t.x, strict=True)]
+    assert max(ends) <= out.time_s * 1e6 * (1 + 1e-9)
+    sends = sum(len(t.x) for t in fig.data if t.name == "send")
+    assert sends == sum(1 for r in out.records if r.size > 0)
+    capped = timeline_figure(out, full.topology, max_rows=16, max_bars=100_000)
+    assert list(capped.layout.yaxis.categoryarray) == [f"rank {r} ch {c}" for r in range(8) for c in range(2)]
+    assert "channels 0-1 of 8" in capped.layout.title.text
+    by_bars = timeline_figure(out, full.topology)  # 4000 bars at most: fewer channels, the whole time span
+    kept = list(by_bars.layout.yaxis.categoryarray)
+    assert kept == [f"rank {r} ch 0" for r in range(8)] and "channel 0 of 8" in by_bars.layout.title.text
+    assert max(b + x for t in by_bars.data for b, x in zip(t.base, t.x, strict=True)) == pytest.approx(max(ends))
+    few = timeline_figure(out, full.topology, max_rows=8, max_bars=10)
+    assert sum(len(t.x) for t in few.data) == 10
+    assert "channel 0 of 8" in few.layout.title.text and "first 10 of" in few.layout.title.text
+    with pytest.raises(ValueError, match="max_rows"):
+        timeline_figure(out, full.topology, max_rows=0)
+
+
+def test_timeline_figure_notes_symmetry(hgx: Simulator) -> None:
+    out = hgx.simulate_one("nccl", 64 * 1024, record=True)
+    fig = timeline_figure(out, hgx.topology)
+    assert "symmetry on" in fig.layout.title.text
+
+
+# ------------------------------------------------------------------------------------------------ links
+
+
+def _link_records() -> list[FlowRecord]:
+    return [
+        FlowRecord("0", "x", 1e6, 0.0, 1e-3, 0.0, ("a->b", "n0/cpu0 memory")),
+        FlowRecord("1", "x", 0.5e6, 1e-3, 1.5e-3, 0.0, ("c->d",)),
+    ]
+
+
+CAPS = {"a->b": ("pcie", 1e9), "c->d": ("nvlink", 2e9), "n0/cpu0 memory": ("hostmem", 4e9)}
+
+
+def test_link_utilisation_figure_heatmap() -> None:
+    fig = link_utilisation_figure(_link_records(), CAPS, total_s=2e-3, bins=4)
+    (hm,) = fig.data
+    assert hm.type == "heatmap"
+    assert list(hm.y) == ["a->b (pcie)", "n0/cpu0 memory (hostmem)", "c->d (nvlink)"]  # by load share
+    assert list(hm.x) == pytest.approx([250.0, 750.0, 1250.0, 1750.0])  # bin centres in us
+    assert [list(row) for row in hm.z] == [
+        pytest.approx([1.0, 1.0, 0.0, 0.0]),
+        pytest.approx([0.25, 0.25, 0.0, 0.0]),
+        pytest.approx([0.0, 0.0, 0.5, 0.0]),
+    ]
+    top = link_utilisation_figure(_link_records(), CAPS, total_s=2e-3, bins=4, max_links=1)
+    assert list(top.data[0].y) == ["a->b (pcie)"] and "top 1 of 3" in top.layout.title.text
+
+
+def test_bottleneck_figure_shares() -> None:
+    fig = bottleneck_figure(_link_records(), CAPS, total_s=2e-3, top=2)
+    load, busy = fig.data
+    assert (load.name, busy.name) == ("load (bytes / bandwidth)", "busy (>= 1 flow)")
+    assert list(load.y) == ["a->b (pcie)", "n0/cpu0 memory (hostmem)"]
+    assert list(load.x) == pytest.approx([50.0, 12.5])  # 1 MB / 1 GB/s = 1 ms of 2; 1 MB / 4 GB/s
+    assert list(busy.x) == pytest.approx([50.0, 50.0])
+
+
+def test_link_figures_from_a_simulation(pcie: Simulator) -> None:
+    full = Simulator(unsymmetric(pcie.scenario))
+    out = full.simulate_one("gloo", MiB, record=True)
+    fig = bottleneck_figure(out.records, full.topology, total_s=out.time_s, top=3)
+    assert len(fig.data[0].y) == 3 and all(0 < x <= 100 for x in fig.data[1].x)
+    hm = link_utilisation_figure(out.records, full.topology, total_s=out.time_s, bins=20).data[0]
+    assert len(hm.x) == 20 and "n0/cpu0 memory (hostmem)" in list(hm.y)
+
+
+# ------------------------------------------------------------------------------------------------ topology
+
+
+def test_topology_figure_pcie_box(pcie: Simulator) -> None:
+    fig = topology_figure(pcie.topology)
+    names = [t.name for t in fig.data]
+    assert names == ["pcie", "link specs", "gpu", "cpu", "pcie_switch"]
+    lines = fig.data[0]
+    assert lines.mode == "lines" and list(lines.x).count(None) == 3  # cpu0-pcie0, pcie0-gpu0, pcie0-gpu1
+    specs = fig.data[1]
+    assert len(specs.x) == 3 and all("GB/s" in t for t in specs.hovertext)
+    gpus = fig.data[2]
+    assert list(gpus.text) == ["gpu0", "gpu1"] and all("rtx-2080ti" in h for h in gpus.hovertext)
+    assert "memcpy_latency: 10.00 us" in gpus.hovertext[0]
+    cpu = fig.data[3]
+    assert cpu.y[0] > fig.data[4].y[0] > gpus.y[0]  # CPU above the switch above the GPUs
+
+
+def test_topology_figure_widths_follow_bandwidth(hgx: Simulator) -> None:
+    fig = topology_figure(hgx.topology)
+    width = {t.name: t.line.width for t in fig.data if t.mode == "lines"}
+    assert set(width) == {"nvlink", "pcie", "upi"}
+    assert width["nvlink"] == 8 and width["nvlink"] > width["pcie"] > width["upi"] >= 1
+    kinds = [t.name for t in fig.data if t.mode != "lines" and t.name != "link specs"]
+    assert kinds == ["gpu", "cpu", "pcie_switch", "nic", "nvswitch"]
+    assert sum(len(t.x) for t in fig.data if t.name in kinds) == len(hgx.topology.devices())
+
+
+def test_topology_figure_node_cap() -> None:
+    topo = Simulator.from_source("16node-h100-ib").topology
+    fig = topology_figure(topo, max_nodes=2)
+    gpus = next(t for t in fig.data if t.name == "gpu")
+    assert len(gpus.x) == 16 and "nodes 0-1 of 16" in fig.layout.title.text
+    with pytest.raises(ValueError, match=r"nodes 0\.\.15"):
+        topology_figure(topo, nodes=[16])
+
+
+def test_path_matrix_matches_collsim_topo(hgx: Simulator) -> None:
+    fig = path_matrix_figure(hgx.topology)
+    (hm,) = fig.data
+    assert list(hm.y) == [f"GPU{i}" for i in range(8)]
+    assert list(hm.x) == [f"GPU{i}" for i in range(8)] + [f"NIC{i}" for i in range(8)]
+    lines = format_topo_matrix(hgx.topology).splitlines()
+    rows = [ln.split()[1:-1] for ln in lines if ln.startswith("GPU") and not ln.startswith("GPU0  GPU1")]
+    assert [list(r) for r in hm.text] == rows  # the same cells as `collsim topo`
+    assert hm.text[0][0] == "X" and hm.text[0][1] == "NV18" and hm.text[0][8] == "PIX"
+    assert hm.z[0][0] == 0 and hm.z[0][1] == PATH_TYPE_ORDER.index("NV#") and hm.z[0][8] == 2
+    assert hm.z[0][15] == PATH_TYPE_ORDER.index("SYS")
+    assert len(PATH_TYPE_ORDER) == len(PATH_CLASS_ORDER) - 1  # X/LOC, NV#/NVL(+NVB), PIX, PXB, PHB, SYS, NET
+    with pytest.raises(ValueError, match=r"nodes 0\.\.0"):
+        path_matrix_figure(hgx.topology, node=1)
+
+
+def test_path_matrix_cpu_only() -> None:
+    sim = Simulator.from_source({"name": "c", "cluster": {"node": "cpu-host"}, "backends": {"gloo": {"device": "cpu"}}})
+    fig = path_matrix_figure(sim.topology)
+    hm = fig.data[0]
+    assert list(hm.x) == [f"NIC{n.index}" for n in sim.topology.nics(0)]
+    assert list(hm.y) == [c.local_name for c in sim.topology.devices("cpu", 0)]
+    assert all(not math.isnan(v) for row in hm.z for v in row)

@@ -1,0 +1,96 @@
+"""Tests of the HTML report (collsim.viz.report) and ``collsim report``."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from collsim.api import Simulator
+from collsim.cli import main
+from collsim.viz import Report, build_report, coarse_sizes
+
+MiB = 2**20
+
+
+@pytest.fixture(scope="module")
+def pcie_report() -> Report:
+    sim = Simulator.from_source("pcie-2gpu-nop2p")
+    return build_report(sim, sizes=[4096, MiB, 4 * MiB])
+
+
+def test_coarse_sizes() -> None:
+    assert coarse_sizes([8, 16, 32, 64, 128, 256]) == [8, 32, 128, 256]
+    assert coarse_sizes([2**k for k in range(3, 34)])[:3] == [8, 32, 128]
+    assert coarse_sizes([2**k for k in range(3, 34)])[-1] == 8 * 1024**3
+    assert coarse_sizes([]) == []
+
+
+def test_report_contents(pcie_report: Report) -> None:
+    rep = pcie_report
+    page = rep.html
+    assert rep.sizes == [4096, MiB, 4 * MiB]
+    assert rep.timeline_size == 4 * MiB  # the largest size, below 64 MiB
+    assert list(rep.figures) == [
+        "topology",
+        "path-matrix",
+        "comparison",
+        "breakdown",
+        "timeline-nccl",
+        "bottlenecks-nccl",
+        "links-nccl",
+        "timeline-gloo",
+        "bottlenecks-gloo",
+        "links-gloo",
+    ]
+    # self-contained: plotly.js inline once, no external scripts or stylesheets
+    assert page.count("<script type='text/javascript'>") == 1
+    assert len(re.findall(r"plotly\.js v\d", page)) == 1
+    assert not re.search(r"<script[^>]+src=", page) and "<link" not in page
+    assert page.count('class="plotly-graph-div"') == 10
+    assert page.count("Plotly.newPlot(") == 10
+    assert "<b id='timeline-size'>4MiB</b>" in page
+    assert "collsim-js-errors" in page and "window.onerror" in page
+    # the comparison table: one row per size, NCCL's and Gloo's times from the records
+    table = page[page.index("<table id='comparison-table'>") : page.index("</table>")]
+    assert table.count("<tr>") == 4
+    recs = {(r.backend, r.size_bytes): r for r in rep.records}
+    row = f"<td>1MiB</td><td>{recs[('nccl', MiB)].time_us:.2f}</td>"
+    assert row in table
+    speed = recs[("gloo", MiB)].time_us / recs[("nccl", MiB)].time_us
+    assert f"<td>{speed:.1f}x</td>" in table
+
+
+def test_report_notes_a_backend_it_cannot_run() -> None:
+    sim = Simulator.from_source(
+        {"name": "cpu", "cluster": {"node": "cpu-host"}, "backends": {"gloo": {"device": "cpu"}}}
+    )
+    rep = build_report(sim, sizes=[4096, MiB])
+    assert [f for f in rep.figures if f.endswith("-gloo")] == ["timeline-gloo", "bottlenecks-gloo", "links-gloo"]
+    assert not any(f.endswith("-nccl") for f in rep.figures)
+    assert len(rep.notes) == 1 and rep.notes[0].startswith("nccl: not simulated") and "GPUs" in rep.notes[0]
+    assert "nccl: not simulated" in rep.html
+
+
+def test_cli_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "r.html"
+    rc = main(["report", "pcie-2gpu-nop2p", "--sizes", "1KiB,1MiB", "--size", "64KiB", "-o", str(out)])
+    stdout, err = capsys.readouterr()
+    assert rc == 0, err
+    assert stdout.startswith(f"collsim: wrote {out}: 10 figures, sizes 1KiB-1MiB, timeline at 64KiB")
+    page = out.read_text(encoding="utf-8")
+    assert "<b id='timeline-size'>64KiB</b>" in page
+
+
+def test_cli_report_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["report", "pcie-2gpu-nop2p", "--size", "12QB", "-o", str(tmp_path / "r.html")])
+    _, err = capsys.readouterr()
+    assert rc == 2 and err.startswith("collsim: error: --size: ") and err.count("\n") == 1
+    rc = main(["report", "no-such-scenario", "-o", str(tmp_path / "r.html")])
+    _, err = capsys.readouterr()
+    assert rc == 2 and "no-such-scenario" in err and err.count("\n") == 1
+    rc = main(["report", "pcie-2gpu-nop2p", "--set", "cluster.nodes=two", "-o", str(tmp_path / "r.html")])
+    _, err = capsys.readouterr()
+    assert rc == 2 and "cluster.nodes" in err
+    assert not (tmp_path / "r.html").exists()
