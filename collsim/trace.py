@@ -17,11 +17,9 @@ crossed. This module turns such records into
 What the records do and do not say
 -----------------------------------
 A record gives a flow's streaming interval and size, not its rate history, so a flow is drawn at its *average* rate
-``size / (t_end - t_start)``. Records do not carry the coefficient a flow consumes on each resource (protocol wire
-overhead, NVLS's switch reduction, the host-memory traffic of TCP), so utilisation is **data bytes per second over
-the resource's bandwidth**: LL's flags, for example, make a saturated link look 50% used, and NVLS links can show
-more than 1 because the switch, not the link, carries part of the data. Where a record carries a
-``coefficients`` tuple aligned with ``resources``, it is used and utilisation is the engine's own consumption.
+``size / (t_end - t_start)``. Each record carries the units the flow consumes per data byte on each of its resources
+(``coefficients``: protocol wire overhead, NVLS's switch reduction, the host-memory traffic of TCP), so utilisation
+is the engine's own consumption over the resource's capacity (records without coefficients count data bytes).
 CPU-core pools are not shown: their capacity is core-seconds per second, not bytes.
 
 Symmetry: with ``engine.symmetry`` on, only representative ranks and channels are simulated, and resource names carry
