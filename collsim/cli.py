@@ -1,8 +1,10 @@
 """``collsim``: the command line, a thin layer over :mod:`collsim.api`.
 
-Commands: ``run`` (nccl-tests style tables), ``compare`` (NCCL vs Gloo with where the time goes), ``topo`` (the
-``nvidia-smi topo -m`` matrix and a links summary), ``schema`` (the scenario JSON Schema) and ``benchmark`` (speed
-and memory of the default sweeps).
+Commands: ``run`` (nccl-tests style tables, ``--trace`` for a Chrome trace), ``compare`` (NCCL vs Gloo with where
+the time goes), ``explain`` (NCCL's cost model against the simulation), ``topo`` (the ``nvidia-smi topo -m`` matrix
+and a links summary), ``validate`` and ``calibrate`` (against measurements), ``report`` (one HTML page), ``bench``
+(real runs with torch.distributed), ``schema`` (the scenario JSON Schema) and ``benchmark`` (speed and memory of the
+default sweeps).
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ from typing import Any, TextIO
 
 from collsim.api import BACKENDS, Comparison, Simulator
 from collsim.backends import BackendError
+from collsim.calibration.measurement import MeasurementError
 from collsim.results import Record, format_nccl_tests, records_to_csv, records_to_json
 from collsim.scenario import ScenarioError, scenario_json_schema
 from collsim.topology import TopologyError, format_topo_matrix
-from collsim.units import UnitError, format_size, parse_size_range
+from collsim.units import UnitError, format_size, parse_size, parse_size_range
 
 __all__ = ["main"]
 
@@ -49,6 +52,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--backend", choices=[*BACKENDS, "all"], default="all", help="backend(s) (default: all enabled)")
     run.add_argument("--sizes", metavar="RANGE", help="sizes, e.g. 1MiB:1GiB:x2 or 8B,1KiB (overrides workload.sizes)")
     run.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    run.add_argument("--trace", metavar="FILE.json", help="also write a Chrome trace (Perfetto, chrome://tracing)")
+    run.add_argument("--trace-size", metavar="SIZE", help="size the trace shows (default: 64MiB or the largest size)")
     cmp_ = sub.add_parser("compare", help="NCCL and Gloo side by side, with the speedup and where the time goes")
     _common(cmp_)
     cmp_.add_argument("--sizes", metavar="RANGE", help="sizes (overrides workload.sizes)")
@@ -63,11 +68,57 @@ def _parser() -> argparse.ArgumentParser:
     topo = sub.add_parser("topo", help="GPU x GPU and GPU x NIC path matrix like nvidia-smi topo -m")
     _common(topo, ("table",))
     topo.add_argument("--node", type=int, default=0, help="which node to show (default 0)")
+    val = sub.add_parser("validate", help="predicted vs measured per size, and the error per size band")
+    _common(val, ("table", "json"))
+    _measurement_args(val)
+    val.add_argument("--profile", metavar="YAML", help="calibration profile to apply (default: the scenario's)")
+    val.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page with a plotly figure")
+    cal = sub.add_parser("calibrate", help="fit a calibration profile to measurements (held-out sizes validate it)")
+    cal.add_argument("scenario", help="scenario YAML file, or a built-in name")
+    _measurement_args(cal)
+    cal.add_argument("-o", "--output", metavar="PROFILE.yaml", required=True, help="where to write the profile")
+    cal.add_argument("--set", dest="overrides", action="append", default=[], metavar="PATH=VALUE",
+                     help="override a scenario field (repeatable)")
+    cal.add_argument("--holdout", choices=["alternate", "none"], default="alternate",
+                     help="hold out every other size to report the error on unseen sizes (default: %(default)s)")
+    cal.add_argument("--param", dest="params", action="append", metavar="NAME",
+                     help="fit this parameter (repeatable; default: chosen by sensitivity)")
+    cal.add_argument("--quiet", action="store_true", help="no progress on stderr")
     schema = sub.add_parser("schema", help="print the scenario JSON Schema (for editors)")
     schema.add_argument("-o", "--output", metavar="FILE")
     bench = sub.add_parser("benchmark", help="wall time and peak memory of each shipped scenario's default sweep")
     bench.add_argument("scenarios", nargs="*", help="scenario names or files (default: all shipped)")
     bench.add_argument("--baseline-events", type=int, default=1_000_000, help="timeouts in the bare SimPy loop")
+    report = sub.add_parser(
+        "report", help="one self-contained HTML page: topology, NCCL vs Gloo, where the time goes, a timeline"
+    )
+    report.add_argument("scenario", help="scenario YAML file, or a built-in name such as hgx-h100")
+    report.add_argument("--set", dest="overrides", action="append", default=[], metavar="PATH=VALUE",
+                        help="override a scenario field (repeatable)")
+    report.add_argument("-o", "--output", metavar="FILE", default="report.html", help="default: %(default)s")
+    report.add_argument("--sizes", metavar="RANGE", help="comparison sizes (default: the scenario's, steps >= x4)")
+    report.add_argument("--size", metavar="SIZE", help="timeline size (default: 64MiB or the largest size)")
+    report.add_argument("--quiet", action="store_true", help="no progress on stderr, no summary line")
+    real = sub.add_parser("bench", help="time a collective for real with torch.distributed (nccl-tests style)")
+    real.add_argument("-c", "--collective", default="allreduce",
+                      help="allreduce, allgather, reduce_scatter, broadcast, reduce or alltoall (default: %(default)s)")
+    real.add_argument("--backend", choices=["nccl", "gloo"], help="default: nccl with cuda tensors, gloo with cpu")
+    real.add_argument("--device", choices=["cuda", "cpu"], help="tensor device (default: cuda when available)")
+    real.add_argument("--dtype", default="float32", help="element type (default: %(default)s)")
+    real.add_argument("--sizes", metavar="RANGE", help="sizes, e.g. 1KiB:64MiB:x2 or 8B,1KiB (default: 1KiB:64MiB:x2)")
+    real.add_argument("-w", "--warmup", type=int, default=5, help="warm-up iterations per size (default: %(default)s)")
+    real.add_argument("-n", "--iters", type=int, default=20, help="timed iterations per size (default: %(default)s)")
+    real.add_argument("--timing", choices=["iteration", "block"], default="iteration",
+                      help="iteration: median of per-iteration times (slowest rank); block: nccl-tests' mean")
+    real.add_argument("--nprocs", type=int, help="local ranks to launch (default: GPUs, or 2 on cpu; not torchrun)")
+    real.add_argument("--root", type=int, default=0, help="root rank of broadcast and reduce (default: 0)")
+    real.add_argument("--no-check", action="store_true", help="skip the data check after each size")
+    real.add_argument("--timeout", type=float, default=300.0, help="torch.distributed timeout, seconds")
+    real.add_argument("-o", "--output", metavar="FILE", help="write the collsim measurement (.json or .csv)")
+    real.add_argument("--text", metavar="FILE", help="write the nccl-tests style text to FILE instead of stdout")
+    real.add_argument("--probe", action="store_true", help="measure this machine's GPU (copies, launch, NCCL, Gloo)")
+    real.add_argument("--probe-ranks", type=int, default=2, help="Gloo ranks sharing the GPU in --probe (default: 2)")
+    real.add_argument("--quiet", action="store_true", help="no progress on stderr")
     return ap
 
 
@@ -125,6 +176,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     prog = _Progress(args.quiet)
     result = sim.run(backends=backends, sizes=_sizes(args.sizes), progress=prog)
     prog.done()
+    if args.trace and not result.interrupted:
+        _write_trace(args, sim, backends)
     if args.format == "json":
         text = records_to_json(result.records, sim.scenario.to_dict(), interrupted=result.interrupted) + "\n"
     elif args.format == "csv":
@@ -265,6 +318,75 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     return _finish(text, args.output, interrupted, f"{len(rows)} sizes")
 
 
+def _measurement_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("measurements", nargs="+", metavar="MEASUREMENT",
+                   help="collsim measurement .json/.csv, a published case .json, or an nccl-tests log")
+    p.add_argument("--collective", help="for nccl-tests logs that do not name it (e.g. allreduce)")
+    p.add_argument("--nranks", type=int, help="for nccl-tests logs that do not say how many ranks ran")
+
+
+def _read_measurements(args: argparse.Namespace) -> list[Any]:
+    from collsim.calibration import read_measurement
+
+    return [read_measurement(f, collective=args.collective, nranks=args.nranks) for f in args.measurements]
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from collsim.calibration.validate import validate
+    from collsim.scenario.profile import load_profile
+
+    profile = load_profile(args.profile) if args.profile else None
+    sim = Simulator.from_source(args.scenario, args.overrides, profile=profile)
+    vals = []
+    for m in _read_measurements(args):
+        vals.append(validate(sim, m))
+    if args.format == "json":
+        _emit(json.dumps([v.to_dict() for v in vals], indent=2) + "\n", args.output)
+    else:
+        _emit("\n".join(v.format_table() for v in vals), args.output)
+    if args.html:
+        from collsim.viz.validation import validation_html
+
+        with open(args.html, "w", encoding="utf-8") as fh:
+            fh.write(validation_html(vals))
+    return 0
+
+
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    from collsim.api import load
+    from collsim.calibration.fit import calibrate
+
+    scenario = load(args.scenario, args.overrides)
+    on = not args.quiet and sys.stderr.isatty()
+    try:
+        res = calibrate(
+            scenario,
+            _read_measurements(args),
+            holdout=args.holdout,
+            parameters=args.params,
+            progress=(lambda msg: print(f"calibrate: {msg}", file=sys.stderr)) if on else None,
+        )
+    except (ValueError, RuntimeError) as exc:
+        if isinstance(exc, ScenarioError | MeasurementError):
+            raise
+        raise ScenarioError(str(exc), file=args.scenario, field="calibrate") from None
+    res.profile.write(args.output)
+    out = [f"# calibrate: {scenario.name}, {res.evaluations} simulated sweeps; profile written to {args.output}"]
+    out += [f"  {k} = {v:.6g}" for k, v in sorted(res.profile.parameters.items())]
+    for held in (False, True):
+        b, a = res.error("before", held), res.error("after", held)
+        if b.count == 0:
+            out.append("# no held-out sizes (use at least 4 sizes, holdout=alternate)")
+            continue
+        out.append(
+            f"# {a.band} ({a.count}): median |time error| {b.median_abs_time_error_pct:.1f}% -> "
+            f"{a.median_abs_time_error_pct:.1f}%, max {b.max_abs_time_error_pct:.1f}% -> "
+            f"{a.max_abs_time_error_pct:.1f}%"
+        )
+    print("\n".join(out))
+    return 0
+
+
 def _cmd_topo(args: argparse.Namespace) -> int:
     sim = Simulator.from_source(args.scenario, args.overrides)
     if not 0 <= args.node < sim.topology.nodes:
@@ -284,6 +406,60 @@ def _cmd_benchmark(args: argparse.Namespace) -> int:
     return run_benchmark(args.scenarios, args.baseline_events)
 
 
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from collsim.bench import BenchError, run_command
+
+    try:
+        return run_command(args)
+    except BenchError as exc:
+        print(f"collsim: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _size_option(text: str | None, option: str) -> int | None:
+    """One size given on the command line (``64MiB``), or None; bad input names the option."""
+    if not text:
+        return None
+    try:
+        return parse_size(text)
+    except UnitError as exc:
+        raise ScenarioError(str(exc), file=option) from None
+
+
+def _write_trace(args: argparse.Namespace, sim: Simulator, backends: Sequence[str]) -> None:
+    """``run --trace``: each backend's collectives at one size, every rank simulated (symmetry off), as a Chrome
+    trace."""
+    from collsim.trace import chrome_trace, representative_size, unsymmetric, write_chrome_trace
+
+    size = _size_option(args.trace_size, "--trace-size")
+    if size is None:
+        size = representative_size(_sizes(args.sizes) or sim.scenario.sizes())
+    full = Simulator(unsymmetric(sim.scenario))
+    outs = [
+        full.simulate_one(b, size, collective=c, record=True) for b in backends for c in sim.scenario.collectives()
+    ]
+    write_chrome_trace(args.trace, chrome_trace(outs, full.topology, title=f"collsim {sim.scenario.name}"))
+    if not args.quiet:
+        what = ", ".join(f"{o.backend} {o.collective} {o.time_s * 1e6:.1f} us" for o in outs)
+        print(f"collsim: trace at {format_size(size)} ({what}) written to {args.trace}", file=sys.stderr)
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from collsim.viz.report import build_report
+
+    sim = Simulator.from_source(args.scenario, args.overrides)
+    prog = _Progress(args.quiet)
+    rep = build_report(sim, sizes=_sizes(args.sizes), size=_size_option(args.size, "--size"), progress=prog)
+    prog.done()
+    rep.write(args.output)
+    if not args.quiet:
+        print(
+            f"collsim: wrote {args.output}: {len(rep.figures)} figures, sizes {format_size(rep.sizes[0])}-"
+            f"{format_size(rep.sizes[-1])}, timeline at {format_size(rep.timeline_size)}, {rep.seconds:.1f} s"
+        )
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``collsim`` command; returns the exit status."""
     args = _parser().parse_args(argv)
@@ -291,13 +467,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         "run": _cmd_run,
         "compare": _cmd_compare,
         "explain": _cmd_explain,
+        "validate": _cmd_validate,
+        "calibrate": _cmd_calibrate,
         "topo": _cmd_topo,
         "schema": _cmd_schema,
         "benchmark": _cmd_benchmark,
+        "report": _cmd_report,
+        "bench": _cmd_bench,
     }
     try:
         return handlers[args.command](args)
-    except (ScenarioError, TopologyError, BackendError, UnitError) as exc:
+    except (ScenarioError, TopologyError, BackendError, UnitError, MeasurementError) as exc:
         print(f"collsim: error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:

@@ -133,3 +133,16 @@ def test_cli_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert main(["validate", PCIE, str(bad)]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"collsim: error: {bad}: rows[0]: missing time_us") and err.count("\n") == 1
+
+
+def test_real_gloo_loopback_calibration_predicts_held_out_sizes() -> None:
+    """Measured here with `collsim bench` (Gloo, CPU, 2 processes, loopback): fitted on half the sizes, the other half
+    is predicted with median |time error| <= 15% for sizes >= 64 KiB."""
+    root = Path(__file__).resolve().parents[2] / "scenarios"
+    m = read_measurement(root / "measurements" / "gloo-cpu-2proc-loopback.json")
+    assert m.backend == "gloo" and m.nranks == 2 and len(m.rows) >= 16
+    res = calibrate(load(root / "loopback-gloo-cpu.yaml"), [m])
+    (after,) = res.after
+    held = [abs(r.time_error_pct) for r in after.rows if r.size_bytes in res.heldout_sizes and r.size_bytes >= 2**16]
+    assert len(held) >= 4
+    assert median(held) <= 15.0

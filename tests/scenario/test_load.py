@@ -24,6 +24,7 @@ SHIPPED = [
     "2node-h100-ib",
     "dgx-a100",
     "hgx-h100",
+    "loopback-gloo-cpu",
     "pcie-2gpu-nop2p",
 ]
 
@@ -33,7 +34,10 @@ def test_builtin_scenarios_listed() -> None:
     assert scenarios_dir() == Path(__file__).resolve().parents[2] / "scenarios"
 
 
-@pytest.mark.parametrize("name", SHIPPED)
+GPU_SCENARIOS = [n for n in SHIPPED if n != "loopback-gloo-cpu"]
+
+
+@pytest.mark.parametrize("name", GPU_SCENARIOS)
 def test_shipped_scenario_loads(name: str) -> None:
     path = scenarios_dir() / f"{name}.yaml"
     first = path.read_text(encoding="utf-8").splitlines()[0]
@@ -49,7 +53,15 @@ def test_shipped_scenario_loads(name: str) -> None:
     assert s.backends.gloo.device == "cuda" and s.backends.gloo.threads == 2
 
 
-@pytest.mark.parametrize("name", SHIPPED)
+def test_loopback_scenario_is_gloo_on_cpu_with_two_ranks() -> None:
+    s = load_scenario("loopback-gloo-cpu")
+    assert s.backend_names() == ["gloo"]
+    assert s.backends.gloo is not None and s.backends.gloo.device == "cpu"
+    topo = s.build_topology()
+    assert topo.gpus() == [] and len(topo.rank_devices()) == 2
+
+
+@pytest.mark.parametrize("name", GPU_SCENARIOS)
 def test_shipped_scenario_builds_topology(name: str, needs_topology: list[str]) -> None:
     s = load_scenario(name)
     topo = s.build_topology()

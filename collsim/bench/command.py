@@ -1,0 +1,247 @@
+"""``collsim bench``: run a sweep (local processes or as a torchrun rank) and write text, JSON or CSV.
+
+:func:`run_sweep` is the Python entry point; :func:`run_command` is what the CLI calls with its parsed options.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+from collsim.bench.config import BenchConfig, BenchError, require_torch
+from collsim.bench.launch import launch_local
+from collsim.bench.metadata import host_facts
+from collsim.bench.report import SizeResult, SweepOutput, format_text, to_measurement
+from collsim.bench.worker import rank_env, run_rank
+from collsim.units import UnitError, format_size, parse_size_range
+
+__all__ = ["DEFAULT_SIZES", "ProgressLine", "run_command", "run_sweep"]
+
+#: Sizes of ``collsim bench`` without ``--sizes``.
+DEFAULT_SIZES = "1KiB:64MiB:x2"
+
+
+class ProgressLine:
+    """Progress of a sweep on stderr: one updating line on a terminal, one line per size otherwise."""
+
+    def __init__(self, label: str, quiet: bool = False, stream: TextIO | None = None) -> None:
+        self.stream = stream if stream is not None else sys.stderr
+        self.label = label
+        self.on = not quiet
+        self.tty = self.stream.isatty()
+
+    def __call__(self, i: int, total: int, size: int, median_us: float, wrong: int | None) -> None:
+        if not self.on:
+            return
+        check = "" if wrong in (None, 0) else f", {wrong} WRONG"
+        text = f"[{i + 1}/{total}] {self.label} {format_size(size)}: {median_us:.1f} us{check}"
+        if self.tty:
+            self.stream.write(f"\r\x1b[K{text}")
+        else:
+            self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def result(self, i: int, total: int, res: SizeResult) -> None:
+        """Adapter for :data:`collsim.bench.worker.Progress` (in-process ranks under torchrun)."""
+        self(i, total, res.size_bytes, res.median_us, res.wrong)
+
+    def say(self, text: str) -> None:
+        """One line of its own."""
+        if self.on:
+            self.done()
+            self.stream.write(text + "\n")
+            self.stream.flush()
+
+    def done(self) -> None:
+        """Clear the terminal line."""
+        if self.on and self.tty:
+            self.stream.write("\r\x1b[K")
+            self.stream.flush()
+
+
+def run_sweep(cfg: BenchConfig, *, progress: ProgressLine | None = None) -> SweepOutput | None:
+    """Run ``cfg``: as this process's rank under torchrun (RANK/WORLD_SIZE/LOCAL_RANK set), else by launching
+    ``cfg.nprocs`` local processes.
+
+    Returns
+    -------
+    SweepOutput or None
+        The result (None on ranks other than 0 under torchrun).
+
+    Raises
+    ------
+    BenchError
+        torch missing (``pip install 'collsim[bench]'``), bad options, a failed rank.
+    """
+    require_torch()
+    if rank_env() is not None:
+        return run_rank(cfg, progress=progress.result if progress else None, launcher="torchrun")
+    return launch_local(cfg, on_event=progress)
+
+
+def _parse_sizes(text: str | None) -> list[int]:
+    try:
+        sizes = parse_size_range(text or DEFAULT_SIZES)
+    except UnitError as exc:
+        raise BenchError(f"--sizes: {exc}") from None
+    if not sizes or min(sizes) <= 0:
+        raise BenchError(f"--sizes: expected positive sizes, got {text!r}")
+    return sizes
+
+
+def _resolve_config(args: argparse.Namespace, torch: Any) -> BenchConfig:
+    sizes = _parse_sizes(args.sizes)
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    backend = args.backend or ("nccl" if device == "cuda" else "gloo")
+    nprocs = args.nprocs
+    ids = rank_env()
+    if ids is not None:
+        if nprocs is not None and nprocs != ids[1] and ids[0] == 0:
+            print(f"collsim bench: running under torchrun (WORLD_SIZE={ids[1]}); --nprocs {nprocs} ignored",
+                  file=sys.stderr)
+        nprocs = ids[1]
+    elif nprocs is None:
+        nprocs = max(1, torch.cuda.device_count()) if device == "cuda" else 2
+    cfg = BenchConfig(
+        collective=args.collective,
+        backend=backend,
+        device=device,
+        dtype=args.dtype,
+        sizes=tuple(sizes),
+        warmup=args.warmup,
+        iters=args.iters,
+        timing=args.timing,
+        check=not args.no_check,
+        nprocs=nprocs,
+        root=args.root,
+        timeout_s=args.timeout,
+    )
+    if ids is None and device == "cuda":
+        gpus = torch.cuda.device_count()
+        if gpus == 0:
+            raise BenchError(f"--device cuda: no CUDA device (torch {torch.__version__}, torch.cuda.is_available() "
+                             "is False); use --device cpu")
+        if backend == "nccl" and nprocs > gpus:
+            raise BenchError(f"--nprocs {nprocs}: NCCL needs one GPU per rank and this machine has {gpus}; use "
+                             "--backend gloo to share GPUs between ranks")
+    if cfg.collective in ("broadcast", "reduce") and cfg.root >= nprocs:
+        raise BenchError(f"--root {cfg.root}: expected a rank below {nprocs}")
+    return cfg
+
+
+def _command(cfg: BenchConfig, args: argparse.Namespace, under_torchrun: bool) -> str:
+    parts = ["collsim", "bench", "--collective", cfg.collective, "--backend", cfg.backend, "--device", cfg.device,
+             "--dtype", cfg.dtype, "--sizes", args.sizes or DEFAULT_SIZES, "-w", str(cfg.warmup), "-n",
+             str(cfg.iters), "--timing", cfg.timing]
+    if not under_torchrun:
+        parts += ["--nprocs", str(cfg.nprocs)]
+    if cfg.collective in ("broadcast", "reduce"):
+        parts += ["--root", str(cfg.root)]
+    if not cfg.check:
+        parts.append("--no-check")
+    if args.output:
+        parts += ["-o", args.output]
+    if args.text:
+        parts += ["--text", args.text]
+    text = shlex.join(parts)
+    return f"torchrun ... {text} (WORLD_SIZE={cfg.nprocs})" if under_torchrun else text
+
+
+def _machine(out: SweepOutput | None = None) -> str:
+    f = host_facts()
+    hosts = out.hardware.get("hostnames", [f["hostname"]]) if out else [f["hostname"]]
+    gpu = f", GPU {out.hardware['gpu']}" if out and out.hardware.get("gpu") else ""
+    mem = f", {f['memory_gib']} GiB" if f["memory_gib"] else ""
+    return f"{', '.join(hosts)}: {f['cpu']} ({f['cpu_count']} logical CPUs{mem}){gpu}; {f['os']}"
+
+
+def _write(path: str, text: str) -> None:
+    try:
+        Path(path).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise BenchError(f"{path}: cannot write: {exc.strerror or exc}") from None
+
+
+def _check_outputs(args: argparse.Namespace) -> None:
+    if args.output and Path(args.output).suffix.lower() not in (".json", ".csv"):
+        raise BenchError(f"-o {args.output}: expected a file name ending in .json or .csv")
+    if args.probe and args.output and Path(args.output).suffix.lower() != ".json":
+        raise BenchError(f"-o {args.output}: --probe writes JSON; expected a file name ending in .json")
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """The ``collsim bench`` command; returns the exit status.
+
+    Writes nccl-tests style text to stdout (or ``--text FILE``) and, with ``-o FILE.json|FILE.csv``, the collsim
+    measurement. Under torchrun only rank 0 writes. ``--probe`` measures the GPU instead (JSON).
+
+    Raises
+    ------
+    BenchError
+        For everything the user can fix (the CLI prints it as one line and exits with 2).
+    """
+    _check_outputs(args)
+    if args.sizes or not args.probe:
+        _parse_sizes(args.sizes)  # bad sizes are reported with or without torch
+    torch = require_torch()
+    argv = shlex.join(sys.argv)
+    if args.probe:
+        return _run_probe(args, argv)
+    cfg = _resolve_config(args, torch)
+    ids = rank_env()
+    progress = ProgressLine(f"{cfg.backend} {cfg.collective}", quiet=args.quiet or (ids is not None and ids[0] != 0))
+    try:
+        out = run_sweep(cfg, progress=progress)
+    finally:
+        progress.done()
+    if out is None:
+        return 0
+    m = to_measurement(out, command=_command(cfg, args, ids is not None),
+                       source={"argv": argv, "machine": _machine(out)})
+    text = format_text(out)
+    if args.output:
+        try:
+            m.write(args.output)
+        except OSError as exc:
+            raise BenchError(f"{args.output}: cannot write: {exc.strerror or exc}") from None
+    if args.text:
+        _write(args.text, text)
+    else:
+        sys.stdout.write(text)
+    wrong = [r for r in out.results if r.wrong]
+    if wrong:
+        sizes = ", ".join(f"{r.size_bytes} B ({r.wrong})" for r in wrong)
+        raise BenchError(f"data check failed: wrong elements at {sizes}; the times were written but are suspect")
+    return 0
+
+
+def _run_probe(args: argparse.Namespace, argv: str) -> int:
+    from collsim.bench.probe import run_probe
+
+    if rank_env() is not None:
+        raise BenchError("--probe runs on one machine by itself; start it without torchrun")
+    if args.warmup < 0 or args.iters < 1:
+        raise BenchError(f"-w/--warmup and -n/--iters: expected >= 0 and >= 1, got {args.warmup} and {args.iters}")
+    progress = ProgressLine("probe", quiet=args.quiet)
+    parts = ["collsim", "bench", "--probe", "-w", str(args.warmup), "-n", str(args.iters),
+             "--probe-ranks", str(args.probe_ranks)]
+    if args.sizes:
+        parts += ["--sizes", args.sizes]
+    if args.output:
+        parts += ["-o", args.output]
+    try:
+        result = run_probe(copy_sizes=args.sizes, sweep_sizes=args.sizes, warmup=args.warmup, iters=args.iters,
+                           gloo_ranks=args.probe_ranks, timeout_s=args.timeout, command=shlex.join(parts),
+                           argv=argv, say=progress.say)
+    except UnitError as exc:
+        raise BenchError(f"--sizes: {exc}") from None
+    text = json.dumps(result, indent=2) + "\n"
+    if args.output:
+        _write(args.output, text)
+    else:
+        sys.stdout.write(text)
+    return 0

@@ -1,0 +1,196 @@
+"""collsim.bench without running torch: configuration, output formats, metadata, CLI error paths, missing torch."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from collsim.bench import BenchConfig, BenchError, SizeResult, SweepOutput, format_text, to_measurement, to_records
+from collsim.bench.metadata import cpu_model_from_cpuinfo, relevant_env
+from collsim.bench.probe import copy_rows, summarise_copies
+from collsim.bench.report import RankInfo
+from collsim.bench.worker import rank_env
+from collsim.calibration import parse_measurement_csv, parse_measurement_json, parse_nccl_tests
+from collsim.cli import main
+
+
+def _output(collective: str = "allreduce", nranks: int = 2, timing: str = "iteration") -> SweepOutput:
+    cfg = BenchConfig(collective=collective, sizes=(1024, 4096), iters=4, nprocs=nranks, timing=timing)
+    return SweepOutput(
+        config=cfg,
+        nranks=nranks,
+        results=[
+            SizeResult(1024, 256 // (nranks if collective == "allgather" else 1), [10e-6, 11e-6, 12e-6, 30e-6], 0),
+            SizeResult(4096, 1024 // (nranks if collective == "allgather" else 1), [40e-6, 40e-6, 40e-6, 40e-6], 0),
+        ],
+        ranks=[RankInfo(r, "hostA", 100 + r, "cpu", r) for r in range(nranks)],
+        hardware={"cpu": "Test CPU", "nodes": 1},
+        software={"torch_version": "0.0"},
+        started="2025-01-01T00:00:00+00:00",
+        finished="2025-01-01T00:00:01+00:00",
+    )
+
+
+# --- configuration --------------------------------------------------------------------------------------------
+
+
+def test_config_defaults_and_aliases() -> None:
+    cfg = BenchConfig(collective="All-Gather", sizes=(1024,))
+    assert (cfg.collective, cfg.backend, cfg.device, cfg.dtype, cfg.warmup, cfg.iters) == (
+        "allgather", "gloo", "cpu", "float32", 5, 20)
+    assert BenchConfig.from_dict(cfg.to_dict()) == cfg
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"collective": "gather"}, r"--collective: 'gather' is not wired"),
+        ({"collective": "nope"}, r"--collective: unknown collective 'nope'"),
+        ({"backend": "mpi"}, r"--backend: expected one of nccl, gloo"),
+        ({"backend": "nccl", "device": "cpu"}, r"nccl needs --device cuda"),
+        ({"dtype": "uint32"}, r"--dtype: expected one of"),
+        ({"sizes": ()}, r"--sizes: no sizes"),
+        ({"sizes": (0, 8)}, r"--sizes: sizes must be positive"),
+        ({"iters": 0}, r"-n/--iters: expected an integer >= 1, got 0"),
+        ({"warmup": -1}, r"-w/--warmup: expected an integer >= 0"),
+        ({"nprocs": 0}, r"--nprocs: expected an integer >= 1"),
+        ({"timing": "avg"}, r"--timing: expected one of iteration, block"),
+        ({"timeout_s": 0}, r"--timeout"),
+    ],
+)
+def test_config_errors_name_the_option(kwargs: dict[str, object], match: str) -> None:
+    with pytest.raises(BenchError, match=match):
+        BenchConfig(**kwargs)  # type: ignore[arg-type]
+
+
+def test_effective_sizes_round_like_nccl_tests() -> None:
+    # allreduce: whole float32 elements; 1023 B -> 1020 B; duplicates merged, order increasing
+    assert BenchConfig(sizes=(4096, 1023, 1020)).effective_sizes(2) == [1020, 4096]
+    # allgather over 3 ranks: count = size // 4 // 3 elements per rank, size = count * 3 * 4
+    cfg = BenchConfig(collective="allgather", sizes=(1024, 12, 11))
+    assert cfg.effective_sizes(3) == [12, 1020]
+    assert cfg.elements(1020, 3) == 85
+    with pytest.raises(BenchError, match=r"below one float32 element per rank \(8 B for alltoall over 2 ranks\)"):
+        BenchConfig(collective="alltoall", sizes=(4,)).effective_sizes(2)
+
+
+def test_rank_env_needs_all_three_variables() -> None:
+    assert rank_env({"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "3"}) == (3, 8, 3)
+    assert rank_env({"RANK": "3", "WORLD_SIZE": "8"}) is None
+    assert rank_env({"RANK": "x", "WORLD_SIZE": "8", "LOCAL_RANK": "0"}) is None
+
+
+# --- outputs ---------------------------------------------------------------------------------------------------
+
+
+def test_size_result_statistics() -> None:
+    r = SizeResult(1024, 256, [10e-6, 11e-6, 12e-6, 30e-6])
+    assert r.median_us == pytest.approx(11.5)
+    assert r.spread_us == pytest.approx(5.75)  # inclusive quartiles 10.75 and 16.5
+    assert r.mean_us == pytest.approx(15.75)
+    assert (r.min_us, r.max_us) == (pytest.approx(10.0), pytest.approx(30.0))
+
+
+def test_measurement_rows_metadata_and_round_trip(tmp_path: Path) -> None:
+    m = to_measurement(_output(), command="collsim bench -n 4", source={"machine": "hostA"})
+    assert [(r.size_bytes, r.time_us, r.statistic, r.iterations, r.spread_us) for r in m.rows] == [
+        (1024, 11.5, "median", 4, 5.75), (4096, 40.0, "median", 4, 0.0)]
+    assert m.source == {"command": "collsim bench -n 4", "machine": "hostA", "date": "2025-01-01T00:00:00+00:00",
+                        "finished": "2025-01-01T00:00:01+00:00", "launcher": "collsim"}
+    assert (m.backend, m.device, m.nranks, m.software["timing"], m.software["benchmark"]) == (
+        "gloo", "cpu", 2, "iteration", "collsim bench")
+    back = parse_measurement_json(m.to_json())
+    assert [(r.size_bytes, r.time_us) for r in back.rows] == [(1024, 11.5), (4096, 40.0)]
+    assert back.busbw_gbps(back.rows[1]) == pytest.approx(4096 / 40.0 / 1e3)  # 2 ranks: factor 2(n-1)/n = 1
+    csv_back = parse_measurement_csv(m.to_csv())
+    assert [(r.size_bytes, r.time_us, r.spread_us) for r in csv_back.rows] == [(1024, 11.5, 5.75), (4096, 40.0, 0.0)]
+    out = tmp_path / "m.json"
+    m.write(out)
+    assert json.loads(out.read_text())["format"] == "collsim-measurement/1"
+
+
+def test_block_timing_is_a_mean_without_spread() -> None:
+    m = to_measurement(_output(timing="block"))
+    assert [(r.statistic, r.time_us, r.spread_us) for r in m.rows] == [("mean", 15.75, None), ("mean", 40.0, None)]
+    assert "averaged over ranks" in m.notes
+
+
+def test_text_parses_back_as_nccl_tests() -> None:
+    text = format_text(_output(collective="allgather", nranks=4))
+    log = parse_nccl_tests(text)
+    assert (log.collective, log.nranks) == ("allgather", 4)
+    assert [(r.size_bytes, r.count, r.dtype, r.redop, r.time_us) for r in log.rows] == [
+        (1024, 64, "float32", "none", 11.5), (4096, 256, "float32", "none", 40.0)]
+    # busbw for allgather over 4 ranks: algbw * 3/4; 4096 B / 40 us = 0.1024 GB/s -> 0.0768 printed as 0.08
+    assert log.rows[1].algbw_gbps == 0.10 and log.rows[1].busbw_gbps == 0.08
+    assert "#       1024       11.50        5.75       10.00       30.00  ok" in text
+
+
+def test_records_carry_root_for_rooted_collectives() -> None:
+    out = _output()
+    out.config = BenchConfig(collective="broadcast", sizes=(1024, 4096), iters=4, nprocs=2, root=1)
+    assert [r.root for r in to_records(out)] == [1, 1]
+    assert [r.redop for r in to_records(out)] == ["none", "none"]
+
+
+def test_metadata_helpers() -> None:
+    env = {"NCCL_DEBUG": "INFO", "GLOO_SOCKET_IFNAME": "lo", "TORCH_NCCL_BLOCKING_WAIT": "1", "PATH": "/bin",
+           "CUDA_VISIBLE_DEVICES": "0,1"}
+    assert list(relevant_env(env)) == ["CUDA_VISIBLE_DEVICES", "GLOO_SOCKET_IFNAME", "NCCL_DEBUG",
+                                       "TORCH_NCCL_BLOCKING_WAIT"]
+    assert cpu_model_from_cpuinfo("processor\t: 0\nmodel name\t: AMD EPYC 7742 64-Core Processor\n") == (
+        "AMD EPYC 7742 64-Core Processor")
+    assert cpu_model_from_cpuinfo("processor: 0\n") is None
+
+
+def test_probe_copy_rows_are_size_over_median() -> None:
+    rows = copy_rows([8, 2**30], {8: [5e-6, 6e-6, 7e-6], 2**30: [0.02, 0.02, 0.03]})
+    assert rows[0] == {"size_bytes": 8, "time_us": 6.0, "spread_us": 1.0, "iterations": 3,
+                       "bandwidth_gbps": round(8 / 6.0 / 1e3, 6)}
+    assert rows[1]["bandwidth_gbps"] == pytest.approx(2**30 / 0.02 / 1e9, rel=1e-6)  # 53.69 GB/s
+    assert summarise_copies(rows) == {"latency_us": 6.0, "bandwidth_gbps": rows[1]["bandwidth_gbps"]}
+
+
+# --- command line without torch ---------------------------------------------------------------------------------
+
+
+def test_without_torch_one_line_with_the_install_command(monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setitem(sys.modules, "torch", None)  # "import torch" now raises ImportError
+    for argv in (["bench", "--sizes", "1KiB"], ["bench", "--probe"]):
+        rc = main(argv)
+        out, err = capsys.readouterr()
+        assert rc == 2 and out == ""
+        assert err == "collsim: error: collsim bench needs PyTorch; install it with: pip install 'collsim[bench]'\n"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--sizes", "1KiB:foo"], "--sizes: cannot read '1KiB:foo' as a size sweep"),
+        (["--sizes", "0:2KiB:+1KiB"], "--sizes: expected positive sizes"),
+        (["--sizes", "2KiB:1KiB:x2"], "--sizes: size sweep '2KiB:1KiB:x2': MAX is smaller than MIN"),
+        (["-o", "out.txt"], "-o out.txt: expected a file name ending in .json or .csv"),
+        (["--probe", "-o", "p.csv"], "--probe writes JSON"),
+    ],
+)
+def test_bad_options_exit_2_with_one_line(argv: list[str], message: str, monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setitem(sys.modules, "torch", None)  # these are found before torch is needed
+    rc = main(["bench", *argv])
+    out, err = capsys.readouterr()
+    assert rc == 2 and out == ""
+    assert err.startswith("collsim: error: ") and message in err and err.count("\n") == 1
+
+
+def test_importing_the_package_loads_neither_torch_nor_the_simulator() -> None:
+    code = (
+        "import sys, collsim.bench, collsim.bench.probe, collsim.bench.worker\n"
+        "print(sorted(m for m in sys.modules if m == 'torch' or m in ('simpy', 'networkx', 'collsim.api')))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
