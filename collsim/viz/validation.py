@@ -47,60 +47,29 @@ def validation_figure(validations: Sequence[Validation]) -> go.Figure:
         label = v.measurement.rsplit("/", 1)[-1].rsplit(".", 1)[0]
         x = [r.size_bytes for r in v.rows]
         algo = [f"{r.algorithm}/{r.protocol}" for r in v.rows]
-        fig.add_trace(
-            go.Scatter(
-                x=x,
-                y=[r.measured_us for r in v.rows],
-                mode="markers",
-                name=f"{label} measured",
-                legendgroup=label,
-                customdata=[r.measured_busbw_gbps for r in v.rows],
-                hovertemplate="%{x} B: %{y:.2f} us measured (busbw %{customdata:.2f} GB/s)<extra></extra>",
-            ),
-            row=1,
-            col=1,
-        )
-        fig.add_trace(
-            go.Scatter(
-                x=x,
-                y=[r.predicted_us for r in v.rows],
-                mode="lines",
-                name=f"{label} predicted",
-                legendgroup=label,
-                text=algo,
-                hovertemplate="%{x} B: %{y:.2f} us predicted (%{text})<extra></extra>",
-            ),
-            row=1,
-            col=1,
-        )
-        fig.add_trace(
-            go.Scatter(
-                x=x,
-                y=[r.time_error_pct for r in v.rows],
-                mode="lines+markers",
-                name=f"{label} error",
-                legendgroup=label,
-                hovertemplate="%{x} B: %{y:+.1f}%<extra></extra>",
-            ),
-            row=3,
-            col=1,
-        )
-        fig.add_trace(
-            go.Scatter(
-                x=x, y=[r.measured_busbw_gbps for r in v.rows], mode="markers", showlegend=False,
-                name=f"{label} measured busbw", legendgroup=label,
-            ),
-            row=2,
-            col=1,
-        )
-        fig.add_trace(
-            go.Scatter(
-                x=x, y=[r.predicted_busbw_gbps for r in v.rows], mode="lines", showlegend=False,
-                name=f"{label} predicted busbw", legendgroup=label,
-            ),
-            row=2,
-            col=1,
-        )
+        # (name suffix, row, mode, y, hover): the legend shows the first three, busbw shares their colours' groups
+        traces = [
+            ("measured", 1, "markers", [r.measured_us for r in v.rows], "%{x} B: %{y:.2f} us measured"),
+            ("predicted", 1, "lines", [r.predicted_us for r in v.rows], "%{x} B: %{y:.2f} us predicted (%{text})"),
+            ("error", 3, "lines+markers", [r.time_error_pct for r in v.rows], "%{x} B: %{y:+.1f}%"),
+            ("measured busbw", 2, "markers", [r.measured_busbw_gbps for r in v.rows], "%{x} B: %{y:.2f} GB/s"),
+            ("predicted busbw", 2, "lines", [r.predicted_busbw_gbps for r in v.rows], "%{x} B: %{y:.2f} GB/s"),
+        ]
+        for suffix, row, mode, y, hover in traces:
+            fig.add_trace(
+                go.Scatter(
+                    x=x,
+                    y=y,
+                    mode=mode,
+                    name=f"{label} {suffix}",
+                    legendgroup=label,
+                    showlegend=row != 2,
+                    text=algo,
+                    hovertemplate=hover + "<extra></extra>",
+                ),
+                row=row,
+                col=1,
+            )
     for row in (1, 2, 3):
         fig.update_xaxes(type="log", row=row, col=1)
     fig.update_yaxes(type="log", row=1, col=1)
