@@ -1,4 +1,4 @@
-"""Speed and memory benchmark: each shipped scenario's default sweep (both backends), against bare SimPy.
+"""Speed and memory benchmark: each shipped scenario's default sweep (every backend it enables), against bare SimPy.
 
 Every scenario runs in a fresh child process that reports its own wall time and peak resident memory; the baseline
 is a bare SimPy loop of N timeouts, timed in this same run, so the ratios hold when the machine's speed drifts.
@@ -40,7 +40,7 @@ import json, resource, sys, time
 from collsim.api import Simulator
 t0 = time.perf_counter()
 sim = Simulator.from_source(sys.argv[1])
-res = sim.run(backends=["nccl", "gloo"])
+res = sim.run()  # the backends the scenario enables
 wall = time.perf_counter() - t0
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # ru_maxrss is in KiB on Linux
 print(json.dumps({"wall_s": wall, "peak_bytes": peak, "rows": len(res.records),
