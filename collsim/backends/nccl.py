@@ -92,6 +92,8 @@ class NcclConstants:
     # the simulated time only, never the cost model's choice (NCCL's tuner uses its own fixed table).
     sim_step_latency_scale: float = 1.0  # factor on the per-step latency (hwLat) a simulated hop pays
     sim_launch_overhead: float = 0.0  # seconds added to each simulated collective's base latency
+    sim_ll_bw_scale: float = 1.0  # factor on the per-channel rate LL reaches (llMaxBw / nChannels) as simulated
+    sim_ll128_bw_scale: float = 1.0  # factor on the per-channel rate LL128 reaches as simulated
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> NcclConstants:
@@ -852,9 +854,9 @@ def simulate_nccl(
     arch = plan.arch if plan.arch in consts.ll_max_bw else "ampere"
     cap = plan.channel_bw
     if proto == "LL":
-        cap = min(cap, consts.ll_max_bw[arch][idx] / nc)
+        cap = min(cap, consts.ll_max_bw[arch][idx] / nc) * consts.sim_ll_bw_scale
     elif proto == "LL128":
-        cap = min(cap, consts.per_channel_max_ring_ll128_bw[arch][idx])
+        cap = min(cap, consts.per_channel_max_ring_ll128_bw[arch][idx]) * consts.sim_ll128_bw_scale
     wire = 1.0 / pc.data_per_wire
     if algo == "Tree" and collective == "allreduce":
         # NCCL's tree kernels reach only a size-dependent fraction of the link rate; tuning.cc carries it as the tree

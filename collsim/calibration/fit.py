@@ -76,7 +76,7 @@ def candidate_parameters(sim: Simulator, backends: Sequence[str]) -> list[str]:
     for k in kinds:
         out += [f"link.{k}.bandwidth_scale", f"link.{k}.latency_us"]
     if "nccl" in backends:
-        out += ["nccl.step_latency_scale", "nccl.launch_overhead_us"]
+        out += ["nccl.step_latency_scale", "nccl.launch_overhead_us", "nccl.ll_bw_scale", "nccl.ll128_bw_scale"]
     if "gloo" in backends:
         out += ["gloo.tcp_bw_scale", "gloo.reduce_bw_scale", "gloo.message_latency_us", "gloo.enqueue_latency_us"]
     return out

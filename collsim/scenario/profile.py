@@ -17,6 +17,8 @@ name                                meaning                                     
                                     zero total)
 ``nccl.step_latency_scale``         factor on NCCL's per-step latency (hwLat) as simulated                 0.05 .. 20
 ``nccl.launch_overhead_us``         extra time per collective (launch, base latency), microseconds        -20 .. 500
+``nccl.ll_bw_scale``                factor on the rate one channel reaches with LL (the channel's cap)      0.05 .. 2
+``nccl.ll128_bw_scale``             factor on the rate one channel reaches with LL128                       0.05 .. 2
 ``gloo.tcp_bw_scale``               factor on TCP throughput per connection (per core)                     0.02 .. 10
 ``gloo.reduce_bw_scale``            factor on the CPU reduction rate per core                               0.02 .. 10
 ``gloo.message_latency_us``         one TCP message one way (syscalls, stack), microseconds                0.5 .. 2000
@@ -69,6 +71,8 @@ PARAMETER_BOUNDS: dict[str, tuple[float, float, float]] = {
     "link.<kind>.latency_us": (-5.0, 500.0, 0.0),
     "nccl.step_latency_scale": (0.05, 20.0, 1.0),
     "nccl.launch_overhead_us": (-20.0, 500.0, 0.0),
+    "nccl.ll_bw_scale": (0.05, 2.0, 1.0),
+    "nccl.ll128_bw_scale": (0.05, 2.0, 1.0),
     "gloo.tcp_bw_scale": (0.02, 10.0, 1.0),
     "gloo.reduce_bw_scale": (0.02, 10.0, 1.0),
     "gloo.message_latency_us": (0.5, 2000.0, math.nan),
@@ -170,6 +174,8 @@ class Profile:
             consts,
             sim_step_latency_scale=p.get("nccl.step_latency_scale", 1.0),
             sim_launch_overhead=p.get("nccl.launch_overhead_us", 0.0) * _US,
+            sim_ll_bw_scale=p.get("nccl.ll_bw_scale", 1.0),
+            sim_ll128_bw_scale=p.get("nccl.ll128_bw_scale", 1.0),
         )
 
     def apply_gloo(self, consts: GlooConstants) -> GlooConstants:

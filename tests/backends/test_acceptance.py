@@ -6,11 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
+from tests_support import shared_calibration_dir
 
 from collsim.api import Simulator
 
 GiB, MiB = 2**30, 2**20
-CAL = Path(__file__).resolve().parents[3] / "shared" / "calibration-data"
+CAL = shared_calibration_dir() or Path("/nonexistent")
 
 
 def _busbw(sim: Simulator, backend: str, size: int) -> float:
