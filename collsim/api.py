@@ -9,6 +9,7 @@ Examples
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -157,9 +158,18 @@ class Simulator:
             raise ScenarioError(f"{where}{exc.message}", file=file, field=field_) from None
         if self.profile is not None:
             self.topology = self.profile.apply_topology(self.topology)
+        per_node = sum(1 for d in self.topology.rank_devices() if d.node == 0)
+        if scenario.workload.gpus_per_process > per_node:
+            raise ScenarioError(
+                f"expected at most the {per_node} ranks of one node, got {scenario.workload.gpus_per_process}",
+                file=file,
+                field="workload.gpus_per_process",
+            )
         nccl = scenario.backends.nccl
         try:
-            self.nccl_options = NcclOptions.from_env(nccl.env if nccl else {})
+            self.nccl_options = dataclasses.replace(
+                NcclOptions.from_env(nccl.env if nccl else {}), gpus_per_process=scenario.workload.gpus_per_process
+            )
         except BackendError as exc:
             raise ScenarioError(str(exc), file=file, field="backends.nccl.env") from None
         gloo = scenario.backends.gloo

@@ -199,3 +199,17 @@ def test_symmetry_must_be_bool() -> None:
     with pytest.raises(ScenarioError) as info:
         Simulator.from_source(_dict_scenario(symmetry="maybe"))
     assert "engine.symmetry" in str(info.value)
+
+
+def test_gpus_per_process_adds_one_launch_gap_per_extra_gpu() -> None:
+    """nccl-tests -g N: kernels of N GPUs launched one after another from one thread (2.0 us apart, nccl.yaml)."""
+    one = Simulator.from_source("dgx-a100", ["workload.sizes=8B"])
+    eight = Simulator.from_source("dgx-a100", ["workload.sizes=8B", "workload.gpus_per_process=8"])
+    assert eight.nccl_constants.group_launch_gap == pytest.approx(2.0e-6)
+    t1, t8 = (s.simulate_one("nccl", 8).time_s for s in (one, eight))
+    assert t8 - t1 == pytest.approx(7 * 2.0e-6, rel=1e-9)
+
+
+def test_gpus_per_process_beyond_one_node_is_an_error() -> None:
+    with pytest.raises(ScenarioError, match=r"workload.gpus_per_process: expected at most the 8 ranks of one node"):
+        Simulator.from_source("dgx-a100", ["workload.gpus_per_process=9"])

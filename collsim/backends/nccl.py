@@ -90,6 +90,7 @@ class NcclConstants:
     tree_correction: Mapping[str, tuple[float, ...]]
     # Calibration (collsim.scenario.profile): what the simulated system pays beyond NCCL's constants. They change
     # the simulated time only, never the cost model's choice (NCCL's tuner uses its own fixed table).
+    group_launch_gap: float = 0.0  # seconds between kernel launches of GPUs driven by one thread (nccl-tests -g)
     sim_step_latency_scale: float = 1.0  # factor on the per-step latency (hwLat) a simulated hop pays
     sim_launch_overhead: float = 0.0  # seconds added to each simulated collective's base latency
     sim_ll_bw_scale: float = 1.0  # factor on the per-channel rate LL reaches (llMaxBw / nChannels) as simulated
@@ -135,6 +136,7 @@ class NcclConstants:
             nvls_channels=int(data["nvls_channels"]),
             nvls_chunk_bytes=int(data["nvls_chunk_bytes"]),
             tree_correction={k: tuple(float(x) for x in v) for k, v in data["tree_correction"].items()},
+            group_launch_gap=float(data["group_launch_gap_us"]) * _US,
         )
 
 
@@ -191,6 +193,7 @@ class NcclOptions:
     socket_threads: int = 1
     nvls_enable: bool = True
     env: Mapping[str, str] = field(default_factory=dict)
+    gpus_per_process: int = 1  # not an NCCL knob: the workload's GPUs per process (nccl-tests -g)
 
     @classmethod
     def from_env(cls, env: Mapping[str, Any]) -> NcclOptions:
@@ -866,6 +869,9 @@ def simulate_nccl(
     base = consts.base_latency[algo if algo in consts.base_latency else "Ring"][proto]
     if algo in ("NVLS", "NVLSTree"):
         base += consts.hw_latency[plan.intra_hw][algo]["Simple"] * consts.sim_step_latency_scale
+    # one thread launching g GPUs' kernels one after another (nccl-tests -g g): the collective cannot finish before
+    # the last kernel starts, (g - 1) launch gaps after the first; charged to every rank (keeps ranks symmetric)
+    base += (opts.gpus_per_process - 1) * consts.group_launch_gap
     base = max(0.0, base + consts.sim_launch_overhead)
     per_channel = nbytes / nc
     cat = ResourceCatalog(topo)

@@ -216,6 +216,11 @@ class WorkloadConfig(BaseModel):
     sizes: Annotated[str | int | list[int | str], WithJsonSchema(_SIZES_SCHEMA)] = "8B:8GiB:x2"
     root: StrictInt = Field(0, ge=0, description="Root rank of broadcast and reduce.")
     peers: list[StrictInt] = Field(default_factory=lambda: [0, 1], description="The two ranks of sendrecv.")
+    gpus_per_process: StrictInt = Field(
+        1,
+        ge=1,
+        description="GPUs one process drives (nccl-tests -g): their kernels launch one after another from one thread.",
+    )
 
     @field_validator("collective", mode="before")
     @classmethod
