@@ -79,7 +79,7 @@ def _case(name: str) -> Measurement:
 # <= 20% on sizes >= 16 MiB and median |time error| <= 35% on sizes <= 64 KiB for every NCCL case.
 NCCL_CASES = {
     "a100_8gpu_1node_stas00": (True, True),
-    "aws_p4de_2node_efa_a100": (True, False),
+    "aws_p4de_2node_efa_a100": (True, True),
     "azure_nd_h100_v5_1node": (True, True),
     "h100_4node_vm_ib_ndr_issue309": (True, True),
     "rtx2080ti_2gpu_pcie3_switch_nop2p": (True, True),
