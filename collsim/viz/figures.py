@@ -656,10 +656,10 @@ def link_utilisation_figure(
     max_links: int = 40,
     title: str | None = None,
 ) -> go.Figure:
-    """Per link over time: a heatmap of utilisation (data bytes per second over the link's bandwidth).
+    """Per link over time: a heatmap of utilisation (what the engine charged the link per second over its capacity).
 
-    See :mod:`collsim.trace` for what the records allow: flows at their average rate, data bytes (LL's flags or
-    NVLS's switch reduction are not in the records, so a saturated LL link shows 0.5 and NVLS links can exceed 1).
+    See :mod:`collsim.trace` for what the records allow: flows at their average rate, each times its units per data
+    byte on the link (LL's flags, TCP's host-memory copies, NVLS's switch reduction), so a saturated link shows 1.
 
     Parameters
     ----------
@@ -723,13 +723,13 @@ def bottleneck_figure(
 ) -> go.Figure:
     """The top bottleneck links: load share and busy share of the collective's time, highest load first.
 
-    *load* = data bytes / bandwidth / collective time (the mean utilisation; 100% = the link alone would take the
-    whole time at full speed); *busy* = share of the time with at least one flow on the link.
+    *load* = units charged (bytes x coefficient) / bandwidth / collective time (the mean utilisation; 100% = the
+    link alone would take the whole time at full speed); *busy* = share of the time with at least one flow on it.
 
     Returns
     -------
     plotly.graph_objects.Figure
-        Two horizontal ``go.Bar`` traces, ``"load (bytes / bandwidth)"`` and ``"busy (>= 1 flow)"``, x in percent,
+        Two horizontal ``go.Bar`` traces, ``"load (charged / bandwidth)"`` and ``"busy (>= 1 flow)"``, x in percent,
         y = ``"<link> (<kind>)"`` for the ``top`` links.
     """
     usage = _usage(records, topology, total_s, 1)[:top]
@@ -738,7 +738,7 @@ def bottleneck_figure(
     fig.add_trace(
         go.Bar(
             orientation="h",
-            name="load (bytes / bandwidth)",
+            name="load (charged / bandwidth)",
             y=names,
             x=[100.0 * u.load_share for u in usage],
             marker={"color": "#d62728"},

@@ -283,8 +283,8 @@ def _page(
         f"<p class='note'>Timeline size: <b id='timeline-size'>{esc(format_size(rep_size))}</b> "
         f"({rep_size} bytes), {esc(sc.collectives()[0])}, simulated with <code>engine.symmetry=false</code> so "
         "that every rank appears. Rows are ranks and channels, bars the chunks each sends, receives, reduces or "
-        "copies; drag to zoom, double-click to reset. Link utilisation counts data bytes per second over each "
-        "link's bandwidth, at each flow's average rate.</p>",
+        "copies; drag to zoom, double-click to reset. Link utilisation is what the simulation charged each link "
+        "(protocol overheads included) over its capacity, at each flow's average rate.</p>",
     ]
     for out in outcomes:
         b = out.backend

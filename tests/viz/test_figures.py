@@ -297,7 +297,7 @@ def test_link_utilisation_figure_heatmap() -> None:
 def test_bottleneck_figure_shares() -> None:
     fig = bottleneck_figure(_link_records(), CAPS, total_s=2e-3, top=2)
     load, busy = fig.data
-    assert (load.name, busy.name) == ("load (bytes / bandwidth)", "busy (>= 1 flow)")
+    assert (load.name, busy.name) == ("load (charged / bandwidth)", "busy (>= 1 flow)")
     assert list(load.y) == ["a->b (pcie)", "n0/cpu0 memory (hostmem)"]
     assert list(load.x) == pytest.approx([50.0, 12.5])  # 1 MB / 1 GB/s = 1 ms of 2; 1 MB / 4 GB/s
     assert list(busy.x) == pytest.approx([50.0, 50.0])
