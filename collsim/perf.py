@@ -1,7 +1,8 @@
 """Speed and memory benchmark: each shipped scenario's default sweep (every backend it enables), against bare SimPy.
 
 Every scenario runs in a fresh child process that reports its own wall time and peak resident memory; the baseline
-is a bare SimPy loop of N timeouts, timed in this same run, so the ratios hold when the machine's speed drifts.
+is a bare SimPy loop of N timeouts, timed in this same run (the median of three fresh child processes, as the
+scenarios run), so the ratios hold when the machine's speed drifts.
 """
 
 from __future__ import annotations
@@ -35,6 +36,12 @@ def bare_simpy_seconds(n: int = 1_000_000) -> float:
     return time.perf_counter() - t0
 
 
+_BASELINE_CHILD = r"""
+import sys
+from collsim.perf import bare_simpy_seconds
+print(bare_simpy_seconds(int(sys.argv[1])))
+"""
+
 _CHILD = r"""
 import json, resource, sys, time
 from collsim.api import Simulator
@@ -53,8 +60,14 @@ def run_benchmark(scenarios: Sequence[str], baseline_events: int = 1_000_000) ->
     from collsim.scenario import builtin_scenarios
 
     names = list(scenarios) or builtin_scenarios()
-    base = bare_simpy_seconds(baseline_events)
-    print(f"baseline: bare SimPy loop of {baseline_events} timeouts: {base:.3f} s")
+    runs = sorted(
+        float(subprocess.run([sys.executable, "-c", _BASELINE_CHILD, str(baseline_events)], capture_output=True,
+                             text=True, check=True).stdout.strip())
+        for _ in range(3)
+    )
+    base = runs[1]  # the median of three
+    print(f"baseline: bare SimPy loop of {baseline_events} timeouts: {base:.3f} s "
+          f"(median of 3 fresh processes: {', '.join(f'{r:.3f}' for r in runs)})")
     print(f"{'scenario':<22} {'rows':>5} {'wall s':>8} {'x base':>7} {'target':>7} {'peak MiB':>9}")
     status = 0
     for name in names:
