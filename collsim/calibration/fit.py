@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -147,6 +148,15 @@ class CalibrationResult:
         keep = set(self.heldout_sizes if held_out else self.fit_sizes)
         rows = [r for v in vals for r in v.rows if r.size_bytes in keep]
         return summarise("held-out sizes" if held_out else "fit sizes", rows)
+
+
+def _shown(path: str) -> str:
+    """``path`` relative to the working directory when it lies below it (profiles get committed), else as given."""
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:  # pragma: no cover - another drive on Windows
+        return path
+    return path if rel.startswith("..") and os.path.isabs(path) else rel
 
 
 def _round(x: float | None) -> float | None:
@@ -278,8 +288,8 @@ def calibrate(
     result = CalibrationResult(profile, names, sensitivity, fit_sizes, held, before, after, evaluations)
     profile.meta = {
         "fitted_on": {
-            "scenario": scenario.source_file or scenario.name,
-            "measurements": [m.file for m in measurements],
+            "scenario": _shown(scenario.source_file) if scenario.source_file else scenario.name,
+            "measurements": [_shown(m.file) for m in measurements],
             "fit_sizes_bytes": fit_sizes,
             "heldout_sizes_bytes": held,
             "date": _dt.date.today().isoformat(),

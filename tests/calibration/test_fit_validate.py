@@ -146,3 +146,17 @@ def test_real_gloo_loopback_calibration_predicts_held_out_sizes() -> None:
     held = [abs(r.time_error_pct) for r in after.rows if r.size_bytes in res.heldout_sizes and r.size_bytes >= 2**16]
     assert len(held) >= 4
     assert median(held) <= 15.0
+
+
+@needs_shared
+def test_transfer_two_node_a100_profile_lowers_the_one_node_a100_error() -> None:
+    """The profile `collsim calibrate` fitted on the two-node A100 case (committed) applied to the one-node A100
+    case: every size band's median error falls (README: Transfer)."""
+    m = _case("a100_8gpu_1node_stas00")
+    scenario = VALIDATION / "a100_8gpu_1node_stas00.yaml"
+    prof = load_profile(VALIDATION / "profiles" / "aws_p4de_2node_efa_a100.yaml")
+    before = validate(Simulator.from_source(scenario), m)
+    after = validate(Simulator.from_source(scenario, profile=prof), m)
+    for b, a in zip(before.bands(), after.bands(), strict=True):
+        assert a.median_abs_time_error_pct < b.median_abs_time_error_pct  # type: ignore[operator]
+    assert after.overall().median_abs_time_error_pct < 0.7 * before.overall().median_abs_time_error_pct  # type: ignore[operator]
