@@ -160,3 +160,9 @@ def test_transfer_two_node_a100_profile_lowers_the_one_node_a100_error() -> None
     for b, a in zip(before.bands(), after.bands(), strict=True):
         assert a.median_abs_time_error_pct < b.median_abs_time_error_pct  # type: ignore[operator]
     assert after.overall().median_abs_time_error_pct < 0.7 * before.overall().median_abs_time_error_pct  # type: ignore[operator]
+
+
+def test_calibrate_refuses_a_rank_count_mismatch() -> None:
+    m = Measurement("allreduce", 8, [MeasurementRow(8, 10.0)], backend="nccl", file="m.json")
+    with pytest.raises(MeasurementError, match="8 ranks, the scenario 2"):
+        calibrate(load(PCIE), [m])
