@@ -858,6 +858,11 @@ def simulate_nccl(
     cap = plan.channel_bw
     if proto == "LL":
         cap = min(cap, consts.ll_max_bw[arch][idx] / nc) * consts.sim_ll_bw_scale
+        if algo == "Tree":
+            # one LL channel of the tree reduces up and broadcasts down with the same threads (NCCL's tree LL
+            # kernel runs up and down in one loop); tuning.cc caps the tree's LL busBw at llMaxBw and halves it
+            # for algBw: both directions share the channel's LL rate
+            cap /= 2
     elif proto == "LL128":
         cap = min(cap, consts.per_channel_max_ring_ll128_bw[arch][idx]) * consts.sim_ll128_bw_scale
     wire = 1.0 / pc.data_per_wire
