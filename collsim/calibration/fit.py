@@ -30,8 +30,15 @@ from typing import Any
 import numpy as np
 
 from collsim.api import Simulator
-from collsim.calibration.measurement import Measurement, MeasurementError
-from collsim.calibration.validate import BandSummary, Validation, measurement_backend, summarise, validate
+from collsim.calibration.measurement import Measurement
+from collsim.calibration.validate import (
+    BandSummary,
+    Validation,
+    check_ranks,
+    measurement_backend,
+    summarise,
+    validate,
+)
 from collsim.scenario import Scenario
 from collsim.scenario.profile import LINK_KINDS, Profile, parameter_bounds
 
@@ -213,11 +220,8 @@ def calibrate(
         raise ValueError("no measurement given")
     base_sim = Simulator(scenario, Profile())
     backends = [measurement_backend(base_sim, m) for m in measurements]
-    nranks = len(base_sim.topology.rank_devices())
     for m in measurements:
-        if m.nranks is not None and m.nranks != nranks:
-            raise MeasurementError(f"the measurement has {m.nranks} ranks, the scenario {nranks}", file=m.file,
-                                   field="nranks")
+        check_ranks(base_sim, m)
     all_sizes = sorted({s for m in measurements for s in m.sizes()})
     fit_sizes, held = split_sizes(all_sizes, holdout)
     fit_set = set(fit_sizes)

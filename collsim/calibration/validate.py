@@ -33,6 +33,7 @@ __all__ = [
     "Validation",
     "ValidationRow",
     "band_label",
+    "check_ranks",
     "measurement_backend",
     "predict_times",
     "summarise",
@@ -178,6 +179,15 @@ def measurement_backend(sim: Simulator, m: Measurement) -> str:
     return enabled[0]
 
 
+def check_ranks(sim: Simulator, m: Measurement) -> int:
+    """The scenario's rank count; a :class:`MeasurementError` when ``m`` says it ran on another."""
+    nranks = len(sim.topology.rank_devices())
+    if m.nranks is not None and m.nranks != nranks:
+        raise MeasurementError(f"the measurement has {m.nranks} ranks, the scenario {nranks}", file=m.file,
+                               field="nranks")
+    return nranks
+
+
 def predict_times(
     sim: Simulator, m: Measurement, sizes: Sequence[int] | None = None, backend: str | None = None
 ) -> list[tuple[float, str, str]]:
@@ -188,10 +198,7 @@ def predict_times(
     MeasurementError
         When the measurement's rank count or backend does not match the scenario.
     """
-    nranks = len(sim.topology.rank_devices())
-    if m.nranks is not None and m.nranks != nranks:
-        raise MeasurementError(f"the measurement has {m.nranks} ranks, the scenario {nranks}", file=m.file,
-                               field="nranks")
+    check_ranks(sim, m)
     b = backend or measurement_backend(sim, m)
     out = []
     for s in m.sizes() if sizes is None else sizes:

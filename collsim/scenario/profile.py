@@ -88,17 +88,17 @@ def _pattern(name: str) -> str | None:
     return name if name in PARAMETER_BOUNDS else None
 
 
-def parameter_bounds(name: str) -> tuple[float, float, float]:
+def parameter_bounds(name: str, file: str | None = None) -> tuple[float, float, float]:
     """(lower, upper, neutral) of a parameter; neutral is NaN for absolute values with no neutral setting.
 
     Raises
     ------
     ScenarioError
-        For an unknown name.
+        For an unknown name (naming ``file`` when given).
     """
     key = _pattern(name)
     if key is None:
-        raise ScenarioError(f"unknown parameter; expected one of {', '.join(PARAMETER_BOUNDS)}",
+        raise ScenarioError(f"unknown parameter; expected one of {', '.join(PARAMETER_BOUNDS)}", file=file,
                             field=f"parameters.{name}")
     return PARAMETER_BOUNDS[key]
 
@@ -124,7 +124,7 @@ class Profile:
     def __post_init__(self) -> None:
         clean: dict[str, float] = {}
         for name, value in self.parameters.items():
-            lo, hi, _ = parameter_bounds(name) if _pattern(name) else self._unknown(name)
+            lo, hi, _ = parameter_bounds(name, self.file)
             if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
                 raise ScenarioError(f"expected a number, got {value!r}", file=self.file, field=f"parameters.{name}")
             if not lo <= float(value) <= hi:
@@ -132,10 +132,6 @@ class Profile:
                                     field=f"parameters.{name}")
             clean[name] = float(value)
         self.parameters = clean
-
-    def _unknown(self, name: str) -> tuple[float, float, float]:
-        raise ScenarioError(f"unknown parameter; expected one of {', '.join(PARAMETER_BOUNDS)}", file=self.file,
-                            field=f"parameters.{name}")
 
     # ------------------------------------------------------------------------------------------ application
     def apply_topology(self, topo: Topology) -> Topology:

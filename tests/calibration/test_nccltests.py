@@ -3,29 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
 import warnings
 from pathlib import Path
 
 import pytest
+from tests_support import shared_calibration_dir
 
 from collsim.calibration import MeasuredRow, NcclTestsLog, ParseWarning, parse_nccl_tests, read_nccl_tests
 
-
-def _shared_dir() -> Path | None:
-    """The shared/ folder: $COLLSIM_SHARED first, else the sibling of the repository."""
-    candidates = []
-    if os.environ.get("COLLSIM_SHARED"):
-        candidates.append(Path(os.environ["COLLSIM_SHARED"]))
-    candidates.append(Path(__file__).resolve().parents[3] / "shared")
-    for c in candidates:
-        if (c / "calibration-data" / "raw").is_dir():
-            return c
-    return None
-
-
-SHARED = _shared_dir()
-DATA = None if SHARED is None else SHARED / "calibration-data"
+DATA = shared_calibration_dir()
 RAW_FILES = [] if DATA is None else sorted(p for p in (DATA / "raw").iterdir() if p.is_file())
 
 #: Raw files that are not nccl-tests output: they must parse without crashing, give no rows and warn per line.
