@@ -46,6 +46,17 @@ def slices(data_bytes: float, chunking: RingChunking) -> list[float]:
     return out
 
 
+def _step_end(i: int, nparts: int, chunking: RingChunking, whole_steps: bool) -> int | None:
+    """The slice to wait for before sending slice ``i``: ``i`` itself, or with ``whole_steps`` the last slice of
+    its chunk at the chunk's first slice and nothing (``None``) at the others (already waited for)."""
+    if not whole_steps:
+        return i
+    spc = chunking.slices_per_chunk
+    if i % spc:
+        return None
+    return min(i + spc - 1, nparts - 1)
+
+
 def nccl_chain(
     board: EventBoard,
     me: Hashable,
@@ -55,18 +66,22 @@ def nccl_chain(
     data_bytes: float,
     chunking: RingChunking,
     send: Send | None,
+    whole_steps: bool = False,
 ) -> Proc:
     """A pipelined chain (NCCL's ring broadcast and reduce, and a send/recv pair).
 
     Waits for: each slice from the predecessor (none at the head), and a free slot at the successor (the slice sent
     ``slots`` ago forwarded by it, or arrived if it is the tail). Pays: each slice's transfer (``send``), streamed
     back to back; a reduction into the slice (reduce) is fused into the copy and costs no separate time.
+    With ``whole_steps`` (a send over the network) a chunk cut in several slices leaves only once all of it is
+    here (NCCL's network proxy sends one step at a time, see :func:`~collsim.algorithms.nccl_ring_allreduce`).
     Fires ``(me, ("arr", i))`` when slice ``i`` has reached the successor and ``(me, "done")`` at the end.
     """
     parts = slices(data_bytes, chunking)
     for i, b in enumerate(parts):
-        if pred is not None:
-            yield board.get(pred, ("arr", i))
+        wait = _step_end(i, len(parts), chunking, whole_steps and send is not None)
+        if pred is not None and wait is not None:
+            yield board.get(pred, ("arr", wait))
         if succ is None or send is None:  # the tail consumes each slice as it arrives
             board.fire(me, ("fwd", i))
             continue
@@ -90,14 +105,19 @@ def nccl_tree_up(
     data_bytes: float,
     chunking: RingChunking,
     send_up: Send | None,
+    whole_steps: bool = False,
 ) -> Proc:
     """Reduce up the tree: per slice, wait for every child's slice, send the (fused) sum to the parent.
 
     The root, having the full sum of a slice, makes it available to the broadcast down (``(me, ("down", i))``).
+    With ``whole_steps`` (the send up crosses the network) a chunk's slices leave only once every child's whole
+    chunk is here (one network send per step).
     """
-    for i, b in enumerate(slices(data_bytes, chunking)):
-        for ch in children:
-            yield board.get(ch, ("up", i))
+    parts = slices(data_bytes, chunking)
+    for i, b in enumerate(parts):
+        wait = _step_end(i, len(parts), chunking, whole_steps and send_up is not None)
+        for ch in children if wait is not None else ():
+            yield board.get(ch, ("up", wait))
         if parent is None or send_up is None:
             board.fire(me, ("down", i))
             continue
@@ -114,13 +134,18 @@ def nccl_tree_down(
     data_bytes: float,
     chunking: RingChunking,
     send_down: Sequence[Send],
+    whole_steps: bool = False,
 ) -> Proc:
     """Broadcast down the tree: per slice, wait for it to arrive from the parent (or the root's reduction), then
     send it to every child at once (one connection each). Runs beside :func:`nccl_tree_up` (NCCL splits a
-    channel's threads between the two directions). Fires ``(me, "done")`` when the last slice is here and sent."""
+    channel's threads between the two directions). With ``whole_steps`` (a send down crosses the network) a
+    chunk's slices leave only once the whole chunk is here. Fires ``(me, "done")`` when the last slice is here and
+    sent."""
     parts = slices(data_bytes, chunking)
     for i, b in enumerate(parts):
-        yield board.get(me, ("down", i))
+        wait = _step_end(i, len(parts), chunking, whole_steps and bool(send_down))
+        if wait is not None:
+            yield board.get(me, ("down", wait))
         streams = []
         for ch, send in zip(children, send_down, strict=True):
             streamed, arrived = send(b)

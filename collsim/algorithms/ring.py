@@ -72,6 +72,7 @@ def nccl_ring_allreduce(
     chunking: RingChunking,
     send: Send,
     nsteps: int | None = None,
+    whole_steps: bool = False,
 ) -> Proc:
     """One (channel, rank) of NCCL's ring allreduce: reduce-scatter then all-gather, 2(n-1) steps per chunk.
 
@@ -83,6 +84,10 @@ def nccl_ring_allreduce(
     ``slots`` sends ago consumed by the successor (forwarded by its next step, or arrived if it was the last step).
     Pays: each slice's transfer as given by ``send`` (bandwidth while streaming, latency once on arrival); the sender
     streams slices back to back, so latency overlaps later slices.
+
+    With ``whole_steps`` (a send over the network) a step cut in several slices leaves only once all of it is here:
+    NCCL's network proxy posts one network send per step, after the GPU has written the whole step (net.cc), so
+    step k waits for the predecessor's last slice of step k-1 before its first slice streams.
 
     Fires on the board: ``(me, ("arr", loop, step, slice))`` at arrival and ``(me, ("str", ...))`` when streamed,
     and ``(me, "done")`` at the end (last slice arrived).
@@ -96,8 +101,8 @@ def nccl_ring_allreduce(
         slice_bytes = chunk / spc
         for k in range(nsteps):
             for s in range(spc):
-                if k > 0:
-                    yield board.get(pred, ("arr", li, k - 1, s))
+                if k > 0 and not (whole_steps and s > 0):
+                    yield board.get(pred, ("arr", li, k - 1, spc - 1 if whole_steps else s))
                 seq = len(order)
                 if seq >= chunking.slots:
                     l0, k0, s0 = order[seq - chunking.slots]

@@ -95,6 +95,7 @@ class NcclConstants:
     sim_launch_overhead: float = 0.0  # seconds added to each simulated collective's base latency
     sim_ll_bw_scale: float = 1.0  # factor on the per-channel rate LL reaches (llMaxBw / nChannels) as simulated
     sim_ll128_bw_scale: float = 1.0  # factor on the per-channel rate LL128 reaches as simulated
+    sim_max_chunks: int = 512  # chunks per channel beyond which a tree/chain/NVLS pipeline merges chunks
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> NcclConstants:
@@ -137,6 +138,7 @@ class NcclConstants:
             nvls_chunk_bytes=int(data["nvls_chunk_bytes"]),
             tree_correction={k: tuple(float(x) for x in v) for k, v in data["tree_correction"].items()},
             group_launch_gap=float(data["group_launch_gap_us"]) * _US,
+            sim_max_chunks=int(data.get("sim_max_chunks_per_channel", 512)),
         )
 
 
@@ -657,6 +659,52 @@ def choose(
     return a, p, t
 
 
+# pipelines whose fill is a few stages deep (a tree's depth, NVLS's reduce and multicast): merging chunks beyond
+# NcclConstants.sim_max_chunks costs them little; rings and chains (2(n-1) or n-1 stages) are never merged
+_MERGEABLE = ("Tree", "NVLS", "NVLSTree", "CollNetDirect", "CollNetChain")
+
+
+def _nvls_chunk(algo: str, nbytes: int, concurrent: int, chunk: float, nnodes: int = 1) -> float:
+    """NVLS and NVLSTree chunk size in bytes (enqueue.cc): NCCL_NVLS_CHUNKSIZE (128 KiB; NVLSTree at most 64 KiB
+    from 4 nodes on, NCCL_NVLSTREE_MAX_CHUNKSIZE's default), cut for sizes that would leave the ``concurrent`` =
+    channels x NVLS heads pipelines too few chunks (NVLS down to 16 KiB, NVLSTree down to 32 KiB).
+
+    >>> [_nvls_chunk("NVLS", s << 20, 16 * 8, 131072) // 1024 for s in (2, 16, 128, 1024)]
+    [16.0, 32.0, 64.0, 128.0]
+    >>> [_nvls_chunk("NVLSTree", s << 20, 16 * 8, 131072, 2) // 1024 for s in (4, 16, 64)]
+    [32.0, 64.0, 128.0]
+    >>> _nvls_chunk("NVLSTree", 1 << 30, 16 * 8, 131072, 4) // 1024
+    64.0
+    """
+    if algo == "NVLSTree" and nnodes >= 4:
+        chunk = min(chunk, 65536)
+    steps = (
+        ((64, 65536), (8, 32768), (2, 16384))
+        if algo == "NVLS"
+        else ((32, 262144), (16, 131072), (4, 65536), (1, 32768))
+    )
+    for times, floor in steps:
+        if nbytes < times * concurrent * chunk and chunk > floor:
+            chunk = floor
+    return float(chunk)
+
+
+def _tree_ll128_chunk(nbytes: int, nc: int, nnodes: int, ppn: int, chunk: float) -> float:
+    """The LL128 tree's chunk in wire bytes (enqueue.cc): halved, down to 128 KiB and then to 32 KiB, until every
+    channel has enough chunks for the tree's steps (nstepsLL128 = 1 + log2(nNodes) + 0.1 ppn; at least
+    nstepsLL128 x 64 / ppn chunks, then x 16 / ppn).
+
+    >>> step = 4915200 / 8  # an LL128 step: NCCL's LL128 buffer over NCCL_STEPS
+    >>> [int(_tree_ll128_chunk(s << 20, 16, 2, 8, step)) // 1024 for s in (1, 8, 64, 1024)]
+    [18, 75, 150, 600]
+    """
+    nsteps = 1 + int(math.log2(nnodes)) + 0.1 * ppn
+    for times, floor in ((64, 131072), (16, 32768)):
+        while nbytes // (nc * chunk) < nsteps * times / ppn and chunk > floor:
+            chunk /= 2
+    return chunk
+
+
 def _channels_for(plan: NcclPlan, consts: NcclConstants, proto: str, nbytes: int, nc: int) -> int:
     """NCCL shrinks the channel count for small sizes: while bytes < nc * nthreads * threshold, nc -= 1."""
     pc = consts.protocols[proto]
@@ -694,6 +742,7 @@ class _Role:
     latency: float
     cap: float
     tag: str
+    net: bool = False  # crosses the network: NCCL's proxy forwards it one whole step at a time
 
 
 def _hop_role(hop: Hop, consts: NcclConstants, plan: NcclPlan, algo: str, proto: str, wire: float, cap: float) -> _Role:
@@ -703,7 +752,13 @@ def _hop_role(hop: Hop, consts: NcclConstants, plan: NcclPlan, algo: str, proto:
         hw_lat = max(hw_lat, plan.net_overhead * (3 if proto == "Simple" else 1))
     prop = hop.path.latency * (2 if (hop.hw == "NET" and proto == "Simple") else 1)
     lat = hw_lat * consts.sim_step_latency_scale + prop
-    return _Role([(k, c * wire) for k, c in hop.path.uses], lat, min(cap, hop.max_rate), _TRANSPORT_TAG[hop.transport])
+    return _Role(
+        [(k, c * wire) for k, c in hop.path.uses],
+        lat,
+        min(cap, hop.max_rate),
+        _TRANSPORT_TAG[hop.transport],
+        hop.hw == "NET",
+    )
 
 
 def _btree(nodes: int, m: int) -> tuple[int | None, list[int]]:
@@ -828,14 +883,8 @@ def simulate_nccl(
     else:  # enqueue.cc: chunkSteps = sliceSteps = 1 unless Ring/Simple
         chunk = step_data
         pieces = 1
-        if algo == "NVLS":
-            chunk = min(chunk, consts.nvls_chunk_bytes)
-        elif algo == "NVLSTree":
-            # like the tree's: halve the chunk (down to NVLS's) until the inter-node pipeline can fill
-            depth = 2 + 2 * math.ceil(math.log2(plan.nnodes))
-            per = nbytes / max(1, min(consts.nvls_channels, opts.max_channels or consts.nvls_channels))
-            while per / chunk < 4 * depth and chunk > consts.nvls_chunk_bytes:
-                chunk /= 2
+        if algo in ("NVLS", "NVLSTree"):
+            chunk = _nvls_chunk(algo, nbytes, nc * plan.ppn, consts.nvls_chunk_bytes, plan.nnodes)
         elif algo == "Tree" and proto == "Simple":
             # enqueue.cc: halve the chunk until every channel has enough of them to fill the tree's pipeline
             depth = plan.ppn - 1 + max(0, math.ceil(math.log2(plan.nnodes)))
@@ -843,7 +892,9 @@ def simulate_nccl(
             for times, floor in ((8, 131072), (4, 65536), (1, 32768)):
                 while per / chunk < depth * times and chunk > floor:
                     chunk /= 2
-        elif proto in ("LL", "LL128") and algo in ("Tree", "Ring"):
+        elif algo == "Tree" and proto == "LL128" and collective == "allreduce":
+            chunk = _tree_ll128_chunk(nbytes, nc, plan.nnodes, plan.ppn, chunk / pc.data_per_wire) * pc.data_per_wire
+        if proto in ("LL", "LL128") and algo in ("Tree", "Ring"):
             # LL and LL128 carry a flag in every line, so a receiver forwards data as lines arrive instead of waiting
             # for a whole step: model that by cutting a step into up to 16 pieces when a channel has too few steps
             # to fill the pipeline (collsim's modelling choice; NCCL has no such parameter)
@@ -853,6 +904,11 @@ def simulate_nccl(
                 pieces *= 2
         # a step cut in pieces is still one chunk; the connection still holds NCCL_STEPS steps
         chunking = RingChunking(chunk, pieces, consts.steps * pieces)
+        # collsim's simulation setting, not NCCL's: beyond sim_max_chunks chunks per channel, consecutive chunks
+        # are merged (a pipeline that long is in steady state; merging adds one merged chunk's time per pipeline
+        # stage to its fill, measured in the README's accuracy section)
+        if algo in _MERGEABLE and nbytes / nc > consts.sim_max_chunks * chunk:
+            chunking = RingChunking(nbytes / nc / consts.sim_max_chunks, pieces, consts.steps * pieces)
     idx = _node_index(plan.nnodes)
     arch = plan.arch if plan.arch in consts.ll_max_bw else "ampere"
     cap = plan.channel_bw
@@ -1063,7 +1119,7 @@ def simulate_nccl(
     usage = {e: {name: role.uses for name, role in r.items()} for e, r in roles.items()}
     colors = {
         e: (
-            tuple(sorted((k, round(ro.latency * 1e12), ro.cap, ro.tag) for k, ro in r.items())),
+            tuple(sorted((k, round(ro.latency * 1e12), ro.cap, ro.tag, ro.net) for k, ro in r.items())),
             str(extra.get(e) is None),
         )
         for e, r in roles.items()
@@ -1077,6 +1133,11 @@ def simulate_nccl(
         uses = quotient.uses(e, role)
         owner = str(e)
         return lambda b: net.transfer(b, uses, latency=ro.latency, max_rate=ro.cap, tag=ro.tag, owner=owner)
+
+    def whole(e: Hashable, *names: str) -> bool:
+        # LL/LL128 steps cut in pieces are forwarded piece by piece over NVLink/PCIe, a whole step at a time over
+        # the network (Simple's slices are already one network send each)
+        return proto != "Simple" and any(roles[e][nm].net for nm in names if nm in roles[e])
 
     def after_base(e: Hashable, body: Any) -> Any:
         yield net.delay(base, tag="launch + base latency", owner=str(e))
@@ -1102,6 +1163,7 @@ def simulate_nccl(
                 chunking=chunking,
                 send=sender(e, "send"),
                 nsteps=2 * (n - 1) if collective == "allreduce" else n - 1,
+                whole_steps=whole(e, "send"),
             )
             env.process(after_base(e, body))
             done.append(board.get(e, "done"))
@@ -1115,6 +1177,7 @@ def simulate_nccl(
                 data_bytes=per_channel,
                 chunking=chunking,
                 send=sender(e, "send") if "send" in roles[e] else None,
+                whole_steps=whole(e, "send"),
             )
             env.process(after_base(e, body))
             done.append(board.get(e, "done"))
@@ -1128,6 +1191,7 @@ def simulate_nccl(
                 data_bytes=per_channel,
                 chunking=chunking,
                 send_up=sender(e, "up") if "up" in roles[e] else None,
+                whole_steps=whole(e, "up"),
             )
             down_proc = nccl_tree_down(
                 board,
@@ -1136,6 +1200,7 @@ def simulate_nccl(
                 data_bytes=per_channel,
                 chunking=chunking,
                 send_down=[sender(e, f"down{k}") for k in range(len(kids))],
+                whole_steps=whole(e, *(f"down{k}" for k in range(len(kids)))),
             )
             env.process(after_base(e, up_proc))
             env.process(after_base(e, down_proc))

@@ -29,6 +29,22 @@ def test_ring_latency_bound_is_exact(n: int) -> None:
     assert t == pytest.approx(2 * (n - 1) * (alpha + s / bw) + s / bw, rel=1e-9)
 
 
+@pytest.mark.parametrize("pieces", [2, 4, 16])
+def test_network_steps_leave_whole_and_cut_steps_pipeline(pieces: int) -> None:
+    # one loop, each rank's 1 MiB chunk cut in `pieces`. Forwarded piece by piece, the next step's first piece is
+    # already here when a step ends (alpha < (C - s)/B), so every link streams without a gap and the latency is
+    # paid once: 2(n-1) C/B + alpha. Forwarded whole (NCCL's network proxy, one send per step), each step waits
+    # for all of the previous one: 2(n-1)(alpha + C/B), the time of an uncut chunk
+    n, bw, alpha, chunk = 4, 10e9, 2e-6, float(MiB)
+    ch = RingChunking(chunk, pieces, 64)
+    cut, _ = ideal_ring_time(n, n * chunk, bw=bw, alpha=alpha, chunking=ch)
+    whole, _ = ideal_ring_time(n, n * chunk, bw=bw, alpha=alpha, chunking=ch, whole_steps=True)
+    uncut, _ = ideal_ring_time(n, n * chunk, bw=bw, alpha=alpha, chunking=RingChunking(chunk, 1, 64))
+    assert cut == pytest.approx(2 * (n - 1) * chunk / bw + alpha, rel=1e-9)
+    assert whole == pytest.approx(2 * (n - 1) * (alpha + chunk / bw), rel=1e-9)
+    assert whole == pytest.approx(uncut, rel=1e-9)
+
+
 def test_ring_time_grows_with_size_and_falls_with_bandwidth() -> None:
     sizes = [MiB, 4 * MiB, 16 * MiB, 64 * MiB]
     times = [ideal_ring_time(4, s)[0] for s in sizes]

@@ -170,6 +170,38 @@ def test_pipelined_tree_matches_closed_form(n: int, depth: int) -> None:
     assert t == pytest.approx(size / bw + 2 * depth * (sl / bw + alpha), rel=0.01)
 
 
+@pytest.mark.parametrize("pieces", [2, 8])
+def test_tree_forwards_pieces_unless_whole_steps(pieces: int) -> None:
+    # one chunk of C bytes up a one-level tree and back down. Cut in pieces, the root forwards each piece as it
+    # arrives: C/B + s/B + 2 alpha. Forwarded whole (over a network, NCCL's proxy sends one step at a time), the
+    # root waits for the whole chunk: 2 (C/B + alpha), the time of an uncut chunk
+    from tests_support import ideal_tree_time
+
+    bw, alpha, c = 10e9, 3e-6, float(MiB)
+    cut = ideal_tree_time(3, c, bw=bw, alpha=alpha, slice_bytes=c, pieces=pieces)
+    whole = ideal_tree_time(3, c, bw=bw, alpha=alpha, slice_bytes=c, pieces=pieces, whole_steps=True)
+    uncut = ideal_tree_time(3, c, bw=bw, alpha=alpha, slice_bytes=c)
+    assert cut == pytest.approx(c / bw + c / pieces / bw + 2 * alpha, rel=1e-9)
+    assert whole == pytest.approx(2 * (c / bw + alpha), rel=1e-9)
+    assert whole == pytest.approx(uncut, rel=1e-9)
+
+
+def test_merging_chunks_beyond_sim_max_chunks_stays_close() -> None:
+    # NVLS on one HGX H100 at 1 GiB moves 512 chunks of 128 KiB per channel; merged down to 64 they cost fewer
+    # solves and the pipeline's fill grows by a few merged chunks' time only
+    import dataclasses
+
+    from collsim.backends.nccl import simulate_nccl
+
+    sim = Simulator.from_source("hgx-h100")
+    args = (sim.topology, sim.nccl_options)
+    full = simulate_nccl(*args, dataclasses.replace(sim.nccl_constants, sim_max_chunks=10**9), GiB, plan=sim.nccl_plan)
+    merged = simulate_nccl(*args, dataclasses.replace(sim.nccl_constants, sim_max_chunks=64), GiB, plan=sim.nccl_plan)
+    assert full.algorithm == merged.algorithm == "NVLS"
+    assert merged.solves < full.solves / 4
+    assert full.time_s < merged.time_s < full.time_s * 1.02
+
+
 def test_collnet_needs_and_uses_in_network_reduction() -> None:
     inr = ["cluster.fabric.in_network_reduction=true"]
     sim = Simulator.from_source("2node-a100-ib", inr)

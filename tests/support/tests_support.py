@@ -37,6 +37,7 @@ def ideal_ring_time(
     chunking: RingChunking = SIMPLE,
     symmetric: bool = True,
     nsteps: int | None = None,
+    whole_steps: bool = False,
 ) -> tuple[float, int]:
     """NCCL ring allreduce of ``size`` bytes on n ranks, each sending over its own link; (seconds, classes)."""
     env = simpy.Environment()
@@ -60,6 +61,7 @@ def ideal_ring_time(
                 chunking=chunking,
                 send=send,
                 nsteps=nsteps,
+                whole_steps=whole_steps,
             )
         )
     done = [board.get(r, "done") for r in q.reps()]
@@ -172,14 +174,24 @@ def ideal_gloo_schedule_time(
     return max(ends), q.n_classes
 
 
-def ideal_tree_time(n: int, size: float, *, bw: float = 10e9, alpha: float = 1e-6, slice_bytes: float = 2**17) -> float:
+def ideal_tree_time(
+    n: int,
+    size: float,
+    *,
+    bw: float = 10e9,
+    alpha: float = 1e-6,
+    slice_bytes: float = 2**17,
+    pieces: int = 1,
+    whole_steps: bool = False,
+) -> float:
     """NCCL's pipelined tree allreduce on a complete binary heap of ``n`` ranks, a link of ``bw`` per direction
-    between every parent and child (no sharing): reduce up and broadcast down run at once, slice by slice."""
+    between every parent and child (no sharing): reduce up and broadcast down run at once, slice by slice (chunks
+    of ``slice_bytes`` cut in ``pieces``; ``whole_steps``: every link forwards whole chunks, as over a network)."""
     from collsim.algorithms.nccl_algos import nccl_tree_down, nccl_tree_up
 
     env = simpy.Environment()
     net = FluidNetwork(env, check=True)
-    chunking = RingChunking(slice_bytes, 1, 8)
+    chunking = RingChunking(slice_bytes, pieces, 8 * pieces)
     board = EventBoard(env)
     parent = {r: (None if r == 0 else (r - 1) // 2) for r in range(n)}
     children = {r: [k for k in (2 * r + 1, 2 * r + 2) if k < n] for r in range(n)}
@@ -199,11 +211,18 @@ def ideal_tree_time(n: int, size: float, *, bw: float = 10e9, alpha: float = 1e-
                 data_bytes=size,
                 chunking=chunking,
                 send_up=link(r, p) if p is not None else None,
+                whole_steps=whole_steps,
             )
         )
         env.process(
             nccl_tree_down(
-                board, r, children[r], data_bytes=size, chunking=chunking, send_down=[link(r, k) for k in children[r]]
+                board,
+                r,
+                children[r],
+                data_bytes=size,
+                chunking=chunking,
+                send_down=[link(r, k) for k in children[r]],
+                whole_steps=whole_steps,
             )
         )
     ends: list[float] = []
