@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import multiprocessing
+import os
+import signal
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -279,6 +282,7 @@ class Simulator:
         record: bool = False,
         breakdown: bool = False,
         progress: Progress | None = None,
+        jobs: int = 1,
     ) -> SweepResult:
         """Simulate every size with every backend; Ctrl-C stops cleanly and keeps the rows already computed.
 
@@ -293,7 +297,11 @@ class Simulator:
         breakdown : bool
             Attribute each collective's time to activities (records' ``breakdown``).
         progress : callable, optional
-            Called as ``progress(backend, size, index, total)`` before each simulation.
+            Called as ``progress(backend, size, index, total)`` before each simulation (with ``jobs > 1``, as
+            each one finishes).
+        jobs : int
+            Worker processes (each simulates whole (backend, size) points; results and their order are the same
+            as with 1). ``0`` means one per CPU. Needs the ``fork`` start method (Linux, macOS); elsewhere 1.
         """
         todo = [
             (b, s)
@@ -301,18 +309,67 @@ class Simulator:
             for s in (self.scenario.sizes() if sizes is None else sizes)
         ]
         result = SweepResult(self.scenario)
+        keep = record or breakdown
+        jobs = (os.cpu_count() or 1) if jobs == 0 else jobs
+        if jobs > 1 and len(todo) > 1 and "fork" in multiprocessing.get_all_start_methods():
+            return self._run_parallel(todo, result, keep, record, progress, jobs)
         try:
             for i, (b, s) in enumerate(todo):
                 if progress:
                     progress(b, s, i, len(todo))
-                for coll in self.scenario.collectives():
-                    out = self.simulate_one(b, s, collective=coll, record=record or breakdown)
-                    if not record:
-                        out.records = []
+                for out in self._point(b, s, keep, record):
                     result.outcomes.append(out)
                     result.records.append(self.to_record(out))
         except KeyboardInterrupt:
             result.interrupted = True
+        return result
+
+    def _point(self, backend: str, size: int, keep: bool, record: bool) -> list[Outcome]:
+        """Every collective of the scenario at one (backend, size); flow records dropped unless ``record``."""
+        outs = []
+        for coll in self.scenario.collectives():
+            out = self.simulate_one(backend, size, collective=coll, record=keep)
+            if not record:
+                out.records = []
+            outs.append(out)
+        return outs
+
+    def _run_parallel(
+        self,
+        todo: list[tuple[str, int]],
+        result: SweepResult,
+        keep: bool,
+        record: bool,
+        progress: Progress | None,
+        jobs: int,
+    ) -> SweepResult:
+        """:meth:`run` over ``jobs`` forked workers: largest sizes first (they take longest), rows in sweep order.
+
+        Workers ignore SIGINT; Ctrl-C (or a worker's KeyboardInterrupt) stops the pool at once and keeps the points
+        already finished."""
+        global _WORKER
+        _WORKER = (self, todo, keep, record)  # inherited by the forked workers
+        order = sorted(range(len(todo)), key=lambda i: -todo[i][1])
+        done: dict[int, list[Outcome]] = {}
+        pool = multiprocessing.get_context("fork").Pool(min(jobs, len(todo)), initializer=_ignore_sigint)
+        try:
+            for i, outs in pool.imap_unordered(_sweep_point, order):
+                if outs is None:
+                    raise KeyboardInterrupt
+                done[i] = outs
+                if progress:
+                    progress(todo[i][0], todo[i][1], len(done) - 1, len(todo))
+            pool.close()
+        except KeyboardInterrupt:
+            result.interrupted = True
+        finally:
+            pool.terminate()
+            pool.join()
+            _WORKER = None
+        for i in sorted(done):
+            for out in done[i]:
+                result.outcomes.append(out)
+                result.records.append(self.to_record(out))
         return result
 
     def explain(
@@ -344,14 +401,33 @@ class Simulator:
         return rows, False
 
     def compare(
-        self, sizes: Sequence[int] | None = None, *, progress: Progress | None = None
+        self, sizes: Sequence[int] | None = None, *, progress: Progress | None = None, jobs: int = 1
     ) -> tuple[list[Comparison], bool]:
-        """NCCL and Gloo side by side per size, with time breakdowns; returns (rows, interrupted)."""
-        sweep = self.run(backends=list(BACKENDS), sizes=sizes, breakdown=True, progress=progress)
+        """NCCL and Gloo side by side per size, with time breakdowns; returns (rows, interrupted). ``jobs`` as in
+        :meth:`run`."""
+        sweep = self.run(backends=list(BACKENDS), sizes=sizes, breakdown=True, progress=progress, jobs=jobs)
         nccl = {(r.collective, r.size_bytes): r for r in sweep.by_backend("nccl")}
         gloo = {(r.collective, r.size_bytes): r for r in sweep.by_backend("gloo")}
         rows = [Comparison(k[1], nccl[k], gloo[k]) for k in nccl if k in gloo]
         return rows, sweep.interrupted
+
+
+_WORKER: tuple[Simulator, list[tuple[str, int]], bool, bool] | None = None  # a parallel sweep's state, for forks
+
+
+def _sweep_point(i: int) -> tuple[int, list[Outcome] | None]:
+    """In a forked worker: point ``i`` of the sweep the parent set up in ``_WORKER`` (``None`` if interrupted)."""
+    assert _WORKER is not None
+    sim, todo, keep, record = _WORKER
+    try:
+        return i, sim._point(todo[i][0], todo[i][1], keep, record)
+    except KeyboardInterrupt:
+        return i, None
+
+
+def _ignore_sigint() -> None:
+    """Pool initializer: Ctrl-C is the parent's to handle."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def simulate(

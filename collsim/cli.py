@@ -52,12 +52,14 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--backend", choices=[*BACKENDS, "all"], default="all", help="backend(s) (default: all enabled)")
     run.add_argument("--sizes", metavar="RANGE", help="sizes, e.g. 1MiB:1GiB:x2 or 8B,1KiB (overrides workload.sizes)")
     run.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    run.add_argument("--jobs", type=int, default=0, metavar="N", help=_JOBS_HELP)
     run.add_argument("--trace", metavar="FILE.json", help="also write a Chrome trace (Perfetto, chrome://tracing)")
     run.add_argument("--trace-size", metavar="SIZE", help="size the trace shows (default: 64MiB or the largest size)")
     cmp_ = sub.add_parser("compare", help="NCCL and Gloo side by side, with the speedup and where the time goes")
     _common(cmp_)
     cmp_.add_argument("--sizes", metavar="RANGE", help="sizes (overrides workload.sizes)")
     cmp_.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    cmp_.add_argument("--jobs", type=int, default=0, metavar="N", help=_JOBS_HELP)
     exp = sub.add_parser(
         "explain", help="NCCL's cost model for every enabled (algorithm, protocol), its choice, and the simulated time"
     )
@@ -89,6 +91,8 @@ def _parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("benchmark", help="wall time and peak memory of each shipped scenario's default sweep")
     bench.add_argument("scenarios", nargs="*", help="scenario names or files (default: all shipped)")
     bench.add_argument("--baseline-events", type=int, default=1_000_000, help="timeouts in the bare SimPy loop")
+    bench.add_argument("--jobs", type=int, default=0, metavar="N",
+                       help="worker processes per sweep, as collsim run (default 0: one per CPU; 1: serial)")
     report = sub.add_parser(
         "report", help="one self-contained HTML page: topology, NCCL vs Gloo, where the time goes, a timeline"
     )
@@ -140,6 +144,9 @@ class _Progress:
             self.stream.flush()
 
 
+_JOBS_HELP = "worker processes for the sweep (default 0: one per CPU; 1: serial)"
+
+
 def _sizes(arg: str | None) -> list[int] | None:
     if not arg:
         return None
@@ -147,6 +154,12 @@ def _sizes(arg: str | None) -> list[int] | None:
         return parse_size_range(arg)
     except UnitError as exc:
         raise ScenarioError(str(exc), file="--sizes") from None
+
+
+def _jobs(n: int) -> int:
+    if n < 0:
+        raise ScenarioError(f"--jobs must be 0 (one per CPU) or a positive count, got {n}", file="--jobs")
+    return n
 
 
 def _emit(text: str, output: str | None) -> None:
@@ -174,7 +187,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             "no backend enabled; enable backends.nccl or backends.gloo", file=sim.scenario.source_file, field="backends"
         )
     prog = _Progress(args.quiet)
-    result = sim.run(backends=backends, sizes=_sizes(args.sizes), progress=prog)
+    result = sim.run(backends=backends, sizes=_sizes(args.sizes), progress=prog, jobs=_jobs(args.jobs))
     prog.done()
     if args.trace and not result.interrupted:
         _write_trace(args, sim, backends)
@@ -214,7 +227,7 @@ def _share_text(rec: Record) -> str:
 def _cmd_compare(args: argparse.Namespace) -> int:
     sim = Simulator.from_source(args.scenario, args.overrides)
     prog = _Progress(args.quiet)
-    rows, interrupted = sim.compare(_sizes(args.sizes), progress=prog)
+    rows, interrupted = sim.compare(_sizes(args.sizes), progress=prog, jobs=_jobs(args.jobs))
     prog.done()
     if args.format == "json":
         out = [
@@ -403,7 +416,7 @@ def _cmd_schema(args: argparse.Namespace) -> int:
 def _cmd_benchmark(args: argparse.Namespace) -> int:
     from collsim.perf import run_benchmark
 
-    return run_benchmark(args.scenarios, args.baseline_events)
+    return run_benchmark(args.scenarios, args.baseline_events, _jobs(args.jobs))
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:

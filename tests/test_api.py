@@ -169,6 +169,29 @@ def test_run_interrupted_keeps_rows(monkeypatch: pytest.MonkeyPatch) -> None:
     assert calls == [1 * KiB, 1 * MiB]
 
 
+def test_parallel_sweep_matches_serial_and_reports_every_point() -> None:
+    sim = Simulator.from_source("2node-h100-ib")
+    sizes = [8, 64 * KiB, 16 * MiB]
+    seen: list[tuple[str, int]] = []
+    serial = sim.run(sizes=sizes, jobs=1)
+    par = sim.run(sizes=sizes, jobs=2, progress=lambda b, s, i, n: seen.append((b, s)))
+    assert [(r.backend, r.size_bytes, r.time_us, r.algorithm) for r in par.records] == [
+        (r.backend, r.size_bytes, r.time_us, r.algorithm) for r in serial.records
+    ]
+    assert sorted(seen) == sorted((b, s) for b in ("nccl", "gloo") for s in sizes)
+    assert not par.interrupted
+
+
+def test_parallel_sweep_raises_scenario_errors_with_their_field() -> None:
+    # raised in a worker, the error reaches the caller whole: file, field and message
+    sim = Simulator.from_source("dgx-a100", ["backends.nccl.env.NCCL_ALGO=NVLS"])
+    with pytest.raises(ScenarioError) as err:
+        sim.run(backends=["nccl"], sizes=[KiB, MiB], jobs=2)
+    assert err.value.field == "backends.nccl"
+    assert err.value.file is not None and err.value.file.endswith("dgx-a100.yaml")
+    assert "Hopper" in err.value.message
+
+
 @pytest.mark.parametrize("scenario", ["hgx-h100", "2node-h100-ib"])
 def test_symmetry_off_matches_symmetry_on(scenario: str) -> None:
     sizes = [1 * MiB, 16 * MiB]

@@ -443,7 +443,7 @@ def _interrupt_on_call(monkeypatch: pytest.MonkeyPatch, nth: int) -> list[tuple[
 
 def test_run_ctrl_c_keeps_rows(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     calls = _interrupt_on_call(monkeypatch, 3)
-    rc, out, err = _run(capsys, "run", "hgx-h100", "--sizes", "1KiB,1MiB")
+    rc, out, err = _run(capsys, "run", "hgx-h100", "--sizes", "1KiB,1MiB", "--jobs", "1")
     assert rc == 130
     assert calls == [("nccl", 1024), ("nccl", 1048576), ("gloo", 1024)]
     tables = _tables(out)
@@ -455,7 +455,7 @@ def test_run_ctrl_c_keeps_rows(capsys: pytest.CaptureFixture[str], monkeypatch: 
 
 def test_run_ctrl_c_json(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     _interrupt_on_call(monkeypatch, 3)
-    rc, out, err = _run(capsys, "run", "hgx-h100", "--sizes", "1KiB,1MiB", "--format", "json")
+    rc, out, err = _run(capsys, "run", "hgx-h100", "--sizes", "1KiB,1MiB", "--format", "json", "--jobs", "1")
     assert rc == 130
     doc = json.loads(out)
     assert doc["interrupted"] is True
@@ -465,12 +465,40 @@ def test_run_ctrl_c_json(capsys: pytest.CaptureFixture[str], monkeypatch: pytest
 
 def test_compare_ctrl_c(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     _interrupt_on_call(monkeypatch, 4)  # nccl 1KiB, nccl 1MiB, gloo 1KiB, then gloo 1MiB is interrupted
-    rc, out, err = _run(capsys, "compare", "hgx-h100", "--sizes", "1KiB,1MiB", "--format", "json")
+    rc, out, err = _run(capsys, "compare", "hgx-h100", "--sizes", "1KiB,1MiB", "--format", "json", "--jobs", "1")
     assert rc == 130
     doc = json.loads(out)
     assert doc["interrupted"] is True
     assert [r["size_bytes"] for r in doc["comparison"]] == [1024]
     assert "interrupted" in err
+
+
+def test_run_ctrl_c_in_parallel_keeps_finished_points(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # with two workers (the default on two CPUs) an interrupted point stops the sweep; the points that finished
+    # are kept, in sweep order
+    original = Simulator.simulate_one
+
+    def fake(self: Simulator, backend: str, size: int, **kwargs: Any) -> Any:
+        if (backend, size) == ("gloo", 1048576):
+            raise KeyboardInterrupt
+        return original(self, backend, size, **kwargs)
+
+    monkeypatch.setattr(Simulator, "simulate_one", fake)
+    rc, out, err = _run(capsys, "run", "hgx-h100", "--sizes", "1KiB,1MiB", "--format", "json", "--jobs", "2")
+    assert rc == 130
+    doc = json.loads(out)
+    kept = [(r["backend"], r["size_bytes"]) for r in doc["results"]]
+    assert ("gloo", 1048576) not in kept
+    assert kept == sorted(kept, key=[("nccl", 1024), ("nccl", 1048576), ("gloo", 1024)].index)
+    assert "Traceback" not in err
+
+
+def test_jobs_must_not_be_negative(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, _out, err = _run(capsys, "run", "hgx-h100", "--jobs", "-1")
+    assert rc == 2
+    assert "--jobs" in err
 
 
 def test_no_progress_when_stderr_not_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:

@@ -30,6 +30,10 @@ class ScenarioError(ValueError):
         self.message = message
         super().__init__(self._text())
 
+    def __reduce__(self) -> tuple[type[ScenarioError], tuple[str, str | None, str | None]]:
+        # keep file and field across processes (a parallel sweep raises in a worker)
+        return (ScenarioError, (self.message, self.file, self.field))
+
     def _text(self) -> str:
         parts = [p for p in (self.file, self.field) if p]
         return ": ".join([*parts, self.message])
