@@ -88,6 +88,7 @@ class NcclConstants:
     nvls_channels: int
     nvls_chunk_bytes: int
     tree_correction: Mapping[str, tuple[float, ...]]
+    tree_allreduce_efficiency: float
     # Calibration (collsim.scenario.profile): what the simulated system pays beyond NCCL's constants. They change
     # the simulated time only, never the cost model's choice (NCCL's tuner uses its own fixed table).
     group_launch_gap: float = 0.0  # seconds between kernel launches of GPUs driven by one thread (nccl-tests -g)
@@ -137,6 +138,7 @@ class NcclConstants:
             nvls_channels=int(data["nvls_channels"]),
             nvls_chunk_bytes=int(data["nvls_chunk_bytes"]),
             tree_correction={k: tuple(float(x) for x in v) for k, v in data["tree_correction"].items()},
+            tree_allreduce_efficiency=float(data["tree_allreduce_efficiency"]),
             group_launch_gap=float(data["group_launch_gap_us"]) * _US,
             sim_max_chunks=int(data.get("sim_max_chunks_per_channel", 512)),
         )
@@ -589,15 +591,14 @@ def tuner_times(
                 # half the ring's traffic over the network, so it is bound by the intra-node links and can reach
                 # ~2x the network speed; tuning.cc takes bwIntra for nNodes <= 2
                 bus = min(plan.intra_bw, 2 * plan.bus_bw)
+            if collective == "allreduce":  # tuning.cc: "AllReduce pipelines two operations", every protocol
+                bus = min(consts.tree_allreduce_efficiency * bus, nch * consts.per_channel_max_tree_bw[arch][idx])
             if proto == "LL":
                 bus = min(bus / 3.8, consts.ll_max_bw[arch][idx])
             elif proto == "LL128":
                 frac = 7.0 / 9.0 if plan.nnodes == 1 else 120.0 / 128.0
                 bus = min(bus * frac, nch * consts.per_channel_max_tree_ll128_bw[arch][idx])
-            else:
-                bus = min(consts.ll128_tuner_efficiency * bus, nch * consts.per_channel_max_tree_bw[arch][idx])
-            bucket = min(max(int(math.log2(max(nbytes, 64) / 64)), 0), len(consts.tree_correction[proto]) - 1)
-            algbw = bus * 0.5 * consts.tree_correction[proto][bucket]
+            algbw = bus * 0.5 * _tree_correction(consts, proto, nbytes)
             lat += 2 * ((plan.ppn - 1) * intra + int(math.log2(plan.nnodes)) * inter)
         else:  # NVLS (one node) or NVLSTree (NVLS in each node, trees of NICs between nodes)
             eff = consts.nvls_efficiency.get(plan.arch, 0.85)
@@ -662,6 +663,14 @@ def choose(
 # pipelines whose fill is a few stages deep (a tree's depth, NVLS's reduce and multicast): merging chunks beyond
 # NcclConstants.sim_max_chunks costs them little; rings and chains (2(n-1) or n-1 stages) are never merged
 _MERGEABLE = ("Tree", "NVLS", "NVLSTree", "CollNetDirect", "CollNetChain")
+
+
+def _tree_correction(consts: NcclConstants, proto: str, nbytes: int) -> float:
+    """NCCL's tree correction factor for an allreduce of ``nbytes``: the table's entry at log2(nbytes / 64), and 1
+    beyond the table (tuning.cc applies it only while logSize < its length)."""
+    table = consts.tree_correction[proto]
+    bucket = int(math.log2(max(nbytes, 64) / 64))
+    return table[bucket] if bucket < len(table) else 1.0
 
 
 def _nvls_chunk(algo: str, nbytes: int, concurrent: int, chunk: float, nnodes: int = 1) -> float:
@@ -923,10 +932,10 @@ def simulate_nccl(
         cap = min(cap, consts.per_channel_max_ring_ll128_bw[arch][idx]) * consts.sim_ll128_bw_scale
     wire = 1.0 / pc.data_per_wire
     if algo == "Tree" and collective == "allreduce":
-        # NCCL's tree kernels reach only a size-dependent fraction of the link rate; tuning.cc carries it as the tree
-        # correction factor, fitted to NVIDIA's measurements: the simulation charges the links accordingly
-        bucket = min(max(int(math.log2(max(nbytes, 64) / 64)), 0), len(consts.tree_correction[proto]) - 1)
-        wire /= consts.tree_correction[proto][bucket]
+        # NCCL's tree allreduce kernels reach only a fraction of the link rate: tuning.cc carries it as an efficiency
+        # (x0.92, "AllReduce pipelines two operations") and a size-dependent tree correction factor, both fitted to
+        # NVIDIA's measurements; the simulation charges the links accordingly
+        wire /= consts.tree_allreduce_efficiency * _tree_correction(consts, proto, nbytes)
     base = consts.base_latency[algo if algo in consts.base_latency else "Ring"][proto]
     if algo in ("NVLS", "NVLSTree"):
         base += consts.hw_latency[plan.intra_hw][algo]["Simple"] * consts.sim_step_latency_scale

@@ -88,3 +88,24 @@ def test_tuner_prediction_close_to_simulation_at_large_sizes() -> None:
     sim = Simulator.from_source("dgx-a100")
     out = sim.simulate_one("nccl", 1024 * MiB)
     assert out.predicted_s == pytest.approx(out.time_s, rel=0.05)
+
+
+def test_tree_allreduce_model_follows_tuning_cc() -> None:
+    # tuning.cc, two nodes: busBw = bwIntra (capped at twice the network's), x0.92 for a tree allreduce in every
+    # protocol ("AllReduce pipelines two operations"), LL128 x120/128 across nodes, algBw = busBw / 2; the tree
+    # correction factor applies below 1 GiB only (its table ends at log2(bytes / 64) = 23)
+    from collsim.backends.nccl import tuner_times
+
+    sim = Simulator.from_source("2node-a100-ib")
+    plan, consts = sim.nccl_plan, sim.nccl_constants
+    size = 4 * 1024 * MiB
+    times = tuner_times(plan, consts, "allreduce", size, sim.nccl_options)
+    bus = min(plan.intra_bw, 2 * plan.bus_bw) * 0.92
+    for proto, frac in (("Simple", 1.0), ("LL128", 120 / 128)):
+        lat = times[("Tree", proto)] - size / (bus * frac * 0.5)
+        assert 0 < lat < 100e-6  # what is left is the tree's latency, tens of us
+    small = tuner_times(plan, consts, "allreduce", 64 * 2**9, sim.nccl_options)  # bucket 9: LL128 factor 0.7
+    big = tuner_times(plan, consts, "allreduce", 64 * 2**24, sim.nccl_options)  # past the table: factor 1
+    lat9 = small[("Tree", "LL128")] - 64 * 2**9 / (bus * 120 / 128 * 0.5 * 0.7)
+    lat24 = big[("Tree", "LL128")] - 64 * 2**24 / (bus * 120 / 128 * 0.5)
+    assert lat9 == pytest.approx(lat24, rel=1e-9)
