@@ -53,7 +53,8 @@ BANDS: tuple[tuple[str, float, float], ...] = (
 
 @dataclass(frozen=True)
 class ValidationRow:
-    """One size: measured and predicted time (us) and busbw (GB/s, GB = 1e9 bytes)."""
+    """One size: measured and predicted time (us) and busbw (GB/s, GB = 1e9 bytes); for NCCL also the time NCCL's
+    own cost model gives the pair it picks (``model_us``), so both can be held against the measurement."""
 
     size_bytes: int
     measured_us: float
@@ -62,6 +63,12 @@ class ValidationRow:
     predicted_busbw_gbps: float
     algorithm: str = ""
     protocol: str = ""
+    model_us: float | None = None
+
+    @property
+    def model_error_pct(self) -> float | None:
+        """(NCCL's cost model - measured) / measured time, percent; None without a model time."""
+        return None if self.model_us is None else (self.model_us / self.measured_us - 1.0) * 100.0
 
     @property
     def time_error_pct(self) -> float:
@@ -84,15 +91,28 @@ class BandSummary:
     max_abs_time_error_pct: float | None
     median_abs_busbw_error_pct: float | None
     max_abs_busbw_error_pct: float | None
+    median_time_error_pct: float | None = None  # signed: negative = collsim faster than measured
+    median_model_error_pct: float | None = None  # signed, NCCL's cost model (rows that have one)
 
 
 def summarise(label: str, rows: Sequence[ValidationRow]) -> BandSummary:
-    """Median and max absolute time and busbw errors of ``rows`` (None when there are none)."""
+    """Median and max absolute time and busbw errors of ``rows``, and the signed medians of collsim's and NCCL's
+    cost model's time errors (None when there are none)."""
     if not rows:
         return BandSummary(label, 0, None, None, None, None)
     t = [abs(r.time_error_pct) for r in rows]
     b = [abs(r.busbw_error_pct) for r in rows]
-    return BandSummary(label, len(rows), statistics.median(t), max(t), statistics.median(b), max(b))
+    models = [e for e in (r.model_error_pct for r in rows) if e is not None]
+    return BandSummary(
+        label,
+        len(rows),
+        statistics.median(t),
+        max(t),
+        statistics.median(b),
+        max(b),
+        statistics.median(r.time_error_pct for r in rows),
+        statistics.median(models) if models else None,
+    )
 
 
 def summarise_bands(rows: Sequence[ValidationRow]) -> list[BandSummary]:
@@ -130,7 +150,12 @@ class Validation:
             "nranks": self.nranks,
             "profile": self.profile,
             "rows": [
-                {**asdict(r), "time_error_pct": r.time_error_pct, "busbw_error_pct": r.busbw_error_pct}
+                {
+                    **asdict(r),
+                    "time_error_pct": r.time_error_pct,
+                    "busbw_error_pct": r.busbw_error_pct,
+                    "model_error_pct": r.model_error_pct,
+                }
                 for r in self.rows
             ],
             "bands": [asdict(b) for b in self.bands()],
@@ -138,28 +163,43 @@ class Validation:
         }
 
     def format_table(self) -> str:
-        """Per-size table and the band summary, as text."""
+        """Per-size table and the band summary, as text (with NCCL's cost model's time and error for NCCL)."""
+        model = any(r.model_us is not None for r in self.rows)
         head = (
             f"# validate: {self.scenario} against {self.measurement} ({self.backend} {self.collective}, "
             f"{self.nranks} ranks{', profile ' + self.profile if self.profile else ''})\n"
-            f"#       size  measured us  predicted us   err %   meas busbw  pred busbw   err %  algo/proto\n"
+            f"#       size  measured us  predicted us   err %   meas busbw  pred busbw   err %  algo/proto"
+            + ("        NCCL model us   err %" if model else "")
+            + "\n"
         )
-        lines = [
-            f"{r.size_bytes:>12}  {r.measured_us:>11.2f}  {r.predicted_us:>12.2f}  {r.time_error_pct:>+6.1f}"
-            f"  {r.measured_busbw_gbps:>11.2f} {r.predicted_busbw_gbps:>11.2f}  {r.busbw_error_pct:>+6.1f}"
-            f"  {r.algorithm}/{r.protocol}"
-            for r in self.rows
+        lines = []
+        for r in self.rows:
+            line = (
+                f"{r.size_bytes:>12}  {r.measured_us:>11.2f}  {r.predicted_us:>12.2f}  {r.time_error_pct:>+6.1f}"
+                f"  {r.measured_busbw_gbps:>11.2f} {r.predicted_busbw_gbps:>11.2f}  {r.busbw_error_pct:>+6.1f}"
+                f"  {r.algorithm + '/' + r.protocol:<16}"
+            )
+            if r.model_us is not None and r.model_error_pct is not None:
+                line += f"  {r.model_us:>11.2f}  {r.model_error_pct:>+6.1f}"
+            lines.append(line.rstrip())
+        summary = [
+            "#",
+            "# band              sizes  median |time err|  max |time err|  median |busbw err|  max    signed median"
+            + " time err: collsim" + (" | NCCL's model" if model else ""),
         ]
-        summary = ["#", "# band              sizes  median |time err|  max |time err|  median |busbw err|  max"]
         for b in [*self.bands(), self.overall()]:
             if b.count == 0:
                 summary.append(f"# {b.band:<17} {0:>5}  -")
                 continue
-            summary.append(
+            line = (
                 f"# {b.band:<17} {b.count:>5}  {b.median_abs_time_error_pct:>16.1f}%"
                 f"  {b.max_abs_time_error_pct:>13.1f}%"
                 f"  {b.median_abs_busbw_error_pct:>17.1f}%  {b.max_abs_busbw_error_pct:>5.1f}%"
+                f"  {b.median_time_error_pct:>+31.1f}%"
             )
+            if b.median_model_error_pct is not None:
+                line += f" | {b.median_model_error_pct:>+11.1f}%"
+            summary.append(line)
         return head + "\n".join(lines + summary) + "\n"
 
 
@@ -190,8 +230,9 @@ def check_ranks(sim: Simulator, m: Measurement) -> int:
 
 def predict_times(
     sim: Simulator, m: Measurement, sizes: Sequence[int] | None = None, backend: str | None = None
-) -> list[tuple[float, str, str]]:
-    """Simulated (seconds, algorithm, protocol) for each size (default: every size of ``m``).
+) -> list[tuple[float, str, str, float | None]]:
+    """Simulated (seconds, algorithm, protocol, NCCL's cost-model seconds or None) for each size (default: every
+    size of ``m``).
 
     Raises
     ------
@@ -203,7 +244,8 @@ def predict_times(
     out = []
     for s in m.sizes() if sizes is None else sizes:
         o = sim.simulate_one(b, s, collective=m.collective)
-        out.append((o.time_s, o.algorithm, o.protocol))
+        model = o.predicted_s if o.predicted_s is not None and math.isfinite(o.predicted_s) else None
+        out.append((o.time_s, o.algorithm, o.protocol, model))
     return out
 
 
@@ -235,7 +277,7 @@ def validate(
     for i, r in enumerate(rows):
         if progress:
             progress(i, len(rows))
-        ((t, algo, proto),) = predict_times(sim, m, [r.size_bytes], backend)
+        ((t, algo, proto, model_s),) = predict_times(sim, m, [r.size_bytes], backend)
         pred_us = t * 1e6  # seconds to microseconds
         out.append(
             ValidationRow(
@@ -246,6 +288,7 @@ def validate(
                 predicted_busbw_gbps=r.size_bytes * factor / pred_us / 1e3,
                 algorithm=algo,
                 protocol=proto,
+                model_us=None if model_s is None else model_s * 1e6,  # seconds to microseconds
             )
         )
     prof = sim.profile.file if sim.profile is not None else None

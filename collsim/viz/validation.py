@@ -26,7 +26,9 @@ def validation_figure(validations: Sequence[Validation]) -> go.Figure:
     plotly.graph_objects.Figure
         Three rows sharing the size axis: time (us), busbw (GB/s), time error (%); per validation the traces
         ``"<measurement> measured"``, ``"<measurement> predicted"``, ``"<measurement> error"``, then
-        ``"<measurement> measured busbw"`` and ``"<measurement> predicted busbw"``.
+        ``"<measurement> measured busbw"`` and ``"<measurement> predicted busbw"``; for NCCL also
+        ``"<measurement> NCCL model"`` (time) and ``"<measurement> NCCL model error"``, NCCL's own cost model for the
+        pair it picks.
 
     Examples
     --------
@@ -48,13 +50,18 @@ def validation_figure(validations: Sequence[Validation]) -> go.Figure:
         x = [r.size_bytes for r in v.rows]
         algo = [f"{r.algorithm}/{r.protocol}" for r in v.rows]
         # (name suffix, row, mode, y, hover): the legend shows the first three, busbw shares their colours' groups
-        traces = [
+        traces: list[tuple[str, int, str, list[float | None], str]] = [
             ("measured", 1, "markers", [r.measured_us for r in v.rows], "%{x} B: %{y:.2f} us measured"),
             ("predicted", 1, "lines", [r.predicted_us for r in v.rows], "%{x} B: %{y:.2f} us predicted (%{text})"),
             ("error", 3, "lines+markers", [r.time_error_pct for r in v.rows], "%{x} B: %{y:+.1f}%"),
             ("measured busbw", 2, "markers", [r.measured_busbw_gbps for r in v.rows], "%{x} B: %{y:.2f} GB/s"),
             ("predicted busbw", 2, "lines", [r.predicted_busbw_gbps for r in v.rows], "%{x} B: %{y:.2f} GB/s"),
         ]
+        if any(r.model_us is not None for r in v.rows):
+            traces += [
+                ("NCCL model", 1, "lines", [r.model_us for r in v.rows], "%{x} B: %{y:.2f} us, NCCL's cost model"),
+                ("NCCL model error", 3, "lines", [r.model_error_pct for r in v.rows], "%{x} B: %{y:+.1f}% (model)"),
+            ]
         for suffix, row, mode, y, hover in traces:
             fig.add_trace(
                 go.Scatter(
@@ -66,6 +73,7 @@ def validation_figure(validations: Sequence[Validation]) -> go.Figure:
                     showlegend=row != 2,
                     text=algo,
                     hovertemplate=hover + "<extra></extra>",
+                    line={"dash": "dot"} if suffix.startswith("NCCL model") else None,
                 ),
                 row=row,
                 col=1,
@@ -86,11 +94,12 @@ def validation_html(validations: Sequence[Validation]) -> str:
             cells = [v.measurement, b.band, str(b.count)] + [
                 "-" if x is None else f"{x:.1f}%"
                 for x in (b.median_abs_time_error_pct, b.max_abs_time_error_pct, b.median_abs_busbw_error_pct)
-            ]
+            ] + ["-" if x is None else f"{x:+.1f}%" for x in (b.median_time_error_pct, b.median_model_error_pct)]
             rows.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
     table = (
         "<table border=1 cellpadding=4><tr><th>measurement</th><th>band</th><th>sizes</th>"
-        "<th>median |time err|</th><th>max |time err|</th><th>median |busbw err|</th></tr>"
+        "<th>median |time err|</th><th>max |time err|</th><th>median |busbw err|</th>"
+        "<th>signed median time err</th><th>NCCL's cost model: signed median time err</th></tr>"
         + "".join(rows)
         + "</table>"
     )

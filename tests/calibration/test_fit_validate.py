@@ -37,6 +37,23 @@ def test_validate_reports_exact_errors_and_bands() -> None:
     assert set(doc) >= {"rows", "bands", "overall"} and doc["rows"][0]["time_error_pct"] == pytest.approx(-20.0)
 
 
+def test_validate_holds_nccls_own_cost_model_against_the_measurement() -> None:
+    # every NCCL row also carries the time NCCL's cost model gives the pair it picks; the bands report the signed
+    # medians of both errors (the synthetic measurement is collsim x1.25: collsim -20%, the model its own distance)
+    sim = Simulator.from_source(PCIE)
+    v = validate(sim, _synthetic(None, factor=1.25))
+    for r in v.rows:
+        out = sim.simulate_one("nccl", r.size_bytes)
+        assert r.model_us == pytest.approx(out.predicted_s * 1e6)
+        assert r.model_error_pct == pytest.approx((out.predicted_s * 1e6 / r.measured_us - 1) * 100)
+    overall = v.overall()
+    assert overall.median_time_error_pct == pytest.approx(-20.0)
+    assert overall.median_model_error_pct == pytest.approx(median(r.model_error_pct for r in v.rows))
+    text = v.format_table()
+    assert "NCCL model us" in text and "NCCL's model" in text
+    assert v.to_dict()["rows"][0]["model_error_pct"] == pytest.approx(v.rows[0].model_error_pct)
+
+
 def test_validate_refuses_a_rank_count_mismatch() -> None:
     m = Measurement("allreduce", 8, [MeasurementRow(8, 10.0)], backend="nccl", file="m.json")
     with pytest.raises(MeasurementError, match="8 ranks, the scenario 2"):
