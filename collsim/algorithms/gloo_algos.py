@@ -31,7 +31,7 @@ from typing import Any
 from simpy.events import Event
 
 from collsim.algorithms.board import EventBoard
-from collsim.algorithms.ring import gloo_ring_allreduce, gloo_ring_receiver, gloo_ring_segments
+from collsim.algorithms.ring import gloo_ring_allreduce, gloo_ring_receiver, gloo_ring_segments, merge_segments
 
 __all__ = [
     "ALLREDUCE_ALGORITHMS",
@@ -162,8 +162,9 @@ class GlooSchedule:
 
 
 # ---------------------------------------------------------------------------------------- allreduce: ring
-def _ring(n: int, nbytes: float, max_segment_bytes: float, inflight: int) -> GlooSchedule:
-    shape = gloo_ring_segments(nbytes, n, max_segment_bytes)
+def _ring(n: int, nbytes: float, max_segment_bytes: float, inflight: int, max_per_rank: int | None) -> GlooSchedule:
+    real = gloo_ring_segments(nbytes, n, max_segment_bytes)
+    shape = real if max_per_rank is None else merge_segments(real, n, max_per_rank)
 
     def body(ctx: GlooRankContext) -> Proc:
         """PyTorch's segmented ring (:func:`~collsim.algorithms.gloo_ring_allreduce`), sender and receiver."""
@@ -190,7 +191,10 @@ def _ring(n: int, nbytes: float, max_segment_bytes: float, inflight: int) -> Glo
         yield s & r
 
     peers = {i: {"right": (i + 1) % n} for i in range(n)} if n > 1 else {0: {}}
-    return _same_role("allreduce/ring", n, peers, body, (f"{shape.segments} segments of {shape.segment_bytes:.0f} B",))
+    note = f"{real.segments} segments of {real.segment_bytes:.0f} B"
+    if shape != real:
+        note += f" (simulated as {shape.segments} of {shape.segment_bytes:.0f} B)"
+    return _same_role("allreduce/ring", n, peers, body, (note,))
 
 
 def _nothing(ctx: GlooRankContext) -> Proc:
@@ -588,6 +592,7 @@ def gloo_schedule(
     max_segment_bytes: float = 1 << 20,
     inflight: int = 2,
     base: int = 2,
+    max_per_rank: int | None = None,
 ) -> GlooSchedule:
     """The schedule Gloo runs for ``collective`` of ``nbytes`` bytes on ``nranks`` ranks.
 
@@ -607,6 +612,9 @@ def gloo_schedule(
         Segmentation of the ring algorithms (1 MiB, 2 in flight).
     base : int
         BCube's group size.
+    max_per_rank : int, optional
+        Simulation setting: the ring allreduce merges segments beyond this many per rank (see
+        :func:`~collsim.algorithms.ring.merge_segments`); None keeps Gloo's segments.
 
     Raises
     ------
@@ -617,7 +625,7 @@ def gloo_schedule(
         raise ValueError(f"need at least one rank, got {nranks}")
     if collective in ("allreduce", "reduce_scatter"):
         if algorithm == "ring":
-            return _ring(nranks, nbytes, max_segment_bytes, inflight)
+            return _ring(nranks, nbytes, max_segment_bytes, inflight, max_per_rank)
         if algorithm == "ring_chunked":
             return _ring_chunked(nranks, nbytes)
         if algorithm == "halving_doubling":

@@ -24,6 +24,7 @@ __all__ = [
     "RingChunking",
     "gloo_ring_allreduce",
     "gloo_ring_segments",
+    "merge_segments",
     "nccl_ring_allreduce",
 ]
 
@@ -148,6 +149,23 @@ def gloo_ring_segments(nbytes: float, nranks: int, max_segment_bytes: float = 1 
     want = max(math.ceil(nbytes / max_segment_bytes), 2 * nranks)
     segments = math.ceil(want / nranks) * nranks
     return GlooRingShape(segments, segments // nranks, nbytes / segments)
+
+
+def merge_segments(shape: GlooRingShape, nranks: int, max_per_rank: int) -> GlooRingShape:
+    """The same ring with consecutive segments merged so that a rank's chunk has at most ``max_per_rank`` of them
+    (a simulation setting: the ring is bandwidth-bound there, so merging moves its time by well under 0.1%, see
+    ``topologies/software/gloo.yaml``). Bytes are conserved.
+
+    >>> merge_segments(gloo_ring_segments(8 * 2**30, 2), 2, 16)  # 8 GiB on 2 ranks: 8192 segments -> 32 of 256 MiB
+    GlooRingShape(segments=32, per_rank=16, segment_bytes=268435456.0)
+    >>> merge_segments(gloo_ring_segments(2**20, 8), 8, 16) == gloo_ring_segments(2**20, 8)
+    True
+    """
+    if shape.per_rank <= max_per_rank:
+        return shape
+    per = math.ceil(shape.per_rank / math.ceil(shape.per_rank / max_per_rank))
+    total = shape.per_rank * nranks * shape.segment_bytes
+    return GlooRingShape(per * nranks, per, total / (per * nranks))
 
 
 def gloo_ring_allreduce(

@@ -45,6 +45,7 @@ class GlooConstants:
     segments_in_flight: int
     preamble_bytes: int
     work_enqueue_latency: float
+    sim_max_segments_per_rank: int | None = None  # simulation setting: merge ring segments beyond this many per rank
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> GlooConstants:
@@ -55,6 +56,9 @@ class GlooConstants:
             segments_in_flight=int(data["segments_in_flight"]),
             preamble_bytes=int(data["preamble_bytes"]),
             work_enqueue_latency=float(data["work_enqueue_latency_us"]) * _US,
+            sim_max_segments_per_rank=(
+                int(data["sim_max_segments_per_rank"]) if data.get("sim_max_segments_per_rank") else None
+            ),
         )
 
 
@@ -292,6 +296,7 @@ def simulate_gloo(
             max_segment_bytes=consts.max_segment_bytes,
             inflight=consts.segments_in_flight,
             base=base,
+            max_per_rank=consts.sim_max_segments_per_rank,
         )
     except ValueError as exc:
         raise BackendError(f"gloo: {exc}") from None
