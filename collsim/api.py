@@ -14,7 +14,7 @@ import math
 import multiprocessing
 import os
 import signal
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -312,6 +312,9 @@ class Simulator:
         keep = record or breakdown
         jobs = (os.cpu_count() or 1) if jobs == 0 else jobs
         if jobs > 1 and len(todo) > 1 and "fork" in multiprocessing.get_all_start_methods():
+            _ = self.topology  # built once, here, not in every worker
+            if any(b == "nccl" for b, _s in todo):
+                _ = self.nccl_plan
             return self._run_parallel(todo, result, keep, record, progress, jobs)
         try:
             for i, (b, s) in enumerate(todo):
@@ -343,29 +346,20 @@ class Simulator:
         progress: Progress | None,
         jobs: int,
     ) -> SweepResult:
-        """:meth:`run` over ``jobs`` forked workers: largest sizes first (they take longest), rows in sweep order.
-
-        Workers ignore SIGINT; Ctrl-C (or a worker's KeyboardInterrupt) stops the pool at once and keeps the points
-        already finished."""
-        global _WORKER
-        _WORKER = (self, todo, keep, record)  # inherited by the forked workers
+        """:meth:`run` over ``jobs`` forked workers: largest sizes first (they take longest), rows in sweep order;
+        Ctrl-C keeps the points already finished."""
         order = sorted(range(len(todo)), key=lambda i: -todo[i][1])
         done: dict[int, list[Outcome]] = {}
-        pool = multiprocessing.get_context("fork").Pool(min(jobs, len(todo)), initializer=_ignore_sigint)
+        points = _forked_map(lambda i: self._point(todo[i][0], todo[i][1], keep, record), order, jobs)
         try:
-            for i, outs in pool.imap_unordered(_sweep_point, order):
-                if outs is None:
-                    raise KeyboardInterrupt
+            for i, outs in points:
                 done[i] = outs
                 if progress:
                     progress(todo[i][0], todo[i][1], len(done) - 1, len(todo))
-            pool.close()
         except KeyboardInterrupt:
             result.interrupted = True
         finally:
-            pool.terminate()
-            pool.join()
-            _WORKER = None
+            points.close()
         for i in sorted(done):
             for out in done[i]:
                 result.outcomes.append(out)
@@ -373,32 +367,58 @@ class Simulator:
         return result
 
     def explain(
-        self, sizes: Sequence[int] | None = None, *, all_pairs: bool = False, progress: Progress | None = None
+        self,
+        sizes: Sequence[int] | None = None,
+        *,
+        all_pairs: bool = False,
+        progress: Progress | None = None,
+        jobs: int = 1,
     ) -> tuple[list[Explanation], bool]:
         """NCCL's cost model per size for every enabled pair, its choice, and the simulated time of the choice
-        (of every pair with ``all_pairs``); returns (rows, interrupted)."""
-        rows: list[Explanation] = []
+        (of every pair with ``all_pairs``); returns (rows, interrupted). ``jobs`` as in :meth:`run`."""
         sizes = self.scenario.sizes() if sizes is None else sizes
         todo = [(c, s) for c in self.scenario.collectives() for s in sizes]
-        plan = self.nccl_plan
+        _ = self.nccl_plan  # built once, here, not in every worker
+        jobs = (os.cpu_count() or 1) if jobs == 0 else jobs
+        if jobs > 1 and len(todo) > 1 and "fork" in multiprocessing.get_all_start_methods():
+            order = sorted(range(len(todo)), key=lambda i: -todo[i][1])
+            done: dict[int, Explanation] = {}
+            interrupted = False
+            points = _forked_map(lambda i: self._explain_point(*todo[i], all_pairs), order, jobs)
+            try:
+                for i, row in points:
+                    done[i] = row
+                    if progress:
+                        progress("nccl", todo[i][1], len(done) - 1, len(todo))
+            except KeyboardInterrupt:
+                interrupted = True
+            finally:
+                points.close()
+            return [done[i] for i in sorted(done)], interrupted
+        rows: list[Explanation] = []
         try:
             for i, (coll, size) in enumerate(todo):
                 if progress:
                     progress("nccl", size, i, len(todo))
-                try:
-                    pairs = enabled_pairs(plan, self.nccl_options, coll)
-                    model = tuner_times(plan, self.nccl_constants, coll, size, self.nccl_options)
-                    model = {k: v for k, v in model.items() if k in pairs}
-                    choice = min(model, key=lambda k: model[k])
-                    sim: dict[tuple[str, str], float] = {}
-                    for pair in model if all_pairs else [choice]:
-                        sim[pair] = self.simulate_one("nccl", size, collective=coll, choice=pair).time_s
-                except BackendError as exc:
-                    raise ScenarioError(str(exc), file=self.scenario.source_file, field="backends.nccl") from None
-                rows.append(Explanation(coll, size, model, choice, sim))
+                rows.append(self._explain_point(coll, size, all_pairs))
         except KeyboardInterrupt:
             return rows, True
         return rows, False
+
+    def _explain_point(self, coll: str, size: int, all_pairs: bool) -> Explanation:
+        """One (collective, size) of :meth:`explain`."""
+        plan = self.nccl_plan
+        try:
+            pairs = enabled_pairs(plan, self.nccl_options, coll)
+            model = tuner_times(plan, self.nccl_constants, coll, size, self.nccl_options)
+            model = {k: v for k, v in model.items() if k in pairs}
+            choice = min(model, key=lambda k: model[k])
+            sim: dict[tuple[str, str], float] = {}
+            for pair in model if all_pairs else [choice]:
+                sim[pair] = self.simulate_one("nccl", size, collective=coll, choice=pair).time_s
+        except BackendError as exc:
+            raise ScenarioError(str(exc), file=self.scenario.source_file, field="backends.nccl") from None
+        return Explanation(coll, size, model, choice, sim)
 
     def compare(
         self, sizes: Sequence[int] | None = None, *, progress: Progress | None = None, jobs: int = 1
@@ -412,17 +432,37 @@ class Simulator:
         return rows, sweep.interrupted
 
 
-_WORKER: tuple[Simulator, list[tuple[str, int]], bool, bool] | None = None  # a parallel sweep's state, for forks
+_TASK: Callable[[int], Any] | None = None  # what forked workers run, set by _forked_map before it forks
 
 
-def _sweep_point(i: int) -> tuple[int, list[Outcome] | None]:
-    """In a forked worker: point ``i`` of the sweep the parent set up in ``_WORKER`` (``None`` if interrupted)."""
-    assert _WORKER is not None
-    sim, todo, keep, record = _WORKER
+def _forked_map(task: Callable[[int], Any], order: Sequence[int], jobs: int) -> Generator[tuple[int, Any], None, None]:
+    """``(i, task(i))`` for every ``i`` of ``order``, computed by ``jobs`` forked worker processes, as they finish.
+
+    The workers inherit ``task`` (nothing is pickled but indices and results) and ignore SIGINT: Ctrl-C, or a
+    KeyboardInterrupt inside a worker, raises KeyboardInterrupt here. Closing the generator stops the workers.
+    """
+    global _TASK
+    _TASK = task
+    pool = multiprocessing.get_context("fork").Pool(min(jobs, len(order)), initializer=_ignore_sigint)
     try:
-        return i, sim._point(todo[i][0], todo[i][1], keep, record)
+        for i, out, interrupted in pool.imap_unordered(_run_task, order):
+            if interrupted:
+                raise KeyboardInterrupt
+            yield i, out
+        pool.close()
+    finally:
+        pool.terminate()
+        pool.join()
+        _TASK = None
+
+
+def _run_task(i: int) -> tuple[int, Any, bool]:
+    """In a forked worker: ``_TASK(i)``, and whether it was interrupted."""
+    assert _TASK is not None
+    try:
+        return i, _TASK(i), False
     except KeyboardInterrupt:
-        return i, None
+        return i, None, True
 
 
 def _ignore_sigint() -> None:

@@ -67,6 +67,7 @@ def _parser() -> argparse.ArgumentParser:
     exp.add_argument("--sizes", metavar="RANGE", help="sizes (overrides workload.sizes)")
     exp.add_argument("--all", action="store_true", help="simulate every enabled pair, not only the choice")
     exp.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    exp.add_argument("--jobs", type=int, default=0, metavar="N", help=_JOBS_HELP)
     topo = sub.add_parser("topo", help="GPU x GPU and GPU x NIC path matrix like nvidia-smi topo -m")
     _common(topo, ("table",))
     topo.add_argument("--node", type=int, default=0, help="which node to show (default 0)")
@@ -286,7 +287,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 def _cmd_explain(args: argparse.Namespace) -> int:
     sim = Simulator.from_source(args.scenario, args.overrides)
     prog = _Progress(args.quiet)
-    rows, interrupted = sim.explain(_sizes(args.sizes), all_pairs=args.all, progress=prog)
+    rows, interrupted = sim.explain(_sizes(args.sizes), all_pairs=args.all, progress=prog, jobs=_jobs(args.jobs))
     prog.done()
     agree = [r for r in rows if r.simulated_best is not None]
     same = sum(1 for r in agree if r.simulated_best == r.choice)

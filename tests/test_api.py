@@ -182,6 +182,17 @@ def test_parallel_sweep_matches_serial_and_reports_every_point() -> None:
     assert not par.interrupted
 
 
+def test_parallel_explain_matches_serial() -> None:
+    sim = Simulator.from_source("2node-h100-ib")
+    sizes = [8, 256 * KiB, 16 * MiB]
+    serial, _ = sim.explain(sizes, all_pairs=True, jobs=1)
+    par, interrupted = sim.explain(sizes, all_pairs=True, jobs=2)
+    assert not interrupted
+    assert [(r.size_bytes, r.choice, r.model_s, r.simulated_s) for r in par] == [
+        (r.size_bytes, r.choice, r.model_s, r.simulated_s) for r in serial
+    ]
+
+
 def test_parallel_sweep_raises_scenario_errors_with_their_field() -> None:
     # raised in a worker, the error reaches the caller whole: file, field and message
     sim = Simulator.from_source("dgx-a100", ["backends.nccl.env.NCCL_ALGO=NVLS"])
