@@ -405,6 +405,30 @@ class Simulator:
             return rows, True
         return rows, False
 
+    def map_points(
+        self, task: Callable[[int], Any], count: int, jobs: int = 1, order: Sequence[int] | None = None
+    ) -> list[Any]:
+        """``[task(0), ..., task(count - 1)]``, computed by ``jobs`` forked workers (0: one per CPU; 1: here),
+        started in ``order`` (longest first balances the workers).
+
+        ``task`` usually simulates with this simulator; its topology and NCCL plan are built before the workers
+        fork. Ctrl-C raises KeyboardInterrupt.
+        """
+        jobs = (os.cpu_count() or 1) if jobs == 0 else jobs
+        if jobs <= 1 or count <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+            return [task(i) for i in range(count)]
+        _ = self.topology
+        if "nccl" in self.backends():
+            _ = self.nccl_plan
+        out: list[Any] = [None] * count
+        points = _forked_map(task, range(count) if order is None else order, jobs)
+        try:
+            for i, value in points:
+                out[i] = value
+        finally:
+            points.close()
+        return out
+
     def _explain_point(self, coll: str, size: int, all_pairs: bool) -> Explanation:
         """One (collective, size) of :meth:`explain`."""
         plan = self.nccl_plan

@@ -87,6 +87,7 @@ def _parser() -> argparse.ArgumentParser:
     cal.add_argument("--param", dest="params", action="append", metavar="NAME",
                      help="fit this parameter (repeatable; default: chosen by sensitivity)")
     cal.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    cal.add_argument("--jobs", type=int, default=0, metavar="N", help=_JOBS_HELP)
     schema = sub.add_parser("schema", help="print the scenario JSON Schema (for editors)")
     schema.add_argument("-o", "--output", metavar="FILE")
     bench = sub.add_parser("benchmark", help="wall time and peak memory of each shipped scenario's default sweep")
@@ -379,6 +380,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
             holdout=args.holdout,
             parameters=args.params,
             progress=(lambda msg: print(f"calibrate: {msg}", file=sys.stderr)) if on else None,
+            jobs=_jobs(args.jobs),
         )
     except (ValueError, RuntimeError) as exc:
         if isinstance(exc, ScenarioError | MeasurementError):

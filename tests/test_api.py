@@ -193,6 +193,16 @@ def test_parallel_explain_matches_serial() -> None:
     ]
 
 
+def test_map_points_keeps_order_with_workers() -> None:
+    sim = Simulator.from_source("pcie-2gpu-nop2p")
+    sizes = [8, 4 * KiB, MiB, 16 * MiB]
+
+    def one(i: int) -> float:
+        return sim.simulate_one("nccl", sizes[i]).time_s
+
+    assert sim.map_points(one, len(sizes), jobs=2, order=[3, 2, 1, 0]) == sim.map_points(one, len(sizes), jobs=1)
+
+
 def test_parallel_sweep_raises_scenario_errors_with_their_field() -> None:
     # raised in a worker, the error reaches the caller whole: file, field and message
     sim = Simulator.from_source("dgx-a100", ["backends.nccl.env.NCCL_ALGO=NVLS"])

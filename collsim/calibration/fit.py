@@ -187,6 +187,7 @@ def calibrate(
     max_parameters: int = 5,
     max_evaluations: int = 80,
     progress: Callable[[str], None] | None = None,
+    jobs: int = 1,
 ) -> CalibrationResult:
     """Fit a profile for ``scenario`` to ``measurements``.
 
@@ -206,6 +207,9 @@ def calibrate(
         Budget of simulated sweeps for the least-squares search.
     progress : callable, optional
         Called with a short message as the fit proceeds.
+    jobs : int
+        Worker processes that simulate a sweep's sizes (as :meth:`collsim.api.Simulator.run`; 0: one per CPU).
+        The fit is the same.
 
     Raises
     ------
@@ -229,15 +233,20 @@ def calibrate(
     measured = np.array([r.time_us for _, rows in fit_rows for r in rows])
     evaluations = 0
 
+    points = [(b, r.size_bytes, m.collective) for (m, rows), b in zip(fit_rows, backends, strict=True) for r in rows]
+
+    largest_first = sorted(range(len(points)), key=lambda i: -points[i][1])
+
     def predict(values: dict[str, float]) -> np.ndarray:
         nonlocal evaluations
         evaluations += 1
         sim = Simulator(scenario, Profile(values))
-        out = []
-        for (m, rows), b in zip(fit_rows, backends, strict=True):
-            for r in rows:
-                out.append(sim.simulate_one(b, r.size_bytes, collective=m.collective).time_s * 1e6)  # s to us
-        return np.array(out)
+
+        def one(i: int) -> float:
+            b, size, coll = points[i]
+            return sim.simulate_one(b, size, collective=coll).time_s * 1e6  # s to us
+
+        return np.array(sim.map_points(one, len(points), jobs, order=largest_first))
 
     base = predict({})
     if progress:

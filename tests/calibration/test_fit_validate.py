@@ -75,6 +75,15 @@ def test_calibrate_recovers_known_parameters() -> None:
     assert held.count == 6 and held.max_abs_time_error_pct is not None and held.max_abs_time_error_pct < 0.1
 
 
+def test_calibrate_with_workers_fits_the_same_profile() -> None:
+    truth = Profile({"link.pcie.bandwidth_scale": 0.8, "nccl.launch_overhead_us": 6.0})
+    args = (load(PCIE), [_synthetic(truth)])
+    serial = calibrate(*args, parameters=list(truth.parameters), jobs=1)
+    parallel = calibrate(*args, parameters=list(truth.parameters), jobs=2)
+    assert parallel.profile.parameters == serial.profile.parameters
+    assert parallel.evaluations == serial.evaluations
+
+
 def test_calibrate_chooses_only_parameters_that_matter() -> None:
     res = calibrate(load(PCIE), [_synthetic(Profile({"nccl.launch_overhead_us": 6.0}))])
     assert "nccl.launch_overhead_us" in res.parameters or "link.pcie.latency_us" in res.parameters
