@@ -15,6 +15,7 @@ import multiprocessing
 import os
 import signal
 from collections.abc import Callable, Generator, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -310,8 +311,8 @@ class Simulator:
         ]
         result = SweepResult(self.scenario)
         keep = record or breakdown
-        jobs = (os.cpu_count() or 1) if jobs == 0 else jobs
-        if jobs > 1 and len(todo) > 1 and "fork" in multiprocessing.get_all_start_methods():
+        jobs = _workers(jobs, len(todo))
+        if jobs > 1:
             _ = self.topology  # built once, here, not in every worker
             if any(b == "nccl" for b, _s in todo):
                 _ = self.nccl_plan
@@ -379,8 +380,8 @@ class Simulator:
         sizes = self.scenario.sizes() if sizes is None else sizes
         todo = [(c, s) for c in self.scenario.collectives() for s in sizes]
         _ = self.nccl_plan  # built once, here, not in every worker
-        jobs = (os.cpu_count() or 1) if jobs == 0 else jobs
-        if jobs > 1 and len(todo) > 1 and "fork" in multiprocessing.get_all_start_methods():
+        jobs = _workers(jobs, len(todo))
+        if jobs > 1:
             order = sorted(range(len(todo)), key=lambda i: -todo[i][1])
             done: dict[int, Explanation] = {}
             interrupted = False
@@ -414,8 +415,8 @@ class Simulator:
         ``task`` usually simulates with this simulator; its topology and NCCL plan are built before the workers
         fork. Ctrl-C raises KeyboardInterrupt.
         """
-        jobs = (os.cpu_count() or 1) if jobs == 0 else jobs
-        if jobs <= 1 or count <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+        jobs = _workers(jobs, count)
+        if jobs <= 1:
             return [task(i) for i in range(count)]
         _ = self.topology
         if "nccl" in self.backends():
@@ -459,24 +460,39 @@ class Simulator:
 _TASK: Callable[[int], Any] | None = None  # what forked workers run, set by _forked_map before it forks
 
 
+def _workers(jobs: int, count: int) -> int:
+    """Worker processes for ``count`` points: ``jobs`` (0: one per CPU), at most ``count``; 1 (serial) when fork
+    is not available."""
+    jobs = (os.cpu_count() or 1) if jobs == 0 else jobs
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return 1
+    return max(1, min(jobs, count))
+
+
 def _forked_map(task: Callable[[int], Any], order: Sequence[int], jobs: int) -> Generator[tuple[int, Any], None, None]:
-    """``(i, task(i))`` for every ``i`` of ``order``, computed by ``jobs`` forked worker processes, as they finish.
+    """``(i, task(i))`` for every ``i`` of ``order``, computed by ``jobs`` forked worker processes, as they finish
+    (they start in ``order``).
 
     The workers inherit ``task`` (nothing is pickled but indices and results) and ignore SIGINT: Ctrl-C, or a
-    KeyboardInterrupt inside a worker, raises KeyboardInterrupt here. Closing the generator stops the workers.
+    KeyboardInterrupt inside a worker, raises KeyboardInterrupt here, after the points already running have
+    finished (one simulation each) and the others are cancelled.
     """
     global _TASK
     _TASK = task
-    pool = multiprocessing.get_context("fork").Pool(min(jobs, len(order)), initializer=_ignore_sigint)
+    pool = ProcessPoolExecutor(
+        max_workers=min(jobs, len(order)), mp_context=multiprocessing.get_context("fork"), initializer=_ignore_sigint
+    )
+    finished = False
     try:
-        for i, out, interrupted in pool.imap_unordered(_run_task, order):
+        futures = [pool.submit(_run_task, i) for i in order]
+        for fut in as_completed(futures):
+            i, out, interrupted = fut.result()
             if interrupted:
                 raise KeyboardInterrupt
             yield i, out
-        pool.close()
+        finished = True
     finally:
-        pool.terminate()
-        pool.join()
+        pool.shutdown(wait=True, cancel_futures=not finished)
         _TASK = None
 
 
