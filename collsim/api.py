@@ -311,21 +311,17 @@ class Simulator:
         ]
         result = SweepResult(self.scenario)
         keep = record or breakdown
-        jobs = _workers(jobs, len(todo))
-        if jobs > 1:
-            _ = self.topology  # built once, here, not in every worker
-            if any(b == "nccl" for b, _s in todo):
-                _ = self.nccl_plan
-            return self._run_parallel(todo, result, keep, record, progress, jobs)
-        try:
-            for i, (b, s) in enumerate(todo):
-                if progress:
-                    progress(b, s, i, len(todo))
-                for out in self._point(b, s, keep, record):
-                    result.outcomes.append(out)
-                    result.records.append(self.to_record(out))
-        except KeyboardInterrupt:
-            result.interrupted = True
+        done, result.interrupted = self.map_points(
+            lambda i: self._point(todo[i][0], todo[i][1], keep, record),
+            len(todo),
+            jobs,
+            sizes=[s for _b, s in todo],
+            progress=(lambda i, n: progress(todo[i][0], todo[i][1], n, len(todo))) if progress else None,
+        )
+        for i in sorted(done):
+            for out in done[i]:
+                result.outcomes.append(out)
+                result.records.append(self.to_record(out))
         return result
 
     def _point(self, backend: str, size: int, keep: bool, record: bool) -> list[Outcome]:
@@ -337,35 +333,6 @@ class Simulator:
                 out.records = []
             outs.append(out)
         return outs
-
-    def _run_parallel(
-        self,
-        todo: list[tuple[str, int]],
-        result: SweepResult,
-        keep: bool,
-        record: bool,
-        progress: Progress | None,
-        jobs: int,
-    ) -> SweepResult:
-        """:meth:`run` over ``jobs`` forked workers: largest sizes first (they take longest), rows in sweep order;
-        Ctrl-C keeps the points already finished."""
-        order = sorted(range(len(todo)), key=lambda i: -todo[i][1])
-        done: dict[int, list[Outcome]] = {}
-        points = _forked_map(lambda i: self._point(todo[i][0], todo[i][1], keep, record), order, jobs)
-        try:
-            for i, outs in points:
-                done[i] = outs
-                if progress:
-                    progress(todo[i][0], todo[i][1], len(done) - 1, len(todo))
-        except KeyboardInterrupt:
-            result.interrupted = True
-        finally:
-            points.close()
-        for i in sorted(done):
-            for out in done[i]:
-                result.outcomes.append(out)
-                result.records.append(self.to_record(out))
-        return result
 
     def explain(
         self,
@@ -379,56 +346,55 @@ class Simulator:
         (of every pair with ``all_pairs``); returns (rows, interrupted). ``jobs`` as in :meth:`run`."""
         sizes = self.scenario.sizes() if sizes is None else sizes
         todo = [(c, s) for c in self.scenario.collectives() for s in sizes]
-        _ = self.nccl_plan  # built once, here, not in every worker
-        jobs = _workers(jobs, len(todo))
-        if jobs > 1:
-            order = sorted(range(len(todo)), key=lambda i: -todo[i][1])
-            done: dict[int, Explanation] = {}
-            interrupted = False
-            points = _forked_map(lambda i: self._explain_point(*todo[i], all_pairs), order, jobs)
-            try:
-                for i, row in points:
-                    done[i] = row
-                    if progress:
-                        progress("nccl", todo[i][1], len(done) - 1, len(todo))
-            except KeyboardInterrupt:
-                interrupted = True
-            finally:
-                points.close()
-            return [done[i] for i in sorted(done)], interrupted
-        rows: list[Explanation] = []
-        try:
-            for i, (coll, size) in enumerate(todo):
-                if progress:
-                    progress("nccl", size, i, len(todo))
-                rows.append(self._explain_point(coll, size, all_pairs))
-        except KeyboardInterrupt:
-            return rows, True
-        return rows, False
+        done, interrupted = self.map_points(
+            lambda i: self._explain_point(*todo[i], all_pairs),
+            len(todo),
+            jobs,
+            sizes=[s for _c, s in todo],
+            progress=(lambda i, n: progress("nccl", todo[i][1], n, len(todo))) if progress else None,
+        )
+        return [done[i] for i in sorted(done)], interrupted
 
     def map_points(
-        self, task: Callable[[int], Any], count: int, jobs: int = 1, order: Sequence[int] | None = None
-    ) -> list[Any]:
-        """``[task(0), ..., task(count - 1)]``, computed by ``jobs`` forked workers (0: one per CPU; 1: here),
-        started in ``order`` (longest first balances the workers).
+        self,
+        task: Callable[[int], Any],
+        count: int,
+        jobs: int = 1,
+        *,
+        sizes: Sequence[int] | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> tuple[dict[int, Any], bool]:
+        """``{i: task(i)}`` for ``i`` in ``range(count)`` and whether Ctrl-C stopped it early (the dict then holds
+        the points that finished).
 
-        ``task`` usually simulates with this simulator; its topology and NCCL plan are built before the workers
-        fork. Ctrl-C raises KeyboardInterrupt.
+        With ``jobs`` 1, here, in order, ``progress(i, n)`` before the n-th point. Otherwise (0: one per CPU) in
+        forked workers that inherit ``task`` and this simulator (its topology and NCCL plan are built before they
+        fork), largest ``sizes`` first to balance them, ``progress(i, n)`` as the n-th point finishes.
         """
         jobs = _workers(jobs, count)
-        if jobs <= 1:
-            return [task(i) for i in range(count)]
-        _ = self.topology
-        if "nccl" in self.backends():
-            _ = self.nccl_plan
-        out: list[Any] = [None] * count
-        points = _forked_map(task, range(count) if order is None else order, jobs)
+        done: dict[int, Any] = {}
         try:
-            for i, value in points:
-                out[i] = value
-        finally:
-            points.close()
-        return out
+            if jobs <= 1:
+                for i in range(count):
+                    if progress:
+                        progress(i, i)
+                    done[i] = task(i)
+                return done, False
+            _ = self.topology
+            if "nccl" in self.backends():
+                _ = self.nccl_plan
+            order = sorted(range(count), key=lambda i: -sizes[i]) if sizes is not None else range(count)
+            points = _forked_map(task, order, jobs)
+            try:
+                for i, out in points:
+                    done[i] = out
+                    if progress:
+                        progress(i, len(done) - 1)
+            finally:
+                points.close()
+        except KeyboardInterrupt:
+            return done, True
+        return done, False
 
     def _explain_point(self, coll: str, size: int, all_pairs: bool) -> Explanation:
         """One (collective, size) of :meth:`explain`."""

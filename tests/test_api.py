@@ -200,7 +200,7 @@ def test_map_points_keeps_order_with_workers() -> None:
     def one(i: int) -> float:
         return sim.simulate_one("nccl", sizes[i]).time_s
 
-    assert sim.map_points(one, len(sizes), jobs=2, order=[3, 2, 1, 0]) == sim.map_points(one, len(sizes), jobs=1)
+    assert sim.map_points(one, len(sizes), jobs=2, sizes=sizes) == sim.map_points(one, len(sizes), jobs=1)
 
 
 def test_parallel_sweep_raises_scenario_errors_with_their_field() -> None:

@@ -235,8 +235,6 @@ def calibrate(
 
     points = [(b, r.size_bytes, m.collective) for (m, rows), b in zip(fit_rows, backends, strict=True) for r in rows]
 
-    largest_first = sorted(range(len(points)), key=lambda i: -points[i][1])
-
     def predict(values: dict[str, float]) -> np.ndarray:
         nonlocal evaluations
         evaluations += 1
@@ -246,7 +244,10 @@ def calibrate(
             b, size, coll = points[i]
             return sim.simulate_one(b, size, collective=coll).time_s * 1e6  # s to us
 
-        return np.array(sim.map_points(one, len(points), jobs, order=largest_first))
+        done, interrupted = sim.map_points(one, len(points), jobs, sizes=[size for _b, size, _c in points])
+        if interrupted:
+            raise KeyboardInterrupt
+        return np.array([done[i] for i in range(len(points))])
 
     base = predict({})
     if progress:
