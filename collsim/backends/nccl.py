@@ -89,6 +89,7 @@ class NcclConstants:
     nvls_chunk_bytes: int
     tree_correction: Mapping[str, tuple[float, ...]]
     tree_allreduce_efficiency: float
+    ring_plateau_latency_factor: Mapping[str, float] = field(default_factory=dict)  # by GPU arch; 1 when absent
     # Calibration (collsim.scenario.profile): what the simulated system pays beyond NCCL's constants. They change
     # the simulated time only, never the cost model's choice (NCCL's tuner uses its own fixed table).
     group_launch_gap: float = 0.0  # seconds between kernel launches of GPUs driven by one thread (nccl-tests -g)
@@ -139,6 +140,7 @@ class NcclConstants:
             nvls_chunk_bytes=int(data["nvls_chunk_bytes"]),
             tree_correction={k: tuple(float(x) for x in v) for k, v in data["tree_correction"].items()},
             tree_allreduce_efficiency=float(data["tree_allreduce_efficiency"]),
+            ring_plateau_latency_factor={k: float(v) for k, v in data.get("ring_plateau_latency_factor", {}).items()},
             group_launch_gap=float(data["group_launch_gap_us"]) * _US,
             sim_max_chunks=int(data.get("sim_max_chunks_per_channel", 512)),
         )
@@ -572,8 +574,7 @@ def tuner_times(
             if plan.nnodes > 1:
                 intra = max(intra, plan.net_overhead * (3 if proto == "Simple" else 1))
             lat += (nsteps - ninter) * intra + ninter * inter
-            if plan.nnodes > 1 and proto == "Simple" and collective == "allreduce" and nbytes / (nch * n) >= 64:
-                lat *= 1.4
+            lat *= _ring_plateau(plan, consts, proto, collective, nbytes)
         elif algo in ("CollNetDirect", "CollNetChain"):
             # the switches reduce: every node sends the buffer once and gets it back once, spread over its NICs
             # (Direct: every GPU a head for its share; Chain: one head per channel, channels on all rails);
@@ -666,11 +667,35 @@ _MERGEABLE = ("Tree", "NVLS", "NVLSTree", "CollNetDirect", "CollNetChain")
 
 
 def _tree_correction(consts: NcclConstants, proto: str, nbytes: int) -> float:
-    """NCCL's tree correction factor for an allreduce of ``nbytes``: the table's entry at log2(nbytes / 64), and 1
-    beyond the table (tuning.cc applies it only while logSize < its length)."""
+    """NCCL's tree correction factor for an allreduce of ``nbytes``: the table's entry at log2(nbytes / 64) while
+    that is below 23 (tuning.cc applies it to Tree only for logSize < 23), and 1 from 512 MiB on.
+
+    >>> from types import SimpleNamespace
+    >>> consts = SimpleNamespace(tree_correction={"Simple": [0.9] * 7 + [0.8, 0.7, 0.6, 0.6] + [0.5] * 13})
+    >>> [_tree_correction(consts, "Simple", 1 << k) for k in (6, 16, 28, 29, 30)]  # type: ignore[arg-type]
+    [0.9, 0.6, 0.5, 1.0, 1.0]
+    """
     table = consts.tree_correction[proto]
     bucket = int(math.log2(max(nbytes, 64) / 64))
-    return table[bucket] if bucket < len(table) else 1.0
+    return table[bucket] if bucket < min(23, len(table)) else 1.0
+
+
+def _ring_plateau(plan: NcclPlan, consts: NcclConstants, proto: str, collective: str, nbytes: int) -> float:
+    """NCCL's "plateau effect of ring" (tuning.cc): the factor on a Ring/Simple allreduce's latency across nodes
+    once it carries at least 64 bytes per rank and channel (x1.4 from sm80 on, x1.9 below); 1 otherwise.
+
+    >>> from types import SimpleNamespace
+    >>> plan = NcclPlan(["g"] * 16, 2, 16, [], {}, "ampere", 0.0, "NVLINK", 0.0, 0.0, 0.0)
+    >>> consts = SimpleNamespace(ring_plateau_latency_factor={"volta": 1.9, "ampere": 1.4})
+    >>> [_ring_plateau(plan, consts, "Simple", "allreduce", b) for b in (16 * 16 * 64 - 1, 16 * 16 * 64)]
+    [1.0, 1.4]
+    >>> _ring_plateau(plan, consts, "LL128", "allreduce", 1 << 30)
+    1.0
+    """
+    per_rank_channel = nbytes / (plan.channels * len(plan.ranks))
+    if plan.nnodes > 1 and proto == "Simple" and collective == "allreduce" and per_rank_channel >= 64:
+        return consts.ring_plateau_latency_factor.get(plan.arch, 1.0)
+    return 1.0
 
 
 def _nvls_chunk(algo: str, nbytes: int, concurrent: int, chunk: float, nnodes: int = 1) -> float:
@@ -937,6 +962,10 @@ def simulate_nccl(
         # NVIDIA's measurements; the simulation charges the links accordingly
         wire /= consts.tree_allreduce_efficiency * _tree_correction(consts, proto, nbytes)
     base = consts.base_latency[algo if algo in consts.base_latency else "Ring"][proto]
+    # tuning.cc's "plateau effect of ring" (x1.4 on a multi-node Ring/Simple allreduce's latency, fitted by NVIDIA
+    # like the tree factors above): the simulation charges it on the base latency and on every hop's step latency
+    plateau = _ring_plateau(plan, consts, proto, collective, nbytes) if algo == "Ring" else 1.0
+    base *= plateau
     if algo in ("NVLS", "NVLSTree"):
         base += consts.hw_latency[plan.intra_hw][algo]["Simple"] * consts.sim_step_latency_scale
     # one thread launching g GPUs' kernels one after another (nccl-tests -g g): the collective cannot finish before
@@ -964,7 +993,9 @@ def simulate_nccl(
         for c in range(nc):
             ring = plan.rings[c]
             for i, g in enumerate(ring):
-                roles[(c, g)] = {"send": _hop_role(plan.hops[(c, i)], consts, plan, algo, proto, wire, cap)}
+                role = _hop_role(plan.hops[(c, i)], consts, plan, algo, proto, wire, cap)
+                role.latency *= plateau
+                roles[(c, g)] = {"send": role}
                 relations.append(((c, g), "pred", (c, ring[i - 1])))
     elif algo == "Ring":  # broadcast / reduce: a chain along the ring, from the root or towards it
         for c in range(nc):

@@ -93,7 +93,7 @@ def test_tuner_prediction_close_to_simulation_at_large_sizes() -> None:
 def test_tree_allreduce_model_follows_tuning_cc() -> None:
     # tuning.cc, two nodes: busBw = bwIntra (capped at twice the network's), x0.92 for a tree allreduce in every
     # protocol ("AllReduce pipelines two operations"), LL128 x120/128 across nodes, algBw = busBw / 2; the tree
-    # correction factor applies below 1 GiB only (its table ends at log2(bytes / 64) = 23)
+    # correction factor applies below 512 MiB only (tuning.cc: Tree for logSize = log2(bytes / 64) < 23)
     from collsim.backends.nccl import tuner_times
 
     sim = Simulator.from_source("2node-a100-ib")
@@ -105,7 +105,8 @@ def test_tree_allreduce_model_follows_tuning_cc() -> None:
         lat = times[("Tree", proto)] - size / (bus * frac * 0.5)
         assert 0 < lat < 100e-6  # what is left is the tree's latency, tens of us
     small = tuner_times(plan, consts, "allreduce", 64 * 2**9, sim.nccl_options)  # bucket 9: LL128 factor 0.7
-    big = tuner_times(plan, consts, "allreduce", 64 * 2**24, sim.nccl_options)  # past the table: factor 1
-    lat9 = small[("Tree", "LL128")] - 64 * 2**9 / (bus * 120 / 128 * 0.5 * 0.7)
-    lat24 = big[("Tree", "LL128")] - 64 * 2**24 / (bus * 120 / 128 * 0.5)
-    assert lat9 == pytest.approx(lat24, rel=1e-9)
+    big = tuner_times(plan, consts, "allreduce", 64 * 2**23, sim.nccl_options)  # 512 MiB, bucket 23: factor 1
+    lat9 = small[("Tree", "Simple")] - 64 * 2**9 / (bus * 0.5 * 0.6)  # Simple's factor at bucket 9 is 0.6 ...
+    lat23 = big[("Tree", "Simple")] - 64 * 2**23 / (bus * 0.5)  # ... and 0.9 at bucket 23, which NCCL skips:
+    assert big[("Tree", "Simple")] < 64 * 2**23 / (bus * 0.5 * 0.9)  # with x0.9 the transfer alone takes longer
+    assert lat9 == pytest.approx(lat23, rel=1e-9)

@@ -39,6 +39,51 @@ def test_two_node_a100_ib_plateau_near_192() -> None:
     assert 1.1 * bw < tree_bw < 2 * bw
 
 
+def test_192_is_the_scale_out_figure_of_dgx_a100_with_8_hdr_rails() -> None:
+    # "As you scale out beyond two nodes, the same effect will not be present" (NVIDIA/nccl#812): from four nodes on
+    # the default choice, whichever algorithm it is, is bound by the network and lands on NVIDIA's 192 GB/s
+    for nodes in (4, 8):
+        sim = Simulator.from_source("2node-a100-ib", [f"cluster.nodes={nodes}"])
+        bw, _ = _busbw(sim, 8 * GiB)
+        assert bw == pytest.approx(192.0, rel=0.10)
+
+
+def test_ring_plateau_latency_factor_in_model_and_simulation() -> None:
+    # tuning.cc "Plateau effect of ring": a Ring/Simple allreduce across nodes with >= 64 bytes per rank and channel
+    # has its latency x1.4 (sm80 on); the simulation charges the same factor on its base and step latencies
+    import dataclasses
+
+    from collsim.backends.nccl import simulate_nccl, tuner_times
+
+    sim = Simulator.from_source("2node-a100-ib")
+    plan, opts = sim.nccl_plan, sim.nccl_options
+    on = sim.nccl_constants
+    off = dataclasses.replace(on, ring_plateau_latency_factor={})
+    threshold = 64 * plan.channels * len(plan.ranks)
+    for size, factor in ((threshold - 4, 1.0), (threshold, 1.4), (GiB, 1.4)):
+        t_on = tuner_times(plan, on, "allreduce", size, opts)
+        t_off = tuner_times(plan, off, "allreduce", size, opts)
+        lat_off = tuner_times(plan, off, "allreduce", 0, opts)[("Ring", "Simple")]  # the latency alone
+        assert t_on[("Ring", "Simple")] - t_off[("Ring", "Simple")] == pytest.approx((factor - 1) * lat_off, rel=1e-9)
+        assert t_on[("Ring", "LL128")] == t_off[("Ring", "LL128")]
+    args = (sim.topology, opts)
+    kw = {"plan": plan, "choice": ("Ring", "Simple")}
+    below = [simulate_nccl(*args, c, threshold - 4, **kw).time_s for c in (on, off)]  # type: ignore[arg-type]
+    above = [simulate_nccl(*args, c, threshold, **kw).time_s for c in (on, off)]  # type: ignore[arg-type]
+    assert below[0] == below[1]
+    assert 1.2 * above[1] < above[0] <= 1.4 * above[1] * (1 + 1e-9)  # latency-bound: nearly all of it scales
+    one_node = Simulator.from_source("dgx-a100")  # one node: no factor
+    t1 = tuner_times(one_node.nccl_plan, one_node.nccl_constants, "allreduce", GiB, one_node.nccl_options)
+    t0 = tuner_times(
+        one_node.nccl_plan,
+        dataclasses.replace(one_node.nccl_constants, ring_plateau_latency_factor={}),
+        "allreduce",
+        GiB,
+        one_node.nccl_options,
+    )
+    assert t1[("Ring", "Simple")] == t0[("Ring", "Simple")]
+
+
 @pytest.mark.parametrize("n", [2, 4, 8])
 def test_ring_allgather_matches_closed_form(n: int) -> None:
     # n-1 steps, each rank forwarding one chunk per step: (n-1)*alpha + (n-1)/n * S/B
