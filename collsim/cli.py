@@ -14,14 +14,16 @@ import csv
 import io
 import json
 import sys
+import warnings
 from collections.abc import Sequence
 from typing import Any, TextIO
 
 from collsim.api import BACKENDS, Comparison, Simulator
 from collsim.backends import BackendError
 from collsim.calibration.measurement import MeasurementError
+from collsim.calibration.nccltests import ParseWarning
 from collsim.results import Record, format_nccl_tests, records_to_csv, records_to_json
-from collsim.scenario import ScenarioError, scenario_json_schema
+from collsim.scenario import ScenarioError, ScenarioWarning, scenario_json_schema
 from collsim.topology import TopologyError, format_topo_matrix
 from collsim.units import UnitError, format_size, parse_size, parse_size_range
 
@@ -476,9 +478,32 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: TextIO | None = None,
+    line: str | None = None,
+) -> None:
+    """Print collsim's own input warnings as ``collsim: warning: ...`` (they name the file and field themselves),
+    not with the Python source line that raised them; other warnings keep Python's format."""
+    out = sys.stderr if file is None else file
+    if issubclass(category, (ScenarioWarning, ParseWarning)):
+        print(f"collsim: warning: {message}", file=out)
+    else:
+        out.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``collsim`` command; returns the exit status."""
     args = _parser().parse_args(argv)
+    with warnings.catch_warnings():
+        warnings.showwarning = _show_warning
+        return _dispatch(args)
+
+
+def _dispatch(args: argparse.Namespace) -> int:
     handlers = {
         "run": _cmd_run,
         "compare": _cmd_compare,

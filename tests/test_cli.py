@@ -528,3 +528,16 @@ def test_several_collectives_get_their_own_tables_and_compare_rows(capsys: pytes
     assert main(["compare", "dgx-a100", *sets]) == 0
     out = capsys.readouterr().out
     assert "allreduce 1MiB" in out and "allgather 1MiB" in out
+
+
+def test_input_warnings_print_as_collsim_warnings(capsys: pytest.CaptureFixture[str]) -> None:
+    # the warning names the file and the field; the Python source line that raised it is no use to the user
+    argv = ["run", "hgx-h100", "--backend", "nccl", "--sizes", "1MiB", "--quiet"]
+    assert main([*argv, "--set", "backends.nccl.env.NCCL_PROTOO=LL"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1
+    assert err[0].startswith("collsim: warning: ")
+    assert err[0].endswith(
+        "hgx-h100.yaml: backends.nccl.env.NCCL_PROTOO: unknown NCCL variable, collsim ignores it;"
+        " did you mean NCCL_PROTO?"
+    )
