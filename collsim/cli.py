@@ -391,6 +391,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     res.profile.write(args.output)
     out = [f"# calibrate: {scenario.name}, {res.evaluations} simulated sweeps; profile written to {args.output}"]
     out += [f"  {k} = {v:.6g}" for k, v in sorted(res.profile.parameters.items())]
+    out += [f"# note: {n}" for n in res.notes]
     for held in (False, True):
         b, a = res.error("before", held), res.error("after", held)
         if b.count == 0:

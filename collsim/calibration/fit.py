@@ -8,7 +8,9 @@ How a fit runs (:func:`calibrate`):
    latency; per backend: per-step and per-collective overheads; Gloo: TCP throughput, CPU reduction rate, message
    latency) is nudged once; those that move the predicted times of the fit sizes by at least 0.5% are kept, minus
    any whose effect is (nearly) parallel to one already kept (they could not be told apart), at most
-   ``max_parameters``.
+   ``max_parameters``. A parallel candidate stays in reserve: if the fit leaves the kept one stuck (at a bound, or
+   where it stops changing anything, like a latency already clamped at zero), the fit is run again with the reserve
+   in its place, and kept if it lowers the fit's cost by at least 10%.
 3. ``scipy.optimize.least_squares`` (trust-region reflective, within each parameter's physical bounds, see
    :data:`collsim.scenario.profile.PARAMETER_BOUNDS`) minimises the log of predicted / measured time over the fit
    sizes: a relative error, symmetric in over- and under-prediction, under a robust (soft L1) loss that counts
@@ -114,6 +116,16 @@ def _from_x(name: str, x: float) -> float:
     return math.exp(x) if _is_scale(name) else x
 
 
+def _stuck(sol: Any, i: int, name: str, start_slope: float) -> bool:
+    """Whether fitted parameter ``i`` ended at one of its bounds, or where moving it no longer changes the predicted
+    times (below 5% of the slope it had at the start: a latency already clamped at zero, say)."""
+    lo, hi = _x_bounds(name)
+    x = float(sol.x[i])
+    if min(x - lo, hi - x) <= 1e-6 * (hi - lo):
+        return True
+    return bool(float(np.linalg.norm(sol.jac[:, i])) < 0.05 * start_slope)
+
+
 def _x_bounds(name: str) -> tuple[float, float]:
     lo, hi, _ = parameter_bounds(name)
     return (math.log(lo), math.log(hi)) if _is_scale(name) else (lo, hi)
@@ -137,6 +149,8 @@ class CalibrationResult:
         Per measurement, uncalibrated and calibrated, on every measured size.
     evaluations : int
         Sweeps simulated.
+    notes : list of str
+        What the fit did beyond the plain search (a stuck parameter replaced by one in reserve).
     """
 
     profile: Profile
@@ -254,6 +268,10 @@ def calibrate(
         progress(f"uncalibrated: median |time error| {np.median(np.abs(base / measured - 1)) * 100:.1f}% on "
                  f"{len(measured)} fit sizes")
     sensitivity: dict[str, float] = {}
+    # per chosen parameter, the candidates whose effect is (nearly) parallel to its own, largest effect first: if
+    # the fit leaves it stuck (at a bound, or where it no longer changes anything), one of them takes its place
+    alternates: dict[str, list[str]] = {}
+    slope: dict[str, float] = {}  # norm of d log(time) / dx at the start, per candidate
     if parameters is None:
         effects: list[tuple[str, np.ndarray]] = []
         for name in candidate_parameters(base_sim, backends):
@@ -262,12 +280,17 @@ def calibrate(
             nudged = min(hi, start * 1.25) if _is_scale(name) or name.startswith("gloo.") else min(hi, start + 5.0)
             d = np.log(predict({name: nudged}) / base)
             sensitivity[name] = float(np.max(np.abs(d)) * 100)
+            dx = abs(_to_x(name, nudged) - _to_x(name, start))
+            slope[name] = float(np.linalg.norm(d)) / dx if dx else 0.0
             if sensitivity[name] >= 0.5:
                 effects.append((name, d))
         effects.sort(key=lambda e: -float(np.linalg.norm(e[1])))
         chosen: list[tuple[str, np.ndarray]] = []
         for name, d in effects:
-            if all(abs(float(d @ c) / (np.linalg.norm(d) * np.linalg.norm(c))) < 0.995 for _, c in chosen):
+            parallel = [c for c, cd in chosen if abs(float(d @ cd) / (np.linalg.norm(d) * np.linalg.norm(cd))) >= 0.995]
+            if parallel:
+                alternates.setdefault(parallel[0], []).append(name)
+            else:
                 chosen.append((name, d))
         names = [n for n, _ in chosen[:max_parameters]]
         if progress:
@@ -282,31 +305,50 @@ def calibrate(
     if progress:
         progress(f"fitting {', '.join(names)} on {len(fit_sizes)} sizes ({len(held)} held out)")
 
-    x0 = np.array([_to_x(n, _start_value(base_sim, n)) for n in names])
-    lb = np.array([_x_bounds(n)[0] for n in names])
-    ub = np.array([_x_bounds(n)[1] for n in names])
-    x0 = np.clip(x0, lb, ub)
+    def fit(names: list[str], start: dict[str, float]) -> Any:
+        x0 = np.array([_to_x(n, start.get(n, _start_value(base_sim, n))) for n in names])
+        lb = np.array([_x_bounds(n)[0] for n in names])
+        ub = np.array([_x_bounds(n)[1] for n in names])
 
-    def residuals(x: np.ndarray) -> np.ndarray:
-        values = {n: _from_x(n, float(v)) for n, v in zip(names, x, strict=True)}
-        return np.log(predict(values) / measured)
+        def residuals(x: np.ndarray) -> np.ndarray:
+            values = {n: _from_x(n, float(v)) for n, v in zip(names, x, strict=True)}
+            return np.log(predict(values) / measured)
 
-    sol = least_squares(
-        residuals,
-        x0,
-        bounds=(lb, ub),
-        diff_step=1e-3,
-        max_nfev=max_evaluations,
-        x_scale="jac",
-        loss=_LOSS,
-        f_scale=_F_SCALE,
-    )
+        return least_squares(
+            residuals,
+            np.clip(x0, lb, ub),
+            bounds=(lb, ub),
+            diff_step=1e-3,
+            max_nfev=max_evaluations,
+            x_scale="jac",
+            loss=_LOSS,
+            f_scale=_F_SCALE,
+        )
+
+    sol = fit(names, {})
+    notes: list[str] = []
+    for name in list(names):
+        if not alternates.get(name) or not _stuck(sol, names.index(name), name, slope.get(name, 0.0)):
+            continue
+        at = {n: _from_x(n, float(v)) for n, v in zip(names, sol.x, strict=True)}
+        for alt in alternates[name]:
+            trial = [alt if n == name else n for n in names]
+            if progress:
+                progress(f"{name} is stuck at {at[name]:.4g}; trying {alt} in its place")
+            other = fit(trial, {n: v for n, v in at.items() if n != name})
+            if other.cost < 0.9 * sol.cost:  # a clear gain only: the swap changes what the profile says
+                notes.append(
+                    f"{name} was stuck at {at[name]:.4g}; {alt} fitted in its place "
+                    f"(fit cost {sol.cost:.4g} -> {other.cost:.4g})"
+                )
+                names, sol = trial, other
+                break
     fitted = {n: _from_x(n, float(v)) for n, v in zip(names, sol.x, strict=True)}
     profile = Profile(fitted)
     before = [validate(base_sim, m) for m in measurements]
     after_sim = Simulator(scenario, profile)
     after = [validate(after_sim, m) for m in measurements]
-    result = CalibrationResult(profile, names, sensitivity, fit_sizes, held, before, after, evaluations)
+    result = CalibrationResult(profile, names, sensitivity, fit_sizes, held, before, after, evaluations, notes)
     profile.meta = {
         "fitted_on": {
             "scenario": _shown(scenario.source_file) if scenario.source_file else scenario.name,

@@ -175,20 +175,29 @@ def test_real_gloo_loopback_calibration_predicts_held_out_sizes() -> None:
 
 
 @needs_shared
-def test_transfer_two_node_a100_profile_lowers_the_one_node_a100_error() -> None:
-    """The profile `collsim calibrate` fitted on the two-node A100 case (committed) applied to the one-node A100
-    case: every size band's median error falls (README: Transfer)."""
+def test_the_two_node_a100_profile_holds_efa_parameters_only() -> None:
+    """The two-node A100 run used NCCL's Simple protocol over EFA (AWS's plugin sets it on a p4de), so the profile
+    `collsim calibrate` fits to it (committed) is about EFA alone: applied to the one-node A100 case, which has no
+    EFA link, it changes no time. That is why the README shows no A100 transfer any more."""
+    prof = load_profile(VALIDATION / "profiles" / "aws_p4de_2node_efa_a100.yaml")
+    assert prof.parameters and set(prof.parameters) <= {"link.roce.latency_us", "link.roce.bandwidth_scale"}
     m = _case("a100_8gpu_1node_stas00")
     scenario = VALIDATION / "a100_8gpu_1node_stas00.yaml"
-    prof = load_profile(VALIDATION / "profiles" / "aws_p4de_2node_efa_a100.yaml")
     before = validate(Simulator.from_source(scenario), m)
     after = validate(Simulator.from_source(scenario, profile=prof), m)
-    for b, a in zip(before.bands(), after.bands(), strict=True):
-        assert a.median_abs_time_error_pct < b.median_abs_time_error_pct  # type: ignore[operator]
-    assert after.overall().median_abs_time_error_pct < 0.7 * before.overall().median_abs_time_error_pct  # type: ignore[operator]
+    assert [r.predicted_us for r in after.rows] == [r.predicted_us for r in before.rows]
 
 
 def test_calibrate_refuses_a_rank_count_mismatch() -> None:
     m = Measurement("allreduce", 8, [MeasurementRow(8, 10.0)], backend="nccl", file="m.json")
     with pytest.raises(MeasurementError, match="8 ranks, the scenario 2"):
         calibrate(load(PCIE), [m])
+
+
+def test_a_stuck_parameter_gives_way_to_a_parallel_one() -> None:
+    # 8 us less per collective: the PCIe latency moves the small sizes most, so it is chosen first, but it clamps
+    # at zero before it gets there; the launch overhead, parallel to it and held in reserve, takes its place
+    res = calibrate(load(PCIE), [_synthetic(Profile({"nccl.launch_overhead_us": -8.0}))])
+    assert "nccl.launch_overhead_us" in res.parameters and "link.pcie.latency_us" not in res.parameters
+    assert res.notes and res.notes[0].startswith("link.pcie.latency_us was stuck at")
+    assert res.error("after", held_out=True).median_abs_time_error_pct < 1.0
