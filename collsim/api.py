@@ -170,9 +170,18 @@ class Simulator:
                 field="workload.gpus_per_process",
             )
         nccl = scenario.backends.nccl
+        user_env = dict(nccl.env) if nccl else {}
+        #: NCCL variables the NICs' network plugin sets because the scenario leaves them unset (NIC preset field
+        #: ``nccl_plugin_env``; the plugin loads at NCCL's init, so a one-node run gets them too)
+        self.nccl_plugin_env: dict[str, str] = {}
+        for nic in self.topology.nics():
+            for key, value in (nic.spec.get("nccl_plugin_env") or {}).items():
+                if key not in user_env:
+                    self.nccl_plugin_env.setdefault(key, value)
         try:
             self.nccl_options = dataclasses.replace(
-                NcclOptions.from_env(nccl.env if nccl else {}), gpus_per_process=scenario.workload.gpus_per_process
+                NcclOptions.from_env({**self.nccl_plugin_env, **user_env}),
+                gpus_per_process=scenario.workload.gpus_per_process,
             )
         except BackendError as exc:
             raise ScenarioError(str(exc), file=file, field="backends.nccl.env") from None

@@ -213,9 +213,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
                     f"algorithms {', '.join(sorted({r.algorithm for r in recs}))}"
                     + (f", up to {channels} channels" if channels else "")
                 )
+                if b == "nccl":
+                    head += "".join(f"\n{note}" for note in _plugin_notes(sim))
                 parts.append(format_nccl_tests(recs, header=head))
         text = "\n".join(parts)
     return _finish(text, args.output, result.interrupted, f"{len(result.records)} rows")
+
+
+def _plugin_notes(sim: Simulator) -> list[str]:
+    """What the network plugin set in NCCL's environment, one line per variable."""
+    env = sim.nccl_plugin_env
+    return [f"{k}={v} set by the NICs' network plugin (NIC preset nccl_plugin_env)" for k, v in env.items()]
 
 
 def _share_text(rec: Record) -> str:
@@ -310,6 +318,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         lines = [
             f"# collsim explain: {sim.scenario.name}, {len(sim.nccl_plan.ranks)} ranks, NCCL's cost model in us per "
             "(algorithm/protocol); * = its choice" + ("; simulated times below each row" if args.all else ""),
+            *[f"# {note}" for note in _plugin_notes(sim)],
             f"# {'size':>10} " + "".join(f"{x:>{width}}" for x in names) + f" {'choice':>14} {'simulated us':>13}",
         ]
         for r in rows:

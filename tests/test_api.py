@@ -257,3 +257,15 @@ def test_gpus_per_process_adds_one_launch_gap_per_extra_gpu() -> None:
 def test_gpus_per_process_beyond_one_node_is_an_error() -> None:
     with pytest.raises(ScenarioError, match=r"workload.gpus_per_process: expected at most the 8 ranks of one node"):
         Simulator.from_source("dgx-a100", ["workload.gpus_per_process=9"])
+
+
+def test_network_plugin_env_applies_unless_the_scenario_sets_it() -> None:
+    # aws-p4de's EFA NICs: AWS's plugin sets NCCL_PROTO=simple when it is unset (setenv without overwriting)
+    aws = "scenarios/validation/aws_p4de_2node_efa_a100.yaml"
+    sim = Simulator.from_source(aws)
+    assert sim.nccl_plugin_env == {"NCCL_PROTO": "Simple"}
+    assert sim.nccl_options.protocols == frozenset({"Simple"})
+    assert {sim.simulate_one("nccl", s).protocol for s in (8, 2**20, 2**30)} == {"Simple"}
+    own = Simulator.from_source(aws, ["backends.nccl.env.NCCL_PROTO=LL128"])
+    assert own.nccl_plugin_env == {} and own.nccl_options.protocols == frozenset({"LL128"})
+    assert Simulator.from_source("dgx-a100").nccl_plugin_env == {}

@@ -541,3 +541,12 @@ def test_input_warnings_print_as_collsim_warnings(capsys: pytest.CaptureFixture[
         "hgx-h100.yaml: backends.nccl.env.NCCL_PROTOO: unknown NCCL variable, collsim ignores it;"
         " did you mean NCCL_PROTO?"
     )
+
+
+def test_run_and_explain_say_what_the_network_plugin_set(capsys: pytest.CaptureFixture[str]) -> None:
+    aws = "scenarios/validation/aws_p4de_2node_efa_a100.yaml"
+    note = "# NCCL_PROTO=Simple set by the NICs' network plugin (NIC preset nccl_plugin_env)"
+    assert main(["run", aws, "--sizes", "1MiB", "--quiet"]) == 0
+    assert note in capsys.readouterr().out.splitlines()[:3]
+    assert main(["explain", aws, "--sizes", "1MiB", "--quiet"]) == 0
+    assert note in capsys.readouterr().out.splitlines()[:3]

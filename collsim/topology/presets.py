@@ -147,6 +147,19 @@ def _vendor(value: Any) -> str:
     return str(value)
 
 
+def _nccl_env(value: Any) -> dict[str, str]:
+    if not isinstance(value, Mapping) or not value:
+        raise ValueError(f"expected a mapping of NCCL_* variables to values, got {value!r}")
+    out: dict[str, str] = {}
+    for key, v in value.items():
+        if not isinstance(key, str) or not key.startswith("NCCL_"):
+            raise ValueError(f"expected NCCL_* variable names, got {key!r}")
+        if isinstance(v, (Mapping, list)) or v is None:
+            raise ValueError(f"{key}: expected a string or a number, got {v!r}")
+        out[key] = str(v)
+    return out
+
+
 _PARSERS: dict[str, Callable[[Any], Any]] = {
     "bandwidth": _positive_bandwidth,
     "time": _time,
@@ -157,6 +170,7 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "text": _text,
     "link_kind": _link_kind,
     "vendor": _vendor,
+    "nccl_env": _nccl_env,
     "link_preset": _text,  # checked against links.yaml after loading
     "optional_link_preset": lambda v: None if v is None else _text(v),
 }
@@ -203,6 +217,8 @@ NIC_SCHEMA: dict[str, tuple[str, bool]] = {
     "link": ("link_preset", True),
     "latency": ("time", True),
     "source": ("text", True),
+    # NCCL variables the NIC's network plugin sets when the user leaves them unset (setenv without overwriting)
+    "nccl_plugin_env": ("nccl_env", False),
 }
 FABRIC_SCHEMA: dict[str, tuple[str, bool]] = {
     "radix": ("positive_int", True),

@@ -100,3 +100,21 @@ def test_dangling_cross_reference(topo_dir: Path) -> None:
     with pytest.raises(TopologyError) as ei:
         load_topology("dgx-a100")
     assert ei.value.field == "connectx-6-hdr.link" and "ib-xdr" in ei.value.message and "ib-ndr" in ei.value.message
+
+
+def test_nic_plugin_env() -> None:
+    # AWS's EFA plugin sets NCCL_PROTO=simple on p4d/p4de (aws-ofi-nccl platform-aws.c); other NICs set nothing
+    lib = load_presets()
+    assert lib.nics["efa-100g"]["nccl_plugin_env"] == {"NCCL_PROTO": "Simple"}
+    assert lib.nics["connectx-6-hdr"].get("nccl_plugin_env") is None
+
+
+@pytest.mark.parametrize(
+    ("bad", "expected"),
+    [("{PROTO: Simple}", "expected NCCL_\\* variable names, got 'PROTO'"), ("Simple", "expected a mapping")],
+)
+def test_nic_plugin_env_errors(topo_dir: Path, bad: str, expected: str) -> None:
+    _edit(topo_dir / "presets/nics.yaml", "nccl_plugin_env: {NCCL_PROTO: Simple}", f"nccl_plugin_env: {bad}")
+    with pytest.raises(TopologyError, match=expected) as ei:
+        load_topology("aws-p4de")
+    assert ei.value.field == "efa-100g.nccl_plugin_env"
