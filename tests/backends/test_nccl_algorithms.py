@@ -294,3 +294,13 @@ def test_pxn_lets_far_gpus_use_gpudirect_through_an_nvlink_peer() -> None:
     t_on = on.simulate_one("nccl", 256 * MiB, collective="alltoall").time_s
     t_off = off.simulate_one("nccl", 256 * MiB, collective="alltoall").time_s
     assert t_off > 1.2 * t_on
+
+
+@pytest.mark.parametrize(("scenario", "agree"), [("dgx-a100", 29), ("hgx-h100", 30), ("2node-h100-ib", 28),
+                                                  ("2node-a100-ib", 28)])
+def test_cost_model_and_simulation_pick_the_same_pair_at_90_percent_of_sizes(scenario: str, agree: int) -> None:
+    # issue 3: at least 90% of the 31 sizes 8 B-8 GiB (28); the README lists the sizes where they differ and why.
+    # 2node-a100-ib's 64 MiB agrees by 0.06% (README): a change that moves it shows here
+    rows, _ = Simulator.from_source(scenario).explain(all_pairs=True, jobs=0)
+    assert len(rows) == 31
+    assert sum(r.simulated_best == r.choice for r in rows) == agree
