@@ -43,11 +43,11 @@ import networkx as nx
 from collsim.topology.errors import TopologyError
 from collsim.topology.model import Device, FrozenMap, Link
 from collsim.topology.presets import PresetLibrary, parse_field
+from collsim.vocab import FABRIC_TOPOLOGIES, FABRIC_TRANSPORTS
 
 __all__ = ["FABRIC_TOPOLOGIES", "TRANSPORTS", "add_fabric", "parse_fabric"]
 
-FABRIC_TOPOLOGIES: tuple[str, ...] = ("single_switch", "rail_optimized", "fat_tree")
-TRANSPORTS: tuple[str, ...] = ("rdma", "tcp")
+TRANSPORTS = FABRIC_TRANSPORTS
 _KEYS = (
     "topology",
     "transport",
@@ -59,6 +59,16 @@ _KEYS = (
     "oversubscription",
     "in_network_reduction",
 )
+
+
+def _optional_field(value: Any, ftype: str, key: str) -> Any:
+    """``value`` parsed as a preset field of type ``ftype`` (SI units), None when absent; errors name ``key``."""
+    if value is None:
+        return None
+    try:
+        return parse_field(ftype, value)
+    except ValueError as exc:
+        raise _err(str(exc), key) from None
 
 
 def _err(message: str, key: str) -> TopologyError:
@@ -94,12 +104,7 @@ def parse_fabric(fabric: Mapping[str, Any], presets: PresetLibrary) -> dict[str,
     nic = fabric.get("nic")
     if nic is not None:
         presets.get("nics", nic, None, "fabric.nic")
-    nic_speed = fabric.get("nic_speed")
-    if nic_speed is not None:
-        try:
-            nic_speed = parse_field("bandwidth", nic_speed)
-        except ValueError as exc:
-            raise _err(str(exc), "nic_speed") from None
+    nic_speed = _optional_field(fabric.get("nic_speed"), "bandwidth", "nic_speed")
     k = fabric.get("nics_per_node")
     if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
         raise _err(f"expected a positive integer, got {k!r}", "nics_per_node")
@@ -120,12 +125,7 @@ def parse_fabric(fabric: Mapping[str, Any], presets: PresetLibrary) -> dict[str,
     for key in switch:
         if key not in ("latency", "radix"):
             raise _err(f"unknown switch key {key!r}; valid: latency, radix", f"switch.{key}")
-    latency = switch.get("latency")
-    if latency is not None:
-        try:
-            latency = parse_field("time", latency)
-        except ValueError as exc:
-            raise _err(str(exc), "switch.latency") from None
+    latency = _optional_field(switch.get("latency"), "time", "switch.latency")
     radix = switch.get("radix")
     radix_given = radix is not None
     if radix is None:

@@ -11,12 +11,9 @@ from typing import Any
 import networkx as nx
 
 from collsim.topology.errors import TopologyError
-from collsim.topology.presets import LINK_KINDS
+from collsim.vocab import LINK_KINDS, PATH_CLASS_ORDER
 
 __all__ = ["PATH_CLASS_ORDER", "Device", "FrozenMap", "Link", "Topology", "path_class_rank"]
-
-#: NCCL path classes, best (closest) first. ``LOC`` is a device to itself.
-PATH_CLASS_ORDER: tuple[str, ...] = ("LOC", "NVL", "NVB", "PIX", "PXB", "PHB", "SYS", "NET")
 
 # Devices a route may start or end at but never pass through.
 _NO_TRANSIT = frozenset({"gpu", "nic"})

@@ -17,6 +17,7 @@ import yaml
 
 from collsim.topology.errors import TopologyError
 from collsim.units import UnitError, parse_bandwidth, parse_time
+from collsim.vocab import DEVICE_KINDS, LINK_KINDS
 
 __all__ = [
     "DEVICE_KINDS",
@@ -28,10 +29,6 @@ __all__ = [
     "topologies_dir",
 ]
 
-#: Valid link kinds, best-known first.
-LINK_KINDS: tuple[str, ...] = ("nvlink", "pcie", "upi", "ib", "roce", "eth")
-#: Valid device kinds.
-DEVICE_KINDS: tuple[str, ...] = ("gpu", "cpu", "pcie_switch", "nic", "nvswitch", "switch")
 
 
 def topologies_dir() -> Path:

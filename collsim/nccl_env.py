@@ -1,4 +1,4 @@
-"""Validation and parsing of the NCCL environment variables a scenario may set.
+"""NCCL's environment variables: the one parser, used by scenario validation and by the NCCL backend.
 
 The syntax follows NCCL's own parsing (``NCCL_ALGO``/``NCCL_PROTO``: a comma-separated list of names, matched
 case-insensitively, with an optional leading ``^`` meaning "all except"; ``NCCL_P2P_LEVEL``/``NCCL_NET_GDR_LEVEL``:
@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from collsim.vocab import NCCL_ALGO_GROUPS, NCCL_ALGORITHMS, NCCL_PROTOCOLS, PATH_CLASS_ORDER
 
 __all__ = [
     "INT_NCCL_ENV",
     "KNOWN_NCCL_ENV",
-    "NCCL_ALGORITHMS",
     "NCCL_LEVELS",
-    "NCCL_PROTOCOLS",
     "NcclEnvError",
+    "NcclOptions",
     "check_env_value",
     "closest_known",
     "parse_algorithms",
@@ -25,21 +28,13 @@ __all__ = [
     "parse_protocols",
 ]
 
-#: Every algorithm name NCCL_ALGO can select, in NCCL's canonical capitalisation.
-NCCL_ALGORITHMS: tuple[str, ...] = ("Ring", "Tree", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT")
+#: Path-type names accepted by NCCL_P2P_LEVEL / NCCL_NET_GDR_LEVEL, nearest first (NCCL compares the value with
+#: its path-type names, topoPathTypeStr in graph/topo.cc: NET is among them).
+NCCL_LEVELS: tuple[str, ...] = PATH_CLASS_ORDER
 
-#: Extra names NCCL_ALGO accepts that stand for several algorithms ("CollNet" = both CollNet variants).
-_ALGO_GROUPS: dict[str, tuple[str, ...]] = {"CollNet": ("CollNetDirect", "CollNetChain")}
-
-#: Every protocol name NCCL_PROTO can select.
-NCCL_PROTOCOLS: tuple[str, ...] = ("LL", "LL128", "Simple")
-
-#: Path-type names accepted by NCCL_P2P_LEVEL / NCCL_NET_GDR_LEVEL, nearest first (as nvidia-smi topo -m).
-NCCL_LEVELS: tuple[str, ...] = ("LOC", "NVL", "NVB", "PIX", "PXB", "PHB", "SYS")
-
-#: NCCL's legacy integer levels: 0 LOC, 1 PIX, 2 PXB, 3 PHB, 4 SYS, larger values are SYS
+#: NCCL's legacy integer levels: 0 LOC, 1 PIX, 2 PXB, 3 PHB, 4 SYS; larger values are SYS
 #: (source: NCCL docs, NCCL_P2P_LEVEL "Integer Values (Legacy)").
-_LEGACY_LEVELS: tuple[str, ...] = ("LOC", "PIX", "PXB", "PHB", "SYS", "SYS")
+_LEGACY_LEVELS: tuple[str, ...] = ("LOC", "PIX", "PXB", "PHB", "SYS")
 
 #: Knobs that must be integers.
 INT_NCCL_ENV: frozenset[str] = frozenset(
@@ -66,10 +61,12 @@ KNOWN_NCCL_ENV: dict[str, str] = {
     "NVLS, NVLSTree, PAT; a leading ^ excludes them instead.",
     "NCCL_PROTO": "Protocols NCCL may use: comma-separated from LL, LL128, Simple; a leading ^ excludes them.",
     "NCCL_P2P_DISABLE": "1 disables the P2P transport (GPU-to-GPU over NVLink/PCIe).",
-    "NCCL_P2P_LEVEL": "Farthest path on which P2P is used: LOC, NVL, NVB, PIX, PXB, PHB, SYS (or legacy 0..5).",
+    "NCCL_P2P_LEVEL": "Farthest path on which P2P is used: LOC, NVL, NVB, PIX, PXB, PHB, SYS, NET "
+    "(or legacy 0 LOC .. 4 SYS).",
     "NCCL_SHM_DISABLE": "1 disables the shared-host-memory transport.",
     "NCCL_IB_DISABLE": "1 disables InfiniBand/RoCE verbs; NCCL falls back to sockets (TCP).",
-    "NCCL_NET_GDR_LEVEL": "Farthest GPU-NIC path on which GPUDirect RDMA is used: LOC, NVL, NVB, PIX, PXB, PHB, SYS.",
+    "NCCL_NET_GDR_LEVEL": "Farthest GPU-NIC path on which GPUDirect RDMA is used: LOC, NVL, NVB, PIX, PXB, PHB, SYS, "
+    "NET (or legacy 0 LOC .. 4 SYS).",
     "NCCL_PXN_DISABLE": "1 disables PXN (sending through an NVLink peer's NIC).",
     "NCCL_MIN_NCHANNELS": "Minimum number of channels (integer).",
     "NCCL_MAX_NCHANNELS": "Maximum number of channels (integer).",
@@ -140,7 +137,7 @@ def parse_name_list(
 
 def parse_algorithms(value: str) -> set[str]:
     """Enabled NCCL algorithms for a ``NCCL_ALGO`` value, e.g. ``parse_algorithms("^ring") == {"Tree", ...}``."""
-    return parse_name_list(value, NCCL_ALGORITHMS, _ALGO_GROUPS, "algorithm")
+    return parse_name_list(value, NCCL_ALGORITHMS, NCCL_ALGO_GROUPS, "algorithm")
 
 
 def parse_protocols(value: str) -> set[str]:
@@ -151,7 +148,10 @@ def parse_protocols(value: str) -> set[str]:
 def parse_level(value: str) -> str:
     """Canonical path-type name for a ``NCCL_P2P_LEVEL``/``NCCL_NET_GDR_LEVEL`` value.
 
-    Names are case-insensitive; integers use NCCL's legacy numbering (0 LOC, 1 PIX, 2 PXB, 3 PHB, 4 and 5 SYS).
+    Names are case-insensitive; integers use NCCL's legacy numbering (0 LOC, 1 PIX, 2 PXB, 3 PHB, 4 and above SYS).
+
+    >>> parse_level("pix"), parse_level("2"), parse_level("7")
+    ('PIX', 'PXB', 'SYS')
     """
     text = value.strip()
     if text.upper() in NCCL_LEVELS:
@@ -160,9 +160,11 @@ def parse_level(value: str) -> str:
         level = int(text)
     except ValueError:
         level = -1
-    if 0 <= level < len(_LEGACY_LEVELS):
-        return _LEGACY_LEVELS[level]
-    raise NcclEnvError(f"expected a path type from {', '.join(NCCL_LEVELS)} or a legacy integer 0..5, got {value!r}")
+    if level >= 0:
+        return _LEGACY_LEVELS[min(level, len(_LEGACY_LEVELS) - 1)]
+    raise NcclEnvError(
+        f"expected a path type from {', '.join(NCCL_LEVELS)} or a legacy integer (0 LOC .. 4 SYS), got {value!r}"
+    )
 
 
 def check_env_value(key: str, value: str) -> None:
@@ -174,12 +176,18 @@ def check_env_value(key: str, value: str) -> None:
     elif key in ("NCCL_P2P_LEVEL", "NCCL_NET_GDR_LEVEL"):
         parse_level(value)
     elif key in INT_NCCL_ENV:
-        try:
-            number = int(value.strip())
-        except ValueError:
-            raise NcclEnvError(f"expected an integer, got {value!r}") from None
-        if number < 0:
-            raise NcclEnvError(f"expected a non-negative integer, got {value!r}")
+        _non_negative_int(value)
+
+
+def _non_negative_int(value: str) -> int:
+    """NCCL's integer knobs: a non-negative integer."""
+    try:
+        number = int(value.strip())
+    except ValueError:
+        raise NcclEnvError(f"expected an integer, got {value!r}") from None
+    if number < 0:
+        raise NcclEnvError(f"expected a non-negative integer, got {value!r}")
+    return number
 
 
 def closest_known(key: str) -> str | None:
@@ -188,3 +196,95 @@ def closest_known(key: str) -> str | None:
     suffix = key.upper().removeprefix(prefix)  # compare what follows the common prefix
     matches = difflib.get_close_matches(suffix, [k.removeprefix(prefix) for k in KNOWN_NCCL_ENV], n=1, cutoff=0.6)
     return prefix + matches[0] if matches else None
+
+
+@dataclass(frozen=True)
+class NcclOptions:
+    """NCCL's environment knobs, parsed (:meth:`from_env`). ``None`` means unset: NCCL's default applies.
+
+    Attributes
+    ----------
+    algorithms, protocols : frozenset of str or None
+        What NCCL_ALGO and NCCL_PROTO enable.
+    p2p_level, gdr_level : str or None
+        NCCL_P2P_LEVEL and NCCL_NET_GDR_LEVEL as path-class names (legacy integers translated).
+    min_channels, max_channels : int or None
+        NCCL_MIN_NCHANNELS, NCCL_MAX_NCHANNELS.
+    buffsize : int or None
+        NCCL_BUFFSIZE in bytes.
+    socket_threads : int
+        NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD: sockets one network connection spreads over.
+    gpus_per_process : int
+        Not an NCCL knob: GPUs one process drives (nccl-tests ``-g``), set from the workload.
+
+    Examples
+    --------
+    >>> opts = NcclOptions.from_env({"NCCL_ALGO": "^ring", "NCCL_P2P_LEVEL": "2", "NCCL_MAX_NCHANNELS": 4})
+    >>> sorted(opts.algorithms)[:3], opts.p2p_level, opts.max_channels
+    (['CollNetChain', 'CollNetDirect', 'NVLS'], 'PXB', 4)
+    >>> NcclOptions.from_env({"NCCL_PROTO": "LL256"})
+    Traceback (most recent call last):
+    ...
+    collsim.nccl_env.NcclEnvError: NCCL_PROTO='LL256': unknown protocol 'LL256' in 'LL256'; valid protocols: ...
+    """
+
+    algorithms: frozenset[str] | None = None
+    protocols: frozenset[str] | None = None
+    p2p_disable: bool = False
+    p2p_level: str | None = None
+    shm_disable: bool = False
+    ib_disable: bool = False
+    gdr_level: str | None = None
+    pxn_disable: bool = False
+    min_channels: int | None = None
+    max_channels: int | None = None
+    buffsize: int | None = None
+    socket_threads: int = 1
+    nvls_enable: bool = True
+    env: Mapping[str, str] = field(default_factory=dict)
+    gpus_per_process: int = 1
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, Any]) -> NcclOptions:
+        """Parse NCCL_* variables (values as strings or numbers) with the parsers above; an empty value is unset.
+
+        Raises
+        ------
+        NcclEnvError
+            A bad value; the message starts with ``NAME='value':``.
+        """
+        text = {k: str(v).strip() for k, v in env.items() if v is not None and str(v).strip() != ""}
+
+        def parsed(name: str, parse: Any) -> Any:
+            if name not in text:
+                return None
+            try:
+                return parse(text[name])
+            except NcclEnvError as exc:
+                raise NcclEnvError(f"{name}={text[name]!r}: {exc}") from None
+
+        def as_int(name: str) -> int | None:
+            return parsed(name, _non_negative_int)
+
+        for name in sorted(INT_NCCL_ENV & text.keys()):  # validated like the scenario does, read or not
+            as_int(name)
+        algos = parsed("NCCL_ALGO", parse_algorithms)
+        protos = parsed("NCCL_PROTO", parse_protocols)
+        threads = (as_int("NCCL_SOCKET_NTHREADS") or 1) * (as_int("NCCL_NSOCKS_PERTHREAD") or 1)
+        nvls = as_int("NCCL_NVLS_ENABLE")
+        return cls(
+            algorithms=frozenset(algos) if algos is not None else None,
+            protocols=frozenset(protos) if protos is not None else None,
+            p2p_disable=bool(as_int("NCCL_P2P_DISABLE")),
+            p2p_level=parsed("NCCL_P2P_LEVEL", parse_level),
+            shm_disable=bool(as_int("NCCL_SHM_DISABLE")),
+            ib_disable=bool(as_int("NCCL_IB_DISABLE")),
+            gdr_level=parsed("NCCL_NET_GDR_LEVEL", parse_level),
+            pxn_disable=bool(as_int("NCCL_PXN_DISABLE")),
+            min_channels=as_int("NCCL_MIN_NCHANNELS"),
+            max_channels=as_int("NCCL_MAX_NCHANNELS"),
+            buffsize=as_int("NCCL_BUFFSIZE"),
+            socket_threads=max(1, threads),
+            nvls_enable=nvls is None or nvls != 0,
+            env={k: str(v) for k, v in env.items()},
+        )

@@ -1,0 +1,64 @@
+"""collsim.nccl_env: the one NCCL environment parser, shared by scenario validation and the NCCL backend."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from collsim.nccl_env import INT_NCCL_ENV, NcclEnvError, NcclOptions, check_env_value, parse_level
+
+_KNOBS = ["NCCL_ALGO", "NCCL_PROTO", "NCCL_P2P_LEVEL", "NCCL_NET_GDR_LEVEL", *sorted(INT_NCCL_ENV)]
+_VALUES = st.one_of(
+    st.sampled_from(["ring", "^tree", "collnet", "nvls,ring", "LL", "^LL128", "Simple", "ll256", "", ",", "^"]),
+    st.sampled_from(["PIX", "pxb", "NET", "sys", "LOC", "nvl", "NVB", "PHB", "PXN", "0", "4", "5", "6", "17", "-1"]),
+    st.integers(min_value=-3, max_value=64).map(str),
+    st.text(alphabet="abcNV^,0123456789 ", max_size=6),
+)
+
+
+@given(st.sampled_from(_KNOBS), _VALUES)
+def test_validation_and_the_backend_accept_exactly_the_same_values(key: str, value: str) -> None:
+    # scenario validation (check_env_value) and the backend (NcclOptions.from_env) read a value with one parser:
+    # one accepts it iff the other does (an empty value is "unset" for the backend and never reaches it from a
+    # validated scenario)
+    try:
+        check_env_value(key, value)
+        valid = True
+    except NcclEnvError:
+        valid = False
+    if not value.strip():
+        return
+    try:
+        NcclOptions.from_env({key: value})
+        parsed = True
+    except NcclEnvError as exc:
+        assert str(exc).startswith(f"{key}={value.strip()!r}: ")
+        parsed = False
+    assert parsed == valid
+
+
+def test_legacy_levels_above_four_are_sys_and_net_is_a_level() -> None:
+    assert [parse_level(v) for v in ("0", "1", "2", "3", "4", "5", "6", "99")] == [
+        "LOC", "PIX", "PXB", "PHB", "SYS", "SYS", "SYS", "SYS",
+    ]  # fmt: skip
+    assert NcclOptions.from_env({"NCCL_P2P_LEVEL": 6}).p2p_level == "SYS"
+    assert NcclOptions.from_env({"NCCL_NET_GDR_LEVEL": "net"}).gdr_level == "NET"
+    with pytest.raises(NcclEnvError, match="legacy integer"):
+        parse_level("-1")
+
+
+def test_options_from_env() -> None:
+    opts = NcclOptions.from_env(
+        {"NCCL_ALGO": "collnet", "NCCL_PROTO": "^LL", "NCCL_SOCKET_NTHREADS": 4, "NCCL_NSOCKS_PERTHREAD": "2",
+         "NCCL_NVLS_ENABLE": "0", "NCCL_BUFFSIZE": ""}
+    )  # fmt: skip
+    assert opts.algorithms == {"CollNetDirect", "CollNetChain"}
+    assert opts.protocols == {"LL128", "Simple"}
+    assert opts.socket_threads == 8
+    assert not opts.nvls_enable
+    assert opts.buffsize is None  # empty means unset
+    with pytest.raises(NcclEnvError, match=r"NCCL_MAX_NCHANNELS='x': expected an integer"):
+        NcclOptions.from_env({"NCCL_MAX_NCHANNELS": "x"})
+    with pytest.raises(NcclEnvError, match=r"NCCL_ALGO='\^ring,tree,collnet,nvls,nvlstree,pat': .* leaves no"):
+        NcclOptions.from_env({"NCCL_ALGO": "^ring,tree,collnet,nvls,nvlstree,pat"})
