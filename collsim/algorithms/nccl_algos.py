@@ -46,6 +46,14 @@ def slices(data_bytes: float, chunking: RingChunking) -> list[float]:
     return out
 
 
+def _post(board: EventBoard, me: Hashable, key: Hashable, send: Send, nbytes: float) -> Event:
+    """Start sending ``nbytes`` and post its arrival on the board as ``(me, key)``; return the event that fires
+    when it has streamed (the sender is free)."""
+    streamed, arrived = send(nbytes)
+    board.bind(me, key, arrived)
+    return streamed
+
+
 def _step_end(i: int, nparts: int, chunking: RingChunking, whole_steps: bool) -> int | None:
     """The slice to wait for before sending slice ``i``: ``i`` itself, or with ``whole_steps`` the last slice of
     its chunk at the chunk's first slice and nothing (``None``) at the others (already waited for)."""
@@ -121,9 +129,7 @@ def nccl_tree_up(
         if parent is None or send_up is None:
             board.fire(me, ("down", i))
             continue
-        streamed, arrived = send_up(b)
-        board.bind(me, ("up", i), arrived)
-        yield streamed
+        yield _post(board, me, ("up", i), send_up, b)
 
 
 def nccl_tree_down(
@@ -165,9 +171,7 @@ def nccl_nvls_reduce_scatter(
     for i, b in enumerate(slices(data_bytes, chunking)):
         if i >= chunking.slots:
             yield board.get(me, ("ag", i - chunking.slots))
-        streamed, arrived = send(b)
-        board.bind(me, ("rs", i), arrived)
-        yield streamed
+        yield _post(board, me, ("rs", i), send, b)
 
 
 def nccl_nvls_allgather(

@@ -1,0 +1,163 @@
+"""NVLS (NVLink SHARP, one node) and NVLSTree (NVLS in each node, NCCL's binary trees of NICs between nodes): the
+NVSwitch reduces every slice and multicasts the sum back."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from simpy.events import Event
+
+from collsim.algorithms.nccl_algos import nccl_nvls_allgather, nccl_nvls_reduce_scatter, nccl_nvls_tree
+from collsim.backends.common import link_uses
+from collsim.backends.nccl.base import Entity, Launcher, Layout, ModelInputs, NcclAlgorithm, Role, SimContext
+from collsim.backends.nccl.constants import NcclConstants
+from collsim.backends.nccl.plan import NcclPlan
+from collsim.backends.nccl.tags import NVLS_TAG
+from collsim.backends.nccl.trees import binary_tree
+from collsim.nccl_env import NcclOptions
+
+__all__ = ["NVLS", "NVLSTree", "NvlsTreeLinks"]
+
+
+def _nvls_bus(m: ModelInputs) -> float:
+    """tuning.cc: NVLink bandwidth x nvlsEfficiency x (nCh - 1) / nCh x 2 over NVLS's channels."""
+    plan, consts = m.plan, m.consts
+    eff = consts.nvls_efficiency[plan.arch]
+    nc = consts.nvls_channels
+    return plan.nvl_bw * eff * (nc - 1) / nc * 2
+
+
+def _nvls_roles(ctx: SimContext, gpu: str, switch: str, fanout: int) -> dict[str, Role]:
+    """A GPU's two NVLS roles: ``rs`` sends its slice up to the switch and gets 1/fanout of the sum back; ``ag``
+    sends 1/fanout up and gets the whole slice multicast back; both at NCCL's NVLS efficiency on the NVLinks."""
+    eff = ctx.consts.nvls_efficiency[ctx.plan.arch]
+    up = link_uses(ctx.topo.route(gpu, switch, kinds=("nvlink",)))
+    down = link_uses(ctx.topo.route(switch, gpu, kinds=("nvlink",)))
+    lat = up.latency + down.latency
+    rs = [(k, v / eff) for k, v in up.uses] + [(k, v / (fanout * eff)) for k, v in down.uses]
+    ag = [(k, v / (fanout * eff)) for k, v in up.uses] + [(k, v / eff) for k, v in down.uses]
+    return {"rs": Role(rs, lat, ctx.cap, NVLS_TAG), "ag": Role(ag, lat, ctx.cap, NVLS_TAG)}
+
+
+class NVLS(NcclAlgorithm):
+    """NVLS on one node: per slice, every GPU sends it to the switch and receives 1/n of the sum (reduce-scatter),
+    then sends 1/n and receives the whole slice (multicast), on NCCL's NVLS channels (16 on sm90)."""
+
+    name = "NVLS"
+    mergeable = True
+
+    def protocols(self, plan: NcclPlan, opts: NcclOptions, collective: str) -> tuple[str, ...]:
+        ok = collective == "allreduce" and len(plan.ranks) > 1 and plan.nnodes == 1
+        return ("Simple",) if ok and self.refusal(plan, opts) is None else ()
+
+    def refusal(self, plan: NcclPlan, opts: NcclOptions) -> str | None:
+        # the hardware half is decided once, in plan_nccl (nvls_refusal); the knob here
+        return plan.nvls_refusal or (None if opts.nvls_enable else "NCCL_NVLS_ENABLE=0")
+
+    def model(self, m: ModelInputs) -> tuple[float, float]:
+        return m.lat + m.intra, _nvls_bus(m) * m.n / m.nsteps
+
+    def channels(self, plan: NcclPlan, opts: NcclOptions, consts: NcclConstants) -> int:
+        """NVLS runs its own channel count, under NCCL_MAX_NCHANNELS."""
+        return min(consts.nvls_channels, opts.max_channels or consts.nvls_channels)
+
+    def extra_base_latency(self, plan: NcclPlan, consts: NcclConstants) -> float:
+        """NVLS pays its hwLat once, with the launch."""
+        return consts.hw_latency[plan.intra_hw][self.name]["Simple"] * consts.sim_step_latency_scale
+
+    def build(self, ctx: SimContext) -> Layout:
+        out = Layout()
+        assert ctx.plan.nvswitch is not None
+        for c in range(ctx.nc):
+            for g in ctx.plan.ranks:
+                out.roles[(c, g)] = _nvls_roles(ctx, g, ctx.plan.nvswitch, ctx.n)
+        return out
+
+    def launch(self, run: Launcher, e: Entity) -> Event | None:
+        ctx = run.ctx
+        rs = nccl_nvls_reduce_scatter(
+            run.board, e, data_bytes=ctx.per_channel, chunking=ctx.chunking, send=run.sender(e, "rs")
+        )
+        ag = nccl_nvls_allgather(
+            run.board, e, run.reps, data_bytes=ctx.per_channel, chunking=ctx.chunking, send=run.sender(e, "ag")
+        )
+        run.start(e, rs)
+        run.start(e, ag)
+        return run.done(e)
+
+
+@dataclass(frozen=True)
+class NvlsTreeLinks:
+    """An NVLSTree entity: its parent and children in the tree of this GPU across nodes, and the GPUs of its node
+    (the NVLS peers it waits for)."""
+
+    parent: Entity | None
+    children: Sequence[Entity]
+    peers: Sequence[Entity]
+
+
+class NVLSTree(NVLS):
+    """NVLSTree across nodes: NVLS reduces each slice inside the node, every GPU's 1/ppn share goes up and down a
+    binary tree of the same GPU index on the other nodes through its own NIC (even channels NCCL's tree 0, odd
+    channels tree 1), then the switch multicasts."""
+
+    name = "NVLSTree"
+
+    def protocols(self, plan: NcclPlan, opts: NcclOptions, collective: str) -> tuple[str, ...]:
+        ok = collective == "allreduce" and len(plan.ranks) > 1 and plan.nnodes > 1
+        return ("Simple",) if ok and self.refusal(plan, opts) is None else ()
+
+    def model(self, m: ModelInputs) -> tuple[float, float]:
+        """The NVLS bound, the NICs (x2 on two nodes) and perChMaxNvlsTreeBw; latency + 2 log2(nNodes) x inter."""
+        plan, consts = m.plan, m.consts
+        nc = consts.nvls_channels
+        inter_bw = plan.nic_count * plan.nic_bw * (2 if plan.nnodes <= 2 else 1)
+        bus = min(_nvls_bus(m), inter_bw, nc * consts.per_channel_max_nvls_tree_bw[plan.arch][m.idx])
+        lat = m.lat + (m.intra + 2 * math.log2(plan.nnodes) * m.inter)
+        return lat, bus * m.n / m.nsteps
+
+    def build(self, ctx: SimContext) -> Layout:
+        out = Layout()
+        plan, topo = ctx.plan, ctx.topo
+        for c in range(ctx.nc):
+            mirror = c % 2 == 1
+            for g in plan.ranks:
+                dev = topo.device(g)
+                roles = _nvls_roles(ctx, g, topo.devices("nvswitch", dev.node)[0].name, plan.ppn)
+                same = [h for h in plan.ranks if topo.device(h).index == dev.index]  # this GPU on every node
+                pnode, kids = binary_tree(dev.node, plan.nnodes, mirror)
+                par = same[pnode] if pnode is not None else None
+                if par is not None:
+                    roles["up"] = ctx.hop_role(ctx.hop(g, par, dev.index))
+                    out.relations.append(((c, g), "parent", (c, par)))
+                for k, kid in enumerate(kids):
+                    roles[f"down{k}"] = ctx.hop_role(ctx.hop(g, same[kid], dev.index))
+                out.roles[(c, g)] = roles
+                peers = [(c, h) for h in plan.ranks if topo.device(h).node == dev.node]
+                out.structure[(c, g)] = NvlsTreeLinks(
+                    (c, par) if par else None, [(c, same[kid]) for kid in kids], peers
+                )
+        return out
+
+    def launch(self, run: Launcher, e: Entity) -> Event | None:
+        ctx = run.ctx
+        links: NvlsTreeLinks = run.layout.structure[e]
+        roles = run.roles(e)
+        for body in nccl_nvls_tree(
+            run.board,
+            e,
+            [run.rep(p) for p in links.peers],
+            run.rep(links.parent) if links.parent else None,
+            [run.rep(k) for k in links.children],
+            data_bytes=ctx.per_channel,
+            chunking=ctx.chunking,
+            share=1.0 / ctx.plan.ppn,
+            send_rs=run.sender(e, "rs"),
+            send_up=run.sender(e, "up") if "up" in roles else None,
+            send_down=[run.sender(e, f"down{k}") for k in range(len(links.children))],
+            send_ag=run.sender(e, "ag"),
+        ):
+            run.start(e, body)
+        return run.done(e)

@@ -1,0 +1,150 @@
+"""NCCL's Tree allreduce: a chain in each node and NCCL's double binary tree across nodes, reduce up and broadcast
+down at once, slice by slice."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from simpy.events import Event
+
+from collsim.algorithms import RingChunking
+from collsim.algorithms.nccl_algos import nccl_tree_down, nccl_tree_up
+from collsim.backends.nccl.base import Entity, Launcher, Layout, ModelInputs, NcclAlgorithm, Role, SimContext
+from collsim.backends.nccl.constants import NcclConstants
+from collsim.backends.nccl.plan import NcclPlan
+from collsim.backends.nccl.trees import tree_links
+from collsim.nccl_env import NcclOptions
+from collsim.vocab import NCCL_PROTOCOLS
+
+__all__ = ["Tree", "TreeLinks", "launch_up_down", "tree_correction"]
+
+
+def tree_correction(consts: NcclConstants, proto: str, nbytes: int) -> float:
+    """NCCL's tree correction factor for an allreduce of ``nbytes``: the table's entry at log2(nbytes / 64) while
+    that is below 23 (tuning.cc applies it to Tree only for logSize < 23), and 1 from 512 MiB on.
+
+    >>> from types import SimpleNamespace
+    >>> consts = SimpleNamespace(tree_correction={"Simple": [0.9] * 7 + [0.8, 0.7, 0.6, 0.6] + [0.5] * 13})
+    >>> [tree_correction(consts, "Simple", 1 << k) for k in (6, 16, 28, 29, 30)]  # type: ignore[arg-type]
+    [0.9, 0.6, 0.5, 1.0, 1.0]
+    """
+    table = consts.tree_correction[proto]
+    bucket = int(math.log2(max(nbytes, 64) / 64))
+    return table[bucket] if bucket < min(23, len(table)) else 1.0
+
+
+@dataclass(frozen=True)
+class TreeLinks:
+    """An entity of a tree: its parent (None at the root) and children, in a fixed order."""
+
+    parent: Entity | None
+    children: Sequence[Entity]
+
+
+def launch_up_down(
+    run: Launcher, e: Entity, parent: Entity | None, kids: Sequence[Entity], share: float | None = None
+) -> None:
+    """Start ``e``'s reduce towards ``parent`` and broadcast to ``kids`` (two processes, concurrent).
+
+    ``share``: the participant handles that fraction of every slice, in whole chunks (an in-network reducer)."""
+    ctx = run.ctx
+    roles = run.roles(e)
+    chunking = ctx.chunking
+    if share is not None:
+        chunking = RingChunking(chunking.chunk_bytes * share, 1, chunking.slots)
+    else:
+        share = 1.0
+    kid_reps = [run.rep(k) for k in kids]
+    downs = [f"down{k}" for k in range(len(kids))]
+    up = nccl_tree_up(
+        run.board,
+        e,
+        run.rep(parent) if parent else None,
+        kid_reps,
+        data_bytes=ctx.per_channel * share,
+        chunking=chunking,
+        send_up=run.sender(e, "up") if "up" in roles else None,
+        whole_steps=run.whole(e, "up"),
+    )
+    down = nccl_tree_down(
+        run.board,
+        e,
+        kid_reps,
+        data_bytes=ctx.per_channel * share,
+        chunking=chunking,
+        send_down=[run.sender(e, d) for d in downs],
+        whole_steps=run.whole(e, *downs),
+    )
+    run.start(e, up)
+    run.start(e, down)
+
+
+class Tree(NcclAlgorithm):
+    """Tree allreduce (every protocol): per channel, a chain from the GPU next to the channel's NIC in each node and
+    one of NCCL's two binary trees across nodes (even channels tree 0, odd channels tree 1)."""
+
+    name = "Tree"
+    mergeable = True
+
+    def protocols(self, plan: NcclPlan, opts: NcclOptions, collective: str) -> tuple[str, ...]:
+        return NCCL_PROTOCOLS if collective == "allreduce" and len(plan.ranks) > 1 else ()
+
+    def model(self, m: ModelInputs) -> tuple[float, float]:
+        """Two nodes: bound by the intra-node links (half the ring's traffic crosses the network; tuning.cc takes
+        bwIntra for nNodes <= 2); allreduce x0.92 and perChMaxTreeBw; LL /3.8 and llMaxBw; LL128 7/9 on one node,
+        120/128 across, and a per-channel cap; algBw = busBw / 2 x the tree correction factor. Latency: baseLat +
+        2 x (chain steps x intra + tree depth x inter)."""
+        plan, consts, proto = m.plan, m.consts, m.proto
+        arch, idx, nch = plan.arch, m.idx, plan.channels
+        bus = m.bus
+        if plan.nnodes == 2:
+            # two nodes are a special case (NCCL maintainers, NVIDIA/nccl#946 and nccl-tests#196): a tree sends half
+            # the ring's traffic over the network, so it can reach ~2x the network speed
+            bus = min(plan.intra_bw, 2 * plan.bus_bw)
+        if m.collective == "allreduce":  # tuning.cc: "AllReduce pipelines two operations", every protocol
+            bus = min(consts.tree_allreduce_efficiency * bus, nch * consts.per_channel_max_tree_bw[arch][idx])
+        if proto == "LL":
+            bus = min(bus / consts.tree_ll_bw_divisor, consts.ll_max_bw[arch][idx])
+        elif proto == "LL128":
+            frac = consts.tree_ll128_fraction[0 if plan.nnodes == 1 else 1]
+            bus = min(bus * frac, nch * consts.per_channel_max_tree_ll128_bw[arch][idx])
+        algbw = bus * 0.5 * tree_correction(consts, proto, m.nbytes)
+        lat = m.lat + 2 * ((plan.ppn - 1) * m.intra + int(math.log2(plan.nnodes)) * m.inter)
+        return lat, algbw
+
+    def wire_divisor(self, consts: NcclConstants, collective: str, proto: str, nbytes: int) -> float:
+        """NCCL's tree allreduce kernels reach only a fraction of the link rate: tuning.cc carries it as an
+        efficiency (x0.92) and a size-dependent correction factor, both fitted to NVIDIA's measurements; the
+        simulation charges the links accordingly."""
+        if collective != "allreduce":
+            return 1.0
+        return consts.tree_allreduce_efficiency * tree_correction(consts, proto, nbytes)
+
+    def cap_divisor(self, proto: str) -> float:
+        """One LL channel of the tree reduces up and broadcasts down with the same threads (NCCL's tree LL kernel
+        runs up and down in one loop); tuning.cc caps the tree's LL busBw at llMaxBw and halves it for algBw: both
+        directions share the channel's LL rate."""
+        return 2.0 if proto == "LL" else 1.0
+
+    def build(self, ctx: SimContext) -> Layout:
+        out = Layout()
+        for c in range(ctx.nc):
+            parent, children = tree_links(ctx.plan, c, ctx.topo)
+            for g in ctx.plan.rings[c]:
+                roles: dict[str, Role] = {}
+                par = parent[g]
+                if par is not None:
+                    roles["up"] = ctx.hop_role(ctx.hop(g, par, c))
+                    out.relations.append(((c, g), "parent", (c, par)))
+                for k, ch in enumerate(children[g]):
+                    roles[f"down{k}"] = ctx.hop_role(ctx.hop(g, ch, c))
+                out.roles[(c, g)] = roles
+                out.structure[(c, g)] = TreeLinks((c, par) if par else None, [(c, ch) for ch in children[g]])
+        return out
+
+    def launch(self, run: Launcher, e: Entity) -> Event | None:
+        links: TreeLinks = run.layout.structure[e]
+        launch_up_down(run, e, links.parent, links.children)
+        return run.done(e)

@@ -1,0 +1,334 @@
+"""The contract every NCCL algorithm module follows, and what they share.
+
+An algorithm (Ring, Tree, NVLS, ...) is one module under :mod:`collsim.backends.nccl.algos` with one
+:class:`NcclAlgorithm` subclass registered in :data:`collsim.backends.nccl.algos.REGISTRY`. It says:
+
+* which protocols it offers for a collective on a plan (:meth:`NcclAlgorithm.protocols`) and why NCCL would refuse
+  it when forced (:meth:`~NcclAlgorithm.refusal`);
+* its time in NCCL's cost model (:meth:`~NcclAlgorithm.model`: latency and algorithm bandwidth, tuning.cc);
+* the roles it builds for a simulation (:meth:`~NcclAlgorithm.build`: per (channel, rank) entity, the flows it
+  sends, their resources, latency and cap, the relations between entities and a typed structure per entity);
+* the SimPy processes it launches for one representative entity (:meth:`~NcclAlgorithm.launch`).
+
+The simulation driver (:mod:`collsim.backends.nccl.simulate`) owns everything else: the choice, the chunking, the
+symmetry quotient, the clock and the breakdown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Hashable, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import simpy
+from simpy.events import Event
+
+from collsim.algorithms import EventBoard, RingChunking
+from collsim.backends.common import ResourceCatalog
+from collsim.backends.nccl.constants import NcclConstants
+from collsim.backends.nccl.plan import Hop, NcclPlan, hop_between
+from collsim.backends.nccl.tags import LAUNCH_TAG, TRANSPORT_TAG
+from collsim.engine import FluidNetwork, Owner, Quotient, Tag
+from collsim.nccl_env import NcclOptions
+from collsim.topology import Topology
+
+__all__ = [
+    "Launcher",
+    "Layout",
+    "ModelInputs",
+    "NcclAlgorithm",
+    "Role",
+    "SimContext",
+    "entity_owner",
+    "node_index",
+]
+
+Entity = Hashable
+Proc = Generator[Event, Any, None]
+
+
+def entity_owner(e: Entity, rank_of: Mapping[str, int]) -> Owner:
+    """The :class:`~collsim.engine.Owner` of NCCL entity ``e``.
+
+    Entities are ``(channel, device)`` for a rank's channel (ring, tree, NVLS, PAT, CollNet's GPUs, send/recv), a
+    bare device name for a rank of all-to-all (every channel at once), and ``("sharp", channel, switch, k)`` for
+    CollNet's in-network reducer (not a rank).
+
+    Parameters
+    ----------
+    e : hashable
+        The entity.
+    rank_of : mapping of str to int
+        Rank device name to rank index (the plan's rank order).
+
+    Examples
+    --------
+    >>> entity_owner((2, "n0/gpu1"), {"n0/gpu1": 1}).label, entity_owner("n0/gpu1", {"n0/gpu1": 1}).label
+    ('rank 1 ch 2', 'rank 1')
+    >>> entity_owner(("sharp", 0, "fabric/leaf0", 3), {}).label
+    'in-network reducer 3 ch 0 (fabric/leaf0)'
+    """
+    if isinstance(e, str):
+        return Owner(rank_of[e], None, "rank", e)
+    if isinstance(e, tuple) and len(e) == 4 and e[0] == "sharp":
+        _, channel, switch, k = e
+        return Owner(None, int(channel), "in-network reducer", str(switch), index=int(k))
+    if isinstance(e, tuple) and len(e) == 2 and isinstance(e[1], str):
+        return Owner(rank_of[e[1]], int(e[0]), "rank", e[1])
+    raise TypeError(f"not an NCCL entity: {e!r}")
+
+
+def node_index(nnodes: int) -> int:
+    """Index into NCCL's per-generation tables, which have one column per node count: 1, 2, 3 or more."""
+    return 0 if nnodes <= 1 else (1 if nnodes == 2 else 2)
+
+
+@dataclass
+class Role:
+    """What one entity's flows in one role cost: resources with their coefficients (already protocol-scaled), the
+    latency each message pays on arrival (seconds), a rate cap (bytes/s) and the flows' declared tag
+    (:mod:`collsim.backends.nccl.tags`).
+
+    ``net``: the role crosses the network, where NCCL's proxy forwards one whole step at a time.
+    """
+
+    uses: list[tuple[Hashable, float]]
+    latency: float
+    cap: float
+    tag: Tag
+    net: bool = False
+
+
+@dataclass
+class Layout:
+    """What an algorithm builds for one simulation.
+
+    ``roles``: per entity, its named roles (``"send"``, ``"up"``, ``"down0"`` ...); ``relations``: (entity, label,
+    entity) pairs the symmetry quotient must preserve; ``structure``: per entity, the algorithm's own typed links
+    (a :class:`Chain`, a tree's parent and children ...), absent when the plan already says everything.
+    """
+
+    roles: dict[Entity, dict[str, Role]] = field(default_factory=dict)
+    relations: list[tuple[Entity, str, Entity]] = field(default_factory=list)
+    structure: dict[Entity, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Chain:
+    """An entity of a pipelined chain: its predecessor and successor (None at the ends)."""
+
+    pred: Entity | None
+    succ: Entity | None
+
+
+@dataclass(frozen=True)
+class ModelInputs:
+    """What NCCL's cost model knows when it prices one (algorithm, protocol) pair (tuning.cc), in SI units.
+
+    ``lat`` starts as baseLat; ``intra`` and ``inter`` are the per-step hwLat inside a node and across nodes
+    (the latter with the network's latency, twice for Simple); ``bus`` is what the rings carry per rank.
+    """
+
+    plan: NcclPlan
+    consts: NcclConstants
+    collective: str
+    nbytes: int
+    proto: str
+    n: int
+    nsteps: int
+    ninter: int
+    intra: float
+    inter: float
+    lat: float
+    bus: float
+    idx: int
+
+
+@dataclass
+class SimContext:
+    """Everything an algorithm needs to build its roles for one simulated collective.
+
+    ``nc`` channels of ``per_channel`` bytes each; ``wire`` wire bytes per data byte on every link; ``cap`` one
+    channel's rate cap (bytes/s); ``base`` the launch latency every entity pays first (seconds); ``plateau`` the
+    factor on a multi-node ring's latency (tuning.cc), 1 otherwise.
+    """
+
+    topo: Topology
+    plan: NcclPlan
+    opts: NcclOptions
+    consts: NcclConstants
+    collective: str
+    nbytes: int
+    algo: str
+    proto: str
+    nc: int
+    chunking: RingChunking
+    wire: float
+    cap: float
+    base: float
+    plateau: float
+    cat: ResourceCatalog
+
+    @property
+    def per_channel(self) -> float:
+        """Bytes each channel moves."""
+        return self.nbytes / self.nc
+
+    @property
+    def n(self) -> int:
+        """Ranks."""
+        return len(self.plan.ranks)
+
+    @cached_property
+    def rank_of(self) -> dict[str, int]:
+        """Rank device name to rank index."""
+        return {name: i for i, name in enumerate(self.plan.ranks)}
+
+    def owner(self, e: Entity) -> Owner:
+        """The owner of entity ``e``'s flows (:func:`entity_owner`)."""
+        return entity_owner(e, self.rank_of)
+
+    def hop(self, a: str, b: str, channel: int) -> Hop:
+        """The hop from ``a`` to ``b`` on ``channel``'s NIC rails."""
+        plan, topo = self.plan, self.topo
+        na, nb = topo.device(a).node, topo.device(b).node
+        nic_a, nic_b = plan.nic_for(topo, na, channel), plan.nic_for(topo, nb, channel)
+        return hop_between(topo, self.cat, a, b, nic_a, nic_b, self.opts, self.consts, plan.fabric)
+
+    def hop_role(self, hop: Hop, table: str | None = None, cap: float | None = None) -> Role:
+        """A role sending over ``hop``: the hop's path with the protocol's wire overhead, the per-step latency of
+        NCCL's table ``table`` (default: this algorithm's) for the hop's class plus its propagation (twice over the
+        network for Simple), capped by one channel and the hop.
+
+        A multi-node ring's steps inside a node cost at least netOverhead (x3 for Simple), as tuning.cc charges.
+        """
+        consts, proto = self.consts, self.proto
+        pc = consts.protocols[proto]
+        table = table or self.algo
+        hw_lat = consts.hw_latency[hop.hw][table][proto]
+        if table == "Ring" and self.plan.nnodes > 1 and hop.hw != "NET":
+            hw_lat = max(hw_lat, self.plan.net_overhead * pc.ring_net_overhead_factor)
+        prop = hop.path.latency * (pc.net_latency_factor if hop.hw == "NET" else 1)
+        lat = hw_lat * consts.sim_step_latency_scale + prop
+        return Role(
+            [(k, c * self.wire) for k, c in hop.path.uses],
+            lat,
+            min(self.cap if cap is None else cap, hop.max_rate),
+            TRANSPORT_TAG[hop.transport],
+            hop.hw == "NET",
+        )
+
+    def path_role(self, uses: Any, latency: float, tag: Tag, scale: float = 1.0) -> Role:
+        """A role over explicit resource uses (coefficients x ``scale``), capped by one channel."""
+        return Role([(k, v * scale) for k, v in uses], latency, self.cap, tag)
+
+
+Send = Callable[[float], tuple[Event, Event]]
+
+
+@dataclass
+class Launcher:
+    """What launching needs: the clock, the network, the board, the quotient's representatives and the roles.
+
+    Every process an algorithm starts through :meth:`start` first pays the base latency (NCCL's launch and
+    baseLat) as a delay, then runs its body.
+    """
+
+    ctx: SimContext
+    layout: Layout
+    env: simpy.Environment
+    net: FluidNetwork
+    board: EventBoard
+    quotient: Quotient
+    reps: list[Entity]
+
+    def rep(self, e: Entity) -> Entity:
+        """The representative simulated for entity ``e``."""
+        return self.quotient.rep(e)
+
+    def roles(self, e: Entity) -> Mapping[str, Role]:
+        """Entity ``e``'s roles."""
+        return self.layout.roles[e]
+
+    def sender(self, e: Entity, role: str) -> Send:
+        """``send(nbytes) -> (streamed, arrived)`` for ``e``'s ``role``: a flow on the role's resources (as the
+        quotient scales them), capped, paying the role's latency on arrival."""
+        ro = self.layout.roles[e][role]
+        uses = self.quotient.uses(e, role)
+        owner = self.ctx.owner(e)
+        net = self.net
+        return lambda b: net.transfer(b, uses, latency=ro.latency, max_rate=ro.cap, tag=ro.tag, owner=owner)
+
+    def whole(self, e: Entity, *names: str) -> bool:
+        """Whether ``e``'s roles ``names`` forward whole steps: LL/LL128 steps cut in pieces go piece by piece over
+        NVLink/PCIe, a whole step at a time over the network (Simple's slices are already one network send each)."""
+        roles = self.layout.roles[e]
+        return self.ctx.proto != "Simple" and any(roles[nm].net for nm in names if nm in roles)
+
+    def start(self, e: Entity, body: Proc) -> Event:
+        """Start ``body`` for ``e`` after the base latency; returns the process."""
+        return self.env.process(self._after_base(e, body))
+
+    def done(self, e: Entity) -> Event:
+        """The event ``e``'s processes fire when its part is done."""
+        return self.board.get(e, "done")
+
+    def _after_base(self, e: Entity, body: Proc) -> Proc:
+        yield self.net.delay(self.ctx.base, tag=LAUNCH_TAG, owner=self.ctx.owner(e))
+        yield from body
+
+
+class NcclAlgorithm:
+    """One NCCL algorithm: its candidates, cost model, roles and processes (see the module docstring).
+
+    Subclasses set :attr:`name` (NCCL's name, a key of the tuner tables in ``topologies/software/nccl.yaml``) and
+    override what differs from these defaults.
+    """
+
+    name: str = ""
+    #: its pipelines are a few stages deep: beyond ``sim_max_chunks`` chunks per channel, chunks may be merged
+    mergeable: bool = False
+    #: the tuner table (``base_latency``, ``hw_latency``) this algorithm's rows are under
+    table: str = ""
+
+    def protocols(self, plan: NcclPlan, opts: NcclOptions, collective: str) -> tuple[str, ...]:
+        """Protocols NCCL could run this algorithm with for ``collective`` here (empty: not a candidate)."""
+        return ()
+
+    def refusal(self, plan: NcclPlan, opts: NcclOptions) -> str | None:
+        """Why NCCL would refuse this algorithm here when NCCL_ALGO asks for it alone, or None."""
+        return None
+
+    def model(self, m: ModelInputs) -> tuple[float, float]:
+        """NCCL's cost model: (latency in seconds, algorithm bandwidth in bytes/s); time = latency + bytes/algBw."""
+        raise NotImplementedError
+
+    def channels(self, plan: NcclPlan, opts: NcclOptions, consts: NcclConstants) -> int:
+        """Channels it runs before NCCL's small-size shrink (default: the plan's)."""
+        return plan.channels
+
+    def extra_base_latency(self, plan: NcclPlan, consts: NcclConstants) -> float:
+        """Seconds added once to the base latency (NVLS: its hwLat)."""
+        return 0.0
+
+    def plateau(self, plan: NcclPlan, consts: NcclConstants, proto: str, collective: str, nbytes: int) -> float:
+        """Factor on the simulated base and step latencies (tuning.cc's ring plateau); 1 by default."""
+        return 1.0
+
+    def wire_divisor(self, consts: NcclConstants, collective: str, proto: str, nbytes: int) -> float:
+        """The link efficiency NCCL's kernels reach (wire bytes per data byte are divided by it); 1 by default."""
+        return 1.0
+
+    def cap_divisor(self, proto: str) -> float:
+        """Divides one channel's rate cap (Tree/LL: up and down share the channel's LL rate); 1 by default."""
+        return 1.0
+
+    def build(self, ctx: SimContext) -> Layout:
+        """Roles, relations and structure of every entity."""
+        raise NotImplementedError
+
+    def launch(self, run: Launcher, e: Entity) -> Event | None:
+        """Start representative ``e``'s processes; return the event that fires when it is done (None for a
+        participant the collective's end does not wait for)."""
+        raise NotImplementedError

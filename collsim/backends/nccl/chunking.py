@@ -1,0 +1,133 @@
+"""How NCCL cuts a collective into chunks, slices and steps (enqueue.cc), and the channel-shrink rule.
+
+Pure functions of sizes and constants; the numbers come from ``topologies/software/nccl.yaml`` (``protocols``,
+``chunk_rules``, ``nvls_chunk_bytes``, ``sim_max_*``).
+"""
+
+from __future__ import annotations
+
+import math
+
+from collsim.algorithms import RingChunking
+from collsim.backends.nccl.constants import ChunkRules, NcclConstants
+from collsim.backends.nccl.plan import NcclPlan
+
+__all__ = ["MERGEABLE", "channels_for", "nvls_chunk", "step_chunking", "tree_ll128_chunk", "tree_simple_chunk"]
+
+#: Pipelines whose fill is a few stages deep (a tree's depth, NVLS's reduce and multicast): merging chunks beyond
+#: ``NcclConstants.sim_max_chunks`` costs them little; rings and chains (2(n-1) or n-1 stages) are never merged.
+MERGEABLE = ("Tree", "NVLS", "NVLSTree", "CollNetDirect", "CollNetChain")
+
+
+def channels_for(plan: NcclPlan, consts: NcclConstants, proto: str, nbytes: int, nc: int) -> int:
+    """NCCL shrinks the channel count for small sizes: while bytes < nc x nthreads x threshold, nc -= 1 (the LL
+    threshold is per rank for rings)."""
+    pc = consts.protocols[proto]
+    thresh = pc.threshold_per_thread * (len(plan.ranks) if proto == "LL" else 1)
+    while nc > 1 and nbytes < nc * consts.nthreads * thresh:
+        nc -= 1
+    return nc
+
+
+def nvls_chunk(rules: ChunkRules, algo: str, nbytes: int, concurrent: int, chunk: float, nnodes: int = 1) -> float:
+    """NVLS and NVLSTree chunk size in bytes (enqueue.cc): NCCL_NVLS_CHUNKSIZE (128 KiB; NVLSTree at most 64 KiB
+    from 4 nodes on, NCCL_NVLSTREE_MAX_CHUNKSIZE's default), cut for sizes that would leave the ``concurrent`` =
+    channels x NVLS heads pipelines too few chunks (NVLS down to 16 KiB, NVLSTree down to 32 KiB).
+
+    >>> rules = ChunkRules((), (), 0.1, ((64, 65536), (8, 32768), (2, 16384)),
+    ...                    ((32, 262144), (16, 131072), (4, 65536), (1, 32768)), 65536, 4)
+    >>> [nvls_chunk(rules, "NVLS", s << 20, 16 * 8, 131072) // 1024 for s in (2, 16, 128, 1024)]
+    [16.0, 32.0, 64.0, 128.0]
+    >>> [nvls_chunk(rules, "NVLSTree", s << 20, 16 * 8, 131072, 2) // 1024 for s in (4, 16, 64)]
+    [32.0, 64.0, 128.0]
+    >>> nvls_chunk(rules, "NVLSTree", 1 << 30, 16 * 8, 131072, 4) // 1024
+    64.0
+    """
+    if algo == "NVLSTree" and nnodes >= rules.nvls_tree_max_chunk_from_nodes:
+        chunk = min(chunk, rules.nvls_tree_max_chunk)
+    for times, floor in rules.nvls if algo == "NVLS" else rules.nvls_tree:
+        if nbytes < times * concurrent * chunk and chunk > floor:
+            chunk = floor
+    return float(chunk)
+
+
+def tree_ll128_chunk(rules: ChunkRules, nbytes: int, nc: int, nnodes: int, ppn: int, chunk: float) -> float:
+    """The LL128 tree's chunk in wire bytes (enqueue.cc): halved, down to 128 KiB and then to 32 KiB, until every
+    channel has enough chunks for the tree's steps (nstepsLL128 = 1 + log2(nNodes) + 0.1 ppn; at least
+    nstepsLL128 x 64 / ppn chunks, then x 16 / ppn).
+
+    >>> rules = ChunkRules((), ((64, 131072), (16, 32768)), 0.1, (), (), 0, 0)
+    >>> step = 4915200 / 8  # an LL128 step: NCCL's LL128 buffer over NCCL_STEPS
+    >>> [int(tree_ll128_chunk(rules, s << 20, 16, 2, 8, step)) // 1024 for s in (1, 8, 64, 1024)]
+    [18, 75, 150, 600]
+    """
+    nsteps = 1 + int(math.log2(nnodes)) + rules.tree_ll128_steps_per_gpu * ppn
+    for times, floor in rules.tree_ll128:
+        while nbytes // (nc * chunk) < nsteps * times / ppn and chunk > floor:
+            chunk /= 2
+    return chunk
+
+
+def tree_simple_chunk(rules: ChunkRules, per_channel: float, depth: int, chunk: float) -> float:
+    """The Simple tree's chunk (enqueue.cc): halved towards each floor until a channel's ``per_channel`` bytes make
+    at least ``depth x times`` chunks, to fill the tree's pipeline.
+
+    >>> rules = ChunkRules(((8, 131072), (4, 65536), (1, 32768)), (), 0.1, (), (), 0, 0)
+    >>> tree_simple_chunk(rules, 1 << 20, 8, 524288.0)  # 1 MiB per channel, a tree 8 deep
+    65536.0
+    """
+    for times, floor in rules.tree_simple:
+        while per_channel / chunk < depth * times and chunk > floor:
+            chunk /= 2
+    return chunk
+
+
+def step_chunking(
+    plan: NcclPlan,
+    consts: NcclConstants,
+    algo: str,
+    proto: str,
+    collective: str,
+    nbytes: int,
+    nc: int,
+    buffsize: int | None = None,
+) -> RingChunking:
+    """The chunking one simulated channel of ``algo``/``proto`` uses for ``nbytes`` on ``nc`` channels.
+
+    Ring/Simple: chunks of NCCL_STEPS/2 steps cut in 2 slices, every other pair one step (enqueue.cc). Others: one
+    step per chunk (NVLS, NVLSTree, Tree/Simple and Tree/LL128 with NCCL's own chunk sizes), an LL/LL128 step cut
+    into up to ``sim_max_pieces`` pieces when a channel has too few steps to fill its pipeline (collsim's modelling
+    choice: LL lines carry flags, so receivers forward them as they arrive), and, beyond ``sim_max_chunks`` chunks
+    per channel in a mergeable pipeline, consecutive chunks merged (a simulation setting: +0.66% at most, measured
+    in ``topologies/software/nccl.yaml``). ``buffsize`` is NCCL_BUFFSIZE (bytes; Simple's buffer when set).
+    """
+    pc = consts.protocols[proto]
+    buffer = buffsize if (buffsize and proto == "Simple") else pc.buffer_bytes
+    step_data = buffer / consts.steps * pc.data_per_wire
+    if algo == "Ring" and proto == "Simple":
+        slices = pc.chunk_steps // pc.slice_steps
+        return RingChunking(step_data * pc.chunk_steps, slices, consts.steps // pc.slice_steps)
+    rules = consts.chunk_rules
+    assert rules is not None, "NcclConstants without chunk_rules"
+    n = len(plan.ranks)
+    chunk = step_data
+    pieces = 1
+    tree_depth = plan.ppn - 1 + max(0, math.ceil(math.log2(plan.nnodes)))
+    if algo in ("NVLS", "NVLSTree"):
+        chunk = nvls_chunk(rules, algo, nbytes, nc * plan.ppn, consts.nvls_chunk_bytes, plan.nnodes)
+    elif algo == "Tree" and proto == "Simple":
+        per = nbytes / max(1, min(plan.channels, channels_for(plan, consts, proto, nbytes, plan.channels)))
+        chunk = tree_simple_chunk(rules, per, tree_depth, chunk)
+    elif algo == "Tree" and proto == "LL128" and collective == "allreduce":
+        chunk = tree_ll128_chunk(rules, nbytes, nc, plan.nnodes, plan.ppn, chunk / pc.data_per_wire) * pc.data_per_wire
+    if proto in ("LL", "LL128") and algo in ("Tree", "Ring"):
+        depth = 2 * tree_depth if algo == "Tree" else 2 * n
+        per = nbytes / max(1, channels_for(plan, consts, proto, nbytes, plan.channels))
+        while per / (chunk / pieces) < 2 * depth and pieces < consts.sim_max_pieces:
+            pieces *= 2
+    # a step cut in pieces is still one chunk; the connection still holds NCCL_STEPS steps
+    chunking = RingChunking(chunk, pieces, consts.steps * pieces)
+    if algo in MERGEABLE and nbytes / nc > consts.sim_max_chunks * chunk:
+        chunking = RingChunking(nbytes / nc / consts.sim_max_chunks, pieces, consts.steps * pieces)
+    return chunking
+

@@ -1,0 +1,212 @@
+"""NCCL's constants, typed: what ``topologies/software/nccl.yaml`` holds, in SI units.
+
+Every number NCCL's tuner, enqueue and protocol code uses lives in that YAML file with the NCCL source file it
+comes from; this module only converts units (us to s, GB/s to bytes/s) and checks that every field is there. This
+layer does not read YAML: the API reads the file and passes the mapping to :meth:`NcclConstants.from_mapping`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from collsim.backends.common import BackendError
+
+__all__ = ["ChunkRules", "NcclConstants", "ProtocolConstants"]
+
+_US = 1e-6  # microseconds to seconds
+_GBPS = 1e9  # GB/s (GB = 1e9 bytes) to bytes/s
+
+#: (times, floor): while ``bytes < times x concurrency x chunk`` and ``chunk > floor``, the chunk drops to the floor
+#: (or halves towards it); see :mod:`collsim.backends.nccl.chunking`.
+Steps = tuple[tuple[float, int], ...]
+
+
+@dataclass(frozen=True)
+class ProtocolConstants:
+    """One NCCL protocol: buffer (wire bytes), data fraction of the wire, chunk and slice in steps, the per-thread
+    threshold of the channel-shrink rule, and what the tuner multiplies the network latency by."""
+
+    name: str
+    buffer_bytes: int
+    data_per_wire: float
+    chunk_steps: int
+    slice_steps: int
+    threshold_per_thread: int
+    net_latency_factor: float = 1.0  # tuning.cc: Simple pays the network's latency twice
+    ring_net_overhead_factor: float = 1.0  # tuning.cc: a multi-node ring's intra step >= netOverhead x this
+
+
+@dataclass(frozen=True)
+class ChunkRules:
+    """enqueue.cc's chunk-size rules per algorithm (bytes); see :mod:`collsim.backends.nccl.chunking`."""
+
+    tree_simple: Steps
+    tree_ll128: Steps
+    tree_ll128_steps_per_gpu: float
+    nvls: Steps
+    nvls_tree: Steps
+    nvls_tree_max_chunk: int
+    nvls_tree_max_chunk_from_nodes: int
+
+
+@dataclass(frozen=True)
+class NcclConstants:
+    """NCCL's tuning and protocol constants in SI units (seconds, bytes/s, bytes).
+
+    The tuner tables (``ll_max_bw``, ``per_channel_max_*``, ``ring_plateau_latency_factor``) are keyed by GPU
+    architecture; :meth:`check_arch` says which architectures they know. ``nvls_efficiency``'s keys are the
+    architectures that can run NVLS (tuning.cc defines it from sm90 on).
+    """
+
+    base_latency: Mapping[str, Mapping[str, float]]
+    hw_latency: Mapping[str, Mapping[str, Mapping[str, float]]]
+    ll_max_bw: Mapping[str, tuple[float, float, float]]
+    per_channel_max_ring_ll128_bw: Mapping[str, tuple[float, float, float]]
+    ll128_tuner_efficiency: float
+    steps: int
+    protocols: Mapping[str, ProtocolConstants]
+    nthreads: int
+    max_channels: int
+    default_p2p_level: str
+    default_gdr_level: str
+    shm_channel_bw: float
+    per_channel_max_tree_bw: Mapping[str, tuple[float, float, float]]
+    per_channel_max_tree_ll128_bw: Mapping[str, tuple[float, float, float]]
+    per_channel_max_nvls_tree_bw: Mapping[str, tuple[float, float, float]]
+    nvls_efficiency: Mapping[str, float]
+    nvls_channels: int
+    nvls_chunk_bytes: int
+    tree_correction: Mapping[str, tuple[float, ...]]
+    tree_allreduce_efficiency: float
+    tree_ll_bw_divisor: float = 3.8
+    tree_ll128_fraction: tuple[float, float] = (7.0 / 9.0, 120.0 / 128.0)  # (one node, several nodes)
+    pat_bw_factor: float = 0.75
+    chunk_rules: ChunkRules | None = None
+    ring_plateau_latency_factor: Mapping[str, float] = field(default_factory=dict)  # by GPU arch; 1 when absent
+    # Calibration (collsim.calibration.profile): what the simulated system pays beyond NCCL's constants. They change
+    # the simulated time only, never the cost model's choice (NCCL's tuner uses its own fixed table).
+    group_launch_gap: float = 0.0  # seconds between kernel launches of GPUs driven by one thread (nccl-tests -g)
+    sim_step_latency_scale: float = 1.0  # factor on the per-step latency (hwLat) a simulated hop pays
+    sim_launch_overhead: float = 0.0  # seconds added to each simulated collective's base latency
+    sim_ll_bw_scale: float = 1.0  # factor on the per-channel rate LL reaches (llMaxBw / nChannels) as simulated
+    sim_ll128_bw_scale: float = 1.0  # factor on the per-channel rate LL128 reaches as simulated
+    sim_max_chunks: int = 512  # chunks per channel beyond which a tree/chain/NVLS pipeline merges chunks
+    sim_max_pieces: int = 16  # pieces an LL/LL128 step may be cut into so that receivers forward lines early
+
+    @property
+    def archs(self) -> tuple[str, ...]:
+        """GPU architectures the tuner tables know (the keys of every per-generation table)."""
+        tables = (
+            self.ll_max_bw,
+            self.per_channel_max_ring_ll128_bw,
+            self.per_channel_max_tree_bw,
+            self.per_channel_max_tree_ll128_bw,
+            self.per_channel_max_nvls_tree_bw,
+        )
+        return tuple(a for a in self.ll_max_bw if all(a in t for t in tables))
+
+    def check_arch(self, arch: str) -> None:
+        """Raise :class:`BackendError` unless the tuner tables know ``arch``.
+
+        >>> consts = NcclConstants.__new__(NcclConstants)
+        >>> object.__setattr__(consts, "ll_max_bw", {"ampere": (1.0, 1.0, 1.0)})
+        >>> for name in ("per_channel_max_ring_ll128_bw", "per_channel_max_tree_bw", "per_channel_max_tree_ll128_bw",
+        ...              "per_channel_max_nvls_tree_bw"):
+        ...     object.__setattr__(consts, name, {"ampere": (1.0, 1.0, 1.0)})
+        >>> consts.check_arch("Blackwell")
+        Traceback (most recent call last):
+        ...
+        collsim.backends.common.BackendError: unknown GPU arch 'Blackwell': NCCL's tuner tables know ampere
+        """
+        if arch not in self.archs:
+            raise BackendError(f"unknown GPU arch {arch!r}: NCCL's tuner tables know {', '.join(self.archs)}")
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> NcclConstants:
+        """Build from the mapping in ``topologies/software/nccl.yaml`` (us and GB/s there, SI here).
+
+        Raises
+        ------
+        BackendError
+            A missing or malformed field; the message names it.
+        """
+        try:
+            return cls._from_mapping(data)
+        except KeyError as exc:
+            raise BackendError(f"missing field {exc.args[0]!r}") from None
+        except (TypeError, ValueError, IndexError) as exc:
+            raise BackendError(f"malformed constants: {exc}") from None
+
+    @classmethod
+    def _from_mapping(cls, data: Mapping[str, Any]) -> NcclConstants:
+        def us(table: Mapping[str, Any]) -> dict[str, Any]:
+            return {k: (us(v) if isinstance(v, Mapping) else float(v) * _US) for k, v in table.items()}
+
+        def gbps3(table: Mapping[str, Any]) -> dict[str, tuple[float, float, float]]:
+            return {k: (float(v[0]) * _GBPS, float(v[1]) * _GBPS, float(v[2]) * _GBPS) for k, v in table.items()}
+
+        def ratio(pair: Any) -> float:
+            return float(pair[0]) / float(pair[1])  # written as numerator/denominator, as NCCL writes them
+
+        protos = data["protocols"]
+        ll128 = data["tree_ll128_fraction"]
+        return cls(
+            base_latency=us(data["base_latency_us"]),
+            hw_latency=us(data["hw_latency_us"]),
+            ll_max_bw=gbps3(data["ll_max_bw_gbps"]),
+            per_channel_max_ring_ll128_bw=gbps3(data["per_channel_max_ring_ll128_bw_gbps"]),
+            ll128_tuner_efficiency=float(data["ll128_tuner_efficiency"]),
+            steps=int(data["steps"]),
+            protocols={name: _protocol(name, p) for name, p in protos.items()},
+            nthreads=int(data["nthreads"]),
+            max_channels=int(data["max_channels"]),
+            default_p2p_level=str(data["default_p2p_level"]),
+            default_gdr_level=str(data["default_gdr_level"]),
+            shm_channel_bw=float(data["shm_channel_bw_gbps"]) * _GBPS,
+            per_channel_max_tree_bw=gbps3(data["per_channel_max_tree_bw_gbps"]),
+            per_channel_max_tree_ll128_bw=gbps3(data["per_channel_max_tree_ll128_bw_gbps"]),
+            per_channel_max_nvls_tree_bw=gbps3(data["per_channel_max_nvls_tree_bw_gbps"]),
+            nvls_efficiency={k: float(v) for k, v in data["nvls_efficiency"].items()},
+            nvls_channels=int(data["nvls_channels"]),
+            nvls_chunk_bytes=int(data["nvls_chunk_bytes"]),
+            tree_correction={k: tuple(float(x) for x in v) for k, v in data["tree_correction"].items()},
+            tree_allreduce_efficiency=float(data["tree_allreduce_efficiency"]),
+            tree_ll_bw_divisor=float(data["tree_ll_bw_divisor"]),
+            tree_ll128_fraction=(ratio(ll128["one_node"]), ratio(ll128["several_nodes"])),
+            pat_bw_factor=float(data["pat_bw_factor"]),
+            chunk_rules=_chunk_rules(data["chunk_rules"]),
+            ring_plateau_latency_factor={k: float(v) for k, v in data["ring_plateau_latency_factor"].items()},
+            group_launch_gap=float(data["group_launch_gap_us"]) * _US,
+            sim_max_chunks=int(data["sim_max_chunks_per_channel"]),
+            sim_max_pieces=int(data["sim_max_pieces_per_step"]),
+        )
+
+
+def _protocol(name: str, p: Mapping[str, Any]) -> ProtocolConstants:
+    return ProtocolConstants(
+        name,
+        int(p["buffer_bytes"]),
+        float(p["data_per_wire"]),
+        int(p["chunk_steps"]),
+        int(p["slice_steps"]),
+        int(p["threshold_per_thread"]),
+        float(p["net_latency_factor"]),
+        float(p["ring_net_overhead_factor"]),
+    )
+
+
+def _chunk_rules(c: Mapping[str, Any]) -> ChunkRules:
+    def steps(rows: Any) -> Steps:
+        return tuple((float(times), int(floor)) for times, floor in rows)
+
+    return ChunkRules(
+        tree_simple=steps(c["tree_simple"]),
+        tree_ll128=steps(c["tree_ll128"]),
+        tree_ll128_steps_per_gpu=float(c["tree_ll128_steps_per_gpu"]),
+        nvls=steps(c["nvls"]),
+        nvls_tree=steps(c["nvls_tree"]),
+        nvls_tree_max_chunk=int(c["nvls_tree_max_chunk"]),
+        nvls_tree_max_chunk_from_nodes=int(c["nvls_tree_max_chunk_from_nodes"]),
+    )

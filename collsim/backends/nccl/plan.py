@@ -1,0 +1,386 @@
+"""What NCCL builds on a topology before any collective: channels, their rings, and the transport of every hop.
+
+:func:`plan_nccl` follows NCCL's init: the channel count (from the GPUs' NVLink or PCIe bandwidth, the NICs, and
+NCCL_MIN/MAX_NCHANNELS), the rings (GPU order per node, one NIC rail per channel across nodes), and per ring edge the
+transport NCCL's transport selection picks (P2P over NVLink or PCIe, SHM through host memory, NET with or without
+GPUDirect RDMA or PXN, sockets) with the path its bytes take.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from collsim.backends.common import BackendError, Path, ResourceCatalog, link_uses
+from collsim.backends.nccl.constants import NcclConstants
+from collsim.nccl_env import NcclOptions
+from collsim.topology import Topology
+from collsim.topology.model import path_class_rank
+
+__all__ = ["Hop", "NcclPlan", "hop_between", "node_chain", "nvls_refusal", "plan_nccl"]
+
+
+@dataclass(frozen=True)
+class Hop:
+    """One directed edge of a channel: the transport NCCL would pick and the path it takes.
+
+    ``transport`` is one of :data:`collsim.vocab.NCCL_TRANSPORTS`; ``hw`` the latency class of NCCL's tuner tables
+    (NVLINK, PCI or NET); ``max_rate`` a cap on one connection in bytes/s (socket threads), ``inf`` when none.
+    """
+
+    src: str
+    dst: str
+    transport: str
+    hw: str
+    path: Path
+    max_rate: float
+
+
+@dataclass
+class NcclPlan:
+    """Channels, their rings and hops, and what NCCL's tuner needs to know about the system.
+
+    Bandwidths in bytes/s per direction, latencies in seconds.
+    """
+
+    ranks: list[str]
+    nnodes: int
+    channels: int
+    rings: list[list[str]]
+    hops: dict[tuple[int, int], Hop]
+    arch: str
+    channel_bw: float
+    intra_hw: str
+    bus_bw: float  # what the rings can carry per rank, for the tuner
+    net_latency: float
+    net_overhead: float
+    nvl_bw: float = 0.0  # one GPU's NVLink bandwidth per direction
+    nvswitch: str | None = None  # the node's NVSwitch fabric device, when there is one
+    ppn: int = 1  # GPUs per node
+    intra_bw: float = 0.0  # what the channels carry per rank inside a node
+    nic_count: int = 0  # NICs per node in use
+    nic_bw: float = 0.0  # one NIC's bandwidth per direction on the network path
+    fabric: Mapping[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    multicast: bool = False  # the NVSwitch can reduce and multicast (NVLink SHARP), as its preset says
+    nvls_refusal: str | None = None  # why the hardware cannot run NVLS (None: it can); see nvls_refusal()
+
+    def nic_for(self, topo: Topology, node: int, channel: int) -> str | None:
+        """The NIC channel ``channel`` uses on ``node`` (its rail: channel mod NICs), or None on one node."""
+        if self.nnodes <= 1:
+            return None
+        nics = topo.nics(node)
+        return nics[channel % len(nics)].name
+
+
+def node_chain(topo: Topology, node: int, nic: str | None) -> list[str]:
+    """GPUs of ``node`` in ring order: enter at the GPU nearest the channel's NIC, leave at another near it.
+
+    Among equally near GPUs the one whose index matches the NIC's enters, so that channels on NICs sharing a PCIe
+    switch enter and leave through different GPUs and spread over their PCIe links. The GPUs between follow in
+    index order from the entry.
+    """
+    gpus = [d.name for d in topo.gpus() if d.node == node]
+    if nic is None or len(gpus) == 1:
+        return gpus
+    nic_index = topo.device(nic).index
+    ngpu = len(gpus)
+
+    def key(g: str) -> tuple[int, int]:
+        # nearest first; among equals the GPU whose index matches the NIC's (its "own" rail), then the following
+        return path_class_rank(topo.path_class(g, nic)), (topo.device(g).index - nic_index) % ngpu
+
+    ranked = sorted(gpus, key=key)
+    entry = ranked[0]
+    exit_ = ranked[1]
+    i = gpus.index(entry)
+    rest = [g for g in gpus[i + 1 :] + gpus[:i] if g != exit_]
+    if all(topo.path_class(entry, g) == "NVL" for g in rest):
+        # on an NVSwitch any order costs the same; mirror the order on odd rails (indices XOR 1) so that the
+        # channels of a NIC pair are images of each other and the symmetry reduction can merge them
+        flip = nic_index & 1
+        e = topo.device(entry).index ^ flip
+        rest.sort(key=lambda g: ((topo.device(g).index ^ flip) - e) % ngpu)
+    return [entry, *rest, exit_]
+
+
+def _pxn_proxy(topo: Topology, gpu: str, nic: str, gdr_level: str) -> str | None:
+    """A GPU of ``gpu``'s node, reachable over NVLink, close enough to ``nic`` for GPUDirect (NCCL's PXN), or None."""
+    dev = topo.device(gpu)
+    for other in topo.gpus():
+        if other.node != dev.node or other.name == gpu:
+            continue
+        close = path_class_rank(topo.path_class(other.name, nic)) <= path_class_rank(gdr_level)
+        if close and topo.nvlink_route(gpu, other.name):
+            return other.name
+    return None
+
+
+def _intra_hop(
+    topo: Topology, cat: ResourceCatalog, a: str, b: str, opts: NcclOptions, consts: NcclConstants
+) -> Hop:
+    """A hop inside a node: P2P (NVLink, else PCIe) when the GPUs can and the path class is within NCCL_P2P_LEVEL,
+    else SHM through the sender's host memory (written once, read once: 2 bytes of memory traffic per byte)."""
+    p2p_level = opts.p2p_level or consts.default_p2p_level
+    cls = topo.path_class(a, b)
+    if not opts.p2p_disable and topo.p2p_supported(a, b) and path_class_rank(cls) <= path_class_rank(p2p_level):
+        nvl = topo.nvlink_route(a, b)
+        if nvl:
+            return Hop(a, b, "P2P/NVLink", "NVLINK", link_uses(nvl), math.inf)
+        return Hop(a, b, "P2P/PCIe", "PCI", link_uses(topo.pcie_route(a, b)), math.inf)
+    if opts.shm_disable:
+        raise BackendError(f"no transport between {a} and {b}: P2P unavailable and NCCL_SHM_DISABLE=1")
+    cpu = topo.host_cpu(a).name
+    path = link_uses(topo.pcie_route(a, cpu)) + cat.mem(cpu, 2.0) + link_uses(topo.pcie_route(cpu, b))
+    return Hop(a, b, "SHM", "PCI", path, consts.shm_channel_bw)
+
+
+def _gdr_hop(topo: Topology, a: str, b: str, nic_a: str, nic_b: str, opts: NcclOptions, gdr_level: str) -> Hop | None:
+    """A network hop with GPUDirect RDMA: both GPUs within NCCL_NET_GDR_LEVEL of their NICs, or (PXN) the receiver
+    is and the sender hands the data over NVLink to a GPU near its NIC; None when neither holds."""
+    fabric_path = link_uses(topo.route(nic_a, nic_b))
+    near = all(
+        path_class_rank(topo.path_class(g, n)) <= path_class_rank(gdr_level) for g, n in ((a, nic_a), (b, nic_b))
+    )
+    if near:
+        path = link_uses(topo.pcie_route(a, nic_a)) + fabric_path + link_uses(topo.pcie_route(nic_b, b))
+        return Hop(a, b, "NET/GDR", "NET", path, math.inf)
+    recv_near = path_class_rank(topo.path_class(b, nic_b)) <= path_class_rank(gdr_level)
+    if recv_near and not opts.pxn_disable:
+        proxy = _pxn_proxy(topo, a, nic_a, gdr_level)
+        if proxy is not None:
+            path = (
+                link_uses(topo.nvlink_route(a, proxy) or [])
+                + link_uses(topo.pcie_route(proxy, nic_a))
+                + fabric_path
+                + link_uses(topo.pcie_route(nic_b, b))
+            )
+            return Hop(a, b, "NET/GDR", "NET", path, math.inf)
+    return None
+
+
+def _net_hop(
+    topo: Topology,
+    cat: ResourceCatalog,
+    a: str,
+    b: str,
+    nics: tuple[str, str],
+    opts: NcclOptions,
+    consts: NcclConstants,
+    fabric: Mapping[str, Any],
+) -> Hop:
+    """A hop between nodes: NET/GDR when possible (:func:`_gdr_hop`), else staged through host memory on an RDMA
+    fabric, else TCP sockets (CPU time on both nodes, capped by the socket threads of one connection)."""
+    nic_a, nic_b = nics
+    rdma = bool(topo.device(nic_a).spec.get("rdma", False)) and fabric.get("transport", "rdma") == "rdma"
+    if rdma and not opts.ib_disable and bool(fabric.get("gpudirect", True)):
+        gdr = _gdr_hop(topo, a, b, nic_a, nic_b, opts, opts.gdr_level or consts.default_gdr_level)
+        if gdr is not None:
+            return gdr
+    ca, cb = topo.host_cpu(a).name, topo.host_cpu(b).name
+    staged = (
+        link_uses(topo.pcie_route(a, ca))
+        + cat.mem(ca, 2.0)
+        + link_uses(topo.pcie_route(ca, nic_a))
+        + link_uses(topo.route(nic_a, nic_b))
+        + link_uses(topo.pcie_route(nic_b, cb))
+        + cat.mem(cb, 2.0)
+        + link_uses(topo.pcie_route(cb, b))
+    )
+    if rdma and not opts.ib_disable:
+        return Hop(a, b, "NET/staged", "NET", staged, math.inf)
+    da, db = topo.device(a), topo.device(b)
+    per_core_a = float(topo.device(ca).spec["tcp_bw_per_core"])
+    per_core_b = float(topo.device(cb).spec["tcp_bw_per_core"])
+    sock = staged + cat.cores(da.node, 1.0 / per_core_a) + cat.cores(db.node, 1.0 / per_core_b)
+    return Hop(a, b, "NET/socket", "NET", sock, per_core_a * opts.socket_threads)
+
+
+def hop_between(
+    topo: Topology,
+    cat: ResourceCatalog,
+    a: str,
+    b: str,
+    nic_a: str | None,
+    nic_b: str | None,
+    opts: NcclOptions,
+    consts: NcclConstants,
+    fabric: Mapping[str, Any],
+) -> Hop:
+    """The hop from GPU ``a`` to GPU ``b``; across nodes through ``nic_a`` and ``nic_b`` (the channel's rails)."""
+    if topo.device(a).node == topo.device(b).node:
+        return _intra_hop(topo, cat, a, b, opts, consts)
+    assert nic_a is not None and nic_b is not None
+    return _net_hop(topo, cat, a, b, (nic_a, nic_b), opts, consts, fabric)
+
+
+@dataclass(frozen=True)
+class _IntraNode:
+    """What the first two GPUs of node 0 tell about the node: channels, per-rank capacity, latency class."""
+
+    channels: int
+    capacity: float  # bytes/s per rank
+    hw: str
+    channel_bw: float
+    notes: tuple[str, ...]
+
+
+def _intra_node(
+    topo: Topology, cat: ResourceCatalog, node0: list[str], nvl_bw: float, opts: NcclOptions, consts: NcclConstants
+) -> _IntraNode:
+    """Channel count inside a node: 2 x (NVLink bandwidth, else the P2P/SHM path's bottleneck) / one channel's
+    bandwidth, at least 2 (NCCL duplicates its rings); one channel's bandwidth capped by the transport's."""
+    channel_bw = float(topo.device(node0[0]).spec["nccl_channel_bw"])
+    if len(node0) <= 1:
+        return _IntraNode(2, math.inf, "NVLINK" if nvl_bw > 0 else "PCI", channel_bw, ())
+    probe = _intra_hop(topo, cat, node0[0], node0[1], opts, consts)
+    notes: tuple[str, ...] = ()
+    if probe.transport == "P2P/NVLink":
+        cap = nvl_bw
+    else:
+        cap = min(cat.specs[k].capacity / c for k, c in probe.path.uses)
+        if probe.transport == "SHM":
+            notes = (f"{node0[0]}->{node0[1]}: P2P unavailable, SHM through host memory",)
+    nch = 2 * max(1, int(cap // channel_bw))
+    return _IntraNode(nch, cap, probe.hw, min(channel_bw, probe.max_rate), notes)
+
+
+def _channel_count(nch: int, nics_used: int, nnodes: int, opts: NcclOptions, consts: NcclConstants) -> int:
+    """At most 2 channels per NIC across nodes, then MAXCHANNELS and NCCL_MIN/MAX_NCHANNELS."""
+    if nnodes > 1:
+        nch = min(nch, 2 * nics_used)
+    nch = min(nch, consts.max_channels)
+    if opts.max_channels is not None:
+        nch = min(nch, max(1, opts.max_channels))
+    if opts.min_channels is not None:
+        nch = max(nch, min(opts.min_channels, consts.max_channels))
+    return nch
+
+
+def _rings(
+    topo: Topology,
+    cat: ResourceCatalog,
+    nch: int,
+    nnodes: int,
+    opts: NcclOptions,
+    consts: NcclConstants,
+    fabric: Mapping[str, Any],
+) -> tuple[list[list[str]], dict[tuple[int, int], Hop]]:
+    """Every channel's ring (node by node, entering each node next to the channel's NIC) and its hops."""
+    rings: list[list[str]] = []
+    hops: dict[tuple[int, int], Hop] = {}
+    for c in range(nch):
+        ring: list[str] = []
+        nic_of: dict[int, str | None] = {}
+        for node in range(nnodes):
+            nic = None
+            if nnodes > 1:
+                node_nics = topo.nics(node)
+                nic = node_nics[c % len(node_nics)].name
+            nic_of[node] = nic
+            ring += node_chain(topo, node, nic)
+        rings.append(ring)
+        n = len(ring)
+        for i in range(n):
+            a, b = ring[i], ring[(i + 1) % n]
+            na, nb = topo.device(a).node, topo.device(b).node
+            hops[(c, i)] = hop_between(topo, cat, a, b, nic_of[na], nic_of[nb], opts, consts, fabric)
+    return rings, hops
+
+
+def nvls_refusal(arch: str, switch: str | None, multicast: bool, consts: NcclConstants) -> str | None:
+    """Why this hardware cannot run NVLS, or None when it can. The one place that decides it: the GPU generation
+    must be one NCCL runs NVLS on (those with an ``nvls_efficiency`` in ``topologies/software/nccl.yaml``: tuning.cc
+    defines it from sm90 on), and the node's NVSwitch must say ``multicast: true`` in its preset (NVLink SHARP).
+    NCCL_NVLS_ENABLE=0 is checked with the other knobs (:class:`~collsim.backends.nccl.algos.NVLS`).
+
+    >>> from types import SimpleNamespace
+    >>> consts = SimpleNamespace(nvls_efficiency={"hopper": 0.85, "blackwell": 0.74})
+    >>> nvls_refusal("hopper", "n0/nvswitch", True, consts) is None  # type: ignore[arg-type]
+    True
+    >>> nvls_refusal("hopper", "n0/nvswitch", False, consts)  # type: ignore[arg-type]
+    'NVLS needs an NVSwitch with multicast (NVLink SHARP); n0/nvswitch has multicast: false'
+    >>> nvls_refusal("ampere", "n0/nvswitch", True, consts)  # type: ignore[arg-type]
+    'NVLS needs Hopper or newer GPUs (this is ampere; NCCL runs NVLS on hopper, blackwell)'
+    """
+    if arch not in consts.nvls_efficiency:
+        archs = ", ".join(consts.nvls_efficiency)
+        return f"NVLS needs Hopper or newer GPUs (this is {arch}; NCCL runs NVLS on {archs})"
+    if switch is None:
+        return "NVLS needs an NVSwitch"
+    if not multicast:
+        return f"NVLS needs an NVSwitch with multicast (NVLink SHARP); {switch} has multicast: false"
+    return None
+
+
+def plan_nccl(
+    topo: Topology, opts: NcclOptions, consts: NcclConstants, fabric: Mapping[str, Any] | None = None
+) -> NcclPlan:
+    """Channels, rings and transports as NCCL would build them for ``topo``.
+
+    Channel count: on NVLink systems 2 x (the GPU's NVLink bandwidth / one channel's bandwidth), NCCL's rings
+    duplicated (24 on DGX A100 and HGX H100); on PCIe 2 x (path bottleneck / channel bandwidth), at least 2;
+    across nodes at most 2 per NIC used; then NCCL_MIN/MAX_NCHANNELS and MAXCHANNELS.
+    Rings: within a node GPUs in index order; across nodes each channel uses one NIC rail (channel mod NICs), enters
+    a node at the GPU nearest that NIC and leaves from the next nearest, so GPUDirect RDMA stays within PIX.
+
+    Raises
+    ------
+    BackendError
+        No GPUs, several nodes without NICs, a GPU arch NCCL's tuner tables do not know, or no transport.
+    """
+    fabric = dict(fabric or {})
+    gpus = [d.name for d in topo.gpus()]
+    if len(gpus) < 1:
+        raise BackendError("the topology has no GPUs: NCCL needs GPUs (use the gloo backend with device: cpu)")
+    cat = ResourceCatalog(topo)
+    arch = str(topo.device(gpus[0]).spec.get("arch", "ampere"))
+    consts.check_arch(arch)
+    nnodes = len({topo.device(g).node for g in gpus})
+    nvl_bw = sum(ln.bandwidth for ln in topo.links() if ln.src == gpus[0] and ln.kind == "nvlink")
+    node0 = [g for g in gpus if topo.device(g).node == 0]
+    intra = _intra_node(topo, cat, node0, nvl_bw, opts, consts)
+    nics_used = 0
+    if nnodes > 1:
+        nics_used = len(topo.nics(0))
+        if not nics_used:
+            raise BackendError("several nodes but node 0 has no NIC")
+    nch = _channel_count(intra.channels, nics_used, nnodes, opts, consts)
+    rings, hops = _rings(topo, cat, nch, nnodes, opts, consts, fabric)
+    notes = list(intra.notes)
+    net_latency = max((h.path.latency for h in hops.values() if h.hw == "NET"), default=0.0)
+    bus_bw = min(intra.capacity, nch * intra.channel_bw)
+    nic_bw = 0.0
+    if nnodes > 1:
+        first_net = next(h for h in hops.values() if h.hw == "NET")
+        nic_bw = min(cat.specs[k].capacity / c for k, c in first_net.path.uses)
+        bus_bw = min(bus_bw, nics_used * nic_bw, nch * min(nic_bw, first_net.max_rate))
+        transports = sorted({h.transport for h in hops.values() if h.hw == "NET"})
+        notes.append(f"inter-node transport: {', '.join(transports)}")
+    switch = next(iter(topo.devices("nvswitch", 0)), None)
+    multicast = bool(switch.spec.get("multicast", False)) if switch is not None else False
+    return NcclPlan(
+        ranks=gpus,
+        nnodes=nnodes,
+        channels=nch,
+        rings=rings,
+        hops=hops,
+        arch=arch,
+        channel_bw=intra.channel_bw,
+        intra_hw=intra.hw,
+        bus_bw=bus_bw,
+        net_latency=net_latency,
+        net_overhead=float(topo.host_cpu(gpus[0]).spec["nccl_net_overhead"]),
+        nvl_bw=nvl_bw,
+        nvswitch=switch.name if switch is not None else None,
+        ppn=len(node0),
+        fabric=fabric,
+        intra_bw=min(intra.capacity, nch * intra.channel_bw),
+        nic_count=nics_used,
+        nic_bw=nic_bw,
+        notes=notes,
+        multicast=multicast,
+        nvls_refusal=nvls_refusal(arch, switch.name if switch is not None else None, multicast, consts),
+    )

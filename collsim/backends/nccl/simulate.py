@@ -1,0 +1,213 @@
+"""Simulate one NCCL collective: NCCL's choice, the chunking, the algorithm's roles and processes on the fluid
+engine (symmetric entities simulated once), and where the time went."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from collsim.algorithms import EventBoard
+from collsim.backends.common import Outcome, ResourceCatalog, key_resources, new_network, run_until_done
+from collsim.backends.nccl.algos import REGISTRY
+from collsim.backends.nccl.base import Launcher, Layout, NcclAlgorithm, Proc, SimContext, node_index
+from collsim.backends.nccl.chunking import channels_for, step_chunking
+from collsim.backends.nccl.constants import NcclConstants
+from collsim.backends.nccl.plan import NcclPlan, plan_nccl
+from collsim.backends.nccl.tags import BREAKDOWN_PRIORITY, IDLE_TAG, LATENCY_TAG, LAUNCH_TAG
+from collsim.backends.nccl.tuner import check_collective, choose, tuner_times
+from collsim.engine import FluidNetwork, Owner, attribute_time, build_quotient
+from collsim.nccl_env import NcclOptions
+from collsim.topology import Topology
+
+__all__ = ["fastest_pair", "simulate_nccl"]
+
+
+def simulate_nccl(
+    topo: Topology,
+    opts: NcclOptions,
+    consts: NcclConstants,
+    nbytes: int,
+    *,
+    collective: str = "allreduce",
+    fabric: Mapping[str, Any] | None = None,
+    plan: NcclPlan | None = None,
+    symmetry: bool = True,
+    record: bool = False,
+    check: bool = False,
+    choice: tuple[str, str] | None = None,
+    deadline: float | None = None,
+) -> Outcome:
+    """Simulate one NCCL-style collective of ``nbytes`` and return its outcome.
+
+    ``nbytes`` follows nccl-tests: the buffer per rank for allreduce, broadcast, reduce and sendrecv, the whole
+    gathered buffer (count x ranks x type) for allgather, reduce_scatter and alltoall. The (algorithm, protocol) is
+    NCCL's choice (:func:`~collsim.backends.nccl.tuner.choose`) unless ``choice`` forces one.
+
+    Every (channel, rank) is a SimPy process after the base latency (NCCL's baseLat; NVLS its hwLat, once), as its
+    algorithm module launches it (:mod:`collsim.backends.nccl.algos`). Each slice pays its hop's per-step latency
+    (NCCL's hwLat for the hop's class plus propagation, twice for Simple over the network) once on arrival and
+    streams at its max-min fair rate, capped by one channel, with the protocol's wire overhead on every link.
+    Symmetric (channel, rank) pairs are simulated once (exactly; see :mod:`collsim.engine.symmetry`). ``record``
+    keeps every flow and computes the breakdown; ``check`` asserts the engine's invariants after every solve.
+    With a ``deadline`` (seconds), the simulation stops there and a collective not done by then has ``time_s``
+    ``inf`` (to race pairs against the fastest so far without simulating the slower ones to the end).
+    """
+    plan = plan or plan_nccl(topo, opts, consts, fabric)
+    check_collective(collective)
+    if choice is None:
+        algo, proto, predicted = choose(plan, opts, consts, collective, nbytes)
+    else:
+        algo, proto = choice
+        predicted = tuner_times(plan, consts, collective, nbytes, opts).get(choice, math.nan)
+    n = len(plan.ranks)
+    if nbytes == 0:  # NCCL returns at once for a count of 0 (enqueue.cc), without launching a kernel
+        return Outcome("nccl", collective, algo, proto, n, 0, 0.0, notes=["count 0: nothing launched"], predicted_s=0.0)
+    alg = REGISTRY[algo]
+    ctx = _context(topo, plan, opts, consts, alg, proto, collective, nbytes)
+    layout = alg.build(ctx)
+    env, net = new_network(record, check)
+    quotient = build_quotient(
+        net, _usage(layout), ctx.cat.specs, colors=_colors(layout), relations=layout.relations, symmetric=symmetry
+    )
+    key_resources(quotient)
+    run = Launcher(ctx, layout, env, net, EventBoard(env), quotient, quotient.reps())
+    done = []
+    for e in run.reps:
+        ev = env.process(_single(net, ctx.base, ctx.owner(e))) if n == 1 else alg.launch(run, e)
+        if ev is not None:
+            done.append(ev)
+    t = run_until_done(env, done, deadline)
+    return Outcome(
+        backend="nccl",
+        collective=collective,
+        algorithm=algo,
+        protocol=proto,
+        nranks=n,
+        size_bytes=nbytes,
+        time_s=t,
+        channels=ctx.nc,
+        breakdown=_breakdown(net, ctx.owner(run.reps[0]), t) if record and math.isfinite(t) else {},
+        notes=list(plan.notes),
+        predicted_s=predicted,
+        classes=quotient.n_classes,
+        entities=len(layout.roles),
+        records=net.records if record else [],
+        solves=net.solves,
+    )
+
+
+def fastest_pair(
+    topo: Topology,
+    opts: NcclOptions,
+    consts: NcclConstants,
+    nbytes: int,
+    pairs: Sequence[tuple[str, str]],
+    *,
+    collective: str = "allreduce",
+    fabric: Mapping[str, Any] | None = None,
+    plan: NcclPlan | None = None,
+    symmetry: bool = True,
+    model_s: Mapping[tuple[str, str], float] | None = None,
+) -> tuple[tuple[str, str], float]:
+    """The (algorithm, protocol) of ``pairs`` whose simulation finishes first, and its time (seconds): the same
+    answer as simulating every pair to the end and taking the minimum (on an exact tie, the pair listed first), but
+    each pair after the first simulated runs only until the best time so far (a deadline), so slower pairs stop
+    early.
+
+    ``model_s`` (NCCL's cost model per pair, :func:`~collsim.backends.nccl.tuner.tuner_times`) sets the order the
+    pairs are simulated in, fastest predicted first, so that the others stop at a good time.
+    """
+    plan = plan or plan_nccl(topo, opts, consts, fabric)
+    rank = {pair: i for i, pair in enumerate(pairs)}
+    order = sorted(pairs, key=lambda k: (model_s[k], rank[k])) if model_s is not None else list(pairs)
+    best, t_best = order[0], math.inf
+    for pair in order:
+        # a little past the best so far, so that an exact tie finishes and the listed order can break it
+        deadline = None if math.isinf(t_best) else t_best * (1 + 1e-9)
+        kw = {"collective": collective, "plan": plan, "symmetry": symmetry}
+        t = simulate_nccl(topo, opts, consts, nbytes, choice=pair, deadline=deadline, **kw).time_s  # type: ignore[arg-type]
+        if t < t_best or (t == t_best and rank[pair] < rank[best]):
+            best, t_best = pair, t
+    return best, t_best
+
+
+def _context(
+    topo: Topology,
+    plan: NcclPlan,
+    opts: NcclOptions,
+    consts: NcclConstants,
+    alg: NcclAlgorithm,
+    proto: str,
+    collective: str,
+    nbytes: int,
+) -> SimContext:
+    """Channels (NCCL's small-size shrink), chunking, one channel's cap, wire overhead and base latency."""
+    pc = consts.protocols[proto]
+    nc = channels_for(plan, consts, proto, nbytes, alg.channels(plan, opts, consts))
+    chunking = step_chunking(plan, consts, alg.name, proto, collective, nbytes, nc, opts.buffsize)
+    idx = node_index(plan.nnodes)
+    cap = plan.channel_bw
+    if proto == "LL":
+        cap = min(cap, consts.ll_max_bw[plan.arch][idx] / nc) * consts.sim_ll_bw_scale
+    elif proto == "LL128":
+        cap = min(cap, consts.per_channel_max_ring_ll128_bw[plan.arch][idx]) * consts.sim_ll128_bw_scale
+    cap /= alg.cap_divisor(proto)
+    wire = 1.0 / pc.data_per_wire
+    wire /= alg.wire_divisor(consts, collective, proto, nbytes)
+    base = consts.base_latency[alg.table or alg.name][proto]
+    # tuning.cc's "plateau effect of ring" (x1.4 on a multi-node Ring/Simple allreduce's latency, fitted by NVIDIA
+    # like the tree factors): the simulation charges it on the base latency and on every hop's step latency
+    plateau = alg.plateau(plan, consts, proto, collective, nbytes)
+    base *= plateau
+    base += alg.extra_base_latency(plan, consts)
+    # one thread launching g GPUs' kernels one after another (nccl-tests -g g): the collective cannot finish before
+    # the last kernel starts, (g - 1) launch gaps after the first; charged to every rank (keeps ranks symmetric)
+    base += (opts.gpus_per_process - 1) * consts.group_launch_gap
+    base = max(0.0, base + consts.sim_launch_overhead)
+    return SimContext(
+        topo=topo,
+        plan=plan,
+        opts=opts,
+        consts=consts,
+        collective=collective,
+        nbytes=nbytes,
+        algo=alg.name,
+        proto=proto,
+        nc=nc,
+        chunking=chunking,
+        wire=wire,
+        cap=cap,
+        base=base,
+        plateau=plateau,
+        cat=ResourceCatalog(topo),
+    )
+
+
+def _usage(layout: Layout) -> dict[Any, dict[str, Any]]:
+    """Resources of every entity's roles, for the symmetry quotient."""
+    return {e: {name: role.uses for name, role in r.items()} for e, r in layout.roles.items()}
+
+
+def _colors(layout: Layout) -> dict[Any, Any]:
+    """What the symmetry quotient must keep apart besides resources: every role's latency, cap, tag (its label: the
+    colours are sorted and printed) and whether it crosses the network, and whether the entity has a structure of
+    its own."""
+    return {
+        e: (
+            tuple(sorted((k, round(ro.latency * 1e12), ro.cap, ro.tag.label, ro.net) for k, ro in r.items())),
+            str(layout.structure.get(e) is None),
+        )
+        for e, r in layout.roles.items()
+    }
+
+
+def _breakdown(net: FluidNetwork, owner: Owner, t: float) -> dict[str, float]:
+    """Seconds per tag label of one representative, adding up to ``t`` (zero entries dropped)."""
+    parts = attribute_time(net.records, owner, 0.0, t, BREAKDOWN_PRIORITY, latency=LATENCY_TAG, idle=IDLE_TAG)
+    return {k: v for k, v in parts.items() if v > 0}
+
+
+def _single(net: FluidNetwork, base: float, owner: Owner) -> Proc:
+    """One rank alone: it pays the base latency and is done."""
+    yield net.delay(base, tag=LAUNCH_TAG, owner=owner)

@@ -1,0 +1,131 @@
+"""NCCL's tuner: which (algorithm, protocol) pairs it may run, what its cost model predicts for each, and its pick."""
+
+from __future__ import annotations
+
+from collsim.backends.common import BackendError
+from collsim.backends.nccl.algos import REGISTRY
+from collsim.backends.nccl.base import ModelInputs, node_index
+from collsim.backends.nccl.constants import NcclConstants
+from collsim.backends.nccl.plan import NcclPlan
+from collsim.nccl_env import NcclOptions
+from collsim.vocab import COLLECTIVES, NCCL_ALGORITHMS, NCCL_PROTOCOLS, P2P_COLLECTIVES
+
+__all__ = ["candidates", "check_collective", "choose", "enabled_pairs", "ll128_enabled", "tuner_times"]
+
+
+def check_collective(collective: str) -> None:
+    """Raise :class:`BackendError` for a collective collsim does not simulate."""
+    if collective not in COLLECTIVES:
+        raise BackendError(f"unknown collective {collective!r}; expected one of {', '.join(COLLECTIVES)}")
+
+
+def ll128_enabled(plan: NcclPlan) -> bool:
+    """NCCL enables LL128 by default only on NVLink-class intra-node paths (compute capability >= 7.0)."""
+    return plan.intra_hw == "NVLINK"
+
+
+def candidates(plan: NcclPlan, opts: NcclOptions, collective: str) -> list[tuple[str, str]]:
+    """(algorithm, protocol) pairs NCCL could run for ``collective`` here, before NCCL_ALGO/NCCL_PROTO filtering,
+    in the registry's order."""
+    return [(name, p) for name, alg in REGISTRY.items() for p in alg.protocols(plan, opts, collective)]
+
+
+def _steps(collective: str, n: int, nnodes: int) -> tuple[int, int]:
+    """(steps, of which across nodes) of the collective's schedule, as tuning.cc counts them."""
+    if collective == "allreduce":
+        return 2 * (n - 1), 2 * (nnodes - 1)
+    if collective in ("allgather", "reduce_scatter"):
+        return n - 1, nnodes - 1
+    return n, nnodes - 1  # broadcast, reduce: a pipelined chain
+
+
+def tuner_times(
+    plan: NcclPlan, consts: NcclConstants, collective: str, nbytes: int, opts: NcclOptions | None = None
+) -> dict[tuple[str, str], float]:
+    """NCCL's cost model (tuning.cc): predicted seconds for every modelled (algorithm, protocol) pair.
+
+    time = latency + bytes / algBw; each algorithm prices itself (:meth:`NcclAlgorithm.model`) from baseLat, the
+    per-step hwLat inside a node (NVLink or PCI) and across nodes (NET + the network's latency, twice for Simple),
+    and what the channels carry per rank (``plan.bus_bw``).
+    """
+    check_collective(collective)
+    opts = opts or NcclOptions()
+    n = len(plan.ranks)
+    if collective in P2P_COLLECTIVES:
+        m = _inputs(plan, consts, collective, nbytes, "P2P", "Simple")
+        lat, algbw = REGISTRY["P2P"].model(m)
+        return {("P2P", "Simple"): lat + nbytes / algbw}
+    if n == 1:
+        return {("Ring", p): consts.base_latency["Ring"][p] for p in NCCL_PROTOCOLS}
+    out: dict[tuple[str, str], float] = {}
+    for algo, proto in candidates(plan, opts, collective):
+        lat, algbw = REGISTRY[algo].model(_inputs(plan, consts, collective, nbytes, algo, proto))
+        out[(algo, proto)] = lat + nbytes / algbw
+    return out
+
+
+def _inputs(plan: NcclPlan, consts: NcclConstants, collective: str, nbytes: int, algo: str, proto: str) -> ModelInputs:
+    """What the cost model starts from for one pair (tuning.cc's baseLat, intra and inter step latencies)."""
+    n = len(plan.ranks)
+    nsteps, ninter = _steps(collective, n, plan.nnodes)
+    table = REGISTRY[algo].table or algo
+    pc = consts.protocols[proto]
+    intra = consts.hw_latency[plan.intra_hw][table][proto]
+    inter = consts.hw_latency["NET"][table][proto] + plan.net_latency * pc.net_latency_factor
+    return ModelInputs(
+        plan=plan,
+        consts=consts,
+        collective=collective,
+        nbytes=nbytes,
+        proto=proto,
+        n=n,
+        nsteps=nsteps,
+        ninter=ninter,
+        intra=intra,
+        inter=inter,
+        lat=consts.base_latency[table][proto],
+        bus=plan.bus_bw,
+        idx=node_index(plan.nnodes),
+    )
+
+
+def enabled_pairs(plan: NcclPlan, opts: NcclOptions, collective: str) -> list[tuple[str, str]]:
+    """The (algorithm, protocol) pairs NCCL may pick here after NCCL_ALGO and NCCL_PROTO.
+
+    A choice NCCL would refuse (NVLS without Hopper and a multicast NVSwitch, CollNet without in-network
+    reduction) is a BackendError saying why; algorithms NCCL has but collsim does not model yet are named as such.
+    """
+    pairs = candidates(plan, opts, collective)
+    if opts.algorithms is not None and collective not in P2P_COLLECTIVES:
+        wanted = set(opts.algorithms)
+        refusals = [REGISTRY[a].refusal(plan, opts) for a in NCCL_ALGORITHMS if a in wanted and a in REGISTRY]
+        if refusals and all(refusals):
+            raise BackendError(f"NCCL_ALGO={opts.env.get('NCCL_ALGO')}: NCCL would refuse it here: {refusals[0]}")
+        pairs = [(a, p) for a, p in pairs if a in wanted]
+        if not pairs:
+            raise BackendError(
+                f"NCCL_ALGO={opts.env.get('NCCL_ALGO')}: no modelled algorithm left for {collective} "
+                f"(collsim models Ring, Tree, and NVLS on one Hopper NVSwitch node or NVLSTree across them; "
+                f"{', '.join(sorted(wanted))} not modelled here)"
+            )
+    protos = set(opts.protocols) if opts.protocols is not None else set(NCCL_PROTOCOLS)
+    if opts.protocols is None and not ll128_enabled(plan):
+        protos.discard("LL128")
+    pairs = [(a, p) for a, p in pairs if p in protos or a == "P2P"]
+    if not pairs:
+        raise BackendError(f"NCCL_PROTO={opts.env.get('NCCL_PROTO')}: no protocol left for {collective}")
+    return pairs
+
+
+def choose(
+    plan: NcclPlan, opts: NcclOptions, consts: NcclConstants, collective: str, nbytes: int
+) -> tuple[str, str, float]:
+    """The (algorithm, protocol) NCCL would run and its predicted time: the minimum of NCCL's cost model
+    (:func:`tuner_times`) over :func:`enabled_pairs`; on a tie NCCL's algorithm order, then protocol order."""
+    pairs = enabled_pairs(plan, opts, collective)
+    times = tuner_times(plan, consts, collective, nbytes, opts)
+    cands = [(times[(a, p)], a, p) for a, p in pairs if (a, p) in times]
+    order = {a: i for i, a in enumerate(NCCL_ALGORITHMS)}
+    t, a, p = min(cands, key=lambda x: (x[0], order.get(x[1], 0), NCCL_PROTOCOLS.index(x[2])))
+    return a, p, t
+

@@ -1,0 +1,125 @@
+"""The NCCL backend's structure: one module per algorithm behind one registry, constants from YAML only, the GPU
+arch checked against the tuner tables, NVLS decided by the arch and the NVSwitch's multicast, races by deadline."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from collsim.api import Simulator
+from collsim.backends import BackendError
+from collsim.backends.nccl import REGISTRY, NcclConstants, algorithm, enabled_pairs, plan_nccl, simulate_nccl
+from collsim.backends.nccl.base import NcclAlgorithm
+from collsim.scenario import ScenarioError
+from collsim.topology import topologies_dir
+from collsim.vocab import NCCL_ALGORITHMS
+
+MiB = 2**20
+NCCL_YAML = topologies_dir() / "software" / "nccl.yaml"
+
+
+def _yaml() -> dict:  # type: ignore[type-arg]
+    return yaml.safe_load(NCCL_YAML.read_text())
+
+
+def test_every_registered_algorithm_is_an_nccl_name_with_its_yaml_rows() -> None:
+    data = _yaml()
+    for name, alg in REGISTRY.items():
+        assert isinstance(alg, NcclAlgorithm)
+        table = alg.table or name
+        assert name in (*NCCL_ALGORITHMS, "P2P")
+        assert table in data["base_latency_us"], name
+        assert all(table in data["hw_latency_us"][hw] for hw in ("NVLINK", "PCI", "NET")), name
+    # every algorithm NCCL_ALGO can name is modelled
+    assert set(NCCL_ALGORITHMS) <= set(REGISTRY)
+    with pytest.raises(KeyError, match="modelled: P2P, Ring"):
+        algorithm("Ringg")
+
+
+def test_a_missing_constant_is_named() -> None:
+    data = _yaml()
+    del data["tree_ll_bw_divisor"]
+    with pytest.raises(BackendError, match="missing field 'tree_ll_bw_divisor'"):
+        NcclConstants.from_mapping(data)
+
+
+def test_constants_come_from_yaml_and_change_the_model() -> None:
+    # the numbers that used to be written as code are read from nccl.yaml: changing one there changes the model
+    data = _yaml()
+    sim = Simulator.from_source("2node-h100-ib")
+    plan = sim.nccl_plan
+    from collsim.backends.nccl import tuner_times
+
+    base = tuner_times(plan, NcclConstants.from_mapping(data), "allreduce", 4 * MiB)
+    data["tree_ll_bw_divisor"] = 7.6
+    data["tree_ll128_fraction"]["several_nodes"] = [60, 128]
+    slower = tuner_times(plan, NcclConstants.from_mapping(data), "allreduce", 4 * MiB)
+    assert slower[("Tree", "LL")] > base[("Tree", "LL")]
+    assert slower[("Tree", "LL128")] > base[("Tree", "LL128")]
+    assert slower[("Ring", "Simple")] == base[("Ring", "Simple")]
+
+
+def test_an_unknown_gpu_arch_is_an_error_not_amperes_tables() -> None:
+    sim = Simulator.from_source("hgx-h100")
+    gpu = sim.topology.gpus()[0]
+    consts = sim.nccl_constants
+    assert consts.archs == ("volta", "turing", "ampere", "hopper", "blackwell")
+    bad = dataclasses.replace(gpu, spec={**dict(gpu.spec), "arch": "Blackwell"})
+    topo = sim.topology
+    topo.graph.nodes[gpu.name]["device"] = bad
+    with pytest.raises(BackendError, match="unknown GPU arch 'Blackwell': NCCL's tuner tables know volta, turing"):
+        plan_nccl(topo, sim.nccl_options, consts, sim.fabric)
+
+
+def test_nvls_needs_the_nvswitch_multicast_its_preset_declares(tmp_path: Path) -> None:
+    on = Simulator.from_source("hgx-h100")
+    assert ("NVLS", "Simple") in enabled_pairs(on.nccl_plan, on.nccl_options, "allreduce")
+    assert on.simulate_one("nccl", 1 << 30).algorithm == "NVLS"
+    # the same node with an NVSwitch that cannot multicast: NCCL has no NVLS there
+    node = yaml.safe_load((topologies_dir() / "nodes" / "hgx-h100.yaml").read_text())
+    text = yaml.safe_dump(node).replace("multicast: true", "multicast: false")
+    assert "multicast: false" in text
+    (tmp_path / "nodes").mkdir()
+    (tmp_path / "nodes" / "hgx-h100-nomc.yaml").write_text(text)
+    off = Simulator.from_source(
+        {"name": "no-multicast", "cluster": {"node": str(tmp_path / "nodes" / "hgx-h100-nomc.yaml")},
+         "backends": {"nccl": {}}}
+    )  # fmt: skip
+    assert off.nccl_plan.nvls_refusal is not None and "multicast" in off.nccl_plan.nvls_refusal
+    assert all(a != "NVLS" for a, _ in enabled_pairs(off.nccl_plan, off.nccl_options, "allreduce"))
+    assert off.simulate_one("nccl", 1 << 30).algorithm != "NVLS"
+    forced = dataclasses.replace(off.nccl_options, algorithms=frozenset({"NVLS"}), env={"NCCL_ALGO": "NVLS"})
+    with pytest.raises(BackendError, match="NCCL would refuse it here: NVLS needs an NVSwitch with multicast"):
+        enabled_pairs(off.nccl_plan, forced, "allreduce")
+
+
+def test_a_deadline_stops_a_slower_pair_without_changing_a_faster_one() -> None:
+    sim = Simulator.from_source("dgx-a100")
+    args = (sim.topology, sim.nccl_options, sim.nccl_constants, 256 * MiB)
+    kw = {"fabric": sim.fabric, "plan": sim.nccl_plan}
+    simple = simulate_nccl(*args, choice=("Ring", "Simple"), **kw).time_s  # type: ignore[arg-type]
+    ll = simulate_nccl(*args, choice=("Ring", "LL"), **kw).time_s  # type: ignore[arg-type]
+    assert ll > 2 * simple
+    raced = simulate_nccl(*args, choice=("Ring", "LL"), deadline=simple, **kw)  # type: ignore[arg-type]
+    assert math.isinf(raced.time_s)
+    again = simulate_nccl(*args, choice=("Ring", "Simple"), deadline=ll, **kw)  # type: ignore[arg-type]
+    assert again.time_s == simple
+
+
+def test_an_unknown_arch_in_a_gpu_preset_names_the_preset_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "topologies"
+    shutil.copytree(topologies_dir(), root)
+    gpus = root / "presets" / "gpus.yaml"
+    gpus.write_text(gpus.read_text().replace("arch: hopper", "arch: Hopper"))
+    monkeypatch.setenv("COLLSIM_TOPOLOGIES", str(root))
+    sim = Simulator.from_source("hgx-h100")
+    with pytest.raises(ScenarioError) as err:
+        _ = sim.nccl_plan
+    text = str(err.value)
+    assert str(gpus) in text and "h100-sxm5-80gb.arch" in text
+    assert "unknown GPU arch 'Hopper'" in text and "know volta, turing, ampere, hopper, blackwell" in text
