@@ -8,8 +8,9 @@ import pytest
 import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from reference_maxmin import MaxMinCheckedNetwork, assert_max_min_fair
 
-from collsim.engine import FluidNetwork
+from collsim.engine import Flow, FlowRecord, FluidNetwork, Owner, Resource, Tag, attribute_time
 
 
 def _run(net: FluidNetwork, env: simpy.Environment, transfers: list[tuple[float, list, dict]]) -> list[float]:
@@ -76,6 +77,56 @@ def test_flow_started_later_does_not_finish_others_early() -> None:
     assert ends["b"] == pytest.approx(2.0e-3, rel=1e-12)
 
 
+def test_records_carry_typed_owner_tag_and_resource_keys() -> None:
+    env = simpy.Environment()
+    net = FluidNetwork(env, record=True)
+    link = net.resource("a->b", 1e9, "pcie", key=("link", "a", "b"))
+    me, tag = Owner(2, 1, "rank", "a"), Tag("PCIe P2P", "send", "transfer: PCIe P2P")
+    net.transfer(1e6, [(link, 2.0)], tag=tag, owner=me)
+    launch = Tag("launch", "overhead", "latency and overheads")
+    net.delay(1e-6, tag=launch, owner=me)
+    env.run()
+    by_tag = {r.tag: r for r in net.records}
+    flow, delay = by_tag[tag], by_tag[launch]
+    assert (flow.owner, flow.resources, flow.coefficients, flow.keys) == (me, ("a->b",), (2.0,), (("link", "a", "b"),))
+    assert (delay.owner, delay.size, delay.t_end, delay.keys) == (me, 0.0, 1e-6, ())
+
+
+def test_display_strings_are_refused() -> None:
+    net = FluidNetwork(simpy.Environment())
+    link = net.resource("l", 1e9)
+    with pytest.raises(TypeError, match="tag must be"):
+        net.transfer(1.0, [(link, 1.0)], tag="NVLink")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="owner must be"):
+        net.delay(1.0, tag=Tag("x", "overhead", ""), owner="(0, 'n0/gpu0')")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="activity 'fly'"):
+        Tag("x", "fly", "")
+    with pytest.raises(ValueError, match="idle time"):
+        net.delay(1.0, tag=Tag("waiting", "wait", ""))
+
+
+def test_owner_labels() -> None:
+    assert Owner(3, 5, "rank", "n0/gpu3").label == "rank 3 ch 5"
+    assert Owner(3, None, "rank", "n0/gpu3").label == "rank 3"
+    assert (
+        Owner(None, 0, "in-network reducer", "fabric/leaf0", index=2).label
+        == "in-network reducer 2 ch 0 (fabric/leaf0)"
+    )
+    assert Owner(None, None, "", "").label == "(unnamed)"
+
+
+def test_attribute_time_by_owner_and_pooled() -> None:
+    a, b = Owner(0, None, "rank", "g0"), Owner(1, None, "rank", "g1")
+    send, red = Tag("send", "send", "s"), Tag("reduce", "reduce", "r")
+    lat, idle = Tag("latency", "overhead", "o"), Tag("idle", "wait", "w")
+    recs = [FlowRecord(a, send, 1.0, 0.0, 1.0, 0.5, ()), FlowRecord(b, red, 1.0, 2.0, 3.0, 0.0, ())]
+    mine = attribute_time(recs, a, 0.0, 4.0, [red, send], latency=lat, idle=idle)
+    assert mine == {"reduce": 0.0, "send": 1.0, "latency": 0.5, "idle": 2.5}
+    pooled = attribute_time(recs, None, 0.0, 4.0, [red, send], latency=lat, idle=idle)
+    assert pooled == {"reduce": 1.0, "send": 1.0, "latency": 0.5, "idle": 1.5}
+    assert sum(pooled.values()) == pytest.approx(4.0)
+
+
 def test_bad_capacity_is_an_error() -> None:
     net = FluidNetwork(simpy.Environment())
     with pytest.raises(ValueError, match="capacity must be positive"):
@@ -97,7 +148,9 @@ capacities = st.lists(st.floats(1e8, 1e10), min_size=5, max_size=5)
 
 def _simulate(caps: list[float], flows: list, scale: float = 1.0) -> tuple[list[float], FluidNetwork]:
     env = simpy.Environment()
-    net = FluidNetwork(env, check=True)  # asserts: no resource above capacity, every flow bottlenecked
+    # after every solve: no resource above capacity, and every flow at its cap or with a bottleneck, a saturated
+    # resource where no flow gets more (the engine's own check=True asks only for *a* saturated resource)
+    net = MaxMinCheckedNetwork(env)
     res = [net.resource(f"r{i}", c) for i, c in enumerate(caps)]
     ends = [math.nan] * len(flows)
 
@@ -140,3 +193,37 @@ def test_finish_time_monotone_in_size(caps: list[float], flows: list) -> None:
     base, _ = _simulate(caps, flows)
     bigger, _ = _simulate(caps, flows, scale=1.5)
     assert bigger[0] >= base[0] * (1 - 1e-9)
+
+
+class _Greedy(MaxMinCheckedNetwork):
+    """A wrong engine: each flow in turn takes all it can. Feasible, and every flow crosses a saturated resource."""
+
+    def _progressive_filling(self, flows: list[Flow]) -> list[float]:
+        left: dict[Resource, float] = {}
+        rates = []
+        for f in flows:
+            rate = min([f.max_rate] + [left.setdefault(r, r.capacity) / c for r, c in f.uses])
+            for r, c in f.uses:
+                left[r] -= c * rate
+            rates.append(rate)
+        self._last_saturated = frozenset(r for r, v in left.items() if v <= 1e-9 * r.capacity)
+        return rates
+
+
+def test_invariant_rejects_an_unfair_allocation() -> None:
+    # A on l1, B on l1 and l2, C on l2 (unit links). Greedy gives A=1, B=0, C=1: both links full and B crosses
+    # them, so "no resource over capacity, every flow at a saturated resource" holds; max-min gives 0.5 each.
+    def abc(network: type[FluidNetwork]) -> FluidNetwork:
+        env = simpy.Environment()
+        net = network(env)
+        l1, l2 = net.resource("l1", 1e9), net.resource("l2", 1e9)
+        for uses in ([(l1, 1.0)], [(l1, 1.0), (l2, 1.0)], [(l2, 1.0)]):
+            net.transfer(1e6, uses)
+        env.run(until=1e-4)
+        return net
+
+    with pytest.raises(AssertionError, match="no bottleneck"):
+        abc(_Greedy)
+    fair = abc(MaxMinCheckedNetwork).active
+    assert [f.rate for f in fair] == [0.5e9] * 3
+    assert_max_min_fair(fair)
