@@ -15,6 +15,9 @@ that a receive buffer is free, a peer's receive-ready notice) and what it pays, 
 
 Sources (facts read from pytorch/gloo): ``gloo/allreduce_ring_chunked.h``, ``gloo/allreduce_halving_doubling.h``,
 ``gloo/allreduce_bcube.h``, ``gloo/allgather.cc``, ``gloo/broadcast.cc``, ``gloo/reduce.cc``, ``gloo/alltoall.cc``.
+Gloo's tunable constants (segment size and count, operations in flight, BCube's base) come in a
+:class:`~collsim.algorithms.ring.GlooParams` read from ``topologies/software/gloo.yaml``; the algorithms, collectives
+and their names are :data:`collsim.vocab.GLOO_ALGORITHMS` and :data:`collsim.vocab.COLLECTIVES`.
 
 Processes run for *representatives* (see :mod:`collsim.engine.symmetry`): every event on the board is keyed by the
 representative of the rank that fires it (``ctx.key(rank)``) and by what happened, never by who it was meant for, so
@@ -31,11 +34,17 @@ from typing import Any
 from simpy.events import Event
 
 from collsim.algorithms.board import EventBoard
-from collsim.algorithms.ring import gloo_ring_allreduce, gloo_ring_receiver, gloo_ring_segments, merge_segments
+from collsim.algorithms.ring import (
+    GlooParams,
+    gloo_ring_allreduce,
+    gloo_ring_receiver,
+    gloo_ring_segments,
+    merge_segments,
+)
+from collsim.vocab import COLLECTIVES, GLOO_ALGORITHMS
 
 __all__ = [
-    "ALLREDUCE_ALGORITHMS",
-    "COLLECTIVES",
+    "GlooParams",
     "GlooRankContext",
     "GlooSchedule",
     "bcube_radices",
@@ -44,10 +53,11 @@ __all__ = [
 
 Proc = Generator[Event, Any, None]
 
-#: Allreduce algorithms modelled (``backends.gloo.algorithm``).
-ALLREDUCE_ALGORITHMS = ("ring", "ring_chunked", "halving_doubling", "bcube")
-#: Collectives modelled (the ``collective`` argument of the Gloo backend).
-COLLECTIVES = ("allreduce", "allgather", "reduce_scatter", "broadcast", "reduce", "alltoall", "sendrecv")
+#: Chunks per rank of ``AllreduceRingChunked`` and pieces per rank of ``gloo::allgather``: both double-buffer (two
+#: inboxes, two operations in flight), which their schedules below are written around, so this is their structure,
+#: not a setting (``gloo/allreduce_ring_chunked.h:34`` ``chunks_ = this->contextSize_ * 2``; ``gloo/allgather.cc:62``
+#: ``std::array<size_t, 2> chunkSize``, pytorch/gloo 70dc360).
+_DOUBLE_BUFFER = 2
 
 
 def _chain(src: Event, dst: Event) -> None:
@@ -113,6 +123,8 @@ class GlooRankContext:
         self._last[label] = streamed
 
         def go() -> Proc:
+            """Waits for: every event in ``after`` and the previous message on the connection to stream. Pays: the
+            message, through ``send``."""
             if waits:
                 yield env.all_of(waits)
             s, a = self.send(label, nbytes)
@@ -162,12 +174,22 @@ class GlooSchedule:
 
 
 # ---------------------------------------------------------------------------------------- allreduce: ring
-def _ring(n: int, nbytes: float, max_segment_bytes: float, inflight: int, max_per_rank: int | None) -> GlooSchedule:
-    real = gloo_ring_segments(nbytes, n, max_segment_bytes)
+def _ring_peers(n: int) -> dict[int, dict[str, int]]:
+    """Every rank sends to its right neighbour on connection ``right`` (a single rank has no connection)."""
+    return {i: {"right": (i + 1) % n} for i in range(n)} if n > 1 else {0: {}}
+
+
+def _ring(n: int, nbytes: float, params: GlooParams, max_per_rank: int | None) -> GlooSchedule:
+    real = gloo_ring_segments(nbytes, n, params)
     shape = real if max_per_rank is None else merge_segments(real, n, max_per_rank)
+    inflight = params.segments_in_flight
 
     def body(ctx: GlooRankContext) -> Proc:
-        """PyTorch's segmented ring (:func:`~collsim.algorithms.gloo_ring_allreduce`), sender and receiver."""
+        """One rank of PyTorch's segmented ring: its sender (:func:`~collsim.algorithms.gloo_ring_allreduce`) and
+        receiver (:func:`~collsim.algorithms.gloo_ring_receiver`) side by side.
+
+        Waits for: both to finish (what each waits for and pays: their docstrings). Pays: nothing of its own.
+        """
         env = ctx.board.env
         me = ctx.me
         succ, pred = ctx.key(me + 1), ctx.key(me - 1)
@@ -190,7 +212,7 @@ def _ring(n: int, nbytes: float, max_segment_bytes: float, inflight: int, max_pe
         )
         yield s & r
 
-    peers = {i: {"right": (i + 1) % n} for i in range(n)} if n > 1 else {0: {}}
+    peers = _ring_peers(n)
     note = f"{real.segments} segments of {real.segment_bytes:.0f} B"
     if shape != real:
         note += f" (simulated as {shape.segments} of {shape.segment_bytes:.0f} B)"
@@ -198,7 +220,7 @@ def _ring(n: int, nbytes: float, max_segment_bytes: float, inflight: int, max_pe
 
 
 def _nothing(ctx: GlooRankContext) -> Proc:
-    """A single rank has nothing to exchange."""
+    """A single rank has nothing to exchange: waits for nothing, pays nothing."""
     return
     yield  # pragma: no cover
 
@@ -210,7 +232,7 @@ def _same_role(name: str, n: int, peers: dict[int, dict[str, int]], body: Any, n
 
 # ---------------------------------------------------------------------------------------- allreduce: ring_chunked
 def _ring_chunked(n: int, nbytes: float) -> GlooSchedule:
-    chunks = 2 * n
+    chunks = _DOUBLE_BUFFER * n
     chunk = nbytes / chunks
     total = 4 * n - 4  # messages each rank sends (and receives): 2P in the first pass, 2P-4 in the second
 
@@ -241,9 +263,12 @@ def _ring_chunked(n: int, nbytes: float) -> GlooSchedule:
         ctx.fire_on(("rcn", total - 2), ctx.notice("left"))
         yield ctx.wait(me + 1, ("rcn", total - 2))
 
-    peers = {i: {"right": (i + 1) % n} for i in range(n)} if n > 1 else {0: {}}
     return _same_role(
-        "allreduce/ring_chunked", n, peers, body, (f"{chunks} chunks of {chunk:.0f} B, {total} messages per rank",)
+        "allreduce/ring_chunked",
+        n,
+        _ring_peers(n),
+        body,
+        (f"{chunks} chunks of {chunk:.0f} B, {total} messages per rank",),
     )
 
 
@@ -422,8 +447,8 @@ def _bcube(n: int, nbytes: float, base: int) -> GlooSchedule:
 # ---------------------------------------------------------------------------------------- other collectives
 def _allgather(n: int, nbytes: float) -> GlooSchedule:
     own = nbytes / n
-    halves = (own / 2, own - own / 2)
-    ops = 2 * (n - 1)
+    halves = (own / _DOUBLE_BUFFER, own - own / _DOUBLE_BUFFER)
+    ops = _DOUBLE_BUFFER * (n - 1)
 
     def body(ctx: GlooRankContext) -> Proc:
         """One rank of ``gloo::allgather`` (ring; ``nbytes`` is the whole output, each rank contributes S/P).
@@ -437,19 +462,18 @@ def _allgather(n: int, nbytes: float) -> GlooSchedule:
         yield ctx.copy(own)
         sends: list[Event] = []
         for i in range(ops):
-            if i >= 2:
-                yield sends[i - 2]
-                yield ctx.wait(me - 1, ("ag", i - 2))
+            if i >= _DOUBLE_BUFFER:
+                yield sends[i - _DOUBLE_BUFFER]
+                yield ctx.wait(me - 1, ("ag", i - _DOUBLE_BUFFER))
             ctx.fire_on(("agready", i), ctx.notice("left"))
-            _st, arr = ctx.post("right", halves[i & 1], after=[ctx.wait(me + 1, ("agready", i))])
+            _st, arr = ctx.post("right", halves[i % _DOUBLE_BUFFER], after=[ctx.wait(me + 1, ("agready", i))])
             ctx.fire_on(("ag", i), arr)
             sends.append(arr)
-        for i in range(max(0, ops - 2), ops):
+        for i in range(max(0, ops - _DOUBLE_BUFFER), ops):
             yield sends[i]
             yield ctx.wait(me - 1, ("ag", i))
 
-    peers = {i: {"right": (i + 1) % n} for i in range(n)} if n > 1 else {0: {}}
-    return _same_role("allgather/ring", n, peers, body, (f"{ops} half chunks",))
+    return _same_role("allgather/ring", n, _ring_peers(n), body, (f"{ops} half chunks",))
 
 
 def _broadcast(n: int, nbytes: float) -> GlooSchedule:
@@ -489,9 +513,10 @@ def _broadcast(n: int, nbytes: float) -> GlooSchedule:
     )
 
 
-def _reduce(n: int, nbytes: float, max_segment_bytes: float) -> GlooSchedule:
-    shape = gloo_ring_segments(nbytes, n, max_segment_bytes)
+def _reduce(n: int, nbytes: float, params: GlooParams) -> GlooSchedule:
+    shape = gloo_ring_segments(nbytes, n, params)
     nseg, seg = shape.segments, shape.segment_bytes
+    inflight = params.segments_in_flight
     chunk = shape.per_rank * seg
 
     peers: dict[int, dict[str, int]] = {}
@@ -504,19 +529,21 @@ def _reduce(n: int, nbytes: float, max_segment_bytes: float) -> GlooSchedule:
     def body(ctx: GlooRankContext) -> Proc:
         """One rank of ``gloo::reduce`` to root 0: a segmented ring reduce-scatter, then every chunk to the root.
 
-        Reduce-scatter towards rank - 1, two operations in flight (as ``gloo/reduce.cc``): iteration i >= 2 waits
-        for receive i-2 from the right, reduces it on the CPU, and waits for send i-2; iterations below
-        ``segments - 2`` post a receive (notice to the right) and a send (which waits for the left's notice).
-        Then each non-root rank sends its reduced chunk (S/P) to the root, which posts all P-1 receives at once.
+        Reduce-scatter towards rank - 1, ``f`` = 2 operations in flight (as ``gloo/reduce.cc``): iteration i >= f
+        waits for receive i-f from the right, reduces it on the CPU, and waits for send i-f; iterations below
+        ``segments - f`` post a receive (notice to the right) and a send (which waits for the left's notice).
+        Then each non-root rank waits for the root's receive-ready notice and sends its reduced chunk (S/P); the
+        root posts all P-1 receives at once and waits for them. Pays ``segments - f`` segment messages and the
+        reductions of the received ones, then one chunk message per non-root rank, latency once per message.
         """
         me = ctx.me
         sends: list[Event] = []
         for i in range(nseg):
-            if i >= 2:
-                yield ctx.wait(me + 1, ("rd", i - 2))
+            if i >= inflight:
+                yield ctx.wait(me + 1, ("rd", i - inflight))
                 yield ctx.reduce(seg)
-                yield sends[i - 2]
-            if i < nseg - 2:
+                yield sends[i - inflight]
+            if i < nseg - inflight:
                 ctx.fire_on(("rdready", i), ctx.notice(None))
                 _st, arr = ctx.post("left", seg, after=[ctx.wait(me - 1, ("rdready", i))])
                 ctx.fire_on(("rd", i), arr)
@@ -546,8 +573,9 @@ def _alltoall(n: int, nbytes: float) -> GlooSchedule:
     def body(ctx: GlooRankContext) -> Proc:
         """One rank of ``gloo::alltoall``: all P-1 receives and sends posted at once (S/P each), then wait.
 
-        Each send starts when its receiver's receive-ready notice has arrived; concurrent sends share the rank's
-        links fairly. The own block is copied locally.
+        Waits for: each receiver's receive-ready notice before that send starts, then every peer's block and every
+        own send to arrive. Pays: a local copy of the own block and P-1 messages of S/P (latency once each), which
+        share the rank's links fairly.
         """
         me = ctx.me
         ctx.fire_on("a2aready", ctx.notice(None))
@@ -570,7 +598,11 @@ def _sendrecv(n: int, nbytes: float) -> GlooSchedule:
         raise ValueError("sendrecv needs at least 2 ranks")
 
     def body(ctx: GlooRankContext) -> Proc:
-        """Rank 0 sends one message of ``nbytes`` to rank 1 (which posts the receive first); others idle."""
+        """Rank 0 sends one message of ``nbytes`` to rank 1; others idle.
+
+        Waits for: rank 0, rank 1's receive-ready notice; rank 1, the data. Pays: the notice and the message
+        (latency once).
+        """
         if ctx.me == 1:
             ctx.fire_on("ready", ctx.notice(None))
             yield ctx.wait(0, "data")
@@ -589,9 +621,8 @@ def gloo_schedule(
     nranks: int,
     nbytes: float,
     *,
-    max_segment_bytes: float = 1 << 20,
-    inflight: int = 2,
-    base: int = 2,
+    params: GlooParams | None = None,
+    base: int | None = None,
     max_per_rank: int | None = None,
 ) -> GlooSchedule:
     """The schedule Gloo runs for ``collective`` of ``nbytes`` bytes on ``nranks`` ranks.
@@ -599,19 +630,20 @@ def gloo_schedule(
     Parameters
     ----------
     collective : str
-        One of :data:`COLLECTIVES`. ``reduce_scatter`` is the allreduce (PyTorch's Gloo backend allreduces the
-        whole input and keeps its slice); the caller stages only the slice back.
+        One of :data:`collsim.vocab.COLLECTIVES`. ``reduce_scatter`` is the allreduce (PyTorch's Gloo backend
+        allreduces the whole input and keeps its slice); the caller stages only the slice back.
     algorithm : str
-        Allreduce algorithm (:data:`ALLREDUCE_ALGORITHMS`), for ``allreduce`` and ``reduce_scatter``.
+        Allreduce algorithm (:data:`collsim.vocab.GLOO_ALGORITHMS`), for ``allreduce`` and ``reduce_scatter``.
     nranks : int
         Ranks (>= 1; ``sendrecv`` needs 2).
     nbytes : float
         Bytes, nccl-tests semantics: per-rank buffer for allreduce, broadcast, reduce, alltoall, sendrecv; the whole
         output (every rank's contribution) for allgather; the whole input for reduce_scatter.
-    max_segment_bytes, inflight : float, int
-        Segmentation of the ring algorithms (1 MiB, 2 in flight).
-    base : int
-        BCube's group size.
+    params : GlooParams, optional
+        Gloo's constants (segmentation of the segmented rings, operations in flight, BCube's default base);
+        default :meth:`GlooParams.default` (``topologies/software/gloo.yaml``).
+    base : int, optional
+        BCube's group size; default ``params.bcube_base``.
     max_per_rank : int, optional
         Simulation setting: the ring allreduce merges segments beyond this many per rank (see
         :func:`~collsim.algorithms.ring.merge_segments`); None keeps Gloo's segments.
@@ -623,24 +655,26 @@ def gloo_schedule(
     """
     if nranks < 1:
         raise ValueError(f"need at least one rank, got {nranks}")
+    p = params or GlooParams.default()
+    n = nranks
+    builders: dict[str, Callable[[], GlooSchedule]]
     if collective in ("allreduce", "reduce_scatter"):
-        if algorithm == "ring":
-            return _ring(nranks, nbytes, max_segment_bytes, inflight, max_per_rank)
-        if algorithm == "ring_chunked":
-            return _ring_chunked(nranks, nbytes)
-        if algorithm == "halving_doubling":
-            return _halving_doubling(nranks, nbytes)
-        if algorithm == "bcube":
-            return _bcube(nranks, nbytes, base)
-        raise ValueError(f"unknown gloo allreduce algorithm {algorithm!r}; valid: {', '.join(ALLREDUCE_ALGORITHMS)}")
-    if collective == "allgather":
-        return _allgather(nranks, nbytes)
-    if collective == "broadcast":
-        return _broadcast(nranks, nbytes)
-    if collective == "reduce":
-        return _reduce(nranks, nbytes, max_segment_bytes)
-    if collective == "alltoall":
-        return _alltoall(nranks, nbytes)
-    if collective == "sendrecv":
-        return _sendrecv(nranks, nbytes)
-    raise ValueError(f"unknown collective {collective!r}; valid: {', '.join(COLLECTIVES)}")
+        builders = {
+            "ring": lambda: _ring(n, nbytes, p, max_per_rank),
+            "ring_chunked": lambda: _ring_chunked(n, nbytes),
+            "halving_doubling": lambda: _halving_doubling(n, nbytes),
+            "bcube": lambda: _bcube(n, nbytes, p.bcube_base if base is None else base),
+        }
+        key, what, valid = algorithm, "gloo allreduce algorithm", GLOO_ALGORITHMS
+    else:
+        builders = {
+            "allgather": lambda: _allgather(n, nbytes),
+            "broadcast": lambda: _broadcast(n, nbytes),
+            "reduce": lambda: _reduce(n, nbytes, p),
+            "alltoall": lambda: _alltoall(n, nbytes),
+            "sendrecv": lambda: _sendrecv(n, nbytes),
+        }
+        key, what, valid = collective, "collective", COLLECTIVES
+    if key not in builders:
+        raise ValueError(f"unknown {what} {key!r}; valid: {', '.join(valid)}")
+    return builders[key]()

@@ -6,23 +6,30 @@ schedules know what waits for what; they never know link speeds.
 
 Processes run for *representatives* (see :mod:`collsim.engine.symmetry`): ``pred`` and ``succ`` name the
 representatives of the ring predecessor and successor, which may be the process itself when all ranks are alike.
+
+Gloo's constants (segment size, segments per rank, operations in flight) are a :class:`GlooParams`, read from
+``topologies/software/gloo.yaml`` where each one cites its line of Gloo.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Generator, Hashable
+from collections.abc import Callable, Generator, Hashable, Mapping
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 from simpy.events import Event
 
 from collsim.algorithms.board import EventBoard
+from collsim.topology.presets import read_yaml, topologies_dir
 
 __all__ = [
+    "GlooParams",
     "GlooRingShape",
     "RingChunking",
     "gloo_ring_allreduce",
+    "gloo_ring_receiver",
     "gloo_ring_segments",
     "merge_segments",
     "nccl_ring_allreduce",
@@ -138,15 +145,64 @@ class GlooRingShape:
     segment_bytes: float
 
 
-def gloo_ring_segments(nbytes: float, nranks: int, max_segment_bytes: float = 1 << 20) -> GlooRingShape:
-    """Gloo's segmentation: numSegments = roundUp(max(ceil(S/M), 2P), P), at most M (1 MiB) per segment.
+@dataclass(frozen=True)
+class GlooParams:
+    """Gloo's own algorithm constants, as ``topologies/software/gloo.yaml`` gives them (sources cited there).
+
+    Parameters
+    ----------
+    max_segment_bytes : float
+        Largest segment of the segmented rings (allreduce and reduce), bytes (``kMaxSegmentSize``, 1 MiB).
+    min_segments_per_rank : int
+        Fewest segments per rank of the segmented rings (2: one in flight while the other is reduced).
+    segments_in_flight : int
+        Operations the segmented rings keep in flight (2).
+    bcube_base : int
+        BCube's group size when the caller has no better one (``gloo::Context``'s default base, 2).
+    """
+
+    max_segment_bytes: float
+    min_segments_per_rank: int
+    segments_in_flight: int
+    bcube_base: int
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> GlooParams:
+        """Read the keys of ``topologies/software/gloo.yaml`` (bytes and counts, no unit conversion)."""
+        return cls(
+            max_segment_bytes=float(data["max_segment_bytes"]),
+            min_segments_per_rank=int(data["min_segments_per_rank"]),
+            segments_in_flight=int(data["segments_in_flight"]),
+            bcube_base=int(data["bcube_base"]),
+        )
+
+    @classmethod
+    def default(cls) -> GlooParams:
+        """Gloo's constants from ``topologies/software/gloo.yaml`` (read once), for callers that pass none."""
+        return _default_gloo_params()
+
+
+@cache
+def _default_gloo_params() -> GlooParams:
+    return GlooParams.from_mapping(read_yaml(topologies_dir() / "software" / "gloo.yaml"))
+
+
+def gloo_ring_segments(nbytes: float, nranks: int, params: GlooParams | None = None) -> GlooRingShape:
+    """Gloo's segmentation of a ring allreduce (``gloo/allreduce.cc``, cited in ``gloo.yaml``).
+
+    numSegments = roundUp(max(ceil(S / M), m * P), P) with M = ``params.max_segment_bytes`` (1 MiB) and
+    m = ``params.min_segments_per_rank`` (2), so every rank's chunk has the same number of segments and at least
+    ``m`` of them; ``params`` defaults to :meth:`GlooParams.default`.
 
     >>> gloo_ring_segments(25 * 2**20, 8)   # 25 MiB on 8 ranks: 32 segments of 800 KiB
     GlooRingShape(segments=32, per_rank=4, segment_bytes=819200.0)
     >>> gloo_ring_segments(100 * 2**20, 2).segments
     100
+    >>> gloo_ring_segments(2**20, 8, GlooParams(2**20, 3, 2, 2)).segments  # 1 MiB, at least 3 segments per rank
+    24
     """
-    want = max(math.ceil(nbytes / max_segment_bytes), 2 * nranks)
+    p = params or GlooParams.default()
+    want = max(math.ceil(nbytes / p.max_segment_bytes), p.min_segments_per_rank * nranks)
     segments = math.ceil(want / nranks) * nranks
     return GlooRingShape(segments, segments // nranks, nbytes / segments)
 
@@ -176,17 +232,19 @@ def gloo_ring_allreduce(
     nranks: int,
     shape: GlooRingShape,
     send: Send,
-    inflight: int = 2,
+    inflight: int | None = None,
 ) -> Proc:
     """One rank's sender side of Gloo's ring allreduce (run :func:`gloo_ring_receiver` beside it).
 
     Reduce-scatter: ``(P-1)*k`` segment sends; send ``t >= k`` forwards the segment received as ``t-k`` once this rank
     has reduced it. All-gather: ``(P-1)*k`` sends; send ``u >= k`` forwards received segment ``u-k``.
-    Waits for: the data to send (own, reduced, or received), the send ``inflight`` (2) before to have arrived, and the
-    successor's receive-ready notice for that segment (an unbound send waits for it).
+    Waits for: the data to send (own, reduced, or received), the send ``inflight`` before to have arrived (default
+    :attr:`GlooParams.segments_in_flight` of :meth:`GlooParams.default`, 2), and the successor's receive-ready notice
+    for that segment (an unbound send waits for it).
     Pays: each segment's transfer (``send``), streamed one after another on the connection, and once per message
     its latency (TCP stack, preamble) on arrival.
     """
+    inflight = GlooParams.default().segments_in_flight if inflight is None else inflight
     k = shape.per_rank
     total = (nranks - 1) * k
     seg = shape.segment_bytes
@@ -216,16 +274,19 @@ def gloo_ring_receiver(
     shape: GlooRingShape,
     reduce: Reduce,
     notice: Callable[[], Event],
-    inflight: int = 2,
+    inflight: int | None = None,
 ) -> Proc:
     """One rank's receiver side of Gloo's ring allreduce.
 
     Posts the first ``inflight`` receives at the start of each phase and receive ``t + inflight`` as soon as segment
-    ``t`` is reduced (or, in the all-gather, received), telling the predecessor each time (a control message:
-    ``notice()`` is its latency). Waits for the predecessor's send ``t`` to
-    arrive; in the reduce-scatter then reduces it on the CPU (``reduce``), one segment after another.
-    Fires ``(me, ("red", t))`` and ``(me, ("agarr", u))``, and ``(me, "recv-all")`` at the end.
+    ``t`` is reduced (or, in the all-gather, received), telling the predecessor each time.
+    Waits for: the predecessor's send ``t`` to arrive; the all-gather waits for this rank's last reduction.
+    Pays: in the reduce-scatter a reduction of each received segment (``reduce``), one after another; a control
+    message per posted receive (``notice()`` is its latency).
+    Fires ``(me, ("red", t))`` and ``(me, ("agarr", u))``, and ``(me, "recv-all")`` at the end. ``inflight``
+    defaults to :attr:`GlooParams.segments_in_flight` of :meth:`GlooParams.default` (2).
     """
+    inflight = GlooParams.default().segments_in_flight if inflight is None else inflight
     total = (nranks - 1) * shape.per_rank
     seg = shape.segment_bytes
     for phase in ("rs", "ag"):

@@ -8,88 +8,148 @@ Allreduce algorithms (``backends.gloo.algorithm``): ``ring`` (PyTorch's segmente
 ``ring_chunked``, ``halving_doubling`` and ``bcube`` (Gloo's legacy algorithms); other collectives: see
 :mod:`collsim.algorithms.gloo_algos`. With ``transport: ibverbs`` the tensors stay on the GPU (GPUDirect RDMA,
 Gloo's ``CudaAllreduceRingChunked`` for allreduce): no host copies, reductions on the GPU at HBM speed.
-Constants come from ``topologies/software/gloo.yaml`` and the device presets.
+
+Every rank runs its collectives on a pool of ``backends.gloo.threads`` worker threads (PyTorch's default 2): a
+collective holds one thread from the hand-off to the end of its Gloo algorithm, and collectives issued together
+queue for a free thread in the order they were issued (:func:`simulate_gloo_many`). Constants come from
+``topologies/software/gloo.yaml`` and the device presets.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from collections.abc import Hashable, Mapping
-from dataclasses import dataclass
+from collections.abc import Generator, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from collsim.algorithms import EventBoard
-from collsim.algorithms.gloo_algos import (
-    ALLREDUCE_ALGORITHMS,
-    COLLECTIVES,
-    GlooRankContext,
-    GlooSchedule,
-    gloo_schedule,
-)
-from collsim.backends.common import BackendError, Outcome, Path, ResourceCatalog, link_uses, new_network, run_until_done
-from collsim.engine import ResourceSpec, attribute_time, build_quotient
-from collsim.topology import Device, Topology, path_class_rank
+import simpy
+from simpy.events import Event
 
-__all__ = ["COLLECTIVES", "GlooConstants", "GlooOptions", "simulate_gloo"]
+from collsim.algorithms import EventBoard, GlooParams
+from collsim.algorithms.gloo_algos import GlooRankContext, GlooSchedule, gloo_schedule
+from collsim.backends.common import (
+    BackendError,
+    Outcome,
+    Path,
+    ResourceCatalog,
+    key_resources,
+    link_uses,
+    new_network,
+    resource_name,
+    run_until_done,
+)
+from collsim.backends.gloo_tags import (
+    BREAKDOWN_PRIORITY,
+    CPU_COPY_TAG,
+    CPU_REDUCTION_TAG,
+    D2H_TAG,
+    ENQUEUE_TAG,
+    GPU_COPY_TAG,
+    GPU_REDUCTION_TAG,
+    H2D_TAG,
+    IDLE_TAG,
+    LATENCY_TAG,
+    RDMA_TAG,
+    TCP_LOOPBACK_TAG,
+    TCP_NETWORK_TAG,
+)
+from collsim.engine import FluidNetwork, Owner, Quotient, ResourceSpec, Tag, attribute_time, build_quotient
+from collsim.topology import Device, Topology, path_class_rank
+from collsim.vocab import COLLECTIVES, GLOO_ALGORITHMS, GLOO_TRANSPORTS, TENSOR_DEVICES
+
+__all__ = ["GlooConstants", "GlooOptions", "simulate_gloo", "simulate_gloo_many"]
 
 _US = 1e-6  # microseconds to seconds
+
+#: Resource uses of one role of one rank: (resource key, units consumed per byte moved).
+Uses = list[tuple[Hashable, float]]
+#: One connection of a rank: (message latency in s, one stream's rate cap in bytes/s, the flows' tag).
+LinkCost = tuple[float, float, Tag]
+Proc = Generator[Event, Any, None]
 
 
 @dataclass(frozen=True)
 class GlooConstants:
-    """Gloo/ProcessGroupGloo constants in SI units."""
+    """Gloo/ProcessGroupGloo constants in SI units (``topologies/software/gloo.yaml``, which cites their sources).
+
+    Attributes
+    ----------
+    max_segment_bytes : int
+        Largest segment of the segmented rings, bytes.
+    min_segments_per_rank : int
+        Fewest segments per rank of the segmented rings.
+    segments_in_flight : int
+        Operations the segmented rings keep in flight.
+    preamble_bytes : int
+        Header of every TCP message, bytes.
+    work_enqueue_latency : float
+        Seconds from handing a collective to a worker thread to the thread running it (an estimate).
+    bcube_base : int
+        BCube's group size when the job is on one node (Gloo's default).
+    sim_max_segments_per_rank : int or None
+        Simulation setting: merge ring segments beyond this many per rank (None: never).
+    """
 
     max_segment_bytes: int
     min_segments_per_rank: int
     segments_in_flight: int
     preamble_bytes: int
     work_enqueue_latency: float
-    sim_max_segments_per_rank: int | None = None  # simulation setting: merge ring segments beyond this many per rank
+    bcube_base: int
+    sim_max_segments_per_rank: int | None = None
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> GlooConstants:
-        """Build from the mapping in ``topologies/software/gloo.yaml``."""
+        """Build from the mapping in ``topologies/software/gloo.yaml`` (us there, seconds here)."""
         return cls(
             max_segment_bytes=int(data["max_segment_bytes"]),
             min_segments_per_rank=int(data["min_segments_per_rank"]),
             segments_in_flight=int(data["segments_in_flight"]),
             preamble_bytes=int(data["preamble_bytes"]),
             work_enqueue_latency=float(data["work_enqueue_latency_us"]) * _US,
+            bcube_base=int(data["bcube_base"]),
             sim_max_segments_per_rank=(
                 int(data["sim_max_segments_per_rank"]) if data.get("sim_max_segments_per_rank") else None
             ),
         )
 
+    @property
+    def params(self) -> GlooParams:
+        """The constants Gloo's algorithms take (:func:`~collsim.algorithms.gloo_algos.gloo_schedule`)."""
+        return GlooParams(
+            max_segment_bytes=self.max_segment_bytes,
+            min_segments_per_rank=self.min_segments_per_rank,
+            segments_in_flight=self.segments_in_flight,
+            bcube_base=self.bcube_base,
+        )
+
 
 @dataclass(frozen=True)
 class GlooOptions:
-    """``backends.gloo`` of a scenario: the allreduce algorithm, where the tensors live (``cuda`` or ``cpu``) and
-    the transport (``tcp``, or ``ibverbs`` with GPUDirect RDMA)."""
+    """``backends.gloo`` of a scenario.
+
+    Attributes
+    ----------
+    algorithm : str
+        Allreduce algorithm (:data:`collsim.vocab.GLOO_ALGORITHMS`).
+    device : str
+        Where the tensors live: ``cuda`` (staged through host memory over TCP) or ``cpu``.
+    transport : str
+        ``tcp``, or ``ibverbs`` (GPUDirect RDMA for CUDA tensors).
+    threads : int
+        Worker threads of each rank's process group, >= 1. PyTorch's default is 2:
+        ``ProcessGroupGloo::Options::Options(std::chrono::milliseconds timeout) : Backend::Options(GLOO_BACKEND_NAME,
+        timeout), threads(2) {}`` in pytorch/pytorch ``torch/csrc/distributed/c10d/ProcessGroupGloo.cpp``.
+    """
 
     algorithm: str = "ring"
     device: str = "cuda"
     transport: str = "tcp"
+    threads: int = 2
 
 
-_TRANSPORTS = ("tcp", "ibverbs")
-_DEVICES = ("cuda", "cpu")
-
-_PRIORITY = [
-    "D2H copy (PCIe)",
-    "H2D copy (PCIe)",
-    "CPU reduction",
-    "GPU reduction (HBM)",
-    "CPU copy",
-    "GPU copy (HBM)",
-    "TCP over network",
-    "TCP over loopback",
-    "RDMA over network (GPUDirect)",
-    "RDMA within node (GPUDirect)",
-    "RDMA over network",
-    "RDMA within node",
-    "enqueue on worker thread",
-]
+#: Collectives whose ranks have different jobs (a root, a sender): their breakdown pools every rank's activities.
+_MIXED_ROLES = frozenset({"broadcast", "reduce", "sendrecv"})
 
 # bytes each rank copies host<-device before / device<-host after, as a fraction of nbytes; root-only ones below
 _STAGING: dict[str, tuple[str, str]] = {
@@ -115,7 +175,7 @@ def _staged_bytes(kind: str, rank: int, n: int, nbytes: float) -> float:
     }[kind]
 
 
-def _tcp_path(topo: Topology, cat: ResourceCatalog, a: str, b: str) -> tuple[Path, float, float, str]:
+def _tcp_path(topo: Topology, cat: ResourceCatalog, a: str, b: str) -> tuple[Path, float, float, Tag]:
     """TCP send from rank device ``a`` to ``b``: resources, latency, one stream's cap, and its tag."""
     ca, cb = topo.host_cpu(a), topo.host_cpu(b)
     da, db = topo.device(a), topo.device(b)
@@ -126,7 +186,7 @@ def _tcp_path(topo: Topology, cat: ResourceCatalog, a: str, b: str) -> tuple[Pat
         if ca.name != cb.name:
             path = path + link_uses(topo.route(ca.name, cb.name, kinds=("upi",)))
         lat = float(ca.spec["tcp_message_latency"])
-        return path, lat, per_core, "TCP over loopback"
+        return path, lat, per_core, TCP_LOOPBACK_TAG
     nics_a, nics_b = topo.nics(da.node), topo.nics(db.node)
     if not nics_a or not nics_b:
         raise BackendError(f"gloo: no NIC to reach {b} from {a}")
@@ -142,7 +202,7 @@ def _tcp_path(topo: Topology, cat: ResourceCatalog, a: str, b: str) -> tuple[Pat
         + cat.cores(db.node, 1.0 / float(cb.spec["tcp_bw_per_core"]))
     )
     lat = float(ca.spec["tcp_message_latency"]) + path.latency
-    return path, lat, per_core, "TCP over network"
+    return path, lat, per_core, TCP_NETWORK_TAG
 
 
 def _rdma_nic(topo: Topology, dev: str) -> Device:
@@ -159,7 +219,7 @@ def _rdma_nic(topo: Topology, dev: str) -> Device:
     return min(nics, key=lambda n: (path_class_rank(topo.path_class(dev, n.name)), n.index != d.index, n.index))
 
 
-def _rdma_path(topo: Topology, cat: ResourceCatalog, a: str, b: str, gpu: bool) -> tuple[Path, float, str]:
+def _rdma_path(topo: Topology, cat: ResourceCatalog, a: str, b: str, gpu: bool) -> tuple[Path, float, Tag]:
     """An ibverbs RDMA write from rank device ``a`` to ``b``: resources, latency and tag.
 
     GPU buffers (GPUDirect): GPU -> PCIe -> NIC -> fabric -> NIC -> PCIe -> GPU. Within a node the queue pair loops
@@ -172,28 +232,28 @@ def _rdma_path(topo: Topology, cat: ResourceCatalog, a: str, b: str, gpu: bool) 
     path = link_uses(topo.pcie_route(a, na))
     if da.node == db.node:
         path = path + link_uses(topo.pcie_route(na, b))
-        tag = "RDMA within node"
     else:
         path = path + link_uses(topo.route(na, nb)) + link_uses(topo.pcie_route(nb, b))
-        tag = "RDMA over network"
-    if gpu:
-        tag += " (GPUDirect)"
-    else:
+    tag = RDMA_TAG[(da.node != db.node, gpu)]
+    if not gpu:
         path = cat.mem(ca.name, 1.0) + path + cat.mem(cb.name, 1.0)
-    lat = path.latency + float(ca.spec.get("nccl_net_overhead", 1e-6))
+    lat = path.latency + float(ca.spec["nccl_net_overhead"])
     return path, lat, tag
 
 
+# ---------------------------------------------------------------------------------------------- checks and schedules
 def _check(topo: Topology, opts: GlooOptions, collective: str) -> list[str]:
     """Validate the request and return the rank devices."""
-    if collective not in COLLECTIVES:
-        raise BackendError(f"gloo: unknown collective {collective!r}; valid: {', '.join(COLLECTIVES)}")
-    if opts.algorithm not in ALLREDUCE_ALGORITHMS:
-        raise BackendError(f"gloo: unknown algorithm {opts.algorithm!r}; valid: {', '.join(ALLREDUCE_ALGORITHMS)}")
-    if opts.device not in _DEVICES:
-        raise BackendError(f"gloo: unknown device {opts.device!r}; valid: {', '.join(_DEVICES)}")
-    if opts.transport not in _TRANSPORTS:
-        raise BackendError(f"gloo: unknown transport {opts.transport!r}; valid: {', '.join(_TRANSPORTS)}")
+    for what, value, valid in (
+        ("collective", collective, COLLECTIVES),
+        ("algorithm", opts.algorithm, GLOO_ALGORITHMS),
+        ("device", opts.device, TENSOR_DEVICES),
+        ("transport", opts.transport, GLOO_TRANSPORTS),
+    ):
+        if value not in valid:
+            raise BackendError(f"gloo: unknown {what} {value!r}; valid: {', '.join(valid)}")
+    if isinstance(opts.threads, bool) or not isinstance(opts.threads, int) or opts.threads < 1:
+        raise BackendError(f"gloo: threads must be an integer >= 1 (worker threads per rank), got {opts.threads!r}")
     if opts.device == "cuda":
         ranks = [d.name for d in topo.gpus()]
         if not ranks:
@@ -201,26 +261,31 @@ def _check(topo: Topology, opts: GlooOptions, collective: str) -> list[str]:
     else:
         ranks = [d.name for d in topo.rank_devices()]
     if opts.transport == "ibverbs":
-        for r in ranks:
-            _rdma_nic(topo, r)
-        fabric = topo.fabric or {}
-        if topo.nodes > 1 and fabric.get("transport", "rdma") != "rdma":
-            raise BackendError(
-                "gloo transport 'ibverbs' needs an RDMA fabric (cluster.fabric.transport: rdma); this one is "
-                f"{fabric.get('transport')!r} (use transport: tcp)"
-            )
-        if opts.device == "cuda" and topo.nodes > 1 and not fabric.get("gpudirect", True):
-            raise BackendError(
-                "gloo transport 'ibverbs' with device 'cuda' needs GPUDirect RDMA (cluster.fabric.gpudirect: true)"
-            )
+        _check_ibverbs(topo, opts, ranks)
     if collective == "sendrecv" and len(ranks) < 2:
         raise BackendError("gloo sendrecv needs at least 2 ranks")
     return ranks
 
 
-def _bcube_base(topo: Topology, ranks: list[str]) -> int:
-    """BCube's base: the ranks per node when the job spans several nodes (step 0 inside nodes), else Gloo's
-    default base 2."""
+def _check_ibverbs(topo: Topology, opts: GlooOptions, ranks: list[str]) -> None:
+    """Every rank has an RDMA NIC, the fabric is RDMA, and CUDA tensors have GPUDirect."""
+    for r in ranks:
+        _rdma_nic(topo, r)
+    fabric = topo.fabric or {}
+    if topo.nodes > 1 and fabric.get("transport", "rdma") != "rdma":
+        raise BackendError(
+            "gloo transport 'ibverbs' needs an RDMA fabric (cluster.fabric.transport: rdma); this one is "
+            f"{fabric.get('transport')!r} (use transport: tcp)"
+        )
+    if opts.device == "cuda" and topo.nodes > 1 and not fabric.get("gpudirect", True):
+        raise BackendError(
+            "gloo transport 'ibverbs' with device 'cuda' needs GPUDirect RDMA (cluster.fabric.gpudirect: true)"
+        )
+
+
+def _bcube_base(topo: Topology, ranks: list[str], default: int) -> int:
+    """BCube's base: the ranks per node when the job spans several nodes (step 0 inside nodes), else ``default``
+    (Gloo's default base, ``GlooConstants.bcube_base``)."""
     per_node: dict[int, int] = {}
     for r in ranks:
         node = topo.device(r).node
@@ -229,7 +294,434 @@ def _bcube_base(topo: Topology, ranks: list[str]) -> int:
         counts = set(per_node.values())
         if len(counts) == 1 and (b := counts.pop()) >= 2:
             return b
-    return 2
+    return default
+
+
+def _algorithm(opts: GlooOptions, collective: str) -> tuple[str, list[str]]:
+    """The allreduce algorithm Gloo runs, and a note when it is not the one asked for."""
+    if collective in ("allreduce", "reduce_scatter") and opts.transport == "ibverbs" and opts.algorithm == "ring":
+        return "ring_chunked", ["ibverbs: CudaAllreduceRingChunked (Gloo's GPU ring) instead of PyTorch's host ring"]
+    return opts.algorithm, []
+
+
+def _schedules(
+    topo: Topology, ranks: list[str], consts: GlooConstants, collective: str, algorithm: str, sizes: Sequence[int]
+) -> list[GlooSchedule]:
+    """One schedule per collective (``sizes`` in bytes); a schedule Gloo cannot run is a :class:`BackendError`."""
+    base = _bcube_base(topo, ranks, consts.bcube_base)
+    try:
+        return [
+            gloo_schedule(
+                collective,
+                algorithm,
+                len(ranks),
+                float(nbytes),
+                params=consts.params,
+                base=base,
+                max_per_rank=consts.sim_max_segments_per_rank,
+            )
+            for nbytes in sizes
+        ]
+    except ValueError as exc:
+        raise BackendError(f"gloo: {exc}") from None
+
+
+# ---------------------------------------------------------------------------------------------- what a rank uses
+@dataclass(frozen=True)
+class _Compute:
+    """How a rank reduces and copies received data: at most ``cap`` bytes/s (one CPU thread; inf on the GPU, whose
+    HBM is the limit) after ``latency`` seconds (a kernel launch on the GPU), recorded as ``red_tag`` / ``copy_tag``.
+    """
+
+    cap: float
+    latency: float
+    red_tag: Tag
+    copy_tag: Tag
+
+
+@dataclass(frozen=True)
+class _RankCosts:
+    """What one rank's operations cost, whatever the collective's size.
+
+    ``links`` maps a connection label to its :data:`LinkCost`; ``copy_latency`` is the GPU's memcpy latency paid
+    once per staging copy, s (None when nothing is staged); ``compute`` prices reductions and copies;
+    ``notice_latency`` is a control message's latency, s.
+    """
+
+    links: dict[str, LinkCost]
+    copy_latency: float | None
+    compute: _Compute
+    notice_latency: float
+
+
+@dataclass
+class _Plan:
+    """Every rank's resource uses (``usage``, over ``specs``), costs, the owner of its flows, and per collective its
+    staged bytes."""
+
+    usage: dict[Hashable, dict[str, Uses]]
+    specs: dict[Hashable, ResourceSpec]
+    costs: dict[int, _RankCosts]
+    staging: list[dict[int, tuple[float, float]]]  # per collective, per rank: (D2H bytes, H2D bytes)
+    owners: dict[int, Owner] = field(default_factory=dict)
+
+
+def _staging_roles(topo: Topology, cat: ResourceCatalog, r: str) -> dict[str, Uses]:
+    """The D2H and H2D copies of rank device ``r``: PCIe between the GPU and its CPU socket, and that socket's
+    memory."""
+    cpu = topo.host_cpu(r)
+    d2h = link_uses(topo.pcie_route(r, cpu.name)) + cat.mem(cpu.name, 1.0)
+    h2d = cat.mem(cpu.name, 1.0) + link_uses(topo.pcie_route(cpu.name, r))
+    return {"d2h": list(d2h.uses), "h2d": list(h2d.uses)}
+
+
+def _link(
+    topo: Topology, cat: ResourceCatalog, opts: GlooOptions, a: str, b: str, gpu_resident: bool
+) -> tuple[Path, LinkCost]:
+    """The connection from rank device ``a`` to ``b``: TCP (one stream's rate cap) or an RDMA write (no cap)."""
+    if opts.transport == "tcp":
+        path, lat, cap, tag = _tcp_path(topo, cat, a, b)
+        return path, (lat, cap, tag)
+    path, lat, tag = _rdma_path(topo, cat, a, b, gpu_resident)
+    return path, (lat, math.inf, tag)
+
+
+def _compute_roles(
+    topo: Topology, cat: ResourceCatalog, specs: dict[Hashable, ResourceSpec], r: str, gpu_resident: bool
+) -> tuple[dict[str, Uses], _Compute]:
+    """Reductions and copies of rank device ``r``: on the GPU's HBM (adding its spec) or by one CPU thread.
+
+    Returns the roles ``reduce`` and ``copy`` and their costs.
+    """
+    if gpu_resident:
+        dev = topo.device(r)
+        specs[("hbm", r)] = ResourceSpec(resource_name(("hbm", r)), float(dev.spec["hbm_bandwidth"]), "hbm")
+        # a reduction kernel reads two operands and writes one; a copy reads one and writes one
+        roles: dict[str, Uses] = {"reduce": [(("hbm", r), 3.0)], "copy": [(("hbm", r), 2.0)]}
+        launch = float(dev.spec["kernel_launch_latency"])
+        return roles, _Compute(math.inf, launch, GPU_REDUCTION_TAG, GPU_COPY_TAG)
+    cpu = topo.host_cpu(r)
+    red_rate = float(cpu.spec["reduce_bw_per_core"])
+    roles = {
+        "reduce": list((cat.cores(cpu.node, 1.0 / red_rate) + cat.mem(cpu.name, 3.0)).uses),
+        # memcpy out of a receive buffer: one thread, DRAM-bound like the reduction (estimate), 2 bytes of traffic
+        "copy": list((cat.cores(cpu.node, 1.0 / red_rate) + cat.mem(cpu.name, 2.0)).uses),
+    }
+    return roles, _Compute(red_rate, 0.0, CPU_REDUCTION_TAG, CPU_COPY_TAG)
+
+
+def _plan(
+    topo: Topology,
+    opts: GlooOptions,
+    ranks: list[str],
+    scheds: list[GlooSchedule],
+    collective: str,
+    sizes: Sequence[int],
+) -> _Plan:
+    """Resource uses and costs of every rank, and the bytes each collective stages (see ``_STAGING``)."""
+    staged = opts.device == "cuda" and opts.transport == "tcp"
+    gpu_resident = opts.device == "cuda" and opts.transport == "ibverbs"
+    cat = ResourceCatalog(topo)
+    plan = _Plan(usage={}, specs=dict(cat.specs), costs={}, staging=[])
+    for i, r in enumerate(ranks):
+        roles = _staging_roles(topo, cat, r) if staged else {}
+        links: dict[str, LinkCost] = {}
+        for label, p in sorted({lab: p for s in scheds for lab, p in s.peers[i].items()}.items()):
+            path, links[label] = _link(topo, cat, opts, r, ranks[p], gpu_resident)
+            roles["send:" + label] = list(path.uses)
+        compute_roles, compute = _compute_roles(topo, cat, plan.specs, r, gpu_resident)
+        roles.update(compute_roles)
+        cpu = topo.host_cpu(r)
+        if opts.transport == "tcp":
+            notice = float(cpu.spec["tcp_message_latency"])
+        else:
+            notice = max((v[0] for v in links.values()), default=float(cpu.spec["nccl_net_overhead"]))
+        copy_latency = float(topo.device(r).spec["memcpy_latency"]) if staged else None
+        plan.usage[i] = roles
+        plan.costs[i] = _RankCosts(links, copy_latency, compute, notice)
+        plan.owners[i] = Owner(i, None, "rank", r)
+    d2h_kind, h2d_kind = _STAGING[collective]
+    n = len(ranks)
+    for nbytes in sizes:
+        plan.staging.append(
+            {
+                i: (_staged_bytes(d2h_kind, i, n, nbytes), _staged_bytes(h2d_kind, i, n, nbytes))
+                if staged
+                else (0.0, 0.0)
+                for i in range(n)
+            }
+        )
+    return plan
+
+
+def _colors(scheds: list[GlooSchedule], plan: _Plan) -> dict[Hashable, Hashable]:
+    """A structural colour per rank (ranks of one colour may be simulated once): the role and staged bytes in every
+    collective and the costs of its operations (tags by label: the colours are printed and sorted)."""
+    colors: dict[Hashable, Hashable] = {}
+    for i, c in plan.costs.items():
+        first = (scheds[0].roles[i], *plan.staging[0][i])
+        rest = tuple((s.roles[i], *plan.staging[k][i]) for k, s in enumerate(scheds) if k)
+        links = tuple(sorted((label, (lat, cap, tag.label)) for label, (lat, cap, tag) in c.links.items()))
+        costs = (c.copy_latency, links, c.compute.cap, c.compute.latency, c.notice_latency)
+        colors[i] = (*first, *costs, *rest)
+    return colors
+
+
+def _relations(scheds: list[GlooSchedule]) -> list[tuple[int, str, int]]:
+    """Every ``(rank, label, peer)`` connection of the schedules, once, in order of appearance."""
+    return list(dict.fromkeys(rel for s in scheds for rel in s.relations()))
+
+
+# ---------------------------------------------------------------------------------------------- what a rank does
+@dataclass
+class _RankOps:
+    """The operations of one representative rank as flows on the engine.
+
+    :meth:`_flow` and :meth:`_wait` are the only places this backend starts flows and waits: they set every
+    record's declared tag (:mod:`collsim.backends.gloo_tags`) and its owner (the rank).
+    """
+
+    net: FluidNetwork
+    quotient: Quotient
+    costs: _RankCosts
+    me: int
+    preamble: float  # bytes in front of every message (Gloo's TCP preamble; 0 for RDMA)
+    rdma: bool
+    owner: Owner
+
+    def _flow(
+        self, nbytes: float, role: str, *, latency: float, max_rate: float = math.inf, tag: Tag
+    ) -> tuple[Event, Event]:
+        """Start a flow of ``nbytes`` bytes in ``role``; ``(streamed, arrived)``."""
+        uses = self.quotient.uses(self.me, role)
+        return self.net.transfer(nbytes, uses, latency=latency, max_rate=max_rate, tag=tag, owner=self.owner)
+
+    def _wait(self, seconds: float, tag: Tag) -> Event:
+        """A pure wait of ``seconds``, recorded under ``tag``."""
+        return self.net.delay(seconds, tag=tag, owner=self.owner)
+
+    def hand_off(self, seconds: float) -> Event:
+        """The worker thread picking the collective up (``work_enqueue_latency``)."""
+        return self._wait(seconds, ENQUEUE_TAG)
+
+    def d2h(self, nbytes: float) -> Event:
+        """Copy ``nbytes`` from the GPU to pinned host memory; fires on arrival."""
+        return self._flow(nbytes, "d2h", latency=self._copy_latency(), tag=D2H_TAG)[1]
+
+    def h2d(self, nbytes: float) -> Event:
+        """Copy ``nbytes`` back from pinned host memory to the GPU; fires on arrival."""
+        return self._flow(nbytes, "h2d", latency=self._copy_latency(), tag=H2D_TAG)[1]
+
+    def _copy_latency(self) -> float:
+        lat = self.costs.copy_latency
+        assert lat is not None, "staging copy on a rank that stages nothing"
+        return lat
+
+    def send(self, label: str, nbytes: float) -> tuple[Event, Event]:
+        """One message of ``nbytes`` on connection ``label`` (Gloo's TCP transport puts a preamble in front)."""
+        lat, cap, tag = self.costs.links[label]
+        return self._flow(nbytes + self.preamble, "send:" + label, latency=lat, max_rate=cap, tag=tag)
+
+    def reduce(self, nbytes: float) -> Event:
+        """Reduce ``nbytes`` of a receive buffer into the local one; fires when done."""
+        c = self.costs.compute
+        return self._flow(nbytes, "reduce", latency=c.latency, max_rate=c.cap, tag=c.red_tag)[1]
+
+    def copy(self, nbytes: float) -> Event:
+        """Copy ``nbytes`` out of a receive buffer; fires when done."""
+        c = self.costs.compute
+        return self._flow(nbytes, "copy", latency=c.latency, max_rate=c.cap, tag=c.copy_tag)[1]
+
+    def notice(self, label: str | None) -> Event:
+        """A control message to the peer of ``label`` (None: the rank's default); fires on arrival."""
+        links = self.costs.links
+        lat = links[label][0] if (self.rdma and label in links) else self.costs.notice_latency
+        return self.net.env.timeout(lat)
+
+    def context(self, board: EventBoard, nranks: int) -> GlooRankContext:
+        """The :class:`GlooRankContext` a schedule's body runs in, with this rank's costs."""
+        return GlooRankContext(
+            board=board,
+            me=self.me,
+            nranks=nranks,
+            rep=self.quotient.rep,
+            send=self.send,
+            reduce=self.reduce,
+            copy=self.copy,
+            notice=self.notice,
+        )
+
+
+def _rank_job(
+    ops: _RankOps,
+    pool: simpy.Resource,
+    sched: GlooSchedule,
+    board: EventBoard,
+    staged: tuple[float, float],
+    enqueue: float,
+) -> Proc:
+    """One rank's part in one collective, as ProcessGroupGloo runs it (a SimPy process).
+
+    Waits for: a free worker thread of the rank (collectives take them in the order they were issued), then
+    whatever the schedule waits for (peers' data and notices).
+    Pays: the hand-off to the thread (``enqueue`` seconds); with CUDA tensors over TCP the D2H copy of the bytes
+    the rank holds (``staged[0]``); the schedule's messages, reductions and copies; then it frees the thread and
+    pays the H2D copy of the bytes it receives (``staged[1]``): PyTorch's worker issues the copy back without
+    waiting for it (``AsyncWork::run`` copies non-blocking, ``synchronize`` only orders the caller's stream).
+    """
+    thread = pool.request()
+    if not thread.triggered:  # a free thread is granted at once: yielding it anyway would only reorder events
+        yield thread
+    yield ops.hand_off(enqueue)
+    d2h, h2d = staged
+    if d2h > 0:
+        yield ops.d2h(d2h)
+    yield ops.net.env.process(sched.body(ops.context(board, sched.nranks)))
+    pool.release(thread)
+    if h2d > 0:
+        yield ops.h2d(h2d)
+
+
+def _run(
+    env: simpy.Environment,
+    net: FluidNetwork,
+    quotient: Quotient,
+    scheds: list[GlooSchedule],
+    plan: _Plan,
+    opts: GlooOptions,
+    consts: GlooConstants,
+) -> tuple[float, int, list[float]]:
+    """Issue every collective on every representative rank at time 0 and run until all are done.
+
+    Returns the completion time (s), the representative that finished last (the lowest on a tie) and each
+    collective's completion time (s).
+    """
+    preamble = float(consts.preamble_bytes) if opts.transport == "tcp" else 0.0
+    reps = [int(rep) for rep in quotient.reps()]  # type: ignore[call-overload]
+    pools = {rep: simpy.Resource(env, capacity=opts.threads) for rep in reps}
+    by_rank: dict[int, float] = {}
+    by_collective = [0.0] * len(scheds)
+    done: list[Event] = []
+
+    def finished(rep: int, k: int) -> None:
+        by_rank[rep] = max(by_rank.get(rep, 0.0), env.now)
+        by_collective[k] = max(by_collective[k], env.now)
+
+    ops = [
+        _RankOps(net, quotient, plan.costs[rep], rep, preamble, opts.transport != "tcp", plan.owners[rep])
+        for rep in reps
+    ]
+    for k, sched in enumerate(scheds):
+        board = EventBoard(env)
+        for rank_ops in ops:
+            rep = rank_ops.me
+            job = _rank_job(rank_ops, pools[rep], sched, board, plan.staging[k][rep], consts.work_enqueue_latency)
+            ev = env.process(job)
+            ev.callbacks.append(lambda _e, rep=rep, k=k: finished(rep, k))  # type: ignore[misc]
+            done.append(ev)
+    t = run_until_done(env, done)
+    return t, max(reps, key=lambda r: (by_rank.get(r, 0.0), -r)), by_collective
+
+
+def _breakdown(net: FluidNetwork, collective: str, opts: GlooOptions, last: Owner, t: float) -> dict[str, float]:
+    """Seconds per tag label over ``[0, t]``, adding up to ``t``: the ``last`` rank's, or for collectives whose ranks
+    have different jobs every instant goes to the highest-priority activity of any rank (a receiver's wait shows as
+    the sender's transfer)."""
+    breakdown = attribute_time(
+        net.records,
+        None if collective in _MIXED_ROLES else last,
+        0.0,
+        t,
+        BREAKDOWN_PRIORITY,
+        latency=LATENCY_TAG["tcp" if opts.transport == "tcp" else "ibverbs"],
+        idle=IDLE_TAG,
+    )
+    return {k: v for k, v in breakdown.items() if v > 0}
+
+
+def _notes(scheds: list[GlooSchedule], collective: str, opts: GlooOptions, plan: _Plan, ends: list[float]) -> list[str]:
+    """What the outcome reports besides the time: the schedules' choices, how reduce_scatter runs, when each of
+    several collectives finished (``ends``, s), and the transports used."""
+    notes = list(dict.fromkeys(note for s in scheds for note in s.notes))
+    if collective == "reduce_scatter":
+        notes.append(
+            "reduce_scatter on Gloo is a full allreduce of the input, then a local slice: 2x the bytes of a true "
+            "reduce-scatter"
+        )
+    if len(scheds) > 1:
+        done = ", ".join(f"{t / _US:.2f}" for t in ends)
+        notes.append(
+            f"{len(scheds)} collectives issued at once, {opts.threads} worker thread(s) per rank: done at {done} us"
+        )
+    tags = sorted({tag.label for c in plan.costs.values() for (_lat, _cap, tag) in c.links.values()})
+    if tags:
+        notes.append("transport: " + ", ".join(tags))
+    return notes
+
+
+# ---------------------------------------------------------------------------------------------- entry points
+def simulate_gloo_many(
+    topo: Topology,
+    opts: GlooOptions,
+    consts: GlooConstants,
+    sizes: Sequence[int],
+    *,
+    collective: str = "allreduce",
+    symmetry: bool = True,
+    record: bool = False,
+    check: bool = False,
+) -> Outcome:
+    """Simulate ``len(sizes)`` Gloo collectives issued at once (as DDP issues its buckets); return their outcome.
+
+    Every rank runs them on its ``opts.threads`` worker threads: each waits for a free thread (in issue order) and
+    keeps it from the hand-off to the end of its Gloo algorithm; those running at once share every resource.
+
+    Parameters
+    ----------
+    topo, opts, consts, collective, symmetry, record, check
+        As :func:`simulate_gloo`; ``opts.threads`` is the pool size.
+    sizes : sequence of int
+        Bytes of each collective, in issue order (nccl-tests semantics, see :func:`simulate_gloo`).
+
+    Returns
+    -------
+    Outcome
+        ``time_s``: until every rank is done with all; ``size_bytes``: the sum; a note gives each one's end.
+
+    Notes
+    -----
+    Limits: messages of concurrent collectives on one connection are separate flows (each capped at one TCP
+    stream's rate), where Gloo writes them one after another on the pair's socket; a queued collective's D2H copy
+    starts after its hand-off, where PyTorch issues it on a side stream when the collective is enqueued.
+    """
+    if len(sizes) == 0:
+        raise BackendError("gloo: no collective to simulate (sizes is empty)")
+    ranks = _check(topo, opts, collective)
+    algorithm, notes = _algorithm(opts, collective)
+    scheds = _schedules(topo, ranks, consts, collective, algorithm, sizes)
+    env, net = new_network(record, check)
+    plan = _plan(topo, opts, ranks, scheds, collective, sizes)
+    quotient = build_quotient(
+        net, plan.usage, plan.specs, colors=_colors(scheds, plan), relations=_relations(scheds), symmetric=symmetry
+    )
+    key_resources(quotient)
+    t, last, ends = _run(env, net, quotient, scheds, plan, opts, consts)
+    notes += _notes(scheds, collective, opts, plan, ends)
+    return Outcome(
+        backend="gloo",
+        collective=collective,
+        algorithm=algorithm,
+        protocol=f"{opts.transport}/{opts.device}",
+        nranks=len(ranks),
+        size_bytes=sum(sizes),
+        time_s=t,
+        breakdown=_breakdown(net, collective, opts, plan.owners[last], t) if record else {},
+        notes=notes,
+        classes=quotient.n_classes,
+        entities=len(plan.usage),
+        records=net.records if record else [],
+        solves=net.solves,
+    )
 
 
 def simulate_gloo(
@@ -250,7 +742,8 @@ def simulate_gloo(
     topo : Topology
         The cluster.
     opts : GlooOptions
-        Algorithm (allreduce and reduce_scatter), device (``cuda``: host staging; ``cpu``: none) and transport.
+        Algorithm (allreduce and reduce_scatter), device (``cuda``: host staging; ``cpu``: none), transport and
+        worker threads (one collective never waits for one).
     consts : GlooConstants
         From ``topologies/software/gloo.yaml``.
     nbytes : int
@@ -277,179 +770,6 @@ def simulate_gloo(
     the last rank's; for broadcast, reduce and sendrecv, whose ranks have different jobs, every instant goes to the
     highest-priority activity of any rank (so a receiver's wait shows as the sender's transfer).
     """
-    ranks = _check(topo, opts, collective)
-    n = len(ranks)
-    gpu_resident = opts.transport == "ibverbs" and opts.device == "cuda"
-    staged = opts.device == "cuda" and not gpu_resident
-    algorithm = opts.algorithm
-    notes: list[str] = []
-    if collective in ("allreduce", "reduce_scatter") and opts.transport == "ibverbs" and algorithm == "ring":
-        algorithm = "ring_chunked"
-        notes.append("ibverbs: CudaAllreduceRingChunked (Gloo's GPU ring) instead of PyTorch's host ring")
-    base = _bcube_base(topo, ranks)
-    try:
-        sched: GlooSchedule = gloo_schedule(
-            collective,
-            algorithm,
-            n,
-            float(nbytes),
-            max_segment_bytes=consts.max_segment_bytes,
-            inflight=consts.segments_in_flight,
-            base=base,
-            max_per_rank=consts.sim_max_segments_per_rank,
-        )
-    except ValueError as exc:
-        raise BackendError(f"gloo: {exc}") from None
-    notes.extend(sched.notes)
-    if collective == "reduce_scatter":
-        notes.append(
-            "reduce_scatter on Gloo is a full allreduce of the input, then a local slice: 2x the bytes of a true "
-            "reduce-scatter"
-        )
-    env, net = new_network(record, check)
-    cat = ResourceCatalog(topo)
-    specs: dict[Hashable, ResourceSpec] = dict(cat.specs)
-    d2h_kind, h2d_kind = _STAGING[collective]
-    usage: dict[Hashable, dict[str, list[tuple[Hashable, float]]]] = {}
-    info: dict[int, dict[str, Any]] = {}
-    colors: dict[Hashable, Hashable] = {}
-    for i, r in enumerate(ranks):
-        dev = topo.device(r)
-        cpu = topo.host_cpu(r)
-        roles: dict[str, list[tuple[Hashable, float]]] = {}
-        d: dict[str, Any] = {"d2h": 0.0, "h2d": 0.0, "links": {}}
-        if staged:
-            d["d2h"] = _staged_bytes(d2h_kind, i, n, nbytes)
-            d["h2d"] = _staged_bytes(h2d_kind, i, n, nbytes)
-            d2h = link_uses(topo.pcie_route(r, cpu.name)) + cat.mem(cpu.name, 1.0)
-            h2d = cat.mem(cpu.name, 1.0) + link_uses(topo.pcie_route(cpu.name, r))
-            roles["d2h"], roles["h2d"] = list(d2h.uses), list(h2d.uses)
-            d["copy_lat"] = float(dev.spec["memcpy_latency"])
-        for label, p in sorted(sched.peers[i].items()):
-            if opts.transport == "tcp":
-                path, lat, cap, tag = _tcp_path(topo, cat, r, ranks[p])
-            else:
-                path, lat, tag = _rdma_path(topo, cat, r, ranks[p], gpu_resident)
-                cap = math.inf
-            roles["send:" + label] = list(path.uses)
-            d["links"][label] = (lat, cap, tag)
-        if gpu_resident:
-            hbm = float(dev.spec["hbm_bandwidth"])
-            specs[("hbm", r)] = ResourceSpec(f"{r} HBM", hbm, "hbm")
-            # a reduction kernel reads two operands and writes one; a copy reads one and writes one
-            roles["reduce"] = [(("hbm", r), 3.0)]
-            roles["copy"] = [(("hbm", r), 2.0)]
-            d.update(red_cap=math.inf, copy_cap=math.inf, op_lat=float(dev.spec["kernel_launch_latency"]))
-            d.update(red_tag="GPU reduction (HBM)", copy_tag="GPU copy (HBM)")
-        else:
-            red_rate = float(cpu.spec["reduce_bw_per_core"])
-            roles["reduce"] = list((cat.cores(cpu.node, 1.0 / red_rate) + cat.mem(cpu.name, 3.0)).uses)
-            # memcpy out of a receive buffer: one thread, DRAM-bound like the reduction (estimate), 2 bytes of traffic
-            roles["copy"] = list((cat.cores(cpu.node, 1.0 / red_rate) + cat.mem(cpu.name, 2.0)).uses)
-            d.update(red_cap=red_rate, copy_cap=red_rate, op_lat=0.0, red_tag="CPU reduction", copy_tag="CPU copy")
-        if opts.transport == "tcp":
-            d["notice_lat"] = float(cpu.spec["tcp_message_latency"])
-        else:
-            lats = [v[0] for v in d["links"].values()]
-            d["notice_lat"] = max(lats) if lats else float(cpu.spec.get("nccl_net_overhead", 1e-6))
-        usage[i] = roles
-        info[i] = d
-        colors[i] = (
-            sched.roles[i],
-            d["d2h"],
-            d["h2d"],
-            d.get("copy_lat"),
-            tuple(sorted(d["links"].items())),
-            d["red_cap"],
-            d["op_lat"],
-            d["notice_lat"],
-        )
-    quotient = build_quotient(net, usage, specs, colors=colors, relations=sched.relations(), symmetric=symmetry)
-    board = EventBoard(env)
-    preamble = float(consts.preamble_bytes) if opts.transport == "tcp" else 0.0
-    tags = {t for d in info.values() for (_l, _c, t) in d["links"].values()}
-
-    def rank_proc(me: int) -> Any:
-        d = info[me]
-        owner = str(me)
-        yield net.delay(consts.work_enqueue_latency, tag="enqueue on worker thread", owner=owner)
-        if d["d2h"] > 0:
-            _s, arrived = net.transfer(
-                d["d2h"], quotient.uses(me, "d2h"), latency=d["copy_lat"], tag="D2H copy (PCIe)", owner=owner
-            )
-            yield arrived
-        red_uses, copy_uses = quotient.uses(me, "reduce"), quotient.uses(me, "copy")
-
-        def send(label: str, b: float) -> Any:
-            lat, cap, tag = d["links"][label]
-            # Gloo's TCP transport puts a 48-byte preamble in front of every message
-            return net.transfer(
-                b + preamble, quotient.uses(me, "send:" + label), latency=lat, max_rate=cap, tag=tag, owner=owner
-            )
-
-        def reduce(b: float) -> Any:
-            return net.transfer(b, red_uses, latency=d["op_lat"], max_rate=d["red_cap"], tag=d["red_tag"], owner=owner)[
-                1
-            ]
-
-        def copy(b: float) -> Any:
-            return net.transfer(
-                b, copy_uses, latency=d["op_lat"], max_rate=d["copy_cap"], tag=d["copy_tag"], owner=owner
-            )[1]
-
-        def notice(label: str | None) -> Any:
-            lat = d["links"][label][0] if (opts.transport != "tcp" and label in d["links"]) else d["notice_lat"]
-            return env.timeout(lat)
-
-        ctx = GlooRankContext(
-            board=board, me=me, nranks=n, rep=quotient.rep, send=send, reduce=reduce, copy=copy, notice=notice
-        )
-        yield env.process(sched.body(ctx))
-        if d["h2d"] > 0:
-            _s, arrived = net.transfer(
-                d["h2d"], quotient.uses(me, "h2d"), latency=d["copy_lat"], tag="H2D copy (PCIe)", owner=owner
-            )
-            yield arrived
-
-    reps = [int(rep) for rep in quotient.reps()]  # type: ignore[call-overload]
-    done = [env.process(rank_proc(rep)) for rep in reps]
-    finish: dict[int, float] = {}
-    for rep, ev in zip(reps, done, strict=True):
-        ev.callbacks.append(lambda _e, rep=rep: finish.__setitem__(rep, env.now))  # type: ignore[misc]
-    t = run_until_done(env, done)
-    last = max(reps, key=lambda r: (finish.get(r, 0.0), -r))
-    breakdown: dict[str, float] = {}
-    if record:
-        # ranks with different jobs (a root, a sender): every instant goes to the most telling activity of any rank;
-        # otherwise the last rank to finish speaks for all
-        mixed = collective in ("broadcast", "reduce", "sendrecv")
-        recs = [dataclasses.replace(r, owner="*") for r in net.records] if mixed else net.records
-        breakdown = attribute_time(
-            recs,
-            "*" if mixed else str(last),
-            0.0,
-            t,
-            _PRIORITY,
-            latency_label="TCP message latency" if opts.transport == "tcp" else "RDMA message latency",
-            idle_label="waiting (peers, notices)",
-        )
-        breakdown = {k: v for k, v in breakdown.items() if v > 0}
-    if tags:
-        notes.append("transport: " + ", ".join(sorted(tags)))
-    return Outcome(
-        backend="gloo",
-        collective=collective,
-        algorithm=algorithm,
-        protocol=f"{opts.transport}/{opts.device}",
-        nranks=n,
-        size_bytes=nbytes,
-        time_s=t,
-        channels=None,
-        breakdown=breakdown,
-        notes=notes,
-        predicted_s=None,
-        classes=quotient.n_classes,
-        entities=len(usage),
-        records=net.records if record else [],
-        solves=net.solves,
+    return simulate_gloo_many(
+        topo, opts, consts, [nbytes], collective=collective, symmetry=symmetry, record=record, check=check
     )

@@ -20,9 +20,7 @@ from __future__ import annotations
 
 from collsim.bench.command import DEFAULT_SIZES, ProgressLine, run_command, run_sweep
 from collsim.bench.config import (
-    BACKENDS,
     COLLECTIVES,
-    DEVICES,
     DTYPES,
     INSTALL_HINT,
     TIMINGS,
@@ -35,10 +33,8 @@ from collsim.bench.launch import free_port, launch_local
 from collsim.bench.report import RankInfo, SizeResult, SweepOutput, format_text, to_measurement, to_records
 
 __all__ = [
-    "BACKENDS",
     "COLLECTIVES",
     "DEFAULT_SIZES",
-    "DEVICES",
     "DTYPES",
     "INSTALL_HINT",
     "TIMINGS",

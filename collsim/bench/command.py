@@ -18,6 +18,7 @@ from collsim.bench.metadata import host_facts
 from collsim.bench.report import SizeResult, SweepOutput, format_text, to_measurement
 from collsim.bench.worker import rank_env, run_rank
 from collsim.units import UnitError, format_size, parse_size_range
+from collsim.vocab import ROOTED_COLLECTIVES
 
 __all__ = ["DEFAULT_SIZES", "ProgressLine", "run_command", "run_sweep"]
 
@@ -128,7 +129,7 @@ def _resolve_config(args: argparse.Namespace, torch: Any) -> BenchConfig:
         if backend == "nccl" and nprocs > gpus:
             raise BenchError(f"--nprocs {nprocs}: NCCL needs one GPU per rank and this machine has {gpus}; use "
                              "--backend gloo to share GPUs between ranks")
-    if cfg.collective in ("broadcast", "reduce") and cfg.root >= nprocs:
+    if cfg.collective in ROOTED_COLLECTIVES and cfg.root >= nprocs:
         raise BenchError(f"--root {cfg.root}: expected a rank below {nprocs}")
     return cfg
 
@@ -139,7 +140,7 @@ def _command(cfg: BenchConfig, args: argparse.Namespace, under_torchrun: bool) -
              str(cfg.iters), "--timing", cfg.timing]
     if not under_torchrun:
         parts += ["--nprocs", str(cfg.nprocs)]
-    if cfg.collective in ("broadcast", "reduce"):
+    if cfg.collective in ROOTED_COLLECTIVES:
         parts += ["--root", str(cfg.root)]
     if not cfg.check:
         parts.append("--no-check")

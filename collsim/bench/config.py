@@ -21,13 +21,12 @@ import importlib
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from collsim.results import PER_RANK_COUNT_COLLECTIVES, canonical_collective
 from collsim.units import DTYPE_SIZES
+from collsim.vocab import BACKENDS, PER_RANK_COUNT_COLLECTIVES, TENSOR_DEVICES, canonical_collective
+from collsim.vocab import COLLECTIVES as SIMULATED_COLLECTIVES
 
 __all__ = [
-    "BACKENDS",
     "COLLECTIVES",
-    "DEVICES",
     "DTYPES",
     "INSTALL_HINT",
     "TIMINGS",
@@ -37,12 +36,10 @@ __all__ = [
     "require_torch",
 ]
 
-#: Collectives ``collsim bench`` can run with torch.distributed (nccl-tests' names for the rest are not wired).
-COLLECTIVES: tuple[str, ...] = ("allreduce", "allgather", "reduce_scatter", "broadcast", "reduce", "alltoall")
-#: torch.distributed backends.
-BACKENDS: tuple[str, ...] = ("nccl", "gloo")
-#: Where the tensors live.
-DEVICES: tuple[str, ...] = ("cuda", "cpu")
+#: Collectives ``collsim bench`` can run with torch.distributed: every simulated one but ``sendrecv`` (nccl-tests'
+#: names for the rest are not wired). Backends and tensor devices are :data:`collsim.vocab.BACKENDS` and
+#: :data:`collsim.vocab.TENSOR_DEVICES`.
+COLLECTIVES: tuple[str, ...] = tuple(c for c in SIMULATED_COLLECTIVES if c != "sendrecv")
 #: Element types torch.distributed reduces on both backends (collsim's names, see collsim.units.DTYPE_SIZES).
 DTYPES: tuple[str, ...] = ("float32", "float16", "bfloat16", "float64", "int8", "uint8", "int32", "int64")
 #: ``iteration``: barrier, then time each iteration on every rank, max over ranks, median over iterations.
@@ -136,8 +133,8 @@ class BenchConfig:
         object.__setattr__(self, "collective", coll)
         if self.backend not in BACKENDS:
             raise BenchError(f"--backend: expected one of {', '.join(BACKENDS)}, got {self.backend!r}")
-        if self.device not in DEVICES:
-            raise BenchError(f"--device: expected one of {', '.join(DEVICES)}, got {self.device!r}")
+        if self.device not in TENSOR_DEVICES:
+            raise BenchError(f"--device: expected one of {', '.join(TENSOR_DEVICES)}, got {self.device!r}")
         if self.backend == "nccl" and self.device != "cuda":
             raise BenchError("--backend nccl needs --device cuda (NCCL moves GPU memory only); use gloo for cpu")
         if self.dtype not in DTYPES:

@@ -42,6 +42,7 @@ Examples
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 import time
@@ -104,6 +105,7 @@ def summarise_copies(rows: list[dict[str, Any]]) -> dict[str, Any]:
 def _time_copies(
     torch: Any, dst: Any, src: Any, sizes: Sequence[int], warmup: int, iters: int
 ) -> dict[int, list[float]]:
+    """Seconds of each timed ``dst.copy_(src)`` of the first ``size`` bytes, per size, after ``warmup`` untimed."""
     out: dict[int, list[float]] = {}
     for size in sizes:
         d, s = dst[:size], src[:size]
@@ -121,6 +123,7 @@ def _time_copies(
 
 
 def _launch_latency(torch: Any, device: Any, warmup: int, iters: int) -> dict[str, Any]:
+    """The ``kernel_launch`` object: a one-element kernel's synchronised round trip and back-to-back cost (us)."""
     x = torch.zeros(1, device=device)
     for _ in range(max(warmup, 10)):
         x.add_(1.0)
@@ -154,6 +157,75 @@ def _launch_latency(torch: Any, device: Any, warmup: int, iters: int) -> dict[st
     }
 
 
+def _require_cuda(torch: Any, gloo_ranks: int) -> None:
+    """Raise :class:`BenchError` unless torch sees a CUDA device and ``gloo_ranks`` is at least 1."""
+    if not torch.cuda.is_available():
+        raise BenchError(
+            f"--probe measures a CUDA GPU, and this machine has none usable (torch {torch.__version__}: "
+            "torch.cuda.is_available() is False); run it on a GPU machine with a CUDA build of torch"
+        )
+    if gloo_ranks < 1:
+        raise BenchError(f"--probe-ranks: expected an integer >= 1, got {gloo_ranks}")
+
+
+def _measure_copies(torch: Any, dev: Any, sizes: Sequence[int], warmup: int, iters: int, say: Say) -> dict[str, Any]:
+    """The ``copies`` object: D2H and H2D between ``dev`` and pinned host memory, and D2D, per size (bytes)."""
+    biggest = max(sizes)
+    host = torch.empty(biggest, dtype=torch.uint8, pin_memory=True)
+    a = torch.empty(biggest, dtype=torch.uint8, device=dev)
+    b = torch.empty(biggest, dtype=torch.uint8, device=dev)
+    method = "dst.copy_(src, non_blocking=True) then torch.cuda.synchronize(), host clock"
+    copies: dict[str, Any] = {}
+    for name, dst, src in (("d2h", host, a), ("h2d", a, host), ("d2d", b, a)):
+        say(f"probe: {name} copies, {len(sizes)} sizes")
+        rows = copy_rows(sizes, _time_copies(torch, dst, src, sizes, warmup, iters))
+        copies[name] = {"pinned": name != "d2d", "method": method, **summarise_copies(rows), "rows": rows}
+    del host, a, b
+    torch.cuda.empty_cache()
+    return copies
+
+
+def _sweep(cfg: BenchConfig, command: str, argv: str | None, say: Say) -> dict[str, Any]:
+    """One ``collsim bench`` sweep on GPU 0 as a measurement object, or ``{"error": ...}`` when it fails."""
+    say(f"probe: {cfg.backend} allreduce, {cfg.nprocs} rank(s) on GPU 0, {len(cfg.sizes)} sizes")
+    try:
+        out = launch_local(cfg)
+    except BenchError as exc:
+        return {"error": str(exc)}
+    m = to_measurement(out, command=f"{command} ({cfg.backend} part)", source={"argv": argv} if argv else None)
+    return dict(json.loads(m.to_json()))
+
+
+def _hardware(torch: Any, props: Any, facts: dict[str, Any]) -> dict[str, Any]:
+    """The ``hardware`` object: GPU 0's properties and the host's facts."""
+    return {
+        "gpu": props.name,
+        "gpu_memory_gib": round(props.total_memory / 2**30, 1),  # bytes to GiB
+        "compute_capability": f"{props.major}.{props.minor}",
+        "gpu_count": torch.cuda.device_count(),
+        "cpu": facts["cpu"],
+        "cpu_count": facts["cpu_count"],
+        "memory_gib": facts["memory_gib"],
+        "hostname": facts["hostname"],
+        "os": facts["os"],
+    }
+
+
+def _software(torch: Any, facts: dict[str, Any]) -> dict[str, Any]:
+    """The ``software`` object: torch, CUDA and NCCL versions (None where the build has none), the environment."""
+    try:
+        nccl_version: str | None = ".".join(str(x) for x in torch.cuda.nccl.version())
+    except Exception:  # no NCCL in this build
+        nccl_version = None
+    return {
+        "torch_version": str(torch.__version__),
+        "cuda_version": torch.version.cuda,
+        "nccl_version": nccl_version,
+        "python": facts["python"],
+        "env": relevant_env(),
+    }
+
+
 def run_probe(
     *,
     copy_sizes: str | None = None,
@@ -177,6 +249,10 @@ def run_probe(
         Untimed and timed iterations per size.
     gloo_ranks : int
         Ranks of the Gloo sweep, all on GPU 0.
+    timeout_s : float
+        torch.distributed timeout of the sweeps, seconds.
+    command, argv : str
+        What ``source`` records.
     say : callable, optional
         Receives one progress line per step.
 
@@ -187,13 +263,7 @@ def run_probe(
     """
     torch = require_torch()
     say = say or (lambda _msg: None)
-    if not torch.cuda.is_available():
-        raise BenchError(
-            f"--probe measures a CUDA GPU, and this machine has none usable (torch {torch.__version__}: "
-            "torch.cuda.is_available() is False); run it on a GPU machine with a CUDA build of torch"
-        )
-    if gloo_ranks < 1:
-        raise BenchError(f"--probe-ranks: expected an integer >= 1, got {gloo_ranks}")
+    _require_cuda(torch, gloo_ranks)
     csizes = parse_size_range(copy_sizes or PROBE_COPY_SIZES)
     ssizes = tuple(parse_size_range(sweep_sizes or PROBE_SWEEP_SIZES))
     started = now_iso()
@@ -201,65 +271,22 @@ def run_probe(
     torch.cuda.set_device(dev)
     props = torch.cuda.get_device_properties(dev)
     facts = host_facts()
-    biggest = max(csizes)
-    host = torch.empty(biggest, dtype=torch.uint8, pin_memory=True)
-    a = torch.empty(biggest, dtype=torch.uint8, device=dev)
-    b = torch.empty(biggest, dtype=torch.uint8, device=dev)
-    method = "dst.copy_(src, non_blocking=True) then torch.cuda.synchronize(), host clock"
-    copies: dict[str, Any] = {}
-    for name, dst, src in (("d2h", host, a), ("h2d", a, host), ("d2d", b, a)):
-        say(f"probe: {name} copies, {len(csizes)} sizes")
-        rows = copy_rows(csizes, _time_copies(torch, dst, src, csizes, warmup, iters))
-        copies[name] = {"pinned": name != "d2d", "method": method, **summarise_copies(rows), "rows": rows}
-    del host, a, b
-    torch.cuda.empty_cache()
+    copies = _measure_copies(torch, dev, csizes, warmup, iters, say)
     say("probe: kernel launch latency")
     launch = _launch_latency(torch, dev, warmup, iters)
-
-    def sweep(backend: str, nprocs: int) -> dict[str, Any]:
-        cfg = BenchConfig(collective="allreduce", backend=backend, device="cuda", sizes=ssizes, warmup=warmup,
-                          iters=iters, nprocs=nprocs, device_index=0, timeout_s=timeout_s)
-        say(f"probe: {backend} allreduce, {nprocs} rank(s) on GPU 0, {len(ssizes)} sizes")
-        try:
-            out = launch_local(cfg)
-        except BenchError as exc:
-            return {"error": str(exc)}
-        m = to_measurement(out, command=f"{command} ({backend} part)", source={"argv": argv} if argv else None)
-        return dict(json.loads(m.to_json()))
-
-    nccl = sweep("nccl", 1) if torch.distributed.is_nccl_available() else {"error": "this torch has no NCCL"}
-    gloo = sweep("gloo", gloo_ranks)
-    try:
-        nccl_version: str | None = ".".join(str(x) for x in torch.cuda.nccl.version())
-    except Exception:  # no NCCL in this build
-        nccl_version = None
+    gloo_cfg = BenchConfig(collective="allreduce", backend="gloo", device="cuda", sizes=ssizes, warmup=warmup,
+                           iters=iters, nprocs=gloo_ranks, device_index=0, timeout_s=timeout_s)
+    nccl: dict[str, Any] = {"error": "this torch has no NCCL"}
+    if torch.distributed.is_nccl_available():  # NCCL with one rank: its fixed costs without any transfer
+        nccl = _sweep(dataclasses.replace(gloo_cfg, backend="nccl", nprocs=1), command, argv, say)
+    gloo = _sweep(gloo_cfg, command, argv, say)
+    machine = f"{facts['hostname']}: {props.name}, {facts['cpu']} ({facts['cpu_count']} logical CPUs)"
+    source = {"command": command, "argv": argv, "machine": machine, "date": started, "finished": now_iso()}
     return {
         "format": PROBE_FORMAT,
-        "hardware": {
-            "gpu": props.name,
-            "gpu_memory_gib": round(props.total_memory / 2**30, 1),  # bytes to GiB
-            "compute_capability": f"{props.major}.{props.minor}",
-            "gpu_count": torch.cuda.device_count(),
-            "cpu": facts["cpu"],
-            "cpu_count": facts["cpu_count"],
-            "memory_gib": facts["memory_gib"],
-            "hostname": facts["hostname"],
-            "os": facts["os"],
-        },
-        "software": {
-            "torch_version": str(torch.__version__),
-            "cuda_version": torch.version.cuda,
-            "nccl_version": nccl_version,
-            "python": facts["python"],
-            "env": relevant_env(),
-        },
-        "source": {
-            "command": command,
-            "argv": argv,
-            "machine": f"{facts['hostname']}: {props.name}, {facts['cpu']} ({facts['cpu_count']} logical CPUs)",
-            "date": started,
-            "finished": now_iso(),
-        },
+        "hardware": _hardware(torch, props, facts),
+        "software": _software(torch, facts),
+        "source": source,
         "copies": copies,
         "kernel_launch": launch,
         "nccl_1rank": nccl,

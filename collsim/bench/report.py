@@ -27,6 +27,7 @@ from typing import Any
 from collsim.bench.config import BenchConfig
 from collsim.calibration.measurement import Measurement, MeasurementRow, summarise_times
 from collsim.results import Record, format_nccl_tests, make_record
+from collsim.vocab import ROOTED_COLLECTIVES
 
 __all__ = ["RankInfo", "SizeResult", "SweepOutput", "format_text", "nccl_tests_binary", "to_measurement", "to_records"]
 
@@ -235,7 +236,7 @@ def to_measurement(
 
 def to_records(out: SweepOutput) -> list[Record]:
     """One :class:`collsim.results.Record` per size (time = median, or mean in block timing)."""
-    root = out.config.root if out.config.collective in ("broadcast", "reduce") else -1
+    root = out.config.root if out.config.collective in ROOTED_COLLECTIVES else -1
     return [
         make_record(
             backend=out.config.backend,

@@ -10,9 +10,12 @@ from __future__ import annotations
 import math
 
 import pytest
+import yaml
 from tests_support import ideal_gloo_schedule_time
 
-from collsim.algorithms.gloo_algos import ALLREDUCE_ALGORITHMS, COLLECTIVES, bcube_radices, gloo_schedule
+from collsim.algorithms.gloo_algos import GlooParams, bcube_radices, gloo_schedule
+from collsim.vocab import COLLECTIVES
+from collsim.vocab import GLOO_ALGORITHMS as ALLREDUCE_ALGORITHMS
 
 MiB = 2**20
 B, ALPHA, NOTICE = 5e9, 10e-6, 10e-6
@@ -171,3 +174,28 @@ def test_unknown_names_are_refused_with_the_valid_ones() -> None:
         gloo_schedule("allreduce", "tree", 4, 1.0)
     with pytest.raises(ValueError, match="at least 2"):
         gloo_schedule("sendrecv", "ring", 1, 1.0)
+
+
+def test_every_name_of_the_vocabulary_has_a_schedule() -> None:
+    for collective in COLLECTIVES:
+        for algorithm in ALLREDUCE_ALGORITHMS:
+            sched = gloo_schedule(collective, algorithm, 4, 1e6)
+            assert sched.nranks == 4 and set(sched.peers) == set(range(4))
+
+
+def test_params_default_to_gloo_yaml() -> None:
+    with open("topologies/software/gloo.yaml") as fh:
+        data = yaml.safe_load(fh)
+    p = GlooParams.default()
+    assert p == GlooParams.from_mapping(data)
+    assert (p.max_segment_bytes, p.min_segments_per_rank, p.segments_in_flight, p.bcube_base) == (MiB, 2, 2, 2)
+
+
+def test_params_reach_the_segmented_rings_and_bcube() -> None:
+    # 1 MiB on 4 ranks: max(ceil(S/M), m x P) segments; reduce segments the same way; bcube takes the base
+    p3 = GlooParams(max_segment_bytes=MiB, min_segments_per_rank=3, segments_in_flight=2, bcube_base=4)
+    assert gloo_schedule("allreduce", "ring", 4, MiB).notes[0].startswith("8 segments")
+    assert gloo_schedule("allreduce", "ring", 4, MiB, params=p3).notes[0].startswith("12 segments")
+    assert gloo_schedule("reduce", "-", 4, MiB, params=p3).notes[0].startswith("12 segments")
+    assert gloo_schedule("allreduce", "bcube", 16, MiB, params=p3).notes[0].startswith("base 4: 2 steps")
+    assert gloo_schedule("allreduce", "bcube", 16, MiB, params=p3, base=2).notes[0].startswith("base 2: 4 steps")

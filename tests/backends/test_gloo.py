@@ -1,18 +1,25 @@
-"""The Gloo backend: every allreduce algorithm and collective on real topologies, staging, ibverbs, errors."""
+"""The Gloo backend: every allreduce algorithm and collective on real topologies, staging, ibverbs, errors, the
+worker-thread pool, and the constants of ``topologies/software/gloo.yaml``."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from functools import cache
 
 import pytest
 import yaml
 
 from collsim.backends import BackendError, GlooConstants, GlooOptions, simulate_gloo
+from collsim.backends.gloo import simulate_gloo_many
+from collsim.backends.gloo_tags import D2H_TAG, GPU_REDUCTION_TAG, H2D_TAG
 from collsim.topology import Topology, load_topology
+from collsim.vocab import COLLECTIVES as ALL_COLLECTIVES
+from collsim.vocab import GLOO_ALGORITHMS
 
 MiB = 2**20
-ALGORITHMS = ["ring", "ring_chunked", "halving_doubling", "bcube"]
-COLLECTIVES = ["allgather", "reduce_scatter", "broadcast", "reduce", "alltoall", "sendrecv"]
+ALGORITHMS = list(GLOO_ALGORITHMS)
+COLLECTIVES = [c for c in ALL_COLLECTIVES if c != "allreduce"]
 
 
 @cache
@@ -74,8 +81,9 @@ def test_staging_copies_the_bytes_each_rank_holds() -> None:
         out = simulate_gloo(hgx(), GlooOptions(), consts(), size, collective=collective, record=True, symmetry=False)
         got: dict[str, dict[str, float]] = {}
         for r in out.records:
-            if r.tag in ("D2H copy (PCIe)", "H2D copy (PCIe)"):
-                got.setdefault(r.owner, {})[r.tag[:3]] = r.size
+            if r.tag in (D2H_TAG, H2D_TAG):
+                assert r.owner.rank is not None and r.owner.channel is None
+                got.setdefault(str(r.owner.rank), {})[r.tag.label[:3]] = r.size
         return got
 
     ag = staged("allgather")  # nbytes is the whole output: each rank sends in 1/8 and receives all
@@ -158,7 +166,7 @@ def test_ibverbs_ring_is_gloos_gpu_ring_chunked() -> None:
 
 def test_ibverbs_gpu_reduction_runs_at_hbm_speed() -> None:
     out = simulate_gloo(dgx2(), GlooOptions(transport="ibverbs"), consts(), 64 * MiB, record=True, symmetry=False)
-    red = [r for r in out.records if r.tag == "GPU reduction (HBM)" and r.owner == "0"]
+    red = [r for r in out.records if r.tag == GPU_REDUCTION_TAG and r.owner.rank == 0]
     hbm = dgx2().gpus()[0].spec["hbm_bandwidth"]
     assert red and all(r.t_end - r.t_start == pytest.approx(3 * r.size / hbm, rel=1e-6) for r in red)
 
@@ -203,3 +211,139 @@ def test_merged_ring_segments_keep_the_time_and_report_gloos_segments() -> None:
     assert merged.time_s == pytest.approx(real.time_s, rel=1e-3)
     assert merged.solves < real.solves / 10
     assert any("8192 segments" in n and "simulated as 256" in n for n in merged.notes)
+
+
+# ---------------------------------------------------------------------------------------------- worker threads
+def test_pytorch_default_is_two_worker_threads() -> None:
+    assert GlooOptions().threads == 2
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_two_collectives_on_one_thread_take_exactly_the_sum(algorithm: str) -> None:
+    # CPU tensors: nothing outlives the thread, so the second collective starts when the first is done everywhere
+    opts = GlooOptions(algorithm=algorithm, device="cpu", threads=1)
+    one = simulate_gloo(cpu4(), opts, consts(), 8 * MiB).time_s
+    two = simulate_gloo_many(cpu4(), opts, consts(), [8 * MiB, 8 * MiB]).time_s
+    assert two == pytest.approx(2 * one, rel=1e-9)
+
+
+def test_on_one_thread_the_copy_back_overlaps_the_next_collective() -> None:
+    # CUDA tensors: the worker frees its thread once it has issued the H2D copy (PyTorch copies back non-blocking),
+    # so the second collective starts when the first's copy back starts, and nothing else slows it here
+    size = 16 * MiB
+    one = simulate_gloo(hgx(), GlooOptions(), consts(), size, record=True, symmetry=False)
+    h2d_start = max(r.t_start for r in one.records if r.tag == H2D_TAG)
+    two = simulate_gloo_many(hgx(), GlooOptions(threads=1), consts(), [size, size]).time_s
+    assert two < 2 * one.time_s
+    assert two == pytest.approx(one.time_s + h2d_start, rel=1e-6)
+
+
+@pytest.mark.parametrize(("topo", "device"), [(cpu4, "cpu"), (hgx, "cuda")])
+@pytest.mark.parametrize("size", [64 * 1024, 16 * MiB])
+def test_two_threads_overlap_two_collectives(topo: Callable[[], Topology], device: str, size: int) -> None:
+    def time(threads: int, count: int) -> float:
+        opts = GlooOptions(device=device, threads=threads)
+        return simulate_gloo_many(topo(), opts, consts(), [size] * count).time_s
+
+    one, serial, both = time(2, 1), time(1, 2), time(2, 2)
+    assert one < both < serial <= 2 * one * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("count", [2, 3])
+def test_threads_at_least_the_count_is_unlimited(count: int) -> None:
+    sizes = [MiB, 4 * MiB, 2 * MiB][:count]
+
+    def time(threads: int) -> float:
+        return simulate_gloo_many(hgx(), GlooOptions(threads=threads), consts(), sizes).time_s
+
+    assert time(count) == time(count + 1) == time(1 << 20)
+    # one thread fewer queues a collective; that is not always slower: a queued collective's D2H copy no longer
+    # competes with the others' for PCIe, and its copy back overlaps them
+    assert time(count - 1) != time(count)
+
+
+def test_one_collective_never_waits_for_a_thread() -> None:
+    times = {simulate_gloo(hgx(), GlooOptions(threads=t), consts(), 4 * MiB).time_s for t in (1, 2, 64)}
+    assert len(times) == 1
+    assert simulate_gloo_many(hgx(), GlooOptions(threads=1), consts(), [4 * MiB]).time_s in times
+
+
+@pytest.mark.parametrize("collective", ["allreduce", "broadcast", "reduce", "sendrecv"])
+def test_concurrent_collectives_symmetry_on_equals_off(collective: str) -> None:
+    sizes = [MiB, 8 * MiB, 2 * MiB]
+    opts = GlooOptions(threads=2)
+    on = simulate_gloo_many(hgx(), opts, consts(), sizes, collective=collective, record=True)
+    off = simulate_gloo_many(hgx(), opts, consts(), sizes, collective=collective, symmetry=False)
+    assert on.time_s == pytest.approx(off.time_s, rel=1e-9)
+    assert sum(on.breakdown.values()) == pytest.approx(on.time_s, rel=1e-9)
+    assert on.size_bytes == sum(sizes)
+
+
+def test_queued_collectives_finish_in_issue_order_and_say_when() -> None:
+    out = simulate_gloo_many(hgx(), GlooOptions(threads=1), consts(), [MiB, 4 * MiB, MiB])
+    note = next(n for n in out.notes if "issued at once" in n)
+    assert "1 worker thread(s) per rank" in note
+    ends = [float(x) for x in note.split("done at ")[1].removesuffix(" us").split(", ")]
+    assert ends == sorted(ends) and len(ends) == 3
+    assert ends[-1] == pytest.approx(out.time_s * 1e6, abs=0.01)
+
+
+@pytest.mark.parametrize("threads", [0, -1, 1.5, True])
+def test_threads_must_be_a_positive_integer(threads: object) -> None:
+    with pytest.raises(BackendError, match="threads must be an integer >= 1"):
+        simulate_gloo(hgx(), GlooOptions(threads=threads), consts(), MiB)  # type: ignore[arg-type]
+
+
+def test_many_needs_at_least_one_size() -> None:
+    with pytest.raises(BackendError, match="sizes is empty"):
+        simulate_gloo_many(hgx(), GlooOptions(), consts(), [])
+
+
+# ---------------------------------------------------------------------------------------------- gloo.yaml constants
+def _outcome_with(**changes: float | None) -> tuple[float, tuple[str, ...], int]:
+    c = dataclasses.replace(consts(), **changes)  # type: ignore[arg-type]  # each field gets a value of its type
+    out = simulate_gloo(cpu4(), GlooOptions(device="cpu"), c, 64 * MiB)
+    bc = simulate_gloo(cpu4(), GlooOptions(device="cpu", algorithm="bcube"), c, MiB)
+    return out.time_s, (*out.notes, *bc.notes), out.solves
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("max_segment_bytes", 2 * MiB),
+        ("min_segments_per_rank", 32),
+        ("segments_in_flight", 1),
+        ("preamble_bytes", 1 << 20),
+        ("work_enqueue_latency", 1e-3),
+        ("bcube_base", 4),
+        ("sim_max_segments_per_rank", 2),
+    ],
+)
+def test_every_gloo_yaml_constant_changes_the_outcome(field: str, value: float) -> None:
+    assert _outcome_with(**{field: value}) != _outcome_with()
+
+
+def test_every_gloo_yaml_key_is_a_constant() -> None:
+    with open("topologies/software/gloo.yaml") as fh:
+        keys = set(yaml.safe_load(fh)) - {"source"}
+    fields = {f.name for f in dataclasses.fields(GlooConstants)}
+    assert {k.removesuffix("_us") for k in keys} == fields
+
+
+def test_min_segments_per_rank_sets_the_ring_segments() -> None:
+    # 1 MiB on 8 ranks: max(1, m x 8) segments, rounded up to a multiple of 8
+    two = simulate_gloo(hgx(), GlooOptions(), consts(), MiB)
+    three = simulate_gloo(hgx(), GlooOptions(), dataclasses.replace(consts(), min_segments_per_rank=3), MiB)
+    assert two.notes[0].startswith("16 segments of 65536 B")
+    assert three.notes[0].startswith("24 segments of")
+
+
+@pytest.mark.parametrize("collective", ["allreduce", "reduce"])
+def test_fewer_segments_in_flight_is_slower(collective: str) -> None:
+    # one operation in flight: a segment's transfer no longer overlaps the previous one's reduction and notice
+    opts = GlooOptions(device="cpu")
+    two = simulate_gloo(cpu4(), opts, consts(), 16 * MiB, collective=collective).time_s
+    one = simulate_gloo(
+        cpu4(), opts, dataclasses.replace(consts(), segments_in_flight=1), 16 * MiB, collective=collective
+    )
+    assert one.time_s > two

@@ -6,12 +6,14 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
 from collsim.bench import BenchConfig, BenchError, SizeResult, SweepOutput, format_text, to_measurement, to_records
 from collsim.bench.metadata import cpu_model_from_cpuinfo, relevant_env
-from collsim.bench.probe import copy_rows, summarise_copies
+from collsim.bench.probe import copy_rows, run_probe, summarise_copies
 from collsim.bench.report import RankInfo
 from collsim.bench.worker import rank_env
 from collsim.calibration import parse_measurement_csv, parse_measurement_json, parse_nccl_tests
@@ -194,3 +196,75 @@ def test_importing_the_package_loads_neither_torch_nor_the_simulator() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+class _FakeTensor:
+    """Enough of a tensor for the probe's copies and launches: slicing, ``copy_`` and ``add_`` do nothing."""
+
+    def __getitem__(self, _key: object) -> _FakeTensor:
+        return self
+
+    def copy_(self, _src: object, non_blocking: bool = False) -> _FakeTensor:
+        return self
+
+    def add_(self, _x: float) -> _FakeTensor:
+        return self
+
+
+def _fake_torch(nccl: bool) -> Any:
+    """A torch with one CUDA device whose operations take no time (the probe's orchestration, not its numbers)."""
+
+    def no_nccl() -> tuple[int, ...]:
+        raise RuntimeError("no NCCL")
+
+    props = SimpleNamespace(name="Fake GPU", total_memory=80 * 2**30, major=9, minor=0)
+    cuda = SimpleNamespace(
+        is_available=lambda: True,
+        set_device=lambda _d: None,
+        get_device_properties=lambda _d: props,
+        device_count=lambda: 1,
+        synchronize=lambda: None,
+        empty_cache=lambda: None,
+        nccl=SimpleNamespace(version=(lambda: (2, 21, 5)) if nccl else no_nccl),
+    )
+    return SimpleNamespace(
+        __version__="0.0+fake",
+        version=SimpleNamespace(cuda="12.4"),
+        cuda=cuda,
+        distributed=SimpleNamespace(is_nccl_available=lambda: nccl),
+        device=lambda kind, index: (kind, index),
+        uint8="uint8",
+        empty=lambda *_a, **_k: _FakeTensor(),
+        zeros=lambda *_a, **_k: _FakeTensor(),
+    )
+
+
+@pytest.mark.parametrize("nccl", [True, False])
+def test_probe_object_with_a_fake_gpu(nccl: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    launched: list[tuple[str, int]] = []
+
+    def launch_local(cfg: BenchConfig) -> SweepOutput:
+        launched.append((cfg.backend, cfg.nprocs))
+        if cfg.backend == "nccl":
+            raise BenchError("nccl: rank 0 failed")
+        out = _output()
+        out.config = cfg
+        return out
+
+    monkeypatch.setattr("collsim.bench.probe.require_torch", lambda: _fake_torch(nccl))
+    monkeypatch.setattr("collsim.bench.probe.launch_local", launch_local)
+    lines: list[str] = []
+    doc = run_probe(copy_sizes="8B:64B:x8", sweep_sizes="1KiB:4KiB:x4", warmup=1, iters=2, gloo_ranks=3,
+                    argv="--probe", say=lines.append)
+    assert list(doc) == ["format", "hardware", "software", "source", "copies", "kernel_launch", "nccl_1rank",
+                         "gloo_cuda"]
+    assert doc["hardware"]["gpu"] == "Fake GPU" and doc["hardware"]["gpu_memory_gib"] == 80.0
+    assert doc["software"]["nccl_version"] == ("2.21.5" if nccl else None)
+    assert doc["source"]["argv"] == "--probe" and doc["source"]["machine"].split(": ")[1].startswith("Fake GPU")
+    assert [(r["size_bytes"], r["iterations"]) for r in doc["copies"]["d2h"]["rows"]] == [(8, 2), (64, 2)]
+    assert doc["copies"]["d2d"]["pinned"] is False and doc["kernel_launch"]["iterations"] == 2
+    assert launched == ([("nccl", 1)] if nccl else []) + [("gloo", 3)]
+    assert doc["nccl_1rank"] == {"error": "nccl: rank 0 failed" if nccl else "this torch has no NCCL"}
+    assert parse_measurement_json(json.dumps(doc["gloo_cuda"])).nranks == 2
+    assert lines[:3] == ["probe: d2h copies, 2 sizes", "probe: h2d copies, 2 sizes", "probe: d2d copies, 2 sizes"]
+    assert lines[-1] == "probe: gloo allreduce, 3 rank(s) on GPU 0, 2 sizes"
