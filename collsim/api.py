@@ -1,5 +1,10 @@
 """The Python API behind the CLI: load a scenario, simulate it with each backend, compare, get records.
 
+:class:`Simulator` is wiring: the scenario (:mod:`collsim.scenario`) becomes a topology, each backend's options,
+constants and plan (:mod:`collsim.backends`), and simulations become records (:mod:`collsim.results`). Sweeps run
+their points through :func:`collsim.parallel.map_points`; every error of a layer below reaches the caller as a
+:class:`~collsim.scenario.ScenarioError` naming the scenario file and field.
+
 Examples
 --------
 >>> sim = Simulator.from_source("pcie-2gpu-nop2p", ["workload.sizes=1MiB"])
@@ -10,12 +15,9 @@ Examples
 from __future__ import annotations
 
 import dataclasses
-import math
-import multiprocessing
-import os
-import signal
-from collections.abc import Callable, Generator, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -23,26 +25,40 @@ from typing import Any
 
 import yaml
 
+from collsim import parallel
 from collsim.backends import (
     BackendError,
     GlooConstants,
     GlooOptions,
     NcclConstants,
-    NcclOptions,
     Outcome,
     plan_nccl,
     simulate_gloo,
     simulate_nccl,
 )
-from collsim.backends.nccl import NcclPlan, enabled_pairs, tuner_times
-from collsim.results import REDUCING_COLLECTIVES, Record, make_record, records_to_dataframe
+from collsim.backends.nccl import NcclPlan, choose, enabled_pairs, tuner_times
+from collsim.calibration.profile import Profile, load_profile
+from collsim.nccl_env import NcclEnvError, NcclOptions
+from collsim.results import Comparison, Explanation, Record, make_record, records_to_dataframe
 from collsim.scenario import Scenario, ScenarioError, load_scenario
-from collsim.scenario.profile import Profile, load_profile
-from collsim.topology import Topology, TopologyError, topologies_dir
+from collsim.topology import Topology, TopologyError, load_presets, topologies_dir
+from collsim.trace import representative_size
+from collsim.vocab import BACKENDS, REDUCING_COLLECTIVES, ROOTED_COLLECTIVES
 
-__all__ = ["BACKENDS", "Comparison", "Simulator", "SweepResult", "load", "simulate"]
+__all__ = [
+    "BACKENDS",
+    "Comparison",
+    "Explanation",
+    "Progress",
+    "ReportData",
+    "Simulator",
+    "SweepResult",
+    "load",
+    "scenario_errors",
+    "simulate",
+]
 
-BACKENDS = ("nccl", "gloo")
+#: ``progress(backend, size, index, total)``: called per point of a sweep (size in bytes).
 Progress = Callable[[str, int, int, int], None]
 
 
@@ -52,6 +68,7 @@ def load(source: str | Path | Mapping[str, Any], overrides: Sequence[str] = ()) 
 
 
 def _software(name: str) -> dict[str, Any]:
+    """A backend's constants, ``topologies/software/<name>.yaml``, as a mapping (ScenarioError naming the file)."""
     path = topologies_dir() / "software" / f"{name}.yaml"
     try:
         data = yaml.safe_load(path.read_text())
@@ -60,6 +77,32 @@ def _software(name: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ScenarioError("expected a mapping of constants", file=str(path))
     return data
+
+
+@contextmanager
+def scenario_errors(file: str | None, field: str) -> Iterator[None]:
+    """Turn an error of a layer below the scenario into a :class:`ScenarioError` naming ``file`` and ``field``.
+
+    The one place where the API translates errors: a :class:`~collsim.topology.TopologyError` (its own field is
+    appended to ``field`` unless it already names the cluster; its file is named when it is not the scenario's),
+    a :class:`~collsim.backends.BackendError` (a choice the real library would refuse) and a
+    :class:`~collsim.nccl_env.NcclEnvError` (a bad NCCL variable). Other exceptions pass through.
+
+    Parameters
+    ----------
+    file : str or None
+        The scenario's source file.
+    field : str
+        The scenario field the failing step reads, e.g. ``"cluster"`` or ``"backends.nccl.env"``.
+    """
+    try:
+        yield
+    except TopologyError as exc:
+        sub = f".{exc.field}" if exc.field and not str(exc.field).startswith("cluster") else ""
+        where = f"{exc.file}: " if exc.file and exc.file != file else ""
+        raise ScenarioError(f"{where}{exc.message}", file=file, field=field + sub) from None
+    except (BackendError, NcclEnvError) as exc:
+        raise ScenarioError(str(exc), file=file, field=field) from None
 
 
 @dataclass
@@ -80,62 +123,40 @@ class SweepResult:
         return [r for r in self.records if r.backend == backend]
 
 
-@dataclass(frozen=True)
-class Comparison:
-    """NCCL against Gloo at one size: both records, the speedup, and where each spends its time."""
+@dataclass
+class ReportData:
+    """What ``collsim report`` shows, simulated (:meth:`Simulator.report_data`); :func:`collsim.viz.build_report`
+    draws it.
 
-    size_bytes: int
-    nccl: Record
-    gloo: Record
+    Attributes
+    ----------
+    scenario : Scenario
+        The scenario simulated.
+    topology : Topology
+        Its topology (calibration applied).
+    sizes : list of int
+        The sweep's sizes, bytes.
+    timeline_size : int
+        Bytes of the collective shown as a timeline.
+    records : list of Record
+        The sweep, per backend that could run it (with breakdowns).
+    outcomes : list of Outcome
+        Per such backend, the scenario's first collective at ``timeline_size`` with every rank simulated and every
+        flow recorded (:meth:`Simulator.recorded`).
+    notes : list of str
+        A backend that could not run the scenario, and why.
+    seconds : float
+        Wall time of the simulations, seconds.
+    """
 
-    @property
-    def speedup(self) -> float:
-        """Gloo time / NCCL time."""
-        return self.gloo.time_us / self.nccl.time_us if self.nccl.time_us > 0 else math.inf
-
-    @staticmethod
-    def shares(rec: Record) -> list[tuple[str, float]]:
-        """Breakdown as (category, fraction of the time), largest first; the fractions add up to 1."""
-        total = sum(rec.breakdown.values())
-        if total <= 0:
-            return []
-        return sorted(((k, v / total) for k, v in rec.breakdown.items()), key=lambda kv: -kv[1])
-
-
-@dataclass(frozen=True)
-class Explanation:
-    """NCCL's choice at one size: the cost model's time for every enabled (algorithm, protocol) pair, the pair it
-    picks, and simulated times (of the choice, or of every pair)."""
-
-    collective: str
-    size_bytes: int
-    model_s: dict[tuple[str, str], float]
-    choice: tuple[str, str]
-    simulated_s: dict[tuple[str, str], float]
-
-    @property
-    def simulated_best(self) -> tuple[str, str] | None:
-        """The pair the simulation finds fastest (when every pair was simulated)."""
-        if len(self.simulated_s) < 2:
-            return None
-        return min(self.simulated_s, key=lambda k: self.simulated_s[k])
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-safe form."""
-        return {
-            "collective": self.collective,
-            "size_bytes": self.size_bytes,
-            "choice": {"algorithm": self.choice[0], "protocol": self.choice[1]},
-            "pairs": [
-                {
-                    "algorithm": a,
-                    "protocol": p,
-                    "model_us": t * 1e6,
-                    "simulated_us": (self.simulated_s[(a, p)] * 1e6 if (a, p) in self.simulated_s else None),
-                }
-                for (a, p), t in self.model_s.items()
-            ],
-        }
+    scenario: Scenario
+    topology: Topology
+    sizes: list[int]
+    timeline_size: int
+    records: list[Record] = field(default_factory=list)
+    outcomes: list[Outcome] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
 
 
 class Simulator:
@@ -147,28 +168,21 @@ class Simulator:
         A validated scenario (see :func:`load`).
     profile : Profile, optional
         Calibration to apply; default: the profile the scenario's ``calibration`` field names, if any.
+
+    Raises
+    ------
+    ScenarioError
+        When the cluster cannot be built or the NCCL environment is invalid (naming the file and field).
     """
 
     def __init__(self, scenario: Scenario, profile: Profile | None = None) -> None:
         self.scenario = scenario
-        file = scenario.source_file
         cal = scenario.calibration_path()
         self.profile: Profile | None = profile if profile is not None else (load_profile(cal) if cal else None)
-        try:
-            self.topology: Topology = scenario.build_topology()
-        except TopologyError as exc:
-            field_ = "cluster" + (f".{exc.field}" if exc.field and not str(exc.field).startswith("cluster") else "")
-            where = f"{exc.file}: " if exc.file and exc.file != file else ""
-            raise ScenarioError(f"{where}{exc.message}", file=file, field=field_) from None
-        if self.profile is not None:
-            self.topology = self.profile.apply_topology(self.topology)
-        per_node = sum(1 for d in self.topology.rank_devices() if d.node == 0)
-        if scenario.workload.gpus_per_process > per_node:
-            raise ScenarioError(
-                f"expected at most the {per_node} ranks of one node, got {scenario.workload.gpus_per_process}",
-                file=file,
-                field="workload.gpus_per_process",
-            )
+        with self._errors("cluster"):
+            topology: Topology = scenario.build_topology()
+        self.topology = self.profile.apply_topology(topology) if self.profile is not None else topology
+        self._check_gpus_per_process()
         nccl = scenario.backends.nccl
         user_env = dict(nccl.env) if nccl else {}
         #: NCCL variables the NICs' network plugin sets because the scenario leaves them unset (NIC preset field
@@ -178,20 +192,32 @@ class Simulator:
             for key, value in (nic.spec.get("nccl_plugin_env") or {}).items():
                 if key not in user_env:
                     self.nccl_plugin_env.setdefault(key, value)
-        try:
+        with self._errors("backends.nccl.env"):
             self.nccl_options = dataclasses.replace(
                 NcclOptions.from_env({**self.nccl_plugin_env, **user_env}),
                 gpus_per_process=scenario.workload.gpus_per_process,
             )
-        except BackendError as exc:
-            raise ScenarioError(str(exc), file=file, field="backends.nccl.env") from None
         gloo = scenario.backends.gloo
         self.gloo_options = (
-            GlooOptions(algorithm=gloo.algorithm, device=gloo.device, transport=getattr(gloo, "transport", "tcp"))
+            GlooOptions(algorithm=gloo.algorithm, device=gloo.device, transport=gloo.transport, threads=gloo.threads)
             if gloo
             else GlooOptions()
         )
-        self.fabric = scenario.topology_kwargs().get("fabric") or {}
+        self.fabric: dict[str, Any] = scenario.topology_kwargs().get("fabric") or {}
+
+    def _errors(self, field: str) -> AbstractContextManager[None]:
+        """:func:`scenario_errors` for this scenario's file."""
+        return scenario_errors(self.scenario.source_file, field)
+
+    def _check_gpus_per_process(self) -> None:
+        """``workload.gpus_per_process`` is at most the ranks of one node."""
+        per_node = sum(1 for d in self.topology.rank_devices() if d.node == 0)
+        if self.scenario.workload.gpus_per_process > per_node:
+            raise ScenarioError(
+                f"expected at most the {per_node} ranks of one node, got {self.scenario.workload.gpus_per_process}",
+                file=self.scenario.source_file,
+                field="workload.gpus_per_process",
+            )
 
     @classmethod
     def from_source(
@@ -203,7 +229,8 @@ class Simulator:
     @cached_property
     def nccl_constants(self) -> NcclConstants:
         """NCCL's constants from ``topologies/software/nccl.yaml`` (with the calibration profile's overheads)."""
-        consts = NcclConstants.from_mapping(_software("nccl"))
+        with scenario_errors(str(topologies_dir() / "software" / "nccl.yaml"), "nccl"):
+            consts = NcclConstants.from_mapping(_software("nccl"))
         return self.profile.apply_nccl(consts) if self.profile else consts
 
     @cached_property
@@ -215,10 +242,26 @@ class Simulator:
     @cached_property
     def nccl_plan(self) -> NcclPlan:
         """Channels, rings and transports NCCL would use on this topology."""
-        try:
+        self._check_gpu_arch()
+        with self._errors("backends.nccl"):
             return plan_nccl(self.topology, self.nccl_options, self.nccl_constants, self.fabric)
-        except BackendError as exc:
-            raise ScenarioError(str(exc), file=self.scenario.source_file, field="backends.nccl") from None
+
+    def _check_gpu_arch(self) -> None:
+        """Every GPU's ``arch`` is a generation NCCL's tuner tables know; else an error naming the GPU preset file
+        and field (``gpus.yaml: <preset>.arch``), never Ampere's tables in silence."""
+        known = self.nccl_constants.archs
+        for gpu in self.topology.gpus():
+            arch = str(gpu.spec.get("arch", ""))
+            if arch in known:
+                continue
+            preset = gpu.spec.get("preset")
+            where = str(load_presets().files["gpus"]) if preset else self.scenario.source_file
+            raise ScenarioError(
+                f"unknown GPU arch {arch!r}: NCCL's tuner tables (topologies/software/nccl.yaml) know "
+                f"{', '.join(known)}",
+                file=where,
+                field=f"{preset}.arch" if preset else "cluster.node",
+            )
 
     def backends(self) -> list[str]:
         """Backends the scenario enables, in order nccl, gloo."""
@@ -232,13 +275,28 @@ class Simulator:
         collective: str | None = None,
         record: bool = False,
         choice: tuple[str, str] | None = None,
+        symmetry: bool | None = None,
     ) -> Outcome:
         """Simulate one collective of ``size`` bytes with ``backend`` ("nccl" or "gloo").
 
-        ``choice`` forces NCCL's (algorithm, protocol) instead of its cost model's pick."""
+        Parameters
+        ----------
+        backend : str
+            ``"nccl"`` or ``"gloo"``.
+        size : int
+            Bytes (nccl-tests' size).
+        collective : str, optional
+            Default: the scenario's first collective.
+        record : bool
+            Keep every flow in the outcome's ``records`` (and the time breakdown).
+        choice : (str, str), optional
+            NCCL's (algorithm, protocol) instead of its cost model's pick.
+        symmetry : bool, optional
+            Simulate provably identical ranks once; default: the scenario's ``engine.symmetry``.
+        """
         coll = collective or self.scenario.collectives()[0]
-        sym = self.scenario.engine.symmetry
-        try:
+        sym = self.scenario.engine.symmetry if symmetry is None else symmetry
+        with self._errors(f"backends.{backend}"):
             if backend == "nccl":
                 return simulate_nccl(
                     self.topology,
@@ -254,17 +312,25 @@ class Simulator:
                 )
             if backend == "gloo":
                 return simulate_gloo(
-                    self.topology,
-                    self.gloo_options,
-                    self.gloo_constants,
-                    size,
-                    collective=coll,
-                    symmetry=sym,
+                    self.topology, self.gloo_options, self.gloo_constants, size, collective=coll, symmetry=sym,
                     record=record,
                 )
-        except BackendError as exc:
-            raise ScenarioError(str(exc), file=self.scenario.source_file, field=f"backends.{backend}") from None
         raise ScenarioError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}", field="backend")
+
+    def recorded(self, backend: str, size: int, collective: str | None = None) -> Outcome:
+        """One collective with every rank and channel simulated (symmetry off) and every flow recorded: what
+        timelines, traces and link figures draw.
+
+        Parameters
+        ----------
+        backend : str
+            ``"nccl"`` or ``"gloo"``.
+        size : int
+            Bytes.
+        collective : str, optional
+            Default: the scenario's first collective.
+        """
+        return self.simulate_one(backend, size, collective=collective, record=True, symmetry=False)
 
     def to_record(self, out: Outcome) -> Record:
         """The nccl-tests style record of an outcome."""
@@ -278,7 +344,7 @@ class Simulator:
             size_bytes=out.size_bytes,
             time_s=out.time_s,
             redop=self.scenario.workload.op if out.collective in REDUCING_COLLECTIVES else None,
-            root=0 if out.collective in ("broadcast", "reduce") else -1,
+            root=0 if out.collective in ROOTED_COLLECTIVES else -1,
             channels=out.channels,
             breakdown=out.breakdown,
             notes=out.notes,
@@ -343,6 +409,29 @@ class Simulator:
             outs.append(out)
         return outs
 
+    def map_points(
+        self,
+        task: Callable[[int], Any],
+        count: int,
+        jobs: int = 1,
+        *,
+        sizes: Sequence[int] | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> tuple[dict[int, Any], bool]:
+        """:func:`collsim.parallel.map_points` for this simulator: ``{i: task(i)}`` and whether Ctrl-C stopped it.
+
+        With workers, the NCCL plan and each enabled backend's constants are built before they fork, so that every
+        worker inherits them instead of building its own.
+        """
+        return parallel.map_points(task, count, jobs, sizes=sizes, progress=progress, prepare=self._prepare)
+
+    def _prepare(self) -> None:
+        """Build what every point of a sweep shares (the NCCL plan, the constants)."""
+        if "nccl" in self.backends():
+            _ = self.nccl_plan
+        if "gloo" in self.backends():
+            _ = self.gloo_constants
+
     def explain(
         self,
         sizes: Sequence[int] | None = None,
@@ -364,61 +453,21 @@ class Simulator:
         )
         return [done[i] for i in sorted(done)], interrupted
 
-    def map_points(
-        self,
-        task: Callable[[int], Any],
-        count: int,
-        jobs: int = 1,
-        *,
-        sizes: Sequence[int] | None = None,
-        progress: Callable[[int, int], None] | None = None,
-    ) -> tuple[dict[int, Any], bool]:
-        """``{i: task(i)}`` for ``i`` in ``range(count)`` and whether Ctrl-C stopped it early (the dict then holds
-        the points that finished).
-
-        With ``jobs`` 1, here, in order, ``progress(i, n)`` before the n-th point. Otherwise (0: one per CPU) in
-        forked workers that inherit ``task`` and this simulator (its topology and NCCL plan are built before they
-        fork), largest ``sizes`` first to balance them, ``progress(i, n)`` as the n-th point finishes.
-        """
-        jobs = _workers(jobs, count)
-        done: dict[int, Any] = {}
-        try:
-            if jobs <= 1:
-                for i in range(count):
-                    if progress:
-                        progress(i, i)
-                    done[i] = task(i)
-                return done, False
-            _ = self.topology
-            if "nccl" in self.backends():
-                _ = self.nccl_plan
-            order = sorted(range(count), key=lambda i: -sizes[i]) if sizes is not None else range(count)
-            points = _forked_map(task, order, jobs)
-            try:
-                for i, out in points:
-                    done[i] = out
-                    if progress:
-                        progress(i, len(done) - 1)
-            finally:
-                points.close()
-        except KeyboardInterrupt:
-            return done, True
-        return done, False
-
     def _explain_point(self, coll: str, size: int, all_pairs: bool) -> Explanation:
-        """One (collective, size) of :meth:`explain`."""
-        plan = self.nccl_plan
-        try:
-            pairs = enabled_pairs(plan, self.nccl_options, coll)
-            model = tuner_times(plan, self.nccl_constants, coll, size, self.nccl_options)
-            model = {k: v for k, v in model.items() if k in pairs}
-            choice = min(model, key=lambda k: model[k])
-            sim: dict[tuple[str, str], float] = {}
-            for pair in model if all_pairs else [choice]:
-                sim[pair] = self.simulate_one("nccl", size, collective=coll, choice=pair).time_s
-        except BackendError as exc:
-            raise ScenarioError(str(exc), file=self.scenario.source_file, field="backends.nccl") from None
-        return Explanation(coll, size, model, choice, sim)
+        """One (collective, size) of :meth:`explain`: the cost model's table over the enabled pairs (in the cost
+        model's order), NCCL's choice (:func:`collsim.backends.nccl.choose`, the pick ``run`` simulates), and the
+        simulated times."""
+        plan, opts, consts = self.nccl_plan, self.nccl_options, self.nccl_constants
+        with self._errors("backends.nccl"):
+            pairs = enabled_pairs(plan, opts, coll)
+            model = {k: t for k, t in tuner_times(plan, consts, coll, size, opts).items() if k in pairs}
+            algorithm, protocol, _ = choose(plan, opts, consts, coll, size)
+        choice = (algorithm, protocol)
+        simulated = {
+            pair: self.simulate_one("nccl", size, collective=coll, choice=pair).time_s
+            for pair in (model if all_pairs else [choice])
+        }
+        return Explanation(coll, size, model, choice, simulated)
 
     def compare(
         self, sizes: Sequence[int] | None = None, *, progress: Progress | None = None, jobs: int = 1
@@ -431,58 +480,48 @@ class Simulator:
         rows = [Comparison(k[1], nccl[k], gloo[k]) for k in nccl if k in gloo]
         return rows, sweep.interrupted
 
+    def report_data(
+        self, sizes: Sequence[int], timeline_size: int | None = None, *, progress: Progress | None = None
+    ) -> ReportData:
+        """Simulate what ``collsim report`` shows: a sweep per backend (with breakdowns) and one recorded
+        collective per backend (:meth:`recorded`).
 
-_TASK: Callable[[int], Any] | None = None  # what forked workers run, set by _forked_map before it forks
+        Parameters
+        ----------
+        sizes : sequence of int
+            The sweep's sizes, bytes.
+        timeline_size : int, optional
+            Bytes of the recorded collective; default :func:`collsim.trace.representative_size` of ``sizes``
+            (64 MiB, or the largest size when smaller).
+        progress : callable, optional
+            As in :meth:`run`.
 
+        Returns
+        -------
+        ReportData
+            A backend that cannot run this scenario (NCCL without GPUs) is left out, with a note saying why.
 
-def _workers(jobs: int, count: int) -> int:
-    """Worker processes for ``count`` points: ``jobs`` (0: one per CPU), at most ``count``; 1 (serial) when fork
-    is not available."""
-    jobs = (os.cpu_count() or 1) if jobs == 0 else jobs
-    if "fork" not in multiprocessing.get_all_start_methods():
-        return 1
-    return max(1, min(jobs, count))
-
-
-def _forked_map(task: Callable[[int], Any], order: Sequence[int], jobs: int) -> Generator[tuple[int, Any], None, None]:
-    """``(i, task(i))`` for every ``i`` of ``order``, computed by ``jobs`` forked worker processes, as they finish
-    (they start in ``order``).
-
-    The workers inherit ``task`` (nothing is pickled but indices and results) and ignore SIGINT: Ctrl-C, or a
-    KeyboardInterrupt inside a worker, raises KeyboardInterrupt here, after the points already running have
-    finished (one simulation each) and the others are cancelled.
-    """
-    global _TASK
-    _TASK = task
-    pool = ProcessPoolExecutor(
-        max_workers=min(jobs, len(order)), mp_context=multiprocessing.get_context("fork"), initializer=_ignore_sigint
-    )
-    finished = False
-    try:
-        futures = [pool.submit(_run_task, i) for i in order]
-        for fut in as_completed(futures):
-            i, out, interrupted = fut.result()
-            if interrupted:
+        Raises
+        ------
+        KeyboardInterrupt
+            When Ctrl-C stopped a sweep.
+        """
+        t0 = time.perf_counter()
+        sweep = list(sizes)
+        shown = representative_size(sweep) if timeline_size is None else timeline_size
+        data = ReportData(self.scenario, self.topology, sweep, shown)
+        for backend in BACKENDS:
+            try:
+                res = self.run(backends=[backend], sizes=sweep, breakdown=True, progress=progress)
+            except ScenarioError as exc:
+                data.notes.append(f"{backend}: not simulated: {exc}")
+                continue
+            if res.interrupted:
                 raise KeyboardInterrupt
-            yield i, out
-        finished = True
-    finally:
-        pool.shutdown(wait=True, cancel_futures=not finished)
-        _TASK = None
-
-
-def _run_task(i: int) -> tuple[int, Any, bool]:
-    """In a forked worker: ``_TASK(i)``, and whether it was interrupted."""
-    assert _TASK is not None
-    try:
-        return i, _TASK(i), False
-    except KeyboardInterrupt:
-        return i, None, True
-
-
-def _ignore_sigint() -> None:
-    """Pool initializer: Ctrl-C is the parent's to handle."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+            data.records += res.records
+            data.outcomes.append(self.recorded(backend, data.timeline_size))
+        data.seconds = time.perf_counter() - t0
+        return data
 
 
 def simulate(

@@ -10,19 +10,27 @@ default sweeps).
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
 import sys
 import warnings
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from collsim.api import BACKENDS, Comparison, Simulator
+from collsim.api import BACKENDS, Simulator
 from collsim.backends import BackendError
 from collsim.calibration.measurement import MeasurementError
 from collsim.calibration.nccltests import ParseWarning
-from collsim.results import Record, format_nccl_tests, records_to_csv, records_to_json
+from collsim.results import (
+    agreement,
+    comparisons_to_csv,
+    comparisons_to_json,
+    explanations_to_json,
+    format_comparison,
+    format_explanation,
+    format_sweep,
+    records_to_csv,
+    records_to_json,
+)
 from collsim.scenario import ScenarioError, ScenarioWarning, scenario_json_schema
 from collsim.topology import TopologyError, format_topo_matrix
 from collsim.units import UnitError, format_size, parse_size, parse_size_range
@@ -143,6 +151,7 @@ class _Progress:
             self.stream.flush()
 
     def done(self) -> None:
+        """Clear the status line."""
         if self.on:
             self.stream.write("\r\x1b[K")
             self.stream.flush()
@@ -200,23 +209,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
     elif args.format == "csv":
         text = records_to_csv(result.records)
     else:
-        parts = []
-        for b in backends:
-            for coll in sim.scenario.collectives():
-                recs = [r for r in result.by_backend(b) if r.collective == coll]
-                if not recs:
-                    continue
-                r0 = recs[0]
-                channels = max(r.channels or 0 for r in recs)
-                head = (
-                    f"collsim {b}: {sim.scenario.name}, {r0.nranks} ranks, {coll} {r0.dtype}, "
-                    f"algorithms {', '.join(sorted({r.algorithm for r in recs}))}"
-                    + (f", up to {channels} channels" if channels else "")
-                )
-                if b == "nccl":
-                    head += "".join(f"\n{note}" for note in _plugin_notes(sim))
-                parts.append(format_nccl_tests(recs, header=head))
-        text = "\n".join(parts)
+        text = format_sweep(
+            result.records,
+            name=sim.scenario.name,
+            backends=backends,
+            collectives=sim.scenario.collectives(),
+            nccl_notes=_plugin_notes(sim),
+        )
     return _finish(text, args.output, result.interrupted, f"{len(result.records)} rows")
 
 
@@ -226,72 +225,26 @@ def _plugin_notes(sim: Simulator) -> list[str]:
     return [f"{k}={v} set by the NICs' network plugin (NIC preset nccl_plugin_env)" for k, v in env.items()]
 
 
-def _share_text(rec: Record) -> str:
-    shares = Comparison.shares(rec)
-    shown = [(k, f) for k, f in shares if f >= 0.005]
-    other = 1.0 - sum(f for _, f in shown)
-    text = ", ".join(f"{100 * f:.0f}% {k}" for k, f in shown)
-    if other > 0.0005:
-        text += f", {100 * other:.1f}% other"
-    return text
-
-
 def _cmd_compare(args: argparse.Namespace) -> int:
     sim = Simulator.from_source(args.scenario, args.overrides)
     prog = _Progress(args.quiet)
     rows, interrupted = sim.compare(_sizes(args.sizes), progress=prog, jobs=_jobs(args.jobs))
     prog.done()
     if args.format == "json":
-        out = [
-            {
-                "size_bytes": r.size_bytes,
-                "speedup": r.speedup,
-                "nccl": r.nccl.to_dict(),
-                "gloo": r.gloo.to_dict(),
-            }
-            for r in rows
-        ]
-        text = (
-            json.dumps({"scenario": sim.scenario.to_dict(), "comparison": out, "interrupted": interrupted}, indent=2)
-            + "\n"
-        )
+        text = comparisons_to_json(rows, sim.scenario.to_dict(), interrupted)
     elif args.format == "csv":
-        buf = io.StringIO()
-        w = csv.writer(buf)
-        w.writerow(["size_bytes", "nccl_time_us", "nccl_busbw_gbps", "gloo_time_us", "gloo_busbw_gbps", "speedup"])
-        for r in rows:
-            w.writerow([r.size_bytes, r.nccl.time_us, r.nccl.busbw_gbps, r.gloo.time_us, r.gloo.busbw_gbps, r.speedup])
-        text = buf.getvalue()
+        text = comparisons_to_csv(rows)
     else:
-        n = rows[0].nccl.nranks if rows else 0
-        many = len(sim.scenario.collectives()) > 1
-
-        def label(r: Comparison) -> str:
-            size = format_size(r.size_bytes)
-            return f"{r.nccl.collective} {size}" if many else size
-
-        width = max([10, *(len(label(r)) for r in rows)])
         go = sim.gloo_options
-        lines = [
-            f"# collsim compare: {sim.scenario.name} ({n} ranks, {', '.join(sim.scenario.collectives())} "
-            f"{sim.scenario.workload.dtype})",
-            f"# NCCL: the (algorithm/protocol) its cost model picks; Gloo: {go.algorithm} over {go.transport} "
-            f"({go.device} tensors)",
-            f"# {'size':>{width}} {'nccl us':>12} {'busbw':>7} {'nccl algo':>12} {'gloo us':>12} {'busbw':>7} "
-            f"{'speedup':>8}",
-        ]
-        for r in rows:
-            algo = f"{r.nccl.algorithm}/{r.nccl.protocol}"
-            lines.append(
-                f"  {label(r):>{width}} {r.nccl.time_us:12.2f} {r.nccl.busbw_gbps:7.2f} {algo:>12} "
-                f"{r.gloo.time_us:12.2f} {r.gloo.busbw_gbps:7.2f} {r.speedup:7.1f}x"
-            )
-        lines.append("")
-        lines.append("# Where the time goes (share of each collective's time; the parts add up to 100%)")
-        for r in rows:
-            lines.append(f"  {label(r):>{width}}  NCCL: {_share_text(r.nccl)}")
-            lines.append(f"  {'':>{width}}  Gloo: {_share_text(r.gloo)}")
-        text = "\n".join(lines) + "\n"
+        text = format_comparison(
+            rows,
+            name=sim.scenario.name,
+            collectives=sim.scenario.collectives(),
+            dtype=sim.scenario.workload.dtype,
+            gloo_algorithm=go.algorithm,
+            gloo_transport=go.transport,
+            gloo_device=go.device,
+        )
     return _finish(text, args.output, interrupted, f"{len(rows)} sizes")
 
 
@@ -300,47 +253,12 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     prog = _Progress(args.quiet)
     rows, interrupted = sim.explain(_sizes(args.sizes), all_pairs=args.all, progress=prog, jobs=_jobs(args.jobs))
     prog.done()
-    agree = [r for r in rows if r.simulated_best is not None]
-    same = sum(1 for r in agree if r.simulated_best == r.choice)
     if args.format == "json":
-        payload: dict[str, Any] = {
-            "scenario": sim.scenario.to_dict(),
-            "explain": [r.to_dict() for r in rows],
-            "interrupted": interrupted,
-        }
-        if agree:
-            payload["agreement"] = {"same_choice": same, "sizes": len(agree)}
-        text = json.dumps(payload, indent=2) + "\n"
+        text = explanations_to_json(rows, sim.scenario.to_dict(), interrupted, agreement(rows))
     else:
-        pairs = list(rows[0].model_s) if rows else []
-        names = [f"{a}/{p}" for a, p in pairs]
-        width = max([11, *(len(x) + 1 for x in names)])
-        lines = [
-            f"# collsim explain: {sim.scenario.name}, {len(sim.nccl_plan.ranks)} ranks, NCCL's cost model in us per "
-            "(algorithm/protocol); * = its choice" + ("; simulated times below each row" if args.all else ""),
-            *[f"# {note}" for note in _plugin_notes(sim)],
-            f"# {'size':>10} " + "".join(f"{x:>{width}}" for x in names) + f" {'choice':>14} {'simulated us':>13}",
-        ]
-        for r in rows:
-            cells = "".join(
-                f"{(f'{r.model_s[k] * 1e6:.1f}' + ('*' if k == r.choice else ' ')):>{width}}" for k in pairs
-            )
-            sim_t = r.simulated_s.get(r.choice)
-            lines.append(
-                f"  {format_size(r.size_bytes):>10} {cells} {'/'.join(r.choice):>14} {(sim_t or 0) * 1e6:13.2f}"
-            )
-            if args.all:
-                best = r.simulated_best
-                simc = "".join(
-                    f"{(f'{r.simulated_s[k] * 1e6:.1f}' + ('+' if k == best else ' ')):>{width}}" for k in pairs
-                )
-                lines.append(f"  {'simulated':>10} {simc} {'/'.join(best or ('-',)):>14}")
-        if agree:
-            lines.append(
-                f"# cost model and simulation pick the same pair at {same} of {len(agree)} sizes "
-                "(+ = fastest simulated)"
-            )
-        text = "\n".join(lines) + "\n"
+        text = format_explanation(
+            rows, name=sim.scenario.name, nranks=len(sim.nccl_plan.ranks), notes=_plugin_notes(sim), all_pairs=args.all
+        )
     return _finish(text, args.output, interrupted, f"{len(rows)} sizes")
 
 
@@ -358,8 +276,8 @@ def _read_measurements(args: argparse.Namespace) -> list[Any]:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
+    from collsim.calibration.profile import load_profile
     from collsim.calibration.validate import validate
-    from collsim.scenario.profile import load_profile
 
     profile = load_profile(args.profile) if args.profile else None
     sim = Simulator.from_source(args.scenario, args.overrides, profile=profile)
@@ -457,28 +375,27 @@ def _size_option(text: str | None, option: str) -> int | None:
 def _write_trace(args: argparse.Namespace, sim: Simulator, backends: Sequence[str]) -> None:
     """``run --trace``: each backend's collectives at one size, every rank simulated (symmetry off), as a Chrome
     trace."""
-    from collsim.trace import chrome_trace, representative_size, unsymmetric, write_chrome_trace
+    from collsim.trace import chrome_trace, representative_size, write_chrome_trace
 
     size = _size_option(args.trace_size, "--trace-size")
     if size is None:
         size = representative_size(_sizes(args.sizes) or sim.scenario.sizes())
-    full = Simulator(unsymmetric(sim.scenario))
-    outs = [
-        full.simulate_one(b, size, collective=c, record=True) for b in backends for c in sim.scenario.collectives()
-    ]
-    write_chrome_trace(args.trace, chrome_trace(outs, full.topology, title=f"collsim {sim.scenario.name}"))
+    outs = [sim.recorded(b, size, collective=c) for b in backends for c in sim.scenario.collectives()]
+    write_chrome_trace(args.trace, chrome_trace(outs, sim.topology, title=f"collsim {sim.scenario.name}"))
     if not args.quiet:
         what = ", ".join(f"{o.backend} {o.collective} {o.time_s * 1e6:.1f} us" for o in outs)
         print(f"collsim: trace at {format_size(size)} ({what}) written to {args.trace}", file=sys.stderr)
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from collsim.viz.report import build_report
+    from collsim.viz.report import build_report, coarse_sizes
 
     sim = Simulator.from_source(args.scenario, args.overrides)
+    sizes = _sizes(args.sizes) or coarse_sizes(sim.scenario.sizes())
     prog = _Progress(args.quiet)
-    rep = build_report(sim, sizes=_sizes(args.sizes), size=_size_option(args.size, "--size"), progress=prog)
+    data = sim.report_data(sizes, _size_option(args.size, "--size"), progress=prog)
     prog.done()
+    rep = build_report(data)
     rep.write(args.output)
     if not args.quiet:
         print(

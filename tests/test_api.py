@@ -269,3 +269,52 @@ def test_network_plugin_env_applies_unless_the_scenario_sets_it() -> None:
     own = Simulator.from_source(aws, ["backends.nccl.env.NCCL_PROTO=LL128"])
     assert own.nccl_plugin_env == {} and own.nccl_options.protocols == frozenset({"LL128"})
     assert Simulator.from_source("dgx-a100").nccl_plugin_env == {}
+
+
+def test_recorded_simulates_every_rank_and_keeps_the_flows() -> None:
+    from collsim.trace import unsymmetric
+
+    sim = Simulator.from_source("hgx-h100")
+    assert sim.scenario.engine.symmetry is True
+    out = sim.recorded("nccl", 4 * MiB)
+    assert out.records and out.classes == out.entities  # no rank or channel stands for another
+    full = Simulator(unsymmetric(sim.scenario)).simulate_one("nccl", 4 * MiB, record=True)
+    assert (out.time_s, len(out.records)) == (full.time_s, len(full.records))
+    assert out.time_s == pytest.approx(sim.simulate_one("nccl", 4 * MiB).time_s, rel=1e-9)
+
+
+def test_explain_picks_what_run_simulates() -> None:
+    from collsim.backends.nccl import choose
+
+    sim = Simulator.from_source("2node-h100-ib")
+    rows, _ = sim.explain([8, 64 * KiB, 16 * MiB])
+    for r in rows:
+        algorithm, protocol, t = choose(sim.nccl_plan, sim.nccl_options, sim.nccl_constants, r.collective, r.size_bytes)
+        assert r.choice == (algorithm, protocol) and r.model_s[r.choice] == t
+        out = sim.simulate_one("nccl", r.size_bytes)
+        assert (out.algorithm, out.protocol) == r.choice and r.simulated_s[r.choice] == out.time_s
+
+
+def test_result_records_are_the_results_layers() -> None:
+    from collsim import results
+
+    assert api.Comparison is results.Comparison and api.Explanation is results.Explanation
+
+
+def test_lower_layer_errors_become_scenario_errors_in_one_place() -> None:
+    from collsim.backends import BackendError
+    from collsim.nccl_env import NcclOptions
+    from collsim.topology import TopologyError
+
+    with pytest.raises(ScenarioError) as err, api.scenario_errors("s.yaml", "backends.nccl.env"):
+        NcclOptions.from_env({"NCCL_PROTO": "LL256"})
+    assert (err.value.file, err.value.field) == ("s.yaml", "backends.nccl.env")
+    assert err.value.message.startswith("NCCL_PROTO='LL256': unknown protocol")
+    with pytest.raises(ScenarioError) as err, api.scenario_errors("s.yaml", "backends.nccl"):
+        raise BackendError("NCCL would refuse it")
+    assert str(err.value) == "s.yaml: backends.nccl: NCCL would refuse it"
+    with pytest.raises(ScenarioError) as err, api.scenario_errors("s.yaml", "cluster"):
+        raise TopologyError("no such preset", file="node.yaml", field="gpus.0")
+    assert str(err.value) == "s.yaml: cluster.gpus.0: node.yaml: no such preset"
+    with pytest.raises(KeyError), api.scenario_errors("s.yaml", "cluster"):  # anything else passes through
+        raise KeyError("x")

@@ -281,3 +281,71 @@ def test_records_to_dataframe() -> None:
     assert df.loc[0, "breakdown_net"] == 3e-6
     assert df["breakdown_net"].isna().tolist() == [False, True]
     assert list(records_to_dataframe([]).columns) == FLAT_COLUMNS
+
+
+# --- to_dict follows the field types -----------------------------------------------------------------------
+
+
+def test_to_dict_keeps_a_float_field_added_later() -> None:
+    from dataclasses import dataclass
+
+    @dataclass
+    class Measured(Record):
+        stddev_us: float = 0.0
+        iterations: int | None = None
+        tags: list[str] | None = None
+
+    base = rec(size_bytes=1000, time_s=3e-6)
+    m = Measured(**{**base.__dict__, "stddev_us": 0.25, "iterations": 20, "tags": ["a"]})
+    d = m.to_dict()
+    assert d["stddev_us"] == 0.25 and type(d["stddev_us"]) is float  # not truncated to 0
+    assert d["iterations"] == 20 and d["tags"] == ["a"]
+    assert list(d)[: len(FLAT_COLUMNS)] == FLAT_COLUMNS
+    assert Measured(**{**base.__dict__}).to_dict()["iterations"] is None
+    json.dumps(d, allow_nan=False)
+
+
+def test_to_dict_refuses_a_field_type_it_cannot_write() -> None:
+    from dataclasses import dataclass
+
+    @dataclass
+    class Odd(Record):
+        extra: complex = 0j
+
+    with pytest.raises(TypeError, match="no JSON form"):
+        Odd(**rec().__dict__).to_dict()
+
+
+# --- compare and explain text ------------------------------------------------------------------------------
+
+
+def test_comparison_and_explanation_formats() -> None:
+    from collsim.results import (
+        Comparison,
+        Explanation,
+        agreement,
+        comparisons_to_csv,
+        explanations_to_json,
+        format_comparison,
+        format_explanation,
+        share_text,
+    )
+
+    nccl = rec(size_bytes=1024, time_s=1e-5, breakdown={"latency": 1e-5})
+    gloo = rec(backend="gloo", size_bytes=1024, time_s=4e-5, breakdown={"tcp": 3e-5, "wait": 1e-5})
+    row = Comparison(1024, nccl, gloo)
+    assert row.speedup == pytest.approx(4.0) and share_text(gloo) == "75% tcp, 25% wait"
+    text = format_comparison(
+        [row], name="demo", collectives=["allreduce"], dtype="float32", gloo_algorithm="ring", gloo_transport="tcp",
+        gloo_device="cuda",
+    )
+    assert text.startswith("# collsim compare: demo (8 ranks, allreduce float32)")
+    assert "4.0x" in text and "Gloo: 75% tcp, 25% wait" in text
+    assert comparisons_to_csv([row]).splitlines()[1].startswith("1024,10.0")
+    pairs = {("Ring", "LL"): 2e-6, ("Tree", "LL"): 3e-6}
+    rows = [Explanation("allreduce", 1024, pairs, ("Ring", "LL"), {("Ring", "LL"): 4e-6, ("Tree", "LL"): 1e-6})]
+    assert agreement(rows) == (0, 1)
+    table = format_explanation(rows, name="demo", nranks=8, all_pairs=True)
+    assert "2.0*" in table and "1.0+" in table and "same pair at 0 of 1 sizes" in table
+    doc = json.loads(explanations_to_json(rows, None, False, agreement(rows)))
+    assert doc["agreement"] == {"same_choice": 0, "sizes": 1} and doc["explain"][0]["pairs"][0]["model_us"] == 2.0

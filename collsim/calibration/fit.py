@@ -12,11 +12,11 @@ How a fit runs (:func:`calibrate`):
    where it stops changing anything, like a latency already clamped at zero), the fit is run again with the reserve
    in its place, and kept if it lowers the fit's cost by at least 10%.
 3. ``scipy.optimize.least_squares`` (trust-region reflective, within each parameter's physical bounds, see
-   :data:`collsim.scenario.profile.PARAMETER_BOUNDS`) minimises the log of predicted / measured time over the fit
+   :data:`collsim.calibration.profile.PARAMETER_BOUNDS`) minimises the log of predicted / measured time over the fit
    sizes: a relative error, symmetric in over- and under-prediction, under a robust (soft L1) loss that counts
    errors beyond about 5% linearly. Factors are searched in log space.
 
-The result holds the :class:`~collsim.scenario.profile.Profile` (with the measurement it came from and the fit's
+The result holds the :class:`~collsim.calibration.profile.Profile` (with the measurement it came from and the fit's
 error recorded in it) and validations before and after, on the fit and the held-out sizes.
 """
 
@@ -33,6 +33,7 @@ import numpy as np
 
 from collsim.api import Simulator
 from collsim.calibration.measurement import Measurement
+from collsim.calibration.profile import Profile, parameter_bounds
 from collsim.calibration.validate import (
     BandSummary,
     Validation,
@@ -42,7 +43,7 @@ from collsim.calibration.validate import (
     validate,
 )
 from collsim.scenario import Scenario
-from collsim.scenario.profile import LINK_KINDS, Profile, parameter_bounds
+from collsim.vocab import LINK_KINDS
 
 __all__ = ["CalibrationResult", "calibrate", "candidate_parameters", "split_sizes"]
 
@@ -192,6 +193,170 @@ def _errors(s: BandSummary) -> dict[str, Any]:
     }
 
 
+class _Fit:
+    """The least-squares problem: the measured times of the fit sizes and the simulator that predicts them.
+
+    Parameters
+    ----------
+    scenario : Scenario
+        The system measured.
+    measurements : sequence of Measurement
+        The measured sweeps.
+    backends : sequence of str
+        Each measurement's backend.
+    fit_sizes : sequence of int
+        Bytes; the rows of these sizes are fitted.
+    jobs : int
+        Worker processes per predicted sweep.
+    """
+
+    def __init__(
+        self, scenario: Scenario, measurements: Sequence[Measurement], backends: Sequence[str],
+        fit_sizes: Sequence[int], jobs: int,
+    ) -> None:
+        keep = set(fit_sizes)
+        rows = [
+            (m, b, [r for r in m.rows if r.size_bytes in keep]) for m, b in zip(measurements, backends, strict=True)
+        ]
+        self.scenario = scenario
+        self.jobs = jobs
+        self.measured = np.array([r.time_us for _m, _b, rs in rows for r in rs])  # microseconds
+        self.points = [(b, r.size_bytes, m.collective) for m, b, rs in rows for r in rs]
+        self.evaluations = 0  # sweeps simulated
+
+    def predict(self, values: dict[str, float]) -> np.ndarray:
+        """Predicted times of the fit rows (microseconds) with the profile ``values``."""
+        self.evaluations += 1
+        sim = Simulator(self.scenario, Profile(values))
+        points = self.points
+
+        def one(i: int) -> float:
+            b, size, coll = points[i]
+            return sim.simulate_one(b, size, collective=coll).time_s * 1e6  # s to us
+
+        done, interrupted = sim.map_points(one, len(points), self.jobs, sizes=[size for _b, size, _c in points])
+        if interrupted:
+            raise KeyboardInterrupt
+        return np.array([done[i] for i in range(len(points))])
+
+    def solve(self, names: list[str], start: dict[str, float], base_sim: Simulator, max_evaluations: int) -> Any:
+        """``scipy.optimize.least_squares`` over ``names`` (in search space, within bounds) from ``start`` (the
+        neutral or preset value where not given); returns its solution."""
+        from scipy.optimize import least_squares
+
+        x0 = np.array([_to_x(n, start.get(n, _start_value(base_sim, n))) for n in names])
+        lb = np.array([_x_bounds(n)[0] for n in names])
+        ub = np.array([_x_bounds(n)[1] for n in names])
+
+        def residuals(x: np.ndarray) -> np.ndarray:
+            values = {n: _from_x(n, float(v)) for n, v in zip(names, x, strict=True)}
+            return np.log(self.predict(values) / self.measured)
+
+        return least_squares(
+            residuals, np.clip(x0, lb, ub), bounds=(lb, ub), diff_step=1e-3, max_nfev=max_evaluations,
+            x_scale="jac", loss=_LOSS, f_scale=_F_SCALE,
+        )
+
+
+@dataclass
+class _Choice:
+    """Step 2 of a fit: the parameters chosen, and what the sensitivity check found."""
+
+    names: list[str]
+    #: largest relative change of a fit-size time (percent) per candidate nudged
+    sensitivity: dict[str, float] = field(default_factory=dict)
+    #: per chosen parameter, the candidates (nearly) parallel to it, largest effect first
+    alternates: dict[str, list[str]] = field(default_factory=dict)
+    #: norm of d log(time) / dx at the start, per candidate
+    slope: dict[str, float] = field(default_factory=dict)
+
+
+def _choose(fit: _Fit, base_sim: Simulator, backends: Sequence[str], base: np.ndarray, max_parameters: int) -> _Choice:
+    """Nudge every candidate once; keep those that move a fit-size time by >= 0.5%, minus those parallel to one
+    kept (held in reserve), at most ``max_parameters``, largest effect first."""
+    choice = _Choice([])
+    effects: list[tuple[str, np.ndarray]] = []
+    for name in candidate_parameters(base_sim, backends):
+        start = _start_value(base_sim, name)
+        hi = parameter_bounds(name)[1]
+        nudged = min(hi, start * 1.25) if _is_scale(name) or name.startswith("gloo.") else min(hi, start + 5.0)
+        d = np.log(fit.predict({name: nudged}) / base)
+        choice.sensitivity[name] = float(np.max(np.abs(d)) * 100)
+        dx = abs(_to_x(name, nudged) - _to_x(name, start))
+        choice.slope[name] = float(np.linalg.norm(d)) / dx if dx else 0.0
+        if choice.sensitivity[name] >= 0.5:
+            effects.append((name, d))
+    effects.sort(key=lambda e: -float(np.linalg.norm(e[1])))
+    chosen: list[tuple[str, np.ndarray]] = []
+    for name, d in effects:
+        parallel = [c for c, cd in chosen if abs(float(d @ cd) / (np.linalg.norm(d) * np.linalg.norm(cd))) >= 0.995]
+        if parallel:
+            choice.alternates.setdefault(parallel[0], []).append(name)
+        else:
+            chosen.append((name, d))
+    choice.names = [n for n, _ in chosen[:max_parameters]]
+    return choice
+
+
+def _swap_stuck(
+    fit: _Fit, base_sim: Simulator, choice: _Choice, sol: Any, max_evaluations: int,
+    progress: Callable[[str], None] | None,
+) -> tuple[list[str], Any, list[str]]:
+    """Step 3's second chance: a fitted parameter left stuck (at a bound, or where it no longer changes anything)
+    is replaced by one of its parallel alternates when that lowers the fit's cost by at least 10%.
+
+    Returns
+    -------
+    (names, solution, notes)
+        The parameters fitted, the solution kept, and a note per swap.
+    """
+    names = choice.names
+    notes: list[str] = []
+    for name in list(names):
+        alternates = choice.alternates.get(name)
+        if not alternates or not _stuck(sol, names.index(name), name, choice.slope.get(name, 0.0)):
+            continue
+        at = {n: _from_x(n, float(v)) for n, v in zip(names, sol.x, strict=True)}
+        for alt in alternates:
+            trial = [alt if n == name else n for n in names]
+            if progress:
+                progress(f"{name} is stuck at {at[name]:.4g}; trying {alt} in its place")
+            other = fit.solve(trial, {n: v for n, v in at.items() if n != name}, base_sim, max_evaluations)
+            if other.cost < 0.9 * sol.cost:  # a clear gain only: the swap changes what the profile says
+                notes.append(
+                    f"{name} was stuck at {at[name]:.4g}; {alt} fitted in its place "
+                    f"(fit cost {sol.cost:.4g} -> {other.cost:.4g})"
+                )
+                names, sol = trial, other
+                break
+    return names, sol, notes
+
+
+def _profile_meta(scenario: Scenario, measurements: Sequence[Measurement], result: CalibrationResult) -> dict[str, Any]:
+    """The profile's ``fitted_on`` and ``fit`` metadata: what it was fitted to and its errors before and after."""
+    return {
+        "fitted_on": {
+            "scenario": _shown(scenario.source_file) if scenario.source_file else scenario.name,
+            "measurements": [_shown(m.file) for m in measurements],
+            "fit_sizes_bytes": result.fit_sizes,
+            "heldout_sizes_bytes": result.heldout_sizes,
+            "date": _dt.date.today().isoformat(),
+        },
+        "fit": {
+            "method": "scipy.optimize.least_squares (trf, soft_l1 loss, f_scale 0.05) on log(predicted/measured time)",
+            "evaluations": result.evaluations,
+            "fit_sizes": {
+                "before": _errors(result.error("before", False)),
+                "after": _errors(result.error("after", False)),
+            },
+            "heldout_sizes": {
+                "before": _errors(result.error("before", True)),
+                "after": _errors(result.error("after", True)),
+            },
+        },
+    }
+
+
 def calibrate(
     scenario: Scenario,
     measurements: Sequence[Measurement],
@@ -203,7 +368,7 @@ def calibrate(
     progress: Callable[[str], None] | None = None,
     jobs: int = 1,
 ) -> CalibrationResult:
-    """Fit a profile for ``scenario`` to ``measurements``.
+    """Fit a profile for ``scenario`` to ``measurements`` (the steps of the module docstring).
 
     Parameters
     ----------
@@ -232,142 +397,39 @@ def calibrate(
     ValueError
         When no parameter affects the measured times.
     """
-    from scipy.optimize import least_squares
-
     if not measurements:
         raise ValueError("no measurement given")
     base_sim = Simulator(scenario, Profile())
     backends = [measurement_backend(base_sim, m) for m in measurements]
     for m in measurements:
         check_ranks(base_sim, m)
-    all_sizes = sorted({s for m in measurements for s in m.sizes()})
-    fit_sizes, held = split_sizes(all_sizes, holdout)
-    fit_set = set(fit_sizes)
-    fit_rows = [(m, [r for r in m.rows if r.size_bytes in fit_set]) for m in measurements]
-    measured = np.array([r.time_us for _, rows in fit_rows for r in rows])
-    evaluations = 0
-
-    points = [(b, r.size_bytes, m.collective) for (m, rows), b in zip(fit_rows, backends, strict=True) for r in rows]
-
-    def predict(values: dict[str, float]) -> np.ndarray:
-        nonlocal evaluations
-        evaluations += 1
-        sim = Simulator(scenario, Profile(values))
-
-        def one(i: int) -> float:
-            b, size, coll = points[i]
-            return sim.simulate_one(b, size, collective=coll).time_s * 1e6  # s to us
-
-        done, interrupted = sim.map_points(one, len(points), jobs, sizes=[size for _b, size, _c in points])
-        if interrupted:
-            raise KeyboardInterrupt
-        return np.array([done[i] for i in range(len(points))])
-
-    base = predict({})
+    fit_sizes, held = split_sizes(sorted({s for m in measurements for s in m.sizes()}), holdout)
+    fit = _Fit(scenario, measurements, backends, fit_sizes, jobs)
+    base = fit.predict({})
     if progress:
-        progress(f"uncalibrated: median |time error| {np.median(np.abs(base / measured - 1)) * 100:.1f}% on "
-                 f"{len(measured)} fit sizes")
-    sensitivity: dict[str, float] = {}
-    # per chosen parameter, the candidates whose effect is (nearly) parallel to its own, largest effect first: if
-    # the fit leaves it stuck (at a bound, or where it no longer changes anything), one of them takes its place
-    alternates: dict[str, list[str]] = {}
-    slope: dict[str, float] = {}  # norm of d log(time) / dx at the start, per candidate
+        progress(f"uncalibrated: median |time error| {np.median(np.abs(base / fit.measured - 1)) * 100:.1f}% on "
+                 f"{len(fit.measured)} fit sizes")
     if parameters is None:
-        effects: list[tuple[str, np.ndarray]] = []
-        for name in candidate_parameters(base_sim, backends):
-            start = _start_value(base_sim, name)
-            hi = parameter_bounds(name)[1]
-            nudged = min(hi, start * 1.25) if _is_scale(name) or name.startswith("gloo.") else min(hi, start + 5.0)
-            d = np.log(predict({name: nudged}) / base)
-            sensitivity[name] = float(np.max(np.abs(d)) * 100)
-            dx = abs(_to_x(name, nudged) - _to_x(name, start))
-            slope[name] = float(np.linalg.norm(d)) / dx if dx else 0.0
-            if sensitivity[name] >= 0.5:
-                effects.append((name, d))
-        effects.sort(key=lambda e: -float(np.linalg.norm(e[1])))
-        chosen: list[tuple[str, np.ndarray]] = []
-        for name, d in effects:
-            parallel = [c for c, cd in chosen if abs(float(d @ cd) / (np.linalg.norm(d) * np.linalg.norm(cd))) >= 0.995]
-            if parallel:
-                alternates.setdefault(parallel[0], []).append(name)
-            else:
-                chosen.append((name, d))
-        names = [n for n, _ in chosen[:max_parameters]]
+        choice = _choose(fit, base_sim, backends, base, max_parameters)
         if progress:
             progress("sensitivity (max % change of a fit-size time): "
-                     + ", ".join(f"{k} {v:.1f}" for k, v in sensitivity.items()))
+                     + ", ".join(f"{k} {v:.1f}" for k, v in choice.sensitivity.items()))
     else:
-        names = list(parameters)
-        for n in names:
+        choice = _Choice(list(parameters))
+        for n in choice.names:
             parameter_bounds(n)
-    if not names:
+    if not choice.names:
         raise ValueError("no calibration parameter changes the predicted times of the measured sizes")
     if progress:
-        progress(f"fitting {', '.join(names)} on {len(fit_sizes)} sizes ({len(held)} held out)")
-
-    def fit(names: list[str], start: dict[str, float]) -> Any:
-        x0 = np.array([_to_x(n, start.get(n, _start_value(base_sim, n))) for n in names])
-        lb = np.array([_x_bounds(n)[0] for n in names])
-        ub = np.array([_x_bounds(n)[1] for n in names])
-
-        def residuals(x: np.ndarray) -> np.ndarray:
-            values = {n: _from_x(n, float(v)) for n, v in zip(names, x, strict=True)}
-            return np.log(predict(values) / measured)
-
-        return least_squares(
-            residuals,
-            np.clip(x0, lb, ub),
-            bounds=(lb, ub),
-            diff_step=1e-3,
-            max_nfev=max_evaluations,
-            x_scale="jac",
-            loss=_LOSS,
-            f_scale=_F_SCALE,
-        )
-
-    sol = fit(names, {})
-    notes: list[str] = []
-    for name in list(names):
-        if not alternates.get(name) or not _stuck(sol, names.index(name), name, slope.get(name, 0.0)):
-            continue
-        at = {n: _from_x(n, float(v)) for n, v in zip(names, sol.x, strict=True)}
-        for alt in alternates[name]:
-            trial = [alt if n == name else n for n in names]
-            if progress:
-                progress(f"{name} is stuck at {at[name]:.4g}; trying {alt} in its place")
-            other = fit(trial, {n: v for n, v in at.items() if n != name})
-            if other.cost < 0.9 * sol.cost:  # a clear gain only: the swap changes what the profile says
-                notes.append(
-                    f"{name} was stuck at {at[name]:.4g}; {alt} fitted in its place "
-                    f"(fit cost {sol.cost:.4g} -> {other.cost:.4g})"
-                )
-                names, sol = trial, other
-                break
-    fitted = {n: _from_x(n, float(v)) for n, v in zip(names, sol.x, strict=True)}
-    profile = Profile(fitted)
+        progress(f"fitting {', '.join(choice.names)} on {len(fit_sizes)} sizes ({len(held)} held out)")
+    sol = fit.solve(choice.names, {}, base_sim, max_evaluations)
+    names, sol, notes = _swap_stuck(fit, base_sim, choice, sol, max_evaluations, progress)
+    profile = Profile({n: _from_x(n, float(v)) for n, v in zip(names, sol.x, strict=True)})
     before = [validate(base_sim, m) for m in measurements]
     after_sim = Simulator(scenario, profile)
     after = [validate(after_sim, m) for m in measurements]
-    result = CalibrationResult(profile, names, sensitivity, fit_sizes, held, before, after, evaluations, notes)
-    profile.meta = {
-        "fitted_on": {
-            "scenario": _shown(scenario.source_file) if scenario.source_file else scenario.name,
-            "measurements": [_shown(m.file) for m in measurements],
-            "fit_sizes_bytes": fit_sizes,
-            "heldout_sizes_bytes": held,
-            "date": _dt.date.today().isoformat(),
-        },
-        "fit": {
-            "method": "scipy.optimize.least_squares (trf, soft_l1 loss, f_scale 0.05) on log(predicted/measured time)",
-            "evaluations": evaluations,
-            "fit_sizes": {
-                "before": _errors(result.error("before", False)),
-                "after": _errors(result.error("after", False)),
-            },
-            "heldout_sizes": {
-                "before": _errors(result.error("before", True)),
-                "after": _errors(result.error("after", True)),
-            },
-        },
-    }
+    result = CalibrationResult(
+        profile, names, choice.sensitivity, fit_sizes, held, before, after, fit.evaluations, notes
+    )
+    profile.meta = _profile_meta(scenario, measurements, result)
     return result

@@ -48,7 +48,8 @@ from pathlib import Path
 from typing import Any
 
 from collsim.calibration.nccltests import parse_nccl_tests
-from collsim.results import busbw_factor, canonical_collective
+from collsim.results import busbw_factor
+from collsim.vocab import canonical_collective
 
 __all__ = [
     "FORMAT",

@@ -54,8 +54,8 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from collsim.results import canonical_collective
 from collsim.units import NCCL_TESTS_TYPE_NAMES
+from collsim.vocab import canonical_collective
 
 __all__ = ["MeasuredRow", "NcclTestsLog", "ParseWarning", "parse_nccl_tests", "read_nccl_tests"]
 
@@ -116,7 +116,7 @@ class NcclTestsLog:
     Attributes
     ----------
     collective : str or None
-        Canonical collective name (see :func:`collsim.results.canonical_collective`), detected from the binary
+        Canonical collective name (see :func:`collsim.vocab.canonical_collective`), detected from the binary
         name (``all_reduce_perf`` ...) in a command line or header, else the ``collective`` argument, else None.
     nranks : int or None
         Number of ranks: the largest ``nranks N`` printed in a header or ``NCCL INFO`` line, else the number of

@@ -1,5 +1,9 @@
 """The scenario layer: the YAML schema, loading, ``--set`` overrides and clear errors.
 
+Schema and loading only: importing it loads neither SimPy nor the backends (calibration profiles, which adjust
+the backends' constants, live in :mod:`collsim.calibration.profile`). The name lists it re-exports (collectives,
+fabric topologies, NCCL's algorithms ...) are :mod:`collsim.vocab`'s.
+
 >>> from collsim.scenario import apply_overrides
 >>> apply_overrides({"name": "demo"}, ["cluster.nodes=2", "backends.nccl.env.NCCL_ALGO=Ring"])
 {'name': 'demo', 'cluster': {'nodes': 2}, 'backends': {'nccl': {'env': {'NCCL_ALGO': 'Ring'}}}}
@@ -12,6 +16,14 @@ Typical use (needs the node templates)::
 
 from __future__ import annotations
 
+from collsim.nccl_env import (
+    INT_NCCL_ENV,
+    KNOWN_NCCL_ENV,
+    NCCL_LEVELS,
+    parse_algorithms,
+    parse_level,
+    parse_protocols,
+)
 from collsim.scenario.errors import ScenarioError, ScenarioWarning
 from collsim.scenario.loader import (
     apply_overrides,
@@ -21,10 +33,6 @@ from collsim.scenario.loader import (
     scenarios_dir,
 )
 from collsim.scenario.models import (
-    COLLECTIVES,
-    FABRIC_TOPOLOGIES,
-    GLOO_ALGORITHMS,
-    REDUCE_OPS,
     BackendsConfig,
     ClusterConfig,
     EngineConfig,
@@ -35,15 +43,13 @@ from collsim.scenario.models import (
     SwitchConfig,
     WorkloadConfig,
 )
-from collsim.scenario.nccl_env import (
-    INT_NCCL_ENV,
-    KNOWN_NCCL_ENV,
+from collsim.vocab import (
+    COLLECTIVES,
+    FABRIC_TOPOLOGIES,
+    GLOO_ALGORITHMS,
     NCCL_ALGORITHMS,
-    NCCL_LEVELS,
     NCCL_PROTOCOLS,
-    parse_algorithms,
-    parse_level,
-    parse_protocols,
+    REDUCE_OPS,
 )
 
 __all__ = [

@@ -3,7 +3,8 @@
 A scenario says which cluster to build (a node template, how many nodes, the fabric between them), which
 collectives to time (sizes in bytes, data type, reduction op) and which backends to simulate (NCCL with its
 environment variables, Gloo with its algorithm and device). Quantities stay as the strings the user wrote
-("8B:8GiB:x2", "100Gb/s"); accessors such as :meth:`Scenario.sizes` return SI numbers.
+("8B:8GiB:x2", "100Gb/s"); accessors such as :meth:`Scenario.sizes` return SI numbers. The names a field accepts
+(collectives, fabric topologies, Gloo's algorithms, reduction ops ...) are :mod:`collsim.vocab`'s.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -27,8 +28,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from collsim.scenario.errors import ScenarioWarning
-from collsim.scenario.nccl_env import (
+from collsim.nccl_env import (
     KNOWN_NCCL_ENV,
     NcclEnvError,
     check_env_value,
@@ -37,6 +37,7 @@ from collsim.scenario.nccl_env import (
     parse_level,
     parse_protocols,
 )
+from collsim.scenario.errors import ScenarioWarning
 from collsim.units import (
     DTYPE_SIZES,
     NCCL_TESTS_TYPE_NAMES,
@@ -46,12 +47,18 @@ from collsim.units import (
     parse_size_range,
     parse_time,
 )
+from collsim.vocab import (
+    COLLECTIVES,
+    FABRIC_TOPOLOGIES,
+    FABRIC_TRANSPORTS,
+    GLOO_ALGORITHMS,
+    GLOO_TRANSPORTS,
+    REDUCE_OPS,
+    TENSOR_DEVICES,
+    canonical_collective,
+)
 
 __all__ = [
-    "COLLECTIVES",
-    "FABRIC_TOPOLOGIES",
-    "GLOO_ALGORITHMS",
-    "REDUCE_OPS",
     "BackendsConfig",
     "ClusterConfig",
     "EngineConfig",
@@ -65,21 +72,23 @@ __all__ = [
     "is_path_like",
 ]
 
-#: Collective names collsim simulates, in nccl-tests order.
-COLLECTIVES: tuple[str, ...] = (
-    "allreduce",
-    "allgather",
-    "reduce_scatter",
-    "broadcast",
-    "reduce",
-    "alltoall",
-    "sendrecv",
-)
-#: Spelling variants accepted for collectives (after lower-casing and removing '-' and '_').
-_COLLECTIVE_ALIASES: dict[str, str] = {c.replace("_", ""): c for c in COLLECTIVES}
-REDUCE_OPS: tuple[str, ...] = ("sum", "prod", "max", "min", "avg")
-FABRIC_TOPOLOGIES: tuple[str, ...] = ("single_switch", "rail_optimized", "fat_tree")
-GLOO_ALGORITHMS: tuple[str, ...] = ("ring", "ring_chunked", "halving_doubling", "bcube")
+# Literal types built from the shared vocabulary (collsim.vocab): pydantic validates the values and writes them as
+# the JSON Schema's enums; mypy, which cannot read a Literal built from a tuple, sees plain strings.
+if TYPE_CHECKING:
+    FabricTopology = str
+    FabricTransport = str
+    GlooAlgorithm = str
+    GlooTransport = str
+    ReduceOp = str
+    TensorDevice = str
+else:
+    FabricTopology = Literal[FABRIC_TOPOLOGIES]
+    FabricTransport = Literal[FABRIC_TRANSPORTS]
+    GlooAlgorithm = Literal[GLOO_ALGORITHMS]
+    GlooTransport = Literal[GLOO_TRANSPORTS]
+    ReduceOp = Literal[REDUCE_OPS]
+    TensorDevice = Literal[TENSOR_DEVICES]
+
 #: nccl-tests type names ("float", "half") map to collsim's PyTorch-style names ("float32", "float16").
 _DTYPE_ALIASES: dict[str, str] = {v: k for k, v in NCCL_TESTS_TYPE_NAMES.items()}
 
@@ -132,11 +141,11 @@ class FabricConfig(BaseModel):
 
     model_config = _STRICT
 
-    topology: Literal["single_switch", "rail_optimized", "fat_tree"] = Field(
+    topology: FabricTopology = Field(
         description="single_switch: every NIC on one switch; rail_optimized: NIC i of every node on leaf i; "
         "fat_tree: two-tier leaf/spine."
     )
-    transport: Literal["rdma", "tcp"] = Field("rdma", description="rdma: InfiniBand/RoCE verbs; tcp: sockets.")
+    transport: FabricTransport = Field("rdma", description="rdma: InfiniBand/RoCE verbs; tcp: sockets.")
     nic: str | None = Field(None, description="NIC preset name replacing the node's own NICs, e.g. 'eth-100g'.")
     nic_speed: str | None = Field(None, description="Override of the NIC speed per direction, e.g. '100Gb/s'.")
     nics_per_node: StrictInt | None = Field(None, ge=1, description="Use only the first k NICs of each node.")
@@ -212,7 +221,7 @@ class WorkloadConfig(BaseModel):
 
     collective: Annotated[str | list[str], WithJsonSchema(_COLLECTIVE_SCHEMA)] = "allreduce"
     dtype: str = Field("float32", description=f"Element type: {', '.join(DTYPE_SIZES)}.")
-    op: Literal["sum", "prod", "max", "min", "avg"] = Field("sum", description="Reduction operation.")
+    op: ReduceOp = Field("sum", description="Reduction operation.")
     sizes: Annotated[str | int | list[int | str], WithJsonSchema(_SIZES_SCHEMA)] = "8B:8GiB:x2"
     root: StrictInt = Field(0, ge=0, description="Root rank of broadcast and reduce.")
     peers: list[StrictInt] = Field(default_factory=lambda: [0, 1], description="The two ranks of sendrecv.")
@@ -232,10 +241,10 @@ class WorkloadConfig(BaseModel):
             )
         out: list[str] = []
         for item in items:
-            key = item.lower().replace("_", "").replace("-", "") if isinstance(item, str) else None
-            if key not in _COLLECTIVE_ALIASES:
-                raise custom_error(f"unknown collective {item!r}; valid: {', '.join(COLLECTIVES)}")
-            name = _COLLECTIVE_ALIASES[key]
+            try:
+                name = canonical_collective(item, COLLECTIVES)
+            except ValueError:
+                raise custom_error(f"unknown collective {item!r}; valid: {', '.join(COLLECTIVES)}") from None
             if name not in out:
                 out.append(name)
         return out
@@ -384,11 +393,11 @@ class GlooConfig(BaseModel):
     model_config = _STRICT
 
     enabled: StrictBool = Field(True, description="Simulate Gloo.")
-    algorithm: Literal["ring", "ring_chunked", "halving_doubling", "bcube"] = Field(
+    algorithm: GlooAlgorithm = Field(
         "ring", description="Gloo allreduce algorithm (PyTorch's ProcessGroupGloo uses ring for CUDA tensors)."
     )
-    device: Literal["cuda", "cpu"] = Field("cuda", description="Where the tensors live.")
-    transport: Literal["tcp", "ibverbs"] = Field(
+    device: TensorDevice = Field("cuda", description="Where the tensors live.")
+    transport: GlooTransport = Field(
         "tcp",
         description=(
             "Gloo transport: tcp (PyTorch's default: host staging, CPU reductions, loopback TCP within a host) or "

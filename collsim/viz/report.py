@@ -1,6 +1,9 @@
 """``collsim report``: one self-contained HTML page with the topology, NCCL against Gloo, where the time goes and a
 timeline of one collective.
 
+The page draws what :meth:`collsim.api.Simulator.report_data` simulated (a :class:`~collsim.api.ReportData`): this
+module runs no simulation.
+
 The page embeds plotly.js once (inline, no network access needed) and every figure as a div with its data; it opens
 offline in any browser. A small script installed before plotly.js records JavaScript errors into the element
 ``#collsim-js-errors`` (shown in red when not empty), so a headless browser can check the page.
@@ -13,15 +16,12 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
-from collsim.api import BACKENDS, Progress, Simulator
-from collsim.backends import Outcome
 from collsim.results import Record
-from collsim.scenario import ScenarioError
-from collsim.trace import representative_size, unsymmetric
 from collsim.units import format_size
 from collsim.viz.figures import (
     bottleneck_figure,
@@ -32,6 +32,10 @@ from collsim.viz.figures import (
     timeline_figure,
     topology_figure,
 )
+
+if TYPE_CHECKING:
+    from collsim.api import ReportData
+    from collsim.backends import Outcome
 
 __all__ = ["ERROR_HOOK_JS", "Report", "build_report", "coarse_sizes"]
 
@@ -91,6 +95,8 @@ td.l, th.l { text-align: left; }
 def coarse_sizes(sizes: Sequence[int], factor: float = 4.0) -> list[int]:
     """Sizes at least ``factor`` apart (bytes): the first, every next one >= factor x the last kept, and the largest.
 
+    The report's default sweep: the scenario's sizes, coarsened.
+
     >>> coarse_sizes([8, 16, 32, 64, 128, 256])
     [8, 32, 128, 256]
     """
@@ -105,7 +111,25 @@ def coarse_sizes(sizes: Sequence[int], factor: float = 4.0) -> list[int]:
 
 @dataclass
 class Report:
-    """What :func:`build_report` produced: the page and the parts it shows."""
+    """What :func:`build_report` produced: the page and the parts it shows.
+
+    Attributes
+    ----------
+    html : str
+        The page.
+    sizes : list of int
+        The sweep's sizes, bytes.
+    timeline_size : int
+        Bytes of the collective drawn as a timeline.
+    records, outcomes
+        What the page draws (see :class:`collsim.api.ReportData`).
+    figures : dict of str to plotly Figure
+        By name, in page order.
+    notes : list of str
+        Backends left out, and why.
+    seconds : float
+        Wall time of the simulations and of building the page, seconds.
+    """
 
     html: str
     sizes: list[int]
@@ -156,65 +180,37 @@ def _version() -> str:
         return "unknown"
 
 
-def build_report(
-    sim: Simulator,
-    *,
-    sizes: Sequence[int] | None = None,
-    size: int | None = None,
-    progress: Progress | None = None,
-    max_bars: int = 3000,
-) -> Report:
-    """Simulate what the report shows and assemble the page.
+def build_report(data: ReportData, *, max_bars: int = 3000) -> Report:
+    """Assemble the page from what :meth:`collsim.api.Simulator.report_data` simulated.
 
     Parameters
     ----------
-    sim : Simulator
-        The scenario, prepared.
-    sizes : sequence of int, optional
-        Sweep sizes in bytes for the comparison; default: the scenario's sizes, coarsened to steps of at least x4
-        (:func:`coarse_sizes`).
-    size : int, optional
-        Bytes of the one collective drawn as a timeline (default: 64 MiB, or the largest sweep size if smaller).
-    progress : callable, optional
-        Passed to :meth:`Simulator.run`.
+    data : ReportData
+        The sweep's records, one recorded outcome per backend, the scenario and its topology.
     max_bars : int
         Cap on each timeline's bars (see :func:`collsim.viz.timeline_figure`).
 
     Returns
     -------
     Report
-        The HTML and what it shows. A backend that cannot run this scenario (NCCL without GPUs) is left out with
-        a note on the page.
+        The HTML and what it shows; a backend left out of ``data`` is named in a note on the page.
+
+    Examples
+    --------
+    What ``collsim report pcie-2gpu-nop2p`` does::
+
+        sim = Simulator.from_source("pcie-2gpu-nop2p")
+        build_report(sim.report_data(coarse_sizes(sim.scenario.sizes()))).write("report.html")
     """
     t0 = time.perf_counter()
-    scenario = sim.scenario
-    sweep = list(sizes) if sizes else coarse_sizes(scenario.sizes())
-    rep_size = size if size is not None else representative_size(sweep)
-    notes: list[str] = []
-    records: list[Record] = []
-    ok: list[str] = []
-    for backend in BACKENDS:
-        try:
-            res = sim.run(backends=[backend], sizes=sweep, breakdown=True, progress=progress)
-        except ScenarioError as exc:
-            notes.append(f"{backend}: not simulated: {exc}")
-            continue
-        records += res.records
-        ok.append(backend)
-        if res.interrupted:
-            raise KeyboardInterrupt
-    profile = getattr(sim, "profile", None)  # keep a calibration profile the caller passed in
-    full = Simulator(unsymmetric(scenario), profile) if profile is not None else Simulator(unsymmetric(scenario))
-    coll = scenario.collectives()[0]
-    outcomes = [full.simulate_one(b, rep_size, collective=coll, record=True) for b in ok]
-    topo = sim.topology
+    topo = data.topology
     figs: dict[str, go.Figure] = {
         "topology": topology_figure(topo),
         "path-matrix": path_matrix_figure(topo),
-        "comparison": sweep_figure(records, title="NCCL against Gloo: busbw and time against size"),
-        "breakdown": breakdown_figure(records),
+        "comparison": sweep_figure(data.records, title="NCCL against Gloo: busbw and time against size"),
+        "breakdown": breakdown_figure(data.records),
     }
-    for out in outcomes:
+    for out in data.outcomes:
         figs[f"timeline-{out.backend}"] = timeline_figure(out, topo, max_bars=max_bars)
         figs[f"bottlenecks-{out.backend}"] = bottleneck_figure(
             out.records, topo, total_s=out.time_s, title=f"{out.backend.upper()}: top bottleneck links"
@@ -222,8 +218,12 @@ def build_report(
         figs[f"links-{out.backend}"] = link_utilisation_figure(
             out.records, topo, total_s=out.time_s, title=f"{out.backend.upper()}: link utilisation over time"
         )
-    page = _page(sim, sweep, rep_size, records, outcomes, figs, notes)
-    return Report(page, sweep, rep_size, records, outcomes, figs, notes, time.perf_counter() - t0)
+    page = _page(data, figs)
+    seconds = data.seconds + time.perf_counter() - t0
+    return Report(
+        page, list(data.sizes), data.timeline_size, list(data.records), list(data.outcomes), figs, list(data.notes),
+        seconds,
+    )
 
 
 def _fig_html(fig: go.Figure, div_id: str) -> str:
@@ -231,17 +231,8 @@ def _fig_html(fig: go.Figure, div_id: str) -> str:
     return f"<div class='collsim-figure' data-figure='{div_id}'>{body}</div>"
 
 
-def _page(
-    sim: Simulator,
-    sweep: Sequence[int],
-    rep_size: int,
-    records: Sequence[Record],
-    outcomes: Sequence[Outcome],
-    figs: dict[str, go.Figure],
-    notes: Sequence[str],
-) -> str:
-    sc = sim.scenario
-    topo = sim.topology
+def _page(data: ReportData, figs: dict[str, go.Figure]) -> str:
+    sc, topo, sweep, rep_size = data.scenario, data.topology, data.sizes, data.timeline_size
     esc = html.escape
     nranks = len(topo.rank_devices())
     parts: list[str] = [
@@ -259,7 +250,7 @@ def _page(
         f"{esc(', '.join(sc.collectives()))} {esc(sc.workload.dtype)}; collsim {esc(_version())}. "
         "Times in us, bandwidths in GB/s (1e9 bytes/s), as nccl-tests prints them.</p>",
     ]
-    for note in notes:
+    for note in data.notes:
         parts.append(f"<p class='note'>{esc(note)}</p>")
     parts += [
         "<h2>Topology</h2>",
@@ -272,7 +263,7 @@ def _page(
         "protocol) its cost model picks (hover a point to see it); Gloo runs PyTorch's host-staged path as "
         "configured.</p>",
         _fig_html(figs["comparison"], "fig-comparison"),
-        _table(records),
+        _table(data.records),
         "<h2>Where the time goes</h2>",
         "<p class='note'>Each collective's time split among activities of a representative rank (the parts add up "
         "to 100%). Categories: latency and overheads (launch, per-step and per-message latency, work enqueue), "
@@ -286,7 +277,7 @@ def _page(
         "copies; drag to zoom, double-click to reset. Link utilisation is what the simulation charged each link "
         "(protocol overheads included) over its capacity, at each flow's average rate.</p>",
     ]
-    for out in outcomes:
+    for out in data.outcomes:
         b = out.backend
         parts += [
             f"<h3>{esc(b.upper())}: {esc(out.algorithm)}/{esc(out.protocol)}, {out.time_s * 1e6:.1f} us</h3>",

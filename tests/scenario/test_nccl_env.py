@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from collsim.nccl_env import NcclEnvError, closest_known
 from collsim.scenario import (
     NCCL_ALGORITHMS,
     NcclConfig,
@@ -19,7 +20,6 @@ from collsim.scenario import (
     parse_level,
     parse_protocols,
 )
-from collsim.scenario.nccl_env import NcclEnvError, closest_known
 
 
 def test_algo_syntax() -> None:
@@ -53,8 +53,10 @@ def test_levels() -> None:
         "SYS",
         "NVB",
     ]
-    assert [parse_level(str(i)) for i in range(6)] == ["LOC", "PIX", "PXB", "PHB", "SYS", "SYS"]
-    for bad in ("6", "-1", "NET", ""):
+    # legacy integers: 0 LOC, 1 PIX, 2 PXB, 3 PHB, 4 and above SYS; NET is a path type NCCL's level names include
+    assert [parse_level(str(i)) for i in range(7)] == ["LOC", "PIX", "PXB", "PHB", "SYS", "SYS", "SYS"]
+    assert parse_level("net") == "NET"
+    for bad in ("-1", "NODE", ""):
         with pytest.raises(NcclEnvError):
             parse_level(bad)
 

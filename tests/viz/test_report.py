@@ -17,7 +17,7 @@ MiB = 2**20
 @pytest.fixture(scope="module")
 def pcie_report() -> Report:
     sim = Simulator.from_source("pcie-2gpu-nop2p")
-    return build_report(sim, sizes=[4096, MiB, 4 * MiB])
+    return build_report(sim.report_data([4096, MiB, 4 * MiB]))
 
 
 def test_coarse_sizes() -> None:
@@ -66,7 +66,7 @@ def test_report_notes_a_backend_it_cannot_run() -> None:
     sim = Simulator.from_source(
         {"name": "cpu", "cluster": {"node": "cpu-host"}, "backends": {"gloo": {"device": "cpu"}}}
     )
-    rep = build_report(sim, sizes=[4096, MiB])
+    rep = build_report(sim.report_data([4096, MiB]))
     assert [f for f in rep.figures if f.endswith("-gloo")] == ["timeline-gloo", "bottlenecks-gloo", "links-gloo"]
     assert not any(f.endswith("-nccl") for f in rep.figures)
     assert len(rep.notes) == 1 and rep.notes[0].startswith("nccl: not simulated") and "GPUs" in rep.notes[0]
@@ -94,3 +94,18 @@ def test_cli_report_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     _, err = capsys.readouterr()
     assert rc == 2 and "cluster.nodes" in err
     assert not (tmp_path / "r.html").exists()
+
+
+def test_build_report_draws_what_the_api_simulated(monkeypatch: pytest.MonkeyPatch) -> None:
+    sim = Simulator.from_source("pcie-2gpu-nop2p")
+    data = sim.report_data([4096, MiB], 64 * 1024)
+    assert data.timeline_size == 64 * 1024 and [o.backend for o in data.outcomes] == ["nccl", "gloo"]
+    assert all(o.records and o.size_bytes == 64 * 1024 for o in data.outcomes)
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the report simulated")
+
+    monkeypatch.setattr(Simulator, "simulate_one", refuse)
+    rep = build_report(data)
+    assert rep.records == data.records and rep.outcomes == data.outcomes and rep.sizes == [4096, MiB]
+    assert "<b id='timeline-size'>64KiB</b>" in rep.html

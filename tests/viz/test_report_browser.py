@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from collsim.api import Simulator
-from collsim.viz import Report, build_report
+from collsim.viz import Report, build_report, coarse_sizes
 from collsim.viz.report import ERROR_HOOK_JS
 
 MiB = 2**20
@@ -120,7 +120,8 @@ def _scan(dom: str) -> Dom:
 def hgx_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Report, Path, float]:
     """``collsim report hgx-h100`` with its defaults (the whole sweep in x4 steps, a 64 MiB timeline)."""
     t0 = time.perf_counter()
-    rep = build_report(Simulator.from_source("hgx-h100"))
+    sim = Simulator.from_source("hgx-h100")
+    rep = build_report(sim.report_data(coarse_sizes(sim.scenario.sizes())))
     seconds = time.perf_counter() - t0
     path = tmp_path_factory.mktemp("report") / "report.html"
     rep.write(path)

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from collsim.api import Simulator
+from collsim.calibration.profile import Profile, load_profile
 from collsim.scenario import ScenarioError
-from collsim.scenario.profile import Profile, load_profile
 
 PCIE = "pcie-2gpu-nop2p"
 

@@ -53,16 +53,16 @@ import networkx as nx
 import yaml
 
 from collsim.backends import GlooConstants, NcclConstants
-from collsim.scenario.errors import ScenarioError
+from collsim.scenario import ScenarioError
 from collsim.topology import Topology
 from collsim.topology.model import FrozenMap
+from collsim.vocab import LINK_KINDS
 
 __all__ = ["FORMAT", "LINK_KINDS", "PARAMETER_BOUNDS", "Profile", "load_profile", "parameter_bounds"]
 
 #: The value of ``format`` in profile files.
 FORMAT = "collsim-profile/1"
 
-LINK_KINDS = ("nvlink", "pcie", "upi", "ib", "roce", "eth")
 _US = 1e-6  # microseconds to seconds
 
 #: (lower, upper, neutral value) per parameter name; ``link.<kind>.*`` applies to every kind of LINK_KINDS.

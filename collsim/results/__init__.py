@@ -1,0 +1,71 @@
+"""Result records, nccl-tests metrics and output formats.
+
+One :class:`Record` describes one simulated (or measured) collective at one message size; :class:`Comparison`
+(NCCL against Gloo at one size) and :class:`Explanation` (NCCL's choice at one size) are the records of
+``compare`` and ``explain``. The package derives nccl-tests' metrics (:mod:`collsim.results.records`), writes
+text tables (:mod:`collsim.results.text`) and JSON, CSV or DataFrames (:mod:`collsim.results.export`). It knows
+nothing about how a time was produced.
+
+The collective name sets (:data:`PER_RANK_COUNT_COLLECTIVES`, :data:`REDUCING_COLLECTIVES`,
+:data:`COLLECTIVE_ALIASES`) and :func:`canonical_collective` are :mod:`collsim.vocab`'s, re-exported here.
+
+Examples
+--------
+>>> r = make_record(backend="gloo", collective="all_gather", algorithm="ring", protocol="-", nranks=4,
+...                 dtype="float32", size_bytes=4 * 2**20, time_s=1e-3)
+>>> print(format_nccl_tests([r]).splitlines()[3])
+     4194304        262144     float    none      -1  1000.00    4.19    3.15     N/A
+"""
+
+from __future__ import annotations
+
+from collsim.results.compare import Comparison, Explanation
+from collsim.results.export import (
+    comparisons_to_csv,
+    comparisons_to_json,
+    explanations_to_json,
+    records_to_csv,
+    records_to_dataframe,
+    records_to_json,
+)
+from collsim.results.records import BUSBW_FACTORS, FLAT_FIELDS, Record, busbw_factor, make_record
+from collsim.results.text import (
+    agreement,
+    format_comparison,
+    format_explanation,
+    format_nccl_tests,
+    format_sweep,
+    share_text,
+)
+from collsim.vocab import (
+    COLLECTIVE_ALIASES,
+    PER_RANK_COUNT_COLLECTIVES,
+    REDUCING_COLLECTIVES,
+    canonical_collective,
+)
+
+__all__ = [
+    "BUSBW_FACTORS",
+    "COLLECTIVE_ALIASES",
+    "FLAT_FIELDS",
+    "PER_RANK_COUNT_COLLECTIVES",
+    "REDUCING_COLLECTIVES",
+    "Comparison",
+    "Explanation",
+    "Record",
+    "agreement",
+    "busbw_factor",
+    "canonical_collective",
+    "comparisons_to_csv",
+    "comparisons_to_json",
+    "explanations_to_json",
+    "format_comparison",
+    "format_explanation",
+    "format_nccl_tests",
+    "format_sweep",
+    "make_record",
+    "records_to_csv",
+    "records_to_dataframe",
+    "records_to_json",
+    "share_text",
+]

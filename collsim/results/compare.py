@@ -1,0 +1,115 @@
+"""Result records of ``compare`` and ``explain``: NCCL against Gloo at one size, and NCCL's choice at one size.
+
+Like :class:`~collsim.results.Record`, they hold what a simulation produced and know nothing of how.
+
+Examples
+--------
+>>> from collsim.results import make_record
+>>> kw = dict(collective="allreduce", protocol="-", nranks=2, dtype="float32", size_bytes=1024)
+>>> row = Comparison(1024, make_record(backend="nccl", algorithm="Ring", time_s=1e-5, **kw),
+...                  make_record(backend="gloo", algorithm="ring", time_s=4e-5, breakdown={"tcp": 3e-5, "wait": 1e-5},
+...                              **kw))
+>>> round(row.speedup, 6), Comparison.shares(row.gloo)
+(4.0, [('tcp', 0.75), ('wait', 0.25)])
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from collsim.results.records import Record
+
+__all__ = ["Comparison", "Explanation"]
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """NCCL against Gloo at one size: both records, the speedup, and where each spends its time.
+
+    Attributes
+    ----------
+    size_bytes : int
+        Message size, bytes.
+    nccl, gloo : Record
+        The two backends' records at that size (times in us, bandwidths in GB/s, breakdowns in seconds).
+    """
+
+    size_bytes: int
+    nccl: Record
+    gloo: Record
+
+    @property
+    def speedup(self) -> float:
+        """Gloo time / NCCL time (dimensionless); infinite when NCCL's time is 0."""
+        return self.gloo.time_us / self.nccl.time_us if self.nccl.time_us > 0 else math.inf
+
+    @staticmethod
+    def shares(rec: Record) -> list[tuple[str, float]]:
+        """Breakdown as (category, fraction of the time), largest first; the fractions add up to 1.
+
+        Parameters
+        ----------
+        rec : Record
+            A record with a ``breakdown`` (seconds per category); none gives an empty list.
+        """
+        total = sum(rec.breakdown.values())
+        if total <= 0:
+            return []
+        return sorted(((k, v / total) for k, v in rec.breakdown.items()), key=lambda kv: -kv[1])
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe form: ``size_bytes``, ``speedup`` and both records (:meth:`Record.to_dict`)."""
+        return {"size_bytes": self.size_bytes, "speedup": self.speedup, "nccl": self.nccl.to_dict(),
+                "gloo": self.gloo.to_dict()}
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """NCCL's choice at one size: the cost model's time for every enabled (algorithm, protocol) pair, the pair it
+    picks, and simulated times (of the choice, or of every pair).
+
+    Attributes
+    ----------
+    collective : str
+        Canonical collective name.
+    size_bytes : int
+        Message size, bytes.
+    model_s : dict of (str, str) to float
+        NCCL's cost model per enabled (algorithm, protocol), seconds, in the cost model's order.
+    choice : tuple of str
+        The (algorithm, protocol) NCCL picks.
+    simulated_s : dict of (str, str) to float
+        Simulated seconds per pair: the choice's, or every pair's.
+    """
+
+    collective: str
+    size_bytes: int
+    model_s: dict[tuple[str, str], float]
+    choice: tuple[str, str]
+    simulated_s: dict[tuple[str, str], float]
+
+    @property
+    def simulated_best(self) -> tuple[str, str] | None:
+        """The pair the simulation finds fastest (when every pair was simulated), else None."""
+        if len(self.simulated_s) < 2:
+            return None
+        return min(self.simulated_s, key=lambda k: self.simulated_s[k])
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe form; times in microseconds (``simulated_us`` null for a pair not simulated)."""
+        return {
+            "collective": self.collective,
+            "size_bytes": self.size_bytes,
+            "choice": {"algorithm": self.choice[0], "protocol": self.choice[1]},
+            "pairs": [
+                {
+                    "algorithm": a,
+                    "protocol": p,
+                    "model_us": t * 1e6,
+                    "simulated_us": (self.simulated_s[(a, p)] * 1e6 if (a, p) in self.simulated_s else None),
+                }
+                for (a, p), t in self.model_s.items()
+            ],
+        }

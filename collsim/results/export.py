@@ -1,0 +1,208 @@
+"""Records and comparisons as JSON, CSV and pandas DataFrames (machine-readable forms).
+
+Units: record times in microseconds, bandwidths in GB/s (1e9 bytes/s), breakdowns in seconds.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import PurePath
+from typing import TYPE_CHECKING, Any
+
+from collsim.results.compare import Comparison, Explanation
+from collsim.results.records import FLAT_FIELDS, Record
+
+if TYPE_CHECKING:
+    import pandas
+
+__all__ = [
+    "comparisons_to_csv",
+    "comparisons_to_json",
+    "explanations_to_json",
+    "records_to_csv",
+    "records_to_dataframe",
+    "records_to_json",
+]
+
+
+def _json_default(obj: Any) -> Any:
+    """Turn NumPy scalars/arrays, paths, sets and records into JSON values; refuse anything else clearly."""
+    if isinstance(obj, Record):
+        return obj.to_dict()
+    if isinstance(obj, PurePath):
+        return str(obj)
+    if isinstance(obj, (set, frozenset, tuple)):
+        return list(obj)
+    if hasattr(obj, "tolist") and callable(obj.tolist):  # NumPy scalars and arrays
+        return obj.tolist()
+    if hasattr(obj, "model_dump") and callable(obj.model_dump):  # pydantic v2 models
+        return obj.model_dump(mode="json")
+    raise TypeError(f"cannot write a {type(obj).__name__} as JSON: {obj!r}")
+
+
+def records_to_json(records: Sequence[Record], scenario: Mapping[str, Any] | None = None, **extra: Any) -> str:
+    """Write records as one JSON object ``{"scenario": ..., "results": [...], **extra}`` (indent 2).
+
+    Parameters
+    ----------
+    records : sequence of Record
+        Each becomes :meth:`Record.to_dict` (time in us, bandwidths in GB/s, breakdown in seconds).
+    scenario : mapping, optional
+        The scenario that produced them (``null`` if not given). NumPy values, paths and pydantic models in it
+        are converted.
+    **extra
+        More top-level keys (e.g. ``collsim_version``); ``results`` is reserved.
+
+    Returns
+    -------
+    str
+        The JSON text (strict: no NaN or Infinity).
+
+    Raises
+    ------
+    ValueError
+        If ``extra`` uses the key ``results`` or a value is NaN/infinite.
+    TypeError
+        If a value cannot be written as JSON; the message names its type.
+
+    Examples
+    --------
+    >>> from collsim.results import make_record
+    >>> r = make_record(backend="nccl", collective="reduce", algorithm="ring", protocol="ll", nranks=2,
+    ...                 dtype="float64", size_bytes=64, time_s=1e-6, root=0)
+    >>> doc = json.loads(records_to_json([r], {"name": "demo"}, collsim_version="0.1.0"))
+    >>> list(doc), doc["results"][0]["count"], doc["results"][0]["busbw_gbps"]
+    (['scenario', 'results', 'collsim_version'], 8, 0.064)
+    """
+    if "results" in extra:
+        raise ValueError("records_to_json: 'results' is reserved for the records; pass other keys in **extra")
+    doc: dict[str, Any] = {"scenario": scenario, "results": [r.to_dict() for r in records], **extra}
+    try:
+        return json.dumps(doc, indent=2, allow_nan=False, default=_json_default)
+    except ValueError as exc:
+        raise ValueError(f"records_to_json: {exc} (JSON has no NaN or Infinity; replace them with null)") from exc
+
+
+def _flat_rows(records: Sequence[Record]) -> tuple[list[str], list[dict[str, Any]]]:
+    categories: dict[str, None] = {}  # insertion-ordered set of breakdown categories, first seen first
+    for r in records:
+        for key in r.breakdown:
+            categories.setdefault(key, None)
+    columns = [*FLAT_FIELDS, *(f"breakdown_{c}" for c in categories)]
+    rows: list[dict[str, Any]] = []
+    for r in records:
+        d = r.to_dict()
+        row = {name: d[name] for name in FLAT_FIELDS}
+        for c in categories:
+            row[f"breakdown_{c}"] = r.breakdown.get(c)
+        rows.append(row)
+    return columns, rows
+
+
+def records_to_csv(records: Sequence[Record]) -> str:
+    """Write records as CSV: the flat Record fields, then one ``breakdown_<category>`` column per category.
+
+    Breakdown columns are in seconds, in the order categories are first seen; a record without a category
+    leaves its cell empty, as does ``channels`` when unknown. ``notes`` are not written.
+
+    Parameters
+    ----------
+    records : sequence of Record
+        Rows in the given order.
+
+    Returns
+    -------
+    str
+        CSV text with a header line and ``\\n`` line endings.
+
+    Examples
+    --------
+    >>> from collsim.results import make_record
+    >>> r = make_record(backend="gloo", collective="allreduce", algorithm="ring", protocol="-", nranks=2,
+    ...                 dtype="float32", size_bytes=400, time_s=3e-6, breakdown={"net": 2e-6, "reduce": 1e-6})
+    >>> print(records_to_csv([r]).splitlines()[0])
+    backend,collective,algorithm,protocol,nranks,dtype,size_bytes,count,time_us,algbw_gbps,busbw_gbps,redop,root,channels,breakdown_net,breakdown_reduce
+    """
+    columns, rows = _flat_rows(records)
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
+    return buf.getvalue()
+
+
+def records_to_dataframe(records: Sequence[Record]) -> pandas.DataFrame:
+    """Return one DataFrame row per record (in order), with the columns of :func:`records_to_csv`.
+
+    Missing breakdown categories (seconds) and unknown ``channels`` are NaN/None. pandas is imported here, so the
+    rest of this package works without it.
+
+    Examples
+    --------
+    >>> from collsim.results import make_record
+    >>> r = make_record(backend="nccl", collective="allreduce", algorithm="tree", protocol="ll", nranks=2,
+    ...                 dtype="float32", size_bytes=8, time_s=1e-6)
+    >>> df = records_to_dataframe([r])
+    >>> df.shape, float(df.loc[0, "busbw_gbps"])
+    ((1, 14), 0.008)
+    """
+    import pandas as pd
+
+    columns, rows = _flat_rows(records)
+    return pd.DataFrame(rows, columns=columns)
+
+
+def comparisons_to_json(rows: Sequence[Comparison], scenario: Mapping[str, Any] | None, interrupted: bool) -> str:
+    """``collsim compare --format json``: ``{"scenario", "comparison": [...], "interrupted"}`` (indent 2, newline).
+
+    Parameters
+    ----------
+    rows : sequence of Comparison
+        Each becomes :meth:`Comparison.to_dict`.
+    scenario : mapping, optional
+        The resolved scenario (``Scenario.to_dict()``).
+    interrupted : bool
+        Whether Ctrl-C stopped the sweep (the rows are those that finished).
+    """
+    doc = {"scenario": scenario, "comparison": [r.to_dict() for r in rows], "interrupted": interrupted}
+    return json.dumps(doc, indent=2) + "\n"
+
+
+def comparisons_to_csv(rows: Sequence[Comparison]) -> str:
+    """``collsim compare --format csv``: size (bytes), each backend's time (us) and busbw (GB/s), the speedup."""
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(["size_bytes", "nccl_time_us", "nccl_busbw_gbps", "gloo_time_us", "gloo_busbw_gbps", "speedup"])
+    for r in rows:
+        w.writerow([r.size_bytes, r.nccl.time_us, r.nccl.busbw_gbps, r.gloo.time_us, r.gloo.busbw_gbps, r.speedup])
+    return buf.getvalue()
+
+
+def explanations_to_json(
+    rows: Sequence[Explanation],
+    scenario: Mapping[str, Any] | None,
+    interrupted: bool,
+    agreement: tuple[int, int] | None = None,
+) -> str:
+    """``collsim explain --format json``: ``{"scenario", "explain": [...], "interrupted"[, "agreement"]}``.
+
+    Parameters
+    ----------
+    rows : sequence of Explanation
+        Each becomes :meth:`Explanation.to_dict` (times in us).
+    scenario : mapping, optional
+        The resolved scenario.
+    interrupted : bool
+        Whether Ctrl-C stopped the sweep.
+    agreement : (int, int), optional
+        (sizes where the cost model and the simulation pick the same pair, sizes judged); written when sizes
+        were judged (see :func:`collsim.results.text.agreement`).
+    """
+    payload: dict[str, Any] = {"scenario": scenario, "explain": [r.to_dict() for r in rows], "interrupted": interrupted}
+    if agreement and agreement[1]:
+        payload["agreement"] = {"same_choice": agreement[0], "sizes": agreement[1]}
+    return json.dumps(payload, indent=2) + "\n"

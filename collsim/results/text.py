@@ -1,0 +1,265 @@
+"""Text tables: nccl-tests' layout for records, and the tables of ``collsim run``, ``compare`` and ``explain``.
+
+Times are printed in microseconds and bandwidths in GB/s (1e9 bytes/s), as nccl-tests prints them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from collsim.results.compare import Comparison, Explanation
+from collsim.results.records import Record
+from collsim.units import NCCL_TESTS_TYPE_NAMES, format_size
+
+__all__ = ["agreement", "format_comparison", "format_explanation", "format_nccl_tests", "format_sweep", "share_text"]
+
+
+def _fit(value: float, width: int) -> str:
+    """Format like nccl-tests' ``getFloatStr``: 2 decimals, else 1, else 0, else exponent, to fit ``width``."""
+    for spec in (".2f", ".1f", ".0f"):
+        text = f"{value:{width}{spec}}"
+        if len(text) <= width:
+            return text
+    return f"{value:{width}.{1 if width >= 7 else 0}e}"
+
+
+def _word(name: str, value: str) -> str:
+    if not value or any(c.isspace() for c in value):
+        raise ValueError(f"{name} {value!r} cannot be a column of nccl-tests text: it must be one non-empty word")
+    return value
+
+
+def format_nccl_tests(records: Sequence[Record], *, header: str | None = None) -> str:
+    """Write records as nccl-tests' text table (out-of-place columns only).
+
+    Widths follow nccl-tests 2.19 (``src/util.cu``): ``%12li  %12li  %8s  %6s  %6s`` for size, count, type,
+    redop, root, then time (7 characters, 2 decimals while they fit, then 1, then 0) and algbw/busbw (6 characters,
+    same rule). ``#wrong`` is ``N/A``: a simulation checks no data. The footer gives the mean busbw over the rows as
+    ``# Avg bus bandwidth    : X`` (``%g``, as nccl-tests). Every data row splits on whitespace into 9 columns.
+
+    Parameters
+    ----------
+    records : sequence of Record
+        Rows, printed in the given order.
+    header : str, optional
+        Comment lines printed first (each prefixed with ``# `` unless it already starts with ``#``).
+
+    Returns
+    -------
+    str
+        The text, ending with a newline.
+
+    Examples
+    --------
+    >>> from collsim.results import make_record
+    >>> r = make_record(backend="nccl", collective="allreduce", algorithm="ring", protocol="simple", nranks=8,
+    ...                 dtype="float32", size_bytes=1024**3, time_s=4643.20e-6)
+    >>> print(format_nccl_tests([r]))  # doctest: +NORMALIZE_WHITESPACE
+    #                                                      out-of-place
+    #       size         count      type   redop    root     time   algbw   busbw  #wrong
+    #        (B)    (elements)                               (us)  (GB/s)  (GB/s)
+      1073741824     268435456     float     sum      -1  4643.20  231.25  404.69     N/A
+    # Avg bus bandwidth    : 404.688
+    <BLANKLINE>
+    """
+    lines: list[str] = []
+    if header:
+        for line in header.splitlines():
+            lines.append(line if line.startswith("#") else f"# {line}".rstrip())
+        lines.append("#")
+    lines.append(f"# {'':>10s}  {'':>12s}  {'':>8s}  {'':>6s}  {'':>6s}           out-of-place")
+    lines.append(
+        f"# {'size':>10s}  {'count':>12s}  {'type':>8s}  {'redop':>6s}  {'root':>6s}"
+        f"  {'time':>7s}  {'algbw':>6s}  {'busbw':>6s}  {'#wrong':>6s}"
+    )
+    lines.append(
+        f"# {'(B)':>10s}  {'(elements)':>12s}  {'':>8s}  {'':>6s}  {'':>6s}"
+        f"  {'(us)':>7s}  {'(GB/s)':>6s}  {'(GB/s)':>6s}"
+    )
+    for r in records:
+        type_name = NCCL_TESTS_TYPE_NAMES.get(r.dtype)
+        if type_name is None:
+            raise ValueError(
+                f"record dtype {r.dtype!r} has no nccl-tests type name; expected one of: "
+                f"{', '.join(NCCL_TESTS_TYPE_NAMES)}"
+            )
+        lines.append(
+            f"{r.size_bytes:12d}  {r.count:12d}  {type_name:>8s}  {_word('redop', r.redop):>6s}  {r.root:6d}"
+            f"  {_fit(r.time_us, 7):>7s}  {_fit(r.algbw_gbps, 6):>6s}  {_fit(r.busbw_gbps, 6):>6s}    N/A"
+        )
+    avg = math.fsum(r.busbw_gbps for r in records) / len(records) if records else 0.0
+    lines.append(f"# Avg bus bandwidth    : {avg:g}")
+    return "\n".join(lines) + "\n"
+
+
+def format_sweep(
+    records: Sequence[Record],
+    *,
+    name: str,
+    backends: Sequence[str],
+    collectives: Sequence[str],
+    nccl_notes: Sequence[str] = (),
+) -> str:
+    """``collsim run``'s tables: one nccl-tests table per backend and collective, with a header line saying what ran.
+
+    Parameters
+    ----------
+    records : sequence of Record
+        A sweep's records (any order within a table is kept).
+    name : str
+        The scenario's name.
+    backends, collectives : sequence of str
+        Tables in this order; a (backend, collective) without records is left out.
+    nccl_notes : sequence of str
+        Extra header lines of NCCL's tables (e.g. what a network plugin set).
+
+    Returns
+    -------
+    str
+        The tables, separated by a blank line.
+    """
+    parts = []
+    for b in backends:
+        for coll in collectives:
+            recs = [r for r in records if r.backend == b and r.collective == coll]
+            if not recs:
+                continue
+            r0 = recs[0]
+            channels = max(r.channels or 0 for r in recs)
+            head = (
+                f"collsim {b}: {name}, {r0.nranks} ranks, {coll} {r0.dtype}, "
+                f"algorithms {', '.join(sorted({r.algorithm for r in recs}))}"
+                + (f", up to {channels} channels" if channels else "")
+            )
+            if b == "nccl":
+                head += "".join(f"\n{note}" for note in nccl_notes)
+            parts.append(format_nccl_tests(recs, header=head))
+    return "\n".join(parts)
+
+
+def share_text(rec: Record) -> str:
+    """Where a record's time goes, as text: ``"62% transfer/nvlink, 38% latency"``; shares under 0.5% are summed
+    into ``other``.
+
+    >>> from collsim.results import make_record
+    >>> r = make_record(backend="gloo", collective="allreduce", algorithm="ring", protocol="-", nranks=2,
+    ...                 dtype="float32", size_bytes=400, time_s=1.0, breakdown={"tcp": 0.7, "d2h": 0.298, "x": 0.002})
+    >>> share_text(r)
+    '70% tcp, 30% d2h, 0.2% other'
+    """
+    shares = Comparison.shares(rec)
+    shown = [(k, f) for k, f in shares if f >= 0.005]
+    other = 1.0 - sum(f for _, f in shown)
+    text = ", ".join(f"{100 * f:.0f}% {k}" for k, f in shown)
+    if other > 0.0005:
+        text += f", {100 * other:.1f}% other"
+    return text
+
+
+def format_comparison(
+    rows: Sequence[Comparison],
+    *,
+    name: str,
+    collectives: Sequence[str],
+    dtype: str,
+    gloo_algorithm: str,
+    gloo_transport: str,
+    gloo_device: str,
+) -> str:
+    """``collsim compare``'s table: per size NCCL's and Gloo's time (us), busbw (GB/s) and the speedup, then where
+    each one's time goes.
+
+    Parameters
+    ----------
+    rows : sequence of Comparison
+        One per (collective, size).
+    name : str
+        The scenario's name.
+    collectives : sequence of str
+        The scenario's collectives (with several, each row is labelled with its collective).
+    dtype : str
+        Element type.
+    gloo_algorithm, gloo_transport, gloo_device : str
+        How Gloo runs (for the header).
+    """
+    n = rows[0].nccl.nranks if rows else 0
+    many = len(collectives) > 1
+
+    def label(r: Comparison) -> str:
+        size = format_size(r.size_bytes)
+        return f"{r.nccl.collective} {size}" if many else size
+
+    width = max([10, *(len(label(r)) for r in rows)])
+    lines = [
+        f"# collsim compare: {name} ({n} ranks, {', '.join(collectives)} {dtype})",
+        f"# NCCL: the (algorithm/protocol) its cost model picks; Gloo: {gloo_algorithm} over {gloo_transport} "
+        f"({gloo_device} tensors)",
+        f"# {'size':>{width}} {'nccl us':>12} {'busbw':>7} {'nccl algo':>12} {'gloo us':>12} {'busbw':>7} "
+        f"{'speedup':>8}",
+    ]
+    for r in rows:
+        algo = f"{r.nccl.algorithm}/{r.nccl.protocol}"
+        lines.append(
+            f"  {label(r):>{width}} {r.nccl.time_us:12.2f} {r.nccl.busbw_gbps:7.2f} {algo:>12} "
+            f"{r.gloo.time_us:12.2f} {r.gloo.busbw_gbps:7.2f} {r.speedup:7.1f}x"
+        )
+    lines.append("")
+    lines.append("# Where the time goes (share of each collective's time; the parts add up to 100%)")
+    for r in rows:
+        lines.append(f"  {label(r):>{width}}  NCCL: {share_text(r.nccl)}")
+        lines.append(f"  {'':>{width}}  Gloo: {share_text(r.gloo)}")
+    return "\n".join(lines) + "\n"
+
+
+def agreement(rows: Sequence[Explanation]) -> tuple[int, int]:
+    """(sizes where the cost model's choice is also the fastest simulated pair, sizes where every pair was
+    simulated)."""
+    judged = [r for r in rows if r.simulated_best is not None]
+    return sum(1 for r in judged if r.simulated_best == r.choice), len(judged)
+
+
+def format_explanation(
+    rows: Sequence[Explanation], *, name: str, nranks: int, notes: Sequence[str] = (), all_pairs: bool = False
+) -> str:
+    """``collsim explain``'s table: NCCL's cost model in us per (algorithm/protocol) and size, its choice (``*``),
+    the simulated time of the choice, and with ``all_pairs`` a row of simulated times (``+`` = fastest).
+
+    Parameters
+    ----------
+    rows : sequence of Explanation
+        As :meth:`collsim.api.Simulator.explain` returns them; the first one's pairs are the columns.
+    name : str
+        Scenario name for the title line.
+    nranks : int
+        Ranks of NCCL's communicator.
+    notes : sequence of str
+        Extra header lines (each printed after ``# ``).
+    all_pairs : bool
+        Every pair was simulated: print the simulated row and the agreement line.
+    """
+    pairs = list(rows[0].model_s) if rows else []
+    names = [f"{a}/{p}" for a, p in pairs]
+    width = max([11, *(len(x) + 1 for x in names)])
+    lines = [
+        f"# collsim explain: {name}, {nranks} ranks, NCCL's cost model in us per "
+        "(algorithm/protocol); * = its choice" + ("; simulated times below each row" if all_pairs else ""),
+        *[f"# {note}" for note in notes],
+        f"# {'size':>10} " + "".join(f"{x:>{width}}" for x in names) + f" {'choice':>14} {'simulated us':>13}",
+    ]
+    for r in rows:
+        cells = "".join(f"{(f'{r.model_s[k] * 1e6:.1f}' + ('*' if k == r.choice else ' ')):>{width}}" for k in pairs)
+        sim_t = r.simulated_s.get(r.choice)
+        lines.append(f"  {format_size(r.size_bytes):>10} {cells} {'/'.join(r.choice):>14} {(sim_t or 0) * 1e6:13.2f}")
+        if all_pairs:
+            best = r.simulated_best
+            simc = "".join(
+                f"{(f'{r.simulated_s[k] * 1e6:.1f}' + ('+' if k == best else ' ')):>{width}}" for k in pairs
+            )
+            lines.append(f"  {'simulated':>10} {simc} {'/'.join(best or ('-',)):>14}")
+    same, judged = agreement(rows)
+    if judged:
+        lines.append(
+            f"# cost model and simulation pick the same pair at {same} of {judged} sizes (+ = fastest simulated)"
+        )
+    return "\n".join(lines) + "\n"
