@@ -1,14 +1,16 @@
 """Timelines of simulated collectives: lanes, bars, link usage and Chrome trace export.
 
 A simulation that records (``record=True``) keeps one :class:`~collsim.engine.FlowRecord` per finished flow and per
-pure delay: who did it (``owner``), what it was (``tag``), how many bytes, when it streamed and which resources it
-crossed. This module turns such records into
+pure delay, typed: who did it (``owner``, an :class:`~collsim.engine.Owner`: rank, channel, role, device), what it
+was (``tag``, a declared :class:`~collsim.engine.Tag`: label, activity, breakdown category), how many bytes, when it
+streamed and which resources it crossed (names and keys). This module reads those fields, never parses display
+strings, and turns the records into
 
 * **lanes**: one per rank and NCCL channel (``rank 3 ch 5``), one per rank for Gloo (``rank 3``), one per extra
   participant such as CollNet's in-network reducer (:func:`owner_lane`);
-* **bars**: an interval of one activity on one lane (:func:`flow_bars`): ``send`` (a transfer leaving its owner),
-  ``receive`` (the same transfer arriving at another rank, where its path visibly ends at that rank's GPU),
-  ``reduce``, ``copy`` (D2H/H2D staging and memcpy) and ``overhead`` (kernel launch, work enqueue);
+* **bars**: an interval of one activity on one lane (:func:`flow_bars`): the tag's activity (``send``, ``reduce``,
+  ``copy`` (D2H/H2D staging and memcpy), ``overhead`` (kernel launch, work enqueue)), and ``receive`` (a transfer
+  arriving at another rank, where its path's last link enters that rank's device);
 * **link usage** (:func:`link_usage`): per resource (a link direction, a socket's memory, a GPU's HBM) its busy time
   and its utilisation over time;
 * a **Chrome trace** (:func:`chrome_trace`): the JSON object format of the Trace Event Format that Perfetto
@@ -28,25 +30,27 @@ and ``collsim report`` do).
 
 Examples
 --------
->>> from collsim.engine import FlowRecord
->>> recs = [FlowRecord("(0, 'n0/gpu0')", "NVLink", 1e6, 0.0, 1e-4, 1e-6, ("n0/gpu0->n0/gpu1",))]
+>>> from collsim.engine import FlowRecord, Owner, Tag
+>>> me, nvlink = Owner(0, 0, "rank", "n0/gpu0"), Tag("NVLink", "send", "transfer: NVLink")
+>>> link = ("link", "n0/gpu0", "n0/gpu1")
+>>> recs = [FlowRecord(me, nvlink, 1e6, 0.0, 1e-4, 1e-6, ("n0/gpu0->n0/gpu1",), (1.0,), (link,))]
 >>> [(b.lane.label, b.activity, b.peer) for b in flow_bars(recs, {"n0/gpu0": 0, "n0/gpu1": 1})]
 [('rank 0 ch 0', 'send', 'n0/gpu1'), ('rank 1 ch 0', 'receive', 'n0/gpu0')]
 """
 
 from __future__ import annotations
 
-import ast
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from collsim.engine import FlowRecord
+from collsim.backends.common import ResourceCatalog, link_end
+from collsim.engine import FlowRecord, Owner, Tag
 
 if TYPE_CHECKING:
     from collsim.backends import Outcome
@@ -156,77 +160,40 @@ def _lane(rank: int, channel: int, device: str) -> Lane:
     return Lane(0, rank, channel, label, device)
 
 
-def owner_lane(owner: str, rank_of: Mapping[str, int], devices: Sequence[str] = ()) -> Lane:
-    """The lane of a record's owner.
-
-    Owners are what the backends write: NCCL ``"(channel, 'n0/gpu3')"`` (a channel of a rank) or ``"n0/gpu3"``
-    (all-to-all, every channel at once); Gloo ``"3"`` (a rank index); anything else (CollNet's in-network reducer
-    ``"('sharp', 0, 'fabric/leaf0', 0)"``) gets a lane of its own.
-
-    Parameters
-    ----------
-    owner : str
-        ``FlowRecord.owner``.
-    rank_of : mapping
-        Rank device name to rank index (:func:`rank_map`).
-    devices : sequence of str
-        Rank index to device name (for Gloo's integer owners), optional.
+def owner_lane(owner: Owner) -> Lane:
+    """The lane of a record's owner: its rank and channel (``channel`` -1 where it has none), or a lane of its own
+    for a participant that is not a rank (CollNet's in-network reducer), labelled :attr:`Owner.label`.
 
     Examples
     --------
-    >>> owner_lane("(2, 'n0/gpu1')", {"n0/gpu1": 1}).label, owner_lane("5", {}).label
-    ('rank 1 ch 2', 'rank 5')
+    >>> owner_lane(Owner(1, 2, "rank", "n0/gpu1")), owner_lane(Owner(5, None, "rank", "n0/cpu0")).label
+    (Lane(group=0, rank=1, channel=2, label='rank 1 ch 2', device='n0/gpu1'), 'rank 5')
+    >>> owner_lane(Owner(None, 0, "in-network reducer", "fabric/leaf0", index=0)).label
+    'in-network reducer 0 ch 0 (fabric/leaf0)'
     """
-    if owner in rank_of:
-        return _lane(rank_of[owner], -1, owner)
-    try:
-        value = ast.literal_eval(owner)
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-        value = owner
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return _lane(value, -1, devices[value] if value < len(devices) else "")
-    if (
-        isinstance(value, tuple)
-        and len(value) == 2
-        and isinstance(value[0], int)
-        and isinstance(value[1], str)
-        and value[1] in rank_of
-    ):
-        return _lane(rank_of[value[1]], value[0], value[1])
-    label = " ".join(str(v) for v in value) if isinstance(value, tuple) else str(value)
-    return Lane(1, -1, -1, label or "(unnamed)")
+    if owner.rank is not None:
+        return _lane(owner.rank, -1 if owner.channel is None else owner.channel, owner.device)
+    return Lane(1, -1, -1, owner.label)
 
 
-def activity(tag: str, size: float = 1.0) -> str:
-    """The activity a record's tag stands for: ``reduce``, ``copy``, ``overhead`` or ``send``.
+def activity(tag: Tag) -> str:
+    """The activity a record's tag stands for (its declared :attr:`Tag.activity`): ``send``, ``reduce``, ``copy``
+    or ``overhead``.
 
-    Tags are the backends' labels: ``"CPU reduction"``/``"GPU reduction (HBM)"`` reduce; ``"D2H copy (PCIe)"``,
-    ``"H2D copy (PCIe)"``, ``"CPU copy"``, ``"GPU copy (HBM)"`` copy; ``"launch + base latency"``, ``"enqueue on
-    worker thread"`` and any record of zero bytes are overheads; every other transfer is a send.
-
-    >>> activity("CPU reduction"), activity("D2H copy (PCIe)"), activity("launch + base latency", 0.0)
-    ('reduce', 'copy', 'overhead')
-    >>> activity("NVLink (NVLS)", 1e6)
-    'send'
+    >>> activity(Tag("CPU reduction", "reduce", "CPU reduction"))
+    'reduce'
     """
-    low = tag.lower()
-    if "reduction" in low:
-        return "reduce"
-    if "copy" in low:
-        return "copy"
-    if size <= 0 or "launch" in low or "enqueue" in low or "latency" in low:
-        return "overhead"
-    return "send"
+    return tag.activity
 
 
 @dataclass(frozen=True)
 class Bar:
     """One activity on one lane, in seconds: ``start``/``end``; ``latency`` is the flow's arrival delay after
-    ``end``; ``peer`` the device at the other end of a transfer (when its path shows it)."""
+    ``end``; ``peer`` the device at the other end of a transfer (when its path shows it); ``tag`` the record's."""
 
     lane: Lane
     activity: str
-    tag: str
+    tag: Tag
     start: float
     end: float
     nbytes: float
@@ -235,14 +202,13 @@ class Bar:
     resources: tuple[str, ...]
 
 
-def _endpoint(resources: Sequence[str], rank_of: Mapping[str, int], own: str) -> str | None:
-    """The rank device a path ends at, if its last device hop enters one other than ``own``."""
-    for name in reversed(resources):
-        base = strip_symmetric(name)
-        if "->" not in base:
-            continue
-        dst = base.split("->", 1)[1]
-        return dst if dst in rank_of and dst != own else None
+def _endpoint(keys: Sequence[Hashable], rank_of: Mapping[str, int], own: str) -> str | None:
+    """The rank device a path ends at: the device its last link enters, if that is a rank device other than
+    ``own`` (the record's resource keys, :func:`collsim.backends.common.link_end`)."""
+    for key in reversed(keys):
+        dst = link_end(key)
+        if dst is not None:
+            return dst if dst in rank_of and dst != own else None
     return None
 
 
@@ -250,54 +216,47 @@ def flow_bars(
     records: Iterable[FlowRecord],
     rank_of: Mapping[str, int],
     *,
-    devices: Sequence[str] = (),
     receives: bool = True,
 ) -> list[Bar]:
     """Bars of every record with a positive duration, sorted by (start, lane).
 
-    A transfer is a ``send`` bar on its owner's lane over its streaming interval. With ``receives``, a transfer
-    whose path ends at another rank's device (NCCL's P2P, SHM and GPUDirect paths) also gets a ``receive`` bar on
-    that rank's lane of the same channel, shifted by the flow's latency (cut-through: the first byte arrives
-    ``latency`` after it left, the last ``latency`` after the stream ended). Gloo's TCP paths end in CPU time and
-    host memory, so they show sends only.
+    A record is a bar of its tag's activity on its owner's lane over its streaming interval. With ``receives``, a
+    send whose path ends at another rank's device (NCCL's P2P, SHM and GPUDirect paths, CollNet's reducer sending
+    the sum down) also gets a ``receive`` bar on that rank's lane of the flow's channel, shifted by the flow's
+    latency (cut-through: the first byte arrives ``latency`` after it left, the last ``latency`` after the stream
+    ended). Gloo's TCP paths end in CPU time and host memory, so they show sends only.
 
     Parameters
     ----------
     records : iterable of FlowRecord
         ``Outcome.records`` of a recorded simulation.
     rank_of : mapping
-        Rank device to rank index (:func:`rank_map`).
-    devices : sequence of str
-        Rank index to device name (Gloo owners are rank indices).
+        Rank device to rank index (:func:`rank_map`), for receivers.
     receives : bool
         Add receive bars.
+
+    Returns
+    -------
+    list of Bar
+        Sorted by start time (seconds), then lane, then activity.
     """
     bars: list[Bar] = []
-    lanes: dict[str, Lane] = {}
+    lanes: dict[Owner, Lane] = {}
     for r in records:
         if not r.t_end > r.t_start:
             continue
         lane = lanes.get(r.owner)
         if lane is None:
-            lane = lanes[r.owner] = owner_lane(r.owner, rank_of, devices)
-        act = activity(r.tag, r.size)
-        peer = _endpoint(r.resources, rank_of, lane.device) if act == "send" else None
+            lane = lanes[r.owner] = owner_lane(r.owner)
+        act = r.tag.activity
+        peer = _endpoint(r.keys, rank_of, lane.device) if act == "send" else None
         bars.append(Bar(lane, act, r.tag, r.t_start, r.t_end, r.size, r.latency, peer, r.resources))
         if receives and peer is not None:
-            other = _lane(rank_of[peer], lane.channel, peer)
-            bars.append(
-                Bar(
-                    other,
-                    "receive",
-                    r.tag,
-                    r.t_start + r.latency,
-                    r.t_end + r.latency,
-                    r.size,
-                    r.latency,
-                    lane.device or lane.label,
-                    r.resources,
-                )
-            )
+            # on the receiving rank's lane of the flow's channel (a reducer's lane has none of its own)
+            other = _lane(rank_of[peer], -1 if r.owner.channel is None else r.owner.channel, peer)
+            start, end = r.t_start + r.latency, r.t_end + r.latency
+            sender = lane.device or lane.label
+            bars.append(Bar(other, "receive", r.tag, start, end, r.size, r.latency, sender, r.resources))
     bars.sort(key=lambda b: (b.start, b.lane, b.activity))
     return bars
 
@@ -350,23 +309,11 @@ class LinkUse:
 
 
 def resource_capacities(topology: Topology) -> dict[str, tuple[str, float]]:
-    """Resource name to (kind, capacity in bytes/s) for every resource measured in bytes.
-
-    Names follow the backends' resource catalogue: ``"src->dst"`` per link direction (its bandwidth),
-    ``"<cpu> memory"`` per CPU socket (``memory_bandwidth``), ``"<gpu> HBM"`` per GPU (``hbm_bandwidth``).
-    """
-    caps: dict[str, tuple[str, float]] = {}
-    for ln in topology.links():
-        caps[f"{ln.src}->{ln.dst}"] = (ln.kind, float(ln.bandwidth))
-    for cpu in topology.devices("cpu"):
-        bw = cpu.spec.get("memory_bandwidth")
-        if bw:
-            caps[f"{cpu.name} memory"] = ("hostmem", float(bw))
-    for gpu in topology.devices("gpu"):
-        bw = gpu.spec.get("hbm_bandwidth")
-        if bw:
-            caps[f"{gpu.name} HBM"] = ("hbm", float(bw))
-    return caps
+    """Resource name to (kind, capacity in bytes/s) for every resource measured in bytes: the backends' own resource
+    catalogue (:class:`collsim.backends.common.ResourceCatalog`, names by
+    :func:`collsim.backends.common.resource_name`): every link direction, every CPU socket's memory, every GPU's
+    HBM; CPU-core pools (core-seconds per second) are left out."""
+    return ResourceCatalog(topology).byte_capacities()
 
 
 def link_usage(
@@ -397,7 +344,7 @@ def link_usage(
     --------
     One 1 GB/s link, a 1 MB flow over the first half of 2 ms:
 
-    >>> r = FlowRecord("0", "x", 1e6, 0.0, 1e-3, 0.0, ("a->b",))
+    >>> r = FlowRecord(Owner(0, None, "rank", "g0"), Tag("x", "send", ""), 1e6, 0.0, 1e-3, 0.0, ("a->b",))
     >>> u = link_usage([r], {"a->b": ("pcie", 1e9)}, total_s=2e-3, bins=2)[0]
     >>> u.busy_share, u.load_share, [float(x) for x in u.utilisation]
     (0.5, 0.5, [1.0, 0.0])
@@ -489,7 +436,7 @@ def chrome_trace(
     overlap; one more process per participant that is not a rank; and one process ``"<backend> <collective> links"``
     with a counter track per busy link (``"C"`` events, ``args.utilisation`` = data bytes per second over the
     link's bandwidth, per bin of ``total / counter_bins``, repeated values dropped). Activities are ``"X"``
-    (complete) events in microseconds: ``name`` = the backend's tag (``"NVLink"``, ``"TCP over loopback"``,
+    (complete) events in microseconds: ``name`` = the tag's label (``"NVLink"``, ``"TCP over loopback"``,
     ``"CPU reduction"``), ``cat`` = send/receive/reduce/copy/overhead, ``args`` = bytes, latency, peer, resources.
     Every outcome's collective starts at ``ts = 0``; its duration is ``Outcome.time_s``, written in the ``"M"``
     metadata of its processes and in ``otherData``.
@@ -511,142 +458,163 @@ def chrome_trace(
     -------
     dict
         ``{"traceEvents": [...], "displayTimeUnit": "ns", "otherData": {...}}``; ``json.dumps`` writes it.
+
+    Raises
+    ------
+    ValueError
+        For an outcome without flow records.
     """
-    rank_of = rank_map(topology)
-    devices = [d.name for d in topology.rank_devices()]
-    caps = resource_capacities(topology)
-    events: list[dict[str, Any]] = []
-    summary: list[dict[str, Any]] = []
-    pid = 0
-    for out in outcomes:
+    trace = _Trace(rank_map(topology), [d.name for d in topology.rank_devices()], resource_capacities(topology))
+    summary = [trace.add(out, counter_bins=counter_bins, receives=receives) for out in outcomes]
+    return {
+        "traceEvents": trace.events,
+        "displayTimeUnit": "ns",
+        "otherData": {"title": title, "generator": "collsim", "time_unit": "us", "collectives": summary},
+    }
+
+
+@dataclass
+class _Trace:
+    """A Chrome trace being built: its events and the last process id handed out.
+
+    ``rank_of`` maps rank devices to rank indices, ``devices`` rank indices to devices, ``caps`` resource names to
+    (kind, bytes/s).
+    """
+
+    rank_of: Mapping[str, int]
+    devices: Sequence[str]
+    caps: Mapping[str, tuple[str, float]]
+    events: list[dict[str, Any]] = field(default_factory=list)
+    pid: int = 0
+
+    def add(self, out: Outcome, *, counter_bins: int, receives: bool) -> dict[str, Any]:
+        """Add one outcome's processes, threads, activities and link counters; return its ``otherData`` summary."""
         if not out.records:
             raise ValueError(
                 f"{out.backend} {out.collective}: the outcome has no flow records; simulate with record=True"
             )
         group = f"{out.backend} {out.collective}"
-        bars = flow_bars(out.records, rank_of, devices=devices, receives=receives)
+        bars = flow_bars(out.records, self.rank_of, receives=receives)
         sub = pack_lanes(bars)
-        lanes: dict[Lane, None] = {}
-        for b in bars:
-            lanes.setdefault(b.lane, None)
-        ranks_seen = sorted({lane.rank for lane in lanes if lane.group == 0})
-        others = sorted({lane.label for lane in lanes if lane.group == 1})
-        pids: dict[tuple[int, str], int] = {}
-        base_sort = pid
-        for r in range(out.nranks):  # every rank gets a process, even one with nothing recorded
-            pid += 1
-            pids[(r, "")] = pid
-            dev = devices[r] if r < len(devices) else ""
-            events.append(_meta("process_name", pid, 0, f"{group} rank {r}" + (f" ({dev})" if dev else "")))
-            events.append(_meta("process_sort_index", pid, 0, base_sort + pid, key="sort_index"))
-            events.append(_meta("process_labels", pid, 0, f"{out.algorithm}/{out.protocol}", key="labels"))
-        for label in others:
-            pid += 1
-            pids[(-1, label)] = pid
-            events.append(_meta("process_name", pid, 0, f"{group} {label}"))
-            events.append(_meta("process_sort_index", pid, 0, base_sort + pid, key="sort_index"))
-        tids: dict[tuple[Lane, int], tuple[int, int]] = {}
-        used_tids: dict[int, int] = {}
-        for b, s in sorted(zip(bars, sub, strict=True), key=lambda bs: (bs[0].lane, bs[1])):
-            key = (b.lane, s)
-            if key in tids:
-                continue
-            pkey = (b.lane.rank, "") if b.lane.group == 0 else (-1, b.lane.label)
-            if pkey not in pids:  # a rank beyond nranks (should not happen): a process of its own
-                pid += 1
-                pids[pkey] = pid
-                events.append(_meta("process_name", pid, 0, f"{group} {b.lane.label}"))
-            p = pids[pkey]
-            tid = used_tids.get(p, 0) + 1
-            used_tids[p] = tid
-            tids[key] = (p, tid)
-            if b.lane.group == 1:
-                tname = "activity" if s == 0 else f"activity ({s + 1})"
-            elif b.lane.channel >= 0:
-                tname = f"channel {b.lane.channel}" + ("" if s == 0 else f" ({s + 1})")
-            else:
-                tname = ("worker" if out.backend == "gloo" else "all channels") + ("" if s == 0 else f" ({s + 1})")
-            events.append(_meta("thread_name", p, tid, tname))
-            events.append(_meta("thread_sort_index", p, tid, tid, key="sort_index"))
-        for b, s in zip(bars, sub, strict=True):
-            p, tid = tids[(b.lane, s)]
-            ts = _us(b.start)
-            dur = round(_us(b.end) - ts, 6)  # from rounded ends, so that touching events share a boundary
-            if dur <= 0:  # shorter than the trace's picosecond resolution
-                continue
-            args: dict[str, Any] = {"bytes": b.nbytes}
-            if b.latency > 0:
-                args["latency_us"] = _us(b.latency)
-            if b.peer:
-                args["to" if b.activity == "send" else "from"] = b.peer
-            if b.resources:
-                args["resources"] = [strip_symmetric(x) for x in b.resources]
-            events.append(
-                {
-                    "name": b.tag,
-                    "cat": b.activity,
-                    "ph": "X",
-                    "ts": ts,
-                    "dur": dur,
-                    "pid": p,
-                    "tid": tid,
-                    "args": args,
-                }
-            )
-        pid += 1
-        link_pid = pid
-        events.append(_meta("process_name", link_pid, 0, f"{group} links (utilisation)"))
-        events.append(_meta("process_sort_index", link_pid, 0, base_sort + pid, key="sort_index"))
-        usage = link_usage(out.records, caps, total_s=out.time_s, bins=counter_bins)
+        lanes = dict.fromkeys(b.lane for b in bars)
+        base_sort = self.pid
+        pids = self._processes(out, group, sorted({lane.label for lane in lanes if lane.group == 1}), base_sort)
+        tids = self._threads(bars, sub, pids, group, out.backend)
+        self.events += _activity_events(bars, sub, tids)
+        link_pid = self._process(f"{group} links (utilisation)", base_sort)
+        usage = link_usage(out.records, self.caps, total_s=out.time_s, bins=counter_bins)
         for u in sorted(usage, key=lambda u: u.name):
-            prev: float | None = None
-            for t0, value in zip(u.edges[:-1], u.utilisation, strict=True):
-                v = round(float(value), 6)
-                if v == prev:
-                    continue
-                prev = v
-                events.append(
-                    {
-                        "name": u.name,
-                        "cat": u.kind,
-                        "ph": "C",
-                        "ts": _us(float(t0)),
-                        "pid": link_pid,
-                        "tid": 0,
-                        "args": {"utilisation": v},
-                    }
-                )
-            if prev != 0.0:
-                events.append(
-                    {
-                        "name": u.name,
-                        "cat": u.kind,
-                        "ph": "C",
-                        "ts": _us(out.time_s),
-                        "pid": link_pid,
-                        "tid": 0,
-                        "args": {"utilisation": 0.0},
-                    }
-                )
-        summary.append(
-            {
-                "backend": out.backend,
-                "collective": out.collective,
-                "algorithm": out.algorithm,
-                "protocol": out.protocol,
-                "size_bytes": out.size_bytes,
-                "nranks": out.nranks,
-                "time_us": _us(out.time_s),
-                "ranks_with_events": len(ranks_seen),
-                "busy_links": len(usage),
-                "simulated_classes": out.classes,
-                "entities": out.entities,
-            }
-        )
+            self.events += _counter_events(u, link_pid, out.time_s)
+        ranks_seen = len({lane.rank for lane in lanes if lane.group == 0})
+        return _summary(out, ranks_seen, len(usage))
+
+    def _process(self, name: str, base_sort: int | None) -> int:
+        """A new process called ``name`` (sorted after the outcome's first, ``base_sort``; None: unsorted)."""
+        self.pid += 1
+        self.events.append(_meta("process_name", self.pid, 0, name))
+        if base_sort is not None:
+            self.events.append(_meta("process_sort_index", self.pid, 0, base_sort + self.pid, key="sort_index"))
+        return self.pid
+
+    def _processes(self, out: Outcome, group: str, others: Sequence[str], base_sort: int) -> dict[tuple[int, str], int]:
+        """A process per rank (even one with nothing recorded) and per other participant; keys ``(rank, "")`` and
+        ``(-1, label)``."""
+        pids: dict[tuple[int, str], int] = {}
+        for r in range(out.nranks):
+            dev = self.devices[r] if r < len(self.devices) else ""
+            pids[(r, "")] = self._process(f"{group} rank {r}" + (f" ({dev})" if dev else ""), base_sort)
+            self.events.append(_meta("process_labels", self.pid, 0, f"{out.algorithm}/{out.protocol}", key="labels"))
+        for label in others:
+            pids[(-1, label)] = self._process(f"{group} {label}", base_sort)
+        return pids
+
+    def _threads(
+        self, bars: Sequence[Bar], sub: Sequence[int], pids: dict[tuple[int, str], int], group: str, backend: str
+    ) -> dict[tuple[Lane, int], tuple[int, int]]:
+        """A thread per (lane, sub-lane) in lane order; returns its (pid, tid)."""
+        tids: dict[tuple[Lane, int], tuple[int, int]] = {}
+        used: dict[int, int] = {}
+        for lane, s in sorted({(b.lane, s) for b, s in zip(bars, sub, strict=True)}):
+            pkey = (lane.rank, "") if lane.group == 0 else (-1, lane.label)
+            if pkey not in pids:  # a rank beyond nranks (should not happen): a process of its own
+                pids[pkey] = self._process(f"{group} {lane.label}", None)
+            p = pids[pkey]
+            tid = used[p] = used.get(p, 0) + 1
+            tids[(lane, s)] = (p, tid)
+            self.events.append(_meta("thread_name", p, tid, _thread_name(lane, s, backend)))
+            self.events.append(_meta("thread_sort_index", p, tid, tid, key="sort_index"))
+        return tids
+
+
+def _thread_name(lane: Lane, sub: int, backend: str) -> str:
+    """``"channel 3"``, ``"worker"`` (Gloo), ``"all channels"`` (NCCL all-to-all) or ``"activity"`` (another
+    participant), with `` (2)`` on a lane's second thread."""
+    if lane.group == 1:
+        base = "activity"
+    elif lane.channel >= 0:
+        base = f"channel {lane.channel}"
+    else:
+        base = "worker" if backend == "gloo" else "all channels"
+    return base + ("" if sub == 0 else f" ({sub + 1})")
+
+
+def _activity_events(
+    bars: Sequence[Bar], sub: Sequence[int], tids: Mapping[tuple[Lane, int], tuple[int, int]]
+) -> list[dict[str, Any]]:
+    """A complete (``"X"``) event per bar, in microseconds; bars shorter than the trace's resolution are left out."""
+    events: list[dict[str, Any]] = []
+    for b, s in zip(bars, sub, strict=True):
+        p, tid = tids[(b.lane, s)]
+        ts = _us(b.start)
+        dur = round(_us(b.end) - ts, 6)  # from rounded ends, so that touching events share a boundary
+        if dur <= 0:  # shorter than the trace's picosecond resolution
+            continue
+        args: dict[str, Any] = {"bytes": b.nbytes}
+        if b.latency > 0:
+            args["latency_us"] = _us(b.latency)
+        if b.peer:
+            args["to" if b.activity == "send" else "from"] = b.peer
+        if b.resources:
+            args["resources"] = [strip_symmetric(x) for x in b.resources]
+        event = {"name": b.tag.label, "cat": b.activity, "ph": "X", "ts": ts, "dur": dur, "pid": p, "tid": tid}
+        events.append({**event, "args": args})
+    return events
+
+
+def _counter_events(u: LinkUse, pid: int, time_s: float) -> list[dict[str, Any]]:
+    """Counter (``"C"``) events of one link's utilisation per bin, repeated values dropped, back to 0 at
+    ``time_s`` (seconds)."""
+
+    def counter(t_s: float, value: float) -> dict[str, Any]:
+        args = {"utilisation": value}
+        return {"name": u.name, "cat": u.kind, "ph": "C", "ts": _us(t_s), "pid": pid, "tid": 0, "args": args}
+
+    events: list[dict[str, Any]] = []
+    prev: float | None = None
+    for t0, value in zip(u.edges[:-1], u.utilisation, strict=True):
+        v = round(float(value), 6)
+        if v != prev:
+            events.append(counter(float(t0), v))
+            prev = v
+    if prev != 0.0:
+        events.append(counter(time_s, 0.0))
+    return events
+
+
+def _summary(out: Outcome, ranks_seen: int, busy_links: int) -> dict[str, Any]:
+    """One collective's entry of ``otherData.collectives``."""
     return {
-        "traceEvents": events,
-        "displayTimeUnit": "ns",
-        "otherData": {"title": title, "generator": "collsim", "time_unit": "us", "collectives": summary},
+        "backend": out.backend,
+        "collective": out.collective,
+        "algorithm": out.algorithm,
+        "protocol": out.protocol,
+        "size_bytes": out.size_bytes,
+        "nranks": out.nranks,
+        "time_us": _us(out.time_s),
+        "ranks_with_events": ranks_seen,
+        "busy_links": busy_links,
+        "simulated_classes": out.classes,
+        "entities": out.entities,
     }
 
 

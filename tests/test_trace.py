@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 
 from collsim.api import Simulator
-from collsim.backends import Outcome
+from collsim.backends import TAGS, Outcome
+from collsim.backends.common import ResourceCatalog, resource_name
 from collsim.cli import main
-from collsim.engine import FlowRecord
+from collsim.engine import FlowRecord, Owner, Tag
 from collsim.trace import (
     Lane,
     activity,
@@ -64,35 +65,54 @@ def test_strip_symmetric_and_unsymmetric() -> None:
     assert off.source_file == sc.source_file and off.name == sc.name
 
 
+def _rank(rank: int, channel: int | None = 0) -> Owner:
+    return Owner(rank, channel, "rank", f"n0/gpu{rank}")
+
+
 def test_owner_lane_forms() -> None:
-    ranks = {"n0/gpu0": 0, "n0/gpu1": 1}
-    assert owner_lane("(3, 'n0/gpu1')", ranks) == Lane(0, 1, 3, "rank 1 ch 3", "n0/gpu1")
-    assert owner_lane("n0/gpu1", ranks) == Lane(0, 1, -1, "rank 1", "n0/gpu1")
-    gloo = owner_lane("1", ranks, ["n0/gpu0", "n0/gpu1"])
-    assert (gloo.label, gloo.device) == ("rank 1", "n0/gpu1")
-    sharp = owner_lane("('sharp', 0, 'fabric/leaf0', 0)", ranks)
-    assert (sharp.group, sharp.rank, sharp.label) == (1, -1, "sharp 0 fabric/leaf0 0")
-    assert sorted([sharp, gloo, owner_lane("0", ranks)])[-1] == sharp  # ranks first
+    assert owner_lane(_rank(1, 3)) == Lane(0, 1, 3, "rank 1 ch 3", "n0/gpu1")
+    assert owner_lane(_rank(1, None)) == Lane(0, 1, -1, "rank 1", "n0/gpu1")
+    assert owner_lane(_rank(1, None)).device == "n0/gpu1"
+    sharp = owner_lane(Owner(None, 0, "in-network reducer", "fabric/leaf0", index=0))
+    assert (sharp.group, sharp.rank, sharp.label) == (1, -1, "in-network reducer 0 ch 0 (fabric/leaf0)")
+    assert sorted([sharp, owner_lane(_rank(1, None)), owner_lane(_rank(0, None))])[-1] == sharp  # ranks first
 
 
-def test_activity_by_tag() -> None:
-    assert activity("CPU reduction") == "reduce"
-    assert activity("GPU reduction (HBM)") == "reduce"
-    assert activity("H2D copy (PCIe)") == "copy"
-    assert activity("CPU copy") == "copy"
-    assert activity("launch + base latency", 0.0) == "overhead"
-    assert activity("enqueue on worker thread", 0.0) == "overhead"
-    assert activity("NVLink", 4096.0) == "send"
-    assert activity("TCP over loopback", 4096.0) == "send"
+def test_activity_is_the_declared_one() -> None:
+    expect = {
+        "CPU reduction": "reduce",
+        "GPU reduction (HBM)": "reduce",
+        "H2D copy (PCIe)": "copy",
+        "CPU copy": "copy",
+        "launch + base latency": "overhead",
+        "enqueue on worker thread": "overhead",
+        "NVLink": "send",
+        "TCP over loopback": "send",
+        "network (in-network reduction)": "send",
+    }
+    assert {label: activity(TAGS[label]) for label in expect} == expect
+    assert activity(Tag("anything", "copy", "")) == "copy"  # read from the tag, not from its label
+
+
+def _shm_path() -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]:
+    keys = (
+        ("link", "n0/gpu0", "n0/pcie0"),
+        ("link", "n0/pcie0", "n0/cpu0"),
+        ("mem", "n0/cpu0"),
+        ("link", "n0/cpu0", "n0/pcie0"),
+        ("link", "n0/pcie0", "n0/gpu1"),
+    )
+    return tuple(resource_name(k) for k in keys), keys
 
 
 def test_flow_bars_send_and_receive() -> None:
     ranks = {"n0/gpu0": 0, "n0/gpu1": 1}
-    path = ("n0/gpu0->n0/pcie0", "n0/pcie0->n0/cpu0", "n0/cpu0 memory", "n0/cpu0->n0/pcie0", "n0/pcie0->n0/gpu1")
+    path, keys = _shm_path()
+    launch, shm = TAGS["launch + base latency"], TAGS["SHM via host memory"]
     recs = [
-        FlowRecord("(0, 'n0/gpu0')", "launch + base latency", 0.0, 0.0, 2e-6, 0.0, ()),
-        FlowRecord("(0, 'n0/gpu0')", "SHM via host memory", 1000.0, 2e-6, 5e-6, 1e-6, path),
-        FlowRecord("(0, 'n0/gpu0')", "zero", 0.0, 6e-6, 6e-6, 0.0, ()),  # no duration: no bar
+        FlowRecord(_rank(0), launch, 0.0, 0.0, 2e-6, 0.0, ()),
+        FlowRecord(_rank(0), shm, 1000.0, 2e-6, 5e-6, 1e-6, path, (1.0,) * 5, keys),
+        FlowRecord(_rank(0), shm, 0.0, 6e-6, 6e-6, 0.0, ()),  # no duration: no bar
     ]
     bars = flow_bars(recs, ranks)
     assert [(b.lane.label, b.activity, b.start, b.end, b.peer) for b in bars] == [
@@ -100,21 +120,42 @@ def test_flow_bars_send_and_receive() -> None:
         ("rank 0 ch 0", "send", 2e-6, 5e-6, "n0/gpu1"),
         ("rank 1 ch 0", "receive", 3e-6, 6e-6, "n0/gpu0"),  # shifted by the 1 us latency
     ]
+    assert bars[1].tag is shm and bars[2].tag is shm
     assert [b.activity for b in flow_bars(recs, ranks, receives=False)] == ["overhead", "send"]
     # a path that ends at the sender's own GPU (NVLS) or at host memory (Gloo TCP) has no receiver
-    nvls = FlowRecord("(0, 'n0/gpu0')", "NVLink (NVLS)", 1.0, 0.0, 1.0, 0.0, ("n0/gpu0->n0/sw", "n0/sw->n0/gpu0"))
-    assert [b.activity for b in flow_bars([nvls], ranks)] == ["send"]
+    nvls_keys = (("link", "n0/gpu0", "n0/sw"), ("link", "n0/sw", "n0/gpu0"))
+    nvls = FlowRecord(_rank(0), TAGS["NVLink (NVLS)"], 1.0, 0.0, 1.0, 0.0, ("x", "y"), (1.0, 1.0), nvls_keys)
+    tcp = FlowRecord(_rank(0), TAGS["TCP over loopback"], 1.0, 0.0, 1.0, 0.0, ("m",), (4.0,), (("mem", "n0/cpu0"),))
+    assert [b.activity for b in flow_bars([nvls, tcp], ranks)] == ["send", "send"]
+    # the receiver comes from the record's resource keys, not from its display names
+    renamed = FlowRecord(_rank(0), shm, 1000.0, 2e-6, 5e-6, 1e-6, ("a", "b", "c", "d", "e"), (1.0,) * 5, keys)
+    assert [b.lane.label for b in flow_bars([renamed], ranks)] == ["rank 0 ch 0", "rank 1 ch 0"]
+
+
+def test_a_reducer_sending_down_is_received_on_the_rank_channel() -> None:
+    # CollNet's in-network reducer is not a rank: a lane of its own; the sum it sends down arrives on the GPU's
+    # lane of the reducer's channel
+    reducer = Owner(None, 3, "in-network reducer", "fabric/leaf0", index=0)
+    keys = (("link", "fabric/leaf0", "n0/nic0"), ("link", "n0/nic0", "n0/gpu1"))
+    down = FlowRecord(reducer, TAGS["network (in-network reduction)"], 8.0, 0.0, 1.0, 0.5, ("a", "b"), (1.0, 1.0), keys)
+    bars = flow_bars([down], {"n0/gpu0": 0, "n0/gpu1": 1})
+    got = [(b.lane.label, b.activity, b.peer) for b in bars]
+    assert got == [
+        ("in-network reducer 0 ch 3 (fabric/leaf0)", "send", "n0/gpu1"),
+        ("rank 1 ch 3", "receive", "in-network reducer 0 ch 3 (fabric/leaf0)"),
+    ]
 
 
 def test_pack_lanes_separates_overlaps() -> None:
+    tags = {c: Tag(c, "send", "") for c in "abcd"}
     recs = [
-        FlowRecord("0", "a", 1.0, 0.0, 2.0, 0.0, ()),
-        FlowRecord("0", "b", 1.0, 1.0, 3.0, 0.0, ()),
-        FlowRecord("0", "c", 1.0, 2.0, 4.0, 0.0, ()),
-        FlowRecord("1", "d", 1.0, 1.0, 2.0, 0.0, ()),
+        FlowRecord(_rank(0, None), tags["a"], 1.0, 0.0, 2.0, 0.0, ()),
+        FlowRecord(_rank(0, None), tags["b"], 1.0, 1.0, 3.0, 0.0, ()),
+        FlowRecord(_rank(0, None), tags["c"], 1.0, 2.0, 4.0, 0.0, ()),
+        FlowRecord(_rank(1, None), tags["d"], 1.0, 1.0, 2.0, 0.0, ()),
     ]
     bars = flow_bars(recs, {})
-    assert [(b.tag, s) for b, s in zip(bars, pack_lanes(bars), strict=True)] == [
+    assert [(b.tag.label, s) for b, s in zip(bars, pack_lanes(bars), strict=True)] == [
         ("a", 0),
         ("b", 1),
         ("d", 0),  # another lane
@@ -127,10 +168,11 @@ def test_pack_lanes_separates_overlaps() -> None:
 
 def test_link_usage_closed_form() -> None:
     """Two 1 MB flows at 1 GB/s each on a 2 GB/s link, overlapping half their time, in 2 ms cut in 4 bins."""
+    x = Tag("x", "send", "")
     recs = [
-        FlowRecord("0", "x", 1e6, 0.0, 1e-3, 0.0, ("a->b",)),
-        FlowRecord("1", "x", 1e6, 0.5e-3, 1.5e-3, 0.0, ("a->b (+3 symmetric)",)),
-        FlowRecord("1", "x", 1e6, 0.0, 1e-3, 0.0, ("n0 CPU cores",)),  # not in bytes: ignored
+        FlowRecord(_rank(0, None), x, 1e6, 0.0, 1e-3, 0.0, ("a->b",)),
+        FlowRecord(_rank(1, None), x, 1e6, 0.5e-3, 1.5e-3, 0.0, ("a->b (+3 symmetric)",)),
+        FlowRecord(_rank(1, None), x, 1e6, 0.0, 1e-3, 0.0, ("n0 CPU cores",)),  # not in bytes: ignored
     ]
     (u,) = link_usage(recs, {"a->b": ("pcie", 2e9)}, total_s=2e-3, bins=4)
     assert (u.name, u.kind, u.capacity) == ("a->b", "pcie", 2e9)
@@ -147,12 +189,8 @@ def test_link_usage_closed_form() -> None:
 def test_link_usage_uses_record_coefficients_when_present() -> None:
     """A record type that carries per-resource coefficients (e.g. LL's 2 wire bytes per data byte) is honoured."""
 
-    class Rec:
-        owner, tag, size, t_start, t_end, latency = "0", "x", 1e6, 0.0, 1e-3, 0.0
-        resources = ("a->b",)
-        coefficients = (2.0,)
-
-    (u,) = link_usage([Rec()], {"a->b": ("nvlink", 2e9)}, total_s=1e-3, bins=1)  # type: ignore[list-item]
+    rec = FlowRecord(_rank(0, None), Tag("x", "send", ""), 1e6, 0.0, 1e-3, 0.0, ("a->b",), (2.0,))
+    (u,) = link_usage([rec], {"a->b": ("nvlink", 2e9)}, total_s=1e-3, bins=1)
     assert float(u.utilisation[0]) == pytest.approx(1.0)
 
 
@@ -163,6 +201,22 @@ def test_resource_capacities_match_topology(hgx_full: Simulator) -> None:
     cpu = hgx_full.topology.device("n0/cpu0")
     assert caps["n0/cpu0 memory"] == ("hostmem", float(cpu.spec["memory_bandwidth"]))
     assert caps["n0/gpu3 HBM"][0] == "hbm"
+    assert "n0 CPU cores" not in caps
+    # the same names as the resources the backends simulate: one function makes them
+    specs = ResourceCatalog(hgx_full.topology).specs
+    assert {resource_name(k) for k in specs} == {spec.name for spec in specs.values()} > set(caps)
+    assert resource_name(("link", "n0/gpu0", "n0/nvswitch")) == "n0/gpu0->n0/nvswitch"
+    with pytest.raises(ValueError, match="not a resource key"):
+        resource_name(("nvlink", "n0/gpu0"))
+
+
+def test_records_name_their_owner_and_resource_keys(hgx_full: Simulator) -> None:
+    out = hgx_full.simulate_one("nccl", 256 * 1024, record=True)
+    sends = [r for r in out.records if r.size > 0]
+    assert sends and all(r.owner.rank is not None and r.owner.channel is not None for r in sends)
+    assert all(r.owner.device == f"n0/gpu{r.owner.rank}" for r in out.records)
+    for r in sends:
+        assert len(r.keys) == len(r.resources) and [resource_name(k) for k in r.keys] == list(r.resources)
 
 
 def test_simulated_link_usage_bounded(hgx_full: Simulator) -> None:
@@ -240,7 +294,7 @@ def test_trace_times_match_simulation(hgx_trace: tuple[list[Outcome], dict[str, 
         assert arrival == pytest.approx(out.time_s * 1e6, rel=1e-9, abs=2e-6)
         # bytes sent add up to what the flows moved
         sent = sum(e["args"]["bytes"] for e in xs if e["cat"] == "send")
-        assert sent == pytest.approx(sum(r.size for r in out.records if activity(r.tag, r.size) == "send"))
+        assert sent == pytest.approx(sum(r.size for r in out.records if activity(r.tag) == "send"))
 
 
 def test_trace_threads_never_overlap(hgx_trace: tuple[list[Outcome], dict[str, Any]]) -> None:

@@ -8,10 +8,20 @@ from dataclasses import dataclass, field
 
 import simpy
 
-from collsim.engine import FlowRecord, FluidNetwork, ResourceSpec
+from collsim.engine import FlowRecord, FluidNetwork, Quotient, ResourceSpec
 from collsim.topology import Link, Topology
 
-__all__ = ["BackendError", "Outcome", "Path", "ResourceCatalog", "link_uses", "run_until_done"]
+__all__ = [
+    "BackendError",
+    "Outcome",
+    "Path",
+    "ResourceCatalog",
+    "key_resources",
+    "link_end",
+    "link_uses",
+    "resource_name",
+    "run_until_done",
+]
 
 
 class BackendError(ValueError):
@@ -76,26 +86,79 @@ def link_uses(links: Sequence[Link]) -> Path:
     )
 
 
-class ResourceCatalog:
-    """Resource keys and their specs: directed links, host memory per CPU socket, CPU cores per node.
+def resource_name(key: Hashable) -> str:
+    """The display name of a resource key: the only place resource names are made.
 
-    Keys: ``("link", src, dst)``, ``("mem", cpu)`` (bytes/s), ``("cores", node)`` (core-seconds/s = cores).
+    Keys: ``("link", src, dst)`` (a link direction), ``("mem", cpu)`` (a CPU socket's memory), ``("hbm", gpu)`` (a
+    GPU's memory), ``("cores", node)`` (a node's CPU cores).
+
+    Examples
+    --------
+    >>> [resource_name(k) for k in [("link", "n0/gpu0", "n0/nvswitch"), ("mem", "n0/cpu0"), ("cores", 1)]]
+    ['n0/gpu0->n0/nvswitch', 'n0/cpu0 memory', 'n1 CPU cores']
+    >>> resource_name(("hbm", "n0/gpu3"))
+    'n0/gpu3 HBM'
+    """
+    match key:
+        case ("link", str(src), str(dst)):
+            return f"{src}->{dst}"
+        case ("mem", str(cpu)):
+            return f"{cpu} memory"
+        case ("hbm", str(gpu)):
+            return f"{gpu} HBM"
+        case ("cores", int(node)):
+            return f"n{node} CPU cores"
+    raise ValueError(f"not a resource key: {key!r}")
+
+
+def link_end(key: Hashable) -> str | None:
+    """The device a link resource enters (``dst`` of ``("link", src, dst)``); None for any other resource.
+
+    >>> link_end(("link", "n0/gpu0", "n0/nvswitch")), link_end(("mem", "n0/cpu0"))
+    ('n0/nvswitch', None)
+    """
+    if isinstance(key, tuple) and len(key) == 3 and key[0] == "link":
+        return str(key[2])
+    return None
+
+
+def key_resources(quotient: Quotient) -> None:
+    """Give every engine resource of ``quotient`` the key of its class's first member, so that flow records carry
+    resource keys (:attr:`collsim.engine.FlowRecord.keys`) beside the names."""
+    for cls, keys in quotient.res_members.items():
+        quotient.engine_resources[cls].key = keys[0]
+
+
+class ResourceCatalog:
+    """Resource keys and their specs: directed links, host memory per CPU socket, GPU memory (HBM) per GPU, CPU
+    cores per node; names from :func:`resource_name`.
+
+    Keys: ``("link", src, dst)``, ``("mem", cpu)``, ``("hbm", gpu)`` (bytes/s), ``("cores", node)``
+    (core-seconds/s = cores).
     """
 
     def __init__(self, topo: Topology) -> None:
         self.topo = topo
         self.specs: dict[Hashable, ResourceSpec] = {}
         for ln in topo.links():
-            self.specs[("link", ln.src, ln.dst)] = ResourceSpec(f"{ln.src}->{ln.dst}", ln.bandwidth, ln.kind)
+            self._add(("link", ln.src, ln.dst), ln.bandwidth, ln.kind)
         cores: dict[int, float] = {}
         for cpu in topo.devices("cpu"):
             spec = cpu.spec
-            self.specs[("mem", cpu.name)] = ResourceSpec(
-                f"{cpu.name} memory", float(spec["memory_bandwidth"]), "hostmem"
-            )
+            self._add(("mem", cpu.name), float(spec["memory_bandwidth"]), "hostmem")
             cores[cpu.node] = cores.get(cpu.node, 0.0) + float(spec["cores"])
+        for gpu in topo.devices("gpu"):
+            if gpu.spec.get("hbm_bandwidth"):
+                self._add(("hbm", gpu.name), float(gpu.spec["hbm_bandwidth"]), "hbm")
         for node, n in cores.items():
-            self.specs[("cores", node)] = ResourceSpec(f"n{node} CPU cores", n, "cpu")
+            self._add(("cores", node), n, "cpu")
+
+    def _add(self, key: Hashable, capacity: float, kind: str) -> None:
+        self.specs[key] = ResourceSpec(resource_name(key), capacity, kind)
+
+    def byte_capacities(self) -> dict[str, tuple[str, float]]:
+        """Resource name to (kind, capacity in bytes/s) for every resource measured in bytes (all but CPU cores)."""
+        return {spec.name: (spec.kind, spec.capacity) for spec in self.specs.values() if spec.kind != "cpu"}
 
     def mem(self, cpu: str, coef: float) -> Path:
         """``coef`` bytes of host-memory traffic per data byte on ``cpu``'s socket."""
@@ -106,10 +169,12 @@ class ResourceCatalog:
         return Path(((("cores", node), seconds_per_byte),), 0.0, ("cpu",))
 
 
-def run_until_done(env: simpy.Environment, done_events: Sequence[simpy.Event]) -> float:
+def run_until_done(env: simpy.Environment, done_events: Sequence[simpy.Event], deadline: float | None = None) -> float:
     """Run the simulation and return the time the last of ``done_events`` fired (seconds).
 
-    The clock may run past it on stale wake-ups; the completion time is read from the events themselves.
+    The clock may run past it on stale wake-ups; the completion time is read from the events themselves. With a
+    ``deadline`` (seconds) the clock stops there, and a collective not done by then returns ``inf``: it is slower
+    than the deadline, by how much is not simulated.
     """
     finish = [math.nan] * len(done_events)
 
@@ -118,8 +183,13 @@ def run_until_done(env: simpy.Environment, done_events: Sequence[simpy.Event]) -
 
     for i, ev in enumerate(done_events):
         ev.callbacks.append(lambda _e, i=i: mark(i))  # type: ignore[misc]
-    env.run()
+    if deadline is None:
+        env.run()
+    else:
+        env.run(until=deadline)
     missing = [i for i, t in enumerate(finish) if math.isnan(t)]
+    if missing and deadline is not None:
+        return math.inf
     if missing:
         raise RuntimeError(f"simulation deadlocked: {len(missing)} participants never finished")
     return max(finish) if finish else 0.0

@@ -1,19 +1,24 @@
-"""Time, shared resources and flows: the fluid max-min fair engine, and its exact symmetry quotient."""
+"""Time, shared resources and flows (typed: who does each, what it is): the fluid max-min fair engine, and its exact
+symmetry quotient."""
 
 from __future__ import annotations
 
 from collsim.engine.breakdown import attribute_time
-from collsim.engine.fluid import LATE, Flow, FlowRecord, FluidNetwork, Resource
+from collsim.engine.fluid import LATE, NO_OWNER, UNTAGGED, Flow, FlowRecord, FluidNetwork, Owner, Resource, Tag
 from collsim.engine.symmetry import Quotient, ResourceSpec, build_quotient, refine
 
 __all__ = [
     "LATE",
+    "NO_OWNER",
+    "UNTAGGED",
     "Flow",
     "FlowRecord",
     "FluidNetwork",
+    "Owner",
     "Quotient",
     "Resource",
     "ResourceSpec",
+    "Tag",
     "attribute_time",
     "build_quotient",
     "refine",

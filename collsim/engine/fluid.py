@@ -10,24 +10,121 @@ that start and end together cost one solve.
 Latency is separate from bandwidth: :meth:`FluidNetwork.transfer` streams first and reports arrival ``latency``
 seconds after the last byte left, so a sender that pipelines messages pays the latency once per dependency chain,
 not once per message.
+
+Every flow and delay names who does it (an :class:`Owner`: a rank, its NCCL channel, or another participant) and
+what it is (a :class:`Tag`: a display label, an activity and a breakdown category). A recording network keeps both,
+typed, in its :class:`FlowRecord` objects, with the names and keys of the resources crossed: breakdowns, traces and
+figures read these fields and never parse display strings.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 import simpy
 from simpy.events import Event
 
-__all__ = ["LATE", "Flow", "FlowRecord", "FluidNetwork", "Resource"]
+from collsim.vocab import TAG_ACTIVITIES
+
+__all__ = ["LATE", "NO_OWNER", "UNTAGGED", "Flow", "FlowRecord", "FluidNetwork", "Owner", "Resource", "Tag"]
 
 #: SimPy priority of the rate solve: after every NORMAL (1) event of the same timestamp.
 LATE = 2
 
 _SAT_TOL = 1e-9  # relative: a resource with less than this fraction of its capacity left is saturated
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """Who does a flow: a rank (on one NCCL channel, or on none), or a participant that is not a rank.
+
+    Attributes
+    ----------
+    rank : int or None
+        The rank's index; None for a participant that is not a rank (CollNet's in-network reducer).
+    channel : int or None
+        The NCCL channel; None where not applicable (Gloo; NCCL's all-to-all, which uses every channel at once).
+    role : str
+        What the participant is: ``"rank"``, ``"in-network reducer"`` ...
+    device : str
+        The device it runs on (``"n0/gpu3"``, ``"fabric/leaf0"``), for labels; ``""`` when unknown.
+    index : int or None
+        Which of several participants of one role, channel and device (CollNet Direct: one reducer per GPU index).
+
+    Examples
+    --------
+    >>> Owner(3, 5, "rank", "n0/gpu3").label, Owner(3, None, "rank", "n0/gpu3").label
+    ('rank 3 ch 5', 'rank 3')
+    >>> Owner(None, 0, "in-network reducer", "fabric/leaf0", index=1).label
+    'in-network reducer 1 ch 0 (fabric/leaf0)'
+    """
+
+    rank: int | None
+    channel: int | None
+    role: str
+    device: str
+    index: int | None = None
+
+    @property
+    def label(self) -> str:
+        """``"rank 3 ch 5"``, ``"rank 3"``, or the role, index, channel and device of another participant."""
+        if self.rank is not None:
+            head = f"rank {self.rank}"
+        else:
+            head = " ".join(x for x in (self.role, "" if self.index is None else str(self.index)) if x)
+        parts = [head or "(unnamed)"]
+        if self.channel is not None:
+            parts.append(f"ch {self.channel}")
+        if self.rank is None and self.device:
+            parts.append(f"({self.device})")
+        return " ".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class Tag:
+    """What a flow is: its display label, the activity it stands for and the breakdown category it is drawn in.
+
+    Backends declare their tags once (:mod:`collsim.backends.tags` collects them); labels are unique across
+    backends and are the keys of a record's time breakdown.
+
+    Attributes
+    ----------
+    label : str
+        Display text, e.g. ``"NVLink"``, ``"TCP over loopback"``, ``"launch + base latency"``.
+    activity : str
+        One of :data:`collsim.vocab.TAG_ACTIVITIES`: ``send``, ``reduce``, ``copy``, ``overhead`` (a flow or a
+        delay), or ``wait`` (only the breakdown's idle time; never on a flow).
+    category : str
+        The breakdown category (:data:`collsim.vocab.BREAKDOWN_CATEGORIES`), ``""`` for the engine's untagged flows.
+
+    Examples
+    --------
+    >>> Tag("NVLink", "send", "transfer: NVLink").activity
+    'send'
+    >>> Tag("x", "fly", "")
+    Traceback (most recent call last):
+    ...
+    ValueError: tag 'x': activity 'fly' is not one of send, reduce, copy, overhead, wait
+    """
+
+    label: str
+    activity: str
+    category: str
+
+    def __post_init__(self) -> None:
+        if self.activity not in TAG_ACTIVITIES:
+            raise ValueError(
+                f"tag {self.label!r}: activity {self.activity!r} is not one of {', '.join(TAG_ACTIVITIES)}"
+            )
+
+
+#: The owner of flows started without one (engine tests, examples).
+NO_OWNER = Owner(None, None, "", "")
+#: The tag of flows started without one (engine tests, examples); no backend emits it.
+UNTAGGED = Tag("", "send", "")
 
 
 class Resource:
@@ -41,16 +138,19 @@ class Resource:
         Units per second: bytes/s for a link direction or memory, core-seconds/s (= number of cores) for a CPU pool.
     kind : str
         What it is, for reports: ``nvlink``, ``pcie``, ``hostmem``, ``cpu``, ``ib`` ...
+    key : hashable, optional
+        The caller's key of the resource (a backend's ``("link", src, dst)``), carried by flow records.
     """
 
-    __slots__ = ("busy", "capacity", "carried", "kind", "name")
+    __slots__ = ("busy", "capacity", "carried", "key", "kind", "name")
 
-    def __init__(self, name: str, capacity: float, kind: str = "") -> None:
+    def __init__(self, name: str, capacity: float, kind: str = "", key: Hashable = None) -> None:
         if not capacity > 0 or math.isnan(capacity):
             raise ValueError(f"resource {name!r}: capacity must be positive, got {capacity!r}")
         self.name = name
         self.capacity = float(capacity)
         self.kind = kind
+        self.key = key
         self.busy = 0.0  # seconds during which the resource was saturated
         self.carried = 0.0  # units consumed by finished flows
 
@@ -84,8 +184,8 @@ class Flow:
         uses: tuple[tuple[Resource, float], ...],
         max_rate: float,
         done: Event,
-        tag: str,
-        owner: str,
+        tag: Tag,
+        owner: Owner,
         latency: float,
     ) -> None:
         self.size = size
@@ -106,19 +206,37 @@ class Flow:
 
 @dataclass(frozen=True)
 class FlowRecord:
-    """What one finished flow did (kept when the network records).
+    """What one finished flow (or delay) did, kept when the network records.
 
-    ``t_start``/``t_end`` are the streaming interval in seconds; ``latency`` is paid after ``t_end``.
+    Attributes
+    ----------
+    owner : Owner
+        Who did it.
+    tag : Tag
+        What it was.
+    size : float
+        Units moved (bytes); 0 for a delay.
+    t_start, t_end : float
+        The streaming interval (a delay's wait), seconds.
+    latency : float
+        Seconds paid after ``t_end`` until arrival.
+    resources : tuple of str
+        Names of the resources crossed (a symmetry class's name ends in ``" (+N symmetric)"``).
+    coefficients : tuple of float
+        Units consumed on each of ``resources`` per data byte.
+    keys : tuple of hashable
+        The caller's key of each of ``resources`` (:attr:`Resource.key`; None where it has none).
     """
 
-    owner: str
-    tag: str
+    owner: Owner
+    tag: Tag
     size: float
     t_start: float
     t_end: float
     latency: float
     resources: tuple[str, ...]
-    coefficients: tuple[float, ...] = ()  # units consumed on each of ``resources`` per data byte
+    coefficients: tuple[float, ...] = ()
+    keys: tuple[Hashable, ...] = ()
 
 
 class FluidNetwork:
@@ -163,16 +281,18 @@ class FluidNetwork:
         self._generation = 0
         self._sat_since: dict[Resource, float] = {}
         self._signatures: dict[tuple[tuple[tuple[Resource, float], ...], float], int] = {}
+        self._sig_order: list[tuple[tuple[tuple[str, float], ...], float]] = []  # per signature: what it is
         self._memo: dict[tuple[int, ...], tuple[dict[int, float], frozenset[Resource]]] = {}
         self.memo_hits = 0
         self._last_saturated: frozenset[Resource] = frozenset()
 
     # ------------------------------------------------------------------ resources
-    def resource(self, name: str, capacity: float, kind: str = "") -> Resource:
-        """Create (or return the existing) resource called ``name`` with ``capacity`` units/s."""
+    def resource(self, name: str, capacity: float, kind: str = "", key: Hashable = None) -> Resource:
+        """Create (or return the existing) resource called ``name`` with ``capacity`` units/s and an optional
+        ``key`` (flow records carry it)."""
         res = self.resources.get(name)
         if res is None:
-            res = Resource(name, capacity, kind)
+            res = Resource(name, capacity, kind, key)
             self.resources[name] = res
         elif not math.isclose(res.capacity, capacity, rel_tol=1e-12):
             raise ValueError(f"resource {name!r} exists with capacity {res.capacity}, asked for {capacity}")
@@ -186,8 +306,8 @@ class FluidNetwork:
         *,
         latency: float = 0.0,
         max_rate: float = math.inf,
-        tag: str = "",
-        owner: str = "",
+        tag: Tag = UNTAGGED,
+        owner: Owner = NO_OWNER,
     ) -> tuple[Event, Event]:
         """Start a flow now and return ``(streamed, arrived)`` events.
 
@@ -206,9 +326,19 @@ class FluidNetwork:
             Seconds from the end of streaming to arrival.
         max_rate : float
             Cap on this flow's rate in units/s (one channel, one thread).
-        tag, owner : str
-            What the flow is and who does it, for breakdowns and traces.
+        tag : Tag
+            What the flow is, for breakdowns and traces.
+        owner : Owner
+            Who does it.
+
+        Raises
+        ------
+        TypeError
+            When ``tag`` or ``owner`` is not typed (a display string).
+        ValueError
+            For a tag of activity ``wait`` (the breakdown's idle time).
         """
+        _check_typed(tag, owner)
         env = self.env
         streamed = Event(env)
         arrived = Event(env) if latency > 0 else streamed
@@ -226,13 +356,16 @@ class FluidNetwork:
         uses_t = tuple(merged.items())
         flow = Flow(float(size), uses_t, max_rate, streamed, tag, owner, latency)
         flow.sig = self._signatures.setdefault((uses_t, max_rate), len(self._signatures))
+        if flow.sig == len(self._sig_order):  # a new signature: its place in the canonical solve order
+            self._sig_order.append((tuple((r.name, c) for r, c in uses_t), max_rate))
         flow.t_start = flow.t_ref = env.now
         self._active[id(flow)] = flow
         self._schedule_update()
         return streamed, arrived
 
-    def delay(self, seconds: float, *, tag: str = "", owner: str = "") -> Event:
-        """A pure wait of ``seconds`` (an overhead such as a kernel launch), recorded like a flow."""
+    def delay(self, seconds: float, *, tag: Tag = UNTAGGED, owner: Owner = NO_OWNER) -> Event:
+        """A pure wait of ``seconds`` (an overhead such as a kernel launch), recorded like a flow of 0 bytes."""
+        _check_typed(tag, owner)
         if self.record:
             now = self.env.now
             self.records.append(FlowRecord(owner, tag, 0.0, now, now + seconds, 0.0, ()))
@@ -300,6 +433,7 @@ class FluidNetwork:
                             f.latency,
                             tuple(r.name for r, _ in f.uses),
                             tuple(c for _, c in f.uses),
+                            tuple(r.key for r, _ in f.uses),
                         )
                     )
                 f.done.succeed()
@@ -316,8 +450,12 @@ class FluidNetwork:
         key = tuple(sorted(f.sig for f in flows))
         hit = self._memo.get(key)
         if hit is None:
-            rates = self._progressive_filling(flows)
-            hit = ({f.sig: r for f, r in zip(flows, rates, strict=True)}, self._last_saturated)
+            # solved in an order set by what the flows are (resource names, coefficients, cap), not by when they
+            # started: the float sums then do not depend on the history, and a memo hit returns bit for bit what a
+            # fresh solve of the same flows would, in this network or another
+            ordered = sorted(flows, key=lambda f: self._sig_order[f.sig])
+            rates = self._progressive_filling(ordered)
+            hit = ({f.sig: r for f, r in zip(ordered, rates, strict=True)}, self._last_saturated)
             if len(self._memo) < 100_000:
                 self._memo[key] = hit
         else:
@@ -359,7 +497,9 @@ class FluidNetwork:
                 weight[res] = weight.get(res, 0.0) + coef
                 members.setdefault(res, []).append(i)
         left = {res: res.capacity for res in weight}
-        live = {res for res, w in weight.items() if w > 0}
+        # an insertion-ordered dict, not a set: a set of resources iterates in memory-address order, which would
+        # make tie-breaks and the order of float sums differ from run to run
+        live = {res: None for res, w in weight.items() if w > 0}
         frozen = [False] * len(flows)
         rates = [0.0] * len(flows)
         nfrozen = 0
@@ -402,7 +542,7 @@ class FluidNetwork:
                 cp += 1
             for res in newly:
                 saturated.add(res)
-                live.discard(res)
+                live.pop(res, None)
                 to_freeze.extend(members[res])
             for i in to_freeze:
                 if frozen[i]:
@@ -414,7 +554,7 @@ class FluidNetwork:
                     if res in live:
                         weight[res] -= coef
                         if weight[res] <= 1e-12 * coef:  # no unfrozen flow left on it
-                            live.discard(res)
+                            live.pop(res, None)
         self._last_saturated = frozenset(saturated)
         return rates
 
@@ -426,7 +566,7 @@ class FluidNetwork:
             heapq.heappop(heap)
         if not heap:
             if self._active:
-                names = ", ".join(f"{f.owner}:{f.tag}" for f in list(self._active.values())[:5])
+                names = ", ".join(f"{f.owner.label}:{f.tag.label}" for f in list(self._active.values())[:5])
                 raise RuntimeError(f"flows cannot progress (zero rate): {names}")
             return
         gen = self._generation
@@ -450,9 +590,19 @@ class FluidNetwork:
             if f.rate >= f.max_rate * (1 - rel_tol):
                 continue
             if not any(load[res] >= res.capacity * (1 - rel_tol) for res, _ in f.uses):
-                raise AssertionError(f"flow {f.owner}:{f.tag} at {f.rate} is not bottlenecked")
+                raise AssertionError(f"flow {f.owner.label}:{f.tag.label} at {f.rate} is not bottlenecked")
 
     @property
     def active(self) -> list[Flow]:
         """Flows streaming now."""
         return list(self._active.values())
+
+
+def _check_typed(tag: object, owner: object) -> None:
+    """Refuse display strings where the typed contract is expected, and the breakdown's idle tags on a flow."""
+    if not isinstance(tag, Tag):
+        raise TypeError(f"tag must be a collsim.engine.Tag, got {type(tag).__name__} {tag!r}")
+    if not isinstance(owner, Owner):
+        raise TypeError(f"owner must be a collsim.engine.Owner, got {type(owner).__name__} {owner!r}")
+    if tag.activity == "wait":
+        raise ValueError(f"tag {tag.label!r} stands for idle time (activity 'wait'): no flow or delay carries it")

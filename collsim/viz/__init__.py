@@ -1,7 +1,8 @@
 """Plotly figures from results, flow records and topologies, and the HTML report.
 
-Figures are pure functions (see :mod:`collsim.viz.figures`); :func:`build_report` simulates what
-``collsim report`` shows and returns the self-contained page.
+Figures are pure functions (see :mod:`collsim.viz.figures`); :func:`build_report` draws a
+:class:`collsim.api.ReportData` (simulated by ``Simulator.report_data``) as one self-contained page; nothing here
+runs a simulation.
 """
 
 from __future__ import annotations

@@ -10,7 +10,9 @@ Figures
 -------
 * :func:`sweep_figure`: busbw and time against size (log axes), a line per backend (optionally per NCCL algorithm
   and protocol), measured data overlaid.
-* :func:`breakdown_figure`: where the time goes per size, stacked, in the categories of :data:`BREAKDOWN_CATEGORIES`.
+* :func:`breakdown_figure`: where the time goes per size, stacked, in the categories of :data:`BREAKDOWN_CATEGORIES`
+  (each breakdown key is a declared tag's label; its category comes from the tag registry,
+  :mod:`collsim.backends.tags`).
 * :func:`timeline_figure`: one collective, a row per rank and channel, a bar per chunk.
 * :func:`link_utilisation_figure`: per link over time (heatmap); :func:`bottleneck_figure`: the busiest links.
 * :func:`topology_figure`: devices and links; :func:`path_matrix_figure`: the ``nvidia-smi topo -m`` matrix.
@@ -20,18 +22,21 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from collsim.backends.tags import TAGS, category_of
 from collsim.engine import FlowRecord
 from collsim.results import Record, busbw_factor
 from collsim.topology import Topology
 from collsim.trace import (
     ACTIVITIES,
     Bar,
+    Lane,
     LinkUse,
     flow_bars,
     link_usage,
@@ -40,6 +45,7 @@ from collsim.trace import (
     resource_capacities,
 )
 from collsim.units import format_size
+from collsim.vocab import BREAKDOWN_CATEGORIES
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -70,54 +76,10 @@ __all__ = [
 BACKEND_COLORS: dict[str, str] = {"nccl": "#76b900", "gloo": "#1f77b4"}
 _BACKEND_NAMES = {"nccl": "NCCL", "gloo": "Gloo"}
 
-#: Categories of :func:`breakdown_figure`, in stacking (and legend) order.
-BREAKDOWN_CATEGORIES: tuple[str, ...] = (
-    "latency and overheads",
-    "transfer: NVLink",
-    "transfer: PCIe P2P",
-    "transfer: SHM (PCIe + host memory)",
-    "transfer: TCP loopback (CPU + host memory)",
-    "transfer: network (RDMA)",
-    "transfer: network (TCP)",
-    "transfer: within node (RDMA)",
-    "host copies (D2H/H2D)",
-    "CPU reduction",
-    "GPU reduction",
-    "waiting (peers, contention)",
-)
-
-#: The backends' breakdown tags (``Record.breakdown`` keys) and the category each is drawn in.
-TAG_CATEGORIES: dict[str, str] = {
-    # NCCL
-    "launch + base latency": "latency and overheads",
-    "per-step latency": "latency and overheads",
-    "NVLink": "transfer: NVLink",
-    "NVLink (NVLS)": "transfer: NVLink",
-    "PCIe P2P": "transfer: PCIe P2P",
-    "SHM via host memory": "transfer: SHM (PCIe + host memory)",
-    "network (GPUDirect RDMA)": "transfer: network (RDMA)",
-    "network (staged via host)": "transfer: network (RDMA)",
-    "network (in-network reduction)": "transfer: network (RDMA)",
-    "network (TCP sockets)": "transfer: network (TCP)",
-    "waiting (peers, slots)": "waiting (peers, contention)",
-    # Gloo
-    "enqueue on worker thread": "latency and overheads",
-    "TCP message latency": "latency and overheads",
-    "RDMA message latency": "latency and overheads",
-    "TCP over loopback": "transfer: TCP loopback (CPU + host memory)",
-    "TCP over network": "transfer: network (TCP)",
-    "RDMA over network (GPUDirect)": "transfer: network (RDMA)",
-    "RDMA over network": "transfer: network (RDMA)",
-    "RDMA within node (GPUDirect)": "transfer: within node (RDMA)",
-    "RDMA within node": "transfer: within node (RDMA)",
-    "D2H copy (PCIe)": "host copies (D2H/H2D)",
-    "H2D copy (PCIe)": "host copies (D2H/H2D)",
-    "CPU reduction": "CPU reduction",
-    "CPU copy": "CPU reduction",
-    "GPU reduction (HBM)": "GPU reduction",
-    "GPU copy (HBM)": "GPU reduction",
-    "waiting (peers, notices)": "waiting (peers, contention)",
-}
+#: Every declared tag label (``Record.breakdown`` keys) and the category it is drawn in: a view of the tag registry
+#: (:data:`collsim.backends.tags.TAGS`), not a table of its own. Categories and their order:
+#: :data:`collsim.vocab.BREAKDOWN_CATEGORIES`.
+TAG_CATEGORIES: Mapping[str, str] = MappingProxyType({label: tag.category for label, tag in TAGS.items()})
 
 #: Fill colour per breakdown category.
 CATEGORY_COLORS: dict[str, str] = {
@@ -194,6 +156,12 @@ def _size_axes(fig: go.Figure, sizes: Sequence[float], cols: int) -> None:
         fig.update_xaxes(type="log", title_text="size (bytes)", tickvals=vals, ticktext=text, row=1, col=c)
 
 
+_PALETTE = ["#76b900", "#1f77b4", "#ff7f0e", "#9467bd", "#d62728", "#17becf", "#8c564b", "#e377c2"]
+
+#: A line's points in one panel: sizes (bytes), values (GB/s or us) and the hover template.
+_Points = tuple[Sequence[float], Sequence[float], str]
+
+
 def sweep_figure(
     records: Sequence[Record],
     *,
@@ -230,131 +198,10 @@ def sweep_figure(
         name and legend group (only the busbw trace shows in the legend). y: busbw in GB/s (1e9 bytes/s), time in us.
     """
     fig = make_subplots(rows=1, cols=2, subplot_titles=("bus bandwidth", "time"), horizontal_spacing=0.1)
-    sizes: list[float] = []
-    groups: dict[tuple[str, str, str], list[Record]] = {}
-    collectives = {r.collective for r in records}
-    for r in records:
-        key = (r.backend, r.collective, f"{r.algorithm}/{r.protocol}" if by_algorithm else "")
-        groups.setdefault(key, []).append(r)
-    order = sorted(groups, key=lambda k: ({"nccl": 0, "gloo": 1}.get(k[0], 2), k[0], k[1], k[2]))
-    palette = ["#76b900", "#1f77b4", "#ff7f0e", "#9467bd", "#d62728", "#17becf", "#8c564b", "#e377c2"]
-    for i, key in enumerate(order):
-        backend, coll, pair = key
-        recs = sorted(groups[key], key=lambda r: r.size_bytes)
-        name = " ".join(x for x in (_backend_label(backend), coll if len(collectives) > 1 else "", pair) if x)
-        color = palette[i % len(palette)] if by_algorithm else BACKEND_COLORS.get(backend, palette[i % len(palette)])
-        xs = [r.size_bytes for r in recs]
-        sizes += xs
-        hover = [f"{r.algorithm}/{r.protocol}" for r in recs]
-        common: dict[str, Any] = {
-            "x": xs,
-            "name": name,
-            "legendgroup": name,
-            "mode": "lines+markers",
-            "line": {"color": color},
-            "customdata": hover,
-            "text": [format_size(x) for x in xs],
-        }
-        fig.add_trace(
-            go.Scatter(
-                y=[r.busbw_gbps for r in recs],
-                hovertemplate="%{text}: %{y:.2f} GB/s (%{customdata})<extra>" + name + "</extra>",
-                **common,
-            ),
-            row=1,
-            col=1,
-        )
-        fig.add_trace(
-            go.Scatter(
-                y=[r.time_us for r in recs],
-                showlegend=False,
-                hovertemplate="%{text}: %{y:.2f} us (%{customdata})<extra>" + name + "</extra>",
-                **common,
-            ),
-            row=1,
-            col=2,
-        )
     n = nranks if nranks is not None else (records[0].nranks if records else None)
-    pairs: dict[tuple[str, str, str], list[tuple[int, float]]] = {}
-    for ex in explanations:
-        for (algo, proto), t in ex.simulated_s.items():
-            pairs.setdefault((ex.collective, algo, proto), []).append((ex.size_bytes, t))
-    dashes = ["dash", "dot", "dashdot", "longdash", "longdashdot"]
-    ex_colls = {k[0] for k in pairs}
-    for j, (coll, algo, proto) in enumerate(sorted(pairs)):
-        pts = sorted(pairs[(coll, algo, proto)])
-        name = f"NCCL {algo}/{proto}" + (f" {coll}" if len(ex_colls) > 1 else "") + " (simulated)"
-        style: dict[str, Any] = {
-            "name": name,
-            "legendgroup": name,
-            "mode": "lines",
-            "line": {"dash": dashes[j % len(dashes)], "color": palette[(j + 2) % len(palette)], "width": 1.5},
-        }
-        xs = [s for s, _ in pts]
-        sizes += xs
-        if n is not None:
-            factor = busbw_factor(coll, n)
-            bus = [s / t / 1e9 * factor if t > 0 else 0.0 for s, t in pts]  # bytes/s to GB/s (1e9 bytes)
-            fig.add_trace(
-                go.Scatter(
-                    x=xs, y=bus, text=[format_size(x) for x in xs], hovertemplate="%{text}: %{y:.2f} GB/s", **style
-                ),
-                row=1,
-                col=1,
-            )
-        fig.add_trace(
-            go.Scatter(
-                x=xs,
-                y=[t * 1e6 for _, t in pts],  # seconds to microseconds
-                showlegend=n is None,
-                text=[format_size(x) for x in xs],
-                hovertemplate="%{text}: %{y:.2f} us",
-                **style,
-            ),
-            row=1,
-            col=2,
-        )
-    symbols = ["circle-open", "square-open", "diamond-open", "triangle-up-open", "x", "cross"]
-    for k, (label, df) in enumerate((measured or {}).items()):
-        missing = {"size_bytes", "time_us", "busbw_gbps"} - set(df.columns)
-        if missing:
-            raise ValueError(
-                f"measured[{label!r}]: missing column(s) {', '.join(sorted(missing))}; expected size_bytes, "
-                "time_us, busbw_gbps"
-            )
-        d = df.sort_values("size_bytes")
-        style = {
-            "name": label,
-            "legendgroup": f"measured {label}",
-            "mode": "markers",
-            "marker": {"symbol": symbols[k % len(symbols)], "size": 9, "color": "#333333"},
-        }
-        mxs = [float(x) for x in d["size_bytes"]]
-        sizes += mxs
-        bus_d = d[d["busbw_gbps"].notna()]
-        fig.add_trace(
-            go.Scatter(
-                x=[float(x) for x in bus_d["size_bytes"]],
-                y=[float(y) for y in bus_d["busbw_gbps"]],
-                text=[format_size(float(x)) for x in bus_d["size_bytes"]],
-                hovertemplate="%{text}: %{y:.2f} GB/s (measured)",
-                **style,
-            ),
-            row=1,
-            col=1,
-        )
-        fig.add_trace(
-            go.Scatter(
-                x=mxs,
-                y=[float(y) for y in d["time_us"]],
-                showlegend=False,
-                text=[format_size(x) for x in mxs],
-                hovertemplate="%{text}: %{y:.2f} us (measured)",
-                **style,
-            ),
-            row=1,
-            col=2,
-        )
+    sizes = _record_lines(fig, records, by_algorithm)
+    sizes += _explanation_lines(fig, explanations, n)
+    sizes += _measured_markers(fig, measured or {})
     _size_axes(fig, sizes, 2)
     fig.update_yaxes(type="log", title_text="busbw (GB/s)", row=1, col=1)
     fig.update_yaxes(type="log", title_text="time (us)", row=1, col=2)
@@ -368,34 +215,137 @@ def sweep_figure(
     return fig
 
 
+def _panel_pair(
+    fig: go.Figure, style: Mapping[str, Any], bus: _Points | None, time: _Points, *, time_legend: bool = False
+) -> None:
+    """One line in both panels of a sweep figure: busbw (left, in the legend; left out when ``bus`` is None) and
+    time (right, in the legend only with ``time_legend``); a point's hover text is its size."""
+    for col, points in ((1, bus), (2, time)):
+        if points is None:
+            continue
+        xs, ys, hover = points
+        extra = {} if col == 1 else {"showlegend": time_legend}
+        text = [format_size(x) for x in xs]
+        fig.add_trace(go.Scatter(x=xs, y=ys, text=text, hovertemplate=hover, **extra, **style), row=1, col=col)
+
+
+def _record_lines(fig: go.Figure, records: Sequence[Record], by_algorithm: bool) -> list[float]:
+    """A line per (backend, collective[, algorithm/protocol]) of ``records``, NCCL first; returns the sizes."""
+    groups: dict[tuple[str, str, str], list[Record]] = {}
+    collectives = {r.collective for r in records}
+    for r in records:
+        pair = f"{r.algorithm}/{r.protocol}" if by_algorithm else ""
+        groups.setdefault((r.backend, r.collective, pair), []).append(r)
+    order = sorted(groups, key=lambda k: ({"nccl": 0, "gloo": 1}.get(k[0], 2), k[0], k[1], k[2]))
+    sizes: list[float] = []
+    for i, key in enumerate(order):
+        backend, coll, pair = key
+        recs = sorted(groups[key], key=lambda r: r.size_bytes)
+        name = " ".join(x for x in (_backend_label(backend), coll if len(collectives) > 1 else "", pair) if x)
+        fallback = _PALETTE[i % len(_PALETTE)]
+        color = fallback if by_algorithm else BACKEND_COLORS.get(backend, fallback)
+        style = {
+            "name": name,
+            "legendgroup": name,
+            "mode": "lines+markers",
+            "line": {"color": color},
+            "customdata": [f"{r.algorithm}/{r.protocol}" for r in recs],
+        }
+        xs = [r.size_bytes for r in recs]
+        tail = " (%{customdata})<extra>" + name + "</extra>"
+        bus = (xs, [r.busbw_gbps for r in recs], "%{text}: %{y:.2f} GB/s" + tail)
+        _panel_pair(fig, style, bus, (xs, [r.time_us for r in recs], "%{text}: %{y:.2f} us" + tail))
+        sizes += xs
+    return sizes
+
+
+def _explanation_lines(fig: go.Figure, explanations: Sequence[Explanation], n: int | None) -> list[float]:
+    """A dashed line per simulated NCCL (collective, algorithm, protocol) of ``explanations``; busbw needs the rank
+    count ``n`` (without it, only the time panel, with the line in the legend). Returns the sizes."""
+    pairs: dict[tuple[str, str, str], list[tuple[int, float]]] = {}
+    for ex in explanations:
+        for (algo, proto), t in ex.simulated_s.items():
+            pairs.setdefault((ex.collective, algo, proto), []).append((ex.size_bytes, t))
+    dashes = ["dash", "dot", "dashdot", "longdash", "longdashdot"]
+    ex_colls = {k[0] for k in pairs}
+    sizes: list[float] = []
+    for j, (coll, algo, proto) in enumerate(sorted(pairs)):
+        pts = sorted(pairs[(coll, algo, proto)])
+        name = f"NCCL {algo}/{proto}" + (f" {coll}" if len(ex_colls) > 1 else "") + " (simulated)"
+        style = {
+            "name": name,
+            "legendgroup": name,
+            "mode": "lines",
+            "line": {"dash": dashes[j % len(dashes)], "color": _PALETTE[(j + 2) % len(_PALETTE)], "width": 1.5},
+        }
+        xs = [s for s, _ in pts]
+        bus: _Points | None = None
+        if n is not None:
+            factor = busbw_factor(coll, n)
+            ys = [s / t / 1e9 * factor if t > 0 else 0.0 for s, t in pts]  # bytes/s to GB/s (1e9 bytes)
+            bus = (xs, ys, "%{text}: %{y:.2f} GB/s")
+        time = (xs, [t * 1e6 for _, t in pts], "%{text}: %{y:.2f} us")  # seconds to microseconds
+        _panel_pair(fig, style, bus, time, time_legend=n is None)
+        sizes += xs
+    return sizes
+
+
+def _measured_markers(fig: go.Figure, measured: Mapping[str, pd.DataFrame]) -> list[float]:
+    """Markers per measured table (columns ``size_bytes``, ``time_us``, ``busbw_gbps``; NaN busbw left out of the
+    busbw panel); returns the sizes."""
+    symbols = ["circle-open", "square-open", "diamond-open", "triangle-up-open", "x", "cross"]
+    sizes: list[float] = []
+    for k, (label, df) in enumerate(measured.items()):
+        missing = {"size_bytes", "time_us", "busbw_gbps"} - set(df.columns)
+        if missing:
+            raise ValueError(
+                f"measured[{label!r}]: missing column(s) {', '.join(sorted(missing))}; expected size_bytes, "
+                "time_us, busbw_gbps"
+            )
+        d = df.sort_values("size_bytes")
+        style = {
+            "name": label,
+            "legendgroup": f"measured {label}",
+            "mode": "markers",
+            "marker": {"symbol": symbols[k % len(symbols)], "size": 9, "color": "#333333"},
+        }
+        bus_d = d[d["busbw_gbps"].notna()]
+        bus_xs = [float(x) for x in bus_d["size_bytes"]]
+        bus = (bus_xs, [float(y) for y in bus_d["busbw_gbps"]], "%{text}: %{y:.2f} GB/s (measured)")
+        mxs = [float(x) for x in d["size_bytes"]]
+        _panel_pair(fig, style, bus, (mxs, [float(y) for y in d["time_us"]], "%{text}: %{y:.2f} us (measured)"))
+        sizes += mxs
+    return sizes
+
+
 # ------------------------------------------------------------------------------------------------ breakdown
 
 
 def breakdown_category(tag: str) -> str:
-    """The category a breakdown tag is drawn in (:data:`TAG_CATEGORIES`; unknown tags by keyword, else
-    ``"other: <tag>"``).
+    """The category a breakdown tag label is drawn in: its declared tag's (:func:`collsim.backends.tags.tag_for`).
 
-    >>> breakdown_category("TCP over loopback"), breakdown_category("waiting for Godot")
+    Raises
+    ------
+    KeyError
+        For a label no backend declared (never a silent "other").
+
+    Examples
+    --------
+    >>> breakdown_category("TCP over loopback"), breakdown_category("waiting (peers, slots)")
     ('transfer: TCP loopback (CPU + host memory)', 'waiting (peers, contention)')
     """
-    if tag in TAG_CATEGORIES:
-        return TAG_CATEGORIES[tag]
-    low = tag.lower()
-    if "waiting" in low:
-        return "waiting (peers, contention)"
-    if "latency" in low or "launch" in low or "enqueue" in low:
-        return "latency and overheads"
-    if "copy (pcie)" in low:
-        return "host copies (D2H/H2D)"
-    if "nvlink" in low:
-        return "transfer: NVLink"
-    if "network" in low:
-        return "transfer: network (TCP)" if "tcp" in low else "transfer: network (RDMA)"
-    return f"other: {tag}"
+    return category_of(tag)
+
+
+def _category_order(categories: Iterable[str]) -> list[str]:
+    """``categories`` once each, in :data:`BREAKDOWN_CATEGORIES` order."""
+    rank = {c: i for i, c in enumerate(BREAKDOWN_CATEGORIES)}
+    return sorted(dict.fromkeys(categories), key=lambda c: (rank.get(c, len(rank)), c))
 
 
 def group_breakdown(breakdown: Mapping[str, float]) -> dict[str, float]:
-    """Seconds per category of a record's breakdown, categories in :data:`BREAKDOWN_CATEGORIES` order (then others).
+    """Seconds per category of a record's breakdown (keys: declared tag labels), in :data:`BREAKDOWN_CATEGORIES`
+    order.
 
     >>> group_breakdown({"D2H copy (PCIe)": 2.0, "H2D copy (PCIe)": 1.0, "CPU reduction": 0.5})
     {'host copies (D2H/H2D)': 3.0, 'CPU reduction': 0.5}
@@ -404,8 +354,7 @@ def group_breakdown(breakdown: Mapping[str, float]) -> dict[str, float]:
     for tag, seconds in breakdown.items():
         cat = breakdown_category(tag)
         acc[cat] = acc.get(cat, 0.0) + float(seconds)
-    rank = {c: i for i, c in enumerate(BREAKDOWN_CATEGORIES)}
-    return dict(sorted(acc.items(), key=lambda kv: (rank.get(kv[0], len(rank)), kv[0])))
+    return {c: acc[c] for c in _category_order(acc)}
 
 
 def breakdown_figure(
@@ -417,12 +366,13 @@ def breakdown_figure(
 ) -> go.Figure:
     """Where the time goes per size: stacked bars of each record's breakdown, grouped into categories.
 
-    Tags map to categories by :data:`TAG_CATEGORIES`: launch, per-step and per-message latencies and the work
-    enqueue are *latency and overheads*; streaming over a transport is *transfer* by link kind (NVLink including
-    NVLS, PCIe P2P, SHM through host memory, TCP over loopback, network RDMA (GPUDirect, staged, in-network
-    reduction), network TCP, RDMA within a node); Gloo's D2H/H2D staging is *host copies*; Gloo's CPU reduction
-    and receive-buffer copies are *CPU reduction* (GPU kernels with ibverbs: *GPU reduction*); the rest of the time,
-    when the rank waits for peers, slots, notices or contended resources, is *waiting*.
+    Every breakdown key is a declared tag's label, drawn in its tag's category (:data:`TAG_CATEGORIES`, from the
+    tag registry): launch, per-step and per-message latencies and the work enqueue are *latency and overheads*;
+    streaming over a transport is *transfer* by link kind (NVLink including NVLS, PCIe P2P, SHM through host memory,
+    TCP over loopback, network RDMA (GPUDirect, staged, in-network reduction), network TCP, RDMA within a node);
+    Gloo's D2H/H2D staging is *host copies*; Gloo's CPU reduction and receive-buffer copies are *CPU reduction* (GPU
+    kernels with ibverbs: *GPU reduction*); the rest of the time, when the rank waits for peers, slots, notices or
+    contended resources, is *waiting*.
 
     Parameters
     ----------
@@ -440,6 +390,11 @@ def breakdown_figure(
     plotly.graph_objects.Figure
         One panel per backend (NCCL first), a bar trace per (backend, category present), x = size labels in size
         order, y = percent or us; each category has one legend entry.
+
+    Raises
+    ------
+    KeyError
+        For a breakdown key that is not a declared tag label.
     """
     recs = [r for r in records if r.breakdown]
     if collective is None and recs:
@@ -455,45 +410,7 @@ def breakdown_figure(
     shown: set[str] = set()
     for col, backend in enumerate(backends, start=1):
         rows = sorted((r for r in recs if r.backend == backend), key=lambda r: r.size_bytes)
-        labels = [format_size(r.size_bytes) for r in rows]
-        grouped = [group_breakdown(r.breakdown) for r in rows]
-        cats: list[str] = []
-        for g in grouped:
-            for c in g:
-                if c not in cats:
-                    cats.append(c)
-        rank = {c: i for i, c in enumerate(BREAKDOWN_CATEGORIES)}
-        cats.sort(key=lambda c: (rank.get(c, len(rank)), c))
-        for cat in cats:
-            secs = [g.get(cat, 0.0) for g in grouped]
-            totals = [sum(g.values()) for g in grouped]
-            if normalize:
-                ys = [100.0 * s / t if t > 0 else 0.0 for s, t in zip(secs, totals, strict=True)]
-            else:
-                ys = [s * 1e6 for s in secs]  # seconds to microseconds
-            fig.add_trace(
-                go.Bar(
-                    x=labels,
-                    y=ys,
-                    name=cat,
-                    legendgroup=cat,
-                    showlegend=cat not in shown,
-                    marker={"color": CATEGORY_COLORS.get(cat, "#bbbbbb"), "line": {"width": 0.5, "color": "#666"}},
-                    customdata=[[s * 1e6, f"{r.algorithm}/{r.protocol}"] for s, r in zip(secs, rows, strict=True)],
-                    hovertemplate="%{x}: %{customdata[0]:.2f} us"
-                    + (" (%{y:.1f}%)" if normalize else "")
-                    + ", %{customdata[1]}<extra>"
-                    + cat
-                    + "</extra>",
-                ),
-                row=1,
-                col=col,
-            )
-            shown.add(cat)
-        fig.update_xaxes(title_text="size", type="category", row=1, col=col)
-        fig.update_yaxes(title_text="share of time (%)" if normalize else "time (us)", row=1, col=col)
-        if normalize:
-            fig.update_yaxes(range=[0, 100], row=1, col=col)
+        _breakdown_panel(fig, rows, col, normalize, shown)
     fig.update_layout(
         barmode="stack",
         title_text=title or f"Where the time goes ({collective or 'no records'})",
@@ -504,11 +421,45 @@ def breakdown_figure(
     return fig
 
 
+def _breakdown_panel(fig: go.Figure, rows: Sequence[Record], col: int, normalize: bool, shown: set[str]) -> None:
+    """One backend's stacked bars (``rows`` in size order) in panel ``col``: a bar trace per category present, in
+    the legend unless already ``shown`` (updated)."""
+    labels = [format_size(r.size_bytes) for r in rows]
+    grouped = [group_breakdown(r.breakdown) for r in rows]
+    totals = [sum(g.values()) for g in grouped]
+    for cat in _category_order(c for g in grouped for c in g):
+        secs = [g.get(cat, 0.0) for g in grouped]
+        if normalize:
+            ys = [100.0 * s / t if t > 0 else 0.0 for s, t in zip(secs, totals, strict=True)]
+        else:
+            ys = [s * 1e6 for s in secs]  # seconds to microseconds
+        hover = "%{x}: %{customdata[0]:.2f} us" + (" (%{y:.1f}%)" if normalize else "") + ", %{customdata[1]}"
+        fig.add_trace(
+            go.Bar(
+                x=labels,
+                y=ys,
+                name=cat,
+                legendgroup=cat,
+                showlegend=cat not in shown,
+                marker={"color": CATEGORY_COLORS.get(cat, "#bbbbbb"), "line": {"width": 0.5, "color": "#666"}},
+                customdata=[[s * 1e6, f"{r.algorithm}/{r.protocol}"] for s, r in zip(secs, rows, strict=True)],
+                hovertemplate=hover + "<extra>" + cat + "</extra>",
+            ),
+            row=1,
+            col=col,
+        )
+        shown.add(cat)
+    fig.update_xaxes(title_text="size", type="category", row=1, col=col)
+    fig.update_yaxes(title_text="share of time (%)" if normalize else "time (us)", row=1, col=col)
+    if normalize:
+        fig.update_yaxes(range=[0, 100], row=1, col=col)
+
+
 # ------------------------------------------------------------------------------------------------ timeline
 
 
 def _bar_hover(b: Bar) -> str:
-    text = f"{b.lane.label}: {b.activity} {b.tag}<br>{(b.end - b.start) * 1e6:.3f} us from {b.start * 1e6:.3f} us"
+    text = f"{b.lane.label}: {b.activity} {b.tag.label}<br>{(b.end - b.start) * 1e6:.3f} us from {b.start * 1e6:.3f} us"
     if b.nbytes > 0:
         text += f"<br>{format_size(b.nbytes)}"
     if b.peer:
@@ -529,10 +480,10 @@ def timeline_figure(
 ) -> go.Figure:
     """One collective as a timeline: a row per rank and channel, a horizontal bar per chunk, zoomable.
 
-    Bars (``collsim.trace.flow_bars``): *send* over a flow's streaming interval on its owner's row, *receive* on
-    the receiving rank's row where the path ends at that rank's GPU, *reduce*, *copy* (D2H/H2D staging, memcpy)
-    and *overhead* (kernel launch, work enqueue). Simulate with ``engine.symmetry=false`` so that every rank has
-    rows: with symmetry on only the representatives appear.
+    Bars (``collsim.trace.flow_bars``): each record's declared activity (*send* over a flow's streaming interval on
+    its owner's row, *reduce*, *copy* (D2H/H2D staging, memcpy), *overhead* (kernel launch, work enqueue)), and
+    *receive* on the receiving rank's row where the path ends at that rank's GPU. Simulate with
+    ``engine.symmetry=false`` so that every rank has rows: with symmetry on only the representatives appear.
 
     Parameters
     ----------
@@ -560,10 +511,35 @@ def timeline_figure(
     """
     if max_rows < 1 or max_bars < 1:
         raise ValueError(f"max_rows and max_bars must be >= 1, got {max_rows!r} and {max_bars!r}")
-    devices = [d.name for d in topology.rank_devices()]
-    bars = flow_bars(outcome.records, rank_map(topology), devices=devices, receives=receives)
+    every = flow_bars(outcome.records, rank_map(topology), receives=receives)
+    bars, lanes, notes = _cut_bars(every, max_rows, max_bars)
+    labels = [lane.label for lane in lanes]
+    fig = go.Figure(_activity_traces(bars))
+    head = title or (
+        f"{_backend_label(outcome.backend)} {outcome.collective} {format_size(outcome.size_bytes)}: "
+        f"{outcome.algorithm}/{outcome.protocol}, {outcome.nranks} ranks, {outcome.time_s * 1e6:.1f} us"
+    )
+    if outcome.entities and outcome.classes and outcome.classes < outcome.entities:
+        notes.append(f"symmetry on: {outcome.classes} of {outcome.entities} entities simulated")
+    fig.update_layout(
+        title_text=head + (f"<br><sup>showing {'; '.join(notes)}</sup>" if notes else ""),
+        barmode="overlay",
+        xaxis={"title": {"text": "time (us)"}, "range": [0, outcome.time_s * 1e6 * 1.01]},
+        yaxis={"categoryorder": "array", "categoryarray": labels, "autorange": "reversed", "type": "category"},
+        height=min(1600, 170 + (16 if len(labels) > 30 else 30) * max(len(labels), 4)),
+        bargap=0.15,
+        legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 1, "xanchor": "right"},
+        margin={"t": 90},
+    )
+    return fig
+
+
+def _cut_bars(bars: list[Bar], max_rows: int, max_bars: int) -> tuple[list[Bar], list[Lane], list[str]]:
+    """The bars a timeline shows, its rows (sorted lanes) and notes on what was cut: the lowest channels when there
+    are more than ``max_rows`` rows or ``max_bars`` bars (down to one channel), then the earliest ``max_bars`` bars
+    (the rows of the channels kept stay)."""
     notes: list[str] = []
-    lanes = sorted({b.lane for b in bars})
+    lanes = {b.lane for b in bars}
     ranks = {lane.rank for lane in lanes if lane.group == 0}
     channels = sorted({lane.channel for lane in lanes if lane.group == 0})
     keep = len(channels)
@@ -582,26 +558,29 @@ def timeline_figure(
             + (f"-{channels[keep - 1]}" if keep > 1 else "")
             + f" of {len(channels)}"
         )
-        lanes = sorted({b.lane for b in bars})
-    total_bars = len(bars)
-    if total_bars > max_bars:
+        lanes = {b.lane for b in bars}
+    if len(bars) > max_bars:
+        total = len(bars)
         bars = bars[:max_bars]
-        notes.append(f"first {max_bars} of {total_bars} bars (to {bars[-1].start * 1e6:.1f} us)")
-    labels = [lane.label for lane in lanes]
+        notes.append(f"first {max_bars} of {total} bars (to {bars[-1].start * 1e6:.1f} us)")
+    return bars, sorted(lanes), notes
+
+
+def _activity_traces(bars: Sequence[Bar]) -> list[go.Bar]:
+    """A horizontal bar trace per activity present, in :data:`collsim.trace.ACTIVITIES` order; bars that overlap on
+    one row share its 0.8 height (sub-lane ``s`` of ``k`` draws in the ``s``-th slice)."""
     sub = pack_lanes(bars)
-    depth: dict[Any, int] = {}
+    depth: dict[Lane, int] = {}
     for b, s in zip(bars, sub, strict=True):
         depth[b.lane] = max(depth.get(b.lane, 0), s + 1)
-    fig = go.Figure()
+    traces: list[go.Bar] = []
     for act in ACTIVITIES:
         idx = [i for i, b in enumerate(bars) if b.activity == act]
         if not idx:
             continue
         sel = [bars[i] for i in idx]
-        # overlapping bars of one row share it: sub-lane s of k draws in the s-th slice of the row's 0.8 height
         widths = [0.8 / depth[b.lane] for b in sel]
-        offsets = [-0.4 + sub[i] * w for i, w in zip(idx, widths, strict=True)]
-        fig.add_trace(
+        traces.append(
             go.Bar(
                 orientation="h",
                 name=act,
@@ -609,29 +588,13 @@ def timeline_figure(
                 base=[b.start * 1e6 for b in sel],  # seconds to microseconds
                 x=[(b.end - b.start) * 1e6 for b in sel],
                 width=widths,
-                offset=offsets,
+                offset=[-0.4 + sub[i] * w for i, w in zip(idx, widths, strict=True)],
                 marker={"color": ACTIVITY_COLORS[act], "line": {"width": 0.6, "color": "white"}},
                 hovertext=[_bar_hover(b) for b in sel],
                 hoverinfo="text",
             )
         )
-    head = title or (
-        f"{_backend_label(outcome.backend)} {outcome.collective} {format_size(outcome.size_bytes)}: "
-        f"{outcome.algorithm}/{outcome.protocol}, {outcome.nranks} ranks, {outcome.time_s * 1e6:.1f} us"
-    )
-    if outcome.entities and outcome.classes and outcome.classes < outcome.entities:
-        notes.append(f"symmetry on: {outcome.classes} of {outcome.entities} entities simulated")
-    fig.update_layout(
-        title_text=head + (f"<br><sup>showing {'; '.join(notes)}</sup>" if notes else ""),
-        barmode="overlay",
-        xaxis={"title": {"text": "time (us)"}, "range": [0, outcome.time_s * 1e6 * 1.01]},
-        yaxis={"categoryorder": "array", "categoryarray": labels, "autorange": "reversed", "type": "category"},
-        height=min(1600, 170 + (16 if len(labels) > 30 else 30) * max(len(labels), 4)),
-        bargap=0.15,
-        legend={"orientation": "h", "y": 1.02, "yanchor": "bottom", "x": 1, "xanchor": "right"},
-        margin={"t": 90},
-    )
-    return fig
+    return traces
 
 
 # ------------------------------------------------------------------------------------------------ links
@@ -734,28 +697,21 @@ def bottleneck_figure(
     """
     usage = _usage(records, topology, total_s, 1)[:top]
     names = [f"{u.name} ({u.kind})" for u in usage]
+    load: dict[str, Any] = {
+        "x": [100.0 * u.load_share for u in usage],
+        "marker": {"color": "#d62728"},
+        "customdata": [[u.nbytes / 1e6, u.capacity / 1e9] for u in usage],  # bytes to MB, bytes/s to GB/s
+        "hovertemplate": "%{y}<br>load %{x:.1f}%: %{customdata[0]:.2f} MB at %{customdata[1]:.1f} GB/s",
+    }
+    busy: dict[str, Any] = {
+        "x": [100.0 * u.busy_share for u in usage],
+        "marker": {"color": "#1f77b4"},
+        "hovertemplate": "%{y}<br>busy %{x:.1f}% of the time",
+    }
     fig = go.Figure()
-    fig.add_trace(
-        go.Bar(
-            orientation="h",
-            name="load (charged / bandwidth)",
-            y=names,
-            x=[100.0 * u.load_share for u in usage],
-            marker={"color": "#d62728"},
-            customdata=[[u.nbytes / 1e6, u.capacity / 1e9] for u in usage],  # bytes to MB, bytes/s to GB/s
-            hovertemplate="%{y}<br>load %{x:.1f}%: %{customdata[0]:.2f} MB at %{customdata[1]:.1f} GB/s<extra></extra>",
-        )
-    )
-    fig.add_trace(
-        go.Bar(
-            orientation="h",
-            name="busy (>= 1 flow)",
-            y=names,
-            x=[100.0 * u.busy_share for u in usage],
-            marker={"color": "#1f77b4"},
-            hovertemplate="%{y}<br>busy %{x:.1f}% of the time<extra></extra>",
-        )
-    )
+    for name, bar in (("load (charged / bandwidth)", load), ("busy (>= 1 flow)", busy)):
+        bar["hovertemplate"] += "<extra></extra>"
+        fig.add_trace(go.Bar(orientation="h", name=name, y=names, **bar))
     fig.update_layout(
         title_text=title or f"Top {len(usage)} bottleneck links",
         barmode="group",
@@ -866,95 +822,12 @@ def topology_figure(
         width 1-8 px growing with log bandwidth per direction), then one invisible marker trace ``"link specs"``
         at link midpoints for hover, then one marker trace per device kind (``name`` = kind, hover = its spec).
     """
-    all_nodes = list(range(topology.nodes))
-    chosen = list(nodes) if nodes is not None else all_nodes[:max_nodes]
+    chosen = list(nodes) if nodes is not None else list(range(topology.nodes))[:max_nodes]
     for n in chosen:
         if not 0 <= n < topology.nodes:
             raise ValueError(f"node {n}: the cluster has nodes 0..{topology.nodes - 1}")
     pos = _layout(topology, chosen)
-    pairs: dict[tuple[str, str], list[Any]] = {}
-    for ln in topology.links():
-        if ln.src in pos and ln.dst in pos:
-            pairs.setdefault((min(ln.src, ln.dst), max(ln.src, ln.dst)), []).append(ln)
-    bws = [max(ln.bandwidth for ln in lns) for lns in pairs.values()]
-    lo, hi = (min(bws), max(bws)) if bws else (1.0, 1.0)
-
-    def width_of(bw: float) -> int:
-        if hi <= lo:
-            return 3
-        return 1 + round(7 * math.log(bw / lo) / math.log(hi / lo))
-
-    fig = go.Figure()
-    segments: dict[tuple[str, int], tuple[list[float | None], list[float | None]]] = {}
-    mid_x: list[float] = []
-    mid_y: list[float] = []
-    mid_text: list[str] = []
-    for (a, b), lns in sorted(pairs.items()):
-        ln = lns[0]
-        w = width_of(max(x.bandwidth for x in lns))
-        xs, ys = segments.setdefault((ln.kind, w), ([], []))
-        (xa, ya), (xb, yb) = pos[a], pos[b]
-        xs += [xa, xb, None]
-        ys += [ya, yb, None]
-        mid_x.append((xa + xb) / 2)
-        mid_y.append((ya + yb) / 2)
-        dirs = "<br>".join(
-            f"{x.src} -> {x.dst}: {x.bandwidth / 1e9:.2f} GB/s"  # bytes/s to GB/s (1e9 bytes)
-            for x in lns
-        )
-        mid_text.append(
-            f"<b>{ln.kind}</b> x{ln.count} ({ln.preset})<br>{dirs}<br>raw {ln.raw_bandwidth / 1e9:.2f} GB/s per "
-            f"direction, efficiency {ln.efficiency:.3g}<br>latency {ln.latency * 1e6:.2f} us<br>{ln.source}"
-        )
-    legend_kinds: set[str] = set()
-    for (kind, w), (xs, ys) in sorted(segments.items(), key=lambda kv: (kv[0][0], -kv[0][1])):
-        fig.add_trace(
-            go.Scatter(
-                x=xs,
-                y=ys,
-                mode="lines",
-                name=kind,
-                legendgroup=f"link {kind}",
-                showlegend=kind not in legend_kinds,
-                line={"color": _LINK_COLORS.get(kind, "#aaaaaa"), "width": w},
-                hoverinfo="skip",
-            )
-        )
-        legend_kinds.add(kind)
-    fig.add_trace(
-        go.Scatter(
-            x=mid_x,
-            y=mid_y,
-            mode="markers",
-            name="link specs",
-            showlegend=False,
-            marker={"size": 10, "opacity": 0.0},
-            hovertext=mid_text,
-            hoverinfo="text",
-        )
-    )
-    kinds: dict[str, list[Any]] = {}
-    for d in topology.devices():
-        if d.name in pos:
-            kinds.setdefault(d.kind, []).append(d)
-    for kind in sorted(kinds, key=lambda k: list(_KIND_STYLE).index(k) if k in _KIND_STYLE else 99):
-        devs = kinds[kind]
-        color, symbol, size = _KIND_STYLE.get(kind, ("#333333", "circle", 10))
-        fig.add_trace(
-            go.Scatter(
-                x=[pos[d.name][0] for d in devs],
-                y=[pos[d.name][1] for d in devs],
-                mode="markers+text" if len(pos) <= 80 else "markers",
-                text=[d.local_name if d.node >= 0 else d.name.split("/", 1)[-1] for d in devs],
-                textposition="top center",
-                textfont={"size": 9},
-                name=kind,
-                legendgroup=f"device {kind}",
-                marker={"color": color, "symbol": symbol, "size": size, "line": {"width": 1, "color": "#222"}},
-                hovertext=[_device_hover(d) for d in devs],
-                hoverinfo="text",
-            )
-        )
+    fig = go.Figure([*_link_traces(topology, pos), *_device_traces(topology, pos)])
     note = ""
     if nodes is None and topology.nodes > len(chosen):
         note = f"<br><sup>nodes {chosen[0]}-{chosen[-1]} of {topology.nodes} shown</sup>"
@@ -969,6 +842,106 @@ def topology_figure(
         margin={"t": 70},
     )
     return fig
+
+
+def _link_hover(lns: Sequence[Any]) -> str:
+    """Hover text of the links between two devices (one per direction): kind, count, preset, bandwidths (GB/s),
+    efficiency, latency (us) and source."""
+    ln = lns[0]
+    dirs = "<br>".join(
+        f"{x.src} -> {x.dst}: {x.bandwidth / 1e9:.2f} GB/s"  # bytes/s to GB/s (1e9 bytes)
+        for x in lns
+    )
+    return (
+        f"<b>{ln.kind}</b> x{ln.count} ({ln.preset})<br>{dirs}<br>raw {ln.raw_bandwidth / 1e9:.2f} GB/s per "
+        f"direction, efficiency {ln.efficiency:.3g}<br>latency {ln.latency * 1e6:.2f} us<br>{ln.source}"
+    )
+
+
+def _link_traces(topology: Topology, pos: Mapping[str, tuple[float, float]]) -> list[go.Scatter]:
+    """Line traces per (link kind, width class) between the placed devices, widest first within a kind, then the
+    invisible ``"link specs"`` hover markers at link midpoints."""
+    pairs: dict[tuple[str, str], list[Any]] = {}
+    for ln in topology.links():
+        if ln.src in pos and ln.dst in pos:
+            pairs.setdefault((min(ln.src, ln.dst), max(ln.src, ln.dst)), []).append(ln)
+    bws = [max(ln.bandwidth for ln in lns) for lns in pairs.values()]
+    lo, hi = (min(bws), max(bws)) if bws else (1.0, 1.0)
+
+    def width_of(bw: float) -> int:
+        if hi <= lo:
+            return 3
+        return 1 + round(7 * math.log(bw / lo) / math.log(hi / lo))
+
+    segments: dict[tuple[str, int], tuple[list[float | None], list[float | None]]] = {}
+    mid_x: list[float] = []
+    mid_y: list[float] = []
+    for (a, b), lns in sorted(pairs.items()):
+        xs, ys = segments.setdefault((lns[0].kind, width_of(max(x.bandwidth for x in lns))), ([], []))
+        (xa, ya), (xb, yb) = pos[a], pos[b]
+        xs += [xa, xb, None]
+        ys += [ya, yb, None]
+        mid_x.append((xa + xb) / 2)
+        mid_y.append((ya + yb) / 2)
+    traces: list[go.Scatter] = []
+    legend_kinds: set[str] = set()
+    for (kind, w), (xs, ys) in sorted(segments.items(), key=lambda kv: (kv[0][0], -kv[0][1])):
+        traces.append(
+            go.Scatter(
+                x=xs,
+                y=ys,
+                mode="lines",
+                name=kind,
+                legendgroup=f"link {kind}",
+                showlegend=kind not in legend_kinds,
+                line={"color": _LINK_COLORS.get(kind, "#aaaaaa"), "width": w},
+                hoverinfo="skip",
+            )
+        )
+        legend_kinds.add(kind)
+    hover = [_link_hover(lns) for _, lns in sorted(pairs.items())]
+    marker = {"size": 10, "opacity": 0.0}
+    traces.append(
+        go.Scatter(
+            x=mid_x,
+            y=mid_y,
+            mode="markers",
+            name="link specs",
+            showlegend=False,
+            marker=marker,
+            hovertext=hover,
+            hoverinfo="text",
+        )
+    )
+    return traces
+
+
+def _device_traces(topology: Topology, pos: Mapping[str, tuple[float, float]]) -> list[go.Scatter]:
+    """A marker trace per device kind among the placed devices (in :data:`_KIND_STYLE` order), spec on hover."""
+    kinds: dict[str, list[Any]] = {}
+    for d in topology.devices():
+        if d.name in pos:
+            kinds.setdefault(d.kind, []).append(d)
+    traces: list[go.Scatter] = []
+    for kind in sorted(kinds, key=lambda k: list(_KIND_STYLE).index(k) if k in _KIND_STYLE else 99):
+        devs = kinds[kind]
+        color, symbol, size = _KIND_STYLE.get(kind, ("#333333", "circle", 10))
+        traces.append(
+            go.Scatter(
+                x=[pos[d.name][0] for d in devs],
+                y=[pos[d.name][1] for d in devs],
+                mode="markers+text" if len(pos) <= 80 else "markers",
+                text=[d.local_name if d.node >= 0 else d.name.split("/", 1)[-1] for d in devs],
+                textposition="top center",
+                textfont={"size": 9},
+                name=kind,
+                legendgroup=f"device {kind}",
+                marker={"color": color, "symbol": symbol, "size": size, "line": {"width": 1, "color": "#222"}},
+                hovertext=[_device_hover(d) for d in devs],
+                hoverinfo="text",
+            )
+        )
+    return traces
 
 
 def _path_rank(cell: str) -> int:

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from collsim.api import Explanation, Simulator
-from collsim.backends import Outcome
-from collsim.backends import gloo as gloo_backend
-from collsim.backends import nccl as nccl_backend
-from collsim.engine import FlowRecord
+from collsim.backends import TAGS, Outcome, tag_for
+from collsim.backends.nccl import enabled_pairs
+from collsim.backends.tags import registry
+from collsim.engine import FlowRecord, Owner, Tag
 from collsim.results import Record, make_record
 from collsim.topology import PATH_CLASS_ORDER, format_topo_matrix
 from collsim.trace import unsymmetric
@@ -29,7 +31,8 @@ from collsim.viz import (
     timeline_figure,
     topology_figure,
 )
-from collsim.viz.figures import PATH_TYPE_ORDER, size_ticks
+from collsim.viz.figures import CATEGORY_COLORS, PATH_TYPE_ORDER, size_ticks
+from collsim.vocab import COLLECTIVES
 
 MiB = 2**20
 
@@ -129,19 +132,95 @@ def test_size_ticks() -> None:
 # ------------------------------------------------------------------------------------------------ breakdown
 
 
-def test_every_backend_tag_has_a_category(pcie: Simulator, hgx: Simulator) -> None:
-    tags = set(nccl_backend._PRIORITY) | set(gloo_backend._PRIORITY)
-    tags |= {"per-step latency", "waiting (peers, slots)", "TCP message latency", "RDMA message latency"}
-    tags |= {"waiting (peers, notices)", "network (in-network reduction)"}
-    for sim in (pcie, hgx):
-        rows, _ = sim.compare([4096, 4 * MiB])
-        for row in rows:
-            tags |= set(row.nccl.breakdown) | set(row.gloo.breakdown)
-    for tag in tags:
-        assert tag in TAG_CATEGORIES, tag
-        assert TAG_CATEGORIES[tag] in BREAKDOWN_CATEGORIES
-    assert breakdown_category("something new") == "other: something new"
+SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
+
+
+def _undeclared(out: Outcome) -> set[str]:
+    """Labels of the outcome's record tags and breakdown keys that the registry does not declare exactly so."""
+    bad = {r.tag.label for r in out.records if TAGS.get(r.tag.label) != r.tag}
+    return bad | {k for k in out.breakdown if k not in TAGS}
+
+
+@functools.cache
+def _emitted(scenario: str, overrides: tuple[str, ...], size: int = 4096) -> tuple[frozenset[str], frozenset[str]]:
+    """Tag labels the simulations of a shipped scenario emit (every collective at the backends' choice, every enabled
+    NCCL pair of its collective; only the scenario's collectives beyond 16 ranks), and the undeclared ones."""
+    sim = Simulator.from_source(str(SCENARIOS / f"{scenario}.yaml"), list(overrides))
+    small = len(sim.topology.rank_devices()) <= 16
+    seen: set[str] = set()
+    bad: set[str] = set()
+    for backend in sim.backends():
+        for coll in COLLECTIVES if small else sim.scenario.collectives():
+            choices: list[tuple[str, str] | None] = [None]
+            if backend == "nccl" and coll in sim.scenario.collectives():
+                choices += enabled_pairs(sim.nccl_plan, sim.nccl_options, coll)
+            for choice in choices:
+                out = sim.simulate_one(backend, size, collective=coll, record=True, choice=choice)
+                assert out.records and out.breakdown, (backend, coll, choice)
+                seen |= {r.tag.label for r in out.records} | set(out.breakdown)
+                bad |= _undeclared(out)
+    return frozenset(seen), frozenset(bad)
+
+
+VARIANTS = [(p.stem, ()) for p in sorted(SCENARIOS.glob("*.yaml"))] + [
+    ("pcie-2gpu-nop2p", ("cluster.node_params.p2p=true",)),  # PCIe P2P
+    ("2node-h100-ib", ("cluster.fabric.in_network_reduction=true",)),  # CollNet
+    ("2node-h100-ib", ("backends.nccl.env.NCCL_NET_GDR_LEVEL=LOC",)),  # NET staged through host memory
+    ("2node-h100-ib", ("backends.gloo.transport=ibverbs",)),  # GPUDirect RDMA, GPU reductions
+    ("2node-h100-ib", ("backends.gloo.transport=ibverbs", "backends.gloo.device=cpu")),
+]
+
+
+@pytest.mark.parametrize(("scenario", "overrides"), VARIANTS, ids=lambda v: v if isinstance(v, str) else "+".join(v))
+def test_every_emitted_tag_is_declared(scenario: str, overrides: tuple[str, ...]) -> None:
+    seen, bad = _emitted(scenario, overrides)
+    assert seen and not bad, sorted(bad)
+
+
+def test_the_variants_emit_every_declared_tag() -> None:
+    # with the test above: every declared tag is reachable, so a stale declaration shows too
+    seen = set().union(*(_emitted(scenario, overrides)[0] for scenario, overrides in VARIANTS))
+    assert set(TAGS) - seen == set()
+
+
+def test_the_declared_tag_check_can_fail() -> None:
+    rogue = Tag("NVLink", "send", "transfer: network (TCP)")  # a declared label with another category
+    new = Tag("warp drive", "send", "transfer: NVLink")
+    me = Owner(0, 0, "rank", "n0/gpu0")
+    recs = [FlowRecord(me, t, 1.0, 0.0, 1.0, 0.0, ()) for t in (rogue, new, TAGS["PCIe P2P"])]
+    out = _outcome(recs, 1.0)
+    out.breakdown = {"PCIe P2P": 0.5, "nothing declared": 0.5}
+    assert _undeclared(out) == {"NVLink", "warp drive", "nothing declared"}
+
+
+def test_every_declared_tag_has_a_category_and_colour() -> None:
+    assert set(TAG_CATEGORIES) == set(TAGS)
+    for label, tag in TAGS.items():
+        assert tag.label == label and tag_for(label) is tag
+        assert TAG_CATEGORIES[label] == tag.category == breakdown_category(label)
+        assert tag.category in BREAKDOWN_CATEGORIES and tag.category in CATEGORY_COLORS
     assert breakdown_category("RDMA over network (GPUDirect)") == "transfer: network (RDMA)"
+    assert tag_for("TCP over loopback").activity == "send"
+
+
+def test_an_undeclared_tag_label_is_an_error() -> None:
+    with pytest.raises(KeyError, match="undeclared tag label 'something new'"):
+        tag_for("something new")
+    with pytest.raises(KeyError, match="something new"):
+        breakdown_category("something new")
+    with pytest.raises(KeyError, match="waiting for Godot"):
+        group_breakdown({"NVLink": 1.0, "waiting for Godot": 2.0})
+    with pytest.raises(KeyError, match="new tag"):
+        breakdown_figure([_rec("nccl", MiB, 2e-6, breakdown={"NVLink": 1e-6, "new tag": 1e-6})])
+
+
+def test_the_registry_refuses_conflicts() -> None:
+    a = Tag("x", "send", "transfer: NVLink")
+    assert registry([a], [a]) == {"x": a}  # the same declaration twice is one tag
+    with pytest.raises(ValueError, match="declared twice"):
+        registry([a], [Tag("x", "copy", "transfer: NVLink")])
+    with pytest.raises(ValueError, match="not a breakdown category"):
+        registry([Tag("y", "send", "other: y")])
 
 
 def test_group_breakdown_sums_and_orders() -> None:
@@ -203,12 +282,19 @@ def _outcome(records: list[FlowRecord], time_s: float, **kw: object) -> Outcome:
     )
 
 
+def _rank(rank: int, channel: int | None = 0) -> Owner:
+    return Owner(rank, channel, "rank", f"n0/gpu{rank}")
+
+
 def test_timeline_figure_tiny(pcie: Simulator) -> None:
+    hops = [("n0/gpu0", "n0/pcie0"), ("n0/pcie0", "n0/cpu0"), ("n0/cpu0",), ("n0/cpu0", "n0/pcie0")]
+    keys = tuple(("link", *h) if len(h) == 2 else ("mem", *h) for h in [*hops, ("n0/pcie0", "n0/gpu1")])
     path = ("n0/gpu0->n0/pcie0", "n0/pcie0->n0/cpu0", "n0/cpu0 memory", "n0/cpu0->n0/pcie0", "n0/pcie0->n0/gpu1")
+    launch, shm = TAGS["launch + base latency"], TAGS["SHM via host memory"]
     recs = [
-        FlowRecord("(0, 'n0/gpu0')", "launch + base latency", 0.0, 0.0, 2e-6, 0.0, ()),
-        FlowRecord("(0, 'n0/gpu1')", "launch + base latency", 0.0, 0.0, 2e-6, 0.0, ()),
-        FlowRecord("(0, 'n0/gpu0')", "SHM via host memory", 1000.0, 2e-6, 5e-6, 1e-6, path),
+        FlowRecord(_rank(0), launch, 0.0, 0.0, 2e-6, 0.0, ()),
+        FlowRecord(_rank(1), launch, 0.0, 0.0, 2e-6, 0.0, ()),
+        FlowRecord(_rank(0), shm, 1000.0, 2e-6, 5e-6, 1e-6, path, (1.0,) * 5, keys),
     ]
     fig = timeline_figure(_outcome(recs, 6e-6), pcie.topology)
     got = [(t.name, list(t.y), list(t.base), list(t.x)) for t in fig.data]
@@ -227,8 +313,8 @@ def test_timeline_figure_tiny(pcie: Simulator) -> None:
 
 def test_timeline_figure_overlaps_share_a_row(pcie: Simulator) -> None:
     recs = [
-        FlowRecord("0", "TCP over loopback", 10.0, 0.0, 2e-6, 0.0, ("n0/cpu0 memory",)),
-        FlowRecord("0", "CPU reduction", 10.0, 1e-6, 3e-6, 0.0, ("n0 CPU cores",)),
+        FlowRecord(_rank(0, None), TAGS["TCP over loopback"], 10.0, 0.0, 2e-6, 0.0, ("n0/cpu0 memory",)),
+        FlowRecord(_rank(0, None), TAGS["CPU reduction"], 10.0, 1e-6, 3e-6, 0.0, ("n0 CPU cores",)),
     ]
     fig = timeline_figure(_outcome(recs, 3e-6, backend="gloo"), pcie.topology)
     (send, red) = fig.data
@@ -270,9 +356,10 @@ def test_timeline_figure_notes_symmetry(hgx: Simulator) -> None:
 
 
 def _link_records() -> list[FlowRecord]:
+    tcp = TAGS["TCP over network"]
     return [
-        FlowRecord("0", "x", 1e6, 0.0, 1e-3, 0.0, ("a->b", "n0/cpu0 memory")),
-        FlowRecord("1", "x", 0.5e6, 1e-3, 1.5e-3, 0.0, ("c->d",)),
+        FlowRecord(_rank(0, None), tcp, 1e6, 0.0, 1e-3, 0.0, ("a->b", "n0/cpu0 memory")),
+        FlowRecord(_rank(1, None), tcp, 0.5e6, 1e-3, 1.5e-3, 0.0, ("c->d",)),
     ]
 
 
