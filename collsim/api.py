@@ -37,8 +37,8 @@ from collsim.backends import (
     simulate_nccl,
 )
 from collsim.backends.nccl import NcclPlan, choose, enabled_pairs, tuner_times
-from collsim.calibration.profile import Profile, load_profile
 from collsim.nccl_env import NcclEnvError, NcclOptions
+from collsim.profile import Profile, load_profile
 from collsim.results import Comparison, Explanation, Record, make_record, records_to_dataframe
 from collsim.scenario import Scenario, ScenarioError, load_scenario
 from collsim.topology import Topology, TopologyError, load_presets, topologies_dir

@@ -276,8 +276,8 @@ def _read_measurements(args: argparse.Namespace) -> list[Any]:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    from collsim.calibration.profile import load_profile
     from collsim.calibration.validate import validate
+    from collsim.profile import load_profile
 
     profile = load_profile(args.profile) if args.profile else None
     sim = Simulator.from_source(args.scenario, args.overrides, profile=profile)

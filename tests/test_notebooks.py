@@ -1,15 +1,17 @@
 """The notebooks of ``notebooks/``: committed without outputs, and each runs top to bottom without a cell error.
 
 Each notebook is executed with nbclient in a fresh ``python3`` kernel of this interpreter (the project's venv), with
-the working directory ``notebooks/``, as Jupyter opens them. The notebooks themselves also run from the repository
-root (they find their data in ``./data`` or ``./notebooks/data``).
+the working directory ``notebooks/``, as Jupyter opens them; two at a time (each kernel is its own process). The
+notebooks themselves also run from the repository root (they find their data in ``./data`` or ``./notebooks/data``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
@@ -48,14 +50,22 @@ def test_committed_without_outputs(path: Path) -> None:
     assert sum(cell.cell_type == "markdown" for cell in nb.cells) >= 3
 
 
-@pytest.fixture()
-def venv_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    """A ``python3`` kernel spec that runs this interpreter, found before any other (JUPYTER_PATH comes first).
+#: Notebooks executed at once, each in its own kernel (one per CPU of a 2-core CI machine).
+PARALLEL = 2
 
-    Connection files and IPython's profile go to ``tmp_path`` too: no writable home directory is needed, and a
-    user's IPython startup files do not run.
-    """
-    spec = tmp_path / "kernels" / "python3"
+
+@dataclass
+class _Run:
+    """One notebook executed: the notebook with its outputs, seconds taken, and the cell error if one failed."""
+
+    nb: nbformat.NotebookNode
+    elapsed: float
+    error: str | None
+
+
+def _kernel_dir(root: Path) -> None:
+    """A ``python3`` kernel spec under ``root`` that runs this interpreter (JUPYTER_PATH: found before any other)."""
+    spec = root / "kernels" / "python3"
     spec.mkdir(parents=True)
     spec.joinpath("kernel.json").write_text(
         json.dumps(
@@ -66,28 +76,53 @@ def venv_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
             }
         )
     )
-    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path))
-    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "runtime"))
-    monkeypatch.setenv("IPYTHONDIR", str(tmp_path / "ipython"))
-    return "python3"
+
+
+async def _execute(path: Path, gate: asyncio.Semaphore) -> _Run:
+    """Run one notebook top to bottom in a fresh ``python3`` kernel, ``notebooks/`` as its working directory."""
+    async with gate:
+        nb = nbformat.read(path, as_version=4)
+        client = NotebookClient(
+            nb, kernel_name="python3", timeout=CELL_TIMEOUT_S, resources={"metadata": {"path": str(NOTEBOOKS_DIR)}}
+        )
+        start = time.perf_counter()
+        error = None
+        try:
+            await client.async_execute()
+        except CellExecutionError as exc:
+            error = str(exc)
+        return _Run(nb, time.perf_counter() - start, error)
+
+
+@pytest.fixture(scope="module")
+def executed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, _Run]:
+    """Every notebook executed, :data:`PARALLEL` at a time (each kernel is its own process).
+
+    Connection files and IPython's profile go to a temporary folder too: no writable home directory is needed, and
+    a user's IPython startup files do not run.
+    """
+    root = tmp_path_factory.mktemp("jupyter")
+    _kernel_dir(root)
+
+    async def run_all() -> list[_Run]:
+        gate = asyncio.Semaphore(PARALLEL)
+        return await asyncio.gather(*(_execute(p, gate) for p in _notebooks()))
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("JUPYTER_PATH", str(root))
+        mp.setenv("JUPYTER_RUNTIME_DIR", str(root / "runtime"))
+        mp.setenv("IPYTHONDIR", str(root / "ipython"))
+        runs = asyncio.run(run_all())
+    return {p.stem: r for p, r in zip(_notebooks(), runs, strict=True)}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", _notebooks(), ids=lambda p: p.stem)
-def test_runs_top_to_bottom(path: Path, venv_kernel: str) -> None:
-    nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(
-        nb,
-        kernel_name=venv_kernel,
-        timeout=CELL_TIMEOUT_S,
-        resources={"metadata": {"path": str(NOTEBOOKS_DIR)}},
-    )
-    start = time.perf_counter()
-    try:
-        client.execute()
-    except CellExecutionError as exc:
-        pytest.fail(f"{path.name}: a cell failed:\n{exc}", pytrace=False)
-    elapsed = time.perf_counter() - start
+def test_runs_top_to_bottom(path: Path, executed: dict[str, _Run]) -> None:
+    run = executed[path.stem]
+    if run.error is not None:
+        pytest.fail(f"{path.name}: a cell failed:\n{run.error}", pytrace=False)
+    nb = run.nb
     errors = [
         (i, out.get("ename"))
         for i, cell in enumerate(nb.cells)
@@ -97,4 +132,4 @@ def test_runs_top_to_bottom(path: Path, venv_kernel: str) -> None:
     ]
     assert errors == []
     assert all(cell.get("execution_count") for cell in nb.cells if cell.cell_type == "code")
-    assert elapsed < NOTEBOOK_BUDGET_S, f"{path.name} took {elapsed:.1f} s (budget {NOTEBOOK_BUDGET_S:.0f} s)"
+    assert run.elapsed < NOTEBOOK_BUDGET_S, f"{path.name} took {run.elapsed:.1f} s (budget {NOTEBOOK_BUDGET_S:.0f} s)"

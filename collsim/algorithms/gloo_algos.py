@@ -621,7 +621,7 @@ def gloo_schedule(
     nranks: int,
     nbytes: float,
     *,
-    params: GlooParams | None = None,
+    params: GlooParams,
     base: int | None = None,
     max_per_rank: int | None = None,
 ) -> GlooSchedule:
@@ -639,9 +639,9 @@ def gloo_schedule(
     nbytes : float
         Bytes, nccl-tests semantics: per-rank buffer for allreduce, broadcast, reduce, alltoall, sendrecv; the whole
         output (every rank's contribution) for allgather; the whole input for reduce_scatter.
-    params : GlooParams, optional
-        Gloo's constants (segmentation of the segmented rings, operations in flight, BCube's default base);
-        default :meth:`GlooParams.default` (``topologies/software/gloo.yaml``).
+    params : GlooParams
+        Gloo's constants (segmentation of the segmented rings, operations in flight, BCube's default base), as
+        ``topologies/software/gloo.yaml`` gives them (the backend reads them; this layer reads no YAML).
     base : int, optional
         BCube's group size; default ``params.bcube_base``.
     max_per_rank : int, optional
@@ -655,7 +655,7 @@ def gloo_schedule(
     """
     if nranks < 1:
         raise ValueError(f"need at least one rank, got {nranks}")
-    p = params or GlooParams.default()
+    p = params
     n = nranks
     builders: dict[str, Callable[[], GlooSchedule]]
     if collective in ("allreduce", "reduce_scatter"):

@@ -16,13 +16,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Generator, Hashable, Mapping
 from dataclasses import dataclass
-from functools import cache
 from typing import Any
 
 from simpy.events import Event
 
 from collsim.algorithms.board import EventBoard
-from collsim.topology.presets import read_yaml, topologies_dir
 
 __all__ = [
     "GlooParams",
@@ -176,32 +174,24 @@ class GlooParams:
             bcube_base=int(data["bcube_base"]),
         )
 
-    @classmethod
-    def default(cls) -> GlooParams:
-        """Gloo's constants from ``topologies/software/gloo.yaml`` (read once), for callers that pass none."""
-        return _default_gloo_params()
 
 
-@cache
-def _default_gloo_params() -> GlooParams:
-    return GlooParams.from_mapping(read_yaml(topologies_dir() / "software" / "gloo.yaml"))
-
-
-def gloo_ring_segments(nbytes: float, nranks: int, params: GlooParams | None = None) -> GlooRingShape:
+def gloo_ring_segments(nbytes: float, nranks: int, params: GlooParams) -> GlooRingShape:
     """Gloo's segmentation of a ring allreduce (``gloo/allreduce.cc``, cited in ``gloo.yaml``).
 
     numSegments = roundUp(max(ceil(S / M), m * P), P) with M = ``params.max_segment_bytes`` (1 MiB) and
     m = ``params.min_segments_per_rank`` (2), so every rank's chunk has the same number of segments and at least
-    ``m`` of them; ``params`` defaults to :meth:`GlooParams.default`.
+    ``m`` of them.
 
-    >>> gloo_ring_segments(25 * 2**20, 8)   # 25 MiB on 8 ranks: 32 segments of 800 KiB
+    >>> gloo = GlooParams(2**20, 2, 2, 2)  # gloo.yaml: 1 MiB segments, at least 2 per rank, 2 in flight
+    >>> gloo_ring_segments(25 * 2**20, 8, gloo)   # 25 MiB on 8 ranks: 32 segments of 800 KiB
     GlooRingShape(segments=32, per_rank=4, segment_bytes=819200.0)
-    >>> gloo_ring_segments(100 * 2**20, 2).segments
+    >>> gloo_ring_segments(100 * 2**20, 2, gloo).segments
     100
     >>> gloo_ring_segments(2**20, 8, GlooParams(2**20, 3, 2, 2)).segments  # 1 MiB, at least 3 segments per rank
     24
     """
-    p = params or GlooParams.default()
+    p = params
     want = max(math.ceil(nbytes / p.max_segment_bytes), p.min_segments_per_rank * nranks)
     segments = math.ceil(want / nranks) * nranks
     return GlooRingShape(segments, segments // nranks, nbytes / segments)
@@ -212,9 +202,10 @@ def merge_segments(shape: GlooRingShape, nranks: int, max_per_rank: int) -> Gloo
     (a simulation setting: the ring is bandwidth-bound there, so merging moves its time by well under 0.1%, see
     ``topologies/software/gloo.yaml``). Bytes are conserved.
 
-    >>> merge_segments(gloo_ring_segments(8 * 2**30, 2), 2, 16)  # 8 GiB on 2 ranks: 8192 segments -> 32 of 256 MiB
+    >>> gloo = GlooParams(2**20, 2, 2, 2)
+    >>> merge_segments(gloo_ring_segments(8 * 2**30, 2, gloo), 2, 16)  # 8 GiB, 2 ranks: 8192 segments -> 32
     GlooRingShape(segments=32, per_rank=16, segment_bytes=268435456.0)
-    >>> merge_segments(gloo_ring_segments(2**20, 8), 8, 16) == gloo_ring_segments(2**20, 8)
+    >>> merge_segments(gloo_ring_segments(2**20, 8, gloo), 8, 16) == gloo_ring_segments(2**20, 8, gloo)
     True
     """
     if shape.per_rank <= max_per_rank:
@@ -232,19 +223,18 @@ def gloo_ring_allreduce(
     nranks: int,
     shape: GlooRingShape,
     send: Send,
-    inflight: int | None = None,
+    inflight: int,
 ) -> Proc:
     """One rank's sender side of Gloo's ring allreduce (run :func:`gloo_ring_receiver` beside it).
 
     Reduce-scatter: ``(P-1)*k`` segment sends; send ``t >= k`` forwards the segment received as ``t-k`` once this rank
     has reduced it. All-gather: ``(P-1)*k`` sends; send ``u >= k`` forwards received segment ``u-k``.
-    Waits for: the data to send (own, reduced, or received), the send ``inflight`` before to have arrived (default
-    :attr:`GlooParams.segments_in_flight` of :meth:`GlooParams.default`, 2), and the successor's receive-ready notice
+    Waits for: the data to send (own, reduced, or received), the send ``inflight`` before to have arrived
+    (:attr:`GlooParams.segments_in_flight`, 2), and the successor's receive-ready notice
     for that segment (an unbound send waits for it).
     Pays: each segment's transfer (``send``), streamed one after another on the connection, and once per message
     its latency (TCP stack, preamble) on arrival.
     """
-    inflight = GlooParams.default().segments_in_flight if inflight is None else inflight
     k = shape.per_rank
     total = (nranks - 1) * k
     seg = shape.segment_bytes
@@ -274,7 +264,7 @@ def gloo_ring_receiver(
     shape: GlooRingShape,
     reduce: Reduce,
     notice: Callable[[], Event],
-    inflight: int | None = None,
+    inflight: int,
 ) -> Proc:
     """One rank's receiver side of Gloo's ring allreduce.
 
@@ -284,9 +274,8 @@ def gloo_ring_receiver(
     Pays: in the reduce-scatter a reduction of each received segment (``reduce``), one after another; a control
     message per posted receive (``notice()`` is its latency).
     Fires ``(me, ("red", t))`` and ``(me, ("agarr", u))``, and ``(me, "recv-all")`` at the end. ``inflight``
-    defaults to :attr:`GlooParams.segments_in_flight` of :meth:`GlooParams.default` (2).
+    is :attr:`GlooParams.segments_in_flight` (2).
     """
-    inflight = GlooParams.default().segments_in_flight if inflight is None else inflight
     total = (nranks - 1) * shape.per_rank
     seg = shape.segment_bytes
     for phase in ("rs", "ag"):

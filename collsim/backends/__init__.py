@@ -4,7 +4,7 @@ registry of the tags they declare (:mod:`collsim.backends.tags`)."""
 from __future__ import annotations
 
 from collsim.backends.common import BackendError, Outcome
-from collsim.backends.gloo import GlooConstants, GlooOptions, simulate_gloo
+from collsim.backends.gloo import GlooConstants, GlooOptions, simulate_gloo, simulate_gloo_many
 from collsim.backends.nccl import NcclConstants, NcclOptions, NcclPlan, plan_nccl, simulate_nccl, tuner_times
 from collsim.backends.tags import TAGS, tag_for
 
@@ -19,6 +19,7 @@ __all__ = [
     "Outcome",
     "plan_nccl",
     "simulate_gloo",
+    "simulate_gloo_many",
     "simulate_nccl",
     "tag_for",
     "tuner_times",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import simpy
 
@@ -20,6 +21,7 @@ __all__ = [
     "link_end",
     "link_uses",
     "resource_name",
+    "run_stats",
     "run_until_done",
 ]
 
@@ -193,6 +195,17 @@ def run_until_done(env: simpy.Environment, done_events: Sequence[simpy.Event], d
     if missing:
         raise RuntimeError(f"simulation deadlocked: {len(missing)} participants never finished")
     return max(finish) if finish else 0.0
+
+
+def run_stats(net: FluidNetwork, quotient: Quotient, entities: int, record: bool) -> dict[str, Any]:
+    """The :class:`Outcome` fields every backend fills from the engine: simulated representatives and the entities
+    they stand for, the flow records (when recording) and the number of rate solves."""
+    return {
+        "classes": quotient.n_classes,
+        "entities": entities,
+        "records": net.records if record else [],
+        "solves": net.solves,
+    }
 
 
 def new_network(record: bool, check: bool = False) -> tuple[simpy.Environment, FluidNetwork]:

@@ -36,6 +36,7 @@ from collsim.backends.common import (
     link_uses,
     new_network,
     resource_name,
+    run_stats,
     run_until_done,
 )
 from collsim.backends.gloo_tags import (
@@ -717,10 +718,7 @@ def simulate_gloo_many(
         time_s=t,
         breakdown=_breakdown(net, collective, opts, plan.owners[last], t) if record else {},
         notes=notes,
-        classes=quotient.n_classes,
-        entities=len(plan.usage),
-        records=net.records if record else [],
-        solves=net.solves,
+        **run_stats(net, quotient, len(plan.usage), record),
     )
 
 

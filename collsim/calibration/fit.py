@@ -12,11 +12,11 @@ How a fit runs (:func:`calibrate`):
    where it stops changing anything, like a latency already clamped at zero), the fit is run again with the reserve
    in its place, and kept if it lowers the fit's cost by at least 10%.
 3. ``scipy.optimize.least_squares`` (trust-region reflective, within each parameter's physical bounds, see
-   :data:`collsim.calibration.profile.PARAMETER_BOUNDS`) minimises the log of predicted / measured time over the fit
+   :data:`collsim.profile.PARAMETER_BOUNDS`) minimises the log of predicted / measured time over the fit
    sizes: a relative error, symmetric in over- and under-prediction, under a robust (soft L1) loss that counts
    errors beyond about 5% linearly. Factors are searched in log space.
 
-The result holds the :class:`~collsim.calibration.profile.Profile` (with the measurement it came from and the fit's
+The result holds the :class:`~collsim.profile.Profile` (with the measurement it came from and the fit's
 error recorded in it) and validations before and after, on the fit and the held-out sizes.
 """
 
@@ -33,7 +33,6 @@ import numpy as np
 
 from collsim.api import Simulator
 from collsim.calibration.measurement import Measurement
-from collsim.calibration.profile import Profile, parameter_bounds
 from collsim.calibration.validate import (
     BandSummary,
     Validation,
@@ -42,6 +41,7 @@ from collsim.calibration.validate import (
     summarise,
     validate,
 )
+from collsim.profile import Profile, parameter_bounds
 from collsim.scenario import Scenario
 from collsim.vocab import LINK_KINDS
 

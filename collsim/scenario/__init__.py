@@ -1,7 +1,7 @@
 """The scenario layer: the YAML schema, loading, ``--set`` overrides and clear errors.
 
 Schema and loading only: importing it loads neither SimPy nor the backends (calibration profiles, which adjust
-the backends' constants, live in :mod:`collsim.calibration.profile`). The name lists it re-exports (collectives,
+the backends' constants, live next to calibration in :mod:`collsim.profile`). The name lists it re-exports
 fabric topologies, NCCL's algorithms ...) are :mod:`collsim.vocab`'s.
 
 >>> from collsim.scenario import apply_overrides

@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from collsim.files import FileReadError, read_text_file
 from collsim.scenario.errors import ScenarioError
 from collsim.scenario.models import Scenario
 
@@ -109,11 +110,9 @@ def _find_source(source: str | Path) -> Path:
 def _read_yaml(path: Path) -> dict[str, Any]:
     file = str(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise ScenarioError("not a UTF-8 text file", file=file) from None
-    except OSError as exc:
-        raise ScenarioError(f"cannot read file: {exc.strerror or exc}", file=file) from None
+        text = read_text_file(path)
+    except FileReadError as exc:
+        raise ScenarioError(str(exc), file=file) from None
     if not text.strip():
         raise ScenarioError("empty file, expected a scenario mapping (name, cluster, workload, backends)", file=file)
     try:

@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from collsim.files import FileReadError, read_text_file
 from collsim.topology.errors import TopologyError
 from collsim.units import UnitError, parse_bandwidth, parse_time
 from collsim.vocab import DEVICE_KINDS, LINK_KINDS
@@ -59,11 +60,9 @@ def read_yaml(path: Path) -> Any:
         The parsed document (never None: an empty file is an error).
     """
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise TopologyError("file not found", file=path) from None
-    except OSError as exc:
-        raise TopologyError(f"cannot read file: {exc.strerror}", file=path) from None
+        text = read_text_file(path)
+    except FileReadError as exc:
+        raise TopologyError(str(exc), file=path) from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

@@ -10,8 +10,7 @@ from __future__ import annotations
 import math
 
 import pytest
-import yaml
-from tests_support import ideal_gloo_schedule_time
+from tests_support import GLOO, ideal_gloo_schedule_time
 
 from collsim.algorithms.gloo_algos import GlooParams, bcube_radices, gloo_schedule
 from collsim.vocab import COLLECTIVES
@@ -64,7 +63,7 @@ def test_ring_chunked_closed_form(n: int) -> None:
     size = 256 * MiB
     t, _ = ideal_gloo_schedule_time("allreduce", "ring_chunked", n, size, bw=B, alpha=ALPHA, notice=NOTICE)
     assert t == pytest.approx(2 * (n - 1) / n * size / B + 2 * ALPHA, rel=1e-3)
-    sched = gloo_schedule("allreduce", "ring_chunked", n, size)
+    sched = gloo_schedule("allreduce", "ring_chunked", n, size, params=GLOO)
     assert sched.notes[0] == f"{2 * n} chunks of {size / (2 * n):.0f} B, {4 * n - 4} messages per rank"
 
 
@@ -113,7 +112,7 @@ def test_binomial_broadcast_on_per_rank_links_shares_the_senders_link(n: int) ->
 def test_reduce_closed_form(n: int) -> None:
     # gloo/reduce.cc: segments - 2 sends of a segment each (S - 2 segments), then P-1 chunks of S/P into the root
     size = 256 * MiB
-    sched = gloo_schedule("reduce", "-", n, size)
+    sched = gloo_schedule("reduce", "-", n, size, params=GLOO)
     nseg = size // MiB
     t, _ = ideal_gloo_schedule_time("reduce", "-", n, size, bw=B, alpha=ALPHA, notice=NOTICE)
     assert sched.notes[0].startswith(f"{nseg} segments")
@@ -138,7 +137,7 @@ def test_allreduce_symmetry_is_exact_for_any_rank_count(n: int, algorithm: str) 
 
 def test_non_power_of_two_halving_doubling_folds_the_extra_ranks() -> None:
     # P = 6 = 4 + 2: two folded ranks hand their whole buffer over first and get the result back last
-    sched = gloo_schedule("allreduce", "halving_doubling", 6, 1e6)
+    sched = gloo_schedule("allreduce", "halving_doubling", 6, 1e6, params=GLOO)
     assert sched.peers[1] == {"fold": 0}
     assert sched.peers[0] == {"hd0": 2, "hd1": 4, "unfold": 1}
     assert sched.roles == {0: "folding", 1: "folded", 2: "folding", 3: "folded", 4: "plain", 5: "plain"}
@@ -169,32 +168,33 @@ def test_single_rank_does_nothing() -> None:
 
 def test_unknown_names_are_refused_with_the_valid_ones() -> None:
     with pytest.raises(ValueError, match="valid: allreduce, allgather, reduce_scatter"):
-        gloo_schedule("gather", "ring", 4, 1.0)
+        gloo_schedule("gather", "ring", 4, 1.0, params=GLOO)
     with pytest.raises(ValueError, match="valid: ring, ring_chunked, halving_doubling, bcube"):
-        gloo_schedule("allreduce", "tree", 4, 1.0)
+        gloo_schedule("allreduce", "tree", 4, 1.0, params=GLOO)
     with pytest.raises(ValueError, match="at least 2"):
-        gloo_schedule("sendrecv", "ring", 1, 1.0)
+        gloo_schedule("sendrecv", "ring", 1, 1.0, params=GLOO)
 
 
 def test_every_name_of_the_vocabulary_has_a_schedule() -> None:
     for collective in COLLECTIVES:
         for algorithm in ALLREDUCE_ALGORITHMS:
-            sched = gloo_schedule(collective, algorithm, 4, 1e6)
+            sched = gloo_schedule(collective, algorithm, 4, 1e6, params=GLOO)
             assert sched.nranks == 4 and set(sched.peers) == set(range(4))
 
 
-def test_params_default_to_gloo_yaml() -> None:
-    with open("topologies/software/gloo.yaml") as fh:
-        data = yaml.safe_load(fh)
-    p = GlooParams.default()
-    assert p == GlooParams.from_mapping(data)
+def test_params_come_from_gloo_yaml() -> None:
+    # the backend reads gloo.yaml (GlooConstants.params); the algorithms layer reads no YAML
+    from collsim.api import Simulator
+
+    p = Simulator.from_source("loopback-gloo-cpu").gloo_constants.params
+    assert p == GLOO
     assert (p.max_segment_bytes, p.min_segments_per_rank, p.segments_in_flight, p.bcube_base) == (MiB, 2, 2, 2)
 
 
 def test_params_reach_the_segmented_rings_and_bcube() -> None:
     # 1 MiB on 4 ranks: max(ceil(S/M), m x P) segments; reduce segments the same way; bcube takes the base
     p3 = GlooParams(max_segment_bytes=MiB, min_segments_per_rank=3, segments_in_flight=2, bcube_base=4)
-    assert gloo_schedule("allreduce", "ring", 4, MiB).notes[0].startswith("8 segments")
+    assert gloo_schedule("allreduce", "ring", 4, MiB, params=GLOO).notes[0].startswith("8 segments")
     assert gloo_schedule("allreduce", "ring", 4, MiB, params=p3).notes[0].startswith("12 segments")
     assert gloo_schedule("reduce", "-", 4, MiB, params=p3).notes[0].startswith("12 segments")
     assert gloo_schedule("allreduce", "bcube", 16, MiB, params=p3).notes[0].startswith("base 4: 2 steps")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from tests_support import ideal_gloo_ring_time, ideal_ring_time
+from tests_support import GLOO, ideal_gloo_ring_time, ideal_ring_time
 
 from collsim.algorithms import RingChunking, gloo_ring_segments
 
@@ -60,10 +60,10 @@ def test_chunking_conserves_bytes() -> None:
 
 def test_gloo_segmentation_matches_pytorch() -> None:
     # reference notes: 25 MiB / 8 ranks -> 32 segments of 800 KiB; 1 MiB / 8 -> 16 of 64 KiB; 100 MiB / 2 -> 100
-    assert gloo_ring_segments(25 * MiB, 8).segments == 32
-    s = gloo_ring_segments(1 * MiB, 8)
+    assert gloo_ring_segments(25 * MiB, 8, GLOO).segments == 32
+    s = gloo_ring_segments(1 * MiB, 8, GLOO)
     assert (s.segments, s.segment_bytes) == (16, 64 * 1024)
-    assert gloo_ring_segments(100 * MiB, 2).segments == 100
+    assert gloo_ring_segments(100 * MiB, 2, GLOO).segments == 100
 
 
 @pytest.mark.parametrize("n", [2, 4, 8])

@@ -12,9 +12,9 @@ from tests_support import shared_calibration_dir
 from collsim.api import Simulator, load
 from collsim.calibration import Measurement, MeasurementError, MeasurementRow, read_measurement
 from collsim.calibration.fit import calibrate, split_sizes
-from collsim.calibration.profile import Profile, load_profile
 from collsim.calibration.validate import validate
 from collsim.cli import main
+from collsim.profile import Profile, load_profile
 
 PCIE = "pcie-2gpu-nop2p"
 SIZES = [2**k for k in range(3, 28, 2)]  # 8 B .. 128 MiB, x4

@@ -7,9 +7,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import simpy
+import yaml
 
 from collsim.algorithms import (
     EventBoard,
+    GlooParams,
     RingChunking,
     gloo_ring_allreduce,
     gloo_ring_receiver,
@@ -17,7 +19,10 @@ from collsim.algorithms import (
     nccl_ring_allreduce,
 )
 from collsim.engine import FluidNetwork, ResourceSpec, build_quotient
+from collsim.topology import topologies_dir
 
+#: Gloo's constants as the backend reads them (topologies/software/gloo.yaml)
+GLOO = GlooParams.from_mapping(yaml.safe_load((topologies_dir() / "software" / "gloo.yaml").read_text()))
 SIMPLE = RingChunking(2 * 2**20, 2, 4)  # NCCL Simple: 4 steps of 512 KiB per chunk, 2 slices, 8 slots of 2 steps
 
 
@@ -81,7 +86,7 @@ def ideal_gloo_ring_time(
     net = FluidNetwork(env, check=True)
     q = _quotient(net, n, [bw] * n, symmetric)
     board = EventBoard(env)
-    shape = gloo_ring_segments(size, n)
+    shape = gloo_ring_segments(size, n, GLOO)
     procs = []
     for rep in q.reps():
         uses = q.uses(rep, "send")
@@ -93,11 +98,24 @@ def ideal_gloo_ring_time(
             return env.timeout(0)
 
         pred, succ = q.rep((rep - 1) % n), q.rep((rep + 1) % n)
-        procs.append(env.process(gloo_ring_allreduce(board, rep, succ, nranks=n, shape=shape, send=send)))
+        procs.append(
+            env.process(
+                gloo_ring_allreduce(
+                    board, rep, succ, nranks=n, shape=shape, send=send, inflight=GLOO.segments_in_flight
+                )
+            )
+        )
         procs.append(
             env.process(
                 gloo_ring_receiver(
-                    board, rep, pred, nranks=n, shape=shape, reduce=reduce, notice=lambda: env.timeout(notice)
+                    board,
+                    rep,
+                    pred,
+                    nranks=n,
+                    shape=shape,
+                    reduce=reduce,
+                    notice=lambda: env.timeout(notice),
+                    inflight=GLOO.segments_in_flight,
                 )
             )
         )
@@ -130,7 +148,7 @@ def ideal_gloo_schedule_time(
     """
     from collsim.algorithms.gloo_algos import GlooRankContext, gloo_schedule
 
-    sched = gloo_schedule(collective, algorithm, n, size, base=base)
+    sched = gloo_schedule(collective, algorithm, n, size, params=GLOO, base=base)
     env = simpy.Environment()
     net = FluidNetwork(env, check=True)
     res: dict[object, ResourceSpec] = {}

@@ -142,6 +142,7 @@ def _undeclared(out: Outcome) -> set[str]:
 
 
 @functools.cache
+@functools.cache  # the two tests below share the simulations
 def _emitted(scenario: str, overrides: tuple[str, ...], size: int = 4096) -> tuple[frozenset[str], frozenset[str]]:
     """Tag labels the simulations of a shipped scenario emit (every collective at the backends' choice, every enabled
     NCCL pair of its collective; only the scenario's collectives beyond 16 ranks), and the undeclared ones."""

@@ -279,6 +279,13 @@ class Launcher:
         yield from body
 
 
+def streaming_bound(ctx: SimContext, nbytes: float) -> float:
+    """Base latency + ``nbytes`` at one channel's cap (seconds): a lower bound for an entity that sends ``nbytes``
+    one send after another (each waits for the previous one to have streamed), each flow capped at ``ctx.cap`` or
+    below."""
+    return ctx.base + nbytes / ctx.cap
+
+
 class NcclAlgorithm:
     """One NCCL algorithm: its candidates, cost model, roles and processes (see the module docstring).
 
@@ -323,6 +330,12 @@ class NcclAlgorithm:
     def cap_divisor(self, proto: str) -> float:
         """Divides one channel's rate cap (Tree/LL: up and down share the channel's LL rate); 1 by default."""
         return 1.0
+
+    def min_time(self, ctx: SimContext) -> float:
+        """A lower bound on the simulated time, in seconds, without simulating: every entity first pays the base
+        latency. Algorithms whose entities stream a known number of bytes one send after another, each at most at
+        one channel's cap, add that (:func:`streaming_bound`)."""
+        return ctx.base
 
     def build(self, ctx: SimContext) -> Layout:
         """Roles, relations and structure of every entity."""

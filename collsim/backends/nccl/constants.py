@@ -85,7 +85,7 @@ class NcclConstants:
     pat_bw_factor: float = 0.75
     chunk_rules: ChunkRules | None = None
     ring_plateau_latency_factor: Mapping[str, float] = field(default_factory=dict)  # by GPU arch; 1 when absent
-    # Calibration (collsim.calibration.profile): what the simulated system pays beyond NCCL's constants. They change
+    # Calibration (collsim.profile): what the simulated system pays beyond NCCL's constants. They change
     # the simulated time only, never the cost model's choice (NCCL's tuner uses its own fixed table).
     group_launch_gap: float = 0.0  # seconds between kernel launches of GPUs driven by one thread (nccl-tests -g)
     sim_step_latency_scale: float = 1.0  # factor on the per-step latency (hwLat) a simulated hop pays

@@ -8,7 +8,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from collsim.algorithms import EventBoard
-from collsim.backends.common import Outcome, ResourceCatalog, key_resources, new_network, run_until_done
+from collsim.backends.common import (
+    Outcome,
+    ResourceCatalog,
+    key_resources,
+    new_network,
+    run_stats,
+    run_until_done,
+)
 from collsim.backends.nccl.algos import REGISTRY
 from collsim.backends.nccl.base import Launcher, Layout, NcclAlgorithm, Proc, SimContext, node_index
 from collsim.backends.nccl.chunking import channels_for, step_chunking
@@ -78,22 +85,10 @@ def simulate_nccl(
         if ev is not None:
             done.append(ev)
     t = run_until_done(env, done, deadline)
+    breakdown = _breakdown(net, ctx.owner(run.reps[0]), t) if record and math.isfinite(t) else {}
+    stats = run_stats(net, quotient, len(layout.roles), record)
     return Outcome(
-        backend="nccl",
-        collective=collective,
-        algorithm=algo,
-        protocol=proto,
-        nranks=n,
-        size_bytes=nbytes,
-        time_s=t,
-        channels=ctx.nc,
-        breakdown=_breakdown(net, ctx.owner(run.reps[0]), t) if record and math.isfinite(t) else {},
-        notes=list(plan.notes),
-        predicted_s=predicted,
-        classes=quotient.n_classes,
-        entities=len(layout.roles),
-        records=net.records if record else [],
-        solves=net.solves,
+        "nccl", collective, algo, proto, n, nbytes, t, ctx.nc, breakdown, list(plan.notes), predicted, **stats
     )
 
 
@@ -113,7 +108,8 @@ def fastest_pair(
     """The (algorithm, protocol) of ``pairs`` whose simulation finishes first, and its time (seconds): the same
     answer as simulating every pair to the end and taking the minimum (on an exact tie, the pair listed first), but
     each pair after the first simulated runs only until the best time so far (a deadline), so slower pairs stop
-    early.
+    early, and a pair whose lower bound (:meth:`~collsim.backends.nccl.base.NcclAlgorithm.min_time`: the base
+    latency, plus the bytes an entity streams at one channel's cap) is already past that time is not simulated.
 
     ``model_s`` (NCCL's cost model per pair, :func:`~collsim.backends.nccl.tuner.tuner_times`) sets the order the
     pairs are simulated in, fastest predicted first, so that the others stop at a good time.
@@ -125,6 +121,10 @@ def fastest_pair(
     for pair in order:
         # a little past the best so far, so that an exact tie finishes and the listed order can break it
         deadline = None if math.isinf(t_best) else t_best * (1 + 1e-9)
+        if deadline is not None and nbytes > 0:
+            alg = REGISTRY[pair[0]]
+            if alg.min_time(_context(topo, plan, opts, consts, alg, pair[1], collective, nbytes)) > deadline:
+                continue  # cannot finish first, whatever the simulation would show
         kw = {"collective": collective, "plan": plan, "symmetry": symmetry}
         t = simulate_nccl(topo, opts, consts, nbytes, choice=pair, deadline=deadline, **kw).time_s  # type: ignore[arg-type]
         if t < t_best or (t == t_best and rank[pair] < rank[best]):
@@ -165,23 +165,11 @@ def _context(
     # the last kernel starts, (g - 1) launch gaps after the first; charged to every rank (keeps ranks symmetric)
     base += (opts.gpus_per_process - 1) * consts.group_launch_gap
     base = max(0.0, base + consts.sim_launch_overhead)
+    # SimContext's fields in order: the system, the collective and its choice, then what this module derived
     return SimContext(
-        topo=topo,
-        plan=plan,
-        opts=opts,
-        consts=consts,
-        collective=collective,
-        nbytes=nbytes,
-        algo=alg.name,
-        proto=proto,
-        nc=nc,
-        chunking=chunking,
-        wire=wire,
-        cap=cap,
-        base=base,
-        plateau=plateau,
-        cat=ResourceCatalog(topo),
-    )
+        topo, plan, opts, consts, collective, nbytes, alg.name, proto,
+        nc, chunking, wire, cap, base, plateau, ResourceCatalog(topo),
+    )  # fmt: skip
 
 
 def _usage(layout: Layout) -> dict[Any, dict[str, Any]]:

@@ -72,21 +72,12 @@ def _inputs(plan: NcclPlan, consts: NcclConstants, collective: str, nbytes: int,
     pc = consts.protocols[proto]
     intra = consts.hw_latency[plan.intra_hw][table][proto]
     inter = consts.hw_latency["NET"][table][proto] + plan.net_latency * pc.net_latency_factor
+    lat = consts.base_latency[table][proto]
+    # ModelInputs' fields in order: what is priced, the schedule's steps, then tuning.cc's starting point
     return ModelInputs(
-        plan=plan,
-        consts=consts,
-        collective=collective,
-        nbytes=nbytes,
-        proto=proto,
-        n=n,
-        nsteps=nsteps,
-        ninter=ninter,
-        intra=intra,
-        inter=inter,
-        lat=consts.base_latency[table][proto],
-        bus=plan.bus_bw,
-        idx=node_index(plan.nnodes),
-    )
+        plan, consts, collective, nbytes, proto,
+        n, nsteps, ninter, intra, inter, lat, plan.bus_bw, node_index(plan.nnodes),
+    )  # fmt: skip
 
 
 def enabled_pairs(plan: NcclPlan, opts: NcclOptions, collective: str) -> list[tuple[str, str]]:

@@ -11,7 +11,16 @@ from simpy.events import Event
 
 from collsim.algorithms.nccl_algos import nccl_nvls_allgather, nccl_nvls_reduce_scatter, nccl_nvls_tree
 from collsim.backends.common import link_uses
-from collsim.backends.nccl.base import Entity, Launcher, Layout, ModelInputs, NcclAlgorithm, Role, SimContext
+from collsim.backends.nccl.base import (
+    Entity,
+    Launcher,
+    Layout,
+    ModelInputs,
+    NcclAlgorithm,
+    Role,
+    SimContext,
+    streaming_bound,
+)
 from collsim.backends.nccl.constants import NcclConstants
 from collsim.backends.nccl.plan import NcclPlan
 from collsim.backends.nccl.tags import NVLS_TAG
@@ -66,6 +75,10 @@ class NVLS(NcclAlgorithm):
     def extra_base_latency(self, plan: NcclPlan, consts: NcclConstants) -> float:
         """NVLS pays its hwLat once, with the launch."""
         return consts.hw_latency[plan.intra_hw][self.name]["Simple"] * consts.sim_step_latency_scale
+
+    def min_time(self, ctx: SimContext) -> float:
+        """Every GPU sends each slice of its channel to the switch (reduce-scatter), one after another."""
+        return streaming_bound(ctx, ctx.per_channel)
 
     def build(self, ctx: SimContext) -> Layout:
         out = Layout()

@@ -9,7 +9,16 @@ from simpy.events import Event
 
 from collsim.algorithms import nccl_ring_allreduce
 from collsim.algorithms.nccl_algos import nccl_chain
-from collsim.backends.nccl.base import Chain, Entity, Launcher, Layout, ModelInputs, NcclAlgorithm, SimContext
+from collsim.backends.nccl.base import (
+    Chain,
+    Entity,
+    Launcher,
+    Layout,
+    ModelInputs,
+    NcclAlgorithm,
+    SimContext,
+    streaming_bound,
+)
 from collsim.backends.nccl.constants import NcclConstants
 from collsim.backends.nccl.plan import NcclPlan
 from collsim.nccl_env import NcclOptions
@@ -92,6 +101,13 @@ class Ring(NcclAlgorithm):
 
     def plateau(self, plan: NcclPlan, consts: NcclConstants, proto: str, collective: str, nbytes: int) -> float:
         return ring_plateau(plan, consts, proto, collective, nbytes)
+
+    def min_time(self, ctx: SimContext) -> float:
+        """A ring entity sends ``nsteps / n`` of its channel's bytes, one slice after another (a chain: all of them)."""
+        if ctx.collective not in RING_COLLECTIVES:
+            return streaming_bound(ctx, ctx.per_channel) if ctx.n > 1 else ctx.base
+        nsteps = 2 * (ctx.n - 1) if ctx.collective == "allreduce" else ctx.n - 1
+        return streaming_bound(ctx, ctx.per_channel * nsteps / ctx.n)
 
     def build(self, ctx: SimContext) -> Layout:
         out = Layout()

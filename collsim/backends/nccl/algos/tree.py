@@ -11,7 +11,16 @@ from simpy.events import Event
 
 from collsim.algorithms import RingChunking
 from collsim.algorithms.nccl_algos import nccl_tree_down, nccl_tree_up
-from collsim.backends.nccl.base import Entity, Launcher, Layout, ModelInputs, NcclAlgorithm, Role, SimContext
+from collsim.backends.nccl.base import (
+    Entity,
+    Launcher,
+    Layout,
+    ModelInputs,
+    NcclAlgorithm,
+    Role,
+    SimContext,
+    streaming_bound,
+)
 from collsim.backends.nccl.constants import NcclConstants
 from collsim.backends.nccl.plan import NcclPlan
 from collsim.backends.nccl.trees import tree_links
@@ -127,6 +136,10 @@ class Tree(NcclAlgorithm):
         runs up and down in one loop); tuning.cc caps the tree's LL busBw at llMaxBw and halves it for algBw: both
         directions share the channel's LL rate."""
         return 2.0 if proto == "LL" else 1.0
+
+    def min_time(self, ctx: SimContext) -> float:
+        """Every GPU but the root sends its channel's bytes up, one slice after another."""
+        return streaming_bound(ctx, ctx.per_channel)
 
     def build(self, ctx: SimContext) -> Layout:
         out = Layout()

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from collsim.api import Simulator
-from collsim.calibration.profile import Profile, load_profile
+from collsim.profile import Profile, load_profile
 from collsim.scenario import ScenarioError
 
 PCIE = "pcie-2gpu-nop2p"
