@@ -101,28 +101,20 @@ class GlooConstants:
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> GlooConstants:
-        """Build from the mapping in ``topologies/software/gloo.yaml`` (us there, seconds here)."""
+        """Build from the mapping in ``topologies/software/gloo.yaml`` (us there, seconds here); Gloo's algorithm
+        constants are read by :meth:`GlooParams.from_mapping`, the rest here."""
+        p = GlooParams.from_mapping(data)
+        sim_max = data.get("sim_max_segments_per_rank")
         return cls(
-            max_segment_bytes=int(data["max_segment_bytes"]),
-            min_segments_per_rank=int(data["min_segments_per_rank"]),
-            segments_in_flight=int(data["segments_in_flight"]),
-            preamble_bytes=int(data["preamble_bytes"]),
-            work_enqueue_latency=float(data["work_enqueue_latency_us"]) * _US,
-            bcube_base=int(data["bcube_base"]),
-            sim_max_segments_per_rank=(
-                int(data["sim_max_segments_per_rank"]) if data.get("sim_max_segments_per_rank") else None
-            ),
-        )
+            int(p.max_segment_bytes), p.min_segments_per_rank, p.segments_in_flight,
+            int(data["preamble_bytes"]), float(data["work_enqueue_latency_us"]) * _US, p.bcube_base,
+            int(sim_max) if sim_max else None,
+        )  # fmt: skip
 
     @property
     def params(self) -> GlooParams:
         """The constants Gloo's algorithms take (:func:`~collsim.algorithms.gloo_algos.gloo_schedule`)."""
-        return GlooParams(
-            max_segment_bytes=self.max_segment_bytes,
-            min_segments_per_rank=self.min_segments_per_rank,
-            segments_in_flight=self.segments_in_flight,
-            bcube_base=self.bcube_base,
-        )
+        return GlooParams(self.max_segment_bytes, self.min_segments_per_rank, self.segments_in_flight, self.bcube_base)
 
 
 @dataclass(frozen=True)
