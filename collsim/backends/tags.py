@@ -1,7 +1,7 @@
 """Every backend's declared tags in one registry (ns-3's "declared trace sources").
 
 Each backend declares the :class:`~collsim.engine.Tag` objects it emits once (:mod:`collsim.backends.nccl.tags`,
-:mod:`collsim.backends.gloo_tags`); this module collects them by label. A record's time breakdown is keyed by tag
+:mod:`collsim.backends.gloo.tags`); this module collects them by label. A record's time breakdown is keyed by tag
 label, so presentation finds a label's activity and breakdown category here (:func:`tag_for`); a label no backend
 declared is an error, never a silent "other".
 
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from collsim.backends.gloo_tags import TAGS as GLOO_TAGS
+from collsim.backends.gloo.tags import TAGS as GLOO_TAGS
 from collsim.backends.nccl.tags import TAGS as NCCL_TAGS
 from collsim.engine import Tag
 from collsim.vocab import BREAKDOWN_CATEGORIES

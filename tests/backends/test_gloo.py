@@ -12,7 +12,7 @@ import yaml
 
 from collsim.backends import BackendError, GlooConstants, GlooOptions, simulate_gloo
 from collsim.backends.gloo import simulate_gloo_many
-from collsim.backends.gloo_tags import D2H_TAG, GPU_REDUCTION_TAG, H2D_TAG
+from collsim.backends.gloo.tags import D2H_TAG, GPU_REDUCTION_TAG, H2D_TAG
 from collsim.topology import Topology, load_topology
 from collsim.vocab import COLLECTIVES as ALL_COLLECTIVES
 from collsim.vocab import GLOO_ALGORITHMS

@@ -1,0 +1,95 @@
+"""Gloo's constants (``topologies/software/gloo.yaml``) and a scenario's ``backends.gloo`` options, typed."""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Hashable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from simpy.events import Event
+
+from collsim.algorithms import GlooParams
+from collsim.engine import Tag
+
+__all__ = ["GlooConstants", "GlooOptions", "LinkCost", "Proc", "Uses"]
+
+
+_US = 1e-6  # microseconds to seconds
+
+#: Resource uses of one role of one rank: (resource key, units consumed per byte moved).
+Uses = list[tuple[Hashable, float]]
+#: One connection of a rank: (message latency in s, one stream's rate cap in bytes/s, the flows' tag).
+LinkCost = tuple[float, float, Tag]
+Proc = Generator[Event, Any, None]
+
+
+@dataclass(frozen=True)
+class GlooConstants:
+    """Gloo/ProcessGroupGloo constants in SI units (``topologies/software/gloo.yaml``, which cites their sources).
+
+    Attributes
+    ----------
+    max_segment_bytes : int
+        Largest segment of the segmented rings, bytes.
+    min_segments_per_rank : int
+        Fewest segments per rank of the segmented rings.
+    segments_in_flight : int
+        Operations the segmented rings keep in flight.
+    preamble_bytes : int
+        Header of every TCP message, bytes.
+    work_enqueue_latency : float
+        Seconds from handing a collective to a worker thread to the thread running it (an estimate).
+    bcube_base : int
+        BCube's group size when the job is on one node (Gloo's default).
+    sim_max_segments_per_rank : int or None
+        Simulation setting: merge ring segments beyond this many per rank (None: never).
+    """
+
+    max_segment_bytes: int
+    min_segments_per_rank: int
+    segments_in_flight: int
+    preamble_bytes: int
+    work_enqueue_latency: float
+    bcube_base: int
+    sim_max_segments_per_rank: int | None = None
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> GlooConstants:
+        """Build from the mapping in ``topologies/software/gloo.yaml`` (us there, seconds here); Gloo's algorithm
+        constants are read by :meth:`GlooParams.from_mapping`, the rest here."""
+        p = GlooParams.from_mapping(data)
+        sim_max = data.get("sim_max_segments_per_rank")
+        return cls(
+            int(p.max_segment_bytes), p.min_segments_per_rank, p.segments_in_flight,
+            int(data["preamble_bytes"]), float(data["work_enqueue_latency_us"]) * _US, p.bcube_base,
+            int(sim_max) if sim_max else None,
+        )  # fmt: skip
+
+    @property
+    def params(self) -> GlooParams:
+        """The constants Gloo's algorithms take (:func:`~collsim.algorithms.gloo_algos.gloo_schedule`)."""
+        return GlooParams(self.max_segment_bytes, self.min_segments_per_rank, self.segments_in_flight, self.bcube_base)
+
+
+@dataclass(frozen=True)
+class GlooOptions:
+    """``backends.gloo`` of a scenario.
+
+    Attributes
+    ----------
+    algorithm : str
+        Allreduce algorithm (:data:`collsim.vocab.GLOO_ALGORITHMS`).
+    device : str
+        Where the tensors live: ``cuda`` (staged through host memory over TCP) or ``cpu``.
+    transport : str
+        ``tcp``, or ``ibverbs`` (GPUDirect RDMA for CUDA tensors).
+    threads : int
+        Worker threads of each rank's process group, >= 1. PyTorch's default is 2:
+        ``ProcessGroupGloo::Options::Options(std::chrono::milliseconds timeout) : Backend::Options(GLOO_BACKEND_NAME,
+        timeout), threads(2) {}`` in pytorch/pytorch ``torch/csrc/distributed/c10d/ProcessGroupGloo.cpp``.
+    """
+
+    algorithm: str = "ring"
+    device: str = "cuda"
+    transport: str = "tcp"
+    threads: int = 2

@@ -1,0 +1,200 @@
+"""Which way Gloo's bytes go (TCP over loopback or the network, ibverbs with or without GPUDirect), what PyTorch
+stages, the checks a request must pass, and the Gloo schedules of a collective."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from collsim.algorithms.gloo_algos import GlooSchedule, gloo_schedule
+from collsim.backends.common import (
+    BackendError,
+    Path,
+    ResourceCatalog,
+    link_uses,
+)
+from collsim.backends.gloo.options import GlooConstants, GlooOptions
+from collsim.backends.gloo.tags import (
+    RDMA_TAG,
+    TCP_LOOPBACK_TAG,
+    TCP_NETWORK_TAG,
+)
+from collsim.engine import Tag
+from collsim.topology import Device, Topology, path_class_rank
+from collsim.vocab import COLLECTIVES, GLOO_ALGORITHMS, GLOO_TRANSPORTS, TENSOR_DEVICES
+
+#: Collectives whose ranks have different jobs (a root, a sender): their breakdown pools every rank's activities.
+_MIXED_ROLES = frozenset({"broadcast", "reduce", "sendrecv"})
+
+# bytes each rank copies host<-device before / device<-host after, as a fraction of nbytes; root-only ones below
+_STAGING: dict[str, tuple[str, str]] = {
+    "allreduce": ("all", "all"),
+    "reduce_scatter": ("all", "slice"),  # allreduce of the whole input; only this rank's slice comes back
+    "allgather": ("slice", "all"),  # nbytes is the whole output: each rank contributes nbytes/n
+    "alltoall": ("all", "all"),
+    "broadcast": ("root", "nonroot"),
+    "reduce": ("all", "root"),
+    "sendrecv": ("sender", "receiver"),
+}
+
+
+def _staged_bytes(kind: str, rank: int, n: int, nbytes: float) -> float:
+    """Bytes of a staging copy of ``kind`` (see ``_STAGING``) for ``rank``."""
+    return {
+        "all": nbytes,
+        "slice": nbytes / n,
+        "root": nbytes if rank == 0 else 0.0,
+        "nonroot": nbytes if rank != 0 else 0.0,
+        "sender": nbytes if rank == 0 else 0.0,
+        "receiver": nbytes if rank == 1 else 0.0,
+    }[kind]
+
+
+def _tcp_path(topo: Topology, cat: ResourceCatalog, a: str, b: str) -> tuple[Path, float, float, Tag]:
+    """TCP send from rank device ``a`` to ``b``: resources, latency, one stream's cap, and its tag."""
+    ca, cb = topo.host_cpu(a), topo.host_cpu(b)
+    da, db = topo.device(a), topo.device(b)
+    if da.node == db.node:
+        per_core = float(ca.spec["tcp_loopback_bw_per_core"])
+        # loopback: the sender copies user->kernel (read + write), the receiver kernel->user (read + write)
+        path = cat.cores(da.node, 2.0 / per_core) + cat.mem(ca.name, 4.0)
+        if ca.name != cb.name:
+            path = path + link_uses(topo.route(ca.name, cb.name, kinds=("upi",)))
+        lat = float(ca.spec["tcp_message_latency"])
+        return path, lat, per_core, TCP_LOOPBACK_TAG
+    nics_a, nics_b = topo.nics(da.node), topo.nics(db.node)
+    if not nics_a or not nics_b:
+        raise BackendError(f"gloo: no NIC to reach {b} from {a}")
+    na, nb = nics_a[0].name, nics_b[0].name
+    per_core = min(float(ca.spec["tcp_bw_per_core"]), float(cb.spec["tcp_bw_per_core"]))
+    path = (
+        cat.cores(da.node, 1.0 / float(ca.spec["tcp_bw_per_core"]))
+        + cat.mem(ca.name, 2.0)
+        + link_uses(topo.pcie_route(ca.name, na))
+        + link_uses(topo.route(na, nb))
+        + link_uses(topo.pcie_route(nb, cb.name))
+        + cat.mem(cb.name, 2.0)
+        + cat.cores(db.node, 1.0 / float(cb.spec["tcp_bw_per_core"]))
+    )
+    lat = float(ca.spec["tcp_message_latency"]) + path.latency
+    return path, lat, per_core, TCP_NETWORK_TAG
+
+
+def _rdma_nic(topo: Topology, dev: str) -> Device:
+    """The RDMA NIC a rank's ibverbs context opens: the nearest RDMA-capable NIC of its node."""
+    d = topo.device(dev)
+    nics = [n for n in topo.nics(d.node) if n.spec.get("rdma")]
+    if not nics:
+        raise BackendError(
+            f"gloo transport 'ibverbs' needs an RDMA NIC (InfiniBand/RoCE) on every node; node {d.node} of topology "
+            f"{topo.name!r} has none (use transport: tcp)"
+        )
+    # nearest by path class; among equals the NIC whose index matches the GPU's (one rail per GPU, as launchers
+    # usually assign them), then the lowest index
+    return min(nics, key=lambda n: (path_class_rank(topo.path_class(dev, n.name)), n.index != d.index, n.index))
+
+
+def _rdma_path(topo: Topology, cat: ResourceCatalog, a: str, b: str, gpu: bool) -> tuple[Path, float, Tag]:
+    """An ibverbs RDMA write from rank device ``a`` to ``b``: resources, latency and tag.
+
+    GPU buffers (GPUDirect): GPU -> PCIe -> NIC -> fabric -> NIC -> PCIe -> GPU. Within a node the queue pair loops
+    back in the sender's NIC (verbs traffic always crosses the HCA): GPU -> PCIe -> NIC -> PCIe -> GPU. Host buffers
+    add a read and a write of host memory. Latency: the links' plus the verbs posting overhead of the CPU preset.
+    """
+    da, db = topo.device(a), topo.device(b)
+    na, nb = _rdma_nic(topo, a).name, _rdma_nic(topo, b).name
+    ca, cb = topo.host_cpu(a), topo.host_cpu(b)
+    path = link_uses(topo.pcie_route(a, na))
+    if da.node == db.node:
+        path = path + link_uses(topo.pcie_route(na, b))
+    else:
+        path = path + link_uses(topo.route(na, nb)) + link_uses(topo.pcie_route(nb, b))
+    tag = RDMA_TAG[(da.node != db.node, gpu)]
+    if not gpu:
+        path = cat.mem(ca.name, 1.0) + path + cat.mem(cb.name, 1.0)
+    lat = path.latency + float(ca.spec["nccl_net_overhead"])
+    return path, lat, tag
+
+
+# ---------------------------------------------------------------------------------------------- checks and schedules
+def _check(topo: Topology, opts: GlooOptions, collective: str) -> list[str]:
+    """Validate the request and return the rank devices."""
+    for what, value, valid in (
+        ("collective", collective, COLLECTIVES),
+        ("algorithm", opts.algorithm, GLOO_ALGORITHMS),
+        ("device", opts.device, TENSOR_DEVICES),
+        ("transport", opts.transport, GLOO_TRANSPORTS),
+    ):
+        if value not in valid:
+            raise BackendError(f"gloo: unknown {what} {value!r}; valid: {', '.join(valid)}")
+    if isinstance(opts.threads, bool) or not isinstance(opts.threads, int) or opts.threads < 1:
+        raise BackendError(f"gloo: threads must be an integer >= 1 (worker threads per rank), got {opts.threads!r}")
+    if opts.device == "cuda":
+        ranks = [d.name for d in topo.gpus()]
+        if not ranks:
+            raise BackendError("gloo device 'cuda' needs GPUs; this topology has none (use device: cpu)")
+    else:
+        ranks = [d.name for d in topo.rank_devices()]
+    if opts.transport == "ibverbs":
+        _check_ibverbs(topo, opts, ranks)
+    if collective == "sendrecv" and len(ranks) < 2:
+        raise BackendError("gloo sendrecv needs at least 2 ranks")
+    return ranks
+
+
+def _check_ibverbs(topo: Topology, opts: GlooOptions, ranks: list[str]) -> None:
+    """Every rank has an RDMA NIC, the fabric is RDMA, and CUDA tensors have GPUDirect."""
+    for r in ranks:
+        _rdma_nic(topo, r)
+    fabric = topo.fabric or {}
+    if topo.nodes > 1 and fabric.get("transport", "rdma") != "rdma":
+        raise BackendError(
+            "gloo transport 'ibverbs' needs an RDMA fabric (cluster.fabric.transport: rdma); this one is "
+            f"{fabric.get('transport')!r} (use transport: tcp)"
+        )
+    if opts.device == "cuda" and topo.nodes > 1 and not fabric.get("gpudirect", True):
+        raise BackendError(
+            "gloo transport 'ibverbs' with device 'cuda' needs GPUDirect RDMA (cluster.fabric.gpudirect: true)"
+        )
+
+
+def _bcube_base(topo: Topology, ranks: list[str], default: int) -> int:
+    """BCube's base: the ranks per node when the job spans several nodes (step 0 inside nodes), else ``default``
+    (Gloo's default base, ``GlooConstants.bcube_base``)."""
+    per_node: dict[int, int] = {}
+    for r in ranks:
+        node = topo.device(r).node
+        per_node[node] = per_node.get(node, 0) + 1
+    if len(per_node) > 1:
+        counts = set(per_node.values())
+        if len(counts) == 1 and (b := counts.pop()) >= 2:
+            return b
+    return default
+
+
+def _algorithm(opts: GlooOptions, collective: str) -> tuple[str, list[str]]:
+    """The allreduce algorithm Gloo runs, and a note when it is not the one asked for."""
+    if collective in ("allreduce", "reduce_scatter") and opts.transport == "ibverbs" and opts.algorithm == "ring":
+        return "ring_chunked", ["ibverbs: CudaAllreduceRingChunked (Gloo's GPU ring) instead of PyTorch's host ring"]
+    return opts.algorithm, []
+
+
+def _schedules(
+    topo: Topology, ranks: list[str], consts: GlooConstants, collective: str, algorithm: str, sizes: Sequence[int]
+) -> list[GlooSchedule]:
+    """One schedule per collective (``sizes`` in bytes); a schedule Gloo cannot run is a :class:`BackendError`."""
+    base = _bcube_base(topo, ranks, consts.bcube_base)
+    try:
+        return [
+            gloo_schedule(
+                collective,
+                algorithm,
+                len(ranks),
+                float(nbytes),
+                params=consts.params,
+                base=base,
+                max_per_rank=consts.sim_max_segments_per_rank,
+            )
+            for nbytes in sizes
+        ]
+    except ValueError as exc:
+        raise BackendError(f"gloo: {exc}") from None

@@ -1,0 +1,171 @@
+"""What every rank uses and pays: resource uses per role, connection costs, staging, and the symmetry colours."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+
+from collsim.algorithms.gloo_algos import GlooSchedule
+from collsim.backends.common import (
+    Path,
+    ResourceCatalog,
+    link_uses,
+    resource_name,
+)
+from collsim.backends.gloo.options import GlooOptions, LinkCost, Uses
+from collsim.backends.gloo.paths import _STAGING, _rdma_path, _staged_bytes, _tcp_path
+from collsim.backends.gloo.tags import (
+    CPU_COPY_TAG,
+    CPU_REDUCTION_TAG,
+    GPU_COPY_TAG,
+    GPU_REDUCTION_TAG,
+)
+from collsim.engine import Owner, ResourceSpec, Tag
+from collsim.topology import Topology
+
+
+# ---------------------------------------------------------------------------------------------- what a rank uses
+@dataclass(frozen=True)
+class _Compute:
+    """How a rank reduces and copies received data: at most ``cap`` bytes/s (one CPU thread; inf on the GPU, whose
+    HBM is the limit) after ``latency`` seconds (a kernel launch on the GPU), recorded as ``red_tag`` / ``copy_tag``.
+    """
+
+    cap: float
+    latency: float
+    red_tag: Tag
+    copy_tag: Tag
+
+
+@dataclass(frozen=True)
+class _RankCosts:
+    """What one rank's operations cost, whatever the collective's size.
+
+    ``links`` maps a connection label to its :data:`LinkCost`; ``copy_latency`` is the GPU's memcpy latency paid
+    once per staging copy, s (None when nothing is staged); ``compute`` prices reductions and copies;
+    ``notice_latency`` is a control message's latency, s.
+    """
+
+    links: dict[str, LinkCost]
+    copy_latency: float | None
+    compute: _Compute
+    notice_latency: float
+
+
+@dataclass
+class _Plan:
+    """Every rank's resource uses (``usage``, over ``specs``), costs, the owner of its flows, and per collective its
+    staged bytes."""
+
+    usage: dict[Hashable, dict[str, Uses]]
+    specs: dict[Hashable, ResourceSpec]
+    costs: dict[int, _RankCosts]
+    staging: list[dict[int, tuple[float, float]]]  # per collective, per rank: (D2H bytes, H2D bytes)
+    owners: dict[int, Owner] = field(default_factory=dict)
+
+
+def _staging_roles(topo: Topology, cat: ResourceCatalog, r: str) -> dict[str, Uses]:
+    """The D2H and H2D copies of rank device ``r``: PCIe between the GPU and its CPU socket, and that socket's
+    memory."""
+    cpu = topo.host_cpu(r)
+    d2h = link_uses(topo.pcie_route(r, cpu.name)) + cat.mem(cpu.name, 1.0)
+    h2d = cat.mem(cpu.name, 1.0) + link_uses(topo.pcie_route(cpu.name, r))
+    return {"d2h": list(d2h.uses), "h2d": list(h2d.uses)}
+
+
+def _link(
+    topo: Topology, cat: ResourceCatalog, opts: GlooOptions, a: str, b: str, gpu_resident: bool
+) -> tuple[Path, LinkCost]:
+    """The connection from rank device ``a`` to ``b``: TCP (one stream's rate cap) or an RDMA write (no cap)."""
+    if opts.transport == "tcp":
+        path, lat, cap, tag = _tcp_path(topo, cat, a, b)
+        return path, (lat, cap, tag)
+    path, lat, tag = _rdma_path(topo, cat, a, b, gpu_resident)
+    return path, (lat, math.inf, tag)
+
+
+def _compute_roles(
+    topo: Topology, cat: ResourceCatalog, specs: dict[Hashable, ResourceSpec], r: str, gpu_resident: bool
+) -> tuple[dict[str, Uses], _Compute]:
+    """Reductions and copies of rank device ``r``: on the GPU's HBM (adding its spec) or by one CPU thread.
+
+    Returns the roles ``reduce`` and ``copy`` and their costs.
+    """
+    if gpu_resident:
+        dev = topo.device(r)
+        specs[("hbm", r)] = ResourceSpec(resource_name(("hbm", r)), float(dev.spec["hbm_bandwidth"]), "hbm")
+        # a reduction kernel reads two operands and writes one; a copy reads one and writes one
+        roles: dict[str, Uses] = {"reduce": [(("hbm", r), 3.0)], "copy": [(("hbm", r), 2.0)]}
+        launch = float(dev.spec["kernel_launch_latency"])
+        return roles, _Compute(math.inf, launch, GPU_REDUCTION_TAG, GPU_COPY_TAG)
+    cpu = topo.host_cpu(r)
+    red_rate = float(cpu.spec["reduce_bw_per_core"])
+    roles = {
+        "reduce": list((cat.cores(cpu.node, 1.0 / red_rate) + cat.mem(cpu.name, 3.0)).uses),
+        # memcpy out of a receive buffer: one thread, DRAM-bound like the reduction (estimate), 2 bytes of traffic
+        "copy": list((cat.cores(cpu.node, 1.0 / red_rate) + cat.mem(cpu.name, 2.0)).uses),
+    }
+    return roles, _Compute(red_rate, 0.0, CPU_REDUCTION_TAG, CPU_COPY_TAG)
+
+
+def _plan(
+    topo: Topology,
+    opts: GlooOptions,
+    ranks: list[str],
+    scheds: list[GlooSchedule],
+    collective: str,
+    sizes: Sequence[int],
+) -> _Plan:
+    """Resource uses and costs of every rank, and the bytes each collective stages (see ``_STAGING``)."""
+    staged = opts.device == "cuda" and opts.transport == "tcp"
+    gpu_resident = opts.device == "cuda" and opts.transport == "ibverbs"
+    cat = ResourceCatalog(topo)
+    plan = _Plan(usage={}, specs=dict(cat.specs), costs={}, staging=[])
+    for i, r in enumerate(ranks):
+        roles = _staging_roles(topo, cat, r) if staged else {}
+        links: dict[str, LinkCost] = {}
+        for label, p in sorted({lab: p for s in scheds for lab, p in s.peers[i].items()}.items()):
+            path, links[label] = _link(topo, cat, opts, r, ranks[p], gpu_resident)
+            roles["send:" + label] = list(path.uses)
+        compute_roles, compute = _compute_roles(topo, cat, plan.specs, r, gpu_resident)
+        roles.update(compute_roles)
+        cpu = topo.host_cpu(r)
+        if opts.transport == "tcp":
+            notice = float(cpu.spec["tcp_message_latency"])
+        else:
+            notice = max((v[0] for v in links.values()), default=float(cpu.spec["nccl_net_overhead"]))
+        copy_latency = float(topo.device(r).spec["memcpy_latency"]) if staged else None
+        plan.usage[i] = roles
+        plan.costs[i] = _RankCosts(links, copy_latency, compute, notice)
+        plan.owners[i] = Owner(i, None, "rank", r)
+    d2h_kind, h2d_kind = _STAGING[collective]
+    n = len(ranks)
+    for nbytes in sizes:
+        plan.staging.append(
+            {
+                i: (_staged_bytes(d2h_kind, i, n, nbytes), _staged_bytes(h2d_kind, i, n, nbytes))
+                if staged
+                else (0.0, 0.0)
+                for i in range(n)
+            }
+        )
+    return plan
+
+
+def _colors(scheds: list[GlooSchedule], plan: _Plan) -> dict[Hashable, Hashable]:
+    """A structural colour per rank (ranks of one colour may be simulated once): the role and staged bytes in every
+    collective and the costs of its operations (tags by label: the colours are printed and sorted)."""
+    colors: dict[Hashable, Hashable] = {}
+    for i, c in plan.costs.items():
+        first = (scheds[0].roles[i], *plan.staging[0][i])
+        rest = tuple((s.roles[i], *plan.staging[k][i]) for k, s in enumerate(scheds) if k)
+        links = tuple(sorted((label, (lat, cap, tag.label)) for label, (lat, cap, tag) in c.links.items()))
+        costs = (c.copy_latency, links, c.compute.cap, c.compute.latency, c.notice_latency)
+        colors[i] = (*first, *costs, *rest)
+    return colors
+
+
+def _relations(scheds: list[GlooSchedule]) -> list[tuple[int, str, int]]:
+    """Every ``(rank, label, peer)`` connection of the schedules, once, in order of appearance."""
+    return list(dict.fromkeys(rel for s in scheds for rel in s.relations()))

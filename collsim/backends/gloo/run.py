@@ -1,0 +1,214 @@
+"""What a rank does: its operations as flows on the engine, its jobs on the worker-thread pool, its breakdown."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import simpy
+from simpy.events import Event
+
+from collsim.algorithms import EventBoard
+from collsim.algorithms.gloo_algos import GlooRankContext, GlooSchedule
+from collsim.backends.common import (
+    run_until_done,
+)
+from collsim.backends.gloo.options import _US, GlooConstants, GlooOptions, Proc
+from collsim.backends.gloo.paths import _MIXED_ROLES
+from collsim.backends.gloo.plan import _Plan, _RankCosts
+from collsim.backends.gloo.tags import (
+    BREAKDOWN_PRIORITY,
+    D2H_TAG,
+    ENQUEUE_TAG,
+    H2D_TAG,
+    IDLE_TAG,
+    LATENCY_TAG,
+)
+from collsim.engine import FluidNetwork, Owner, Quotient, Tag, attribute_time
+
+
+# ---------------------------------------------------------------------------------------------- what a rank does
+@dataclass
+class _RankOps:
+    """The operations of one representative rank as flows on the engine.
+
+    :meth:`_flow` and :meth:`_wait` are the only places this backend starts flows and waits: they set every
+    record's declared tag (:mod:`collsim.backends.gloo.tags`) and its owner (the rank).
+    """
+
+    net: FluidNetwork
+    quotient: Quotient
+    costs: _RankCosts
+    me: int
+    preamble: float  # bytes in front of every message (Gloo's TCP preamble; 0 for RDMA)
+    rdma: bool
+    owner: Owner
+
+    def _flow(
+        self, nbytes: float, role: str, *, latency: float, max_rate: float = math.inf, tag: Tag
+    ) -> tuple[Event, Event]:
+        """Start a flow of ``nbytes`` bytes in ``role``; ``(streamed, arrived)``."""
+        uses = self.quotient.uses(self.me, role)
+        return self.net.transfer(nbytes, uses, latency=latency, max_rate=max_rate, tag=tag, owner=self.owner)
+
+    def _wait(self, seconds: float, tag: Tag) -> Event:
+        """A pure wait of ``seconds``, recorded under ``tag``."""
+        return self.net.delay(seconds, tag=tag, owner=self.owner)
+
+    def hand_off(self, seconds: float) -> Event:
+        """The worker thread picking the collective up (``work_enqueue_latency``)."""
+        return self._wait(seconds, ENQUEUE_TAG)
+
+    def d2h(self, nbytes: float) -> Event:
+        """Copy ``nbytes`` from the GPU to pinned host memory; fires on arrival."""
+        return self._flow(nbytes, "d2h", latency=self._copy_latency(), tag=D2H_TAG)[1]
+
+    def h2d(self, nbytes: float) -> Event:
+        """Copy ``nbytes`` back from pinned host memory to the GPU; fires on arrival."""
+        return self._flow(nbytes, "h2d", latency=self._copy_latency(), tag=H2D_TAG)[1]
+
+    def _copy_latency(self) -> float:
+        lat = self.costs.copy_latency
+        assert lat is not None, "staging copy on a rank that stages nothing"
+        return lat
+
+    def send(self, label: str, nbytes: float) -> tuple[Event, Event]:
+        """One message of ``nbytes`` on connection ``label`` (Gloo's TCP transport puts a preamble in front)."""
+        lat, cap, tag = self.costs.links[label]
+        return self._flow(nbytes + self.preamble, "send:" + label, latency=lat, max_rate=cap, tag=tag)
+
+    def reduce(self, nbytes: float) -> Event:
+        """Reduce ``nbytes`` of a receive buffer into the local one; fires when done."""
+        c = self.costs.compute
+        return self._flow(nbytes, "reduce", latency=c.latency, max_rate=c.cap, tag=c.red_tag)[1]
+
+    def copy(self, nbytes: float) -> Event:
+        """Copy ``nbytes`` out of a receive buffer; fires when done."""
+        c = self.costs.compute
+        return self._flow(nbytes, "copy", latency=c.latency, max_rate=c.cap, tag=c.copy_tag)[1]
+
+    def notice(self, label: str | None) -> Event:
+        """A control message to the peer of ``label`` (None: the rank's default); fires on arrival."""
+        links = self.costs.links
+        lat = links[label][0] if (self.rdma and label in links) else self.costs.notice_latency
+        return self.net.env.timeout(lat)
+
+    def context(self, board: EventBoard, nranks: int) -> GlooRankContext:
+        """The :class:`GlooRankContext` a schedule's body runs in, with this rank's costs."""
+        return GlooRankContext(
+            board=board,
+            me=self.me,
+            nranks=nranks,
+            rep=self.quotient.rep,
+            send=self.send,
+            reduce=self.reduce,
+            copy=self.copy,
+            notice=self.notice,
+        )
+
+
+def _rank_job(
+    ops: _RankOps,
+    pool: simpy.Resource,
+    sched: GlooSchedule,
+    board: EventBoard,
+    staged: tuple[float, float],
+    enqueue: float,
+) -> Proc:
+    """One rank's part in one collective, as ProcessGroupGloo runs it (a SimPy process).
+
+    Waits for: a free worker thread of the rank (collectives take them in the order they were issued), then
+    whatever the schedule waits for (peers' data and notices).
+    Pays: the hand-off to the thread (``enqueue`` seconds); with CUDA tensors over TCP the D2H copy of the bytes
+    the rank holds (``staged[0]``); the schedule's messages, reductions and copies; then it frees the thread and
+    pays the H2D copy of the bytes it receives (``staged[1]``): PyTorch's worker issues the copy back without
+    waiting for it (``AsyncWork::run`` copies non-blocking, ``synchronize`` only orders the caller's stream).
+    """
+    thread = pool.request()
+    if not thread.triggered:  # a free thread is granted at once: yielding it anyway would only reorder events
+        yield thread
+    yield ops.hand_off(enqueue)
+    d2h, h2d = staged
+    if d2h > 0:
+        yield ops.d2h(d2h)
+    yield ops.net.env.process(sched.body(ops.context(board, sched.nranks)))
+    pool.release(thread)
+    if h2d > 0:
+        yield ops.h2d(h2d)
+
+
+def _run(
+    env: simpy.Environment,
+    net: FluidNetwork,
+    quotient: Quotient,
+    scheds: list[GlooSchedule],
+    plan: _Plan,
+    opts: GlooOptions,
+    consts: GlooConstants,
+) -> tuple[float, int, list[float]]:
+    """Issue every collective on every representative rank at time 0 and run until all are done.
+
+    Returns the completion time (s), the representative that finished last (the lowest on a tie) and each
+    collective's completion time (s).
+    """
+    preamble = float(consts.preamble_bytes) if opts.transport == "tcp" else 0.0
+    reps = [int(rep) for rep in quotient.reps()]  # type: ignore[call-overload]
+    pools = {rep: simpy.Resource(env, capacity=opts.threads) for rep in reps}
+    by_rank: dict[int, float] = {}
+    by_collective = [0.0] * len(scheds)
+    done: list[Event] = []
+
+    def finished(rep: int, k: int) -> None:
+        by_rank[rep] = max(by_rank.get(rep, 0.0), env.now)
+        by_collective[k] = max(by_collective[k], env.now)
+
+    ops = [
+        _RankOps(net, quotient, plan.costs[rep], rep, preamble, opts.transport != "tcp", plan.owners[rep])
+        for rep in reps
+    ]
+    for k, sched in enumerate(scheds):
+        board = EventBoard(env)
+        for rank_ops in ops:
+            rep = rank_ops.me
+            job = _rank_job(rank_ops, pools[rep], sched, board, plan.staging[k][rep], consts.work_enqueue_latency)
+            ev = env.process(job)
+            ev.callbacks.append(lambda _e, rep=rep, k=k: finished(rep, k))  # type: ignore[misc]
+            done.append(ev)
+    t = run_until_done(env, done)
+    return t, max(reps, key=lambda r: (by_rank.get(r, 0.0), -r)), by_collective
+
+
+def _breakdown(net: FluidNetwork, collective: str, opts: GlooOptions, last: Owner, t: float) -> dict[str, float]:
+    """Seconds per tag label over ``[0, t]``, adding up to ``t``: the ``last`` rank's, or for collectives whose ranks
+    have different jobs every instant goes to the highest-priority activity of any rank (a receiver's wait shows as
+    the sender's transfer)."""
+    breakdown = attribute_time(
+        net.records,
+        None if collective in _MIXED_ROLES else last,
+        0.0,
+        t,
+        BREAKDOWN_PRIORITY,
+        latency=LATENCY_TAG["tcp" if opts.transport == "tcp" else "ibverbs"],
+        idle=IDLE_TAG,
+    )
+    return {k: v for k, v in breakdown.items() if v > 0}
+
+
+def _notes(scheds: list[GlooSchedule], collective: str, opts: GlooOptions, plan: _Plan, ends: list[float]) -> list[str]:
+    """What the outcome reports besides the time: the schedules' choices, how reduce_scatter runs, when each of
+    several collectives finished (``ends``, s), and the transports used."""
+    notes = list(dict.fromkeys(note for s in scheds for note in s.notes))
+    if collective == "reduce_scatter":
+        notes.append(
+            "reduce_scatter on Gloo is a full allreduce of the input, then a local slice: 2x the bytes of a true "
+            "reduce-scatter"
+        )
+    if len(scheds) > 1:
+        done = ", ".join(f"{t / _US:.2f}" for t in ends)
+        notes.append(
+            f"{len(scheds)} collectives issued at once, {opts.threads} worker thread(s) per rank: done at {done} us"
+        )
+    tags = sorted({tag.label for c in plan.costs.values() for (_lat, _cap, tag) in c.links.values()})
+    if tags:
+        notes.append("transport: " + ", ".join(tags))
+    return notes

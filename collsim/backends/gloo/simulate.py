@@ -1,0 +1,134 @@
+"""Entry points: one Gloo collective, or several issued at once on the ranks' worker-thread pools."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from collsim.backends.common import (
+    BackendError,
+    Outcome,
+    key_resources,
+    new_network,
+    run_stats,
+)
+from collsim.backends.gloo.options import GlooConstants, GlooOptions
+from collsim.backends.gloo.paths import _algorithm, _check, _schedules
+from collsim.backends.gloo.plan import _colors, _plan, _relations
+from collsim.backends.gloo.run import _breakdown, _notes, _run
+from collsim.engine import build_quotient
+from collsim.topology import Topology
+
+__all__ = ["simulate_gloo", "simulate_gloo_many"]
+
+
+# ---------------------------------------------------------------------------------------------- entry points
+def simulate_gloo_many(
+    topo: Topology,
+    opts: GlooOptions,
+    consts: GlooConstants,
+    sizes: Sequence[int],
+    *,
+    collective: str = "allreduce",
+    symmetry: bool = True,
+    record: bool = False,
+    check: bool = False,
+) -> Outcome:
+    """Simulate ``len(sizes)`` Gloo collectives issued at once (as DDP issues its buckets); return their outcome.
+
+    Every rank runs them on its ``opts.threads`` worker threads: each waits for a free thread (in issue order) and
+    keeps it from the hand-off to the end of its Gloo algorithm; those running at once share every resource.
+
+    Parameters
+    ----------
+    topo, opts, consts, collective, symmetry, record, check
+        As :func:`simulate_gloo`; ``opts.threads`` is the pool size.
+    sizes : sequence of int
+        Bytes of each collective, in issue order (nccl-tests semantics, see :func:`simulate_gloo`).
+
+    Returns
+    -------
+    Outcome
+        ``time_s``: until every rank is done with all; ``size_bytes``: the sum; a note gives each one's end.
+
+    Notes
+    -----
+    Limits: messages of concurrent collectives on one connection are separate flows (each capped at one TCP
+    stream's rate), where Gloo writes them one after another on the pair's socket; a queued collective's D2H copy
+    starts after its hand-off, where PyTorch issues it on a side stream when the collective is enqueued.
+    """
+    if len(sizes) == 0:
+        raise BackendError("gloo: no collective to simulate (sizes is empty)")
+    ranks = _check(topo, opts, collective)
+    algorithm, notes = _algorithm(opts, collective)
+    scheds = _schedules(topo, ranks, consts, collective, algorithm, sizes)
+    env, net = new_network(record, check)
+    plan = _plan(topo, opts, ranks, scheds, collective, sizes)
+    quotient = build_quotient(
+        net, plan.usage, plan.specs, colors=_colors(scheds, plan), relations=_relations(scheds), symmetric=symmetry
+    )
+    key_resources(quotient)
+    t, last, ends = _run(env, net, quotient, scheds, plan, opts, consts)
+    notes += _notes(scheds, collective, opts, plan, ends)
+    return Outcome(
+        backend="gloo",
+        collective=collective,
+        algorithm=algorithm,
+        protocol=f"{opts.transport}/{opts.device}",
+        nranks=len(ranks),
+        size_bytes=sum(sizes),
+        time_s=t,
+        breakdown=_breakdown(net, collective, opts, plan.owners[last], t) if record else {},
+        notes=notes,
+        **run_stats(net, quotient, len(plan.usage), record),
+    )
+
+
+def simulate_gloo(
+    topo: Topology,
+    opts: GlooOptions,
+    consts: GlooConstants,
+    nbytes: int,
+    *,
+    collective: str = "allreduce",
+    symmetry: bool = True,
+    record: bool = False,
+    check: bool = False,
+) -> Outcome:
+    """Simulate one Gloo collective of ``nbytes`` as PyTorch's ProcessGroupGloo runs it; return its outcome.
+
+    Parameters
+    ----------
+    topo : Topology
+        The cluster.
+    opts : GlooOptions
+        Algorithm (allreduce and reduce_scatter), device (``cuda``: host staging; ``cpu``: none), transport and
+        worker threads (one collective never waits for one).
+    consts : GlooConstants
+        From ``topologies/software/gloo.yaml``.
+    nbytes : int
+        Bytes, nccl-tests semantics: per rank for allreduce, broadcast, reduce, alltoall, sendrecv; the whole output
+        (count x nranks x type) for allgather; the whole input for reduce_scatter.
+    collective : str
+        allreduce, allgather, reduce_scatter, broadcast, reduce, alltoall or sendrecv.
+    symmetry, record, check : bool
+        Simulate symmetric ranks once; keep flow records and a breakdown; check engine invariants.
+
+    Notes
+    -----
+    Per rank: waits for the work to reach a worker thread (``work_enqueue_latency``); for CUDA tensors over TCP a
+    D2H copy of the bytes it holds (GPU to its CPU socket's memory over PCIe, paying the GPU's memcpy latency once);
+    the schedule (:func:`~collsim.algorithms.gloo_algos.gloo_schedule`): every message pays the TCP message latency
+    once, carries Gloo's 48-byte preamble and streams through CPU cores (TCP stack at one core's rate each end) and
+    host memory; received data is reduced (or copied) by one CPU thread (reading two, writing one); then the H2D
+    copy of the bytes it receives. ``reduce_scatter`` is an allreduce of the whole input (2x the bytes of a true
+    reduce-scatter), as PyTorch's Gloo backend does. With ``transport: ibverbs`` and CUDA tensors nothing is
+    staged: messages are RDMA writes between GPU memories and reductions run on the GPU at HBM speed (plus a kernel
+    launch each).
+
+    The breakdown (``record=True``) adds up to the time: for allreduce, allgather, reduce_scatter and alltoall it is
+    the last rank's; for broadcast, reduce and sendrecv, whose ranks have different jobs, every instant goes to the
+    highest-priority activity of any rank (so a receiver's wait shows as the sender's transfer).
+    """
+    return simulate_gloo_many(
+        topo, opts, consts, [nbytes], collective=collective, symmetry=symmetry, record=record, check=check
+    )
