@@ -10,6 +10,7 @@ from functools import cache
 import pytest
 import yaml
 
+from collsim.api import Simulator
 from collsim.backends import BackendError, GlooConstants, GlooOptions, simulate_gloo
 from collsim.backends.gloo import simulate_gloo_many
 from collsim.backends.gloo.tags import D2H_TAG, GPU_REDUCTION_TAG, H2D_TAG
@@ -347,3 +348,16 @@ def test_fewer_segments_in_flight_is_slower(collective: str) -> None:
         cpu4(), opts, dataclasses.replace(consts(), segments_in_flight=1), 16 * MiB, collective=collective
     )
     assert one.time_s > two
+
+
+def test_ibverbs_with_cpu_tensors_runs_the_host_ring() -> None:
+    # issue 12's bug: CPU tensors over ibverbs ran the GPU path's chunked ring; Gloo runs its host ring for them
+    base = ["backends.gloo.transport=ibverbs"]
+    cuda = Simulator.from_source("2node-h100-ib", base).simulate_one("gloo", 64 * MiB)
+    cpu_sim = Simulator.from_source("2node-h100-ib", [*base, "backends.gloo.device=cpu"])
+    cpu = cpu_sim.simulate_one("gloo", 64 * MiB)
+    assert cuda.algorithm == "ring_chunked" and any("CudaAllreduceRingChunked" in n for n in cuda.notes)
+    assert cpu.algorithm == "ring" and not any("CudaAllreduceRingChunked" in n for n in cpu.notes)
+    assert cpu.notes[0].startswith("64 segments")  # PyTorch's segmented host ring: 64 MiB / 1 MiB segments
+    tcp = Simulator.from_source("2node-h100-ib", ["backends.gloo.device=cpu"]).simulate_one("gloo", 64 * MiB)
+    assert tcp.algorithm == cpu.algorithm == "ring"

@@ -172,8 +172,10 @@ def _bcube_base(topo: Topology, ranks: list[str], default: int) -> int:
 
 
 def _algorithm(opts: GlooOptions, collective: str) -> tuple[str, list[str]]:
-    """The allreduce algorithm Gloo runs, and a note when it is not the one asked for."""
-    if collective in ("allreduce", "reduce_scatter") and opts.transport == "ibverbs" and opts.algorithm == "ring":
+    """The allreduce algorithm Gloo runs, and a note when it is not the one asked for: with ibverbs, CUDA tensors
+    run Gloo's GPU ring (``CudaAllreduceRingChunked``); CPU tensors run the same host ring as over TCP."""
+    gpu_ring = opts.transport == "ibverbs" and opts.device == "cuda"
+    if collective in ("allreduce", "reduce_scatter") and gpu_ring and opts.algorithm == "ring":
         return "ring_chunked", ["ibverbs: CudaAllreduceRingChunked (Gloo's GPU ring) instead of PyTorch's host ring"]
     return opts.algorithm, []
 
