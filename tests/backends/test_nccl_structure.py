@@ -123,3 +123,17 @@ def test_an_unknown_arch_in_a_gpu_preset_names_the_preset_file(tmp_path: Path, m
     text = str(err.value)
     assert str(gpus) in text and "h100-sxm5-80gb.arch" in text
     assert "unknown GPU arch 'Hopper'" in text and "know volta, turing, ampere, hopper, blackwell" in text
+
+
+@pytest.mark.parametrize("template", ["aws-p4de", "dgx-a100", "hgx-h100", "pcie-workstation"])
+def test_one_process_per_node_composes_with_every_gpu_template(template: str) -> None:
+    # nccl-tests -g N (issue 12): one thread launching a node's N GPUs adds (N - 1) launch gaps, on any node template
+    from collsim.topology import available_templates
+
+    assert set(available_templates()) == {template, "aws-p4de", "cpu-host", "dgx-a100", "hgx-h100", "pcie-workstation"}
+    scenario = {"name": "g", "cluster": {"node": template}, "backends": {"nccl": {}}}
+    one = Simulator.from_source(scenario)
+    ppn = sum(1 for d in one.topology.rank_devices() if d.node == 0)
+    many = Simulator.from_source({**scenario, "workload": {"gpus_per_process": ppn}})
+    gap = one.nccl_constants.group_launch_gap
+    assert many.simulate_one("nccl", 8).time_s - one.simulate_one("nccl", 8).time_s == pytest.approx((ppn - 1) * gap)
