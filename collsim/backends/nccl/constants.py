@@ -80,6 +80,7 @@ class NcclConstants:
     nvls_chunk_bytes: int
     tree_correction: Mapping[str, tuple[float, ...]]
     tree_allreduce_efficiency: float
+    ring_ll_bw_fraction: float = 0.5
     tree_ll_bw_divisor: float = 3.8
     tree_ll128_fraction: tuple[float, float] = (7.0 / 9.0, 120.0 / 128.0)  # (one node, several nodes)
     pat_bw_factor: float = 0.75
@@ -173,6 +174,7 @@ class NcclConstants:
             nvls_chunk_bytes=int(data["nvls_chunk_bytes"]),
             tree_correction={k: tuple(float(x) for x in v) for k, v in data["tree_correction"].items()},
             tree_allreduce_efficiency=float(data["tree_allreduce_efficiency"]),
+            ring_ll_bw_fraction=float(data["ring_ll_bw_fraction"]),
             tree_ll_bw_divisor=float(data["tree_ll_bw_divisor"]),
             tree_ll128_fraction=(ratio(ll128["one_node"]), ratio(ll128["several_nodes"])),
             pat_bw_factor=float(data["pat_bw_factor"]),

@@ -82,12 +82,12 @@ class Ring(NcclAlgorithm):
         return () if collective in P2P_COLLECTIVES else NCCL_PROTOCOLS
 
     def model(self, m: ModelInputs) -> tuple[float, float]:
-        """LL: llMaxBw and LL's data share of the wire (8 of 16 bytes); LL128: 92% and a per-channel cap; latency
+        """LL: llMaxBw and x0.5 (LL's lines carry 8 data bytes in 16); LL128: 92% and a per-channel cap; latency
         = baseLat + per-step hwLat (intra-node steps >= netOverhead across nodes) x the ring's plateau factor."""
         plan, consts, proto = m.plan, m.consts, m.proto
         bus = m.bus
         if proto == "LL":
-            bus = min(consts.ll_max_bw[plan.arch][m.idx], consts.protocols["LL"].data_per_wire * bus)
+            bus = min(consts.ll_max_bw[plan.arch][m.idx], bus * consts.ring_ll_bw_fraction)
         elif proto == "LL128":
             cap = plan.channels * consts.per_channel_max_ring_ll128_bw[plan.arch][m.idx]
             bus = min(consts.ll128_tuner_efficiency * bus, cap)
