@@ -7,6 +7,7 @@ all numbers live in the YAML files next to their sources.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ import yaml
 
 from collsim.files import FileReadError, read_text_file
 from collsim.topology.errors import TopologyError
-from collsim.units import UnitError, parse_bandwidth, parse_time
+from collsim.units import DTYPE_SIZES, UnitError, parse_bandwidth, parse_size, parse_time
 from collsim.vocab import DEVICE_KINDS, LINK_KINDS
 
 __all__ = [
@@ -119,6 +120,66 @@ def _count(value: Any) -> int:
     return value
 
 
+def _positive_size(value: Any) -> int:
+    if value is None or isinstance(value, bool):
+        raise ValueError(f"expected a positive size such as '80GB' or '24GiB', got {value!r}")
+    try:
+        nbytes = parse_size(value)
+    except UnitError as exc:
+        raise ValueError(f"{exc}; expected a positive size such as '80GB' or '24GiB'") from None
+    if nbytes <= 0:
+        raise ValueError(f"size must be positive, got {value!r}")
+    return nbytes
+
+
+#: PCIe generations a GPU preset may name (``pcie_gen``).
+PCIE_GENERATIONS: tuple[int, ...] = (3, 4, 5, 6)
+#: PCIe link widths a GPU preset may name (``pcie_lanes``).
+PCIE_LANE_COUNTS: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
+
+
+def _pcie_gen(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value not in PCIE_GENERATIONS:
+        raise ValueError(f"expected a PCIe generation, one of {', '.join(map(str, PCIE_GENERATIONS))}; got {value!r}")
+    return value
+
+
+def _pcie_lanes(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value not in PCIE_LANE_COUNTS:
+        raise ValueError(f"expected a PCIe link width, one of {', '.join(map(str, PCIE_LANE_COUNTS))}; got {value!r}")
+    return value
+
+
+#: Data types ``peak_tflops`` may name: collsim's floating-point dtypes (``collsim.units.DTYPE_SIZES``) plus the
+#: Tensor Core formats that have no storage dtype in collsim.
+PEAK_TFLOPS_DTYPES: tuple[str, ...] = (
+    *(d for d in DTYPE_SIZES if d.startswith(("float", "bfloat"))),
+    "tf32",
+    "fp8",
+)
+#: Short names accepted in ``peak_tflops`` for collsim's dtypes (``fp32: 19.5`` is stored as ``float32``).
+PEAK_TFLOPS_ALIASES: dict[str, str] = {"fp64": "float64", "fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+
+
+def _peak_tflops(value: Any) -> dict[str, float]:
+    names = ", ".join(PEAK_TFLOPS_DTYPES)
+    if not isinstance(value, Mapping) or not value:
+        raise ValueError(
+            f"expected a mapping of dtype to dense TFLOP/s (e.g. {{float32: 19.5, bfloat16: 312}}), got {value!r}"
+        )
+    out: dict[str, float] = {}
+    for key, tflops in value.items():
+        dtype = PEAK_TFLOPS_ALIASES.get(str(key), str(key))
+        if dtype not in PEAK_TFLOPS_DTYPES:
+            raise ValueError(f"unknown dtype {key!r}; valid dtypes: {names} (or fp64, fp32, fp16, bf16)")
+        if dtype in out:
+            raise ValueError(f"dtype {dtype!r} given twice")
+        if isinstance(tflops, bool) or not isinstance(tflops, (int, float)) or not math.isfinite(tflops) or tflops <= 0:
+            raise ValueError(f"{key}: expected a positive number of TFLOP/s, got {tflops!r}")
+        out[dtype] = float(tflops)
+    return out
+
+
 def _bool(value: Any) -> bool:
     if not isinstance(value, bool):
         raise ValueError(f"expected true or false, got {value!r}")
@@ -167,6 +228,10 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "link_kind": _link_kind,
     "vendor": _vendor,
     "nccl_env": _nccl_env,
+    "size": _positive_size,
+    "pcie_gen": _pcie_gen,
+    "pcie_lanes": _pcie_lanes,
+    "peak_tflops": _peak_tflops,
     "link_preset": _text,  # checked against links.yaml after loading
     "optional_link_preset": lambda v: None if v is None else _text(v),
 }
@@ -192,6 +257,12 @@ GPU_SCHEMA: dict[str, tuple[str, bool]] = {
     "nvlinks": ("count", True),
     "nvlink": ("optional_link_preset", False),
     "source": ("text", True),
+    # Optional device facts (None when a preset leaves them out); see topologies/README.md for units.
+    "sm_count": ("positive_int", False),  # streaming multiprocessors (not the compute capability `sm`)
+    "pcie_gen": ("pcie_gen", False),  # PCIe generation of the GPU's host interface, 3..6
+    "pcie_lanes": ("pcie_lanes", False),  # its link width (16 for x16)
+    "hbm_capacity": ("size", False),  # device memory, bytes
+    "peak_tflops": ("peak_tflops", False),  # dtype -> dense (no sparsity) peak, TFLOP/s
 }
 CPU_SCHEMA: dict[str, tuple[str, bool]] = {
     "model": ("text", True),

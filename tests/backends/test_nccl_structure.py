@@ -125,15 +125,29 @@ def test_an_unknown_arch_in_a_gpu_preset_names_the_preset_file(tmp_path: Path, m
     assert "unknown GPU arch 'Hopper'" in text and "know volta, turing, ampere, hopper, blackwell" in text
 
 
-@pytest.mark.parametrize("template", ["aws-p4de", "dgx-a100", "hgx-h100", "pcie-workstation"])
+GPU_TEMPLATES = ["aws-p4de", "dgx-a100", "hgx-b200", "hgx-h100", "pcie-workstation"]
+
+
+@pytest.mark.parametrize("template", GPU_TEMPLATES)
 def test_one_process_per_node_composes_with_every_gpu_template(template: str) -> None:
     # nccl-tests -g N (issue 12): one thread launching a node's N GPUs adds (N - 1) launch gaps, on any node template
     from collsim.topology import available_templates
 
-    assert set(available_templates()) == {template, "aws-p4de", "cpu-host", "dgx-a100", "hgx-h100", "pcie-workstation"}
+    assert set(available_templates()) == {*GPU_TEMPLATES, "cpu-host"}  # a new template joins GPU_TEMPLATES
     scenario = {"name": "g", "cluster": {"node": template}, "backends": {"nccl": {}}}
     one = Simulator.from_source(scenario)
     ppn = sum(1 for d in one.topology.rank_devices() if d.node == 0)
     many = Simulator.from_source({**scenario, "workload": {"gpus_per_process": ppn}})
     gap = one.nccl_constants.group_launch_gap
     assert many.simulate_one("nccl", 8).time_s - one.simulate_one("nccl", 8).time_s == pytest.approx((ppn - 1) * gap)
+
+
+def test_hgx_b200_runs_nvls_on_nvlink5() -> None:
+    # issue 12: B200 (sm100, arch blackwell): 18 NVLink 5 links at NCCL's 40.1 GB/s each; 2 x 721.8 // 60 = 24 channels
+    # (one channel ~60 GB/s, gpus.yaml); the NVSwitch says multicast: true, so NCCL's model picks NVLS at large sizes
+    sim = Simulator.from_source({"name": "b200", "cluster": {"node": "hgx-b200"}, "backends": {"nccl": {}}})
+    plan = sim.nccl_plan
+    assert plan.arch == "blackwell" and plan.nvls_refusal is None
+    assert plan.nvl_bw == pytest.approx(18 * 40.1e9) and plan.channels == 24
+    out = sim.simulate_one("nccl", 1 << 30)
+    assert (out.algorithm, out.protocol, out.channels) == ("NVLS", "Simple", 16)

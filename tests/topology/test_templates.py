@@ -11,10 +11,10 @@ from collsim.topology import Topology, TopologyError, available_templates, load_
 
 
 def test_available_templates() -> None:
-    assert available_templates() == ["aws-p4de", "cpu-host", "dgx-a100", "hgx-h100", "pcie-workstation"]
+    assert available_templates() == ["aws-p4de", "cpu-host", "dgx-a100", "hgx-b200", "hgx-h100", "pcie-workstation"]
 
 
-@pytest.mark.parametrize("name", ["aws-p4de", "cpu-host", "dgx-a100", "hgx-h100", "pcie-workstation"])
+@pytest.mark.parametrize("name", ["aws-p4de", "cpu-host", "dgx-a100", "hgx-b200", "hgx-h100", "pcie-workstation"])
 def test_each_template_loads(name: str) -> None:
     topo = load_topology(name)
     assert topo.name == name and topo.nodes == 1 and topo.source_file is not None
@@ -134,7 +134,8 @@ def test_unknown_template_lists_known() -> None:
     with pytest.raises(TopologyError) as ei:
         load_topology("dgx-z900")
     assert ei.value.field == "node"
-    assert "dgx-z900" in ei.value.message and "cpu-host, dgx-a100, hgx-h100, pcie-workstation" in ei.value.message
+    assert "dgx-z900" in ei.value.message
+    assert "cpu-host, dgx-a100, hgx-b200, hgx-h100, pcie-workstation" in ei.value.message
 
 
 def test_template_by_path(tmp_path: Path) -> None:
