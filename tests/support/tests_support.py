@@ -259,3 +259,11 @@ def shared_calibration_dir() -> Path | None:
         if (c / "calibration-data").is_dir():
             return c / "calibration-data"
     return None
+
+
+def edit_file(path: Path, old: str, new: str) -> None:
+    """Replace the first ``old`` in the text file ``path`` by ``new`` (a test's deliberate edit of a copied preset);
+    ``old`` must be there."""
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new, 1))

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import yaml
+from tests_support import edit_file
 
 from collsim.topology import TopologyError, load_presets, load_topology, topology_from_template
 from collsim.topology.presets import GPU_SCHEMA, PEAK_TFLOPS_DTYPES, parse_field
@@ -220,14 +221,9 @@ def test_optional_field_parsers() -> None:
             parse_field(ftype, bad)
 
 
-def _edit(path: Path, old: str, new: str) -> None:
-    text = path.read_text()
-    assert old in text
-    path.write_text(text.replace(old, new, 1))
-
-
 def test_bad_peak_tflops_names_file_and_field(topo_dir: Path) -> None:
-    _edit(topo_dir / "presets/gpus.yaml", "peak_tflops: {float32: 15.7, float16: 125}", "peak_tflops: {float32: -15.7}")
+    gpus = topo_dir / "presets/gpus.yaml"
+    edit_file(gpus, "peak_tflops: {float32: 15.7, float16: 125}", "peak_tflops: {float32: -15.7}")
     with pytest.raises(TopologyError) as ei:
         load_presets()
     err = ei.value
@@ -238,7 +234,7 @@ def test_bad_peak_tflops_names_file_and_field(topo_dir: Path) -> None:
 
 
 def test_unknown_peak_tflops_dtype_lists_valid(topo_dir: Path) -> None:
-    _edit(topo_dir / "presets/gpus.yaml", "peak_tflops: {float32: 15.7, float16: 125}", "peak_tflops: {fp128: 1}")
+    edit_file(topo_dir / "presets/gpus.yaml", "peak_tflops: {float32: 15.7, float16: 125}", "peak_tflops: {fp128: 1}")
     with pytest.raises(TopologyError) as ei:
         load_presets()
     assert ei.value.field == "v100-sxm2-32gb.peak_tflops"
@@ -259,7 +255,7 @@ def test_unknown_peak_tflops_dtype_lists_valid(topo_dir: Path) -> None:
     ],
 )
 def test_bad_optional_field_names_file_and_field(topo_dir: Path, old: str, new: str, field: str, words: str) -> None:
-    _edit(topo_dir / "presets/gpus.yaml", old, new)
+    edit_file(topo_dir / "presets/gpus.yaml", old, new)
     with pytest.raises(TopologyError) as ei:
         load_presets()
     assert ei.value.file is not None and ei.value.file.endswith("gpus.yaml")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from tests_support import edit_file
 
 from collsim.topology import TopologyError, load_presets, load_topology
 
@@ -43,14 +44,8 @@ def test_device_presets_in_si() -> None:
             assert rec["source"], f"{library}.{name} has no source"
 
 
-def _edit(path: Path, old: str, new: str) -> None:
-    text = path.read_text()
-    assert old in text
-    path.write_text(text.replace(old, new, 1))
-
-
 def test_unknown_link_kind_lists_valid(topo_dir: Path) -> None:
-    _edit(topo_dir / "presets/links.yaml", "kind: nvlink", "kind: warp")
+    edit_file(topo_dir / "presets/links.yaml", "kind: nvlink", "kind: warp")
     with pytest.raises(TopologyError) as ei:
         load_topology("dgx-a100")
     err = ei.value
@@ -60,14 +55,14 @@ def test_unknown_link_kind_lists_valid(topo_dir: Path) -> None:
 
 
 def test_missing_bandwidth(topo_dir: Path) -> None:
-    _edit(topo_dir / "presets/links.yaml", "  bandwidth: 25GB/s\n", "")
+    edit_file(topo_dir / "presets/links.yaml", "  bandwidth: 25GB/s\n", "")
     with pytest.raises(TopologyError, match=r"links\.yaml: nvlink3\.bandwidth: missing bandwidth"):
         load_topology("dgx-a100")
 
 
 @pytest.mark.parametrize("bad", ["0GB/s", "-5GB/s", "0", "fast"])
 def test_non_positive_or_bad_bandwidth(topo_dir: Path, bad: str) -> None:
-    _edit(topo_dir / "presets/links.yaml", "bandwidth: 25GB/s", f"bandwidth: {bad}")
+    edit_file(topo_dir / "presets/links.yaml", "bandwidth: 25GB/s", f"bandwidth: {bad}")
     with pytest.raises(TopologyError) as ei:
         load_topology("dgx-a100")
     assert ei.value.field == "nvlink3.bandwidth"
@@ -89,14 +84,14 @@ def test_empty_preset_file(topo_dir: Path) -> None:
 
 
 def test_unknown_preset_field(topo_dir: Path) -> None:
-    _edit(topo_dir / "presets/gpus.yaml", "  arch: ampere\n", "  arch: ampere\n  archh: x\n")
+    edit_file(topo_dir / "presets/gpus.yaml", "  arch: ampere\n", "  arch: ampere\n  archh: x\n")
     with pytest.raises(TopologyError) as ei:
         load_topology("dgx-a100")
     assert ei.value.field == "a100-sxm4-80gb.archh" and "valid fields" in ei.value.message
 
 
 def test_dangling_cross_reference(topo_dir: Path) -> None:
-    _edit(topo_dir / "presets/nics.yaml", "link: ib-hdr", "link: ib-xdr")
+    edit_file(topo_dir / "presets/nics.yaml", "link: ib-hdr", "link: ib-xdr")
     with pytest.raises(TopologyError) as ei:
         load_topology("dgx-a100")
     assert ei.value.field == "connectx-6-hdr.link" and "ib-xdr" in ei.value.message and "ib-ndr" in ei.value.message
@@ -114,7 +109,7 @@ def test_nic_plugin_env() -> None:
     [("{PROTO: Simple}", "expected NCCL_\\* variable names, got 'PROTO'"), ("Simple", "expected a mapping")],
 )
 def test_nic_plugin_env_errors(topo_dir: Path, bad: str, expected: str) -> None:
-    _edit(topo_dir / "presets/nics.yaml", "nccl_plugin_env: {NCCL_PROTO: Simple}", f"nccl_plugin_env: {bad}")
+    edit_file(topo_dir / "presets/nics.yaml", "nccl_plugin_env: {NCCL_PROTO: Simple}", f"nccl_plugin_env: {bad}")
     with pytest.raises(TopologyError, match=expected) as ei:
         load_topology("aws-p4de")
     assert ei.value.field == "efa-100g.nccl_plugin_env"
