@@ -296,8 +296,13 @@ class NcclAlgorithm:
     name: str = ""
     #: its pipelines are a few stages deep: beyond ``sim_max_chunks`` chunks per channel, chunks may be merged
     mergeable: bool = False
-    #: the tuner table (``base_latency``, ``hw_latency``) this algorithm's rows are under
+    #: the tuner table (``base_latency``, ``hw_latency``) this algorithm's rows are under, when not its own name
     table: str = ""
+
+    @property
+    def latency_table(self) -> str:
+        """The rows of NCCL's ``base_latency`` and ``hw_latency`` tables this algorithm is priced by."""
+        return self.table or self.name
 
     def protocols(self, plan: NcclPlan, opts: NcclOptions, collective: str) -> tuple[str, ...]:
         """Protocols NCCL could run this algorithm with for ``collective`` here (empty: not a candidate)."""

@@ -68,11 +68,16 @@ class NcclPlan:
     nvls_refusal: str | None = None  # why the hardware cannot run NVLS (None: it can); see nvls_refusal()
 
     def nic_for(self, topo: Topology, node: int, channel: int) -> str | None:
-        """The NIC channel ``channel`` uses on ``node`` (its rail: channel mod NICs), or None on one node."""
-        if self.nnodes <= 1:
-            return None
-        nics = topo.nics(node)
-        return nics[channel % len(nics)].name
+        """The NIC channel ``channel`` uses on ``node`` (:func:`channel_nic`)."""
+        return channel_nic(topo, node, channel, self.nnodes)
+
+
+def channel_nic(topo: Topology, node: int, channel: int, nnodes: int) -> str | None:
+    """The NIC channel ``channel`` uses on ``node``: its rail, channel mod the node's NICs; None on one node."""
+    if nnodes <= 1:
+        return None
+    nics = topo.nics(node)
+    return nics[channel % len(nics)].name
 
 
 def node_chain(topo: Topology, node: int, nic: str | None) -> list[str]:
@@ -273,14 +278,9 @@ def _rings(
     hops: dict[tuple[int, int], Hop] = {}
     for c in range(nch):
         ring: list[str] = []
-        nic_of: dict[int, str | None] = {}
+        nic_of = {node: channel_nic(topo, node, c, nnodes) for node in range(nnodes)}
         for node in range(nnodes):
-            nic = None
-            if nnodes > 1:
-                node_nics = topo.nics(node)
-                nic = node_nics[c % len(node_nics)].name
-            nic_of[node] = nic
-            ring += node_chain(topo, node, nic)
+            ring += node_chain(topo, node, nic_of[node])
         rings.append(ring)
         n = len(ring)
         for i in range(n):

@@ -155,7 +155,7 @@ def _context(
     cap /= alg.cap_divisor(proto)
     wire = 1.0 / pc.data_per_wire
     wire /= alg.wire_divisor(consts, collective, proto, nbytes)
-    base = consts.base_latency[alg.table or alg.name][proto]
+    base = consts.base_latency[alg.latency_table][proto]
     # tuning.cc's "plateau effect of ring" (x1.4 on a multi-node Ring/Simple allreduce's latency, fitted by NVIDIA
     # like the tree factors): the simulation charges it on the base latency and on every hop's step latency
     plateau = alg.plateau(plan, consts, proto, collective, nbytes)

@@ -68,7 +68,7 @@ def _inputs(plan: NcclPlan, consts: NcclConstants, collective: str, nbytes: int,
     """What the cost model starts from for one pair (tuning.cc's baseLat, intra and inter step latencies)."""
     n = len(plan.ranks)
     nsteps, ninter = _steps(collective, n, plan.nnodes)
-    table = REGISTRY[algo].table or algo
+    table = REGISTRY[algo].latency_table
     pc = consts.protocols[proto]
     intra = consts.hw_latency[plan.intra_hw][table][proto]
     inter = consts.hw_latency["NET"][table][proto] + plan.net_latency * pc.net_latency_factor

@@ -55,10 +55,12 @@ class NVLS(NcclAlgorithm):
     then sends 1/n and receives the whole slice (multicast), on NCCL's NVLS channels (16 on sm90)."""
 
     name = "NVLS"
+    #: NVLS runs on one node, NVLSTree across nodes
+    across_nodes = False
     mergeable = True
 
     def protocols(self, plan: NcclPlan, opts: NcclOptions, collective: str) -> tuple[str, ...]:
-        ok = collective == "allreduce" and len(plan.ranks) > 1 and plan.nnodes == 1
+        ok = collective == "allreduce" and len(plan.ranks) > 1 and (plan.nnodes > 1) == self.across_nodes
         return ("Simple",) if ok and self.refusal(plan, opts) is None else ()
 
     def refusal(self, plan: NcclPlan, opts: NcclOptions) -> str | None:
@@ -117,10 +119,7 @@ class NVLSTree(NVLS):
     channels tree 1), then the switch multicasts."""
 
     name = "NVLSTree"
-
-    def protocols(self, plan: NcclPlan, opts: NcclOptions, collective: str) -> tuple[str, ...]:
-        ok = collective == "allreduce" and len(plan.ranks) > 1 and plan.nnodes > 1
-        return ("Simple",) if ok and self.refusal(plan, opts) is None else ()
+    across_nodes = True
 
     def model(self, m: ModelInputs) -> tuple[float, float]:
         """The NVLS bound, the NICs (x2 on two nodes) and perChMaxNvlsTreeBw; latency + 2 log2(nNodes) x inter."""
