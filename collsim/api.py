@@ -39,10 +39,9 @@ from collsim.backends import (
 from collsim.backends.nccl import NcclPlan, choose, enabled_pairs, tuner_times
 from collsim.nccl_env import NcclEnvError, NcclOptions
 from collsim.profile import Profile, load_profile
-from collsim.results import Comparison, Explanation, Record, make_record, records_to_dataframe
+from collsim.results import Comparison, Explanation, Record, make_record, records_to_dataframe, representative_size
 from collsim.scenario import Scenario, ScenarioError, load_scenario
 from collsim.topology import Topology, TopologyError, load_presets, topologies_dir
-from collsim.trace import representative_size
 from collsim.vocab import BACKENDS, REDUCING_COLLECTIVES, ROOTED_COLLECTIVES
 
 __all__ = [
@@ -67,11 +66,26 @@ def load(source: str | Path | Mapping[str, Any], overrides: Sequence[str] = ()) 
     return load_scenario(source, overrides)
 
 
+#: Parsed ``topologies/software/*.yaml`` by (file, modification time, size): every Simulator reads them (a fit
+#: builds one per evaluation), and parsing nccl.yaml costs about as much as simulating one point.
+_SOFTWARE: dict[tuple[str, int, int], Any] = {}
+
+
+def _software_file(name: str) -> Path:
+    """``topologies/software/<name>.yaml``."""
+    return topologies_dir() / "software" / f"{name}.yaml"
+
+
 def _software(name: str) -> dict[str, Any]:
-    """A backend's constants, ``topologies/software/<name>.yaml``, as a mapping (ScenarioError naming the file)."""
-    path = topologies_dir() / "software" / f"{name}.yaml"
+    """A backend's constants, ``topologies/software/<name>.yaml``, as a mapping (ScenarioError naming the file);
+    parsed once per file version (see :data:`_SOFTWARE`), so callers must not modify it."""
+    path = _software_file(name)
     try:
-        data = yaml.safe_load(path.read_text())
+        stat = path.stat()
+        key = (str(path), stat.st_mtime_ns, stat.st_size)
+        if key not in _SOFTWARE:
+            _SOFTWARE[key] = yaml.safe_load(path.read_text())
+        data = _SOFTWARE[key]
     except (OSError, yaml.YAMLError) as exc:
         raise ScenarioError(f"cannot read backend constants: {exc}", file=str(path)) from None
     if not isinstance(data, dict):
@@ -229,7 +243,7 @@ class Simulator:
     @cached_property
     def nccl_constants(self) -> NcclConstants:
         """NCCL's constants from ``topologies/software/nccl.yaml`` (with the calibration profile's overheads)."""
-        with scenario_errors(str(topologies_dir() / "software" / "nccl.yaml"), "nccl"):
+        with scenario_errors(str(_software_file("nccl")), "nccl"):
             consts = NcclConstants.from_mapping(_software("nccl"))
         return self.profile.apply_nccl(consts) if self.profile else consts
 
@@ -491,7 +505,7 @@ class Simulator:
         sizes : sequence of int
             The sweep's sizes, bytes.
         timeline_size : int, optional
-            Bytes of the recorded collective; default :func:`collsim.trace.representative_size` of ``sizes``
+            Bytes of the recorded collective; default :func:`collsim.results.representative_size` of ``sizes``
             (64 MiB, or the largest size when smaller).
         progress : callable, optional
             As in :meth:`run`.

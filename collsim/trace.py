@@ -51,6 +51,7 @@ import numpy as np
 
 from collsim.backends.common import ResourceCatalog, link_end
 from collsim.engine import FlowRecord, Owner, Tag
+from collsim.results import REPRESENTATIVE_SIZE, representative_size
 
 if TYPE_CHECKING:
     from collsim.backends import Outcome
@@ -77,30 +78,11 @@ __all__ = [
     "write_chrome_trace",
 ]
 
-#: Default size of the one collective a timeline, trace or report shows: 64 MiB (bytes).
-REPRESENTATIVE_SIZE = 64 * 2**20
 
 #: Activities a bar can show, in legend order.
 ACTIVITIES: tuple[str, ...] = ("send", "receive", "reduce", "copy", "overhead")
 
 _SYMMETRIC = re.compile(r" \(\+\d+ symmetric\)$")
-
-
-def representative_size(sizes: Iterable[int]) -> int:
-    """The size a single-collective view shows: 64 MiB, or the largest of ``sizes`` when that is smaller.
-
-    Parameters
-    ----------
-    sizes : iterable of int
-        Candidate sizes in bytes (a scenario's sweep); empty means 64 MiB.
-
-    Examples
-    --------
-    >>> representative_size([8, 1024**3]), representative_size([8, 4096])
-    (67108864, 4096)
-    """
-    largest = max(sizes, default=REPRESENTATIVE_SIZE)
-    return min(REPRESENTATIVE_SIZE, int(largest))
 
 
 def unsymmetric(scenario: Scenario) -> Scenario:

@@ -28,7 +28,15 @@ from collsim.results.export import (
     records_to_dataframe,
     records_to_json,
 )
-from collsim.results.records import BUSBW_FACTORS, FLAT_FIELDS, Record, busbw_factor, make_record
+from collsim.results.records import (
+    BUSBW_FACTORS,
+    FLAT_FIELDS,
+    REPRESENTATIVE_SIZE,
+    Record,
+    busbw_factor,
+    make_record,
+    representative_size,
+)
 from collsim.results.text import (
     agreement,
     format_comparison,
@@ -50,6 +58,7 @@ __all__ = [
     "FLAT_FIELDS",
     "PER_RANK_COUNT_COLLECTIVES",
     "REDUCING_COLLECTIVES",
+    "REPRESENTATIVE_SIZE",
     "Comparison",
     "Explanation",
     "Record",
@@ -67,5 +76,6 @@ __all__ = [
     "records_to_csv",
     "records_to_dataframe",
     "records_to_json",
+    "representative_size",
     "share_text",
 ]

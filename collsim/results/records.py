@@ -30,14 +30,22 @@ import math
 import operator
 import types
 import typing
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, cast
 
 from collsim.units import DTYPE_SIZES
 from collsim.vocab import PER_RANK_COUNT_COLLECTIVES, REDUCING_COLLECTIVES, canonical_collective
 
-__all__ = ["BUSBW_FACTORS", "FLAT_FIELDS", "Record", "busbw_factor", "make_record"]
+__all__ = [
+    "BUSBW_FACTORS",
+    "FLAT_FIELDS",
+    "REPRESENTATIVE_SIZE",
+    "Record",
+    "busbw_factor",
+    "make_record",
+    "representative_size",
+]
 
 
 def _ring_allreduce_factor(n: int) -> float:
@@ -375,3 +383,24 @@ def make_record(
         breakdown=bd,
         notes=[str(x) for x in notes] if notes else [],
     )
+
+
+#: Default size of the one collective a timeline, trace or report shows: 64 MiB (bytes).
+REPRESENTATIVE_SIZE = 64 * 2**20
+
+
+def representative_size(sizes: Iterable[int]) -> int:
+    """The size a single-collective view shows: 64 MiB, or the largest of ``sizes`` when that is smaller.
+
+    Parameters
+    ----------
+    sizes : iterable of int
+        Candidate sizes in bytes (a scenario's sweep); empty means 64 MiB.
+
+    Examples
+    --------
+    >>> representative_size([8, 1024**3]), representative_size([8, 4096])
+    (67108864, 4096)
+    """
+    largest = max(sizes, default=REPRESENTATIVE_SIZE)
+    return min(REPRESENTATIVE_SIZE, int(largest))
