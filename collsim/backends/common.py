@@ -17,7 +17,6 @@ __all__ = [
     "Outcome",
     "Path",
     "ResourceCatalog",
-    "key_resources",
     "link_end",
     "link_uses",
     "resource_name",
@@ -122,13 +121,6 @@ def link_end(key: Hashable) -> str | None:
     if isinstance(key, tuple) and len(key) == 3 and key[0] == "link":
         return str(key[2])
     return None
-
-
-def key_resources(quotient: Quotient) -> None:
-    """Give every engine resource of ``quotient`` the key of its class's first member, so that flow records carry
-    resource keys (:attr:`collsim.engine.FlowRecord.keys`) beside the names."""
-    for cls, keys in quotient.res_members.items():
-        quotient.engine_resources[cls].key = keys[0]
 
 
 class ResourceCatalog:

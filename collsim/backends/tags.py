@@ -26,7 +26,7 @@ from collsim.backends.nccl.tags import TAGS as NCCL_TAGS
 from collsim.engine import Tag
 from collsim.vocab import BREAKDOWN_CATEGORIES
 
-__all__ = ["TAGS", "category_of", "registry", "tag_for"]
+__all__ = ["TAGS", "registry", "tag_for"]
 
 
 def registry(*declared: Iterable[Tag]) -> dict[str, Tag]:
@@ -77,8 +77,3 @@ def tag_for(label: str) -> Tag:
         raise KeyError(
             f"undeclared tag label {label!r}; declare it in a backend's tags module (collsim.backends.tags)"
         ) from None
-
-
-def category_of(label: str) -> str:
-    """The breakdown category of the declared tag ``label`` (:func:`tag_for`)."""
-    return tag_for(label).category

@@ -338,7 +338,8 @@ class FluidNetwork:
         ValueError
             For a tag of activity ``wait`` (the breakdown's idle time).
         """
-        _check_typed(tag, owner)
+        if tag.__class__ is not Tag or owner.__class__ is not Owner or tag.activity == "wait":
+            _check_typed(tag, owner)  # slow path: a subclass passes; a display string or an idle tag raises
         env = self.env
         streamed = Event(env)
         arrived = Event(env) if latency > 0 else streamed
@@ -365,7 +366,8 @@ class FluidNetwork:
 
     def delay(self, seconds: float, *, tag: Tag = UNTAGGED, owner: Owner = NO_OWNER) -> Event:
         """A pure wait of ``seconds`` (an overhead such as a kernel launch), recorded like a flow of 0 bytes."""
-        _check_typed(tag, owner)
+        if tag.__class__ is not Tag or owner.__class__ is not Owner or tag.activity == "wait":
+            _check_typed(tag, owner)
         if self.record:
             now = self.env.now
             self.records.append(FlowRecord(owner, tag, 0.0, now, now + seconds, 0.0, ()))
@@ -599,7 +601,10 @@ class FluidNetwork:
 
 
 def _check_typed(tag: object, owner: object) -> None:
-    """Refuse display strings where the typed contract is expected, and the breakdown's idle tags on a flow."""
+    """Refuse display strings where the typed contract is expected, and the breakdown's idle tags on a flow.
+
+    Called only off the fast path (``transfer`` and ``delay`` test the exact classes first, so a well-typed flow pays
+    no call)."""
     if not isinstance(tag, Tag):
         raise TypeError(f"tag must be a collsim.engine.Tag, got {type(tag).__name__} {tag!r}")
     if not isinstance(owner, Owner):

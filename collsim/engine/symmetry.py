@@ -222,7 +222,7 @@ def build_quotient(
     for c, keys in res_members.items():
         spec = used[keys[0]]
         name = spec.name if len(keys) == 1 else f"{spec.name} (+{len(keys) - 1} symmetric)"
-        engine_res[c] = net.resource(name, spec.capacity, spec.kind)
+        engine_res[c] = net.resource(name, spec.capacity, spec.kind, key=keys[0])  # records carry the key
     uses: dict[tuple[Entity, str], list[tuple[Resource, float]]] = {}
     for lst in members.values():
         rep = lst[0]

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from collsim.backends.tags import TAGS, category_of
+from collsim.backends.tags import TAGS, tag_for
 from collsim.engine import FlowRecord
 from collsim.results import Record, busbw_factor
 from collsim.topology import Topology
@@ -334,7 +334,7 @@ def breakdown_category(tag: str) -> str:
     >>> breakdown_category("TCP over loopback"), breakdown_category("waiting (peers, slots)")
     ('transfer: TCP loopback (CPU + host memory)', 'waiting (peers, contention)')
     """
-    return category_of(tag)
+    return tag_for(tag).category
 
 
 def _category_order(categories: Iterable[str]) -> list[str]:
@@ -701,16 +701,15 @@ def bottleneck_figure(
         "x": [100.0 * u.load_share for u in usage],
         "marker": {"color": "#d62728"},
         "customdata": [[u.nbytes / 1e6, u.capacity / 1e9] for u in usage],  # bytes to MB, bytes/s to GB/s
-        "hovertemplate": "%{y}<br>load %{x:.1f}%: %{customdata[0]:.2f} MB at %{customdata[1]:.1f} GB/s",
+        "hovertemplate": "%{y}<br>load %{x:.1f}%: %{customdata[0]:.2f} MB at %{customdata[1]:.1f} GB/s<extra></extra>",
     }
     busy: dict[str, Any] = {
         "x": [100.0 * u.busy_share for u in usage],
         "marker": {"color": "#1f77b4"},
-        "hovertemplate": "%{y}<br>busy %{x:.1f}% of the time",
+        "hovertemplate": "%{y}<br>busy %{x:.1f}% of the time<extra></extra>",
     }
     fig = go.Figure()
     for name, bar in (("load (charged / bandwidth)", load), ("busy (>= 1 flow)", busy)):
-        bar["hovertemplate"] += "<extra></extra>"
         fig.add_trace(go.Bar(orientation="h", name=name, y=names, **bar))
     fig.update_layout(
         title_text=title or f"Top {len(usage)} bottleneck links",

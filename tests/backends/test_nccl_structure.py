@@ -151,3 +151,10 @@ def test_hgx_b200_runs_nvls_on_nvlink5() -> None:
     assert plan.nvl_bw == pytest.approx(18 * 40.1e9) and plan.channels == 24
     out = sim.simulate_one("nccl", 1 << 30)
     assert (out.algorithm, out.protocol, out.channels) == ("NVLS", "Simple", 16)
+
+
+def test_every_nccl_transport_has_its_tag() -> None:
+    from collsim.backends.nccl.tags import TRANSPORT_TAG
+    from collsim.vocab import NCCL_TRANSPORTS
+
+    assert tuple(TRANSPORT_TAG) == NCCL_TRANSPORTS

@@ -2,25 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Generator, Hashable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from simpy.events import Event
-
 from collsim.algorithms import GlooParams
-from collsim.engine import Tag
 
-__all__ = ["GlooConstants", "GlooOptions", "LinkCost", "Proc", "Uses"]
+__all__ = ["GlooConstants", "GlooOptions"]
 
 
 _US = 1e-6  # microseconds to seconds
-
-#: Resource uses of one role of one rank: (resource key, units consumed per byte moved).
-Uses = list[tuple[Hashable, float]]
-#: One connection of a rank: (message latency in s, one stream's rate cap in bytes/s, the flows' tag).
-LinkCost = tuple[float, float, Tag]
-Proc = Generator[Event, Any, None]
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
-"""Which way Gloo's bytes go (TCP over loopback or the network, ibverbs with or without GPUDirect), what PyTorch
-stages, the checks a request must pass, and the Gloo schedules of a collective."""
+"""Which way Gloo's bytes go (TCP over loopback or the network, ibverbs with or without GPUDirect), the checks a
+request must pass, and the Gloo schedules of a collective."""
 
 from __future__ import annotations
 
@@ -21,32 +21,6 @@ from collsim.backends.gloo.tags import (
 from collsim.engine import Tag
 from collsim.topology import Device, Topology, path_class_rank
 from collsim.vocab import COLLECTIVES, GLOO_ALGORITHMS, GLOO_TRANSPORTS, TENSOR_DEVICES
-
-#: Collectives whose ranks have different jobs (a root, a sender): their breakdown pools every rank's activities.
-_MIXED_ROLES = frozenset({"broadcast", "reduce", "sendrecv"})
-
-# bytes each rank copies host<-device before / device<-host after, as a fraction of nbytes; root-only ones below
-_STAGING: dict[str, tuple[str, str]] = {
-    "allreduce": ("all", "all"),
-    "reduce_scatter": ("all", "slice"),  # allreduce of the whole input; only this rank's slice comes back
-    "allgather": ("slice", "all"),  # nbytes is the whole output: each rank contributes nbytes/n
-    "alltoall": ("all", "all"),
-    "broadcast": ("root", "nonroot"),
-    "reduce": ("all", "root"),
-    "sendrecv": ("sender", "receiver"),
-}
-
-
-def _staged_bytes(kind: str, rank: int, n: int, nbytes: float) -> float:
-    """Bytes of a staging copy of ``kind`` (see ``_STAGING``) for ``rank``."""
-    return {
-        "all": nbytes,
-        "slice": nbytes / n,
-        "root": nbytes if rank == 0 else 0.0,
-        "nonroot": nbytes if rank != 0 else 0.0,
-        "sender": nbytes if rank == 0 else 0.0,
-        "receiver": nbytes if rank == 1 else 0.0,
-    }[kind]
 
 
 def _tcp_path(topo: Topology, cat: ResourceCatalog, a: str, b: str) -> tuple[Path, float, float, Tag]:

@@ -11,10 +11,9 @@ from collsim.backends.common import (
     Path,
     ResourceCatalog,
     link_uses,
-    resource_name,
 )
-from collsim.backends.gloo.options import GlooOptions, LinkCost, Uses
-from collsim.backends.gloo.paths import _STAGING, _rdma_path, _staged_bytes, _tcp_path
+from collsim.backends.gloo.options import GlooOptions
+from collsim.backends.gloo.paths import _rdma_path, _tcp_path
 from collsim.backends.gloo.tags import (
     CPU_COPY_TAG,
     CPU_REDUCTION_TAG,
@@ -23,6 +22,34 @@ from collsim.backends.gloo.tags import (
 )
 from collsim.engine import Owner, ResourceSpec, Tag
 from collsim.topology import Topology
+
+#: Resource uses of one role of one rank: (resource key, units consumed per byte moved).
+Uses = list[tuple[Hashable, float]]
+#: One connection of a rank: (message latency in s, one stream's rate cap in bytes/s, the flows' tag).
+LinkCost = tuple[float, float, Tag]
+
+# bytes each rank copies host<-device before / device<-host after, as a fraction of nbytes; root-only ones below
+_STAGING: dict[str, tuple[str, str]] = {
+    "allreduce": ("all", "all"),
+    "reduce_scatter": ("all", "slice"),  # allreduce of the whole input; only this rank's slice comes back
+    "allgather": ("slice", "all"),  # nbytes is the whole output: each rank contributes nbytes/n
+    "alltoall": ("all", "all"),
+    "broadcast": ("root", "nonroot"),
+    "reduce": ("all", "root"),
+    "sendrecv": ("sender", "receiver"),
+}
+
+
+def _staged_bytes(kind: str, rank: int, n: int, nbytes: float) -> float:
+    """Bytes of a staging copy of ``kind`` (see ``_STAGING``) for ``rank``."""
+    return {
+        "all": nbytes,
+        "slice": nbytes / n,
+        "root": nbytes if rank == 0 else 0.0,
+        "nonroot": nbytes if rank != 0 else 0.0,
+        "sender": nbytes if rank == 0 else 0.0,
+        "receiver": nbytes if rank == 1 else 0.0,
+    }[kind]
 
 
 # ---------------------------------------------------------------------------------------------- what a rank uses
@@ -86,15 +113,15 @@ def _link(
 
 
 def _compute_roles(
-    topo: Topology, cat: ResourceCatalog, specs: dict[Hashable, ResourceSpec], r: str, gpu_resident: bool
+    topo: Topology, cat: ResourceCatalog, r: str, gpu_resident: bool
 ) -> tuple[dict[str, Uses], _Compute]:
-    """Reductions and copies of rank device ``r``: on the GPU's HBM (adding its spec) or by one CPU thread.
+    """Reductions and copies of rank device ``r``: on the GPU's HBM (the catalogue's ``("hbm", r)``) or by one CPU
+    thread.
 
     Returns the roles ``reduce`` and ``copy`` and their costs.
     """
     if gpu_resident:
         dev = topo.device(r)
-        specs[("hbm", r)] = ResourceSpec(resource_name(("hbm", r)), float(dev.spec["hbm_bandwidth"]), "hbm")
         # a reduction kernel reads two operands and writes one; a copy reads one and writes one
         roles: dict[str, Uses] = {"reduce": [(("hbm", r), 3.0)], "copy": [(("hbm", r), 2.0)]}
         launch = float(dev.spec["kernel_launch_latency"])
@@ -121,14 +148,14 @@ def _plan(
     staged = opts.device == "cuda" and opts.transport == "tcp"
     gpu_resident = opts.device == "cuda" and opts.transport == "ibverbs"
     cat = ResourceCatalog(topo)
-    plan = _Plan(usage={}, specs=dict(cat.specs), costs={}, staging=[])
+    plan = _Plan(usage={}, specs=cat.specs, costs={}, staging=[])
     for i, r in enumerate(ranks):
         roles = _staging_roles(topo, cat, r) if staged else {}
         links: dict[str, LinkCost] = {}
         for label, p in sorted({lab: p for s in scheds for lab, p in s.peers[i].items()}.items()):
             path, links[label] = _link(topo, cat, opts, r, ranks[p], gpu_resident)
             roles["send:" + label] = list(path.uses)
-        compute_roles, compute = _compute_roles(topo, cat, plan.specs, r, gpu_resident)
+        compute_roles, compute = _compute_roles(topo, cat, r, gpu_resident)
         roles.update(compute_roles)
         cpu = topo.host_cpu(r)
         if opts.transport == "tcp":

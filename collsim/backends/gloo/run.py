@@ -9,12 +9,11 @@ import simpy
 from simpy.events import Event
 
 from collsim.algorithms import EventBoard
-from collsim.algorithms.gloo_algos import GlooRankContext, GlooSchedule
+from collsim.algorithms.gloo_algos import GlooRankContext, GlooSchedule, Proc
 from collsim.backends.common import (
     run_until_done,
 )
-from collsim.backends.gloo.options import _US, GlooConstants, GlooOptions, Proc
-from collsim.backends.gloo.paths import _MIXED_ROLES
+from collsim.backends.gloo.options import _US, GlooConstants, GlooOptions
 from collsim.backends.gloo.plan import _Plan, _RankCosts
 from collsim.backends.gloo.tags import (
     BREAKDOWN_PRIORITY,
@@ -25,6 +24,9 @@ from collsim.backends.gloo.tags import (
     LATENCY_TAG,
 )
 from collsim.engine import FluidNetwork, Owner, Quotient, Tag, attribute_time
+
+#: Collectives whose ranks have different jobs (a root, a sender): their breakdown pools every rank's activities.
+_MIXED_ROLES = frozenset({"broadcast", "reduce", "sendrecv"})
 
 
 # ---------------------------------------------------------------------------------------------- what a rank does

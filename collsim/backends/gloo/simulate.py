@@ -7,7 +7,6 @@ from collections.abc import Sequence
 from collsim.backends.common import (
     BackendError,
     Outcome,
-    key_resources,
     new_network,
     run_stats,
 )
@@ -66,7 +65,6 @@ def simulate_gloo_many(
     quotient = build_quotient(
         net, plan.usage, plan.specs, colors=_colors(scheds, plan), relations=_relations(scheds), symmetric=symmetry
     )
-    key_resources(quotient)
     t, last, ends = _run(env, net, quotient, scheds, plan, opts, consts)
     notes += _notes(scheds, collective, opts, plan, ends)
     return Outcome(

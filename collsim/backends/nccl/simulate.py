@@ -11,7 +11,6 @@ from collsim.algorithms import EventBoard
 from collsim.backends.common import (
     Outcome,
     ResourceCatalog,
-    key_resources,
     new_network,
     run_stats,
     run_until_done,
@@ -77,7 +76,6 @@ def simulate_nccl(
     quotient = build_quotient(
         net, _usage(layout), ctx.cat.specs, colors=_colors(layout), relations=layout.relations, symmetric=symmetry
     )
-    key_resources(quotient)
     run = Launcher(ctx, layout, env, net, EventBoard(env), quotient, quotient.reps())
     done = []
     for e in run.reps:
