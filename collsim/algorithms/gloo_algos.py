@@ -655,26 +655,24 @@ def gloo_schedule(
     """
     if nranks < 1:
         raise ValueError(f"need at least one rank, got {nranks}")
-    p = params
-    n = nranks
-    builders: dict[str, Callable[[], GlooSchedule]]
     if collective in ("allreduce", "reduce_scatter"):
-        builders = {
-            "ring": lambda: _ring(n, nbytes, p, max_per_rank),
-            "ring_chunked": lambda: _ring_chunked(n, nbytes),
-            "halving_doubling": lambda: _halving_doubling(n, nbytes),
-            "bcube": lambda: _bcube(n, nbytes, p.bcube_base if base is None else base),
-        }
-        key, what, valid = algorithm, "gloo allreduce algorithm", GLOO_ALGORITHMS
-    else:
-        builders = {
-            "allgather": lambda: _allgather(n, nbytes),
-            "broadcast": lambda: _broadcast(n, nbytes),
-            "reduce": lambda: _reduce(n, nbytes, p),
-            "alltoall": lambda: _alltoall(n, nbytes),
-            "sendrecv": lambda: _sendrecv(n, nbytes),
-        }
-        key, what, valid = collective, "collective", COLLECTIVES
-    if key not in builders:
-        raise ValueError(f"unknown {what} {key!r}; valid: {', '.join(valid)}")
-    return builders[key]()
+        if algorithm == "ring":
+            return _ring(nranks, nbytes, params, max_per_rank)
+        if algorithm == "ring_chunked":
+            return _ring_chunked(nranks, nbytes)
+        if algorithm == "halving_doubling":
+            return _halving_doubling(nranks, nbytes)
+        if algorithm == "bcube":
+            return _bcube(nranks, nbytes, params.bcube_base if base is None else base)
+        raise ValueError(f"unknown gloo allreduce algorithm {algorithm!r}; valid: {', '.join(GLOO_ALGORITHMS)}")
+    if collective == "allgather":
+        return _allgather(nranks, nbytes)
+    if collective == "broadcast":
+        return _broadcast(nranks, nbytes)
+    if collective == "reduce":
+        return _reduce(nranks, nbytes, params)
+    if collective == "alltoall":
+        return _alltoall(nranks, nbytes)
+    if collective == "sendrecv":
+        return _sendrecv(nranks, nbytes)
+    raise ValueError(f"unknown collective {collective!r}; valid: {', '.join(COLLECTIVES)}")

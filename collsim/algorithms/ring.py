@@ -175,7 +175,6 @@ class GlooParams:
         )
 
 
-
 def gloo_ring_segments(nbytes: float, nranks: int, params: GlooParams) -> GlooRingShape:
     """Gloo's segmentation of a ring allreduce (``gloo/allreduce.cc``, cited in ``gloo.yaml``).
 
@@ -191,8 +190,7 @@ def gloo_ring_segments(nbytes: float, nranks: int, params: GlooParams) -> GlooRi
     >>> gloo_ring_segments(2**20, 8, GlooParams(2**20, 3, 2, 2)).segments  # 1 MiB, at least 3 segments per rank
     24
     """
-    p = params
-    want = max(math.ceil(nbytes / p.max_segment_bytes), p.min_segments_per_rank * nranks)
+    want = max(math.ceil(nbytes / params.max_segment_bytes), params.min_segments_per_rank * nranks)
     segments = math.ceil(want / nranks) * nranks
     return GlooRingShape(segments, segments // nranks, nbytes / segments)
 

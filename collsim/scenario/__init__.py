@@ -2,7 +2,7 @@
 
 Schema and loading only: importing it loads neither SimPy nor the backends (calibration profiles, which adjust
 the backends' constants, live next to calibration in :mod:`collsim.profile`). The name lists it re-exports
-fabric topologies, NCCL's algorithms ...) are :mod:`collsim.vocab`'s.
+(collectives, fabric topologies, NCCL's algorithms ...) are :mod:`collsim.vocab`'s.
 
 >>> from collsim.scenario import apply_overrides
 >>> apply_overrides({"name": "demo"}, ["cluster.nodes=2", "backends.nccl.env.NCCL_ALGO=Ring"])

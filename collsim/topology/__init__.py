@@ -1,6 +1,7 @@
 """The topology layer: devices, typed directed links, node templates, cluster fabrics, routing and path classes.
 
-Imports nothing from collsim but :mod:`collsim.units`; knows nothing of SimPy, collectives or backends.
+Imports nothing from collsim but :mod:`collsim.units`, :mod:`collsim.vocab` (the name lists it re-exports) and
+:mod:`collsim.files`; knows nothing of SimPy, collectives or backends.
 
 Examples
 --------
@@ -14,10 +15,12 @@ from __future__ import annotations
 
 from collsim.topology.display import format_topo_matrix
 from collsim.topology.errors import TopologyError
-from collsim.topology.fabric import FABRIC_TOPOLOGIES, TRANSPORTS, parse_fabric
-from collsim.topology.model import PATH_CLASS_ORDER, Device, Link, Topology, path_class_rank
-from collsim.topology.presets import DEVICE_KINDS, LINK_KINDS, PresetLibrary, load_presets, topologies_dir
+from collsim.topology.fabric import parse_fabric
+from collsim.topology.model import Device, Link, Topology, path_class_rank
+from collsim.topology.presets import PresetLibrary, load_presets, topologies_dir
 from collsim.topology.template import available_templates, load_topology, topology_from_template
+from collsim.vocab import DEVICE_KINDS, FABRIC_TOPOLOGIES, LINK_KINDS, PATH_CLASS_ORDER
+from collsim.vocab import FABRIC_TRANSPORTS as TRANSPORTS
 
 __all__ = [
     "DEVICE_KINDS",

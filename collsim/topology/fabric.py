@@ -45,9 +45,8 @@ from collsim.topology.model import Device, FrozenMap, Link
 from collsim.topology.presets import PresetLibrary, parse_field
 from collsim.vocab import FABRIC_TOPOLOGIES, FABRIC_TRANSPORTS
 
-__all__ = ["FABRIC_TOPOLOGIES", "TRANSPORTS", "add_fabric", "parse_fabric"]
+__all__ = ["add_fabric", "parse_fabric"]
 
-TRANSPORTS = FABRIC_TRANSPORTS
 _KEYS = (
     "topology",
     "transport",
@@ -99,8 +98,8 @@ def parse_fabric(fabric: Mapping[str, Any], presets: PresetLibrary) -> dict[str,
     if topo not in FABRIC_TOPOLOGIES:
         raise _err(f"unknown fabric topology {topo!r}; valid: {', '.join(FABRIC_TOPOLOGIES)}", "topology")
     transport = fabric.get("transport", "rdma")
-    if transport not in TRANSPORTS:
-        raise _err(f"unknown transport {transport!r}; valid: {', '.join(TRANSPORTS)}", "transport")
+    if transport not in FABRIC_TRANSPORTS:
+        raise _err(f"unknown transport {transport!r}; valid: {', '.join(FABRIC_TRANSPORTS)}", "transport")
     nic = fabric.get("nic")
     if nic is not None:
         presets.get("nics", nic, None, "fabric.nic")

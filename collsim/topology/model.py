@@ -13,7 +13,7 @@ import networkx as nx
 from collsim.topology.errors import TopologyError
 from collsim.vocab import LINK_KINDS, PATH_CLASS_ORDER
 
-__all__ = ["PATH_CLASS_ORDER", "Device", "FrozenMap", "Link", "Topology", "path_class_rank"]
+__all__ = ["Device", "FrozenMap", "Link", "Topology", "path_class_rank"]
 
 # Devices a route may start or end at but never pass through.
 _NO_TRANSIT = frozenset({"gpu", "nic"})

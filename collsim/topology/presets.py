@@ -19,11 +19,9 @@ import yaml
 from collsim.files import FileReadError, read_text_file
 from collsim.topology.errors import TopologyError
 from collsim.units import DTYPE_SIZES, UnitError, parse_bandwidth, parse_size, parse_time
-from collsim.vocab import DEVICE_KINDS, LINK_KINDS
+from collsim.vocab import LINK_KINDS
 
 __all__ = [
-    "DEVICE_KINDS",
-    "LINK_KINDS",
     "PresetLibrary",
     "load_presets",
     "parse_field",
@@ -138,16 +136,15 @@ PCIE_GENERATIONS: tuple[int, ...] = (3, 4, 5, 6)
 PCIE_LANE_COUNTS: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
 
 
-def _pcie_gen(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value not in PCIE_GENERATIONS:
-        raise ValueError(f"expected a PCIe generation, one of {', '.join(map(str, PCIE_GENERATIONS))}; got {value!r}")
-    return value
+def _int_choice(choices: tuple[int, ...], what: str) -> Callable[[Any], int]:
+    """A parser accepting an integer (not a bool) among ``choices``; errors say it expected ``what``."""
 
+    def parse(value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value not in choices:
+            raise ValueError(f"expected {what}, one of {', '.join(map(str, choices))}; got {value!r}")
+        return value
 
-def _pcie_lanes(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value not in PCIE_LANE_COUNTS:
-        raise ValueError(f"expected a PCIe link width, one of {', '.join(map(str, PCIE_LANE_COUNTS))}; got {value!r}")
-    return value
+    return parse
 
 
 #: Data types ``peak_tflops`` may name: collsim's floating-point dtypes (``collsim.units.DTYPE_SIZES``) plus the
@@ -171,7 +168,7 @@ def _peak_tflops(value: Any) -> dict[str, float]:
     for key, tflops in value.items():
         dtype = PEAK_TFLOPS_ALIASES.get(str(key), str(key))
         if dtype not in PEAK_TFLOPS_DTYPES:
-            raise ValueError(f"unknown dtype {key!r}; valid dtypes: {names} (or fp64, fp32, fp16, bf16)")
+            raise ValueError(f"unknown dtype {key!r}; valid dtypes: {names} (or {', '.join(PEAK_TFLOPS_ALIASES)})")
         if dtype in out:
             raise ValueError(f"dtype {dtype!r} given twice")
         if isinstance(tflops, bool) or not isinstance(tflops, (int, float)) or not math.isfinite(tflops) or tflops <= 0:
@@ -229,8 +226,8 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "vendor": _vendor,
     "nccl_env": _nccl_env,
     "size": _positive_size,
-    "pcie_gen": _pcie_gen,
-    "pcie_lanes": _pcie_lanes,
+    "pcie_gen": _int_choice(PCIE_GENERATIONS, "a PCIe generation"),
+    "pcie_lanes": _int_choice(PCIE_LANE_COUNTS, "a PCIe link width"),
     "peak_tflops": _peak_tflops,
     "link_preset": _text,  # checked against links.yaml after loading
     "optional_link_preset": lambda v: None if v is None else _text(v),

@@ -38,7 +38,6 @@ import networkx as nx
 from collsim.topology.errors import TopologyError
 from collsim.topology.model import Device, FrozenMap, Link, Topology
 from collsim.topology.presets import (
-    DEVICE_KINDS,
     DEVICE_SCHEMAS,
     LINK_SCHEMA,
     PresetLibrary,
@@ -47,6 +46,7 @@ from collsim.topology.presets import (
     read_yaml,
     topologies_dir,
 )
+from collsim.vocab import DEVICE_KINDS
 
 __all__ = ["NodeLayout", "available_templates", "load_topology", "resolve_params", "topology_from_template"]
 
