@@ -34,6 +34,7 @@ from collsim.results import (
 from collsim.scenario import ScenarioError, ScenarioWarning, scenario_json_schema
 from collsim.topology import TopologyError, format_topo_matrix
 from collsim.units import UnitError, format_size, parse_size, parse_size_range
+from collsim.vocab import TENSOR_DEVICES
 
 __all__ = ["main"]
 
@@ -118,8 +119,8 @@ def _parser() -> argparse.ArgumentParser:
     real = sub.add_parser("bench", help="time a collective for real with torch.distributed (nccl-tests style)")
     real.add_argument("-c", "--collective", default="allreduce",
                       help="allreduce, allgather, reduce_scatter, broadcast, reduce or alltoall (default: %(default)s)")
-    real.add_argument("--backend", choices=["nccl", "gloo"], help="default: nccl with cuda tensors, gloo with cpu")
-    real.add_argument("--device", choices=["cuda", "cpu"], help="tensor device (default: cuda when available)")
+    real.add_argument("--backend", choices=list(BACKENDS), help="default: nccl with cuda tensors, gloo with cpu")
+    real.add_argument("--device", choices=list(TENSOR_DEVICES), help="tensor device (default: cuda when available)")
     real.add_argument("--dtype", default="float32", help="element type (default: %(default)s)")
     real.add_argument("--sizes", metavar="RANGE", help="sizes, e.g. 1KiB:64MiB:x2 or 8B,1KiB (default: 1KiB:64MiB:x2)")
     real.add_argument("-w", "--warmup", type=int, default=5, help="warm-up iterations per size (default: %(default)s)")
@@ -445,10 +446,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     }
     try:
         return handlers[args.command](args)
-    except (ScenarioError, TopologyError, BackendError, UnitError, MeasurementError) as exc:
-        print(f"collsim: error: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:
+    except (ScenarioError, TopologyError, BackendError, UnitError, MeasurementError, OSError) as exc:
         print(f"collsim: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -58,7 +58,7 @@ from collsim.topology import Topology
 from collsim.topology.model import FrozenMap
 from collsim.vocab import LINK_KINDS
 
-__all__ = ["FORMAT", "LINK_KINDS", "PARAMETER_BOUNDS", "Profile", "load_profile", "parameter_bounds"]
+__all__ = ["FORMAT", "PARAMETER_BOUNDS", "Profile", "load_profile", "parameter_bounds"]
 
 #: The value of ``format`` in profile files.
 FORMAT = "collsim-profile/1"

@@ -198,8 +198,8 @@ class _Fit:
 
     Parameters
     ----------
-    scenario : Scenario
-        The system measured.
+    base_sim : Simulator
+        The system measured, uncalibrated (its scenario is simulated with each profile tried; start values).
     measurements : sequence of Measurement
         The measured sweeps.
     backends : sequence of str
@@ -208,18 +208,21 @@ class _Fit:
         Bytes; the rows of these sizes are fitted.
     jobs : int
         Worker processes per predicted sweep.
+    max_evaluations : int
+        Budget of predicted sweeps per least-squares search.
     """
 
     def __init__(
-        self, scenario: Scenario, measurements: Sequence[Measurement], backends: Sequence[str],
-        fit_sizes: Sequence[int], jobs: int,
+        self, base_sim: Simulator, measurements: Sequence[Measurement], backends: Sequence[str],
+        fit_sizes: Sequence[int], jobs: int, max_evaluations: int,
     ) -> None:
         keep = set(fit_sizes)
         rows = [
             (m, b, [r for r in m.rows if r.size_bytes in keep]) for m, b in zip(measurements, backends, strict=True)
         ]
-        self.scenario = scenario
+        self.base_sim = base_sim
         self.jobs = jobs
+        self.max_evaluations = max_evaluations
         self.measured = np.array([r.time_us for _m, _b, rs in rows for r in rs])  # microseconds
         self.points = [(b, r.size_bytes, m.collective) for m, b, rs in rows for r in rs]
         self.evaluations = 0  # sweeps simulated
@@ -227,7 +230,7 @@ class _Fit:
     def predict(self, values: dict[str, float]) -> np.ndarray:
         """Predicted times of the fit rows (microseconds) with the profile ``values``."""
         self.evaluations += 1
-        sim = Simulator(self.scenario, Profile(values))
+        sim = Simulator(self.base_sim.scenario, Profile(values))
         points = self.points
 
         def one(i: int) -> float:
@@ -239,12 +242,12 @@ class _Fit:
             raise KeyboardInterrupt
         return np.array([done[i] for i in range(len(points))])
 
-    def solve(self, names: list[str], start: dict[str, float], base_sim: Simulator, max_evaluations: int) -> Any:
+    def solve(self, names: list[str], start: dict[str, float]) -> Any:
         """``scipy.optimize.least_squares`` over ``names`` (in search space, within bounds) from ``start`` (the
         neutral or preset value where not given); returns its solution."""
         from scipy.optimize import least_squares
 
-        x0 = np.array([_to_x(n, start.get(n, _start_value(base_sim, n))) for n in names])
+        x0 = np.array([_to_x(n, start.get(n, _start_value(self.base_sim, n))) for n in names])
         lb = np.array([_x_bounds(n)[0] for n in names])
         ub = np.array([_x_bounds(n)[1] for n in names])
 
@@ -253,7 +256,7 @@ class _Fit:
             return np.log(self.predict(values) / self.measured)
 
         return least_squares(
-            residuals, np.clip(x0, lb, ub), bounds=(lb, ub), diff_step=1e-3, max_nfev=max_evaluations,
+            residuals, np.clip(x0, lb, ub), bounds=(lb, ub), diff_step=1e-3, max_nfev=self.max_evaluations,
             x_scale="jac", loss=_LOSS, f_scale=_F_SCALE,
         )
 
@@ -271,13 +274,13 @@ class _Choice:
     slope: dict[str, float] = field(default_factory=dict)
 
 
-def _choose(fit: _Fit, base_sim: Simulator, backends: Sequence[str], base: np.ndarray, max_parameters: int) -> _Choice:
+def _choose(fit: _Fit, backends: Sequence[str], base: np.ndarray, max_parameters: int) -> _Choice:
     """Nudge every candidate once; keep those that move a fit-size time by >= 0.5%, minus those parallel to one
     kept (held in reserve), at most ``max_parameters``, largest effect first."""
     choice = _Choice([])
     effects: list[tuple[str, np.ndarray]] = []
-    for name in candidate_parameters(base_sim, backends):
-        start = _start_value(base_sim, name)
+    for name in candidate_parameters(fit.base_sim, backends):
+        start = _start_value(fit.base_sim, name)
         hi = parameter_bounds(name)[1]
         nudged = min(hi, start * 1.25) if _is_scale(name) or name.startswith("gloo.") else min(hi, start + 5.0)
         d = np.log(fit.predict({name: nudged}) / base)
@@ -299,8 +302,7 @@ def _choose(fit: _Fit, base_sim: Simulator, backends: Sequence[str], base: np.nd
 
 
 def _swap_stuck(
-    fit: _Fit, base_sim: Simulator, choice: _Choice, sol: Any, max_evaluations: int,
-    progress: Callable[[str], None] | None,
+    fit: _Fit, choice: _Choice, sol: Any, progress: Callable[[str], None] | None
 ) -> tuple[list[str], Any, list[str]]:
     """Step 3's second chance: a fitted parameter left stuck (at a bound, or where it no longer changes anything)
     is replaced by one of its parallel alternates when that lowers the fit's cost by at least 10%.
@@ -321,7 +323,7 @@ def _swap_stuck(
             trial = [alt if n == name else n for n in names]
             if progress:
                 progress(f"{name} is stuck at {at[name]:.4g}; trying {alt} in its place")
-            other = fit.solve(trial, {n: v for n, v in at.items() if n != name}, base_sim, max_evaluations)
+            other = fit.solve(trial, {n: v for n, v in at.items() if n != name})
             if other.cost < 0.9 * sol.cost:  # a clear gain only: the swap changes what the profile says
                 notes.append(
                     f"{name} was stuck at {at[name]:.4g}; {alt} fitted in its place "
@@ -404,13 +406,13 @@ def calibrate(
     for m in measurements:
         check_ranks(base_sim, m)
     fit_sizes, held = split_sizes(sorted({s for m in measurements for s in m.sizes()}), holdout)
-    fit = _Fit(scenario, measurements, backends, fit_sizes, jobs)
+    fit = _Fit(base_sim, measurements, backends, fit_sizes, jobs, max_evaluations)
     base = fit.predict({})
     if progress:
         progress(f"uncalibrated: median |time error| {np.median(np.abs(base / fit.measured - 1)) * 100:.1f}% on "
                  f"{len(fit.measured)} fit sizes")
     if parameters is None:
-        choice = _choose(fit, base_sim, backends, base, max_parameters)
+        choice = _choose(fit, backends, base, max_parameters)
         if progress:
             progress("sensitivity (max % change of a fit-size time): "
                      + ", ".join(f"{k} {v:.1f}" for k, v in choice.sensitivity.items()))
@@ -422,8 +424,8 @@ def calibrate(
         raise ValueError("no calibration parameter changes the predicted times of the measured sizes")
     if progress:
         progress(f"fitting {', '.join(choice.names)} on {len(fit_sizes)} sizes ({len(held)} held out)")
-    sol = fit.solve(choice.names, {}, base_sim, max_evaluations)
-    names, sol, notes = _swap_stuck(fit, base_sim, choice, sol, max_evaluations, progress)
+    sol = fit.solve(choice.names, {})
+    names, sol, notes = _swap_stuck(fit, choice, sol, progress)
     profile = Profile({n: _from_x(n, float(v)) for n, v in zip(names, sol.x, strict=True)})
     before = [validate(base_sim, m) for m in measurements]
     after_sim = Simulator(scenario, profile)

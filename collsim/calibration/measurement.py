@@ -49,7 +49,7 @@ from typing import Any
 
 from collsim.calibration.nccltests import parse_nccl_tests
 from collsim.results import busbw_factor
-from collsim.vocab import canonical_collective
+from collsim.vocab import BACKENDS, canonical_collective
 
 __all__ = [
     "FORMAT",
@@ -292,7 +292,7 @@ def _optional(value: Any, file: str, where: str) -> float | None:
 
 
 def _infer_backend(meta: Mapping[str, Any]) -> str | None:
-    if meta.get("backend") in ("nccl", "gloo"):
+    if meta.get("backend") in BACKENDS:
         return str(meta["backend"])
     text = json.dumps(meta.get("software", {})).lower()
     if "nccl-tests" in text or "nccl_version" in text:

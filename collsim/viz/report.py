@@ -111,34 +111,50 @@ def coarse_sizes(sizes: Sequence[int], factor: float = 4.0) -> list[int]:
 
 @dataclass
 class Report:
-    """What :func:`build_report` produced: the page and the parts it shows.
+    """What :func:`build_report` produced: the page, its figures, and the simulated data it shows.
 
     Attributes
     ----------
     html : str
         The page.
-    sizes : list of int
-        The sweep's sizes, bytes.
-    timeline_size : int
-        Bytes of the collective drawn as a timeline.
-    records, outcomes
-        What the page draws (see :class:`collsim.api.ReportData`).
+    data : ReportData
+        What the page draws (see :class:`collsim.api.ReportData`); :attr:`sizes`, :attr:`timeline_size`,
+        :attr:`records`, :attr:`outcomes` and :attr:`notes` are its fields.
     figures : dict of str to plotly Figure
         By name, in page order.
-    notes : list of str
-        Backends left out, and why.
     seconds : float
         Wall time of the simulations and of building the page, seconds.
     """
 
     html: str
-    sizes: list[int]
-    timeline_size: int
-    records: list[Record] = field(default_factory=list)
-    outcomes: list[Outcome] = field(default_factory=list)
+    data: ReportData
     figures: dict[str, go.Figure] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
+
+    @property
+    def sizes(self) -> list[int]:
+        """The sweep's sizes, bytes."""
+        return self.data.sizes
+
+    @property
+    def timeline_size(self) -> int:
+        """Bytes of the collective drawn as a timeline."""
+        return self.data.timeline_size
+
+    @property
+    def records(self) -> list[Record]:
+        """The sweep's records, per backend that ran."""
+        return self.data.records
+
+    @property
+    def outcomes(self) -> list[Outcome]:
+        """One recorded collective per backend that ran."""
+        return self.data.outcomes
+
+    @property
+    def notes(self) -> list[str]:
+        """Backends left out, and why."""
+        return self.data.notes
 
     def write(self, path: str | Path) -> None:
         """Write the page to ``path`` (UTF-8)."""
@@ -219,11 +235,7 @@ def build_report(data: ReportData, *, max_bars: int = 3000) -> Report:
             out.records, topo, total_s=out.time_s, title=f"{out.backend.upper()}: link utilisation over time"
         )
     page = _page(data, figs)
-    seconds = data.seconds + time.perf_counter() - t0
-    return Report(
-        page, list(data.sizes), data.timeline_size, list(data.records), list(data.outcomes), figs, list(data.notes),
-        seconds,
-    )
+    return Report(page, data, figs, data.seconds + time.perf_counter() - t0)
 
 
 def _fig_html(fig: go.Figure, div_id: str) -> str:
