@@ -9,7 +9,8 @@ Configuration (a plain mapping, passed through by the scenario layer)::
     nics_per_node: 4               # optional: keep only the first k NICs of each node (the others are removed)
     gpudirect: true                # default true; recorded for the backends (only meaningful with rdma)
     switch: {latency: 0.3us, radix: 40}   # optional; default radix from presets/fabric.yaml
-    oversubscription: 1.0          # leaf uplink capacity divisor (fat_tree; also honoured by rail_optimized)
+    switch: {preset: quantum-2-qm9700}    # or a switch preset of presets/fabric.yaml (radix, port speed, kinds)
+    oversubscription: 1.0          # leaf uplink capacity divisor (fat_tree and rail_optimized)
     in_network_reduction: false    # switches can reduce (SHARP / CollNet), recorded on switch specs
 
 Layouts
@@ -26,10 +27,17 @@ fat_tree
     joins every spine (``ceil(NICs / radix)`` spines) with its down-port capacity divided by ``oversubscription``.
 
 Fabric links: kind ``ib`` or ``roce`` (the NIC port's preset) for rdma, ``eth`` for tcp (the NIC's Ethernet
-preset, or the IPoIB preset of presets/fabric.yaml on an InfiniBand NIC). Their raw rate per port is the NIC speed;
-efficiency and latency come from the port's link preset, ``switch.latency`` replacing the latency (every fabric
-link's latency is one hop into or out of a switch). A leaf-spine link aggregates ports (``count``); its bandwidth
-is the capacity described above, so ``count`` is informative.
+preset, or the IPoIB preset of presets/fabric.yaml on an InfiniBand or RoCE NIC). Their raw rate per port is the NIC
+speed, capped at the switch preset's ``port_speed`` when ``switch.preset`` names one (a port runs at the slower
+end's rate); efficiency and latency come from the port's link preset, ``switch.latency`` replacing the latency
+(every fabric link's latency is one hop into or out of a switch). A leaf-spine link aggregates ports (``count``,
+the uplink ports after oversubscription); its bandwidth is the capacity described above, so ``count`` is
+informative.
+
+Switch presets (``switches`` in presets/fabric.yaml, :func:`switch_presets`) give ``radix`` (ports per switch),
+``port_speed`` (per direction, Gb/s are bits) and ``link_kinds`` (the port kinds the switch speaks: ib, roce,
+eth). ``switch.radix`` given next to ``switch.preset`` overrides the preset's radix. A switch preset sets no latency:
+the per-hop latency stays the link preset's (or ``switch.latency``).
 """
 
 from __future__ import annotations
@@ -42,10 +50,20 @@ import networkx as nx
 
 from collsim.topology.errors import TopologyError
 from collsim.topology.model import Device, FrozenMap, Link
-from collsim.topology.presets import PresetLibrary, parse_field
+from collsim.topology.presets import PresetLibrary, parse_field, parse_record, read_yaml
 from collsim.vocab import FABRIC_TOPOLOGIES, FABRIC_TRANSPORTS
 
-__all__ = ["add_fabric", "parse_fabric"]
+__all__ = ["SWITCH_SCHEMA", "add_fabric", "parse_fabric", "switch_presets"]
+
+#: Fields of a switch preset (``switches`` in presets/fabric.yaml): field -> (type, required). ``link_kinds`` is a
+#: list of fabric link kinds, checked by :func:`switch_presets`.
+SWITCH_SCHEMA: dict[str, tuple[str, bool]] = {
+    "model": ("text", True),
+    "radix": ("positive_int", True),
+    "port_speed": ("bandwidth", True),
+    "source": ("text", True),
+}
+_FABRIC_PORT_KINDS = ("ib", "roce", "eth")
 
 _KEYS = (
     "topology",
@@ -72,6 +90,51 @@ def _optional_field(value: Any, ftype: str, key: str) -> Any:
 
 def _err(message: str, key: str) -> TopologyError:
     return TopologyError(message, field=f"fabric.{key}")
+
+
+def switch_presets(presets: PresetLibrary) -> dict[str, dict[str, Any]]:
+    """The switch presets of ``presets/fabric.yaml`` (its ``switches`` mapping; none when absent).
+
+    Parameters
+    ----------
+    presets : PresetLibrary
+        The preset library whose ``fabric.yaml`` to read.
+
+    Returns
+    -------
+    dict
+        Preset name to fields: ``model``, ``radix`` (ports), ``port_speed`` (bytes/s per direction),
+        ``link_kinds`` (tuple of ``ib``/``roce``/``eth``), ``source``, ``preset`` (the name) and any
+        ``<field>_source``/``notes`` text.
+
+    Raises
+    ------
+    TopologyError
+        A malformed preset, naming fabric.yaml and the field.
+    """
+    file = presets.files["fabric"]
+    data = read_yaml(file)
+    raw = data.get("switches") if isinstance(data, Mapping) else None
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise TopologyError("expected a mapping of switch preset name to fields", file=file, field="switches")
+    out: dict[str, dict[str, Any]] = {}
+    for name, rec in raw.items():
+        field = f"switches.{name}"
+        body = dict(rec) if isinstance(rec, Mapping) else rec
+        kinds = body.pop("link_kinds", None) if isinstance(body, dict) else None
+        parsed = parse_record(body, SWITCH_SCHEMA, file, field)
+        if not isinstance(kinds, list) or not kinds or any(k not in _FABRIC_PORT_KINDS for k in kinds):
+            raise TopologyError(
+                f"expected a non-empty list from {', '.join(_FABRIC_PORT_KINDS)}, got {kinds!r}",
+                file=file,
+                field=f"{field}.link_kinds",
+            )
+        parsed["link_kinds"] = tuple(str(k) for k in kinds)
+        parsed["preset"] = str(name)
+        out[str(name)] = parsed
+    return out
 
 
 def parse_fabric(fabric: Mapping[str, Any], presets: PresetLibrary) -> dict[str, Any]:
@@ -120,15 +183,25 @@ def parse_fabric(fabric: Mapping[str, Any], presets: PresetLibrary) -> dict[str,
         )
     switch = fabric.get("switch") or {}
     if not isinstance(switch, Mapping):
-        raise _err("expected a mapping with latency and/or radix", "switch")
+        raise _err("expected a mapping with latency, radix and/or preset", "switch")
     for key in switch:
-        if key not in ("latency", "radix"):
-            raise _err(f"unknown switch key {key!r}; valid: latency, radix", f"switch.{key}")
+        if key not in ("latency", "radix", "preset"):
+            raise _err(f"unknown switch key {key!r}; valid: latency, radix, preset", f"switch.{key}")
     latency = _optional_field(switch.get("latency"), "time", "switch.latency")
+    sw_preset: dict[str, Any] | None = None
+    if switch.get("preset") is not None:
+        known = switch_presets(presets)
+        name = switch["preset"]
+        if not isinstance(name, str) or name not in known:
+            raise _err(
+                f"unknown switch preset {name!r}; known: {', '.join(sorted(known)) or '(none)'} (in fabric.yaml)",
+                "switch.preset",
+            )
+        sw_preset = known[name]
     radix = switch.get("radix")
-    radix_given = radix is not None
+    radix_given = radix is not None or sw_preset is not None
     if radix is None:
-        radix = presets.fabric["radix"]
+        radix = sw_preset["radix"] if sw_preset is not None else presets.fabric["radix"]
     if isinstance(radix, bool) or not isinstance(radix, int) or radix < 2:
         raise _err(f"expected a number of ports >= 2, got {radix!r}", "switch.radix")
     return {
@@ -140,7 +213,14 @@ def parse_fabric(fabric: Mapping[str, Any], presets: PresetLibrary) -> dict[str,
         "gpudirect": flags["gpudirect"],
         "in_network_reduction": flags["in_network_reduction"],
         "oversubscription": float(over),
-        "switch": {"latency": latency, "radix": radix, "radix_given": radix_given},
+        "switch": {
+            "latency": latency,
+            "radix": radix,
+            "radix_given": radix_given,
+            "preset": None if sw_preset is None else sw_preset["preset"],
+            "port_speed": None if sw_preset is None else float(sw_preset["port_speed"]),
+            "link_kinds": None if sw_preset is None else sw_preset["link_kinds"],
+        },
     }
 
 
@@ -218,13 +298,26 @@ def add_fabric(g: nx.DiGraph, nodes: int, cfg: Mapping[str, Any], presets: Prese
     ports = [(nic, _port_preset(nic, transport, presets)) for nics in per_node for nic in nics]
     kinds = sorted({str(p["kind"]) for _, p in ports})
     topo = cfg["topology"]
+    sw_kinds = cfg["switch"].get("link_kinds")
+    if sw_kinds is not None and not set(kinds) <= set(sw_kinds):
+        raise _err(
+            f"switch preset {cfg['switch']['preset']!r} has {', '.join(sw_kinds)} ports; the NICs need "
+            f"{', '.join(kinds)}",
+            "switch.preset",
+        )
+    cap = cfg["switch"].get("port_speed")
+
+    def speed(nic: Device) -> float:
+        """Raw rate of ``nic``'s fabric port, bytes/s: the NIC speed, capped at the switch port's."""
+        s = float(nic.spec["speed"])
+        return s if cap is None else min(s, float(cap))
 
     if topo == "single_switch":
         if cfg["switch"]["radix_given"] and len(ports) > radix:
             raise _err(f"{len(ports)} NIC ports do not fit one switch of radix {radix}", "switch.radix")
         sw = b.switch("sw0", "single")
         for nic, preset in ports:
-            b.connect(nic.name, sw, preset, float(nic.spec["speed"]), 1, 1)
+            b.connect(nic.name, sw, preset, speed(nic), 1, 1)
     elif topo == "rail_optimized":
         limit = radix // 2 if k > 1 else radix
         if cfg["switch"]["radix_given"] and nodes > limit:
@@ -235,7 +328,7 @@ def add_fabric(g: nx.DiGraph, nodes: int, cfg: Mapping[str, Any], presets: Prese
             )
         rails = [b.switch(f"rail{i}", "leaf") for i in range(k)]
         for nic, preset in ports:
-            b.connect(nic.name, rails[nic.index], preset, float(nic.spec["speed"]), 1, 1)
+            b.connect(nic.name, rails[nic.index], preset, speed(nic), 1, 1)
         if k > 1:
             n_spines = max(1, math.ceil(k * nodes / radix))
             spines = [b.switch(f"spine{j}", "spine") for j in range(n_spines)]
@@ -246,9 +339,9 @@ def add_fabric(g: nx.DiGraph, nodes: int, cfg: Mapping[str, Any], presets: Prese
                         leaf,
                         sp,
                         preset,
-                        float(nic0.spec["speed"]),
+                        speed(nic0),
                         nodes / n_spines / over,
-                        math.ceil(nodes / n_spines),
+                        max(1, math.ceil(nodes / n_spines / over)),
                     )
     else:  # fat_tree
         down = radix // 2
@@ -261,7 +354,7 @@ def add_fabric(g: nx.DiGraph, nodes: int, cfg: Mapping[str, Any], presets: Prese
         leaves = [b.switch(f"leaf{i}", "leaf") for i in range(len(groups))]
         for leaf, group in zip(leaves, groups, strict=False):
             for nic, preset in group:
-                b.connect(nic.name, leaf, preset, float(nic.spec["speed"]), 1, 1)
+                b.connect(nic.name, leaf, preset, speed(nic), 1, 1)
         if len(leaves) > 1:
             n_spines = max(1, math.ceil(len(ports) / radix))
             spines = [b.switch(f"spine{j}", "spine") for j in range(n_spines)]
@@ -269,9 +362,12 @@ def add_fabric(g: nx.DiGraph, nodes: int, cfg: Mapping[str, Any], presets: Prese
                 nic0, preset = group[0]
                 for sp in spines:
                     share = len(group) / n_spines
-                    b.connect(leaf, sp, preset, float(nic0.spec["speed"]), share / over, math.ceil(share))
+                    b.connect(leaf, sp, preset, speed(nic0), share / over, max(1, math.ceil(share / over)))
     out = dict(cfg)
     out["switch"] = {"latency": cfg["switch"]["latency"], "radix": radix}
+    if cfg["switch"].get("preset") is not None:
+        out["switch"]["preset"] = cfg["switch"]["preset"]
+        out["switch"]["port_speed"] = cfg["switch"]["port_speed"]
     out["nics_per_node"] = k
     out["gpudirect"] = bool(cfg["gpudirect"]) and transport == "rdma"
     out["link_kind"] = kinds[0] if len(kinds) == 1 else kinds

@@ -138,3 +138,118 @@ def test_fabric_needs_a_nic() -> None:
         node_params={"nic": "eth-40g"},
     )
     assert ok.link("n1/nic0", "fabric/sw0").raw_bandwidth == 5e9
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Oversubscription and switch presets (issue 12)
+
+
+def _uplinks(topo: Any) -> list[Any]:
+    """Every leaf -> spine link of the fabric."""
+    return [
+        topo.link(a.name, b.name)
+        for a in topo.devices("switch")
+        for b in topo.devices("switch")
+        if a.spec["tier"] == "leaf" and b.spec["tier"] == "spine"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("node", "fabric"),
+    [
+        ("dgx-a100", {"topology": "fat_tree", "switch": {"radix": 8}}),  # 4 leaves of 4 NICs, 2 spines
+        ("hgx-h100", {"topology": "rail_optimized"}),  # 8 rail leaves, 1 spine, 2 ports each
+        ("hgx-h100", {"topology": "rail_optimized", "switch": {"radix": 8}}),  # 8 rails x 2 nodes / 8: 2 spines
+    ],
+)
+def test_oversubscription_two_halves_spine_capacity(node: str, fabric: dict[str, Any]) -> None:
+    full = load_topology(node, nodes=2, fabric=fabric)
+    half = load_topology(node, nodes=2, fabric={**fabric, "oversubscription": 2})
+    up_full, up_half = _uplinks(full), _uplinks(half)
+    assert len(up_full) == len(up_half) > 1
+    for a, b in zip(up_full, up_half, strict=True):
+        assert (a.src, a.dst) == (b.src, b.dst)
+        assert b.raw_bandwidth == a.raw_bandwidth / 2  # exact: halving a float is exact
+        assert b.bandwidth == a.bandwidth / 2
+        assert b.count == max(1, -(-a.count // 2))  # uplink ports after oversubscription (at least one)
+    assert sum(lk.raw_bandwidth for lk in up_half) == sum(lk.raw_bandwidth for lk in up_full) / 2
+    # the NIC ports (leaf down-links) keep their speed
+    nic_port = full.route("n0/nic0", "n1/nic0")[0]
+    assert half.link(nic_port.src, nic_port.dst).raw_bandwidth == nic_port.raw_bandwidth
+
+
+def test_rail_optimized_spine_capacity_is_full_bisection() -> None:
+    # 4 nodes, 8 rails of 400 Gb/s: each rail leaf has 4 x 50e9 B/s down, so 4 x 50e9 B/s up over its spines
+    topo = load_topology("hgx-h100", nodes=4, fabric={"topology": "rail_optimized", "switch": {"radix": 16}})
+    spines = [d.name for d in topo.devices("switch") if d.spec["tier"] == "spine"]
+    assert len(spines) == 2  # ceil(8 rails x 4 nodes / 16)
+    assert sum(topo.link("fabric/rail3", s).raw_bandwidth for s in spines) == 4 * 50e9
+
+
+def test_switch_presets_load() -> None:
+    from collsim.topology import load_presets
+    from collsim.topology.fabric import switch_presets
+
+    sw = switch_presets(load_presets())
+    assert sw["quantum-2-qm9700"]["radix"] == 64 and sw["quantum-2-qm9700"]["port_speed"] == 50e9  # 400 Gb/s / 8
+    assert sw["quantum-x800-q3400"]["radix"] == 144 and sw["quantum-x800-q3400"]["port_speed"] == 100e9  # 800 Gb/s
+    assert sw["quantum-qm8700"]["radix"] == 40 and sw["quantum-qm8700"]["port_speed"] == 25e9
+    assert sw["spectrum-x-sn5600"]["link_kinds"] == ("roce", "eth")
+    for name, rec in sw.items():
+        for field in ("radix", "port_speed"):
+            assert rec.get(f"{field}_source"), f"{name}.{field} has no source"
+
+
+def test_switch_preset_radix_and_port_speed() -> None:
+    # QM8700: radix 40, so 16 NICs of 2 nodes x 8 fill one leaf of 20 ports
+    hdr = load_topology("hgx-h100", nodes=3, fabric={"topology": "fat_tree", "switch": {"preset": "quantum-qm8700"}})
+    assert [d.local_name for d in hdr.devices("switch")] == ["leaf0", "leaf1", "spine0"]  # 24 NICs, 20 per leaf
+    # the ConnectX-7's 400 Gb/s port runs at the QM8700's 200 Gb/s
+    assert hdr.link("n0/nic0", "fabric/leaf0").raw_bandwidth == 25e9
+    assert hdr.fabric is not None and hdr.fabric["switch"]["preset"] == "quantum-qm8700"
+    xdr = load_topology(
+        "hgx-h100",
+        nodes=2,
+        fabric={"topology": "rail_optimized", "nic": "connectx-8-xdr", "switch": {"preset": "quantum-x800-q3400"}},
+    )
+    assert xdr.link("n1/nic7", "fabric/rail7").raw_bandwidth == 100e9  # 800 Gb/s end to end
+    # an explicit radix overrides the preset's
+    small = load_topology(
+        "dgx-a100", nodes=2, fabric={"topology": "fat_tree", "switch": {"preset": "quantum-2-qm9700", "radix": 8}}
+    )
+    assert len([d for d in small.devices("switch") if d.spec["tier"] == "leaf"]) == 4
+
+
+@pytest.mark.parametrize(
+    ("fabric", "text"),
+    [
+        ({"topology": "fat_tree", "switch": {"preset": "qm9999"}}, "quantum-2-qm9700"),
+        (
+            {"topology": "fat_tree", "nic": "connectx-7-roce-400g", "switch": {"preset": "quantum-2-qm9700"}},
+            "need roce",
+        ),
+        ({"topology": "fat_tree", "switch": {"preset": "spectrum-x-sn5600"}}, "has roce, eth ports"),
+    ],
+)
+def test_switch_preset_errors(fabric: dict[str, Any], text: str) -> None:
+    with pytest.raises(TopologyError) as ei:
+        load_topology("hgx-h100", nodes=2, fabric=fabric)
+    assert ei.value.field == "fabric.switch.preset"
+    assert text in ei.value.message
+
+
+def test_nic_shared_by_two_gpus_fabric() -> None:
+    # aws-p4de: each PCIe switch holds 2 GPUs and 1 EFA, 4 EFAs per node
+    topo = load_topology("aws-p4de", nodes=2, fabric={"topology": "rail_optimized"})
+    assert [d.local_name for d in topo.devices("switch")] == ["rail0", "rail1", "rail2", "rail3", "spine0"]
+    assert topo.nearest_nic("n1/gpu5") == topo.device("n1/nic2")
+    assert topo.link("fabric/rail2", "fabric/spine0").raw_bandwidth == 2 * 12.5e9
+
+
+def test_switch_preset_bad_link_kinds(topo_dir: Any) -> None:
+    from tests_support import edit_file
+
+    edit_file(topo_dir / "presets/fabric.yaml", "link_kinds: [roce, eth]", "link_kinds: [nvlink]")
+    with pytest.raises(TopologyError) as ei:
+        load_topology("hgx-h100", nodes=2, fabric={"topology": "fat_tree", "switch": {"preset": "quantum-qm8700"}})
+    assert ei.value.field == "switches.spectrum-x-sn5600.link_kinds" and "ib, roce, eth" in ei.value.message
