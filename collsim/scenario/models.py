@@ -127,6 +127,11 @@ class SwitchConfig(BaseModel):
 
     model_config = _STRICT
 
+    preset: str | None = Field(
+        None,
+        description="Switch preset of topologies/presets/fabric.yaml (radix, port speed, link kinds), e.g. "
+        "'quantum-2-qm9700'.",
+    )
     latency: str | None = Field(None, description="Port-to-port latency of one switch hop, e.g. '300ns'.")
     radix: StrictInt | None = Field(None, ge=2, description="Ports per switch (fat_tree: radix/2 go down to NICs).")
 

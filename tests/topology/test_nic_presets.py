@@ -308,3 +308,18 @@ def test_several_nics_per_gpu(tmp_path: Path) -> None:
     assert sim.nccl_plan.nic_count == 32 and sim.nccl_plugin_env == {"NCCL_BUFFSIZE": "8388608"}
     (rec,) = sim.run(backends=["nccl"]).records
     assert rec.busbw_gbps > 0
+
+
+def test_scenario_switch_preset_caps_ports_and_unknown_names_are_errors() -> None:
+    # a scenario picks a switch preset as cluster.fabric.switch.preset: Quantum QM8700's 200 Gb/s HDR ports cap the
+    # 400 Gb/s NDR NICs of 2node-h100-ib (a port runs at the slower end's rate); an unknown name is one error
+    from collsim.scenario import ScenarioError
+
+    ndr = Simulator.from_source("2node-h100-ib", ["cluster.fabric.switch.preset=quantum-2-qm9700"])
+    hdr = Simulator.from_source("2node-h100-ib", ["cluster.fabric.switch.preset=quantum-qm8700"])
+    assert ndr.topology.link("n0/nic0", "fabric/rail0").raw_bandwidth == 50e9  # 400 Gb/s = 50e9 B/s
+    assert hdr.topology.link("n0/nic0", "fabric/rail0").raw_bandwidth == 25e9  # 200 Gb/s = 25e9 B/s
+    assert hdr.simulate_one("nccl", 2**30).time_s > ndr.simulate_one("nccl", 2**30).time_s
+    with pytest.raises(ScenarioError) as info:
+        Simulator.from_source("2node-h100-ib", ["cluster.fabric.switch.preset=nope"])
+    assert info.value.field == "cluster.fabric.switch.preset" and "quantum-2-qm9700" in str(info.value)
