@@ -383,7 +383,10 @@ class Topology:
 
     # ---------------------------------------------------------------------------------------------- path classes
     def _pcie_class(self, a: str, b: str) -> str:
-        hops = self.pcie_route(a, b)
+        found = self._search(a, b, frozenset({"pcie", "upi"}))
+        if found is None:  # separate hosts of one NVLink domain (a GB200 NVL72 rack's compute trays)
+            return "NET"
+        hops = found
         names = [a] + [lk.dst for lk in hops]
         kinds = [self.graph.nodes[n]["device"].kind for n in names]
         cpus = kinds.count("cpu")
@@ -412,8 +415,10 @@ class Topology:
         str
             ``"X"`` (same device), ``"NV{n}"`` (NVLink, direct or through NVSwitch; n = NVLinks bonded, the
             smallest count along the route), ``"PIX"`` (one PCIe switch), ``"PXB"`` (several PCIe switches, no
-            host bridge), ``"PHB"`` (through one CPU root complex), ``"SYS"`` (across CPU sockets) or ``"NET"``
-            (different nodes, or a fabric device).
+            host bridge), ``"PHB"`` (through one CPU root complex; ``nvidia-smi`` prints ``NODE`` when the two
+            sit under different root ports of one socket, which collsim does not tell apart), ``"SYS"`` (across
+            CPU sockets) or ``"NET"`` (different nodes, a fabric device, or two devices of one node without any
+            PCIe path between them: different hosts of a rack-scale NVLink domain).
         """
         if a == b:
             self.device(a)

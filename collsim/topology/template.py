@@ -437,7 +437,13 @@ def topology_from_template(
             )
         if "devices" in data or "links" in data:
             raise TopologyError("a template with a generator lists no devices or links", file=file, field="generator")
-        layout = _build_layout(GENERATORS[gen](params, presets), presets, file)
+        try:
+            built = GENERATORS[gen](params, presets)
+        except TopologyError as err:
+            if err.file is not None:
+                raise
+            raise TopologyError(err.message, file=file, field=err.field) from None
+        layout = _build_layout(built, presets, file)
     else:
         layout = _build_layout(data, presets, file)
     cfg = parse_fabric(fabric, presets) if fabric is not None else None

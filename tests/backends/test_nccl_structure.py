@@ -125,7 +125,21 @@ def test_an_unknown_arch_in_a_gpu_preset_names_the_preset_file(tmp_path: Path, m
     assert "unknown GPU arch 'Hopper'" in text and "know volta, turing, ampere, hopper, blackwell" in text
 
 
-GPU_TEMPLATES = ["aws-p4de", "dgx-a100", "hgx-b200", "hgx-h100", "pcie-workstation"]
+GPU_TEMPLATES = [
+    "aws-p4de",
+    "aws-p5",
+    "dgx-a100",
+    "dgx1-v100",
+    "gb200-nvl72",
+    "h100-pcie-nvlink-pair",
+    "hgx",
+    "hgx-b200",
+    "hgx-h100",
+    "l40s-8gpu",
+    "oci-bm-gpu-h100-8",
+    "pcie-workstation",
+    "rtx5090-4gpu",
+]
 
 
 @pytest.mark.parametrize("template", GPU_TEMPLATES)

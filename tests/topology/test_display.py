@@ -47,3 +47,16 @@ def test_cpu_host_and_other_node() -> None:
     eth = next(ln.split() for ln in text.splitlines() if ln.strip().startswith("eth"))
     assert eth == ["eth", "4", "11.75", "47.00"]  # 12.5e9 B/s * 0.94 per direction, 4 directed links
     assert "no devices on node 5" in format_topo_matrix(topo, node=5)
+
+
+def test_new_node_matrices() -> None:
+    # issue 12: the DGX-1's cube-mesh shows NV1/NV2/SYS as nvidia-smi does; a GB200 NVL72 tray's NICs are NET to
+    # the GPUs of other trays (other hosts)
+    lines = format_topo_matrix(load_topology("dgx1-v100")).splitlines()
+    row3 = next(ln for ln in lines if ln.startswith("GPU3 ")).split()
+    assert row3 == ["GPU3", "NV2", "NV1", "NV2", "X", "SYS", "SYS", "SYS", "NV1", "PHB", "PIX", "SYS", "SYS", "cpu0"]
+    assert "  NIC2: nic2 (connectx-5-edr, 100 Gb/s)" in lines
+    nvl = format_topo_matrix(load_topology("gb200-nvl72", node_params={"gpus": 36, "nics_per_gpu": 1}))
+    row = next(ln for ln in nvl.splitlines() if ln.startswith("GPU35 ")).split()
+    assert row[1:37] == ["NV18"] * 35 + ["X"]
+    assert row[37:] == ["NET"] * 32 + ["SYS", "SYS", "PHB", "PHB", "cpu17"]

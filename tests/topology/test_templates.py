@@ -9,12 +9,29 @@ import pytest
 
 from collsim.topology import Topology, TopologyError, available_templates, load_topology, topology_from_template
 
+TEMPLATES = [
+    "aws-p4de",
+    "aws-p5",
+    "cpu-host",
+    "dgx-a100",
+    "dgx1-v100",
+    "gb200-nvl72",
+    "h100-pcie-nvlink-pair",
+    "hgx",
+    "hgx-b200",
+    "hgx-h100",
+    "l40s-8gpu",
+    "oci-bm-gpu-h100-8",
+    "pcie-workstation",
+    "rtx5090-4gpu",
+]
+
 
 def test_available_templates() -> None:
-    assert available_templates() == ["aws-p4de", "cpu-host", "dgx-a100", "hgx-b200", "hgx-h100", "pcie-workstation"]
+    assert available_templates() == TEMPLATES
 
 
-@pytest.mark.parametrize("name", ["aws-p4de", "cpu-host", "dgx-a100", "hgx-b200", "hgx-h100", "pcie-workstation"])
+@pytest.mark.parametrize("name", TEMPLATES)
 def test_each_template_loads(name: str) -> None:
     topo = load_topology(name)
     assert topo.name == name and topo.nodes == 1 and topo.source_file is not None
@@ -135,7 +152,7 @@ def test_unknown_template_lists_known() -> None:
         load_topology("dgx-z900")
     assert ei.value.field == "node"
     assert "dgx-z900" in ei.value.message
-    assert "cpu-host, dgx-a100, hgx-b200, hgx-h100, pcie-workstation" in ei.value.message
+    assert "cpu-host, dgx-a100, dgx1-v100, gb200-nvl72" in ei.value.message
 
 
 def test_template_by_path(tmp_path: Path) -> None:
@@ -234,3 +251,183 @@ def test_spec_override_and_ranges(build: Any) -> None:
     assert topo.device("n0/gpu3").spec["sm"] == 80
     lk = topo.link("n0/gpu2", "n0/cpu0")
     assert lk.latency == pytest.approx(1e-6) and lk.bandwidth == pytest.approx(0.5 * lk.raw_bandwidth)
+
+
+# ------------------------------------------------------------------------------------------------- issue 12 nodes
+def _row(topo: Topology, gpu: int) -> list[str]:
+    """One row of the nvidia-smi style matrix: GPU ``gpu`` to every GPU, then every NIC of node 0."""
+    others = [*topo.devices("gpu", 0), *topo.nics(0)]
+    return [topo.path_type(f"n0/gpu{gpu}", o.name) for o in others]
+
+
+def _nvlink_counts(topo: Topology) -> dict[tuple[int, int], int]:
+    """NVLinks per GPU pair (lower index first) over direct GPU-to-GPU links."""
+    out: dict[tuple[int, int], int] = {}
+    for lk in topo.links():
+        a, b = topo.device(lk.src), topo.device(lk.dst)
+        if lk.kind == "nvlink" and a.kind == b.kind == "gpu" and a.index < b.index:
+            out[(a.index, b.index)] = lk.count
+    return out
+
+
+def test_dgx1_v100_hybrid_cube_mesh() -> None:
+    topo = load_topology("dgx1-v100")
+    assert len(topo.gpus()) == 8 and topo.devices("nvswitch") == [] and len(topo.nics()) == 4
+    # nvidia-smi topo -m of a DGX-1V (NVIDIA/nccl#671 XML): NV2 ring 0-3-2-1-5-6-7-4, NV1 ring 0-1-3-7-5-4-6-2
+    nv2 = {(0, 3), (2, 3), (1, 2), (1, 5), (5, 6), (6, 7), (4, 7), (0, 4)}
+    nv1 = {(0, 1), (1, 3), (3, 7), (5, 7), (4, 5), (4, 6), (2, 6), (0, 2)}
+    assert _nvlink_counts(topo) == {**{p: 2 for p in nv2}, **{p: 1 for p in nv1}}
+    for g in topo.gpus():
+        assert sum(lk.count for lk in topo.links() if lk.src == g.name and lk.kind == "nvlink") == 6
+    assert _row(topo, 0) == ["X", "NV1", "NV1", "NV2", "NV2", "SYS", "SYS", "SYS", "PIX", "PHB", "SYS", "SYS"]
+    assert _row(topo, 5) == ["SYS", "NV2", "SYS", "SYS", "NV1", "X", "NV2", "NV1", "SYS", "SYS", "PIX", "PHB"]
+    assert topo.path_class("n0/gpu0", "n0/gpu5") == "NVB"  # NVLink only through another GPU
+    lk = topo.link("n0/gpu0", "n0/gpu3")
+    assert (lk.preset, lk.count) == ("nvlink2", 2) and lk.bandwidth == pytest.approx(2 * 20e9)
+    assert topo.link("n0/cpu0", "n0/cpu1").preset == "qpi-bdw"
+    assert topo.link("n0/gpu0", "n0/pcie0").bandwidth == pytest.approx(12e9, rel=1e-9)
+
+
+def test_generic_hgx_8_gpu_is_hgx_h100() -> None:
+    generic, named = load_topology("hgx"), load_topology("hgx-h100")
+    assert generic.params == {
+        "gpus": 8,
+        "gpu": "h100-sxm5-80gb",
+        "nic": "connectx-7-ndr",
+        "nics_per_gpu": 1,
+        "cpu": "xeon-8480",
+        "pcie_gen": None,
+    }
+    assert [_row(generic, g) for g in range(8)] == [_row(named, g) for g in range(8)]
+    assert sorted((lk.src, lk.dst, lk.bandwidth) for lk in generic.links()) == sorted(
+        (lk.src, lk.dst, lk.bandwidth) for lk in named.links()
+    )
+    assert dict(generic.device("n0/nvswitch").spec) | {"source": ""} == {
+        "physical_switches": 4,
+        "generation": 3,
+        "multicast": True,
+        "source": "",
+    }
+
+
+@pytest.mark.parametrize(
+    ("gpu", "switches", "multicast", "nv"),
+    [("a100-sxm4-80gb", 6, False, "NV12"), ("h200-sxm-141gb", 4, True, "NV18"), ("b200-sxm-180gb", 2, True, "NV18")],
+)
+def test_generic_hgx_8_gpu_fabric_by_gpu(gpu: str, switches: int, multicast: bool, nv: str) -> None:
+    topo = load_topology("hgx", node_params={"gpu": gpu})
+    sw = topo.device("n0/nvswitch").spec
+    assert (sw["physical_switches"], sw["multicast"]) == (switches, multicast)
+    assert topo.path_type("n0/gpu1", "n0/gpu6") == nv
+    assert topo.path_type("n0/gpu1", "n0/nic1") == "PIX" and topo.path_type("n0/gpu1", "n0/nic3") == "PHB"
+    assert topo.path_type("n0/gpu1", "n0/nic6") == "SYS"
+
+
+@pytest.mark.parametrize(("gpu", "per_pair"), [("a100-sxm4-80gb", 4), ("h100-sxm5-80gb", 6), ("v100-sxm2-32gb", 2)])
+def test_generic_hgx_4_gpu_is_fully_connected_without_nvswitch(gpu: str, per_pair: int) -> None:
+    topo = load_topology("hgx", node_params={"gpus": 4, "gpu": gpu, "nics_per_gpu": 2})
+    assert topo.devices("nvswitch") == [] and len(topo.gpus()) == 4 and len(topo.nics()) == 8
+    assert _nvlink_counts(topo) == {(a, b): per_pair for a in range(4) for b in range(a + 1, 4)}
+    nv = f"NV{per_pair}"
+    assert _row(topo, 0) == ["X", nv, nv, nv] + ["PIX"] * 4 + ["SYS"] * 4
+    assert _row(topo, 3) == [nv, nv, nv, "X"] + ["SYS"] * 4 + ["PIX"] * 4
+
+
+def test_generic_hgx_rejects_what_it_cannot_build() -> None:
+    with pytest.raises(TopologyError) as ei:
+        load_topology("hgx", node_params={"gpu": "v100-sxm2-32gb"})
+    assert ei.value.field == "params.gpu" and "dgx1-v100" in ei.value.message
+    assert ei.value.file is not None and ei.value.file.endswith("hgx.yaml")
+    with pytest.raises(TopologyError, match="has no NVLinks"):
+        load_topology("hgx", node_params={"gpu": "l40s"})
+    with pytest.raises(TopologyError, match="one of 4, 8"):
+        load_topology("hgx", node_params={"gpus": 2})
+
+
+def test_h100_pcie_nvlink_pair() -> None:
+    topo = load_topology("h100-pcie-nvlink-pair")
+    assert len(topo.gpus()) == 2 and topo.devices("nvswitch") == []
+    lk = topo.link("n0/gpu0", "n0/gpu1")
+    # 3 bridges, 600 GB/s bidirectional = 12 NVLink4 x 25 GB/s per direction; NCCL counts 20.6 GB/s per link
+    assert (lk.preset, lk.count, lk.raw_bandwidth) == ("nvlink4", 12, pytest.approx(300e9))
+    assert lk.bandwidth == pytest.approx(12 * 20.6e9)
+    assert _row(topo, 0) == ["X", "NV12"]
+    assert topo._pcie_class("n0/gpu0", "n0/gpu1") == "PHB"  # the PCIe path beside the bridge
+    assert topo.link("n0/gpu1", "n0/cpu0").bandwidth == pytest.approx(48e9, rel=1e-9)
+    four = load_topology("h100-pcie-nvlink-pair", node_params={"gpus": 4, "pcie_switch": True, "gpus_per_switch": 2})
+    assert _nvlink_counts(four) == {(0, 1): 12, (2, 3): 12}
+    assert [_row(four, g) for g in (0, 2)] == [["X", "NV12", "PHB", "PHB"], ["PHB", "PHB", "X", "NV12"]]
+    with pytest.raises(TopologyError, match=r"rtx-4090.*has no NVLinks") as ei:
+        load_topology("h100-pcie-nvlink-pair", node_params={"gpu": "rtx-4090"})
+    assert ei.value.field == "params.nvlink_bridge"
+
+
+@pytest.mark.parametrize(
+    ("template", "params", "gpus", "rows"),
+    [
+        ("rtx5090-4gpu", {}, 4, {0: ["X", "PHB", "PHB", "PHB"]}),
+        ("rtx5090-4gpu", {"pcie_switch": True}, 4, {0: ["X", "PIX", "PIX", "PIX"]}),
+        ("l40s-8gpu", {}, 8, {0: ["X", "PIX", "PIX", "PIX", "SYS", "SYS", "SYS", "SYS"]}),
+        ("l40s-8gpu", {"gpus_per_switch": 2}, 8, {2: ["PHB", "PHB", "X", "PIX", "SYS", "SYS", "SYS", "SYS"]}),
+        (
+            "pcie-workstation",
+            {"gpus": 8, "gpu": "rtx-4090", "pcie_gen": 4, "sockets": 2},
+            8,
+            {7: ["SYS"] * 4 + ["PIX"] * 3 + ["X"]},
+        ),
+        (
+            "pcie-workstation",
+            {"gpus": 4, "gpu": "rtx-5090", "pcie_gen": 5, "pcie_switch": False},
+            4,
+            {1: ["PHB", "X", "PHB", "PHB"]},
+        ),
+    ],
+)
+def test_pcie_boxes(template: str, params: dict[str, Any], gpus: int, rows: dict[int, list[str]]) -> None:
+    topo = load_topology(template, node_params=params)
+    assert len(topo.gpus()) == gpus and not any(lk.kind == "nvlink" for lk in topo.links())
+    for g, row in rows.items():
+        assert _row(topo, g) == row
+
+
+def test_consumer_boxes_have_no_p2p_and_l40s_has() -> None:
+    assert load_topology("rtx5090-4gpu").p2p_supported("n0/gpu0", "n0/gpu1") is False
+    gen5 = load_topology("rtx5090-4gpu").link("n0/gpu0", "n0/cpu0")
+    assert gen5.preset == "pcie5" and gen5.bandwidth == pytest.approx(48e9, rel=1e-9)
+    assert load_topology("l40s-8gpu").p2p_supported("n0/gpu0", "n0/gpu5") is True
+
+
+def test_aws_p5_four_efa_per_gpu() -> None:
+    topo = load_topology("aws-p5")
+    assert len(topo.gpus()) == 8 and len(topo.nics()) == 32 and len(topo.devices("pcie_switch")) == 8
+    assert topo.device("n0/nvswitch").spec["multicast"] is True
+    row = _row(topo, 2)
+    assert row[:8] == ["NV18", "NV18", "X", "NV18", "NV18", "NV18", "NV18", "NV18"]
+    assert row[8:] == ["PHB"] * 8 + ["PIX"] * 4 + ["PHB"] * 20
+    assert topo.device("n0/nic31").spec["speed"] == 12.5e9  # 100 Gb/s
+    assert topo.link("n0/nic5", "n0/pcie1").bandwidth == pytest.approx(12e9, rel=1e-9)  # Gen4 x8
+    assert topo.link("n0/pcie1", "n0/cpu0").bandwidth == pytest.approx(24e9, rel=1e-9)  # Gen4 x16 uplink
+    assert topo.link("n0/gpu1", "n0/pcie1").bandwidth == pytest.approx(48e9, rel=1e-9)  # Gen5 x16
+    assert topo.nearest_nic("n0/gpu7") == topo.device("n0/nic28")
+
+
+def test_oci_h100_two_roce_nics_per_gpu() -> None:
+    topo = load_topology("oci-bm-gpu-h100-8")
+    assert len(topo.nics()) == 16 and topo.device("n0/nic9").spec["speed"] == 25e9  # 200 Gb/s
+    assert _row(topo, 4)[8:] == ["SYS"] * 8 + ["PIX"] * 4 + ["PHB"] * 4
+    assert topo.nearest_nic("n0/gpu5") == topo.device("n0/nic8")
+    assert topo.link("n0/nic0", "n0/pcie0").kind == "pcie"
+
+
+def test_gb200_nvl72_one_nvlink_domain() -> None:
+    topo = load_topology("gb200-nvl72")
+    assert len(topo.gpus()) == 72 and len(topo.devices("cpu")) == 36 and len(topo.nics()) == 72
+    sw = topo.device("n0/nvswitch").spec
+    assert (sw["physical_switches"], sw["multicast"]) == (18, True)
+    lk = topo.link("n0/gpu71", "n0/nvswitch")
+    assert (lk.preset, lk.count, lk.bandwidth) == ("nvlink5", 18, pytest.approx(18 * 40.1e9))
+    assert topo.path_type("n0/gpu0", "n0/gpu71") == "NV18"
+    # a compute tray: GPUs 0-3 on CPUs 0-1; other trays are other hosts
+    assert [topo.path_type("n0/gpu0", f"n0/nic{k}") for k in range(5)] == ["PHB", "PHB", "SYS", "SYS", "NET"]
+    assert topo.nearest_nic("n0/gpu70") == topo.device("n0/nic70")
+    assert len(load_topology("gb200-nvl72", node_params={"gpus": 36}).gpus()) == 36

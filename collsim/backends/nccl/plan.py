@@ -80,13 +80,23 @@ def channel_nic(topo: Topology, node: int, channel: int, nnodes: int) -> str | N
     return nics[channel % len(nics)].name
 
 
-def node_chain(topo: Topology, node: int, nic: str | None) -> list[str]:
+def node_chain(topo: Topology, node: int, nic: str | None, channel: int = 0) -> list[str]:
     """GPUs of ``node`` in ring order: enter at the GPU nearest the channel's NIC, leave at another near it.
 
     Among equally near GPUs the one whose index matches the NIC's enters, so that channels on NICs sharing a PCIe
     switch enter and leave through different GPUs and spread over their PCIe links. The GPUs between follow in
-    index order from the entry.
+    index order from the entry. On a node whose GPUs are joined by direct NVLinks without an NVSwitch
+    (:func:`nvlink_mesh`, e.g. the DGX-1's hybrid cube-mesh) the order follows NVLinks instead, as NCCL's ring
+    search does: channel ``channel``'s ring of :func:`mesh_chains` (channels before it on the same node having taken
+    their share of the links).
     """
+    mesh = nvlink_mesh(topo, node)
+    if mesh is not None:
+        seq: list[str | None] = [None] * (channel + 1)
+        if nic is not None:
+            nics = topo.nics(node)
+            seq = [*(nics[k % len(nics)].name for k in range(channel)), nic]
+        return mesh_chains(topo, node, mesh, seq)[-1]
     gpus = [d.name for d in topo.gpus() if d.node == node]
     if nic is None or len(gpus) == 1:
         return gpus
@@ -109,6 +119,188 @@ def node_chain(topo: Topology, node: int, nic: str | None) -> list[str]:
         e = topo.device(entry).index ^ flip
         rest.sort(key=lambda g: ((topo.device(g).index ^ flip) - e) % ngpu)
     return [entry, *rest, exit_]
+
+
+#: Partial rings the NVLink ring search may extend per attempt before it gives up (NCCL's search is bounded by a
+#: budget too, search.cc NCCL_SEARCH_TIMEOUT); far more than an 8-GPU mesh needs.
+_RING_SEARCH_BUDGET = 50_000
+
+
+def nvlink_mesh(topo: Topology, node: int) -> dict[tuple[str, str], int] | None:
+    """The direct GPU-to-GPU NVLinks of ``node`` when its GPUs are joined by NVLinks without an NVSwitch.
+
+    Parameters
+    ----------
+    topo : Topology
+        The topology.
+    node : int
+        The node.
+
+    Returns
+    -------
+    dict or None
+        ``(a, b)`` to the number of NVLinks from GPU ``a`` to GPU ``b`` (both directions listed), for nodes with
+        at least 3 GPUs, at least one direct NVLink and no NVSwitch (a hybrid cube-mesh, fully connected 4-GPU
+        boards, bridged pairs); None otherwise (NVSwitch and PCIe nodes keep the index order of
+        :func:`node_chain`).
+    """
+    if topo.devices("nvswitch", node):
+        return None
+    gpus = [d.name for d in topo.devices("gpu", node)]
+    if len(gpus) < 3:
+        return None
+    mesh: dict[tuple[str, str], int] = {}
+    for a in gpus:
+        for b in gpus:
+            if a != b and topo.graph.has_edge(a, b):
+                lk = topo.graph.edges[a, b]["link"]
+                if lk.kind == "nvlink":
+                    mesh[(a, b)] = lk.count
+    return mesh or None
+
+
+def _nvlink_walk(
+    gpus: list[str],
+    start: str,
+    end: str | None,
+    cap: Mapping[tuple[str, str], int],
+    slack: int,
+    avoid: set[tuple[str, ...]],
+) -> list[str] | None:
+    """Depth-first search for a ring (``end`` None: a Hamiltonian cycle from ``start``) or a chain from ``start``
+    to ``end`` visiting every GPU, each hop over an NVLink with capacity left in ``cap`` (at most ``slack`` hops
+    over other paths). Next GPUs are tried as NCCL's search.cc sorts them: most NVLinks left first, then by index
+    after the current GPU. Returns the first walk not in ``avoid``, else the first found, else None."""
+    n = len(gpus)
+    pos = {g: i for i, g in enumerate(gpus)}
+    first: list[str] | None = None
+    budget = _RING_SEARCH_BUDGET
+    walk = [start]
+    seen = {start}
+
+    def hop_ok(a: str, b: str, left: int) -> tuple[bool, int]:
+        if cap.get((a, b), 0) >= 1:
+            return True, left
+        return left > 0, left - 1
+
+    def rec(left: int) -> list[str] | None:
+        nonlocal budget, first
+        budget -= 1
+        if budget < 0:
+            return None
+        cur = walk[-1]
+        if len(walk) == n:
+            if end is None:
+                ok, _ = hop_ok(cur, start, left)
+                if not ok:
+                    return None
+            elif cur != end:
+                return None
+            found = list(walk)
+            if first is None:
+                first = found
+            return found if tuple(found) not in avoid else None
+        cands = [g for g in gpus if g not in seen and (g != end or len(walk) == n - 1)]
+        cands.sort(key=lambda g: (-cap.get((cur, g), 0), (pos[g] - pos[cur]) % n))
+        for g in cands:
+            ok, rest = hop_ok(cur, g, left)
+            if not ok:
+                continue
+            walk.append(g)
+            seen.add(g)
+            got = rec(rest)
+            walk.pop()
+            seen.discard(g)
+            if got is not None:
+                return got
+        return None
+
+    got = rec(slack)
+    return got if got is not None else first
+
+
+def _first_walk(
+    gpus: list[str],
+    ends: list[tuple[str, str | None]],
+    cap: Mapping[tuple[str, str], int],
+    slack: int,
+    used: set[tuple[str, ...]],
+) -> list[str] | None:
+    """The first walk :func:`_nvlink_walk` finds for any of the (start, end) pairs ``ends``, in order; or None."""
+    for start, end in ends:
+        walk = _nvlink_walk(gpus, start, end, cap, slack, used)
+        if walk is not None:
+            return walk
+    return None
+
+
+def mesh_chains(
+    topo: Topology, node: int, mesh: Mapping[tuple[str, str], int], nics: list[str | None]
+) -> list[list[str]]:
+    """Per channel, the GPUs of ``node`` in ring order over the direct NVLinks of ``mesh`` (see
+    :func:`nvlink_mesh`), as NCCL's ring search builds them (src/graph/search.cc).
+
+    Each channel takes one NVLink per hop out of what the channels before it left, so consecutive channels follow
+    different rings and spread over every NVLink (on a DGX-1: the NV2 cycle both ways, then rings over the
+    remaining links); when no ring fits in what is left, a new round starts from all links, repeating the rings
+    of the first (NCCL duplicates its channels the same way). A channel on one node (NIC None) closes its ring
+    inside the node, starting at the lowest GPU; a channel across nodes enters at the GPU nearest its NIC and
+    leaves at another GPU as near (as :func:`node_chain`), over an NVLink path between them. Where no ring over
+    NVLinks alone exists, the fewest hops over other paths (PCIe) are used.
+
+    Parameters
+    ----------
+    topo : Topology
+        The topology.
+    node : int
+        The node.
+    mesh : Mapping
+        NVLinks per directed GPU pair (:func:`nvlink_mesh`).
+    nics : list
+        Per channel, its NIC on this node (:func:`channel_nic`), or None on a single node.
+
+    Returns
+    -------
+    list[list[str]]
+        One GPU order per channel.
+    """
+    gpus = [d.name for d in topo.devices("gpu", node)]
+    full = dict(mesh)
+    cap = dict(full)
+    used: set[tuple[str, ...]] = set()
+    out: list[list[str]] = []
+    for nic in nics:
+        if nic is None:
+            ends: list[tuple[str, str | None]] = [(gpus[0], None)]
+        else:
+            nic_index = topo.device(nic).index
+            ngpu = len(gpus)
+
+            def key(g: str, nic: str = nic, nic_index: int = nic_index, ngpu: int = ngpu) -> tuple[int, int]:
+                return path_class_rank(topo.path_class(g, nic)), (topo.device(g).index - nic_index) % ngpu
+
+            ranked = sorted(gpus, key=key)
+            best = key(ranked[1])[0]
+            ends = [(ranked[0], g) for g in ranked[1:] if key(g)[0] == best]
+
+        walk = _first_walk(gpus, ends, cap, 0, used)
+        if walk is None and cap != full:  # this round's links are taken: start a new round
+            cap, used = dict(full), set()
+            walk = _first_walk(gpus, ends, cap, 0, used)
+        for slack in range(1, len(gpus) + 1):
+            if walk is not None:
+                break
+            walk = _first_walk(gpus, ends, cap, slack, used)
+        if walk is None:  # pragma: no cover - a walk with every hop allowed off NVLink always exists
+            walk = list(gpus)
+        nhops = len(walk) if nic is None else len(walk) - 1
+        hops = [(walk[i], walk[(i + 1) % len(walk)]) for i in range(nhops)]
+        for a, b in hops:
+            if cap.get((a, b), 0) >= 1:
+                cap[(a, b)] -= 1
+        used.add(tuple(walk))
+        out.append(walk)
+    return out
 
 
 def _pxn_proxy(topo: Topology, gpu: str, nic: str, gdr_level: str) -> str | None:
@@ -273,14 +465,21 @@ def _rings(
     consts: NcclConstants,
     fabric: Mapping[str, Any],
 ) -> tuple[list[list[str]], dict[tuple[int, int], Hop]]:
-    """Every channel's ring (node by node, entering each node next to the channel's NIC) and its hops."""
+    """Every channel's ring (node by node, entering each node next to the channel's NIC) and its hops; on nodes of
+    direct NVLinks without an NVSwitch the rings follow NVLinks, one ring per channel (:func:`mesh_chains`)."""
     rings: list[list[str]] = []
     hops: dict[tuple[int, int], Hop] = {}
+    meshes = {node: nvlink_mesh(topo, node) for node in range(nnodes)}
+    mesh_rings = {
+        node: mesh_chains(topo, node, mesh, [channel_nic(topo, node, c, nnodes) for c in range(nch)])
+        for node, mesh in meshes.items()
+        if mesh is not None
+    }
     for c in range(nch):
         ring: list[str] = []
         nic_of = {node: channel_nic(topo, node, c, nnodes) for node in range(nnodes)}
         for node in range(nnodes):
-            ring += node_chain(topo, node, nic_of[node])
+            ring += mesh_rings[node][c] if node in mesh_rings else node_chain(topo, node, nic_of[node])
         rings.append(ring)
         n = len(ring)
         for i in range(n):
