@@ -195,7 +195,8 @@ def nccl_nvls_allgather(
         streamed, arrived = send(b)
         board.bind(me, ("ag", i), arrived)
         last = arrived
-        yield streamed
+        if i + 1 < len(parts):  # the sender's own work after the last slice delays nothing
+            yield streamed
     if last is not None:
         yield last
     board.fire(me, "done")

@@ -50,11 +50,20 @@ class RingChunking:
         Slices a chunk is cut into; each slice is one send (Simple: 2; LL and LL128: 1).
     slots : int
         Slices a sender may have in the receiver's buffer before it must wait (NCCL_STEPS / slice steps).
+    slices_per_post : int
+        Slices between two posts (the flag store after a step that tells the receiver it is there, and the fence
+        before it): 1 when every slice is posted (Simple), ``slices_per_chunk`` for a step cut in pieces (posted
+        once, after its last piece).
+    steps_per_post : float
+        NCCL steps one post stands for: 1, more for merged chunks (each merged step still posts). The sender pays
+        its per-step cost that many times at each post.
     """
 
     chunk_bytes: float
     slices_per_chunk: int
     slots: int
+    slices_per_post: int = 1
+    steps_per_post: float = 1.0
 
     def loops(self, nranks: int, data_bytes: float) -> list[float]:
         """Per-rank chunk size of every loop for ``data_bytes`` on this channel (bytes are conserved).

@@ -91,14 +91,15 @@ def resource_name(key: Hashable) -> str:
     """The display name of a resource key: the only place resource names are made.
 
     Keys: ``("link", src, dst)`` (a link direction), ``("mem", cpu)`` (a CPU socket's memory), ``("hbm", gpu)`` (a
-    GPU's memory), ``("cores", node)`` (a node's CPU cores).
+    GPU's memory), ``("cores", node)`` (a node's CPU cores), ``("proxy", gpu)`` (the CPU thread that progresses a
+    GPU's NCCL network connections).
 
     Examples
     --------
     >>> [resource_name(k) for k in [("link", "n0/gpu0", "n0/nvswitch"), ("mem", "n0/cpu0"), ("cores", 1)]]
     ['n0/gpu0->n0/nvswitch', 'n0/cpu0 memory', 'n1 CPU cores']
-    >>> resource_name(("hbm", "n0/gpu3"))
-    'n0/gpu3 HBM'
+    >>> resource_name(("hbm", "n0/gpu3")), resource_name(("proxy", "n1/gpu0"))
+    ('n0/gpu3 HBM', 'n1/gpu0 proxy thread')
     """
     match key:
         case ("link", str(src), str(dst)):
@@ -109,6 +110,8 @@ def resource_name(key: Hashable) -> str:
             return f"{gpu} HBM"
         case ("cores", int(node)):
             return f"n{node} CPU cores"
+        case ("proxy", str(gpu)):
+            return f"{gpu} proxy thread"
     raise ValueError(f"not a resource key: {key!r}")
 
 
@@ -125,10 +128,11 @@ def link_end(key: Hashable) -> str | None:
 
 class ResourceCatalog:
     """Resource keys and their specs: directed links, host memory per CPU socket, GPU memory (HBM) per GPU, CPU
-    cores per node; names from :func:`resource_name`.
+    cores per node, one proxy thread per GPU; names from :func:`resource_name`.
 
     Keys: ``("link", src, dst)``, ``("mem", cpu)``, ``("hbm", gpu)`` (bytes/s), ``("cores", node)``
-    (core-seconds/s = cores).
+    (core-seconds/s = cores), ``("proxy", gpu)`` (thread-seconds/s = 1: NCCL runs one proxy thread per GPU, and
+    with its socket transport's defaults that thread moves the bytes of every network connection of the GPU).
     """
 
     def __init__(self, topo: Topology) -> None:
@@ -144,6 +148,7 @@ class ResourceCatalog:
         for gpu in topo.devices("gpu"):
             if gpu.spec.get("hbm_bandwidth"):
                 self._add(("hbm", gpu.name), float(gpu.spec["hbm_bandwidth"]), "hbm")
+            self._add(("proxy", gpu.name), 1.0, "cpu")  # one thread: 1 thread-second per second
         for node, n in cores.items():
             self._add(("cores", node), n, "cpu")
 
@@ -161,6 +166,10 @@ class ResourceCatalog:
     def cores(self, node: int, seconds_per_byte: float) -> Path:
         """CPU time on ``node``'s cores: ``seconds_per_byte`` core-seconds per data byte."""
         return Path(((("cores", node), seconds_per_byte),), 0.0, ("cpu",))
+
+    def proxy(self, gpu: str, seconds_per_byte: float) -> Path:
+        """Time of ``gpu``'s proxy thread: ``seconds_per_byte`` thread-seconds per data byte."""
+        return Path(((("proxy", gpu), seconds_per_byte),), 0.0, ("cpu",))
 
 
 def run_until_done(env: simpy.Environment, done_events: Sequence[simpy.Event], deadline: float | None = None) -> float:

@@ -308,12 +308,15 @@ class FluidNetwork:
         max_rate: float = math.inf,
         tag: Tag = UNTAGGED,
         owner: Owner = NO_OWNER,
+        hold: float = 0.0,
     ) -> tuple[Event, Event]:
         """Start a flow now and return ``(streamed, arrived)`` events.
 
-        The flow streams ``size`` units at its max-min fair rate; ``streamed`` fires when the last unit has left
-        (the sender is free), ``arrived`` ``latency`` seconds later (the receiver has it). Waits for nothing; pays
-        ``latency`` once, after streaming, without holding any resource.
+        The flow streams ``size`` units at its max-min fair rate; ``streamed`` fires ``hold`` seconds after the last
+        unit has left (the sender is free), ``arrived`` ``latency`` seconds after the last unit left (the receiver
+        has it). Waits for nothing; pays ``latency`` once, after streaming, without holding any resource; the
+        sender pays ``hold`` serially (a per-message cost of its own, such as the fence and flag store after an
+        NCCL step), during which it holds no resource either.
 
         Parameters
         ----------
@@ -330,6 +333,8 @@ class FluidNetwork:
             What the flow is, for breakdowns and traces.
         owner : Owner
             Who does it.
+        hold : float
+            Seconds from the end of streaming to ``streamed`` (0: the sender is free at once).
 
         Raises
         ------
@@ -341,12 +346,17 @@ class FluidNetwork:
         if tag.__class__ is not Tag or owner.__class__ is not Owner or tag.activity == "wait":
             _check_typed(tag, owner)  # slow path: a subclass passes; a display string or an idle tag raises
         env = self.env
-        streamed = Event(env)
-        arrived = Event(env) if latency > 0 else streamed
+        done = Event(env)  # the last unit has left
+        arrived = Event(env) if latency > 0 else done
         if latency > 0:
-            streamed.callbacks.append(lambda _ev: self._after(latency, arrived))
+            done.callbacks.append(lambda _ev: self._after(latency, arrived))
+        streamed = done
+        if hold > 0:
+            streamed = arrived if hold == latency else Event(env)
+            if streamed is not arrived:
+                done.callbacks.append(lambda _ev: self._after(hold, streamed))
         if size <= 0 or (not uses and math.isinf(max_rate)):
-            streamed.succeed()
+            done.succeed()
             if self.record:
                 self.records.append(FlowRecord(owner, tag, size, env.now, env.now, latency, ()))
             return streamed, arrived
@@ -355,7 +365,7 @@ class FluidNetwork:
             if coef > 0:
                 merged[res] = merged.get(res, 0.0) + coef
         uses_t = tuple(merged.items())
-        flow = Flow(float(size), uses_t, max_rate, streamed, tag, owner, latency)
+        flow = Flow(float(size), uses_t, max_rate, done, tag, owner, latency)
         flow.sig = self._signatures.setdefault((uses_t, max_rate), len(self._signatures))
         if flow.sig == len(self._sig_order):  # a new signature: its place in the canonical solve order
             self._sig_order.append((tuple((r.name, c) for r, c in uses_t), max_rate))

@@ -20,9 +20,9 @@ PCIE = "pcie-2gpu-nop2p"
 SIZES = [2**k for k in range(3, 28, 2)]  # 8 B .. 128 MiB, x4
 
 
-def _synthetic(profile: Profile | None, factor: float = 1.0) -> Measurement:
+def _synthetic(profile: Profile | None, factor: float = 1.0, overrides: tuple[str, ...] = ()) -> Measurement:
     """What the simulator predicts (times ``factor``), as a measurement."""
-    sim = Simulator.from_source(PCIE, profile=profile)
+    sim = Simulator.from_source(PCIE, list(overrides), profile=profile)
     rows = [MeasurementRow(s, sim.simulate_one("nccl", s).time_s * 1e6 * factor) for s in SIZES]
     return Measurement("allreduce", 2, rows, backend="nccl", file="synthetic.json")
 
@@ -109,7 +109,9 @@ NCCL_CASES = {
     "azure_nd_h100_v5_1node": (True, True),
     "h100_4node_vm_ib_ndr_issue309": (True, True),
     "hgx_h100_2node_ib_ndr_issue309": (True, True),  # issue 12's first error: +11.5% to +47% busbw at >= 16 MiB
-    "rtx2080ti_2gpu_pcie3_switch_nop2p": (True, True),
+    # the SHM plateau is now predicted from the hardware, no longer fitted to this case: 6.0 against 4.00 GB/s, +50%
+    # busbw at >= 16 MiB (docs/host-paths.md)
+    "rtx2080ti_2gpu_pcie3_switch_nop2p": (False, True),
     # torch.distributed timings (Python and launch overhead in every call: ~48 us at 32 KiB-1 MiB); issue 12's
     # mid-size and plateau errors (docs/accuracy.md)
     "b200_8gpu_1node_p6_torch_stas00": (True, False),
@@ -129,6 +131,29 @@ def test_every_validation_scenario_validates_against_its_case(case: str) -> None
     busbw_ok, time_ok = NCCL_CASES[case]
     assert (median(big) <= 20.0) == busbw_ok, median(big)
     assert (median(small) <= 35.0) == time_ok, median(small)  # the misses are explained in the README
+
+
+# Issue 12's targets on the NVLink cases, uncalibrated: median |busbw error| <= 8% at >= 16 MiB and median |time
+# error| <= 20% at 64 KiB-16 MiB, as measured (README accuracy table; docs/accuracy.md explains each miss).
+ISSUE12_CASES = {
+    "a100_8gpu_1node_stas00": (True, False),
+    "aws_p4de_2node_efa_a100": (True, True),
+    "azure_nd_h100_v5_1node": (True, False),
+    "h100_4node_vm_ib_ndr_issue309": (True, False),
+    "hgx_h100_2node_ib_ndr_issue309": (True, True),
+    "b200_8gpu_1node_p6_torch_stas00": (False, False),  # torch.distributed: per-call overhead at every size
+}
+
+
+@needs_shared
+@pytest.mark.parametrize("case", sorted(ISSUE12_CASES))
+def test_issue12_targets_on_the_nvlink_cases(case: str) -> None:
+    v = validate(Simulator.from_source(VALIDATION / f"{case}.yaml"), _case(case))
+    big = [abs(r.busbw_error_pct) for r in v.rows if r.size_bytes >= 16 * 2**20]
+    mid = [abs(r.time_error_pct) for r in v.rows if 64 * 2**10 <= r.size_bytes < 16 * 2**20]
+    assert (median(big) <= 8.0, median(mid) <= 20.0) == ISSUE12_CASES[case], (median(big), median(mid))
+    if case.startswith("b200"):  # the B200 target: within 10% at >= 256 MiB
+        assert median(abs(r.busbw_error_pct) for r in v.rows if r.size_bytes >= 256 * 2**20) <= 10.0
 
 
 @needs_shared
@@ -200,8 +225,11 @@ def test_calibrate_refuses_a_rank_count_mismatch() -> None:
 
 def test_a_stuck_parameter_gives_way_to_a_parallel_one() -> None:
     # 8 us less per collective: the PCIe latency moves the small sizes most, so it is chosen first, but it clamps
-    # at zero before it gets there; the launch overhead, parallel to it and held in reserve, takes its place
-    res = calibrate(load(PCIE), [_synthetic(Profile({"nccl.launch_overhead_us": -8.0}))])
+    # at zero before it gets there; the launch overhead, parallel to it and held in reserve, takes its place.
+    # With P2P on: without it the PCIe latency also sets the SHM channels' read cap (Little's law,
+    # docs/host-paths.md), so it is not stuck at zero there
+    p2p = ("cluster.node_params.p2p=true",)
+    res = calibrate(load(PCIE, list(p2p)), [_synthetic(Profile({"nccl.launch_overhead_us": -8.0}), overrides=p2p)])
     assert "nccl.launch_overhead_us" in res.parameters and "link.pcie.latency_us" not in res.parameters
     assert res.notes and res.notes[0].startswith("link.pcie.latency_us was stuck at")
     assert res.error("after", held_out=True).median_abs_time_error_pct < 1.0

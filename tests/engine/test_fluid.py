@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Generator
 
 import pytest
 import simpy
@@ -37,6 +38,38 @@ def test_cap_and_latency() -> None:
     link = net.resource("l", 10e9)
     ends = _run(net, env, [(1e6, [(link, 1.0)], {"max_rate": 1e9, "latency": 5e-6})])
     assert ends == pytest.approx([1e-3 + 5e-6], rel=1e-12)
+
+
+@pytest.mark.parametrize(("latency", "hold"), [(5e-6, 3e-6), (5e-6, 5e-6), (2e-6, 7e-6), (0.0, 4e-6)])
+def test_hold_delays_the_sender_not_the_arrival(latency: float, hold: float) -> None:
+    # 1 MB at 1 GB/s streams in 1 ms; the sender is free `hold` later, the receiver has it `latency` later
+    env = simpy.Environment()
+    net = FluidNetwork(env)
+    link = net.resource("l", 1e9)
+    times: dict[str, float] = {}
+    streamed, arrived = net.transfer(1e6, [(link, 1.0)], latency=latency, hold=hold)
+    streamed.callbacks.append(lambda _e: times.__setitem__("streamed", env.now))
+    arrived.callbacks.append(lambda _e: times.__setitem__("arrived", env.now))
+    env.run()
+    assert times["streamed"] == pytest.approx(1e-3 + hold, rel=1e-12)
+    assert times["arrived"] == pytest.approx(1e-3 + latency, rel=1e-12)
+
+
+def test_hold_paces_a_sender_of_back_to_back_messages() -> None:
+    # a sender that waits for `streamed` before its next message pays the hold once per message: the last message
+    # leaves at 4 ms + 3 holds and arrives 5 us later
+    env = simpy.Environment()
+    net = FluidNetwork(env)
+    link = net.resource("l", 1e9)
+
+    def sender() -> Generator[simpy.Event, None, None]:
+        for _ in range(4):
+            streamed, _arrived = net.transfer(1e6, [(link, 1.0)], latency=5e-6, hold=3e-6)
+            yield streamed
+
+    env.process(sender())
+    env.run()
+    assert env.now == pytest.approx(4e-3 + 3 * 3e-6 + 5e-6, rel=1e-12)
 
 
 def test_coefficient_counts_wire_overhead() -> None:

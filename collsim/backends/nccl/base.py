@@ -16,6 +16,7 @@ symmetry quotient, the clock and the breakdown.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Generator, Hashable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -91,6 +92,9 @@ class Role:
     (:mod:`collsim.backends.nccl.tags`).
 
     ``net``: the role crosses the network, where NCCL's proxy forwards one whole step at a time.
+
+    ``post``: seconds the sender's thread block spends after each NCCL step it sends before it can send the next
+    (its part of the step's latency, paid serially: see :meth:`SimContext.hop_role`); 0 for roles that pay none.
     """
 
     uses: list[tuple[Hashable, float]]
@@ -98,6 +102,7 @@ class Role:
     cap: float
     tag: Tag
     net: bool = False
+    post: float = 0.0
 
 
 @dataclass
@@ -202,6 +207,12 @@ class SimContext:
         network for Simple), capped by one channel and the hop.
 
         A multi-node ring's steps inside a node cost at least netOverhead (x3 for Simple), as tuning.cc charges.
+
+        Inside a node (NVLink, PCIe) the per-step hwLat is the sender's own work after it has written a step: the
+        thread block's barrier, the system fence and the flag store that tell the receiver the step is there
+        (NCCL's primitives post one step at a time; the next step's copy waits for it). So the sender pays it
+        serially, ``post`` (the data arrive when the flag does: ``latency`` counts it too). Across the network
+        the GPU hands the step to the proxy and goes on; the network hop's hwLat is paid on arrival only.
         """
         consts, proto = self.consts, self.proto
         pc = consts.protocols[proto]
@@ -210,13 +221,14 @@ class SimContext:
         if table == "Ring" and self.plan.nnodes > 1 and hop.hw != "NET":
             hw_lat = max(hw_lat, self.plan.net_overhead * pc.ring_net_overhead_factor)
         prop = hop.path.latency * (pc.net_latency_factor if hop.hw == "NET" else 1)
-        lat = hw_lat * consts.sim_step_latency_scale + prop
+        step = hw_lat * consts.sim_step_latency_scale
         return Role(
             [(k, c * self.wire) for k, c in hop.path.uses],
-            lat,
+            step + prop,
             min(self.cap if cap is None else cap, hop.max_rate),
             TRANSPORT_TAG[hop.transport],
             hop.hw == "NET",
+            0.0 if hop.hw == "NET" else step,
         )
 
     def path_role(self, uses: Any, latency: float, tag: Tag, scale: float = 1.0) -> Role:
@@ -258,7 +270,19 @@ class Launcher:
         uses = self.quotient.uses(e, role)
         owner = self.ctx.owner(e)
         net = self.net
-        return lambda b: net.transfer(b, uses, latency=ro.latency, max_rate=ro.cap, tag=ro.tag, owner=owner)
+        if ro.post <= 0:
+            return lambda b: net.transfer(b, uses, latency=ro.latency, max_rate=ro.cap, tag=ro.tag, owner=owner)
+        # a role's sends are its slices in order; the slice that ends a step holds the sender for the step's post
+        # (RingChunking.slices_per_post, x steps_per_post for merged chunks)
+        chunking = self.ctx.chunking
+        every, hold = chunking.slices_per_post, ro.post * chunking.steps_per_post
+        count = itertools.count(1)
+
+        def send(b: float) -> tuple[Event, Event]:
+            h = hold if next(count) % every == 0 else 0.0
+            return net.transfer(b, uses, latency=ro.latency, max_rate=ro.cap, tag=ro.tag, owner=owner, hold=h)
+
+        return send
 
     def whole(self, e: Entity, *names: str) -> bool:
         """Whether ``e``'s roles ``names`` forward whole steps: LL/LL128 steps cut in pieces go piece by piece over

@@ -114,7 +114,11 @@ def step_chunking(
     pieces = 1
     tree_depth = plan.ppn - 1 + max(0, math.ceil(math.log2(plan.nnodes)))
     if algo in ("NVLS", "NVLSTree"):
-        chunk = nvls_chunk(rules, algo, nbytes, nc * plan.ppn, consts.nvls_chunk_bytes, plan.nnodes)
+        # NCCL's NVLS chunk is one head's share of a step: every loop of the kernel moves nHeads x chunk of the
+        # channel's data, each head reducing and multicasting its chunk (all_reduce.h, RunWorkColl NVLS and
+        # NVLS_TREE: loopCount = nvls->nHeads * chunkCount). Every GPU of the node is a head here.
+        heads = plan.ppn
+        chunk = heads * nvls_chunk(rules, algo, nbytes, nc * heads, consts.nvls_chunk_bytes, plan.nnodes)
     elif algo == "Tree" and proto == "Simple":
         per = nbytes / max(1, min(plan.channels, channels_for(plan, consts, proto, nbytes, plan.channels)))
         chunk = tree_simple_chunk(rules, per, tree_depth, chunk)
@@ -125,9 +129,10 @@ def step_chunking(
         per = nbytes / max(1, channels_for(plan, consts, proto, nbytes, plan.channels))
         while per / (chunk / pieces) < 2 * depth and pieces < consts.sim_max_pieces:
             pieces *= 2
-    # a step cut in pieces is still one chunk; the connection still holds NCCL_STEPS steps
-    chunking = RingChunking(chunk, pieces, consts.steps * pieces)
+    # a step cut in pieces is still one chunk, posted once; the connection still holds NCCL_STEPS steps
+    chunking = RingChunking(chunk, pieces, consts.steps * pieces, pieces)
     if algo in MERGEABLE and nbytes / nc > consts.sim_max_chunks * chunk:
-        chunking = RingChunking(nbytes / nc / consts.sim_max_chunks, pieces, consts.steps * pieces)
+        merged = nbytes / nc / consts.sim_max_chunks  # each merged chunk still pays every step's post
+        chunking = RingChunking(merged, pieces, consts.steps * pieces, pieces, merged / chunk)
     return chunking
 

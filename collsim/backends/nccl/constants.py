@@ -13,7 +13,7 @@ from typing import Any
 
 from collsim.backends.common import BackendError
 
-__all__ = ["ChunkRules", "NcclConstants", "ProtocolConstants"]
+__all__ = ["ChunkRules", "HostPathConstants", "NcclConstants", "ProtocolConstants"]
 
 _US = 1e-6  # microseconds to seconds
 _GBPS = 1e9  # GB/s (GB = 1e9 bytes) to bytes/s
@@ -52,6 +52,64 @@ class ChunkRules:
 
 
 @dataclass(frozen=True)
+class HostPathConstants:
+    """What NCCL's host-memory paths (SHM inside a node, sockets and staged RDMA across nodes) are made of.
+
+    Only NCCL's own numbers live here (threads, unroll, bytes per load, copies its transports make, socket
+    threads); the hardware's (PCIe rates and latencies, host memory bandwidth, TCP throughput per core) are in the
+    topology presets. See ``docs/host-paths.md``.
+
+    Attributes
+    ----------
+    shm_buffer_on_receiver : bool
+        shm.cc NCCL_SHM_LOCALITY default (2): the SHM buffer lives in the receiver's host memory.
+    shm_memory_traffic : float
+        Bytes of host-memory traffic per byte over SHM: the sender's SMs write it, the receiver's SMs read it.
+    simple_threads, simple_threads_pci : int
+        Threads of a Ring/Simple channel: tuning.cc uses ``simple_threads_pci`` when the ring's bandwidth is at
+        most ``pci_bw``, else ``simple_threads`` (NCCL_SIMPLE_MAX_NTHREADS).
+    pci_bw : float
+        topo.h PCI_BW in bytes/s (NCCL's Gen3 x16 figure).
+    coll_unroll : tuple of (int, int)
+        device.h ncclCollUnroll as (from compute capability x 10, loads per thread in flight), ascending.
+    load_bytes : int
+        Bytes one thread loads per instruction in Simple's copy loop (one 16-byte pack).
+    staged_memory_traffic : float
+        Bytes of host-memory traffic per byte on each host of a staged RDMA hop (GPU write + NIC DMA read, or NIC
+        DMA write + GPU read).
+    socket_memory_traffic : float
+        The same on each host of a socket hop: the GPU's write or read, the kernel's copy (read + write) and the
+        NIC's DMA.
+    socket_default_threads : int
+        net_socket.cc's default NCCL_SOCKET_NTHREADS off AWS and GCP NICs: 0, the proxy thread moves the data.
+    """
+
+    shm_buffer_on_receiver: bool
+    shm_memory_traffic: float
+    simple_threads: int
+    simple_threads_pci: int
+    pci_bw: float
+    coll_unroll: tuple[tuple[int, int], ...]
+    load_bytes: int
+    staged_memory_traffic: float
+    socket_memory_traffic: float
+    socket_default_threads: int
+
+    def unroll(self, sm: int) -> int:
+        """Loads per thread in flight on a GPU of compute capability ``sm`` (x 10, e.g. 75, 89, 120).
+
+        >>> hp = HostPathConstants(True, 2.0, 512, 256, 12e9, ((0, 4), (80, 8), (120, 6), (130, 8)), 16, 2.0, 4.0, 0)
+        >>> [hp.unroll(sm) for sm in (75, 80, 89, 90, 100, 120, 121)]
+        [4, 8, 8, 8, 8, 6, 6]
+        """
+        return next(u for lo, u in reversed(self.coll_unroll) if sm >= lo)
+
+    def simple_channel_threads(self, ring_bw: float) -> int:
+        """Threads of a Ring/Simple channel on a ring that carries ``ring_bw`` bytes/s (tuning.cc)."""
+        return self.simple_threads_pci if ring_bw <= self.pci_bw else self.simple_threads
+
+
+@dataclass(frozen=True)
 class NcclConstants:
     """NCCL's tuning and protocol constants in SI units (seconds, bytes/s, bytes).
 
@@ -71,7 +129,7 @@ class NcclConstants:
     max_channels: int
     default_p2p_level: str
     default_gdr_level: str
-    shm_channel_bw: float
+    host_paths: HostPathConstants
     per_channel_max_tree_bw: Mapping[str, tuple[float, float, float]]
     per_channel_max_tree_ll128_bw: Mapping[str, tuple[float, float, float]]
     per_channel_max_nvls_tree_bw: Mapping[str, tuple[float, float, float]]
@@ -165,7 +223,7 @@ class NcclConstants:
             max_channels=int(data["max_channels"]),
             default_p2p_level=str(data["default_p2p_level"]),
             default_gdr_level=str(data["default_gdr_level"]),
-            shm_channel_bw=float(data["shm_channel_bw_gbps"]) * _GBPS,
+            host_paths=_host_paths(data["host_paths"]),
             per_channel_max_tree_bw=gbps3(data["per_channel_max_tree_bw_gbps"]),
             per_channel_max_tree_ll128_bw=gbps3(data["per_channel_max_tree_ll128_bw_gbps"]),
             per_channel_max_nvls_tree_bw=gbps3(data["per_channel_max_nvls_tree_bw_gbps"]),
@@ -196,6 +254,24 @@ def _protocol(name: str, p: Mapping[str, Any]) -> ProtocolConstants:
         int(p["threshold_per_thread"]),
         float(p["net_latency_factor"]),
         float(p["ring_net_overhead_factor"]),
+    )
+
+
+def _host_paths(h: Mapping[str, Any]) -> HostPathConstants:
+    locality = str(h["shm_locality"])
+    if locality not in ("sender", "receiver"):
+        raise ValueError(f"host_paths.shm_locality must be sender or receiver, got {locality!r}")
+    return HostPathConstants(
+        shm_buffer_on_receiver=locality == "receiver",
+        shm_memory_traffic=float(h["shm_memory_traffic"]),
+        simple_threads=int(h["simple_threads"]),
+        simple_threads_pci=int(h["simple_threads_pci"]),
+        pci_bw=float(h["pci_bw_gbps"]) * _GBPS,
+        coll_unroll=tuple(sorted((int(lo), int(u)) for lo, u in h["coll_unroll"])),
+        load_bytes=int(h["load_bytes"]),
+        staged_memory_traffic=float(h["staged_memory_traffic"]),
+        socket_memory_traffic=float(h["socket_memory_traffic"]),
+        socket_default_threads=int(h["socket_default_threads"]),
     )
 
 

@@ -319,7 +319,7 @@ def _intra_hop(
     topo: Topology, cat: ResourceCatalog, a: str, b: str, opts: NcclOptions, consts: NcclConstants
 ) -> Hop:
     """A hop inside a node: P2P (NVLink, else PCIe) when the GPUs can and the path class is within NCCL_P2P_LEVEL,
-    else SHM through the sender's host memory (written once, read once: 2 bytes of memory traffic per byte)."""
+    else SHM through host memory (:func:`_shm_hop`)."""
     p2p_level = opts.p2p_level or consts.default_p2p_level
     cls = topo.path_class(a, b)
     if not opts.p2p_disable and topo.p2p_supported(a, b) and path_class_rank(cls) <= path_class_rank(p2p_level):
@@ -329,9 +329,34 @@ def _intra_hop(
         return Hop(a, b, "P2P/PCIe", "PCI", link_uses(topo.pcie_route(a, b)), math.inf)
     if opts.shm_disable:
         raise BackendError(f"no transport between {a} and {b}: P2P unavailable and NCCL_SHM_DISABLE=1")
-    cpu = topo.host_cpu(a).name
-    path = link_uses(topo.pcie_route(a, cpu)) + cat.mem(cpu, 2.0) + link_uses(topo.pcie_route(cpu, b))
-    return Hop(a, b, "SHM", "PCI", path, consts.shm_channel_bw)
+    return _shm_hop(topo, cat, a, b, consts)
+
+
+def _shm_hop(topo: Topology, cat: ResourceCatalog, a: str, b: str, consts: NcclConstants) -> Hop:
+    """SHM as NCCL runs it by default (shm.cc): the sender's SMs store each byte into a buffer in the receiver's
+    host memory (NCCL_SHM_LOCALITY=2) over PCIe, the receiver's SMs load it back over PCIe. Path: PCIe from ``a``
+    to the buffer's CPU socket, ``shm_memory_traffic`` (2) bytes of that socket's memory traffic per byte, PCIe to
+    ``b``.
+
+    One channel's rate is capped by its receive loads, which are non-posted PCIe reads (Little's law)::
+
+        cap = threads x unroll x load_bytes / round_trip
+
+    threads: a Ring/Simple channel's (256 when the path carries at most NCCL's PCI_BW, else 512, tuning.cc),
+    unroll: loads in flight per thread (device.h ncclCollUnroll for the receiver's compute capability),
+    load_bytes: 16, round_trip: twice the PCIe latency from the receiver to the buffer's socket (seconds).
+    """
+    hp = consts.host_paths
+    cpu = topo.host_cpu(b if hp.shm_buffer_on_receiver else a).name
+    to_host, from_host = topo.pcie_route(a, cpu), topo.pcie_route(cpu, b)
+    path = link_uses(to_host) + cat.mem(cpu, hp.shm_memory_traffic) + link_uses(from_host)
+    path_bw = min(cat.specs[k].capacity / c for k, c in path.uses)  # bytes/s the path carries alone
+    threads = hp.simple_channel_threads(path_bw)
+    unroll = hp.unroll(int(topo.device(b).spec.get("sm", 0)))
+    round_trip = 2.0 * sum(ln.latency for ln in from_host)
+    in_flight = threads * unroll * hp.load_bytes  # bytes of loads one channel has outstanding
+    cap = in_flight / round_trip if round_trip > 0 else math.inf
+    return Hop(a, b, "SHM", "PCI", path, cap)
 
 
 def _gdr_hop(topo: Topology, a: str, b: str, nic_a: str, nic_b: str, opts: NcclOptions, gdr_level: str) -> Hop | None:
@@ -369,30 +394,60 @@ def _net_hop(
     fabric: Mapping[str, Any],
 ) -> Hop:
     """A hop between nodes: NET/GDR when possible (:func:`_gdr_hop`), else staged through host memory on an RDMA
-    fabric, else TCP sockets (CPU time on both nodes, capped by the socket threads of one connection)."""
+    fabric, else TCP sockets.
+
+    Staged: the GPU writes a host buffer over PCIe and the NIC reads it by DMA (the reverse on the receiving host),
+    ``staged_memory_traffic`` (2) bytes of memory traffic per byte on each host. Sockets add the kernel's copy
+    between user and socket buffers (``socket_memory_traffic``, 4 bytes per byte on each host) and CPU time: one
+    TCP stream per connection costs 1 / ``tcp_bw_per_core`` core-seconds per byte at each end (the CPU preset).
+    With NCCL_SOCKET_NTHREADS unset (net_socket.cc's default off AWS and GCP NICs: no helper threads) that time is
+    spent by the proxy thread of the sending GPU and of the receiving GPU, one thread shared by all the GPU's
+    network connections; with helper threads set, a connection spreads over its own NCCL_SOCKET_NTHREADS threads
+    (capped at that many cores' rate) and the node's cores.
+    """
     nic_a, nic_b = nics
     rdma = bool(topo.device(nic_a).spec.get("rdma", False)) and fabric.get("transport", "rdma") == "rdma"
     if rdma and not opts.ib_disable and bool(fabric.get("gpudirect", True)):
         gdr = _gdr_hop(topo, a, b, nic_a, nic_b, opts, opts.gdr_level or consts.default_gdr_level)
         if gdr is not None:
             return gdr
+    hp = consts.host_paths
     ca, cb = topo.host_cpu(a).name, topo.host_cpu(b).name
-    staged = (
-        link_uses(topo.pcie_route(a, ca))
-        + cat.mem(ca, 2.0)
-        + link_uses(topo.pcie_route(ca, nic_a))
-        + link_uses(topo.route(nic_a, nic_b))
-        + link_uses(topo.pcie_route(nic_b, cb))
-        + cat.mem(cb, 2.0)
-        + link_uses(topo.pcie_route(cb, b))
-    )
+
+    def host_staged(copies: float) -> Path:
+        return (
+            link_uses(topo.pcie_route(a, ca))
+            + cat.mem(ca, copies)
+            + link_uses(topo.pcie_route(ca, nic_a))
+            + link_uses(topo.route(nic_a, nic_b))
+            + link_uses(topo.pcie_route(nic_b, cb))
+            + cat.mem(cb, copies)
+            + link_uses(topo.pcie_route(cb, b))
+        )
+
     if rdma and not opts.ib_disable:
-        return Hop(a, b, "NET/staged", "NET", staged, math.inf)
+        return Hop(a, b, "NET/staged", "NET", host_staged(hp.staged_memory_traffic), math.inf)
     da, db = topo.device(a), topo.device(b)
-    per_core_a = float(topo.device(ca).spec["tcp_bw_per_core"])
+    per_core_a = float(topo.device(ca).spec["tcp_bw_per_core"])  # bytes/s one core moves through one TCP stream
     per_core_b = float(topo.device(cb).spec["tcp_bw_per_core"])
-    sock = staged + cat.cores(da.node, 1.0 / per_core_a) + cat.cores(db.node, 1.0 / per_core_b)
-    return Hop(a, b, "NET/socket", "NET", sock, per_core_a * opts.socket_threads)
+    sock = (
+        host_staged(hp.socket_memory_traffic)
+        + cat.cores(da.node, 1.0 / per_core_a)
+        + cat.cores(db.node, 1.0 / per_core_b)
+    )
+    helpers = _socket_threads(opts, hp.socket_default_threads)
+    stream = min(per_core_a, per_core_b)
+    if helpers == 0:  # the proxy threads of both GPUs move the bytes
+        sock = sock + cat.proxy(a, 1.0 / per_core_a) + cat.proxy(b, 1.0 / per_core_b)
+        return Hop(a, b, "NET/socket", "NET", sock, stream)
+    return Hop(a, b, "NET/socket", "NET", sock, stream * helpers)
+
+
+def _socket_threads(opts: NcclOptions, default: int) -> int:
+    """Helper threads per socket connection: NCCL_SOCKET_NTHREADS as set, else net_socket.cc's default (``default``;
+    0: none, the proxy thread moves the data)."""
+    raw = str(opts.env.get("NCCL_SOCKET_NTHREADS", "")).strip()
+    return int(raw) if raw.lstrip("-").isdigit() and int(raw) >= 0 else default
 
 
 def hop_between(
@@ -439,7 +494,10 @@ def _intra_node(
     else:
         cap = min(cat.specs[k].capacity / c for k, c in probe.path.uses)
         if probe.transport == "SHM":
-            notes = (f"{node0[0]}->{node0[1]}: P2P unavailable, SHM through host memory",)
+            notes = (
+                f"{node0[0]}->{node0[1]}: P2P unavailable, SHM through host memory "
+                f"(one channel's PCIe reads at most {probe.max_rate / 1e9:.1f} GB/s)",  # GB = 1e9 bytes
+            )
     nch = 2 * max(1, int(cap // channel_bw))
     return _IntraNode(nch, cap, probe.hw, min(channel_bw, probe.max_rate), notes)
 

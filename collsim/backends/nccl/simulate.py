@@ -181,7 +181,12 @@ def _colors(layout: Layout) -> dict[Any, Any]:
     its own."""
     return {
         e: (
-            tuple(sorted((k, round(ro.latency * 1e12), ro.cap, ro.tag.label, ro.net) for k, ro in r.items())),
+            tuple(
+                sorted(
+                    (k, round(ro.latency * 1e12), ro.cap, ro.tag.label, ro.net, round(ro.post * 1e12))
+                    for k, ro in r.items()
+                )
+            ),
             str(layout.structure.get(e) is None),
         )
         for e, r in layout.roles.items()

@@ -41,13 +41,15 @@ def _nvls_bus(m: ModelInputs) -> float:
 def _nvls_roles(ctx: SimContext, gpu: str, switch: str, fanout: int) -> dict[str, Role]:
     """A GPU's two NVLS roles: ``rs`` sends its slice up to the switch and gets 1/fanout of the sum back; ``ag``
     sends 1/fanout up and gets the whole slice multicast back; both at NCCL's NVLS efficiency on the NVLinks."""
-    eff = ctx.consts.nvls_efficiency[ctx.plan.arch]
+    consts = ctx.consts
+    eff = consts.nvls_efficiency[ctx.plan.arch]
     up = link_uses(ctx.topo.route(gpu, switch, kinds=("nvlink",)))
     down = link_uses(ctx.topo.route(switch, gpu, kinds=("nvlink",)))
+    step = consts.hw_latency["NVLINK"]["Ring"]["Simple"] * consts.sim_step_latency_scale
     lat = up.latency + down.latency
     rs = [(k, v / eff) for k, v in up.uses] + [(k, v / (fanout * eff)) for k, v in down.uses]
     ag = [(k, v / (fanout * eff)) for k, v in up.uses] + [(k, v / eff) for k, v in down.uses]
-    return {"rs": Role(rs, lat, ctx.cap, NVLS_TAG), "ag": Role(ag, lat, ctx.cap, NVLS_TAG)}
+    return {"rs": Role(rs, lat, ctx.cap, NVLS_TAG, post=step), "ag": Role(ag, lat, ctx.cap, NVLS_TAG, post=step)}
 
 
 class NVLS(NcclAlgorithm):
@@ -75,8 +77,9 @@ class NVLS(NcclAlgorithm):
         return min(consts.nvls_channels, opts.max_channels or consts.nvls_channels)
 
     def extra_base_latency(self, plan: NcclPlan, consts: NcclConstants) -> float:
-        """NVLS pays its hwLat once, with the launch."""
-        return consts.hw_latency[plan.intra_hw][self.name]["Simple"] * consts.sim_step_latency_scale
+        """NVLS pays its hwLat once, with the launch: NVLink's, the only path NVLS takes (also when the plan's
+        other hops go through host memory, NCCL_P2P_DISABLE=1)."""
+        return consts.hw_latency["NVLINK"][self.name]["Simple"] * consts.sim_step_latency_scale
 
     def min_time(self, ctx: SimContext) -> float:
         """Every GPU sends each slice of its channel to the switch (reduce-scatter), one after another."""

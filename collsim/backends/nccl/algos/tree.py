@@ -3,13 +3,13 @@ down at once, slice by slice."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from simpy.events import Event
 
-from collsim.algorithms import RingChunking
 from collsim.algorithms.nccl_algos import nccl_tree_down, nccl_tree_up
 from collsim.backends.nccl.base import (
     Entity,
@@ -62,7 +62,7 @@ def launch_up_down(
     roles = run.roles(e)
     chunking = ctx.chunking
     if share is not None:
-        chunking = RingChunking(chunking.chunk_bytes * share, 1, chunking.slots)
+        chunking = dataclasses.replace(chunking, chunk_bytes=chunking.chunk_bytes * share, slices_per_chunk=1)
     else:
         share = 1.0
     kid_reps = [run.rep(k) for k in kids]
