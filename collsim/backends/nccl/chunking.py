@@ -19,11 +19,18 @@ __all__ = ["MERGEABLE", "channels_for", "nvls_chunk", "step_chunking", "tree_ll1
 MERGEABLE = ("Tree", "NVLS", "NVLSTree", "CollNetDirect", "CollNetChain")
 
 
-def channels_for(plan: NcclPlan, consts: NcclConstants, proto: str, nbytes: int, nc: int) -> int:
-    """NCCL shrinks the channel count for small sizes: while bytes < nc x nthreads x threshold, nc -= 1 (the LL
-    threshold is per rank for rings)."""
+def channels_for(plan: NcclPlan, consts: NcclConstants, proto: str, nbytes: int, nc: int, algo: str = "Ring") -> int:
+    """NCCL shrinks the channel count for small sizes: while bytes < nc x nthreads x threshold, nc -= 1
+    (enqueue.cc). The LL threshold is per rank for rings only (tuning.cc: threadThresholds[RING][LL] *= nRanks).
+
+    >>> from types import SimpleNamespace
+    >>> plan = SimpleNamespace(ranks=["g"] * 32)
+    >>> consts = SimpleNamespace(protocols={"LL": SimpleNamespace(threshold_per_thread=8)}, nthreads=512)
+    >>> [channels_for(plan, consts, "LL", 128 * 1024, 16, algo) for algo in ("Ring", "Tree")]  # 32 ranks, 128 KiB
+    [1, 16]
+    """
     pc = consts.protocols[proto]
-    thresh = pc.threshold_per_thread * (len(plan.ranks) if proto == "LL" else 1)
+    thresh = pc.threshold_per_thread * (len(plan.ranks) if proto == "LL" and algo == "Ring" else 1)
     while nc > 1 and nbytes < nc * consts.nthreads * thresh:
         nc -= 1
     return nc
@@ -120,13 +127,13 @@ def step_chunking(
         heads = plan.ppn
         chunk = heads * nvls_chunk(rules, algo, nbytes, nc * heads, consts.nvls_chunk_bytes, plan.nnodes)
     elif algo == "Tree" and proto == "Simple":
-        per = nbytes / max(1, min(plan.channels, channels_for(plan, consts, proto, nbytes, plan.channels)))
+        per = nbytes / max(1, min(plan.channels, channels_for(plan, consts, proto, nbytes, plan.channels, algo)))
         chunk = tree_simple_chunk(rules, per, tree_depth, chunk)
     elif algo == "Tree" and proto == "LL128" and collective == "allreduce":
         chunk = tree_ll128_chunk(rules, nbytes, nc, plan.nnodes, plan.ppn, chunk / pc.data_per_wire) * pc.data_per_wire
     if proto in ("LL", "LL128") and algo in ("Tree", "Ring"):
         depth = 2 * tree_depth if algo == "Tree" else 2 * n
-        per = nbytes / max(1, channels_for(plan, consts, proto, nbytes, plan.channels))
+        per = nbytes / max(1, channels_for(plan, consts, proto, nbytes, plan.channels, algo))
         while per / (chunk / pieces) < 2 * depth and pieces < consts.sim_max_pieces:
             pieces *= 2
     # a step cut in pieces is still one chunk, posted once; the connection still holds NCCL_STEPS steps

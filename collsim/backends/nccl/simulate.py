@@ -142,7 +142,7 @@ def _context(
 ) -> SimContext:
     """Channels (NCCL's small-size shrink), chunking, one channel's cap, wire overhead and base latency."""
     pc = consts.protocols[proto]
-    nc = channels_for(plan, consts, proto, nbytes, alg.channels(plan, opts, consts))
+    nc = channels_for(plan, consts, proto, nbytes, alg.channels(plan, opts, consts), alg.name)
     chunking = step_chunking(plan, consts, alg.name, proto, collective, nbytes, nc, opts.buffsize)
     idx = node_index(plan.nnodes)
     cap = plan.channel_bw
