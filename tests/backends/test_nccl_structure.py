@@ -131,6 +131,7 @@ GPU_TEMPLATES = [
     "dgx-a100",
     "dgx1-v100",
     "gb200-nvl72",
+    "gcp-a3-high",
     "h100-pcie-nvlink-pair",
     "hgx",
     "hgx-b200",

@@ -16,6 +16,7 @@ TEMPLATES = [
     "dgx-a100",
     "dgx1-v100",
     "gb200-nvl72",
+    "gcp-a3-high",
     "h100-pcie-nvlink-pair",
     "hgx",
     "hgx-b200",
@@ -431,3 +432,11 @@ def test_gb200_nvl72_one_nvlink_domain() -> None:
     assert [topo.path_type("n0/gpu0", f"n0/nic{k}") for k in range(5)] == ["PHB", "PHB", "SYS", "SYS", "NET"]
     assert topo.nearest_nic("n0/gpu70") == topo.device("n0/nic70")
     assert len(load_topology("gb200-nvl72", node_params={"gpus": 36}).gpus()) == 36
+
+
+def test_gcp_a3_high_one_tcpx_nic_per_gpu_pair() -> None:
+    topo = load_topology("gcp-a3-high")
+    assert len(topo.gpus()) == 8 and len(topo.nics()) == 4 and topo.device("n0/nvswitch").spec["multicast"] is True
+    assert _row(topo, 3)[8:] == ["PHB", "PIX", "SYS", "SYS"]
+    assert topo.nearest_nic("n0/gpu5") == topo.device("n0/nic2")
+    assert topo.device("n0/nic0").spec["speed"] == 25e9  # 200 Gb/s = 25e9 B/s
