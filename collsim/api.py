@@ -9,7 +9,7 @@ Examples
 --------
 >>> sim = Simulator.from_source("pcie-2gpu-nop2p", ["workload.sizes=1MiB"])
 >>> [round(r.busbw_gbps, 1) for r in sim.run(backends=["nccl"]).records]
-[5.1]
+[5.3]
 """
 
 from __future__ import annotations

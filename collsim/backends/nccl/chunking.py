@@ -113,7 +113,9 @@ def step_chunking(
     step_data = buffer / consts.steps * pc.data_per_wire
     if algo == "Ring" and proto == "Simple":
         slices = pc.chunk_steps // pc.slice_steps
-        return RingChunking(step_data * pc.chunk_steps, slices, consts.steps // pc.slice_steps)
+        # NCCL's hwLat is per ring step (a chunk's hop, tuning.cc's nsteps x hwLat); a Simple ring step posts once
+        # per slice, so each post is 1/slices of it
+        return RingChunking(step_data * pc.chunk_steps, slices, consts.steps // pc.slice_steps, 1, 1.0 / slices)
     rules = consts.chunk_rules
     assert rules is not None, "NcclConstants without chunk_rules"
     n = len(plan.ranks)
