@@ -41,7 +41,7 @@ from collsim.nccl_env import NcclEnvError, NcclOptions
 from collsim.profile import Profile, load_profile
 from collsim.results import Comparison, Explanation, Record, make_record, records_to_dataframe, representative_size
 from collsim.scenario import Scenario, ScenarioError, load_scenario
-from collsim.topology import Topology, TopologyError, load_presets, topologies_dir
+from collsim.topology import Topology, TopologyError, load_presets, perturb_links, topologies_dir
 from collsim.vocab import BACKENDS, REDUCING_COLLECTIVES, ROOTED_COLLECTIVES
 
 __all__ = [
@@ -195,7 +195,11 @@ class Simulator:
         self.profile: Profile | None = profile if profile is not None else (load_profile(cal) if cal else None)
         with self._errors("cluster"):
             topology: Topology = scenario.build_topology()
-        self.topology = self.profile.apply_topology(topology) if self.profile is not None else topology
+        topology = self.profile.apply_topology(topology) if self.profile is not None else topology
+        if scenario.perturb is not None:
+            with self._errors("perturb"):
+                topology = perturb_links(topology, scenario.perturb.link_rules(), field="links")
+        self.topology = topology
         self._check_gpus_per_process()
         nccl = scenario.backends.nccl
         user_env = dict(nccl.env) if nccl else {}

@@ -53,6 +53,7 @@ from collsim.vocab import (
     FABRIC_TRANSPORTS,
     GLOO_ALGORITHMS,
     GLOO_TRANSPORTS,
+    LINK_KINDS,
     REDUCE_OPS,
     TENSOR_DEVICES,
     canonical_collective,
@@ -64,7 +65,9 @@ __all__ = [
     "EngineConfig",
     "FabricConfig",
     "GlooConfig",
+    "LinkPerturbConfig",
     "NcclConfig",
+    "PerturbConfig",
     "Scenario",
     "SwitchConfig",
     "WorkloadConfig",
@@ -79,6 +82,7 @@ if TYPE_CHECKING:
     FabricTransport = str
     GlooAlgorithm = str
     GlooTransport = str
+    LinkKind = str
     ReduceOp = str
     TensorDevice = str
 else:
@@ -86,6 +90,7 @@ else:
     FabricTransport = Literal[FABRIC_TRANSPORTS]
     GlooAlgorithm = Literal[GLOO_ALGORITHMS]
     GlooTransport = Literal[GLOO_TRANSPORTS]
+    LinkKind = Literal[LINK_KINDS]
     ReduceOp = Literal[REDUCE_OPS]
     TensorDevice = Literal[TENSOR_DEVICES]
 
@@ -430,6 +435,38 @@ class EngineConfig(BaseModel):
     seed: StrictInt | None = Field(None, ge=0, description="Random seed for noise options (none yet).")
 
 
+class LinkPerturbConfig(BaseModel):
+    """Links made slower: every link at the devices matching ``device`` (of ``kind`` when given) carries ``scale``
+    times its bandwidth, both directions (``collsim.topology.perturb``)."""
+
+    model_config = _STRICT
+
+    device: str = Field(
+        min_length=1,
+        description="Glob on device names: 'n3/nic2' (one NIC), 'fabric/rail5', 'fabric/spine*', 'n*/nic*'.",
+    )
+    scale: float = Field(gt=0, description="Factor on the links' bandwidth: 0.5 is half rate.")
+    kind: LinkKind | None = Field(None, description="Only links of this kind (e.g. 'ib' for a NIC's port).")
+    choose: StrictInt | None = Field(
+        None, ge=1, description="Apply to this many of the matching devices, drawn at random with perturb.seed."
+    )
+
+
+class PerturbConfig(BaseModel):
+    """What makes this cluster unlike the healthy one (issue 13): slower links, for a what-if against it."""
+
+    model_config = _STRICT
+
+    links: list[LinkPerturbConfig] = Field(default_factory=list, description="Links at reduced bandwidth.")
+    seed: StrictInt = Field(0, ge=0, description="Seed of the random draws ('choose').")
+
+    def link_rules(self) -> list[Any]:
+        """The rules as ``collsim.topology.LinkRule`` (imported late: the scenario layer does not need it)."""
+        from collsim.topology import LinkRule
+
+        return [LinkRule(p.device, p.scale, p.kind, p.choose, self.seed + i) for i, p in enumerate(self.links)]
+
+
 class Scenario(BaseModel):
     """A validated scenario. Build one with :func:`collsim.scenario.load_scenario`.
 
@@ -445,6 +482,7 @@ class Scenario(BaseModel):
     workload: WorkloadConfig = Field(default_factory=lambda: WorkloadConfig.model_validate({}))
     backends: BackendsConfig = Field(default_factory=lambda: BackendsConfig.model_validate({}))
     engine: EngineConfig = Field(default_factory=lambda: EngineConfig.model_validate({}))
+    perturb: PerturbConfig | None = Field(None, description="Slower links (a what-if against the healthy cluster).")
     calibration: str | None = Field(None, description="Calibration profile YAML, relative to the scenario file.")
 
     _source_file: str | None = PrivateAttr(None)

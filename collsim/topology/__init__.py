@@ -17,6 +17,7 @@ from collsim.topology.display import format_topo_matrix
 from collsim.topology.errors import TopologyError
 from collsim.topology.fabric import parse_fabric
 from collsim.topology.model import Device, Link, Topology, path_class_rank
+from collsim.topology.perturb import LinkRule, perturb_links
 from collsim.topology.presets import PresetLibrary, load_presets, topologies_dir
 from collsim.topology.template import available_templates, load_topology, topology_from_template
 from collsim.vocab import DEVICE_KINDS, FABRIC_TOPOLOGIES, LINK_KINDS, PATH_CLASS_ORDER
@@ -30,6 +31,7 @@ __all__ = [
     "TRANSPORTS",
     "Device",
     "Link",
+    "LinkRule",
     "PresetLibrary",
     "Topology",
     "TopologyError",
@@ -39,6 +41,7 @@ __all__ = [
     "load_topology",
     "parse_fabric",
     "path_class_rank",
+    "perturb_links",
     "topologies_dir",
     "topology_from_template",
 ]

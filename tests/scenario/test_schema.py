@@ -30,6 +30,7 @@ def test_schema_shape() -> None:
         "workload",
         "backends",
         "engine",
+        "perturb",
         "calibration",
     ]
     cluster = schema["$defs"]["ClusterConfig"]
