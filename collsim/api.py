@@ -210,10 +210,12 @@ class Simulator:
             for key, value in (nic.spec.get("nccl_plugin_env") or {}).items():
                 if key not in user_env:
                     self.nccl_plugin_env.setdefault(key, value)
+        delays = self._launch_delays()
         with self._errors("backends.nccl.env"):
             self.nccl_options = dataclasses.replace(
                 NcclOptions.from_env({**self.nccl_plugin_env, **user_env}),
                 gpus_per_process=scenario.workload.gpus_per_process,
+                launch_delay=delays,
             )
         gloo = scenario.backends.gloo
         self.gloo_options = (
@@ -221,7 +223,23 @@ class Simulator:
             if gloo
             else GlooOptions()
         )
+        self.gloo_options = dataclasses.replace(self.gloo_options, launch_delay=delays)
         self.fabric: dict[str, Any] = scenario.topology_kwargs().get("fabric") or {}
+
+    def _launch_delays(self) -> tuple[tuple[int, float], ...]:
+        """``perturb.ranks`` as (rank, seconds) pairs, every rank checked against the cluster's ranks."""
+        perturb = self.scenario.perturb
+        if perturb is None or not perturb.ranks:
+            return ()
+        n = len(self.topology.rank_devices())
+        for i, r in enumerate(perturb.ranks):
+            if r.rank >= n:
+                raise ScenarioError(
+                    f"expected a rank below {n} (the cluster's ranks), got {r.rank}",
+                    file=self.scenario.source_file,
+                    field=f"perturb.ranks[{i}].rank",
+                )
+        return perturb.launch_delays()
 
     def _errors(self, field: str) -> AbstractContextManager[None]:
         """:func:`scenario_errors` for this scenario's file."""

@@ -216,6 +216,9 @@ class NcclOptions:
         NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD: sockets one network connection spreads over.
     gpus_per_process : int
         Not an NCCL knob: GPUs one process drives (nccl-tests ``-g``), set from the workload.
+    launch_delay : tuple of (int, float)
+        Not an NCCL knob: (rank, seconds) pairs of ranks that launch every collective that late (stragglers,
+        scenario ``perturb.ranks``).
 
     Examples
     --------
@@ -243,6 +246,7 @@ class NcclOptions:
     nvls_enable: bool = True
     env: Mapping[str, str] = field(default_factory=dict)
     gpus_per_process: int = 1
+    launch_delay: tuple[tuple[int, float], ...] = ()
 
     @classmethod
     def from_env(cls, env: Mapping[str, Any]) -> NcclOptions:

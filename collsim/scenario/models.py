@@ -68,6 +68,7 @@ __all__ = [
     "LinkPerturbConfig",
     "NcclConfig",
     "PerturbConfig",
+    "RankPerturbConfig",
     "Scenario",
     "SwitchConfig",
     "WorkloadConfig",
@@ -452,13 +453,39 @@ class LinkPerturbConfig(BaseModel):
     )
 
 
+class RankPerturbConfig(BaseModel):
+    """A straggler: rank ``rank`` launches every collective ``launch_delay`` late (both backends)."""
+
+    model_config = _STRICT
+
+    rank: StrictInt = Field(ge=0, description="Global rank index.")
+    launch_delay: str = Field(description="How late it launches each collective, e.g. '20us'.")
+
+    @field_validator("launch_delay", mode="before")
+    @classmethod
+    def _delay(cls, value: Any) -> Any:
+        return _check_quantity(value, parse_time, "duration", "'20us' or '1ms'")
+
+    def seconds(self) -> float:
+        """The delay in seconds."""
+        return parse_time(self.launch_delay)
+
+
 class PerturbConfig(BaseModel):
-    """What makes this cluster unlike the healthy one (issue 13): slower links, for a what-if against it."""
+    """What makes this cluster unlike the healthy one (issue 13): slower links and stragglers, for a what-if."""
 
     model_config = _STRICT
 
     links: list[LinkPerturbConfig] = Field(default_factory=list, description="Links at reduced bandwidth.")
+    ranks: list[RankPerturbConfig] = Field(default_factory=list, description="Stragglers: ranks launching late.")
     seed: StrictInt = Field(0, ge=0, description="Seed of the random draws ('choose').")
+
+    def launch_delays(self) -> tuple[tuple[int, float], ...]:
+        """(rank, seconds) per straggler, delays of one rank added."""
+        out: dict[int, float] = {}
+        for r in self.ranks:
+            out[r.rank] = out.get(r.rank, 0.0) + r.seconds()
+        return tuple(sorted(out.items()))
 
     def link_rules(self) -> list[Any]:
         """The rules as ``collsim.topology.LinkRule`` (imported late: the scenario layer does not need it)."""

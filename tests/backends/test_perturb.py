@@ -68,3 +68,29 @@ def test_a_rule_matching_nothing_is_one_scenario_error() -> None:
     with pytest.raises(ScenarioError) as info:  # the schema refuses a scale that is not positive
         _two_nodes({"links": [{"device": "n1/nic2", "scale": 0}]})
     assert info.value.field == "perturb.links[0].scale"
+
+
+@pytest.mark.parametrize("backend", ["nccl", "gloo"])
+def test_a_straggler_adds_its_delay_to_a_small_allreduce(backend: str) -> None:
+    # rank 3 of one HGX H100 launches 20 us late: at 8 B every rank waits for it, so the allreduce ends 20 us later
+    # (to a nanosecond), with the symmetry reduction on (rank 3 splits off its ring) as without it
+    scenario = {"name": "s", "cluster": {"node": "hgx-h100"}, "backends": {"nccl": {}, "gloo": {}}}
+    late = {**scenario, "perturb": {"ranks": [{"rank": 3, "launch_delay": "20us"}]}}
+    t0 = Simulator.from_source(scenario).simulate_one(backend, 8).time_s
+    on = Simulator.from_source(late).simulate_one(backend, 8)
+    off = Simulator.from_source({**late, "engine": {"symmetry": False}}).simulate_one(backend, 8)
+    assert on.time_s == pytest.approx(t0 + 20e-6, abs=1e-9)
+    assert off.time_s == pytest.approx(on.time_s, rel=1e-9) and on.classes <= off.classes
+    rec = Simulator.from_source(late).simulate_one(backend, 8, record=True)
+    waits = [r for r in rec.records if r.tag.label == "straggler delay"]
+    assert waits and {r.owner.rank for r in waits} == {3}
+    assert all(r.t_end - r.t_start == pytest.approx(20e-6) for r in waits)
+
+
+def test_straggler_rank_out_of_range_is_one_error() -> None:
+    from collsim.scenario import ScenarioError
+
+    late = {"name": "s", "cluster": {"node": "hgx-h100"}, "perturb": {"ranks": [{"rank": 8, "launch_delay": "5us"}]}}
+    with pytest.raises(ScenarioError) as info:
+        Simulator.from_source(late)
+    assert info.value.field == "perturb.ranks[0].rank" and "below 8" in str(info.value)

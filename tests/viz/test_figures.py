@@ -169,6 +169,7 @@ VARIANTS = [(p.stem, ()) for p in sorted(SCENARIOS.glob("*.yaml"))] + [
     ("2node-h100-ib", ("backends.nccl.env.NCCL_NET_GDR_LEVEL=LOC",)),  # NET staged through host memory
     ("2node-h100-ib", ("backends.gloo.transport=ibverbs",)),  # GPUDirect RDMA, GPU reductions
     ("2node-h100-ib", ("backends.gloo.transport=ibverbs", "backends.gloo.device=cpu")),
+    ("hgx-h100", ("perturb.ranks=[{rank: 3, launch_delay: 20us}]",)),  # a straggler
 ]
 
 

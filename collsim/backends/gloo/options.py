@@ -84,3 +84,5 @@ class GlooOptions:
     device: str = "cuda"
     transport: str = "tcp"
     threads: int = 2
+    #: (rank, seconds) pairs: ranks that issue every collective that late (stragglers; scenario perturb.ranks)
+    launch_delay: tuple[tuple[int, float], ...] = ()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from collsim.algorithms.gloo_algos import GlooSchedule
@@ -180,15 +180,19 @@ def _plan(
     return plan
 
 
-def _colors(scheds: list[GlooSchedule], plan: _Plan) -> dict[Hashable, Hashable]:
+def _colors(
+    scheds: list[GlooSchedule], plan: _Plan, delays: Mapping[int, float] | None = None
+) -> dict[Hashable, Hashable]:
     """A structural colour per rank (ranks of one colour may be simulated once): the role and staged bytes in every
-    collective and the costs of its operations (tags by label: the colours are printed and sorted)."""
+    collective, the costs of its operations (tags by label: the colours are printed and sorted) and its straggler
+    delay (``delays``: rank to seconds)."""
     colors: dict[Hashable, Hashable] = {}
+    delays = delays or {}
     for i, c in plan.costs.items():
         first = (scheds[0].roles[i], *plan.staging[0][i])
         rest = tuple((s.roles[i], *plan.staging[k][i]) for k, s in enumerate(scheds) if k)
         links = tuple(sorted((label, (lat, cap, tag.label)) for label, (lat, cap, tag) in c.links.items()))
-        costs = (c.copy_latency, links, c.compute.cap, c.compute.latency, c.notice_latency)
+        costs = (c.copy_latency, links, c.compute.cap, c.compute.latency, c.notice_latency, delays.get(i, 0.0))
         colors[i] = (*first, *costs, *rest)
     return colors
 

@@ -22,6 +22,7 @@ from collsim.backends.gloo.tags import (
     H2D_TAG,
     IDLE_TAG,
     LATENCY_TAG,
+    STRAGGLER_TAG,
 )
 from collsim.engine import FluidNetwork, Owner, Quotient, Tag, attribute_time
 
@@ -60,6 +61,10 @@ class _RankOps:
     def hand_off(self, seconds: float) -> Event:
         """The worker thread picking the collective up (``work_enqueue_latency``)."""
         return self._wait(seconds, ENQUEUE_TAG)
+
+    def straggle(self, seconds: float) -> Event:
+        """A straggler issuing the collective ``seconds`` late."""
+        return self._wait(seconds, STRAGGLER_TAG)
 
     def d2h(self, nbytes: float) -> Event:
         """Copy ``nbytes`` from the GPU to pinned host memory; fires on arrival."""
@@ -116,6 +121,7 @@ def _rank_job(
     board: EventBoard,
     staged: tuple[float, float],
     enqueue: float,
+    late: float = 0.0,
 ) -> Proc:
     """One rank's part in one collective, as ProcessGroupGloo runs it (a SimPy process).
 
@@ -125,7 +131,10 @@ def _rank_job(
     the rank holds (``staged[0]``); the schedule's messages, reductions and copies; then it frees the thread and
     pays the H2D copy of the bytes it receives (``staged[1]``): PyTorch's worker issues the copy back without
     waiting for it (``AsyncWork::run`` copies non-blocking, ``synchronize`` only orders the caller's stream).
+    A straggler (``late`` seconds) issues the collective that much later, before asking for a thread.
     """
+    if late > 0:
+        yield ops.straggle(late)
     thread = pool.request()
     if not thread.triggered:  # a free thread is granted at once: yielding it anyway would only reorder events
         yield thread
@@ -154,6 +163,7 @@ def _run(
     collective's completion time (s).
     """
     preamble = float(consts.preamble_bytes) if opts.transport == "tcp" else 0.0
+    delays = dict(opts.launch_delay)
     reps = [int(rep) for rep in quotient.reps()]  # type: ignore[call-overload]
     pools = {rep: simpy.Resource(env, capacity=opts.threads) for rep in reps}
     by_rank: dict[int, float] = {}
@@ -172,7 +182,8 @@ def _run(
         board = EventBoard(env)
         for rank_ops in ops:
             rep = rank_ops.me
-            job = _rank_job(rank_ops, pools[rep], sched, board, plan.staging[k][rep], consts.work_enqueue_latency)
+            late = delays.get(rep, 0.0)
+            job = _rank_job(rank_ops, pools[rep], sched, board, plan.staging[k][rep], consts.work_enqueue_latency, late)
             ev = env.process(job)
             ev.callbacks.append(lambda _e, rep=rep, k=k: finished(rep, k))  # type: ignore[misc]
             done.append(ev)

@@ -63,7 +63,12 @@ def simulate_gloo_many(
     env, net = new_network(record, check)
     plan = _plan(topo, opts, ranks, scheds, collective, sizes)
     quotient = build_quotient(
-        net, plan.usage, plan.specs, colors=_colors(scheds, plan), relations=_relations(scheds), symmetric=symmetry
+        net,
+        plan.usage,
+        plan.specs,
+        colors=_colors(scheds, plan, dict(opts.launch_delay)),
+        relations=_relations(scheds),
+        symmetric=symmetry,
     )
     t, last, ends = _run(env, net, quotient, scheds, plan, opts, consts)
     notes += _notes(scheds, collective, opts, plan, ends)

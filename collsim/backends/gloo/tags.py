@@ -23,6 +23,7 @@ __all__ = [
     "IDLE_TAG",
     "LATENCY_TAG",
     "RDMA_TAG",
+    "STRAGGLER_TAG",
     "TAGS",
     "TCP_LOOPBACK_TAG",
     "TCP_NETWORK_TAG",
@@ -56,6 +57,8 @@ RDMA_TAG: dict[tuple[bool, bool], Tag] = {
 }
 #: Handing the collective to a worker thread.
 ENQUEUE_TAG = Tag("enqueue on worker thread", "overhead", _OVERHEAD)
+#: A straggler's late start (scenario perturb.ranks: launch_delay); the same tag as NCCL's.
+STRAGGLER_TAG = Tag("straggler delay", "overhead", _OVERHEAD)
 #: A message's arrival latency when nothing else is active (breakdown only), per transport.
 LATENCY_TAG: dict[str, Tag] = {
     "tcp": Tag("TCP message latency", "overhead", _OVERHEAD),
@@ -79,6 +82,7 @@ BREAKDOWN_PRIORITY: tuple[Tag, ...] = (
     RDMA_TAG[(True, False)],
     RDMA_TAG[(False, False)],
     ENQUEUE_TAG,
+    STRAGGLER_TAG,
 )
 
 #: Every tag this backend emits or reports.

@@ -29,7 +29,7 @@ from collsim.algorithms import EventBoard, RingChunking
 from collsim.backends.common import ResourceCatalog
 from collsim.backends.nccl.constants import NcclConstants
 from collsim.backends.nccl.plan import Hop, NcclPlan, hop_between
-from collsim.backends.nccl.tags import LAUNCH_TAG, TRANSPORT_TAG
+from collsim.backends.nccl.tags import LAUNCH_TAG, STRAGGLER_TAG, TRANSPORT_TAG
 from collsim.engine import FluidNetwork, Owner, Quotient, Tag
 from collsim.nccl_env import NcclOptions
 from collsim.topology import Topology
@@ -194,6 +194,13 @@ class SimContext:
         """The owner of entity ``e``'s flows (:func:`entity_owner`)."""
         return entity_owner(e, self.rank_of)
 
+    def late(self, e: Entity) -> float:
+        """Seconds entity ``e`` launches late: its rank's straggler delay (``opts.launch_delay``), else 0."""
+        if not self.opts.launch_delay:
+            return 0.0
+        rank = self.owner(e).rank
+        return dict(self.opts.launch_delay).get(rank, 0.0) if rank is not None else 0.0
+
     def hop(self, a: str, b: str, channel: int) -> Hop:
         """The hop from ``a`` to ``b`` on ``channel``'s NIC rails."""
         plan, topo = self.plan, self.topo
@@ -299,7 +306,11 @@ class Launcher:
         return self.board.get(e, "done")
 
     def _after_base(self, e: Entity, body: Proc) -> Proc:
-        yield self.net.delay(self.ctx.base, tag=LAUNCH_TAG, owner=self.ctx.owner(e))
+        owner = self.ctx.owner(e)
+        late = self.ctx.late(e)
+        if late > 0:  # a straggler launches late, then pays the launch like the others
+            yield self.net.delay(late, tag=STRAGGLER_TAG, owner=owner)
+        yield self.net.delay(self.ctx.base, tag=LAUNCH_TAG, owner=owner)
         yield from body
 
 

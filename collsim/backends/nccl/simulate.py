@@ -74,12 +74,12 @@ def simulate_nccl(
     layout = alg.build(ctx)
     env, net = new_network(record, check)
     quotient = build_quotient(
-        net, _usage(layout), ctx.cat.specs, colors=_colors(layout), relations=layout.relations, symmetric=symmetry
+        net, _usage(layout), ctx.cat.specs, colors=_colors(layout, ctx), relations=layout.relations, symmetric=symmetry
     )
     run = Launcher(ctx, layout, env, net, EventBoard(env), quotient, quotient.reps())
     done = []
     for e in run.reps:
-        ev = env.process(_single(net, ctx.base, ctx.owner(e))) if n == 1 else alg.launch(run, e)
+        ev = env.process(_single(net, ctx.base + ctx.late(e), ctx.owner(e))) if n == 1 else alg.launch(run, e)
         if ev is not None:
             done.append(ev)
     t = run_until_done(env, done, deadline)
@@ -175,12 +175,13 @@ def _usage(layout: Layout) -> dict[Any, dict[str, Any]]:
     return {e: {name: role.uses for name, role in r.items()} for e, r in layout.roles.items()}
 
 
-def _colors(layout: Layout) -> dict[Any, Any]:
+def _colors(layout: Layout, ctx: SimContext) -> dict[Any, Any]:
     """What the symmetry quotient must keep apart besides resources: every role's latency, cap, tag (its label: the
-    colours are sorted and printed) and whether it crosses the network, and whether the entity has a structure of
-    its own."""
+    colours are sorted and printed) and whether it crosses the network, whether the entity has a structure of its
+    own, and its straggler delay."""
     return {
         e: (
+            ctx.late(e),
             tuple(
                 sorted(
                     (k, round(ro.latency * 1e12), ro.cap, ro.tag.label, ro.net, round(ro.post * 1e12))

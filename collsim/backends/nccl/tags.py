@@ -17,6 +17,7 @@ __all__ = [
     "LAUNCH_TAG",
     "NVLS_TAG",
     "SHARP_TAG",
+    "STRAGGLER_TAG",
     "TAGS",
     "TRANSPORT_TAG",
 ]
@@ -42,6 +43,8 @@ SHARP_TAG = Tag("network (in-network reduction)", "send", _RDMA)
 LAUNCH_TAG = Tag("launch + base latency", "overhead", _OVERHEAD)
 #: A flow's arrival latency (per-step hwLat and propagation), when nothing else is active (breakdown only).
 LATENCY_TAG = Tag("per-step latency", "overhead", _OVERHEAD)
+#: a straggler's late start (scenario perturb.ranks: launch_delay)
+STRAGGLER_TAG = Tag("straggler delay", "overhead", _OVERHEAD)
 #: Nothing active: waiting for peers or for buffer slots (breakdown only).
 IDLE_TAG = Tag("waiting (peers, slots)", "wait", "waiting (peers, contention)")
 
@@ -55,7 +58,10 @@ BREAKDOWN_PRIORITY: tuple[Tag, ...] = (
     TRANSPORT_TAG["P2P/PCIe"],
     TRANSPORT_TAG["P2P/NVLink"],
     LAUNCH_TAG,
+    STRAGGLER_TAG,
 )
 
 #: Every tag this backend emits or reports.
-TAGS: tuple[Tag, ...] = (*TRANSPORT_TAG.values(), NVLS_TAG, SHARP_TAG, LAUNCH_TAG, LATENCY_TAG, IDLE_TAG)
+TAGS: tuple[Tag, ...] = (
+    *TRANSPORT_TAG.values(), NVLS_TAG, SHARP_TAG, LAUNCH_TAG, LATENCY_TAG, STRAGGLER_TAG, IDLE_TAG
+)
