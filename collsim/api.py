@@ -505,6 +505,25 @@ class Simulator:
         }
         return Explanation(coll, size, model, choice, simulated)
 
+    def healthy(self) -> Simulator:
+        """The same scenario without its ``perturb`` section (and the same calibration profile): the cluster a
+        perturbed run is compared with."""
+        scenario = self.scenario.model_copy(update={"perturb": None})
+        scenario._source_file = self.scenario.source_file
+        scenario._base_dir = self.scenario.base_dir
+        return Simulator(scenario, self.profile)
+
+    def perturbations(self) -> list[str]:
+        """The scenario's perturbations, one line each (empty when it has none)."""
+        p = self.scenario.perturb
+        if p is None:
+            return []
+        out = []
+        for i, ln in enumerate(p.links):
+            text = f"links at {ln.device}{f' ({ln.kind})' if ln.kind else ''} x{ln.scale:g}"
+            out.append(f"{text}, {ln.choose} drawn (seed {p.seed + i})" if ln.choose else text)
+        return out + [f"rank {r.rank} launches {r.launch_delay} late" for r in p.ranks]
+
     def compare(
         self, sizes: Sequence[int] | None = None, *, progress: Progress | None = None, jobs: int = 1
     ) -> tuple[list[Comparison], bool]:

@@ -21,12 +21,14 @@ from collsim.backends import BackendError
 from collsim.calibration.measurement import MeasurementError
 from collsim.calibration.nccltests import ParseWarning
 from collsim.results import (
+    Comparison,
     agreement,
     comparisons_to_csv,
     comparisons_to_json,
     explanations_to_json,
     format_comparison,
     format_explanation,
+    format_perturbation,
     format_sweep,
     records_to_csv,
     records_to_json,
@@ -230,9 +232,12 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     sim = Simulator.from_source(args.scenario, args.overrides)
     prog = _Progress(args.quiet)
     rows, interrupted = sim.compare(_sizes(args.sizes), progress=prog, jobs=_jobs(args.jobs))
+    healthy: list[Comparison] = []
+    if sim.perturbations() and not interrupted:  # the same sweep on the healthy cluster, to show the effect
+        healthy, interrupted = sim.healthy().compare(_sizes(args.sizes), progress=prog, jobs=_jobs(args.jobs))
     prog.done()
     if args.format == "json":
-        text = comparisons_to_json(rows, sim.scenario.to_dict(), interrupted)
+        text = comparisons_to_json(rows, sim.scenario.to_dict(), interrupted, healthy or None)
     elif args.format == "csv":
         text = comparisons_to_csv(rows)
     else:
@@ -246,6 +251,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
             gloo_transport=go.transport,
             gloo_device=go.device,
         )
+        if healthy:
+            text += "\n" + format_perturbation(rows, healthy, sim.perturbations())
     return _finish(text, args.output, interrupted, f"{len(rows)} sizes")
 
 

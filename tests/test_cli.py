@@ -553,3 +553,19 @@ def test_run_and_explain_say_what_the_network_plugin_set(capsys: pytest.CaptureF
     assert note in capsys.readouterr().out.splitlines()[:3]
     assert main(["explain", aws, "--sizes", "1MiB", "--quiet"]) == 0
     assert note in capsys.readouterr().out.splitlines()[:3]
+
+
+def test_compare_a_perturbed_scenario_against_the_healthy_one(capsys: pytest.CaptureFixture[str]) -> None:
+    # issue 13: compare shows the perturbed cluster and, next to it, the same sweep without perturb
+    late = ["--set", "perturb.ranks=[{rank: 3, launch_delay: 20us}]", "--sizes", "8B,1MiB", "--quiet"]
+    rc, out, err = _run(capsys, "compare", "hgx-h100", *late)
+    assert rc == 0 and err == ""
+    section = out[out.index("# Perturbed against healthy"):].splitlines()
+    assert section[1] == "#   rank 3 launches 20us late"
+    row = section[3].split()
+    assert row[0] == "8B" and float(row[2]) == pytest.approx(float(row[1]) + 20.0, abs=0.011)
+    doc = _json(capsys, "compare", "hgx-h100", *late, "--format", "json")
+    healthy, perturbed = doc["healthy"][0]["nccl"]["time_us"], doc["comparison"][0]["nccl"]["time_us"]
+    assert perturbed == pytest.approx(healthy + 20.0, abs=1e-6)
+    plain = _json(capsys, "compare", "hgx-h100", "--sizes", "8B", "--quiet", "--format", "json")
+    assert "healthy" not in plain

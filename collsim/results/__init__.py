@@ -42,6 +42,7 @@ from collsim.results.text import (
     format_comparison,
     format_explanation,
     format_nccl_tests,
+    format_perturbation,
     format_sweep,
     share_text,
 )
@@ -71,6 +72,7 @@ __all__ = [
     "format_comparison",
     "format_explanation",
     "format_nccl_tests",
+    "format_perturbation",
     "format_sweep",
     "make_record",
     "records_to_csv",

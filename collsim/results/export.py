@@ -156,8 +156,14 @@ def records_to_dataframe(records: Sequence[Record]) -> pandas.DataFrame:
     return pd.DataFrame(rows, columns=columns)
 
 
-def comparisons_to_json(rows: Sequence[Comparison], scenario: Mapping[str, Any] | None, interrupted: bool) -> str:
-    """``collsim compare --format json``: ``{"scenario", "comparison": [...], "interrupted"}`` (indent 2, newline).
+def comparisons_to_json(
+    rows: Sequence[Comparison],
+    scenario: Mapping[str, Any] | None,
+    interrupted: bool,
+    healthy: Sequence[Comparison] | None = None,
+) -> str:
+    """``collsim compare --format json``: ``{"scenario", "comparison": [...], "interrupted"}`` (indent 2, newline),
+    and ``"healthy": [...]`` (the same rows without the scenario's perturbations) when ``healthy`` is given.
 
     Parameters
     ----------
@@ -168,7 +174,9 @@ def comparisons_to_json(rows: Sequence[Comparison], scenario: Mapping[str, Any] 
     interrupted : bool
         Whether Ctrl-C stopped the sweep (the rows are those that finished).
     """
-    doc = {"scenario": scenario, "comparison": [r.to_dict() for r in rows], "interrupted": interrupted}
+    doc: dict[str, Any] = {"scenario": scenario, "comparison": [r.to_dict() for r in rows], "interrupted": interrupted}
+    if healthy is not None:
+        doc["healthy"] = [r.to_dict() for r in healthy]
     return json.dumps(doc, indent=2) + "\n"
 
 

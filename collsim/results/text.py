@@ -12,7 +12,15 @@ from collsim.results.compare import Comparison, Explanation
 from collsim.results.records import Record
 from collsim.units import NCCL_TESTS_TYPE_NAMES, format_size
 
-__all__ = ["agreement", "format_comparison", "format_explanation", "format_nccl_tests", "format_sweep", "share_text"]
+__all__ = [
+    "agreement",
+    "format_comparison",
+    "format_explanation",
+    "format_nccl_tests",
+    "format_perturbation",
+    "format_sweep",
+    "share_text",
+]
 
 
 def _fit(value: float, width: int) -> str:
@@ -209,6 +217,37 @@ def format_comparison(
     for r in rows:
         lines.append(f"  {label(r):>{width}}  NCCL: {share_text(r.nccl)}")
         lines.append(f"  {'':>{width}}  Gloo: {share_text(r.gloo)}")
+    return "\n".join(lines) + "\n"
+
+
+def format_perturbation(rows: Sequence[Comparison], healthy: Sequence[Comparison], what: Sequence[str]) -> str:
+    """``collsim compare``'s section for a perturbed scenario: per size each backend's time on the healthy cluster
+    and on the perturbed one (us) and the slowdown (perturbed / healthy).
+
+    Parameters
+    ----------
+    rows, healthy : sequence of Comparison
+        The perturbed and the healthy comparisons, matched by (collective, size).
+    what : sequence of str
+        The perturbations, one line each (the scenario's ``perturb`` entries).
+    """
+    base = {(r.nccl.collective, r.size_bytes): r for r in healthy}
+    width = max([10, *(len(format_size(r.size_bytes)) for r in rows)])
+    lines = ["# Perturbed against healthy (the same scenario without perturb):"]
+    lines += [f"#   {w}" for w in what]
+    lines.append(
+        f"# {'size':>{width}} {'nccl healthy':>13} {'perturbed':>12} {'slowdown':>9} "
+        f"{'gloo healthy':>13} {'perturbed':>12} {'slowdown':>9}"
+    )
+    for r in rows:
+        h = base.get((r.nccl.collective, r.size_bytes))
+        if h is None:
+            continue
+        lines.append(
+            f"  {format_size(r.size_bytes):>{width}} {h.nccl.time_us:13.2f} {r.nccl.time_us:12.2f} "
+            f"{r.nccl.time_us / h.nccl.time_us:8.3f}x {h.gloo.time_us:13.2f} {r.gloo.time_us:12.2f} "
+            f"{r.gloo.time_us / h.gloo.time_us:8.3f}x"
+        )
     return "\n".join(lines) + "\n"
 
 
