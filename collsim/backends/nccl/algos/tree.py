@@ -62,7 +62,9 @@ def launch_up_down(
     roles = run.roles(e)
     chunking = ctx.chunking
     if share is not None:
-        chunking = dataclasses.replace(chunking, chunk_bytes=chunking.chunk_bytes * share, slices_per_chunk=1)
+        chunking = dataclasses.replace(
+            chunking, chunk_bytes=chunking.chunk_bytes * share, slices_per_chunk=1, slices_per_post=1
+        )
     else:
         share = 1.0
     kid_reps = [run.rep(k) for k in kids]
