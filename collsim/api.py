@@ -508,10 +508,7 @@ class Simulator:
     def healthy(self) -> Simulator:
         """The same scenario without its ``perturb`` section (and the same calibration profile): the cluster a
         perturbed run is compared with."""
-        scenario = self.scenario.model_copy(update={"perturb": None})
-        scenario._source_file = self.scenario.source_file
-        scenario._base_dir = self.scenario.base_dir
-        return Simulator(scenario, self.profile)
+        return Simulator(self.scenario.model_copy(update={"perturb": None}), self.profile)  # keeps file and folder
 
     def perturbations(self) -> list[str]:
         """The scenario's perturbations, one line each (empty when it has none)."""

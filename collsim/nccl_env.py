@@ -214,6 +214,8 @@ class NcclOptions:
         NCCL_BUFFSIZE in bytes.
     socket_threads : int
         NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD: sockets one network connection spreads over.
+    socket_nthreads : int or None
+        NCCL_SOCKET_NTHREADS as set (helper threads per socket connection), None when unset.
     gpus_per_process : int
         Not an NCCL knob: GPUs one process drives (nccl-tests ``-g``), set from the workload.
     launch_delay : tuple of (int, float)
@@ -243,6 +245,7 @@ class NcclOptions:
     max_channels: int | None = None
     buffsize: int | None = None
     socket_threads: int = 1
+    socket_nthreads: int | None = None
     nvls_enable: bool = True
     env: Mapping[str, str] = field(default_factory=dict)
     gpus_per_process: int = 1
@@ -289,6 +292,7 @@ class NcclOptions:
             max_channels=as_int("NCCL_MAX_NCHANNELS"),
             buffsize=as_int("NCCL_BUFFSIZE"),
             socket_threads=max(1, threads),
+            socket_nthreads=as_int("NCCL_SOCKET_NTHREADS"),
             nvls_enable=nvls is None or nvls != 0,
             env={k: str(v) for k, v in env.items()},
         )

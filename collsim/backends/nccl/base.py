@@ -194,12 +194,17 @@ class SimContext:
         """The owner of entity ``e``'s flows (:func:`entity_owner`)."""
         return entity_owner(e, self.rank_of)
 
+    @cached_property
+    def _launch_delay(self) -> dict[int, float]:
+        """Rank index to its straggler delay (``opts.launch_delay``), seconds."""
+        return dict(self.opts.launch_delay)
+
     def late(self, e: Entity) -> float:
-        """Seconds entity ``e`` launches late: its rank's straggler delay (``opts.launch_delay``), else 0."""
-        if not self.opts.launch_delay:
+        """Seconds entity ``e`` launches late: its rank's straggler delay, else 0."""
+        if not self._launch_delay:
             return 0.0
         rank = self.owner(e).rank
-        return dict(self.opts.launch_delay).get(rank, 0.0) if rank is not None else 0.0
+        return self._launch_delay.get(rank, 0.0) if rank is not None else 0.0
 
     def hop(self, a: str, b: str, channel: int) -> Hop:
         """The hop from ``a`` to ``b`` on ``channel``'s NIC rails."""

@@ -432,19 +432,13 @@ def _net_hop(
         + cat.cores(da.node, 1.0 / per_core_a)
         + cat.cores(db.node, 1.0 / per_core_b)
     )
-    helpers = _socket_threads(opts, hp.socket_default_threads)
+    # helper threads per connection: NCCL_SOCKET_NTHREADS as set, else net_socket.cc's default (0: none)
+    helpers = hp.socket_default_threads if opts.socket_nthreads is None else opts.socket_nthreads
     stream = min(per_core_a, per_core_b)
     if helpers == 0:  # the proxy threads of both GPUs move the bytes
         sock = sock + cat.proxy(a, 1.0 / per_core_a) + cat.proxy(b, 1.0 / per_core_b)
         return Hop(a, b, "NET/socket", "NET", sock, stream)
     return Hop(a, b, "NET/socket", "NET", sock, stream * helpers)
-
-
-def _socket_threads(opts: NcclOptions, default: int) -> int:
-    """Helper threads per socket connection: NCCL_SOCKET_NTHREADS as set, else net_socket.cc's default (``default``;
-    0: none, the proxy thread moves the data)."""
-    raw = str(opts.env.get("NCCL_SOCKET_NTHREADS", "")).strip()
-    return int(raw) if raw.lstrip("-").isdigit() and int(raw) >= 0 else default
 
 
 def hop_between(
