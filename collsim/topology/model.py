@@ -383,10 +383,9 @@ class Topology:
 
     # ---------------------------------------------------------------------------------------------- path classes
     def _pcie_class(self, a: str, b: str) -> str:
-        found = self._search(a, b, frozenset({"pcie", "upi"}))
-        if found is None:  # separate hosts of one NVLink domain (a GB200 NVL72 rack's compute trays)
+        hops = self._search(a, b, frozenset({"pcie", "upi"}))
+        if hops is None:  # separate hosts of one NVLink domain (a GB200 NVL72 rack's compute trays)
             return "NET"
-        hops = found
         names = [a] + [lk.dst for lk in hops]
         kinds = [self.graph.nodes[n]["device"].kind for n in names]
         cpus = kinds.count("cpu")
