@@ -13,8 +13,9 @@ import subprocess
 import sys
 import time
 from collections.abc import Generator, Sequence
+from dataclasses import dataclass
 
-__all__ = ["bare_simpy_seconds", "run_benchmark"]
+__all__ = ["ScaleCase", "bare_simpy_seconds", "run_benchmark", "run_scale_benchmark", "scale_cases"]
 
 #: Targets on a 2-core machine, as multiples of the bare-SimPy baseline (issue 2 and 3).
 TARGETS = {"hgx-h100": 9.0, "2node-h100-ib": 27.0, "16node-h100-ib": 60.0}
@@ -98,4 +99,110 @@ def run_benchmark(scenarios: Sequence[str], baseline_events: int = 1_000_000, jo
         )
         if (target and ratio > target) or d["sum_bytes"] > MEMORY_TARGET_BYTES:
             status = 1
+    return status
+
+
+# ---------------------------------------------------------------------------------------------------- scale (issue 13)
+
+#: The cluster of the scale benchmark: HGX H100 nodes on a rail-optimised NDR fabric (8 NICs of 400 Gb/s per node).
+SCALE_SCENARIO = "16node-h100-ib"
+#: The perturbed case: one NIC port of node 1 at half rate (its IB links both ways).
+SCALE_PERTURB = "[{device: n1/nic2, scale: 0.5, kind: ib}]"
+
+
+@dataclass(frozen=True)
+class ScaleCase:
+    """One configuration of the scale benchmark: ``nodes`` HGX H100 nodes, NCCL_ALGO ``algo`` (``"default"``:
+    NCCL's own choice), the symmetry reduction on or off, and the perturbed cluster or the healthy one."""
+
+    nodes: int
+    algo: str
+    symmetry: bool
+    perturbed: bool = False
+
+    @property
+    def label(self) -> str:
+        """``"1024 GPUs Ring sym off"``, ``"... one NIC at 50%"`` for the perturbed case."""
+        extra = ", one NIC at 50%" if self.perturbed else ""
+        return f"{self.nodes * 8} GPUs {self.algo} sym {'on' if self.symmetry else 'off'}{extra}"
+
+    def overrides(self) -> list[str]:
+        """The ``--set`` overrides that make this case out of :data:`SCALE_SCENARIO`."""
+        out = [f"cluster.nodes={self.nodes}", f"engine.symmetry={'true' if self.symmetry else 'false'}"]
+        if self.algo != "default":
+            out.append(f"backends.nccl.env.NCCL_ALGO={self.algo}")
+        if self.perturbed:
+            out.append(f"perturb.links={SCALE_PERTURB}")
+        return out
+
+
+def scale_cases(nodes: Sequence[int] = (16, 64, 128)) -> list[ScaleCase]:
+    """Issue 13's grid: per node count, Ring and the default algorithm with symmetry on and off, then the Ring
+    with one NIC at half rate (symmetry on: the reduction keeps what the perturbation leaves symmetric)."""
+    out = [ScaleCase(n, a, s) for n in nodes for a in ("Ring", "default") for s in (True, False)]
+    out += [ScaleCase(n, "Ring", True, perturbed=True) for n in nodes]
+    return out
+
+
+_SCALE_CHILD = r"""
+import json, resource, sys, time
+from collsim.api import Simulator
+size = int(sys.argv[1])
+t0 = time.perf_counter()
+sim = Simulator.from_source(sys.argv[2], sys.argv[3:])
+o = sim.simulate_one("nccl", size)
+wall = time.perf_counter() - t0
+print(json.dumps({"wall_s": wall, "peak_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+                  "flows": o.flows, "solves": o.solves, "classes": o.classes, "entities": o.entities,
+                  "time_s": o.time_s, "algorithm": o.algorithm, "protocol": o.protocol, "nranks": o.nranks}))
+"""
+
+
+def run_scale_benchmark(
+    nodes: Sequence[int] = (16, 64, 128),
+    size: int = 1 << 30,
+    timeout: float = 600.0,
+    baseline_events: int = 1_000_000,
+) -> int:
+    """Print issue 13's scale table: per case, wall seconds, ratio to the bare-SimPy baseline measured in this run,
+    peak RSS (MiB), flows streamed, rate solves, simulated classes/entities and the simulated busbw.
+
+    Every case runs in a fresh child process (its own peak memory), killed after ``timeout`` seconds (then printed
+    as ``> timeout``). ``size`` bytes per allreduce (default 1 GiB, as the issue's table).
+    """
+    runs = sorted(
+        float(subprocess.run([sys.executable, "-c", _BASELINE_CHILD, str(baseline_events)], capture_output=True,
+                             text=True, check=True).stdout.strip())
+        for _ in range(3)
+    )
+    base = runs[1]
+    print(f"baseline: bare SimPy loop of {baseline_events} timeouts: {base:.3f} s "
+          f"(median of 3 fresh processes: {', '.join(f'{r:.3f}' for r in runs)})")
+    print(f"allreduce of {size} B on {SCALE_SCENARIO} with cluster.nodes=N; one process per case, "
+          f"timeout {timeout:.0f} s", flush=True)
+    print(f"{'case':<40} {'choice':<14} {'wall s':>8} {'x base':>7} {'peak MiB':>9} {'flows':>10} {'solves':>8} "
+          f"{'classes':>13} {'busbw GB/s':>10}", flush=True)
+    status = 0
+    for case in scale_cases(nodes):
+        cmd = [sys.executable, "-c", _SCALE_CHILD, str(size), SCALE_SCENARIO, *case.overrides()]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            print(f"{case.label:<40} {'':<14} {'>' + format(timeout, '.0f'):>8} {'>' + format(timeout / base, '.0f'):>7}",
+                  flush=True)
+            continue
+        if proc.returncode != 0:
+            last = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}"
+            print(f"{case.label:<40} failed: {last}", flush=True)
+            status = 1
+            continue
+        d = json.loads(proc.stdout.strip().splitlines()[-1])
+        n = d["nranks"]
+        busbw = size / d["time_s"] * 2 * (n - 1) / n / 1e9  # nccl-tests' allreduce busbw, GB/s (1e9 bytes)
+        print(
+            f"{case.label:<40} {d['algorithm'] + '/' + d['protocol']:<14} {d['wall_s']:8.2f} {d['wall_s'] / base:7.1f}"
+            f" {d['peak_bytes'] / 2**20:9.0f} {d['flows']:>10} {d['solves']:>8}"
+            f" {str(d['classes']) + '/' + str(d['entities']):>13} {busbw:10.1f}",
+            flush=True,
+        )
     return status

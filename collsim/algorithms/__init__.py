@@ -6,6 +6,7 @@ from collsim.algorithms.board import EventBoard
 from collsim.algorithms.ring import (
     GlooParams,
     GlooRingShape,
+    NcclRingMachine,
     RingChunking,
     gloo_ring_allreduce,
     gloo_ring_receiver,
@@ -18,6 +19,7 @@ __all__ = [
     "EventBoard",
     "GlooParams",
     "GlooRingShape",
+    "NcclRingMachine",
     "RingChunking",
     "gloo_ring_allreduce",
     "gloo_ring_receiver",

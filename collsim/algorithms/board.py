@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Hashable
+from typing import Any
 
 import simpy
 from simpy.events import Event
@@ -31,6 +32,8 @@ class EventBoard:
         self.env = env
         self._events: dict[tuple[Hashable, Hashable], Event] = {}
         self._owned: set[tuple[Hashable, Hashable]] = set()  # keys whose event the board made (a placeholder)
+        #: state the processes of one simulation share beyond events (e.g. the ring machines, by entity)
+        self.shared: dict[Hashable, Any] = {}
 
     def get(self, who: Hashable, what: Hashable) -> Event:
         """The event for ``(who, what)``, created untriggered if nobody asked before."""

@@ -25,6 +25,7 @@ from collsim.algorithms.board import EventBoard
 __all__ = [
     "GlooParams",
     "GlooRingShape",
+    "NcclRingMachine",
     "RingChunking",
     "gloo_ring_allreduce",
     "gloo_ring_receiver",
@@ -137,6 +138,160 @@ def nccl_ring_allreduce(
     if loops:
         yield board.get(pred, ("arr", len(loops) - 1, nsteps - 1, spc - 1))
     board.fire(me, "done")
+
+
+class NcclRingMachine:
+    """:func:`nccl_ring_allreduce`'s schedule driven by event callbacks instead of a generator: the same sends at the
+    same times, without a SimPy process resume or an :class:`EventBoard` event per dependency.
+
+    At scale (thousands of (channel, rank) entities each sending thousands of slices) the generator spends most of
+    its time resuming and the board keeps one event per slice and dependency alive for the whole run. A machine
+    keeps two flags per slice it sends (streamed, arrived) and, whenever one of its own sends or a neighbour's
+    streams or arrives, checks whether its next send may start. The waits and payments are those of
+    :func:`nccl_ring_allreduce`, which stays the readable reference (the tests run both and compare the times).
+
+    Machines of one simulation are found by entity through ``board.shared``; create them with :meth:`create` before
+    the clock starts, then start each with :meth:`start` from its process (after the launch latency). The machine
+    fires ``(me, "done")`` on the board when it is done, as the generator does.
+    """
+
+    __slots__ = (
+        "arrived",
+        "board",
+        "chunking",
+        "done",
+        "me",
+        "nsteps",
+        "pred",
+        "pred_key",
+        "send",
+        "sending",
+        "seq",
+        "sizes",
+        "spc",
+        "started",
+        "streamed",
+        "succ",
+        "succ_key",
+        "total",
+        "watchers",
+        "whole_steps",
+    )
+
+    def __init__(
+        self,
+        board: EventBoard,
+        me: Hashable,
+        pred: Hashable,
+        succ: Hashable,
+        *,
+        nranks: int,
+        data_bytes: float,
+        chunking: RingChunking,
+        send: Send,
+        nsteps: int | None = None,
+        whole_steps: bool = False,
+    ) -> None:
+        self.board = board
+        self.me = me
+        self.pred_key = pred
+        self.succ_key = succ
+        self.nsteps = 2 * (nranks - 1) if nsteps is None else nsteps
+        self.spc = chunking.slices_per_chunk
+        self.chunking = chunking
+        self.send = send
+        self.whole_steps = whole_steps
+        loops = chunking.loops(nranks, data_bytes)
+        self.sizes = [chunk / self.spc for chunk in loops]  # slice bytes of each loop
+        self.total = len(loops) * self.nsteps * self.spc
+        self.streamed = bytearray(self.total)
+        self.arrived = bytearray(self.total)
+        self.seq = 0  # index of the next slice to send
+        self.sending = False  # the slice sent last has not streamed yet
+        self.started = False
+        self.done = False
+        self.pred: NcclRingMachine = self
+        self.succ: NcclRingMachine = self
+        self.watchers: list[NcclRingMachine] = []  # machines whose next send may depend on this one's progress
+        machines = board.shared.setdefault(NcclRingMachine, {})
+        machines[me] = self
+
+    @classmethod
+    def create(cls, board: EventBoard, me: Hashable, pred: Hashable, succ: Hashable, **kw: Any) -> NcclRingMachine:
+        """A machine for ``me`` (keyword arguments as :func:`nccl_ring_allreduce`'s), registered on the board."""
+        return cls(board, me, pred, succ, **kw)
+
+    def _link(self) -> None:
+        machines = self.board.shared[NcclRingMachine]
+        self.pred = machines[self.pred_key]
+        self.succ = machines[self.succ_key]
+        for m in (self.pred, self.succ):
+            if self not in m.watchers:
+                m.watchers.append(self)
+        if self not in self.watchers:
+            self.watchers.append(self)
+
+    def start(self) -> None:
+        """Begin sending (the rank has paid its launch): from now on the machine advances on its own."""
+        self._link()
+        self.started = True
+        self._advance()
+
+    def _index(self, li: int, k: int, s: int) -> int:
+        return (li * self.nsteps + k) * self.spc + s
+
+    def _ready(self) -> bool:
+        """Whether slice ``seq`` may be sent now: the predecessor's data is here and a slot is free."""
+        seq, spc, nsteps = self.seq, self.spc, self.nsteps
+        k = (seq // spc) % nsteps
+        s = seq % spc
+        if k > 0 and not (self.whole_steps and s > 0):
+            need = seq - spc + (spc - 1 - s if self.whole_steps else 0)  # (li, k - 1, last slice or s)
+            if not self.pred.arrived[need]:
+                return False
+        slots = self.chunking.slots
+        if seq >= slots:
+            old = seq - slots
+            k0 = (old // spc) % nsteps
+            if k0 < nsteps - 1:
+                if not self.succ.streamed[old + spc]:  # (l0, k0 + 1, s0) streamed by the successor
+                    return False
+            elif not self.arrived[old]:
+                return False
+        return True
+
+    def _advance(self) -> None:
+        if not self.started or self.sending or self.done:
+            return
+        if self.seq >= self.total:
+            last = self.total - 1
+            if self.total == 0 or (self.arrived[last] and self.pred.arrived[last]):
+                self.done = True
+                self.board.fire(self.me, "done")
+            return
+        if not self._ready():
+            return
+        seq = self.seq
+        size = self.sizes[seq // (self.nsteps * self.spc)]
+        streamed, arrived = self.send(size)
+        self.sending = True
+        self.seq = seq + 1
+        arrived.callbacks.append(lambda _e: self._arrive(seq))  # type: ignore[union-attr]
+        if streamed is not arrived:
+            streamed.callbacks.append(lambda _e: self._stream(seq))  # type: ignore[union-attr]
+        else:
+            arrived.callbacks.append(lambda _e: self._stream(seq))  # type: ignore[union-attr]
+
+    def _arrive(self, seq: int) -> None:
+        self.arrived[seq] = 1
+        for m in self.watchers:
+            m._advance()
+
+    def _stream(self, seq: int) -> None:
+        self.streamed[seq] = 1
+        self.sending = False
+        for m in self.watchers:
+            m._advance()
 
 
 @dataclass(frozen=True)

@@ -273,6 +273,7 @@ class FluidNetwork:
         self.resources: dict[str, Resource] = {}
         self.records: list[FlowRecord] = []
         self.solves = 0
+        self.flows = 0  # flows started that streamed bytes (the engine's work, for benchmarks)
         self._active: dict[int, Flow] = {}
         self._heap: list[tuple[float, int, int, Flow]] = []  # (finish time, tie-break, version, flow)
         self._seq = 0
@@ -370,6 +371,7 @@ class FluidNetwork:
         if flow.sig == len(self._sig_order):  # a new signature: its place in the canonical solve order
             self._sig_order.append((tuple((r.name, c) for r, c in uses_t), max_rate))
         flow.t_start = flow.t_ref = env.now
+        self.flows += 1
         self._active[id(flow)] = flow
         self._schedule_update()
         return streamed, arrived

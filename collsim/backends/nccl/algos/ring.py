@@ -3,11 +3,12 @@ broadcast and reduce."""
 
 from __future__ import annotations
 
-from typing import cast
+from collections.abc import Generator
+from typing import Any, cast
 
 from simpy.events import Event
 
-from collsim.algorithms import nccl_ring_allreduce
+from collsim.algorithms import NcclRingMachine
 from collsim.algorithms.nccl_algos import nccl_chain
 from collsim.backends.nccl.base import (
     Chain,
@@ -141,7 +142,7 @@ class Ring(NcclAlgorithm):
         ring = ctx.plan.rings[c]
         i = ring.index(g)
         n = ctx.n
-        body = nccl_ring_allreduce(
+        machine = NcclRingMachine(
             run.board,
             e,
             run.rep((c, ring[i - 1])),
@@ -153,5 +154,13 @@ class Ring(NcclAlgorithm):
             nsteps=2 * (n - 1) if ctx.collective == "allreduce" else n - 1,
             whole_steps=run.whole(e, "send"),
         )
-        run.start(e, body)
+        run.start(e, _start(machine))
         return run.done(e)
+
+
+def _start(machine: NcclRingMachine) -> Generator[Event, Any, None]:
+    """The body of a ring entity's process: start its machine once the launch is paid (the machine then runs on
+    event callbacks and fires ``(me, "done")`` itself)."""
+    machine.start()
+    return
+    yield  # a generator, for Launcher.start
