@@ -38,10 +38,27 @@ from collsim.backends import (
 )
 from collsim.backends.nccl import NcclPlan, choose, enabled_pairs, tuner_times
 from collsim.nccl_env import NcclEnvError, NcclOptions
+from collsim.noise import add_delays, launch_skews, repetition_seed
 from collsim.profile import Profile, load_profile
-from collsim.results import Comparison, Explanation, Record, make_record, records_to_dataframe, representative_size
+from collsim.results import (
+    Comparison,
+    Explanation,
+    Record,
+    make_record,
+    records_to_dataframe,
+    repeated_record,
+    representative_size,
+)
 from collsim.scenario import Scenario, ScenarioError, load_scenario
-from collsim.topology import Topology, TopologyError, load_presets, perturb_links, topologies_dir
+from collsim.topology import (
+    Topology,
+    TopologyError,
+    add_background,
+    load_presets,
+    perturb_links,
+    take_down,
+    topologies_dir,
+)
 from collsim.vocab import BACKENDS, REDUCING_COLLECTIVES, ROOTED_COLLECTIVES
 
 __all__ = [
@@ -199,6 +216,8 @@ class Simulator:
         if scenario.perturb is not None:
             with self._errors("perturb"):
                 topology = perturb_links(topology, scenario.perturb.link_rules(), field="links")
+                topology = take_down(topology, scenario.perturb.down_rules(), field="down")
+                topology = add_background(topology, scenario.perturb.background_rules(), field="background")
         self.topology = topology
         self._check_gpus_per_process()
         nccl = scenario.backends.nccl
@@ -240,6 +259,43 @@ class Simulator:
                     field=f"perturb.ranks[{i}].rank",
                 )
         return perturb.launch_delays()
+
+    @property
+    def noisy(self) -> bool:
+        """Whether the scenario draws noise (``noise.launch_skew`` or ``noise.jitter`` above 0)."""
+        noise = self.scenario.noise
+        return noise is not None and noise.active()
+
+    @property
+    def seed(self) -> int:
+        """The seed of the noise draws: ``engine.seed``, 0 when unset."""
+        return self.scenario.engine.seed or 0
+
+    def noise_text(self) -> str:
+        """The scenario's noise in words (``"launch_skew 5us, jitter 1us, seed 0"``); empty without noise."""
+        noise = self.scenario.noise
+        if noise is None or not noise.active():
+            return ""
+        parts = [f"{k} {v}" for k, v in (("launch_skew", noise.launch_skew), ("jitter", noise.jitter)) if v]
+        return ", ".join([*parts, f"seed {self.seed}"])
+
+    def options(self, backend: str, repetition: int = 0) -> NcclOptions | GlooOptions:
+        """``backend``'s options for repetition ``repetition`` (>= 0) of a noisy scenario: each rank's launch skew
+        drawn for it (:func:`collsim.noise.launch_skews`) added to the stragglers' delays, and its jitter seed;
+        without noise, the scenario's options whatever the repetition."""
+        base: NcclOptions | GlooOptions = self.nccl_options if backend == "nccl" else self.gloo_options
+        if not self.noisy:
+            return base
+        noise = self.scenario.noise
+        assert noise is not None
+        n = len(self.topology.rank_devices())
+        skews = launch_skews(n, noise.skew_seconds(), seed=self.seed, repetition=repetition)
+        return dataclasses.replace(
+            base,
+            launch_delay=add_delays(base.launch_delay, skews),
+            jitter=noise.jitter_seconds(),
+            jitter_seed=repetition_seed(self.seed, repetition),
+        )
 
     def _errors(self, field: str) -> AbstractContextManager[None]:
         """:func:`scenario_errors` for this scenario's file."""
@@ -312,6 +368,7 @@ class Simulator:
         record: bool = False,
         choice: tuple[str, str] | None = None,
         symmetry: bool | None = None,
+        repetition: int = 0,
     ) -> Outcome:
         """Simulate one collective of ``size`` bytes with ``backend`` ("nccl" or "gloo").
 
@@ -329,14 +386,18 @@ class Simulator:
             NCCL's (algorithm, protocol) instead of its cost model's pick.
         symmetry : bool, optional
             Simulate provably identical ranks once; default: the scenario's ``engine.symmetry``.
+        repetition : int
+            Which draws of the scenario's noise (:meth:`options`); no effect without noise.
         """
         coll = collective or self.scenario.collectives()[0]
         sym = self.scenario.engine.symmetry if symmetry is None else symmetry
         with self._errors(f"backends.{backend}"):
             if backend == "nccl":
+                nccl_options = self.options("nccl", repetition)
+                assert isinstance(nccl_options, NcclOptions)
                 return simulate_nccl(
                     self.topology,
-                    self.nccl_options,
+                    nccl_options,
                     self.nccl_constants,
                     size,
                     collective=coll,
@@ -347,8 +408,10 @@ class Simulator:
                     choice=choice,
                 )
             if backend == "gloo":
+                gloo_options = self.options("gloo", repetition)
+                assert isinstance(gloo_options, GlooOptions)
                 return simulate_gloo(
-                    self.topology, self.gloo_options, self.gloo_constants, size, collective=coll, symmetry=sym,
+                    self.topology, gloo_options, self.gloo_constants, size, collective=coll, symmetry=sym,
                     record=record,
                 )
         raise ScenarioError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}", field="backend")
@@ -435,11 +498,69 @@ class Simulator:
                 result.records.append(self.to_record(out))
         return result
 
-    def _point(self, backend: str, size: int, keep: bool, record: bool) -> list[Outcome]:
-        """Every collective of the scenario at one (backend, size); flow records dropped unless ``record``."""
+    def run_repeated(
+        self,
+        repeat: int,
+        backends: Sequence[str] | None = None,
+        sizes: Sequence[int] | None = None,
+        *,
+        progress: Progress | None = None,
+        jobs: int = 1,
+    ) -> SweepResult:
+        """Simulate every size with every backend ``repeat`` times, each run with its own draws of the scenario's
+        noise (repetition 0 .. repeat-1, :meth:`options`); one :class:`~collsim.results.RepeatedRecord` per
+        (backend, collective, size) with the median run's time and the runs' p50, p99, min and max.
+
+        Without noise every run is the same: the sweep is simulated once and its time stands for all ``repeat``
+        runs (p50 = p99 = min = max).
+
+        Parameters
+        ----------
+        repeat : int
+            Runs per size, >= 1.
+        backends, sizes, progress, jobs
+            As :meth:`run` (``progress`` counts every run).
+
+        Returns
+        -------
+        SweepResult
+            ``records``: RepeatedRecords in backend, size, collective order; ``outcomes``: every run's. After
+            Ctrl-C only the sizes whose runs all finished have records.
+        """
+        if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
+            raise ScenarioError(f"expected a number of runs >= 1, got {repeat!r}", file="--repeat")
+        runs = repeat if self.noisy else 1
+        todo = [
+            (b, s, r)
+            for b in (self.backends() if backends is None else backends)
+            for s in (self.scenario.sizes() if sizes is None else sizes)
+            for r in range(runs)
+        ]
+        result = SweepResult(self.scenario)
+        done, result.interrupted = self.map_points(
+            lambda i: self._point(todo[i][0], todo[i][1], False, False, todo[i][2]),
+            len(todo),
+            jobs,
+            sizes=[s for _b, s, _r in todo],
+            progress=(lambda i, n: progress(todo[i][0], todo[i][1], n, len(todo))) if progress else None,
+        )
+        for start in range(0, len(todo), runs):
+            group = [done.get(i) for i in range(start, start + runs)]
+            if any(g is None for g in group):
+                continue  # interrupted before every run of this size finished
+            outs: list[list[Outcome]] = [g for g in group if g is not None]
+            for k, first in enumerate(outs[0]):
+                times = [o[k].time_s for o in outs] * (repeat // runs)  # without noise: one run stands for all
+                result.outcomes.extend(o[k] for o in outs)
+                result.records.append(repeated_record(self.to_record(first), times))
+        return result
+
+    def _point(self, backend: str, size: int, keep: bool, record: bool, repetition: int = 0) -> list[Outcome]:
+        """Every collective of the scenario at one (backend, size) (with repetition ``repetition``'s noise); flow
+        records dropped unless ``record``."""
         outs = []
         for coll in self.scenario.collectives():
-            out = self.simulate_one(backend, size, collective=coll, record=keep)
+            out = self.simulate_one(backend, size, collective=coll, record=keep, repetition=repetition)
             if not record:
                 out.records = []
             outs.append(out)
@@ -519,6 +640,17 @@ class Simulator:
         for i, ln in enumerate(p.links):
             text = f"links at {ln.device}{f' ({ln.kind})' if ln.kind else ''} x{ln.scale:g}"
             out.append(f"{text}, {ln.choose} drawn (seed {p.seed + i})" if ln.choose else text)
+        for i, dn in enumerate(p.down):
+            what = f"links {dn.device} -> {dn.peer}" if dn.peer else dn.device
+            text = f"{what}{f' ({dn.kind})' if dn.kind else ''} down"
+            out.append(f"{text}, {dn.choose} drawn (seed {p.seed + i})" if dn.choose else text)
+        for sub in sorted(self.topology.nic_substitutes.values(), key=lambda x: x[0].name):
+            out.append(f"  {sub[0].name}'s channels on {sub[1]} (the nearest NIC left)")
+        for i, bg in enumerate(p.background):
+            offered = f"{bg.rate} per link direction" if bg.rate is not None else f"load {bg.load:g} of each link"
+            where = f"{bg.device}{f' -> {bg.peer}' if bg.peer else ''}{f' ({bg.kind})' if bg.kind else ''}"
+            text = f"background traffic at {where}: {offered}"
+            out.append(f"{text}, {bg.choose} drawn (seed {p.seed + i})" if bg.choose else text)
         return out + [f"rank {r.rank} launches {r.launch_delay} late" for r in p.ranks]
 
     def compare(

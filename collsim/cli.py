@@ -22,16 +22,20 @@ from collsim.calibration.measurement import MeasurementError
 from collsim.calibration.nccltests import ParseWarning
 from collsim.results import (
     Comparison,
+    RepeatedRecord,
     agreement,
     comparisons_to_csv,
     comparisons_to_json,
     explanations_to_json,
     format_comparison,
+    format_explain_perturbation,
     format_explanation,
     format_perturbation,
+    format_repeated_sweep,
     format_sweep,
     records_to_csv,
     records_to_json,
+    repeated_to_csv,
 )
 from collsim.scenario import ScenarioError, ScenarioWarning, scenario_json_schema
 from collsim.topology import TopologyError, format_topo_matrix
@@ -68,6 +72,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--jobs", type=int, default=0, metavar="N", help=_JOBS_HELP)
     run.add_argument("--trace", metavar="FILE.json", help="also write a Chrome trace (Perfetto, chrome://tracing)")
     run.add_argument("--trace-size", metavar="SIZE", help="size the trace shows (default: 64MiB or the largest size)")
+    run.add_argument("--repeat", type=int, default=1, metavar="K",
+                     help="runs per size, each with its own draws of the scenario's noise; reports the median and "
+                     "p50/p99/min/max (default: %(default)s)")  # fmt: skip
     cmp_ = sub.add_parser("compare", help="NCCL and Gloo side by side, with the speedup and where the time goes")
     _common(cmp_)
     cmp_.add_argument("--sizes", metavar="RANGE", help="sizes (overrides workload.sizes)")
@@ -108,6 +115,13 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--baseline-events", type=int, default=1_000_000, help="timeouts in the bare SimPy loop")
     bench.add_argument("--jobs", type=int, default=0, metavar="N",
                        help="worker processes per sweep, as collsim run (default 0: one per CPU; 1: serial)")
+    bench.add_argument("--scale", action="store_true",
+                       help="the scale table instead: 128-1024 H100 GPUs, Ring and default, symmetry on/off, one slow NIC")
+    bench.add_argument("--scale-nodes", default="16,64,128", metavar="N,N,...",
+                       help="node counts of the scale table (8 GPUs each; default: %(default)s)")
+    bench.add_argument("--scale-size", default="1GiB", metavar="SIZE", help="allreduce size (default: %(default)s)")
+    bench.add_argument("--scale-timeout", type=float, default=600.0, metavar="S",
+                       help="seconds before a case of the scale table is stopped (default: %(default)s)")
     report = sub.add_parser(
         "report", help="one self-contained HTML page: topology, NCCL vs Gloo, where the time goes, a timeline"
     )
@@ -202,6 +216,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise ScenarioError(
             "no backend enabled; enable backends.nccl or backends.gloo", file=sim.scenario.source_file, field="backends"
         )
+    if args.repeat != 1 or sim.noisy:
+        return _run_repeated(args, sim, backends)
     prog = _Progress(args.quiet)
     result = sim.run(backends=backends, sizes=_sizes(args.sizes), progress=prog, jobs=_jobs(args.jobs))
     prog.done()
@@ -220,6 +236,40 @@ def _cmd_run(args: argparse.Namespace) -> int:
             nccl_notes=_plugin_notes(sim),
         )
     return _finish(text, args.output, result.interrupted, f"{len(result.records)} rows")
+
+
+def _run_repeated(args: argparse.Namespace, sim: Simulator, backends: Sequence[str]) -> int:
+    """``run`` with ``--repeat K`` or a scenario with noise: every size K times, the median and the spread."""
+    if args.repeat < 1:
+        raise ScenarioError(f"expected a number of runs >= 1, got {args.repeat}", file="--repeat")
+    if not sim.noisy and args.repeat > 1:
+        print(
+            f"collsim: note: no noise in this scenario (noise.launch_skew, noise.jitter): the {args.repeat} runs are "
+            "identical; simulated once, p50 = p99",
+            file=sys.stderr,
+        )
+    prog = _Progress(args.quiet)
+    result = sim.run_repeated(
+        args.repeat, backends=backends, sizes=_sizes(args.sizes), progress=prog, jobs=_jobs(args.jobs)
+    )
+    prog.done()
+    if args.trace and not result.interrupted:
+        _write_trace(args, sim, backends)
+    records = [r for r in result.records if isinstance(r, RepeatedRecord)]
+    if args.format == "json":
+        text = records_to_json(records, sim.scenario.to_dict(), interrupted=result.interrupted) + "\n"
+    elif args.format == "csv":
+        text = repeated_to_csv(records)
+    else:
+        text = format_repeated_sweep(
+            records,
+            name=sim.scenario.name,
+            backends=backends,
+            collectives=sim.scenario.collectives(),
+            nccl_notes=_plugin_notes(sim),
+            noise=sim.noise_text(),
+        )
+    return _finish(text, args.output, result.interrupted, f"{len(records)} rows")
 
 
 def _plugin_notes(sim: Simulator) -> list[str]:
@@ -267,6 +317,10 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         text = format_explanation(
             rows, name=sim.scenario.name, nranks=len(sim.nccl_plan.ranks), notes=_plugin_notes(sim), all_pairs=args.all
         )
+        if sim.perturbations() and not interrupted:  # NCCL's choice and time on the healthy cluster too
+            healthy, _ = sim.healthy().explain(_sizes(args.sizes), progress=prog, jobs=_jobs(args.jobs))
+            prog.done()
+            text += "\n" + format_explain_perturbation(rows, healthy, sim.perturbations())
     return _finish(text, args.output, interrupted, f"{len(rows)} sizes")
 
 
@@ -355,8 +409,15 @@ def _cmd_schema(args: argparse.Namespace) -> int:
 
 
 def _cmd_benchmark(args: argparse.Namespace) -> int:
-    from collsim.perf import run_benchmark
+    from collsim.perf import run_benchmark, run_scale_benchmark
 
+    if args.scale:
+        try:
+            nodes = [int(x) for x in args.scale_nodes.split(",") if x.strip()]
+        except ValueError:
+            raise SystemExit(f"collsim benchmark: --scale-nodes: expected node counts like 16,64,128, got "
+                             f"{args.scale_nodes!r}") from None
+        return run_scale_benchmark(nodes, parse_size(args.scale_size), args.scale_timeout, args.baseline_events)
     return run_benchmark(args.scenarios, args.baseline_events, _jobs(args.jobs))
 
 

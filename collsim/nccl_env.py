@@ -220,7 +220,11 @@ class NcclOptions:
         Not an NCCL knob: GPUs one process drives (nccl-tests ``-g``), set from the workload.
     launch_delay : tuple of (int, float)
         Not an NCCL knob: (rank, seconds) pairs of ranks that launch every collective that late (stragglers,
-        scenario ``perturb.ranks``).
+        scenario ``perturb.ranks``; scenario ``noise.launch_skew`` adds each repetition's draws).
+    jitter : float
+        Not an NCCL knob: mean extra latency of each message, seconds (scenario ``noise.jitter``); 0: none.
+    jitter_seed : int
+        Seed of the jitter draws (:func:`collsim.noise.repetition_seed` of the scenario's seed and repetition).
 
     Examples
     --------
@@ -250,6 +254,8 @@ class NcclOptions:
     env: Mapping[str, str] = field(default_factory=dict)
     gpus_per_process: int = 1
     launch_delay: tuple[tuple[int, float], ...] = ()
+    jitter: float = 0.0
+    jitter_seed: int = 0
 
     @classmethod
     def from_env(cls, env: Mapping[str, Any]) -> NcclOptions:

@@ -161,7 +161,10 @@ class Profile:
             if "gloo.message_latency_us" in p:
                 spec["tcp_message_latency"] = p["gloo.message_latency_us"] * _US
             graph.nodes[n]["device"] = dataclasses.replace(dev, spec=FrozenMap(spec))
-        return Topology(topo.name, graph, topo.nodes, topo.params, topo.source_file, topo.fabric)
+        return Topology(
+            topo.name, graph, topo.nodes, topo.params, topo.source_file, topo.fabric,
+            topo.nic_substitutes, topo.background,
+        )  # fmt: skip
 
     def apply_nccl(self, consts: NcclConstants) -> NcclConstants:
         """NCCL constants with the simulated per-step latency factor and per-collective overhead set."""

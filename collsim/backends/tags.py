@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from collsim.backends.background import BACKGROUND_TAG
 from collsim.backends.gloo.tags import TAGS as GLOO_TAGS
 from collsim.backends.nccl.tags import TAGS as NCCL_TAGS
 from collsim.engine import Tag
@@ -60,7 +61,7 @@ def registry(*declared: Iterable[Tag]) -> dict[str, Tag]:
 
 
 #: Every declared tag of every backend, by label.
-TAGS: dict[str, Tag] = registry(NCCL_TAGS, GLOO_TAGS)
+TAGS: dict[str, Tag] = registry(NCCL_TAGS, GLOO_TAGS, (BACKGROUND_TAG,))
 
 
 def tag_for(label: str) -> Tag:

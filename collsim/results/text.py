@@ -15,6 +15,7 @@ from collsim.units import NCCL_TESTS_TYPE_NAMES, format_size
 __all__ = [
     "agreement",
     "format_comparison",
+    "format_explain_perturbation",
     "format_explanation",
     "format_nccl_tests",
     "format_perturbation",
@@ -247,6 +248,36 @@ def format_perturbation(rows: Sequence[Comparison], healthy: Sequence[Comparison
             f"  {format_size(r.size_bytes):>{width}} {h.nccl.time_us:13.2f} {r.nccl.time_us:12.2f} "
             f"{r.nccl.time_us / h.nccl.time_us:8.3f}x {h.gloo.time_us:13.2f} {r.gloo.time_us:12.2f} "
             f"{r.gloo.time_us / h.gloo.time_us:8.3f}x"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def format_explain_perturbation(
+    rows: Sequence[Explanation], healthy: Sequence[Explanation], what: Sequence[str]
+) -> str:
+    """``collsim explain``'s section for a perturbed scenario: per size NCCL's choice and its simulated time (us)
+    on the healthy cluster and on the perturbed one, and the slowdown (perturbed / healthy).
+
+    Parameters
+    ----------
+    rows, healthy : sequence of Explanation
+        The perturbed and the healthy explanations, matched by (collective, size).
+    what : sequence of str
+        The perturbations, one line each (the scenario's ``perturb`` entries).
+    """
+    base = {(r.collective, r.size_bytes): r for r in healthy}
+    width = max([10, *(len(format_size(r.size_bytes)) for r in rows)])
+    lines = ["# Perturbed against healthy (the same scenario without perturb), NCCL's choice on each:"]
+    lines += [f"#   {w}" for w in what]
+    lines.append(f"# {'size':>{width}} {'healthy':>16} {'us':>12} {'perturbed':>16} {'us':>12} {'slowdown':>9}")
+    for r in rows:
+        h = base.get((r.collective, r.size_bytes))
+        if h is None or r.choice not in r.simulated_s or h.choice not in h.simulated_s:
+            continue
+        t0, t1 = h.simulated_s[h.choice] * 1e6, r.simulated_s[r.choice] * 1e6
+        lines.append(
+            f"  {format_size(r.size_bytes):>{width}} {'/'.join(h.choice):>16} {t0:12.2f} {'/'.join(r.choice):>16} "
+            f"{t1:12.2f} {t1 / t0 if t0 > 0 else math.nan:8.3f}x"
         )
     return "\n".join(lines) + "\n"
 

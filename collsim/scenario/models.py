@@ -61,12 +61,15 @@ from collsim.vocab import (
 
 __all__ = [
     "BackendsConfig",
+    "BackgroundPerturbConfig",
     "ClusterConfig",
+    "DownPerturbConfig",
     "EngineConfig",
     "FabricConfig",
     "GlooConfig",
     "LinkPerturbConfig",
     "NcclConfig",
+    "NoiseConfig",
     "PerturbConfig",
     "RankPerturbConfig",
     "Scenario",
@@ -433,7 +436,9 @@ class EngineConfig(BaseModel):
     model_config = _STRICT
 
     symmetry: StrictBool = Field(True, description="Simulate provably identical ranks/channels once.")
-    seed: StrictInt | None = Field(None, ge=0, description="Random seed for noise options (none yet).")
+    seed: StrictInt | None = Field(
+        None, ge=0, description="Seed of the noise section's draws (launch skew, jitter); unset means 0."
+    )
 
 
 class LinkPerturbConfig(BaseModel):
@@ -451,6 +456,47 @@ class LinkPerturbConfig(BaseModel):
     choose: StrictInt | None = Field(
         None, ge=1, description="Apply to this many of the matching devices, drawn at random with perturb.seed."
     )
+
+
+class DownPerturbConfig(BaseModel):
+    """Devices or links down at NCCL's init (``collsim.topology.perturb.take_down``): a NIC (its port down: NCCL
+    does not list it, its channels go to the nearest NIC left), a fabric switch, or with ``peer`` the links between
+    two devices (a leaf-spine uplink)."""
+
+    model_config = _STRICT
+
+    device: str = Field(
+        min_length=1, description="Glob on device names: 'n1/nic2' (one NIC), 'n*/nic*', 'fabric/spine0'."
+    )
+    peer: str | None = Field(
+        None, min_length=1, description="Only the links to devices matching this glob: 'fabric/spine0'."
+    )
+    kind: LinkKind | None = Field(None, description="Only devices with a link of this kind.")
+    choose: StrictInt | None = Field(
+        None, ge=1, description="Take this many of the matching devices down, drawn at random with perturb.seed."
+    )
+
+
+class BackgroundPerturbConfig(BaseModel):
+    """Another job's traffic (``collsim.topology.perturb.add_background``): one greedy stream on every directed
+    link at the matching devices, offered ``rate`` or ``load`` x the link's bandwidth, sharing it max-min fairly
+    with the collective."""
+
+    model_config = _STRICT
+
+    device: str = Field(min_length=1, description="Glob on device names: 'fabric/spine*', 'n1/nic2'.")
+    rate: str | None = Field(None, description="Offered rate of each stream, e.g. '200Gb/s' (or give load).")
+    load: float | None = Field(None, ge=0, le=1, description="Offered rate as a fraction of each link's bandwidth.")
+    kind: LinkKind | None = Field(None, description="Only links of this kind (e.g. 'ib').")
+    peer: str | None = Field(None, min_length=1, description="Only the links to devices matching this glob.")
+    choose: StrictInt | None = Field(
+        None, ge=1, description="Load this many of the matching devices, drawn at random with perturb.seed."
+    )
+
+    @field_validator("rate", mode="before")
+    @classmethod
+    def _rate(cls, value: Any) -> Any:
+        return _check_bandwidth(value)
 
 
 class RankPerturbConfig(BaseModel):
@@ -478,6 +524,10 @@ class PerturbConfig(BaseModel):
 
     links: list[LinkPerturbConfig] = Field(default_factory=list, description="Links at reduced bandwidth.")
     ranks: list[RankPerturbConfig] = Field(default_factory=list, description="Stragglers: ranks launching late.")
+    down: list[DownPerturbConfig] = Field(default_factory=list, description="NICs, switches or links down.")
+    background: list[BackgroundPerturbConfig] = Field(
+        default_factory=list, description="Another job's traffic on some links."
+    )
     seed: StrictInt = Field(0, ge=0, description="Seed of the random draws ('choose').")
 
     def launch_delays(self) -> tuple[tuple[int, float], ...]:
@@ -492,6 +542,64 @@ class PerturbConfig(BaseModel):
         from collsim.topology import LinkRule
 
         return [LinkRule(p.device, p.scale, p.kind, p.choose, self.seed + i) for i, p in enumerate(self.links)]
+
+    def down_rules(self) -> list[Any]:
+        """``down`` as ``collsim.topology.DownRule`` (seed: perturb.seed plus the entry's index)."""
+        from collsim.topology import DownRule
+
+        return [DownRule(p.device, p.peer, p.kind, p.choose, self.seed + i) for i, p in enumerate(self.down)]
+
+    def background_rules(self) -> list[Any]:
+        """``background`` as ``collsim.topology.BackgroundRule``, rates in bytes/s (seed as :meth:`down_rules`)."""
+        from collsim.topology import BackgroundRule
+
+        return [
+            BackgroundRule(
+                p.device,
+                None if p.rate is None else parse_bandwidth(p.rate),
+                p.load,
+                p.kind,
+                p.peer,
+                p.choose,
+                self.seed + i,
+            )
+            for i, p in enumerate(self.background)
+        ]
+
+
+class NoiseConfig(BaseModel):
+    """Seeded noise (issue 13), off by default: each rank's launch skew and each message's jitter, drawn anew for
+    every repetition of ``collsim run --repeat K`` from ``engine.seed`` (:mod:`collsim.noise`)."""
+
+    model_config = _STRICT
+
+    launch_skew: str | None = Field(
+        None,
+        description="Largest spread between the ranks' launches, e.g. '5us': each rank launches each collective a "
+        "delay drawn uniformly in [0, launch_skew] later, the first rank's taken as time 0.",
+    )
+    jitter: str | None = Field(
+        None,
+        description="Mean extra latency of each message, e.g. '1us': drawn per message from an exponential "
+        "distribution with that mean.",
+    )
+
+    @field_validator("launch_skew", "jitter", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> Any:
+        return _check_quantity(value, parse_time, "duration", "'1us' or '500ns'")
+
+    def skew_seconds(self) -> float:
+        """``launch_skew`` in seconds (0 when unset)."""
+        return parse_time(self.launch_skew) if self.launch_skew is not None else 0.0
+
+    def jitter_seconds(self) -> float:
+        """``jitter`` in seconds (0 when unset)."""
+        return parse_time(self.jitter) if self.jitter is not None else 0.0
+
+    def active(self) -> bool:
+        """Whether any noise is drawn (a skew or a jitter above 0)."""
+        return self.skew_seconds() > 0 or self.jitter_seconds() > 0
 
 
 class Scenario(BaseModel):
@@ -509,7 +617,12 @@ class Scenario(BaseModel):
     workload: WorkloadConfig = Field(default_factory=lambda: WorkloadConfig.model_validate({}))
     backends: BackendsConfig = Field(default_factory=lambda: BackendsConfig.model_validate({}))
     engine: EngineConfig = Field(default_factory=lambda: EngineConfig.model_validate({}))
-    perturb: PerturbConfig | None = Field(None, description="Slower links (a what-if against the healthy cluster).")
+    perturb: PerturbConfig | None = Field(
+        None, description="Slower or down links, stragglers, background traffic (a what-if against the healthy one)."
+    )
+    noise: NoiseConfig | None = Field(
+        None, description="Seeded launch skew and per-message jitter (off by default; seed: engine.seed)."
+    )
     calibration: str | None = Field(None, description="Calibration profile YAML, relative to the scenario file.")
 
     _source_file: str | None = PrivateAttr(None)
@@ -585,6 +698,8 @@ class Scenario(BaseModel):
         ``calibration``) absolute. The result is itself a valid scenario source.
         """
         data = self.model_dump(mode="json")
+        if data.get("noise") is None:
+            data.pop("noise", None)  # no noise: the same document as before the section existed
         data["workload"]["sizes"] = self.sizes()
         data["workload"]["collective"] = self.collectives()
         node = self.node_template()

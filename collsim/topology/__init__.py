@@ -17,7 +17,7 @@ from collsim.topology.display import format_topo_matrix
 from collsim.topology.errors import TopologyError
 from collsim.topology.fabric import parse_fabric
 from collsim.topology.model import Device, Link, Topology, path_class_rank
-from collsim.topology.perturb import LinkRule, perturb_links
+from collsim.topology.perturb import BackgroundRule, DownRule, LinkRule, add_background, perturb_links, take_down
 from collsim.topology.presets import PresetLibrary, load_presets, topologies_dir
 from collsim.topology.template import available_templates, load_topology, topology_from_template
 from collsim.vocab import DEVICE_KINDS, FABRIC_TOPOLOGIES, LINK_KINDS, PATH_CLASS_ORDER
@@ -29,12 +29,15 @@ __all__ = [
     "LINK_KINDS",
     "PATH_CLASS_ORDER",
     "TRANSPORTS",
+    "BackgroundRule",
     "Device",
+    "DownRule",
     "Link",
     "LinkRule",
     "PresetLibrary",
     "Topology",
     "TopologyError",
+    "add_background",
     "available_templates",
     "format_topo_matrix",
     "load_presets",
@@ -42,6 +45,7 @@ __all__ = [
     "parse_fabric",
     "path_class_rank",
     "perturb_links",
+    "take_down",
     "topologies_dir",
     "topology_from_template",
 ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -160,6 +160,12 @@ class Topology:
         The template file.
     fabric : Mapping, optional
         The resolved fabric configuration (None for a single node without a fabric).
+    nic_substitutes : Mapping, optional
+        NICs taken down (``perturb.down``, :mod:`collsim.topology.perturb`): the name of each removed NIC to the
+        Device it was and the NIC of its node that carries its channels instead (:meth:`nic_slots`).
+    background : Sequence, optional
+        Another job's traffic (``perturb.background``): ``(src, dst, rate)`` per greedy stream, one directed link
+        each, rate in bytes/s (the backends run it as flows competing with the collective).
 
     Notes
     -----
@@ -177,6 +183,8 @@ class Topology:
         params: Mapping[str, Any] | None = None,
         source_file: str | None = None,
         fabric: Mapping[str, Any] | None = None,
+        nic_substitutes: Mapping[str, tuple[Device, str]] | None = None,
+        background: Sequence[tuple[str, str, float]] = (),
     ) -> None:
         self.name = name
         self.graph = graph
@@ -184,6 +192,8 @@ class Topology:
         self.params: Mapping[str, Any] = FrozenMap(params)
         self.source_file = source_file
         self.fabric: Mapping[str, Any] | None = None if fabric is None else FrozenMap(fabric)
+        self.nic_substitutes: Mapping[str, tuple[Device, str]] = dict(nic_substitutes or {})
+        self.background: tuple[tuple[str, str, float], ...] = tuple(background)
         self._route_cache: dict[tuple[str, str, frozenset[str] | None], list[Link] | None] = {}
         self._sorted: list[Device] = sorted(
             (d["device"] for _, d in graph.nodes(data=True)),
@@ -246,6 +256,13 @@ class Topology:
     def nics(self, node: int | None = None) -> list[Device]:
         """Return NICs (of one node, or all) sorted by (node, index)."""
         return self.devices("nic", node)
+
+    def nic_slots(self, node: int) -> list[str]:
+        """The NICs NCCL's channels use on ``node``, one per NIC of the healthy node in index order: a NIC taken down
+        (:attr:`nic_substitutes`) is replaced by the NIC that carries its channels; without downs, :meth:`nics`."""
+        nics = [(d.index, d.name) for d in self.nics(node)]
+        nics += [(d.index, sub) for d, sub in self.nic_substitutes.values() if d.node == node]
+        return [name for _, name in sorted(nics)]
 
     def link(self, src: str, dst: str) -> Link:
         """Return the directed link ``src -> dst``; raises :class:`TopologyError` when they are not adjacent."""

@@ -94,3 +94,101 @@ def test_straggler_rank_out_of_range_is_one_error() -> None:
     with pytest.raises(ScenarioError) as info:
         Simulator.from_source(late)
     assert info.value.field == "perturb.ranks[0].rank" and "below 8" in str(info.value)
+
+
+# ---------------------------------------------------------------------------------------------- down (issue 13)
+MiB = 2**20
+
+
+def _plateau_at(sim: Simulator, size: int) -> float:
+    """Marginal Ring/Simple busbw between ``size`` and ``2 * size``, bytes/s."""
+    t1, t2 = (sim.simulate_one("nccl", s, choice=("Ring", "Simple")).time_s for s in (size, 2 * size))
+    n = len(sim.nccl_plan.ranks)
+    return size * 2 * (n - 1) / n / (t2 - t1)
+
+
+def test_one_nic_down_moves_its_channels_to_the_nic_next_to_it() -> None:
+    # n1/nic2 down: NCCL does not list it (net_ib.cc skips a port that is not ACTIVE); its 2 channels go to nic3,
+    # the nearest NIC left to GPU2, which then carries 4 of the 16 channels. NCCL gives every channel the same bytes,
+    # so the ring runs at those channels' rate. Closed form: busbw = channels x min(r0, port / 4)
+    healthy = _two_nodes(None)
+    down = _two_nodes({"down": [{"device": "n1/nic2"}]})
+    plan = down.nccl_plan
+    assert plan.channels == healthy.nccl_plan.channels == 16  # the channels moved, none dropped
+    assert [plan.nic_for(down.topology, 1, c) for c in (2, 3, 10, 11)] == ["n1/nic3"] * 4
+    assert [plan.nic_for(down.topology, 0, c) for c in (2, 10)] == ["n0/nic2"] * 2
+    port = healthy.topology.link("n1/nic3", "fabric/rail3").bandwidth
+    r0 = _plateau_at(healthy, 64 * MiB) / plan.channels
+    assert _plateau_at(down, 64 * MiB) == pytest.approx(plan.channels * min(r0, port / 4), rel=0.01)
+    assert "n1/nic2 down" in down.perturbations()
+
+
+def test_every_nic_of_a_node_down_is_one_scenario_error() -> None:
+    from collsim.scenario import ScenarioError
+
+    with pytest.raises(ScenarioError) as info:
+        _two_nodes({"down": [{"device": "n1/nic*"}]})
+    assert info.value.field == "perturb.down[0].device"
+    assert "leaves node n1 with no NIC" in str(info.value) and "NCCL would fail at init" in str(info.value)
+
+
+# ---------------------------------------------------------------------------------------------- background
+def _one_nic(perturb: dict | None, extra: dict | None = None) -> Simulator:  # type: ignore[type-arg]
+    """Two HGX H100 nodes with one NIC each on one switch: the NIC port is the ring's one bottleneck."""
+    scenario = {
+        "name": "b",
+        "cluster": {"node": "hgx-h100", "nodes": 2, "fabric": {"topology": "single_switch", "nics_per_node": 1}},
+        "backends": {"nccl": {"env": {"NCCL_ALGO": "Ring"}}, "gloo": {}},
+        "engine": extra or {},
+    }
+    if perturb is not None:
+        scenario["perturb"] = perturb
+    return Simulator.from_source(scenario)
+
+
+@pytest.mark.parametrize("load", [0.25, 0.5])
+def test_background_on_the_bottleneck_port_takes_its_max_min_fair_share(load: float) -> None:
+    # 2 channels cross n1/nic0's port each way; another job's greedy stream there, capped at load x B, gets
+    # min(load x B, B / 3) (max-min fair among 3 flows), the ring the rest: busbw = B - min(load x B, B / 3)
+    healthy = _one_nic(None)
+    port = healthy.topology.link("n1/nic0", "fabric/sw0").bandwidth
+    assert healthy.nccl_plan.channels == 2
+    assert _plateau_at(healthy, 64 * MiB) == pytest.approx(port, rel=0.01)
+    busy = _one_nic({"background": [{"device": "n1/nic0", "kind": "ib", "load": load}]})
+    assert _plateau_at(busy, 64 * MiB) == pytest.approx(port - min(load * port, port / 3), rel=0.01)
+
+
+@pytest.mark.parametrize("backend", ["nccl", "gloo"])
+def test_background_keeps_the_symmetry_reduction_exact(backend: str) -> None:
+    rule = {"background": [{"device": "n1/nic0", "kind": "ib", "rate": "100Gb/s"}]}
+    on, off = _one_nic(rule), _one_nic(rule, {"symmetry": False})
+    for size in (4096, 3 * MiB):
+        a, b = on.simulate_one(backend, size), off.simulate_one(backend, size)
+        assert a.time_s == pytest.approx(b.time_s, rel=1e-9)
+        assert a.classes < b.classes
+
+
+def test_down_keeps_the_symmetry_reduction_exact() -> None:
+    rule = {"down": [{"device": "n1/nic2"}]}
+    on, off = _two_nodes(rule), _two_nodes(rule, {"symmetry": False})
+    a, b = on.simulate_one("nccl", 256 * 1024), off.simulate_one("nccl", 256 * 1024)
+    assert a.time_s == pytest.approx(b.time_s, rel=1e-9)
+
+
+def test_zero_background_is_byte_identical_to_none() -> None:
+    from collsim.results import records_to_json
+
+    base, zero = _one_nic(None), _one_nic({"background": [{"device": "fabric/sw0", "load": 0.0}]})
+    assert zero.topology.background == ()
+    a = base.run(backends=["nccl", "gloo"], sizes=[8, MiB], breakdown=True)
+    b = zero.run(backends=["nccl", "gloo"], sizes=[8, MiB], breakdown=True)
+    assert records_to_json(a.records) == records_to_json(b.records)
+
+
+def test_background_recorded_flows_stay_out_of_the_breakdown() -> None:
+    busy = _one_nic({"background": [{"device": "n1/nic0", "kind": "ib", "load": 0.5}]})
+    for backend in ("nccl", "gloo"):
+        out = busy.simulate_one(backend, MiB, record=True)
+        assert any(r.tag.label == "background traffic" for r in out.records)
+        assert "background traffic" not in out.breakdown
+        assert sum(out.breakdown.values()) == pytest.approx(out.time_s, rel=1e-9)

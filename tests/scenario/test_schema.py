@@ -31,6 +31,7 @@ def test_schema_shape() -> None:
         "backends",
         "engine",
         "perturb",
+        "noise",
         "calibration",
     ]
     cluster = schema["$defs"]["ClusterConfig"]

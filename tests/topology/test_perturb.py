@@ -30,7 +30,10 @@ def test_scale_applies_to_both_directions_of_the_matched_links_only(topo) -> Non
 def test_without_kind_every_link_of_the_device_and_globs_on_the_fabric(topo) -> None:  # type: ignore[no-untyped-def]
     nic = perturb_links(topo, [LinkRule("n0/nic5", 0.5)])
     assert {(ln.src, ln.dst) for ln in nic.links() if ln != topo.link(ln.src, ln.dst)} == {
-        ("n0/nic5", "fabric/rail5"), ("fabric/rail5", "n0/nic5"), ("n0/nic5", "n0/pcie2"), ("n0/pcie2", "n0/nic5")
+        ("n0/nic5", "fabric/rail5"),
+        ("fabric/rail5", "n0/nic5"),
+        ("n0/nic5", "n0/pcie2"),
+        ("n0/pcie2", "n0/nic5"),
     }
     rails = perturb_links(topo, [LinkRule("fabric/rail*", 0.5)])
     changed = [ln for ln in rails.links() if ln != topo.link(ln.src, ln.dst)]
@@ -66,3 +69,76 @@ def test_seeded_draw_is_deterministic_and_picks_that_many(seed: int, choose: int
     assert picked == matching_devices(topo, rule) and len(picked) == choose and len(set(picked)) == choose
     slow = perturb_links(topo, [rule])
     assert sum(ln != topo.link(ln.src, ln.dst) for ln in slow.links()) == 2 * choose
+
+
+# ---------------------------------------------------------------------------------------------- down (issue 13)
+def test_a_nic_down_is_removed_and_its_channels_go_to_the_nearest_nic_left(topo) -> None:  # type: ignore[no-untyped-def]
+    from collsim.topology import DownRule, take_down
+
+    down = take_down(topo, [DownRule("n1/nic2")])
+    assert "n1/nic2" not in down.graph and "n1/nic2" in topo.graph  # a copy: the healthy topology is untouched
+    assert not any("n1/nic2" in (ln.src, ln.dst) for ln in down.links())
+    # nic2 and nic3 share GPU2's PCIe switch on an HGX H100: nic3 is the nearest NIC left to GPU2
+    assert down.nic_slots(1) == [f"n1/nic{i}" for i in (0, 1, 3, 3, 4, 5, 6, 7)]
+    assert down.nic_slots(0) == [d.name for d in topo.nics(0)] == topo.nic_slots(0)
+    assert down.nic_substitutes["n1/nic2"][1] == "n1/nic3"
+
+
+def test_a_port_down_through_peer_takes_its_nic_down(topo) -> None:  # type: ignore[no-untyped-def]
+    from collsim.topology import DownRule, take_down
+
+    down = take_down(topo, [DownRule("fabric/rail5", peer="n0/nic5")])
+    assert "n0/nic5" not in down.graph and "fabric/rail5" in down.graph and down.nic_slots(0)[5] == "n0/nic4"
+
+
+def test_a_spine_link_down_routes_over_another_spine() -> None:
+    from collsim.topology import DownRule, take_down
+
+    topo = load_topology("hgx-h100", nodes=2, fabric={"topology": "rail_optimized", "switch": {"radix": 4}})
+    assert [ln.dst for ln in topo.route("n0/nic3", "n1/nic2")][1] == "fabric/spine0"
+    down = take_down(topo, [DownRule("fabric/rail3", peer="fabric/spine0")])
+    assert not down.graph.has_edge("fabric/rail3", "fabric/spine0")
+    assert not down.graph.has_edge("fabric/spine0", "fabric/rail3")
+    assert [ln.dst for ln in down.route("n0/nic3", "n1/nic2")][1] == "fabric/spine1"
+
+
+def test_what_cannot_go_down_names_the_rule(topo) -> None:  # type: ignore[no-untyped-def]
+    from collsim.topology import DownRule, take_down
+
+    cases = [
+        ([DownRule("n1/nic*")], "perturb.down[0].device", "leaves node n1 with no NIC"),
+        ([DownRule("n0/gpu1")], "perturb.down[0].device", "not modelled"),
+        ([DownRule("n0/nic2", peer="n0/pcie*")], "perturb.down[0].peer", "not modelled"),
+        ([DownRule("n9/nic1")], "perturb.down[0].device", "no device matching"),
+        # one spine only: without it the rails are islands, and nic2's channels would cross from rail 2 to rail 3
+        ([DownRule("fabric/spine0"), DownRule("n1/nic2")], "perturb.down[1].device", "partitioned"),
+    ]
+    for rules, field, text in cases:
+        with pytest.raises(TopologyError) as info:
+            take_down(topo, rules)
+        assert info.value.field == field and text in info.value.message
+    assert take_down(topo, [DownRule("fabric/spine0")]).nic_slots(1) == topo.nic_slots(1)  # rails aligned: fine
+
+
+# ---------------------------------------------------------------------------------------------- background
+def test_background_streams_per_matched_link_direction(topo) -> None:  # type: ignore[no-untyped-def]
+    from collsim.topology import BackgroundRule, add_background
+
+    bg = add_background(
+        topo, [BackgroundRule("fabric/spine*", load=0.5), BackgroundRule("n1/nic2", rate=1e9, kind="ib")]
+    )
+    spine = [(s, d, r) for s, d, r in bg.background if "spine" in s + d]
+    assert len(spine) == 16 and all(r == 0.5 * topo.link(s, d).bandwidth for s, d, r in spine)
+    assert [x for x in bg.background if "nic2" in x[0] + x[1]] == [
+        ("fabric/rail2", "n1/nic2", 1e9),
+        ("n1/nic2", "fabric/rail2", 1e9),
+    ]
+    assert add_background(topo, [BackgroundRule("fabric/spine*", load=0.0)]) is topo  # zero load: nothing at all
+    for rule, field in [
+        (BackgroundRule("fabric/spine*"), "perturb.background[0]"),
+        (BackgroundRule("fabric/spine*", load=2.0), "perturb.background[0].load"),
+        (BackgroundRule("fabric/nothing", load=0.5), "perturb.background[0].device"),
+    ]:
+        with pytest.raises(TopologyError) as info:
+            add_background(topo, [rule])
+        assert info.value.field == field

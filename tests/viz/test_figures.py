@@ -170,6 +170,7 @@ VARIANTS = [(p.stem, ()) for p in sorted(SCENARIOS.glob("*.yaml"))] + [
     ("2node-h100-ib", ("backends.gloo.transport=ibverbs",)),  # GPUDirect RDMA, GPU reductions
     ("2node-h100-ib", ("backends.gloo.transport=ibverbs", "backends.gloo.device=cpu")),
     ("hgx-h100", ("perturb.ranks=[{rank: 3, launch_delay: 20us}]",)),  # a straggler
+    ("2node-h100-ib", ("perturb.background=[{device: n1/nic0, kind: ib, load: 0.5}]",)),  # another job
 ]
 
 

@@ -86,3 +86,7 @@ class GlooOptions:
     threads: int = 2
     #: (rank, seconds) pairs: ranks that issue every collective that late (stragglers; scenario perturb.ranks)
     launch_delay: tuple[tuple[int, float], ...] = ()
+    #: mean extra latency of each message between ranks, seconds (scenario noise.jitter); 0: none
+    jitter: float = 0.0
+    #: seed of the jitter draws (collsim.noise.repetition_seed of the scenario's seed and repetition)
+    jitter_seed: int = 0

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 import simpy
 from simpy.events import Event
 
 from collsim.algorithms import EventBoard
 from collsim.algorithms.gloo_algos import GlooRankContext, GlooSchedule, Proc
+from collsim.backends.background import BACKGROUND_TAG, is_background, start_background
 from collsim.backends.common import (
     run_until_done,
 )
@@ -25,6 +27,7 @@ from collsim.backends.gloo.tags import (
     STRAGGLER_TAG,
 )
 from collsim.engine import FluidNetwork, Owner, Quotient, Tag, attribute_time
+from collsim.noise import jitter_stream
 
 #: Collectives whose ranks have different jobs (a root, a sender): their breakdown pools every rank's activities.
 _MIXED_ROLES = frozenset({"broadcast", "reduce", "sendrecv"})
@@ -46,6 +49,18 @@ class _RankOps:
     preamble: float  # bytes in front of every message (Gloo's TCP preamble; 0 for RDMA)
     rdma: bool
     owner: Owner
+    #: the options whose ``jitter`` and ``jitter_seed`` this rank's messages draw from (:meth:`_jitter`)
+    opts: GlooOptions | None = None
+    _streams: dict[str, Callable[[], float]] = field(default_factory=dict)
+
+    def _jitter(self, what: str) -> float:
+        """Seconds of jitter on this rank's next message on ``what`` (a connection or its notices): exponential with
+        mean ``opts.jitter``, one stream per (rank, ``what``) seeded by ``opts.jitter_seed``; 0 without jitter."""
+        if self.opts is None or self.opts.jitter <= 0:
+            return 0.0
+        if what not in self._streams:
+            self._streams[what] = jitter_stream(self.opts.jitter, self.opts.jitter_seed, self.me, what)
+        return self._streams[what]()
 
     def _flow(
         self, nbytes: float, role: str, *, latency: float, max_rate: float = math.inf, tag: Tag
@@ -82,6 +97,7 @@ class _RankOps:
     def send(self, label: str, nbytes: float) -> tuple[Event, Event]:
         """One message of ``nbytes`` on connection ``label`` (Gloo's TCP transport puts a preamble in front)."""
         lat, cap, tag = self.costs.links[label]
+        lat += self._jitter("send:" + label)
         return self._flow(nbytes + self.preamble, "send:" + label, latency=lat, max_rate=cap, tag=tag)
 
     def reduce(self, nbytes: float) -> Event:
@@ -98,7 +114,7 @@ class _RankOps:
         """A control message to the peer of ``label`` (None: the rank's default); fires on arrival."""
         links = self.costs.links
         lat = links[label][0] if (self.rdma and label in links) else self.costs.notice_latency
-        return self.net.env.timeout(lat)
+        return self.net.env.timeout(lat + self._jitter(f"notice:{label}"))
 
     def context(self, board: EventBoard, nranks: int) -> GlooRankContext:
         """The :class:`GlooRankContext` a schedule's body runs in, with this rank's costs."""
@@ -156,15 +172,17 @@ def _run(
     plan: _Plan,
     opts: GlooOptions,
     consts: GlooConstants,
+    background: Sequence[tuple[str, str, float]] = (),
 ) -> tuple[float, int, list[float]]:
-    """Issue every collective on every representative rank at time 0 and run until all are done.
+    """Issue every collective on every representative rank at time 0 and run until all are done; ``background``
+    streams (the topology's, :mod:`collsim.backends.background`) send meanwhile.
 
     Returns the completion time (s), the representative that finished last (the lowest on a tie) and each
     collective's completion time (s).
     """
     preamble = float(consts.preamble_bytes) if opts.transport == "tcp" else 0.0
     delays = dict(opts.launch_delay)
-    reps = [int(rep) for rep in quotient.reps()]  # type: ignore[call-overload]
+    reps = [int(rep) for rep in quotient.reps() if not is_background(rep)]  # type: ignore[call-overload]
     pools = {rep: simpy.Resource(env, capacity=opts.threads) for rep in reps}
     by_rank: dict[int, float] = {}
     by_collective = [0.0] * len(scheds)
@@ -175,7 +193,7 @@ def _run(
         by_collective[k] = max(by_collective[k], env.now)
 
     ops = [
-        _RankOps(net, quotient, plan.costs[rep], rep, preamble, opts.transport != "tcp", plan.owners[rep])
+        _RankOps(net, quotient, plan.costs[rep], rep, preamble, opts.transport != "tcp", plan.owners[rep], opts)
         for rep in reps
     ]
     for k, sched in enumerate(scheds):
@@ -187,6 +205,7 @@ def _run(
             ev = env.process(job)
             ev.callbacks.append(lambda _e, rep=rep, k=k: finished(rep, k))  # type: ignore[misc]
             done.append(ev)
+    start_background(env, net, quotient, background, done)
     t = run_until_done(env, done)
     return t, max(reps, key=lambda r: (by_rank.get(r, 0.0), -r)), by_collective
 
@@ -196,7 +215,7 @@ def _breakdown(net: FluidNetwork, collective: str, opts: GlooOptions, last: Owne
     have different jobs every instant goes to the highest-priority activity of any rank (a receiver's wait shows as
     the sender's transfer)."""
     breakdown = attribute_time(
-        net.records,
+        [r for r in net.records if r.tag is not BACKGROUND_TAG],  # another job's flows are no rank's activity
         None if collective in _MIXED_ROLES else last,
         0.0,
         t,

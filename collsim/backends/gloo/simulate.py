@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from collsim.backends.background import background_colors, background_usage
 from collsim.backends.common import (
     BackendError,
     Outcome,
@@ -64,13 +65,13 @@ def simulate_gloo_many(
     plan = _plan(topo, opts, ranks, scheds, collective, sizes)
     quotient = build_quotient(
         net,
-        plan.usage,
+        {**plan.usage, **background_usage(topo.background)},  # another job's streams: entities of their own colour
         plan.specs,
-        colors=_colors(scheds, plan, dict(opts.launch_delay)),
+        colors={**_colors(scheds, plan, dict(opts.launch_delay)), **background_colors(topo.background)},
         relations=_relations(scheds),
-        symmetric=symmetry,
+        symmetric=symmetry and opts.jitter <= 0,  # jitter draws per rank: no two ranks alike
     )
-    t, last, ends = _run(env, net, quotient, scheds, plan, opts, consts)
+    t, last, ends = _run(env, net, quotient, scheds, plan, opts, consts, background=topo.background)
     notes += _notes(scheds, collective, opts, plan, ends)
     return Outcome(
         backend="gloo",

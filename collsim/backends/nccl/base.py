@@ -32,6 +32,7 @@ from collsim.backends.nccl.plan import Hop, NcclPlan, hop_between
 from collsim.backends.nccl.tags import LAUNCH_TAG, STRAGGLER_TAG, TRANSPORT_TAG
 from collsim.engine import FluidNetwork, Owner, Quotient, Tag
 from collsim.nccl_env import NcclOptions
+from collsim.noise import jitter_stream
 from collsim.topology import Topology
 
 __all__ = [
@@ -266,6 +267,7 @@ class Launcher:
     board: EventBoard
     quotient: Quotient
     reps: list[Entity]
+    _jitter: dict[tuple[Entity, str], Callable[[], float]] = field(default_factory=dict)
 
     def rep(self, e: Entity) -> Entity:
         """The representative simulated for entity ``e``."""
@@ -277,11 +279,15 @@ class Launcher:
 
     def sender(self, e: Entity, role: str) -> Send:
         """``send(nbytes) -> (streamed, arrived)`` for ``e``'s ``role``: a flow on the role's resources (as the
-        quotient scales them), capped, paying the role's latency on arrival."""
+        quotient scales them), capped, paying the role's latency on arrival (plus each step's drawn jitter when
+        ``opts.jitter`` is set: :meth:`jitter`)."""
         ro = self.layout.roles[e][role]
         uses = self.quotient.uses(e, role)
         owner = self.ctx.owner(e)
         net = self.net
+        jitter = self.jitter(e, role)
+        if jitter is not None:
+            return self._jittered(ro, uses, owner, jitter)
         if ro.post <= 0:
             return lambda b: net.transfer(b, uses, latency=ro.latency, max_rate=ro.cap, tag=ro.tag, owner=owner)
         # a role's sends are its slices in order; the slice that ends a step holds the sender for the step's post
@@ -293,6 +299,38 @@ class Launcher:
         def send(b: float) -> tuple[Event, Event]:
             h = hold if next(count) % every == 0 else 0.0
             return net.transfer(b, uses, latency=ro.latency, max_rate=ro.cap, tag=ro.tag, owner=owner, hold=h)
+
+        return send
+
+    def jitter(self, e: Entity, role: str) -> Callable[[], float] | None:
+        """The draws of ``e``'s ``role``'s jitter (seconds per step it sends), None without jitter: one stream per
+        (entity, role) however often the algorithm asks for the sender, seeded by ``opts.jitter_seed``
+        (:func:`collsim.noise.jitter_stream`)."""
+        opts = self.ctx.opts
+        if opts.jitter <= 0:
+            return None
+        key = (e, role)
+        if key not in self._jitter:
+            self._jitter[key] = jitter_stream(opts.jitter, opts.jitter_seed, e, role)
+        return self._jitter[key]
+
+    def _jittered(self, ro: Role, uses: Any, owner: Owner, jitter: Callable[[], float]) -> Send:
+        """:meth:`sender` with a drawn extra latency on the arrival of every message: one draw per NCCL step the
+        role posts (its ``slices_per_post`` slices, the pieces of one step, arrive that much later together; the
+        flag that tells the receiver a step is there is what a late message delays). The sender's post is not
+        jittered: its thread block's work is the same, the step arrives later."""
+        net, chunking = self.net, self.ctx.chunking
+        every, hold = chunking.slices_per_post, ro.post * chunking.steps_per_post
+        count = itertools.count(0)
+        extra = [0.0]
+
+        def send(b: float) -> tuple[Event, Event]:
+            i = next(count)
+            if i % every == 0:  # the first slice of a step draws the step's jitter
+                extra[0] = jitter()
+            h = hold if ro.post > 0 and (i + 1) % every == 0 else 0.0
+            lat = ro.latency + extra[0]
+            return net.transfer(b, uses, latency=lat, max_rate=ro.cap, tag=ro.tag, owner=owner, hold=h)
 
         return send
 

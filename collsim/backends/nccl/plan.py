@@ -73,11 +73,13 @@ class NcclPlan:
 
 
 def channel_nic(topo: Topology, node: int, channel: int, nnodes: int) -> str | None:
-    """The NIC channel ``channel`` uses on ``node``: its rail, channel mod the node's NICs; None on one node."""
+    """The NIC channel ``channel`` uses on ``node``: its rail, channel mod the node's NICs; None on one node. A NIC
+    taken down (scenario ``perturb.down``) leaves its channels to the NIC that replaces it
+    (:meth:`~collsim.topology.Topology.nic_slots`)."""
     if nnodes <= 1:
         return None
-    nics = topo.nics(node)
-    return nics[channel % len(nics)].name
+    nics = topo.nic_slots(node)
+    return nics[channel % len(nics)]
 
 
 def _nic_nearness(topo: Topology, nic: str, ngpu: int) -> Callable[[str], tuple[int, int]]:
@@ -101,8 +103,8 @@ def node_chain(topo: Topology, node: int, nic: str | None, channel: int = 0) -> 
     if mesh is not None:
         seq: list[str | None] = [None] * (channel + 1)
         if nic is not None:
-            nics = topo.nics(node)
-            seq = [*(nics[k % len(nics)].name for k in range(channel)), nic]
+            nics = topo.nic_slots(node)
+            seq = [*(nics[k % len(nics)] for k in range(channel)), nic]
         return mesh_chains(topo, node, mesh, seq)[-1]
     gpus = [d.name for d in topo.gpus() if d.node == node]
     if nic is None or len(gpus) == 1:
@@ -592,7 +594,7 @@ def plan_nccl(
     intra = _intra_node(topo, cat, node0, nvl_bw, opts, consts)
     nics_used = 0
     if nnodes > 1:
-        nics_used = len(topo.nics(0))
+        nics_used = len(topo.nic_slots(0))  # with a NIC down, the healthy count: its channels moved, not dropped
         if not nics_used:
             raise BackendError("several nodes but node 0 has no NIC")
     nch = _channel_count(intra.channels, nics_used, nnodes, opts, consts)

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from collsim.algorithms import EventBoard
+from collsim.backends.background import background_colors, background_usage, is_background, start_background
 from collsim.backends.common import (
     Outcome,
     ResourceCatalog,
@@ -54,7 +55,8 @@ def simulate_nccl(
     algorithm module launches it (:mod:`collsim.backends.nccl.algos`). Each slice pays its hop's per-step latency
     (NCCL's hwLat for the hop's class plus propagation, twice for Simple over the network) once on arrival and
     streams at its max-min fair rate, capped by one channel, with the protocol's wire overhead on every link.
-    Symmetric (channel, rank) pairs are simulated once (exactly; see :mod:`collsim.engine.symmetry`). ``record``
+    Symmetric (channel, rank) pairs are simulated once (exactly; see :mod:`collsim.engine.symmetry`), unless
+    ``opts.jitter`` draws an extra latency per message (:mod:`collsim.noise`): then every entity is. ``record``
     keeps every flow and computes the breakdown; ``check`` asserts the engine's invariants after every solve.
     With a ``deadline`` (seconds), the simulation stops there and a collective not done by then has ``time_s``
     ``inf`` (to race pairs against the fastest so far without simulating the slower ones to the end).
@@ -73,15 +75,25 @@ def simulate_nccl(
     ctx = _context(topo, plan, opts, consts, alg, proto, collective, nbytes)
     layout = alg.build(ctx)
     env, net = new_network(record, check)
+    # per-message jitter gives every entity draws of its own: no two are alike, so every one is simulated
+    symmetric = symmetry and opts.jitter <= 0
+    bg = topo.background  # another job's streams (perturb.background): entities of their own colour
     quotient = build_quotient(
-        net, _usage(layout), ctx.cat.specs, colors=_colors(layout, ctx), relations=layout.relations, symmetric=symmetry
+        net,
+        {**_usage(layout), **background_usage(bg)},
+        ctx.cat.specs,
+        colors={**_colors(layout, ctx), **background_colors(bg)},
+        relations=layout.relations,
+        symmetric=symmetric,
     )
-    run = Launcher(ctx, layout, env, net, EventBoard(env), quotient, quotient.reps())
+    reps = [e for e in quotient.reps() if not is_background(e)]
+    run = Launcher(ctx, layout, env, net, EventBoard(env), quotient, reps)
     done = []
     for e in run.reps:
         ev = env.process(_single(net, ctx.base + ctx.late(e), ctx.owner(e))) if n == 1 else alg.launch(run, e)
         if ev is not None:
             done.append(ev)
+    start_background(env, net, quotient, bg, done)
     t = run_until_done(env, done, deadline)
     breakdown = _breakdown(net, ctx.owner(run.reps[0]), t) if record and math.isfinite(t) else {}
     stats = run_stats(net, quotient, len(layout.roles), record)
