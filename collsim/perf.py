@@ -188,8 +188,8 @@ def run_scale_benchmark(
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=timeout)
         except subprocess.TimeoutExpired:
-            print(f"{case.label:<40} {'':<14} {'>' + format(timeout, '.0f'):>8} {'>' + format(timeout / base, '.0f'):>7}",
-                  flush=True)
+            wall, ratio = ">" + format(timeout, ".0f"), ">" + format(timeout / base, ".0f")
+            print(f"{case.label:<40} {'':<14} {wall:>8} {ratio:>7}", flush=True)
             continue
         if proc.returncode != 0:
             last = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}"
