@@ -162,6 +162,8 @@ class NcclRingMachine:
         "done",
         "me",
         "nsteps",
+        "on_arrive",
+        "on_stream",
         "pred",
         "pred_key",
         "send",
@@ -174,7 +176,6 @@ class NcclRingMachine:
         "succ",
         "succ_key",
         "total",
-        "watchers",
         "whole_steps",
     )
 
@@ -212,7 +213,10 @@ class NcclRingMachine:
         self.done = False
         self.pred: NcclRingMachine = self
         self.succ: NcclRingMachine = self
-        self.watchers: list[NcclRingMachine] = []  # machines whose next send may depend on this one's progress
+        # machines a slice of this one may unblock: arrived, those it feeds (and itself: its last step's slots, its
+        # end); streamed, those whose slots it frees (and itself: its next send)
+        self.on_arrive: list[NcclRingMachine] = []
+        self.on_stream: list[NcclRingMachine] = []
         machines = board.shared.setdefault(NcclRingMachine, {})
         machines[me] = self
 
@@ -225,11 +229,10 @@ class NcclRingMachine:
         machines = self.board.shared[NcclRingMachine]
         self.pred = machines[self.pred_key]
         self.succ = machines[self.succ_key]
-        for m in (self.pred, self.succ):
-            if self not in m.watchers:
-                m.watchers.append(self)
-        if self not in self.watchers:
-            self.watchers.append(self)
+        for src, lst in ((self.pred, "on_arrive"), (self.succ, "on_stream"), (self, "on_arrive"), (self, "on_stream")):
+            watchers = getattr(src, lst)
+            if self not in watchers:
+                watchers.append(self)
 
     def start(self) -> None:
         """Begin sending (the rank has paid its launch): from now on the machine advances on its own."""
@@ -284,13 +287,13 @@ class NcclRingMachine:
 
     def _arrive(self, seq: int) -> None:
         self.arrived[seq] = 1
-        for m in self.watchers:
+        for m in self.on_arrive:
             m._advance()
 
     def _stream(self, seq: int) -> None:
         self.streamed[seq] = 1
         self.sending = False
-        for m in self.watchers:
+        for m in self.on_stream:
             m._advance()
 
 

@@ -29,7 +29,18 @@ from simpy.events import Event
 
 from collsim.vocab import TAG_ACTIVITIES
 
-__all__ = ["LATE", "NO_OWNER", "UNTAGGED", "Flow", "FlowRecord", "FluidNetwork", "Owner", "Resource", "Tag"]
+__all__ = [
+    "LATE",
+    "NO_OWNER",
+    "UNTAGGED",
+    "Flow",
+    "FlowRecord",
+    "FluidNetwork",
+    "Owner",
+    "Resource",
+    "Route",
+    "Tag",
+]
 
 #: SimPy priority of the rate solve: after every NORMAL (1) event of the same timestamp.
 LATE = 2
@@ -162,7 +173,9 @@ class Flow:
     """A transfer in progress. Created by :meth:`FluidNetwork.transfer`; read-only for callers."""
 
     __slots__ = (
+        "arrived",
         "done",
+        "hold",
         "latency",
         "max_rate",
         "owner",
@@ -170,6 +183,7 @@ class Flow:
         "remaining",
         "sig",
         "size",
+        "streamed",
         "t_ref",
         "t_start",
         "tag",
@@ -183,7 +197,7 @@ class Flow:
         size: float,
         uses: tuple[tuple[Resource, float], ...],
         max_rate: float,
-        done: Event,
+        done: Event | None,
         tag: Tag,
         owner: Owner,
         latency: float,
@@ -193,7 +207,10 @@ class Flow:
         self.uses = uses
         self.max_rate = max_rate
         self.rate = 0.0
-        self.done = done
+        self.done: Event | None = done  # fired when the last unit has left; None when nobody waits for that moment
+        self.arrived: Event | None = None  # fired `latency` after the last unit left (None: it is `done`)
+        self.streamed: Event | None = None  # fired `hold` after the last unit left (None: it is `done`)
+        self.hold = 0.0
         self.tag = tag
         self.owner = owner
         self.t_start = 0.0
@@ -237,6 +254,20 @@ class FlowRecord:
     resources: tuple[str, ...]
     coefficients: tuple[float, ...] = ()
     keys: tuple[Hashable, ...] = ()
+
+
+class Route:
+    """Resources a sender's flows cross, prepared once (:meth:`FluidNetwork.route`) for many
+    :meth:`FluidNetwork.send` calls: the merged uses, the rate cap and the interned signature, so a send costs no
+    merging or hashing. Read-only for callers.
+    """
+
+    __slots__ = ("max_rate", "sig", "uses")
+
+    def __init__(self, uses: tuple[tuple[Resource, float], ...], max_rate: float, sig: int) -> None:
+        self.uses = uses
+        self.max_rate = max_rate
+        self.sig = sig
 
 
 class FluidNetwork:
@@ -346,6 +377,65 @@ class FluidNetwork:
         """
         if tag.__class__ is not Tag or owner.__class__ is not Owner or tag.activity == "wait":
             _check_typed(tag, owner)  # slow path: a subclass passes; a display string or an idle tag raises
+        if size <= 0 or (not uses and math.isinf(max_rate)):
+            return self._instant(size, latency, hold, tag, owner)
+        return self.send(self.route(uses, max_rate), size, latency=latency, tag=tag, owner=owner, hold=hold)
+
+    def route(self, uses: Sequence[tuple[Resource, float]], max_rate: float = math.inf) -> Route:
+        """Prepare ``uses`` (resources and units consumed per unit moved; repeated resources add up, zero
+        coefficients drop) and a rate cap ``max_rate`` (units/s) for :meth:`send`."""
+        merged: dict[Resource, float] = {}
+        for res, coef in uses:
+            if coef > 0:
+                merged[res] = merged.get(res, 0.0) + coef
+        uses_t = tuple(merged.items())
+        sig = self._signatures.setdefault((uses_t, max_rate), len(self._signatures))
+        if sig == len(self._sig_order):  # a new signature: its place in the canonical solve order
+            self._sig_order.append((tuple((r.name, c) for r, c in uses_t), max_rate))
+        return Route(uses_t, max_rate, sig)
+
+    def send(
+        self,
+        route: Route,
+        size: float,
+        *,
+        latency: float = 0.0,
+        tag: Tag = UNTAGGED,
+        owner: Owner = NO_OWNER,
+        hold: float = 0.0,
+    ) -> tuple[Event, Event]:
+        """:meth:`transfer` over a prepared :class:`Route` (the fast path of a sender that sends many messages on
+        the same resources): the same flow, events and costs. ``tag`` and ``owner`` are not checked here (the
+        caller made them once)."""
+        if size <= 0:
+            return self._instant(size, latency, hold, tag, owner)
+        env = self.env
+        # the events the caller waits for; the moment the last unit leaves needs an event of its own only when
+        # one of them is that moment (no latency, or no hold)
+        done = Event(env) if latency <= 0 or hold <= 0 else None
+        arrived = done if latency <= 0 else Event(env)
+        if hold <= 0:
+            streamed = done
+        elif hold == latency:
+            streamed = arrived
+        else:
+            streamed = Event(env)
+        flow = Flow(float(size), route.uses, route.max_rate, done, tag, owner, latency)
+        flow.sig = route.sig
+        if arrived is not done:
+            flow.arrived = arrived
+        if streamed is not done and streamed is not arrived:
+            flow.streamed = streamed
+            flow.hold = hold
+        flow.t_start = flow.t_ref = env.now
+        self.flows += 1
+        self._active[id(flow)] = flow
+        self._schedule_update()
+        return streamed, arrived  # type: ignore[return-value]  # each is done or an event of its own
+
+    def _instant(self, size: float, latency: float, hold: float, tag: Tag, owner: Owner) -> tuple[Event, Event]:
+        """A transfer with nothing to stream (no bytes, or no resource and no cap): done now, arrived ``latency``
+        later, the sender free ``hold`` later."""
         env = self.env
         done = Event(env)  # the last unit has left
         arrived = Event(env) if latency > 0 else done
@@ -356,24 +446,9 @@ class FluidNetwork:
             streamed = arrived if hold == latency else Event(env)
             if streamed is not arrived:
                 done.callbacks.append(lambda _ev: self._after(hold, streamed))
-        if size <= 0 or (not uses and math.isinf(max_rate)):
-            done.succeed()
-            if self.record:
-                self.records.append(FlowRecord(owner, tag, size, env.now, env.now, latency, ()))
-            return streamed, arrived
-        merged: dict[Resource, float] = {}
-        for res, coef in uses:
-            if coef > 0:
-                merged[res] = merged.get(res, 0.0) + coef
-        uses_t = tuple(merged.items())
-        flow = Flow(float(size), uses_t, max_rate, done, tag, owner, latency)
-        flow.sig = self._signatures.setdefault((uses_t, max_rate), len(self._signatures))
-        if flow.sig == len(self._sig_order):  # a new signature: its place in the canonical solve order
-            self._sig_order.append((tuple((r.name, c) for r, c in uses_t), max_rate))
-        flow.t_start = flow.t_ref = env.now
-        self.flows += 1
-        self._active[id(flow)] = flow
-        self._schedule_update()
+        done.succeed()
+        if self.record:
+            self.records.append(FlowRecord(owner, tag, size, env.now, env.now, latency, ()))
         return streamed, arrived
 
     def delay(self, seconds: float, *, tag: Tag = UNTAGGED, owner: Owner = NO_OWNER) -> Event:
@@ -450,7 +525,12 @@ class FluidNetwork:
                             tuple(r.key for r, _ in f.uses),
                         )
                     )
-                f.done.succeed()
+                if f.done is not None:
+                    f.done.succeed()
+                if f.arrived is not None:
+                    self._after(f.latency, f.arrived)
+                if f.streamed is not None:
+                    self._after(f.hold, f.streamed)
             # the finished flows' callbacks run at this timestamp and may start flows: solve after them
             self._schedule_update()
             return

@@ -40,14 +40,21 @@ def test_cap_and_latency() -> None:
     assert ends == pytest.approx([1e-3 + 5e-6], rel=1e-12)
 
 
-@pytest.mark.parametrize(("latency", "hold"), [(5e-6, 3e-6), (5e-6, 5e-6), (2e-6, 7e-6), (0.0, 4e-6)])
-def test_hold_delays_the_sender_not_the_arrival(latency: float, hold: float) -> None:
-    # 1 MB at 1 GB/s streams in 1 ms; the sender is free `hold` later, the receiver has it `latency` later
+@pytest.mark.parametrize("prepared", [False, True], ids=["transfer", "route+send"])
+@pytest.mark.parametrize(
+    ("latency", "hold"), [(5e-6, 3e-6), (5e-6, 5e-6), (2e-6, 7e-6), (0.0, 4e-6), (3e-6, 0.0), (0.0, 0.0)]
+)
+def test_hold_delays_the_sender_not_the_arrival(latency: float, hold: float, prepared: bool) -> None:
+    # 1 MB at 1 GB/s streams in 1 ms; the sender is free `hold` later, the receiver has it `latency` later, whether
+    # the flow goes through transfer() or a prepared route (the fast path, which makes fewer events)
     env = simpy.Environment()
     net = FluidNetwork(env)
     link = net.resource("l", 1e9)
     times: dict[str, float] = {}
-    streamed, arrived = net.transfer(1e6, [(link, 1.0)], latency=latency, hold=hold)
+    if prepared:
+        streamed, arrived = net.send(net.route([(link, 1.0)]), 1e6, latency=latency, hold=hold)
+    else:
+        streamed, arrived = net.transfer(1e6, [(link, 1.0)], latency=latency, hold=hold)
     streamed.callbacks.append(lambda _e: times.__setitem__("streamed", env.now))
     arrived.callbacks.append(lambda _e: times.__setitem__("arrived", env.now))
     env.run()

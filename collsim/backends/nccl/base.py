@@ -288,8 +288,9 @@ class Launcher:
         jitter = self.jitter(e, role)
         if jitter is not None:
             return self._jittered(ro, uses, owner, jitter)
+        route, tag, lat = net.route(uses, ro.cap), ro.tag, ro.latency  # prepared once: a send only streams
         if ro.post <= 0:
-            return lambda b: net.transfer(b, uses, latency=ro.latency, max_rate=ro.cap, tag=ro.tag, owner=owner)
+            return lambda b: net.send(route, b, latency=lat, tag=tag, owner=owner)
         # a role's sends are its slices in order; the slice that ends a step holds the sender for the step's post
         # (RingChunking.slices_per_post, x steps_per_post for merged chunks)
         chunking = self.ctx.chunking
@@ -298,7 +299,7 @@ class Launcher:
 
         def send(b: float) -> tuple[Event, Event]:
             h = hold if next(count) % every == 0 else 0.0
-            return net.transfer(b, uses, latency=ro.latency, max_rate=ro.cap, tag=ro.tag, owner=owner, hold=h)
+            return net.send(route, b, latency=lat, tag=tag, owner=owner, hold=h)
 
         return send
 
