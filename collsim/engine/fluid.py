@@ -315,8 +315,14 @@ class FluidNetwork:
         self._signatures: dict[tuple[tuple[tuple[Resource, float], ...], float], int] = {}
         self._sig_order: list[tuple[tuple[tuple[str, float], ...], float]] = []  # per signature: what it is
         self._memo: dict[tuple[int, ...], tuple[dict[int, float], frozenset[Resource]]] = {}
+        # the flows streaming on each resource, and what changed since the last solve: flows started, and the
+        # resources of flows that finished (a solve re-solves only the connected components these touch)
+        self._on: dict[Resource, dict[int, Flow]] = {}
+        self._started: list[Flow] = []
+        self._freed: dict[Resource, None] = {}
         self.memo_hits = 0
         self._last_saturated: frozenset[Resource] = frozenset()
+        self._touched: set[Resource] = set()
 
     # ------------------------------------------------------------------ resources
     def resource(self, name: str, capacity: float, kind: str = "", key: Hashable = None) -> Resource:
@@ -430,6 +436,13 @@ class FluidNetwork:
         flow.t_start = flow.t_ref = env.now
         self.flows += 1
         self._active[id(flow)] = flow
+        on = self._on
+        for res, _coef in route.uses:
+            if res in on:
+                on[res][id(flow)] = flow
+            else:
+                on[res] = {id(flow): flow}
+        self._started.append(flow)
         self._schedule_update()
         return streamed, arrived  # type: ignore[return-value]  # each is done or an event of its own
 
@@ -503,6 +516,9 @@ class FluidNetwork:
             _t, _s, version, f = heapq.heappop(heap)
             if version == f.version and id(f) in self._active:
                 del self._active[id(f)]
+                for res, _coef in f.uses:
+                    del self._on[res][id(f)]
+                    self._freed[res] = None
                 finished.append(f)
         if finished:
             for f in finished:
@@ -537,44 +553,86 @@ class FluidNetwork:
         self._solve()
         self._arm()
 
+    def _components(self) -> list[list[Flow]]:
+        """The connected components (flows linked by shared resources) that changed since the last solve: those of
+        the flows started and of the resources freed by flows that finished. Other components keep their rates:
+        max-min fairness decomposes over components."""
+        on = self._on
+        seen_res: set[Resource] = set()
+        seen: set[int] = set()
+        comps: list[list[Flow]] = []
+        seeds: list[Resource] = list(self._freed)
+        for f in self._started:
+            if id(f) not in self._active:
+                continue
+            if not f.uses:  # nothing shared: a component of its own
+                seen.add(id(f))
+                comps.append([f])
+            seeds.extend(res for res, _ in f.uses)
+        for r0 in seeds:
+            if r0 in seen_res:
+                continue
+            seen_res.add(r0)
+            comp: list[Flow] = []
+            stack = [r0]
+            while stack:
+                for key, f in on.get(stack.pop(), {}).items():
+                    if key in seen:
+                        continue
+                    seen.add(key)
+                    comp.append(f)
+                    for res, _ in f.uses:
+                        if res not in seen_res:
+                            seen_res.add(res)
+                            stack.append(res)
+            if comp:
+                comps.append(comp)
+        self._touched = seen_res
+        self._started = []
+        self._freed = {}
+        return comps
+
     def _solve(self) -> None:
-        """Set every streaming flow's max-min fair rate (memoised on the multiset of flow signatures)."""
+        """Set the max-min fair rate of every flow in a component that changed (memoised per component on the
+        multiset of its flows' signatures)."""
         self.solves += 1
-        flows = list(self._active.values())
-        key = tuple(sorted(f.sig for f in flows))
-        hit = self._memo.get(key)
-        if hit is None:
-            # solved in an order set by what the flows are (resource names, coefficients, cap), not by when they
-            # started: the float sums then do not depend on the history, and a memo hit returns bit for bit what a
-            # fresh solve of the same flows would, in this network or another
-            ordered = sorted(flows, key=lambda f: self._sig_order[f.sig])
-            rates = self._progressive_filling(ordered)
-            hit = ({f.sig: r for f, r in zip(ordered, rates, strict=True)}, self._last_saturated)
-            if len(self._memo) < 100_000:
-                self._memo[key] = hit
-        else:
-            self.memo_hits += 1
-        by_sig = hit[0]
         now = self.env.now
         heap = self._heap
-        for f in flows:
-            rate = by_sig[f.sig]
-            if rate == f.rate and f.version:
-                continue
-            f.remaining -= f.rate * (now - f.t_ref)
-            f.t_ref = now
-            f.rate = rate
-            f.version += 1
-            if rate > 0:
-                self._seq += 1
-                finish = now if rate == math.inf else now + max(f.remaining, 0.0) / rate
-                heapq.heappush(heap, (finish, self._seq, f.version, f))
-        saturated = hit[1]
-        for res in list(self._sat_since):
-            if res not in saturated:
-                del self._sat_since[res]
-        for res in saturated:
-            self._sat_since.setdefault(res, now)
+        saturated: set[Resource] = set()
+        for flows in self._components():
+            key = tuple(sorted(f.sig for f in flows))
+            hit = self._memo.get(key)
+            if hit is None:
+                # solved in an order set by what the flows are (resource names, coefficients, cap), not by when
+                # they started: the float sums then do not depend on the history, and a memo hit returns bit for
+                # bit what a fresh solve of the same flows would, in this network or another
+                ordered = sorted(flows, key=lambda f: self._sig_order[f.sig])
+                rates = self._progressive_filling(ordered)
+                hit = ({f.sig: r for f, r in zip(ordered, rates, strict=True)}, self._last_saturated)
+                if len(self._memo) < 100_000:
+                    self._memo[key] = hit
+            else:
+                self.memo_hits += 1
+            by_sig = hit[0]
+            saturated |= hit[1]
+            for f in flows:
+                rate = by_sig[f.sig]
+                if rate == f.rate and f.version:
+                    continue
+                f.remaining -= f.rate * (now - f.t_ref)
+                f.t_ref = now
+                f.rate = rate
+                f.version += 1
+                if rate > 0:
+                    self._seq += 1
+                    finish = now if rate == math.inf else now + max(f.remaining, 0.0) / rate
+                    heapq.heappush(heap, (finish, self._seq, f.version, f))
+        sat_since = self._sat_since
+        for res in self._touched:
+            if res in saturated:
+                sat_since.setdefault(res, now)
+            else:
+                sat_since.pop(res, None)
         if self.check:
             self.check_invariants()
 

@@ -225,7 +225,7 @@ def _check_memo(sc: _Scenario, rel: float) -> None:
     ends = sc.run(memo)
     assert len(ends) == len(sc.sizes) * len(sc.inst.flows)
     assert memo.memo_hits > 0  # at least the first solve of every wave after the first
-    assert sum(s.hit for s in memo.log) == memo.memo_hits
+    assert 0 < sum(s.hit for s in memo.log) <= memo.memo_hits  # a solve may take several components from it
     for solve in memo.log:
         # every rate handed out, against a new network (no memo, no history) solving the same flows in the same order
         alive = Instance(sc.inst.capacities, tuple(sc.inst.flows[int(tag.split("f")[1])] for tag in solve.rates))
@@ -321,3 +321,68 @@ def test_water_filling_handles_uncapped_flows_without_resources() -> None:
     inst = Instance((1e9,), (FlowSpec((), INF), FlowSpec(((0, 1.0),), 2e8)))
     assert list(water_filling(inst)) == [INF, 2e8]
     assert np.isinf(water_filling(Instance((1e9,), (FlowSpec(()),)))).all()
+
+
+# ---------------------------------------------------------------------------------------------------- incremental
+class _Global(FluidNetwork):
+    """The engine re-solving every streaming flow at every solve (one component of all of them): what it did before
+    it re-solved only the components that changed."""
+
+    def _components(self) -> list:
+        super()._components()
+        self._touched = set(self._on)
+        flows = list(self._active.values())
+        return [flows] if flows else []
+
+
+@st.composite
+def timelines(draw: st.DrawFn) -> tuple[Instance, list[float], list[float]]:
+    """Flows over up to 8 resources, each with a start time and a size: as they come and go, components form,
+    merge (a flow bridging two groups starts) and split (it ends)."""
+    inst = draw(instances(max_resources=8, max_flows=12))
+    n = len(inst.flows)
+    starts = draw(st.lists(st.one_of(st.just(0.0), st.sampled_from([1e-3, 2e-3]), st.floats(0, 5e-3)),
+                           min_size=n, max_size=n))
+    sizes = draw(st.lists(st.one_of(st.sampled_from([1e6, 2e6]), st.floats(1e4, 1e7)), min_size=n, max_size=n))
+    return inst, starts, sizes
+
+
+def _run_timeline(net: FluidNetwork, inst: Instance, starts: list[float], sizes: list[float]) -> list[float]:
+    env = net.env
+    res = [net.resource(f"r{k}", c) for k, c in enumerate(inst.capacities)]
+    ends = [math.nan] * len(inst.flows)
+
+    def one(j: int):  # type: ignore[no-untyped-def]
+        yield env.timeout(starts[j])
+        spec = inst.flows[j]
+        streamed, _ = net.transfer(sizes[j], [(res[k], c) for k, c in spec.uses], max_rate=spec.max_rate)
+        yield streamed
+        ends[j] = env.now
+
+    for j in range(len(inst.flows)):
+        env.process(one(j))
+    env.run()
+    return ends
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(timelines())
+def test_incremental_solver_against_global_solves_and_the_oracle(tl: tuple[Instance, list[float], list[float]]) -> None:
+    # after every solve the checked network asserts the bottleneck characterisation of max-min fairness on *every*
+    # streaming flow (re-solved or not); the end times equal those of a network that re-solves all flows each time
+    inst, starts, sizes = tl
+    incremental = MaxMinCheckedNetwork(simpy.Environment())
+    got = _run_timeline(incremental, inst, starts, sizes)
+    want = _run_timeline(_Global(simpy.Environment()), inst, starts, sizes)
+    assert all(t == t for t in got)
+    assert got == pytest.approx(want, rel=1e-9)
+
+
+def test_a_bridging_flow_merges_two_components_and_its_end_splits_them() -> None:
+    # A on l0, B on l1 (1 GB/s each): 1 GB/s each. At 1 ms C starts on l0 and l1: all three at 0.5 GB/s (one
+    # component). C (0.5 MB) ends at 2 ms; A and B, with 0.5 MB left at 2 ms... A: 1 MB by 1 ms at 1 GB/s, then
+    # 0.5 GB/s: sizes 2 MB for A and B: A has 1 MB left at 1 ms, 0.5 MB at 2 ms, then alone again at 1 GB/s: 2.5 ms
+    inst = Instance((1e9, 1e9), (FlowSpec(((0, 1.0),)), FlowSpec(((1, 1.0),)), FlowSpec(((0, 1.0), (1, 1.0)))))
+    net = MaxMinCheckedNetwork(simpy.Environment())
+    ends = _run_timeline(net, inst, [0.0, 0.0, 1e-3], [2e6, 2e6, 0.5e6])
+    assert ends == pytest.approx([2.5e-3, 2.5e-3, 2e-3], rel=1e-12)
