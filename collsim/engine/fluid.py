@@ -178,6 +178,7 @@ class Flow:
         "hold",
         "latency",
         "max_rate",
+        "on",
         "owner",
         "rate",
         "remaining",
@@ -211,6 +212,7 @@ class Flow:
         self.arrived: Event | None = None  # fired `latency` after the last unit left (None: it is `done`)
         self.streamed: Event | None = None  # fired `hold` after the last unit left (None: it is `done`)
         self.hold = 0.0
+        self.on: tuple[dict[int, Flow], ...] = ()  # the network's tables of streaming flows it is entered in
         self.tag = tag
         self.owner = owner
         self.t_start = 0.0
@@ -262,12 +264,19 @@ class Route:
     merging or hashing. Read-only for callers.
     """
 
-    __slots__ = ("max_rate", "sig", "uses")
+    __slots__ = ("max_rate", "on", "sig", "uses")
 
-    def __init__(self, uses: tuple[tuple[Resource, float], ...], max_rate: float, sig: int) -> None:
+    def __init__(
+        self,
+        uses: tuple[tuple[Resource, float], ...],
+        max_rate: float,
+        sig: int,
+        on: tuple[dict[int, Flow], ...] = (),
+    ) -> None:
         self.uses = uses
         self.max_rate = max_rate
         self.sig = sig
+        self.on = on  # the network's table of streaming flows of each resource crossed, in the order of `uses`
 
 
 class FluidNetwork:
@@ -398,7 +407,8 @@ class FluidNetwork:
         sig = self._signatures.setdefault((uses_t, max_rate), len(self._signatures))
         if sig == len(self._sig_order):  # a new signature: its place in the canonical solve order
             self._sig_order.append((tuple((r.name, c) for r, c in uses_t), max_rate))
-        return Route(uses_t, max_rate, sig)
+        on = self._on
+        return Route(uses_t, max_rate, sig, tuple(on.setdefault(res, {}) for res, _ in uses_t))
 
     def send(
         self,
@@ -436,12 +446,9 @@ class FluidNetwork:
         flow.t_start = flow.t_ref = env.now
         self.flows += 1
         self._active[id(flow)] = flow
-        on = self._on
-        for res, _coef in route.uses:
-            if res in on:
-                on[res][id(flow)] = flow
-            else:
-                on[res] = {id(flow): flow}
+        flow.on = route.on
+        for table in route.on:
+            table[id(flow)] = flow
         self._started.append(flow)
         self._schedule_update()
         return streamed, arrived  # type: ignore[return-value]  # each is done or an event of its own
@@ -516,8 +523,9 @@ class FluidNetwork:
             _t, _s, version, f = heapq.heappop(heap)
             if version == f.version and id(f) in self._active:
                 del self._active[id(f)]
+                for table in f.on:
+                    del table[id(f)]
                 for res, _coef in f.uses:
-                    del self._on[res][id(f)]
                     self._freed[res] = None
                 finished.append(f)
         if finished:
@@ -592,41 +600,64 @@ class FluidNetwork:
         self._freed = {}
         return comps
 
+    def _component_rates(
+        self, flows: list[Flow], key: tuple[int, ...]
+    ) -> tuple[dict[int, float], frozenset[Resource]]:
+        """One component's rates by signature and its saturated resources, from the memo or a progressive filling
+        in canonical order (by what the flows are, not when they started: the float sums then do not depend on the
+        history, and a memo hit returns bit for bit what a fresh solve of the same flows would)."""
+        hit = self._memo.get(key)
+        if hit is not None:
+            self.memo_hits += 1
+            return hit
+        ordered = sorted(flows, key=lambda f: self._sig_order[f.sig])
+        rates = self._progressive_filling(ordered)
+        hit = ({f.sig: r for f, r in zip(ordered, rates, strict=True)}, self._last_saturated)
+        if len(self._memo) < 100_000:
+            self._memo[key] = hit
+        return hit
+
     def _solve(self) -> None:
         """Set the max-min fair rate of every flow in a component that changed (memoised per component on the
         multiset of its flows' signatures)."""
         self.solves += 1
         now = self.env.now
         heap = self._heap
-        saturated: set[Resource] = set()
-        for flows in self._components():
-            key = tuple(sorted(f.sig for f in flows))
-            hit = self._memo.get(key)
-            if hit is None:
-                # solved in an order set by what the flows are (resource names, coefficients, cap), not by when
-                # they started: the float sums then do not depend on the history, and a memo hit returns bit for
-                # bit what a fresh solve of the same flows would, in this network or another
-                ordered = sorted(flows, key=lambda f: self._sig_order[f.sig])
-                rates = self._progressive_filling(ordered)
-                hit = ({f.sig: r for f, r in zip(ordered, rates, strict=True)}, self._last_saturated)
+        comps = self._components()
+        # one memo entry for everything this solve touched (a lockstep pipeline repeats the same set of components),
+        # else one per component; a component's rates are always its own progressive filling's, so which entry
+        # answers does not change a bit
+        flows_all = comps[0] if len(comps) == 1 else [f for c in comps for f in c]
+        key = tuple(sorted(f.sig for f in flows_all))
+        hit = self._memo.get(key)
+        if hit is not None:
+            self.memo_hits += 1
+        else:
+            if len(comps) == 1:
+                hit = self._component_rates(comps[0], key)
+            else:
+                by_sig: dict[int, float] = {}
+                sat: set[Resource] = set()
+                for flows in comps:
+                    part = self._component_rates(flows, tuple(sorted(f.sig for f in flows)))
+                    by_sig.update(part[0])  # equal signatures share resources: never in two components
+                    sat |= part[1]
+                hit = (by_sig, frozenset(sat))
                 if len(self._memo) < 100_000:
                     self._memo[key] = hit
-            else:
-                self.memo_hits += 1
-            by_sig = hit[0]
-            saturated |= hit[1]
-            for f in flows:
-                rate = by_sig[f.sig]
-                if rate == f.rate and f.version:
-                    continue
-                f.remaining -= f.rate * (now - f.t_ref)
-                f.t_ref = now
-                f.rate = rate
-                f.version += 1
-                if rate > 0:
-                    self._seq += 1
-                    finish = now if rate == math.inf else now + max(f.remaining, 0.0) / rate
-                    heapq.heappush(heap, (finish, self._seq, f.version, f))
+        by_sig, saturated = hit
+        for f in flows_all:
+            rate = by_sig[f.sig]
+            if rate == f.rate and f.version:
+                continue
+            f.remaining -= f.rate * (now - f.t_ref)
+            f.t_ref = now
+            f.rate = rate
+            f.version += 1
+            if rate > 0:
+                self._seq += 1
+                finish = now if rate == math.inf else now + max(f.remaining, 0.0) / rate
+                heapq.heappush(heap, (finish, self._seq, f.version, f))
         sat_since = self._sat_since
         for res in self._touched:
             if res in saturated:
