@@ -153,7 +153,7 @@ class Resource:
         The caller's key of the resource (a backend's ``("link", src, dst)``), carried by flow records.
     """
 
-    __slots__ = ("busy", "capacity", "carried", "key", "kind", "name")
+    __slots__ = ("busy", "capacity", "carried", "key", "kind", "name", "streaming")
 
     def __init__(self, name: str, capacity: float, kind: str = "", key: Hashable = None) -> None:
         if not capacity > 0 or math.isnan(capacity):
@@ -164,6 +164,7 @@ class Resource:
         self.key = key
         self.busy = 0.0  # seconds during which the resource was saturated
         self.carried = 0.0  # units consumed by finished flows
+        self.streaming: dict[int, Flow] = {}  # the flows streaming on it now, by id (kept by its network)
 
     def __repr__(self) -> str:
         return f"Resource({self.name!r}, {self.capacity:.4g}, {self.kind!r})"
@@ -326,9 +327,8 @@ class FluidNetwork:
         self._memo: dict[tuple[int, ...], tuple[dict[int, float], frozenset[Resource]]] = {}
         # the flows streaming on each resource, and what changed since the last solve: flows started, and the
         # resources of flows that finished (a solve re-solves only the connected components these touch)
-        self._on: dict[Resource, dict[int, Flow]] = {}
         self._started: list[Flow] = []
-        self._freed: dict[Resource, None] = {}
+        self._freed: list[Resource] = []
         self.memo_hits = 0
         self._last_saturated: frozenset[Resource] = frozenset()
         self._touched: set[Resource] = set()
@@ -407,8 +407,7 @@ class FluidNetwork:
         sig = self._signatures.setdefault((uses_t, max_rate), len(self._signatures))
         if sig == len(self._sig_order):  # a new signature: its place in the canonical solve order
             self._sig_order.append((tuple((r.name, c) for r, c in uses_t), max_rate))
-        on = self._on
-        return Route(uses_t, max_rate, sig, tuple(on.setdefault(res, {}) for res, _ in uses_t))
+        return Route(uses_t, max_rate, sig, tuple(res.streaming for res, _ in uses_t))
 
     def send(
         self,
@@ -525,8 +524,7 @@ class FluidNetwork:
                 del self._active[id(f)]
                 for table in f.on:
                     del table[id(f)]
-                for res, _coef in f.uses:
-                    self._freed[res] = None
+                self._freed.extend(res for res, _coef in f.uses)
                 finished.append(f)
         if finished:
             for f in finished:
@@ -565,11 +563,10 @@ class FluidNetwork:
         """The connected components (flows linked by shared resources) that changed since the last solve: those of
         the flows started and of the resources freed by flows that finished. Other components keep their rates:
         max-min fairness decomposes over components."""
-        on = self._on
         seen_res: set[Resource] = set()
         seen: set[int] = set()
         comps: list[list[Flow]] = []
-        seeds: list[Resource] = list(self._freed)
+        seeds: list[Resource] = self._freed
         for f in self._started:
             if id(f) not in self._active:
                 continue
@@ -584,7 +581,7 @@ class FluidNetwork:
             comp: list[Flow] = []
             stack = [r0]
             while stack:
-                for key, f in on.get(stack.pop(), {}).items():
+                for key, f in stack.pop().streaming.items():
                     if key in seen:
                         continue
                     seen.add(key)
@@ -597,7 +594,7 @@ class FluidNetwork:
                 comps.append(comp)
         self._touched = seen_res
         self._started = []
-        self._freed = {}
+        self._freed = []
         return comps
 
     def _component_rates(

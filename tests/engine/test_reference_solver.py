@@ -330,7 +330,7 @@ class _Global(FluidNetwork):
 
     def _components(self) -> list:
         super()._components()
-        self._touched = set(self._on)
+        self._touched = set(self.resources.values())
         flows = list(self._active.values())
         return [flows] if flows else []
 
