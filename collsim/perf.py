@@ -163,12 +163,14 @@ def run_scale_benchmark(
     size: int = 1 << 30,
     timeout: float = 600.0,
     baseline_events: int = 1_000_000,
+    cases: Sequence[ScaleCase] | None = None,
 ) -> int:
     """Print issue 13's scale table: per case, wall seconds, ratio to the bare-SimPy baseline measured in this run,
     peak RSS (MiB), flows streamed, rate solves, simulated classes/entities and the simulated busbw.
 
     Every case runs in a fresh child process (its own peak memory), killed after ``timeout`` seconds (then printed
-    as ``> timeout``). ``size`` bytes per allreduce (default 1 GiB, as the issue's table).
+    as ``> timeout``). ``size`` bytes per allreduce (default 1 GiB, as the issue's table). ``cases``: run these
+    instead of :func:`scale_cases` of ``nodes``.
     """
     runs = sorted(
         float(subprocess.run([sys.executable, "-c", _BASELINE_CHILD, str(baseline_events)], capture_output=True,
@@ -183,7 +185,7 @@ def run_scale_benchmark(
     print(f"{'case':<40} {'choice':<14} {'wall s':>8} {'x base':>7} {'peak MiB':>9} {'flows':>10} {'solves':>8} "
           f"{'classes':>13} {'busbw GB/s':>10}", flush=True)
     status = 0
-    for case in scale_cases(nodes):
+    for case in scale_cases(nodes) if cases is None else cases:
         cmd = [sys.executable, "-c", _SCALE_CHILD, str(size), SCALE_SCENARIO, *case.overrides()]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=timeout)

@@ -195,6 +195,7 @@ class Topology:
         self.nic_substitutes: Mapping[str, tuple[Device, str]] = dict(nic_substitutes or {})
         self.background: tuple[tuple[str, str, float], ...] = tuple(background)
         self._route_cache: dict[tuple[str, str, frozenset[str] | None], list[Link] | None] = {}
+        self._index: dict[tuple[str | None, int | None], list[Device]] = {}
         self._sorted: list[Device] = sorted(
             (d["device"] for _, d in graph.nodes(data=True)),
             key=lambda d: (d.node, _KIND_ORDER.get(d.kind, 99), d.index, d.name),
@@ -226,7 +227,12 @@ class Topology:
 
     def devices(self, kind: str | None = None, node: int | None = None) -> list[Device]:
         """Return devices, optionally of one kind and/or node, sorted by (node, kind, index)."""
-        return [d for d in self._sorted if (kind is None or d.kind == kind) and (node is None or d.node == node)]
+        index = self._index
+        if not index:  # built on first use: (kind, node) -> devices, in the sorted order (one scan, not one per call)
+            for d in self._sorted:
+                for key in ((None, None), (d.kind, None), (None, d.node), (d.kind, d.node)):
+                    index.setdefault(key, []).append(d)
+        return list(index.get((kind, node), ()))
 
     def gpus(self) -> list[Device]:
         """Return all GPUs in global rank order (node-major, then local index)."""

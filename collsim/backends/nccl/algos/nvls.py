@@ -136,12 +136,20 @@ class NVLSTree(NVLS):
     def build(self, ctx: SimContext) -> Layout:
         out = Layout()
         plan, topo = ctx.plan, ctx.topo
+        # looked up once (per rank, a scan of every rank or device is quadratic at 1024 GPUs)
+        devs = {g: topo.device(g) for g in plan.ranks}
+        by_index: dict[int, list[str]] = {}  # a GPU index -> that GPU on every node, in rank order
+        by_node: dict[int, list[str]] = {}
+        for g, d in devs.items():
+            by_index.setdefault(d.index, []).append(g)
+            by_node.setdefault(d.node, []).append(g)
+        switch = {node: topo.devices("nvswitch", node)[0].name for node in by_node}
         for c in range(ctx.nc):
             mirror = c % 2 == 1
             for g in plan.ranks:
-                dev = topo.device(g)
-                roles = _nvls_roles(ctx, g, topo.devices("nvswitch", dev.node)[0].name, plan.ppn)
-                same = [h for h in plan.ranks if topo.device(h).index == dev.index]  # this GPU on every node
+                dev = devs[g]
+                roles = _nvls_roles(ctx, g, switch[dev.node], plan.ppn)
+                same = by_index[dev.index]  # this GPU on every node
                 pnode, kids = binary_tree(dev.node, plan.nnodes, mirror)
                 par = same[pnode] if pnode is not None else None
                 if par is not None:
@@ -150,7 +158,7 @@ class NVLSTree(NVLS):
                 for k, kid in enumerate(kids):
                     roles[f"down{k}"] = ctx.hop_role(ctx.hop(g, same[kid], dev.index))
                 out.roles[(c, g)] = roles
-                peers = [(c, h) for h in plan.ranks if topo.device(h).node == dev.node]
+                peers = [(c, h) for h in by_node[dev.node]]
                 out.structure[(c, g)] = NvlsTreeLinks(
                     (c, par) if par else None, [(c, same[kid]) for kid in kids], peers
                 )
