@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 
 from collsim.results.records import BUSBW_FACTORS, FLAT_FIELDS, Record
-from collsim.results.text import _fit, format_sweep
+from collsim.results.text import _fit, format_sweep, groups
 
 __all__ = [
     "REPEAT_FIELDS",
@@ -132,23 +132,19 @@ def format_repeated_sweep(
         What was drawn (e.g. ``"launch_skew 5us, jitter 1us, seed 0"``), printed in each table's spread header.
     """
     parts = []
-    for b in backends:
-        for coll in collectives:
-            recs = [r for r in records if r.backend == b and r.collective == coll]
-            if not recs:
-                continue
-            table = format_sweep(recs, name=name, backends=[b], collectives=[coll], nccl_notes=nccl_notes)
-            runs = max(r.runs for r in recs)
-            lines = [
-                f"# time, algbw and busbw above: the median of {runs} run{'s' if runs != 1 else ''} per size"
-                + (f" (noise: {noise})" if noise else ""),
-                f"# {'size':>10s}  {'p50':>7s}  {'p99':>7s}  {'min':>7s}  {'max':>7s}",
-                f"# {'(B)':>10s}  {'(us)':>7s}  {'(us)':>7s}  {'(us)':>7s}  {'(us)':>7s}",
-            ]
-            for r in recs:
-                stats = (r.time_p50_us, r.time_p99_us, r.time_min_us, r.time_max_us)
-                lines.append(f"# {r.size_bytes:10d}  " + "  ".join(f"{_fit(v, 7):>7s}" for v in stats))
-            parts.append(table + "\n".join(lines) + "\n")
+    for b, coll, recs in groups(records, backends, collectives):
+        table = format_sweep(recs, name=name, backends=[b], collectives=[coll], nccl_notes=nccl_notes)
+        runs = max(r.runs for r in recs)
+        lines = [
+            f"# time, algbw and busbw above: the median of {runs} run{'s' if runs != 1 else ''} per size"
+            + (f" (noise: {noise})" if noise else ""),
+            f"# {'size':>10s}  {'p50':>7s}  {'p99':>7s}  {'min':>7s}  {'max':>7s}",
+            f"# {'(B)':>10s}  {'(us)':>7s}  {'(us)':>7s}  {'(us)':>7s}  {'(us)':>7s}",
+        ]
+        for r in recs:
+            stats = (r.time_p50_us, r.time_p99_us, r.time_min_us, r.time_max_us)
+            lines.append(f"# {r.size_bytes:10d}  " + "  ".join(f"{_fit(v, 7):>7s}" for v in stats))
+        parts.append(table + "\n".join(lines) + "\n")
     return "\n".join(parts)
 
 

@@ -6,11 +6,14 @@ Times are printed in microseconds and bandwidths in GB/s (1e9 bytes/s), as nccl-
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from typing import TypeVar
 
 from collsim.results.compare import Comparison, Explanation
 from collsim.results.records import Record
 from collsim.units import NCCL_TESTS_TYPE_NAMES, format_size
+
+R = TypeVar("R", bound=Record)
 
 __all__ = [
     "agreement",
@@ -102,6 +105,17 @@ def format_nccl_tests(records: Sequence[Record], *, header: str | None = None) -
     return "\n".join(lines) + "\n"
 
 
+def groups(
+    records: Sequence[R], backends: Sequence[str], collectives: Sequence[str]
+) -> Iterator[tuple[str, str, list[R]]]:
+    """``(backend, collective, records)`` for each pair that has records, in the order given (one table each)."""
+    for b in backends:
+        for coll in collectives:
+            recs = [r for r in records if r.backend == b and r.collective == coll]
+            if recs:
+                yield b, coll, recs
+
+
 def format_sweep(
     records: Sequence[Record],
     *,
@@ -129,21 +143,17 @@ def format_sweep(
         The tables, separated by a blank line.
     """
     parts = []
-    for b in backends:
-        for coll in collectives:
-            recs = [r for r in records if r.backend == b and r.collective == coll]
-            if not recs:
-                continue
-            r0 = recs[0]
-            channels = max(r.channels or 0 for r in recs)
-            head = (
-                f"collsim {b}: {name}, {r0.nranks} ranks, {coll} {r0.dtype}, "
-                f"algorithms {', '.join(sorted({r.algorithm for r in recs}))}"
-                + (f", up to {channels} channels" if channels else "")
-            )
-            if b == "nccl":
-                head += "".join(f"\n{note}" for note in nccl_notes)
-            parts.append(format_nccl_tests(recs, header=head))
+    for b, coll, recs in groups(records, backends, collectives):
+        r0 = recs[0]
+        channels = max(r.channels or 0 for r in recs)
+        head = (
+            f"collsim {b}: {name}, {r0.nranks} ranks, {coll} {r0.dtype}, "
+            f"algorithms {', '.join(sorted({r.algorithm for r in recs}))}"
+            + (f", up to {channels} channels" if channels else "")
+        )
+        if b == "nccl":
+            head += "".join(f"\n{note}" for note in nccl_notes)
+        parts.append(format_nccl_tests(recs, header=head))
     return "\n".join(parts)
 
 
