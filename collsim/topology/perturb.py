@@ -185,6 +185,17 @@ def _rule_edges(topo: Topology, rule: _Rule, devices: set[str]) -> list[tuple[st
     return sorted(out)
 
 
+def _matched(topo: Topology, rule: _Rule, where: str) -> set[str]:
+    """:func:`matching_devices` of ``rule``, or a :class:`TopologyError` naming ``where`` when it matches none."""
+    devices = set(matching_devices(topo, rule))
+    if not devices:
+        kind = f" of kind {rule.kind!r}" if rule.kind else ""
+        peer = getattr(rule, "peer", None)
+        to = f" to a device matching {peer!r}" if peer else ""
+        raise TopologyError(f"no device matching {rule.device!r} has a link{kind}{to}", field=f"{where}.device")
+    return devices
+
+
 def _links_at(topo: Topology, name: str) -> list[Link]:
     g = topo.graph
     return [g.edges[e]["link"] for e in [*g.out_edges(name), *g.in_edges(name)]]
@@ -206,14 +217,9 @@ def perturb_links(topo: Topology, rules: Sequence[LinkRule], field: str = "pertu
         where = f"{field}[{i}]"
         if not rule.scale > 0:
             raise TopologyError(f"expected a positive bandwidth scale, got {rule.scale!r}", field=f"{where}.scale")
-        devices = set(matching_devices(topo, rule))
-        if not devices:
-            kind = f" of kind {rule.kind!r}" if rule.kind else ""
-            raise TopologyError(f"no device matching {rule.device!r} has a link{kind}", field=f"{where}.device")
-        for u, v, data in graph.edges(data=True):
-            ln = data["link"]
-            if (u in devices or v in devices) and _kind_ok(ln.kind, rule):
-                graph.edges[u, v]["link"] = dataclasses.replace(ln, bandwidth=ln.bandwidth * rule.scale)
+        for u, v in _rule_edges(topo, rule, _matched(topo, rule, where)):
+            ln = graph.edges[u, v]["link"]
+            graph.edges[u, v]["link"] = dataclasses.replace(ln, bandwidth=ln.bandwidth * rule.scale)
     return _like(topo, graph)
 
 
@@ -260,11 +266,7 @@ def take_down(topo: Topology, rules: Sequence[DownRule], field: str = "perturb.d
     for i, rule in enumerate(rules):
         where = f"{field}[{i}]"
         current = _like(topo, graph)
-        devices = set(matching_devices(current, rule))
-        if not devices:
-            kind = f" of kind {rule.kind!r}" if rule.kind else ""
-            peer = f" to a device matching {rule.peer!r}" if rule.peer else ""
-            raise TopologyError(f"no device matching {rule.device!r} has a link{kind}{peer}", field=f"{where}.device")
+        devices = _matched(current, rule, where)
         if rule.peer is None:
             for name in sorted(devices):
                 dev = current.device(name)
@@ -380,11 +382,7 @@ def add_background(topo: Topology, rules: Sequence[BackgroundRule], field: str =
             raise TopologyError(f"expected a rate >= 0, got {rule.rate!r}", field=f"{where}.rate")
         if rule.load is not None and not 0 <= rule.load <= 1:
             raise TopologyError(f"expected a load in [0, 1], got {rule.load!r}", field=f"{where}.load")
-        devices = set(matching_devices(topo, rule))
-        if not devices:
-            kind = f" of kind {rule.kind!r}" if rule.kind else ""
-            raise TopologyError(f"no device matching {rule.device!r} has a link{kind}", field=f"{where}.device")
-        for u, v in _rule_edges(topo, rule, devices):
+        for u, v in _rule_edges(topo, rule, _matched(topo, rule, where)):
             rate = rule.rate if rule.rate is not None else float(rule.load or 0.0) * topo.link(u, v).bandwidth
             if rate > 0:
                 streams.append((u, v, float(rate)))
