@@ -258,7 +258,7 @@ class Simulator:
                     file=self.scenario.source_file,
                     field=f"perturb.ranks[{i}].rank",
                 )
-        return perturb.launch_delays()
+        return add_delays((r.rank, r.seconds()) for r in perturb.ranks)
 
     @property
     def noisy(self) -> bool:

@@ -331,7 +331,6 @@ class FluidNetwork:
         self._freed: list[Resource] = []
         self.memo_hits = 0
         self._last_saturated: frozenset[Resource] = frozenset()
-        self._touched: set[Resource] = set()
 
     # ------------------------------------------------------------------ resources
     def resource(self, name: str, capacity: float, kind: str = "", key: Hashable = None) -> Resource:
@@ -559,10 +558,10 @@ class FluidNetwork:
         self._solve()
         self._arm()
 
-    def _components(self) -> list[list[Flow]]:
+    def _components(self) -> tuple[list[list[Flow]], set[Resource]]:
         """The connected components (flows linked by shared resources) that changed since the last solve: those of
-        the flows started and of the resources freed by flows that finished. Other components keep their rates:
-        max-min fairness decomposes over components."""
+        the flows started and of the resources freed by flows that finished, and every resource they touch (freed
+        ones included). Other components keep their rates: max-min fairness decomposes over components."""
         seen_res: set[Resource] = set()
         seen: set[int] = set()
         comps: list[list[Flow]] = []
@@ -592,10 +591,9 @@ class FluidNetwork:
                             stack.append(res)
             if comp:
                 comps.append(comp)
-        self._touched = seen_res
         self._started = []
         self._freed = []
-        return comps
+        return comps, seen_res
 
     def _component_rates(
         self, flows: list[Flow], key: tuple[int, ...]
@@ -620,7 +618,7 @@ class FluidNetwork:
         self.solves += 1
         now = self.env.now
         heap = self._heap
-        comps = self._components()
+        comps, touched = self._components()
         # one memo entry for everything this solve touched (a lockstep pipeline repeats the same set of components),
         # else one per component; a component's rates are always its own progressive filling's, so which entry
         # answers does not change a bit
@@ -656,7 +654,7 @@ class FluidNetwork:
                 finish = now if rate == math.inf else now + max(f.remaining, 0.0) / rate
                 heapq.heappush(heap, (finish, self._seq, f.version, f))
         sat_since = self._sat_since
-        for res in self._touched:
+        for res in touched:
             if res in saturated:
                 sat_since.setdefault(res, now)
             else:

@@ -231,6 +231,14 @@ def format_comparison(
     return "\n".join(lines) + "\n"
 
 
+def _perturbed_head(sizes: Sequence[int], tail: str, what: Sequence[str]) -> tuple[int, list[str]]:
+    """The size column's width and the first lines of a perturbed-against-healthy section (title + ``tail``, then
+    the perturbations, one line each)."""
+    width = max([10, *(len(format_size(s)) for s in sizes)])
+    head = f"# Perturbed against healthy (the same scenario without perturb){tail}"
+    return width, [head, *(f"#   {w}" for w in what)]
+
+
 def format_perturbation(rows: Sequence[Comparison], healthy: Sequence[Comparison], what: Sequence[str]) -> str:
     """``collsim compare``'s section for a perturbed scenario: per size each backend's time on the healthy cluster
     and on the perturbed one (us) and the slowdown (perturbed / healthy).
@@ -243,9 +251,7 @@ def format_perturbation(rows: Sequence[Comparison], healthy: Sequence[Comparison
         The perturbations, one line each (the scenario's ``perturb`` entries).
     """
     base = {(r.nccl.collective, r.size_bytes): r for r in healthy}
-    width = max([10, *(len(format_size(r.size_bytes)) for r in rows)])
-    lines = ["# Perturbed against healthy (the same scenario without perturb):"]
-    lines += [f"#   {w}" for w in what]
+    width, lines = _perturbed_head([r.size_bytes for r in rows], ":", what)
     lines.append(
         f"# {'size':>{width}} {'nccl healthy':>13} {'perturbed':>12} {'slowdown':>9} "
         f"{'gloo healthy':>13} {'perturbed':>12} {'slowdown':>9}"
@@ -276,9 +282,7 @@ def format_explain_perturbation(
         The perturbations, one line each (the scenario's ``perturb`` entries).
     """
     base = {(r.collective, r.size_bytes): r for r in healthy}
-    width = max([10, *(len(format_size(r.size_bytes)) for r in rows)])
-    lines = ["# Perturbed against healthy (the same scenario without perturb), NCCL's choice on each:"]
-    lines += [f"#   {w}" for w in what]
+    width, lines = _perturbed_head([r.size_bytes for r in rows], ", NCCL's choice on each:", what)
     lines.append(f"# {'size':>{width}} {'healthy':>16} {'us':>12} {'perturbed':>16} {'us':>12} {'slowdown':>9}")
     for r in rows:
         h = base.get((r.collective, r.size_bytes))

@@ -530,13 +530,6 @@ class PerturbConfig(BaseModel):
     )
     seed: StrictInt = Field(0, ge=0, description="Seed of the random draws ('choose').")
 
-    def launch_delays(self) -> tuple[tuple[int, float], ...]:
-        """(rank, seconds) per straggler, delays of one rank added."""
-        out: dict[int, float] = {}
-        for r in self.ranks:
-            out[r.rank] = out.get(r.rank, 0.0) + r.seconds()
-        return tuple(sorted(out.items()))
-
     def link_rules(self) -> list[Any]:
         """The rules as ``collsim.topology.LinkRule`` (imported late: the scenario layer does not need it)."""
         from collsim.topology import LinkRule

@@ -328,11 +328,10 @@ class _Global(FluidNetwork):
     """The engine re-solving every streaming flow at every solve (one component of all of them): what it did before
     it re-solved only the components that changed."""
 
-    def _components(self) -> list:
+    def _components(self) -> tuple[list, set]:
         super()._components()
-        self._touched = set(self.resources.values())
         flows = list(self._active.values())
-        return [flows] if flows else []
+        return ([flows] if flows else []), set(self.resources.values())
 
 
 @st.composite
