@@ -179,7 +179,6 @@ class Flow:
         "hold",
         "latency",
         "max_rate",
-        "on",
         "owner",
         "rate",
         "remaining",
@@ -213,7 +212,6 @@ class Flow:
         self.arrived: Event | None = None  # fired `latency` after the last unit left (None: it is `done`)
         self.streamed: Event | None = None  # fired `hold` after the last unit left (None: it is `done`)
         self.hold = 0.0
-        self.on: tuple[dict[int, Flow], ...] = ()  # the network's tables of streaming flows it is entered in
         self.tag = tag
         self.owner = owner
         self.t_start = 0.0
@@ -267,17 +265,11 @@ class Route:
 
     __slots__ = ("max_rate", "on", "sig", "uses")
 
-    def __init__(
-        self,
-        uses: tuple[tuple[Resource, float], ...],
-        max_rate: float,
-        sig: int,
-        on: tuple[dict[int, Flow], ...] = (),
-    ) -> None:
+    def __init__(self, uses: tuple[tuple[Resource, float], ...], max_rate: float, sig: int) -> None:
         self.uses = uses
         self.max_rate = max_rate
         self.sig = sig
-        self.on = on  # the network's table of streaming flows of each resource crossed, in the order of `uses`
+        self.on = tuple(res.streaming for res, _ in uses)  # each resource's table of streaming flows, looked up once
 
 
 class FluidNetwork:
@@ -406,7 +398,7 @@ class FluidNetwork:
         sig = self._signatures.setdefault((uses_t, max_rate), len(self._signatures))
         if sig == len(self._sig_order):  # a new signature: its place in the canonical solve order
             self._sig_order.append((tuple((r.name, c) for r, c in uses_t), max_rate))
-        return Route(uses_t, max_rate, sig, tuple(res.streaming for res, _ in uses_t))
+        return Route(uses_t, max_rate, sig)
 
     def send(
         self,
@@ -444,7 +436,6 @@ class FluidNetwork:
         flow.t_start = flow.t_ref = env.now
         self.flows += 1
         self._active[id(flow)] = flow
-        flow.on = route.on
         for table in route.on:
             table[id(flow)] = flow
         self._started.append(flow)
@@ -521,9 +512,9 @@ class FluidNetwork:
             _t, _s, version, f = heapq.heappop(heap)
             if version == f.version and id(f) in self._active:
                 del self._active[id(f)]
-                for table in f.on:
-                    del table[id(f)]
-                self._freed.extend(res for res, _coef in f.uses)
+                for res, _coef in f.uses:
+                    del res.streaming[id(f)]
+                    self._freed.append(res)
                 finished.append(f)
         if finished:
             for f in finished:
