@@ -279,27 +279,32 @@ class Launcher:
 
     def sender(self, e: Entity, role: str) -> Send:
         """``send(nbytes) -> (streamed, arrived)`` for ``e``'s ``role``: a flow on the role's resources (as the
-        quotient scales them), capped, paying the role's latency on arrival (plus each step's drawn jitter when
-        ``opts.jitter`` is set: :meth:`jitter`)."""
+        quotient scales them), capped, paying the role's latency on arrival.
+
+        A role's sends are its slices in order: the slice that ends a step holds the sender for the step's post
+        (:attr:`Role.post`; ``RingChunking.slices_per_post``, x ``steps_per_post`` for merged chunks). With
+        ``opts.jitter`` every step draws an extra latency (:meth:`jitter`) at its first slice, and its slices arrive
+        that much later together (the flag that tells the receiver a step is there is what a late message delays);
+        the post is not jittered: the thread block's work is the same, the step arrives later."""
         ro = self.layout.roles[e][role]
-        uses = self.quotient.uses(e, role)
         owner = self.ctx.owner(e)
         net = self.net
         jitter = self.jitter(e, role)
-        if jitter is not None:
-            return self._jittered(ro, uses, owner, jitter)
-        route, tag, lat = net.route(uses, ro.cap), ro.tag, ro.latency  # prepared once: a send only streams
-        if ro.post <= 0:
+        route, tag, lat = net.route(self.quotient.uses(e, role), ro.cap), ro.tag, ro.latency  # prepared once
+        if ro.post <= 0 and jitter is None:
             return lambda b: net.send(route, b, latency=lat, tag=tag, owner=owner)
-        # a role's sends are its slices in order; the slice that ends a step holds the sender for the step's post
-        # (RingChunking.slices_per_post, x steps_per_post for merged chunks)
         chunking = self.ctx.chunking
         every, hold = chunking.slices_per_post, ro.post * chunking.steps_per_post
-        count = itertools.count(1)
+        count = itertools.count(0)
+        extra = 0.0
 
         def send(b: float) -> tuple[Event, Event]:
-            h = hold if next(count) % every == 0 else 0.0
-            return net.send(route, b, latency=lat, tag=tag, owner=owner, hold=h)
+            nonlocal extra
+            i = next(count)
+            if jitter is not None and i % every == 0:  # the first slice of a step draws the step's jitter
+                extra = jitter()
+            h = hold if (i + 1) % every == 0 else 0.0
+            return net.send(route, b, latency=lat + extra, tag=tag, owner=owner, hold=h)
 
         return send
 
@@ -314,26 +319,6 @@ class Launcher:
         if key not in self._jitter:
             self._jitter[key] = jitter_stream(opts.jitter, opts.jitter_seed, e, role)
         return self._jitter[key]
-
-    def _jittered(self, ro: Role, uses: Any, owner: Owner, jitter: Callable[[], float]) -> Send:
-        """:meth:`sender` with a drawn extra latency on the arrival of every message: one draw per NCCL step the
-        role posts (its ``slices_per_post`` slices, the pieces of one step, arrive that much later together; the
-        flag that tells the receiver a step is there is what a late message delays). The sender's post is not
-        jittered: its thread block's work is the same, the step arrives later."""
-        net, chunking = self.net, self.ctx.chunking
-        every, hold = chunking.slices_per_post, ro.post * chunking.steps_per_post
-        count = itertools.count(0)
-        extra = [0.0]
-
-        def send(b: float) -> tuple[Event, Event]:
-            i = next(count)
-            if i % every == 0:  # the first slice of a step draws the step's jitter
-                extra[0] = jitter()
-            h = hold if ro.post > 0 and (i + 1) % every == 0 else 0.0
-            lat = ro.latency + extra[0]
-            return net.transfer(b, uses, latency=lat, max_rate=ro.cap, tag=ro.tag, owner=owner, hold=h)
-
-        return send
 
     def whole(self, e: Entity, *names: str) -> bool:
         """Whether ``e``'s roles ``names`` forward whole steps: LL/LL128 steps cut in pieces go piece by piece over
