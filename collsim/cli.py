@@ -240,8 +240,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _run_repeated(args: argparse.Namespace, sim: Simulator, backends: Sequence[str]) -> int:
     """``run`` with ``--repeat K`` or a scenario with noise: every size K times, the median and the spread."""
-    if args.repeat < 1:
-        raise ScenarioError(f"expected a number of runs >= 1, got {args.repeat}", file="--repeat")
     if not sim.noisy and args.repeat > 1:
         print(
             f"collsim: note: no noise in this scenario (noise.launch_skew, noise.jitter): the {args.repeat} runs are "

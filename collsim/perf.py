@@ -60,6 +60,18 @@ print(json.dumps({"wall_s": wall, "peak_bytes": max(own, kids), "sum_bytes": own
 """
 
 
+def _baseline(events: int) -> float:
+    """The median of three fresh processes' :func:`bare_simpy_seconds` (seconds), printed with the three."""
+    runs = sorted(
+        float(subprocess.run([sys.executable, "-c", _BASELINE_CHILD, str(events)], capture_output=True,
+                             text=True, check=True).stdout.strip())
+        for _ in range(3)
+    )
+    print(f"baseline: bare SimPy loop of {events} timeouts: {runs[1]:.3f} s "
+          f"(median of 3 fresh processes: {', '.join(f'{r:.3f}' for r in runs)})")
+    return runs[1]
+
+
 def run_benchmark(scenarios: Sequence[str], baseline_events: int = 1_000_000, jobs: int = 0) -> int:
     """Print one row per scenario: wall seconds, ratio to the baseline, peak memory, and the target where set.
 
@@ -69,14 +81,7 @@ def run_benchmark(scenarios: Sequence[str], baseline_events: int = 1_000_000, jo
     from collsim.scenario import builtin_scenarios
 
     names = list(scenarios) or builtin_scenarios()
-    runs = sorted(
-        float(subprocess.run([sys.executable, "-c", _BASELINE_CHILD, str(baseline_events)], capture_output=True,
-                             text=True, check=True).stdout.strip())
-        for _ in range(3)
-    )
-    base = runs[1]  # the median of three
-    print(f"baseline: bare SimPy loop of {baseline_events} timeouts: {base:.3f} s "
-          f"(median of 3 fresh processes: {', '.join(f'{r:.3f}' for r in runs)})")
+    base = _baseline(baseline_events)
     njobs = (os.cpu_count() or 1) if jobs == 0 else jobs
     print(f"sweeps with {njobs} worker process{'es' if njobs > 1 else ''} (--jobs {jobs})")
     print(f"{'scenario':<22} {'rows':>5} {'wall s':>8} {'x base':>7} {'target':>7} {'peak MiB':>9} {'sum MiB':>8}")
@@ -172,14 +177,7 @@ def run_scale_benchmark(
     as ``> timeout``). ``size`` bytes per allreduce (default 1 GiB, as the issue's table). ``cases``: run these
     instead of :func:`scale_cases` of ``nodes``.
     """
-    runs = sorted(
-        float(subprocess.run([sys.executable, "-c", _BASELINE_CHILD, str(baseline_events)], capture_output=True,
-                             text=True, check=True).stdout.strip())
-        for _ in range(3)
-    )
-    base = runs[1]
-    print(f"baseline: bare SimPy loop of {baseline_events} timeouts: {base:.3f} s "
-          f"(median of 3 fresh processes: {', '.join(f'{r:.3f}' for r in runs)})")
+    base = _baseline(baseline_events)
     print(f"allreduce of {size} B on {SCALE_SCENARIO} with cluster.nodes=N; one process per case, "
           f"timeout {timeout:.0f} s", flush=True)
     print(f"{'case':<40} {'choice':<14} {'wall s':>8} {'x base':>7} {'peak MiB':>9} {'flows':>10} {'solves':>8} "
