@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,6 +69,13 @@ def path_class_rank(cls: str) -> int:
         return PATH_CLASS_ORDER.index(cls)
     except ValueError:
         raise TopologyError(f"unknown path class {cls!r}; valid: {', '.join(PATH_CLASS_ORDER)}") from None
+
+
+def gpu_nearness(topo: Topology, nic: str, ngpu: int) -> Callable[[str], tuple[int, int]]:
+    """Sort key of a GPU (by name) for NCCL's channels on ``nic``: nearest path class first; among equals the GPU
+    whose index matches the NIC's (its "own" rail), then the following ones (``ngpu`` GPUs on the node)."""
+    nic_index = topo.device(nic).index
+    return lambda g: (path_class_rank(topo.path_class(g, nic)), (topo.device(g).index - nic_index) % ngpu)
 
 
 @dataclass(frozen=True)

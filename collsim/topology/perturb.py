@@ -48,7 +48,7 @@ from dataclasses import dataclass
 import networkx as nx
 
 from collsim.topology.errors import TopologyError
-from collsim.topology.model import Device, Link, Topology, path_class_rank
+from collsim.topology.model import Device, Link, Topology, gpu_nearness, path_class_rank
 
 __all__ = [
     "BackgroundRule",
@@ -328,13 +328,7 @@ def _substitutes(healthy: Topology, graph: nx.DiGraph, removed: Sequence[Device]
         gpus = healthy.devices("gpu", nic.node)
         ref = nic.name
         if gpus:
-            ref = min(
-                gpus,
-                key=lambda g: (
-                    path_class_rank(healthy.path_class(g.name, nic.name)),
-                    (g.index - nic.index) % len(gpus),
-                ),
-            ).name
+            ref = min((g.name for g in gpus), key=gpu_nearness(healthy, nic.name, len(gpus)))
         span = 1 + max(d.index for d in healthy.nics(nic.node))
         best = min(left, key=lambda n: (path_class_rank(healthy.path_class(ref, n.name)), (n.index - nic.index) % span))
         out[nic.name] = (nic, best.name)

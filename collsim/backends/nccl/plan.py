@@ -9,7 +9,7 @@ GPUDirect RDMA or PXN, sockets) with the path its bytes take.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,7 +17,7 @@ from collsim.backends.common import BackendError, Path, ResourceCatalog, link_us
 from collsim.backends.nccl.constants import NcclConstants
 from collsim.nccl_env import NcclOptions
 from collsim.topology import Topology
-from collsim.topology.model import path_class_rank
+from collsim.topology.model import gpu_nearness, path_class_rank
 
 __all__ = ["Hop", "NcclPlan", "hop_between", "node_chain", "nvls_refusal", "plan_nccl"]
 
@@ -82,13 +82,6 @@ def channel_nic(topo: Topology, node: int, channel: int, nnodes: int) -> str | N
     return nics[channel % len(nics)]
 
 
-def _nic_nearness(topo: Topology, nic: str, ngpu: int) -> Callable[[str], tuple[int, int]]:
-    """Sort key of a GPU for a channel on ``nic``: nearest path class first; among equals the GPU whose index matches
-    the NIC's (its "own" rail), then the following ones (``ngpu`` GPUs on the node)."""
-    nic_index = topo.device(nic).index
-    return lambda g: (path_class_rank(topo.path_class(g, nic)), (topo.device(g).index - nic_index) % ngpu)
-
-
 def node_chain(topo: Topology, node: int, nic: str | None, channel: int = 0) -> list[str]:
     """GPUs of ``node`` in ring order: enter at the GPU nearest the channel's NIC, leave at another near it.
 
@@ -111,7 +104,7 @@ def node_chain(topo: Topology, node: int, nic: str | None, channel: int = 0) -> 
         return gpus
     nic_index = topo.device(nic).index
     ngpu = len(gpus)
-    ranked = sorted(gpus, key=_nic_nearness(topo, nic, ngpu))
+    ranked = sorted(gpus, key=gpu_nearness(topo, nic, ngpu))
     entry = ranked[0]
     exit_ = ranked[1]
     i = gpus.index(entry)
@@ -277,7 +270,7 @@ def mesh_chains(
         if nic is None:
             ends: list[tuple[str, str | None]] = [(gpus[0], None)]
         else:
-            key = _nic_nearness(topo, nic, len(gpus))
+            key = gpu_nearness(topo, nic, len(gpus))
             ranked = sorted(gpus, key=key)
             best = key(ranked[1])[0]
             ends = [(ranked[0], g) for g in ranked[1:] if key(g)[0] == best]
