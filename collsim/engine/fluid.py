@@ -153,7 +153,7 @@ class Resource:
         The caller's key of the resource (a backend's ``("link", src, dst)``), carried by flow records.
     """
 
-    __slots__ = ("busy", "capacity", "carried", "key", "kind", "name", "streaming")
+    __slots__ = ("capacity", "carried", "key", "kind", "name", "streaming")
 
     def __init__(self, name: str, capacity: float, kind: str = "", key: Hashable = None) -> None:
         if not capacity > 0 or math.isnan(capacity):
@@ -162,7 +162,6 @@ class Resource:
         self.capacity = float(capacity)
         self.kind = kind
         self.key = key
-        self.busy = 0.0  # seconds during which the resource was saturated
         self.carried = 0.0  # units consumed by finished flows
         self.streaming: dict[int, Flow] = {}  # the flows streaming on it now, by id (kept by its network)
 
@@ -310,19 +309,16 @@ class FluidNetwork:
         self._active: dict[int, Flow] = {}
         self._heap: list[tuple[float, int, int, Flow]] = []  # (finish time, tie-break, version, flow)
         self._seq = 0
-        self._last = 0.0
         self._update_pending = False
         self._generation = 0
-        self._sat_since: dict[Resource, float] = {}
         self._signatures: dict[tuple[tuple[tuple[Resource, float], ...], float], int] = {}
         self._sig_order: list[tuple[tuple[tuple[str, float], ...], float]] = []  # per signature: what it is
-        self._memo: dict[tuple[int, ...], tuple[dict[int, float], frozenset[Resource]]] = {}
+        self._memo: dict[tuple[int, ...], dict[int, float]] = {}
         # the flows streaming on each resource, and what changed since the last solve: flows started, and the
         # resources of flows that finished (a solve re-solves only the connected components these touch)
         self._started: list[Flow] = []
         self._freed: list[Resource] = []
         self.memo_hits = 0
-        self._last_saturated: frozenset[Resource] = frozenset()
 
     # ------------------------------------------------------------------ resources
     def resource(self, name: str, capacity: float, kind: str = "", key: Hashable = None) -> Resource:
@@ -486,15 +482,6 @@ class FluidNetwork:
         ev.callbacks.append(lambda _e: self._update(due=False))
         self.env.schedule(ev, LATE)  # type: ignore[arg-type]  # SimPy accepts any int priority
 
-    def _account_busy(self) -> None:
-        """Add the time since the last update to every saturated resource's busy time."""
-        now = self.env.now
-        if now > self._last:
-            for res, since in self._sat_since.items():
-                res.busy += now - max(since, self._last)
-                self._sat_since[res] = now
-        self._last = now
-
     def _update(self, due: bool) -> None:
         """Finish the flows whose finish time has come, then re-solve once the timestamp's other events ran.
 
@@ -503,7 +490,6 @@ class FluidNetwork:
         heap knows what is due).
         """
         self._update_pending = False
-        self._account_busy()
         now = self.env.now
         horizon = now + now * 1e-12 + 1e-15
         heap = self._heap
@@ -549,10 +535,10 @@ class FluidNetwork:
         self._solve()
         self._arm()
 
-    def _components(self) -> tuple[list[list[Flow]], set[Resource]]:
+    def _components(self) -> list[list[Flow]]:
         """The connected components (flows linked by shared resources) that changed since the last solve: those of
-        the flows started and of the resources freed by flows that finished, and every resource they touch (freed
-        ones included). Other components keep their rates: max-min fairness decomposes over components."""
+        the flows started and of the resources freed by flows that finished. Other components keep their rates:
+        max-min fairness decomposes over components."""
         seen_res: set[Resource] = set()
         seen: set[int] = set()
         comps: list[list[Flow]] = []
@@ -584,12 +570,12 @@ class FluidNetwork:
                 comps.append(comp)
         self._started = []
         self._freed = []
-        return comps, seen_res
+        return comps
 
     def _component_rates(
         self, flows: list[Flow], key: tuple[int, ...]
-    ) -> tuple[dict[int, float], frozenset[Resource]]:
-        """One component's rates by signature and its saturated resources, from the memo or a progressive filling
+    ) -> dict[int, float]:
+        """One component's rates by signature, from the memo or a progressive filling
         in canonical order (by what the flows are, not when they started: the float sums then do not depend on the
         history, and a memo hit returns bit for bit what a fresh solve of the same flows would)."""
         hit = self._memo.get(key)
@@ -598,7 +584,7 @@ class FluidNetwork:
             return hit
         ordered = sorted(flows, key=lambda f: self._sig_order[f.sig])
         rates = self._progressive_filling(ordered)
-        hit = ({f.sig: r for f, r in zip(ordered, rates, strict=True)}, self._last_saturated)
+        hit = {f.sig: r for f, r in zip(ordered, rates, strict=True)}
         if len(self._memo) < 100_000:
             self._memo[key] = hit
         return hit
@@ -609,7 +595,7 @@ class FluidNetwork:
         self.solves += 1
         now = self.env.now
         heap = self._heap
-        comps, touched = self._components()
+        comps = self._components()
         # one memo entry for everything this solve touched (a lockstep pipeline repeats the same set of components),
         # else one per component; a component's rates are always its own progressive filling's, so which entry
         # answers does not change a bit
@@ -622,16 +608,13 @@ class FluidNetwork:
             if len(comps) == 1:
                 hit = self._component_rates(comps[0], key)
             else:
-                by_sig: dict[int, float] = {}
-                sat: set[Resource] = set()
+                hit = {}
                 for flows in comps:
-                    part = self._component_rates(flows, tuple(sorted(f.sig for f in flows)))
-                    by_sig.update(part[0])  # equal signatures share resources: never in two components
-                    sat |= part[1]
-                hit = (by_sig, frozenset(sat))
+                    # equal signatures share resources: never in two components
+                    hit.update(self._component_rates(flows, tuple(sorted(f.sig for f in flows))))
                 if len(self._memo) < 100_000:
                     self._memo[key] = hit
-        by_sig, saturated = hit
+        by_sig = hit
         for f in flows_all:
             rate = by_sig[f.sig]
             if rate == f.rate and f.version:
@@ -644,12 +627,6 @@ class FluidNetwork:
                 self._seq += 1
                 finish = now if rate == math.inf else now + max(f.remaining, 0.0) / rate
                 heapq.heappush(heap, (finish, self._seq, f.version, f))
-        sat_since = self._sat_since
-        for res in touched:
-            if res in saturated:
-                sat_since.setdefault(res, now)
-            else:
-                sat_since.pop(res, None)
         if self.check:
             self.check_invariants()
 
@@ -675,7 +652,6 @@ class FluidNetwork:
         by_cap = sorted(range(len(flows)), key=lambda i: flows[i].max_rate)
         cp = 0
         level = 0.0
-        saturated: set[Resource] = set()
         while nfrozen < len(flows):
             step = math.inf
             binding: Resource | None = None
@@ -710,7 +686,6 @@ class FluidNetwork:
                 to_freeze.append(by_cap[cp])
                 cp += 1
             for res in newly:
-                saturated.add(res)
                 live.pop(res, None)
                 to_freeze.extend(members[res])
             for i in to_freeze:
@@ -724,7 +699,6 @@ class FluidNetwork:
                         weight[res] -= coef
                         if weight[res] <= 1e-12 * coef:  # no unfrozen flow left on it
                             live.pop(res, None)
-        self._last_saturated = frozenset(saturated)
         return rates
 
     def _arm(self) -> None:

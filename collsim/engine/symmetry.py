@@ -23,9 +23,10 @@ member's capacity.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from collsim.engine.fluid import FluidNetwork, Resource
 
@@ -109,22 +110,49 @@ def refine(
         else:
             spec = resources[node[1]]
             init[node] = f"R{spec.kind}:{spec.capacity:.12g}"
-    palette = {c: i for i, c in enumerate(sorted(set(init.values())))}
-    color = {n: palette[c] for n, c in init.items()}
-    count = len(palette)
-    while True:
-        sigs = {}
-        for node, nbrs in adj.items():
-            ms = Counter((label, color[nb]) for label, nb in nbrs)
-            sigs[node] = (color[node], tuple(sorted(ms.items())))
-        palette2 = {s: i for i, s in enumerate(sorted(set(sigs.values())))}
-        new = {n: palette2[s] for n, s in sigs.items()}
-        if len(palette2) == count:
-            break
-        color, count = new, len(palette2)
+    final = _refine_arrays(list(adj), adj, init)
+    color = dict(zip(adj, final, strict=True))
     ent_class = {n[1]: c for n, c in color.items() if n[0] == "e"}
     res_class = {n[1]: c for n, c in color.items() if n[0] == "r"}
     return ent_class, res_class
+
+
+def _refine_arrays(
+    nodes: list[tuple[str, Hashable]],
+    adj: Mapping[tuple[str, Hashable], Sequence[tuple[str, tuple[str, Hashable]]]],
+    init: Mapping[tuple[str, Hashable], str],
+) -> list[int]:
+    """The refinement loop of :func:`refine` over integer arrays: each round, a node's new colour is its colour and
+    the sorted multiset of (edge label, neighbour colour) codes; stop when a round splits no class.
+
+    A round sorts every edge by (node, code) once (``numpy.lexsort``) and compares each node's run of codes as
+    bytes: exact, no hashing, so two nodes get one colour only when their signatures are equal. Codes are written
+    big-endian, so the byte order of signatures is their numeric order and the numbering is deterministic.
+    """
+    index = {n: i for i, n in enumerate(nodes)}
+    labels = {lab: i for i, lab in enumerate(sorted({lab for nbrs in adj.values() for lab, _ in nbrs}))}
+    src = np.fromiter((index[n] for n in nodes for _ in adj[n]), dtype=np.int64)
+    lab = np.fromiter((labels[la] for n in nodes for la, _ in adj[n]), dtype=np.int64)
+    dst = np.fromiter((index[nb] for n in nodes for _, nb in adj[n]), dtype=np.int64)
+    palette = {c: i for i, c in enumerate(sorted(set(init.values())))}
+    color = np.fromiter((palette[init[n]] for n in nodes), dtype=np.int64, count=len(nodes))
+    count = len(palette)
+    # edges of node i are src's run [start[i], end[i]) once sorted by src (lexsort keeps src ascending)
+    degree = np.bincount(src, minlength=len(nodes))
+    end = np.cumsum(degree)
+    start = end - degree
+    while True:
+        code = lab * count + color[dst]  # < len(labels) * len(nodes): no overflow in int64
+        order = np.lexsort((code, src))
+        buf = code[order].astype(">i8").tobytes()
+        own = color.tolist()
+        bounds = zip(start.tolist(), end.tolist(), strict=True)
+        sigs = [(own[i], buf[8 * a : 8 * b]) for i, (a, b) in enumerate(bounds)]
+        palette2 = {s: i for i, s in enumerate(sorted(set(sigs)))}
+        if len(palette2) == count:
+            return own
+        color = np.fromiter((palette2[s] for s in sigs), dtype=np.int64, count=len(nodes))
+        count = len(palette2)
 
 
 class Quotient:

@@ -25,6 +25,7 @@ from reference_maxmin import (
 from simpy.events import AllOf
 
 from collsim.engine import FluidNetwork, Tag
+from collsim.engine.fluid import Flow
 
 INF = math.inf
 
@@ -328,10 +329,10 @@ class _Global(FluidNetwork):
     """The engine re-solving every streaming flow at every solve (one component of all of them): what it did before
     it re-solved only the components that changed."""
 
-    def _components(self) -> tuple[list, set]:
+    def _components(self) -> list[list[Flow]]:
         super()._components()
         flows = list(self._active.values())
-        return ([flows] if flows else []), set(self.resources.values())
+        return [flows] if flows else []
 
 
 @st.composite
