@@ -34,6 +34,7 @@ from collsim.backends import (
     Outcome,
     plan_nccl,
     simulate_gloo,
+    simulate_gloo_many,
     simulate_nccl,
 )
 from collsim.backends.nccl import NcclPlan, choose, enabled_pairs, tuner_times
@@ -50,6 +51,7 @@ from collsim.results import (
     representative_size,
 )
 from collsim.scenario import Scenario, ScenarioError, load_scenario
+from collsim.scenario.models import TrainingConfig
 from collsim.topology import (
     Topology,
     TopologyError,
@@ -58,6 +60,16 @@ from collsim.topology import (
     perturb_links,
     take_down,
     topologies_dir,
+)
+from collsim.training import (
+    DdpConfig,
+    GpuCompute,
+    ModelError,
+    ModelSpec,
+    StepConstants,
+    StepResult,
+    load_model,
+    simulate_ddp_step,
 )
 from collsim.vocab import BACKENDS, REDUCING_COLLECTIVES, ROOTED_COLLECTIVES
 
@@ -116,8 +128,9 @@ def scenario_errors(file: str | None, field: str) -> Iterator[None]:
 
     The one place where the API translates errors: a :class:`~collsim.topology.TopologyError` (its own field is
     appended to ``field`` unless it already names the cluster; its file is named when it is not the scenario's),
-    a :class:`~collsim.backends.BackendError` (a choice the real library would refuse) and a
-    :class:`~collsim.nccl_env.NcclEnvError` (a bad NCCL variable). Other exceptions pass through.
+    a :class:`~collsim.backends.BackendError` (a choice the real library would refuse), a
+    :class:`~collsim.nccl_env.NcclEnvError` (a bad NCCL variable) and a :class:`~collsim.training.ModelError` (a model
+    file or name). Other exceptions pass through.
 
     Parameters
     ----------
@@ -134,6 +147,10 @@ def scenario_errors(file: str | None, field: str) -> Iterator[None]:
         raise ScenarioError(f"{where}{exc.message}", file=file, field=field + sub) from None
     except (BackendError, NcclEnvError) as exc:
         raise ScenarioError(str(exc), file=file, field=field) from None
+    except ModelError as exc:  # a model file's own field, or an unknown built-in name
+        where = f"{exc.file}: " if exc.file and exc.file != file else ""
+        sub = f" ({exc.field})" if exc.field else ""
+        raise ScenarioError(f"{where}{exc.message}{sub}", file=file, field=field) from None
 
 
 @dataclass
@@ -652,6 +669,112 @@ class Simulator:
             text = f"background traffic at {where}: {offered}"
             out.append(f"{text}, {bg.choose} drawn (seed {p.seed + i})" if bg.choose else text)
         return out + [f"rank {r.rank} launches {r.launch_delay} late" for r in p.ranks]
+
+    # ------------------------------------------------------------------------------------------- training step
+    def _training(self) -> TrainingConfig:
+        """The scenario's ``training`` section; a ScenarioError when it has none."""
+        if self.scenario.training is None:
+            raise ScenarioError(
+                "expected a training section (model, batch_size, ...) for a training step",
+                file=self.scenario.source_file,
+                field="training",
+            )
+        return self.scenario.training
+
+    @cached_property
+    def training_model(self) -> ModelSpec:
+        """The model of the ``training`` section (a built-in name or a model file), in its ``param_dtype``."""
+        tr = self._training()
+        with self._errors("training.model"):
+            model = load_model(tr.model_path(self.scenario.base_dir))
+        # AMP (autocast) keeps parameters and gradients in param_dtype and computes activations in the compute dtype
+        act = tr.compute_dtype if tr.compute_dtype in ("bfloat16", "float16") else "float32"
+        return model.with_dtype(tr.param_dtype, act_dtype=act)
+
+    @cached_property
+    def step_constants(self) -> StepConstants:
+        """``topologies/software/training.yaml``."""
+        with scenario_errors(str(_software_file("training")), "training"):
+            return StepConstants.from_mapping(_software("training"))
+
+    def gpu_compute(self) -> GpuCompute:
+        """What each rank's GPU computes with: its preset's peak FLOP/s for ``training.compute_dtype``, HBM bandwidth
+        and SM count, and the efficiencies (the section's, else training.yaml's)."""
+        tr = self._training()
+        gpus = [d for d in self.topology.rank_devices() if d.kind == "gpu"]
+        if not gpus:
+            raise ScenarioError("a training step needs GPU ranks (CPU training is not modelled yet)",
+                                file=self.scenario.source_file, field="cluster")  # fmt: skip
+        spec = gpus[0].spec
+        where = str(load_presets().files["gpus"]) if spec.get("preset") else self.scenario.source_file
+        peaks = spec.get("peak_tflops") or {}
+        for key, value in (("peak_tflops", peaks.get(tr.compute_dtype)), ("sm_count", spec.get("sm_count")),
+                           ("hbm_bandwidth", spec.get("hbm_bandwidth"))):  # fmt: skip
+            if not value:
+                raise ScenarioError(
+                    f"the GPU preset has no {key}{f' for {tr.compute_dtype}' if key == 'peak_tflops' else ''}, "
+                    "which a training step needs",
+                    file=where,
+                    field=f"{spec.get('preset', 'gpu')}.{key}",
+                )
+        consts = _software("training")
+        return GpuCompute(
+            str(spec.get("preset", spec.get("model", "gpu"))),
+            float(peaks[tr.compute_dtype]) * 1e12,  # TFLOP/s -> FLOP/s
+            float(spec["hbm_bandwidth"]),
+            int(spec["sm_count"]),
+            tr.compute_efficiency or float(consts["compute_efficiency"]),
+            tr.memory_efficiency or float(consts["memory_efficiency"]),
+        )
+
+    def step(self, backends: Sequence[str] | None = None) -> list[StepResult]:
+        """Simulate one DDP iteration of the ``training`` section per backend (default: the enabled ones).
+
+        NCCL's buckets are all-reduced one after another on its stream, each as NCCL's simulation of that size says;
+        Gloo's go to its worker threads with CUDA tensors (D2H, CPU ring, H2D), simulated together from the times
+        their gradients are ready. See :mod:`collsim.training.step`.
+        """
+        tr = self._training()
+        model, gpu = self.training_model, self.gpu_compute()
+        cfg = DdpConfig(tr.batch_size, tr.bucket_cap_mb, tr.gradient_as_bucket_view, tr.accumulation,
+                        tr.compression, tr.optimizer, tr.first_iteration)  # fmt: skip
+        world = len(self.topology.rank_devices())
+        out = []
+        for backend in backends or self.backends():
+            with self._errors(f"backends.{backend}"):
+                if backend == "nccl":
+                    out.append(simulate_ddp_step(model, cfg, gpu, self.step_constants, world, nccl=self._nccl_costs()))
+                elif backend == "gloo":
+                    runner, threads = self._gloo_runner()
+                    out.append(simulate_ddp_step(model, cfg, gpu, self.step_constants, world, gloo=runner,
+                                                 gloo_threads=threads))  # fmt: skip
+        return out
+
+    def _nccl_costs(self) -> Callable[[int], tuple[float, int]]:
+        """NCCL allreduce of n bytes -> (seconds, channels), simulated once per size."""
+        costs: dict[int, tuple[float, int]] = {}
+
+        def nccl(nbytes: int) -> tuple[float, int]:
+            if nbytes not in costs:
+                o = self.simulate_one("nccl", nbytes, collective="allreduce")
+                costs[nbytes] = (o.time_s, o.channels or 1)
+            return costs[nbytes]
+
+        return nccl
+
+    def _gloo_runner(self) -> tuple[Callable[[Sequence[int], Sequence[float]], Sequence[float]], int]:
+        """Gloo allreduces issued at given times -> each one's end, and the worker threads per rank. DDP hands Gloo
+        CUDA tensors: staged through host memory whatever the scenario's ``backends.gloo.device``."""
+        base = self.options("gloo")
+        assert isinstance(base, GlooOptions)
+        opts = dataclasses.replace(base, device="cuda")
+
+        def gloo(sizes: Sequence[int], issue_at: Sequence[float]) -> Sequence[float]:
+            o = simulate_gloo_many(self.topology, opts, self.gloo_constants, list(sizes),
+                                   symmetry=self.scenario.engine.symmetry, issue_at=issue_at)  # fmt: skip
+            return o.ends or (o.time_s,)
+
+        return gloo, opts.threads
 
     def compare(
         self, sizes: Sequence[int] | None = None, *, progress: Progress | None = None, jobs: int = 1

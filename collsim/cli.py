@@ -37,6 +37,7 @@ from collsim.results import (
     records_to_json,
     repeated_to_csv,
 )
+from collsim.results.step import StepRow, format_step, step_rows_to_csv, step_rows_to_json
 from collsim.scenario import ScenarioError, ScenarioWarning, scenario_json_schema
 from collsim.topology import TopologyError, format_topo_matrix
 from collsim.units import UnitError, format_size, parse_size, parse_size_range
@@ -88,6 +89,15 @@ def _parser() -> argparse.ArgumentParser:
     exp.add_argument("--all", action="store_true", help="simulate every enabled pair, not only the choice")
     exp.add_argument("--quiet", action="store_true", help="no progress on stderr")
     exp.add_argument("--jobs", type=int, default=0, metavar="N", help=_JOBS_HELP)
+    step = sub.add_parser(
+        "step", help="one DDP training iteration per backend: iteration time, overlap, scaling, bucket by bucket"
+    )
+    _common(step)
+    step.add_argument("--backend", choices=[*BACKENDS, "all"], default="all", help="backend(s) (default: all enabled)")
+    step.add_argument("--sweep", metavar="FIELD=V1,V2,...",
+                      help="one step per value, e.g. bucket_cap_mb=1,5,25,100 (a training field) or "
+                      "cluster.nodes=1,2,4 (any scenario field)")  # fmt: skip
+    step.add_argument("--no-buckets", action="store_true", help="leave out the bucket tables")
     topo = sub.add_parser("topo", help="GPU x GPU and GPU x NIC path matrix like nvidia-smi topo -m")
     _common(topo, ("table",))
     topo.add_argument("--node", type=int, default=0, help="which node to show (default 0)")
@@ -393,6 +403,34 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_step(args: argparse.Namespace) -> int:
+    points: list[tuple[str, list[str]]] = [("", list(args.overrides))]
+    if args.sweep:
+        key, sep, values = args.sweep.partition("=")
+        items = [v.strip() for v in values.split(",") if v.strip()]
+        if not sep or not key.strip() or not items:
+            raise ScenarioError(f"expected FIELD=V1,V2,..., got {args.sweep!r}", file="--sweep")
+        path = key.strip() if "." in key else f"training.{key.strip()}"
+        points = [(f"{path.split('.')[-1]}={v}", [*args.overrides, f"{path}={v}"]) for v in items]
+    rows: list[StepRow] = []
+    sim = None
+    for label, overrides in points:
+        sim = Simulator.from_source(args.scenario, overrides)
+        backends = sim.backends() if args.backend == "all" else [args.backend]
+        if not backends:
+            raise ScenarioError("no backend enabled; enable backends.nccl or backends.gloo",
+                                file=sim.scenario.source_file, field="backends")  # fmt: skip
+        rows += [StepRow(label, r) for r in sim.step(backends)]
+    assert sim is not None
+    if args.format == "json":
+        text = step_rows_to_json(rows, sim.scenario.to_dict())
+    elif args.format == "csv":
+        text = step_rows_to_csv(rows)
+    else:
+        text = format_step(rows, name=sim.scenario.name, model=sim.training_model.name, buckets=not args.no_buckets)
+    return _finish(text, args.output, False, "")
+
+
 def _cmd_topo(args: argparse.Namespace) -> int:
     sim = Simulator.from_source(args.scenario, args.overrides)
     if not 0 <= args.node < sim.topology.nodes:
@@ -504,6 +542,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         "explain": _cmd_explain,
         "validate": _cmd_validate,
         "calibrate": _cmd_calibrate,
+        "step": _cmd_step,
         "topo": _cmd_topo,
         "schema": _cmd_schema,
         "benchmark": _cmd_benchmark,

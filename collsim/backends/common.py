@@ -46,6 +46,9 @@ class Outcome:
         Simulated representatives and the entities they stand for (symmetry reduction).
     solves, flows : int
         Rate solves of the fluid network, and flows it streamed (the engine's work: what the scale benchmark counts).
+    ends : tuple of float
+        Several collectives run together (:func:`~collsim.backends.gloo.simulate_gloo_many`): when each was done
+        on every rank, seconds from the start, in issue order; empty for one collective.
     """
 
     backend: str
@@ -64,6 +67,7 @@ class Outcome:
     records: list[FlowRecord] = field(default_factory=list)
     solves: int = 0
     flows: int = 0
+    ends: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -74,6 +74,7 @@ __all__ = [
     "RankPerturbConfig",
     "Scenario",
     "SwitchConfig",
+    "TrainingConfig",
     "WorkloadConfig",
     "custom_error",
     "is_path_like",
@@ -595,6 +596,57 @@ class NoiseConfig(BaseModel):
         return self.skew_seconds() > 0 or self.jitter_seconds() > 0
 
 
+class TrainingConfig(BaseModel):
+    """A data-parallel training step (issue 14): the model, the batch, and PyTorch DDP's knobs. ``collsim step``
+    simulates one iteration per backend (:mod:`collsim.training`)."""
+
+    model_config = _STRICT
+
+    model: str = Field(
+        description="A built-in model (resnet50, bert-large, gpt2-xl, llama-7b) or a model YAML file, relative to "
+        "the scenario."
+    )
+    style: Literal["ddp"] = Field("ddp", description="Data-parallel style: ddp (FSDP is not modelled yet).")
+    batch_size: StrictInt = Field(32, ge=1, description="Samples per GPU per micro-step.")
+    compute_dtype: Literal["float32", "tf32", "bfloat16", "float16"] = Field(
+        "float32",
+        description="The dtype of the matmuls and convolutions, the GPU preset's peak_tflops key (AMP: bfloat16).",
+    )
+    param_dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        "float32", description="Parameters and gradients (AMP keeps them float32)."
+    )
+    bucket_cap_mb: float | None = Field(
+        None,
+        gt=0,
+        description="DDP's bucket_cap_mb (MiB). Unset: DDP's default, a first bucket of 1 MiB then 25 MiB; a value "
+        "given (even 25) caps every bucket alike, as torch 2.13 does.",
+    )
+    gradient_as_bucket_view: bool = Field(False, description="DDP's gradient_as_bucket_view.")
+    accumulation: StrictInt = Field(
+        1, ge=1, description="Micro-steps per optimizer step; all but the last under no_sync (no communication)."
+    )
+    compression: Literal["none", "fp16", "bf16"] = Field(
+        "none", description="DDP comm hook: none, fp16 (fp16_compress_hook) or bf16 (bf16_compress_hook)."
+    )
+    optimizer: Literal["none", "sgd", "momentum", "adam"] = Field("sgd", description="Optimizer step (memory-bound).")
+    first_iteration: bool = Field(
+        False, description="Simulate DDP's first iteration (one bucket, no overlap) instead of a steady one."
+    )
+    compute_efficiency: float | None = Field(
+        None, gt=0, le=1, description="Fraction of peak FLOP/s reached (default: topologies/software/training.yaml)."
+    )
+    memory_efficiency: float | None = Field(
+        None, gt=0, le=1, description="Fraction of HBM bandwidth reached (default: topologies/software/training.yaml)."
+    )
+
+    def model_path(self, base_dir: Path) -> str:
+        """The model as :func:`collsim.training.load_model` takes it: a built-in name, or the file resolved against
+        ``base_dir`` when ``model`` names a YAML file."""
+        if self.model.endswith((".yaml", ".yml")):
+            return str((base_dir / self.model).resolve())
+        return self.model
+
+
 class Scenario(BaseModel):
     """A validated scenario. Build one with :func:`collsim.scenario.load_scenario`.
 
@@ -615,6 +667,9 @@ class Scenario(BaseModel):
     )
     noise: NoiseConfig | None = Field(
         None, description="Seeded launch skew and per-message jitter (off by default; seed: engine.seed)."
+    )
+    training: TrainingConfig | None = Field(
+        None, description="A data-parallel training step for `collsim step` (model, batch, DDP's buckets and hooks)."
     )
     calibration: str | None = Field(None, description="Calibration profile YAML, relative to the scenario file.")
 

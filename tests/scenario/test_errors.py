@@ -88,7 +88,7 @@ def test_unknown_top_level_key(write: Write) -> None:
     assert err.field == "workloads"
     assert err.message.startswith(
         "unknown field (did you mean 'workload'?), expected one of: name, description, "
-        "cluster, workload, backends, engine, perturb, noise, calibration"
+        "cluster, workload, backends, engine, perturb, noise, training, calibration"
     )
 
 

@@ -22,6 +22,7 @@ SHIPPED = [
     "2node-a100-ib",
     "2node-a100-tcp",
     "2node-h100-ib",
+    "ddp-resnet50-dgx1-v100",
     "dgx-a100",
     "hgx-h100",
     "loopback-gloo-cpu",
@@ -71,6 +72,7 @@ def test_shipped_scenario_builds_topology(name: str, needs_topology: list[str]) 
         "2node-a100-ib": 16,
         "2node-h100-ib": 16,
         "16node-h100-ib": 128,
+        "ddp-resnet50-dgx1-v100": 16,
     }.get(name, 8)
     assert len(topo.gpus()) == expected_gpus
 

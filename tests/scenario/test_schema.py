@@ -32,6 +32,7 @@ def test_schema_shape() -> None:
         "engine",
         "perturb",
         "noise",
+        "training",
         "calibration",
     ]
     cluster = schema["$defs"]["ClusterConfig"]

@@ -138,6 +138,7 @@ def _rank_job(
     staged: tuple[float, float],
     enqueue: float,
     late: float = 0.0,
+    issue: float = 0.0,
 ) -> Proc:
     """One rank's part in one collective, as ProcessGroupGloo runs it (a SimPy process).
 
@@ -147,8 +148,11 @@ def _rank_job(
     the rank holds (``staged[0]``); the schedule's messages, reductions and copies; then it frees the thread and
     pays the H2D copy of the bytes it receives (``staged[1]``): PyTorch's worker issues the copy back without
     waiting for it (``AsyncWork::run`` copies non-blocking, ``synchronize`` only orders the caller's stream).
-    A straggler (``late`` seconds) issues the collective that much later, before asking for a thread.
+    A straggler (``late`` seconds) issues the collective that much later, before asking for a thread; ``issue``
+    seconds is when the caller issues it (DDP: when the bucket's gradients are ready), not recorded as an activity.
     """
+    if issue > 0:
+        yield ops.net.env.timeout(issue)
     if late > 0:
         yield ops.straggle(late)
     thread = pool.request()
@@ -173,9 +177,11 @@ def _run(
     opts: GlooOptions,
     consts: GlooConstants,
     background: Sequence[tuple[str, str, float]] = (),
+    issue_at: Sequence[float] = (),
 ) -> tuple[float, int, list[float]]:
-    """Issue every collective on every representative rank at time 0 and run until all are done; ``background``
-    streams (the topology's, :mod:`collsim.backends.background`) send meanwhile.
+    """Issue every collective on every representative rank (collective ``k`` at ``issue_at[k]`` seconds, default 0)
+    and run until all are done; ``background`` streams (the topology's, :mod:`collsim.backends.background`) send
+    meanwhile.
 
     Returns the completion time (s), the representative that finished last (the lowest on a tie) and each
     collective's completion time (s).
@@ -201,7 +207,10 @@ def _run(
         for rank_ops in ops:
             rep = rank_ops.me
             late = delays.get(rep, 0.0)
-            job = _rank_job(rank_ops, pools[rep], sched, board, plan.staging[k][rep], consts.work_enqueue_latency, late)
+            job = _rank_job(
+                rank_ops, pools[rep], sched, board, plan.staging[k][rep], consts.work_enqueue_latency, late,
+                issue_at[k] if issue_at else 0.0,
+            )  # fmt: skip
             ev = env.process(job)
             ev.callbacks.append(lambda _e, rep=rep, k=k: finished(rep, k))  # type: ignore[misc]
             done.append(ev)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from collsim.backends.background import background_colors, background_usage
@@ -32,8 +33,10 @@ def simulate_gloo_many(
     symmetry: bool = True,
     record: bool = False,
     check: bool = False,
+    issue_at: Sequence[float] | None = None,
 ) -> Outcome:
-    """Simulate ``len(sizes)`` Gloo collectives issued at once (as DDP issues its buckets); return their outcome.
+    """Simulate ``len(sizes)`` Gloo collectives, issued at once or at given times (as DDP issues its buckets when
+    their gradients are ready); return their outcome.
 
     Every rank runs them on its ``opts.threads`` worker threads: each waits for a free thread (in issue order) and
     keeps it from the hand-off to the end of its Gloo algorithm; those running at once share every resource.
@@ -44,11 +47,14 @@ def simulate_gloo_many(
         As :func:`simulate_gloo`; ``opts.threads`` is the pool size.
     sizes : sequence of int
         Bytes of each collective, in issue order (nccl-tests semantics, see :func:`simulate_gloo`).
+    issue_at : sequence of float, optional
+        Seconds from the start at which each collective is issued on every rank (non-decreasing: the issue order);
+        default: all at 0.
 
     Returns
     -------
     Outcome
-        ``time_s``: until every rank is done with all; ``size_bytes``: the sum; a note gives each one's end.
+        ``time_s``: until every rank is done with all; ``size_bytes``: the sum; ``ends``: each one's end (s).
 
     Notes
     -----
@@ -58,6 +64,9 @@ def simulate_gloo_many(
     """
     if len(sizes) == 0:
         raise BackendError("gloo: no collective to simulate (sizes is empty)")
+    issue = [0.0] * len(sizes) if issue_at is None else [float(t) for t in issue_at]
+    if len(issue) != len(sizes) or any(t < 0 or not math.isfinite(t) for t in issue) or issue != sorted(issue):
+        raise BackendError(f"gloo: issue_at must give one finite non-decreasing time >= 0 per size, got {issue_at!r}")
     ranks = _check(topo, opts, collective)
     algorithm, notes = _algorithm(opts, collective)
     scheds = _schedules(topo, ranks, consts, collective, algorithm, sizes)
@@ -71,7 +80,7 @@ def simulate_gloo_many(
         relations=_relations(scheds),
         symmetric=symmetry and opts.jitter <= 0,  # jitter draws per rank: no two ranks alike
     )
-    t, last, ends = _run(env, net, quotient, scheds, plan, opts, consts, background=topo.background)
+    t, last, ends = _run(env, net, quotient, scheds, plan, opts, consts, background=topo.background, issue_at=issue)
     notes += _notes(scheds, collective, opts, plan, ends)
     return Outcome(
         backend="gloo",
@@ -83,6 +92,7 @@ def simulate_gloo_many(
         time_s=t,
         breakdown=_breakdown(net, collective, opts, plan.owners[last], t) if record else {},
         notes=notes,
+        ends=tuple(ends) if len(sizes) > 1 else (),
         **run_stats(net, quotient, len(plan.usage), record),
     )
 

@@ -1,0 +1,552 @@
+"""One data-parallel training iteration (PyTorch DDP) with NCCL or Gloo: compute, the Reducer's buckets, overlap.
+
+The iteration is simulated on the fluid engine, as the rest of collsim: the GPU is two resources, its SMs (FLOP/s
+at the compute dtype's peak times an efficiency) and its HBM (bytes/s times an efficiency). A layer is a flow of
+its FLOPs that also consumes its memory traffic, so it runs at the roofline ``max(F / flops, M / bandwidth)`` and
+slows when something else takes SMs or HBM. The collectives themselves come from the backends' simulations
+(callables the caller passes, :class:`NcclCosts` and :class:`GlooRunner`), so this layer never knows a link.
+
+What runs, after PyTorch (``torch/nn/parallel/distributed.py`` and ``torch/csrc/distributed/c10d/reducer.cpp``):
+
+* forward, layer by layer; backward in reverse; when a layer's backward ends its parameters' gradients are ready
+  and the Reducer copies each into its bucket, divided by the world size (``mark_variable_ready_dense``), on the
+  compute stream;
+* a bucket is all-reduced when all its gradients are ready, strictly in bucket order (``mark_bucket_ready`` only
+  launches from ``next_bucket_``);
+* NCCL: each allreduce is a kernel on NCCL's own stream, in launch order, for as long as NCCL's simulation of that
+  bucket says; while it runs its CTAs hold ``channels`` SMs (one thread block per channel) and it moves its HBM
+  traffic, so a layer overlapping it computes on the other SMs and the HBM bandwidth left;
+* Gloo (CUDA tensors): each allreduce goes to ProcessGroupGloo's worker threads (D2H copy, CPU ring over TCP, H2D
+  copy; :func:`~collsim.backends.gloo.simulate_gloo_many` with the buckets' issue times), and the GPU keeps
+  computing at full speed;
+* at the end of backward ``finalize_backward`` waits for every bucket, then copies the reduced buckets back into
+  the gradients (not with ``gradient_as_bucket_view``); then the optimizer step (memory-bound, per element).
+
+Not modelled: data loading, the forward's buffer broadcast (``broadcast_buffers``, BatchNorm statistics), the
+autograd engine's CPU overheads, kernel launch gaps between layers, activation checkpointing, unused parameters.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import simpy
+
+from collsim.engine import FluidNetwork, Owner, Resource, Tag
+from collsim.training.model import DTYPE_BYTES, ModelSpec
+from collsim.training.reducer import Bucket, ddp_buckets
+
+__all__ = [
+    "BucketTiming",
+    "DdpConfig",
+    "GlooRunner",
+    "GpuCompute",
+    "NcclCosts",
+    "Span",
+    "StepConstants",
+    "StepResult",
+    "simulate_ddp_step",
+]
+
+Proc = Generator[simpy.Event, Any, None]
+
+_COMPUTE = Tag("compute", "reduce", "")
+_COMM = Tag("NCCL kernel", "send", "")
+_OWNER = Owner(0, None, "rank", "")
+COMPRESSIONS = {"none": None, "fp16": "float16", "bf16": "bfloat16"}
+
+
+@dataclass(frozen=True)
+class GpuCompute:
+    """What one GPU computes with.
+
+    Parameters
+    ----------
+    name : str
+        The GPU preset, for reports.
+    peak_flops : float
+        Dense peak of the compute dtype, FLOP/s (the preset's ``peak_tflops`` x 1e12).
+    hbm_bandwidth : float
+        Device memory bandwidth, bytes/s.
+    sm_count : int
+        Streaming multiprocessors.
+    compute_efficiency, memory_efficiency : float
+        Fractions of ``peak_flops`` and ``hbm_bandwidth`` a training step sustains (0 < x <= 1).
+    """
+
+    name: str
+    peak_flops: float
+    hbm_bandwidth: float
+    sm_count: int
+    compute_efficiency: float
+    memory_efficiency: float
+
+    @property
+    def flops(self) -> float:
+        """Sustained FLOP/s."""
+        return self.peak_flops * self.compute_efficiency
+
+    @property
+    def bandwidth(self) -> float:
+        """Sustained HBM bytes/s."""
+        return self.hbm_bandwidth * self.memory_efficiency
+
+
+@dataclass(frozen=True)
+class StepConstants:
+    """``topologies/software/training.yaml``: bytes of HBM traffic per byte or element of DDP's kernels."""
+
+    copy_in_bytes_per_byte: float
+    copy_out_bytes_per_byte: float
+    optimizer_traffic: dict[str, tuple[float, float]]  # name -> (param-dtype bytes, float32 state bytes) / element
+    nccl_hbm_bytes_per_step_byte: float
+
+    @classmethod
+    def from_mapping(cls, data: dict[str, Any]) -> StepConstants:
+        """From the YAML file's mapping."""
+        opt = {k: (float(v["param"]), float(v["state"])) for k, v in data["optimizer_traffic"].items()}
+        return cls(
+            float(data["copy_in_bytes_per_byte"]),
+            float(data["copy_out_bytes_per_byte"]),
+            opt,
+            float(data["nccl_hbm_bytes_per_step_byte"]),
+        )
+
+
+@dataclass(frozen=True)
+class DdpConfig:
+    """One DDP configuration.
+
+    Parameters
+    ----------
+    batch_size : int
+        Samples per GPU per micro-step.
+    bucket_cap_mb : float, optional
+        DDP's ``bucket_cap_mb`` (MiB). ``None``, DDP's default: 25 MiB after a first bucket of 1 MiB; any value
+        given, even 25, caps every bucket alike (torch 2.13 ``_BucketCapacityConfig``; see
+        :func:`~collsim.training.ddp_buckets`).
+    gradient_as_bucket_view : bool
+        DDP's flag: no copy back after the allreduce.
+    accumulation : int
+        Micro-steps per optimizer step; the first ``accumulation - 1`` run under ``no_sync`` (no communication).
+    compression : str
+        ``none``, ``fp16`` or ``bf16`` (PyTorch's ``fp16_compress_hook`` / ``bf16_compress_hook``).
+    optimizer : str
+        A key of the constants' ``optimizer_traffic``: ``none``, ``sgd``, ``momentum``, ``adam``.
+    first_iteration : bool
+        Simulate DDP's first iteration (one bucket: no overlap) instead of a steady one (rebuilt buckets).
+    """
+
+    batch_size: int = 32
+    bucket_cap_mb: float | None = None
+    gradient_as_bucket_view: bool = False
+    accumulation: int = 1
+    compression: str = "none"
+    optimizer: str = "sgd"
+    first_iteration: bool = False
+
+
+#: An NCCL allreduce of ``nbytes`` (per rank) on the cluster -> (seconds, channels), as NCCL's simulation says.
+NcclCosts = Callable[[int], tuple[float, int]]
+#: Gloo allreduces of ``sizes`` bytes issued at ``issue_at`` seconds on every rank -> when each is done (s).
+GlooRunner = Callable[[Sequence[int], Sequence[float]], Sequence[float]]
+
+
+@dataclass(frozen=True)
+class Span:
+    """One bar of the iteration's timeline: ``lane`` (``compute``, ``NCCL stream``, ``Gloo thread 0`` ...),
+    ``label``, ``start`` and ``end`` in seconds from the start of the iteration."""
+
+    lane: str
+    label: str
+    start: float
+    end: float
+
+
+@dataclass(frozen=True)
+class BucketTiming:
+    """A bucket's life in the iteration: parameters, bytes all-reduced (after compression), when its gradients were
+    all ready, when its allreduce started and ended (s), and the allreduce (``comm_s``, s: NCCL's simulation of it
+    alone; Gloo: from a worker thread taking it to the end of the copy back, sharing the host with the other
+    thread's bucket)."""
+
+    index: int
+    params: int
+    nbytes: int
+    ready_s: float
+    start_s: float
+    end_s: float
+    comm_s: float
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """One simulated iteration of one backend.
+
+    Attributes
+    ----------
+    iteration_s : float
+        Seconds per optimizer step (``accumulation`` micro-steps, the last one synchronised).
+    compute_s : float
+        The same step on one GPU without DDP (no copies, no communication), seconds.
+    comm_s : float
+        Sum of the buckets' allreduce times, seconds.
+    exposed_s : float
+        ``iteration_s - compute_s``: what communication and DDP cost on top of the computation.
+    overlap : float
+        Share of ``comm_s`` hidden behind computation: ``1 - exposed_s / comm_s`` clipped to [0, 1].
+    scaling_efficiency : float
+        ``compute_s / iteration_s``: throughput per GPU against one GPU without DDP (weak scaling).
+    """
+
+    backend: str
+    world: int
+    iteration_s: float
+    compute_s: float
+    comm_s: float
+    buckets: tuple[BucketTiming, ...]
+    spans: tuple[Span, ...]
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def exposed_s(self) -> float:
+        """Seconds the iteration takes beyond the computation alone."""
+        return self.iteration_s - self.compute_s
+
+    @property
+    def overlap(self) -> float:
+        """Share of the communication hidden behind computation (0..1)."""
+        if self.comm_s <= 0:
+            return 1.0
+        return min(1.0, max(0.0, 1.0 - self.exposed_s / self.comm_s))
+
+    @property
+    def scaling_efficiency(self) -> float:
+        """One GPU's iteration time over this one's (per-GPU throughput against one GPU)."""
+        return self.compute_s / self.iteration_s if self.iteration_s > 0 else 1.0
+
+
+# ------------------------------------------------------------------------------------------------------ the GPU
+class _Gpu:
+    """The GPU's two resources on a fluid network, and the kernels that run on them.
+
+    A compute kernel of ``flops`` FLOPs and ``nbytes`` bytes of HBM traffic is one flow of its FLOPs (or, with no
+    FLOPs, of its bytes) over both resources: its rate is the roofline, less what other flows take. An NCCL kernel
+    is a flow capped at a rate ``c`` a million times below the GPU's FLOP/s, of ``seconds x c`` units, each unit
+    holding ``1 / c`` of its SMs' share of the FLOP/s and of its HBM traffic rate: progressive filling raises every
+    flow's rate together, so it freezes the NCCL flow at its cap long before any compute flow (whose rates are
+    FLOP/s or bytes/s), and the kernel runs at its own speed while the compute flows share what it leaves. (Its
+    coefficients stay within a few orders of magnitude of the compute flows' 1, as the engine's tolerances expect.)
+    """
+
+    def __init__(self, env: simpy.Environment, gpu: GpuCompute, spans: list[Span]) -> None:
+        self.env = env
+        self.gpu = gpu
+        self.net = FluidNetwork(env)
+        self.sm: Resource = self.net.resource("SMs", gpu.flops, "sm")
+        self.hbm: Resource = self.net.resource("HBM", gpu.bandwidth, "hbm")
+        self.spans = spans
+
+    def kernel(self, lane: str, label: str, flops: float, nbytes: float, seconds: float | None = None) -> Proc:
+        """Run one kernel. Waits for: nothing but its own streaming. Pays: its FLOPs and HBM bytes at the rate the
+        other flows leave (a measured ``seconds`` stands for ``seconds`` of the whole GPU's FLOP/s)."""
+        if seconds is not None:
+            flops, nbytes = seconds * self.gpu.flops, 0.0
+        start = self.env.now
+        if flops > 0:
+            uses = [(self.sm, 1.0)] + ([(self.hbm, nbytes / flops)] if nbytes > 0 else [])
+            size = flops
+        elif nbytes > 0:
+            uses, size = [(self.hbm, 1.0)], nbytes
+        else:
+            return
+        _streamed, arrived = self.net.transfer(size, uses, tag=_COMPUTE, owner=_OWNER)
+        yield arrived
+        self.spans.append(Span(lane, label, start, self.env.now))
+
+    def nccl(self, label: str, seconds: float, channels: int, hbm_bytes: float) -> Proc:
+        """Run one NCCL kernel of ``seconds``. Waits for: nothing. Pays: ``seconds``, holding ``channels`` SMs' share
+        of the FLOP/s and ``hbm_bytes / seconds`` of HBM bandwidth the whole time."""
+        start = self.env.now
+        if seconds > 0:
+            share = min(0.999, channels / self.gpu.sm_count) if self.gpu.sm_count > 0 else 0.0
+            cap = 1e-6 * self.gpu.flops * (1.0 - share)  # units/s: far below any compute flow's rate
+            hbm_rate = min(hbm_bytes / seconds, 0.99 * self.gpu.bandwidth)  # bytes/s, never all of it
+            uses = [(self.sm, share * self.gpu.flops / cap), (self.hbm, hbm_rate / cap)]
+            _s, arrived = self.net.transfer(seconds * cap, [(r, c) for r, c in uses if c > 0], max_rate=cap,
+                                            tag=_COMM, owner=_OWNER)  # fmt: skip
+            yield arrived
+        self.spans.append(Span("NCCL stream", label, start, self.env.now))
+
+
+# ------------------------------------------------------------------------------------------------- the iteration
+@dataclass
+class _Plan:
+    """What one iteration does, derived once: per-layer kernels, buckets, and when each bucket becomes ready."""
+
+    model: ModelSpec
+    cfg: DdpConfig
+    consts: StepConstants
+    buckets: list[Bucket]
+    bucket_of: dict[int, int]  # param index -> bucket index
+    wire_bytes: list[int]  # per bucket: bytes all-reduced (compressed)
+
+    @classmethod
+    def build(cls, model: ModelSpec, cfg: DdpConfig, consts: StepConstants) -> _Plan:
+        sizes = [(p.nbytes, p.dtype) for p in model.params]
+        ready = _ready_order(model)
+        buckets = ddp_buckets(sizes, cfg.bucket_cap_mb, first_iteration=cfg.first_iteration, ready_order=ready)
+        bucket_of = {i: b.index for b in buckets for i in b.params}
+        target = COMPRESSIONS[cfg.compression]
+        wire = []
+        for b in buckets:
+            if target is None:
+                wire.append(b.nbytes)
+            else:
+                elems = sum(model.params[i].numel for i in b.params)
+                wire.append(elems * min(DTYPE_BYTES[target], DTYPE_BYTES[b.dtype]))
+        return cls(model, cfg, consts, buckets, bucket_of, wire)
+
+
+def _ready_order(model: ModelSpec) -> list[int]:
+    """Parameter indices in the order their gradients become ready: layers in reverse, and within a layer its
+    parameters in reverse registration order (an assumption: autograd's order inside one layer is not modelled)."""
+    return [i for layer in reversed(model.layers) for i in sorted(layer.params, reverse=True)]
+
+
+def _layer_costs(model: ModelSpec, i: int, batch: int, backward: bool) -> tuple[float, float, float | None]:
+    """(FLOPs, HBM bytes, measured seconds or None) of layer ``i``'s forward or backward for ``batch`` samples.
+
+    Forward reads the layer's weights once and moves ``act_bytes`` per sample; backward computes ``bwd_flops`` per
+    sample, reads the weights and writes their gradients, and moves twice the forward's activation bytes (reads the
+    saved activations and the incoming gradient, writes the outgoing one): an estimate, stated in the README."""
+    layer = model.layers[i]
+    weights = float(model.layer_param_bytes(i))
+    if backward:
+        return batch * layer.bwd_flops, 2 * weights + 2 * batch * layer.act_bytes, layer.bwd_time_s
+    return batch * layer.fwd_flops, weights + batch * layer.act_bytes, layer.fwd_time_s
+
+
+def _optimizer_bytes(model: ModelSpec, consts: StepConstants, optimizer: str) -> float:
+    """HBM bytes of one optimizer step over every parameter."""
+    per_param, per_state = consts.optimizer_traffic[optimizer]
+    return sum(p.numel * (per_param * DTYPE_BYTES[p.dtype] + per_state * 4) for p in model.params)  # state: fp32
+
+
+def _compute_only(env: simpy.Environment, gpu: _Gpu, plan: _Plan, micro_steps: int) -> Proc:
+    """``micro_steps`` forwards and backwards and one optimizer step, nothing else: one GPU without DDP."""
+    model, batch = plan.model, plan.cfg.batch_size
+    for _ in range(micro_steps):
+        for i, layer in enumerate(model.layers):
+            yield from gpu.kernel("compute", f"fwd {layer.name}", *_layer_costs(model, i, batch, False))
+        for i in reversed(range(len(model.layers))):
+            yield from gpu.kernel("compute", f"bwd {model.layers[i].name}", *_layer_costs(model, i, batch, True))
+    yield from gpu.kernel("compute", "optimizer", 0.0, _optimizer_bytes(model, plan.consts, plan.cfg.optimizer))
+
+
+def _ddp_iteration(
+    env: simpy.Environment,
+    gpu: _Gpu,
+    plan: _Plan,
+    launch: Callable[[int], object],
+    all_done: Callable[[], simpy.Event],
+    ready_at: list[float],
+) -> Proc:
+    """The synchronised micro-step on the compute stream (the ``no_sync`` ones run before it, plain).
+
+    Waits for: each layer's kernels in order; at the end, every bucket's allreduce (``all_done``). Pays: the layers,
+    the Reducer's copy-in (divided by the world size, or the compression hook's cast and divide) as each gradient
+    is ready, the copy back after the last allreduce, and the optimizer. ``launch(b)`` hands bucket ``b`` to the
+    backend the moment it is next in order and complete; ``ready_at[b]`` records that moment.
+    """
+    model, cfg, consts = plan.model, plan.cfg, plan.consts
+    batch = cfg.batch_size
+    for _ in range(cfg.accumulation - 1):  # no_sync: gradients accumulate in param.grad, no Reducer work
+        for i, layer in enumerate(model.layers):
+            yield from gpu.kernel("compute", f"fwd {layer.name}", *_layer_costs(model, i, batch, False))
+        for i in reversed(range(len(model.layers))):
+            yield from gpu.kernel("compute", f"bwd {model.layers[i].name}", *_layer_costs(model, i, batch, True))
+    for i, layer in enumerate(model.layers):
+        yield from gpu.kernel("compute", f"fwd {layer.name}", *_layer_costs(model, i, batch, False))
+    pending = [len(b.params) for b in plan.buckets]
+    nxt = 0
+    compress = COMPRESSIONS[cfg.compression]
+    for i in reversed(range(len(model.layers))):
+        layer = model.layers[i]
+        yield from gpu.kernel("compute", f"bwd {layer.name}", *_layer_costs(model, i, batch, True))
+        for p in sorted(layer.params, reverse=True):
+            nbytes = model.params[p].nbytes
+            # copy into the bucket and divide by the world size (no hook), or a plain copy (hook registered; a
+            # bucket-view gradient needs none: the hook divides the compressed copy)
+            copy = consts.copy_in_bytes_per_byte * nbytes
+            if compress is not None and cfg.gradient_as_bucket_view:
+                copy = 0.0
+            yield from gpu.kernel("compute", f"copy-in {model.params[p].name}", 0.0, copy)
+            pending[plan.bucket_of[p]] -= 1
+        while nxt < len(plan.buckets) and pending[nxt] == 0:
+            if compress is not None:  # the hook: buffer.to(half).div_(world): read full, write half, read+write half
+                full, half = plan.buckets[nxt].nbytes, plan.wire_bytes[nxt]
+                yield from gpu.kernel("compute", f"compress bucket {nxt}", 0.0, full + 3 * half)
+            ready_at[nxt] = env.now
+            launch(nxt)
+            nxt += 1
+    yield all_done()
+    if not cfg.gradient_as_bucket_view:
+        copy_out = consts.copy_out_bytes_per_byte * sum(p.nbytes for p in model.params)
+        yield from gpu.kernel("compute", "copy-out", 0.0, copy_out)
+    yield from gpu.kernel("compute", "optimizer", 0.0, _optimizer_bytes(model, consts, cfg.optimizer))
+
+
+def simulate_ddp_step(
+    model: ModelSpec,
+    cfg: DdpConfig,
+    gpu: GpuCompute,
+    consts: StepConstants,
+    world: int,
+    *,
+    nccl: NcclCosts | None = None,
+    gloo: GlooRunner | None = None,
+    gloo_threads: int = 2,
+) -> StepResult:
+    """Simulate one DDP iteration with NCCL (``nccl`` given) or Gloo (``gloo`` given).
+
+    Parameters
+    ----------
+    model : ModelSpec
+        Parameters (registration order) and layers (forward order).
+    cfg : DdpConfig
+        Batch, buckets, hooks, optimizer.
+    gpu : GpuCompute
+        Each rank's GPU (all alike).
+    consts : StepConstants
+        ``topologies/software/training.yaml``.
+    world : int
+        Ranks (one GPU each).
+    nccl, gloo
+        Exactly one: the backend's allreduce times.
+    gloo_threads : int
+        ProcessGroupGloo's worker threads per rank (for the timeline's lanes; ``gloo`` already queues on them).
+
+    Returns
+    -------
+    StepResult
+    """
+    if (nccl is None) == (gloo is None):
+        raise ValueError("simulate_ddp_step: give exactly one of nccl= and gloo=")
+    if cfg.optimizer not in consts.optimizer_traffic:
+        raise ValueError(f"unknown optimizer {cfg.optimizer!r}; expected one of {', '.join(consts.optimizer_traffic)}")
+    if cfg.compression not in COMPRESSIONS:
+        raise ValueError(f"unknown compression {cfg.compression!r}; expected one of {', '.join(COMPRESSIONS)}")
+    if cfg.accumulation < 1 or cfg.batch_size < 1:
+        raise ValueError("accumulation and batch_size must be at least 1")
+    plan = _Plan.build(model, cfg, consts)
+    compute_s = _run_compute_only(gpu, plan)
+    if nccl is not None:
+        return _with_nccl(plan, gpu, consts, world, nccl, compute_s)
+    assert gloo is not None
+    return _with_gloo(plan, gpu, world, gloo, compute_s, gloo_threads)
+
+
+def _run_compute_only(gpu: GpuCompute, plan: _Plan) -> float:
+    env = simpy.Environment()
+    proc = env.process(_compute_only(env, _Gpu(env, gpu, []), plan, plan.cfg.accumulation))
+    env.run(proc)
+    return float(env.now)
+
+
+def _with_nccl(
+    plan: _Plan, gpu: GpuCompute, consts: StepConstants, world: int, nccl: NcclCosts, compute_s: float
+) -> StepResult:
+    """The synchronised micro-step with NCCL's stream: kernels in launch order, each holding its SMs and HBM."""
+    env = simpy.Environment()
+    spans: list[Span] = []
+    g = _Gpu(env, gpu, spans)
+    n = len(plan.buckets)
+    launched = [env.event() for _ in range(n)]
+    finished = env.event()
+    ready_at = [math.nan] * n
+    starts, ends, durations = [math.nan] * n, [math.nan] * n, [0.0] * n
+    steps = 2.0 * (world - 1) / world if world > 1 else 0.0  # ring allreduce: 2(n-1) steps of S/n per byte
+
+    def stream() -> Proc:
+        for b in range(n):
+            yield launched[b]
+            seconds, channels = nccl(plan.wire_bytes[b]) if world > 1 else (0.0, 0)
+            durations[b] = seconds
+            starts[b] = env.now
+            hbm = consts.nccl_hbm_bytes_per_step_byte * steps * plan.wire_bytes[b]
+            yield from g.nccl(f"allreduce bucket {b}", seconds, channels, hbm)
+            target = COMPRESSIONS[plan.cfg.compression]
+            if target is not None:  # the hook's decompression (buffer.copy_(fut.value()[0])): read half, write full
+                yield from g.kernel("NCCL stream", f"decompress bucket {b}", 0.0,
+                                    plan.wire_bytes[b] + plan.buckets[b].nbytes)  # fmt: skip
+            ends[b] = env.now
+        finished.succeed()
+
+    env.process(stream())
+    main = env.process(_ddp_iteration(env, g, plan, lambda b: launched[b].succeed(), lambda: finished, ready_at))
+    env.run(main)
+    buckets = tuple(
+        BucketTiming(k, len(b.params), plan.wire_bytes[k], ready_at[k], starts[k], ends[k], durations[k])
+        for k, b in enumerate(plan.buckets)
+    )
+    return StepResult("nccl", world, float(env.now), compute_s, sum(durations), buckets, tuple(spans),
+                      _notes(plan))  # fmt: skip
+
+
+def _with_gloo(
+    plan: _Plan, gpu: GpuCompute, world: int, gloo: GlooRunner, compute_s: float, threads: int
+) -> StepResult:
+    """The synchronised micro-step with Gloo: the GPU computes undisturbed; buckets go to the worker threads when
+    ready (their ends from Gloo's simulation of all of them together), then the copy back and the optimizer."""
+    # pass 1: when each bucket is ready (the compute stream does not wait for Gloo until the end)
+    env = simpy.Environment()
+    spans: list[Span] = []
+    g = _Gpu(env, gpu, spans)
+    n = len(plan.buckets)
+    ready_at = [math.nan] * n
+    gate = env.event()
+    env.process(_ddp_iteration(env, g, plan, lambda b: None, lambda: gate, ready_at))
+    env.run()  # stops at the all_done wait: every bucket is ready by then
+    backward_end = float(env.now)
+    ends = list(gloo([plan.wire_bytes[b] for b in range(n)], ready_at)) if world > 1 else list(ready_at)
+    # pass 2: the same iteration, the final wait released when the last allreduce is done
+    env = simpy.Environment()
+    spans = []
+    g = _Gpu(env, gpu, spans)
+    last = max([backward_end, *ends])
+
+    def release() -> simpy.Event:
+        return env.timeout(max(0.0, last - env.now))
+
+    main = env.process(_ddp_iteration(env, g, plan, lambda b: None, release, [math.nan] * n))
+    env.run(main)
+    threads_free = [0.0] * max(1, threads)
+    buckets = []
+    for b in range(n):
+        # the worker thread that frees first takes it (ProcessGroupGloo's queue is first come, first served)
+        k = min(range(len(threads_free)), key=lambda j: (threads_free[j], j))
+        start = max(ready_at[b], threads_free[k])
+        threads_free[k] = ends[b]
+        buckets.append(BucketTiming(b, len(plan.buckets[b].params), plan.wire_bytes[b], ready_at[b], start,
+                                    ends[b], ends[b] - start))  # fmt: skip
+        spans.append(Span(f"Gloo thread {k}", f"allreduce bucket {b}", start, ends[b]))
+    return StepResult("gloo", world, float(env.now), compute_s, sum(x.comm_s for x in buckets), tuple(buckets),
+                      tuple(spans), _notes(plan))  # fmt: skip
+
+
+def _notes(plan: _Plan) -> tuple[str, ...]:
+    cfg = plan.cfg
+    out = [
+        f"{len(plan.buckets)} bucket(s)"
+        + (" (first iteration: one bucket per dtype, no overlap)" if cfg.first_iteration else "")
+        + (f", bucket_cap_mb {cfg.bucket_cap_mb:g}" if cfg.bucket_cap_mb is not None else ", DDP's default buckets")
+    ]
+    if cfg.accumulation > 1:
+        out.append(f"{cfg.accumulation - 1} no_sync micro-step(s) before the synchronised one")
+    if cfg.compression != "none":
+        out.append(f"{cfg.compression} compression hook: allreduce of half the bytes, a cast each way")
+    return tuple(out)

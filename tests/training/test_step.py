@@ -1,0 +1,144 @@
+"""The DDP iteration against closed forms on tiny models (measured layer times, so every time is exact)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from collsim.training import DdpConfig, GpuCompute, Layer, ModelSpec, Param, StepConstants, simulate_ddp_step
+
+MB4 = 1 << 20  # float32 elements of a 4 MiB parameter
+
+
+def _model(n_layers: int = 2, fwd: float = 1e-3, bwd: float = 2e-3, numel: int = MB4) -> ModelSpec:
+    """``n_layers`` layers of one float32 parameter each, with measured forward and backward seconds."""
+    params = tuple(Param(f"l{i}.weight", numel) for i in range(n_layers))
+    layers = tuple(Layer(f"l{i}", (i,), 0.0, 0.0, 0.0, fwd_time_s=fwd, bwd_time_s=bwd) for i in range(n_layers))
+    return ModelSpec("tiny", params, layers, "test")
+
+
+def _gpu(sm_count: int = 10**9) -> GpuCompute:
+    return GpuCompute("test", 1e14, 1e12, sm_count, 1.0, 1.0)
+
+
+#: no copies, no optimizer traffic, no NCCL HBM traffic: only the layers and the allreduces take time
+BARE = StepConstants(0.0, 0.0, {"none": (0.0, 0.0), "sgd": (3.0, 0.0)}, 0.0)
+
+
+def _nccl(seconds_per_byte: float, channels: int = 0, log: list[int] | None = None):  # type: ignore[no-untyped-def]
+    def cost(nbytes: int) -> tuple[float, int]:
+        if log is not None:
+            log.append(nbytes)
+        return nbytes * seconds_per_byte, channels
+
+    return cost
+
+
+def test_one_bucket_cannot_overlap_iteration_is_compute_plus_allreduce() -> None:
+    # DDP's first iteration: one bucket, launched after the last gradient: 2 x (1 + 2) ms + 1 ms
+    cfg = DdpConfig(batch_size=1, first_iteration=True, optimizer="none")
+    r = simulate_ddp_step(_model(), cfg, _gpu(), BARE, 8, nccl=_nccl(1e-3 / (8 << 20)))
+    assert len(r.buckets) == 1 and r.buckets[0].nbytes == 8 << 20
+    assert r.compute_s == pytest.approx(6e-3, rel=1e-12)
+    assert r.iteration_s == pytest.approx(7e-3, rel=1e-12)
+    assert r.overlap == pytest.approx(0.0, abs=1e-9)
+
+
+def test_short_allreduces_hide_behind_backward_but_the_last_bucket() -> None:
+    # every 4 MiB parameter is its own bucket (caps 1 MiB then 1 MiB); bucket 0 (layer 1) runs during layer 0's
+    # backward; the last one (layer 0) after it: compute + the last bucket's allreduce
+    cfg = DdpConfig(batch_size=1, bucket_cap_mb=1, optimizer="none")
+    r = simulate_ddp_step(_model(), cfg, _gpu(), BARE, 8, nccl=_nccl(0.5e-3 / (4 << 20)))
+    assert [b.params for b in r.buckets] == [1, 1]
+    assert r.buckets[0].ready_s == pytest.approx(4e-3) and r.buckets[0].end_s == pytest.approx(4.5e-3)
+    assert r.iteration_s == pytest.approx(6e-3 + 0.5e-3, rel=1e-12)
+    assert r.exposed_s == pytest.approx(0.5e-3, rel=1e-9)
+    assert r.overlap == pytest.approx(0.5, rel=1e-9)
+
+
+def test_nccl_ctas_take_their_share_of_the_sms_from_the_overlapped_layer() -> None:
+    # 8 channels of 80 SMs: layer 0's backward (2 ms) computes at 90% during bucket 0's 0.5 ms: +0.05 ms
+    cfg = DdpConfig(batch_size=1, bucket_cap_mb=1, optimizer="none")
+    r = simulate_ddp_step(_model(), cfg, _gpu(sm_count=80), BARE, 8, nccl=_nccl(0.5e-3 / (4 << 20), 8))
+    assert r.buckets[1].ready_s == pytest.approx(6.05e-3, rel=1e-9)
+    assert r.iteration_s == pytest.approx(6.55e-3, rel=1e-9)
+
+
+def test_no_sync_micro_steps_add_plain_forward_and_backward() -> None:
+    cfg = DdpConfig(batch_size=1, first_iteration=True, optimizer="none", accumulation=3)
+    r = simulate_ddp_step(_model(), cfg, _gpu(), BARE, 8, nccl=_nccl(1e-3 / (8 << 20)))
+    assert r.compute_s == pytest.approx(18e-3, rel=1e-12)
+    assert r.iteration_s == pytest.approx(19e-3, rel=1e-12)
+
+
+def test_compression_halves_the_bytes_all_reduced() -> None:
+    log: list[int] = []
+    cfg = DdpConfig(batch_size=1, bucket_cap_mb=1, optimizer="none", compression="fp16")
+    simulate_ddp_step(_model(), cfg, _gpu(), BARE, 8, nccl=_nccl(1e-12, log=log))
+    assert log == [2 << 20, 2 << 20]
+
+
+def test_copies_and_optimizer_are_hbm_passes() -> None:
+    # copy-in 2 B/B and copy-out 2 B/B of 8 MiB, SGD 3 x 4 B per element of 2M elements, at 1e12 B/s
+    consts = StepConstants(2.0, 2.0, {"sgd": (3.0, 0.0)}, 0.0)
+    cfg = DdpConfig(batch_size=1, first_iteration=True, optimizer="sgd")
+    r = simulate_ddp_step(_model(), cfg, _gpu(), consts, 8, nccl=_nccl(0.0))
+    mib8 = 8 << 20
+    assert r.compute_s == pytest.approx(6e-3 + 12 * (2 * MB4) / 1e12, rel=1e-12)
+    assert r.iteration_s == pytest.approx(r.compute_s + 4 * mib8 / 1e12, rel=1e-12)
+
+
+def test_gloo_buckets_go_to_worker_threads_when_ready_and_the_step_waits_for_the_last() -> None:
+    seen: dict[str, Sequence[float]] = {}
+
+    def gloo(sizes: Sequence[int], issue_at: Sequence[float]) -> list[float]:
+        seen["sizes"], seen["issue"] = list(sizes), list(issue_at)
+        return [t + 3e-3 for t in issue_at]  # each takes 3 ms, threads free
+
+    cfg = DdpConfig(batch_size=1, bucket_cap_mb=1, optimizer="none")
+    r = simulate_ddp_step(_model(), cfg, _gpu(sm_count=80), BARE, 8, gloo=gloo)
+    assert seen["issue"] == pytest.approx([4e-3, 6e-3])  # Gloo takes no SMs: layer 0's backward is not slowed
+    assert r.iteration_s == pytest.approx(9e-3, rel=1e-12)
+    assert {s.lane for s in r.spans} >= {"compute", "Gloo thread 0", "Gloo thread 1"}
+
+
+def test_one_rank_has_nothing_to_reduce() -> None:
+    cfg = DdpConfig(batch_size=1, optimizer="none")
+    r = simulate_ddp_step(_model(), cfg, _gpu(), BARE, 1, nccl=_nccl(1.0))
+    assert r.iteration_s == pytest.approx(r.compute_s)
+
+
+def test_bad_configuration_is_refused() -> None:
+    with pytest.raises(ValueError, match="exactly one"):
+        simulate_ddp_step(_model(), DdpConfig(), _gpu(), BARE, 8)
+    with pytest.raises(ValueError, match="unknown optimizer"):
+        simulate_ddp_step(_model(), DdpConfig(optimizer="lamb"), _gpu(), BARE, 8, nccl=_nccl(0.0))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    n=st.integers(1, 6),
+    cap=st.sampled_from([0.5, 1.0, 5.0, 25.0]),
+    spb=st.floats(0.0, 1e-9),
+    sms=st.integers(8, 200),
+    extra=st.floats(0.0, 1e-9),
+)
+def test_iteration_bounds_and_monotone_in_allreduce_time(
+    n: int, cap: float, spb: float, sms: int, extra: float
+) -> None:
+    """Never faster than the computation, never slower than computing and communicating one after the other, and
+    a slower allreduce never makes the iteration faster."""
+    cfg = DdpConfig(batch_size=1, bucket_cap_mb=cap, optimizer="none")
+    model = _model(n_layers=n)
+    r = simulate_ddp_step(model, cfg, _gpu(sm_count=sms), BARE, 8, nccl=_nccl(spb, 8))
+    slower = simulate_ddp_step(model, cfg, _gpu(sm_count=sms), BARE, 8, nccl=_nccl(spb + extra, 8))
+    assert r.iteration_s >= r.compute_s * (1 - 1e-12)
+    share = 8 / sms
+    assert r.iteration_s <= (r.compute_s + r.comm_s) * (1 + share) + 1e-12
+    assert slower.iteration_s >= r.iteration_s * (1 - 1e-12)
+    assert sum(b.nbytes for b in r.buckets) == n * 4 * MB4
+    assert all(math.isfinite(b.end_s) and b.end_s >= b.ready_s for b in r.buckets)
