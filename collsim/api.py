@@ -701,10 +701,13 @@ class Simulator:
         """What each rank's GPU computes with: its preset's peak FLOP/s for ``training.compute_dtype``, HBM bandwidth
         and SM count, and the efficiencies (the section's, else training.yaml's)."""
         tr = self._training()
-        gpus = [d for d in self.topology.rank_devices() if d.kind == "gpu"]
+        ranks = self.topology.rank_devices()
+        if ranks and ranks[0].kind == "cpu":
+            return self._cpu_compute(ranks[0].spec, sum(1 for d in ranks if d.name == ranks[0].name))
+        gpus = [d for d in ranks if d.kind == "gpu"]
         if not gpus:
-            raise ScenarioError("a training step needs GPU ranks (CPU training is not modelled yet)",
-                                file=self.scenario.source_file, field="cluster")  # fmt: skip
+            raise ScenarioError("a training step needs GPU or CPU ranks", file=self.scenario.source_file,
+                                field="cluster")  # fmt: skip
         spec = gpus[0].spec
         where = str(load_presets().files["gpus"]) if spec.get("preset") else self.scenario.source_file
         peaks = spec.get("peak_tflops") or {}
@@ -726,6 +729,29 @@ class Simulator:
             tr.compute_efficiency or float(consts["compute_efficiency"]),
             tr.memory_efficiency or float(consts["memory_efficiency"]),
         )
+
+    def _cpu_compute(self, spec: Mapping[str, Any], sharing: int) -> GpuCompute:
+        """CPU ranks: the layers' measured times (required: no FLOP model of a CPU), the socket's memory bandwidth
+        shared by the ``sharing`` ranks on it for DDP's copies and the optimizer, no SMs."""
+        model = self.training_model
+        missing = [ly.name for ly in model.layers if ly.fwd_time_s is None or ly.bwd_time_s is None]
+        if missing:
+            raise ScenarioError(
+                f"CPU ranks need measured per-layer times (fwd_time_s and bwd_time_s in the model file); "
+                f"{len(missing)} layer(s) have none, e.g. {missing[0]!r}",
+                file=self.scenario.source_file,
+                field="training.model",
+            )
+        consts = _software("training")
+        bandwidth = float(spec.get("memory_bandwidth") or 0.0) / max(1, sharing)
+        if bandwidth <= 0:
+            raise ScenarioError("the CPU preset has no memory_bandwidth, which a training step needs",
+                                file=str(load_presets().files["cpus"]),
+                                field=f"{spec.get('preset', 'cpu')}.memory_bandwidth")  # fmt: skip
+        tr = self._training()
+        # peak_flops only converts measured seconds into engine units here: any positive value gives the same times
+        return GpuCompute(str(spec.get("preset", "cpu")), 1e12, bandwidth, 0, 1.0,
+                          tr.memory_efficiency or float(consts["memory_efficiency"]))  # fmt: skip
 
     def step(self, backends: Sequence[str] | None = None) -> list[StepResult]:
         """Simulate one DDP iteration of the ``training`` section per backend (default: the enabled ones).
@@ -764,10 +790,12 @@ class Simulator:
 
     def _gloo_runner(self) -> tuple[Callable[[Sequence[int], Sequence[float]], Sequence[float]], int]:
         """Gloo allreduces issued at given times -> each one's end, and the worker threads per rank. DDP hands Gloo
-        CUDA tensors: staged through host memory whatever the scenario's ``backends.gloo.device``."""
+        its ranks' tensors: CUDA ones (staged through host memory) on GPU ranks, CPU ones on CPU ranks, whatever
+        the scenario's ``backends.gloo.device``."""
         base = self.options("gloo")
         assert isinstance(base, GlooOptions)
-        opts = dataclasses.replace(base, device="cuda")
+        ranks = self.topology.rank_devices()
+        opts = dataclasses.replace(base, device="cpu" if ranks and ranks[0].kind == "cpu" else "cuda")
 
         def gloo(sizes: Sequence[int], issue_at: Sequence[float]) -> Sequence[float]:
             o = simulate_gloo_many(self.topology, opts, self.gloo_constants, list(sizes),

@@ -95,3 +95,27 @@ def test_dataframe_has_the_step_fields() -> None:
     df = step_rows_to_dataframe([StepRow("", r) for r in sim.step()])
     assert list(df.columns) == list(STEP_FIELDS)
     assert len(df) == 2
+
+
+# ---------------------------------------------------------------------------------------------------- CPU ranks
+CPU_RANKS = Path(__file__).resolve().parent / "training" / "data" / "cpu-ranks.yaml"
+
+
+def test_cpu_ranks_compute_the_measured_layer_times_and_run_gloo_on_cpu_tensors() -> None:
+    sim = Simulator.from_source(CPU_RANKS)
+    (gloo,) = sim.step()
+    # fwd 10 + 10 + 1 ms, bwd 20 + 20 + 2 ms, then SGD: 3 float32 passes over 2,109,440 parameters at the socket's
+    # 102.4 GB/s shared by its 2 processes, times training.yaml's memory efficiency
+    eff = sim.gpu_compute().memory_efficiency
+    optimizer_s = 3 * 4 * 2_109_440 / (102.4e9 / 2 * eff)
+    assert gloo.compute_s == pytest.approx(0.063 + optimizer_s, rel=1e-9)
+    assert sim.gpu_compute().sm_count == 0
+    assert gloo.iteration_s > gloo.compute_s
+    # CPU tensors: no D2H/H2D copies in Gloo's notes of the bucket allreduces (the GPU path would stage them)
+    assert [b.nbytes for b in gloo.buckets] == [(10_240 + 1_048_576 + 1_024) * 4, (1_048_576 + 1_024) * 4]
+
+
+def test_cpu_ranks_without_measured_times_are_refused_naming_the_model() -> None:
+    sim = Simulator.from_source(CPU_RANKS, ["training.model=resnet50"])
+    with pytest.raises(ScenarioError, match=r"training\.model.*measured per-layer times"):
+        sim.step()

@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -281,6 +282,9 @@ class ModelSpec:
 _REQUIRED: Any = object()
 
 
+_YAML12_FLOAT = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?")
+
+
 def _pos_int(v: Any) -> int:
     if isinstance(v, bool) or not isinstance(v, int) or v < 1:
         raise ValueError("expected a positive integer")
@@ -288,6 +292,8 @@ def _pos_int(v: Any) -> int:
 
 
 def _number(v: Any) -> float:
+    if isinstance(v, str) and _YAML12_FLOAT.fullmatch(v.strip()):
+        v = float(v)  # YAML 1.2 reads 2.0e6 as a number; PyYAML (YAML 1.1) leaves it a string without the sign
     if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v < math.inf:
         raise ValueError("expected a finite number >= 0")
     return float(v)

@@ -352,3 +352,10 @@ def test_from_module_tied_parameter_goes_to_first_user() -> None:
     assert spec.layers[1].fwd_flops == 2 * 7 * 6 * 20 and spec.layers[1].bwd_flops == 2 * spec.layers[1].fwd_flops
     with pytest.raises(ModelError, match="example_input has no tensor"):
         model_from_module(Lm(), {"ids": 3})
+
+
+def test_exponents_without_a_sign_are_numbers_as_in_yaml_1_2() -> None:
+    # PyYAML (YAML 1.1) reads 2.0e6 as a string; the model file takes it as the number it is
+    spec = load_model(Path(__file__).parent / "data" / "mlp-measured.yaml")
+    assert [ly.fwd_flops for ly in spec.layers] == [2.0e6, 2.0e6, 2.0e4]
+    assert [ly.bwd_time_s for ly in spec.layers] == [0.020, 0.020, 0.002]
