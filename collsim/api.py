@@ -71,6 +71,7 @@ from collsim.training import (
     load_model,
     simulate_ddp_step,
 )
+from collsim.training.fsdp import FsdpConfig, simulate_fsdp_step
 from collsim.vocab import BACKENDS, REDUCING_COLLECTIVES, ROOTED_COLLECTIVES
 
 __all__ = [
@@ -732,7 +733,8 @@ class Simulator:
 
     def _cpu_compute(self, spec: Mapping[str, Any], sharing: int) -> GpuCompute:
         """CPU ranks: the layers' measured times (required: no FLOP model of a CPU), the socket's memory bandwidth
-        shared by the ``sharing`` ranks on it for DDP's copies and the optimizer, no SMs."""
+        and cores shared by the ``sharing`` ranks on it (DDP's copies and the optimizer; the compute thread and
+        Gloo's worker threads), no SMs."""
         model = self.training_model
         missing = [ly.name for ly in model.layers if ly.fwd_time_s is None or ly.bwd_time_s is None]
         if missing:
@@ -749,9 +751,15 @@ class Simulator:
                                 file=str(load_presets().files["cpus"]),
                                 field=f"{spec.get('preset', 'cpu')}.memory_bandwidth")  # fmt: skip
         tr = self._training()
+        cores = float(spec.get("cores") or 0) / max(1, sharing)
+        if cores <= 0:
+            raise ScenarioError("the CPU preset has no cores, which a training step on CPU ranks needs",
+                                file=str(load_presets().files["cpus"]),
+                                field=f"{spec.get('preset', 'cpu')}.cores")  # fmt: skip
         # peak_flops only converts measured seconds into engine units here: any positive value gives the same times
         return GpuCompute(str(spec.get("preset", "cpu")), 1e12, bandwidth, 0, 1.0,
-                          tr.memory_efficiency or float(consts["memory_efficiency"]))  # fmt: skip
+                          tr.memory_efficiency or float(consts["memory_efficiency"]), cores,
+                          float(tr.intra_op_threads))  # fmt: skip
 
     def step(self, backends: Sequence[str] | None = None) -> list[StepResult]:
         """Simulate one DDP iteration of the ``training`` section per backend (default: the enabled ones).
@@ -761,6 +769,8 @@ class Simulator:
         their gradients are ready. See :mod:`collsim.training.step`.
         """
         tr = self._training()
+        if tr.style == "fsdp":
+            return self._fsdp_step(backends)
         model, gpu = self.training_model, self.gpu_compute()
         cfg = DdpConfig(tr.batch_size, tr.bucket_cap_mb, tr.gradient_as_bucket_view, tr.accumulation,
                         tr.compression, tr.optimizer, tr.first_iteration)  # fmt: skip
@@ -772,9 +782,39 @@ class Simulator:
                     out.append(simulate_ddp_step(model, cfg, gpu, self.step_constants, world, nccl=self._nccl_costs()))
                 elif backend == "gloo":
                     runner, threads = self._gloo_runner()
+                    cpu = self._gloo_cpu_work() if gpu.cores > 0 else None
                     out.append(simulate_ddp_step(model, cfg, gpu, self.step_constants, world, gloo=runner,
-                                                 gloo_threads=threads))  # fmt: skip
+                                                 gloo_threads=threads, gloo_cpu=cpu))  # fmt: skip
         return out
+
+    def _fsdp_step(self, backends: Sequence[str] | None) -> list[StepResult]:
+        """One FSDP iteration with NCCL (:mod:`collsim.training.fsdp`); Gloo is not modelled for FSDP."""
+        tr = self._training()
+        asked = list(backends or self.backends())
+        if "nccl" not in asked:
+            raise ScenarioError("FSDP is modelled with NCCL only (enable backends.nccl; Gloo's FSDP is not modelled)",
+                                file=self.scenario.source_file, field="training.style")  # fmt: skip
+        f = tr.fsdp
+        if tr.accumulation > 1 or tr.compression != "none":
+            raise ScenarioError("FSDP with accumulation (no_sync) or a compression hook is not modelled",
+                                file=self.scenario.source_file, field="training.style")  # fmt: skip
+        cfg = FsdpConfig(tr.batch_size, f.sharding, f.backward_prefetch, f.forward_prefetch, f.limit_all_gathers,
+                         None, tr.optimizer, f.wrap)  # fmt: skip
+        world = len(self.topology.rank_devices())
+        costs: dict[tuple[str, int], tuple[float, int]] = {}
+
+        def nccl(collective: str, nbytes: int) -> tuple[float, int]:
+            if (collective, nbytes) not in costs:
+                o = self.simulate_one("nccl", nbytes, collective=collective)
+                costs[(collective, nbytes)] = (o.time_s, o.channels or 1)
+            return costs[(collective, nbytes)]
+
+        with self._errors("backends.nccl"):
+            result = simulate_fsdp_step(self.training_model, cfg, self.gpu_compute(), self.step_constants, world, nccl)
+        if "gloo" in asked:
+            note = "Gloo not simulated: FSDP is modelled with NCCL only"
+            result = dataclasses.replace(result, notes=(*result.notes, note))
+        return [result]
 
     def _nccl_costs(self) -> Callable[[int], tuple[float, int]]:
         """NCCL allreduce of n bytes -> (seconds, channels), simulated once per size."""
@@ -803,6 +843,26 @@ class Simulator:
             return o.ends or (o.time_s,)
 
         return gloo, opts.threads
+
+    def _gloo_cpu_work(self) -> Callable[[int], float]:
+        """CPU ranks: n bytes -> core-seconds one rank's Gloo allreduce of n bytes spends on its host's cores (the
+        reduction and the TCP stack, from the flows of Gloo's simulation of it alone), simulated once per size."""
+        base = self.options("gloo")
+        assert isinstance(base, GlooOptions)
+        opts = dataclasses.replace(base, device="cpu")
+        ranks = len(self.topology.rank_devices())
+        work: dict[int, float] = {}
+
+        def cpu(nbytes: int) -> float:
+            if nbytes not in work:
+                o = simulate_gloo_many(self.topology, opts, self.gloo_constants, [nbytes], symmetry=False,
+                                       record=True)  # fmt: skip
+                core_s = sum(r.size * c for r in o.records for k, c in zip(r.keys, r.coefficients, strict=False)
+                             if isinstance(k, tuple) and k[:1] == ("cores",))  # fmt: skip
+                work[nbytes] = core_s / max(1, ranks)
+            return work[nbytes]
+
+        return cpu
 
     def compare(
         self, sizes: Sequence[int] | None = None, *, progress: Progress | None = None, jobs: int = 1

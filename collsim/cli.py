@@ -39,6 +39,7 @@ from collsim.results import (
 )
 from collsim.results.step import StepRow, format_step, step_rows_to_csv, step_rows_to_json
 from collsim.scenario import ScenarioError, ScenarioWarning, scenario_json_schema
+from collsim.sweep.command import add_arguments as _sweep_arguments
 from collsim.topology import TopologyError, format_topo_matrix
 from collsim.units import UnitError, format_size, parse_size, parse_size_range
 from collsim.vocab import TENSOR_DEVICES
@@ -89,6 +90,8 @@ def _parser() -> argparse.ArgumentParser:
     exp.add_argument("--all", action="store_true", help="simulate every enabled pair, not only the choice")
     exp.add_argument("--quiet", action="store_true", help="no progress on stderr")
     exp.add_argument("--jobs", type=int, default=0, metavar="N", help=_JOBS_HELP)
+    exp.add_argument("--dask", metavar="local|ADDRESS",
+                     help="one size per task on Dask: 'local' (a LocalCluster) or a scheduler address")
     step = sub.add_parser(
         "step", help="one DDP training iteration per backend: iteration time, overlap, scaling, bucket by bucket"
     )
@@ -118,6 +121,8 @@ def _parser() -> argparse.ArgumentParser:
                      help="fit this parameter (repeatable; default: chosen by sensitivity)")
     cal.add_argument("--quiet", action="store_true", help="no progress on stderr")
     cal.add_argument("--jobs", type=int, default=0, metavar="N", help=_JOBS_HELP)
+    cal.add_argument("--dask", metavar="local|ADDRESS",
+                     help="simulate each predicted sweep on Dask: 'local' (a LocalCluster) or a scheduler address")
     schema = sub.add_parser("schema", help="print the scenario JSON Schema (for editors)")
     schema.add_argument("-o", "--output", metavar="FILE")
     bench = sub.add_parser("benchmark", help="wall time and peak memory of each shipped scenario's default sweep")
@@ -132,6 +137,13 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--scale-size", default="1GiB", metavar="SIZE", help="allreduce size (default: %(default)s)")
     bench.add_argument("--scale-timeout", type=float, default=600.0, metavar="S",
                        help="seconds before a case of the scale table is stopped (default: %(default)s)")
+    bench.add_argument("--sweep", action="store_true",
+                       help="the sweep table instead: a 200-point grid serially, on the local pool and on a Dask "
+                       "LocalCluster (throughput, Dask's overhead per point)")
+    bench.add_argument("--sweep-grid", metavar="GRID.yaml", help="benchmark this grid instead of the built-in one")
+    swp = sub.add_parser("sweep", help="a grid of what-if scenarios (axes over any field) on the local pool or on "
+                         "Dask, into a results store that a rerun resumes")  # fmt: skip
+    _sweep_arguments(swp)
     report = sub.add_parser(
         "report", help="one self-contained HTML page: topology, NCCL vs Gloo, where the time goes, a timeline"
     )
@@ -162,6 +174,19 @@ def _parser() -> argparse.ArgumentParser:
     real.add_argument("--probe", action="store_true", help="measure this machine's GPU (copies, launch, NCCL, Gloo)")
     real.add_argument("--probe-ranks", type=int, default=2, help="Gloo ranks sharing the GPU in --probe (default: 2)")
     real.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    ddp = real.add_argument_group("DDP mode (collsim/bench/ddp.py)")
+    ddp.add_argument("--ddp", action="store_true",
+                     help="time DistributedDataParallel iterations of an MLP (Gloo, CPU tensors) instead")
+    ddp.add_argument("--bucket-cap-mb", metavar="MIB,...", help="DDP bucket caps, MiB (default: 1,25,100)")
+    ddp.add_argument("--no-sync", type=int, default=1, metavar="K",
+                     help="also run K micro-steps per step, K-1 under no_sync() (default: 1, not run)")
+    ddp.add_argument("--no-sync-cap-mb", type=float, default=25.0, metavar="MIB",
+                     help="bucket cap of the --no-sync run, MiB (default: %(default)g)")
+    ddp.add_argument("--mlp", metavar="WIDTHS", help="MLP widths, input first (default: 1024,2048x9,1024)")
+    ddp.add_argument("--batch", type=int, default=32, help="samples per rank per micro-step (default: %(default)s)")
+    ddp.add_argument("--threads", type=int, default=1, help="intra-op threads per rank (default: %(default)s)")
+    ddp.add_argument("--rounds", type=int, default=4, help="interleaved rounds of timed iterations (default: 4)")
+    ddp.add_argument("--model-out", metavar="FILE.yaml", help="write the model with measured per-layer times")
     return ap
 
 
@@ -317,7 +342,20 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 def _cmd_explain(args: argparse.Namespace) -> int:
     sim = Simulator.from_source(args.scenario, args.overrides)
     prog = _Progress(args.quiet)
-    rows, interrupted = sim.explain(_sizes(args.sizes), all_pairs=args.all, progress=prog, jobs=_jobs(args.jobs))
+    if args.dask:
+        from collsim.sweep.execute import DaskMissing, make_executor
+        from collsim.sweep.explain import explain_on
+
+        try:
+            runner = make_executor(_jobs(args.jobs), args.dask)
+        except DaskMissing as exc:
+            raise ScenarioError(str(exc)) from None
+        try:
+            rows, interrupted = explain_on(sim, runner, _sizes(args.sizes), all_pairs=args.all, progress=prog)
+        finally:
+            runner.close()
+    else:
+        rows, interrupted = sim.explain(_sizes(args.sizes), all_pairs=args.all, progress=prog, jobs=_jobs(args.jobs))
     prog.done()
     if args.format == "json":
         text = explanations_to_json(rows, sim.scenario.to_dict(), interrupted, agreement(rows))
@@ -372,6 +410,15 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 
     scenario = load(args.scenario, args.overrides)
     on = not args.quiet and sys.stderr.isatty()
+    runner: Any = None
+    if args.dask:  # each predicted sweep's points on Dask (collsim.sweep's executors)
+        from collsim.sweep.calibrate import ExecutorEvaluate
+        from collsim.sweep.execute import DaskMissing, make_executor
+
+        try:
+            runner = make_executor(_jobs(args.jobs), args.dask)
+        except DaskMissing as exc:
+            raise ScenarioError(str(exc)) from None
     try:
         res = calibrate(
             scenario,
@@ -380,11 +427,15 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
             parameters=args.params,
             progress=(lambda msg: print(f"calibrate: {msg}", file=sys.stderr)) if on else None,
             jobs=_jobs(args.jobs),
+            evaluate=ExecutorEvaluate(runner) if runner is not None else None,
         )
     except (ValueError, RuntimeError) as exc:
         if isinstance(exc, ScenarioError | MeasurementError):
             raise
         raise ScenarioError(str(exc), file=args.scenario, field="calibrate") from None
+    finally:
+        if runner is not None:
+            runner.close()
     res.profile.write(args.output)
     out = [f"# calibrate: {scenario.name}, {res.evaluations} simulated sweeps; profile written to {args.output}"]
     out += [f"  {k} = {v:.6g}" for k, v in sorted(res.profile.parameters.items())]
@@ -427,7 +478,9 @@ def _cmd_step(args: argparse.Namespace) -> int:
     elif args.format == "csv":
         text = step_rows_to_csv(rows)
     else:
-        text = format_step(rows, name=sim.scenario.name, model=sim.training_model.name, buckets=not args.no_buckets)
+        style = sim.scenario.training.style if sim.scenario.training else "ddp"
+        text = format_step(rows, name=sim.scenario.name, model=sim.training_model.name, buckets=not args.no_buckets,
+                           style=style)  # fmt: skip
     return _finish(text, args.output, False, "")
 
 
@@ -454,7 +507,17 @@ def _cmd_benchmark(args: argparse.Namespace) -> int:
             raise SystemExit(f"collsim benchmark: --scale-nodes: expected node counts like 16,64,128, got "
                              f"{args.scale_nodes!r}") from None
         return run_scale_benchmark(nodes, parse_size(args.scale_size), args.scale_timeout, args.baseline_events)
+    if args.sweep:
+        from collsim.sweep.bench import run_sweep_benchmark
+
+        return run_sweep_benchmark(args.sweep_grid, _jobs(args.jobs))
     return run_benchmark(args.scenarios, args.baseline_events, _jobs(args.jobs))
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from collsim.sweep.command import run_command as run_sweep_command
+
+    return run_sweep_command(args)
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
@@ -548,6 +611,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         "benchmark": _cmd_benchmark,
         "report": _cmd_report,
         "bench": _cmd_bench,
+        "sweep": _cmd_sweep,
     }
     try:
         return handlers[args.command](args)

@@ -5,8 +5,10 @@ This module turns the strings people write ("400Gb/s", "1GiB", "2us") into those
 
 Conventions
 -----------
-* Decimal prefixes (k, M, G, T) are powers of 1000, binary prefixes (Ki, Mi, Gi, Ti) powers of 1024.
+* Decimal prefixes (k, M, G, T, P) are powers of 1000, binary prefixes (Ki, Mi, Gi, Ti, Pi) powers of 1024.
 * ``b`` is a bit and ``B`` a byte: ``400Gb/s`` is 400e9 bits/s = 50e9 bytes/s.
+* A size without a unit is bytes (as nccl-tests' ``-b 8``). A bandwidth or a duration without a unit is an error
+  whose message lists the accepted units (:data:`BANDWIDTH_UNITS`, :data:`TIME_UNITS`); a duration of 0 needs none.
 * Reports follow nccl-tests: GB/s with GB = 1e9 bytes, times in microseconds.
 
 Examples
@@ -27,8 +29,12 @@ import math
 import re
 
 __all__ = [
+    "BANDWIDTH_UNITS",
     "DTYPE_SIZES",
+    "MAX_SWEEP_SIZES",
     "NCCL_TESTS_TYPE_NAMES",
+    "SIZE_UNITS",
+    "TIME_UNITS",
     "UnitError",
     "format_bandwidth",
     "format_size",
@@ -44,6 +50,7 @@ class UnitError(ValueError):
     """A quantity string that cannot be read; the message says what was expected."""
 
 
+#: Decimal prefixes (powers of 1000) and binary ones (powers of 1024) of sizes and bandwidths.
 _PREFIX: dict[str, float] = {
     "": 1.0,
     "k": 1e3,
@@ -58,19 +65,47 @@ _PREFIX: dict[str, float] = {
     "Ti": 1024.0**4,
     "Pi": 1024.0**5,
 }
+#: A bare K, M, G or T after a size is binary, as nccl-tests' ``-b``/``-e`` read it (``1M`` = 1 MiB).
+_NCCL_TESTS_SIZE_SUFFIX: dict[str, float] = {"K": 1024.0, "M": 1024.0**2, "G": 1024.0**3, "T": 1024.0**4}
+_TIME_DIVISOR: dict[str, float] = {"s": 1.0, "ms": 1e3, "us": 1e6, "\u00b5s": 1e6, "\u03bcs": 1e6, "ns": 1e9}
 
-_QTY = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([A-Za-z/µ]*)\s*$")
+#: The size units :func:`parse_size` accepts, in words (error messages and docs quote it).
+SIZE_UNITS = (
+    "B, kB (or KB), MB, GB, TB, PB (powers of 1000), KiB, MiB, GiB, TiB, PiB (powers of 1024), or a bare K, M, G, T "
+    "(KiB to TiB, as nccl-tests' -b/-e); a number without a unit is bytes"
+)
+#: The bandwidth units :func:`parse_bandwidth` accepts, in words.
+BANDWIDTH_UNITS = (
+    "B/s (bytes) or b/s, bps (bits) after a prefix k (or K), M, G, T, P or Ki, Mi, Gi, Ti, Pi, e.g. 25GB/s, "
+    "400Gb/s, 100Gbps, 1GiB/s; a unit is required"
+)
+#: The time units :func:`parse_time` accepts, in words.
+TIME_UNITS = "s, ms, us (or \u00b5s), ns, e.g. 2us, 1.5ms; a unit is required (except for 0)"
+
+#: Most sizes one sweep (``MIN:MAX:xF``, ``MIN:MAX:+STEP`` or a list) may hold.
+MAX_SWEEP_SIZES = 100_000
+
+_QTY = re.compile(r"^\s*([-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?)\s*([A-Za-z/\u00b5\u03bc]*)\s*$")
 
 
-def _split(text: str | float | int, what: str) -> tuple[float, str]:
+def _split(text: str | float | int, what: str, units: str) -> tuple[float, str | None]:
+    """(number, unit) of a quantity; the unit is None for a Python number, "" for a string without one. ``units``
+    (the accepted units, in words) ends the message of a string that is no quantity at all."""
     if isinstance(text, bool):
         raise UnitError(f"expected a {what}, got a boolean")
     if isinstance(text, (int, float)):
-        return float(text), ""
-    m = _QTY.match(str(text))
-    if not m:
-        raise UnitError(f"cannot read {text!r} as a {what}")
-    return float(m.group(1)), m.group(2)
+        value = float(text)
+        unit: str | None = None
+    else:
+        raw = str(text)
+        m = _QTY.match(raw) if len(raw) <= 100 else None
+        if not m:
+            shown = raw if len(raw) <= 60 else raw[:57] + "..."
+            raise UnitError(f"cannot read {shown!r} as a {what}; use {units}")
+        value, unit = float(m.group(1)), m.group(2)
+    if not math.isfinite(value):
+        raise UnitError(f"{what} {str(text)[:60]!r} is not a finite number")
+    return value, unit
 
 
 def parse_size(text: str | int | float) -> int:
@@ -79,33 +114,42 @@ def parse_size(text: str | int | float) -> int:
     Parameters
     ----------
     text : str or int
-        A number of bytes, or a number with a unit: ``B``, ``KB``/``kB`` (1e3 B), ``KiB`` (1024 B),
-        ``MB``, ``MiB``, ``GB``, ``GiB``, ``TB``, ``TiB``. A bare ``K``/``M``/``G`` is read as binary
-        (``1M`` = 1 MiB) as nccl-tests' ``-b``/``-e`` flags do.
+        A number of bytes, or a number with a unit: ``B``; ``kB``/``KB``, ``MB``, ``GB``, ``TB``, ``PB`` (powers of
+        1000); ``KiB``, ``MiB``, ``GiB``, ``TiB``, ``PiB`` (powers of 1024). A bare ``K``/``M``/``G``/``T`` is read
+        as binary (``1M`` = 1 MiB) as nccl-tests' ``-b``/``-e`` flags do. A number without a unit is bytes (the one
+        default unit of sizes). The result is rounded to whole bytes.
 
     Returns
     -------
     int
         Size in bytes.
 
+    Raises
+    ------
+    UnitError
+        An unknown unit (the message lists :data:`SIZE_UNITS`), a negative or non-finite size.
+
     Examples
     --------
-    >>> parse_size("8B"), parse_size("64KiB"), parse_size("1MB"), parse_size("1M")
-    (8, 65536, 1000000, 1048576)
+    >>> parse_size("8B"), parse_size("64KiB"), parse_size("1MB"), parse_size("1M"), parse_size("1PiB") == 2**50
+    (8, 65536, 1000000, 1048576, True)
     """
-    value, unit = _split(text, "size (e.g. 8B, 64KiB, 1GiB)")
-    if unit in ("", "B"):
+    value, unit = _split(text, "size", SIZE_UNITS)
+    if not unit or unit == "B":
         factor = 1.0
-    elif unit in ("K", "M", "G", "T"):  # nccl-tests style: binary
-        factor = 1024.0 ** ("KMGT".index(unit) + 1)
+    elif unit in _NCCL_TESTS_SIZE_SUFFIX:
+        factor = _NCCL_TESTS_SIZE_SUFFIX[unit]
     elif unit.endswith("B") and unit[:-1] in _PREFIX:
         factor = _PREFIX[unit[:-1]]
     else:
-        raise UnitError(f"unknown size unit {unit!r} in {text!r}; use B, KiB, MiB, GiB, KB, MB or GB")
+        raise UnitError(f"unknown size unit {unit!r} in {text!r}; use {SIZE_UNITS}")
     nbytes = value * factor
     if nbytes < 0 or not math.isfinite(nbytes):
         raise UnitError(f"size {text!r} must be a non-negative number of bytes")
     return round(nbytes)
+
+
+_BANDWIDTH_UNIT = re.compile(r"(|k|K|M|G|T|P|Ki|Mi|Gi|Ti|Pi)(B|b)(/s|ps)")
 
 
 def parse_bandwidth(text: str | int | float) -> float:
@@ -113,26 +157,33 @@ def parse_bandwidth(text: str | int | float) -> float:
 
     Parameters
     ----------
-    text : str or float
-        A number of bytes/s, or a number with a unit: ``GB/s`` (1e9 bytes/s), ``GiB/s``, ``Gb/s`` or
-        ``Gbps`` (1e9 bits/s, divided by 8 to give bytes), and the k/M/T variants.
+    text : str
+        A number with a unit: ``GB/s`` (1e9 bytes/s), ``GiB/s``, ``Gb/s`` or ``Gbps`` (1e9 bits/s, divided by 8 to
+        give bytes), with any prefix of :data:`BANDWIDTH_UNITS` (``B/s`` alone is bytes/s). A number without a unit
+        is refused: ``100`` could mean 100 Gb/s as easily as 100 bytes/s.
 
     Returns
     -------
     float
-        Bandwidth in bytes/s.
+        Bandwidth in bytes/s (positive).
+
+    Raises
+    ------
+    UnitError
+        No unit or an unknown one (the message lists the accepted units), a bandwidth that is not positive or not
+        finite.
 
     Examples
     --------
     >>> parse_bandwidth("25GB/s"), parse_bandwidth("100Gbps"), parse_bandwidth("1GiB/s")
     (25000000000.0, 12500000000.0, 1073741824.0)
     """
-    value, unit = _split(text, "bandwidth (e.g. 25GB/s, 400Gb/s)")
-    if unit in ("", "B/s"):
-        return value
-    m = re.fullmatch(r"(|k|K|M|G|T|Ki|Mi|Gi|Ti)(B|b)(/s|ps)", unit)
+    value, unit = _split(text, "bandwidth", BANDWIDTH_UNITS)
+    if not unit:
+        raise UnitError(f"bandwidth {text!r} has no unit; use {BANDWIDTH_UNITS}")
+    m = _BANDWIDTH_UNIT.fullmatch(unit)
     if not m:
-        raise UnitError(f"unknown bandwidth unit {unit!r} in {text!r}; use GB/s, GiB/s, Gb/s or Gbps")
+        raise UnitError(f"unknown bandwidth unit {unit!r} in {text!r}; use {BANDWIDTH_UNITS}")
     factor = _PREFIX[m.group(1)]
     if m.group(2) == "b":
         factor /= 8.0  # bits to bytes
@@ -142,27 +193,32 @@ def parse_bandwidth(text: str | int | float) -> float:
     return bw
 
 
-_TIME_DIVISOR = {"s": 1.0, "ms": 1e3, "us": 1e6, "µs": 1e6, "ns": 1e9}
-
-
 def parse_time(text: str | int | float) -> float:
     """Read a duration and return it in seconds.
 
     Parameters
     ----------
-    text : str or float
-        Seconds, or a number with ``s``, ``ms``, ``us`` (or ``µs``), ``ns``.
+    text : str
+        A number with ``s``, ``ms``, ``us`` (or ``\u00b5s``), ``ns``. A number without a unit is refused (is ``300``
+        ns or us?), except 0.
+
+    Raises
+    ------
+    UnitError
+        No unit or an unknown one (the message lists :data:`TIME_UNITS`), a negative or non-finite duration.
 
     Examples
     --------
-    >>> parse_time("1.5ms"), parse_time("500ns"), parse_time(0.5)
-    (0.0015, 5e-07, 0.5)
+    >>> parse_time("1.5ms"), parse_time("500ns"), parse_time("0")
+    (0.0015, 5e-07, 0.0)
     """
-    value, unit = _split(text, "duration (e.g. 2us, 1.5ms)")
-    if unit == "":
-        return value
+    value, unit = _split(text, "duration", TIME_UNITS)
+    if not unit:
+        if value == 0:
+            return 0.0
+        raise UnitError(f"duration {text!r} has no unit; use {TIME_UNITS}")
     if unit not in _TIME_DIVISOR:
-        raise UnitError(f"unknown time unit {unit!r} in {text!r}; use s, ms, us or ns")
+        raise UnitError(f"unknown time unit {unit!r} in {text!r}; use {TIME_UNITS}")
     if value < 0:
         raise UnitError(f"duration {text!r} must not be negative")
     return value / _TIME_DIVISOR[unit]
@@ -177,6 +233,12 @@ def parse_size_range(text: str) -> list[int]:
         ``MIN:MAX:xF`` multiplies by F from MIN while <= MAX (nccl-tests ``-f``); ``MIN:MAX:+STEP`` adds
         STEP; a comma-separated list of sizes is taken as it is; a single size is a one-element sweep.
 
+    Raises
+    ------
+    UnitError
+        A size :func:`parse_size` refuses, a malformed sweep, or more than :data:`MAX_SWEEP_SIZES` sizes (counted
+        before the list is built).
+
     Examples
     --------
     >>> parse_size_range("8B:64B:x2")
@@ -188,21 +250,30 @@ def parse_size_range(text: str) -> list[int]:
     """
     text = str(text).strip()
     if "," in text:
-        return [parse_size(p) for p in text.split(",") if p.strip()]
+        items = [p for p in text.split(",") if p.strip()]
+        if len(items) > MAX_SWEEP_SIZES:
+            raise UnitError(f"{len(items)} sizes; at most {MAX_SWEEP_SIZES}")
+        return [parse_size(p) for p in items]
     parts = text.split(":")
     if len(parts) == 1:
         return [parse_size(parts[0])]
+    shown = text if len(text) <= 60 else text[:57] + "..."
     if len(parts) != 3:
-        raise UnitError(f"cannot read {text!r} as a size sweep; expected MIN:MAX:xFACTOR, MIN:MAX:+STEP or a list")
+        raise UnitError(f"cannot read {shown!r} as a size sweep; expected MIN:MAX:xFACTOR, MIN:MAX:+STEP or a list")
     lo, hi = parse_size(parts[0]), parse_size(parts[1])
     if hi < lo:
-        raise UnitError(f"size sweep {text!r}: MAX is smaller than MIN")
+        raise UnitError(f"size sweep {shown!r}: MAX is smaller than MIN")
     step = parts[2].strip()
     out: list[int] = []
     if step.startswith("x"):
-        factor = float(step[1:])
-        if factor <= 1 or lo <= 0:
-            raise UnitError(f"size sweep {text!r}: a factor sweep needs MIN > 0 and a factor > 1")
+        try:
+            factor = float(step[1:])
+        except ValueError:
+            raise UnitError(f"size sweep {shown!r}: expected a number after x, e.g. x2") from None
+        if not math.isfinite(factor) or factor <= 1 or lo <= 0:
+            raise UnitError(f"size sweep {shown!r}: a factor sweep needs MIN > 0 and a finite factor > 1")
+        count = math.floor(math.log(hi / lo) / math.log(factor) + 1e-9) + 1
+        _check_count(count, shown)
         s = float(lo)
         while s <= hi * (1 + 1e-12):
             out.append(round(s))
@@ -210,16 +281,17 @@ def parse_size_range(text: str) -> list[int]:
     elif step.startswith("+"):
         inc = parse_size(step[1:])
         if inc <= 0:
-            raise UnitError(f"size sweep {text!r}: the step must be positive")
-        s2 = lo
-        while s2 <= hi:
-            out.append(s2)
-            s2 += inc
+            raise UnitError(f"size sweep {shown!r}: the step must be positive")
+        _check_count((hi - lo) // inc + 1, shown)
+        out = list(range(lo, hi + 1, inc))
     else:
-        raise UnitError(f"size sweep {text!r}: the third part must be xFACTOR or +STEP")
-    if len(out) > 100_000:
-        raise UnitError(f"size sweep {text!r} has {len(out)} sizes; at most 100000")
+        raise UnitError(f"size sweep {shown!r}: the third part must be xFACTOR or +STEP")
     return out
+
+
+def _check_count(count: int, shown: str) -> None:
+    if count > MAX_SWEEP_SIZES:
+        raise UnitError(f"size sweep {shown!r} has {count} sizes; at most {MAX_SWEEP_SIZES}")
 
 
 def format_size(nbytes: float) -> str:

@@ -185,6 +185,10 @@ def run_command(args: argparse.Namespace) -> int:
     BenchError
         For everything the user can fix (the CLI prints it as one line and exits with 2).
     """
+    if getattr(args, "ddp", False):  # collsim bench --ddp: DistributedDataParallel iterations
+        from collsim.bench.ddp import run_ddp_command
+
+        return run_ddp_command(args)
     _check_outputs(args)
     if args.sizes or not args.probe:
         _parse_sizes(args.sizes)  # bad sizes are reported with or without torch

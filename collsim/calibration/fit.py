@@ -45,7 +45,11 @@ from collsim.profile import Profile, parameter_bounds
 from collsim.scenario import Scenario
 from collsim.vocab import LINK_KINDS
 
-__all__ = ["CalibrationResult", "calibrate", "candidate_parameters", "split_sizes"]
+__all__ = ["CalibrationResult", "Evaluate", "calibrate", "candidate_parameters", "split_sizes"]
+
+#: ``evaluate(scenario, profile_values, points) -> times``: one predicted sweep, simulated wherever the caller runs
+#: it; ``points`` are (backend, size in bytes, collective), the times microseconds in the same order.
+Evaluate = Callable[[Scenario, dict[str, float], Sequence[tuple[str, int, str]]], Sequence[float]]
 
 _SCALE_SUFFIXES = ("_scale",)
 _US = 1e-6  # microseconds to seconds
@@ -210,11 +214,13 @@ class _Fit:
         Worker processes per predicted sweep.
     max_evaluations : int
         Budget of predicted sweeps per least-squares search.
+    evaluate : callable, optional
+        Predicts a sweep elsewhere instead (see :data:`Evaluate`).
     """
 
     def __init__(
         self, base_sim: Simulator, measurements: Sequence[Measurement], backends: Sequence[str],
-        fit_sizes: Sequence[int], jobs: int, max_evaluations: int,
+        fit_sizes: Sequence[int], jobs: int, max_evaluations: int, evaluate: Evaluate | None = None,
     ) -> None:
         keep = set(fit_sizes)
         rows = [
@@ -226,10 +232,13 @@ class _Fit:
         self.measured = np.array([r.time_us for _m, _b, rs in rows for r in rs])  # microseconds
         self.points = [(b, r.size_bytes, m.collective) for m, b, rs in rows for r in rs]
         self.evaluations = 0  # sweeps simulated
+        self.evaluate = evaluate
 
     def predict(self, values: dict[str, float]) -> np.ndarray:
         """Predicted times of the fit rows (microseconds) with the profile ``values``."""
         self.evaluations += 1
+        if self.evaluate is not None:
+            return np.array(self.evaluate(self.base_sim.scenario, dict(values), self.points), dtype=float)
         sim = Simulator(self.base_sim.scenario, Profile(values))
         points = self.points
 
@@ -369,6 +378,7 @@ def calibrate(
     max_evaluations: int = 80,
     progress: Callable[[str], None] | None = None,
     jobs: int = 1,
+    evaluate: Evaluate | None = None,
 ) -> CalibrationResult:
     """Fit a profile for ``scenario`` to ``measurements`` (the steps of the module docstring).
 
@@ -391,6 +401,9 @@ def calibrate(
     jobs : int
         Worker processes that simulate a sweep's sizes (as :meth:`collsim.api.Simulator.run`; 0: one per CPU).
         The fit is the same.
+    evaluate : callable, optional
+        Simulates each predicted sweep instead of ``jobs`` local workers (:data:`Evaluate`; ``collsim calibrate
+        --dask`` passes one that runs on a Dask cluster). The fit is the same.
 
     Raises
     ------
@@ -406,7 +419,7 @@ def calibrate(
     for m in measurements:
         check_ranks(base_sim, m)
     fit_sizes, held = split_sizes(sorted({s for m in measurements for s in m.sizes()}), holdout)
-    fit = _Fit(base_sim, measurements, backends, fit_sizes, jobs, max_evaluations)
+    fit = _Fit(base_sim, measurements, backends, fit_sizes, jobs, max_evaluations, evaluate)
     base = fit.predict({})
     if progress:
         progress(f"uncalibrated: median |time error| {np.median(np.abs(base / fit.measured - 1)) * 100:.1f}% on "

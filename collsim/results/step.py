@@ -57,8 +57,11 @@ class StepRow:
         }
 
 
-def format_step(rows: Sequence[StepRow], *, name: str, model: str, buckets: bool = True) -> str:
-    """The text of ``collsim step``: one line per row, then each row's bucket table (``buckets``).
+def format_step(
+    rows: Sequence[StepRow], *, name: str, model: str, buckets: bool = True, style: str = "ddp"
+) -> str:
+    """The text of ``collsim step``: one line per row, then each row's bucket table (``buckets``; with ``style``
+    ``fsdp``, the units' reduce-scatters).
 
     Examples
     --------
@@ -67,7 +70,9 @@ def format_step(rows: Sequence[StepRow], *, name: str, model: str, buckets: bool
     >>> print(format_step([StepRow("", r)], name="x", model="m").splitlines()[3])
                     nccl      8      110.000      100.000       20.000       10.000    50.0%     90.9%        0
     """
-    out = [f"# collsim step: {name}, model {model}, one DDP iteration per backend (times in ms)"]
+    fsdp = style == "fsdp"
+    what = "FSDP" if fsdp else "DDP"
+    out = [f"# collsim step: {name}, model {model}, one {what} iteration per backend (times in ms)"]
     out.append(f"# {'config':>14} {'backend':>7} {'ranks':>6} {'iteration':>12} {'compute':>12} {'comm':>12} "
                f"{'exposed':>12} {'overlap':>8} {'scaling':>9} {'buckets':>8}")  # fmt: skip
     out.append("#")
@@ -82,9 +87,10 @@ def format_step(rows: Sequence[StepRow], *, name: str, model: str, buckets: bool
         for row in rows:
             r = row.result
             head = f"{row.label + ': ' if row.label else ''}{r.backend}"
-            out += ["", f"# buckets, {head} (ms from the iteration's start; comm: the allreduce alone)"]
-            out.append(f"# {'bucket':>6} {'params':>7} {'bytes':>12} {'ready':>10} {'start':>10} {'end':>10} "
-                       f"{'comm':>10}")  # fmt: skip
+            table, coll = ("units' reduce-scatters", "reduce-scatter") if fsdp else ("buckets", "allreduce")
+            out += ["", f"# {table}, {head} (ms from the iteration's start; comm: the {coll} alone)"]
+            out.append(f"# {'unit' if fsdp else 'bucket':>6} {'params':>7} {'bytes':>12} {'ready':>10} {'start':>10} "
+                       f"{'end':>10} {'comm':>10}")  # fmt: skip
             for b in r.buckets:
                 out.append(f"  {b.index:>6} {b.params:>7} {b.nbytes:>12} {b.ready_s * _MS:10.3f} "
                            f"{b.start_s * _MS:10.3f} {b.end_s * _MS:10.3f} {b.comm_s * _MS:10.3f}")  # fmt: skip

@@ -37,9 +37,11 @@ from collsim.nccl_env import (
     parse_level,
     parse_protocols,
 )
-from collsim.scenario.errors import ScenarioWarning
+from collsim.safeyaml import short_repr
+from collsim.scenario.errors import ScenarioError, ScenarioWarning
 from collsim.units import (
     DTYPE_SIZES,
+    MAX_SWEEP_SIZES,
     NCCL_TESTS_TYPE_NAMES,
     UnitError,
     parse_bandwidth,
@@ -71,6 +73,7 @@ __all__ = [
     "NcclConfig",
     "NoiseConfig",
     "PerturbConfig",
+    "PresetsConfig",
     "RankPerturbConfig",
     "Scenario",
     "SwitchConfig",
@@ -102,7 +105,8 @@ else:
 #: nccl-tests type names ("float", "half") map to collsim's PyTorch-style names ("float32", "float16").
 _DTYPE_ALIASES: dict[str, str] = {v: k for k, v in NCCL_TESTS_TYPE_NAMES.items()}
 
-_STRICT = ConfigDict(extra="forbid", validate_default=False)
+#: Unknown keys are errors; ``.inf`` and ``.nan`` are refused where a number is expected (a finite one always is).
+_STRICT = ConfigDict(extra="forbid", validate_default=False, allow_inf_nan=False)
 
 
 def custom_error(message: str, subfield: str | None = None) -> PydanticCustomError:
@@ -114,13 +118,14 @@ def custom_error(message: str, subfield: str | None = None) -> PydanticCustomErr
 
 
 def _check_quantity(value: Any, parse: Callable[[str], float], unit: str, examples: str) -> Any:
-    """Accept a quantity string the parser reads (a bare number is taken in SI ``unit``), keep it as given."""
+    """Accept a quantity string the parser reads, keep it as given. A number without a unit is read as the string
+    it was written as: the parser refuses it and lists the units (only a duration of 0 needs none)."""
     if value is None:
         return None
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        value = repr(float(value))  # a bare number is in SI units
+        value = repr(value)
     if not isinstance(value, str):
-        raise custom_error(f"expected a {unit} string such as {examples}, got {value!r}")
+        raise custom_error(f"expected a {unit} string such as {examples}, got {short_repr(value)}")
     try:
         parse(value)
     except UnitError as exc:
@@ -220,11 +225,11 @@ _COLLECTIVE_SCHEMA: dict[str, Any] = {
 }
 _SIZES_SCHEMA: dict[str, Any] = {
     "description": "Message sizes: a sweep 'MIN:MAX:xFACTOR' or 'MIN:MAX:+STEP' (e.g. '8B:8GiB:x2'), a "
-    "comma-separated list, one size, or a list of sizes (bytes as integers or strings like '1MiB').",
+    "comma-separated list, one size, or a list of sizes (strings like '1MiB'; a number without a unit is bytes).",
     "anyOf": [
         {"type": "string"},
-        {"type": "integer", "minimum": 0},
-        {"type": "array", "items": {"anyOf": [{"type": "string"}, {"type": "integer", "minimum": 0}]}, "minItems": 1},
+        {"type": "number", "minimum": 0},
+        {"type": "array", "items": {"anyOf": [{"type": "string"}, {"type": "number", "minimum": 0}]}, "minItems": 1},
     ],
 }
 
@@ -237,7 +242,7 @@ class WorkloadConfig(BaseModel):
     collective: Annotated[str | list[str], WithJsonSchema(_COLLECTIVE_SCHEMA)] = "allreduce"
     dtype: str = Field("float32", description=f"Element type: {', '.join(DTYPE_SIZES)}.")
     op: ReduceOp = Field("sum", description="Reduction operation.")
-    sizes: Annotated[str | int | list[int | str], WithJsonSchema(_SIZES_SCHEMA)] = "8B:8GiB:x2"
+    sizes: Annotated[str | int | float | list[int | float | str], WithJsonSchema(_SIZES_SCHEMA)] = "8B:8GiB:x2"
     root: StrictInt = Field(0, ge=0, description="Root rank of broadcast and reduce.")
     peers: list[StrictInt] = Field(default_factory=lambda: [0, 1], description="The two ranks of sendrecv.")
     gpus_per_process: StrictInt = Field(
@@ -252,14 +257,15 @@ class WorkloadConfig(BaseModel):
         items = [value] if isinstance(value, str) else value
         if not isinstance(items, list) or not items:
             raise custom_error(
-                f"expected a collective name or a non-empty list of them ({', '.join(COLLECTIVES)}), got {value!r}"
+                f"expected a collective name or a non-empty list of them ({', '.join(COLLECTIVES)}), "
+                f"got {short_repr(value)}"
             )
         out: list[str] = []
         for item in items:
             try:
                 name = canonical_collective(item, COLLECTIVES)
             except ValueError:
-                raise custom_error(f"unknown collective {item!r}; valid: {', '.join(COLLECTIVES)}") from None
+                raise custom_error(f"unknown collective {short_repr(item)}; valid: {', '.join(COLLECTIVES)}") from None
             if name not in out:
                 out.append(name)
         return out
@@ -272,7 +278,7 @@ class WorkloadConfig(BaseModel):
             key = _DTYPE_ALIASES.get(key, key)
             if key in DTYPE_SIZES:
                 return key
-        raise custom_error(f"unknown dtype {value!r}; valid: {', '.join(DTYPE_SIZES)}")
+        raise custom_error(f"unknown dtype {short_repr(value)}; valid: {', '.join(DTYPE_SIZES)}")
 
     @field_validator("op", mode="before")
     @classmethod
@@ -287,33 +293,35 @@ class WorkloadConfig(BaseModel):
         except UnitError as exc:
             raise custom_error(f"{exc} (expected e.g. '8B:8GiB:x2', '1MiB', or a list of sizes)") from None
         if not sizes:
-            raise custom_error(f"no sizes in {value!r}")
+            raise custom_error(f"no sizes in {short_repr(value)}")
         return value
 
     @field_validator("peers")
     @classmethod
     def _peers(cls, value: list[int]) -> list[int]:
         if len(value) != 2 or value[0] == value[1] or min(value) < 0:
-            raise custom_error(f"expected two different non-negative ranks, e.g. [0, 1], got {value!r}")
+            raise custom_error(f"expected two different non-negative ranks, e.g. [0, 1], got {short_repr(value)}")
         return value
 
 
 def _parse_sizes(value: Any) -> list[int]:
-    """Sizes in bytes from the forms ``WorkloadConfig.sizes`` accepts; raises UnitError."""
+    """Sizes in bytes from the forms ``WorkloadConfig.sizes`` accepts (a number is bytes); raises UnitError."""
     if isinstance(value, bool):
-        raise UnitError(f"expected sizes, got {value!r}")
-    if isinstance(value, int):
+        raise UnitError(f"expected sizes, got {short_repr(value)}")
+    if isinstance(value, (int, float)):
         return [parse_size(value)]
     if isinstance(value, str):
         return parse_size_range(value)
     if isinstance(value, list):
+        if len(value) > MAX_SWEEP_SIZES:
+            raise UnitError(f"{len(value)} sizes; at most {MAX_SWEEP_SIZES}")
         out: list[int] = []
         for item in value:
-            if isinstance(item, bool) or not isinstance(item, (int, str)):
-                raise UnitError(f"list item {item!r} is not a size")
+            if isinstance(item, bool) or not isinstance(item, (int, float, str)):
+                raise UnitError(f"list item {short_repr(item)} is not a size")
             out.append(parse_size(item))
         return out
-    raise UnitError(f"cannot read {value!r} as sizes")
+    raise UnitError(f"cannot read {short_repr(value)} as sizes")
 
 
 def _env_value_str(value: Any) -> str | None:
@@ -347,7 +355,7 @@ class NcclConfig(BaseModel):
         if value is None:
             return {}
         if not isinstance(value, Mapping):
-            raise custom_error(f"expected a mapping of NCCL_* variables to values, got {value!r}")
+            raise custom_error(f"expected a mapping of NCCL_* variables to values, got {short_repr(value)}")
         out: dict[str, str] = {}
         for key, raw in value.items():
             skey = str(key)
@@ -357,7 +365,7 @@ class NcclConfig(BaseModel):
                 )
             text = _env_value_str(raw)
             if text is None:
-                raise custom_error(f"expected a string, number or boolean, got {raw!r}", subfield=skey)
+                raise custom_error(f"expected a string, number or boolean, got {short_repr(raw)}", subfield=skey)
             if skey in KNOWN_NCCL_ENV:
                 try:
                     check_env_value(skey, text)
@@ -596,6 +604,28 @@ class NoiseConfig(BaseModel):
         return self.skew_seconds() > 0 or self.jitter_seconds() > 0
 
 
+class FsdpTrainingConfig(BaseModel):
+    """PyTorch ``FullyShardedDataParallel``'s knobs for ``training.style: fsdp`` (:mod:`collsim.training.fsdp`)."""
+
+    model_config = _STRICT
+
+    sharding: Literal["full_shard", "shard_grad_op"] = Field(
+        "full_shard",
+        description="ShardingStrategy: full_shard (freed after forward, all-gathered again in backward) or "
+        "shard_grad_op (kept from forward to backward).",
+    )
+    backward_prefetch: Literal["backward_pre", "backward_post", "none"] = Field(
+        "backward_pre", description="BackwardPrefetch (FSDP's default: BACKWARD_PRE)."
+    )
+    forward_prefetch: bool = Field(False, description="FSDP's forward_prefetch.")
+    limit_all_gathers: bool = Field(True, description="FSDP's rate limiter: at most two all-gathers ahead.")
+    wrap: str | None = Field(
+        None,
+        description="The wrapped modules, as a layer-name pattern with * for the block index (transformer.h.*, "
+        "model.layers.*); the rest is the root unit. Default: the most common prefix.N in the layer names.",
+    )
+
+
 class TrainingConfig(BaseModel):
     """A data-parallel training step (issue 14): the model, the batch, and PyTorch DDP's knobs. ``collsim step``
     simulates one iteration per backend (:mod:`collsim.training`)."""
@@ -606,7 +636,13 @@ class TrainingConfig(BaseModel):
         description="A built-in model (resnet50, bert-large, gpt2-xl, llama-7b) or a model YAML file, relative to "
         "the scenario."
     )
-    style: Literal["ddp"] = Field("ddp", description="Data-parallel style: ddp (FSDP is not modelled yet).")
+    style: Literal["ddp", "fsdp"] = Field(
+        "ddp",
+        description="Data-parallel style: ddp (DistributedDataParallel) or fsdp (FullyShardedDataParallel, NCCL).",
+    )
+    fsdp: FsdpTrainingConfig = Field(
+        default_factory=lambda: FsdpTrainingConfig.model_validate({}), description="FSDP's knobs (style: fsdp)."
+    )
     batch_size: StrictInt = Field(32, ge=1, description="Samples per GPU per micro-step.")
     compute_dtype: Literal["float32", "tf32", "bfloat16", "float16"] = Field(
         "float32",
@@ -638,6 +674,12 @@ class TrainingConfig(BaseModel):
     memory_efficiency: float | None = Field(
         None, gt=0, le=1, description="Fraction of HBM bandwidth reached (default: topologies/software/training.yaml)."
     )
+    intra_op_threads: StrictInt = Field(
+        1,
+        ge=1,
+        description="CPU ranks: cores one process's computation keeps busy (torch's intra-op threads; torchrun "
+        "sets OMP_NUM_THREADS=1). The model's measured layer times must be measured with as many.",
+    )
 
     def model_path(self, base_dir: Path) -> str:
         """The model as :func:`collsim.training.load_model` takes it: a built-in name, or the file resolved against
@@ -647,6 +689,30 @@ class TrainingConfig(BaseModel):
         return self.model
 
 
+_PRESET_ENTRIES = "Preset name to its fields, in the schema of topologies/presets/{file} (topologies/README.md)."
+
+
+class PresetsConfig(BaseModel):
+    """The scenario's own presets: GPUs, CPUs, NICs, links and node templates it defines or redefines, each in the
+    schema of the shipped file of the same name (a user presets file, ``--presets FILE``, holds the same sections).
+    The entries are checked by the topology layer (:func:`collsim.topology.presets.merge_presets`) when the scenario
+    is loaded."""
+
+    model_config = _STRICT
+
+    links: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description=_PRESET_ENTRIES.format(file="links.yaml")
+    )
+    gpus: dict[str, dict[str, Any]] = Field(default_factory=dict, description=_PRESET_ENTRIES.format(file="gpus.yaml"))
+    cpus: dict[str, dict[str, Any]] = Field(default_factory=dict, description=_PRESET_ENTRIES.format(file="cpus.yaml"))
+    nics: dict[str, dict[str, Any]] = Field(default_factory=dict, description=_PRESET_ENTRIES.format(file="nics.yaml"))
+    nodes: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="Node template name to a template, as topologies/nodes/<name>.yaml holds it (devices and links, "
+        "or a generator and params); cluster.node names it.",
+    )
+
+
 class Scenario(BaseModel):
     """A validated scenario. Build one with :func:`collsim.scenario.load_scenario`.
 
@@ -654,7 +720,7 @@ class Scenario(BaseModel):
     and are not part of the schema.
     """
 
-    model_config = ConfigDict(extra="forbid", title="collsim scenario")
+    model_config = ConfigDict(extra="forbid", title="collsim scenario", allow_inf_nan=False)
 
     name: str = Field(min_length=1, description="Short name used in reports.")
     description: str | None = Field(None, description="What the scenario models.")
@@ -672,9 +738,20 @@ class Scenario(BaseModel):
         None, description="A data-parallel training step for `collsim step` (model, batch, DDP's buckets and hooks)."
     )
     calibration: str | None = Field(None, description="Calibration profile YAML, relative to the scenario file.")
+    preset_files: list[Annotated[str, Field(min_length=1)]] = Field(
+        default_factory=list,
+        description="User presets files or folders of them (sections links, gpus, cpus, nics, nodes, as `presets`), "
+        "relative to the scenario file; later ones override earlier ones, `presets` overrides them all.",
+    )
+    presets: PresetsConfig | None = Field(
+        None,
+        description="GPUs, CPUs, NICs, links and node templates defined here, in the shipped files' schema; they add "
+        "to or replace the shipped presets of the same name.",
+    )
 
     _source_file: str | None = PrivateAttr(None)
     _base_dir: Path = PrivateAttr(default_factory=Path.cwd)
+    _library: Any = PrivateAttr(None)
 
     @property
     def source_file(self) -> str | None:
@@ -709,8 +786,11 @@ class Scenario(BaseModel):
         return out
 
     def node_template(self) -> str | Path:
-        """The template to load: a name (str) or, when ``cluster.node`` looks like a path, the resolved Path."""
+        """The template to load: a name (str: a user's node template or a shipped one) or, when ``cluster.node``
+        looks like a path, the resolved Path."""
         node = self.cluster.node
+        if self.presets is not None and node in self.presets.nodes:
+            return node
         if is_path_like(node):
             path = Path(node).expanduser()
             return path if path.is_absolute() else (self.base_dir / path).resolve()
@@ -723,6 +803,47 @@ class Scenario(BaseModel):
         path = Path(self.calibration).expanduser()
         return path if path.is_absolute() else (self.base_dir / path).resolve()
 
+    def preset_file_paths(self) -> list[Path]:
+        """``preset_files`` resolved against :attr:`base_dir`."""
+        out = []
+        for item in self.preset_files:
+            path = Path(item).expanduser()
+            out.append(path if path.is_absolute() else (self.base_dir / path).resolve())
+        return out
+
+    def preset_library(self) -> Any:
+        """The shipped presets with the user's merged in (``preset_files`` in order, then ``presets``), as a
+        ``collsim.topology.PresetLibrary``; built once per scenario.
+
+        Raises
+        ------
+        ScenarioError
+            Naming the user's file and field (``presets.gpus.my-gpu.sm`` in the scenario, ``gpus.my-gpu.sm`` in a
+            presets file, ``preset_files[0]`` for a file not found).
+        """
+        if self._library is not None:
+            return self._library
+        from collsim.topology import TopologyError, load_presets  # imported late: the scenario layer does not need it
+        from collsim.topology.presets import PresetSource, merge_presets, read_preset_files
+
+        file = self.source_file or "<scenario>"
+        sources: list[Any] = []
+        for i, path in enumerate(self.preset_file_paths()):
+            if not path.exists():
+                raise ScenarioError(f"presets file or folder not found: {path}", file=file, field=f"preset_files[{i}]")
+            try:
+                sources += read_preset_files(path)
+            except TopologyError as err:
+                raise ScenarioError(err.message, file=err.file or str(path), field=err.field) from None
+        if self.presets is not None:
+            sources.append(PresetSource(self.presets.model_dump(exclude_defaults=True), file, "presets"))
+        try:
+            library = merge_presets(load_presets(), sources)
+        except TopologyError as err:
+            raise ScenarioError(err.message, file=_user_file(err.file, file), field=err.field) from None
+        self._library = library
+        return library
+
     def topology_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for ``collsim.topology.load_topology``."""
         fabric = self.cluster.fabric
@@ -734,10 +855,50 @@ class Scenario(BaseModel):
         }
 
     def build_topology(self) -> Any:
-        """Load the cluster with ``collsim.topology.load_topology`` (its TopologyError propagates)."""
-        from collsim.topology import load_topology  # imported late: the scenario layer does not need it
+        """Build the cluster with ``collsim.topology.topology_from_template`` and :meth:`preset_library`.
 
-        return load_topology(**self.topology_kwargs())
+        A mistake the user made is a :class:`ScenarioError` in the user's terms: a node parameter names
+        ``cluster.node_params.<name>`` in the scenario, a user's node template its own file and field
+        (``presets.nodes.<name>.devices.0.preset``). Other problems (a shipped template's) raise the topology
+        layer's ``TopologyError``.
+        """
+        from collsim.topology import TopologyError, topologies_dir, topology_from_template
+        from collsim.topology.errors import display_path
+        from collsim.topology.presets import read_yaml
+
+        library = self.preset_library()
+        node = self.node_template()
+        user_node = isinstance(node, str) and node in library.nodes
+        if user_node:
+            assert isinstance(node, str)
+            file, prefix = library.origin("nodes", node)
+            data = library.nodes[node]
+        else:
+            path = node if isinstance(node, Path) else topologies_dir() / "nodes" / f"{node}.yaml"
+            file, prefix = str(path), ""
+            data = read_yaml(path)
+        fabric = self.cluster.fabric
+        try:
+            return topology_from_template(
+                data,
+                nodes=self.cluster.nodes,
+                fabric=None if fabric is None else fabric.to_topology_dict(),
+                node_params=dict(self.cluster.node_params),
+                file=file,
+                presets=library,
+            )
+        except TopologyError as err:
+            param = _param_error(err, self.cluster.node_params)
+            if param is not None:
+                raise ScenarioError(
+                    f"{err.message} (template {err.file})" if err.file else err.message,
+                    file=self.source_file,
+                    field=f"cluster.node_params.{param}",
+                ) from None
+            if user_node and err.file == display_path(file):
+                field = f"{prefix}.{err.field}" if err.field else prefix
+                raise ScenarioError(err.message, file=file, field=field) from None
+            raise
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved scenario as JSON-serialisable data.
@@ -757,6 +918,23 @@ class Scenario(BaseModel):
         if cal is not None:
             data["calibration"] = str(cal)
         return data
+
+
+def _user_file(err_file: str | None, scenario_file: str) -> str:
+    """The file a preset error names: its own, else the scenario's."""
+    return err_file if err_file else scenario_file
+
+
+def _param_error(err: Any, given: Mapping[str, Any]) -> str | None:
+    """The node parameter a template error is about, when the user's value (or its absence) is the cause."""
+    field = err.field or ""
+    if not field.startswith("params."):
+        return None
+    name = field.split(".", 2)[1]
+    message = str(err.message)
+    if name in given or message.startswith(("unknown parameter", f"parameter {name} must be set")):
+        return name
+    return None
 
 
 def is_path_like(node: str) -> bool:

@@ -9,26 +9,29 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from collsim.files import FileReadError, read_text_file
-from collsim.topology.errors import TopologyError
+from collsim.safeyaml import YamlInputError, load_yaml, short_repr
+from collsim.topology.errors import TopologyError, display_path
 from collsim.units import DTYPE_SIZES, UnitError, parse_bandwidth, parse_size, parse_time
 from collsim.vocab import LINK_KINDS
 
 __all__ = [
+    "PRESET_FILE_KEYS",
     "PresetLibrary",
+    "PresetSource",
     "load_presets",
+    "merge_presets",
     "parse_field",
+    "read_preset_files",
     "read_yaml",
     "topologies_dir",
 ]
-
 
 
 def topologies_dir() -> Path:
@@ -46,7 +49,8 @@ def topologies_dir() -> Path:
 
 
 def read_yaml(path: Path) -> Any:
-    """Read one YAML file, turning every failure into a :class:`TopologyError` naming the file.
+    """Read one YAML file with collsim's rules and limits (:mod:`collsim.safeyaml`), every failure a
+    :class:`TopologyError` naming the file.
 
     Parameters
     ----------
@@ -63,12 +67,9 @@ def read_yaml(path: Path) -> Any:
     except FileReadError as exc:
         raise TopologyError(str(exc), file=path) from None
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        problem = getattr(exc, "problem", None) or str(exc)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-        raise TopologyError(f"broken YAML: {where}{problem}", file=path) from None
+        data = load_yaml(text)
+    except YamlInputError as exc:
+        raise TopologyError(f"broken YAML: {str(exc).removeprefix('invalid YAML: ')}", file=path) from None
     if data is None:
         raise TopologyError("empty file; expected a YAML mapping", file=path)
     return data
@@ -78,55 +79,62 @@ def read_yaml(path: Path) -> Any:
 # Field parsing
 
 
+def _quantity_text(value: Any, what: str, example: str) -> str:
+    """A quantity as YAML gave it: a string, or a number turned into one (so that it needs a unit like a string)."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise ValueError(f"expected a {what} such as {example}, got {short_repr(value)}")
+    return value if isinstance(value, str) else repr(value)
+
+
 def _positive_bandwidth(value: Any) -> float:
     if value is None:
         raise ValueError("missing bandwidth; expected a positive bandwidth such as '25GB/s' or '200Gb/s'")
     try:
-        bw = parse_bandwidth(value)
+        bw = parse_bandwidth(_quantity_text(value, "bandwidth", "'25GB/s' or '200Gb/s'"))
     except UnitError as exc:
-        raise ValueError(f"{exc}; expected a positive bandwidth such as '25GB/s' or '200Gb/s'") from None
+        raise ValueError(str(exc)) from None
     if not bw > 0:
-        raise ValueError(f"bandwidth must be positive, got {value!r}")
+        raise ValueError(f"bandwidth must be positive, got {short_repr(value)}")
     return bw
 
 
 def _time(value: Any) -> float:
     try:
-        t = parse_time(value)
+        t = parse_time(_quantity_text(value, "duration", "'0.2us'"))
     except UnitError as exc:
-        raise ValueError(f"{exc}; expected a duration such as '0.2us'") from None
+        raise ValueError(str(exc)) from None
     if t < 0:
-        raise ValueError(f"duration must not be negative, got {value!r}")
+        raise ValueError(f"duration must not be negative, got {short_repr(value)}")
     return t
 
 
 def _fraction(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
-        raise ValueError(f"expected a number in (0, 1], got {value!r}")
+        raise ValueError(f"expected a number in (0, 1], got {short_repr(value)}")
     return float(value)
 
 
 def _positive_int(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"expected a positive integer, got {value!r}")
+        raise ValueError(f"expected a positive integer, got {short_repr(value)}")
     return value
 
 
 def _count(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"expected a non-negative integer, got {value!r}")
+        raise ValueError(f"expected a non-negative integer, got {short_repr(value)}")
     return value
 
 
 def _positive_size(value: Any) -> int:
     if value is None or isinstance(value, bool):
-        raise ValueError(f"expected a positive size such as '80GB' or '24GiB', got {value!r}")
+        raise ValueError(f"expected a positive size such as '80GB' or '24GiB', got {short_repr(value)}")
     try:
         nbytes = parse_size(value)
     except UnitError as exc:
         raise ValueError(f"{exc}; expected a positive size such as '80GB' or '24GiB'") from None
     if nbytes <= 0:
-        raise ValueError(f"size must be positive, got {value!r}")
+        raise ValueError(f"size must be positive, got {short_repr(value)}")
     return nbytes
 
 
@@ -141,7 +149,7 @@ def _int_choice(choices: tuple[int, ...], what: str) -> Callable[[Any], int]:
 
     def parse(value: Any) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or value not in choices:
-            raise ValueError(f"expected {what}, one of {', '.join(map(str, choices))}; got {value!r}")
+            raise ValueError(f"expected {what}, one of {', '.join(map(str, choices))}; got {short_repr(value)}")
         return value
 
     return parse
@@ -162,54 +170,57 @@ def _peak_tflops(value: Any) -> dict[str, float]:
     names = ", ".join(PEAK_TFLOPS_DTYPES)
     if not isinstance(value, Mapping) or not value:
         raise ValueError(
-            f"expected a mapping of dtype to dense TFLOP/s (e.g. {{float32: 19.5, bfloat16: 312}}), got {value!r}"
+            "expected a mapping of dtype to dense TFLOP/s (e.g. {float32: 19.5, bfloat16: 312}), "
+            f"got {short_repr(value)}"
         )
     out: dict[str, float] = {}
     for key, tflops in value.items():
         dtype = PEAK_TFLOPS_ALIASES.get(str(key), str(key))
         if dtype not in PEAK_TFLOPS_DTYPES:
-            raise ValueError(f"unknown dtype {key!r}; valid dtypes: {names} (or {', '.join(PEAK_TFLOPS_ALIASES)})")
+            raise ValueError(
+                f"unknown dtype {short_repr(key)}; valid dtypes: {names} (or {', '.join(PEAK_TFLOPS_ALIASES)})"
+            )
         if dtype in out:
             raise ValueError(f"dtype {dtype!r} given twice")
         if isinstance(tflops, bool) or not isinstance(tflops, (int, float)) or not math.isfinite(tflops) or tflops <= 0:
-            raise ValueError(f"{key}: expected a positive number of TFLOP/s, got {tflops!r}")
+            raise ValueError(f"{key}: expected a positive number of TFLOP/s, got {short_repr(tflops)}")
         out[dtype] = float(tflops)
     return out
 
 
 def _bool(value: Any) -> bool:
     if not isinstance(value, bool):
-        raise ValueError(f"expected true or false, got {value!r}")
+        raise ValueError(f"expected true or false, got {short_repr(value)}")
     return value
 
 
 def _text(value: Any) -> str:
     if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"expected a non-empty string, got {value!r}")
+        raise ValueError(f"expected a non-empty string, got {short_repr(value)}")
     return value
 
 
 def _link_kind(value: Any) -> str:
     if value not in LINK_KINDS:
-        raise ValueError(f"unknown link kind {value!r}; valid kinds: {', '.join(LINK_KINDS)}")
+        raise ValueError(f"unknown link kind {short_repr(value)}; valid kinds: {', '.join(LINK_KINDS)}")
     return str(value)
 
 
 def _vendor(value: Any) -> str:
     if value not in ("intel", "amd"):
-        raise ValueError(f"expected 'intel' or 'amd', got {value!r}")
+        raise ValueError(f"expected 'intel' or 'amd', got {short_repr(value)}")
     return str(value)
 
 
 def _nccl_env(value: Any) -> dict[str, str]:
     if not isinstance(value, Mapping) or not value:
-        raise ValueError(f"expected a mapping of NCCL_* variables to values, got {value!r}")
+        raise ValueError(f"expected a mapping of NCCL_* variables to values, got {short_repr(value)}")
     out: dict[str, str] = {}
     for key, v in value.items():
         if not isinstance(key, str) or not key.startswith("NCCL_"):
-            raise ValueError(f"expected NCCL_* variable names, got {key!r}")
+            raise ValueError(f"expected NCCL_* variable names, got {short_repr(key)}")
         if isinstance(v, (Mapping, list)) or v is None:
-            raise ValueError(f"{key}: expected a string or a number, got {v!r}")
+            raise ValueError(f"{key}: expected a string or a number, got {short_repr(v)}")
         out[key] = str(v)
     return out
 
@@ -340,7 +351,7 @@ def parse_record(
             continue
         if key not in schema:
             raise TopologyError(
-                f"unknown field {key!r}; valid fields: {', '.join(schema)} (and <field>_source, notes)",
+                f"unknown field {short_repr(key)}; valid fields: {', '.join(schema)} (and <field>_source, notes)",
                 file=file,
                 field=f"{field}.{key}",
             )
@@ -361,7 +372,7 @@ def parse_record(
 
 @dataclass(frozen=True)
 class PresetLibrary:
-    """All presets of one ``topologies/`` folder, parsed into SI values.
+    """All presets of one ``topologies/`` folder, parsed into SI values, with the user's presets merged in.
 
     Attributes
     ----------
@@ -372,7 +383,13 @@ class PresetLibrary:
     fabric : dict[str, Any]
         Fabric defaults (``radix``, ``ipoib_link``).
     files : dict[str, Path]
-        Library name (``links``, ``gpus``, ...) to its file.
+        Library name (``links``, ``gpus``, ...) to its shipped file.
+    nodes : dict[str, dict[str, Any]]
+        User node templates (name to the template mapping, as a template file holds it); the shipped ones are files
+        under ``root/nodes``.
+    origins : dict[tuple[str, str], tuple[str, str]]
+        For each user entry, (library, name) to (file, dotted field) where it was defined: messages about it name
+        the user's file and field (see :meth:`origin`).
     """
 
     root: Path
@@ -382,6 +399,8 @@ class PresetLibrary:
     nics: dict[str, dict[str, Any]]
     fabric: dict[str, Any]
     files: dict[str, Path]
+    nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    origins: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict)
 
     def library(self, name: str) -> dict[str, dict[str, Any]]:
         """Return the library ``links``, ``gpus``, ``cpus`` or ``nics``."""
@@ -393,13 +412,26 @@ class PresetLibrary:
         }
         return libs[name]
 
+    def origin(self, library: str, name: str) -> tuple[str, str]:
+        """Where the preset ``name`` of ``library`` (``gpus``, ..., ``nodes``) was defined: (file, dotted field).
+
+        A user's entry gives its file and field (``scenario.yaml``, ``presets.gpus.my-gpu``); a shipped one its
+        preset file and its name (``topologies/presets/gpus.yaml``, ``rtx-4090``) or its template file.
+        """
+        if (library, name) in self.origins:
+            return self.origins[(library, name)]
+        if library == "nodes":
+            return str(self.root / "nodes" / f"{name}.yaml"), ""
+        return str(self.files[library]), name
+
     def get(self, library: str, name: Any, file: Path | str | None, field: str) -> dict[str, Any]:
         """Look up a preset by name, raising a :class:`TopologyError` that lists the known names."""
         lib = self.library(library)
         if not isinstance(name, str) or name not in lib:
+            user = sorted(n for (kind, n) in self.origins if kind == library)
+            where = f"in {self.files[library].name}" + (f" and the user's presets ({', '.join(user)})" if user else "")
             raise TopologyError(
-                f"unknown {library[:-1]} preset {name!r}; known: {', '.join(sorted(lib))} "
-                f"(in {self.files[library].name})",
+                f"unknown {library[:-1]} preset {short_repr(name)}; known: {', '.join(sorted(lib))} ({where})",
                 file=file,
                 field=field,
             )
@@ -418,6 +450,59 @@ def _read_library(path: Path, schema: Mapping[str, tuple[str, bool]]) -> dict[st
     return out
 
 
+def _check_references(lib: PresetLibrary, only: set[tuple[str, str]] | None = None) -> None:
+    """Check the links GPUs, CPUs, NICs and the fabric defaults name (exist, right kind); errors name the entry's
+    file and field (:meth:`PresetLibrary.origin`). ``only``: check just these (library, name) entries."""
+
+    def where(library: str, name: str, sub: str) -> tuple[str, str]:
+        file, base = lib.origin(library, name)
+        return file, f"{base}.{sub}" if base else sub
+
+    def wanted(library: str, name: str) -> bool:
+        return only is None or (library, name) in only
+
+    for gname, g in lib.gpus.items():
+        if g["nvlink"] is not None and wanted("gpus", gname):
+            file, fld = where("gpus", gname, "nvlink")
+            link = lib.get("links", g["nvlink"], file, fld)
+            if link["kind"] != "nvlink":
+                raise TopologyError(
+                    f"link preset {g['nvlink']!r} has kind {link['kind']!r}; a GPU's nvlink needs kind 'nvlink'",
+                    file=file,
+                    field=fld,
+                )
+    for cname, c in lib.cpus.items():
+        if not wanted("cpus", cname):
+            continue
+        file, fld = where("cpus", cname, "socket_link")
+        link = lib.get("links", c["socket_link"], file, fld)
+        if link["kind"] != "upi":
+            raise TopologyError(
+                f"link preset {c['socket_link']!r} has kind {link['kind']!r}; a socket link needs kind 'upi'",
+                file=file,
+                field=fld,
+            )
+    for nname, n in lib.nics.items():
+        if not wanted("nics", nname):
+            continue
+        file, fld = where("nics", nname, "link")
+        link = lib.get("links", n["link"], file, fld)
+        if link["kind"] not in ("ib", "roce", "eth"):
+            raise TopologyError(
+                f"link preset {n['link']!r} has kind {link['kind']!r}; a NIC port needs ib, roce or eth",
+                file=file,
+                field=fld,
+            )
+        if n["rdma"] and link["kind"] == "eth":
+            raise TopologyError("an RDMA NIC needs an ib or roce link preset", file=file, field=fld)
+    if only is None:
+        ipoib = lib.get("links", lib.fabric["ipoib_link"], lib.files["fabric"], "defaults.ipoib_link")
+        if ipoib["kind"] != "eth":
+            raise TopologyError(
+                "the IPoIB link preset must have kind 'eth'", file=lib.files["fabric"], field="defaults.ipoib_link"
+            )
+
+
 _CACHE: dict[tuple[str, tuple[float, ...]], PresetLibrary] = {}
 
 
@@ -432,7 +517,8 @@ def load_presets(root: Path | None = None) -> PresetLibrary:
     Returns
     -------
     PresetLibrary
-        Parsed presets. Results are cached per folder and file modification times.
+        Parsed presets (no user presets: see :func:`merge_presets`). Results are cached per folder and file
+        modification times.
     """
     root = topologies_dir() if root is None else Path(root)
     pdir = root / "presets"
@@ -450,35 +536,199 @@ def load_presets(root: Path | None = None) -> PresetLibrary:
         raise TopologyError("expected a mapping with a 'defaults' entry", file=files["fabric"])
     fabric = parse_record(fabric_raw["defaults"], FABRIC_SCHEMA, files["fabric"], "defaults")
     lib = PresetLibrary(root, links, gpus, cpus, nics, fabric, files)
-    # Cross-references between libraries.
-    for gname, g in gpus.items():
-        if g["nvlink"] is not None:
-            lib.get("links", g["nvlink"], files["gpus"], f"{gname}.nvlink")
-    for cname, c in cpus.items():
-        link = lib.get("links", c["socket_link"], files["cpus"], f"{cname}.socket_link")
-        if link["kind"] != "upi":
-            raise TopologyError(
-                f"link preset {c['socket_link']!r} has kind {link['kind']!r}; a socket link needs kind 'upi'",
-                file=files["cpus"],
-                field=f"{cname}.socket_link",
-            )
-    for nname, n in nics.items():
-        link = lib.get("links", n["link"], files["nics"], f"{nname}.link")
-        if link["kind"] not in ("ib", "roce", "eth"):
-            raise TopologyError(
-                f"link preset {n['link']!r} has kind {link['kind']!r}; a NIC port needs ib, roce or eth",
-                file=files["nics"],
-                field=f"{nname}.link",
-            )
-        if n["rdma"] and link["kind"] == "eth":
-            raise TopologyError(
-                "an RDMA NIC needs an ib or roce link preset", file=files["nics"], field=f"{nname}.link"
-            )
-    ipoib = lib.get("links", fabric["ipoib_link"], files["fabric"], "defaults.ipoib_link")
-    if ipoib["kind"] != "eth":
-        raise TopologyError(
-            "the IPoIB link preset must have kind 'eth'", file=files["fabric"], field="defaults.ipoib_link"
-        )
+    _check_references(lib)
     _CACHE.clear()
     _CACHE[key] = lib
     return lib
+
+
+# --------------------------------------------------------------------------------------------------------------
+# User presets
+
+#: The sections of a user presets file (and of a scenario's ``presets:``): each maps a name to an entry in the
+#: schema of the shipped file of that name (``links``, ``gpus``, ``cpus``, ``nics``: ``topologies/presets/*.yaml``;
+#: ``nodes``: a node template as ``topologies/nodes/<name>.yaml`` holds it).
+PRESET_FILE_KEYS: tuple[str, ...] = ("links", "gpus", "cpus", "nics", "nodes")
+_LIBRARY_SCHEMAS: dict[str, dict[str, tuple[str, bool]]] = {
+    "links": LINK_SCHEMA,
+    "gpus": GPU_SCHEMA,
+    "cpus": CPU_SCHEMA,
+    "nics": NIC_SCHEMA,
+}
+#: Keys of a node template (checked again, with the rest, by collsim.topology.template when it is built).
+_NODE_KEYS = ("name", "description", "source", "params", "generator", "devices", "links", "notes")
+_PRESET_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")
+#: Most files one presets folder may hold.
+MAX_PRESET_FILES = 256
+
+
+@dataclass(frozen=True)
+class PresetSource:
+    """One document of user presets.
+
+    Attributes
+    ----------
+    data : Any
+        The mapping read from YAML (sections :data:`PRESET_FILE_KEYS`).
+    file : str
+        Its file, for messages (a scenario file for a scenario's ``presets:`` section).
+    prefix : str
+        Dotted path of ``data`` inside ``file``: ``""`` for a presets file, ``"presets"`` for a scenario's section.
+    """
+
+    data: Any
+    file: str
+    prefix: str = ""
+
+    def field(self, *parts: str) -> str:
+        """The dotted field of ``parts`` inside this source's file."""
+        return ".".join(p for p in (self.prefix, *parts) if p)
+
+
+def read_preset_files(path: str | Path) -> list[PresetSource]:
+    """Read a user presets file, or every ``*.yaml``/``*.yml`` file of a folder (by name, not recursing).
+
+    Parameters
+    ----------
+    path : str or Path
+        A presets file (sections :data:`PRESET_FILE_KEYS`, e.g. what ``collsim import`` writes) or a folder of them.
+
+    Returns
+    -------
+    list of PresetSource
+        One per file, in the order they apply (later ones override earlier ones).
+
+    Raises
+    ------
+    TopologyError
+        A missing path, an empty folder, or a file that is no YAML mapping (naming the file).
+    """
+    p = Path(path).expanduser()
+    if p.is_dir():
+        files = sorted(f for f in p.iterdir() if f.suffix in (".yaml", ".yml") and f.is_file())
+        if not files:
+            raise TopologyError("a presets folder without .yaml files", file=p)
+        if len(files) > MAX_PRESET_FILES:
+            raise TopologyError(f"{len(files)} files in a presets folder; at most {MAX_PRESET_FILES}", file=p)
+    elif p.is_file():
+        files = [p]
+    else:
+        raise TopologyError("presets file or folder not found", file=p)
+    out: list[PresetSource] = []
+    for f in files:
+        data = read_yaml(f)
+        if not isinstance(data, Mapping):
+            raise TopologyError(
+                f"expected a mapping of sections ({', '.join(PRESET_FILE_KEYS)}), got {type(data).__name__}", file=f
+            )
+        out.append(PresetSource(data, display_path(f) or str(f)))
+    return out
+
+
+def merge_presets(base: PresetLibrary, sources: Sequence[PresetSource]) -> PresetLibrary:
+    """The library ``base`` with the user's presets added, later sources overriding earlier ones.
+
+    Every entry is parsed and checked as a shipped one is (the schemas of this module; the links a GPU, CPU or NIC
+    names must exist and be of the right kind); an entry replaces a shipped (or earlier) entry of the same name
+    whole. Node templates are kept as given and checked when built (:func:`collsim.topology.topology_from_template`).
+
+    Parameters
+    ----------
+    base : PresetLibrary
+        Usually :func:`load_presets`.
+    sources : sequence of PresetSource
+        User documents, in order.
+
+    Returns
+    -------
+    PresetLibrary
+        ``base`` itself when ``sources`` define nothing, else a new library.
+
+    Raises
+    ------
+    TopologyError
+        Naming the user's file and the dotted field (``presets.gpus.my-gpu.sm`` in a scenario, ``gpus.my-gpu.sm`` in
+        a presets file).
+
+    Examples
+    --------
+    >>> lib = merge_presets(load_presets(), [PresetSource({"links": {"pcie4-x8": {
+    ...     "kind": "pcie", "bandwidth": "15.75GB/s", "efficiency": 0.76171875, "latency": "0.25us",
+    ...     "source": "PCIe Gen4 x8: half of pcie4"}}}, "my.yaml")])
+    >>> lib.links["pcie4-x8"]["bandwidth"], lib.origin("links", "pcie4-x8")
+    (15750000000.0, ('my.yaml', 'links.pcie4-x8'))
+    """
+    if not any(isinstance(s.data, Mapping) and s.data for s in sources):
+        return base
+    libs: dict[str, dict[str, dict[str, Any]]] = {name: dict(base.library(name)) for name in _LIBRARY_SCHEMAS}
+    nodes = dict(base.nodes)
+    origins = dict(base.origins)
+    touched: set[tuple[str, str]] = set()
+    for src in sources:
+        if not isinstance(src.data, Mapping):
+            raise TopologyError(
+                f"expected a mapping of sections ({', '.join(PRESET_FILE_KEYS)}), got {short_repr(src.data)}",
+                file=src.file,
+                field=src.prefix or None,
+            )
+        for section, entries in src.data.items():
+            if section not in PRESET_FILE_KEYS:
+                hint = " (a node template? put it under nodes: <name>:)" if section in _NODE_KEYS else ""
+                raise TopologyError(
+                    f"unknown section {short_repr(section)}{hint}; valid: {', '.join(PRESET_FILE_KEYS)}",
+                    file=src.file,
+                    field=src.field(str(section)),
+                )
+            if entries is None:
+                continue
+            if not isinstance(entries, Mapping):
+                raise TopologyError(
+                    f"expected a mapping of preset name to fields, got {short_repr(entries)}",
+                    file=src.file,
+                    field=src.field(section),
+                )
+            for name, raw in entries.items():
+                fld = src.field(section, str(name))
+                if not isinstance(name, str) or not _PRESET_NAME.match(name):
+                    raise TopologyError(
+                        f"expected a preset name of letters, digits, '_', '-', '.' or '+', got {short_repr(name)}",
+                        file=src.file,
+                        field=fld,
+                    )
+                if section == "nodes":
+                    nodes[name] = _node_entry(raw, name, src.file, fld)
+                else:
+                    rec = parse_record(raw, _LIBRARY_SCHEMAS[section], src.file, fld)
+                    rec["preset"] = name
+                    libs[section][name] = rec
+                origins[(section, name)] = (src.file, fld)
+                touched.add((section, name))
+    lib = PresetLibrary(
+        base.root, libs["links"], libs["gpus"], libs["cpus"], libs["nics"], base.fabric, base.files, nodes, origins
+    )
+    # A user's link replacing a shipped one may break a shipped entry naming it: check those too.
+    replaced_links = {name for (kind, name) in touched if kind == "links"}
+    for library in ("gpus", "cpus", "nics"):
+        for name, rec in lib.library(library).items():
+            if {rec.get("nvlink"), rec.get("socket_link"), rec.get("link")} & replaced_links:
+                touched.add((library, name))
+    _check_references(lib, touched)
+    if lib.fabric["ipoib_link"] in replaced_links:
+        _check_references(lib)
+    return lib
+
+
+def _node_entry(raw: Any, name: str, file: str, field: str) -> dict[str, Any]:
+    """A user node template: a mapping with the keys of a template file (``name`` defaults to the entry's)."""
+    if not isinstance(raw, Mapping):
+        raise TopologyError(
+            f"expected a node template (a mapping with devices and links, or a generator), got {short_repr(raw)}",
+            file=file,
+            field=field,
+        )
+    for key in raw:
+        if key not in _NODE_KEYS:
+            raise TopologyError(
+                f"unknown key {short_repr(key)}; valid: {', '.join(_NODE_KEYS)}", file=file, field=f"{field}.{key}"
+            )
+    return {"name": name, **raw}

@@ -1,6 +1,7 @@
 """Data-parallel training (issue 14): model descriptions (parameters, per-layer compute), PyTorch DDP's buckets
-(:mod:`collsim.training.reducer`) and one iteration on the fluid engine (:mod:`collsim.training.step`). A workload
-layer above the engine: the collectives' times come from the backends through callables the caller passes.
+(:mod:`collsim.training.reducer`), one DDP iteration on the fluid engine (:mod:`collsim.training.step`) and one FSDP
+iteration (:mod:`collsim.training.fsdp`). A workload layer above the engine: the collectives' times come from the
+backends through callables the caller passes.
 
 Examples
 --------
@@ -11,6 +12,7 @@ Examples
 
 from __future__ import annotations
 
+from collsim.training.fsdp import FsdpConfig, FsdpUnit, fsdp_units, simulate_fsdp_step
 from collsim.training.model import (
     DTYPE_BYTES,
     Layer,
@@ -37,6 +39,8 @@ __all__ = [
     "Bucket",
     "BucketTiming",
     "DdpConfig",
+    "FsdpConfig",
+    "FsdpUnit",
     "GpuCompute",
     "Layer",
     "ModelError",
@@ -47,7 +51,9 @@ __all__ = [
     "StepResult",
     "builtin_models",
     "ddp_buckets",
+    "fsdp_units",
     "load_model",
     "model_from_module",
     "simulate_ddp_step",
+    "simulate_fsdp_step",
 ]

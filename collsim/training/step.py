@@ -28,6 +28,7 @@ autograd engine's CPU overheads, kernel launch gaps between layers, activation c
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
@@ -42,6 +43,7 @@ from collsim.training.reducer import Bucket, ddp_buckets
 __all__ = [
     "BucketTiming",
     "DdpConfig",
+    "GlooCpuWork",
     "GlooRunner",
     "GpuCompute",
     "NcclCosts",
@@ -55,6 +57,7 @@ Proc = Generator[simpy.Event, Any, None]
 
 _COMPUTE = Tag("compute", "reduce", "")
 _COMM = Tag("NCCL kernel", "send", "")
+_GLOO = Tag("Gloo allreduce (CPU)", "reduce", "")
 _OWNER = Owner(0, None, "rank", "")
 COMPRESSIONS = {"none": None, "fp16": "float16", "bf16": "bfloat16"}
 
@@ -75,6 +78,12 @@ class GpuCompute:
         Streaming multiprocessors.
     compute_efficiency, memory_efficiency : float
         Fractions of ``peak_flops`` and ``hbm_bandwidth`` a training step sustains (0 < x <= 1).
+    cores : float
+        CPU ranks only: the cores one rank's process has (the host's cores over its processes), which its compute
+        thread(s) and Gloo's worker threads share; 0 for a GPU rank (its kernels do not run on CPU cores).
+    compute_threads : float
+        CPU ranks: cores one compute kernel keeps busy at full speed (torch's intra-op threads; torchrun sets
+        ``OMP_NUM_THREADS=1``).
     """
 
     name: str
@@ -83,6 +92,8 @@ class GpuCompute:
     sm_count: int
     compute_efficiency: float
     memory_efficiency: float
+    cores: float = 0.0
+    compute_threads: float = 1.0
 
     @property
     def flops(self) -> float:
@@ -153,17 +164,21 @@ class DdpConfig:
 NcclCosts = Callable[[int], tuple[float, int]]
 #: Gloo allreduces of ``sizes`` bytes issued at ``issue_at`` seconds on every rank -> when each is done (s).
 GlooRunner = Callable[[Sequence[int], Sequence[float]], Sequence[float]]
+#: CPU ranks: core-seconds one rank's Gloo allreduce of ``nbytes`` spends (reduction, TCP stack), as Gloo's model says.
+GlooCpuWork = Callable[[int], float]
 
 
 @dataclass(frozen=True)
 class Span:
     """One bar of the iteration's timeline: ``lane`` (``compute``, ``NCCL stream``, ``Gloo thread 0`` ...),
-    ``label``, ``start`` and ``end`` in seconds from the start of the iteration."""
+    ``label``, ``start`` and ``end`` in seconds from the start of the iteration, and ``bucket``: the index of the
+    bucket a Reducer copy, a compression cast or an allreduce works on (None for layers and the optimizer)."""
 
     lane: str
     label: str
     start: float
     end: float
+    bucket: int | None = None
 
 
 @dataclass(frozen=True)
@@ -240,6 +255,11 @@ class _Gpu:
     flow's rate together, so it freezes the NCCL flow at its cap long before any compute flow (whose rates are
     FLOP/s or bytes/s), and the kernel runs at its own speed while the compute flows share what it leaves. (Its
     coefficients stay within a few orders of magnitude of the compute flows' 1, as the engine's tolerances expect.)
+
+    On a CPU rank (``gpu.cores > 0``) a third resource, the rank's cores (core-seconds per second), is shared by
+    every compute kernel (``compute_threads`` cores at its full speed) and Gloo's worker threads
+    (:meth:`gloo_thread`): when they ask for more cores than the rank has, max-min fairness splits them as the
+    kernel's fair scheduler does between runnable threads.
     """
 
     def __init__(self, env: simpy.Environment, gpu: GpuCompute, spans: list[Span]) -> None:
@@ -248,11 +268,21 @@ class _Gpu:
         self.net = FluidNetwork(env)
         self.sm: Resource = self.net.resource("SMs", gpu.flops, "sm")
         self.hbm: Resource = self.net.resource("HBM", gpu.bandwidth, "hbm")
+        self.cores: Resource | None = self.net.resource("cores", gpu.cores, "cpu") if gpu.cores > 0 else None
         self.spans = spans
 
-    def kernel(self, lane: str, label: str, flops: float, nbytes: float, seconds: float | None = None) -> Proc:
+    def kernel(
+        self,
+        lane: str,
+        label: str,
+        flops: float,
+        nbytes: float,
+        seconds: float | None = None,
+        bucket: int | None = None,
+    ) -> Proc:
         """Run one kernel. Waits for: nothing but its own streaming. Pays: its FLOPs and HBM bytes at the rate the
-        other flows leave (a measured ``seconds`` stands for ``seconds`` of the whole GPU's FLOP/s)."""
+        other flows leave (a measured ``seconds`` stands for ``seconds`` of the whole GPU's FLOP/s). ``bucket``: the
+        bucket it works on, for its span."""
         if seconds is not None:
             flops, nbytes = seconds * self.gpu.flops, 0.0
         start = self.env.now
@@ -263,23 +293,60 @@ class _Gpu:
             uses, size = [(self.hbm, 1.0)], nbytes
         else:
             return
+        if self.cores is not None:  # the kernel alone runs at its roofline, keeping compute_threads cores busy
+            alone = min(r.capacity / c for r, c in uses)  # units/s
+            uses.append((self.cores, self.gpu.compute_threads / alone))
         _streamed, arrived = self.net.transfer(size, uses, tag=_COMPUTE, owner=_OWNER)
         yield arrived
-        self.spans.append(Span(lane, label, start, self.env.now))
+        self.spans.append(Span(lane, label, start, self.env.now, bucket))
 
-    def nccl(self, label: str, seconds: float, channels: int, hbm_bytes: float) -> Proc:
+    def gloo_thread(
+        self, label: str, lane: str, seconds: float, core_seconds: float, bucket: int | None = None
+    ) -> Proc:
+        """One Gloo allreduce on a worker thread of a CPU rank. Waits for: nothing. Pays: ``core_seconds`` of the
+        rank's cores at most ``core_seconds / seconds`` cores at a time (its demand when it has the CPU it wants:
+        then it takes ``seconds``, as Gloo's own simulation says), longer when the compute thread and the other
+        worker thread leave it less."""
+        start = self.env.now
+        if seconds > 0 and core_seconds > 0 and self.cores is not None:
+            # in units of core-seconds x the compute flows' FLOP/s, so that both kinds of flow have rates of one
+            # scale (the engine's tolerances are absolute in units)
+            unit = self.gpu.flops
+            _s, arrived = self.net.transfer(core_seconds * unit, [(self.cores, 1.0 / unit)],
+                                            max_rate=core_seconds / seconds * unit, tag=_GLOO,
+                                            owner=_OWNER)  # fmt: skip
+            yield arrived
+        elif seconds > 0:
+            yield self.env.timeout(seconds)
+        self.spans.append(Span(lane, label, start, self.env.now, bucket))
+
+    def nccl(
+        self,
+        label: str,
+        seconds: float,
+        channels: int,
+        hbm_bytes: float,
+        bucket: int | None = None,
+        lane: str = "NCCL stream",
+        shared: bool = False,
+    ) -> Proc:
         """Run one NCCL kernel of ``seconds``. Waits for: nothing. Pays: ``seconds``, holding ``channels`` SMs' share
-        of the FLOP/s and ``hbm_bytes / seconds`` of HBM bandwidth the whole time."""
+        of the FLOP/s and ``hbm_bytes / seconds`` of HBM bandwidth the whole time. ``shared``: the kernel also takes
+        all of one "NCCL network" resource while it runs, so that two collectives on different streams at once (FSDP's
+        all-gather and reduce-scatter) split it max-min fairly and each runs at half speed while they overlap (both
+        ride the same rings, links and NICs)."""
         start = self.env.now
         if seconds > 0:
             share = min(0.999, channels / self.gpu.sm_count) if self.gpu.sm_count > 0 else 0.0
             cap = 1e-6 * self.gpu.flops * (1.0 - share)  # units/s: far below any compute flow's rate
             hbm_rate = min(hbm_bytes / seconds, 0.99 * self.gpu.bandwidth)  # bytes/s, never all of it
             uses = [(self.sm, share * self.gpu.flops / cap), (self.hbm, hbm_rate / cap)]
+            if shared:
+                uses.append((self.net.resource("NCCL network", 1e-6 * self.gpu.flops, "net"), 1.0 / (1.0 - share)))
             _s, arrived = self.net.transfer(seconds * cap, [(r, c) for r, c in uses if c > 0], max_rate=cap,
                                             tag=_COMM, owner=_OWNER)  # fmt: skip
             yield arrived
-        self.spans.append(Span("NCCL stream", label, start, self.env.now))
+        self.spans.append(Span(lane, label, start, self.env.now, bucket))
 
 
 # ------------------------------------------------------------------------------------------------- the iteration
@@ -384,12 +451,12 @@ def _ddp_iteration(
             copy = consts.copy_in_bytes_per_byte * nbytes
             if compress is not None and cfg.gradient_as_bucket_view:
                 copy = 0.0
-            yield from gpu.kernel("compute", f"copy-in {model.params[p].name}", 0.0, copy)
+            yield from gpu.kernel("compute", f"copy-in {model.params[p].name}", 0.0, copy, bucket=plan.bucket_of[p])
             pending[plan.bucket_of[p]] -= 1
         while nxt < len(plan.buckets) and pending[nxt] == 0:
             if compress is not None:  # the hook: buffer.to(half).div_(world): read full, write half, read+write half
                 full, half = plan.buckets[nxt].nbytes, plan.wire_bytes[nxt]
-                yield from gpu.kernel("compute", f"compress bucket {nxt}", 0.0, full + 3 * half)
+                yield from gpu.kernel("compute", f"compress bucket {nxt}", 0.0, full + 3 * half, bucket=nxt)
             ready_at[nxt] = env.now
             launch(nxt)
             nxt += 1
@@ -410,6 +477,7 @@ def simulate_ddp_step(
     nccl: NcclCosts | None = None,
     gloo: GlooRunner | None = None,
     gloo_threads: int = 2,
+    gloo_cpu: GlooCpuWork | None = None,
 ) -> StepResult:
     """Simulate one DDP iteration with NCCL (``nccl`` given) or Gloo (``gloo`` given).
 
@@ -429,6 +497,10 @@ def simulate_ddp_step(
         Exactly one: the backend's allreduce times.
     gloo_threads : int
         ProcessGroupGloo's worker threads per rank (for the timeline's lanes; ``gloo`` already queues on them).
+    gloo_cpu : callable, optional
+        CPU ranks (``gpu.cores > 0``): core-seconds of one rank's Gloo allreduce of n bytes. Then the compute
+        thread and Gloo's worker threads share the rank's cores (:func:`_with_gloo_on_cpu`); without it, or on GPU
+        ranks, the computation runs undisturbed by Gloo.
 
     Returns
     -------
@@ -447,6 +519,8 @@ def simulate_ddp_step(
     if nccl is not None:
         return _with_nccl(plan, gpu, consts, world, nccl, compute_s)
     assert gloo is not None
+    if gpu.cores > 0 and gloo_cpu is not None and world > 1:
+        return _with_gloo_on_cpu(plan, gpu, world, gloo, gloo_cpu, compute_s, gloo_threads)
     return _with_gloo(plan, gpu, world, gloo, compute_s, gloo_threads)
 
 
@@ -478,11 +552,11 @@ def _with_nccl(
             durations[b] = seconds
             starts[b] = env.now
             hbm = consts.nccl_hbm_bytes_per_step_byte * steps * plan.wire_bytes[b]
-            yield from g.nccl(f"allreduce bucket {b}", seconds, channels, hbm)
+            yield from g.nccl(f"allreduce bucket {b}", seconds, channels, hbm, bucket=b)
             target = COMPRESSIONS[plan.cfg.compression]
             if target is not None:  # the hook's decompression (buffer.copy_(fut.value()[0])): read half, write full
                 yield from g.kernel("NCCL stream", f"decompress bucket {b}", 0.0,
-                                    plan.wire_bytes[b] + plan.buckets[b].nbytes)  # fmt: skip
+                                    plan.wire_bytes[b] + plan.buckets[b].nbytes, bucket=b)  # fmt: skip
             ends[b] = env.now
         finished.succeed()
 
@@ -533,9 +607,108 @@ def _with_gloo(
         threads_free[k] = ends[b]
         buckets.append(BucketTiming(b, len(plan.buckets[b].params), plan.wire_bytes[b], ready_at[b], start,
                                     ends[b], ends[b] - start))  # fmt: skip
-        spans.append(Span(f"Gloo thread {k}", f"allreduce bucket {b}", start, ends[b]))
+        spans.append(Span(f"Gloo thread {k}", f"allreduce bucket {b}", start, ends[b], b))
     return StepResult("gloo", world, float(env.now), compute_s, sum(x.comm_s for x in buckets), tuple(buckets),
                       tuple(spans), _notes(plan))  # fmt: skip
+
+
+#: Rounds of the fixed point between Gloo's simulation and the cores the computation leaves it (CPU ranks); the
+#: ready times typically settle in two or three.
+_CPU_ROUNDS = 6
+
+
+def _fifo_starts(ready: Sequence[float], ends: Sequence[float], threads: int) -> list[float]:
+    """When each bucket's worker thread takes it: the thread that frees first, first come first served
+    (ProcessGroupGloo's queue), at the bucket's ready time or when that thread is done with its last one."""
+    free = [0.0] * max(1, threads)
+    starts = []
+    for r, e in zip(ready, ends, strict=True):
+        k = min(range(len(free)), key=lambda j: (free[j], j))
+        starts.append(max(r, free[k]))
+        free[k] = e
+    return starts
+
+
+def _with_gloo_on_cpu(
+    plan: _Plan, gpu: GpuCompute, world: int, gloo: GlooRunner, cpu_work: GlooCpuWork, compute_s: float,
+    threads: int,
+) -> StepResult:  # fmt: skip
+    """The synchronised micro-step on CPU ranks: the compute thread and Gloo's worker threads share the cores.
+
+    Gloo's simulation of the buckets, issued when they are ready, gives each allreduce's duration when it has the
+    CPU it wants and :data:`GlooCpuWork` its core-seconds; on the rank's cores (:class:`_Gpu`) each allreduce is
+    then a demand of ``core-seconds / duration`` cores on its worker thread beside the compute kernels, and
+    max-min fairness slows both while they overlap. The computation's new ready times go back to Gloo's
+    simulation until they settle (at most :data:`_CPU_ROUNDS` rounds; the last is kept and said in the notes).
+    """
+    n = len(plan.buckets)
+    lanes = max(1, threads)
+    ready = _gloo_pass_ready(plan, gpu)
+    work = [cpu_work(w) for w in plan.wire_bytes]
+    settled = False
+    for _ in range(_CPU_ROUNDS):
+        ends = list(gloo(plan.wire_bytes, ready))
+        starts = _fifo_starts(ready, ends, lanes)
+        durations = [e - s0 for e, s0 in zip(ends, starts, strict=True)]
+        result, new_ready = _cpu_coupled(plan, gpu, world, durations, work, compute_s, lanes)
+        settled = all(math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12) for a, b in zip(ready, new_ready, strict=True))
+        ready = new_ready
+        if settled:
+            break
+    note = ("CPU ranks: the compute thread and Gloo's worker threads share the process's cores "
+            f"({gpu.cores:g} cores, {gpu.compute_threads:g} compute thread(s))")  # fmt: skip
+    if not settled:
+        note += f"; the ready times had not settled after {_CPU_ROUNDS} rounds"
+    return dataclasses.replace(result, notes=(*result.notes, note)) if n else result
+
+
+def _gloo_pass_ready(plan: _Plan, gpu: GpuCompute) -> list[float]:
+    """When each bucket is ready with the computation undisturbed (the compute stream waits only at the end)."""
+    env = simpy.Environment()
+    ready_at = [math.nan] * len(plan.buckets)
+    gate = env.event()
+    env.process(_ddp_iteration(env, _Gpu(env, gpu, []), plan, lambda b: None, lambda: gate, ready_at))
+    env.run()
+    return ready_at
+
+
+def _cpu_coupled(
+    plan: _Plan, gpu: GpuCompute, world: int, durations: Sequence[float], work: Sequence[float], compute_s: float,
+    threads: int,
+) -> tuple[StepResult, list[float]]:  # fmt: skip
+    """One iteration with Gloo's allreduces on worker threads sharing the rank's cores with the computation: each
+    thread takes the next ready bucket (first come, first served) and spends its core-seconds
+    (:meth:`_Gpu.gloo_thread`); the compute stream waits for all of them at the end."""
+    env = simpy.Environment()
+    spans: list[Span] = []
+    g = _Gpu(env, gpu, spans)
+    n = len(plan.buckets)
+    queue: simpy.Store = simpy.Store(env)
+    ready_at = [math.nan] * n
+    starts, ends = [math.nan] * n, [math.nan] * n
+    done = [env.event() for _ in range(n)]
+
+    def worker(k: int) -> Proc:
+        while True:
+            b = yield queue.get()
+            starts[b] = env.now
+            yield from g.gloo_thread(f"allreduce bucket {b}", f"Gloo thread {k}", durations[b], work[b], b)
+            ends[b] = env.now
+            done[b].succeed()
+
+    for k in range(threads):
+        env.process(worker(k))
+    main = env.process(_ddp_iteration(env, g, plan, queue.put, lambda: simpy.AllOf(env, done), ready_at))
+    env.run(main)
+    buckets = tuple(
+        BucketTiming(
+            b, len(plan.buckets[b].params), plan.wire_bytes[b], ready_at[b], starts[b], ends[b], ends[b] - starts[b]
+        )
+        for b in range(n)
+    )
+    result = StepResult("gloo", world, float(env.now), compute_s, sum(x.comm_s for x in buckets), buckets,
+                        tuple(spans), _notes(plan))  # fmt: skip
+    return result, ready_at
 
 
 def _notes(plan: _Plan) -> tuple[str, ...]:

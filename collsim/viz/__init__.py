@@ -1,8 +1,8 @@
 """Plotly figures from results, flow records and topologies, and the HTML report.
 
-Figures are pure functions (see :mod:`collsim.viz.figures`); :func:`build_report` draws a
-:class:`collsim.api.ReportData` (simulated by ``Simulator.report_data``) as one self-contained page; nothing here
-runs a simulation.
+Figures are pure functions (see :mod:`collsim.viz.figures`, and :mod:`collsim.viz.step` for the DDP training
+step); :func:`build_report` draws a :class:`collsim.api.ReportData` (simulated by ``Simulator.report_data``) as one
+self-contained page; nothing here runs a simulation but the report's training step, when not given one.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from collsim.viz.figures import (
     topology_figure,
 )
 from collsim.viz.report import Report, build_report, coarse_sizes
+from collsim.viz.step import step_sweep_figure, step_timeline_figure
 
 __all__ = [
     "BREAKDOWN_CATEGORIES",
@@ -34,6 +35,8 @@ __all__ = [
     "group_breakdown",
     "link_utilisation_figure",
     "path_matrix_figure",
+    "step_sweep_figure",
+    "step_timeline_figure",
     "sweep_figure",
     "timeline_figure",
     "topology_figure",

@@ -1,8 +1,9 @@
 """``collsim report``: one self-contained HTML page with the topology, NCCL against Gloo, where the time goes and a
-timeline of one collective.
+timeline of one collective; with a ``training:`` section, one DDP iteration per backend too.
 
-The page draws what :meth:`collsim.api.Simulator.report_data` simulated (a :class:`~collsim.api.ReportData`): this
-module runs no simulation.
+The page draws what :meth:`collsim.api.Simulator.report_data` simulated (a :class:`~collsim.api.ReportData`). The
+one simulation here is the training step, when the caller does not pass it (:func:`build_report`'s ``steps``):
+:class:`~collsim.api.ReportData` does not carry it.
 
 The page embeds plotly.js once (inline, no network access needed) and every figure as a div with its data; it opens
 offline in any browser. A small script installed before plotly.js records JavaScript errors into the element
@@ -22,6 +23,7 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
 from collsim.results import Record
+from collsim.results.step import StepRow
 from collsim.units import format_size
 from collsim.viz.figures import (
     bottleneck_figure,
@@ -32,10 +34,12 @@ from collsim.viz.figures import (
     timeline_figure,
     topology_figure,
 )
+from collsim.viz.step import step_timeline_figure
 
 if TYPE_CHECKING:
     from collsim.api import ReportData
     from collsim.backends import Outcome
+    from collsim.training import StepResult
 
 __all__ = ["ERROR_HOOK_JS", "Report", "build_report", "coarse_sizes"]
 
@@ -124,12 +128,16 @@ class Report:
         By name, in page order.
     seconds : float
         Wall time of the simulations and of building the page, seconds.
+    steps : list of StepResult
+        The training step per backend the page shows (empty without a ``training:`` section, or when it could not
+        be simulated: the page says why).
     """
 
     html: str
     data: ReportData
     figures: dict[str, go.Figure] = field(default_factory=dict)
     seconds: float = 0.0
+    steps: list[StepResult] = field(default_factory=list)
 
     @property
     def sizes(self) -> list[int]:
@@ -196,7 +204,7 @@ def _version() -> str:
         return "unknown"
 
 
-def build_report(data: ReportData, *, max_bars: int = 3000) -> Report:
+def build_report(data: ReportData, *, max_bars: int = 3000, steps: Sequence[StepResult] | None = None) -> Report:
     """Assemble the page from what :meth:`collsim.api.Simulator.report_data` simulated.
 
     Parameters
@@ -205,6 +213,10 @@ def build_report(data: ReportData, *, max_bars: int = 3000) -> Report:
         The sweep's records, one recorded outcome per backend, the scenario and its topology.
     max_bars : int
         Cap on each timeline's bars (see :func:`collsim.viz.timeline_figure`).
+    steps : sequence of StepResult, optional
+        One DDP iteration per backend (:meth:`collsim.api.Simulator.step`) for the "Training step" section. Default:
+        simulated here when the scenario has a ``training:`` section (a scenario error becomes a note on the
+        page); an empty sequence leaves the section out.
 
     Returns
     -------
@@ -219,6 +231,9 @@ def build_report(data: ReportData, *, max_bars: int = 3000) -> Report:
         build_report(sim.report_data(coarse_sizes(sim.scenario.sizes()))).write("report.html")
     """
     t0 = time.perf_counter()
+    step_notes: list[str] = []
+    if steps is None:
+        steps, step_notes = _training_steps(data)
     topo = data.topology
     figs: dict[str, go.Figure] = {
         "topology": topology_figure(topo),
@@ -234,8 +249,45 @@ def build_report(data: ReportData, *, max_bars: int = 3000) -> Report:
         figs[f"links-{out.backend}"] = link_utilisation_figure(
             out.records, topo, total_s=out.time_s, title=f"{out.backend.upper()}: link utilisation over time"
         )
-    page = _page(data, figs)
-    return Report(page, data, figs, data.seconds + time.perf_counter() - t0)
+    if steps:
+        figs["step-timeline"] = step_timeline_figure(
+            steps, title=f"One DDP iteration per backend: {data.scenario.name}"
+        )
+    page = _page(data, figs, steps, step_notes)
+    return Report(page, data, figs, data.seconds + time.perf_counter() - t0, list(steps))
+
+
+def _training_steps(data: ReportData) -> tuple[list[StepResult], list[str]]:
+    """The scenario's training step per enabled backend, and a note when it could not be simulated; nothing
+    without a ``training:`` section."""
+    if data.scenario.training is None:
+        return [], []
+    from collsim.api import Simulator  # here: collsim.api is the layer above this one
+    from collsim.backends import BackendError
+    from collsim.scenario import ScenarioError
+
+    try:
+        return Simulator(data.scenario).step(), []
+    except (ScenarioError, BackendError) as exc:
+        return [], [f"training step: not simulated: {exc}"]
+
+
+def _step_table(steps: Sequence[StepResult]) -> str:
+    """Per backend: ranks, iteration, computation alone, allreduce, exposed (ms), overlap, scaling, buckets."""
+    head = (
+        "<tr><th class='l'>backend</th><th>ranks</th><th>iteration (ms)</th><th>compute (ms)</th>"
+        "<th>allreduce (ms)</th><th>exposed (ms)</th><th>overlap</th><th>scaling</th><th>buckets</th></tr>"
+    )
+    rows = []
+    for r in steps:
+        f = StepRow("", r).flat()
+        rows.append(
+            f"<tr><td class='l'>{html.escape(r.backend)}</td><td>{f['world']}</td>"
+            f"<td>{f['iteration_s'] * 1e3:.3f}</td><td>{f['compute_s'] * 1e3:.3f}</td>"  # seconds to milliseconds
+            f"<td>{f['comm_s'] * 1e3:.3f}</td><td>{f['exposed_s'] * 1e3:.3f}</td>"
+            f"<td>{f['overlap']:.1%}</td><td>{f['scaling_efficiency']:.1%}</td><td>{f['buckets']}</td></tr>"
+        )
+    return f"<table id='step-table'>{head}{''.join(rows)}</table>"
 
 
 def _fig_html(fig: go.Figure, div_id: str) -> str:
@@ -243,7 +295,9 @@ def _fig_html(fig: go.Figure, div_id: str) -> str:
     return f"<div class='collsim-figure' data-figure='{div_id}'>{body}</div>"
 
 
-def _page(data: ReportData, figs: dict[str, go.Figure]) -> str:
+def _page(
+    data: ReportData, figs: dict[str, go.Figure], steps: Sequence[StepResult] = (), step_notes: Sequence[str] = ()
+) -> str:
     sc, topo, sweep, rep_size = data.scenario, data.topology, data.sizes, data.timeline_size
     esc = html.escape
     nranks = len(topo.rank_devices())
@@ -297,5 +351,34 @@ def _page(data: ReportData, figs: dict[str, go.Figure]) -> str:
             _fig_html(figs[f"bottlenecks-{b}"], f"fig-bottlenecks-{b}"),
             _fig_html(figs[f"links-{b}"], f"fig-links-{b}"),
         ]
+    parts += _step_section(data, figs, steps, step_notes)
     parts += [f"<script>{_FINISH}</script>", "</body></html>"]
     return "\n".join(parts)
+
+
+def _step_section(
+    data: ReportData, figs: dict[str, go.Figure], steps: Sequence[StepResult], notes: Sequence[str]
+) -> list[str]:
+    """The "Training step" section: the timeline and the summary table (nothing without steps or notes)."""
+    if not steps and not notes:
+        return []
+    esc = html.escape
+    tr = data.scenario.training
+    what = (
+        f"model {esc(str(tr.model))}, batch {tr.batch_size} per GPU, {esc(tr.compute_dtype)}" if tr is not None else ""
+    )
+    parts = [
+        "<h2 id='training-step'>Training step</h2>",
+        f"<p class='note'>One iteration of PyTorch's DistributedDataParallel per backend ({what}), as "
+        "<code>collsim step</code> simulates it. <i>compute</i> is the iteration on one GPU without DDP; "
+        "<i>exposed</i> = iteration - compute; <i>overlap</i> = the share of the buckets' allreduce time hidden "
+        "behind computation; <i>scaling</i> = compute / iteration. Rows of the timeline: the compute stream (light "
+        "red: waiting for allreduces), the Reducer's copies on it, then NCCL's stream or Gloo's worker threads "
+        "(each bar: D2H copy, CPU ring, H2D copy of one bucket). Hover a bucket for its bytes and times.</p>",
+    ]
+    parts += [f"<p class='note'>{esc(n)}</p>" for n in notes]
+    if steps:
+        parts += [_fig_html(figs["step-timeline"], "fig-step-timeline"), _step_table(steps)]
+        for r in steps:
+            parts += [f"<p class='note'>{esc(r.backend)}: {esc(n)}</p>" for n in r.notes]
+    return parts

@@ -24,6 +24,7 @@ SHIPPED = [
     "2node-h100-ib",
     "ddp-resnet50-dgx1-v100",
     "dgx-a100",
+    "fsdp-gpt2xl-2node-h100",
     "hgx-h100",
     "loopback-gloo-cpu",
     "pcie-2gpu-nop2p",
@@ -73,6 +74,7 @@ def test_shipped_scenario_builds_topology(name: str, needs_topology: list[str]) 
         "2node-h100-ib": 16,
         "16node-h100-ib": 128,
         "ddp-resnet50-dgx1-v100": 16,
+        "fsdp-gpt2xl-2node-h100": 16,
     }.get(name, 8)
     assert len(topo.gpus()) == expected_gpus
 

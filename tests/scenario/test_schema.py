@@ -34,6 +34,8 @@ def test_schema_shape() -> None:
         "noise",
         "training",
         "calibration",
+        "preset_files",
+        "presets",
     ]
     cluster = schema["$defs"]["ClusterConfig"]
     assert cluster["required"] == ["node"]

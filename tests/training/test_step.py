@@ -142,3 +142,44 @@ def test_iteration_bounds_and_monotone_in_allreduce_time(
     assert slower.iteration_s >= r.iteration_s * (1 - 1e-12)
     assert sum(b.nbytes for b in r.buckets) == n * 4 * MB4
     assert all(math.isfinite(b.end_s) and b.end_s >= b.ready_s for b in r.buckets)
+
+
+def _cpu(cores: float) -> GpuCompute:
+    return GpuCompute("cpu", 1e14, 1e12, 0, 1.0, 1.0, cores=cores, compute_threads=1.0)
+
+
+def _gloo_3ms(sizes: Sequence[int], issue_at: Sequence[float]) -> list[float]:
+    return [t + 3e-3 for t in issue_at]  # each allreduce takes 3 ms when it has the CPU it wants
+
+
+@pytest.mark.parametrize(
+    ("cores", "ready", "iteration"),
+    [
+        # 2 cores: the compute thread (1) and a Gloo thread (0.5) both get what they ask: as on a GPU
+        (2.0, [4e-3, 6e-3], 9e-3),
+        # 1 core: while bucket 0's allreduce (1.5 core-ms over 3 ms: 0.5 core) overlaps layer 0's 2 ms backward,
+        # max-min fairness gives each 0.5 core: 1.5 ms of the backward by 7 ms, the last 0.5 ms alone -> bucket 1
+        # ready at 7.5 ms, its allreduce 7.5-10.5 ms with the compute thread idle
+        (1.0, [4e-3, 7.5e-3], 10.5e-3),
+    ],
+)
+def test_cpu_ranks_share_their_cores_between_the_computation_and_gloo(
+    cores: float, ready: list[float], iteration: float
+) -> None:
+    cfg = DdpConfig(batch_size=1, bucket_cap_mb=1, optimizer="none")
+    r = simulate_ddp_step(_model(), cfg, _cpu(cores), BARE, 2, gloo=_gloo_3ms, gloo_cpu=lambda n: 1.5e-3)
+    assert [b.ready_s for b in r.buckets] == pytest.approx(ready, rel=1e-9)
+    assert r.iteration_s == pytest.approx(iteration, rel=1e-9)
+    assert [b.comm_s for b in r.buckets] == pytest.approx([3e-3, 3e-3], rel=1e-9)
+    assert r.compute_s == pytest.approx(6e-3, rel=1e-12)
+    assert any("share the process's cores" in note for note in r.notes)
+
+
+def test_a_gloo_allreduce_wanting_more_cores_than_the_rank_has_takes_longer() -> None:
+    # DDP's first iteration: one bucket, all-reduced after the backward. 6 core-ms over 3 ms = 2 cores wanted, one
+    # core there: 6 ms instead of 3
+    cfg = DdpConfig(batch_size=1, optimizer="none", first_iteration=True)
+    r = simulate_ddp_step(_model(), cfg, _cpu(1.0), BARE, 2, gloo=_gloo_3ms, gloo_cpu=lambda n: 6e-3)
+    (only,) = r.buckets
+    assert (only.start_s, only.end_s) == pytest.approx((6e-3, 12e-3), rel=1e-9)
+    assert r.iteration_s == pytest.approx(12e-3, rel=1e-9)

@@ -1,0 +1,154 @@
+"""One FSDP iteration against closed forms on tiny models (measured layer times, so every time is exact)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from collsim.training import GpuCompute, Layer, ModelSpec, Param, StepConstants, load_model
+from collsim.training.fsdp import FsdpConfig, fsdp_units, predivide_factor, simulate_fsdp_step
+
+MB4 = 1 << 20  # float32 elements of a 4 MiB parameter
+BARE = StepConstants(0.0, 0.0, {"none": (0.0, 0.0), "sgd": (3.0, 0.0)}, 0.0)
+GPU = GpuCompute("test", 1e14, 1e12, 10**9, 1.0, 1.0)  # 1e12 B/s of HBM: the gradient divisions are exact passes
+
+
+def _model(blocks: int = 2, fwd: float = 1e-3, bwd: float = 2e-3) -> ModelSpec:
+    """An embedding, ``blocks`` blocks ``h.N`` and a head, one 4 MiB float32 parameter each."""
+    names = ["embed", *[f"h.{i}" for i in range(blocks)], "head"]
+    params = tuple(Param(f"{n}.weight", MB4) for n in names)
+    layers = tuple(Layer(n, (i,), 0.0, 0.0, 0.0, fwd_time_s=fwd, bwd_time_s=bwd) for i, n in enumerate(names))
+    return ModelSpec("tiny", params, layers, "test")
+
+
+def _nccl(ag: float, rs: float):  # type: ignore[no-untyped-def]
+    return lambda kind, nbytes: (ag if kind == "allgather" else rs, 0)
+
+
+def _spans(r, lane: str) -> list:  # type: ignore[no-untyped-def]
+    return sorted((s for s in r.spans if s.lane == lane), key=lambda s: s.start)
+
+
+def test_units_follow_the_wrapped_blocks_and_the_root_keeps_the_rest() -> None:
+    units = fsdp_units(_model(3), world=4)
+    assert [(u.name, u.layers) for u in units] == [("", (0, 4)), ("h.0", (1,)), ("h.1", (2,)), ("h.2", (3,))]
+    assert [u.nbytes for u in units] == [2 * 4 * MB4, 4 * MB4, 4 * MB4, 4 * MB4]
+    gpt = fsdp_units(load_model("gpt2-xl"), 8)  # GPT2Block x 48 under transformer.h
+    assert len(gpt) == 49 and gpt[1].name == "transformer.h.0"
+    assert sum(len(u.params) for u in gpt) == len(load_model("gpt2-xl").params)
+    llama = fsdp_units(load_model("llama-7b"), 8, wrap="model.layers.*")
+    assert len(llama) == 33
+    # padding: a flat parameter of 5 elements over 4 ranks is 8 elements
+    odd = ModelSpec("odd", (Param("w", 5),), (Layer("l", (0,), 0.0, 0.0, 0.0, fwd_time_s=1.0, bwd_time_s=1.0),), "t")
+    assert fsdp_units(odd, 4)[0].nbytes == 8 * 4
+
+
+def test_predivide_factor_follows_torch() -> None:
+    assert [predivide_factor(n) for n in (1, 2, 4, 8, 16, 32, 64, 128)] == [1, 2, 2, 4, 4, 8, 8, 16]
+
+
+def test_one_unit_cannot_overlap_anything() -> None:
+    # nothing wrapped: the root all-gathers everything before the forward and reduce-scatters after the backward;
+    # world 2: pre-divide by 2 (read + write of the 16 MiB gradient at 1e12 B/s), no post-division
+    m = _model(2)
+    cfg = FsdpConfig(batch_size=1, optimizer="none", wrap="nothing.*")
+    r = simulate_fsdp_step(m, cfg, GPU, BARE, 2, _nccl(0.5e-3, 0.7e-3))
+    layers = 4 * (1e-3 + 2e-3)
+    divide = 2 * 4 * 4 * MB4 / 1e12
+    assert r.iteration_s == pytest.approx(0.5e-3 + layers + divide + 0.7e-3, rel=1e-9)
+    assert r.compute_s == pytest.approx(layers, rel=1e-12)
+    assert r.comm_s == pytest.approx(1.2e-3, rel=1e-12)
+
+
+def test_short_collectives_hide_but_the_first_all_gather_and_the_roots_reduce_scatter() -> None:
+    # world 4: pre-divide by 2 of each unit's gradient, post-divide by 2 of its quarter
+    m = _model(2)
+    cfg = FsdpConfig(batch_size=1, optimizer="none")
+    r = simulate_fsdp_step(m, cfg, GPU, BARE, 4, _nccl(0.1e-3, 0.2e-3))
+    root = 2 * 4 * MB4
+    # after the embed's backward: the root's pre-division, reduce-scatter and post-division
+    tail = 2 * root / 1e12 + 0.2e-3 + 2 * root / 4 / 1e12
+    assert r.iteration_s == pytest.approx(0.1e-3 + 4 * 3e-3 + tail, rel=1e-9)
+    ags = _spans(r, "NCCL all-gather stream")
+    assert [s.bucket for s in ags] == [0, 1, 2, 2, 1]  # root, then each block before its forward and its backward
+    assert [b.index for b in r.buckets] == [2, 1, 0]  # reduce-scatters in backward order
+
+
+def test_shard_grad_op_all_gathers_each_unit_once() -> None:
+    m = _model(3)
+    full = simulate_fsdp_step(m, FsdpConfig(batch_size=1, optimizer="none"), GPU, BARE, 4, _nccl(1e-4, 1e-4))
+    sgo = simulate_fsdp_step(m, FsdpConfig(batch_size=1, optimizer="none", sharding="shard_grad_op"), GPU, BARE, 4,
+                             _nccl(1e-4, 1e-4))  # fmt: skip
+    assert len(_spans(full, "NCCL all-gather stream")) == 1 + 2 * 3
+    assert len(_spans(sgo, "NCCL all-gather stream")) == 1 + 3
+
+
+def test_the_rate_limiter_keeps_at_most_two_unit_all_gathers_ahead_in_forward() -> None:
+    # slow-to-compute blocks, instant all-gathers: without the limiter every block's all-gather runs at once; with
+    # it the all-gather of block k waits for block k-2's forward to end (its free event)
+    m = _model(5, fwd=1e-3)
+    limited = simulate_fsdp_step(m, FsdpConfig(batch_size=1, optimizer="none"), GPU, BARE, 4, _nccl(1e-5, 1e-5))
+    free = simulate_fsdp_step(m, FsdpConfig(batch_size=1, optimizer="none", limit_all_gathers=False), GPU, BARE, 4,
+                              _nccl(1e-5, 1e-5))  # fmt: skip
+    fwd_end = {s.label.split()[1]: s.end for s in limited.spans if s.label.startswith("fwd ")}
+    starts = [s.start for s in _spans(limited, "NCCL all-gather stream")[1:6]]  # blocks h.0 .. h.4, forward
+    for k in range(2, 5):
+        assert starts[k] >= fwd_end[f"h.{k - 2}"] - 1e-12
+    assert max(s.start for s in _spans(free, "NCCL all-gather stream")[1:6]) < fwd_end["h.0"]
+
+
+def test_all_gathers_and_reduce_scatters_at_once_share_the_network() -> None:
+    # a long reduce-scatter of the last block overlaps the all-gathers of backward: whatever overlaps runs at half
+    # speed, so the collectives' spans add up to more than their times alone, and never less
+    m = _model(3)
+    r = simulate_fsdp_step(m, FsdpConfig(batch_size=1, optimizer="none", backward_prefetch="none"), GPU, BARE, 4,
+                           _nccl(2e-3, 3e-3))  # fmt: skip
+    spans = _spans(r, "NCCL all-gather stream") + [s for s in r.spans if s.label.startswith("reduce-scatter")]
+    busy = sum(s.end - s.start for s in spans)
+    assert busy >= r.comm_s - 1e-12
+    overlapped = any(
+        a.start < b.end and b.start < a.end
+        for a in _spans(r, "NCCL all-gather stream")
+        for b in spans
+        if b.label.startswith("reduce-scatter")
+    )
+    assert overlapped and busy > r.comm_s * 1.01
+
+
+def test_the_optimizer_updates_the_shard() -> None:
+    consts = StepConstants(0.0, 0.0, {"sgd": (3.0, 0.0)}, 0.0)
+    m = _model(1)
+    one = simulate_fsdp_step(m, FsdpConfig(batch_size=1), GPU, consts, 2, _nccl(0.0, 0.0))
+    four = simulate_fsdp_step(m, FsdpConfig(batch_size=1), GPU, consts, 4, _nccl(0.0, 0.0))
+    opt = [s.end - s.start for s in one.spans if s.label.startswith("optimizer")]
+    opt4 = [s.end - s.start for s in four.spans if s.label.startswith("optimizer")]
+    assert opt[0] == pytest.approx(3 * 4 * 3 * MB4 / 2 / 1e12, rel=1e-9)
+    assert opt4[0] == pytest.approx(opt[0] / 2, rel=1e-9)
+
+
+def test_bad_configuration_is_refused() -> None:
+    with pytest.raises(ValueError, match="sharding"):
+        simulate_fsdp_step(_model(), FsdpConfig(sharding="hybrid"), GPU, BARE, 2, _nccl(0, 0))
+    with pytest.raises(ValueError, match="backward_prefetch"):
+        simulate_fsdp_step(_model(), FsdpConfig(backward_prefetch="early"), GPU, BARE, 2, _nccl(0, 0))
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.integers(1, 5),
+    st.floats(0.0, 5e-3),
+    st.floats(0.0, 5e-3),
+    st.sampled_from(["backward_pre", "backward_post", "none"]),
+    st.booleans(),
+)
+def test_bounds_and_monotone_in_collective_time(blocks: int, ag: float, rs: float, prefetch: str, limit: bool) -> None:
+    m = _model(blocks)
+    cfg = FsdpConfig(batch_size=1, optimizer="none", backward_prefetch=prefetch, limit_all_gathers=limit)
+    r = simulate_fsdp_step(m, cfg, GPU, BARE, 4, _nccl(ag, rs))
+    slower = simulate_fsdp_step(m, cfg, GPU, BARE, 4, _nccl(ag * 1.5 + 1e-4, rs))
+    layers = (blocks + 2) * 3e-3
+    assert r.iteration_s >= layers + ag - 1e-12  # the first all-gather is never hidden
+    assert slower.iteration_s >= r.iteration_s - 1e-12
+    # every collective and kernel serialised is an upper bound (sharing the network never beats running alone)
+    assert r.iteration_s <= layers + 2 * r.comm_s + 1e-3
