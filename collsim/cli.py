@@ -511,6 +511,10 @@ def _cmd_benchmark(args: argparse.Namespace) -> int:
         from collsim.sweep.bench import run_sweep_benchmark
 
         return run_sweep_benchmark(args.sweep_grid, _jobs(args.jobs))
+    from collsim.scenario import load_scenario
+
+    for name in args.scenarios or []:  # every scenario loads before the baselines run (minutes)
+        load_scenario(name)
     return run_benchmark(args.scenarios, args.baseline_events, _jobs(args.jobs))
 
 
@@ -535,9 +539,12 @@ def _size_option(text: str | None, option: str) -> int | None:
     if not text:
         return None
     try:
-        return parse_size(text)
+        size = parse_size(text)
     except UnitError as exc:
         raise ScenarioError(str(exc), file=option) from None
+    if size < 1:  # a 0-byte collective moves nothing: no flow to trace or draw
+        raise ScenarioError(f"expected a size of at least 1 B, got {text!r}", file=option)
+    return size
 
 
 def _write_trace(args: argparse.Namespace, sim: Simulator, backends: Sequence[str]) -> None:

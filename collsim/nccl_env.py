@@ -17,6 +17,7 @@ from collsim.vocab import NCCL_ALGO_GROUPS, NCCL_ALGORITHMS, NCCL_PROTOCOLS, PAT
 __all__ = [
     "INT_NCCL_ENV",
     "KNOWN_NCCL_ENV",
+    "MIN_BUFFSIZE",
     "NCCL_LEVELS",
     "NcclEnvError",
     "NcclOptions",
@@ -27,6 +28,9 @@ __all__ = [
     "parse_name_list",
     "parse_protocols",
 ]
+
+#: The smallest NCCL_BUFFSIZE collsim simulates (bytes): NCCL_STEPS (8) steps of 512 threads x 16-byte packs.
+MIN_BUFFSIZE = 8 * 512 * 16
 
 #: Path-type names accepted by NCCL_P2P_LEVEL / NCCL_NET_GDR_LEVEL, nearest first (NCCL compares the value with
 #: its path-type names, topoPathTypeStr in graph/topo.cc: NET is among them).
@@ -175,6 +179,8 @@ def check_env_value(key: str, value: str) -> None:
         parse_protocols(value)
     elif key in ("NCCL_P2P_LEVEL", "NCCL_NET_GDR_LEVEL"):
         parse_level(value)
+    elif key == "NCCL_BUFFSIZE":
+        _buffsize(value)
     elif key in INT_NCCL_ENV:
         _non_negative_int(value)
 
@@ -187,6 +193,17 @@ def _non_negative_int(value: str) -> int:
         raise NcclEnvError(f"expected an integer, got {value!r}") from None
     if number < 0:
         raise NcclEnvError(f"expected a non-negative integer, got {value!r}")
+    return number
+
+
+def _buffsize(value: str) -> int:
+    """NCCL_BUFFSIZE in bytes, at least :data:`MIN_BUFFSIZE`. NCCL takes any value but -2 as it is (init.cc
+    ``computeBuffSizes``, 0 included); a Simple step is buffSize / NCCL_STEPS (8), and one pass of a channel's 512
+    threads moves 512 x 16 B = 8 KiB: below 8 passes the simulation would cut steps into nothing."""
+    number = _non_negative_int(value)
+    if number < MIN_BUFFSIZE:
+        raise NcclEnvError(f"expected at least {MIN_BUFFSIZE} bytes (8 NCCL steps of one 8 KiB pass of a channel's "
+                           "512 threads x 16 B); NCCL itself does not check it")  # fmt: skip
     return number
 
 
@@ -281,6 +298,7 @@ class NcclOptions:
 
         for name in sorted(INT_NCCL_ENV & text.keys()):  # validated like the scenario does, read or not
             as_int(name)
+        buffsize = parsed("NCCL_BUFFSIZE", _buffsize)
         algos = parsed("NCCL_ALGO", parse_algorithms)
         protos = parsed("NCCL_PROTO", parse_protocols)
         threads = (as_int("NCCL_SOCKET_NTHREADS") or 1) * (as_int("NCCL_NSOCKS_PERTHREAD") or 1)
@@ -296,7 +314,7 @@ class NcclOptions:
             pxn_disable=bool(as_int("NCCL_PXN_DISABLE")),
             min_channels=as_int("NCCL_MIN_NCHANNELS"),
             max_channels=as_int("NCCL_MAX_NCHANNELS"),
-            buffsize=as_int("NCCL_BUFFSIZE"),
+            buffsize=buffsize,
             socket_threads=max(1, threads),
             socket_nthreads=as_int("NCCL_SOCKET_NTHREADS"),
             nvls_enable=nvls is None or nvls != 0,

@@ -569,3 +569,14 @@ def test_compare_a_perturbed_scenario_against_the_healthy_one(capsys: pytest.Cap
     assert perturbed == pytest.approx(healthy + 20.0, abs=1e-6)
     plain = _json(capsys, "compare", "hgx-h100", "--sizes", "8B", "--quiet", "--format", "json")
     assert "healthy" not in plain
+
+
+def test_a_zero_trace_size_is_a_one_line_error(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    rc, _, err = _run(capsys, "run", "hgx-h100", "--sizes", "1MiB", "--trace", str(tmp_path / "t.json"),
+                      "--trace-size", "0B")  # fmt: skip
+    assert rc == 2 and "--trace-size" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_benchmark_of_a_missing_scenario_exits_2_before_its_baselines(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, err = _run(capsys, "benchmark", "/nonexistent.yaml")
+    assert rc == 2 and "/nonexistent.yaml" in err and "scenario file not found" in err and out == ""

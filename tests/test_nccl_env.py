@@ -62,3 +62,11 @@ def test_options_from_env() -> None:
         NcclOptions.from_env({"NCCL_MAX_NCHANNELS": "x"})
     with pytest.raises(NcclEnvError, match=r"NCCL_ALGO='\^ring,tree,collnet,nvls,nvlstree,pat': .* leaves no"):
         NcclOptions.from_env({"NCCL_ALGO": "^ring,tree,collnet,nvls,nvlstree,pat"})
+
+
+@pytest.mark.parametrize("value", ["0", "1", "65535"])
+def test_a_buffsize_below_one_pass_per_step_is_refused(value: str) -> None:
+    # NCCL takes any NCCL_BUFFSIZE but -2 as it is (init.cc computeBuffSizes); collsim refuses what would hang it
+    with pytest.raises(NcclEnvError, match=rf"NCCL_BUFFSIZE='{value}': expected at least 65536 bytes"):
+        NcclOptions.from_env({"NCCL_BUFFSIZE": value})
+    assert NcclOptions.from_env({"NCCL_BUFFSIZE": "65536"}).buffsize == 65536

@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from collsim.calibration.nccltests import parse_nccl_tests
+from collsim.files import FileReadError, read_text_file
 from collsim.results import busbw_factor
 from collsim.vocab import BACKENDS, canonical_collective
 
@@ -452,9 +453,9 @@ def read_measurement(path: str | Path, *, collective: str | None = None, nranks:
     p = Path(path)
     file = str(path)
     try:
-        text = p.read_text()
-    except OSError as exc:
-        raise MeasurementError(f"cannot read: {exc.strerror or exc}", file=file) from None
+        text = read_text_file(p)
+    except FileReadError as exc:
+        raise MeasurementError(str(exc), file=file) from None
     suffix = p.suffix.lower()
     if suffix == ".json":
         return parse_measurement_json(text, file=file)

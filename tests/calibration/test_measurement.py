@@ -91,7 +91,7 @@ def test_bad_fields_name_file_and_field(doc: dict, field: str) -> None:
 def test_bad_json_and_missing_file(tmp_path: Path) -> None:
     with pytest.raises(MeasurementError, match=r"^m.json: invalid JSON"):
         parse_measurement_json("{", file="m.json")
-    with pytest.raises(MeasurementError, match="cannot read"):
+    with pytest.raises(MeasurementError, match="file not found"):
         read_measurement(tmp_path / "absent.json")
     with pytest.raises(MeasurementError, match="line 1"):
         parse_measurement_csv("# nranks: {bad\nsize_bytes,time_us\n8,1\n", file="m.csv")
@@ -133,3 +133,11 @@ def test_every_published_case_reads() -> None:
         assert m.nranks is not None and m.backend in ("nccl", "gloo"), path.name
         assert all(r.time_us > 0 for r in m.rows)
         assert m.sizes() == sorted(m.sizes())
+
+
+def test_a_binary_file_is_one_clear_error(tmp_path: Path) -> None:
+    binary = tmp_path / "log.bin"
+    binary.write_bytes(bytes(range(256)) * 4)
+    with pytest.raises(MeasurementError, match="not a UTF-8 text file") as info:
+        read_measurement(binary)
+    assert str(binary) in str(info.value)
