@@ -81,15 +81,10 @@ from __future__ import annotations
 import json
 import math
 import os
-import queue
 import shlex
 import socket
-import subprocess
 import sys
-import tempfile
-import threading
 import time
-import traceback
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -97,15 +92,15 @@ from datetime import timedelta
 from functools import partial
 from itertools import pairwise
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 import yaml
 
 from collsim.bench.config import BenchError, require_torch
-from collsim.bench.launch import _child_env, _failure_line, _pump, _stop, free_port
+from collsim.bench.launch import launch_ranks
 from collsim.bench.metadata import host_facts, now_iso, relevant_env
-from collsim.bench.worker import ERROR_MARK, PROGRESS_MARK, rank_env
+from collsim.bench.worker import PROGRESS_MARK, rank_env, serve_rank
 
 __all__ = [
     "DEFAULT_BUCKET_CAPS_MB",
@@ -903,69 +898,16 @@ def _assemble(cfg: DdpBenchConfig, world: int, runs: list[DdpRun], everyone: lis
 
 
 def _launch(cfg: DdpBenchConfig, say: SayFn | None) -> DdpBenchOutput:
-    """``cfg.nprocs`` local processes running ``python -m collsim.bench.ddp``; rank 0's result (the pattern of
-    :func:`collsim.bench.launch.launch_local`)."""
-    n = cfg.nprocs
-    with tempfile.TemporaryDirectory(prefix="collsim-ddp-") as tmpdir:
-        tmp = Path(tmpdir)
-        cfg_path, result_path = tmp / "config.json", tmp / "result.json"
-        cfg_path.write_text(json.dumps(cfg.to_dict()))
-        port = free_port()
-        procs: list[subprocess.Popen[str]] = []
-        logs: list[Path] = []
-        handles: list[IO[str]] = []
-        events: queue.Queue[dict[str, Any]] = queue.Queue()
-        try:
-            for rank in range(n):
-                log = tmp / f"rank{rank}.log"
-                fh = open(log, "w", encoding="utf-8")  # noqa: SIM115 - closed in the finally block
-                handles.append(fh)
-                logs.append(log)
-                env = _child_env(rank, n, port)
-                env["OMP_NUM_THREADS"] = str(cfg.threads)  # what the rank sets with torch.set_num_threads too
-                procs.append(subprocess.Popen(
-                    [sys.executable, "-m", "collsim.bench.ddp", str(cfg_path), str(result_path)], env=env,
-                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE if rank == 0 else subprocess.DEVNULL,
-                    stderr=fh, text=True))
-            stdout0 = procs[0].stdout
-            assert stdout0 is not None  # rank 0 was started with stdout=PIPE
-            pump = threading.Thread(target=_pump, args=(stdout0, events), daemon=True)
-            pump.start()
-            failed_at: float | None = None
-            while True:
-                _drain(events, say, wait_s=0.2)
-                codes = [p.poll() for p in procs]
-                if all(c == 0 for c in codes):
-                    break
-                if any(c not in (None, 0) for c in codes):
-                    failed_at = failed_at or time.monotonic()
-                    if all(c is not None for c in codes) or time.monotonic() - failed_at > 2.0:
-                        break
-            pump.join(timeout=5.0)
-            _drain(events, say)
-            codes = [p.poll() for p in procs]
-            if any(c != 0 for c in codes):
-                _stop(procs)
-                raise BenchError("; ".join(_failure_line(r, c, logs[r]) for r, c in enumerate(codes)
-                                           if c not in (None, 0)))
-            if not result_path.exists():
-                raise BenchError(f"rank 0 finished without writing its result ({_failure_line(0, 0, logs[0])})")
-            return DdpBenchOutput.from_dict(json.loads(result_path.read_text()))
-        finally:
-            _stop(procs)
-            for handle in handles:
-                handle.close()
+    """``cfg.nprocs`` local processes running ``python -m collsim.bench.ddp`` (:func:`launch_ranks`), with
+    ``OMP_NUM_THREADS`` as the ranks set their intra-op threads; rank 0's result."""
 
-
-def _drain(events: queue.Queue[dict[str, Any]], say: SayFn | None, wait_s: float = 0.0) -> None:
-    while True:
-        try:
-            e = events.get(timeout=wait_s) if wait_s > 0 else events.get_nowait()
-        except queue.Empty:
-            return
-        wait_s = 0.0
+    def event(e: dict[str, Any]) -> None:
         if say is not None and "text" in e:
             say(str(e["text"]))
+
+    result = launch_ranks(cfg.to_dict(), "collsim.bench.ddp", cfg.nprocs, on_event=event,
+                          env={"OMP_NUM_THREADS": str(cfg.threads)})  # fmt: skip
+    return DdpBenchOutput.from_dict(result)
 
 
 def run_ddp(cfg: DdpBenchConfig, *, say: SayFn | None = None) -> DdpBenchOutput | None:
@@ -1047,6 +989,10 @@ def run_ddp_command(args: Any) -> int:
         raise BenchError(f"-o {args.output}: --ddp writes JSON; expected a file name ending in .json")
     if args.model_out and Path(args.model_out).suffix.lower() not in (".yaml", ".yml"):
         raise BenchError(f"--model-out {args.model_out}: expected a file name ending in .yaml or .yml")
+    for option, path in (("-o", args.output), ("--model-out", args.model_out), ("--text", args.text)):
+        folder = Path(path).resolve().parent if path else None
+        if folder is not None and not folder.is_dir():  # before minutes of timing, not after
+            raise BenchError(f"{option} {path}: folder {folder} does not exist")
     cfg = _config_from_args(args)
     require_torch()
     ids = rank_env()
@@ -1079,26 +1025,16 @@ def run_ddp_command(args: Any) -> int:
 def _main(argv: list[str]) -> int:
     """``python -m collsim.bench.ddp CONFIG.json RESULT.json``: one rank launched by :func:`run_ddp`."""
     cfg_path, result_path = argv
-    try:
+
+    def produce() -> DdpBenchOutput | None:
         cfg = DdpBenchConfig.from_dict(json.loads(Path(cfg_path).read_text()))
 
         def say(text: str) -> None:
             print(PROGRESS_MARK + json.dumps({"text": text}), flush=True)
 
-        out = run_ddp_rank(cfg, say=say, launcher="collsim")
-        if out is not None:
-            tmp = Path(result_path + ".tmp")
-            tmp.write_text(json.dumps(out.to_dict()))
-            tmp.replace(result_path)
-        return 0
-    except KeyboardInterrupt:
-        print(ERROR_MARK + "interrupted", file=sys.stderr, flush=True)
-        return 130
-    except BaseException as exc:  # one line for the launcher; the traceback stays in this rank's log
-        traceback.print_exc()
-        message = " ".join(str(exc).split()) or type(exc).__name__
-        print(f"{ERROR_MARK}{type(exc).__name__}: {message[:500]}", file=sys.stderr, flush=True)
-        return 1
+        return run_ddp_rank(cfg, say=say, launcher="collsim")
+
+    return serve_rank(result_path, produce)
 
 
 if __name__ == "__main__":  # pragma: no cover - run in the worker processes

@@ -28,7 +28,7 @@ from collsim.bench.config import BenchConfig, BenchError
 from collsim.bench.report import SweepOutput
 from collsim.bench.worker import ERROR_MARK, PROGRESS_MARK
 
-__all__ = ["free_port", "launch_local"]
+__all__ = ["free_port", "launch_local", "launch_ranks"]
 
 #: Called with each progress event of rank 0: (index, number of sizes, size in bytes, median in us, wrong or None).
 EventFn = Callable[[int, int, int, float, int | None], None]
@@ -106,28 +106,53 @@ def _terminated(signum: int, frame: object) -> None:
 
 
 def _launch(cfg: BenchConfig, on_event: EventFn | None) -> SweepOutput:
-    n = cfg.nprocs
+    def event(e: dict[str, Any]) -> None:
+        if on_event is not None:
+            on_event(int(e["i"]), int(e["total"]), int(e["size_bytes"]), float(e["median_us"]), e.get("wrong"))
+
+    return SweepOutput.from_dict(launch_ranks(cfg.to_dict(), "collsim.bench.worker", cfg.nprocs, on_event=event))
+
+
+def launch_ranks(
+    config: dict[str, Any],
+    module: str,
+    nprocs: int,
+    *,
+    on_event: Callable[[dict[str, Any]], None] | None = None,
+    env: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """Run ``python -m MODULE CONFIG.json RESULT.json`` as ``nprocs`` local ranks (torchrun's variables, a free
+    port) and return the JSON rank 0 wrote to RESULT.json.
+
+    Rank 0's progress events (its stdout lines marked :data:`PROGRESS_MARK`) go to ``on_event`` as they come;
+    ``env`` adds variables to every rank's environment. Waits for: every rank to exit (or, once one has failed,
+    2 s more for the others to fail on their own). The ranks still running are terminated on a failure, Ctrl-C or
+    SIGTERM.
+
+    Raises
+    ------
+    BenchError
+        When a rank fails (one line per failed rank, quoting its log) or rank 0 wrote no result.
+    """
     with tempfile.TemporaryDirectory(prefix="collsim-bench-") as tmpdir:
         tmp = Path(tmpdir)
-        cfg_path = tmp / "config.json"
-        cfg_path.write_text(json.dumps(cfg.to_dict()))
-        result_path = tmp / "result.json"
+        cfg_path, result_path = tmp / "config.json", tmp / "result.json"
+        cfg_path.write_text(json.dumps(config))
         port = free_port()
         procs: list[subprocess.Popen[str]] = []
         logs: list[Path] = []
         handles: list[IO[str]] = []
         events: queue.Queue[dict[str, Any]] = queue.Queue()
-        pump: threading.Thread | None = None
         try:
-            for rank in range(n):
+            for rank in range(nprocs):
                 log = tmp / f"rank{rank}.log"
                 fh = open(log, "w", encoding="utf-8")  # noqa: SIM115 - closed in the finally block
                 handles.append(fh)
                 logs.append(log)
                 procs.append(
                     subprocess.Popen(
-                        [sys.executable, "-m", "collsim.bench.worker", str(cfg_path), str(result_path)],
-                        env=_child_env(rank, n, port),
+                        [sys.executable, "-m", module, str(cfg_path), str(result_path)],
+                        env={**_child_env(rank, nprocs, port), **(env or {})},
                         stdin=subprocess.DEVNULL,
                         stdout=subprocess.PIPE if rank == 0 else subprocess.DEVNULL,
                         stderr=fh,
@@ -158,14 +183,17 @@ def _launch(cfg: BenchConfig, on_event: EventFn | None) -> SweepOutput:
                 raise BenchError("; ".join(bad))
             if not result_path.exists():
                 raise BenchError(f"rank 0 finished without writing its result ({_failure_line(0, 0, logs[0])})")
-            return SweepOutput.from_dict(json.loads(result_path.read_text()))
+            result: dict[str, Any] = json.loads(result_path.read_text())
+            return result
         finally:
             _stop(procs)
             for handle in handles:
                 handle.close()
 
 
-def _drain(events: queue.Queue[dict[str, Any]], on_event: EventFn | None, wait_s: float = 0.0) -> None:
+def _drain(
+    events: queue.Queue[dict[str, Any]], on_event: Callable[[dict[str, Any]], None] | None, wait_s: float = 0.0
+) -> None:
     """Pass the queued progress events on; wait up to ``wait_s`` seconds for the first."""
     while True:
         try:
@@ -174,7 +202,7 @@ def _drain(events: queue.Queue[dict[str, Any]], on_event: EventFn | None, wait_s
             return
         wait_s = 0.0
         if on_event is not None:
-            on_event(int(e["i"]), int(e["total"]), int(e["size_bytes"]), float(e["median_us"]), e.get("wrong"))
+            on_event(e)
 
 
 def _stop(procs: list[subprocess.Popen[str]]) -> None:

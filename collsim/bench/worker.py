@@ -280,18 +280,13 @@ def _sweep(torch: Any, dist: Any, cfg: BenchConfig, rank: int, world: int, devic
     return out
 
 
-def _main(argv: list[str]) -> int:
-    """``python -m collsim.bench.worker CONFIG.json RESULT.json``: one rank launched by collsim."""
-    cfg_path, result_path = argv
+def serve_rank(result_path: str, produce: Callable[[], Any]) -> int:
+    """One launched rank's main: ``produce()`` the result (an object with ``to_dict()``, or None on ranks other than
+    0), write it to ``result_path`` whole (beside, then renamed), and return the exit status: 0, 130 on Ctrl-C, 1 on
+    an error, whose one line (marked :data:`ERROR_MARK`) the launcher quotes; the traceback stays in this rank's
+    log."""
     try:
-        cfg = BenchConfig.from_dict(json.loads(Path(cfg_path).read_text()))
-
-        def report(i: int, total: int, res: SizeResult) -> None:
-            event = {"i": i, "total": total, "size_bytes": res.size_bytes, "median_us": res.median_us,
-                     "wrong": res.wrong}
-            print(PROGRESS_MARK + json.dumps(event), flush=True)
-
-        out = run_rank(cfg, progress=report, launcher="collsim")
+        out = produce()
         if out is not None:
             tmp = Path(result_path + ".tmp")
             tmp.write_text(json.dumps(out.to_dict()))
@@ -305,6 +300,23 @@ def _main(argv: list[str]) -> int:
         message = " ".join(str(exc).split()) or type(exc).__name__
         print(f"{ERROR_MARK}{type(exc).__name__}: {message[:500]}", file=sys.stderr, flush=True)
         return 1
+
+
+def _main(argv: list[str]) -> int:
+    """``python -m collsim.bench.worker CONFIG.json RESULT.json``: one rank launched by collsim."""
+    cfg_path, result_path = argv
+
+    def produce() -> Any:
+        cfg = BenchConfig.from_dict(json.loads(Path(cfg_path).read_text()))
+
+        def report(i: int, total: int, res: SizeResult) -> None:
+            event = {"i": i, "total": total, "size_bytes": res.size_bytes, "median_us": res.median_us,
+                     "wrong": res.wrong}
+            print(PROGRESS_MARK + json.dumps(event), flush=True)
+
+        return run_rank(cfg, progress=report, launcher="collsim")
+
+    return serve_rank(result_path, produce)
 
 
 if __name__ == "__main__":  # pragma: no cover - run in the worker processes
