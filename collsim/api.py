@@ -868,7 +868,22 @@ class Simulator:
         self, sizes: Sequence[int] | None = None, *, progress: Progress | None = None, jobs: int = 1
     ) -> tuple[list[Comparison], bool]:
         """NCCL and Gloo side by side per size, with time breakdowns; returns (rows, interrupted). ``jobs`` as in
-        :meth:`run`."""
+        :meth:`run`. Both backends must be enabled: a disabled one is never simulated.
+
+        Raises
+        ------
+        ScenarioError
+            When the scenario enables fewer than both (naming the disabled backend's field).
+        """
+        off = [b for b in BACKENDS if b not in self.backends()]
+        if off:
+            raise ScenarioError(
+                f"compare puts NCCL and Gloo side by side, and {' and '.join(off)} is disabled here"
+                + ("; this cluster has no GPUs for NCCL" if "nccl" in off and not self.topology.gpus() else "")
+                + f"; use run for {' and '.join(b for b in BACKENDS if b not in off) or 'a backend'} alone",
+                file=self.scenario.source_file,
+                field=f"backends.{off[0]}",
+            )
         sweep = self.run(backends=list(BACKENDS), sizes=sizes, breakdown=True, progress=progress, jobs=jobs)
         nccl = {(r.collective, r.size_bytes): r for r in sweep.by_backend("nccl")}
         gloo = {(r.collective, r.size_bytes): r for r in sweep.by_backend("gloo")}

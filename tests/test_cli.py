@@ -580,3 +580,12 @@ def test_a_zero_trace_size_is_a_one_line_error(capsys: pytest.CaptureFixture[str
 def test_benchmark_of_a_missing_scenario_exits_2_before_its_baselines(capsys: pytest.CaptureFixture[str]) -> None:
     rc, out, err = _run(capsys, "benchmark", "/nonexistent.yaml")
     assert rc == 2 and "/nonexistent.yaml" in err and "scenario file not found" in err and out == ""
+
+
+@pytest.mark.parametrize(
+    ("argv", "field"),
+    [(["loopback-gloo-cpu"], "backends.nccl"), (["hgx-h100", "--set", "backends.gloo.enabled=false"], "backends.gloo")],
+)
+def test_compare_honours_a_disabled_backend(capsys: pytest.CaptureFixture[str], argv: list[str], field: str) -> None:
+    rc, _, err = _run(capsys, "compare", *argv, "--sizes", "1MiB")
+    assert rc == 2 and field in err and "use run for" in err and "Traceback" not in err
