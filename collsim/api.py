@@ -56,7 +56,6 @@ from collsim.topology import (
     Topology,
     TopologyError,
     add_background,
-    load_presets,
     perturb_links,
     take_down,
     topologies_dir,
@@ -356,6 +355,16 @@ class Simulator:
         with self._errors("backends.nccl"):
             return plan_nccl(self.topology, self.nccl_options, self.nccl_constants, self.fabric)
 
+    def _preset_field(self, library: str, spec: Mapping[str, Any], key: str) -> tuple[str | None, str]:
+        """(file, field) of ``key`` of the preset a device was built from: the user's scenario or presets file and
+        ``presets.gpus.<name>.<key>`` for their own presets, the shipped file and ``<name>.<key>`` otherwise; the
+        scenario and ``cluster.node`` for a device without a preset."""
+        name = spec.get("preset")
+        if not name:
+            return self.scenario.source_file, "cluster.node"
+        file, base = self.scenario.preset_library().origin(library, str(name))
+        return file, f"{base or name}.{key}"
+
     def _check_gpu_arch(self) -> None:
         """Every GPU's ``arch`` is a generation NCCL's tuner tables know; else an error naming the GPU preset file
         and field (``gpus.yaml: <preset>.arch``), never Ampere's tables in silence."""
@@ -364,13 +373,12 @@ class Simulator:
             arch = str(gpu.spec.get("arch", ""))
             if arch in known:
                 continue
-            preset = gpu.spec.get("preset")
-            where = str(load_presets().files["gpus"]) if preset else self.scenario.source_file
+            where, fld = self._preset_field("gpus", gpu.spec, "arch")
             raise ScenarioError(
                 f"unknown GPU arch {arch!r}: NCCL's tuner tables (topologies/software/nccl.yaml) know "
                 f"{', '.join(known)}",
                 file=where,
-                field=f"{preset}.arch" if preset else "cluster.node",
+                field=fld,
             )
 
     def backends(self) -> list[str]:
@@ -710,7 +718,6 @@ class Simulator:
             raise ScenarioError("a training step needs GPU or CPU ranks", file=self.scenario.source_file,
                                 field="cluster")  # fmt: skip
         spec = gpus[0].spec
-        where = str(load_presets().files["gpus"]) if spec.get("preset") else self.scenario.source_file
         peaks = spec.get("peak_tflops") or {}
         for key, value in (("peak_tflops", peaks.get(tr.compute_dtype)), ("sm_count", spec.get("sm_count")),
                            ("hbm_bandwidth", spec.get("hbm_bandwidth"))):  # fmt: skip
@@ -718,8 +725,8 @@ class Simulator:
                 raise ScenarioError(
                     f"the GPU preset has no {key}{f' for {tr.compute_dtype}' if key == 'peak_tflops' else ''}, "
                     "which a training step needs",
-                    file=where,
-                    field=f"{spec.get('preset', 'gpu')}.{key}",
+                    file=self._preset_field("gpus", spec, key)[0],
+                    field=self._preset_field("gpus", spec, key)[1],
                 )
         consts = _software("training")
         return GpuCompute(
@@ -747,15 +754,15 @@ class Simulator:
         consts = _software("training")
         bandwidth = float(spec.get("memory_bandwidth") or 0.0) / max(1, sharing)
         if bandwidth <= 0:
-            raise ScenarioError("the CPU preset has no memory_bandwidth, which a training step needs",
-                                file=str(load_presets().files["cpus"]),
-                                field=f"{spec.get('preset', 'cpu')}.memory_bandwidth")  # fmt: skip
+            where, fld = self._preset_field("cpus", spec, "memory_bandwidth")
+            raise ScenarioError("the CPU preset has no memory_bandwidth, which a training step needs", file=where,
+                                field=fld)  # fmt: skip
         tr = self._training()
         cores = float(spec.get("cores") or 0) / max(1, sharing)
         if cores <= 0:
-            raise ScenarioError("the CPU preset has no cores, which a training step on CPU ranks needs",
-                                file=str(load_presets().files["cpus"]),
-                                field=f"{spec.get('preset', 'cpu')}.cores")  # fmt: skip
+            where, fld = self._preset_field("cpus", spec, "cores")
+            raise ScenarioError("the CPU preset has no cores, which a training step on CPU ranks needs", file=where,
+                                field=fld)  # fmt: skip
         # peak_flops only converts measured seconds into engine units here: any positive value gives the same times
         return GpuCompute(str(spec.get("preset", "cpu")), 1e12, bandwidth, 0, 1.0,
                           tr.memory_efficiency or float(consts["memory_efficiency"]), cores,

@@ -336,6 +336,8 @@ def _check_files(scenario: Scenario, file: str) -> None:
             raise ScenarioError(f"node template file not found: {node}", file=file, field="cluster.node")
     else:
         known = _known_templates()
+        if known is not None and (scenario.presets is not None or scenario.preset_files):
+            known = sorted({*known, *scenario.preset_library().nodes})  # the user's own templates
         if known is not None and node not in known:
             near = difflib.get_close_matches(node, known, n=1)
             hint = f" (did you mean {near[0]!r}?)" if near else ""

@@ -1,0 +1,67 @@
+"""Issue 16: a user's own GPU, NIC, link and node template, defined in the scenario (``presets:``) or in a file
+(``preset_files:``), work end to end, and their mistakes name the user's file and field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from collsim.api import Simulator
+from collsim.cli import main
+
+DATA = Path(__file__).parent / "data"
+INLINE = DATA / "user-presets.yaml"
+IN_FILE = DATA / "user-presets-file.yaml"
+
+
+@pytest.mark.parametrize("scenario", [INLINE, IN_FILE], ids=["inline", "preset_files"])
+@pytest.mark.parametrize("command", ["run", "compare", "topo"])
+def test_user_hardware_runs_end_to_end(
+    scenario: Path, command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc = main([command, str(scenario), "--sizes", "1MiB"] if command != "topo" else [command, str(scenario)])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    assert out
+
+
+def test_user_hardware_in_the_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    html = tmp_path / "r.html"
+    assert main(["report", str(INLINE), "-o", str(html), "--quiet"]) == 0
+    assert html.stat().st_size > 10_000
+
+
+def test_the_user_gpu_is_what_the_cluster_is_built_of() -> None:
+    sim = Simulator.from_source(INLINE)
+    gpus = sim.topology.gpus()
+    assert len(gpus) == 4 and {g.spec["preset"] for g in gpus} == {"lab-gpu"}
+    assert {g.spec["sm_count"] for g in gpus} == {128}
+
+
+def _broken(tmp_path: Path, edit: dict[str, object]) -> Path:
+    data = yaml.safe_load(INLINE.read_text(encoding="utf-8"))
+    data["presets"]["gpus"]["lab-gpu"].update(edit)
+    path = tmp_path / "mine.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    return path
+
+
+def test_a_mistake_in_a_user_preset_names_the_users_file_and_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _broken(tmp_path, {"arch": "ada"})
+    assert main(["run", str(path), "--sizes", "1MiB"]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: presets.gpus.lab-gpu.arch: unknown GPU arch 'ada'" in err
+    assert "topologies/presets/gpus.yaml" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_bandwidth_without_unit_in_a_user_preset_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _broken(tmp_path, {"hbm_bandwidth": 1008})
+    assert main(["run", str(path), "--sizes", "1MiB"]) == 2
+    err = capsys.readouterr().err
+    assert "presets.gpus.lab-gpu.hbm_bandwidth" in err and "Traceback" not in err
