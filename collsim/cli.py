@@ -14,6 +14,7 @@ import json
 import sys
 import warnings
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, TextIO
 
 from collsim.api import BACKENDS, Simulator
@@ -59,6 +60,35 @@ def _common(p: argparse.ArgumentParser, formats: Sequence[str] = ("table", "json
     )
     p.add_argument("--format", choices=formats, default=formats[0], help="output format (default: %(default)s)")
     p.add_argument("-o", "--output", metavar="FILE", help="write the output to FILE instead of stdout")
+    _presets_option(p)
+
+
+def _presets_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--presets", action="append", default=[], metavar="FILE",
+                   help="user presets file or folder (GPUs, NICs, links, CPUs, node templates; repeatable), after "
+                        "the scenario's own preset_files")  # fmt: skip
+
+
+def _add_presets(args: argparse.Namespace) -> None:
+    """``--presets FILE``: appended to the scenario's ``preset_files`` (as absolute paths) through ``--set``."""
+    given = getattr(args, "presets", None)
+    if not given:
+        return
+    from collsim.safeyaml import load_yaml
+    from collsim.scenario import scenarios_dir
+
+    # the scenario's own preset_files, read from its YAML (it cannot be validated before its presets are known)
+    path = Path(args.scenario)
+    if not path.is_file():
+        path = scenarios_dir() / f"{args.scenario}.yaml"
+    raw = load_yaml(path.read_text(encoding="utf-8")) if path.is_file() else None
+    listed = raw.get("preset_files") if isinstance(raw, dict) else None
+    own = [str((path.parent / str(item)).resolve()) for item in listed] if isinstance(listed, list) else []
+    for item in given:
+        if not Path(item).exists():
+            raise ScenarioError(f"presets file or folder not found: {item}", file="--presets")
+    paths = own + [str(Path(item).resolve()) for item in given]
+    args.overrides.append("preset_files=" + json.dumps(paths))
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -113,6 +143,7 @@ def _parser() -> argparse.ArgumentParser:
     cal.add_argument("scenario", help="scenario YAML file, or a built-in name")
     _measurement_args(cal)
     cal.add_argument("-o", "--output", metavar="PROFILE.yaml", required=True, help="where to write the profile")
+    _presets_option(cal)
     cal.add_argument("--set", dest="overrides", action="append", default=[], metavar="PATH=VALUE",
                      help="override a scenario field (repeatable)")
     cal.add_argument("--holdout", choices=["alternate", "none"], default="alternate",
@@ -148,6 +179,7 @@ def _parser() -> argparse.ArgumentParser:
         "report", help="one self-contained HTML page: topology, NCCL vs Gloo, where the time goes, a timeline"
     )
     report.add_argument("scenario", help="scenario YAML file, or a built-in name such as hgx-h100")
+    _presets_option(report)
     report.add_argument("--set", dest="overrides", action="append", default=[], metavar="PATH=VALUE",
                         help="override a scenario field (repeatable)")
     report.add_argument("-o", "--output", metavar="FILE", default="report.html", help="default: %(default)s")
@@ -621,6 +653,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         "sweep": _cmd_sweep,
     }
     try:
+        _add_presets(args)
         return handlers[args.command](args)
     except (ScenarioError, TopologyError, BackendError, UnitError, MeasurementError, OSError) as exc:
         print(f"collsim: error: {exc}", file=sys.stderr)

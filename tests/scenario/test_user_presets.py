@@ -65,3 +65,17 @@ def test_a_bandwidth_without_unit_in_a_user_preset_is_refused(
     assert main(["run", str(path), "--sizes", "1MiB"]) == 2
     err = capsys.readouterr().err
     assert "presets.gpus.lab-gpu.hbm_bandwidth" in err and "Traceback" not in err
+
+
+def test_presets_given_on_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = yaml.safe_load(IN_FILE.read_text(encoding="utf-8"))
+    del data["preset_files"]  # the scenario names lab-box and lab-gpu but does not say where they are
+    bare = tmp_path / "bare.yaml"
+    bare.write_text(yaml.safe_dump(data), encoding="utf-8")
+    assert main(["topo", str(bare)]) == 2
+    assert "unknown node template 'lab-box'" in capsys.readouterr().err
+    presets = str(DATA / "user-presets.presets.yaml")
+    assert main(["run", str(bare), "--sizes", "1MiB", "--presets", presets]) == 0
+    capsys.readouterr()
+    assert main(["topo", str(bare), "--presets", str(tmp_path / "none.yaml")]) == 2
+    assert "--presets: presets file or folder not found" in capsys.readouterr().err
