@@ -411,7 +411,13 @@ def _measurement_args(p: argparse.ArgumentParser) -> None:
 
 def _read_measurements(args: argparse.Namespace) -> list[Any]:
     from collsim.calibration import read_measurement
+    from collsim.vocab import canonical_collective
 
+    if args.collective is not None:
+        try:
+            canonical_collective(args.collective)
+        except ValueError as exc:
+            raise ScenarioError(str(exc), file="--collective") from None
     return [read_measurement(f, collective=args.collective, nranks=args.nranks) for f in args.measurements]
 
 

@@ -260,7 +260,10 @@ def load_yaml(text: str, *, limits: YamlLimits = LIMITS) -> Any:
     """
     if len(text) > limits.max_bytes or len(text.encode("utf-8", "surrogatepass")) > limits.max_bytes:
         raise YamlInputError(f"larger than {limits.max_bytes // (1024 * 1024)} MiB")
-    loader = _Loader(text)
+    try:
+        loader = _Loader(text)  # the reader checks the characters at once
+    except yaml.YAMLError as exc:
+        raise YamlInputError(f"invalid YAML: {_problem_text(exc)}") from None
     loader.limits = limits
     try:
         return loader.get_single_data()
@@ -268,6 +271,8 @@ def load_yaml(text: str, *, limits: YamlLimits = LIMITS) -> Any:
         raise
     except yaml.YAMLError as exc:
         raise YamlInputError(f"invalid YAML: {_problem_text(exc)}") from None
+    except ValueError as exc:  # a constructor's own refusal (e.g. Python's 4300-digit cap on int())
+        raise YamlInputError(f"cannot read a value: {short_repr(str(exc), 120)}") from None
     except RecursionError:  # a deeper structure than Python's stack (max_depth set very high)
         raise YamlInputError(f"nested too deeply (at most {limits.max_depth} levels)") from None
     finally:

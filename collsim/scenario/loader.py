@@ -15,10 +15,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from collsim.files import FileReadError, read_text_file
+from collsim.safeyaml import YamlInputError, load_yaml, short_repr
 from collsim.scenario.errors import ScenarioError
 from collsim.scenario.models import Scenario
 
@@ -61,37 +61,6 @@ def scenario_json_schema() -> dict[str, Any]:
 # ----------------------------------------------------------------------------------------------------- YAML reading
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that rejects duplicate mapping keys instead of silently keeping the last one."""
-
-
-def _construct_unique_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
-    seen: set[Any] = set()
-    for key_node, _value in node.value:
-        key = loader.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
-        try:
-            duplicate = key in seen
-            seen.add(key)
-        except TypeError:  # unhashable key: let the normal constructor report it
-            continue
-        if duplicate:
-            raise yaml.constructor.ConstructorError(
-                "while reading a mapping", node.start_mark, f"duplicate key {key!r}", key_node.start_mark
-            )
-    return loader.construct_mapping(node, deep=deep)
-
-
-_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping)
-
-
-def _yaml_error_text(exc: yaml.YAMLError) -> str:
-    mark = getattr(exc, "problem_mark", None)
-    problem = getattr(exc, "problem", None) or str(exc)
-    if mark is not None:
-        return f"invalid YAML at line {mark.line + 1}, column {mark.column + 1}: {problem}"
-    return f"invalid YAML: {problem}"
-
-
 def _find_source(source: str | Path) -> Path:
     path = Path(source).expanduser()
     if path.is_file():
@@ -116,9 +85,9 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     if not text.strip():
         raise ScenarioError("empty file, expected a scenario mapping (name, cluster, workload, backends)", file=file)
     try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)
-    except yaml.YAMLError as exc:
-        raise ScenarioError(_yaml_error_text(exc), file=file) from None
+        data = load_yaml(text)  # YAML 1.2 numbers, duplicate keys refused, bounded size, depth and aliases
+    except YamlInputError as exc:
+        raise ScenarioError(str(exc), file=file) from None
     if data is None:
         raise ScenarioError("empty file (only comments), expected a scenario mapping (name, cluster, ...)", file=file)
     if not isinstance(data, dict):
@@ -185,10 +154,10 @@ def apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str,
                 field=key or item,
             )
         try:
-            value = yaml.safe_load(raw) if raw.strip() else None
-        except yaml.YAMLError as exc:
+            value = load_yaml(raw) if raw.strip() else None
+        except YamlInputError as exc:
             raise ScenarioError(
-                f"cannot read value {raw!r}: {_yaml_error_text(exc)}", file=OVERRIDE_SOURCE, field=key
+                f"cannot read value {short_repr(raw)}: {exc}", file=OVERRIDE_SOURCE, field=key
             ) from None
         _set_path(result, parts, value, key)
     return result

@@ -52,12 +52,12 @@ def test_broken_yaml_names_line(write: Write) -> None:
     path = write("b.yaml", "name: t\ncluster:\n  node: [a, b\nworkload: {}\n")
     err = error_of(path)
     assert err.file == str(path)
-    assert err.message.startswith("invalid YAML at line 4, column 9:")
+    assert err.message.startswith("invalid YAML: line 4, column 9:")
 
 
 def test_duplicate_key(write: Write) -> None:
     path = write("d.yaml", "name: t\ncluster: {node: node.yaml}\nname: u\n")
-    assert str(error_of(path)) == f"{path}: invalid YAML at line 3, column 1: duplicate key 'name'"
+    assert str(error_of(path)) == f"{path}: line 3, column 1: duplicate key 'name'"
 
 
 def test_top_level_not_mapping(write: Write) -> None:

@@ -83,7 +83,7 @@ def test_bad_override_yaml_value() -> None:
         apply_overrides({}, ["workload.peers=[1, 2"])
     err = info.value
     assert (err.file, err.field) == ("--set", "workload.peers")
-    assert err.message.startswith("cannot read value '[1, 2': invalid YAML at line 1")
+    assert err.message.startswith("cannot read value '[1, 2': invalid YAML: line 1")
 
 
 def test_load_with_overrides(write: Callable[[str, str], Path]) -> None:
