@@ -88,13 +88,17 @@ def _hostile_documents() -> dict[str, bytes]:
     return {
         "alias-bomb-name": (bomb + "name: *i\ncluster: {node: hgx-h100}\n").encode(),
         "alias-bomb-sizes": (bomb + "name: x\ncluster: {node: hgx-h100}\nworkload: {sizes: *i}\n").encode(),
-        "alias-bomb-env": (bomb + "name: x\ncluster: {node: hgx-h100}\nbackends: {nccl: {env: {NCCL_ALGO: *i}}}\n").encode(),
+        "alias-bomb-env": (
+            bomb + "name: x\ncluster: {node: hgx-h100}\nbackends: {nccl: {env: {NCCL_ALGO: *i}}}\n"
+        ).encode(),
         "deep-nesting": ("name: " + "[" * 5000 + "]" * 5000 + "\ncluster: {node: hgx-h100}\n").encode(),
         "deep-mapping": ("a: " + "{b: " * 3000 + "1" + "}" * 3000 + "\n").encode(),
         "huge-int": ("name: x\ncluster: {node: hgx-h100, nodes: " + "9" * 5000 + "}\n").encode(),
         "inf-nodes": b"name: x\ncluster: {node: hgx-h100, nodes: .inf}\n",
         "inf-speed": b"name: x\ncluster: {node: hgx-h100, nodes: 2, fabric: {topology: fat_tree, nic_speed: .inf}}\n",
-        "nan-oversub": b"name: x\ncluster: {node: hgx-h100, nodes: 4, fabric: {topology: fat_tree, oversubscription: .nan}}\n",
+        "nan-oversub": (
+            b"name: x\ncluster: {node: hgx-h100, nodes: 4, fabric: {topology: fat_tree, oversubscription: .nan}}\n"
+        ),
         "binary": bytes(range(256)) * 8,
         "empty": b"",
         "list-root": b"- a\n- b\n",
@@ -128,8 +132,10 @@ MEASUREMENT_TEXT = st.one_of(
     st.lists(
         st.sampled_from([
             "#  Rank  0 Group  0 Pid 1 on host device  0 [0x07] NVIDIA A100",
-            "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong",
-            "     1048576        262144     float     sum      -1    35.10   29.87   52.27      0    34.77   30.16   52.78      0",
+            "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw"
+            "   busbw #wrong",
+            "     1048576        262144     float     sum      -1    35.10   29.87   52.27      0    34.77   30.16"
+            "   52.78      0",
             "     1048576        262144     float     sum      -1     nan     inf    -1e9      0",
             "           8             2     float     sum      -1  1e309    0.00    0.00      0",
             "# Avg bus bandwidth    : 52.5",
