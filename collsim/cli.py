@@ -81,7 +81,10 @@ def _add_presets(args: argparse.Namespace) -> None:
     path = Path(args.scenario)
     if not path.is_file():
         path = scenarios_dir() / f"{args.scenario}.yaml"
-    raw = load_yaml(path.read_text(encoding="utf-8")) if path.is_file() else None
+    try:
+        raw = load_yaml(path.read_text(encoding="utf-8")) if path.is_file() else None
+    except (OSError, ValueError):  # not readable: loading the scenario reports it, naming the file
+        raw = None
     listed = raw.get("preset_files") if isinstance(raw, dict) else None
     own = [str((path.parent / str(item)).resolve()) for item in listed] if isinstance(listed, list) else []
     for item in given:
@@ -630,7 +633,7 @@ def _show_warning(
     not with the Python source line that raised them; other warnings keep Python's format."""
     out = sys.stderr if file is None else file
     if issubclass(category, (ScenarioWarning, ParseWarning)):
-        print(f"collsim: warning: {message}", file=out)
+        print(f"collsim: warning: {_one_line(str(message))}", file=out)
     else:
         out.write(warnings.formatwarning(message, category, filename, lineno, line))
 
@@ -641,6 +644,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     with warnings.catch_warnings():
         warnings.showwarning = _show_warning
         return _dispatch(args)
+
+
+def _one_line(text: str, limit: int = 4000) -> str:
+    """An error message as one line of at most ``limit`` characters: line breaks become spaces and other control
+    characters (from a key or value of the input) become escapes such as ``\\x1e``."""
+    text = text.replace("\r", " ").replace("\n", " ")
+    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _dispatch(args: argparse.Namespace) -> int:
@@ -662,7 +673,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         _add_presets(args)
         return handlers[args.command](args)
     except (ScenarioError, TopologyError, BackendError, UnitError, MeasurementError, OSError) as exc:
-        print(f"collsim: error: {exc}", file=sys.stderr)
+        print(f"collsim: error: {_one_line(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("collsim: interrupted", file=sys.stderr)

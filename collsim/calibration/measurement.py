@@ -50,6 +50,7 @@ from typing import Any
 from collsim.calibration.nccltests import parse_nccl_tests
 from collsim.files import FileReadError, read_text_file
 from collsim.results import busbw_factor
+from collsim.safeyaml import short_repr
 from collsim.vocab import BACKENDS, canonical_collective
 
 __all__ = [
@@ -67,6 +68,8 @@ __all__ = [
 FORMAT = "collsim-measurement/1"
 
 _STATISTICS = ("median", "mean", "min", "derived")
+#: Largest measurement file read, bytes (an nccl-tests log of every size from 8 B to 16 GiB is about 20 KB).
+MAX_MEASUREMENT_BYTES = 64 * 1024 * 1024
 _ROW_FIELDS = ("size_bytes", "time_us", "statistic", "iterations", "spread_us", "algbw_gbps", "busbw_gbps")
 _META_KEYS = ("format", "collective", "backend", "device", "nranks", "dtype", "hardware", "software", "source", "notes")
 
@@ -276,13 +279,13 @@ def summarise_times(times_s: Sequence[float]) -> tuple[float, float]:
 
 def _number(value: Any, file: str, where: str, *, positive: bool = True) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise MeasurementError(f"expected a number, got {value!r}", file=file, field=where)
+        raise MeasurementError(f"expected a number, got {short_repr(value)}", file=file, field=where)
     try:
         x = float(value)
     except ValueError:
-        raise MeasurementError(f"expected a number, got {value!r}", file=file, field=where) from None
+        raise MeasurementError(f"expected a number, got {short_repr(value)}", file=file, field=where) from None
     if not math.isfinite(x) or (positive and x <= 0):
-        raise MeasurementError(f"expected a positive finite number, got {value!r}", file=file, field=where)
+        raise MeasurementError(f"expected a positive finite number, got {short_repr(value)}", file=file, field=where)
     return x
 
 
@@ -312,7 +315,7 @@ def _infer_nranks(meta: Mapping[str, Any], file: str) -> int | None:
                 return int(hw[key])
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise MeasurementError(f"expected an integer >= 1, got {value!r}", file=file, field="nranks")
+        raise MeasurementError(f"expected an integer >= 1, got {short_repr(value)}", file=file, field="nranks")
     return value
 
 
@@ -321,16 +324,17 @@ def _row_from_mapping(
 ) -> MeasurementRow:
     where = f"rows[{i}]"
     if not isinstance(d, Mapping):
-        raise MeasurementError(f"expected a mapping with size_bytes and time_us, got {d!r}", file=file, field=where)
+        raise MeasurementError(f"expected a mapping with size_bytes and time_us, got {short_repr(d)}", file=file,
+                               field=where)
     if "size_bytes" not in d:
         raise MeasurementError("missing size_bytes (bytes)", file=file, field=where)
     size = _number(d["size_bytes"], file, f"{where}.size_bytes")
     if size != int(size):
-        raise MeasurementError(f"expected a whole number of bytes, got {d['size_bytes']!r}", file=file,
+        raise MeasurementError(f"expected a whole number of bytes, got {short_repr(d['size_bytes'])}", file=file,
                                field=f"{where}.size_bytes")
     stat = str(d.get("statistic") or default_stat)
     if stat not in _STATISTICS:
-        raise MeasurementError(f"expected one of {', '.join(_STATISTICS)}, got {stat!r}", file=file,
+        raise MeasurementError(f"expected one of {', '.join(_STATISTICS)}, got {short_repr(stat)}", file=file,
                                field=f"{where}.statistic")
     _optional(d.get("algbw_gbps"), file, f"{where}.algbw_gbps")  # checked, then recomputed from size and time
     time_raw = d.get("time_us")
@@ -362,7 +366,7 @@ def _from_mapping(data: Any, file: str) -> Measurement:
         raise MeasurementError("expected a JSON object with collective and rows", file=file)
     fmt = data.get("format")
     if fmt is not None and fmt != FORMAT:
-        raise MeasurementError(f"expected {FORMAT!r}, got {fmt!r}", file=file, field="format")
+        raise MeasurementError(f"expected {FORMAT!r}, got {short_repr(fmt)}", file=file, field="format")
     try:
         collective = canonical_collective(data.get("collective") or "")
     except ValueError as exc:
@@ -399,11 +403,21 @@ def parse_measurement_json(text: str, *, file: str = "<text>") -> Measurement:
     MeasurementError
         Naming ``file`` and the field, for invalid JSON or fields.
     """
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise MeasurementError(f"invalid JSON: {exc.msg} (line {exc.lineno})", file=file) from None
+    data = _json(text, file, None)
     return _from_mapping(data, file)
+
+
+def _json(text: str, file: str, where: str | None) -> Any:
+    """``json.loads`` with every failure a MeasurementError: bad JSON, nesting deeper than Python's stack, an
+    integer of more than 4300 digits (Python's limit)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise MeasurementError(f"invalid JSON: {exc.msg} (line {exc.lineno})", file=file, field=where) from None
+    except RecursionError:
+        raise MeasurementError("invalid JSON: nested too deeply", file=file, field=where) from None
+    except ValueError:  # an integer longer than sys.get_int_max_str_digits()
+        raise MeasurementError("invalid JSON: an integer of more than 4300 digits", file=file, field=where) from None
 
 
 def parse_measurement_csv(text: str, *, file: str = "<text>") -> Measurement:
@@ -422,10 +436,10 @@ def parse_measurement_csv(text: str, *, file: str = "<text>") -> Measurement:
             if not sep:
                 continue
             try:
-                meta[key.strip()] = json.loads(value.strip()) if value.strip() else None
-            except json.JSONDecodeError:
-                raise MeasurementError(f"line {n}: expected '# key: <JSON value>', got {line!r}", file=file,
-                                       field=key.strip()) from None
+                meta[key.strip()] = _json(value.strip(), file, key.strip()) if value.strip() else None
+            except MeasurementError:
+                raise MeasurementError(f"line {n}: expected '# key: <JSON value>', got {short_repr(line)}",
+                                       file=file, field=short_repr(key.strip(), 40)) from None
         elif line.strip():
             body.append(line)
     reader = csv.DictReader(body)
@@ -453,6 +467,8 @@ def read_measurement(path: str | Path, *, collective: str | None = None, nranks:
     p = Path(path)
     file = str(path)
     try:
+        if p.is_file() and p.stat().st_size > MAX_MEASUREMENT_BYTES:
+            raise MeasurementError(f"larger than {MAX_MEASUREMENT_BYTES >> 20} MiB; not a measurement", file=file)
         text = read_text_file(p)
     except FileReadError as exc:
         raise MeasurementError(str(exc), file=file) from None
@@ -466,8 +482,8 @@ def read_measurement(path: str | Path, *, collective: str | None = None, nranks:
         raise MeasurementError("no nccl-tests data rows found", file=file)
     coll = log.collective or collective
     if coll is None:
-        raise MeasurementError("the log does not name its collective; pass collective=", file=file,
-                               field="collective")
+        raise MeasurementError("the log does not name its collective; give --collective (collective= in Python)",
+                               file=file, field="collective")
     rows = sorted(
         (MeasurementRow(r.size_bytes, r.time_us, "mean", None, None) for r in log.rows if r.time_us > 0),
         key=lambda r: r.size_bytes,

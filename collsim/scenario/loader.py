@@ -62,7 +62,10 @@ def scenario_json_schema() -> dict[str, Any]:
 
 
 def _find_source(source: str | Path) -> Path:
-    path = Path(source).expanduser()
+    try:
+        path = Path(source).expanduser()
+    except RuntimeError:  # ~user without such a user: the path as written
+        path = Path(source)
     if path.is_file():
         return path
     text = str(source)
@@ -213,6 +216,32 @@ def _field_path(loc: Sequence[int | str]) -> str:
     return out
 
 
+def _user_loc(loc: Sequence[int | str]) -> tuple[int | str, ...]:
+    """``loc`` as the user's path: the tags pydantic adds after a field whose type is a union of plain types (the
+    ``float`` of ``cluster.fabric.oversubscription.float``) are dropped; keys of the user's own mappings are kept."""
+    out: list[int | str] = []
+    model: type[BaseModel] | None = Scenario
+    union_next = False
+    for part in loc:
+        if union_next and isinstance(part, str):
+            union_next = False
+            continue  # the union member pydantic tried
+        union_next = False
+        out.append(part)
+        if model is not None and isinstance(part, str) and part in model.model_fields:
+            annotation = model.model_fields[part].annotation
+            model = _model_in(annotation)
+            members = [a for a in typing.get_args(annotation) if a is not type(None)]
+            union_next = model is None and _is_union(annotation) and len(members) > 1
+        else:
+            model = None
+    return tuple(out)
+
+
+def _is_union(annotation: Any) -> bool:
+    return typing.get_origin(annotation) in (typing.Union, types.UnionType)
+
+
 def _model_fields_at(loc: Sequence[int | str]) -> list[str] | None:
     """Field names of the model found by walking ``loc`` from Scenario, or None when not a model."""
     model: type[BaseModel] = Scenario
@@ -238,8 +267,7 @@ def _model_in(annotation: Any) -> type[BaseModel] | None:
 
 
 def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    return short_repr(value)
 
 
 def _error_message(err: Mapping[str, Any]) -> str:
@@ -268,11 +296,14 @@ def _error_message(err: Mapping[str, Any]) -> str:
 def validation_error_to_scenario_error(exc: ValidationError, file: str | None) -> ScenarioError:
     """One ScenarioError for a pydantic ValidationError: the first problem, then the others in the message."""
     problems: list[tuple[str, str]] = []
-    for err in exc.errors():
+    for raw in exc.errors():
+        err: dict[str, Any] = {**raw, "loc": _user_loc(raw["loc"])}
         field = _field_path(err["loc"])
         sub = (err.get("ctx") or {}).get("subfield")
         if sub:
             field = f"{field}.{sub}" if field else str(sub)
+        if any(f == field for f, _ in problems):
+            continue  # another member of a union refusing the same value: the first says enough
         problems.append((field, _error_message(err)))
     if not problems:
         return ScenarioError(str(exc), file=file)

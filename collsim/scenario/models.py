@@ -798,7 +798,7 @@ class Scenario(BaseModel):
         if self.presets is not None and node in self.presets.nodes:
             return node
         if is_path_like(node):
-            path = Path(node).expanduser()
+            path = _user_path(node)
             return path if path.is_absolute() else (self.base_dir / path).resolve()
         return node
 
@@ -806,14 +806,14 @@ class Scenario(BaseModel):
         """``calibration`` resolved against :attr:`base_dir`, or None."""
         if self.calibration is None:
             return None
-        path = Path(self.calibration).expanduser()
+        path = _user_path(self.calibration)
         return path if path.is_absolute() else (self.base_dir / path).resolve()
 
     def preset_file_paths(self) -> list[Path]:
         """``preset_files`` resolved against :attr:`base_dir`."""
         out = []
         for item in self.preset_files:
-            path = Path(item).expanduser()
+            path = _user_path(item)
             out.append(path if path.is_absolute() else (self.base_dir / path).resolve())
         return out
 
@@ -905,6 +905,27 @@ class Scenario(BaseModel):
                 field = f"{prefix}.{err.field}" if err.field else prefix
                 raise ScenarioError(err.message, file=file, field=field) from None
             raise
+        except KeyError as exc:  # a generator reading a parameter its template does not declare
+            gen = data.get("generator") if isinstance(data, Mapping) else None
+            if gen is None:
+                raise
+            field = ".".join(p for p in (prefix, "params") if p)
+            raise ScenarioError(
+                f"generator {gen!r} needs parameter {exc.args[0]!r}: declare it under params (as the shipped "
+                "templates using this generator do)",
+                file=file,
+                field=field,
+            ) from None
+        except (TypeError, AttributeError, ValueError) as exc:
+            # A value of the wrong type deep in a user's template that the template layer does not check; a shipped
+            # template is never malformed this way, so its errors pass through.
+            if node in library.nodes or isinstance(node, Path):
+                raise ScenarioError(
+                    f"malformed node template ({type(exc).__name__}: {short_repr(str(exc), 120)})",
+                    file=file,
+                    field=prefix or None,
+                ) from None
+            raise
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved scenario as JSON-serialisable data.
@@ -941,6 +962,14 @@ def _param_error(err: Any, given: Mapping[str, Any]) -> str | None:
     if name in given or message.startswith(("unknown parameter", f"parameter {name} must be set")):
         return name
     return None
+
+
+def _user_path(text: str) -> Path:
+    """``text`` as a Path with ``~`` expanded; left as written when there is no home to expand to (``~nobody``)."""
+    try:
+        return Path(text).expanduser()
+    except RuntimeError:
+        return Path(text)
 
 
 def is_path_like(node: str) -> bool:

@@ -603,7 +603,10 @@ def read_preset_files(path: str | Path) -> list[PresetSource]:
     TopologyError
         A missing path, an empty folder, or a file that is no YAML mapping (naming the file).
     """
-    p = Path(path).expanduser()
+    try:
+        p = Path(path).expanduser()
+    except RuntimeError:  # ~user without such a user: the path as written
+        p = Path(path)
     if p.is_dir():
         files = sorted(f for f in p.iterdir() if f.suffix in (".yaml", ".yml") and f.is_file())
         if not files:
@@ -726,9 +729,33 @@ def _node_entry(raw: Any, name: str, file: str, field: str) -> dict[str, Any]:
             file=file,
             field=field,
         )
-    for key in raw:
+    for key, value in raw.items():
         if key not in _NODE_KEYS:
             raise TopologyError(
                 f"unknown key {short_repr(key)}; valid: {', '.join(_NODE_KEYS)}", file=file, field=f"{field}.{key}"
             )
+        expected = _NODE_KEY_TYPES.get(key)
+        if expected is not None and value is not None and not isinstance(value, expected[0]):
+            raise TopologyError(f"expected {expected[1]}, got {short_repr(value)}", file=file, field=f"{field}.{key}")
+    params = raw.get("params") or {}
+    for pname, decl in params.items():
+        if not isinstance(decl, Mapping):
+            raise TopologyError(
+                f"expected a parameter declaration such as {{type: int, default: 2}}, got {short_repr(decl)}",
+                file=file,
+                field=f"{field}.params.{pname}",
+            )
     return {"name": name, **raw}
+
+
+#: The type each key of a user node template must have (the template layer checks the rest as it builds it).
+_NODE_KEY_TYPES: dict[str, tuple[type | tuple[type, ...], str]] = {
+    "name": (str, "a name"),
+    "description": (str, "a string"),
+    "source": (str, "a string"),
+    "notes": (str, "a string"),
+    "generator": (str, "a generator name"),
+    "params": (Mapping, "a mapping of parameter name to declaration"),
+    "devices": (list, "a list of devices"),
+    "links": (list, "a list of links"),
+}

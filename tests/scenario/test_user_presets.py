@@ -18,9 +18,7 @@ IN_FILE = DATA / "user-presets-file.yaml"
 
 @pytest.mark.parametrize("scenario", [INLINE, IN_FILE], ids=["inline", "preset_files"])
 @pytest.mark.parametrize("command", ["run", "compare", "topo"])
-def test_user_hardware_runs_end_to_end(
-    scenario: Path, command: str, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_user_hardware_runs_end_to_end(scenario: Path, command: str, capsys: pytest.CaptureFixture[str]) -> None:
     rc = main([command, str(scenario), "--sizes", "1MiB"] if command != "topo" else [command, str(scenario)])
     out, err = capsys.readouterr()
     assert rc == 0, err
@@ -79,3 +77,43 @@ def test_presets_given_on_the_command_line(tmp_path: Path, capsys: pytest.Captur
     capsys.readouterr()
     assert main(["topo", str(bare), "--presets", str(tmp_path / "none.yaml")]) == 2
     assert "--presets: presets file or folder not found" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("shipped", ["dgx-a100", "hgx-h100", "pcie-workstation"])
+def test_a_presets_file_of_node_templates_as_collsim_import_writes_it(
+    shipped: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A presets file holding only ``nodes:`` (what ``collsim import`` writes: a node template in the shipped
+    schema) loads with --presets, and the cluster it describes is the shipped template's, path for path."""
+    template = yaml.safe_load(
+        (Path(__file__).resolve().parents[2] / "topologies/nodes" / f"{shipped}.yaml").read_text()
+    )
+    presets = tmp_path / "imported.yaml"
+    presets.write_text(yaml.safe_dump({"nodes": {"imported-box": template}}), encoding="utf-8")
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(yaml.safe_dump({"name": "s", "cluster": {"node": "imported-box"}}), encoding="utf-8")
+    assert main(["topo", str(scenario), "--presets", str(presets)]) == 0
+    imported = capsys.readouterr().out
+    scenario.write_text(yaml.safe_dump({"name": "s", "cluster": {"node": shipped}}), encoding="utf-8")
+    assert main(["topo", str(scenario)]) == 0
+    assert imported == capsys.readouterr().out
+
+
+def test_a_presets_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A folder of presets files: every *.yaml in name order, a later file overriding an earlier one."""
+    folder = tmp_path / "lab"
+    folder.mkdir()
+    data = yaml.safe_load((DATA / "user-presets.presets.yaml").read_text(encoding="utf-8"))
+    (folder / "10-lab.yaml").write_text(yaml.safe_dump(data), encoding="utf-8")
+    gpu = dict(data["gpus"]["lab-gpu"], sm_count=64, sm_count_source="test: a smaller part")
+    (folder / "20-override.yaml").write_text(yaml.safe_dump({"gpus": {"lab-gpu": gpu}}), encoding="utf-8")
+    scenario = yaml.safe_load(IN_FILE.read_text(encoding="utf-8"))
+    scenario["preset_files"] = [str(folder)]
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(scenario), encoding="utf-8")
+    sim = Simulator.from_source(path)
+    assert {g.spec["sm_count"] for g in sim.topology.gpus()} == {64}
+    (folder / "30-broken.yaml").write_text("gpus: {lab-gpu: {sm: 89}}\n", encoding="utf-8")
+    assert main(["topo", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "30-broken.yaml: gpus.lab-gpu." in err and len(err.splitlines()) == 1
