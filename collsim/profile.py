@@ -53,6 +53,7 @@ import networkx as nx
 import yaml
 
 from collsim.backends import GlooConstants, NcclConstants
+from collsim.files import write_atomic
 from collsim.scenario import ScenarioError
 from collsim.topology import Topology
 from collsim.topology.model import FrozenMap
@@ -195,8 +196,8 @@ class Profile:
         return head + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, width=120)
 
     def write(self, path: str | Path) -> None:
-        """Write :meth:`to_yaml` to ``path``."""
-        Path(path).write_text(self.to_yaml())
+        """Write :meth:`to_yaml` to ``path`` (UTF-8), whole or not at all (:func:`collsim.files.write_atomic`)."""
+        write_atomic(path, self.to_yaml())
 
 
 def load_profile(path: str | Path) -> Profile:

@@ -17,6 +17,7 @@ from collsim.bench.launch import launch_local
 from collsim.bench.metadata import host_facts
 from collsim.bench.report import SizeResult, SweepOutput, format_text, to_measurement
 from collsim.bench.worker import rank_env, run_rank
+from collsim.files import write_atomic
 from collsim.units import UnitError, format_size, parse_size_range
 from collsim.vocab import ROOTED_COLLECTIVES
 
@@ -162,7 +163,7 @@ def _machine(out: SweepOutput | None = None) -> str:
 
 def _write(path: str, text: str) -> None:
     try:
-        Path(path).write_text(text, encoding="utf-8")
+        write_atomic(path, text)
     except OSError as exc:
         raise BenchError(f"{path}: cannot write: {exc.strerror or exc}") from None
 

@@ -101,6 +101,7 @@ from collsim.bench.config import BenchError, require_torch
 from collsim.bench.launch import launch_ranks
 from collsim.bench.metadata import host_facts, now_iso, relevant_env
 from collsim.bench.worker import PROGRESS_MARK, rank_env, serve_rank
+from collsim.files import write_atomic
 
 __all__ = [
     "DEFAULT_BUCKET_CAPS_MB",
@@ -971,7 +972,7 @@ def _command(cfg: DdpBenchConfig, args: Any, under_torchrun: bool) -> str:
 
 def _write(path: str, text: str) -> None:
     try:
-        Path(path).write_text(text, encoding="utf-8")
+        write_atomic(path, text)
     except OSError as exc:
         raise BenchError(f"{path}: cannot write: {exc.strerror or exc}") from None
 

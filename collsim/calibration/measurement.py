@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from collsim.calibration.nccltests import parse_nccl_tests
-from collsim.files import FileReadError, read_text_file
+from collsim.files import FileReadError, read_text_file, write_atomic
 from collsim.results import busbw_factor
 from collsim.safeyaml import short_repr
 from collsim.vocab import BACKENDS, canonical_collective
@@ -233,12 +233,10 @@ class Measurement:
         return buf.getvalue()
 
     def write(self, path: str | Path) -> None:
-        """Write JSON or CSV, chosen by the suffix of ``path`` (``.json`` or ``.csv``)."""
+        """Write JSON or CSV, chosen by the suffix of ``path`` (``.json`` or ``.csv``), whole or not at all
+        (:func:`collsim.files.write_atomic`)."""
         p = Path(path)
-        if p.suffix.lower() == ".csv":
-            p.write_text(self.to_csv())
-        else:
-            p.write_text(self.to_json())
+        write_atomic(p, self.to_csv() if p.suffix.lower() == ".csv" else self.to_json())
 
 
 def _replace_rows(m: Measurement, rows: list[MeasurementRow]) -> Measurement:

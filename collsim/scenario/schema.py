@@ -11,6 +11,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from collsim.files import write_atomic
 from collsim.scenario.loader import scenario_json_schema, scenarios_dir
 
 __all__ = ["main", "schema_text"]
@@ -38,7 +39,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
         print(f"{path}: up to date")
         return 0
-    path.write_text(text, encoding="utf-8")
+    write_atomic(path, text)
     print(f"wrote {path}")
     return 0
 

@@ -2,8 +2,9 @@
 
 The command resolves the grid (one error naming the point and field, before anything runs), runs the missing
 points on the local pool, serially or on Dask, stores each as it finishes, then prints the table (or CSV or JSON)
-and, with ``--plot``, writes a figure. Exit status: 0; 2 for bad input or ``--dask`` without Dask; 130 after
-Ctrl-C (what finished is stored); 1 when points were lost with their workers.
+and, with ``--plot``, writes a figure (every file whole or not at all; a partial output is marked: README, "Output
+and interrupts"). Exit status: 0; 2 for bad input or ``--dask`` without Dask; 130 after Ctrl-C (what finished is
+stored); 143 after SIGTERM; 1 when points were lost with their workers.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from collsim.files import write_atomic
 from collsim.scenario import ScenarioError
 
 if TYPE_CHECKING:  # the rest is imported when the command runs: `collsim --help` stays quick
@@ -87,7 +89,7 @@ def _plot(args: argparse.Namespace, out: SweepOutcome) -> None:
     notes = [g.description] if g.description else []
     notes.append(f"{len(out.points)} points from {g.file}; axes: {', '.join(out.axes) or 'none'}.")
     notes += [f"point {p.index} ({p.label()}): no result: {e}" for p, e in out.errors()[:20]]
-    Path(args.plot).write_text(grid_html(fig, f"collsim sweep: {g.name}", notes), encoding="utf-8")
+    write_atomic(args.plot, grid_html(fig, f"collsim sweep: {g.name}", notes))
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -116,8 +118,10 @@ def run_command(args: argparse.Namespace) -> int:
     finally:
         prog.done()
     text = {"table": format_table, "csv": to_csv, "json": to_json}[args.format](out)
-    if args.output:
-        Path(args.output).write_text(text, encoding="utf-8")
+    if args.output and out.interrupted and out.finished == 0 and Path(args.output).exists():
+        print(f"collsim: interrupted before any point finished; {args.output} left as it was", file=sys.stderr)
+    elif args.output:
+        write_atomic(args.output, text)  # whole or not at all; marked partial when points are missing
     else:
         sys.stdout.write(text)
     if args.plot:

@@ -15,6 +15,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, TextIO
 
+from collsim.results import mark_partial, partial_fields
 from collsim.sweep.runner import SweepOutcome
 from collsim.units import format_size
 
@@ -98,20 +99,27 @@ def format_table(out: SweepOutcome) -> str:
         lines.append(f"# point {p.index} ({p.label()}): {err}")
     if out.lost:
         lines.append(f"# {len(out.lost)} points lost with their workers (not stored; run again to retry)")
-    if out.interrupted:
-        lines.append("# interrupted: the points above finished and are stored; run again to continue")
+    if out.partial:  # as collsim.results.mark_partial marks a table
+        why = "interrupted" if out.interrupted else "lost"
+        lines.append(f"# {why}: {out.finished} of {len(out.points)} points finished (stored; run again to "
+                     "continue); this output is partial")  # fmt: skip
     return "\n".join(lines) + "\n"
 
 
 def to_csv(out: SweepOutcome) -> str:
-    """The axes (full paths) and :data:`CSV_COLUMNS`, one row per point and collective."""
+    """The axes (full paths) and :data:`CSV_COLUMNS`, one row per point and collective; a partial output (points
+    interrupted or lost) starts with a ``# partial: {...}`` comment line (:func:`collsim.results.mark_partial`)."""
     df = out.dataframe()
     text: str = df[[*out.axes, *CSV_COLUMNS]].to_csv(index=False)
+    if out.partial:
+        text = mark_partial(text, "csv", out.finished, len(out.points), "points",
+                            "interrupted" if out.interrupted else "lost")  # fmt: skip
     return text
 
 
 def to_json(out: SweepOutcome) -> str:
-    """The grid, what ran and every row (all columns; ``breakdown`` and ``notes`` as JSON data)."""
+    """The grid, what ran and every row (all columns; ``breakdown`` and ``notes`` as JSON data); ``partial``,
+    ``points_done`` and ``points_total`` say whether points are missing (:func:`collsim.results.partial_fields`)."""
     df = out.dataframe()
     df["finished_at"] = df["finished_at"].astype(str)
     rows = json.loads(df.to_json(orient="records"))
@@ -129,6 +137,7 @@ def to_json(out: SweepOutcome) -> str:
         "lost": [p.index for p in out.lost],
         "interrupted": out.interrupted,
         "store": str(out.store.path) if out.store is not None else None,
+        **partial_fields(out.partial, out.finished, len(out.points), "points"),
         "rows": rows,
     }
     return json.dumps(doc, indent=1) + "\n"

@@ -106,6 +106,18 @@ class SweepOutcome:
         """The grid's axis paths, in order."""
         return [a.path for a in self.grid.axes]
 
+    @property
+    def finished(self) -> int:
+        """Points that have a result (run now or found in the store); fewer than ``len(points)`` when the run was
+        interrupted or lost points."""
+        have = set(self.table["key"].to_pylist())
+        return sum(k in have for k in self.keys)
+
+    @property
+    def partial(self) -> bool:
+        """Whether points are missing because the run was interrupted or lost them."""
+        return self.interrupted or bool(self.lost)
+
     def errors(self) -> list[tuple[GridPoint, str]]:
         """Points that have no result and why (NCCL would refuse the choice ...), in sweep order."""
         err = {k: e for k, e in zip(self.table["key"].to_pylist(), self.table["error"].to_pylist(), strict=True) if e}

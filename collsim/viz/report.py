@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
+from collsim.files import write_atomic
 from collsim.results import Record
 from collsim.results.step import StepRow
 from collsim.units import format_size
@@ -165,8 +166,8 @@ class Report:
         return self.data.notes
 
     def write(self, path: str | Path) -> None:
-        """Write the page to ``path`` (UTF-8)."""
-        Path(path).write_text(self.html, encoding="utf-8")
+        """Write the page to ``path`` (UTF-8), whole or not at all (:func:`collsim.files.write_atomic`)."""
+        write_atomic(path, self.html)
 
 
 def _table(records: Sequence[Record]) -> str:

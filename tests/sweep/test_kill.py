@@ -37,10 +37,10 @@ def test_a_killed_driver_loses_only_the_points_in_flight(tmp_path: Path) -> None
             break
         time.sleep(0.005)
     assert proc.poll() is None, f"the sweep ended before the kill: {proc.stderr.read() if proc.stderr else ''}"
-    os.kill(proc.pid, signal.SIGKILL)  # the driver only: its forked workers finish their point and exit
+    os.kill(proc.pid, signal.SIGKILL)  # the driver only: its forked workers die with it (collsim.parallel)
     proc.wait()
     assert proc.returncode == -signal.SIGKILL
-    assert _group_ends(proc.pid, 20.0)  # the workers, left without their driver, exit by themselves
+    assert _group_ends(proc.pid, 20.0)  # no worker outlives its driver
 
     kept = sorted(store.glob("*.parquet"))
     assert 4 <= len(kept) < TOTAL
