@@ -16,6 +16,7 @@ from __future__ import annotations
 from collsim.topology.display import format_topo_matrix
 from collsim.topology.errors import TopologyError
 from collsim.topology.fabric import parse_fabric
+from collsim.topology.importer import template_from_nccl_xml, template_from_nvidia_smi, write_template
 from collsim.topology.model import Device, Link, Topology, path_class_rank
 from collsim.topology.perturb import BackgroundRule, DownRule, LinkRule, add_background, perturb_links, take_down
 from collsim.topology.presets import PresetLibrary, load_presets, topologies_dir
@@ -46,6 +47,9 @@ __all__ = [
     "path_class_rank",
     "perturb_links",
     "take_down",
+    "template_from_nccl_xml",
+    "template_from_nvidia_smi",
     "topologies_dir",
     "topology_from_template",
+    "write_template",
 ]
