@@ -6,12 +6,19 @@ Configuration (a plain mapping, passed through by the scenario layer)::
     transport: rdma | tcp                                   # default rdma
     nic: connectx-7-ndr            # optional NIC preset replacing the node's NICs
     nic_speed: 100Gb/s             # optional NIC speed override (per direction; Gb/s are bits)
-    nics_per_node: 4               # optional: keep only the first k NICs of each node (the others are removed)
+    nics_per_node: 4               # optional: keep k NICs of each node, the first k of the template's population
+                                   #   order (default: spread over PCIe switches and sockets; the others are removed)
+    nics_per_switch: 1             # optional: at most this many NICs on each PCIe switch (population order)
+    nics_per_socket: 2             # optional: at most this many NICs on each CPU socket (population order)
+    nics: [nic0, nic3]             # optional, instead of the three above: the template's NIC slots to keep
     gpudirect: true                # default true; recorded for the backends (only meaningful with rdma)
     switch: {latency: 0.3us, radix: 40}   # optional; default radix from presets/fabric.yaml
     switch: {preset: quantum-2-qm9700}    # or a switch preset of presets/fabric.yaml (radix, port speed, kinds)
     oversubscription: 1.0          # leaf uplink capacity divisor (fat_tree and rail_optimized)
     in_network_reduction: false    # switches can reduce (SHARP / CollNet), recorded on switch specs
+
+Which NICs are kept and how they are numbered: :mod:`collsim.topology.nic_placement` (kept NICs keep their names
+and are renumbered 0 .. k-1 in template order; NIC ``index`` i is rail i).
 
 Layouts
 -------
@@ -71,6 +78,9 @@ _KEYS = (
     "nic",
     "nic_speed",
     "nics_per_node",
+    "nics_per_switch",
+    "nics_per_socket",
+    "nics",
     "gpudirect",
     "switch",
     "oversubscription",
@@ -167,9 +177,23 @@ def parse_fabric(fabric: Mapping[str, Any], presets: PresetLibrary) -> dict[str,
     if nic is not None:
         presets.get("nics", nic, None, "fabric.nic")
     nic_speed = _optional_field(fabric.get("nic_speed"), "bandwidth", "nic_speed")
-    k = fabric.get("nics_per_node")
-    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
-        raise _err(f"expected a positive integer, got {k!r}", "nics_per_node")
+    counts: dict[str, int | None] = {}
+    for key in ("nics_per_node", "nics_per_switch", "nics_per_socket"):
+        value = fabric.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise _err(f"expected a positive integer, got {value!r}", key)
+        counts[key] = value
+    k = counts["nics_per_node"]
+    nics = fabric.get("nics")
+    if nics is not None:
+        if not isinstance(nics, (list, tuple)) or not nics or not all(isinstance(n, str) and n for n in nics):
+            raise _err(f"expected a non-empty list of the node template's NIC names (nic0, ...), got {nics!r}", "nics")
+        given = [key for key, value in counts.items() if value is not None]
+        if given:
+            raise _err(
+                f"give either nics (the NIC slots to keep) or {', '.join(given)} (how many), not both", "nics"
+            )
+        nics = [str(n) for n in nics]
     flags: dict[str, bool] = {}
     for key, default in (("gpudirect", True), ("in_network_reduction", False)):
         value = fabric.get(key, default)
@@ -210,6 +234,9 @@ def parse_fabric(fabric: Mapping[str, Any], presets: PresetLibrary) -> dict[str,
         "nic": nic,
         "nic_speed": nic_speed,
         "nics_per_node": k,
+        "nics_per_switch": counts["nics_per_switch"],
+        "nics_per_socket": counts["nics_per_socket"],
+        "nics": nics,
         "gpudirect": flags["gpudirect"],
         "in_network_reduction": flags["in_network_reduction"],
         "oversubscription": float(over),
@@ -283,8 +310,9 @@ def add_fabric(g: nx.DiGraph, nodes: int, cfg: Mapping[str, Any], presets: Prese
     Returns
     -------
     dict
-        The resolved configuration stored as ``Topology.fabric`` (adds ``nics_per_node`` actually used and the
-        fabric ``link_kind``; ``gpudirect`` is true only with rdma).
+        The resolved configuration stored as ``Topology.fabric`` (adds ``nics_per_node`` actually used, ``nics``
+        the local names of the NICs kept on each node, and the fabric ``link_kind``; ``gpudirect`` is true only
+        with rdma).
     """
     per_node: list[list[Device]] = []
     devs = [d["device"] for _, d in g.nodes(data=True)]
@@ -369,6 +397,7 @@ def add_fabric(g: nx.DiGraph, nodes: int, cfg: Mapping[str, Any], presets: Prese
         out["switch"]["preset"] = cfg["switch"]["preset"]
         out["switch"]["port_speed"] = cfg["switch"]["port_speed"]
     out["nics_per_node"] = k
+    out["nics"] = tuple(nic.local_name for nic in per_node[0])
     out["gpudirect"] = bool(cfg["gpudirect"]) and transport == "rdma"
     out["link_kind"] = kinds[0] if len(kinds) == 1 else kinds
     return out

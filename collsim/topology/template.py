@@ -15,6 +15,8 @@ A template is a YAML mapping::
       - {name: nvswitch, kind: nvswitch, spec: {physical_switches: 6}}
     links:                              # full duplex; `a` (or `b`) may be a list or a range such as gpu[0-7]
       - {a: "gpu[0-7]", b: nvswitch, preset: nvlink3, count: 12}
+    nic_population: spread              # optional: the order NIC slots are filled when a fabric uses fewer
+                                        # (spread | index | a list of NIC names; collsim/topology/nic_placement.py)
 
 A device entry with ``count`` expands to ``name0 .. name{count-1}``; without it the name is used as it is.
 Device kinds: gpu, cpu, pcie_switch, nic, nvswitch, switch. ``gpu``, ``cpu`` and ``nic`` need a ``preset``
@@ -37,6 +39,7 @@ import networkx as nx
 
 from collsim.topology.errors import TopologyError
 from collsim.topology.model import Device, FrozenMap, Link, Topology
+from collsim.topology.nic_placement import NicSlot, nic_slots_of, population_order, select_nics
 from collsim.topology.presets import (
     DEVICE_SCHEMAS,
     LINK_SCHEMA,
@@ -50,7 +53,7 @@ from collsim.vocab import DEVICE_KINDS
 
 __all__ = ["NodeLayout", "available_templates", "load_topology", "resolve_params", "topology_from_template"]
 
-_TEMPLATE_KEYS = ("name", "description", "source", "params", "generator", "devices", "links", "notes")
+_TEMPLATE_KEYS = ("name", "description", "source", "params", "generator", "devices", "links", "nic_population", "notes")
 _DEVICE_KEYS = ("name", "kind", "count", "preset", "spec", "source", "notes")
 _LINK_KEYS = ("a", "b", "preset", "count", "bandwidth", "efficiency", "latency", "kind", "source", "notes")
 _PARAM_KEYS = ("default", "type", "choices", "min", "max", "description")
@@ -447,9 +450,13 @@ def topology_from_template(
     else:
         layout = _build_layout(data, presets, file)
     cfg = parse_fabric(fabric, presets) if fabric is not None else None
+    population = None
+    if data.get("nic_population") is not None or cfg is not None:
+        population = population_order(nic_slots_of(layout), data.get("nic_population"), file)
 
     if cfg is not None:
-        _apply_fabric_to_node(layout, cfg, presets, file)
+        assert population is not None
+        _apply_fabric_to_node(layout, cfg, presets, file, population)
 
     g: nx.DiGraph = nx.DiGraph()
     for n in range(nodes):
@@ -467,8 +474,15 @@ def topology_from_template(
     return Topology(name, g, nodes=nodes, params=params, source_file=src, fabric=resolved)
 
 
-def _apply_fabric_to_node(layout: NodeLayout, cfg: dict[str, Any], presets: PresetLibrary, file: Any) -> None:
-    """Apply fabric.nic, fabric.nic_speed and fabric.nics_per_node to the node's NICs."""
+def _apply_fabric_to_node(
+    layout: NodeLayout, cfg: dict[str, Any], presets: PresetLibrary, file: Any, population: list[NicSlot]
+) -> None:
+    """Apply fabric.nic, fabric.nic_speed and the NIC selection (fabric.nics, nics_per_node, nics_per_switch,
+    nics_per_socket, in the template's population order) to the node's NICs.
+
+    The NICs not kept are removed with their links; the kept ones keep their names and are renumbered 0 .. k-1
+    in template order (:mod:`collsim.topology.nic_placement`).
+    """
     nics = sorted((d for d in layout.devices.values() if d.kind == "nic"), key=lambda d: d.index)
     if not nics:
         raise TopologyError(
@@ -476,22 +490,17 @@ def _apply_fabric_to_node(layout: NodeLayout, cfg: dict[str, Any], presets: Pres
             file=file,
             field="fabric",
         )
-    k = cfg.get("nics_per_node")
-    if k is not None:
-        if k > len(nics):
-            raise TopologyError(
-                f"the node has {len(nics)} NICs; nics_per_node {k} is too many", field="fabric.nics_per_node"
-            )
-        for dev in nics[k:]:
+    kept = {s.name for s in select_nics(population, cfg)}
+    for dev in nics:
+        if dev.local_name not in kept:
             del layout.devices[dev.local_name]
             for pair in [p for p in layout.links if dev.local_name in p]:
                 del layout.links[pair]
-        nics = nics[:k]
-    for dev in nics:
+    for index, dev in enumerate(d for d in nics if d.local_name in kept):
         spec = dict(presets.nics[cfg["nic"]]) if cfg.get("nic") else dict(dev.spec)
         if cfg.get("nic_speed") is not None:
             spec["speed"] = cfg["nic_speed"]
-        layout.devices[dev.local_name] = Device(dev.name, dev.kind, dev.node, dev.index, FrozenMap(spec))
+        layout.devices[dev.local_name] = Device(dev.name, dev.kind, dev.node, index, FrozenMap(spec))
 
 
 def load_topology(

@@ -45,12 +45,13 @@ def test_single_switch_tcp_override() -> None:
         nodes=3,
         fabric={"topology": "single_switch", "transport": "tcp", "nic": "eth-100g", "nics_per_node": 2},
     )
-    assert [n.local_name for n in topo.nics(2)] == ["nic0", "nic1"]
-    assert topo.device("n2/nic1").spec["preset"] == "eth-100g"
-    lk = topo.link("n1/nic1", "fabric/sw0")
+    # two NICs spread over the sockets (collsim/topology/nic_placement.py): nic0 on socket 0, nic4 on socket 1
+    assert [n.local_name for n in topo.nics(2)] == ["nic0", "nic4"]
+    assert topo.device("n2/nic4").spec["preset"] == "eth-100g"
+    lk = topo.link("n1/nic4", "fabric/sw0")
     assert (lk.kind, lk.preset, lk.raw_bandwidth) == ("eth", "eth-100g", 12.5e9)
     assert topo.fabric is not None and topo.fabric["gpudirect"] is False and topo.fabric["nics_per_node"] == 2
-    assert topo.nearest_nic("n0/gpu7") == topo.device("n0/nic0")  # the unused NICs are gone
+    assert topo.nearest_nic("n0/gpu7") == topo.device("n0/nic4")  # the unused NICs are gone
     assert len(topo.devices("switch")) == 1
 
 
