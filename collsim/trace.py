@@ -18,10 +18,12 @@ strings, and turns the records into
 
 What the records do and do not say
 -----------------------------------
-A record gives a flow's streaming interval and size, not its rate history, so a flow is drawn at its *average* rate
-``size / (t_end - t_start)``. Each record carries the units the flow consumes per data byte on each of its resources
-(``coefficients``: protocol wire overhead, NVLS's switch reduction, the host-memory traffic of TCP), so utilisation
-is the engine's own consumption over the resource's capacity (records without coefficients count data bytes).
+A record gives a flow's streaming interval, size and rate history (``rates``: its max-min fair rate from each
+change to the next). Bars span the streaming interval; link utilisation follows the rate history (a record without
+one, made by hand, counts at its *average* rate ``size / (t_end - t_start)``). Each record carries the units the
+flow consumes per data byte on each of its resources (``coefficients``: protocol wire overhead, NVLS's switch
+reduction, the host-memory traffic of TCP), so utilisation is the engine's own consumption over the resource's
+capacity (records without coefficients count data bytes), and a saturated resource reads 1.0.
 CPU-core pools are not shown: their capacity is core-seconds per second, not bytes.
 
 Symmetry: with ``engine.symmetry`` on, only representative ranks and channels are simulated, and resource names carry
@@ -51,6 +53,7 @@ import numpy as np
 
 from collsim.backends.common import ResourceCatalog, link_end
 from collsim.engine import FlowRecord, Owner, Tag
+from collsim.files import write_atomic
 from collsim.results import REPRESENTATIVE_SIZE, representative_size
 
 if TYPE_CHECKING:
@@ -61,13 +64,17 @@ if TYPE_CHECKING:
 __all__ = [
     "ACTIVITIES",
     "REPRESENTATIVE_SIZE",
+    "TRACE_MAX_EVENTS",
     "Bar",
     "Lane",
     "LinkUse",
+    "MergedBar",
+    "MergedBars",
     "activity",
     "chrome_trace",
     "flow_bars",
     "link_usage",
+    "merge_bars",
     "owner_lane",
     "pack_lanes",
     "rank_map",
@@ -79,8 +86,15 @@ __all__ = [
 ]
 
 
+#: Activity events a Chrome trace holds by default (:func:`chrome_trace`'s ``max_events``): beyond it bars are
+#: merged into time bins. About 200 bytes an event: a trace of 10-20 MB whatever the cluster and size.
+TRACE_MAX_EVENTS = 50_000
+
 #: Activities a bar can show, in legend order.
 ACTIVITIES: tuple[str, ...] = ("send", "receive", "reduce", "copy", "overhead")
+
+#: Relative excess over a resource's capacity that :func:`link_usage` reads as float rounding (and shows as 1.0).
+_ROUNDING = 1e-9
 
 _SYMMETRIC = re.compile(r" \(\+\d+ symmetric\)$")
 
@@ -168,10 +182,13 @@ def activity(tag: Tag) -> str:
     return tag.activity
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Bar:
     """One activity on one lane, in seconds: ``start``/``end``; ``latency`` is the flow's arrival delay after
-    ``end``; ``peer`` the device at the other end of a transfer (when its path shows it); ``tag`` the record's."""
+    ``end``; ``peer`` the device at the other end of a transfer (when its path shows it); ``tag`` the record's.
+
+    Read-only by convention: not frozen, because a trace of a large cluster builds millions of them and a frozen
+    dataclass costs about seven times as much to construct."""
 
     lane: Lane
     activity: str
@@ -224,6 +241,8 @@ def flow_bars(
     """
     bars: list[Bar] = []
     lanes: dict[Owner, Lane] = {}
+    received: dict[tuple[int, int], Lane] = {}
+    ends: dict[tuple[tuple[Hashable, ...], str], str | None] = {}  # (route keys, own device) -> peer
     for r in records:
         if not r.t_end > r.t_start:
             continue
@@ -231,16 +250,199 @@ def flow_bars(
         if lane is None:
             lane = lanes[r.owner] = owner_lane(r.owner)
         act = r.tag.activity
-        peer = _endpoint(r.keys, rank_of, lane.device) if act == "send" else None
+        peer = None
+        if act == "send":
+            ek = (r.keys, lane.device)
+            peer = ends[ek] if ek in ends else ends.setdefault(ek, _endpoint(r.keys, rank_of, lane.device))
         bars.append(Bar(lane, act, r.tag, r.t_start, r.t_end, r.size, r.latency, peer, r.resources))
         if receives and peer is not None:
             # on the receiving rank's lane of the flow's channel (a reducer's lane has none of its own)
-            other = _lane(rank_of[peer], -1 if r.owner.channel is None else r.owner.channel, peer)
+            rc = (rank_of[peer], -1 if r.owner.channel is None else r.owner.channel)
+            other = received.get(rc)
+            if other is None:
+                other = received[rc] = _lane(rc[0], rc[1], peer)
             start, end = r.t_start + r.latency, r.t_end + r.latency
             sender = lane.device or lane.label
             bars.append(Bar(other, "receive", r.tag, start, end, r.size, r.latency, sender, r.resources))
-    bars.sort(key=lambda b: (b.start, b.lane, b.activity))
+    bars.sort(key=lambda b: (b.start, _lane_key(b.lane), b.activity))
     return bars
+
+
+def _lane_key(lane: Lane) -> tuple[int, int, int, str]:
+    """A lane's sort order as a plain tuple (compares faster than the dataclass)."""
+    return (lane.group, lane.rank, lane.channel, lane.label)
+
+
+@dataclass(frozen=True)
+class MergedBar:
+    """Several bars of one lane and activity within one time bin, drawn as one (:func:`merge_bars`).
+
+    Attributes
+    ----------
+    bar : Bar
+        The merged bar: from the first start to the last end (seconds) of its pieces in the bin, their bytes, the
+        tag with the most busy time in the bin, the peer when all its bars share one (else None), as latency the
+        time from its end to its pieces' last arrival (a bar's end arrives its latency later); no resources.
+    count : int
+        How many bars have a piece in the bin.
+    busy_s : float
+        Their summed streaming time within the bin, seconds (more than ``end - start`` where bars overlap).
+    tags : tuple of Tag
+        Every tag among them, once each.
+    """
+
+    bar: Bar
+    count: int
+    busy_s: float
+    tags: tuple[Tag, ...]
+
+
+@dataclass(frozen=True)
+class MergedBars:
+    """What :func:`merge_bars` returns: the merged bars (sorted by start, lane, activity) and how they were cut."""
+
+    bars: list[MergedBar]
+    bins: int
+    width_s: float
+    merged_from: int
+
+    @property
+    def note(self) -> str:
+        """One line for a title: how many bars became how many, and the bins."""
+        return (
+            f"{self.merged_from} bars merged into {len(self.bars)} (per row and activity, {self.bins} bins of "
+            f"{self.width_s * 1e6:.3g} us)"
+        )
+
+
+def merge_bars(bars: Sequence[Bar], max_bars: int, total_s: float, *, max_bins: int = 4096) -> MergedBars:
+    """Bars merged per lane and activity into equal time bins, as many bins as keep the result within ``max_bars``.
+
+    The span ``[0, total_s]`` (seconds; a bar ending later belongs to the last bin) is cut into ``bins`` equal bins,
+    the most (at most ``max_bins``) whose merged bars number at most ``max_bars``, and at least one: a lane and
+    activity is never dropped, so with fewer than one bin's worth of room per (lane, activity) the result has one
+    merged bar each, over ``max_bars``. Each bar is cut at the bin edges; the pieces of one (lane, activity) in one
+    bin become one :class:`MergedBar` spanning their first start to their last end and carrying their bytes pro
+    rata of time, so the bytes of every activity are kept and the whole collective stays covered.
+
+    Parameters
+    ----------
+    bars : sequence of Bar
+        From :func:`flow_bars` (positive durations).
+    max_bars : int
+        The most merged bars wanted (>= 1).
+    total_s : float
+        The span to bin, seconds (the collective's time, or the last end).
+    max_bins : int
+        The finest binning tried.
+
+    Returns
+    -------
+    MergedBars
+
+    Examples
+    --------
+    >>> lane = Lane(0, 0, 0, "rank 0 ch 0")
+    >>> tag = Tag("NVLink", "send", "NVLink")
+    >>> bars = [Bar(lane, "send", tag, i / 4, i / 4 + 0.125, 100.0, 0.0, None, ()) for i in range(8)]  # 0-2 s
+    >>> merged = merge_bars(bars, 2, 2.0)
+    >>> [(m.count, m.bar.start, m.bar.end, m.bar.nbytes) for m in merged.bars]
+    [(4, 0.0, 0.875, 400.0), (4, 1.0, 1.875, 400.0)]
+    >>> merged.note
+    '8 bars merged into 2 (per row and activity, 2 bins of 1e+06 us)'
+    """
+    if max_bars < 1:
+        raise ValueError(f"max_bars must be >= 1, got {max_bars!r}")
+    n = len(bars)
+    if n == 0:
+        return MergedBars([], 1, float(total_s), 0)
+    groups: dict[tuple[Lane, str], int] = {}
+    tag_code: dict[Tag, int] = {}
+    peer_code: dict[str, int] = {}
+    g = np.fromiter((groups.setdefault((b.lane, b.activity), len(groups)) for b in bars), np.int64, n)
+    t_of = np.fromiter((tag_code.setdefault(b.tag, len(tag_code)) for b in bars), np.int64, n)
+    p_of = np.fromiter(
+        (-1 if b.peer is None else peer_code.setdefault(b.peer, len(peer_code)) for b in bars), np.int64, n
+    )
+    starts = np.fromiter((b.start for b in bars), np.float64, n)
+    ends = np.fromiter((b.end for b in bars), np.float64, n)
+    nbytes = np.fromiter((b.nbytes for b in bars), np.float64, n)
+    latency = np.fromiter((b.latency for b in bars), np.float64, n)
+    span = max(float(total_s), float(ends.max()), 1e-300)
+
+    def pieces(bins: int) -> tuple[np.ndarray, np.ndarray]:
+        """Every bar cut at the bin edges: per piece its bar's index and its bin."""
+        width = span / bins
+        first = np.clip(np.floor(starts / width).astype(np.int64), 0, bins - 1)
+        last = np.clip(np.ceil(ends / width).astype(np.int64) - 1, first, bins - 1)
+        count = last - first + 1
+        idx = np.repeat(np.arange(n), count)
+        k = first[idx] + (np.arange(len(idx)) - np.repeat(np.cumsum(count) - count, count))
+        return idx, k
+
+    ngroups = len(groups)
+
+    def shapes(bins: int) -> int:
+        idx, k = pieces(bins)
+        if ngroups * bins <= 1 << 26:  # distinct (group, bin) pairs by marking a table: faster than hashing
+            seen = np.zeros(ngroups * bins, dtype=bool)
+            seen[g[idx] * bins + k] = True
+            return int(np.count_nonzero(seen))
+        return len(np.unique(g[idx] * bins + k))
+
+    lo, hi = 1, max(1, max_bins)
+    while lo < hi:  # the most bins within max_bars (the count grows with bins, bar for bar)
+        mid = (lo + hi + 1) // 2
+        if shapes(mid) <= max_bars:
+            lo = mid
+        else:
+            hi = mid - 1
+    bins = lo
+    width = span / bins
+    idx, k = pieces(bins)
+    p0 = np.maximum(starts[idx], k * width)
+    p1 = np.where(k == bins - 1, ends[idx], np.minimum(ends[idx], (k + 1) * width))
+    key = g[idx] * bins + k
+    order = np.argsort(key, kind="stable")
+    key, idx, p0, p1 = key[order], idx[order], p0[order], p1[order]
+    _, at = np.unique(key, return_index=True)
+    busy = p1 - p0
+    piece_bytes = nbytes[idx] * busy / np.maximum(ends[idx] - starts[idx], 1e-300)
+    seg_start = np.minimum.reduceat(p0, at)
+    seg_end = np.maximum.reduceat(p1, at)
+    seg_busy = np.add.reduceat(busy, at)
+    seg_bytes = np.add.reduceat(piece_bytes, at)
+    # the last arrival: a piece holding its bar's end arrives its latency later; a piece cut at a bin edge at once
+    seg_arrival = np.maximum.reduceat(np.where(p1 >= ends[idx], p1 + latency[idx], p1), at)
+    count = np.diff(np.append(at, len(key)))
+    shape = np.repeat(np.arange(len(at)), count)  # each piece's merged bar
+    codes = t_of[idx]
+    seg_pmin = np.minimum.reduceat(p_of[idx], at)
+    seg_pmax = np.maximum.reduceat(p_of[idx], at)
+    # busy time per (merged bar, tag): the main tag is the busiest, every tag is listed once
+    pair, inv = np.unique(shape * len(tag_code) + codes, return_inverse=True)
+    weight = np.bincount(inv.ravel(), weights=busy)
+    pair_shape, pair_tag = pair // len(tag_code), pair % len(tag_code)
+    best = np.lexsort((-weight, pair_shape))  # by merged bar, busiest tag first
+    first_of = np.unique(pair_shape[best], return_index=True)[1]
+    main_tag = pair_tag[best][first_of]
+    tag_at = np.append(np.unique(pair_shape, return_index=True)[1], len(pair))
+    lanes = list(groups)
+    tags = list(tag_code)
+    peers = list(peer_code)
+    out: list[MergedBar] = []
+    for j in range(len(at)):
+        lane, act = lanes[int(g[idx[at[j]]])]
+        seen = tuple(tags[int(c)] for c in pair_tag[tag_at[j] : tag_at[j + 1]])
+        pmin = int(seg_pmin[j])
+        peer = peers[pmin] if pmin >= 0 and pmin == int(seg_pmax[j]) else None
+        bar = Bar(
+            lane, act, tags[int(main_tag[j])], float(seg_start[j]), float(seg_end[j]),
+            float(seg_bytes[j]), max(0.0, float(seg_arrival[j] - seg_end[j])), peer, (),
+        )
+        out.append(MergedBar(bar, int(count[j]), float(seg_busy[j]), seen))
+    out.sort(key=lambda m: (m.bar.start, _lane_key(m.bar.lane), m.bar.activity))
+    return MergedBars(out, bins, width, n)
 
 
 # ---------------------------------------------------------------------------------------------- link usage
@@ -298,6 +500,20 @@ def resource_capacities(topology: Topology) -> dict[str, tuple[str, float]]:
     return ResourceCatalog(topology).byte_capacities()
 
 
+def _rate_segments(r: FlowRecord) -> list[tuple[float, float, float]]:
+    """A flow's streaming interval as ``(start s, end s, data bytes/s)`` pieces: its rate history
+    (:attr:`FlowRecord.rates`) where the engine kept one, else one piece at the average rate."""
+    rates: Sequence[tuple[float, float]] = getattr(r, "rates", ()) or ()
+    if not rates:
+        return [(r.t_start, r.t_end, r.size / (r.t_end - r.t_start))]
+    out: list[tuple[float, float, float]] = []
+    for (t0, rate), (t1, _next) in zip(rates, [*rates[1:], (r.t_end, 0.0)], strict=True):
+        t1 = min(t1, r.t_end)
+        if t1 > t0 and rate > 0:
+            out.append((t0, t1, rate))
+    return out
+
+
 def link_usage(
     records: Iterable[FlowRecord],
     capacities: Mapping[str, tuple[str, float]],
@@ -307,8 +523,12 @@ def link_usage(
 ) -> list[LinkUse]:
     """Busy time and utilisation over time of every resource with a known capacity that a flow crossed.
 
-    Each flow counts at its average rate over its streaming interval; the bytes per bin are exact for that step
-    function. Resources are returned by decreasing :attr:`LinkUse.load_share`, then busy time, then name.
+    Each flow counts at its rate history (:attr:`FlowRecord.rates`: the engine's max-min fair rate, piece by
+    piece), or at its average rate over its streaming interval where a record has none; the bytes per bin are exact
+    for that step function. With the history, a resource is never above its capacity (the engine's invariant), so a
+    saturated one reads 1.0 (to float rounding, which is clipped) and never more. At the average rate it could read
+    more: a flow that shared a link and then ran alone spreads its later, faster bytes over its earlier time.
+    Resources are returned by decreasing :attr:`LinkUse.load_share`, then busy time, then name.
 
     Parameters
     ----------
@@ -334,19 +554,21 @@ def link_usage(
     if bins < 1:
         raise ValueError(f"bins must be >= 1, got {bins!r}")
     per: dict[str, list[tuple[float, float, float]]] = {}
+    known: dict[tuple[str, ...], list[tuple[int, str]]] = {}  # a route's resources with a capacity (routes repeat)
     last = 0.0
     for r in records:
         if not r.resources or not r.t_end > r.t_start or r.size <= 0:
             continue
         last = max(last, r.t_end)
         coefs: Sequence[float] = getattr(r, "coefficients", ()) or ()
-        rate = r.size / (r.t_end - r.t_start)  # data bytes/s, the flow's average
-        for i, name in enumerate(r.resources):
-            base = strip_symmetric(name)
-            if base not in capacities:
-                continue
+        segments = _rate_segments(r)
+        on = known.get(r.resources)
+        if on is None:
+            bases = [(i, strip_symmetric(name)) for i, name in enumerate(r.resources)]
+            on = known[r.resources] = [(i, base) for i, base in bases if base in capacities]
+        for i, base in on:
             coef = float(coefs[i]) if i < len(coefs) else 1.0
-            per.setdefault(base, []).append((r.t_start, r.t_end, rate * coef))
+            per.setdefault(base, []).extend((t0, t1, rate * coef) for t0, t1, rate in segments)
     total = float(total_s) if total_s is not None else last
     edges = np.linspace(0.0, total, bins + 1)
     out: list[LinkUse] = []
@@ -367,6 +589,9 @@ def link_usage(
         width = np.diff(edges)
         with np.errstate(divide="ignore", invalid="ignore"):
             util = np.where(width > 0, np.diff(at_edges) / (width * cap), 0.0)
+        # a saturated resource integrates to its capacity up to float rounding (~1e-14): read it as 1.0 exactly;
+        # anything further above 1 is left visible (records without a rate history, drawn at their average rate)
+        util = np.where((util > 1.0) & (util <= 1.0 + _ROUNDING), 1.0, util)
         nbytes = float(np.sum(arr[:, 2] * (arr[:, 1] - arr[:, 0])))
         out.append(LinkUse(name, kind, cap, nbytes, busy, total, edges, util))
     out.sort(key=lambda u: (-u.load_share, -u.busy_s, u.name))
@@ -409,6 +634,7 @@ def chrome_trace(
     title: str = "",
     counter_bins: int = 200,
     receives: bool = True,
+    max_events: int | None = TRACE_MAX_EVENTS,
 ) -> dict[str, Any]:
     """A Chrome trace (Trace Event Format, JSON object form) of recorded collectives.
 
@@ -435,6 +661,12 @@ def chrome_trace(
         Time bins of the link counters.
     receives : bool
         Add receive events (see :func:`flow_bars`).
+    max_events : int or None
+        At most about this many activity events in all, shared equally by the outcomes: an outcome with more
+        bars than its share has each thread's bars of one activity merged into time bins (:func:`merge_bars`;
+        such an event's ``args`` give ``merged`` bars, their ``busy_us`` and ``tags``, and its ``otherData``
+        entry says ``"detail": "merged"`` with the bin width), so the file stays small whatever the cluster.
+        None: every bar is an event (``"detail": "full"``).
 
     Returns
     -------
@@ -447,7 +679,10 @@ def chrome_trace(
         For an outcome without flow records.
     """
     trace = _Trace(rank_map(topology), [d.name for d in topology.rank_devices()], resource_capacities(topology))
-    summary = [trace.add(out, counter_bins=counter_bins, receives=receives) for out in outcomes]
+    if max_events is not None and max_events < 1:
+        raise ValueError(f"max_events must be >= 1 or None, got {max_events!r}")
+    share = None if max_events is None else max(1, max_events // max(1, len(outcomes)))
+    summary = [trace.add(out, counter_bins=counter_bins, receives=receives, max_bars=share) for out in outcomes]
     return {
         "traceEvents": trace.events,
         "displayTimeUnit": "ns",
@@ -469,26 +704,38 @@ class _Trace:
     events: list[dict[str, Any]] = field(default_factory=list)
     pid: int = 0
 
-    def add(self, out: Outcome, *, counter_bins: int, receives: bool) -> dict[str, Any]:
-        """Add one outcome's processes, threads, activities and link counters; return its ``otherData`` summary."""
+    def add(self, out: Outcome, *, counter_bins: int, receives: bool, max_bars: int | None) -> dict[str, Any]:
+        """Add one outcome's processes, threads, activities and link counters; return its ``otherData`` summary.
+        More than ``max_bars`` bars are merged into time bins (:func:`merge_bars`)."""
         if not out.records:
             raise ValueError(
                 f"{out.backend} {out.collective}: the outcome has no flow records; simulate with record=True"
             )
         group = f"{out.backend} {out.collective}"
         bars = flow_bars(out.records, self.rank_of, receives=receives)
+        merged: MergedBars | None = None
+        extra: list[dict[str, Any]] | None = None
+        detail: dict[str, Any] = {"detail": "full", "bars": len(bars)}
+        if max_bars is not None and len(bars) > max_bars:
+            merged = merge_bars(bars, max_bars, out.time_s)
+            bars = [m.bar for m in merged.bars]
+            extra = [
+                {"merged": m.count, "busy_us": _us(m.busy_s), "tags": [t.label for t in m.tags]} for m in merged.bars
+            ]
+            detail = {"detail": "merged", "bars": merged.merged_from, "events": len(bars),
+                      "bin_us": _us(merged.width_s)}
         sub = pack_lanes(bars)
         lanes = dict.fromkeys(b.lane for b in bars)
         base_sort = self.pid
         pids = self._processes(out, group, sorted({lane.label for lane in lanes if lane.group == 1}), base_sort)
         tids = self._threads(bars, sub, pids, group, out.backend)
-        self.events += _activity_events(bars, sub, tids)
+        self.events += _activity_events(bars, sub, tids, extra)
         link_pid = self._process(f"{group} links (utilisation)", base_sort)
         usage = link_usage(out.records, self.caps, total_s=out.time_s, bins=counter_bins)
         for u in sorted(usage, key=lambda u: u.name):
             self.events += _counter_events(u, link_pid, out.time_s)
         ranks_seen = len({lane.rank for lane in lanes if lane.group == 0})
-        return _summary(out, ranks_seen, len(usage))
+        return {**_summary(out, ranks_seen, len(usage)), **detail}
 
     def _process(self, name: str, base_sort: int | None) -> int:
         """A new process called ``name`` (sorted after the outcome's first, ``base_sort``; None: unsorted)."""
@@ -541,11 +788,15 @@ def _thread_name(lane: Lane, sub: int, backend: str) -> str:
 
 
 def _activity_events(
-    bars: Sequence[Bar], sub: Sequence[int], tids: Mapping[tuple[Lane, int], tuple[int, int]]
+    bars: Sequence[Bar],
+    sub: Sequence[int],
+    tids: Mapping[tuple[Lane, int], tuple[int, int]],
+    extra: Sequence[Mapping[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
-    """A complete (``"X"``) event per bar, in microseconds; bars shorter than the trace's resolution are left out."""
+    """A complete (``"X"``) event per bar, in microseconds, with ``extra[i]`` added to bar ``i``'s args (merged
+    bars); bars shorter than the trace's resolution are left out."""
     events: list[dict[str, Any]] = []
-    for b, s in zip(bars, sub, strict=True):
+    for i, (b, s) in enumerate(zip(bars, sub, strict=True)):
         p, tid = tids[(b.lane, s)]
         ts = _us(b.start)
         dur = round(_us(b.end) - ts, 6)  # from rounded ends, so that touching events share a boundary
@@ -558,6 +809,8 @@ def _activity_events(
             args["to" if b.activity == "send" else "from"] = b.peer
         if b.resources:
             args["resources"] = [strip_symmetric(x) for x in b.resources]
+        if extra is not None:
+            args.update(extra[i])
         event = {"name": b.tag.label, "cat": b.activity, "ph": "X", "ts": ts, "dur": dur, "pid": p, "tid": tid}
         events.append({**event, "args": args})
     return events
@@ -605,6 +858,7 @@ def _meta(name: str, pid: int, tid: int, value: Any, *, key: str = "name") -> di
 
 
 def write_chrome_trace(path: str | Path, trace: Mapping[str, Any]) -> None:
-    """Write a trace from :func:`chrome_trace` as compact JSON (strict: no NaN or Infinity)."""
+    """Write a trace from :func:`chrome_trace` as compact JSON (strict: no NaN or Infinity), whole or not at all
+    (:func:`collsim.files.write_atomic`)."""
     text = json.dumps(trace, separators=(",", ":"), allow_nan=False)
-    Path(path).write_text(text, encoding="utf-8")
+    write_atomic(path, text)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -16,6 +17,7 @@ from collsim.backends.common import ResourceCatalog, resource_name
 from collsim.cli import main
 from collsim.engine import FlowRecord, Owner, Tag
 from collsim.trace import (
+    TRACE_MAX_EVENTS,
     Lane,
     activity,
     chrome_trace,
@@ -43,7 +45,7 @@ def hgx_full() -> Simulator:
 @pytest.fixture(scope="module")
 def hgx_trace(hgx_full: Simulator) -> tuple[list[Outcome], dict[str, Any]]:
     outs = [hgx_full.simulate_one(b, 256 * 1024, record=True) for b in ("nccl", "gloo")]  # NCCL: Ring/LL, 8 channels
-    doc = json.loads(json.dumps(chrome_trace(outs, hgx_full.topology, title="t")))  # a JSON round trip
+    doc = json.loads(json.dumps(chrome_trace(outs, hgx_full.topology, title="t", max_events=None)))  # JSON round trip
     return outs, doc
 
 
@@ -194,6 +196,52 @@ def test_link_usage_uses_record_coefficients_when_present() -> None:
     assert float(u.utilisation[0]) == pytest.approx(1.0)
 
 
+def test_link_usage_follows_the_rate_history() -> None:
+    """The engine's docstring case: 1 MB and 2 MB share a 1 GB/s link (0.5 GB/s each for 2 ms), then the second
+    runs alone (1 GB/s for 1 ms). At average rates the second flow's 0.667 GB/s over 0-3 ms plus the first's
+    0.5 GB/s read 1.167 in the first 2 ms; with the rate history the saturated link reads 1.0 in every bin."""
+    import simpy
+
+    from collsim.engine import FluidNetwork
+
+    env = simpy.Environment()
+    net = FluidNetwork(env, record=True)
+    link = net.resource("a->b", 1e9)
+    net.transfer(1e6, [(link, 1.0)])
+    net.transfer(2e6, [(link, 1.0)])
+    env.run()
+    assert [r.rates for r in net.records] == [((0.0, 5e8),), ((0.0, 5e8), (pytest.approx(2e-3), 1e9))]
+    (u,) = link_usage(net.records, {"a->b": ("pcie", 1e9)}, total_s=3e-3, bins=6)
+    assert u.utilisation.max() <= 1.0 and u.utilisation.min() >= 1.0 - 1e-9
+    assert u.busy_share == pytest.approx(1.0) and u.load_share == pytest.approx(1.0)
+    averaged = [dataclasses.replace(r, rates=()) for r in net.records]  # what the trace read before
+    (v,) = link_usage(averaged, {"a->b": ("pcie", 1e9)}, total_s=3e-3, bins=6)
+    assert float(v.utilisation[0]) == pytest.approx(7 / 6)
+
+
+@pytest.mark.parametrize(("protocol", "saturates"), [("LL", False), ("LL128", True), ("Simple", True)])
+def test_saturated_links_read_one_in_a_multi_node_trace(protocol: str, saturates: bool) -> None:
+    """2 x DGX A100 over IB with every rank simulated: the busiest links read 1.0 (within 1e-9) and none reads
+    more, whatever the protocol's wire overhead (LL: 2 units per data byte; its per-channel rate cap leaves the
+    links below saturation), in link_usage and in the trace's counters; the bytes match the average-rate view (only
+    their placement in time differs)."""
+    env = [f"backends.nccl.env.NCCL_PROTO={protocol}"]
+    sim = Simulator(unsymmetric(Simulator.from_source("2node-a100-ib", env).scenario))
+    outs = [sim.recorded("nccl", 4 * MiB), sim.recorded("gloo", MiB)]
+    assert outs[0].protocol == protocol
+    caps = resource_capacities(sim.topology)
+    for out in outs:
+        usage = link_usage(out.records, caps, total_s=out.time_s, bins=200)
+        peak = max(float(u.utilisation.max()) for u in usage)
+        assert peak <= 1.0, (out.backend, peak)
+        assert peak >= 1.0 - 1e-9 or (out.backend == "nccl" and not saturates), (out.backend, peak)
+        averaged = link_usage([dataclasses.replace(r, rates=()) for r in out.records], caps, total_s=out.time_s)
+        assert {u.name: u.nbytes for u in usage} == pytest.approx({u.name: u.nbytes for u in averaged}, rel=1e-9)
+    doc = chrome_trace(outs, sim.topology)
+    counters = [e["args"]["utilisation"] for e in doc["traceEvents"] if e["ph"] == "C"]
+    assert max(counters) == 1.0  # Gloo's staging copies saturate PCIe
+
+
 def test_resource_capacities_match_topology(hgx_full: Simulator) -> None:
     caps = resource_capacities(hgx_full.topology)
     ln = hgx_full.topology.link("n0/gpu0", "n0/nvswitch")
@@ -327,6 +375,64 @@ def test_trace_counters_per_busy_link(hgx_trace: tuple[list[Outcome], dict[str, 
         assert evs[0]["ts"] == 0.0 and evs[-1]["ts"] <= outs[0].time_s * 1e6 + 1e-6
         assert all(a["args"]["utilisation"] != b["args"]["utilisation"] for a, b in itertools.pairwise(evs))
         assert max(e["args"]["utilisation"] for e in evs) > 0.1
+
+
+def test_a_bounded_trace_merges_bars_and_keeps_times_and_bytes(
+    hgx_full: Simulator, hgx_trace: tuple[list[Outcome], dict[str, Any]]
+) -> None:
+    """With ``max_events`` below the bars, each outcome gets at most its share of activity events; the merged
+    events still start at 0, end with the last arrival at the collective's time, never overlap on a thread, and
+    carry every byte sent; ``otherData`` says how it was cut."""
+    outs, full = hgx_trace
+    limit = 2000
+    doc = json.loads(json.dumps(chrome_trace(outs, hgx_full.topology, max_events=limit)))
+    _check_format(doc)
+    names = _process_names(doc)
+    infos = doc["otherData"]["collectives"]
+    full_infos = full["otherData"]["collectives"]
+    assert [c["detail"] for c in full_infos] == ["full", "full"]
+    for out, info, whole in zip(outs, infos, full_infos, strict=True):
+        xs = [e for e in doc["traceEvents"] if e["ph"] == "X" and names[e["pid"]].startswith(out.backend + " ")]
+        assert info["bars"] == whole["bars"]
+        if whole["bars"] <= limit // 2:
+            assert info["detail"] == "full"
+            continue
+        assert info["detail"] == "merged" and len(xs) == info["events"] <= limit // 2 and info["bin_us"] > 0
+        assert min(e["ts"] for e in xs) == 0.0
+        arrival = max(e["ts"] + e["dur"] + e["args"].get("latency_us", 0.0) for e in xs if e["cat"] != "receive")
+        assert arrival == pytest.approx(out.time_s * 1e6, rel=1e-9, abs=2e-6)
+        for cat in ("send", "receive"):
+            want = sum(e["args"]["bytes"] for e in full["traceEvents"] if e["ph"] == "X" and e.get("cat") == cat
+                       and names[e["pid"]].startswith(out.backend + " "))  # fmt: skip
+            assert sum(e["args"]["bytes"] for e in xs if e["cat"] == cat) == pytest.approx(want, rel=1e-9)
+        assert all(e["args"]["merged"] >= 1 and e["args"]["tags"] for e in xs)
+    assert infos[0]["detail"] == "merged"  # NCCL's Ring/LL at 256 KiB: far more than 1000 bars
+    by_thread: dict[tuple[int, int], list[tuple[float, float]]] = {}
+    for e in doc["traceEvents"]:
+        if e["ph"] == "X":
+            by_thread.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"]))
+    for spans in by_thread.values():
+        spans.sort()
+        for (_, end), (start, _) in itertools.pairwise(spans):
+            assert start >= end - 1e-9
+    with pytest.raises(ValueError, match="max_events"):
+        chrome_trace(outs, hgx_full.topology, max_events=0)
+
+
+def test_cli_trace_is_bounded_unless_full(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The default trace of 2 x DGX A100 at 4 MiB (about 90,000 bars) is merged to at most 50,000 events and
+    says so; --trace-full writes every bar."""
+    small, big = tmp_path / "small.json", tmp_path / "big.json"
+    base = ["run", "2node-a100-ib", "--sizes", "4MiB", "--backend", "nccl", "--trace"]
+    assert main([*base, str(small)]) == 0
+    err = capsys.readouterr().err
+    assert "merged into" in err and "--trace-full" in err
+    assert main([*base, str(big), "--trace-full", "--quiet"]) == 0
+    docs = [json.loads(p.read_text()) for p in (small, big)]
+    (lean,), (whole,) = (d["otherData"]["collectives"] for d in docs)
+    assert lean["detail"] == "merged" and whole["detail"] == "full" and lean["bars"] == whole["bars"] > TRACE_MAX_EVENTS
+    assert sum(e["ph"] == "X" for e in docs[0]["traceEvents"]) <= TRACE_MAX_EVENTS
+    assert small.stat().st_size < big.stat().st_size
 
 
 def test_trace_needs_records(hgx_full: Simulator) -> None:

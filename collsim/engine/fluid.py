@@ -180,6 +180,7 @@ class Flow:
         "max_rate",
         "owner",
         "rate",
+        "rates",
         "remaining",
         "sig",
         "size",
@@ -219,6 +220,7 @@ class Flow:
         self.tol = max(1e-3, 1e-12 * size)  # units left that count as done (float rounding)
         self.t_ref = 0.0  # `remaining` is exact at t_ref; it falls at `rate` since (progress is lazy)
         self.version = 0  # bumped at every rate change: older finish-time entries are stale
+        self.rates: list[tuple[float, float]] | None = None  # (time s, rate) at each rate change, when recording
 
 
 @dataclass(frozen=True)
@@ -243,6 +245,11 @@ class FlowRecord:
         Units consumed on each of ``resources`` per data byte.
     keys : tuple of hashable
         The caller's key of each of ``resources`` (:attr:`Resource.key`; None where it has none).
+    rates : tuple of (float, float)
+        The flow's rate history: ``(time s, rate units/s)`` at each change of its max-min fair rate, the first at
+        ``t_start``, each rate holding until the next time (the last until ``t_end``); empty for a delay, an
+        instant transfer, or a record made by hand (readers then assume the average rate
+        ``size / (t_end - t_start)``).
     """
 
     owner: Owner
@@ -254,6 +261,7 @@ class FlowRecord:
     resources: tuple[str, ...]
     coefficients: tuple[float, ...] = ()
     keys: tuple[Hashable, ...] = ()
+    rates: tuple[tuple[float, float], ...] = ()
 
 
 class Route:
@@ -430,6 +438,8 @@ class FluidNetwork:
             flow.streamed = streamed
             flow.hold = hold
         flow.t_start = flow.t_ref = env.now
+        if self.record:
+            flow.rates = []
         self.flows += 1
         self._active[id(flow)] = flow
         for table in route.on:
@@ -521,6 +531,7 @@ class FluidNetwork:
                             tuple(r.name for r, _ in f.uses),
                             tuple(c for _, c in f.uses),
                             tuple(r.key for r, _ in f.uses),
+                            tuple(f.rates) if f.rates is not None else (),
                         )
                     )
                 if f.done is not None:
@@ -623,6 +634,8 @@ class FluidNetwork:
             f.t_ref = now
             f.rate = rate
             f.version += 1
+            if f.rates is not None:
+                f.rates.append((now, rate))
             if rate > 0:
                 self._seq += 1
                 finish = now if rate == math.inf else now + max(f.remaining, 0.0) / rate

@@ -38,8 +38,10 @@ from collsim.trace import (
     Bar,
     Lane,
     LinkUse,
+    MergedBar,
     flow_bars,
     link_usage,
+    merge_bars,
     pack_lanes,
     rank_map,
     resource_capacities,
@@ -495,8 +497,11 @@ def timeline_figure(
         At most this many rows: when ranks x channels exceed it, only the lowest channels are shown (every rank
         keeps its rows); the title says so.
     max_bars : int
-        At most this many bars: first fewer channels are shown (down to one, so the whole time span stays), then
-        only the earliest bars; the title says what is shown.
+        At most this many bars: first fewer channels are shown (down to one), then each row's bars of one activity
+        are merged into equal time bins, as many bins as keep the shapes within ``max_bars`` (a merged bar spans
+        its bin's first start to last end; its hover gives the number of bars, their busy time and bytes), so the
+        whole collective stays drawn; the title says what is shown. A row's activities that fit in no fewer shapes
+        (one per row and activity) are never cut.
     receives : bool
         Draw receive bars.
     title : str, optional
@@ -513,8 +518,13 @@ def timeline_figure(
         raise ValueError(f"max_rows and max_bars must be >= 1, got {max_rows!r} and {max_bars!r}")
     every = flow_bars(outcome.records, rank_map(topology), receives=receives)
     bars, lanes, notes = _cut_bars(every, max_rows, max_bars)
+    hovers: list[str] | None = None
+    if len(bars) > max_bars:
+        merged = merge_bars(bars, max_bars, max(outcome.time_s, max(b.end for b in bars)))
+        bars, hovers = [m.bar for m in merged.bars], [_merged_hover(m) for m in merged.bars]
+        notes.append(merged.note)
     labels = [lane.label for lane in lanes]
-    fig = go.Figure(_activity_traces(bars))
+    fig = go.Figure(_activity_traces(bars, hovers))
     head = title or (
         f"{_backend_label(outcome.backend)} {outcome.collective} {format_size(outcome.size_bytes)}: "
         f"{outcome.algorithm}/{outcome.protocol}, {outcome.nranks} ranks, {outcome.time_s * 1e6:.1f} us"
@@ -536,8 +546,8 @@ def timeline_figure(
 
 def _cut_bars(bars: list[Bar], max_rows: int, max_bars: int) -> tuple[list[Bar], list[Lane], list[str]]:
     """The bars a timeline shows, its rows (sorted lanes) and notes on what was cut: the lowest channels when there
-    are more than ``max_rows`` rows or ``max_bars`` bars (down to one channel), then the earliest ``max_bars`` bars
-    (the rows of the channels kept stay)."""
+    are more than ``max_rows`` rows or ``max_bars`` bars (down to one channel); more than ``max_bars`` bars may
+    remain (:func:`collsim.trace.merge_bars` bins them)."""
     notes: list[str] = []
     lanes = {b.lane for b in bars}
     ranks = {lane.rank for lane in lanes if lane.group == 0}
@@ -559,16 +569,27 @@ def _cut_bars(bars: list[Bar], max_rows: int, max_bars: int) -> tuple[list[Bar],
             + f" of {len(channels)}"
         )
         lanes = {b.lane for b in bars}
-    if len(bars) > max_bars:
-        total = len(bars)
-        bars = bars[:max_bars]
-        notes.append(f"first {max_bars} of {total} bars (to {bars[-1].start * 1e6:.1f} us)")
     return bars, sorted(lanes), notes
 
 
-def _activity_traces(bars: Sequence[Bar]) -> list[go.Bar]:
+def _merged_hover(m: MergedBar) -> str:
+    """Hover text of a merged bar: its row, activity, how many bars and which tags, its span, busy time, bytes."""
+    b = m.bar
+    text = (
+        f"{b.lane.label}: {b.activity}, {m.count} bar{'s' if m.count > 1 else ''} merged "
+        f"({', '.join(sorted(t.label for t in m.tags))})<br>{b.start * 1e6:.3f}-{b.end * 1e6:.3f} us, "
+        f"busy {m.busy_s * 1e6:.3f} us"
+    )
+    if b.nbytes > 0:
+        text += f"<br>{format_size(b.nbytes)}"
+        text += f" {'to' if b.activity == 'send' else 'from'} {b.peer}" if b.peer else ""
+    return text
+
+
+def _activity_traces(bars: Sequence[Bar], hovers: Sequence[str] | None = None) -> list[go.Bar]:
     """A horizontal bar trace per activity present, in :data:`collsim.trace.ACTIVITIES` order; bars that overlap on
-    one row share its 0.8 height (sub-lane ``s`` of ``k`` draws in the ``s``-th slice)."""
+    one row share its 0.8 height (sub-lane ``s`` of ``k`` draws in the ``s``-th slice). ``hovers``: each bar's
+    hover text (default: :func:`_bar_hover`)."""
     sub = pack_lanes(bars)
     depth: dict[Lane, int] = {}
     for b, s in zip(bars, sub, strict=True):
@@ -590,7 +611,7 @@ def _activity_traces(bars: Sequence[Bar]) -> list[go.Bar]:
                 width=widths,
                 offset=[-0.4 + sub[i] * w for i, w in zip(idx, widths, strict=True)],
                 marker={"color": ACTIVITY_COLORS[act], "line": {"width": 0.6, "color": "white"}},
-                hovertext=[_bar_hover(b) for b in sel],
+                hovertext=[_bar_hover(bars[i]) if hovers is None else hovers[i] for i in idx],
                 hoverinfo="text",
             )
         )

@@ -342,11 +342,45 @@ def test_timeline_figure_every_rank_and_caps(hgx: Simulator) -> None:
     kept = list(by_bars.layout.yaxis.categoryarray)
     assert kept == [f"rank {r} ch 0" for r in range(8)] and "channel 0 of 8" in by_bars.layout.title.text
     assert max(b + x for t in by_bars.data for b, x in zip(t.base, t.x, strict=True)) == pytest.approx(max(ends))
-    few = timeline_figure(out, full.topology, max_rows=8, max_bars=10)
-    assert sum(len(t.x) for t in few.data) == 10
-    assert "channel 0 of 8" in few.layout.title.text and "first 10 of" in few.layout.title.text
+    few = timeline_figure(out, full.topology, max_rows=8, max_bars=10)  # fewer than rows x activities
+    pairs = {(y, t.name) for t in few.data for y in t.y}
+    assert sum(len(t.x) for t in few.data) == len(pairs)  # one merged bar per row and activity: never cut further
+    assert "channel 0 of 8" in few.layout.title.text and "(per row and activity, 1 bins of" in few.layout.title.text
+    assert max(b + x for t in few.data for b, x in zip(t.base, t.x, strict=True)) == pytest.approx(max(ends))
     with pytest.raises(ValueError, match="max_rows"):
         timeline_figure(out, full.topology, max_rows=0)
+
+
+def test_timeline_figure_merges_bars_over_the_whole_collective() -> None:
+    """Over ``max_bars``: each row's bars of one activity merge into time bins, so the shapes stay within the cap,
+    the drawing covers the whole collective (first start to last end), and every byte is still counted."""
+    ring = Simulator.from_source("hgx-h100", ["backends.nccl.env.NCCL_ALGO=Ring", "engine.symmetry=false"])
+    out = ring.simulate_one("nccl", 4 * 1024 * 1024, record=True)  # Ring/LL128: 3592 bars on channel 0
+    full = ring
+    every = timeline_figure(out, full.topology, max_rows=8, max_bars=1_000_000)  # channel 0, every bar
+    assert "merged" not in every.layout.title.text
+    for cap in (300, 1000):
+        fig = timeline_figure(out, full.topology, max_rows=8, max_bars=cap)
+        n = sum(len(t.x) for t in fig.data)
+        assert 0.5 * cap < n <= cap and "merged into" in fig.layout.title.text
+        for t, e in zip(fig.data, every.data, strict=True):
+            assert t.name == e.name and set(t.y) == set(e.y)  # the same rows and activities
+            assert min(t.base) == pytest.approx(min(e.base), abs=1e-9)
+            ends = [b + x for b, x in zip(t.base, t.x, strict=True)]
+            assert max(ends) == pytest.approx(max(b + x for b, x in zip(e.base, e.x, strict=True)), rel=1e-12)
+            assert all(x >= 0 for x in t.x)
+        sent = [h for t in fig.data if t.name == "send" for h in t.hovertext]
+        assert all(" merged (" in h and "busy " in h for h in sent)
+    # bytes are kept: the merged bars' bytes (pro rata of time) add up to the records'
+    from collsim.trace import flow_bars, merge_bars, rank_map
+
+    bars = [b for b in flow_bars(out.records, rank_map(full.topology)) if b.lane.channel == 0]
+    merged = merge_bars(bars, 500, out.time_s)
+    assert len(merged.bars) <= 500 and "bins of" in merged.note and merged.merged_from == len(bars)
+    assert sum(m.count for m in merged.bars) >= len(bars)  # a bar straddling a bin edge counts in both bins
+    for act in ("send", "receive"):
+        want = sum(b.nbytes for b in bars if b.activity == act)
+        assert sum(m.bar.nbytes for m in merged.bars if m.bar.activity == act) == pytest.approx(want, rel=1e-9)
 
 
 def test_timeline_figure_notes_symmetry(hgx: Simulator) -> None:
