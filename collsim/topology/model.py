@@ -202,6 +202,7 @@ class Topology:
         self.nic_substitutes: Mapping[str, tuple[Device, str]] = dict(nic_substitutes or {})
         self.background: tuple[tuple[str, str, float], ...] = tuple(background)
         self._route_cache: dict[tuple[str, str, frozenset[str] | None], list[Link] | None] = {}
+        self._onward_cache: dict[str, list[tuple[str, Link]]] = {}
         self._index: dict[tuple[str | None, int | None], list[Device]] = {}
         self._sorted: list[Device] = sorted(
             (d["device"] for _, d in graph.nodes(data=True)),
@@ -308,6 +309,7 @@ class Topology:
             best: dict[str, tuple[int, int]] = {src: (0, 0)}
             prev: dict[str, str] = {}
             heap: list[tuple[int, int, str]] = [(0, 0, src)]
+            dst_dead_end = g.nodes[dst]["device"].kind in _NO_TRANSIT  # not among _onward's devices
             while heap:
                 lat, hops, u = heapq.heappop(heap)
                 if (lat, hops) > best[u]:
@@ -316,8 +318,12 @@ class Topology:
                     break
                 if u != src and g.nodes[u]["device"].kind in _NO_TRANSIT:
                     continue
-                for v in sorted(g.successors(u)):
-                    lk: Link = g.edges[u, v]["link"]
+                # only devices a route may pass through, and dst: a GPU or NIC other than dst is a dead end, so
+                # leaving it out changes no route, and a fabric switch's thousands of NICs are not scanned
+                onward = self._onward(u)
+                if dst_dead_end and g.has_edge(u, dst):
+                    onward = [*onward, (dst, g.edges[u, dst]["link"])]
+                for v, lk in onward:
                     if kinds is not None and lk.kind not in kinds:
                         continue
                     cand = (lat + round(lk.latency * _PS_PER_S), hops + 1)
@@ -333,6 +339,17 @@ class Topology:
                 result = [g.edges[a, b]["link"] for a, b in itertools.pairwise(names)]
         self._route_cache[key] = result
         return None if result is None else list(result)
+
+    def _onward(self, u: str) -> list[tuple[str, Link]]:
+        """``u``'s successors a route may pass through (not a GPU or NIC) with their links, sorted by name."""
+        found = self._onward_cache.get(u)
+        if found is None:
+            g = self.graph
+            found = self._onward_cache[u] = [
+                (v, g.edges[u, v]["link"]) for v in sorted(g.successors(u))
+                if g.nodes[v]["device"].kind not in _NO_TRANSIT
+            ]  # fmt: skip
+        return found
 
     def route(self, src: str, dst: str, kinds: Collection[str] | None = None) -> list[Link]:
         """Return the directed links from ``src`` to ``dst`` with minimum total latency (ties: fewest hops).

@@ -99,7 +99,7 @@ def node_chain(topo: Topology, node: int, nic: str | None, channel: int = 0) -> 
             nics = topo.nic_slots(node)
             seq = [*(nics[k % len(nics)] for k in range(channel)), nic]
         return mesh_chains(topo, node, mesh, seq)[-1]
-    gpus = [d.name for d in topo.gpus() if d.node == node]
+    gpus = [d.name for d in topo.devices("gpu", node)]
     if nic is None or len(gpus) == 1:
         return gpus
     nic_index = topo.device(nic).index
