@@ -38,10 +38,12 @@ from collsim.backends import (
     simulate_nccl,
 )
 from collsim.backends.nccl import NcclPlan, choose, enabled_pairs, tuner_times
+from collsim.engine.budget import WorkLimitExceeded, work_budget
 from collsim.nccl_env import NcclEnvError, NcclOptions
 from collsim.noise import add_delays, launch_skews, repetition_seed
 from collsim.profile import Profile, load_profile
 from collsim.results import (
+    AlgorithmComparison,
     Comparison,
     Explanation,
     Record,
@@ -49,6 +51,7 @@ from collsim.results import (
     records_to_dataframe,
     repeated_record,
     representative_size,
+    whole_element_bytes,
 )
 from collsim.scenario import Scenario, ScenarioError, load_scenario
 from collsim.scenario.models import TrainingConfig
@@ -71,7 +74,8 @@ from collsim.training import (
     simulate_ddp_step,
 )
 from collsim.training.fsdp import FsdpConfig, simulate_fsdp_step
-from collsim.vocab import BACKENDS, REDUCING_COLLECTIVES, ROOTED_COLLECTIVES
+from collsim.units import DTYPE_SIZES, format_size
+from collsim.vocab import BACKENDS, GLOO_ALGORITHMS, REDUCING_COLLECTIVES, ROOTED_COLLECTIVES
 
 __all__ = [
     "BACKENDS",
@@ -395,6 +399,7 @@ class Simulator:
         choice: tuple[str, str] | None = None,
         symmetry: bool | None = None,
         repetition: int = 0,
+        gloo_algorithm: str | None = None,
     ) -> Outcome:
         """Simulate one collective of ``size`` bytes with ``backend`` ("nccl" or "gloo").
 
@@ -414,32 +419,78 @@ class Simulator:
             Simulate provably identical ranks once; default: the scenario's ``engine.symmetry``.
         repetition : int
             Which draws of the scenario's noise (:meth:`options`); no effect without noise.
+        gloo_algorithm : str, optional
+            Gloo's allreduce algorithm instead of ``backends.gloo.algorithm``
+            (:data:`collsim.vocab.GLOO_ALGORITHMS`).
         """
         coll = collective or self.scenario.collectives()[0]
         sym = self.scenario.engine.symmetry if symmetry is None else symmetry
-        with self._errors(f"backends.{backend}"):
-            if backend == "nccl":
-                nccl_options = self.options("nccl", repetition)
-                assert isinstance(nccl_options, NcclOptions)
-                return simulate_nccl(
-                    self.topology,
-                    nccl_options,
-                    self.nccl_constants,
-                    size,
-                    collective=coll,
-                    fabric=self.fabric,
-                    plan=self.nccl_plan,
-                    symmetry=sym,
-                    record=record,
-                    choice=choice,
-                )
-            if backend == "gloo":
-                gloo_options = self.options("gloo", repetition)
-                assert isinstance(gloo_options, GlooOptions)
-                return simulate_gloo(
-                    self.topology, gloo_options, self.gloo_constants, size, collective=coll, symmetry=sym,
-                    record=record,
-                )
+        eng = self.scenario.engine
+        label = f"{backend} {coll} {format_size(size)}"
+        try:
+            with self._errors(f"backends.{backend}"), work_budget(
+                max_flows=eng.max_flows, max_records=eng.max_records, label=label
+            ):
+                out = self._simulate(backend, size, coll, record, choice, sym, repetition, gloo_algorithm)
+        except WorkLimitExceeded as exc:
+            how = "every rank simulated" if not sym else "symmetry on"
+            raise ScenarioError(
+                f"{label} ({how}) passed the limit of {exc.limit} flows after {exc.simulated_s * 1e6:.6g} us of "
+                f"simulated time; raise it (--set {exc.field}=N, or null for none: about 23 us a flow"
+                + (", 1.5 KB a recorded one" if exc.field == "engine.max_records" else "")
+                + "), or ask for fewer nodes or smaller sizes",
+                file=self.scenario.source_file,
+                field=exc.field,
+            ) from None
+        out.size_bytes = size  # the size asked for; a part element was not moved (see _simulate)
+        return out
+
+    def _simulate(
+        self,
+        backend: str,
+        size: int,
+        coll: str,
+        record: bool,
+        choice: tuple[str, str] | None,
+        sym: bool,
+        repetition: int,
+        gloo_algorithm: str | None,
+    ) -> Outcome:
+        """:meth:`simulate_one`'s simulation of the whole elements of ``size`` (:func:`whole_element_bytes`: sizes
+        round down to whole elements, as nccl-tests passes a count; a note says so when it cuts any bytes)."""
+        if backend in BACKENDS:
+            nranks = len(self.nccl_plan.ranks) if backend == "nccl" else len(self.topology.rank_devices())
+            moved = whole_element_bytes(size, self.scenario.workload.dtype, coll, nranks)
+            if moved != size:
+                out = self._simulate(backend, moved, coll, record, choice, sym, repetition, gloo_algorithm)
+                elem = DTYPE_SIZES[self.scenario.workload.dtype]
+                out.notes = [*out.notes, f"{size} B is not whole {self.scenario.workload.dtype} elements "
+                             f"({elem} B each): {moved} B moved"]  # fmt: skip
+                return out
+        if backend == "nccl":
+            nccl_options = self.options("nccl", repetition)
+            assert isinstance(nccl_options, NcclOptions)
+            return simulate_nccl(
+                self.topology,
+                nccl_options,
+                self.nccl_constants,
+                size,
+                collective=coll,
+                fabric=self.fabric,
+                plan=self.nccl_plan,
+                symmetry=sym,
+                record=record,
+                choice=choice,
+            )
+        if backend == "gloo":
+            gloo_options = self.options("gloo", repetition)
+            assert isinstance(gloo_options, GlooOptions)
+            if gloo_algorithm is not None:
+                gloo_options = dataclasses.replace(gloo_options, algorithm=gloo_algorithm)
+            return simulate_gloo(
+                self.topology, gloo_options, self.gloo_constants, size, collective=coll, symmetry=sym,
+                record=record,
+            )
         raise ScenarioError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}", field="backend")
 
     def recorded(self, backend: str, size: int, collective: str | None = None) -> Outcome:
@@ -896,6 +947,92 @@ class Simulator:
         gloo = {(r.collective, r.size_bytes): r for r in sweep.by_backend("gloo")}
         rows = [Comparison(k[1], nccl[k], gloo[k]) for k in nccl if k in gloo]
         return rows, sweep.interrupted
+
+    def algorithm_variants(self, backend: str, collective: str, size: int) -> tuple[dict[str, Any], str]:
+        """What :meth:`compare_algorithms` runs for one backend at one (collective, size): variant label to
+        ``simulate_one`` keyword arguments, in the backend's order, and the default variant's label.
+
+        NCCL: each algorithm NCCL_ALGO/NCCL_PROTO leave enabled (labelled ``"Ring"``, ``"NVLS"`` ...), with the
+        protocol NCCL's cost model prices fastest for it; the default is the cost model's overall pick (its
+        algorithm with its protocol), what NCCL runs. Gloo: for
+        allreduce each of Gloo's algorithms (:data:`collsim.vocab.GLOO_ALGORITHMS`; PyTorch's ProcessGroupGloo
+        always runs ``ring``, the others are Gloo's own and older stacks'), the default ``backends.gloo.algorithm``;
+        other collectives have one algorithm each, so one variant.
+        """
+        if backend == "nccl":
+            plan, opts, consts = self.nccl_plan, self.nccl_options, self.nccl_constants
+            with self._errors("backends.nccl"):
+                pairs = enabled_pairs(plan, opts, collective)
+                model = tuner_times(plan, consts, collective, size, opts)
+                pick_a, pick_p, _ = choose(plan, opts, consts, collective, size)
+            best: dict[str, tuple[float, str]] = {}
+            for a, p in pairs:
+                if (a, p) in model and (a not in best or model[(a, p)] < best[a][0]):
+                    best[a] = (model[(a, p)], p)
+            if pick_a in best:
+                best[pick_a] = (best[pick_a][0], pick_p)
+            return {a: {"choice": (a, p)} for a, (_t, p) in best.items()}, pick_a
+        if backend == "gloo":
+            default = self.gloo_options.algorithm
+            if collective != "allreduce":
+                return {default: {}}, default
+            return {a: {"gloo_algorithm": a} for a in GLOO_ALGORITHMS}, default
+        raise ScenarioError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}", field="backend")
+
+    def compare_algorithms(
+        self,
+        backend: str | None = None,
+        sizes: Sequence[int] | None = None,
+        *,
+        progress: Progress | None = None,
+        jobs: int = 1,
+    ) -> tuple[list[AlgorithmComparison], bool]:
+        """One backend's algorithms against each other per (collective, size) (:meth:`algorithm_variants`), with
+        time breakdowns; returns (rows, interrupted). What ``collsim compare`` prints when only one backend is
+        enabled. ``jobs`` as in :meth:`run`.
+
+        Parameters
+        ----------
+        backend : str, optional
+            Default: the only enabled backend (an error when both or none are).
+        sizes : sequence of int, optional
+            Bytes; default: the scenario's ``workload.sizes``.
+        """
+        enabled = self.backends()
+        if backend is None:
+            if len(enabled) != 1:
+                raise ScenarioError(
+                    f"compare_algorithms needs one backend; enabled: {', '.join(enabled) or 'none'}",
+                    file=self.scenario.source_file,
+                    field="backends",
+                )
+            backend = enabled[0]
+        elif backend not in enabled:
+            raise ScenarioError(
+                f"{backend} is disabled here", file=self.scenario.source_file, field=f"backends.{backend}"
+            )
+        chosen = backend
+        sizes = self.scenario.sizes() if sizes is None else sizes
+        todo = [(c, s) for c in self.scenario.collectives() for s in sizes]
+
+        def point(i: int) -> AlgorithmComparison:
+            coll, size = todo[i]
+            variants, default = self.algorithm_variants(chosen, coll, size)
+            records = {}
+            for label, kwargs in variants.items():
+                out = self.simulate_one(chosen, size, collective=coll, record=True, **kwargs)
+                out.records = []
+                records[label] = self.to_record(out)
+            return AlgorithmComparison(coll, size, chosen, records, default)
+
+        done, interrupted = self.map_points(
+            point,
+            len(todo),
+            jobs,
+            sizes=[s for _c, s in todo],
+            progress=(lambda i, n: progress(chosen, todo[i][1], n, len(todo))) if progress else None,
+        )
+        return [done[i] for i in sorted(done)], interrupted
 
     def report_data(
         self, sizes: Sequence[int], timeline_size: int | None = None, *, progress: Progress | None = None

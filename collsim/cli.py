@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import warnings
 from collections.abc import Sequence
@@ -21,19 +22,27 @@ from collsim.api import BACKENDS, Simulator
 from collsim.backends import BackendError
 from collsim.calibration.measurement import MeasurementError
 from collsim.calibration.nccltests import ParseWarning
+from collsim.engine.budget import work_budget
+from collsim.files import check_output_path, write_atomic
+from collsim.parallel import Terminated, handle_signals
 from collsim.results import (
     Comparison,
     RepeatedRecord,
     agreement,
+    algorithm_comparisons_to_csv,
+    algorithm_comparisons_to_json,
     comparisons_to_csv,
     comparisons_to_json,
     explanations_to_json,
+    format_algorithm_comparison,
     format_comparison,
     format_explain_perturbation,
     format_explanation,
     format_perturbation,
     format_repeated_sweep,
     format_sweep,
+    mark_partial,
+    partial_fields,
     records_to_csv,
     records_to_json,
     repeated_to_csv,
@@ -107,6 +116,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--jobs", type=int, default=0, metavar="N", help=_JOBS_HELP)
     run.add_argument("--trace", metavar="FILE.json", help="also write a Chrome trace (Perfetto, chrome://tracing)")
     run.add_argument("--trace-size", metavar="SIZE", help="size the trace shows (default: 64MiB or the largest size)")
+    run.add_argument(
+        "--trace-full",
+        action="store_true",
+        help="every flow an event in the trace (default: at most 50,000 events, bars merged into time bins beyond)",
+    )
     run.add_argument("--repeat", type=int, default=1, metavar="K",
                      help="runs per size, each with its own draws of the scenario's noise; reports the median and "
                      "p50/p99/min/max (default: %(default)s)")  # fmt: skip
@@ -137,6 +151,21 @@ def _parser() -> argparse.ArgumentParser:
     topo = sub.add_parser("topo", help="GPU x GPU and GPU x NIC path matrix like nvidia-smi topo -m")
     _common(topo, ("table",))
     topo.add_argument("--node", type=int, default=0, help="which node to show (default 0)")
+    imp = sub.add_parser("import", help="a node template from NCCL's topology dump or nvidia-smi topo -m")
+    imp.add_argument("kind", choices=("nccl-xml", "nvidia-smi"),
+                     help="nccl-xml: the file NCCL_TOPO_DUMP_FILE wrote; nvidia-smi: the output of nvidia-smi topo -m")
+    imp.add_argument("file", metavar="FILE", help="the file to read")
+    imp.add_argument("-o", "--output", metavar="TEMPLATE.yaml",
+                     help="write the template there (atomically) and print its path matrix; default: print the YAML")
+    imp.add_argument("--gpu", metavar="PRESET", help="GPU preset of every GPU (nccl-xml: default from the PCI id; "
+                     "nvidia-smi: required)")
+    imp.add_argument("--nic", metavar="PRESET", help="NIC preset of every NIC (nccl-xml: default by speed; "
+                     "nvidia-smi: required when it shows NICs)")
+    imp.add_argument("--cpu", metavar="PRESET", help="CPU preset of every socket (nccl-xml: default by NCCL's CPU "
+                     "class; nvidia-smi: default generic-x86)")
+    imp.add_argument("--name", metavar="NAME", help="the template's name (default: the file's stem)")
+    imp.add_argument("--presets", dest="import_presets", action="append", default=[], metavar="FILE",
+                     help="user presets file or folder the presets named may come from (repeatable)")  # fmt: skip
     val = sub.add_parser("validate", help="predicted vs measured per size, and the error per size band")
     _common(val, ("table", "json"))
     _measurement_args(val)
@@ -263,20 +292,35 @@ def _jobs(n: int) -> int:
 
 
 def _emit(text: str, output: str | None) -> None:
+    """``text`` to stdout, or to ``output`` whole or not at all (:func:`collsim.files.write_atomic`)."""
     if output:
-        with open(output, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        write_atomic(output, text)
     else:
         sys.stdout.write(text)
 
 
-def _finish(text: str, output: str | None, interrupted: bool, kept: str) -> int:
-    """Write the output; after Ctrl-C say what was kept and return 130."""
-    _emit(text, output)
-    if interrupted:
-        print(f"collsim: interrupted; kept {kept}", file=sys.stderr)
+def _finish(text: str, args: argparse.Namespace, interrupted: bool, done: int, total: int, unit: str = "rows") -> int:
+    """Write the output; after Ctrl-C mark it partial (``done`` of ``total`` ``unit`` finished; JSON carries
+    :func:`~collsim.results.partial_fields` already), say what was kept and return 130.
+
+    With ``-o FILE`` an interrupted run writes FILE (whole) only when something finished: with nothing finished an
+    existing FILE is left as it was."""
+    if not interrupted:
+        _emit(text, args.output)
+        return 0
+    if args.output and done == 0 and Path(args.output).exists():
+        print(f"collsim: interrupted before any of the {total} {unit} finished; {args.output} left as it was",
+              file=sys.stderr)  # fmt: skip
         return 130
-    return 0
+    _emit(mark_partial(text, args.format, done, total, unit), args.output)
+    where = f" in {args.output}, marked partial" if args.output else ""
+    print(f"collsim: interrupted; kept {done} of {total} {unit}{where}", file=sys.stderr)
+    return 130
+
+
+def _planned(sim: Simulator, backends: Sequence[str], sizes: Sequence[int] | None) -> int:
+    """Rows of a complete ``run``: one per backend, collective and size."""
+    return len(backends) * len(sim.scenario.collectives()) * len(sim.scenario.sizes() if sizes is None else sizes)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -289,12 +333,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.repeat != 1 or sim.noisy:
         return _run_repeated(args, sim, backends)
     prog = _Progress(args.quiet)
-    result = sim.run(backends=backends, sizes=_sizes(args.sizes), progress=prog, jobs=_jobs(args.jobs))
+    sizes = _sizes(args.sizes)
+    result = sim.run(backends=backends, sizes=sizes, progress=prog, jobs=_jobs(args.jobs))
     prog.done()
     if args.trace and not result.interrupted:
         _write_trace(args, sim, backends)
+    total = _planned(sim, backends, sizes)
     if args.format == "json":
-        text = records_to_json(result.records, sim.scenario.to_dict(), interrupted=result.interrupted) + "\n"
+        part = partial_fields(result.interrupted, len(result.records), total)
+        text = records_to_json(result.records, sim.scenario.to_dict(), interrupted=result.interrupted, **part) + "\n"
     elif args.format == "csv":
         text = records_to_csv(result.records)
     else:
@@ -305,7 +352,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             collectives=sim.scenario.collectives(),
             nccl_notes=_plugin_notes(sim),
         )
-    return _finish(text, args.output, result.interrupted, f"{len(result.records)} rows")
+    return _finish(text, args, result.interrupted, len(result.records), total)
 
 
 def _run_repeated(args: argparse.Namespace, sim: Simulator, backends: Sequence[str]) -> int:
@@ -317,15 +364,16 @@ def _run_repeated(args: argparse.Namespace, sim: Simulator, backends: Sequence[s
             file=sys.stderr,
         )
     prog = _Progress(args.quiet)
-    result = sim.run_repeated(
-        args.repeat, backends=backends, sizes=_sizes(args.sizes), progress=prog, jobs=_jobs(args.jobs)
-    )
+    sizes = _sizes(args.sizes)
+    result = sim.run_repeated(args.repeat, backends=backends, sizes=sizes, progress=prog, jobs=_jobs(args.jobs))
     prog.done()
     if args.trace and not result.interrupted:
         _write_trace(args, sim, backends)
     records = [r for r in result.records if isinstance(r, RepeatedRecord)]
+    total = _planned(sim, backends, sizes)
     if args.format == "json":
-        text = records_to_json(records, sim.scenario.to_dict(), interrupted=result.interrupted) + "\n"
+        part = partial_fields(result.interrupted, len(records), total)
+        text = records_to_json(records, sim.scenario.to_dict(), interrupted=result.interrupted, **part) + "\n"
     elif args.format == "csv":
         text = repeated_to_csv(records)
     else:
@@ -337,7 +385,7 @@ def _run_repeated(args: argparse.Namespace, sim: Simulator, backends: Sequence[s
             nccl_notes=_plugin_notes(sim),
             noise=sim.noise_text(),
         )
-    return _finish(text, args.output, result.interrupted, f"{len(records)} rows")
+    return _finish(text, args, result.interrupted, len(records), total)
 
 
 def _plugin_notes(sim: Simulator) -> list[str]:
@@ -346,16 +394,55 @@ def _plugin_notes(sim: Simulator) -> list[str]:
     return [f"{k}={v} set by the NICs' network plugin (NIC preset nccl_plugin_env)" for k, v in env.items()]
 
 
+def _compare_algorithms(args: argparse.Namespace, sim: Simulator, note: str) -> int:
+    """``compare`` (and ``explain`` without NCCL) with one backend enabled: its algorithms against each other."""
+    if not sim.backends():
+        raise ScenarioError(
+            "no backend enabled; enable backends.nccl or backends.gloo", file=sim.scenario.source_file, field="backends"
+        )
+    prog = _Progress(args.quiet)
+    rows, interrupted = sim.compare_algorithms(sizes=_sizes(args.sizes), progress=prog, jobs=_jobs(args.jobs))
+    prog.done()
+    total, done = _planned(sim, ["one"], _sizes(args.sizes)), len(rows)  # one row per collective and size
+    if args.format == "json":
+        text = algorithm_comparisons_to_json(
+            rows, sim.scenario.to_dict(), interrupted, **partial_fields(interrupted, done, total)
+        )
+    elif args.format == "csv":
+        text = algorithm_comparisons_to_csv(rows)
+    else:
+        text = format_algorithm_comparison(
+            rows, name=sim.scenario.name, collectives=sim.scenario.collectives(), dtype=sim.scenario.workload.dtype,
+            note=note,
+        )  # fmt: skip
+    return _finish(text, args, interrupted, done, total)
+
+
+def _one_backend_note(sim: Simulator) -> str:
+    """Why ``compare`` shows one backend's algorithms, and what its default means."""
+    off = [b for b in BACKENDS if b not in sim.backends()]
+    why = f"{' and '.join(off)} disabled" + ("; the cluster has no GPUs" if not sim.topology.gpus() else "")
+    if sim.backends() == ["gloo"]:
+        return f"{why}. Gloo: PyTorch's ProcessGroupGloo always runs ring; the others are Gloo's own algorithms"
+    return f"{why}. NCCL: each algorithm with the protocol its cost model prices fastest; * = what NCCL picks"
+
+
 def _cmd_compare(args: argparse.Namespace) -> int:
     sim = Simulator.from_source(args.scenario, args.overrides)
+    if len(sim.backends()) < len(BACKENDS):  # one backend: its algorithms against each other
+        return _compare_algorithms(args, sim, _one_backend_note(sim))
     prog = _Progress(args.quiet)
     rows, interrupted = sim.compare(_sizes(args.sizes), progress=prog, jobs=_jobs(args.jobs))
     healthy: list[Comparison] = []
     if sim.perturbations() and not interrupted:  # the same sweep on the healthy cluster, to show the effect
         healthy, interrupted = sim.healthy().compare(_sizes(args.sizes), progress=prog, jobs=_jobs(args.jobs))
     prog.done()
+    # rows of a complete run: one per collective and size (twice with perturbations: the healthy rows too)
+    total = _planned(sim, ["nccl"], _sizes(args.sizes)) * (2 if sim.perturbations() else 1)
+    done = len(rows) + len(healthy)
     if args.format == "json":
-        text = comparisons_to_json(rows, sim.scenario.to_dict(), interrupted, healthy or None)
+        part = partial_fields(interrupted, done, total)
+        text = comparisons_to_json(rows, sim.scenario.to_dict(), interrupted, healthy or None, **part)
     elif args.format == "csv":
         text = comparisons_to_csv(rows)
     else:
@@ -371,11 +458,14 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         )
         if healthy:
             text += "\n" + format_perturbation(rows, healthy, sim.perturbations())
-    return _finish(text, args.output, interrupted, f"{len(rows)} sizes")
+    return _finish(text, args, interrupted, done, total)
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
     sim = Simulator.from_source(args.scenario, args.overrides)
+    if "nccl" not in sim.backends() and sim.backends():  # no cost model to explain: Gloo's algorithms, simulated
+        note = _one_backend_note(sim) + "; Gloo has no cost model: every algorithm is simulated"
+        return _compare_algorithms(args, sim, note)
     prog = _Progress(args.quiet)
     if args.dask:
         from collsim.sweep.execute import DaskMissing, make_executor
@@ -392,17 +482,20 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     else:
         rows, interrupted = sim.explain(_sizes(args.sizes), all_pairs=args.all, progress=prog, jobs=_jobs(args.jobs))
     prog.done()
+    total, done = _planned(sim, ["nccl"], _sizes(args.sizes)), len(rows)  # one row per collective and size
     if args.format == "json":
-        text = explanations_to_json(rows, sim.scenario.to_dict(), interrupted, agreement(rows))
+        part = partial_fields(interrupted, done, total)
+        text = explanations_to_json(rows, sim.scenario.to_dict(), interrupted, agreement(rows), **part)
     else:
         text = format_explanation(
             rows, name=sim.scenario.name, nranks=len(sim.nccl_plan.ranks), notes=_plugin_notes(sim), all_pairs=args.all
         )
         if sim.perturbations() and not interrupted:  # NCCL's choice and time on the healthy cluster too
-            healthy, _ = sim.healthy().explain(_sizes(args.sizes), progress=prog, jobs=_jobs(args.jobs))
+            healthy, interrupted = sim.healthy().explain(_sizes(args.sizes), progress=prog, jobs=_jobs(args.jobs))
             prog.done()
+            total, done = 2 * total, done + len(healthy)
             text += "\n" + format_explain_perturbation(rows, healthy, sim.perturbations())
-    return _finish(text, args.output, interrupted, f"{len(rows)} sizes")
+    return _finish(text, args, interrupted, done, total)
 
 
 def _measurement_args(p: argparse.ArgumentParser) -> None:
@@ -440,8 +533,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     if args.html:
         from collsim.viz.validation import validation_html
 
-        with open(args.html, "w", encoding="utf-8") as fh:
-            fh.write(validation_html(vals))
+        write_atomic(args.html, validation_html(vals))
     return 0
 
 
@@ -522,14 +614,55 @@ def _cmd_step(args: argparse.Namespace) -> int:
         style = sim.scenario.training.style if sim.scenario.training else "ddp"
         text = format_step(rows, name=sim.scenario.name, model=sim.training_model.name, buckets=not args.no_buckets,
                            style=style)  # fmt: skip
-    return _finish(text, args.output, False, "")
+    return _finish(text, args, False, len(rows), len(rows))
 
 
 def _cmd_topo(args: argparse.Namespace) -> int:
     sim = Simulator.from_source(args.scenario, args.overrides)
     if not 0 <= args.node < sim.topology.nodes:
         raise ScenarioError(f"{args.node}: the cluster has nodes 0..{sim.topology.nodes - 1}", field="--node")
-    _emit(format_topo_matrix(sim.topology, args.node), args.output)
+    _emit(format_topo_matrix(sim.topology, args.node, sim.scenario.cluster.node_params), args.output)
+    return 0
+
+
+def _cmd_import(args: argparse.Namespace) -> int:
+    """``collsim import {nccl-xml,nvidia-smi} FILE``: a node template (collsim.topology.importer), its matrix."""
+    from collsim.files import FileReadError, read_text_file
+    from collsim.topology import load_presets, topology_from_template
+    from collsim.topology.importer import (
+        MAX_INPUT_CHARS,
+        template_from_nccl_xml,
+        template_from_nvidia_smi,
+        write_template,
+    )
+    from collsim.topology.presets import merge_presets, read_preset_files
+
+    path = Path(args.file)
+    if path.is_file() and path.stat().st_size > MAX_INPUT_CHARS:
+        raise TopologyError(f"{path.stat().st_size} bytes; at most {MAX_INPUT_CHARS} are read", file=path)
+    try:
+        text = read_text_file(path)
+    except FileReadError as exc:
+        raise TopologyError(str(exc), file=path) from None
+    presets = load_presets()
+    sources = [src for item in args.import_presets for src in read_preset_files(item)]
+    if sources:
+        presets = merge_presets(presets, sources)
+    reader = template_from_nccl_xml if args.kind == "nccl-xml" else template_from_nvidia_smi
+    template = reader(text, file=path, gpu=args.gpu, nic=args.nic, cpu=args.cpu, name=args.name, presets=presets)
+    if not args.output:
+        sys.stdout.write(write_template(template))
+        return 0
+    write_template(template, args.output)
+    topo = topology_from_template(template, file=args.output, presets=presets)
+    out = Path(args.output)
+    shown = str(out) if out.is_absolute() or str(out).startswith(".") else f"./{out}"
+    sys.stdout.write(format_topo_matrix(topo))
+    print(f"\ncollsim import: wrote {args.output}: node template {template['name']!r} ({template['description']})")
+    print(f"Use it in a scenario: cluster: {{node: {shown}}} (a path relative to the scenario's folder; a value with a "
+          "'/' or ending in .yaml is a template file), then collsim topo / run SCENARIO")  # fmt: skip
+    if args.import_presets:
+        print(f"The scenario needs the same presets: preset_files: [{', '.join(args.import_presets)}]")
     return 0
 
 
@@ -591,16 +724,27 @@ def _size_option(text: str | None, option: str) -> int | None:
 def _write_trace(args: argparse.Namespace, sim: Simulator, backends: Sequence[str]) -> None:
     """``run --trace``: each backend's collectives at one size, every rank simulated (symmetry off), as a Chrome
     trace."""
-    from collsim.trace import chrome_trace, representative_size, write_chrome_trace
+    from collsim.trace import TRACE_MAX_EVENTS, chrome_trace, representative_size, write_chrome_trace
 
     size = _size_option(args.trace_size, "--trace-size")
     if size is None:
         size = representative_size(_sizes(args.sizes) or sim.scenario.sizes())
+    if not args.quiet:
+        print(f"collsim: trace at {format_size(size)}: simulating every rank ...", file=sys.stderr)
     outs = [sim.recorded(b, size, collective=c) for b in backends for c in sim.scenario.collectives()]
-    write_chrome_trace(args.trace, chrome_trace(outs, sim.topology, title=f"collsim {sim.scenario.name}"))
+    limit = None if args.trace_full else TRACE_MAX_EVENTS
+    doc = chrome_trace(outs, sim.topology, title=f"collsim {sim.scenario.name}", max_events=limit)
+    write_chrome_trace(args.trace, doc)
     if not args.quiet:
         what = ", ".join(f"{o.backend} {o.collective} {o.time_s * 1e6:.1f} us" for o in outs)
-        print(f"collsim: trace at {format_size(size)} ({what}) written to {args.trace}", file=sys.stderr)
+        merged = [c for c in doc["otherData"]["collectives"] if c["detail"] == "merged"]
+        how = (
+            f"; {sum(c['bars'] for c in merged)} bars merged into {sum(c['events'] for c in merged)} events "
+            "(--trace-full for every flow)"
+            if merged
+            else ""
+        )
+        print(f"collsim: trace at {format_size(size)} ({what}) written to {args.trace}{how}", file=sys.stderr)
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
@@ -638,12 +782,26 @@ def _show_warning(
         out.write(warnings.formatwarning(message, category, filename, lineno, line))
 
 
+#: What the first Ctrl-C says while workers run (a second one stops them: :func:`collsim.parallel.handle_signals`).
+_STOPPING = "collsim: interrupted: finishing the points running (Ctrl-C again to stop them now)"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``collsim`` command; returns the exit status."""
+    """Entry point of the ``collsim`` command; returns the exit status (130 after Ctrl-C, 143 after SIGTERM, 129
+    after SIGHUP: README, "Output and interrupts").
+
+    Without ``argv`` (the program's own command line), once the command is done a Ctrl-C is ignored and SIGTERM
+    ends the process at once (143), so that the status stays the command's; with ``argv`` (called from Python) the
+    previous signal handlers are restored."""
     args = _parser().parse_args(argv)
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), handle_signals(_STOPPING, then_exit=argv is None):
         warnings.showwarning = _show_warning
-        return _dispatch(args)
+        try:
+            return _dispatch(args)
+        except KeyboardInterrupt:  # Ctrl-C again while an earlier one was being reported
+            return 130
+        except Terminated as exc:
+            return 128 + exc.signum
 
 
 def _one_line(text: str, limit: int = 4000) -> str:
@@ -652,6 +810,21 @@ def _one_line(text: str, limit: int = 4000) -> str:
     text = text.replace("\r", " ").replace("\n", " ")
     text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _error_text(exc: Exception) -> str:
+    """An error as its line: an OSError names its file first (``FILE: File name too long``), as collsim's own
+    errors do, instead of Python's ``[Errno 36] ...: 'FILE'``."""
+    if isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
+        return f"{exc.filename}: {exc.strerror}"
+    return str(exc)
+
+
+def _heartbeat(label: str, flows: int, simulated_s: float, wall_s: float) -> None:
+    """A long simulation's sign of life on stderr (collsim.engine.budget), every few seconds."""
+    head = "\r\x1b[K" if sys.stderr.isatty() else ""
+    print(f"{head}collsim: still simulating {label}: {flows:,} flows, {simulated_s * 1e6:.6g} us simulated, "
+          f"{wall_s:.0f} s", file=sys.stderr, flush=True)  # fmt: skip
 
 
 def _dispatch(args: argparse.Namespace) -> int:
@@ -663,6 +836,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         "calibrate": _cmd_calibrate,
         "step": _cmd_step,
         "topo": _cmd_topo,
+        "import": _cmd_import,
         "schema": _cmd_schema,
         "benchmark": _cmd_benchmark,
         "report": _cmd_report,
@@ -671,13 +845,31 @@ def _dispatch(args: argparse.Namespace) -> int:
     }
     try:
         _add_presets(args)
-        return handlers[args.command](args)
+        _check_outputs(args)
+        with work_budget(heartbeat=None if getattr(args, "quiet", False) else _heartbeat):
+            return handlers[args.command](args)
     except (ScenarioError, TopologyError, BackendError, UnitError, MeasurementError, OSError) as exc:
-        print(f"collsim: error: {_one_line(str(exc))}", file=sys.stderr)
+        print(f"collsim: error: {_one_line(_error_text(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("collsim: interrupted", file=sys.stderr)
         return 130
+    except Terminated as exc:  # SIGTERM, SIGHUP: the workers are killed; no output written (a previous one kept)
+        print(f"collsim: terminated by {signal.Signals(exc.signum).name}", file=sys.stderr)
+        return 128 + exc.signum
+
+
+#: The options that name a file a command writes, and their attributes.
+_OUTPUT_OPTIONS = (("output", "-o"), ("trace", "--trace"), ("html", "--html"), ("plot", "--plot"),
+                   ("text", "--text"), ("model_out", "--model-out"))  # fmt: skip
+
+
+def _check_outputs(args: argparse.Namespace) -> None:
+    """Refuse, before any work, an output option that names a folder (or a file in a missing folder)."""
+    for attr, option in _OUTPUT_OPTIONS:
+        value = getattr(args, attr, None)
+        if isinstance(value, str):
+            check_output_path(value, option)
 
 
 if __name__ == "__main__":  # pragma: no cover

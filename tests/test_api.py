@@ -318,3 +318,23 @@ def test_lower_layer_errors_become_scenario_errors_in_one_place() -> None:
     assert str(err.value) == "s.yaml: cluster.gpus.0: node.yaml: no such preset"
     with pytest.raises(KeyError), api.scenario_errors("s.yaml", "cluster"):  # anything else passes through
         raise KeyError("x")
+
+
+def test_one_rule_for_sizes_below_one_element() -> None:
+    """Sizes round down to whole elements (nccl-tests passes a count): 3 B of float32 is the empty collective 0 B
+    is (NCCL discards it: 0 us; Gloo's allreduce returns at once: only ProcessGroupGloo's hand-off to its worker
+    thread), and 4097 B is 4096 B, with a note; the record keeps the size asked for."""
+    sim = Simulator.from_source("hgx-h100")
+    enqueue = sim.gloo_constants.work_enqueue_latency
+    for backend, empty in (("nccl", 0.0), ("gloo", enqueue)):
+        zero, three = (sim.simulate_one(backend, n) for n in (0, 3))
+        assert zero.time_s == three.time_s == pytest.approx(empty, abs=1e-15)
+        assert three.size_bytes == 3 and any("0 B moved" in note for note in three.notes)
+        whole, part = (sim.simulate_one(backend, n) for n in (4096, 4097))
+        assert part.time_s == whole.time_s and part.size_bytes == 4097 and whole.size_bytes == 4096
+        assert sim.simulate_one(backend, 4).time_s > empty
+    # allgather counts per rank: 8 ranks x 4 B = 32 B is one element each; 31 B is none
+    ag = Simulator.from_source("hgx-h100", ["workload.collective=allgather"])
+    assert ag.simulate_one("nccl", 31).time_s == 0.0 and ag.simulate_one("nccl", 32).time_s > 0
+    # Gloo's allgather has no empty check: its ring still sends (0-byte) messages
+    assert ag.simulate_one("gloo", 31).time_s > enqueue

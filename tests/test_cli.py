@@ -583,9 +583,41 @@ def test_benchmark_of_a_missing_scenario_exits_2_before_its_baselines(capsys: py
 
 
 @pytest.mark.parametrize(
-    ("argv", "field"),
-    [(["loopback-gloo-cpu"], "backends.nccl"), (["hgx-h100", "--set", "backends.gloo.enabled=false"], "backends.gloo")],
+    ("argv", "backend", "default"),
+    [(["loopback-gloo-cpu"], "gloo", "ring"), (["hgx-h100", "--set", "backends.gloo.enabled=false"], "nccl", None)],
 )
-def test_compare_honours_a_disabled_backend(capsys: pytest.CaptureFixture[str], argv: list[str], field: str) -> None:
-    rc, _, err = _run(capsys, "compare", *argv, "--sizes", "1MiB")
-    assert rc == 2 and field in err and "use run for" in err and "Traceback" not in err
+def test_compare_honours_a_disabled_backend(
+    capsys: pytest.CaptureFixture[str], argv: list[str], backend: str, default: str | None
+) -> None:
+    """With one backend enabled, compare puts its algorithms side by side; the disabled one is never simulated."""
+    rc, out, err = _run(capsys, "compare", *argv, "--sizes", "1MiB", "--format", "json")
+    assert rc == 0, err
+    doc = json.loads(out)
+    assert doc["backend"] == backend and {r["backend"] for r in doc["algorithms"]} == {backend}
+    (row,) = doc["algorithms"]
+    assert all(v["backend"] == backend for v in row["variants"].values())
+    assert default is None or row["default"] == default
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "hgx-h100", "--sizes", "1KiB", "--set", "calibration=" + "a" * 300],
+        ["run", "hgx-h100", "--sizes", "1KiB", "--set", "cluster.node=" + "a" * 300 + ".yaml"],
+        ["run", "hgx-h100", "--sizes", "1KiB", "--set", "preset_files=[" + "a" * 300 + ".yaml]"],
+        ["run", "hgx-h100", "--sizes", "1KiB", "--presets", "a" * 300 + ".yaml"],
+        ["run", "a" * 300 + ".yaml"],
+        ["run", "hgx-h100", "--sizes", "1KiB", "-o", "/tmp/" + "a" * 300 + ".json"],
+        ["run", "hgx-h100", "--sizes", "1KiB", "-o", "/proc/collsim-test.json"],
+    ],
+)
+def test_a_path_the_system_refuses_is_a_one_line_error_naming_it(
+    capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    """A name too long for the file system (ENAMETOOLONG, which Path.is_file lets through) or a folder files cannot
+    be made in: exit 2, one line naming the path first (found by the fuzz suite)."""
+    rc, _, err = _run(capsys, *argv)
+    lines = err.strip().splitlines()
+    assert rc == 2 and len(lines) == 1 and "Traceback" not in err and "[Errno" not in err, err
+    assert "aaaaaaaaaa" in lines[0] or "/proc/collsim-test.json: " in lines[0]
+    assert ".tmp" not in lines[0]  # the temporary file of an atomic write is never named

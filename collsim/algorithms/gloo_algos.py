@@ -615,6 +615,17 @@ def _sendrecv(n: int, nbytes: float) -> GlooSchedule:
     return GlooSchedule("sendrecv/p2p", n, peers, {r: min(r, 2) for r in range(n)}, body, ("rank 0 -> rank 1",))
 
 
+#: Collectives whose Gloo function returns before any message for 0 elements, and the function (gloo/allreduce.cc
+#: ``allreduce``, gloo/reduce.cc ``reduce``: ``if (opts.elements == 0) return;``); PyTorch's reduce_scatter on Gloo
+#: is an allreduce. Gloo's allgather, broadcast, alltoall and send/recv have no such check: they send 0-byte
+#: messages.
+_RETURN_AT_ONCE_WHEN_EMPTY: dict[str, str] = {
+    "allreduce": "allreduce (gloo/allreduce.cc)",
+    "reduce_scatter": "allreduce (gloo/allreduce.cc)",
+    "reduce": "reduce (gloo/reduce.cc)",
+}
+
+
 def gloo_schedule(
     collective: str,
     algorithm: str,
@@ -655,6 +666,10 @@ def gloo_schedule(
     """
     if nranks < 1:
         raise ValueError(f"need at least one rank, got {nranks}")
+    if nbytes == 0 and collective in _RETURN_AT_ONCE_WHEN_EMPTY:
+        note = f"0 elements: Gloo's {_RETURN_AT_ONCE_WHEN_EMPTY[collective]} returns at once (elements == 0)"
+        return GlooSchedule(f"{collective}/empty", nranks, {r: {} for r in range(nranks)},
+                            dict.fromkeys(range(nranks), 0), _nothing, (note,))  # fmt: skip
     if collective in ("allreduce", "reduce_scatter"):
         if algorithm == "ring":
             return _ring(nranks, nbytes, params, max_per_rank)

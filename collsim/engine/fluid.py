@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import simpy
 from simpy.events import Event
 
+from collsim.engine.budget import Meter
 from collsim.vocab import TAG_ACTIVITIES
 
 __all__ = [
@@ -314,6 +315,8 @@ class FluidNetwork:
         self.records: list[FlowRecord] = []
         self.solves = 0
         self.flows = 0  # flows started that streamed bytes (the engine's work, for benchmarks)
+        self._meter = Meter(record)  # the work budget in force (collsim.engine.budget) and the heartbeat
+        self._check_at = self._meter.limit + 1 if 0 <= self._meter.limit < Meter.EVERY else Meter.EVERY
         self._active: dict[int, Flow] = {}
         self._heap: list[tuple[float, int, int, Flow]] = []  # (finish time, tie-break, version, flow)
         self._seq = 0
@@ -441,6 +444,11 @@ class FluidNetwork:
         if self.record:
             flow.rates = []
         self.flows += 1
+        if self.flows >= self._check_at:  # the budget: over its limit, or a heartbeat due (every Meter.EVERY)
+            self._meter.over(self.flows, env.now)
+            self._check_at = self.flows + Meter.EVERY
+            if 0 <= self._meter.limit < self._check_at:
+                self._check_at = max(self.flows + 1, self._meter.limit + 1)
         self._active[id(flow)] = flow
         for table in route.on:
             table[id(flow)] = flow

@@ -19,11 +19,15 @@ Examples
 
 from __future__ import annotations
 
-from collsim.results.compare import Comparison, Explanation
+from collsim.results.compare import AlgorithmComparison, Comparison, Explanation
 from collsim.results.export import (
+    algorithm_comparisons_to_csv,
+    algorithm_comparisons_to_json,
     comparisons_to_csv,
     comparisons_to_json,
     explanations_to_json,
+    mark_partial,
+    partial_fields,
     records_to_csv,
     records_to_dataframe,
     records_to_json,
@@ -36,6 +40,7 @@ from collsim.results.records import (
     busbw_factor,
     make_record,
     representative_size,
+    whole_element_bytes,
 )
 from collsim.results.repeat import (
     REPEAT_FIELDS,
@@ -46,6 +51,7 @@ from collsim.results.repeat import (
 )
 from collsim.results.text import (
     agreement,
+    format_algorithm_comparison,
     format_comparison,
     format_explain_perturbation,
     format_explanation,
@@ -69,16 +75,20 @@ __all__ = [
     "REDUCING_COLLECTIVES",
     "REPEAT_FIELDS",
     "REPRESENTATIVE_SIZE",
+    "AlgorithmComparison",
     "Comparison",
     "Explanation",
     "Record",
     "RepeatedRecord",
     "agreement",
+    "algorithm_comparisons_to_csv",
+    "algorithm_comparisons_to_json",
     "busbw_factor",
     "canonical_collective",
     "comparisons_to_csv",
     "comparisons_to_json",
     "explanations_to_json",
+    "format_algorithm_comparison",
     "format_comparison",
     "format_explain_perturbation",
     "format_explanation",
@@ -87,6 +97,8 @@ __all__ = [
     "format_repeated_sweep",
     "format_sweep",
     "make_record",
+    "mark_partial",
+    "partial_fields",
     "records_to_csv",
     "records_to_dataframe",
     "records_to_json",
@@ -94,4 +106,5 @@ __all__ = [
     "repeated_to_csv",
     "representative_size",
     "share_text",
+    "whole_element_bytes",
 ]

@@ -21,7 +21,7 @@ from typing import Any
 
 from collsim.results.records import Record
 
-__all__ = ["Comparison", "Explanation"]
+__all__ = ["AlgorithmComparison", "Comparison", "Explanation"]
 
 
 @dataclass(frozen=True)
@@ -112,4 +112,63 @@ class Explanation:
                 }
                 for (a, p), t in self.model_s.items()
             ],
+        }
+
+
+@dataclass(frozen=True)
+class AlgorithmComparison:
+    """One backend's algorithms against each other at one size: what ``collsim compare`` shows when only one
+    backend is enabled.
+
+    Attributes
+    ----------
+    collective : str
+        Canonical collective name.
+    size_bytes : int
+        Message size, bytes.
+    backend : str
+        ``"nccl"`` or ``"gloo"``.
+    records : dict of str to Record
+        Per variant (NCCL: the algorithm, ``"Ring"``, run with the protocol NCCL's cost model prices fastest for it,
+        which its record names; Gloo: the allreduce algorithm, ``"ring"``, ``"bcube"`` ...), its record, in the
+        backend's order.
+    default : str
+        The variant the backend runs when nothing is forced (NCCL: its cost model's pick; Gloo: the scenario's
+        ``backends.gloo.algorithm``, ``ring`` as PyTorch runs it).
+
+    Examples
+    --------
+    >>> from collsim.results import make_record
+    >>> kw = dict(backend="gloo", collective="allreduce", protocol="-", nranks=4, dtype="float32", size_bytes=4096)
+    >>> row = AlgorithmComparison("allreduce", 4096, "gloo", {"ring": make_record(algorithm="ring", time_s=4e-5,
+    ...     **kw), "bcube": make_record(algorithm="bcube", time_s=2e-5, **kw)}, "ring")
+    >>> row.best, round(row.against_default("bcube"), 6)
+    ('bcube', 0.5)
+    """
+
+    collective: str
+    size_bytes: int
+    backend: str
+    records: dict[str, Record]
+    default: str
+
+    @property
+    def best(self) -> str:
+        """The fastest variant (the first in order on a tie)."""
+        return min(self.records, key=lambda k: self.records[k].time_us)
+
+    def against_default(self, variant: str) -> float:
+        """A variant's time over the default's (dimensionless; below 1 = faster than the default)."""
+        base = self.records[self.default].time_us
+        return self.records[variant].time_us / base if base > 0 else math.inf
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe form: collective, size, backend, default, best and each variant's record."""
+        return {
+            "collective": self.collective,
+            "size_bytes": self.size_bytes,
+            "backend": self.backend,
+            "default": self.default,
+            "best": self.best,
+            "variants": {k: r.to_dict() for k, r in self.records.items()},
         }

@@ -12,16 +12,20 @@ from collections.abc import Mapping, Sequence
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
-from collsim.results.compare import Comparison, Explanation
+from collsim.results.compare import AlgorithmComparison, Comparison, Explanation
 from collsim.results.records import FLAT_FIELDS, Record
 
 if TYPE_CHECKING:
     import pandas
 
 __all__ = [
+    "algorithm_comparisons_to_csv",
+    "algorithm_comparisons_to_json",
     "comparisons_to_csv",
     "comparisons_to_json",
     "explanations_to_json",
+    "mark_partial",
+    "partial_fields",
     "records_to_csv",
     "records_to_dataframe",
     "records_to_json",
@@ -41,6 +45,42 @@ def _json_default(obj: Any) -> Any:
     if hasattr(obj, "model_dump") and callable(obj.model_dump):  # pydantic v2 models
         return obj.model_dump(mode="json")
     raise TypeError(f"cannot write a {type(obj).__name__} as JSON: {obj!r}")
+
+
+def partial_fields(partial: bool, done: int, total: int, unit: str = "rows") -> dict[str, Any]:
+    """The top-level JSON keys that say whether an output is partial: ``partial`` and ``<unit>_done`` /
+    ``<unit>_total`` (rows that finished, rows a complete run has); written whether partial or not.
+
+    >>> partial_fields(True, 9, 46)
+    {'partial': True, 'rows_done': 9, 'rows_total': 46}
+    """
+    return {"partial": partial, f"{unit}_done": done, f"{unit}_total": total}
+
+
+def mark_partial(text: str, fmt: str, done: int, total: int, unit: str = "rows", reason: str = "interrupted") -> str:
+    """Mark a partial output (``reason``: ``interrupted``, ...) in its format.
+
+    * ``table``: a last comment line ``# interrupted: 9 of 46 rows finished; this output is partial``.
+    * ``csv``: a first comment line ``# partial: {"reason": "interrupted", "rows_done": 9, "rows_total": 46}`` (the
+      ``# key: <JSON>`` form of collsim's measurement CSV): ``pandas.read_csv(f, comment="#")`` reads the rows, and
+      a reader that does not skip comments stops at once instead of taking a partial file for a whole one.
+    * ``json``: unchanged (its writer puts :func:`partial_fields` in the object).
+
+    >>> print(mark_partial("a,b\\n1,2\\n", "csv", 1, 4), end="")
+    # partial: {"reason": "interrupted", "rows_done": 1, "rows_total": 4}
+    a,b
+    1,2
+    >>> print(mark_partial("# table\\n", "table", 1, 4, "sizes"), end="")
+    # table
+    # interrupted: 1 of 4 sizes finished; this output is partial
+    """
+    if fmt == "csv":
+        counts = {"reason": reason, f"{unit}_done": done, f"{unit}_total": total}
+        return f"# partial: {json.dumps(counts)}\n{text}"
+    if fmt == "json":
+        return text
+    sep = "" if not text or text.endswith("\n") else "\n"
+    return f"{text}{sep}# {reason}: {done} of {total} {unit} finished; this output is partial\n"
 
 
 def records_to_json(records: Sequence[Record], scenario: Mapping[str, Any] | None = None, **extra: Any) -> str:
@@ -161,6 +201,7 @@ def comparisons_to_json(
     scenario: Mapping[str, Any] | None,
     interrupted: bool,
     healthy: Sequence[Comparison] | None = None,
+    **extra: Any,
 ) -> str:
     """``collsim compare --format json``: ``{"scenario", "comparison": [...], "interrupted"}`` (indent 2, newline),
     and ``"healthy": [...]`` (the same rows without the scenario's perturbations) when ``healthy`` is given.
@@ -173,10 +214,13 @@ def comparisons_to_json(
         The resolved scenario (``Scenario.to_dict()``).
     interrupted : bool
         Whether Ctrl-C stopped the sweep (the rows are those that finished).
+    **extra
+        More top-level keys (:func:`partial_fields`).
     """
     doc: dict[str, Any] = {"scenario": scenario, "comparison": [r.to_dict() for r in rows], "interrupted": interrupted}
     if healthy is not None:
         doc["healthy"] = [r.to_dict() for r in healthy]
+    doc.update(extra)
     return json.dumps(doc, indent=2) + "\n"
 
 
@@ -195,6 +239,7 @@ def explanations_to_json(
     scenario: Mapping[str, Any] | None,
     interrupted: bool,
     agreement: tuple[int, int] | None = None,
+    **extra: Any,
 ) -> str:
     """``collsim explain --format json``: ``{"scenario", "explain": [...], "interrupted"[, "agreement"]}``.
 
@@ -209,8 +254,41 @@ def explanations_to_json(
     agreement : (int, int), optional
         (sizes where the cost model and the simulation pick the same pair, sizes judged); written when sizes
         were judged (see :func:`collsim.results.text.agreement`).
+    **extra
+        More top-level keys (:func:`partial_fields`).
     """
     payload: dict[str, Any] = {"scenario": scenario, "explain": [r.to_dict() for r in rows], "interrupted": interrupted}
     if agreement and agreement[1]:
         payload["agreement"] = {"same_choice": agreement[0], "sizes": agreement[1]}
+    payload.update(extra)
     return json.dumps(payload, indent=2) + "\n"
+
+
+def algorithm_comparisons_to_json(
+    rows: Sequence[AlgorithmComparison], scenario: Mapping[str, Any] | None, interrupted: bool, **extra: Any
+) -> str:
+    """``collsim compare --format json`` with one backend enabled: ``{"scenario", "backend", "algorithms": [...],
+    "interrupted"}`` (each row :meth:`AlgorithmComparison.to_dict`; indent 2, newline); ``extra``: more top-level
+    keys (:func:`partial_fields`)."""
+    doc: dict[str, Any] = {
+        "scenario": scenario,
+        "backend": rows[0].backend if rows else None,
+        "algorithms": [r.to_dict() for r in rows],
+        "interrupted": interrupted,
+    }
+    doc.update(extra)
+    return json.dumps(doc, indent=2, default=_json_default) + "\n"
+
+
+def algorithm_comparisons_to_csv(rows: Sequence[AlgorithmComparison]) -> str:
+    """``collsim compare --format csv`` with one backend enabled: a row per (collective, size, variant) with its
+    time (us), busbw (GB/s), the algorithm and protocol run, and whether it is the default or the fastest."""
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(["collective", "size_bytes", "backend", "variant", "algorithm", "protocol", "time_us",
+                "busbw_gbps", "default", "fastest"])  # fmt: skip
+    for r in rows:
+        for v, rec in r.records.items():
+            w.writerow([r.collective, r.size_bytes, r.backend, v, rec.algorithm, rec.protocol, rec.time_us,
+                        rec.busbw_gbps, v == r.default, v == r.best])  # fmt: skip
+    return buf.getvalue()

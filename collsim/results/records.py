@@ -45,6 +45,7 @@ __all__ = [
     "busbw_factor",
     "make_record",
     "representative_size",
+    "whole_element_bytes",
 ]
 
 
@@ -289,6 +290,37 @@ def _check_breakdown(breakdown: Mapping[str, float] | None, time_s: float) -> di
             f"({', '.join(f'{k}={v!r}' for k, v in bd.items())})"
         )
     return bd
+
+
+def whole_element_bytes(size_bytes: int, dtype: str, collective: str, nranks: int) -> int:
+    """The bytes a collective of ``size_bytes`` really moves: a whole number of elements, as nccl-tests passes a
+    ``count`` to the library (``size // typesize``, per rank and times ``nranks`` for per-rank-count collectives).
+
+    One rule for sizes that are not whole elements: they round down, so anything below one element is a
+    collective of ``count`` 0 (which NCCL discards and Gloo's allreduce and reduce return from at once).
+
+    Parameters
+    ----------
+    size_bytes : int
+        nccl-tests' size, bytes.
+    dtype : str
+        Element type (:data:`collsim.units.DTYPE_SIZES`).
+    collective : str
+        Canonical name.
+    nranks : int
+        Ranks (>= 1).
+
+    Examples
+    --------
+    >>> whole_element_bytes(3, "float32", "allreduce", 8), whole_element_bytes(4097, "float32", "allreduce", 8)
+    (0, 4096)
+    >>> whole_element_bytes(100, "float32", "allgather", 8)  # 3 elements per rank, 8 ranks
+    96
+    """
+    elem = DTYPE_SIZES[dtype]
+    if collective in PER_RANK_COUNT_COLLECTIVES:
+        return size_bytes // (elem * nranks) * elem * nranks
+    return size_bytes // elem * elem
 
 
 def make_record(

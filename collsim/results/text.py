@@ -9,7 +9,7 @@ import math
 from collections.abc import Iterator, Sequence
 from typing import TypeVar
 
-from collsim.results.compare import Comparison, Explanation
+from collsim.results.compare import AlgorithmComparison, Comparison, Explanation
 from collsim.results.records import Record
 from collsim.units import NCCL_TESTS_TYPE_NAMES, format_size
 
@@ -17,6 +17,7 @@ R = TypeVar("R", bound=Record)
 
 __all__ = [
     "agreement",
+    "format_algorithm_comparison",
     "format_comparison",
     "format_explain_perturbation",
     "format_explanation",
@@ -346,4 +347,63 @@ def format_explanation(
         lines.append(
             f"# cost model and simulation pick the same pair at {same} of {judged} sizes (+ = fastest simulated)"
         )
+    return "\n".join(lines) + "\n"
+
+
+def format_algorithm_comparison(
+    rows: Sequence[AlgorithmComparison], *, name: str, collectives: Sequence[str], dtype: str, note: str = ""
+) -> str:
+    """``collsim compare``'s table when one backend is enabled: per size each variant's time (us, with NCCL's
+    protocol) and busbw (GB/s), ``*`` on the backend's default and ``+`` on the fastest, then the fastest against
+    the default.
+
+    Parameters
+    ----------
+    rows : sequence of AlgorithmComparison
+        One per (collective, size), all of one backend.
+    name : str
+        The scenario's name.
+    collectives : sequence of str
+        The scenario's collectives (with several, each row is labelled with its collective).
+    dtype : str
+        Element type.
+    note : str
+        One more header line (why only one backend, what the default means).
+    """
+    backend = rows[0].backend if rows else ""
+    n = next(iter(rows[0].records.values())).nranks if rows and rows[0].records else 0
+    many = len(collectives) > 1
+    variants: list[str] = []
+    for r in rows:
+        variants += [v for v in r.records if v not in variants]
+
+    def label(r: AlgorithmComparison) -> str:
+        size = format_size(r.size_bytes)
+        return f"{r.collective} {size}" if many else size
+
+    width = max([10, *(len(label(r)) for r in rows)])
+    col = max([18, *(len(v) + 2 for v in variants)])
+    lines = [
+        f"# collsim compare: {name} ({n} ranks, {', '.join(collectives)} {dtype}), {backend} algorithms against each "
+        "other; time in us (busbw GB/s); * = the default, + = the fastest",
+        *([f"# {note}"] if note else []),
+        f"# {'size':>{width}} " + "".join(f"{v:>{col}}" for v in variants) + f" {'fastest vs default':>19}",
+    ]
+    for r in rows:
+        cells = []
+        for v in variants:
+            rec = r.records.get(v)
+            if rec is None:
+                cells.append(f"{'-':>{col}}")
+                continue
+            mark = ("*" if v == r.default else "") + ("+" if v == r.best else "")
+            proto = f" {rec.protocol}" if rec.protocol not in ("", "-") else ""
+            cells.append(f"{f'{rec.time_us:.2f}{proto}{mark}':>{col}}")
+        ratio = r.against_default(r.best)
+        tail = "the default" if r.best == r.default else f"{r.best} {1 / ratio:.2f}x faster" if ratio > 0 else "-"
+        lines.append(f"  {label(r):>{width}} " + "".join(cells) + f" {tail:>19}")
+        bws = "".join(
+            f"{(f'({r.records[v].busbw_gbps:.2f})' if v in r.records else ''):>{col}}" for v in variants
+        )
+        lines.append((f"  {'':>{width}} " + bws).rstrip())
     return "\n".join(lines) + "\n"

@@ -332,8 +332,7 @@ def _known_templates() -> list[str] | None:
 def _check_files(scenario: Scenario, file: str) -> None:
     node = scenario.node_template()
     if isinstance(node, Path):
-        if not node.is_file():
-            raise ScenarioError(f"node template file not found: {node}", file=file, field="cluster.node")
+        _must_be_file(node, "node template file", file, "cluster.node")
     else:
         known = _known_templates()
         if known is not None and (scenario.presets is not None or scenario.preset_files):
@@ -348,8 +347,20 @@ def _check_files(scenario: Scenario, file: str) -> None:
                 field="cluster.node",
             )
     cal = scenario.calibration_path()
-    if cal is not None and not cal.is_file():
-        raise ScenarioError(f"calibration profile not found: {cal}", file=file, field="calibration")
+    if cal is not None:
+        _must_be_file(cal, "calibration profile", file, "calibration")
+
+
+def _must_be_file(path: Path, what: str, file: str, field: str) -> None:
+    """A ScenarioError naming ``field`` unless ``path`` is a file; a path the system refuses to look up (a name
+    too long, a loop of links) says why, instead of an OSError."""
+    try:
+        found = path.is_file()
+    except OSError as exc:  # Path.is_file lets ENAMETOOLONG and the like through
+        raise ScenarioError(f"{what} not found: {exc.strerror or exc}: {short_repr(str(path))}", file=file,
+                            field=field) from None  # fmt: skip
+    if not found:
+        raise ScenarioError(f"{what} not found: {path}", file=file, field=field)
 
 
 def load_scenario(source: str | Path | Mapping[str, Any], overrides: Sequence[str] = ()) -> Scenario:

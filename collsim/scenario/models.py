@@ -168,7 +168,24 @@ class FabricConfig(BaseModel):
     transport: FabricTransport = Field("rdma", description="rdma: InfiniBand/RoCE verbs; tcp: sockets.")
     nic: str | None = Field(None, description="NIC preset name replacing the node's own NICs, e.g. 'eth-100g'.")
     nic_speed: str | None = Field(None, description="Override of the NIC speed per direction, e.g. '100Gb/s'.")
-    nics_per_node: StrictInt | None = Field(None, ge=1, description="Use only the first k NICs of each node.")
+    nics_per_node: StrictInt | None = Field(
+        None,
+        ge=1,
+        description="Use k NICs of each node: the first k of the template's nic_population order (default: spread "
+        "over PCIe switches and sockets, docs/nodes.md 'NIC population').",
+    )
+    nics_per_switch: StrictInt | None = Field(
+        None, ge=1, description="Use at most this many NICs on each PCIe switch (in the population order)."
+    )
+    nics_per_socket: StrictInt | None = Field(
+        None, ge=1, description="Use at most this many NICs on each CPU socket (in the population order)."
+    )
+    nics: list[str] | None = Field(
+        None,
+        min_length=1,
+        description="The node template's NIC slots to use, e.g. [nic0, nic2, nic4, nic6] or ['nic[0-3]'] (instead "
+        "of nics_per_node, nics_per_switch and nics_per_socket).",
+    )
     gpudirect: StrictBool = Field(True, description="GPUDirect RDMA: NICs read/write GPU memory directly.")
     switch: SwitchConfig | None = Field(None, description="Switch latency and radix.")
     oversubscription: StrictFloat | StrictInt = Field(
@@ -445,6 +462,15 @@ class BackendsConfig(BaseModel):
     gloo: GlooConfig | None = None
 
 
+#: ``engine.max_flows``'s default: flows one simulation may start, about 8 minutes at 23 us a flow on the 2-core
+#: machine of docs/performance.md (the 1024-GPU NVLSTree 1 GiB case of ``collsim benchmark --scale`` needs about
+#: 0.6 million with symmetry on).
+DEFAULT_MAX_FLOWS = 20_000_000
+#: ``engine.max_records``'s default: flows one recorded simulation (trace, timeline) may keep, about 3 GB at 1.5 KB a
+#: record with its bars (4 x DGX A100 at 64 MiB, symmetry off: 508,416 records, 1.5 GB peak for a full trace).
+DEFAULT_MAX_RECORDS = 2_000_000
+
+
 class EngineConfig(BaseModel):
     """Simulation engine options."""
 
@@ -453,6 +479,18 @@ class EngineConfig(BaseModel):
     symmetry: StrictBool = Field(True, description="Simulate provably identical ranks/channels once.")
     seed: StrictInt | None = Field(
         None, ge=0, description="Seed of the noise section's draws (launch skew, jitter); unset means 0."
+    )
+    max_flows: StrictInt | None = Field(
+        DEFAULT_MAX_FLOWS,
+        ge=1,
+        description="Flows one simulation may start (about 23 us each here); past it the run stops with an error "
+        "saying how far it got. null: no limit.",
+    )
+    max_records: StrictInt | None = Field(
+        DEFAULT_MAX_RECORDS,
+        ge=1,
+        description="Flows one recorded simulation (trace, timeline, report) may keep, about 1.5 KB each. null: no "
+        "limit.",
     )
 
 
@@ -835,7 +873,12 @@ class Scenario(BaseModel):
         file = self.source_file or "<scenario>"
         sources: list[Any] = []
         for i, path in enumerate(self.preset_file_paths()):
-            if not path.exists():
+            try:
+                found = path.exists()
+            except OSError as exc:  # a name too long, a loop of links: Path.exists lets these through
+                why = f"presets file or folder not found: {exc.strerror or exc}: {short_repr(str(path))}"
+                raise ScenarioError(why, file=file, field=f"preset_files[{i}]") from None
+            if not found:
                 raise ScenarioError(f"presets file or folder not found: {path}", file=file, field=f"preset_files[{i}]")
             try:
                 sources += read_preset_files(path)

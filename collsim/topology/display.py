@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from collsim.topology.model import Topology
 
 __all__ = ["format_topo_matrix"]
@@ -22,8 +25,8 @@ def _table(rows: list[list[str]]) -> list[str]:
     return ["  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=False)).rstrip() for r in rows]
 
 
-def format_topo_matrix(topo: Topology, node: int = 0) -> str:
-    """Render one node like ``nvidia-smi topo -m`` plus a table of links.
+def format_topo_matrix(topo: Topology, node: int = 0, given: Mapping[str, Any] | None = None) -> str:
+    """Render one node like ``nvidia-smi topo -m`` plus a table of links, and the node template's parameters.
 
     Parameters
     ----------
@@ -31,6 +34,9 @@ def format_topo_matrix(topo: Topology, node: int = 0) -> str:
         The topology.
     node : int
         The node to show (default 0).
+    given : mapping, optional
+        The template parameters the user set (``cluster.node_params``): the others are marked as the template's
+        defaults, so that a default such as cpu-host's 2 processes per node is never silent.
 
     Returns
     -------
@@ -79,6 +85,13 @@ def format_topo_matrix(topo: Topology, node: int = 0) -> str:
         for n in nics:
             speed = float(n.spec.get("speed", 0.0)) * 8 / 1e9  # bytes/s to Gb/s (8 bits per byte, 1e9)
             out.append(f"  NIC{n.index}: {n.local_name} ({n.spec.get('preset', '?')}, {speed:g} Gb/s)")
+    if topo.params:
+        out.append("")
+        out.append("Template parameters (cluster.node_params; 'default' = the template's, not set by the scenario):")
+        width = max(len(k) for k in topo.params)
+        for key, value in sorted(topo.params.items()):  # by name: the same whatever order the template lists
+            how = "set" if given is not None and key in given else "default"
+            out.append(f"  {key:<{width}} = {_param_text(value):<12} ({how})")
     out.append("")
     out.append("Links (per direction, GB/s = 1e9 bytes/s):")
     rows = [["kind", "links", "per link GB/s", "total GB/s"]]
@@ -88,3 +101,10 @@ def format_topo_matrix(topo: Topology, node: int = 0) -> str:
         rows.append([kind, str(count), per, f"{total / 1e9:.2f}"])
     out.extend("  " + line for line in _table(rows))
     return "\n".join(out) + "\n"
+
+
+def _param_text(value: Any) -> str:
+    """A parameter's value as YAML writes it (``true``, ``null``, ``2``, ``rtx-2080ti``)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return "null" if value is None else str(value)

@@ -188,6 +188,23 @@ def _peak_tflops(value: Any) -> dict[str, float]:
     return out
 
 
+_PCI_ID = re.compile(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{4}$")
+
+
+def _pci_device_ids(value: Any) -> tuple[str, ...]:
+    """PCI ``vendor:device`` ids in hex as ``lspci -n`` prints them (``["10de:20b2"]``), stored lower-case."""
+    if not isinstance(value, list) or not value:
+        raise ValueError(f"expected a list of PCI ids such as ['10de:20b2'] (vendor:device), got {short_repr(value)}")
+    out: list[str] = []
+    for item in value:
+        if not isinstance(item, str) or not _PCI_ID.match(item):
+            raise ValueError(f"expected a PCI id vendor:device, 4 hex digits each, got {short_repr(item)}")
+        if item.lower() in out:
+            raise ValueError(f"PCI id {item!r} given twice")
+        out.append(item.lower())
+    return tuple(out)
+
+
 def _bool(value: Any) -> bool:
     if not isinstance(value, bool):
         raise ValueError(f"expected true or false, got {short_repr(value)}")
@@ -240,6 +257,7 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "pcie_gen": _int_choice(PCIE_GENERATIONS, "a PCIe generation"),
     "pcie_lanes": _int_choice(PCIE_LANE_COUNTS, "a PCIe link width"),
     "peak_tflops": _peak_tflops,
+    "pci_device_ids": _pci_device_ids,
     "link_preset": _text,  # checked against links.yaml after loading
     "optional_link_preset": lambda v: None if v is None else _text(v),
 }
@@ -271,6 +289,7 @@ GPU_SCHEMA: dict[str, tuple[str, bool]] = {
     "pcie_lanes": ("pcie_lanes", False),  # its link width (16 for x16)
     "hbm_capacity": ("size", False),  # device memory, bytes
     "peak_tflops": ("peak_tflops", False),  # dtype -> dense (no sparsity) peak, TFLOP/s
+    "pci_device_ids": ("pci_device_ids", False),  # PCI vendor:device ids of the part (collsim import nccl-xml)
 }
 CPU_SCHEMA: dict[str, tuple[str, bool]] = {
     "model": ("text", True),
@@ -556,7 +575,7 @@ _LIBRARY_SCHEMAS: dict[str, dict[str, tuple[str, bool]]] = {
     "nics": NIC_SCHEMA,
 }
 #: Keys of a node template (checked again, with the rest, by collsim.topology.template when it is built).
-_NODE_KEYS = ("name", "description", "source", "params", "generator", "devices", "links", "notes")
+_NODE_KEYS = ("name", "description", "source", "params", "generator", "devices", "links", "nic_population", "notes")
 _PRESET_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")
 #: Most files one presets folder may hold.
 MAX_PRESET_FILES = 256
@@ -607,6 +626,10 @@ def read_preset_files(path: str | Path) -> list[PresetSource]:
         p = Path(path).expanduser()
     except RuntimeError:  # ~user without such a user: the path as written
         p = Path(path)
+    try:
+        p.is_dir()
+    except OSError as exc:  # a name too long, a loop of links: Path.is_dir lets these through
+        raise TopologyError(f"presets file or folder not found: {exc.strerror or exc}", file=str(p)[:200]) from None
     if p.is_dir():
         files = sorted(f for f in p.iterdir() if f.suffix in (".yaml", ".yml") and f.is_file())
         if not files:
@@ -758,4 +781,5 @@ _NODE_KEY_TYPES: dict[str, tuple[type | tuple[type, ...], str]] = {
     "params": (Mapping, "a mapping of parameter name to declaration"),
     "devices": (list, "a list of devices"),
     "links": (list, "a list of links"),
+    "nic_population": ((str, list), "spread, index or a list of NIC names"),
 }

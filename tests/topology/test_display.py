@@ -60,3 +60,24 @@ def test_new_node_matrices() -> None:
     row = next(ln for ln in nvl.splitlines() if ln.startswith("GPU35 ")).split()
     assert row[1:37] == ["NV18"] * 35 + ["X"]
     assert row[37:] == ["NET"] * 32 + ["SYS", "SYS", "PHB", "PHB", "cpu17"]
+
+
+def test_template_parameters_say_which_are_defaults() -> None:
+    """A template's parameters are listed with their values, each marked set or default (issue 16: cpu-host's 2
+    processes per node were never shown as a default); a template without parameters lists none."""
+    topo = load_topology("cpu-host", node_params={"sockets": 2})
+    lines = format_topo_matrix(topo, given={"sockets": 2}).splitlines()
+    title = "Template parameters (cluster.node_params; 'default' = the template's, not set by the scenario):"
+    head = lines.index(title)
+    params = {ln.split()[0]: (ln.split()[2], ln.split()[-1]) for ln in lines[head + 1 : head + 6]}
+    assert params == {
+        "sockets": ("2", "(set)"),
+        "cpu": ("generic-x86", "(default)"),
+        "processes": ("2", "(default)"),
+        "nic": ("eth-100g", "(default)"),
+        "pcie_gen": ("3", "(default)"),
+    }
+    assert "no GPUs; ranks are 2 process(es) per node on cpu0, cpu1" in lines
+    assert "Template parameters" not in format_topo_matrix(load_topology("dgx-a100"))
+    text = format_topo_matrix(load_topology("pcie-workstation", node_params={"p2p": False}), given={"p2p": False})
+    assert "  p2p             = false        (set)" in text and "nic             = null" in text

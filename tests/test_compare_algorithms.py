@@ -1,0 +1,95 @@
+"""``collsim compare`` with one backend enabled: that backend's algorithms against each other
+(:meth:`collsim.api.Simulator.compare_algorithms`)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+
+from collsim.api import Simulator
+from collsim.cli import main
+from collsim.scenario import ScenarioError
+from collsim.vocab import GLOO_ALGORITHMS
+
+MiB = 2**20
+
+
+@pytest.fixture(scope="module")
+def gloo_only() -> Simulator:
+    return Simulator.from_source("loopback-gloo-cpu")
+
+
+@pytest.fixture(scope="module")
+def nccl_only() -> Simulator:
+    return Simulator.from_source("hgx-h100", ["backends.gloo.enabled=false"])
+
+
+def test_gloo_variants_are_gloos_algorithms_each_as_run_would_simulate_it(gloo_only: Simulator) -> None:
+    """Every Gloo allreduce algorithm, each time exactly what ``run`` gives with that algorithm set; the default
+    is the scenario's (ring, what PyTorch runs)."""
+    (row,) = gloo_only.compare_algorithms(sizes=[MiB])[0]
+    assert list(row.records) == list(GLOO_ALGORITHMS) and row.default == "ring" and row.backend == "gloo"
+    for algo, rec in row.records.items():
+        alone = Simulator.from_source("loopback-gloo-cpu", [f"backends.gloo.algorithm={algo}"])
+        want = alone.run(sizes=[MiB]).records[0]
+        assert rec.time_us == want.time_us and rec.algorithm == want.algorithm
+    assert row.records[row.best].time_us == min(r.time_us for r in row.records.values())
+    assert row.against_default("ring") == 1.0
+
+
+def test_nccl_variants_are_its_algorithms_with_the_cost_models_protocol(nccl_only: Simulator) -> None:
+    """One variant per enabled algorithm, run with the protocol NCCL's cost model prices fastest for it; the
+    default is NCCL's own pick, with the time ``run`` gives."""
+    rows, interrupted = nccl_only.compare_algorithms(sizes=[8, MiB, 1024 * MiB])
+    assert not interrupted and len(rows) == 3
+    for row, want in zip(rows, nccl_only.run(sizes=[8, MiB, 1024 * MiB]).records, strict=True):
+        assert set(row.records) == {"Ring", "Tree", "NVLS"}  # hgx-h100's enabled allreduce algorithms
+        assert row.default == want.algorithm
+        assert row.records[row.default].time_us == want.time_us
+        assert row.records[row.default].protocol == want.protocol
+        explained = nccl_only._explain_point("allreduce", row.size_bytes, all_pairs=True)
+        for algo, rec in row.records.items():
+            fastest_modelled = min((t, p) for (a, p), t in explained.model_s.items() if a == algo)[1]
+            if algo != row.default:
+                assert rec.protocol == fastest_modelled
+            assert rec.time_us == pytest.approx(explained.simulated_s[(algo, rec.protocol)] * 1e6, rel=1e-12)
+    assert rows[-1].default == "NVLS" and rows[-1].best == "NVLS"  # 1 GiB: NVLS, the fastest simulated too
+
+
+def test_nccl_algo_limits_the_variants() -> None:
+    sim = Simulator.from_source("hgx-h100", ["backends.gloo.enabled=false", "backends.nccl.env.NCCL_ALGO=Ring,Tree"])
+    (row,) = sim.compare_algorithms(sizes=[MiB])[0]
+    assert set(row.records) == {"Ring", "Tree"}
+
+
+def test_compare_algorithms_needs_one_backend() -> None:
+    both = Simulator.from_source("hgx-h100")
+    with pytest.raises(ScenarioError, match="needs one backend"):
+        both.compare_algorithms(sizes=[MiB])
+    (row,) = both.compare_algorithms("gloo", sizes=[MiB])[0]  # named explicitly: fine
+    assert row.backend == "gloo"
+    with pytest.raises(ScenarioError, match="disabled"):
+        Simulator.from_source("loopback-gloo-cpu").compare_algorithms("nccl", sizes=[MiB])
+
+
+def test_cli_table_csv_and_explain_without_nccl(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["compare", "loopback-gloo-cpu", "--sizes", "1KiB,1MiB", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "gloo algorithms against each other" in out and "ProcessGroupGloo always runs ring" in out
+    assert all(a in out for a in GLOO_ALGORITHMS) and "*" in out
+    assert main(["compare", "loopback-gloo-cpu", "--sizes", "1MiB", "--format", "csv", "--quiet"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert [r["variant"] for r in rows] == list(GLOO_ALGORITHMS)
+    assert [r["default"] for r in rows].count("True") == 1 and [r["fastest"] for r in rows].count("True") == 1
+    assert main(["explain", "loopback-gloo-cpu", "--sizes", "1MiB", "--format", "json", "--quiet"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["backend"] == "gloo" and list(doc["algorithms"][0]["variants"]) == list(GLOO_ALGORITHMS)
+
+
+def test_other_collectives_have_one_gloo_variant() -> None:
+    sim = Simulator.from_source("loopback-gloo-cpu", ["workload.collective=allgather"])
+    (row,) = sim.compare_algorithms(sizes=[MiB])[0]
+    assert list(row.records) == ["ring"] and row.best == row.default == "ring"
