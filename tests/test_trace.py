@@ -345,9 +345,8 @@ def test_trace_times_match_simulation(hgx_trace: tuple[list[Outcome], dict[str, 
         assert sent == pytest.approx(sum(r.size for r in out.records if activity(r.tag) == "send"))
 
 
-def test_trace_threads_never_overlap(hgx_trace: tuple[list[Outcome], dict[str, Any]]) -> None:
+def _assert_threads_never_overlap(doc: dict[str, Any]) -> None:
     """Complete events on one thread must nest; ours never overlap at all."""
-    _, doc = hgx_trace
     by_thread: dict[tuple[int, int], list[tuple[float, float]]] = {}
     for e in doc["traceEvents"]:
         if e["ph"] == "X":
@@ -356,6 +355,12 @@ def test_trace_threads_never_overlap(hgx_trace: tuple[list[Outcome], dict[str, A
         spans.sort()
         for (_, end), (start, _) in itertools.pairwise(spans):
             assert start >= end - 1e-9
+
+
+def test_trace_threads_never_overlap(hgx_trace: tuple[list[Outcome], dict[str, Any]]) -> None:
+    """Complete events on one thread must nest; ours never overlap at all."""
+    _, doc = hgx_trace
+    _assert_threads_never_overlap(doc)
 
 
 def test_trace_counters_per_busy_link(hgx_trace: tuple[list[Outcome], dict[str, Any]]) -> None:
@@ -407,14 +412,7 @@ def test_a_bounded_trace_merges_bars_and_keeps_times_and_bytes(
             assert sum(e["args"]["bytes"] for e in xs if e["cat"] == cat) == pytest.approx(want, rel=1e-9)
         assert all(e["args"]["merged"] >= 1 and e["args"]["tags"] for e in xs)
     assert infos[0]["detail"] == "merged"  # NCCL's Ring/LL at 256 KiB: far more than 1000 bars
-    by_thread: dict[tuple[int, int], list[tuple[float, float]]] = {}
-    for e in doc["traceEvents"]:
-        if e["ph"] == "X":
-            by_thread.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"]))
-    for spans in by_thread.values():
-        spans.sort()
-        for (_, end), (start, _) in itertools.pairwise(spans):
-            assert start >= end - 1e-9
+    _assert_threads_never_overlap(doc)
     with pytest.raises(ValueError, match="max_events"):
         chrome_trace(outs, hgx_full.topology, max_events=0)
 

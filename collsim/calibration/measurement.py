@@ -486,6 +486,8 @@ def read_measurement(path: str | Path, *, collective: str | None = None, nranks:
         (MeasurementRow(r.size_bytes, r.time_us, "mean", None, None) for r in log.rows if r.time_us > 0),
         key=lambda r: r.size_bytes,
     )
+    if not rows:  # every data row timed 0 us (a size of 0 B, or a run that printed no time): nothing to compare
+        raise MeasurementError(f"no valid rows: all {len(log.rows)} data rows have a time of 0 us", file=file)
     return Measurement(
         collective=coll,
         nranks=log.nranks or nranks,

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from collsim.topology.errors import TopologyError
+from collsim.topology.names import expand_names
 
 if TYPE_CHECKING:
     from collsim.topology.template import NodeLayout
@@ -172,15 +173,8 @@ def population_order(
             file=file,
             field=field,
         )
-    first = _named(slots, _expand_names(declared, file, field), file, field)
+    first = _named(slots, expand_names(declared, file, field), file, field)
     return first + [s for s in _spread(slots) if s not in first]
-
-
-def _expand_names(ref: Any, file: str | Path | None, field: str) -> list[str]:
-    """``ref`` (a list of names, ranges such as ``nic[0-3]`` allowed) as a list of names."""
-    from collsim.topology.template import _expand  # imported late: the template module imports this one
-
-    return _expand(ref, file, field)
 
 
 def _named(slots: Sequence[NicSlot], names: Sequence[str], file: str | Path | None, field: str) -> list[NicSlot]:
@@ -223,7 +217,7 @@ def select_nics(order: Sequence[NicSlot], cfg: Mapping[str, Any]) -> list[NicSlo
         (more NICs than the node, or than the per-switch and per-socket caps leave).
     """
     if cfg.get("nics") is not None:
-        names = _expand_names(cfg["nics"], None, "fabric.nics")
+        names = expand_names(cfg["nics"], None, "fabric.nics")
         kept = _named(sorted(order, key=lambda s: s.index), names, None, "fabric.nics")
         return sorted(kept, key=lambda s: s.index)
     per_switch, per_socket, k = cfg.get("nics_per_switch"), cfg.get("nics_per_socket"), cfg.get("nics_per_node")

@@ -39,6 +39,7 @@ import networkx as nx
 
 from collsim.topology.errors import TopologyError
 from collsim.topology.model import Device, FrozenMap, Link, Topology
+from collsim.topology.names import expand_names
 from collsim.topology.nic_placement import NicSlot, nic_slots_of, population_order, select_nics
 from collsim.topology.presets import (
     DEVICE_SCHEMAS,
@@ -68,7 +69,6 @@ _LINK_ENDS: dict[str, frozenset[str]] = {
     "roce": frozenset({"nic", "switch"}),
     "eth": frozenset({"nic", "switch"}),
 }
-_RANGE = re.compile(r"^([A-Za-z_][\w-]*)\[(\d+)-(\d+)\]$")
 _NAME = re.compile(r"^[A-Za-z_][\w-]*$")
 
 
@@ -183,25 +183,6 @@ def _check_param(name: str, value: Any, d: Mapping[str, Any], presets: PresetLib
 
 
 # ------------------------------------------------------------------------------------------------------ building
-def _expand(ref: Any, file: str | Path | None, field: str) -> list[str]:
-    items = ref if isinstance(ref, list) else [ref]
-    if not items:
-        raise TopologyError("expected a device name or a non-empty list of names", file=file, field=field)
-    out: list[str] = []
-    for item in items:
-        if not isinstance(item, str):
-            raise TopologyError(f"expected a device name, got {item!r}", file=file, field=field)
-        m = _RANGE.match(item.strip())
-        if m:
-            lo, hi = int(m.group(2)), int(m.group(3))
-            if hi < lo:
-                raise TopologyError(f"empty range {item!r}", file=file, field=field)
-            out.extend(f"{m.group(1)}{i}" for i in range(lo, hi + 1))
-        else:
-            out.append(item.strip())
-    return out
-
-
 class NodeLayout:
     """One node's devices and links with local names (``gpu0``), before replication into a cluster.
 
@@ -296,8 +277,8 @@ def _build_layout(data: Mapping[str, Any], presets: PresetLibrary, file: str | P
         for end in ("a", "b"):
             if end not in entry:
                 raise TopologyError("missing link endpoint (a device name)", file=file, field=f"{field}.{end}")
-        a_list = _expand(entry["a"], file, f"{field}.a")
-        b_list = _expand(entry["b"], file, f"{field}.b")
+        a_list = expand_names(entry["a"], file, f"{field}.a")
+        b_list = expand_names(entry["b"], file, f"{field}.b")
         if len(a_list) > 1 and len(b_list) > 1:
             raise TopologyError(
                 "give a list on one side only (each of a to b, or a to each of b)", file=file, field=field

@@ -141,3 +141,18 @@ def test_a_binary_file_is_one_clear_error(tmp_path: Path) -> None:
     with pytest.raises(MeasurementError, match="not a UTF-8 text file") as info:
         read_measurement(binary)
     assert str(binary) in str(info.value)
+
+
+def test_a_log_whose_rows_all_time_zero_is_an_error(tmp_path: Path) -> None:
+    """Every data row at 0 us (nothing to compare): an error saying so, never an empty validation that passes."""
+    from collsim.calibration import MeasurementError, read_measurement
+    from collsim.cli import main
+
+    log = tmp_path / "zero.log"
+    log.write_text(
+        "#       size         count      type   redop    root     time   algbw   busbw #wrong\n"
+        "     1048576        262144     float     sum      -1     0.00    0.00    0.00      0\n"
+    )
+    with pytest.raises(MeasurementError, match="no valid rows: all 1 data rows have a time of 0 us"):
+        read_measurement(log, collective="allreduce", nranks=8)
+    assert main(["validate", "dgx-a100", str(log), "--collective", "allreduce", "--nranks", "8"]) == 2
