@@ -636,62 +636,21 @@ def _nic_preset_for(speed: float, gdr: bool, presets: PresetLibrary, file: str |
     return found[0]
 
 
-def template_from_nccl_xml(
-    text: str,
-    *,
-    file: str | Path | None = None,
-    gpu: str | None = None,
-    nic: str | None = None,
-    cpu: str | None = None,
-    name: str | None = None,
-    presets: PresetLibrary | None = None,
-) -> dict[str, Any]:
-    """Build a node template from NCCL's topology dump (``NCCL_TOPO_DUMP_FILE``).
+@dataclass
+class _XmlTree:
+    """What :func:`_walk_nccl_xml` keeps of an NCCL topology dump: its CPUs (each with its PCIe tree as
+    :class:`_XNode` children), GPUs, NICs and PCIe switches, and each ``host_hash``'s host index."""
 
-    Parameters
-    ----------
-    text : str
-        The XML.
-    file : str or Path, optional
-        Where it came from, for messages and the template's ``source``.
-    gpu, nic, cpu : str, optional
-        Presets for every GPU, NIC and CPU socket, replacing what is inferred (GPU: the PCI id's preset,
-        ``pci_device_ids`` in gpus.yaml; NIC: the shipped preset of the ``<net speed>``; CPU: by NCCL's CPU class).
-    name : str, optional
-        The template's name (default: the ``<system name>`` or the file's stem).
-    presets : PresetLibrary, optional
-        Presets to use (default :func:`load_presets`; user presets merged in by the caller).
+    cpus: list[_XNode]
+    gpus: list[_XNode]
+    nics: list[_XNode]
+    switches: list[_XNode]
+    hosts: dict[str, int]
 
-    Returns
-    -------
-    dict
-        A node template (``name``, ``description``, ``source``, ``notes``, ``devices``, ``links``); each device and
-        link entry carries ``notes`` saying where its numbers come from (the template builder ignores ``notes``).
 
-    Raises
-    ------
-    TopologyError
-        Malformed XML, an element NCCL's loader does not know where it is, a missing or bad attribute, a GPU or NIC
-        no preset matches: naming ``file`` and the element (``system/cpu[numaid=0]/pci[busid=...]/gpu[dev=0]``).
-    """
-    presets = load_presets() if presets is None else presets
-    root = _parse_xml(text, file)
-    _check_tree(root, file)
-    version = _int_attr(root, "version", "system", file)
-    if version != 1:
-        raise TopologyError(
-            f"version={version}: NCCL reads topology XML version 1 (NCCL_TOPO_XML_VERSION, xml.h line 50)",
-            file=file,
-            field="system",
-        )
-    notes: list[str] = []
-    # options first: a bad preset name is an error whatever the file holds
-    gpu_opt = _preset(presets, "gpus", gpu, file, "--gpu") if gpu is not None else None
-    if nic is not None:
-        _preset(presets, "nics", nic, file, "--nic")
-    if cpu is not None:
-        _preset(presets, "cpus", cpu, file, "--cpu")
-
+def _walk_nccl_xml(root: ET.Element, file: str | Path | None, notes: list[str]) -> _XmlTree:
+    """The CPUs of an NCCL dump and the PCIe tree under each, depth first; duplicate numaids and bus ids, bad bus
+    ids, a <pci> holding more than one GPU or NIC and a dump without GPUs are errors naming the element."""
     cpus: list[_XNode] = []
     gpus: list[_XNode] = []
     nics: list[_XNode] = []
@@ -790,11 +749,15 @@ def template_from_nccl_xml(
             file=file,
             field="system",
         )
+    return _XmlTree(cpus, gpus, nics, switches, hosts)
 
-    for c in cpus:
-        _flatten_bcm(c, notes)
 
-    # ---- GPUs: order by dev, preset by PCI id or --gpu
+def _xml_gpu_devices(
+    gpus: list[_XNode], gpu: str | None, gpu_opt: Mapping[str, Any] | None, presets: PresetLibrary,
+    file: str | Path | None,
+) -> tuple[list[_Device], dict[str, str]]:
+    """The GPUs in ``dev`` order (sorted in place and named ``gpu0`` ...), each with its preset (``--gpu``, else
+    by PCI id); returns their devices and the preset per GPU name."""
     devs: dict[int, str] = {}
     for g in gpus:
         dev = _int_attr(g.el, "dev", g.path, file, lo=0)
@@ -836,8 +799,15 @@ def template_from_nccl_xml(
             )
         gpu_presets[g.name] = preset
         devices.append(_Device(g.name, "gpu", preset, notes=f"busid {busid}, dev {dev}, sm {sm}; preset from {why}"))
+    return devices, gpu_presets
 
-    # ---- NVLinks
+
+def _xml_nvlinks(
+    gpus: list[_XNode], gpu_presets: Mapping[str, str], presets: PresetLibrary, file: str | Path | None,
+    notes: list[str],
+) -> tuple[list[_Device], list[_Link]]:
+    """The GPUs' NVLinks: pairs wired directly, and the links to NVSwitches summed into one ``nvswitch`` device
+    (as NCCL joins them into one node); returns the NVSwitch device (if any) and the links."""
     gpu_by_busid = {g.busid: g for g in gpus}
     to_switch: dict[str, int] = {}
     switch_targets: set[str] = set()
@@ -877,6 +847,7 @@ def template_from_nccl_xml(
                 if target and target != _INVISIBLE_TARGET:
                     switch_targets.add(target)
     links: list[_Link] = []
+    devices: list[_Device] = []
     nvlinks_used: dict[str, int] = {}
     nvlink_presets: set[str] = set()
 
@@ -947,8 +918,15 @@ def template_from_nccl_xml(
             raise TopologyError(
                 f"{used} NVLinks, but GPU preset {gpu_presets[gname]} has {have}", file=file, field=g_path[gname]
             )
+    return devices, links
 
-    # ---- NICs: order by <net dev>
+
+def _xml_nic_devices(
+    nics: list[_XNode], nic: str | None, presets: PresetLibrary, file: str | Path | None
+) -> list[_Device]:
+    """The NICs in ``<net dev>`` order (sorted in place and named ``nic0`` ...), with their presets (``--nic``,
+    else the shipped preset of their speed) and the file's speed where the preset's differs."""
+    devices: list[_Device] = []
     ndevs: dict[int, str] = {}
     for nn in nics:
         ndev = _int_attr(nn.el, "dev", nn.path, file, lo=0)
@@ -986,8 +964,15 @@ def template_from_nccl_xml(
                 f"speed {mbps} Mb/s{fallback} (x 1e6 bit / 8 bit per byte = {speed / 1e9:g} GB/s); preset from {why}",
             )
         )
+    return devices
 
-    # ---- CPUs
+
+def _xml_cpu_devices(
+    tree: _XmlTree, cpu: str | None, presets: PresetLibrary, file: str | Path | None, notes: list[str]
+) -> tuple[list[_Device], list[int]]:
+    """The CPU sockets by (host, numaid) (sorted in place and named ``cpu0`` ...), with their presets (``--cpu``,
+    else by NCCL's CPU class); returns them and each one's host index."""
+    cpus, hosts = tree.cpus, tree.hosts
     cpus.sort(
         key=lambda c: (hosts[(c.el.get("host_hash") or "").strip().lower()], _int_attr(c.el, "numaid", c.path, file))
     )
@@ -1003,16 +988,22 @@ def template_from_nccl_xml(
             _preset(presets, "cpus", preset, file, c.path)
         cpu_devs.append(_Device(c.name, "cpu", preset, notes=f"<cpu numaid={c.el.get('numaid')}>; preset: {why}"))
         cpu_hosts.append(hosts[(c.el.get("host_hash") or "").strip().lower()])
-    devices.extend(cpu_devs)
     if len(hosts) > 1:
         notes.append(
             f"the dump spans {len(hosts)} hosts (host_hash): one collsim node; CPUs of different hosts are "
             "not joined, so devices of different hosts are NET apart"
         )
+    return cpu_devs, cpu_hosts
 
-    # ---- PCIe switches and links, depth first
+
+def _xml_pcie(tree: _XmlTree, presets: PresetLibrary, notes: list[str]) -> tuple[list[_Device], list[_Link]]:
+    """The PCIe switches that hold a GPU or NIC (named ``pcie0`` ... depth first; NCCL trims the others) and every
+    GPU's, NIC's and switch's link to its parent, from its link_speed and link_width."""
+    devices: list[_Device] = []
+    links: list[_Link] = []
+    gpus, nics, switches = tree.gpus, tree.nics, tree.switches
     k = 0
-    for c in cpus:
+    for c in tree.cpus:
         stack2 = list(reversed(c.children))
         while stack2:
             node = stack2.pop()
@@ -1050,14 +1041,86 @@ def template_from_nccl_xml(
         rate, width, what = node.link
         pl = _pcie_link(rate, width, presets, what)
         links.append(_Link(node.name, node.parent.name, pl.preset, bandwidth=pl.bandwidth, notes=pl.notes))
+    return devices, links
+
+
+def template_from_nccl_xml(
+    text: str,
+    *,
+    file: str | Path | None = None,
+    gpu: str | None = None,
+    nic: str | None = None,
+    cpu: str | None = None,
+    name: str | None = None,
+    presets: PresetLibrary | None = None,
+) -> dict[str, Any]:
+    """Build a node template from NCCL's topology dump (``NCCL_TOPO_DUMP_FILE``).
+
+    Parameters
+    ----------
+    text : str
+        The XML.
+    file : str or Path, optional
+        Where it came from, for messages and the template's ``source``.
+    gpu, nic, cpu : str, optional
+        Presets for every GPU, NIC and CPU socket, replacing what is inferred (GPU: the PCI id's preset,
+        ``pci_device_ids`` in gpus.yaml; NIC: the shipped preset of the ``<net speed>``; CPU: by NCCL's CPU class).
+    name : str, optional
+        The template's name (default: the ``<system name>`` or the file's stem).
+    presets : PresetLibrary, optional
+        Presets to use (default :func:`load_presets`; user presets merged in by the caller).
+
+    Returns
+    -------
+    dict
+        A node template (``name``, ``description``, ``source``, ``notes``, ``devices``, ``links``); each device and
+        link entry carries ``notes`` saying where its numbers come from (the template builder ignores ``notes``).
+
+    Raises
+    ------
+    TopologyError
+        Malformed XML, an element NCCL's loader does not know where it is, a missing or bad attribute, a GPU or NIC
+        no preset matches: naming ``file`` and the element (``system/cpu[numaid=0]/pci[busid=...]/gpu[dev=0]``).
+    """
+    presets = load_presets() if presets is None else presets
+    root = _parse_xml(text, file)
+    _check_tree(root, file)
+    version = _int_attr(root, "version", "system", file)
+    if version != 1:
+        raise TopologyError(
+            f"version={version}: NCCL reads topology XML version 1 (NCCL_TOPO_XML_VERSION, xml.h line 50)",
+            file=file,
+            field="system",
+        )
+    notes: list[str] = []
+    # options first: a bad preset name is an error whatever the file holds
+    gpu_opt = _preset(presets, "gpus", gpu, file, "--gpu") if gpu is not None else None
+    if nic is not None:
+        _preset(presets, "nics", nic, file, "--nic")
+    if cpu is not None:
+        _preset(presets, "cpus", cpu, file, "--cpu")
+
+    tree = _walk_nccl_xml(root, file, notes)
+    for c in tree.cpus:
+        _flatten_bcm(c, notes)
+    devices, gpu_presets = _xml_gpu_devices(tree.gpus, gpu, gpu_opt, presets, file)
+    switch_devices, links = _xml_nvlinks(tree.gpus, gpu_presets, presets, file, notes)
+    devices += switch_devices
+    devices += _xml_nic_devices(tree.nics, nic, presets, file)
+    cpu_devs, cpu_hosts = _xml_cpu_devices(tree, cpu, presets, file, notes)
+    devices += cpu_devs
+    pcie_devices, pcie_links = _xml_pcie(tree, presets, notes)
+    devices += pcie_devices
+    links += pcie_links
     links.extend(_cpu_links(cpu_devs, cpu_hosts, presets))
 
     src_name = Path(file).name if file is not None else "NCCL topology XML"
     tname = name or (root.get("name") or "").strip() or (Path(file).stem if file is not None else "imported")
     gp = sorted(set(gpu_presets.values()))
     description = (
-        f"Imported from {src_name} (NCCL topology dump): {len(gpus)} GPU(s) ({', '.join(gp)}), "
-        f"{'an NVSwitch, ' if to_switch else ''}{k} PCIe switch(es), {len(nics)} NIC(s), {len(cpus)} CPU socket(s)"
+        f"Imported from {src_name} (NCCL topology dump): {len(tree.gpus)} GPU(s) ({', '.join(gp)}), "
+        f"{'an NVSwitch, ' if switch_devices else ''}{len(pcie_devices)} PCIe switch(es), {len(tree.nics)} NIC(s), "
+        f"{len(tree.cpus)} CPU socket(s)"
     )
     source = (
         f"collsim import nccl-xml {src_name}: NCCL's topology dump (NCCL_TOPO_DUMP_FILE), read as {NCCL_SOURCE} "
@@ -1256,86 +1319,12 @@ def _numa_of(m: _SmiMatrix, r: int) -> int | None:
     return int(raw) if re.fullmatch(r"\d{1,6}", raw) else None
 
 
-def template_from_nvidia_smi(
-    text: str,
-    *,
-    file: str | Path | None = None,
-    gpu: str | None = None,
-    nic: str | None = None,
-    cpu: str | None = None,
-    name: str | None = None,
-    presets: PresetLibrary | None = None,
-) -> dict[str, Any]:
-    """Build a node template from the text of ``nvidia-smi topo -m``.
-
-    The matrix names no models and no link speeds: ``gpu`` is required, ``nic`` too when it has NIC columns;
-    ``cpu`` defaults to ``generic-x86``. PCIe links are the GPU preset's generation and width.
-
-    The PCIe tree is rebuilt from the classes: CPU sockets are the groups of devices not ``SYS`` apart (and GPUs of
-    one ``NUMA Affinity``); within a socket, devices ``PIX`` or ``PXB`` apart share a tree under one root port,
-    devices ``PIX`` apart one switch. A tree of one switch group is one switch (a single device: straight on the
-    CPU); a tree of several is a root switch with one switch per group, so that groups are ``PXB`` apart. ``PHB``
-    and ``NODE`` both become "through the CPU" (collsim's PHB). NVLinks: ``NV#`` is # links; when every GPU pair is
-    ``NV#`` alike and # x (GPUs - 1) exceeds the GPU preset's ``nvlinks``, they meet on an NVSwitch, otherwise
-    they are wired pairwise. The rebuilt node is checked against every cell.
-
-    Parameters
-    ----------
-    text : str
-        The output of ``nvidia-smi topo -m``.
-    file : str or Path, optional
-        Where it came from, for messages and ``source``.
-    gpu : str
-        GPU preset of every GPU (required).
-    nic : str, optional
-        NIC preset of every NIC (required when there are NICs).
-    cpu : str, optional
-        CPU preset of every socket (default ``generic-x86``).
-    name : str, optional
-        The template's name (default: the file's stem).
-    presets : PresetLibrary, optional
-        Presets to use (default :func:`load_presets`).
-
-    Returns
-    -------
-    dict
-        A node template, as :func:`template_from_nccl_xml` returns.
-
-    Raises
-    ------
-    TopologyError
-        A matrix that is not square, an unknown cell, cells no PCIe tree gives, a missing preset option: naming
-        ``file`` and the line (``line 4``) or the option (``--gpu``).
-    """
-    presets = load_presets() if presets is None else presets
-    m = _parse_smi(text, file)
-    if gpu is None:
-        raise TopologyError(
-            "nvidia-smi topo -m names no GPU model: give --gpu PRESET (e.g. a100-sxm4-80gb; the GPU "
-            "presets are in topologies/presets/gpus.yaml)",
-            file=file,
-            field="--gpu",
-        )
-    grec = _preset(presets, "gpus", gpu, file, "--gpu")
-    nnic = len(m.labels) - m.ngpu
-    if nnic and nic is None:
-        raise TopologyError(
-            f"nvidia-smi topo -m shows {nnic} NIC(s) but no NIC model or speed: give --nic PRESET "
-            "(e.g. connectx-7-ndr; topologies/presets/nics.yaml)",
-            file=file,
-            field="--nic",
-        )
-    if nic is not None:
-        _preset(presets, "nics", nic, file, "--nic")
-    cpu_preset = cpu if cpu is not None else _DEFAULT_SMI_CPU
-    _preset(presets, "cpus", cpu_preset, file, "--cpu")
+def _smi_sockets(m: _SmiMatrix, known: list[list[str | None]], file: str | Path | None) -> list[list[int]]:
+    """The CPU sockets of a matrix: groups of devices not ``SYS`` apart (and GPUs of one ``NUMA Affinity``), merged
+    where nothing says they are apart, sorted by NUMA node; contradictions are errors naming the line."""
     n = len(m.labels)
     ngpu = m.ngpu
-    cell = m.cells
-    known = [[None if c.startswith("NV") or c == "X" else c for c in row] for row in cell]
     hline = f"line {m.lines[0] - 1}"
-
-    # ---- sockets
     uf = _UnionFind(n)
     for a in range(n):
         for b in range(a + 1, n):
@@ -1386,38 +1375,19 @@ def template_from_nvidia_smi(
                     )
     sockets.sort(key=lambda s: (min((x for x in (_numa_of(m, a) for a in s) if x is not None), default=1 << 30), s[0]))
 
-    # ---- names and devices
-    dev_name = [f"gpu{i}" if i < ngpu else f"nic{i - ngpu}" for i in range(n)]
-    devices: list[_Device] = []
-    gen = grec.get("pcie_gen")
-    lanes = grec.get("pcie_lanes") or 16
-    pnotes = []
-    if gen is None:
-        gen = 4
-        pnotes.append(f"GPU preset {gpu} has no pcie_gen: PCIe Gen4 assumed")
-    pl = _pcie_link(_RATE_OF_GEN[int(gen)], int(lanes), presets, f"{gpu}'s pcie_gen {gen} and pcie_lanes {lanes}")
-    for i in range(ngpu):
-        aff = ", ".join(f"{k} {v}" for k, v in m.affinity[i].items())
-        devices.append(
-            _Device(
-                dev_name[i], "gpu", gpu, notes=f"GPU{i} (line {m.lines[i]}{'; ' + aff if aff else ''}); preset: --gpu"
-            )
-        )
-    for i in range(ngpu, n):
-        lab = m.labels[i]
-        legend = m.legend.get(lab, lab if not re.fullmatch(r"NIC\d+", lab) else "")
-        assert nic is not None
-        devices.append(
-            _Device(
-                dev_name[i],
-                "nic",
-                nic,
-                notes=f"{lab}{f' ({legend})' if legend else ''}, line {m.lines[i]}; preset: --nic",
-            )
-        )
-    links: list[_Link] = []
+    return sockets
 
-    # ---- NVLinks
+
+def _smi_nvlinks(
+    m: _SmiMatrix, gpu: str, grec: Mapping[str, Any], dev_name: Sequence[str], file: str | Path | None
+) -> tuple[list[_Device], list[_Link]]:
+    """The NVLinks of the ``NV#`` cells: an NVSwitch when every GPU pair is ``NV#`` alike and the GPU preset has too
+    few links to wire them directly, else pairwise links; returns the NVSwitch device (if any) and the links."""
+    ngpu = m.ngpu
+    cell = m.cells
+    hline = f"line {m.lines[0] - 1}"
+    devices: list[_Device] = []
+    links: list[_Link] = []
     nv = {(a, b): int(cell[a][b][2:]) for a in range(ngpu) for b in range(a + 1, ngpu) if cell[a][b].startswith("NV")}
     have = int(grec["nvlinks"])
     if nv:
@@ -1477,7 +1447,25 @@ def template_from_nvidia_smi(
                         field=f"line {m.lines[g]}",
                     )
 
-    # ---- PCIe tree per socket
+    return devices, links
+
+
+def _smi_pcie(
+    m: _SmiMatrix,
+    sockets: Sequence[list[int]],
+    known: list[list[str | None]],
+    dev_name: Sequence[str],
+    pl: _PcieLink,
+    gen: int,
+    cpu_preset: str,
+    cpu: str | None,
+) -> tuple[list[_Device], list[_Device], list[_Link]]:
+    """Each socket's CPU and the fewest PCIe switches that give its devices' classes: one switch per ``PIX``
+    group, a root switch above groups ``PXB`` apart, a lone device straight on the CPU; returns the CPUs, the
+    switches and the PCIe links."""
+    n = len(m.labels)
+    devices: list[_Device] = []
+    links: list[_Link] = []
     cpu_devs: list[_Device] = []
     k = 0
     for si, s in enumerate(sockets):
@@ -1553,15 +1541,146 @@ def template_from_nvidia_smi(
                 links.append(_Link(sw, root_sw, pl.preset, bandwidth=pl.bandwidth, notes=pl.notes))
                 for a in grp:
                     links.append(_Link(dev_name[a], sw, pl.preset, bandwidth=pl.bandwidth, notes=pl.notes))
-    devices.extend(cpu_devs)
+
+    return cpu_devs, devices, links
+
+
+def _smi_check(topo: Any, m: _SmiMatrix, dev_name: Sequence[str], file: str | Path | None) -> None:
+    """Every cell of the matrix against the built node's path type: a matrix no PCIe tree gives is an error."""
+    n = len(m.labels)
+    cell = m.cells
+    for a in range(n):
+        for b in range(a + 1, n):
+            want = _AS_PATH_TYPE.get(cell[a][b], cell[a][b])
+            got = topo.path_type(f"n0/{dev_name[a]}", f"n0/{dev_name[b]}")
+            if got != want:
+                raise TopologyError(
+                    f"column {m.labels[b]}: {cell[a][b]}, but the PCIe tree the other cells need gives {got} here (no "
+                    "tree of PCIe switches gives this matrix)",
+                    file=file,
+                    field=f"line {m.lines[a]}",
+                )
+
+
+def template_from_nvidia_smi(
+    text: str,
+    *,
+    file: str | Path | None = None,
+    gpu: str | None = None,
+    nic: str | None = None,
+    cpu: str | None = None,
+    name: str | None = None,
+    presets: PresetLibrary | None = None,
+) -> dict[str, Any]:
+    """Build a node template from the text of ``nvidia-smi topo -m``.
+
+    The matrix names no models and no link speeds: ``gpu`` is required, ``nic`` too when it has NIC columns;
+    ``cpu`` defaults to ``generic-x86``. PCIe links are the GPU preset's generation and width.
+
+    The PCIe tree is rebuilt from the classes: CPU sockets are the groups of devices not ``SYS`` apart (and GPUs of
+    one ``NUMA Affinity``); within a socket, devices ``PIX`` or ``PXB`` apart share a tree under one root port,
+    devices ``PIX`` apart one switch. A tree of one switch group is one switch (a single device: straight on the
+    CPU); a tree of several is a root switch with one switch per group, so that groups are ``PXB`` apart. ``PHB``
+    and ``NODE`` both become "through the CPU" (collsim's PHB). NVLinks: ``NV#`` is # links; when every GPU pair is
+    ``NV#`` alike and # x (GPUs - 1) exceeds the GPU preset's ``nvlinks``, they meet on an NVSwitch, otherwise
+    they are wired pairwise. The rebuilt node is checked against every cell.
+
+    Parameters
+    ----------
+    text : str
+        The output of ``nvidia-smi topo -m``.
+    file : str or Path, optional
+        Where it came from, for messages and ``source``.
+    gpu : str
+        GPU preset of every GPU (required).
+    nic : str, optional
+        NIC preset of every NIC (required when there are NICs).
+    cpu : str, optional
+        CPU preset of every socket (default ``generic-x86``).
+    name : str, optional
+        The template's name (default: the file's stem).
+    presets : PresetLibrary, optional
+        Presets to use (default :func:`load_presets`).
+
+    Returns
+    -------
+    dict
+        A node template, as :func:`template_from_nccl_xml` returns.
+
+    Raises
+    ------
+    TopologyError
+        A matrix that is not square, an unknown cell, cells no PCIe tree gives, a missing preset option: naming
+        ``file`` and the line (``line 4``) or the option (``--gpu``).
+    """
+    presets = load_presets() if presets is None else presets
+    m = _parse_smi(text, file)
+    if gpu is None:
+        raise TopologyError(
+            "nvidia-smi topo -m names no GPU model: give --gpu PRESET (e.g. a100-sxm4-80gb; the GPU "
+            "presets are in topologies/presets/gpus.yaml)",
+            file=file,
+            field="--gpu",
+        )
+    grec = _preset(presets, "gpus", gpu, file, "--gpu")
+    nnic = len(m.labels) - m.ngpu
+    if nnic and nic is None:
+        raise TopologyError(
+            f"nvidia-smi topo -m shows {nnic} NIC(s) but no NIC model or speed: give --nic PRESET "
+            "(e.g. connectx-7-ndr; topologies/presets/nics.yaml)",
+            file=file,
+            field="--nic",
+        )
+    if nic is not None:
+        _preset(presets, "nics", nic, file, "--nic")
+    cpu_preset = cpu if cpu is not None else _DEFAULT_SMI_CPU
+    _preset(presets, "cpus", cpu_preset, file, "--cpu")
+    n = len(m.labels)
+    ngpu = m.ngpu
+    known: list[list[str | None]] = [[None if c.startswith("NV") or c == "X" else c for c in row] for row in m.cells]
+    sockets = _smi_sockets(m, known, file)
+
+    dev_name = [f"gpu{i}" if i < ngpu else f"nic{i - ngpu}" for i in range(n)]
+    devices: list[_Device] = []
+    gen = grec.get("pcie_gen")
+    lanes = grec.get("pcie_lanes") or 16
+    pnotes = []
+    if gen is None:
+        gen = 4
+        pnotes.append(f"GPU preset {gpu} has no pcie_gen: PCIe Gen4 assumed")
+    pl = _pcie_link(_RATE_OF_GEN[int(gen)], int(lanes), presets, f"{gpu}'s pcie_gen {gen} and pcie_lanes {lanes}")
+    for i in range(ngpu):
+        aff = ", ".join(f"{k} {v}" for k, v in m.affinity[i].items())
+        devices.append(
+            _Device(
+                dev_name[i], "gpu", gpu, notes=f"GPU{i} (line {m.lines[i]}{'; ' + aff if aff else ''}); preset: --gpu"
+            )
+        )
+    for i in range(ngpu, n):
+        lab = m.labels[i]
+        legend = m.legend.get(lab, lab if not re.fullmatch(r"NIC\d+", lab) else "")
+        assert nic is not None
+        devices.append(
+            _Device(
+                dev_name[i],
+                "nic",
+                nic,
+                notes=f"{lab}{f' ({legend})' if legend else ''}, line {m.lines[i]}; preset: --nic",
+            )
+        )
+    switch_devices, links = _smi_nvlinks(m, gpu, grec, dev_name, file)
+    devices += switch_devices
+    cpu_devs, pcie_devices, pcie_links = _smi_pcie(m, sockets, known, dev_name, pl, int(gen), cpu_preset, cpu)
+    devices += pcie_devices + cpu_devs
+    links += pcie_links
     links.extend(_cpu_links(cpu_devs, [0] * len(cpu_devs), presets))
 
     src_name = Path(file).name if file is not None else "nvidia-smi topo -m"
     tname = name or (Path(file).stem if file is not None else "imported")
-    has_switch = any(d.kind == "nvswitch" for d in devices)
     description = (
-        f"Imported from {src_name} (nvidia-smi topo -m): {ngpu} x {gpu}, {'an NVSwitch, ' if has_switch else ''}"
-        f"{k} PCIe switch(es), {nnic} NIC(s){f' ({nic})' if nic else ''}, {len(sockets)} CPU socket(s) ({cpu_preset})"
+        f"Imported from {src_name} (nvidia-smi topo -m): {ngpu} x {gpu}, {'an NVSwitch, ' if switch_devices else ''}"
+        f"{len(pcie_devices)} PCIe switch(es), {nnic} NIC(s){f' ({nic})' if nic else ''}, "
+        f"{len(sockets)} CPU socket(s) ({cpu_preset})"
     )
     source = (
         f"collsim import nvidia-smi {src_name}: the path matrix of nvidia-smi topo -m (PCIe tree rebuilt from its "
@@ -1580,17 +1699,7 @@ def template_from_nvidia_smi(
     ]
     template = _assemble(tname, description, source, header, devices, links)
     topo = _check_builds(template, presets, file)
-    for a in range(n):
-        for b in range(a + 1, n):
-            want = _AS_PATH_TYPE.get(cell[a][b], cell[a][b])
-            got = topo.path_type(f"n0/{dev_name[a]}", f"n0/{dev_name[b]}")
-            if got != want:
-                raise TopologyError(
-                    f"column {m.labels[b]}: {cell[a][b]}, but the PCIe tree the other cells need gives {got} here (no "
-                    "tree of PCIe switches gives this matrix)",
-                    file=file,
-                    field=f"line {m.lines[a]}",
-                )
+    _smi_check(topo, m, dev_name, file)
     return template
 
 
