@@ -458,15 +458,29 @@ class Simulator:
     ) -> Outcome:
         """:meth:`simulate_one`'s simulation of the whole elements of ``size`` (:func:`whole_element_bytes`: sizes
         round down to whole elements, as nccl-tests passes a count; a note says so when it cuts any bytes)."""
-        if backend in BACKENDS:
-            nranks = len(self.nccl_plan.ranks) if backend == "nccl" else len(self.topology.rank_devices())
-            moved = whole_element_bytes(size, self.scenario.workload.dtype, coll, nranks)
-            if moved != size:
-                out = self._simulate(backend, moved, coll, record, choice, sym, repetition, gloo_algorithm)
-                elem = DTYPE_SIZES[self.scenario.workload.dtype]
-                out.notes = [*out.notes, f"{size} B is not whole {self.scenario.workload.dtype} elements "
-                             f"({elem} B each): {moved} B moved"]  # fmt: skip
-                return out
+        if backend not in BACKENDS:
+            raise ScenarioError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}", field="backend")
+        dtype = self.scenario.workload.dtype
+        nranks = len(self.nccl_plan.ranks) if backend == "nccl" else len(self.topology.rank_devices())
+        moved = whole_element_bytes(size, dtype, coll, nranks)
+        out = self._simulate_bytes(backend, moved, coll, record, choice, sym, repetition, gloo_algorithm)
+        if moved != size:
+            note = f"{size} B is not whole {dtype} elements ({DTYPE_SIZES[dtype]} B each): {moved} B moved"
+            out.notes = [*out.notes, note]
+        return out
+
+    def _simulate_bytes(
+        self,
+        backend: str,
+        size: int,
+        coll: str,
+        record: bool,
+        choice: tuple[str, str] | None,
+        sym: bool,
+        repetition: int,
+        gloo_algorithm: str | None,
+    ) -> Outcome:
+        """One backend's simulation of exactly ``size`` bytes (``backend`` is ``"nccl"`` or ``"gloo"``)."""
         if backend == "nccl":
             nccl_options = self.options("nccl", repetition)
             assert isinstance(nccl_options, NcclOptions)
@@ -482,16 +496,13 @@ class Simulator:
                 record=record,
                 choice=choice,
             )
-        if backend == "gloo":
-            gloo_options = self.options("gloo", repetition)
-            assert isinstance(gloo_options, GlooOptions)
-            if gloo_algorithm is not None:
-                gloo_options = dataclasses.replace(gloo_options, algorithm=gloo_algorithm)
-            return simulate_gloo(
-                self.topology, gloo_options, self.gloo_constants, size, collective=coll, symmetry=sym,
-                record=record,
-            )
-        raise ScenarioError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}", field="backend")
+        gloo_options = self.options("gloo", repetition)
+        assert isinstance(gloo_options, GlooOptions)
+        if gloo_algorithm is not None:
+            gloo_options = dataclasses.replace(gloo_options, algorithm=gloo_algorithm)
+        return simulate_gloo(
+            self.topology, gloo_options, self.gloo_constants, size, collective=coll, symmetry=sym, record=record
+        )
 
     def recorded(self, backend: str, size: int, collective: str | None = None) -> Outcome:
         """One collective with every rank and channel simulated (symmetry off) and every flow recorded: what

@@ -403,7 +403,7 @@ def _compare_algorithms(args: argparse.Namespace, sim: Simulator, note: str) -> 
     prog = _Progress(args.quiet)
     rows, interrupted = sim.compare_algorithms(sizes=_sizes(args.sizes), progress=prog, jobs=_jobs(args.jobs))
     prog.done()
-    total, done = _planned(sim, ["one"], _sizes(args.sizes)), len(rows)  # one row per collective and size
+    total, done = _planned(sim, sim.backends(), _sizes(args.sizes)), len(rows)  # one row per collective and size
     if args.format == "json":
         text = algorithm_comparisons_to_json(
             rows, sim.scenario.to_dict(), interrupted, **partial_fields(interrupted, done, total)

@@ -370,36 +370,9 @@ def merge_bars(bars: Sequence[Bar], max_bars: int, total_s: float, *, max_bins: 
     latency = np.fromiter((b.latency for b in bars), np.float64, n)
     span = max(float(total_s), float(ends.max()), 1e-300)
 
-    def pieces(bins: int) -> tuple[np.ndarray, np.ndarray]:
-        """Every bar cut at the bin edges: per piece its bar's index and its bin."""
-        width = span / bins
-        first = np.clip(np.floor(starts / width).astype(np.int64), 0, bins - 1)
-        last = np.clip(np.ceil(ends / width).astype(np.int64) - 1, first, bins - 1)
-        count = last - first + 1
-        idx = np.repeat(np.arange(n), count)
-        k = first[idx] + (np.arange(len(idx)) - np.repeat(np.cumsum(count) - count, count))
-        return idx, k
-
-    ngroups = len(groups)
-
-    def shapes(bins: int) -> int:
-        idx, k = pieces(bins)
-        if ngroups * bins <= 1 << 26:  # distinct (group, bin) pairs by marking a table: faster than hashing
-            seen = np.zeros(ngroups * bins, dtype=bool)
-            seen[g[idx] * bins + k] = True
-            return int(np.count_nonzero(seen))
-        return len(np.unique(g[idx] * bins + k))
-
-    lo, hi = 1, max(1, max_bins)
-    while lo < hi:  # the most bins within max_bars (the count grows with bins, bar for bar)
-        mid = (lo + hi + 1) // 2
-        if shapes(mid) <= max_bars:
-            lo = mid
-        else:
-            hi = mid - 1
-    bins = lo
+    bins = _finest_bins(g, len(groups), starts, ends, span, max_bars, max_bins)
     width = span / bins
-    idx, k = pieces(bins)
+    idx, k = _bin_pieces(starts, ends, span, bins)
     p0 = np.maximum(starts[idx], k * width)
     p1 = np.where(k == bins - 1, ends[idx], np.minimum(ends[idx], (k + 1) * width))
     key = g[idx] * bins + k
@@ -419,14 +392,7 @@ def merge_bars(bars: Sequence[Bar], max_bars: int, total_s: float, *, max_bins: 
     codes = t_of[idx]
     seg_pmin = np.minimum.reduceat(p_of[idx], at)
     seg_pmax = np.maximum.reduceat(p_of[idx], at)
-    # busy time per (merged bar, tag): the main tag is the busiest, every tag is listed once
-    pair, inv = np.unique(shape * len(tag_code) + codes, return_inverse=True)
-    weight = np.bincount(inv.ravel(), weights=busy)
-    pair_shape, pair_tag = pair // len(tag_code), pair % len(tag_code)
-    best = np.lexsort((-weight, pair_shape))  # by merged bar, busiest tag first
-    first_of = np.unique(pair_shape[best], return_index=True)[1]
-    main_tag = pair_tag[best][first_of]
-    tag_at = np.append(np.unique(pair_shape, return_index=True)[1], len(pair))
+    main_tag, pair_tag, tag_at = _tags_per_shape(shape, codes, busy, len(tag_code))
     lanes = list(groups)
     tags = list(tag_code)
     peers = list(peer_code)
@@ -443,6 +409,57 @@ def merge_bars(bars: Sequence[Bar], max_bars: int, total_s: float, *, max_bins: 
         out.append(MergedBar(bar, int(count[j]), float(seg_busy[j]), seen))
     out.sort(key=lambda m: (m.bar.start, _lane_key(m.bar.lane), m.bar.activity))
     return MergedBars(out, bins, width, n)
+
+
+def _bin_pieces(starts: np.ndarray, ends: np.ndarray, span: float, bins: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every interval (seconds) cut at the edges of ``bins`` equal bins over ``[0, span]``: per piece its interval's
+    index and its bin (an interval past the span belongs to the last bin)."""
+    width = span / bins
+    first = np.clip(np.floor(starts / width).astype(np.int64), 0, bins - 1)
+    last = np.clip(np.ceil(ends / width).astype(np.int64) - 1, first, bins - 1)
+    count = last - first + 1
+    idx = np.repeat(np.arange(len(starts)), count)
+    k = first[idx] + (np.arange(len(idx)) - np.repeat(np.cumsum(count) - count, count))
+    return idx, k
+
+
+def _finest_bins(
+    g: np.ndarray, ngroups: int, starts: np.ndarray, ends: np.ndarray, span: float, max_bars: int, max_bins: int
+) -> int:
+    """The most bins (1 to ``max_bins``) whose distinct (group ``g``, bin) pairs number at most ``max_bars``, by
+    bisection (the count grows with the bins, bar for bar); 1 when even one bin has more."""
+
+    def shapes(bins: int) -> int:
+        idx, k = _bin_pieces(starts, ends, span, bins)
+        if ngroups * bins <= 1 << 26:  # distinct (group, bin) pairs by marking a table: faster than hashing
+            seen = np.zeros(ngroups * bins, dtype=bool)
+            seen[g[idx] * bins + k] = True
+            return int(np.count_nonzero(seen))
+        return len(np.unique(g[idx] * bins + k))
+
+    lo, hi = 1, max(1, max_bins)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if shapes(mid) <= max_bars:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _tags_per_shape(
+    shape: np.ndarray, codes: np.ndarray, busy: np.ndarray, ntags: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per merged bar (``shape`` of each piece, sorted) the busiest of its pieces' tags (``codes``, weighted by
+    ``busy`` seconds), and every tag it holds once: ``(main tag per bar, tag per (bar, tag) pair, each bar's first
+    pair index and the end)``."""
+    pair, inv = np.unique(shape * ntags + codes, return_inverse=True)
+    weight = np.bincount(inv.ravel(), weights=busy)
+    pair_shape, pair_tag = pair // ntags, pair % ntags
+    best = np.lexsort((-weight, pair_shape))  # by merged bar, busiest tag first
+    first_of = np.unique(pair_shape[best], return_index=True)[1]
+    tag_at = np.append(np.unique(pair_shape, return_index=True)[1], len(pair))
+    return pair_tag[best][first_of], pair_tag, tag_at
 
 
 # ---------------------------------------------------------------------------------------------- link usage

@@ -57,9 +57,7 @@ PCIe generation is the GPU preset's. The PCIe tree is rebuilt to give exactly th
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 import textwrap
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
@@ -67,6 +65,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from collsim.files import write_atomic
 from collsim.topology.errors import TopologyError
 from collsim.topology.generators import NVSWITCH_BY_NVLINK
 from collsim.topology.presets import PresetLibrary, load_presets
@@ -1766,19 +1765,9 @@ def format_template(template: Mapping[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
-def _file_mode(dest: Path) -> int:
-    """The permission bits of ``dest`` if it exists, else those of a new file under the current umask."""
-    try:
-        return dest.stat().st_mode & 0o7777
-    except OSError:
-        mask = os.umask(0)
-        os.umask(mask)
-        return 0o666 & ~mask
-
-
 def write_template(template: Mapping[str, Any], path: str | Path | None = None) -> str:
-    """Write an imported template as YAML (:func:`format_template`), atomically: a temporary file beside ``path``,
-    then ``os.replace``.
+    """Write an imported template as YAML (:func:`format_template`), atomically (:func:`collsim.files.write_atomic`:
+    a temporary file beside ``path``, then ``os.replace``; a new file gets the umask's mode, an old one keeps its).
 
     Parameters
     ----------
@@ -1800,18 +1789,8 @@ def write_template(template: Mapping[str, Any], path: str | Path | None = None) 
     text = format_template(template)
     if path is None:
         return text
-    dest = Path(path)
-    tmp: str | None = None
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent if str(dest.parent) else ".")
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, _file_mode(dest))  # mkstemp makes it 0600; give it the mode a new (or the old) file has
-        os.replace(tmp, dest)
-        tmp = None
+        write_atomic(path, text)
     except OSError as exc:
-        raise TopologyError(f"cannot write the template: {exc.strerror or exc}", file=dest) from None
-    finally:
-        if tmp is not None and os.path.exists(tmp):
-            os.unlink(tmp)
+        raise TopologyError(f"cannot write the template: {exc.strerror or exc}", file=Path(path)) from None
     return text
