@@ -463,32 +463,14 @@ class Simulator:
         dtype = self.scenario.workload.dtype
         nranks = len(self.nccl_plan.ranks) if backend == "nccl" else len(self.topology.rank_devices())
         moved = whole_element_bytes(size, dtype, coll, nranks)
-        out = self._simulate_bytes(backend, moved, coll, record, choice, sym, repetition, gloo_algorithm)
-        if moved != size:
-            note = f"{size} B is not whole {dtype} elements ({DTYPE_SIZES[dtype]} B each): {moved} B moved"
-            out.notes = [*out.notes, note]
-        return out
-
-    def _simulate_bytes(
-        self,
-        backend: str,
-        size: int,
-        coll: str,
-        record: bool,
-        choice: tuple[str, str] | None,
-        sym: bool,
-        repetition: int,
-        gloo_algorithm: str | None,
-    ) -> Outcome:
-        """One backend's simulation of exactly ``size`` bytes (``backend`` is ``"nccl"`` or ``"gloo"``)."""
         if backend == "nccl":
             nccl_options = self.options("nccl", repetition)
             assert isinstance(nccl_options, NcclOptions)
-            return simulate_nccl(
+            out = simulate_nccl(
                 self.topology,
                 nccl_options,
                 self.nccl_constants,
-                size,
+                moved,
                 collective=coll,
                 fabric=self.fabric,
                 plan=self.nccl_plan,
@@ -496,13 +478,18 @@ class Simulator:
                 record=record,
                 choice=choice,
             )
-        gloo_options = self.options("gloo", repetition)
-        assert isinstance(gloo_options, GlooOptions)
-        if gloo_algorithm is not None:
-            gloo_options = dataclasses.replace(gloo_options, algorithm=gloo_algorithm)
-        return simulate_gloo(
-            self.topology, gloo_options, self.gloo_constants, size, collective=coll, symmetry=sym, record=record
-        )
+        else:
+            gloo_options = self.options("gloo", repetition)
+            assert isinstance(gloo_options, GlooOptions)
+            if gloo_algorithm is not None:
+                gloo_options = dataclasses.replace(gloo_options, algorithm=gloo_algorithm)
+            out = simulate_gloo(
+                self.topology, gloo_options, self.gloo_constants, moved, collective=coll, symmetry=sym, record=record
+            )
+        if moved != size:
+            note = f"{size} B is not whole {dtype} elements ({DTYPE_SIZES[dtype]} B each): {moved} B moved"
+            out.notes = [*out.notes, note]
+        return out
 
     def recorded(self, backend: str, size: int, collective: str | None = None) -> Outcome:
         """One collective with every rank and channel simulated (symmetry off) and every flow recorded: what
