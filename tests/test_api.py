@@ -246,12 +246,12 @@ def test_symmetry_must_be_bool() -> None:
 
 
 def test_gpus_per_process_adds_one_launch_gap_per_extra_gpu() -> None:
-    """nccl-tests -g N: kernels of N GPUs launched one after another from one thread (2.0 us apart, nccl.yaml)."""
+    """nccl-tests -g N: kernels of N GPUs launched one after another from one thread (2.75 us apart, nccl.yaml)."""
     one = Simulator.from_source("dgx-a100", ["workload.sizes=8B"])
     eight = Simulator.from_source("dgx-a100", ["workload.sizes=8B", "workload.gpus_per_process=8"])
-    assert eight.nccl_constants.group_launch_gap == pytest.approx(2.0e-6)
+    assert eight.nccl_constants.group_launch_gap == pytest.approx(2.75e-6)
     t1, t8 = (s.simulate_one("nccl", 8).time_s for s in (one, eight))
-    assert t8 - t1 == pytest.approx(7 * 2.0e-6, rel=1e-9)
+    assert t8 - t1 == pytest.approx(7 * 2.75e-6, rel=1e-9)
 
 
 def test_gpus_per_process_beyond_one_node_is_an_error() -> None:

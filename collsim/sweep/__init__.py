@@ -19,7 +19,7 @@ Examples
 ...                                    "axes": {"cluster.node_params.pcie_gen": [3, 4]}}), jobs=1)
 >>> df = out.dataframe()
 >>> df["cluster.node_params.pcie_gen"].tolist(), df["busbw_gbps"].round(1).tolist()
-([3, 4], [5.3, 9.4])
+([3, 4], [5.3, 9.5])
 """
 
 from __future__ import annotations

@@ -68,7 +68,10 @@ def test_pcie_nop2p_whole_curve_against_measurement() -> None:
     if not path.exists():
         pytest.skip("shared calibration data not present")
     rows = json.loads(path.read_text())["rows"]
-    sim = Simulator.from_source("pcie-2gpu-nop2p")
+    # the shipped pcie-2gpu-nop2p with the published run's harness: one process drives both GPUs (nccl-tests -g2),
+    # so the second kernel launches one launch gap late. (Before NCCL's hops stopped adding their PCIe links'
+    # latency to hwLat, the shipped scenario without it happened to land within 15% below 64 KiB; it is 26% fast.)
+    sim = Simulator.from_source("pcie-2gpu-nop2p", ["workload.gpus_per_process=2"])
     errs = {r["size_bytes"]: sim.simulate_one("nccl", r["size_bytes"]).time_s * 1e6 / r["time_us"] - 1 for r in rows}
     small = sorted(abs(e) for s, e in errs.items() if s < 64 * 1024)
     assert small[len(small) // 2] < 0.15  # median absolute time error below 64 KiB

@@ -157,7 +157,8 @@ class SimContext:
 
     ``nc`` channels of ``per_channel`` bytes each; ``wire`` wire bytes per data byte on every link; ``cap`` one
     channel's rate cap (bytes/s); ``base`` the launch latency every entity pays first (seconds); ``plateau`` the
-    factor on a multi-node ring's latency (tuning.cc), 1 otherwise.
+    factor on a multi-node ring's latency (tuning.cc), 1 otherwise; ``intra_cap`` one channel's cap on its hops
+    inside a node where it differs from ``cap`` (LL across nodes: see ``_context`` in ``simulate.py``), else None.
     """
 
     topo: Topology
@@ -175,6 +176,12 @@ class SimContext:
     base: float
     plateau: float
     cat: ResourceCatalog
+    intra_cap: float | None = None
+
+    @property
+    def max_cap(self) -> float:
+        """The fastest any of a channel's hops may stream (bytes/s): ``cap``, or ``intra_cap`` if it is higher."""
+        return max(self.cap, self.intra_cap or 0.0)
 
     @property
     def per_channel(self) -> float:
@@ -216,8 +223,13 @@ class SimContext:
 
     def hop_role(self, hop: Hop, table: str | None = None, cap: float | None = None) -> Role:
         """A role sending over ``hop``: the hop's path with the protocol's wire overhead, the per-step latency of
-        NCCL's table ``table`` (default: this algorithm's) for the hop's class plus its propagation (twice over the
-        network for Simple), capped by one channel and the hop.
+        NCCL's table ``table`` (default: this algorithm's) for the hop's class, capped by one channel and the hop.
+
+        NCCL's hwLat is the whole latency of one hop as NVIDIA measured it, the links' and switches' traversal
+        included: its cost model adds to it only what the net plugin reports (``latencyInter``, tuning.cc; 0 for
+        NCCL's IB and socket transports, net_ib/init.cc and net_socket.cc). So the hop's own path latency (twice
+        over the network for Simple, the flush) is not added on top: it is a floor, charged instead of hwLat only
+        where it is longer (a software-heavy NIC path such as EFA's, whose link preset carries it).
 
         A multi-node ring's steps inside a node cost at least netOverhead (x3 for Simple), as tuning.cc charges.
 
@@ -235,10 +247,12 @@ class SimContext:
             hw_lat = max(hw_lat, self.plan.net_overhead * pc.ring_net_overhead_factor)
         prop = hop.path.latency * (pc.net_latency_factor if hop.hw == "NET" else 1)
         step = hw_lat * consts.sim_step_latency_scale
+        if cap is None:
+            cap = self.intra_cap if self.intra_cap is not None and hop.hw != "NET" else self.cap
         return Role(
             [(k, c * self.wire) for k, c in hop.path.uses],
-            step + prop,
-            min(self.cap if cap is None else cap, hop.max_rate),
+            max(step, prop),
+            min(cap, hop.max_rate),
             TRANSPORT_TAG[hop.transport],
             hop.hw == "NET",
             0.0 if hop.hw == "NET" else step,
@@ -344,10 +358,10 @@ class Launcher:
 
 
 def streaming_bound(ctx: SimContext, nbytes: float) -> float:
-    """Base latency + ``nbytes`` at one channel's cap (seconds): a lower bound for an entity that sends ``nbytes``
-    one send after another (each waits for the previous one to have streamed), each flow capped at ``ctx.cap`` or
-    below."""
-    return ctx.base + nbytes / ctx.cap
+    """Base latency + ``nbytes`` at one channel's fastest cap (seconds): a lower bound for an entity that sends
+    ``nbytes`` one send after another (each waits for the previous one to have streamed), each flow capped at
+    ``ctx.max_cap`` or below."""
+    return ctx.base + nbytes / ctx.max_cap
 
 
 class NcclAlgorithm:

@@ -54,7 +54,6 @@ class NcclPlan:
     channel_bw: float
     intra_hw: str
     bus_bw: float  # what the rings can carry per rank, for the tuner
-    net_latency: float
     net_overhead: float
     nvl_bw: float = 0.0  # one GPU's NVLink bandwidth per direction
     nvswitch: str | None = None  # the node's NVSwitch fabric device, when there is one
@@ -593,7 +592,6 @@ def plan_nccl(
     nch = _channel_count(intra.channels, nics_used, nnodes, opts, consts)
     rings, hops = _rings(topo, cat, nch, nnodes, opts, consts, fabric)
     notes = list(intra.notes)
-    net_latency = max((h.path.latency for h in hops.values() if h.hw == "NET"), default=0.0)
     bus_bw = min(intra.capacity, nch * intra.channel_bw)
     nic_bw = 0.0
     if nnodes > 1:
@@ -614,7 +612,6 @@ def plan_nccl(
         channel_bw=intra.channel_bw,
         intra_hw=intra.hw,
         bus_bw=bus_bw,
-        net_latency=net_latency,
         net_overhead=float(topo.host_cpu(gpus[0]).spec["nccl_net_overhead"]),
         nvl_bw=nvl_bw,
         nvswitch=switch.name if switch is not None else None,

@@ -158,8 +158,14 @@ def _context(
     chunking = step_chunking(plan, consts, alg.name, proto, collective, nbytes, nc, opts.buffsize)
     idx = node_index(plan.nnodes)
     cap = plan.channel_bw
+    intra_cap = None
     if proto == "LL":
-        cap = min(cap, consts.ll_max_bw[plan.arch][idx] / nc) * consts.sim_ll_bw_scale
+        ll_bw = consts.ll_max_bw[plan.arch]
+        cap = min(cap, ll_bw[idx] / nc) * consts.sim_ll_bw_scale
+        if idx > 0:
+            # tuning.cc's llMaxBw falls with the node count because LL crosses the network (idx 1, 2); a channel's
+            # hops inside a node are the same LL copies as on one node, so they stream at the one-node figure
+            intra_cap = min(plan.channel_bw, ll_bw[0] / nc) * consts.sim_ll_bw_scale / alg.cap_divisor(proto)
     elif proto == "LL128":
         cap = min(cap, consts.per_channel_max_ring_ll128_bw[plan.arch][idx]) * consts.sim_ll128_bw_scale
     cap /= alg.cap_divisor(proto)
@@ -178,7 +184,7 @@ def _context(
     # SimContext's fields in order: the system, the collective and its choice, then what this module derived
     return SimContext(
         topo, plan, opts, consts, collective, nbytes, alg.name, proto,
-        nc, chunking, wire, cap, base, plateau, ResourceCatalog(topo),
+        nc, chunking, wire, cap, base, plateau, ResourceCatalog(topo), intra_cap,
     )  # fmt: skip
 
 

@@ -69,9 +69,11 @@ def _inputs(plan: NcclPlan, consts: NcclConstants, collective: str, nbytes: int,
     n = len(plan.ranks)
     nsteps, ninter = _steps(collective, n, plan.nnodes)
     table = REGISTRY[algo].latency_table
-    pc = consts.protocols[proto]
     intra = consts.hw_latency[plan.intra_hw][table][proto]
-    inter = consts.hw_latency["NET"][table][proto] + plan.net_latency * pc.net_latency_factor
+    # tuning.cc adds the net plugin's reported latency (graph->latencyInter, twice for Simple) to hwLat[NET]; NCCL's
+    # own IB and socket transports report none (props->latency = 0: net_ib/init.cc, net_socket.cc), so hwLat is the
+    # whole per-hop figure. A third-party plugin's reported latency (aws-ofi-nccl's tuner hint) is not modelled.
+    inter = consts.hw_latency["NET"][table][proto]
     lat = consts.base_latency[table][proto]
     # ModelInputs' fields in order: what is priced, the schedule's steps, then tuning.cc's starting point
     return ModelInputs(
