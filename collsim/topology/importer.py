@@ -1176,10 +1176,8 @@ class _UnionFind:
             self.parent[max(a, b)] = min(a, b)
 
 
-def _parse_smi(text: str, file: str | Path | None) -> _SmiMatrix:
-    if len(text) > MAX_INPUT_CHARS:
-        raise TopologyError(f"{len(text)} characters; at most {MAX_INPUT_CHARS} are read", file=file)
-    lines = text.splitlines()
+def _smi_header(lines: list[str], file: str | Path | None) -> tuple[int, list[str], list[str]]:
+    """The matrix's header: its line index, the device labels and the affinity columns after them."""
     start = None
     for i, line in enumerate(lines):
         tok = line.split()
@@ -1213,7 +1211,11 @@ def _parse_smi(text: str, file: str | Path | None) -> _SmiMatrix:
             )
         columns.append(col)
         rest = rest[len(col) :]
-    hline = f"line {start + 1}"
+    return start, labels, columns
+
+
+def _smi_gpu_count(labels: list[str], file: str | Path | None, hline: str) -> int:
+    """Check the header's device labels (names, none twice, GPUs first and in order, NICs in order); the GPUs."""
     ngpu = 0
     seen: set[str] = set()
     for j, lab in enumerate(labels):
@@ -1230,63 +1232,79 @@ def _parse_smi(text: str, file: str | Path | None) -> _SmiMatrix:
             ngpu += 1
         elif re.fullmatch(r"NIC\d+", lab) and lab != f"NIC{j - ngpu}":
             raise TopologyError(f"header column {j + 1} is {lab}; expected NIC{j - ngpu}", file=file, field=hline)
+    return ngpu
+
+
+def _smi_row(
+    tok: list[str], r: int, labels: list[str], ngpu: int, ncolumns: int, file: str | Path | None, where: str
+) -> tuple[list[str], list[str]]:
+    """Row ``r`` of the matrix, checked: its cells and (GPU rows) its affinity values."""
+    n = len(labels)
+    if r >= n:
+        raise TopologyError(
+            f"row {_q(tok[0], 30)}: the header names {n} devices, this is row {r + 1} (the matrix is not square)",
+            file=file,
+            field=where,
+        )
+    if tok[0] != labels[r]:
+        raise TopologyError(
+            f"row {_q(tok[0], 30)}; expected {labels[r]} (rows in the header's order)", file=file, field=where
+        )
+    row = tok[1 : 1 + n]
+    if len(row) < n:
+        raise TopologyError(
+            f"row {labels[r]} has {len(row)} cells; the header names {n} devices (the matrix is not square)",
+            file=file,
+            field=where,
+        )
+    extra = tok[1 + n :]
+    allowed = ncolumns if r < ngpu else 0
+    if len(extra) > allowed:
+        raise TopologyError(
+            f"row {labels[r]} has {n + len(extra)} cells; expected {n} devices"
+            f"{f' and {allowed} affinity columns' if allowed else ''}",
+            file=file,
+            field=where,
+        )
+    for j, cell in enumerate(row):
+        if not _CELL.match(cell):
+            raise TopologyError(
+                f"column {labels[j]}: unknown connection {_q(cell, 20)}; expected X, NV#, PIX, "
+                "PXB, PHB, NODE or SYS",
+                file=file,
+                field=where,
+            )
+        if (cell == "X") != (j == r):
+            raise TopologyError(
+                f"column {labels[j]}: {cell} {'off' if cell == 'X' else 'on'} the diagonal "
+                "(X is a device with itself)",
+                file=file,
+                field=where,
+            )
+        if cell.startswith("NV") and (r >= ngpu or j >= ngpu):
+            raise TopologyError(
+                f"column {labels[j]}: {cell} between a GPU and a NIC (NVLinks join GPUs)", file=file, field=where
+            )
+    return row, extra
+
+
+def _parse_smi(text: str, file: str | Path | None) -> _SmiMatrix:
+    """Read ``nvidia-smi topo -m`` text: header, square and symmetric matrix of cells, affinity, NIC legend."""
+    if len(text) > MAX_INPUT_CHARS:
+        raise TopologyError(f"{len(text)} characters; at most {MAX_INPUT_CHARS} are read", file=file)
+    lines = text.splitlines()
+    start, labels, columns = _smi_header(lines, file)
+    ngpu = _smi_gpu_count(labels, file, f"line {start + 1}")
     n = len(labels)
     cells: list[list[str]] = []
     rows_at: list[int] = []
     affinity: list[dict[str, str]] = []
     i = start + 1
     while i < len(lines) and len(cells) < n + 1:
-        line = lines[i]
-        tok = line.split()
+        tok = lines[i].split()
         if not tok or tok[0].rstrip(":") in ("Legend", "NIC"):
             break
-        r = len(cells)
-        where = f"line {i + 1}"
-        if r >= n:
-            raise TopologyError(
-                f"row {_q(tok[0], 30)}: the header names {n} devices, this is row {r + 1} (the matrix is not square)",
-                file=file,
-                field=where,
-            )
-        if tok[0] != labels[r]:
-            raise TopologyError(
-                f"row {_q(tok[0], 30)}; expected {labels[r]} (rows in the header's order)", file=file, field=where
-            )
-        row = tok[1 : 1 + n]
-        if len(row) < n:
-            raise TopologyError(
-                f"row {labels[r]} has {len(row)} cells; the header names {n} devices (the matrix is not square)",
-                file=file,
-                field=where,
-            )
-        extra = tok[1 + n :]
-        allowed = len(columns) if r < ngpu else 0
-        if len(extra) > allowed:
-            raise TopologyError(
-                f"row {labels[r]} has {n + len(extra)} cells; expected {n} devices"
-                f"{f' and {allowed} affinity columns' if allowed else ''}",
-                file=file,
-                field=where,
-            )
-        for j, cell in enumerate(row):
-            if not _CELL.match(cell):
-                raise TopologyError(
-                    f"column {labels[j]}: unknown connection {_q(cell, 20)}; expected X, NV#, PIX, "
-                    "PXB, PHB, NODE or SYS",
-                    file=file,
-                    field=where,
-                )
-            if (cell == "X") != (j == r):
-                raise TopologyError(
-                    f"column {labels[j]}: {cell} {'off' if cell == 'X' else 'on'} the diagonal "
-                    "(X is a device with itself)",
-                    file=file,
-                    field=where,
-                )
-            if cell.startswith("NV") and (r >= ngpu or j >= ngpu):
-                raise TopologyError(
-                    f"column {labels[j]}: {cell} between a GPU and a NIC (NVLinks join GPUs)", file=file, field=where
-                )
+        row, extra = _smi_row(tok, len(cells), labels, ngpu, len(columns), file, f"line {i + 1}")
         cells.append(row)
         rows_at.append(i + 1)
         affinity.append(dict(zip(columns, extra, strict=False)))
@@ -1308,7 +1326,7 @@ def _parse_smi(text: str, file: str | Path | None) -> _SmiMatrix:
     legend: dict[str, str] = {}
     for line in lines[i:]:
         m = re.match(r"^\s*(NIC\d+)\s*:\s*(\S+)\s*$", line)
-        if m and m.group(1) in seen:
+        if m and m.group(1) in labels:
             legend[m.group(1)] = m.group(2)
     return _SmiMatrix(labels, ngpu, cells, rows_at, affinity, legend)
 

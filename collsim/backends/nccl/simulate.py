@@ -161,14 +161,14 @@ def _context(
     intra_cap = None
     if proto == "LL":
         ll_bw = consts.ll_max_bw[plan.arch]
-        cap = min(cap, ll_bw[idx] / nc) * consts.sim_ll_bw_scale
-        if idx > 0:
-            # tuning.cc's llMaxBw falls with the node count because LL crosses the network (idx 1, 2); a channel's
-            # hops inside a node are the same LL copies as on one node, so they stream at the one-node figure
-            intra_cap = min(plan.channel_bw, ll_bw[0] / nc) * consts.sim_ll_bw_scale / alg.cap_divisor(proto)
-    elif proto == "LL128":
-        cap = min(cap, consts.per_channel_max_ring_ll128_bw[plan.arch][idx]) * consts.sim_ll128_bw_scale
-    cap /= alg.cap_divisor(proto)
+        ll_caps = [min(cap, bw / nc) * consts.sim_ll_bw_scale / alg.cap_divisor(proto) for bw in ll_bw]
+        # tuning.cc's llMaxBw falls with the node count because LL crosses the network (idx 1, 2); a channel's
+        # hops inside a node are the same LL copies as on one node, so they stream at the one-node figure
+        cap, intra_cap = ll_caps[idx], (ll_caps[0] if idx > 0 else None)
+    else:
+        if proto == "LL128":
+            cap = min(cap, consts.per_channel_max_ring_ll128_bw[plan.arch][idx]) * consts.sim_ll128_bw_scale
+        cap /= alg.cap_divisor(proto)
     wire = 1.0 / pc.data_per_wire
     wire /= alg.wire_divisor(consts, collective, proto, nbytes)
     base = consts.base_latency[alg.latency_table][proto]

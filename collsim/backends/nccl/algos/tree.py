@@ -40,8 +40,13 @@ def tree_correction(consts: NcclConstants, proto: str, nbytes: int) -> float:
     [0.9, 0.6, 0.5, 1.0, 1.0]
     """
     table = consts.tree_correction[proto]
-    bucket = int(math.log2(max(nbytes, 64) / 64))
+    bucket = _bucket(nbytes)
     return table[bucket] if bucket < min(23, len(table)) else 1.0
+
+
+def _bucket(nbytes: int) -> int:
+    """tuning.cc's size bucket of the tree correction table: log2(nbytes / 64), from 64 B on."""
+    return int(math.log2(max(nbytes, 64) / 64))
 
 
 def charged_tree_correction(consts: NcclConstants, proto: str, nbytes: int) -> float:
@@ -68,8 +73,7 @@ def charged_tree_correction(consts: NcclConstants, proto: str, nbytes: int) -> f
     """
     table = consts.tree_correction[proto]
     wire = nbytes / tree_correction(consts, proto, nbytes)
-    bucket = int(math.log2(max(nbytes, 64) / 64))
-    for b in range(min(bucket, 23, len(table))):
+    for b in range(min(_bucket(nbytes), 23, len(table))):
         wire = max(wire, (64 << (b + 1)) / table[b])  # the end of bucket b, at bucket b's factor
     return nbytes / wire
 
