@@ -255,6 +255,7 @@ class Simulator:
             self.nccl_options = dataclasses.replace(
                 NcclOptions.from_env({**self.nccl_plugin_env, **user_env}),
                 gpus_per_process=scenario.workload.gpus_per_process,
+                host_overhead=scenario.workload.host_overhead_value(),
                 launch_delay=delays,
             )
         gloo = scenario.backends.gloo

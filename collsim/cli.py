@@ -51,7 +51,7 @@ from collsim.results.step import StepRow, format_step, step_rows_to_csv, step_ro
 from collsim.scenario import ScenarioError, ScenarioWarning, scenario_json_schema
 from collsim.sweep.command import add_arguments as _sweep_arguments
 from collsim.topology import TopologyError, format_topo_matrix
-from collsim.units import UnitError, format_size, parse_size, parse_size_range
+from collsim.units import UnitError, format_size, format_time, parse_size, parse_size_range
 from collsim.vocab import TENSOR_DEVICES
 
 __all__ = ["main"]
@@ -350,7 +350,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             name=sim.scenario.name,
             backends=backends,
             collectives=sim.scenario.collectives(),
-            nccl_notes=_plugin_notes(sim),
+            nccl_notes=_nccl_notes(sim),
         )
     return _finish(text, args, result.interrupted, len(result.records), total)
 
@@ -382,16 +382,27 @@ def _run_repeated(args: argparse.Namespace, sim: Simulator, backends: Sequence[s
             name=sim.scenario.name,
             backends=backends,
             collectives=sim.scenario.collectives(),
-            nccl_notes=_plugin_notes(sim),
+            nccl_notes=_nccl_notes(sim),
             noise=sim.noise_text(),
         )
     return _finish(text, args, result.interrupted, len(records), total)
 
 
-def _plugin_notes(sim: Simulator) -> list[str]:
-    """What the network plugin set in NCCL's environment, one line per variable."""
+def _nccl_notes(sim: Simulator) -> list[str]:
+    """What the network plugin set in NCCL's environment (one line per variable), then what of the benchmark's
+    harness every NCCL time holds (serial launches of ``-g N``, the host's per-call work)."""
     env = sim.nccl_plugin_env
-    return [f"{k}={v} set by the NICs' network plugin (NIC preset nccl_plugin_env)" for k, v in env.items()]
+    out = [f"{k}={v} set by the NICs' network plugin (NIC preset nccl_plugin_env)" for k, v in env.items()]
+    workload, opts, consts = sim.scenario.workload, sim.nccl_options, sim.nccl_constants
+    if opts.gpus_per_process > 1:
+        gap = format_time(consts.group_launch_gap)
+        out.append(f"times include {opts.gpus_per_process - 1} x {gap} of serial kernel launches "
+                   f"(workload.gpus_per_process: {opts.gpus_per_process})")
+    host = consts.host_overhead(opts.host_overhead)
+    if host > 0:
+        out.append(f"times include {format_time(host)} of host work per call (workload.host_overhead: "
+                   f"{workload.host_overhead})")
+    return out
 
 
 def _compare_algorithms(args: argparse.Namespace, sim: Simulator, note: str) -> int:
@@ -488,7 +499,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         text = explanations_to_json(rows, sim.scenario.to_dict(), interrupted, agreement(rows), **part)
     else:
         text = format_explanation(
-            rows, name=sim.scenario.name, nranks=len(sim.nccl_plan.ranks), notes=_plugin_notes(sim), all_pairs=args.all
+            rows, name=sim.scenario.name, nranks=len(sim.nccl_plan.ranks), notes=_nccl_notes(sim), all_pairs=args.all
         )
         if sim.perturbations() and not interrupted:  # NCCL's choice and time on the healthy cluster too
             healthy, interrupted = sim.healthy().explain(_sizes(args.sizes), progress=prog, jobs=_jobs(args.jobs))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from collsim.vocab import NCCL_ALGO_GROUPS, NCCL_ALGORITHMS, NCCL_PROTOCOLS, PATH_CLASS_ORDER
 
@@ -235,6 +235,9 @@ class NcclOptions:
         NCCL_SOCKET_NTHREADS as set (helper threads per socket connection), None when unset.
     gpus_per_process : int
         Not an NCCL knob: GPUs one process drives (nccl-tests ``-g``), set from the workload.
+    host_overhead : float or "torch"
+        Not an NCCL knob: seconds of the host's per-call work inside each timed collective (scenario
+        ``workload.host_overhead``); ``"torch"`` for PyTorch's figure (``NcclConstants.torch_host_overhead``).
     launch_delay : tuple of (int, float)
         Not an NCCL knob: (rank, seconds) pairs of ranks that launch every collective that late (stragglers,
         scenario ``perturb.ranks``; scenario ``noise.launch_skew`` adds each repetition's draws).
@@ -270,6 +273,7 @@ class NcclOptions:
     nvls_enable: bool = True
     env: Mapping[str, str] = field(default_factory=dict)
     gpus_per_process: int = 1
+    host_overhead: float | Literal["torch"] = 0.0
     launch_delay: tuple[tuple[int, float], ...] = ()
     jitter: float = 0.0
     jitter_seed: int = 0

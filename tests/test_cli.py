@@ -555,6 +555,27 @@ def test_run_and_explain_say_what_the_network_plugin_set(capsys: pytest.CaptureF
     assert note in capsys.readouterr().out.splitlines()[:3]
 
 
+@pytest.mark.parametrize(
+    ("sets", "note"),
+    [
+        (["workload.host_overhead=torch"], "25.00 us of host work per call (workload.host_overhead: torch)"),
+        (["workload.host_overhead=18us"], "18.00 us of host work per call (workload.host_overhead: 18us)"),
+        (["workload.gpus_per_process=8"], "7 x 2.75 us of serial kernel launches (workload.gpus_per_process: 8)"),
+    ],
+)
+def test_run_and_explain_say_what_of_the_harness_the_times_hold(
+    capsys: pytest.CaptureFixture[str], sets: list[str], note: str
+) -> None:
+    args = [a for s in sets for a in ("--set", s)] + ["--sizes", "8B", "--quiet"]
+    note = "# times include " + note
+    assert main(["run", "hgx-h100", *args]) == 0
+    assert note in capsys.readouterr().out.splitlines()[:3]
+    assert main(["explain", "hgx-h100", *args]) == 0
+    assert note in capsys.readouterr().out.splitlines()[:3]
+    assert main(["run", "hgx-h100", "--sizes", "8B", "--quiet"]) == 0
+    assert "# times include" not in capsys.readouterr().out  # nccl-tests' own harness: nothing to add
+
+
 def test_compare_a_perturbed_scenario_against_the_healthy_one(capsys: pytest.CaptureFixture[str]) -> None:
     # issue 13: compare shows the perturbed cluster and, next to it, the same sweep without perturb
     late = ["--set", "perturb.ranks=[{rank: 3, launch_delay: 20us}]", "--sizes", "8B,1MiB", "--quiet"]

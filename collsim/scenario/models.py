@@ -273,6 +273,13 @@ class WorkloadConfig(BaseModel):
         ge=1,
         description="GPUs one process drives (nccl-tests -g): their kernels launch one after another from one thread.",
     )
+    host_overhead: str = Field(
+        "none",
+        description="The host's per-call work inside each timed NCCL collective: 'none' (calls queued back to back, "
+        "as nccl-tests times them: it hides behind the GPU), 'torch' (one torch.distributed call timed on an idle "
+        "GPU, CUDA events around it: PyTorch's per-call host overhead, topologies/software/nccl.yaml), or a "
+        "duration you measured, e.g. '18us'.",
+    )
 
     @field_validator("collective", mode="before")
     @classmethod
@@ -318,6 +325,26 @@ class WorkloadConfig(BaseModel):
         if not sizes:
             raise custom_error(f"no sizes in {short_repr(value)}")
         return value
+
+    @field_validator("host_overhead", mode="before")
+    @classmethod
+    def _host_overhead(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.strip().lower() in ("none", "torch"):
+            return value.strip().lower()
+        expected = f"expected 'none', 'torch' or a duration such as '18us', got {short_repr(value)}"
+        if not isinstance(value, str):
+            raise custom_error(expected)
+        try:
+            parse_time(value)
+        except UnitError as exc:
+            raise custom_error(f"{expected} ({exc})") from None
+        return value
+
+    def host_overhead_value(self) -> float | Literal["torch"]:
+        """``host_overhead`` as seconds, or ``"torch"`` (PyTorch's figure, resolved by the NCCL backend)."""
+        if self.host_overhead == "torch":
+            return "torch"
+        return 0.0 if self.host_overhead == "none" else parse_time(self.host_overhead)
 
     @field_validator("peers")
     @classmethod

@@ -140,6 +140,24 @@ def test_one_process_per_node_composes_with_every_gpu_template(template: str) ->
     assert many.simulate_one("nccl", 8).time_s - one.simulate_one("nccl", 8).time_s == pytest.approx((ppn - 1) * gap)
 
 
+@pytest.mark.parametrize("size", [8, 32 << 10, 4 << 20, 1 << 30])
+def test_host_overhead_adds_the_same_time_at_every_size_without_changing_the_choice(size: int) -> None:
+    # workload.host_overhead (a benchmark timing one torch.distributed call on an idle GPU): the kernel starts that
+    # much later on every rank, so the time grows by exactly it; NCCL's own choice does not see it
+    scenario = {"name": "h", "cluster": {"node": "hgx-b200"}, "backends": {"nccl": {}}}
+    runs = {
+        h: Simulator.from_source({**scenario, "workload": {"host_overhead": h}}).simulate_one("nccl", size)
+        for h in ("none", "torch", "18us")
+    }
+    torch_s = Simulator.from_source(scenario).nccl_constants.torch_host_overhead
+    assert torch_s == pytest.approx(25e-6)  # nccl.yaml: "some 20-30us" (stas00/ml-engineering), the midpoint
+    assert runs["torch"].time_s - runs["none"].time_s == pytest.approx(torch_s, rel=1e-9)
+    assert runs["18us"].time_s - runs["none"].time_s == pytest.approx(18e-6, rel=1e-9)
+    assert {(o.algorithm, o.protocol, o.channels) for o in runs.values()} == {
+        (runs["none"].algorithm, runs["none"].protocol, runs["none"].channels)
+    }
+
+
 def test_hgx_b200_runs_nvls_on_nvlink5() -> None:
     # issue 12: B200 (sm100, arch blackwell): 18 NVLink 5 links at NCCL's 40.1 GB/s each; 2 x 721.8 // 60 = 24 channels
     # (one channel ~60 GB/s, gpus.yaml); the NVSwitch says multicast: true, so NCCL's model picks NVLS at large sizes

@@ -205,6 +205,17 @@ def test_bad_peers(write: Write) -> None:
     assert err.message == "expected two different non-negative ranks, e.g. [0, 1], got [1, 1]"
 
 
+@pytest.mark.parametrize(
+    ("value", "detail"),
+    [("18", ""), ("fast", "cannot read 'fast' as a duration"), ("'-3us'", "must not be negative"), ("[]", "")],
+)
+def test_bad_host_overhead(write: Write, value: str, detail: str) -> None:
+    err = error_of(scenario_with(write, f"workload: {{host_overhead: {value}}}\n"))
+    assert err.field == "workload.host_overhead"
+    assert err.message.startswith("expected 'none', 'torch' or a duration such as '18us', got ")
+    assert detail in err.message
+
+
 def test_bad_list_item_index_in_field(write: Write) -> None:
     err = error_of(scenario_with(write, "workload: {peers: [0, x]}\n"))
     assert err.field == "workload.peers[1]"

@@ -394,6 +394,7 @@ _SCENARIO = st.fixed_dictionaries(
             "dtype": _maybe(st.sampled_from(["float32", "half", "int4"])),
             "sizes": st.one_of(st.sampled_from(["1KiB", "8B:64KiB:x4", "1KiB,4KiB", "0", "3B"]), _QUANTITIES, _ANY),
             "root": _maybe(st.integers(0, 8)),
+            "host_overhead": st.one_of(st.sampled_from(["none", "torch", "Torch", "5us"]), _QUANTITIES, _ANY),
         })),
         "backends": _maybe(st.fixed_dictionaries({}, optional={
             "nccl": _maybe(st.fixed_dictionaries({}, optional={"enabled": _maybe(st.booleans()), "env": _maybe(

@@ -147,6 +147,7 @@ class NcclConstants:
     # Calibration (collsim.profile): what the simulated system pays beyond NCCL's constants. They change
     # the simulated time only, never the cost model's choice (NCCL's tuner uses its own fixed table).
     group_launch_gap: float = 0.0  # seconds between kernel launches of GPUs driven by one thread (nccl-tests -g)
+    torch_host_overhead: float = 0.0  # seconds of PyTorch's per-call host work inside a one-call timing
     sim_step_latency_scale: float = 1.0  # factor on the per-step latency (hwLat) a simulated hop pays
     sim_launch_overhead: float = 0.0  # seconds added to each simulated collective's base latency
     sim_ll_bw_scale: float = 1.0  # factor on the per-channel rate LL reaches (llMaxBw / nChannels) as simulated
@@ -165,6 +166,11 @@ class NcclConstants:
             self.per_channel_max_nvls_tree_bw,
         )
         return tuple(a for a in self.ll_max_bw if all(a in t for t in tables))
+
+    def host_overhead(self, setting: float | str) -> float:
+        """Seconds of host work per call inside a timed collective: ``setting`` in seconds (NcclOptions and scenario
+        ``workload.host_overhead``), or ``"torch"`` for PyTorch's per-call figure (``torch_host_overhead``)."""
+        return self.torch_host_overhead if setting == "torch" else float(setting)
 
     def check_arch(self, arch: str) -> None:
         """Raise :class:`BackendError` unless the tuner tables know ``arch``.
@@ -239,6 +245,7 @@ class NcclConstants:
             chunk_rules=_chunk_rules(data["chunk_rules"]),
             ring_plateau_latency_factor={k: float(v) for k, v in data["ring_plateau_latency_factor"].items()},
             group_launch_gap=float(data["group_launch_gap_us"]) * _US,
+            torch_host_overhead=float(data["torch_call_host_overhead_us"]) * _US,
             sim_max_chunks=int(data["sim_max_chunks_per_channel"]),
             sim_max_pieces=int(data["sim_max_pieces_per_step"]),
         )

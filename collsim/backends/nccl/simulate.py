@@ -180,6 +180,9 @@ def _context(
     # one thread launching g GPUs' kernels one after another (nccl-tests -g g): the collective cannot finish before
     # the last kernel starts, (g - 1) launch gaps after the first; charged to every rank (keeps ranks symmetric)
     base += (opts.gpus_per_process - 1) * consts.group_launch_gap
+    # the benchmark's timing holds the host's per-call work when it times one call on an idle GPU (scenario
+    # workload.host_overhead): the kernel starts that much after the start event, on every rank
+    base += consts.host_overhead(opts.host_overhead)
     base = max(0.0, base + consts.sim_launch_overhead)
     # SimContext's fields in order: the system, the collective and its choice, then what this module derived
     return SimContext(

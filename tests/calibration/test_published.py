@@ -1,0 +1,34 @@
+"""Published runs kept in ``scenarios/published/`` (not in shared/): mechanisms checked on runs not used to set them."""
+
+from __future__ import annotations
+
+from statistics import median
+
+from collsim.api import Simulator
+from collsim.calibration import read_measurement
+from collsim.calibration.validate import validate
+from collsim.scenario import scenarios_dir
+
+PUBLISHED = scenarios_dir() / "published"
+
+
+def test_h200_torch_run_with_pytorchs_per_call_host_overhead() -> None:
+    # stas00's 8 x H200 all_reduce_bench.py run times one call on an idle GPU: with PyTorch's per-call host overhead
+    # (25 us, nccl.yaml, from the same author's "some 20-30us") collsim meets issue 12's targets on it; without it,
+    # the kernel alone is 40-58% fast below 4 MiB
+    case = "h200_8gpu_1node_torch_stas00"
+    m = read_measurement(PUBLISHED / f"{case}.json")
+    sim = Simulator.from_source(PUBLISHED / f"{case}.yaml")
+    bare = Simulator.from_source(PUBLISHED / f"{case}.yaml", ["workload.host_overhead=none"])
+    errors = {}
+    for name, s in (("torch", sim), ("none", bare)):
+        v = validate(s, m)
+        big = median(abs(r.busbw_error_pct) for r in v.rows if r.size_bytes >= 16 * 2**20)
+        mid = median(abs(r.time_error_pct) for r in v.rows if 64 * 2**10 <= r.size_bytes < 16 * 2**20)
+        errors[name] = (big, mid)
+    assert errors["torch"][0] <= 8.0 and errors["torch"][1] <= 20.0, errors
+    assert errors["none"][1] > 20.0, errors  # the overhead is what closes the mid sizes
+    # NCCL's choice as the author read it from NCCL_DEBUG=TUNING: Ring/LL up to 1 MiB, NVLS/Simple from 2 MiB
+    choice = {r.size_bytes: (r.algorithm, r.protocol) for r in validate(sim, m).rows}
+    assert {choice[s] for s in choice if s <= 2**20} == {("Ring", "LL")}
+    assert {choice[s] for s in choice if s >= 2**21} == {("NVLS", "Simple")}
