@@ -203,6 +203,7 @@ class Topology:
         self.background: tuple[tuple[str, str, float], ...] = tuple(background)
         self._route_cache: dict[tuple[str, str, frozenset[str] | None], list[Link] | None] = {}
         self._onward_cache: dict[str, list[tuple[str, Link]]] = {}
+        self._class_cache: dict[tuple[str, str], str] = {}  # path_class by device pair (the graph is not changed)
         self._index: dict[tuple[str | None, int | None], list[Device]] = {}
         self._sorted: list[Device] = sorted(
             (d["device"] for _, d in graph.nodes(data=True)),
@@ -481,13 +482,17 @@ class Topology:
     def path_class(self, a: str, b: str) -> str:
         """Return NCCL's path class: as :meth:`path_type` but ``"LOC"`` for ``"X"``, ``"NVL"`` for ``"NV{n}"``, and
         ``"NVB"`` when two GPUs reach each other over NVLink only through a third GPU."""
+        found = self._class_cache.get((a, b))
+        if found is not None:
+            return found
         pt = self.path_type(a, b)
         if pt == "X":
-            return "LOC"
-        if pt.startswith("NV"):
-            return "NVL"
-        if pt != "NET" and self._nvb(a, b):
-            return "NVB"
+            pt = "LOC"
+        elif pt.startswith("NV"):
+            pt = "NVL"
+        elif pt != "NET" and self._nvb(a, b):
+            pt = "NVB"
+        self._class_cache[(a, b)] = pt
         return pt
 
     def p2p_supported(self, a: str, b: str) -> bool:
