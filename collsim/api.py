@@ -401,6 +401,7 @@ class Simulator:
         symmetry: bool | None = None,
         repetition: int = 0,
         gloo_algorithm: str | None = None,
+        harness: bool = True,
     ) -> Outcome:
         """Simulate one collective of ``size`` bytes with ``backend`` ("nccl" or "gloo").
 
@@ -423,6 +424,10 @@ class Simulator:
         gloo_algorithm : str, optional
             Gloo's allreduce algorithm instead of ``backends.gloo.algorithm``
             (:data:`collsim.vocab.GLOO_ALGORITHMS`).
+        harness : bool
+            Include what of the benchmark's harness the scenario's workload says its times hold
+            (``workload.gpus_per_process``' serial launches, ``workload.host_overhead``); False: the collective as a
+            program issues it (a training step).
         """
         coll = collective or self.scenario.collectives()[0]
         sym = self.scenario.engine.symmetry if symmetry is None else symmetry
@@ -432,7 +437,7 @@ class Simulator:
             with self._errors(f"backends.{backend}"), work_budget(
                 max_flows=eng.max_flows, max_records=eng.max_records, label=label
             ):
-                out = self._simulate(backend, size, coll, record, choice, sym, repetition, gloo_algorithm)
+                out = self._simulate(backend, size, coll, record, choice, sym, repetition, gloo_algorithm, harness)
         except WorkLimitExceeded as exc:
             how = "every rank simulated" if not sym else "symmetry on"
             raise ScenarioError(
@@ -456,6 +461,7 @@ class Simulator:
         sym: bool,
         repetition: int,
         gloo_algorithm: str | None,
+        harness: bool = True,
     ) -> Outcome:
         """:meth:`simulate_one`'s simulation of the whole elements of ``size`` (:func:`whole_element_bytes`: sizes
         round down to whole elements, as nccl-tests passes a count; a note says so when it cuts any bytes)."""
@@ -467,6 +473,8 @@ class Simulator:
         if backend == "nccl":
             nccl_options = self.options("nccl", repetition)
             assert isinstance(nccl_options, NcclOptions)
+            if not harness:
+                nccl_options = dataclasses.replace(nccl_options, gpus_per_process=1, host_overhead=0.0)
             out = simulate_nccl(
                 self.topology,
                 nccl_options,
@@ -836,7 +844,8 @@ class Simulator:
         for backend in backends or self.backends():
             with self._errors(f"backends.{backend}"):
                 if backend == "nccl":
-                    out.append(simulate_ddp_step(model, cfg, gpu, self.step_constants, world, nccl=self._nccl_costs()))
+                    res = simulate_ddp_step(model, cfg, gpu, self.step_constants, world, nccl=self._nccl_costs())
+                    out.append(dataclasses.replace(res, notes=(*res.notes, *self._harness_notes())))
                 elif backend == "gloo":
                     runner, threads = self._gloo_runner()
                     cpu = self._gloo_cpu_work() if gpu.cores > 0 else None
@@ -862,16 +871,29 @@ class Simulator:
 
         def nccl(collective: str, nbytes: int) -> tuple[float, int]:
             if (collective, nbytes) not in costs:
-                o = self.simulate_one("nccl", nbytes, collective=collective)
+                o = self.simulate_one("nccl", nbytes, collective=collective, harness=False)
                 costs[(collective, nbytes)] = (o.time_s, o.channels or 1)
             return costs[(collective, nbytes)]
 
         with self._errors("backends.nccl"):
             result = simulate_fsdp_step(self.training_model, cfg, self.gpu_compute(), self.step_constants, world, nccl)
+        result = dataclasses.replace(result, notes=(*result.notes, *self._harness_notes()))
         if "gloo" in asked:
             note = "Gloo not simulated: FSDP is modelled with NCCL only"
             result = dataclasses.replace(result, notes=(*result.notes, note))
         return [result]
+
+    def _harness_notes(self) -> tuple[str, ...]:
+        """A note when the workload describes a benchmark's harness, which a training step's NCCL collectives do not
+        pay (they are simulated with ``harness=False``)."""
+        w = self.scenario.workload
+        set_ = {"gpus_per_process": w.gpus_per_process > 1, "host_overhead": w.host_overhead != "none"}
+        fields = [f for f, on in set_.items() if on]
+        if not fields:
+            return ()
+        verb = "describes" if len(fields) == 1 else "describe"
+        return (f"workload.{' and workload.'.join(fields)} {verb} a benchmark's timing: not applied to the step's "
+                "collectives",)  # fmt: skip
 
     def _nccl_costs(self) -> Callable[[int], tuple[float, int]]:
         """NCCL allreduce of n bytes -> (seconds, channels), simulated once per size."""
@@ -879,7 +901,7 @@ class Simulator:
 
         def nccl(nbytes: int) -> tuple[float, int]:
             if nbytes not in costs:
-                o = self.simulate_one("nccl", nbytes, collective="allreduce")
+                o = self.simulate_one("nccl", nbytes, collective="allreduce", harness=False)
                 costs[nbytes] = (o.time_s, o.channels or 1)
             return costs[nbytes]
 

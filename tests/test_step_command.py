@@ -36,6 +36,22 @@ def test_nccl_beats_gloo_and_neither_beats_the_computation() -> None:
     assert [b.index for b in nccl.buckets] == list(range(len(nccl.buckets)))
 
 
+@pytest.mark.parametrize("fsdp", [False, True])
+def test_the_benchmark_harness_is_not_charged_to_a_training_step(fsdp: bool) -> None:
+    # workload.host_overhead and gpus_per_process say how a benchmark timed its calls; DDP and FSDP issue their
+    # collectives from the training loop, so the step is the same with them, and a note says they were left out
+    name = "fsdp-gpt2xl-2node-h100" if fsdp else "ddp-resnet50-dgx1-v100"
+    plain = Simulator.from_source(name).step(["nccl"])[0]
+    harness = ["workload.host_overhead=torch", "workload.gpus_per_process=2"]
+    timed = Simulator.from_source(name, harness).step(["nccl"])[0]
+    assert timed.iteration_s == plain.iteration_s and timed.comm_s == plain.comm_s
+    note = ("workload.gpus_per_process and workload.host_overhead describe a benchmark's timing: not applied to the "
+            "step's collectives")  # fmt: skip
+    assert note in timed.notes and note not in plain.notes
+    sim = Simulator.from_source(name, harness)
+    assert sim.simulate_one("nccl", 1 << 20).time_s > sim.simulate_one("nccl", 1 << 20, harness=False).time_s
+
+
 def test_first_iteration_has_one_bucket_and_no_overlap() -> None:
     sim = Simulator.from_source(SCENARIO, ["cluster.nodes=1", "training.first_iteration=true"])
     (nccl,) = sim.step(["nccl"])
