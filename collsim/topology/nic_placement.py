@@ -38,13 +38,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from collsim.topology.errors import TopologyError
+from collsim.topology.layout import NodeLayout
 from collsim.topology.names import expand_names
-
-if TYPE_CHECKING:
-    from collsim.topology.template import NodeLayout
 
 __all__ = ["NIC_POPULATION_RULES", "NicSlot", "nic_slots_of", "population_order", "select_nics"]
 

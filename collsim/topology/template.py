@@ -38,6 +38,7 @@ from typing import Any
 import networkx as nx
 
 from collsim.topology.errors import TopologyError
+from collsim.topology.layout import NodeLayout
 from collsim.topology.model import Device, FrozenMap, Link, Topology
 from collsim.topology.names import expand_names
 from collsim.topology.nic_placement import NicSlot, nic_slots_of, population_order, select_nics
@@ -183,26 +184,6 @@ def _check_param(name: str, value: Any, d: Mapping[str, Any], presets: PresetLib
 
 
 # ------------------------------------------------------------------------------------------------------ building
-class NodeLayout:
-    """One node's devices and links with local names (``gpu0``), before replication into a cluster.
-
-    Attributes
-    ----------
-    devices : dict[str, Device]
-        Local name to Device (node 0, local names).
-    links : dict[tuple[str, str], Link]
-        (a, b) to the a->b direction; the b->a direction is built from it.
-    """
-
-    def __init__(self) -> None:
-        self.devices: dict[str, Device] = {}
-        self.links: dict[tuple[str, str], Link] = {}
-
-    def kind_count(self, kind: str) -> int:
-        """Number of devices of ``kind``."""
-        return sum(1 for d in self.devices.values() if d.kind == kind)
-
-
 def _check_entry(entry: Any, keys: Sequence[str], needs: str, file: str | Path | None, field: str) -> None:
     """A device or link entry must be a mapping with known keys only."""
     if not isinstance(entry, Mapping):
