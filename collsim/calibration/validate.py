@@ -131,6 +131,7 @@ class Validation:
     nranks: int
     rows: list[ValidationRow] = field(default_factory=list)
     profile: str | None = None
+    notes: list[str] = field(default_factory=list)
 
     def bands(self) -> list[BandSummary]:
         """Errors per size band."""
@@ -149,6 +150,7 @@ class Validation:
             "collective": self.collective,
             "nranks": self.nranks,
             "profile": self.profile,
+            "notes": list(self.notes),
             "rows": [
                 {
                     **asdict(r),
@@ -172,6 +174,7 @@ class Validation:
             + ("        NCCL model us   err %" if model else "")
             + "\n"
         )
+        head = "".join(f"# note: {n}\n" for n in self.notes) + head
         lines = []
         for r in self.rows:
             line = (
@@ -292,6 +295,7 @@ def validate(
             )
         )
     prof = sim.profile.file if sim.profile is not None else None
+    note = harness_note(m, backend, sim.scenario.workload.host_overhead)
     return Validation(
         scenario=sim.scenario.name,
         measurement=m.file,
@@ -300,7 +304,36 @@ def validate(
         nranks=nranks,
         rows=out,
         profile=prof,
+        notes=[note] if note else [],
     )
+
+
+def harness_note(m: Measurement, backend: str, host_overhead: str) -> str | None:
+    """A note when the measurement's timing and the scenario's ``workload.host_overhead`` seem not to agree: a
+    ``collsim bench`` file timed per iteration on GPUs, or a torch.distributed benchmark, against ``none``;
+    nccl-tests (which queues its calls, hiding the host's work) against anything else. None when they agree or
+    the file does not say how it timed.
+
+    >>> m = Measurement("allreduce", backend="nccl", device="cuda", software={"timing": "iteration"})
+    >>> harness_note(m, "nccl", "none")[:60]
+    'the measurement times one call per iteration on GPUs: PyTorc'
+    >>> harness_note(m, "nccl", "torch") is None
+    True
+    """
+    if backend != "nccl":
+        return None
+    bench = str(m.software.get("benchmark", "")).lower()
+    if host_overhead == "none":
+        if m.software.get("timing") == "iteration" and m.device == "cuda":
+            return ("the measurement times one call per iteration on GPUs: PyTorch's per-call host work is inside "
+                    "its times; consider workload.host_overhead: torch or your own figure (docs/bench.md)")  # fmt: skip
+        if "torch.distributed" in bench:
+            return ("the measurement comes from a torch.distributed benchmark: if it times one call on an idle GPU, "
+                    "set workload.host_overhead: torch (docs/modelling.md)")  # fmt: skip
+    elif bench.startswith("nvidia/nccl-tests"):
+        return (f"nccl-tests queues its calls back to back, which hides the host's work, but workload.host_overhead "
+                f"is {host_overhead}")  # fmt: skip
+    return None
 
 
 def band_label(size_bytes: int) -> str:

@@ -32,3 +32,30 @@ def test_h200_torch_run_with_pytorchs_per_call_host_overhead() -> None:
     choice = {r.size_bytes: (r.algorithm, r.protocol) for r in validate(sim, m).rows}
     assert {choice[s] for s in choice if s <= 2**20} == {("Ring", "LL")}
     assert {choice[s] for s in choice if s >= 2**21} == {("NVLS", "Simple")}
+
+
+def test_validate_notes_a_timing_the_scenario_does_not_state() -> None:
+    # the measurement's harness against workload.host_overhead: a note in the table and the JSON, none when they agree
+    from collsim.calibration import Measurement, MeasurementRow
+
+    case = "h200_8gpu_1node_torch_stas00"
+    m = read_measurement(PUBLISHED / f"{case}.json")
+    bare = validate(Simulator.from_source(PUBLISHED / f"{case}.yaml", ["workload.host_overhead=none"]), m)
+    assert bare.notes == [
+        "the measurement comes from a torch.distributed benchmark: if it times one call on an idle GPU, set "
+        "workload.host_overhead: torch (docs/modelling.md)"
+    ]
+    assert bare.format_table().startswith("# note: the measurement comes from a torch.distributed benchmark")
+    assert bare.to_dict()["notes"] == bare.notes
+    assert validate(Simulator.from_source(PUBLISHED / f"{case}.yaml"), m).notes == []
+    nccl_tests = Measurement("allreduce", 8, [MeasurementRow(1 << 20, 50.0)], backend="nccl",
+                             software={"benchmark": "NVIDIA/nccl-tests all_reduce_perf"})  # fmt: skip
+    timed = validate(Simulator.from_source("hgx-h100", ["workload.host_overhead=torch"]), nccl_tests)
+    assert timed.notes == ["nccl-tests queues its calls back to back, which hides the host's work, but "
+                           "workload.host_overhead is torch"]  # fmt: skip
+    bench = Measurement("allreduce", 8, [MeasurementRow(1 << 20, 50.0)], backend="nccl", device="cuda",
+                        software={"timing": "iteration"})  # fmt: skip
+    assert validate(Simulator.from_source("hgx-h100"), bench).notes[0].startswith(
+        "the measurement times one call per iteration on GPUs"
+    )
+    assert validate(Simulator.from_source("hgx-h100"), nccl_tests).notes == []
