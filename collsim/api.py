@@ -461,7 +461,7 @@ class Simulator:
         sym: bool,
         repetition: int,
         gloo_algorithm: str | None,
-        harness: bool = True,
+        harness: bool,
     ) -> Outcome:
         """:meth:`simulate_one`'s simulation of the whole elements of ``size`` (:func:`whole_element_bytes`: sizes
         round down to whole elements, as nccl-tests passes a count; a note says so when it cuts any bytes)."""

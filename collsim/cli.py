@@ -103,11 +103,24 @@ def _add_presets(args: argparse.Namespace) -> None:
     args.overrides.append("preset_files=" + json.dumps(paths))
 
 
+_Sub = argparse._SubParsersAction  # the subcommand table of collsim's parser
+
+
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="collsim", description="Simulate NCCL-style and Gloo-style collectives on GPU clusters described in YAML."
     )
     sub = ap.add_subparsers(dest="command", required=True)
+    _simulation_commands(sub)
+    _import_command(sub)
+    _measurement_commands(sub)
+    _tool_commands(sub)
+    _bench_command(sub)
+    return ap
+
+
+def _simulation_commands(sub: _Sub) -> None:
+    """``run``, ``compare``, ``explain``, ``step`` and ``topo``: what collsim predicts."""
     run = sub.add_parser("run", help="simulate a sweep and print nccl-tests style tables")
     _common(run)
     run.add_argument("--backend", choices=[*BACKENDS, "all"], default="all", help="backend(s) (default: all enabled)")
@@ -151,6 +164,10 @@ def _parser() -> argparse.ArgumentParser:
     topo = sub.add_parser("topo", help="GPU x GPU and GPU x NIC path matrix like nvidia-smi topo -m")
     _common(topo, ("table",))
     topo.add_argument("--node", type=int, default=0, help="which node to show (default 0)")
+
+
+def _import_command(sub: _Sub) -> None:
+    """``import``: a node template from NCCL's topology dump or ``nvidia-smi topo -m``."""
     imp = sub.add_parser("import", help="a node template from NCCL's topology dump or nvidia-smi topo -m")
     imp.add_argument("kind", choices=("nccl-xml", "nvidia-smi"),
                      help="nccl-xml: the file NCCL_TOPO_DUMP_FILE wrote; nvidia-smi: the output of nvidia-smi topo -m")
@@ -166,6 +183,10 @@ def _parser() -> argparse.ArgumentParser:
     imp.add_argument("--name", metavar="NAME", help="the template's name (default: the file's stem)")
     imp.add_argument("--presets", dest="import_presets", action="append", default=[], metavar="FILE",
                      help="user presets file or folder the presets named may come from (repeatable)")  # fmt: skip
+
+
+def _measurement_commands(sub: _Sub) -> None:
+    """``validate`` and ``calibrate``: predictions against measurements."""
     val = sub.add_parser("validate", help="predicted vs measured per size, and the error per size band")
     _common(val, ("table", "json"))
     _measurement_args(val)
@@ -186,6 +207,10 @@ def _parser() -> argparse.ArgumentParser:
     cal.add_argument("--jobs", type=int, default=0, metavar="N", help=_JOBS_HELP)
     cal.add_argument("--dask", metavar="local|ADDRESS",
                      help="simulate each predicted sweep on Dask: 'local' (a LocalCluster) or a scheduler address")
+
+
+def _tool_commands(sub: _Sub) -> None:
+    """``schema``, ``benchmark``, ``sweep`` and ``report``."""
     schema = sub.add_parser("schema", help="print the scenario JSON Schema (for editors)")
     schema.add_argument("-o", "--output", metavar="FILE")
     bench = sub.add_parser("benchmark", help="wall time and peak memory of each shipped scenario's default sweep")
@@ -218,6 +243,10 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--sizes", metavar="RANGE", help="comparison sizes (default: the scenario's, steps >= x4)")
     report.add_argument("--size", metavar="SIZE", help="timeline size (default: 64MiB or the largest size)")
     report.add_argument("--quiet", action="store_true", help="no progress on stderr, no summary line")
+
+
+def _bench_command(sub: _Sub) -> None:
+    """``bench``: real torch.distributed runs (and DDP iterations) on this machine."""
     real = sub.add_parser("bench", help="time a collective for real with torch.distributed (nccl-tests style)")
     real.add_argument("-c", "--collective", default="allreduce",
                       help="allreduce, allgather, reduce_scatter, broadcast, reduce or alltoall (default: %(default)s)")
@@ -251,7 +280,6 @@ def _parser() -> argparse.ArgumentParser:
     ddp.add_argument("--threads", type=int, default=1, help="intra-op threads per rank (default: %(default)s)")
     ddp.add_argument("--rounds", type=int, default=4, help="interleaved rounds of timed iterations (default: 4)")
     ddp.add_argument("--model-out", metavar="FILE.yaml", help="write the model with measured per-layer times")
-    return ap
 
 
 class _Progress:

@@ -1579,6 +1579,59 @@ def _smi_check(topo: Any, m: _SmiMatrix, dev_name: Sequence[str], file: str | Pa
                 )
 
 
+def _smi_presets(
+    presets: PresetLibrary, m: _SmiMatrix, gpu: str | None, nic: str | None, cpu: str | None, file: str | Path | None
+) -> tuple[dict[str, Any], str]:
+    """The presets ``nvidia-smi topo -m`` cannot name, checked: the GPU's record (``--gpu`` is required), the NIC
+    preset when the matrix has NICs, and the CPU preset (default ``generic-x86``) that is returned with it."""
+    if gpu is None:
+        raise TopologyError(
+            "nvidia-smi topo -m names no GPU model: give --gpu PRESET (e.g. a100-sxm4-80gb; the GPU "
+            "presets are in topologies/presets/gpus.yaml)",
+            file=file,
+            field="--gpu",
+        )
+    grec = _preset(presets, "gpus", gpu, file, "--gpu")
+    nnic = len(m.labels) - m.ngpu
+    if nnic and nic is None:
+        raise TopologyError(
+            f"nvidia-smi topo -m shows {nnic} NIC(s) but no NIC model or speed: give --nic PRESET "
+            "(e.g. connectx-7-ndr; topologies/presets/nics.yaml)",
+            file=file,
+            field="--nic",
+        )
+    if nic is not None:
+        _preset(presets, "nics", nic, file, "--nic")
+    cpu_preset = cpu if cpu is not None else _DEFAULT_SMI_CPU
+    _preset(presets, "cpus", cpu_preset, file, "--cpu")
+    return grec, cpu_preset
+
+
+def _smi_endpoints(m: _SmiMatrix, gpu: str, nic: str | None, dev_name: list[str]) -> list[_Device]:
+    """The matrix's GPUs and NICs as devices, each noting its row (line, NUMA affinity, the legend's NIC name)."""
+    devices: list[_Device] = []
+    for i in range(m.ngpu):
+        aff = ", ".join(f"{k} {v}" for k, v in m.affinity[i].items())
+        devices.append(
+            _Device(
+                dev_name[i], "gpu", gpu, notes=f"GPU{i} (line {m.lines[i]}{'; ' + aff if aff else ''}); preset: --gpu"
+            )
+        )
+    for i in range(m.ngpu, len(m.labels)):
+        lab = m.labels[i]
+        legend = m.legend.get(lab, lab if not re.fullmatch(r"NIC\d+", lab) else "")
+        assert nic is not None
+        devices.append(
+            _Device(
+                dev_name[i],
+                "nic",
+                nic,
+                notes=f"{lab}{f' ({legend})' if legend else ''}, line {m.lines[i]}; preset: --nic",
+            )
+        )
+    return devices
+
+
 def template_from_nvidia_smi(
     text: str,
     *,
@@ -1632,33 +1685,16 @@ def template_from_nvidia_smi(
     """
     presets = load_presets() if presets is None else presets
     m = _parse_smi(text, file)
-    if gpu is None:
-        raise TopologyError(
-            "nvidia-smi topo -m names no GPU model: give --gpu PRESET (e.g. a100-sxm4-80gb; the GPU "
-            "presets are in topologies/presets/gpus.yaml)",
-            file=file,
-            field="--gpu",
-        )
-    grec = _preset(presets, "gpus", gpu, file, "--gpu")
-    nnic = len(m.labels) - m.ngpu
-    if nnic and nic is None:
-        raise TopologyError(
-            f"nvidia-smi topo -m shows {nnic} NIC(s) but no NIC model or speed: give --nic PRESET "
-            "(e.g. connectx-7-ndr; topologies/presets/nics.yaml)",
-            file=file,
-            field="--nic",
-        )
-    if nic is not None:
-        _preset(presets, "nics", nic, file, "--nic")
-    cpu_preset = cpu if cpu is not None else _DEFAULT_SMI_CPU
-    _preset(presets, "cpus", cpu_preset, file, "--cpu")
+    grec, cpu_preset = _smi_presets(presets, m, gpu, nic, cpu, file)
+    assert gpu is not None  # _smi_presets refused a missing --gpu
     n = len(m.labels)
     ngpu = m.ngpu
+    nnic = n - ngpu
     known: list[list[str | None]] = [[None if c.startswith("NV") or c == "X" else c for c in row] for row in m.cells]
     sockets = _smi_sockets(m, known, file)
 
     dev_name = [f"gpu{i}" if i < ngpu else f"nic{i - ngpu}" for i in range(n)]
-    devices: list[_Device] = []
+    devices = _smi_endpoints(m, gpu, nic, dev_name)
     gen = grec.get("pcie_gen")
     lanes = grec.get("pcie_lanes") or 16
     pnotes = []
@@ -1666,25 +1702,6 @@ def template_from_nvidia_smi(
         gen = 4
         pnotes.append(f"GPU preset {gpu} has no pcie_gen: PCIe Gen4 assumed")
     pl = _pcie_link(_RATE_OF_GEN[int(gen)], int(lanes), presets, f"{gpu}'s pcie_gen {gen} and pcie_lanes {lanes}")
-    for i in range(ngpu):
-        aff = ", ".join(f"{k} {v}" for k, v in m.affinity[i].items())
-        devices.append(
-            _Device(
-                dev_name[i], "gpu", gpu, notes=f"GPU{i} (line {m.lines[i]}{'; ' + aff if aff else ''}); preset: --gpu"
-            )
-        )
-    for i in range(ngpu, n):
-        lab = m.labels[i]
-        legend = m.legend.get(lab, lab if not re.fullmatch(r"NIC\d+", lab) else "")
-        assert nic is not None
-        devices.append(
-            _Device(
-                dev_name[i],
-                "nic",
-                nic,
-                notes=f"{lab}{f' ({legend})' if legend else ''}, line {m.lines[i]}; preset: --nic",
-            )
-        )
     switch_devices, links = _smi_nvlinks(m, gpu, grec, dev_name, file)
     devices += switch_devices
     cpu_devs, pcie_devices, pcie_links = _smi_pcie(m, sockets, known, dev_name, pl, int(gen), cpu_preset, cpu)
