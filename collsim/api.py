@@ -257,6 +257,7 @@ class Simulator:
                 gpus_per_process=scenario.workload.gpus_per_process,
                 host_overhead=scenario.workload.host_overhead_value(),
                 launch_delay=delays,
+                version=nccl.version_tuple() if nccl else None,
             )
         gloo = scenario.backends.gloo
         self.gloo_options = (

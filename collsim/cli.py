@@ -430,6 +430,11 @@ def _nccl_notes(sim: Simulator) -> list[str]:
     if host > 0:
         out.append(f"times include {format_time(host)} of host work per call (workload.host_overhead: "
                    f"{workload.host_overhead})")
+    if opts.before(consts.nvls_split_since):
+        split = ".".join(map(str, consts.nvls_split_since))
+        version = ".".join(map(str, opts.version or ()))
+        out.append(f"NCCL {version} (backends.nccl.version): one-node NVLS interleaves its channels over each loop, "
+                   f"as before {split}")
     return out
 
 

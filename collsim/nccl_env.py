@@ -245,6 +245,10 @@ class NcclOptions:
         Not an NCCL knob: mean extra latency of each message, seconds (scenario ``noise.jitter``); 0: none.
     jitter_seed : int
         Seed of the jitter draws (:func:`collsim.noise.repetition_seed` of the scenario's seed and repetition).
+    version : tuple of int or None
+        Not an environment variable: the NCCL version the run used (scenario ``backends.nccl.version``), as
+        (major, minor, patch); None: the current NCCL collsim follows. It selects the behaviours that changed
+        between versions (:meth:`before`).
 
     Examples
     --------
@@ -277,6 +281,15 @@ class NcclOptions:
     launch_delay: tuple[tuple[int, float], ...] = ()
     jitter: float = 0.0
     jitter_seed: int = 0
+    version: tuple[int, int, int] | None = None
+
+    def before(self, version: tuple[int, int]) -> bool:
+        """Whether the run's NCCL is older than ``version`` (major, minor); False when the version is unset.
+
+        >>> NcclOptions(version=(2, 18, 5)).before((2, 20)), NcclOptions().before((2, 20))
+        (True, False)
+        """
+        return self.version is not None and self.version[:2] < version
 
     @classmethod
     def from_env(cls, env: Mapping[str, Any]) -> NcclOptions:

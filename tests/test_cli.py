@@ -555,6 +555,17 @@ def test_run_and_explain_say_what_the_network_plugin_set(capsys: pytest.CaptureF
     assert note in capsys.readouterr().out.splitlines()[:3]
 
 
+def test_run_and_explain_name_the_nccl_version_whose_behaviour_they_follow(capsys: pytest.CaptureFixture[str]) -> None:
+    note = "# NCCL 2.18.5 (backends.nccl.version): one-node NVLS interleaves its channels over each loop, as before"
+    note += " 2.20"
+    args = ["--set", 'backends.nccl.version="2.18.5"', "--sizes", "8B", "--quiet"]
+    for cmd in ("run", "explain"):
+        assert main([cmd, "hgx-h100", *args]) == 0
+        assert note in capsys.readouterr().out.splitlines()[:3]
+    assert main(["run", "hgx-h100", "--set", 'backends.nccl.version="2.20"', "--sizes", "8B", "--quiet"]) == 0
+    assert not any("backends.nccl.version" in line for line in capsys.readouterr().out.splitlines()[:3])
+
+
 @pytest.mark.parametrize(
     ("sets", "note"),
     [

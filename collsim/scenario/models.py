@@ -9,6 +9,7 @@ environment variables, Gloo with its algorithm and device). Quantities stay as t
 
 from __future__ import annotations
 
+import re
 import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -391,6 +392,16 @@ _ENV_SCHEMA: dict[str, Any] = {
 }
 
 
+def _parse_version(text: str) -> tuple[int, int, int] | None:
+    """``"2.18.5"``, ``"2.18.5-1"`` (a release tag) or ``"2.21"`` as (major, minor, patch); None if not a version.
+
+    >>> _parse_version("2.18.5-1"), _parse_version("2.21"), _parse_version("two")
+    ((2, 18, 5), (2, 21, 0), None)
+    """
+    m = re.fullmatch(r"v?(\d{1,3})\.(\d{1,3})(?:\.(\d{1,3}))?(?:-\d{1,3})?", text)
+    return None if m is None else (int(m.group(1)), int(m.group(2)), int(m.group(3) or 0))
+
+
 class NcclConfig(BaseModel):
     """The NCCL backend: whether to simulate it and its environment variables."""
 
@@ -398,6 +409,27 @@ class NcclConfig(BaseModel):
 
     enabled: StrictBool = Field(True, description="Simulate NCCL.")
     env: Annotated[dict[str, str], WithJsonSchema(_ENV_SCHEMA)] = Field(default_factory=dict)
+    version: str | None = Field(
+        None,
+        description="The NCCL version the run used, e.g. '2.18.5' (NCCL_DEBUG=INFO prints it): selects behaviours "
+        "that changed between versions (docs/modelling.md). Unset: the current NCCL as collsim follows it.",
+    )
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _version(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        if isinstance(value, float):  # YAML reads 2.20 as the number 2.2: which minor was meant is lost
+            raise custom_error(f"write the version as a string ('2.18.5', \"2.20\"): {value!r} was read as a number")
+        text = value.strip() if isinstance(value, str) else None
+        if text is None or _parse_version(text) is None:
+            raise custom_error(f"expected an NCCL version such as '2.18.5' or '2.21', got {short_repr(value)}")
+        return text
+
+    def version_tuple(self) -> tuple[int, int, int] | None:
+        """``version`` as (major, minor, patch), patch 0 when not given; None when unset."""
+        return None if self.version is None else _parse_version(self.version)
 
     @field_validator("env", mode="before")
     @classmethod

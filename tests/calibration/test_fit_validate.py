@@ -138,7 +138,9 @@ def test_every_validation_scenario_validates_against_its_case(case: str) -> None
 ISSUE12_CASES = {
     "a100_8gpu_1node_stas00": (True, False),
     "aws_p4de_2node_efa_a100": (True, True),
-    "azure_nd_h100_v5_1node": (True, False),
+    # NCCL 2.18.5's one-node NVLS gives a buffer below one loop (2 MiB) to its first channels only
+    # (backends.nccl.version): mid sizes 27.5% -> 18.0%
+    "azure_nd_h100_v5_1node": (True, True),
     "h100_4node_vm_ib_ndr_issue309": (True, True),  # mid sizes 24.8% -> 10.1%: NCCL's hops pay hwLat alone
     "hgx_h100_2node_ib_ndr_issue309": (True, True),
     # torch.distributed timing one call on an idle GPU: PyTorch's per-call host overhead at every size

@@ -20,7 +20,7 @@ import itertools
 from collections.abc import Callable, Generator, Hashable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, cast
 
 import simpy
 from simpy.events import Event
@@ -112,12 +112,14 @@ class Layout:
 
     ``roles``: per entity, its named roles (``"send"``, ``"up"``, ``"down0"`` ...); ``relations``: (entity, label,
     entity) pairs the symmetry quotient must preserve; ``structure``: per entity, the algorithm's own typed links
-    (a :class:`Chain`, a tree's parent and children ...), absent when the plan already says everything.
+    (a :class:`Chain`, a tree's parent and children ...), absent when the plan already says everything; ``data``:
+    per entity, the bytes its channel handles where channels carry unequal shares (absent: ``SimContext.per_channel``).
     """
 
     roles: dict[Entity, dict[str, Role]] = field(default_factory=dict)
     relations: list[tuple[Entity, str, Entity]] = field(default_factory=list)
     structure: dict[Entity, Any] = field(default_factory=dict)
+    data: dict[Entity, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -357,6 +359,11 @@ class Launcher:
         yield from body
 
 
+def channel_device(e: Entity) -> tuple[int, str]:
+    """A per-channel entity (rings, trees, NVLS) is ``(channel, device name)``."""
+    return cast(tuple[int, str], e)
+
+
 def streaming_bound(ctx: SimContext, nbytes: float) -> float:
     """Base latency + ``nbytes`` at one channel's fastest cap (seconds): a lower bound for an entity that sends
     ``nbytes`` one send after another (each waits for the previous one to have streamed), each flow capped at
@@ -405,6 +412,11 @@ class NcclAlgorithm:
     def plateau(self, plan: NcclPlan, consts: NcclConstants, proto: str, collective: str, nbytes: int) -> float:
         """Factor on the simulated base and step latencies (tuning.cc's ring plateau); 1 by default."""
         return 1.0
+
+    def shrinks_channels(self, opts: NcclOptions, consts: NcclConstants) -> bool:
+        """Whether small sizes run on fewer channels (:func:`~collsim.backends.nccl.chunking.channels_for`); True by
+        default."""
+        return True
 
     def wire_divisor(self, consts: NcclConstants, collective: str, proto: str, nbytes: int) -> float:
         """The link efficiency NCCL's kernels reach (wire bytes per data byte are divided by it); 1 by default."""

@@ -12,7 +12,15 @@ from collsim.algorithms import RingChunking
 from collsim.backends.nccl.constants import ChunkRules, NcclConstants
 from collsim.backends.nccl.plan import NcclPlan
 
-__all__ = ["MERGEABLE", "channels_for", "nvls_chunk", "step_chunking", "tree_ll128_chunk", "tree_simple_chunk"]
+__all__ = [
+    "MERGEABLE",
+    "channels_for",
+    "interleaved_channel_bytes",
+    "nvls_chunk",
+    "step_chunking",
+    "tree_ll128_chunk",
+    "tree_simple_chunk",
+]
 
 #: Pipelines whose fill is a few stages deep (a tree's depth, NVLS's reduce and multicast): merging chunks beyond
 #: ``NcclConstants.sim_max_chunks`` costs them little; rings and chains (2(n-1) or n-1 stages) are never merged.
@@ -56,6 +64,21 @@ def nvls_chunk(rules: ChunkRules, algo: str, nbytes: int, concurrent: int, chunk
         if nbytes < times * concurrent * chunk and chunk > floor:
             chunk = floor
     return float(chunk)
+
+
+def interleaved_channel_bytes(nbytes: float, nc: int, block: float) -> list[float]:
+    """Bytes each of ``nc`` channels handles when every loop of the kernel covers ``nc`` blocks of ``block`` bytes
+    and channel c takes the c-th block of each (NCCL before 2.20, one-node NVLS: block = nHeads x chunkSize; see
+    ``nvls_split_since`` in ``topologies/software/nccl.yaml``). Bytes are conserved; the last, partial loop fills
+    the first channels.
+
+    >>> [b // 1024 for b in interleaved_channel_bytes(3 << 20, 16, 128 * 1024)]  # 3 MiB on 16 channels of 128 KiB
+    [256.0, 256.0, 256.0, 256.0, 256.0, 256.0, 256.0, 256.0, 128.0, 128.0, 128.0, 128.0, 128.0, 128.0, 128.0, 128.0]
+    >>> [b // 1024 for b in interleaved_channel_bytes(200 * 1024, 4, 128 * 1024)]
+    [128.0, 72.0, 0.0, 0.0]
+    """
+    loops, rest = divmod(float(nbytes), nc * block)
+    return [loops * block + min(max(rest - c * block, 0.0), block) for c in range(nc)]
 
 
 def tree_ll128_chunk(rules: ChunkRules, nbytes: int, nc: int, nnodes: int, ppn: int, chunk: float) -> float:

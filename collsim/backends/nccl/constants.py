@@ -136,6 +136,7 @@ class NcclConstants:
     nvls_efficiency: Mapping[str, float]
     nvls_channels: int
     nvls_chunk_bytes: int
+    nvls_split_since: tuple[int, int]
     tree_correction: Mapping[str, tuple[float, ...]]
     tree_allreduce_efficiency: float
     ring_ll_bw_fraction: float = 0.5
@@ -236,6 +237,7 @@ class NcclConstants:
             nvls_efficiency={k: float(v) for k, v in data["nvls_efficiency"].items()},
             nvls_channels=int(data["nvls_channels"]),
             nvls_chunk_bytes=int(data["nvls_chunk_bytes"]),
+            nvls_split_since=(int(data["nvls_split_since"][0]), int(data["nvls_split_since"][1])),
             tree_correction={k: tuple(float(x) for x in v) for k, v in data["tree_correction"].items()},
             tree_allreduce_efficiency=float(data["tree_allreduce_efficiency"]),
             ring_ll_bw_fraction=float(data["ring_ll_bw_fraction"]),

@@ -154,7 +154,9 @@ def _context(
 ) -> SimContext:
     """Channels (NCCL's small-size shrink), chunking, one channel's cap, wire overhead and base latency."""
     pc = consts.protocols[proto]
-    nc = channels_for(plan, consts, proto, nbytes, alg.channels(plan, opts, consts), alg.name)
+    nc = alg.channels(plan, opts, consts)
+    if alg.shrinks_channels(opts, consts):
+        nc = channels_for(plan, consts, proto, nbytes, nc, alg.name)
     chunking = step_chunking(plan, consts, alg.name, proto, collective, nbytes, nc, opts.buffsize)
     idx = node_index(plan.nnodes)
     cap = plan.channel_bw
@@ -199,10 +201,11 @@ def _usage(layout: Layout) -> dict[Any, dict[str, Any]]:
 def _colors(layout: Layout, ctx: SimContext) -> dict[Any, Any]:
     """What the symmetry quotient must keep apart besides resources: every role's latency, cap, tag (its label: the
     colours are sorted and printed) and whether it crosses the network, whether the entity has a structure of its
-    own, and its straggler delay."""
+    own, its straggler delay and the bytes its channel handles."""
     return {
         e: (
             ctx.late(e),
+            layout.data.get(e, ctx.per_channel),
             tuple(
                 sorted(
                     (k, round(ro.latency * 1e12), ro.cap, ro.tag.label, ro.net, round(ro.post * 1e12))

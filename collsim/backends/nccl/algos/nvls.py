@@ -19,8 +19,10 @@ from collsim.backends.nccl.base import (
     NcclAlgorithm,
     Role,
     SimContext,
+    channel_device,
     streaming_bound,
 )
+from collsim.backends.nccl.chunking import interleaved_channel_bytes, nvls_chunk
 from collsim.backends.nccl.constants import NcclConstants
 from collsim.backends.nccl.plan import NcclPlan
 from collsim.backends.nccl.tags import NVLS_TAG
@@ -76,6 +78,11 @@ class NVLS(NcclAlgorithm):
         """NVLS runs its own channel count, under NCCL_MAX_NCHANNELS."""
         return min(consts.nvls_channels, opts.max_channels or consts.nvls_channels)
 
+    def shrinks_channels(self, opts: NcclOptions, consts: NcclConstants) -> bool:
+        """Before 2.20 NCCL runs every NVLS channel at every size (v2.18.5-1 enqueue.cc getAlgoInfo: ``nc =
+        comm->nvlsChannels``) and the kernel's loop decides which of them get data (:meth:`build`)."""
+        return not opts.before(consts.nvls_split_since)
+
     def extra_base_latency(self, plan: NcclPlan, consts: NcclConstants) -> float:
         """NVLS pays its hwLat once, with the launch: NVLink's, the only path NVLS takes (also when the plan's
         other hops go through host memory, NCCL_P2P_DISABLE=1)."""
@@ -86,21 +93,33 @@ class NVLS(NcclAlgorithm):
         return streaming_bound(ctx, ctx.per_channel)
 
     def build(self, ctx: SimContext) -> Layout:
+        """Every GPU on every NVLS channel; before NCCL 2.20 (``backends.nccl.version``) the channels take the
+        blocks of each loop in turn (:func:`interleaved_channel_bytes`), so a small buffer runs on its first
+        channels only; from 2.20 every channel gets an equal share."""
         out = Layout()
-        assert ctx.plan.nvswitch is not None
+        plan, consts = ctx.plan, ctx.consts
+        assert plan.nvswitch is not None
+        shares: list[float] | None = None
+        if ctx.opts.before(consts.nvls_split_since):
+            assert consts.chunk_rules is not None
+            heads = plan.ppn  # every GPU of the node is an NVLS head
+            chunk = nvls_chunk(consts.chunk_rules, self.name, ctx.nbytes, ctx.nc * heads, consts.nvls_chunk_bytes)
+            shares = interleaved_channel_bytes(ctx.nbytes, ctx.nc, heads * chunk)
         for c in range(ctx.nc):
-            for g in ctx.plan.ranks:
-                out.roles[(c, g)] = _nvls_roles(ctx, g, ctx.plan.nvswitch, ctx.n)
+            for g in plan.ranks:
+                out.roles[(c, g)] = _nvls_roles(ctx, g, plan.nvswitch, ctx.n)
+                if shares is not None:
+                    out.data[(c, g)] = shares[c]
         return out
 
     def launch(self, run: Launcher, e: Entity) -> Event | None:
         ctx = run.ctx
-        rs = nccl_nvls_reduce_scatter(
-            run.board, e, data_bytes=ctx.per_channel, chunking=ctx.chunking, send=run.sender(e, "rs")
-        )
-        ag = nccl_nvls_allgather(
-            run.board, e, run.reps, data_bytes=ctx.per_channel, chunking=ctx.chunking, send=run.sender(e, "ag")
-        )
+        data = run.layout.data.get(e, ctx.per_channel)
+        rs = nccl_nvls_reduce_scatter(run.board, e, data_bytes=data, chunking=ctx.chunking, send=run.sender(e, "rs"))
+        c, _g = channel_device(e)
+        # the switch reduces a slice of this channel once every GPU has sent it (NVLS channels are independent)
+        peers = list(dict.fromkeys(run.rep((c, h)) for h in ctx.plan.ranks))
+        ag = nccl_nvls_allgather(run.board, e, peers, data_bytes=data, chunking=ctx.chunking, send=run.sender(e, "ag"))
         run.start(e, rs)
         run.start(e, ag)
         return run.done(e)

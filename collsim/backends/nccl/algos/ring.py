@@ -4,7 +4,7 @@ broadcast and reduce."""
 from __future__ import annotations
 
 from collections.abc import Generator
-from typing import Any, cast
+from typing import Any
 
 from simpy.events import Event
 
@@ -18,6 +18,7 @@ from collsim.backends.nccl.base import (
     ModelInputs,
     NcclAlgorithm,
     SimContext,
+    channel_device,
     streaming_bound,
 )
 from collsim.backends.nccl.constants import NcclConstants
@@ -66,11 +67,6 @@ def launch_chain(run: Launcher, e: Entity) -> Event:
     )
     run.start(e, body)
     return run.done(e)
-
-
-def _channel_device(e: Entity) -> tuple[int, str]:
-    """A ring entity is ``(channel, device name)``."""
-    return cast(tuple[int, str], e)
 
 
 class Ring(NcclAlgorithm):
@@ -138,7 +134,7 @@ class Ring(NcclAlgorithm):
         ctx = run.ctx
         if ctx.collective not in RING_COLLECTIVES:
             return launch_chain(run, e)
-        c, g = _channel_device(e)
+        c, g = channel_device(e)
         ring = ctx.plan.rings[c]
         i = ring.index(g)
         n = ctx.n
