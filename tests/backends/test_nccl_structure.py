@@ -166,7 +166,11 @@ def test_hgx_b200_runs_nvls_on_nvlink5() -> None:
     assert plan.arch == "blackwell" and plan.nvls_refusal is None
     assert plan.nvl_bw == pytest.approx(18 * 40.1e9) and plan.channels == 24
     out = sim.simulate_one("nccl", 1 << 30)
-    assert (out.algorithm, out.protocol, out.channels) == ("NVLS", "Simple", 16)
+    # NVLS on Blackwell runs 24 CTAs in one node (nvls.cc NVLS_NCHANNELS_SM100_NVL, from 2.27), 32 before 2.27 and
+    # across nodes (NVLS_NCHANNELS_SM100)
+    assert (out.algorithm, out.protocol, out.channels) == ("NVLS", "Simple", 24)
+    scen = {"name": "b200", "cluster": {"node": "hgx-b200"}, "backends": {"nccl": {"version": "2.26.2"}}}
+    assert Simulator.from_source(scen).simulate_one("nccl", 1 << 30).channels == 32
 
 
 def test_every_nccl_transport_has_its_tag() -> None:

@@ -135,6 +135,8 @@ class NcclConstants:
     per_channel_max_nvls_tree_bw: Mapping[str, tuple[float, float, float]]
     nvls_efficiency: Mapping[str, float]
     nvls_channels: int
+    nvls_ctas: Mapping[str, tuple[int, int]]
+    nvls_ctas_one_node_since: tuple[int, int]
     nvls_chunk_bytes: int
     nvls_split_since: tuple[int, int]
     tree_correction: Mapping[str, tuple[float, ...]]
@@ -236,8 +238,10 @@ class NcclConstants:
             per_channel_max_nvls_tree_bw=gbps3(data["per_channel_max_nvls_tree_bw_gbps"]),
             nvls_efficiency={k: float(v) for k, v in data["nvls_efficiency"].items()},
             nvls_channels=int(data["nvls_channels"]),
+            nvls_ctas={k: (int(v[0]), int(v[1])) for k, v in data["nvls_ctas"].items()},
+            nvls_ctas_one_node_since=_major_minor(data["nvls_ctas_one_node_since"]),
             nvls_chunk_bytes=int(data["nvls_chunk_bytes"]),
-            nvls_split_since=(int(data["nvls_split_since"][0]), int(data["nvls_split_since"][1])),
+            nvls_split_since=_major_minor(data["nvls_split_since"]),
             tree_correction={k: tuple(float(x) for x in v) for k, v in data["tree_correction"].items()},
             tree_allreduce_efficiency=float(data["tree_allreduce_efficiency"]),
             ring_ll_bw_fraction=float(data["ring_ll_bw_fraction"]),
@@ -297,3 +301,8 @@ def _chunk_rules(c: Mapping[str, Any]) -> ChunkRules:
         nvls_tree_max_chunk=int(c["nvls_tree_max_chunk"]),
         nvls_tree_max_chunk_from_nodes=int(c["nvls_tree_max_chunk_from_nodes"]),
     )
+
+
+def _major_minor(value: Any) -> tuple[int, int]:
+    """An NCCL version given in the YAML as [major, minor]."""
+    return int(value[0]), int(value[1])

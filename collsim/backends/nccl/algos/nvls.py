@@ -75,8 +75,19 @@ class NVLS(NcclAlgorithm):
         return m.lat + m.intra, _nvls_bus(m) * m.n / m.nsteps
 
     def channels(self, plan: NcclPlan, opts: NcclOptions, consts: NcclConstants) -> int:
-        """NVLS runs its own channel count, under NCCL_MAX_NCHANNELS."""
-        return min(consts.nvls_channels, opts.max_channels or consts.nvls_channels)
+        """NVLS runs its own channel count (nvls.cc: 16 on Hopper; on Blackwell 24 in one node, 32 across nodes and,
+        before 2.27, in one node too), under NCCL_MAX_NCHANNELS.
+
+        >>> from types import SimpleNamespace as NS
+        >>> consts = NS(nvls_ctas={"hopper": (16, 16), "blackwell": (24, 32)}, nvls_ctas_one_node_since=(2, 27),
+        ...             nvls_channels=16)
+        >>> nvls, plan = NVLS(), NS(arch="blackwell", nnodes=1)
+        >>> [nvls.channels(plan, NcclOptions(version=v), consts) for v in (None, (2, 26, 2))]  # type: ignore[arg-type]
+        [24, 32]
+        """
+        one, several = consts.nvls_ctas.get(plan.arch, (consts.nvls_channels, consts.nvls_channels))
+        nc = one if plan.nnodes == 1 and not opts.before(consts.nvls_ctas_one_node_since) else several
+        return min(nc, opts.max_channels or nc)
 
     def shrinks_channels(self, opts: NcclOptions, consts: NcclConstants) -> bool:
         """Before 2.20 NCCL runs every NVLS channel at every size (v2.18.5-1 enqueue.cc getAlgoInfo: ``nc =
