@@ -58,6 +58,10 @@ class RingChunking:
     steps_per_post : float
         NCCL steps one post stands for: 1, more for merged chunks (each merged step still posts). The sender pays
         its per-step cost that many times at each post.
+    latency_steps : float
+        NCCL steps whose arrival latency one slice pays: 1, or for a ring whose loops are merged the loops one
+        merged loop stands for (a ring's steps form one serial chain, each waiting for the previous step's arrival,
+        so a merged step pays the latency of every step it stands for; see ``step_chunking``).
     """
 
     chunk_bytes: float
@@ -65,6 +69,7 @@ class RingChunking:
     slots: int
     slices_per_post: int = 1
     steps_per_post: float = 1.0
+    latency_steps: float = 1.0
 
     def loops(self, nranks: int, data_bytes: float) -> list[float]:
         """Per-rank chunk size of every loop for ``data_bytes`` on this channel (bytes are conserved).

@@ -306,10 +306,11 @@ class Launcher:
         owner = self.ctx.owner(e)
         net = self.net
         jitter = self.jitter(e, role)
-        route, tag, lat = net.route(self.quotient.uses(e, role), ro.cap), ro.tag, ro.latency  # prepared once
+        chunking = self.ctx.chunking
+        # prepared once; a merged ring step pays every merged step's latency (RingChunking.latency_steps)
+        route, tag, lat = net.route(self.quotient.uses(e, role), ro.cap), ro.tag, ro.latency * chunking.latency_steps
         if ro.post <= 0 and jitter is None:
             return lambda b: net.send(route, b, latency=lat, tag=tag, owner=owner)
-        chunking = self.ctx.chunking
         every, hold = chunking.slices_per_post, ro.post * chunking.steps_per_post
         count = itertools.count(0)
         extra = 0.0
@@ -435,6 +436,11 @@ class NcclAlgorithm:
     def build(self, ctx: SimContext) -> Layout:
         """Roles, relations and structure of every entity."""
         raise NotImplementedError
+
+    def sim_chunking(self, ctx: SimContext, layout: Layout) -> RingChunking:
+        """The chunking the simulation runs once the roles are known: ``ctx.chunking``, unless the algorithm can
+        prove that fewer pieces per step give the same times (the ring: ``chunking.fewest_pieces``)."""
+        return ctx.chunking
 
     def launch(self, run: Launcher, e: Entity) -> Event | None:
         """Start representative ``e``'s processes; return the event that fires when it is done (None for a

@@ -7,6 +7,7 @@ Pure functions of sizes and constants; the numbers come from ``topologies/softwa
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 from collsim.algorithms import RingChunking
 from collsim.backends.nccl.constants import ChunkRules, NcclConstants
@@ -15,7 +16,9 @@ from collsim.backends.nccl.plan import NcclPlan
 __all__ = [
     "MERGEABLE",
     "channels_for",
+    "fewest_pieces",
     "interleaved_channel_bytes",
+    "merge_ring_loops",
     "nvls_chunk",
     "step_chunking",
     "tree_ll128_chunk",
@@ -23,7 +26,8 @@ __all__ = [
 ]
 
 #: Pipelines whose fill is a few stages deep (a tree's depth, NVLS's reduce and multicast): merging chunks beyond
-#: ``NcclConstants.sim_max_chunks`` costs them little; rings and chains (2(n-1) or n-1 stages) are never merged.
+#: ``NcclConstants.sim_max_chunks`` costs them little. Rings merge whole loops instead (:func:`merge_ring_loops`);
+#: chains along a ring (n-1 stages) are never merged.
 MERGEABLE = ("Tree", "NVLS", "NVLSTree", "CollNetDirect", "CollNetChain")
 
 
@@ -129,7 +133,8 @@ def step_chunking(
     into up to ``sim_max_pieces`` pieces when a channel has too few steps to fill its pipeline (collsim's modelling
     choice: LL lines carry flags, so receivers forward them as they arrive), and, beyond ``sim_max_chunks`` chunks
     per channel in a mergeable pipeline, consecutive chunks merged (a simulation setting: +0.66% at most, measured
-    in ``topologies/software/nccl.yaml``). ``buffsize`` is NCCL_BUFFSIZE (bytes; Simple's buffer when set).
+    in ``topologies/software/nccl.yaml``); a ring beyond ``sim_max_ring_steps`` steps per channel merges whole loops
+    (:func:`merge_ring_loops`, LL and LL128). ``buffsize`` is NCCL_BUFFSIZE (bytes; Simple's buffer when set).
     """
     pc = consts.protocols[proto]
     buffer = buffsize if (buffsize and proto == "Simple") else pc.buffer_bytes
@@ -166,5 +171,89 @@ def step_chunking(
     if algo in MERGEABLE and nbytes / nc > consts.sim_max_chunks * chunk:
         merged = nbytes / nc / consts.sim_max_chunks  # each merged chunk still pays every step's post
         chunking = RingChunking(merged, pieces, consts.steps * pieces, pieces, merged / chunk)
+    if algo == "Ring":
+        chunking = merge_ring_loops(chunking, n, collective, nbytes / nc, consts.sim_max_ring_steps)
     return chunking
 
+
+def merge_ring_loops(
+    chunking: RingChunking, nranks: int, collective: str, per_channel: float, max_steps: int
+) -> RingChunking:
+    """The ring's chunking with consecutive loops merged so that a channel sends at most ``max_steps`` ring steps
+    (never fewer than one loop): a simulation setting, ``sim_max_ring_steps_per_channel`` in
+    ``topologies/software/nccl.yaml``, where its measured effect is given.
+
+    Why it is nearly exact: every step of a ring waits for the previous step's arrival from the predecessor, so a
+    channel's steps form one serial chain and a loop has no pipeline fill (every rank sends from its first step).
+    Scaling a step's bytes, post and arrival latency by ``k`` scales every stage of that chain by ``k``; ``k``
+    loops merged into one then take the time of the ``k`` loops, up to the loop boundaries (where the next loop's
+    first step need not wait for an arrival) and to transients of an unequal ring. Only the ring schedules
+    (allreduce: 2(n-1) steps a loop; all-gather and reduce-scatter: n-1) merge, and ``step_chunking`` asks it for
+    LL and LL128 only (their steps are posted whole; Simple's two slices a step pipeline part of the latency, and
+    its 2 MiB steps leave few loops anyway); a chain along the ring (broadcast, reduce) does not.
+    ``per_channel`` is the channel's bytes.
+
+    >>> c = RingChunking(65536.0, 1, 8)  # a 64 KiB LL128-like step, 8 slots
+    >>> m = merge_ring_loops(c, 128, "allreduce", 64 * 2**20, 512)  # 8 loops of 254 steps: merged to 2
+    >>> round(m.chunk_bytes / 65536, 9), round(m.latency_steps, 9), len(m.loops(128, 64 * 2**20))
+    (4.0, 4.0, 2)
+    >>> merge_ring_loops(c, 128, "broadcast", 64 * 2**20, 512) is c
+    True
+    """
+    nsteps = {"allreduce": 2 * (nranks - 1), "allgather": nranks - 1, "reduce_scatter": nranks - 1}.get(collective)
+    if not nsteps or per_channel <= 0:
+        return chunking
+    loops = math.ceil(per_channel / (nranks * chunking.chunk_bytes))
+    want = max(1, max_steps // nsteps)
+    if loops * nsteps <= max_steps or want >= loops:
+        return chunking
+    # even loops (bytes conserved: RingChunking.loops gives the last one the rest); a hair over the even share so
+    # that rounding cannot add a sliver of a loop
+    merged = per_channel / (nranks * want) * (1 + 1e-12)
+    k = merged / chunking.chunk_bytes
+    return RingChunking(
+        merged,
+        chunking.slices_per_chunk,
+        chunking.slots,
+        chunking.slices_per_post,
+        chunking.steps_per_post * k,
+        chunking.latency_steps * k,
+    )
+
+
+def fewest_pieces(
+    chunking: RingChunking, step_bytes: float, hops: Iterable[tuple[float, float, float]]
+) -> RingChunking:
+    """The ring's chunking with each step cut into the fewest pieces (a power of two, at most as many as
+    ``chunking`` has) that change nothing: more pieces give the same times.
+
+    A step cut in ``p`` pieces lets the successor forward its first piece once that piece has arrived: ``c / b +
+    latency`` after the step began (``c = step_bytes / p``, ``b`` the hop's rate), where the sender itself is busy
+    for ``step_bytes / b + post`` (its pieces back to back, then the step's post). When ``latency - post <=
+    (step_bytes - c) / cap`` on every hop (``hops``: each role's arrival latency s, post s and rate cap bytes/s;
+    ``b <= cap``), the sender's own pace binds at every step whatever ``p`` is: further pieces only add flows.
+    Exact in a ring whose ranks stream at equal rates (every shipped cluster, symmetry on or off); where a slow
+    link makes neighbours' rates differ, the pieces fill gaps differently (measured in ``docs/performance.md``).
+    ``step_bytes``: a rank's data bytes per step in the smallest loop. Steps not cut in pieces (Simple's slices,
+    posted each) are returned as they are.
+
+    >>> c = RingChunking(576000.0, 8, 64, 8)  # an LL128 step in 8 pieces
+    >>> nvlink, ib = (1.9e-6, 1.9e-6, 30e9), (4e-6, 0.0, 30e9)  # post = latency inside a node; none on the net
+    >>> fewest_pieces(c, 524288.0, [nvlink]).slices_per_chunk, fewest_pieces(c, 524288.0, [nvlink, ib])
+    (1, RingChunking(chunk_bytes=576000.0, slices_per_chunk=2, slots=16, slices_per_post=2, steps_per_post=1.0, \
+latency_steps=1.0))
+    >>> fewest_pieces(c, 65536.0, [nvlink, ib]) is c  # 2.2 us of streaming per step cannot hide 4 us
+    True
+    """
+    pieces = chunking.slices_per_chunk
+    if pieces <= 1 or chunking.slices_per_post != pieces:
+        return chunking
+    hops = list(hops)
+    p = 1
+    while p < pieces and any(lat - post > step_bytes * (1 - 1 / p) / cap for lat, post, cap in hops):
+        p *= 2
+    if p >= pieces:
+        return chunking
+    return RingChunking(
+        chunking.chunk_bytes, p, chunking.slots // pieces * p, p, chunking.steps_per_post, chunking.latency_steps
+    )

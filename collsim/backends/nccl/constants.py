@@ -156,6 +156,7 @@ class NcclConstants:
     sim_ll_bw_scale: float = 1.0  # factor on the per-channel rate LL reaches (llMaxBw / nChannels) as simulated
     sim_ll128_bw_scale: float = 1.0  # factor on the per-channel rate LL128 reaches as simulated
     sim_max_chunks: int = 512  # chunks per channel beyond which a tree/chain/NVLS pipeline merges chunks
+    sim_max_ring_steps: int = 512  # ring steps per channel beyond which a ring merges loops (keeping >= 1 loop)
     sim_max_pieces: int = 16  # pieces an LL/LL128 step may be cut into so that receivers forward lines early
 
     @property
@@ -253,6 +254,7 @@ class NcclConstants:
             group_launch_gap=float(data["group_launch_gap_us"]) * _US,
             torch_host_overhead=float(data["torch_call_host_overhead_us"]) * _US,
             sim_max_chunks=int(data["sim_max_chunks_per_channel"]),
+            sim_max_ring_steps=int(data["sim_max_ring_steps_per_channel"]),
             sim_max_pieces=int(data["sim_max_pieces_per_step"]),
         )
 

@@ -74,6 +74,7 @@ def simulate_nccl(
     alg = REGISTRY[algo]
     ctx = _context(topo, plan, opts, consts, alg, proto, collective, nbytes)
     layout = alg.build(ctx)
+    ctx.chunking = alg.sim_chunking(ctx, layout)
     env, net = new_network(record, check)
     # per-message jitter gives every entity draws of its own: no two are alike, so every one is simulated
     symmetric = symmetry and opts.jitter <= 0

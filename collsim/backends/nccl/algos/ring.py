@@ -8,7 +8,7 @@ from typing import Any
 
 from simpy.events import Event
 
-from collsim.algorithms import NcclRingMachine
+from collsim.algorithms import NcclRingMachine, RingChunking
 from collsim.algorithms.nccl_algos import nccl_chain
 from collsim.backends.nccl.base import (
     Chain,
@@ -21,6 +21,7 @@ from collsim.backends.nccl.base import (
     channel_device,
     streaming_bound,
 )
+from collsim.backends.nccl.chunking import fewest_pieces
 from collsim.backends.nccl.constants import NcclConstants
 from collsim.backends.nccl.plan import NcclPlan
 from collsim.nccl_env import NcclOptions
@@ -129,6 +130,20 @@ class Ring(NcclAlgorithm):
                 if i > 0:
                     out.relations.append(((c, g), "pred", (c, order[i - 1])))
         return out
+
+    def sim_chunking(self, ctx: SimContext, layout: Layout) -> RingChunking:
+        """The ring's steps in the fewest pieces that give the same times (:func:`fewest_pieces`, on every role's
+        latency, post and cap as the sender pays them); as built with jitter (a step's draw breaks the argument)
+        and for the chain collectives."""
+        ch = ctx.chunking
+        if ctx.collective not in RING_COLLECTIVES or ctx.opts.jitter > 0:
+            return ch
+        hops = {
+            (ro.latency * ch.latency_steps, ro.post * ch.steps_per_post, ro.cap)
+            for roles in layout.roles.values()
+            for ro in roles.values()
+        }
+        return fewest_pieces(ch, min(ch.loops(ctx.n, ctx.per_channel)), sorted(hops))
 
     def launch(self, run: Launcher, e: Entity) -> Event | None:
         ctx = run.ctx
