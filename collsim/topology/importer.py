@@ -647,6 +647,61 @@ class _XmlTree:
     hosts: dict[str, int]
 
 
+def _pci_busid(el: ET.Element, path: str, file: str | Path | None, busids: dict[str, str]) -> str:
+    """A <pci>'s bus id, lower case, recorded in ``busids`` (bus id -> path); a malformed or repeated one is an
+    error naming the element."""
+    busid = _attr(el, "busid", path, file).strip().lower()
+    if not _BUSID.match(busid):
+        raise TopologyError(f"busid={_q(busid)}: expected a PCI bus id such as 0000:0b:00.0", file=file, field=path)
+    if busid in busids:
+        raise TopologyError(f"busid {busid} given twice (first at {busids[busid]})", file=file, field=path)
+    busids[busid] = path
+    return busid
+
+
+def _xml_endpoint(
+    el: ET.Element,
+    path: str,
+    parent: _XNode,
+    link: tuple[int, int, str],
+    busid: str,
+    file: str | Path | None,
+    notes: list[str],
+    gpus: list[_XNode],
+    nics: list[_XNode],
+) -> None:
+    """The GPU or the NIC (one node per <net> port) a <pci> holds, added under ``parent`` and to ``gpus`` or
+    ``nics``; a <pci> holding anything beside its one GPU or NIC is an error naming it."""
+    subs = list(el)
+    tags = [s.tag for s in subs]
+    if tags.count("gpu") + tags.count("nic") > 1 or "pci" in tags:
+        raise TopologyError(
+            "a <pci> holding a <gpu> or a <nic> holds nothing else (one GPU or one NIC per PCI device; "
+            "MLOPart GPUs are not supported)",
+            file=file,
+            field=path,
+        )
+    sub = subs[tags.index("gpu" if "gpu" in tags else "nic")]
+    if sub.tag == "gpu":
+        pci_id = f"{_hexid(el, 'vendor')}:{_hexid(el, 'device')}"
+        gnode = _XNode("gpu", _el_path(path, sub, 0), sub, parent, link=link, busid=busid, pci_id=pci_id)
+        parent.children.append(gnode)
+        gpus.append(gnode)
+        return
+    nets = list(sub)
+    if not nets:
+        notes.append(f"{path}: a <nic> without <net> is ignored (NCCL adds no network device)")
+    if len(nets) > 1:
+        notes.append(
+            f"{path}: {len(nets)} ports of one NIC: one collsim NIC each, each with the "
+            "card's PCIe link (the shared link is not modelled)"
+        )
+    for ni, net in enumerate(nets):
+        nnode = _XNode("nic", _el_path(path, net, ni), net, parent, link=link)
+        parent.children.append(nnode)
+        nics.append(nnode)
+
+
 def _walk_nccl_xml(root: ET.Element, file: str | Path | None, notes: list[str]) -> _XmlTree:
     """The CPUs of an NCCL dump and the PCIe tree under each, depth first; duplicate numaids and bus ids, bad bus
     ids, a <pci> holding more than one GPU or NIC and a dump without GPUs are errors naming the element."""
@@ -684,52 +739,13 @@ def _walk_nccl_xml(root: ET.Element, file: str | Path | None, notes: list[str]) 
                 notes.append(f"{path}: <pcilink> (a link between two Broadcom switches) is not modelled")
                 continue
             # <pci>
-            busid = _attr(el, "busid", path, file).strip().lower()
-            if not _BUSID.match(busid):
-                raise TopologyError(
-                    f"busid={_q(busid)}: expected a PCI bus id such as 0000:0b:00.0", file=file, field=path
-                )
-            if busid in busids:
-                raise TopologyError(f"busid {busid} given twice (first at {busids[busid]})", file=file, field=path)
-            busids[busid] = path
+            busid = _pci_busid(el, path, file, busids)
             kind = _pci_class(el, path, file)
             link = _link_of(el, path, file, notes)
             subs = list(el)
             tags = [s.tag for s in subs]
             if "gpu" in tags or "nic" in tags:
-                if tags.count("gpu") + tags.count("nic") > 1 or "pci" in tags:
-                    raise TopologyError(
-                        "a <pci> holding a <gpu> or a <nic> holds nothing else (one GPU or one NIC per PCI device; "
-                        "MLOPart GPUs are not supported)",
-                        file=file,
-                        field=path,
-                    )
-                sub = subs[tags.index("gpu" if "gpu" in tags else "nic")]
-                if sub.tag == "gpu":
-                    gnode = _XNode(
-                        "gpu",
-                        _el_path(path, sub, 0),
-                        sub,
-                        parent,
-                        link=link,
-                        busid=busid,
-                        pci_id=f"{_hexid(el, 'vendor')}:{_hexid(el, 'device')}",
-                    )
-                    parent.children.append(gnode)
-                    gpus.append(gnode)
-                else:
-                    nets = list(sub)
-                    if not nets:
-                        notes.append(f"{path}: a <nic> without <net> is ignored (NCCL adds no network device)")
-                    if len(nets) > 1:
-                        notes.append(
-                            f"{path}: {len(nets)} ports of one NIC: one collsim NIC each, each with the "
-                            "card's PCIe link (the shared link is not modelled)"
-                        )
-                    for ni, net in enumerate(nets):
-                        nnode = _XNode("nic", _el_path(path, net, ni), net, parent, link=link)
-                        parent.children.append(nnode)
-                        nics.append(nnode)
+                _xml_endpoint(el, path, parent, link, busid, file, notes, gpus, nics)
                 continue
             if kind != "pci":
                 notes.append(
@@ -801,12 +817,12 @@ def _xml_gpu_devices(
     return devices, gpu_presets
 
 
-def _xml_nvlinks(
-    gpus: list[_XNode], gpu_presets: Mapping[str, str], presets: PresetLibrary, file: str | Path | None,
-    notes: list[str],
-) -> tuple[list[_Device], list[_Link]]:
-    """The GPUs' NVLinks: pairs wired directly, and the links to NVSwitches summed into one ``nvswitch`` device
-    (as NCCL joins them into one node); returns the NVSwitch device (if any) and the links."""
+def _xml_nvlink_targets(
+    gpus: list[_XNode], file: str | Path | None, notes: list[str]
+) -> tuple[dict[tuple[str, str], dict[str, int]], dict[str, int], set[str]]:
+    """What each GPU's <nvlink> elements say: per GPU pair (lower name first) each side's link count, per GPU its
+    links to NVSwitches (or NCCL's fallback class, topo.cc lines 844-858), and the distinct NVSwitch bus ids; a bad
+    class or target, a second <nvlink> to one GPU and NVLink to a CPU are errors naming the element."""
     gpu_by_busid = {g.busid: g for g in gpus}
     to_switch: dict[str, int] = {}
     switch_targets: set[str] = set()
@@ -845,6 +861,16 @@ def _xml_nvlinks(
                 to_switch[g.name] = to_switch.get(g.name, 0) + count
                 if target and target != _INVISIBLE_TARGET:
                     switch_targets.add(target)
+    return pairs, to_switch, switch_targets
+
+
+def _xml_nvlinks(
+    gpus: list[_XNode], gpu_presets: Mapping[str, str], presets: PresetLibrary, file: str | Path | None,
+    notes: list[str],
+) -> tuple[list[_Device], list[_Link]]:
+    """The GPUs' NVLinks: pairs wired directly, and the links to NVSwitches summed into one ``nvswitch`` device
+    (as NCCL joins them into one node); returns the NVSwitch device (if any) and the links."""
+    pairs, to_switch, switch_targets = _xml_nvlink_targets(gpus, file, notes)
     links: list[_Link] = []
     devices: list[_Device] = []
     nvlinks_used: dict[str, int] = {}
@@ -1632,6 +1658,27 @@ def _smi_endpoints(m: _SmiMatrix, gpu: str, nic: str | None, dev_name: list[str]
     return devices
 
 
+def _smi_provenance(src_name: str, pcie_preset: str, pnotes: list[str]) -> tuple[str, list[str]]:
+    """The imported template's ``source`` and header lines: what was read from the matrix, what was inferred and
+    what the matrix does not say (``pnotes``: assumptions made on the way)."""
+    source = (
+        f"collsim import nvidia-smi {src_name}: the path matrix of nvidia-smi topo -m (PCIe tree rebuilt from its "
+        "classes; presets named on the command line)"
+    )
+    header = [
+        "Read from the file: GPUs and NICs, the connection class of every pair (NV#, PIX, PXB, PHB, NODE, SYS), "
+        "NUMA affinity, the NIC legend.",
+        "Inferred: the PCIe tree (the fewest switches that give every class; PHB and NODE both through the CPU), "
+        "NVLinks (NV# = # links; an NVSwitch when every pair is NV# alike and the GPU has too few links for direct "
+        "wiring), sockets (devices not SYS apart), the NVSwitch generation from the GPU preset's NVLink, PCIe "
+        f"links from the GPU preset ({pcie_preset}).",
+        "Not in the file: GPU, NIC and CPU models (the presets given), link speeds (NICs' PCIe links are taken as "
+        "the GPUs'), the PCIe relation of GPU pairs shown as NV# (placed by their other cells).",
+        *pnotes,
+    ]
+    return source, header
+
+
 def template_from_nvidia_smi(
     text: str,
     *,
@@ -1716,22 +1763,7 @@ def template_from_nvidia_smi(
         f"{len(pcie_devices)} PCIe switch(es), {nnic} NIC(s){f' ({nic})' if nic else ''}, "
         f"{len(sockets)} CPU socket(s) ({cpu_preset})"
     )
-    source = (
-        f"collsim import nvidia-smi {src_name}: the path matrix of nvidia-smi topo -m (PCIe tree rebuilt from its "
-        "classes; presets named on the command line)"
-    )
-    header = [
-        "Read from the file: GPUs and NICs, the connection class of every pair (NV#, PIX, PXB, PHB, NODE, SYS), "
-        "NUMA affinity, the NIC legend.",
-        "Inferred: the PCIe tree (the fewest switches that give every class; PHB and NODE both through the CPU), "
-        "NVLinks (NV# = # links; an NVSwitch when every pair is NV# alike and the GPU has too few links for direct "
-        "wiring), sockets (devices not SYS apart), the NVSwitch generation from the GPU preset's NVLink, PCIe "
-        f"links from the GPU preset ({pl.preset}).",
-        "Not in the file: GPU, NIC and CPU models (the presets given), link speeds (NICs' PCIe links are taken as "
-        "the GPUs'), the PCIe relation of GPU pairs shown as NV# (placed by their other cells).",
-        *pnotes,
-    ]
-    template = _assemble(tname, description, source, header, devices, links)
+    template = _assemble(tname, description, *_smi_provenance(src_name, pl.preset, pnotes), devices, links)
     topo = _check_builds(template, presets, file)
     _smi_check(topo, m, dev_name, file)
     return template
