@@ -78,6 +78,7 @@ Examples
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import os
@@ -100,7 +101,7 @@ import yaml
 from collsim.bench.config import BenchError, require_torch
 from collsim.bench.launch import launch_ranks
 from collsim.bench.metadata import host_facts, now_iso, relevant_env
-from collsim.bench.worker import PROGRESS_MARK, rank_env, serve_rank
+from collsim.bench.worker import PROGRESS_MARK, exit_rank, rank_env, serve_rank
 from collsim.files import write_atomic
 
 __all__ = [
@@ -866,6 +867,11 @@ def run_ddp_rank(cfg: DdpBenchConfig, *, say: SayFn | None = None, launcher: str
                          **_threads_line(torch, _gloo_threads(dist, torch))}}
         everyone: list[Any] = [None] * world
         dist.all_gather_object(everyone, mine)
+        # the DDP wrappers (each reducer holds the process group) go while the group is still there
+        model = None  # the loop variable above held the last one
+        models.clear()
+        opts.clear()
+        gc.collect()
     finally:
         dist.destroy_process_group()
     if rank != 0:
@@ -1039,4 +1045,4 @@ def _main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover - run in the worker processes
-    sys.exit(_main(sys.argv[1:]))
+    exit_rank(_main(sys.argv[1:]))

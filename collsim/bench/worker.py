@@ -28,13 +28,13 @@ import traceback
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from collsim.bench.config import BenchConfig, BenchError, require_torch
 from collsim.bench.metadata import host_facts, now_iso, relevant_env
 from collsim.bench.report import RankInfo, SizeResult, SweepOutput
 
-__all__ = ["ERROR_MARK", "PROGRESS_MARK", "Progress", "rank_env", "run_rank"]
+__all__ = ["ERROR_MARK", "PROGRESS_MARK", "Progress", "exit_rank", "rank_env", "run_rank", "serve_rank"]
 
 #: Prefix of the one-line error a worker process prints on stderr before exiting with status 1.
 ERROR_MARK = "collsim-bench-error: "
@@ -302,6 +302,16 @@ def serve_rank(result_path: str, produce: Callable[[], Any]) -> int:
         return 1
 
 
+def exit_rank(status: int) -> NoReturn:
+    """End a launched rank with ``status`` once its result is written: flush stdout and stderr, then leave without
+    the interpreter's teardown, where torch's C++ objects (Gloo's threads, DDP's reducers) are destroyed in an
+    order that can abort the process ("terminate called without an active exception", status -6, seen once in a
+    full test run after the rank had finished its work)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
+
+
 def _main(argv: list[str]) -> int:
     """``python -m collsim.bench.worker CONFIG.json RESULT.json``: one rank launched by collsim."""
     cfg_path, result_path = argv
@@ -320,4 +330,4 @@ def _main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover - run in the worker processes
-    sys.exit(_main(sys.argv[1:]))
+    exit_rank(_main(sys.argv[1:]))
