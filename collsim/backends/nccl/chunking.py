@@ -232,8 +232,9 @@ def fewest_pieces(
     for ``step_bytes / b + post`` (its pieces back to back, then the step's post). When ``latency - post <=
     (step_bytes - c) / cap`` on every hop (``hops``: each role's arrival latency s, post s and rate cap bytes/s;
     ``b <= cap``), the sender's own pace binds at every step whatever ``p`` is: further pieces only add flows.
-    Exact in a ring whose ranks stream at equal rates (every shipped cluster, symmetry on or off); where a slow
-    link makes neighbours' rates differ, the pieces fill gaps differently (measured in ``docs/performance.md``).
+    The argument holds where neighbours stream at equal rates; where a slow link makes them differ it does not
+    cover the gaps pieces may fill. Measured (``docs/performance.md``): every shipped, validation and published
+    point equal to 1e-9, and the same with one NIC port at half rate.
     ``step_bytes``: a rank's data bytes per step in the smallest loop. Steps not cut in pieces (Simple's slices,
     posted each) are returned as they are.
 
