@@ -89,6 +89,22 @@ def test_rank_env_needs_all_three_variables() -> None:
 # --- outputs ---------------------------------------------------------------------------------------------------
 
 
+def test_exit_rank_flushes_then_leaves_with_the_status() -> None:
+    # a launched rank leaves without the interpreter's teardown (torch's C++ threads can abort it there), so what it
+    # printed must be flushed first, and its status must reach the launcher
+    code = (
+        "import sys\n"
+        "from collsim.bench.worker import exit_rank\n"
+        "print('out', end='')\n"
+        "print('err', end='', file=sys.stderr)\n"
+        "import atexit\n"
+        "atexit.register(lambda: print('TEARDOWN', end=''))\n"
+        "exit_rank(3)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (3, "out", "err")  # flushed, and no teardown ran
+
+
 def test_size_result_statistics() -> None:
     r = SizeResult(1024, 256, [10e-6, 11e-6, 12e-6, 30e-6])
     assert r.median_us == pytest.approx(11.5)
