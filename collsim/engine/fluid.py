@@ -329,7 +329,9 @@ class FluidNetwork:
         # resources of flows that finished (a solve re-solves only the connected components these touch)
         self._started: list[Flow] = []
         self._freed: list[Resource] = []
+        self._ended: list[tuple[int, float]] = []  # (signature, rate) of the flows finished since the last solve
         self.memo_hits = 0
+        self.relays = 0  # solves skipped: flows replaced by flows of the same kinds (see _relay)
 
     # ------------------------------------------------------------------ resources
     def resource(self, name: str, capacity: float, kind: str = "", key: Hashable = None) -> Resource:
@@ -521,7 +523,9 @@ class FluidNetwork:
                     self._freed.append(res)
                 finished.append(f)
         if finished:
+            ended = self._ended
             for f in finished:
+                ended.append((f.sig, f.rate))
                 f.remaining = 0.0
                 f.rate = 0.0
                 f.version += 1
@@ -608,9 +612,51 @@ class FluidNetwork:
             self._memo[key] = hit
         return hit
 
+    def _relay(self) -> bool:
+        """When the flows started since the last solve are, signature for signature, the flows finished since then
+        (a sender's next slice on the route its last one left), every streaming flow keeps its rate and each new
+        flow takes the rate of the one it replaces: max-min rates depend only on the multiset of signatures, which
+        is unchanged, and the solve would hand out these very floats (from the memo or a filling of the same
+        flows). Returns whether it did that, so that the solve is skipped."""
+        started, ended = self._started, self._ended
+        if not ended or len(started) != len(ended):
+            return False
+        rate_of: dict[int, float] = {}
+        count: dict[int, int] = {}
+        for sig, rate in ended:
+            rate_of[sig] = rate
+            count[sig] = count.get(sig, 0) + 1
+        for f in started:
+            left = count.get(f.sig, 0) - 1
+            if left < 0:
+                return False
+            count[f.sig] = left
+        now = self.env.now
+        heap = self._heap
+        for f in started:
+            rate = rate_of[f.sig]
+            f.t_ref = now
+            f.rate = rate
+            f.version += 1
+            if f.rates is not None:
+                f.rates.append((now, rate))
+            if rate > 0:
+                self._seq += 1
+                heapq.heappush(heap, (now if rate == math.inf else now + f.remaining / rate, self._seq, f.version, f))
+        self._started = []
+        self._freed = []
+        self._ended = []
+        self.relays += 1
+        if self.check:
+            self.check_invariants()
+        return True
+
     def _solve(self) -> None:
         """Set the max-min fair rate of every flow in a component that changed (memoised per component on the
-        multiset of its flows' signatures)."""
+        multiset of its flows' signatures), unless the change is a relay (:meth:`_relay`)."""
+        if self._relay():
+            return
+        self._ended = []
         self.solves += 1
         now = self.env.now
         heap = self._heap
