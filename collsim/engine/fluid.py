@@ -632,17 +632,8 @@ class FluidNetwork:
                 return False
             count[f.sig] = left
         now = self.env.now
-        heap = self._heap
         for f in started:
-            rate = rate_of[f.sig]
-            f.t_ref = now
-            f.rate = rate
-            f.version += 1
-            if f.rates is not None:
-                f.rates.append((now, rate))
-            if rate > 0:
-                self._seq += 1
-                heapq.heappush(heap, (now if rate == math.inf else now + f.remaining / rate, self._seq, f.version, f))
+            self._rerate(f, rate_of[f.sig], now)
         self._started = []
         self._freed = []
         self._ended = []
@@ -659,7 +650,6 @@ class FluidNetwork:
         self._ended = []
         self.solves += 1
         now = self.env.now
-        heap = self._heap
         comps = self._components()
         # one memo entry for everything this solve touched (a lockstep pipeline repeats the same set of components),
         # else one per component; a component's rates are always its own progressive filling's, so which entry
@@ -684,18 +674,23 @@ class FluidNetwork:
             rate = by_sig[f.sig]
             if rate == f.rate and f.version:
                 continue
-            f.remaining -= f.rate * (now - f.t_ref)
-            f.t_ref = now
-            f.rate = rate
-            f.version += 1
-            if f.rates is not None:
-                f.rates.append((now, rate))
-            if rate > 0:
-                self._seq += 1
-                finish = now if rate == math.inf else now + max(f.remaining, 0.0) / rate
-                heapq.heappush(heap, (finish, self._seq, f.version, f))
+            self._rerate(f, rate, now)
         if self.check:
             self.check_invariants()
+
+    def _rerate(self, f: Flow, rate: float, now: float) -> None:
+        """Bring ``f``'s progress up to ``now`` (seconds), give it ``rate`` (units/s) and queue its finish time
+        (its older heap entries go stale with the version)."""
+        f.remaining -= f.rate * (now - f.t_ref)
+        f.t_ref = now
+        f.rate = rate
+        f.version += 1
+        if f.rates is not None:
+            f.rates.append((now, rate))
+        if rate > 0:
+            self._seq += 1
+            finish = now if rate == math.inf else now + max(f.remaining, 0.0) / rate
+            heapq.heappush(self._heap, (finish, self._seq, f.version, f))
 
     def _progressive_filling(self, flows: list[Flow]) -> list[float]:
         """Raise all unfrozen rates together until a resource or a flow cap binds; freeze those; repeat.
