@@ -781,7 +781,6 @@ def run_ddp_rank(cfg: DdpBenchConfig, *, say: SayFn | None = None, launcher: str
     torch = require_torch()
     import torch.distributed as dist
     from torch.nn.functional import mse_loss
-    from torch.nn.parallel import DistributedDataParallel
 
     ids = rank_env()
     if ids is None:
@@ -798,24 +797,10 @@ def run_ddp_rank(cfg: DdpBenchConfig, *, say: SayFn | None = None, launcher: str
         gen = torch.Generator().manual_seed(cfg.seed + 1 + rank)
         x = torch.randn(cfg.batch, cfg.widths[0], generator=gen)
         y = torch.randn(cfg.batch, cfg.widths[-1], generator=gen)
-        torch.manual_seed(cfg.seed)
-        plain = build_mlp(cfg.widths)  # the compute-only configurations share it
+        plain, layers_model, models, opts = _build_models(cfg, runs, torch)
         names = [n for n, _ in plain.named_parameters()]
         params = [(n, int(p.numel())) for n, p in plain.named_parameters()]
-        torch.manual_seed(cfg.seed)
-        layers_model = build_mlp(cfg.widths)
         clock = _LayerClock(layers_model)
-        models: dict[str, Any] = {}
-        for r in runs:
-            if r.kind == "ddp":
-                torch.manual_seed(cfg.seed)
-                models[r.name] = DistributedDataParallel(build_mlp(cfg.widths), bucket_cap_mb=r.bucket_cap_mb)
-            else:
-                models[r.name] = layers_model if r.kind == "layers" else plain
-        opts: dict[int, Any] = {}
-        for model in models.values():
-            if id(model) not in opts:
-                opts[id(model)] = torch.optim.SGD(model.parameters(), lr=cfg.lr)
 
         def iteration(r: DdpRun) -> None:
             model, opt = models[r.name], opts[id(models[r.name])]
@@ -868,7 +853,6 @@ def run_ddp_rank(cfg: DdpBenchConfig, *, say: SayFn | None = None, launcher: str
         everyone: list[Any] = [None] * world
         dist.all_gather_object(everyone, mine)
         # the DDP wrappers (each reducer holds the process group) go while the group is still there
-        model = None  # the loop variable above held the last one
         models.clear()
         opts.clear()
         gc.collect()
@@ -877,6 +861,33 @@ def run_ddp_rank(cfg: DdpBenchConfig, *, say: SayFn | None = None, launcher: str
     if rank != 0:
         return None
     return _assemble(cfg, world, runs, everyone, buckets, params, torch, launcher, started)
+
+
+def _build_models(
+    cfg: DdpBenchConfig, runs: list[DdpRun], torch: Any
+) -> tuple[Any, Any, dict[str, Any], dict[int, Any]]:
+    """The models the configurations iterate, each seeded with ``cfg.seed``: one plain MLP that the compute-only
+    configurations share, one for the per-layer clocks, a DistributedDataParallel wrapper per DDP configuration
+    (its own bucket cap); and an SGD optimizer per distinct model, by ``id``. Returns (plain, layers model, model
+    per configuration name, optimizer per model id); call with the process group initialised."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    torch.manual_seed(cfg.seed)
+    plain = build_mlp(cfg.widths)
+    torch.manual_seed(cfg.seed)
+    layers_model = build_mlp(cfg.widths)
+    models: dict[str, Any] = {}
+    for r in runs:
+        if r.kind == "ddp":
+            torch.manual_seed(cfg.seed)
+            models[r.name] = DistributedDataParallel(build_mlp(cfg.widths), bucket_cap_mb=r.bucket_cap_mb)
+        else:
+            models[r.name] = layers_model if r.kind == "layers" else plain
+    opts: dict[int, Any] = {}
+    for model in models.values():
+        if id(model) not in opts:
+            opts[id(model)] = torch.optim.SGD(model.parameters(), lr=cfg.lr)
+    return plain, layers_model, models, opts
 
 
 def _assemble(cfg: DdpBenchConfig, world: int, runs: list[DdpRun], everyone: list[Any],
