@@ -49,7 +49,7 @@ def test_simple_slices_are_never_changed() -> None:
 
 
 def _times(monkeypatch: pytest.MonkeyPatch, sim: Simulator, proto: str, sizes: list[int]) -> list[tuple[float, int]]:
-    """(time s, flows) per size with the fewest pieces, then with the pieces as built (the reduction off)."""
+    """Per size: (time s, flows) with the fewest pieces, then (time s, flows) with the pieces as built."""
     out = []
     for size in sizes:
         o = sim.simulate_one("nccl", size, choice=("Ring", proto))

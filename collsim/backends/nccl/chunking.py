@@ -20,6 +20,7 @@ __all__ = [
     "interleaved_channel_bytes",
     "merge_ring_loops",
     "nvls_chunk",
+    "ring_steps",
     "step_chunking",
     "tree_ll128_chunk",
     "tree_simple_chunk",
@@ -176,6 +177,18 @@ def step_chunking(
     return chunking
 
 
+def ring_steps(collective: str, nranks: int) -> int:
+    """Steps of one loop of NCCL's ring schedule: 2(n-1) for allreduce (reduce-scatter then all-gather), n-1 for
+    all-gather and reduce-scatter; 0 for the collectives a ring runs as a chain (broadcast, reduce) or not at all.
+
+    >>> ring_steps("allreduce", 8), ring_steps("allgather", 8), ring_steps("broadcast", 8)
+    (14, 7, 0)
+    """
+    if collective == "allreduce":
+        return 2 * (nranks - 1)
+    return nranks - 1 if collective in ("allgather", "reduce_scatter") else 0
+
+
 def merge_ring_loops(
     chunking: RingChunking, nranks: int, collective: str, per_channel: float, max_steps: int
 ) -> RingChunking:
@@ -200,7 +213,7 @@ def merge_ring_loops(
     >>> merge_ring_loops(c, 128, "broadcast", 64 * 2**20, 512) is c
     True
     """
-    nsteps = {"allreduce": 2 * (nranks - 1), "allgather": nranks - 1, "reduce_scatter": nranks - 1}.get(collective)
+    nsteps = ring_steps(collective, nranks)
     if not nsteps or per_channel <= 0:
         return chunking
     loops = math.ceil(per_channel / (nranks * chunking.chunk_bytes))

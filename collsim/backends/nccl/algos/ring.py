@@ -21,7 +21,7 @@ from collsim.backends.nccl.base import (
     channel_device,
     streaming_bound,
 )
-from collsim.backends.nccl.chunking import fewest_pieces
+from collsim.backends.nccl.chunking import fewest_pieces, ring_steps
 from collsim.backends.nccl.constants import NcclConstants
 from collsim.backends.nccl.plan import NcclPlan
 from collsim.nccl_env import NcclOptions
@@ -104,7 +104,7 @@ class Ring(NcclAlgorithm):
         """A ring entity sends ``nsteps / n`` of its channel's bytes, one slice after another (a chain: all of them)."""
         if ctx.collective not in RING_COLLECTIVES:
             return streaming_bound(ctx, ctx.per_channel) if ctx.n > 1 else ctx.base
-        nsteps = 2 * (ctx.n - 1) if ctx.collective == "allreduce" else ctx.n - 1
+        nsteps = ring_steps(ctx.collective, ctx.n)
         return streaming_bound(ctx, ctx.per_channel * nsteps / ctx.n)
 
     def build(self, ctx: SimContext) -> Layout:
@@ -162,7 +162,7 @@ class Ring(NcclAlgorithm):
             data_bytes=ctx.per_channel,
             chunking=ctx.chunking,
             send=run.sender(e, "send"),
-            nsteps=2 * (n - 1) if ctx.collective == "allreduce" else n - 1,
+            nsteps=ring_steps(ctx.collective, n),
             whole_steps=run.whole(e, "send"),
         )
         run.start(e, _start(machine))
