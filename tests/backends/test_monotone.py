@@ -15,18 +15,21 @@ SIZES = sorted([2**k for k in range(3, 29)] + [3 * 2 ** (k - 1) for k in range(1
 SCENARIOS = ["hgx-h100", "dgx-a100", "pcie-2gpu-nop2p", "2node-a100-ib", "2node-h100-ib", "2node-a100-tcp"]
 #: (scenario, algorithm, protocol) pairs known to fall with size. Tree/Simple on one DGX A100 (176.1 us at 1 MiB,
 #: 175.3 us at 2 MiB: NCCL's tree correction factor steps 0.5 -> 0.6 there) left this set when the simulation began
-#: to charge the factor without its steps' fall in wire bytes (``charged_tree_correction``). The denser sizes found
-#: Ring/LL across two nodes falling from 96 KiB to 128 KiB, where NCCL's channel shrink (enqueue.cc) steps from one
-#: channel to two (2 x DGX A100: 76.7 -> 73.6 us; 88.2 -> 87.8 us before this check existed, so not new): two
-#: channels of 4 KiB ring steps fill the ring's pipeline faster than one of 6 KiB; not yet fixed.
-KNOWN_NOT_MONOTONE = {("2node-a100-ib", "Ring", "LL"), ("2node-h100-ib", "Ring", "LL")}
-#: Scenarios where the tuner's pick falls with size further than NCCL's model does. 2 x DGX A100 at 128 -> 256 KiB
-#: (Tree/LL 78.0 -> Tree/LL128 63.7 us, the simulated Tree/LL 1.5x NCCL's model) is gone: NCCL's hop latency
-#: (hwLat includes the links) and LL's intra-node rate (llMaxBw's one-node figure). Left: 2 x DGX A100, Tree/LL at
-#: 128 KiB (53.9 us, NCCL's model 48.5) -> Tree/LL128 at 192 KiB (53.6 us, model 51.7); 2 x HGX H100, Tree/LL at
-#: 192 KiB (47.7 us, model 42.7) -> Ring/LL at 256 KiB (45.7 us, model 50.9): Ring/LL across nodes overlaps its
-#: per-step latency with the network's streaming, where NCCL's model adds them.
-KNOWN_TUNER_DROPS = {"2node-a100-ib", "2node-h100-ib"}
+#: to charge the factor without its steps' fall in wire bytes (``charged_tree_correction``). Ring/LL across two
+#: nodes falling from 96 KiB to 128 KiB (NCCL's channel shrink stepping from one channel to two) left it when the
+#: channels became the ones NCCL's cell scheduling hands the data to (``cell_channels``; 2.26 on, LL's cells count
+#: 4x: 4 channels of 24 KiB at 96 KiB, 8 of 16 KiB at 128 KiB). The same scheduling brought one: Tree/Simple on one
+#: DGX A100 from 768 KiB (24 channels of 32 KiB, 164.1 us) to 1 MiB (22 channels of 48 KiB, NCCL's cells of 16 KiB
+#: three to a channel, 162.8 us; 170.5 us on 24). The simulated tree is faster on fewer channels at these sizes
+#: (768 KiB: 115.1 us on 8, 164.1 on 24): a channel's chunk crosses each hop whole, at its share of the GPU's NVLink.
+KNOWN_NOT_MONOTONE = {("dgx-a100", "Tree", "Simple")}
+#: Scenarios where the tuner's pick falls with size further than NCCL's model does: none. 2 x DGX A100 at 128 ->
+#: 256 KiB (Tree/LL 78.0 -> Tree/LL128 63.7 us) left with NCCL's hop latency and LL's intra-node rate; 2 x DGX A100
+#: at 128 -> 192 KiB (Tree/LL 53.9 -> Tree/LL128 53.6 us) and 2 x HGX H100 at 192 -> 256 KiB (Tree/LL 47.7 -> Ring/LL
+#: 45.7 us) left when a tree's network hop got the ring's per-channel LL figure instead of half of it (the halving
+#: is NCCL's busBw convention for trees, not the network's rate; test_ll_network.py) and NCCL's multi-node llMaxBw
+#: its CPU vendor's row.
+KNOWN_TUNER_DROPS: set[str] = set()
 
 
 def _pairs() -> list[tuple[str, str, str]]:

@@ -424,7 +424,8 @@ class NcclAlgorithm:
         return 1.0
 
     def cap_divisor(self, proto: str) -> float:
-        """Divides one channel's rate cap (Tree/LL: up and down share the channel's LL rate); 1 by default."""
+        """Divides one channel's rate cap on the GPU's own copies, inside a node (Tree/LL: up and down share the
+        channel's threads), not on its network hops; 1 by default."""
         return 1.0
 
     def min_time(self, ctx: SimContext) -> float:

@@ -15,6 +15,7 @@ from collsim.backends.nccl.plan import NcclPlan
 
 __all__ = [
     "MERGEABLE",
+    "cell_channels",
     "channels_for",
     "fewest_pieces",
     "interleaved_channel_bytes",
@@ -47,6 +48,54 @@ def channels_for(plan: NcclPlan, consts: NcclConstants, proto: str, nbytes: int,
     while nc > 1 and nbytes < nc * consts.nthreads * thresh:
         nc -= 1
     return nc
+
+
+def cell_channels(
+    data_bytes: int, traffic_per_byte: int, nc: int, max_channels: int, cell_factor: int = 1, min_traffic: int = 32768
+) -> list[int]:
+    """Bytes of data each channel gets when NCCL (2.23 on) spreads one collective, alone in its kernel plan, over
+    its channels in cells (enqueue.cc ``scheduleCollTasksToPlan``); the list's length is the channels that run.
+
+    A channel's share is the task's traffic (``data_bytes`` x ``traffic_per_byte``: 2 for allreduce, the rank count
+    for all-gather and reduce-scatter, 1 otherwise; at least ``min_traffic``, NCCL's MinTrafficPerChannel) over
+    ``nc`` (the channel count after NCCL's small-size shrink, at most ``max_channels``, the communicator's). The data
+    is cut in cells of ``min_traffic`` traffic (16-byte multiples) and the channels take whole cells up to their
+    share: the first its share, the middle ones the same, the last the rest; past ``max_channels`` the last ones
+    split what is left. ``cell_factor`` multiplies the traffic NCCL counts per cell (4 for LL from 2.26), not the
+    share: an LL collective then runs on up to four times the shrunk count, each channel with a quarter of the share.
+
+    >>> [len(cell_channels(s << 10, 2, nc, 16, 4)) for s, nc in ((64, 1), (96, 1), (128, 2), (256, 4), (512, 8))]
+    [4, 4, 8, 16, 16]
+    >>> cell_channels(96 << 10, 2, 1, 16, 4) == [24 << 10] * 4  # Ring/LL 96 KiB allreduce, 2.26 on: 4 channels
+    True
+    >>> cell_channels(96 << 10, 2, 1, 16), cell_channels(1000, 2, 1, 16)  # Simple keeps the shrunk count; one cell
+    ([98304], [1000])
+    >>> sum(cell_channels(10**6 + 7, 2, 16, 16)), len(cell_channels(10**6 + 7, 2, 16, 16))  # bytes conserved
+    (1000007, 16)
+    """
+
+    def up16(x: int) -> int:
+        return -(-x // 16) * 16
+
+    if data_bytes <= 0:
+        return []
+    share = up16(max(min_traffic, data_bytes * traffic_per_byte) // max(1, min(nc, max_channels)))
+    per_cell = traffic_per_byte * cell_factor
+    cell = up16(-(-min_traffic // per_cell))
+    cells = -(-data_bytes // cell)
+    cell_traffic = cell * per_cell
+    per_channel = min(cells, -(-share // cell_traffic))
+    lo = cells if max_channels == 1 else min(cells, -(-share // cell_traffic))
+    mid, hi = divmod(cells - lo, per_channel)
+    if max_channels < (1 if lo else 0) + mid + (1 if hi else 0):  # overflowed: the last channels split the rest
+        mid = max_channels - 2
+        per_channel = (cells - lo) // (mid + 1)
+        hi = per_channel + (cells - lo) % (mid + 1)
+    if hi == 0 and mid != 0:
+        hi, mid = per_channel, mid - 1
+    out = [lo * cell] + [per_channel * cell] * mid + ([hi * cell] if hi else [])
+    out[-1] -= cells * cell - data_bytes  # the last cell is partial
+    return out
 
 
 def nvls_chunk(rules: ChunkRules, algo: str, nbytes: int, concurrent: int, chunk: float, nnodes: int = 1) -> float:
@@ -158,13 +207,13 @@ def step_chunking(
         heads = plan.ppn
         chunk = heads * nvls_chunk(rules, algo, nbytes, nc * heads, consts.nvls_chunk_bytes, plan.nnodes)
     elif algo == "Tree" and proto == "Simple":
-        per = nbytes / max(1, min(plan.channels, channels_for(plan, consts, proto, nbytes, plan.channels, algo)))
+        per = nbytes / max(1, min(plan.channels, nc))
         chunk = tree_simple_chunk(rules, per, tree_depth, chunk)
     elif algo == "Tree" and proto == "LL128" and collective == "allreduce":
         chunk = tree_ll128_chunk(rules, nbytes, nc, plan.nnodes, plan.ppn, chunk / pc.data_per_wire) * pc.data_per_wire
     if proto in ("LL", "LL128") and algo in ("Tree", "Ring"):
         depth = 2 * tree_depth if algo == "Tree" else 2 * n
-        per = nbytes / max(1, channels_for(plan, consts, proto, nbytes, plan.channels, algo))
+        per = nbytes / max(1, nc)
         while per / (chunk / pieces) < 2 * depth and pieces < consts.sim_max_pieces:
             pieces *= 2
     # a step cut in pieces is still one chunk, posted once; the connection still holds NCCL_STEPS steps

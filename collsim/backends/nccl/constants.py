@@ -147,6 +147,15 @@ class NcclConstants:
     pat_bw_factor: float = 0.75
     chunk_rules: ChunkRules | None = None
     ring_plateau_latency_factor: Mapping[str, float] = field(default_factory=dict)  # by GPU arch; 1 when absent
+    #: the ``ll_max_bw`` row NCCL reads across nodes, by CPU vendor (``"intel"``: every vendor but AMD; ``"amd"``: AMD
+    #: or mixed); empty: the GPU's own row (collsim before this table)
+    ll_max_bw_multi_node_rows: Mapping[str, str] = field(default_factory=dict)
+    #: NCCL's cell scheduling of Ring and Tree channels (:func:`~collsim.backends.nccl.chunking.cell_channels`):
+    #: first version (None: never), MinTrafficPerChannel bytes, LL's cell factor and its first version
+    cells_since: tuple[int, int] | None = None
+    min_traffic_per_channel: int = 32768
+    cells_ll_factor: int = 1
+    cells_ll_factor_since: tuple[int, int] = (2, 26)
     # Calibration (collsim.profile): what the simulated system pays beyond NCCL's constants. They change
     # the simulated time only, never the cost model's choice (NCCL's tuner uses its own fixed table).
     group_launch_gap: float = 0.0  # seconds between kernel launches of GPUs driven by one thread (nccl-tests -g)
@@ -170,6 +179,26 @@ class NcclConstants:
             self.per_channel_max_nvls_tree_bw,
         )
         return tuple(a for a in self.ll_max_bw if all(a in t for t in tables))
+
+    def ll_bw(self, arch: str, cpu_vendor: str, idx: int) -> float:
+        """NCCL's llMaxBw (bytes/s) for GPUs of ``arch`` on ``idx`` (:func:`~collsim.backends.nccl.base.node_index`:
+        0 one node, 1 two, 2 more) with ranks' CPUs of ``cpu_vendor`` (``"intel"``, ``"amd"``, ``"mixed"`` or
+        another vendor): one node reads the GPU's row, several nodes the CPU's (tuning.cc: ``index1 = nNodes == 1 ?
+        compCapIndex : (AMD or MIXED ? 1 : 0)``).
+
+        >>> consts = NcclConstants.__new__(NcclConstants)
+        >>> object.__setattr__(consts, "ll_max_bw", {"volta": (39e9, 39e9, 20.4e9), "ampere": (87.7e9, 22.5e9, 19e9),
+        ...                                          "hopper": (141e9, 45e9, 35e9)})
+        >>> object.__setattr__(consts, "ll_max_bw_multi_node_rows", {"intel": "volta", "amd": "ampere"})
+        >>> [consts.ll_bw("hopper", v, i) / 1e9 for v, i in (("intel", 0), ("intel", 1), ("amd", 2), ("mixed", 1))]
+        [141.0, 39.0, 19.0, 22.5]
+        >>> consts.ll_bw("hopper", "arm", 2) / 1e9  # every vendor but AMD reads the first row
+        20.4
+        """
+        rows = self.ll_max_bw_multi_node_rows
+        if idx == 0 or not rows:
+            return self.ll_max_bw[arch][idx]
+        return self.ll_max_bw[rows["amd" if cpu_vendor in ("amd", "mixed") else "intel"]][idx]
 
     def host_overhead(self, setting: float | str) -> float:
         """Seconds of host work per call inside a timed collective: ``setting`` in seconds (NcclOptions and scenario
@@ -225,6 +254,7 @@ class NcclConstants:
             base_latency=us(data["base_latency_us"]),
             hw_latency=us(data["hw_latency_us"]),
             ll_max_bw=gbps3(data["ll_max_bw_gbps"]),
+            ll_max_bw_multi_node_rows=_multi_node_rows(data["ll_max_bw_multi_node_rows"], data["ll_max_bw_gbps"]),
             per_channel_max_ring_ll128_bw=gbps3(data["per_channel_max_ring_ll128_bw_gbps"]),
             ll128_tuner_efficiency=float(data["ll128_tuner_efficiency"]),
             steps=int(data["steps"]),
@@ -243,6 +273,10 @@ class NcclConstants:
             nvls_ctas_one_node_since=_major_minor(data["nvls_ctas_one_node_since"]),
             nvls_chunk_bytes=int(data["nvls_chunk_bytes"]),
             nvls_split_since=_major_minor(data["nvls_split_since"]),
+            cells_since=_major_minor(data["cells"]["since"]),
+            min_traffic_per_channel=int(data["cells"]["min_traffic_per_channel_bytes"]),
+            cells_ll_factor=int(data["cells"]["ll_factor"]),
+            cells_ll_factor_since=_major_minor(data["cells"]["ll_factor_since"]),
             tree_correction={k: tuple(float(x) for x in v) for k, v in data["tree_correction"].items()},
             tree_allreduce_efficiency=float(data["tree_allreduce_efficiency"]),
             ring_ll_bw_fraction=float(data["ring_ll_bw_fraction"]),
@@ -257,6 +291,14 @@ class NcclConstants:
             sim_max_ring_steps=int(data["sim_max_ring_steps_per_channel"]),
             sim_max_pieces=int(data["sim_max_pieces_per_step"]),
         )
+
+
+def _multi_node_rows(rows: Mapping[str, Any], table: Mapping[str, Any]) -> dict[str, str]:
+    """``ll_max_bw_multi_node_rows``: an ``intel`` and an ``amd`` entry, each naming a row of ``ll_max_bw_gbps``."""
+    out = {str(k): str(v) for k, v in rows.items()}
+    if set(out) != {"intel", "amd"} or any(v not in table for v in out.values()):
+        raise ValueError(f"ll_max_bw_multi_node_rows must map intel and amd to rows of ll_max_bw_gbps, got {out}")
+    return out
 
 
 def _protocol(name: str, p: Mapping[str, Any]) -> ProtocolConstants:

@@ -9,7 +9,7 @@ GPUDirect RDMA or PXN, sockets) with the path its bytes take.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +19,7 @@ from collsim.nccl_env import NcclOptions
 from collsim.topology import Topology
 from collsim.topology.model import gpu_nearness, path_class_rank
 
-__all__ = ["Hop", "NcclPlan", "hop_between", "node_chain", "nvls_refusal", "plan_nccl"]
+__all__ = ["Hop", "NcclPlan", "cpu_vendor", "hop_between", "node_chain", "nvls_refusal", "plan_nccl"]
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,7 @@ class NcclPlan:
     notes: list[str] = field(default_factory=list)
     multicast: bool = False  # the NVSwitch can reduce and multicast (NVLink SHARP), as its preset says
     nvls_refusal: str | None = None  # why the hardware cannot run NVLS (None: it can); see nvls_refusal()
+    cpu_vendor: str = "intel"  # the ranks' host CPUs' vendor as NCCL sees it ("mixed" where they differ); cpu_vendor()
 
     def nic_for(self, topo: Topology, node: int, channel: int) -> str | None:
         """The NIC channel ``channel`` uses on ``node`` (:func:`channel_nic`)."""
@@ -623,4 +624,12 @@ def plan_nccl(
         notes=notes,
         multicast=multicast,
         nvls_refusal=nvls_refusal(arch, switch.name if switch is not None else None, multicast, consts),
+        cpu_vendor=cpu_vendor(topo, gpus),
     )
+
+
+def cpu_vendor(topo: Topology, gpus: Sequence[str]) -> str:
+    """The CPU vendor NCCL's tuner sees for ranks ``gpus``: their host CPUs' preset ``vendor`` when they agree,
+    ``"mixed"`` when they differ (init.cc: a rank whose allgathered cpuVendor differs from its own sets MIXED)."""
+    vendors = {str(topo.host_cpu(g).spec.get("vendor", "intel")) for g in gpus}
+    return vendors.pop() if len(vendors) == 1 else "mixed"

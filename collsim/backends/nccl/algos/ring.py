@@ -85,7 +85,7 @@ class Ring(NcclAlgorithm):
         plan, consts, proto = m.plan, m.consts, m.proto
         bus = m.bus
         if proto == "LL":
-            bus = min(consts.ll_max_bw[plan.arch][m.idx], bus * consts.ring_ll_bw_fraction)
+            bus = min(consts.ll_bw(plan.arch, plan.cpu_vendor, m.idx), bus * consts.ring_ll_bw_fraction)
         elif proto == "LL128":
             cap = plan.channels * consts.per_channel_max_ring_ll128_bw[plan.arch][m.idx]
             bus = min(consts.ll128_tuner_efficiency * bus, cap)

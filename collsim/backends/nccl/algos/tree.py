@@ -151,7 +151,7 @@ class Tree(NcclAlgorithm):
         if m.collective == "allreduce":  # tuning.cc: "AllReduce pipelines two operations", every protocol
             bus = min(consts.tree_allreduce_efficiency * bus, nch * consts.per_channel_max_tree_bw[arch][idx])
         if proto == "LL":
-            bus = min(bus / consts.tree_ll_bw_divisor, consts.ll_max_bw[arch][idx])
+            bus = min(bus / consts.tree_ll_bw_divisor, consts.ll_bw(arch, plan.cpu_vendor, idx))
         elif proto == "LL128":
             frac = consts.tree_ll128_fraction[0 if plan.nnodes == 1 else 1]
             bus = min(bus * frac, nch * consts.per_channel_max_tree_ll128_bw[arch][idx])
@@ -173,9 +173,11 @@ class Tree(NcclAlgorithm):
         return consts.tree_allreduce_efficiency * charged_tree_correction(consts, proto, nbytes)
 
     def cap_divisor(self, proto: str) -> float:
-        """One LL channel of the tree reduces up and broadcasts down with the same threads (NCCL's tree LL kernel
-        runs up and down in one loop); tuning.cc caps the tree's LL busBw at llMaxBw and halves it for algBw: both
-        directions share the channel's LL rate."""
+        """One LL channel of the tree reduces up and broadcasts down on one thread block: NCCL's LL tree kernel
+        splits the block's threads between the two (all_reduce.h ``runTreeSplit``: 70% reduce, 30% broadcast; that
+        split is not modelled, the two directions share the channel's LL copy rate evenly). Applied to the GPU's own
+        copies; a network hop of the tree is one GPU's proxy sending one direction of the channel, at the ring's
+        per-channel network figure (``_context`` in ``simulate.py``)."""
         return 2.0 if proto == "LL" else 1.0
 
     def min_time(self, ctx: SimContext) -> float:
