@@ -384,6 +384,9 @@ class NcclAlgorithm:
     mergeable: bool = False
     #: the tuner table (``base_latency``, ``hw_latency``) this algorithm's rows are under, when not its own name
     table: str = ""
+    #: NCCL hands its data to channels in cells from 2.23 (:func:`~collsim.backends.nccl.chunking.cell_channel_count`;
+    #: enqueue.cc's Ring/Tree path), on top of the small-size shrink
+    cell_scheduled: bool = False
 
     @property
     def latency_table(self) -> str:

@@ -12,9 +12,11 @@ from collections.abc import Iterable
 from collsim.algorithms import RingChunking
 from collsim.backends.nccl.constants import ChunkRules, NcclConstants
 from collsim.backends.nccl.plan import NcclPlan
+from collsim.nccl_env import NcclOptions
 
 __all__ = [
     "MERGEABLE",
+    "cell_channel_count",
     "cell_channels",
     "channels_for",
     "fewest_pieces",
@@ -85,7 +87,7 @@ def cell_channels(
     cells = -(-data_bytes // cell)
     cell_traffic = cell * per_cell
     per_channel = min(cells, -(-share // cell_traffic))
-    lo = cells if max_channels == 1 else min(cells, -(-share // cell_traffic))
+    lo = cells if max_channels == 1 else per_channel
     mid, hi = divmod(cells - lo, per_channel)
     if max_channels < (1 if lo else 0) + mid + (1 if hi else 0):  # overflowed: the last channels split the rest
         mid = max_channels - 2
@@ -96,6 +98,25 @@ def cell_channels(
     out = [lo * cell] + [per_channel * cell] * mid + ([hi * cell] if hi else [])
     out[-1] -= cells * cell - data_bytes  # the last cell is partial
     return out
+
+
+def cell_channel_count(
+    plan: NcclPlan, opts: NcclOptions, consts: NcclConstants, proto: str, collective: str, nbytes: int, nc: int,
+    channels: int,
+) -> int:
+    """The channels NCCL runs a Ring or Tree collective of ``nbytes`` on once it hands out its cells
+    (:func:`cell_channels`, from ``consts.cells_since``): allreduce counts 2 bytes of traffic per byte, all-gather and
+    reduce-scatter the rank count on one rank's count, the others 1; LL cells x ``cells_ll_factor`` from
+    ``cells_ll_factor_since``. ``nc``: the shrunk count; ``channels``: the communicator's. Before 2.23, ``nc``. The
+    simulation splits the data evenly over them (NCCL's are equal but for the last channel's remainder)."""
+    if consts.cells_since is None or opts.before(consts.cells_since) or nbytes <= 0:
+        return nc
+    n = len(plan.ranks)
+    per_rank = collective in ("allgather", "reduce_scatter")
+    data = nbytes // n if per_rank else nbytes
+    tpb = 2 if collective == "allreduce" else (n if per_rank else 1)
+    factor = consts.cells_ll_factor if proto == "LL" and not opts.before(consts.cells_ll_factor_since) else 1
+    return len(cell_channels(data, tpb, nc, channels, factor, consts.min_traffic_per_channel)) or nc
 
 
 def nvls_chunk(rules: ChunkRules, algo: str, nbytes: int, concurrent: int, chunk: float, nnodes: int = 1) -> float:

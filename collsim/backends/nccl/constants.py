@@ -121,6 +121,9 @@ class NcclConstants:
     base_latency: Mapping[str, Mapping[str, float]]
     hw_latency: Mapping[str, Mapping[str, Mapping[str, float]]]
     ll_max_bw: Mapping[str, tuple[float, float, float]]
+    #: the ``ll_max_bw`` row NCCL reads across nodes, by CPU vendor (``"intel"``: every vendor but AMD; ``"amd"``: AMD
+    #: or mixed)
+    ll_max_bw_multi_node_rows: Mapping[str, str]
     per_channel_max_ring_ll128_bw: Mapping[str, tuple[float, float, float]]
     ll128_tuner_efficiency: float
     steps: int
@@ -147,9 +150,6 @@ class NcclConstants:
     pat_bw_factor: float = 0.75
     chunk_rules: ChunkRules | None = None
     ring_plateau_latency_factor: Mapping[str, float] = field(default_factory=dict)  # by GPU arch; 1 when absent
-    #: the ``ll_max_bw`` row NCCL reads across nodes, by CPU vendor (``"intel"``: every vendor but AMD; ``"amd"``: AMD
-    #: or mixed); empty: the GPU's own row (collsim before this table)
-    ll_max_bw_multi_node_rows: Mapping[str, str] = field(default_factory=dict)
     #: NCCL's cell scheduling of Ring and Tree channels (:func:`~collsim.backends.nccl.chunking.cell_channels`):
     #: first version (None: never), MinTrafficPerChannel bytes, LL's cell factor and its first version
     cells_since: tuple[int, int] | None = None
@@ -195,10 +195,9 @@ class NcclConstants:
         >>> consts.ll_bw("hopper", "arm", 2) / 1e9  # every vendor but AMD reads the first row
         20.4
         """
-        rows = self.ll_max_bw_multi_node_rows
-        if idx == 0 or not rows:
-            return self.ll_max_bw[arch][idx]
-        return self.ll_max_bw[rows["amd" if cpu_vendor in ("amd", "mixed") else "intel"]][idx]
+        if idx == 0:
+            return self.ll_max_bw[arch][0]
+        return self.ll_max_bw[self.ll_max_bw_multi_node_rows["amd" if cpu_vendor in ("amd", "mixed") else "intel"]][idx]
 
     def host_overhead(self, setting: float | str) -> float:
         """Seconds of host work per call inside a timed collective: ``setting`` in seconds (NcclOptions and scenario

@@ -18,7 +18,7 @@ from collsim.backends.common import (
 )
 from collsim.backends.nccl.algos import REGISTRY
 from collsim.backends.nccl.base import Launcher, Layout, NcclAlgorithm, Proc, SimContext, node_index
-from collsim.backends.nccl.chunking import cell_channels, channels_for, step_chunking
+from collsim.backends.nccl.chunking import cell_channel_count, channels_for, step_chunking
 from collsim.backends.nccl.constants import NcclConstants
 from collsim.backends.nccl.plan import NcclPlan, plan_nccl
 from collsim.backends.nccl.tags import BREAKDOWN_PRIORITY, IDLE_TAG, LATENCY_TAG, LAUNCH_TAG
@@ -155,25 +155,27 @@ def _context(
 ) -> SimContext:
     """Channels (NCCL's small-size shrink), chunking, one channel's cap, wire overhead and base latency."""
     pc = consts.protocols[proto]
-    nc = alg.channels(plan, opts, consts)
+    channels = alg.channels(plan, opts, consts)
+    nc = channels
     if alg.shrinks_channels(opts, consts):
         nc = channels_for(plan, consts, proto, nbytes, nc, alg.name)
-    if alg.name in ("Ring", "Tree") and consts.cells_since is not None and not opts.before(consts.cells_since):
-        nc = len(_cells(plan, opts, consts, alg.channels(plan, opts, consts), proto, collective, nbytes, nc)) or nc
+    if alg.cell_scheduled:
+        nc = cell_channel_count(plan, opts, consts, proto, collective, nbytes, nc, channels)
     chunking = step_chunking(plan, consts, alg.name, proto, collective, nbytes, nc, opts.buffsize)
     idx = node_index(plan.nnodes)
     cap = plan.channel_bw
     intra_cap = None
     if proto == "LL":
-        ll_bw = [consts.ll_bw(plan.arch, plan.cpu_vendor, i) for i in range(3)]  # by GPU on one node, CPU across
-        ll_caps = [min(cap, bw / nc) * consts.sim_ll_bw_scale for bw in ll_bw]
+        def ll_cap(i: int) -> float:  # llMaxBw by GPU on one node (i = 0), by CPU across nodes
+            return min(plan.channel_bw, consts.ll_bw(plan.arch, plan.cpu_vendor, i) / nc) * consts.sim_ll_bw_scale
+
         # tuning.cc's llMaxBw falls with the node count because LL crosses the network (idx 1, 2; read by CPU vendor
         # there: the proxy thread checks every line's flags in host memory before it sends a step, net.cc); a
         # channel's hops inside a node are the same LL copies as on one node, so they stream at the one-node figure.
         # The algorithm's divisor (the tree's up and down share a channel's threads) applies to the GPU's own copies;
         # a network hop is one GPU's proxy sending one direction of one channel, at the ring's per-channel figure
         div = alg.cap_divisor(proto)
-        cap, intra_cap = (ll_caps[0] / div, None) if idx == 0 else (ll_caps[idx], ll_caps[0] / div)
+        cap, intra_cap = (ll_cap(0) / div, None) if idx == 0 else (ll_cap(idx), ll_cap(0) / div)
     else:
         if proto == "LL128":
             cap = min(cap, consts.per_channel_max_ring_ll128_bw[plan.arch][idx]) * consts.sim_ll128_bw_scale
@@ -198,22 +200,6 @@ def _context(
         topo, plan, opts, consts, collective, nbytes, alg.name, proto,
         nc, chunking, wire, cap, base, plateau, ResourceCatalog(topo), intra_cap,
     )  # fmt: skip
-
-
-def _cells(
-    plan: NcclPlan, opts: NcclOptions, consts: NcclConstants, channels: int, proto: str, collective: str, nbytes: int,
-    nc: int,
-) -> list[int]:
-    """The channels NCCL hands a Ring or Tree collective's cells to (:func:`cell_channels`; 2.23 on), with the
-    bytes of each: allreduce counts 2 bytes of traffic per byte, all-gather and reduce-scatter the rank count on one
-    rank's count, the others 1; LL cells x4 from 2.26. The simulation runs that many channels, each with an equal
-    part of the data (NCCL's are equal but for the last channel's partial cell and a remainder)."""
-    n = len(plan.ranks)
-    per_rank = collective in ("allgather", "reduce_scatter")
-    data = nbytes // n if per_rank else nbytes
-    tpb = 2 if collective == "allreduce" else (n if per_rank else 1)
-    factor = consts.cells_ll_factor if proto == "LL" and not opts.before(consts.cells_ll_factor_since) else 1
-    return cell_channels(data, tpb, nc, channels, factor, consts.min_traffic_per_channel)
 
 
 def _usage(layout: Layout) -> dict[Any, dict[str, Any]]:

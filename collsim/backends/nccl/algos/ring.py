@@ -75,6 +75,7 @@ class Ring(NcclAlgorithm):
     all-gather and reduce-scatter; broadcast and reduce as a chain from (or to) rank 0 along the ring."""
 
     name = "Ring"
+    cell_scheduled = True
 
     def protocols(self, plan: NcclPlan, opts: NcclOptions, collective: str) -> tuple[str, ...]:
         return () if collective in P2P_COLLECTIVES else NCCL_PROTOCOLS

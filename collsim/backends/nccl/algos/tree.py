@@ -132,6 +132,7 @@ class Tree(NcclAlgorithm):
 
     name = "Tree"
     mergeable = True
+    cell_scheduled = True
 
     def protocols(self, plan: NcclPlan, opts: NcclOptions, collective: str) -> tuple[str, ...]:
         return NCCL_PROTOCOLS if collective == "allreduce" and len(plan.ranks) > 1 else ()
