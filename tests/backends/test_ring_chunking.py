@@ -1,5 +1,6 @@
 """How the simulated ring cuts its steps (issue 13): the fewest pieces that change nothing
-(``chunking.fewest_pieces``, ``Ring.sim_chunking``) and whole loops merged in long rings (``merge_ring_loops``).
+(``chunking.fewest_pieces``, ``Ring.sim_chunking``), never below one flagged line, and whole loops merged in long
+rings (``merge_ring_loops``).
 
 An LL/LL128 ring step is cut into pieces so that receivers forward lines as they arrive; where every hop's latency
 beyond its post hides behind a step's streaming, fewer pieces give the same times with fewer flows.
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 from collsim.algorithms import RingChunking
 from collsim.api import Simulator
 from collsim.backends.nccl.algos.ring import Ring
-from collsim.backends.nccl.chunking import fewest_pieces, merge_ring_loops
+from collsim.backends.nccl.chunking import fewest_pieces, merge_ring_loops, step_chunking
 
 MiB = 1 << 20
 
@@ -115,3 +116,38 @@ def test_fewer_pieces_give_the_same_times_with_a_slow_nic_port(monkeypatch: pyte
     ((t, flows, t_full, flows_full),) = _times(monkeypatch, sim, "LL128", [64 * MiB])
     assert t == pytest.approx(t_full, rel=1e-9)
     assert flows * 4 < flows_full
+
+
+@pytest.fixture(scope="module")
+def sim_128() -> Simulator:
+    return Simulator.from_source("16node-h100-ib")  # 16 x 8 H100: 128 ranks
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    algo=st.sampled_from(["Ring", "Tree"]),
+    proto=st.sampled_from(["LL", "LL128"]),
+    nbytes=st.integers(8, 64 * MiB),
+    nc=st.sampled_from([1, 2, 16]),
+)
+def test_a_piece_is_never_smaller_than_one_flagged_line(
+    sim_128: Simulator, algo: str, proto: str, nbytes: int, nc: int
+) -> None:
+    """A receiver sees an LL step line by line (8 data bytes a line, LL128 120): a step is never cut into pieces of
+    less than one line, and small steps are not cut at all."""
+    consts, plan = sim_128.nccl_constants, sim_128.nccl_plan
+    ch = step_chunking(plan, consts, algo, proto, "allreduce", nbytes, nc)
+    line = {"LL": 8, "LL128": 120}[proto]
+    assert consts.protocols[proto].line_data_bytes == line
+    n = len(plan.ranks) if algo == "Ring" else 1
+    step = min(ch.chunk_bytes, nbytes / nc / n)
+    assert ch.slices_per_chunk == 1 or step / ch.slices_per_chunk >= line
+
+
+def test_the_1024_gpu_ring_at_8_kib_sends_each_step_whole() -> None:
+    """128 x HGX H100, Ring/LL, 8 KiB: 2 channels of 4 KiB, 4 data bytes a rank a step (half a line): one flow a step,
+    2 x 1023 steps for each of the 8 (channel, rank) classes."""
+    sim = Simulator.from_source("16node-h100-ib", ["cluster.nodes=128", "backends.nccl.env.NCCL_ALGO=Ring"])
+    out = sim.simulate_one("nccl", 8 * 2**10)
+    assert (out.channels, out.classes, out.protocol) == (2, 8, "LL")
+    assert out.flows == 8 * 2 * 1023

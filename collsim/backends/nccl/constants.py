@@ -26,7 +26,8 @@ Steps = tuple[tuple[float, int], ...]
 @dataclass(frozen=True)
 class ProtocolConstants:
     """One NCCL protocol: buffer (wire bytes), data fraction of the wire, chunk and slice in steps, the per-thread
-    threshold of the channel-shrink rule, and what the tuner multiplies the network latency by."""
+    threshold of the channel-shrink rule, what the tuner multiplies the network latency by, and (LL, LL128) the data
+    bytes of one flagged line."""
 
     name: str
     buffer_bytes: int
@@ -36,6 +37,8 @@ class ProtocolConstants:
     threshold_per_thread: int
     net_latency_factor: float = 1.0  # tuning.cc: Simple pays the network's latency twice
     ring_net_overhead_factor: float = 1.0  # tuning.cc: a multi-node ring's intra step >= netOverhead x this
+    #: data bytes of one flagged line (LL 8, LL128 120): the finest grain a receiver sees; None for Simple
+    line_data_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -301,6 +304,8 @@ def _multi_node_rows(rows: Mapping[str, Any], table: Mapping[str, Any]) -> dict[
 
 
 def _protocol(name: str, p: Mapping[str, Any]) -> ProtocolConstants:
+    if name in ("LL", "LL128") and "line_data_bytes" not in p:
+        raise ValueError(f"protocols.{name}.line_data_bytes is missing: the data bytes of one flagged line")
     return ProtocolConstants(
         name,
         int(p["buffer_bytes"]),
@@ -310,6 +315,7 @@ def _protocol(name: str, p: Mapping[str, Any]) -> ProtocolConstants:
         int(p["threshold_per_thread"]),
         float(p["net_latency_factor"]),
         float(p["ring_net_overhead_factor"]),
+        int(p["line_data_bytes"]) if "line_data_bytes" in p else None,
     )
 
 
