@@ -519,17 +519,30 @@ def _rings(
         for node, mesh in meshes.items()
         if mesh is not None
     }
+    # channels on the same NIC (channel c and c + NICs) repeat a node's chain and its hops: each computed once
+    chains: dict[tuple[int, str | None], list[str]] = {}
+    known: dict[tuple[str, str, str | None, str | None], Hop] = {}
     for c in range(nch):
         ring: list[str] = []
         nic_of = {node: channel_nic(topo, node, c, nnodes) for node in range(nnodes)}
         for node in range(nnodes):
-            ring += mesh_rings[node][c] if node in mesh_rings else node_chain(topo, node, nic_of[node])
+            if node in mesh_rings:
+                ring += mesh_rings[node][c]
+                continue
+            key = (node, nic_of[node])
+            if key not in chains:
+                chains[key] = node_chain(topo, node, nic_of[node])
+            ring += chains[key]
         rings.append(ring)
         n = len(ring)
         for i in range(n):
             a, b = ring[i], ring[(i + 1) % n]
             na, nb = topo.device(a).node, topo.device(b).node
-            hops[(c, i)] = hop_between(topo, cat, a, b, nic_of[na], nic_of[nb], opts, consts, fabric)
+            nics = (nic_of[na], nic_of[nb]) if na != nb else (None, None)  # a hop inside a node uses no NIC
+            hop = known.get((a, b, *nics))
+            if hop is None:
+                hop = known[(a, b, *nics)] = hop_between(topo, cat, a, b, *nics, opts, consts, fabric)
+            hops[(c, i)] = hop
     return rings, hops
 
 
