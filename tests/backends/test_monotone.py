@@ -22,6 +22,8 @@ SCENARIOS = ["hgx-h100", "dgx-a100", "pcie-2gpu-nop2p", "2node-a100-ib", "2node-
 #: DGX A100 from 768 KiB (24 channels of 32 KiB, 164.1 us) to 1 MiB (22 channels of 48 KiB, NCCL's cells of 16 KiB
 #: three to a channel, 162.8 us; 170.5 us on 24). The simulated tree is faster on fewer channels at these sizes
 #: (768 KiB: 115.1 us on 8, 164.1 on 24): a channel's chunk crosses each hop whole, at its share of the GPU's NVLink.
+#: From NCCL 2.20 a Tree/Simple chunk is one Simple step (no shrink rule), which makes this pair monotone but the AWS
+#: p4de case 19% off; see docs/accuracy.md, "Open: Tree/Simple's chunk from NCCL 2.20".
 KNOWN_NOT_MONOTONE = {("dgx-a100", "Tree", "Simple")}
 #: Scenarios where the tuner's pick falls with size further than NCCL's model does: none. 2 x DGX A100 at 128 ->
 #: 256 KiB (Tree/LL 78.0 -> Tree/LL128 63.7 us) left with NCCL's hop latency and LL's intra-node rate; 2 x DGX A100
