@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -27,8 +28,13 @@ EXPECTED = [
     "04-calibration.ipynb",
     "05-training-step.ipynb",
 ]
-#: Seconds one notebook may take (all five together must stay under 2.5 minutes on a 2-core CI machine).
-NOTEBOOK_BUDGET_S = 60.0
+#: What one notebook may take, in multiples of this machine's yardstick (a bare SimPy loop of 1M timeouts,
+#: :func:`collsim.perf.bare_simpy_seconds`, measured in the same session before the notebooks run), as the benchmarks
+#: state their targets: a fixed number of seconds failed on a slower CI machine (notebook 03 took 71.0 s against 60 s
+#: where this machine took 62.7). Measured 2026-12-02 (yardstick 0.53-0.58 s): 01 5.8 s, 02 10.4, 03 38.9, 04 12.7,
+#: 05 33.4 (two at a time): at most about 70 yardsticks; 120 leaves room for a busy machine and still flags a
+#: notebook that doubles.
+NOTEBOOK_BUDGET_YARDSTICKS = 120.0
 #: Seconds one cell may take before nbclient stops it.
 CELL_TIMEOUT_S = 120
 
@@ -101,8 +107,21 @@ async def _execute(path: Path, gate: asyncio.Semaphore) -> _Run:
 
 
 @pytest.fixture(scope="module")
-def executed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, _Run]:
-    """Every notebook executed, :data:`PARALLEL` at a time (each kernel is its own process).
+def yardstick_s() -> float:
+    """Seconds of the bare SimPy loop on this machine: the median of three fresh processes (none of them beside a
+    notebook's kernel)."""
+    code = "from collsim.perf import bare_simpy_seconds; print(bare_simpy_seconds())"
+    runs = sorted(
+        float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+        for _ in range(3)
+    )
+    return runs[1]
+
+
+@pytest.fixture(scope="module")
+def executed(yardstick_s: float, tmp_path_factory: pytest.TempPathFactory) -> dict[str, _Run]:
+    """Every notebook executed, :data:`PARALLEL` at a time (each kernel is its own process), after the yardstick
+    (which asks for it first so that it runs on a machine the kernels do not load).
 
     Connection files and IPython's profile go to a temporary folder too: no writable home directory is needed, and
     a user's IPython startup files do not run.
@@ -124,7 +143,7 @@ def executed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, _Run]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", _notebooks(), ids=lambda p: p.stem)
-def test_runs_top_to_bottom(path: Path, executed: dict[str, _Run]) -> None:
+def test_runs_top_to_bottom(path: Path, executed: dict[str, _Run], yardstick_s: float) -> None:
     run = executed[path.stem]
     if run.error is not None:
         pytest.fail(f"{path.name}: a cell failed:\n{run.error}", pytrace=False)
@@ -138,4 +157,8 @@ def test_runs_top_to_bottom(path: Path, executed: dict[str, _Run]) -> None:
     ]
     assert errors == []
     assert all(cell.get("execution_count") for cell in nb.cells if cell.cell_type == "code")
-    assert run.elapsed < NOTEBOOK_BUDGET_S, f"{path.name} took {run.elapsed:.1f} s (budget {NOTEBOOK_BUDGET_S:.0f} s)"
+    budget = NOTEBOOK_BUDGET_YARDSTICKS * yardstick_s
+    assert run.elapsed < budget, (
+        f"{path.name} took {run.elapsed:.1f} s = {run.elapsed / yardstick_s:.0f} yardsticks of {yardstick_s:.3f} s "
+        f"(budget {NOTEBOOK_BUDGET_YARDSTICKS:.0f}: {budget:.0f} s)"
+    )
