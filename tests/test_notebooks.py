@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -19,6 +18,8 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
+
+from collsim.perf import fresh_baseline_runs
 
 NOTEBOOKS_DIR = Path(__file__).resolve().parents[1] / "notebooks"
 EXPECTED = [
@@ -109,13 +110,8 @@ async def _execute(path: Path, gate: asyncio.Semaphore) -> _Run:
 @pytest.fixture(scope="module")
 def yardstick_s() -> float:
     """Seconds of the bare SimPy loop on this machine: the median of three fresh processes (none of them beside a
-    notebook's kernel)."""
-    code = "from collsim.perf import bare_simpy_seconds; print(bare_simpy_seconds())"
-    runs = sorted(
-        float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
-        for _ in range(3)
-    )
-    return runs[1]
+    notebook's kernel), as ``collsim benchmark`` measures it."""
+    return fresh_baseline_runs()[1]
 
 
 @pytest.fixture(scope="module")
