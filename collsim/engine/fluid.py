@@ -46,6 +46,7 @@ __all__ = [
 #: SimPy priority of the rate solve: after every NORMAL (1) event of the same timestamp.
 LATE = 2
 
+_INF = math.inf
 _SAT_TOL = 1e-9  # relative: a resource with less than this fraction of its capacity left is saturated
 
 
@@ -154,7 +155,7 @@ class Resource:
         The caller's key of the resource (a backend's ``("link", src, dst)``), carried by flow records.
     """
 
-    __slots__ = ("capacity", "carried", "key", "kind", "name", "streaming")
+    __slots__ = ("capacity", "carried", "key", "kind", "mark", "name", "streaming")
 
     def __init__(self, name: str, capacity: float, kind: str = "", key: Hashable = None) -> None:
         if not capacity > 0 or math.isnan(capacity):
@@ -165,6 +166,7 @@ class Resource:
         self.key = key
         self.carried = 0.0  # units consumed by finished flows
         self.streaming: dict[int, Flow] = {}  # the flows streaming on it now, by id (kept by its network)
+        self.mark = 0  # the last component search that reached it (its network's stamp)
 
     def __repr__(self) -> str:
         return f"Resource({self.name!r}, {self.capacity:.4g}, {self.kind!r})"
@@ -178,18 +180,19 @@ class Flow:
         "done",
         "hold",
         "latency",
+        "mark",
         "max_rate",
         "owner",
         "rate",
         "rates",
         "remaining",
+        "res",
         "sig",
         "size",
         "streamed",
         "t_ref",
         "t_start",
         "tag",
-        "tol",
         "uses",
         "version",
     )
@@ -198,6 +201,7 @@ class Flow:
         self,
         size: float,
         uses: tuple[tuple[Resource, float], ...],
+        res: tuple[Resource, ...],
         max_rate: float,
         done: Event | None,
         tag: Tag,
@@ -207,8 +211,10 @@ class Flow:
         self.size = size
         self.remaining = size
         self.uses = uses
+        self.res = res  # the resources of `uses`, for component searches
         self.max_rate = max_rate
         self.rate = 0.0
+        self.mark = 0  # the last component search that reached it
         self.done: Event | None = done  # fired when the last unit has left; None when nobody waits for that moment
         self.arrived: Event | None = None  # fired `latency` after the last unit left (None: it is `done`)
         self.streamed: Event | None = None  # fired `hold` after the last unit left (None: it is `done`)
@@ -218,7 +224,6 @@ class Flow:
         self.t_start = 0.0
         self.latency = latency
         self.sig = 0  # interned (uses, max_rate): flows with equal signatures get equal max-min fair rates
-        self.tol = max(1e-3, 1e-12 * size)  # units left that count as done (float rounding)
         self.t_ref = 0.0  # `remaining` is exact at t_ref; it falls at `rate` since (progress is lazy)
         self.version = 0  # bumped at every rate change: older finish-time entries are stale
         self.rates: list[tuple[float, float]] | None = None  # (time s, rate) at each rate change, when recording
@@ -271,13 +276,14 @@ class Route:
     merging or hashing. Read-only for callers.
     """
 
-    __slots__ = ("max_rate", "on", "sig", "uses")
+    __slots__ = ("max_rate", "on", "res", "sig", "uses")
 
     def __init__(self, uses: tuple[tuple[Resource, float], ...], max_rate: float, sig: int) -> None:
         self.uses = uses
         self.max_rate = max_rate
         self.sig = sig
-        self.on = tuple(res.streaming for res, _ in uses)  # each resource's table of streaming flows, looked up once
+        self.res = tuple(res for res, _ in uses)
+        self.on = tuple(res.streaming for res in self.res)  # each resource's table of streaming flows, looked up once
 
 
 class FluidNetwork:
@@ -318,8 +324,12 @@ class FluidNetwork:
         self._meter = Meter(record)  # the work budget in force (collsim.engine.budget) and the heartbeat
         self._check_at = self._meter.limit + 1 if 0 <= self._meter.limit < Meter.EVERY else Meter.EVERY
         self._active: dict[int, Flow] = {}
-        self._heap: list[tuple[float, int, int, Flow]] = []  # (finish time, tie-break, version, flow)
-        self._seq = 0
+        self._stamp = 0  # the last component search's stamp (Resource.mark, Flow.mark)
+        # finish times: a heap of the distinct times, and per time the (version, flow) entries queued for it in
+        # queueing order (flows of one lockstep wave share a time: one heap entry, not one per flow); an entry whose
+        # version is older than its flow's is stale (the flow was re-rated since)
+        self._times: list[float] = []
+        self._due: dict[float, list[tuple[int, Flow]]] = {}
         self._update_pending = False
         self._generation = 0
         self._signatures: dict[tuple[tuple[tuple[Resource, float], ...], float], int] = {}
@@ -435,7 +445,7 @@ class FluidNetwork:
             streamed = arrived
         else:
             streamed = Event(env)
-        flow = Flow(float(size), route.uses, route.max_rate, done, tag, owner, latency)
+        flow = Flow(float(size), route.uses, route.res, route.max_rate, done, tag, owner, latency)
         flow.sig = route.sig
         if arrived is not done:
             flow.arrived = arrived
@@ -506,22 +516,23 @@ class FluidNetwork:
         """Finish the flows whose finish time has come, then re-solve once the timestamp's other events ran.
 
         Progress is lazy: a flow's ``remaining`` is brought up to date only when its rate changes, and its finish
-        time waits in a heap, so an update costs the flows that change, not all of them (``due`` is unused: the
-        heap knows what is due).
+        time waits in a queue (a heap of distinct times, the flows due at each in queueing order), so an update
+        costs the flows that change, not all of them (``due`` is unused: the queue knows what is due).
         """
         self._update_pending = False
         now = self.env.now
         horizon = now + now * 1e-12 + 1e-15
-        heap = self._heap
+        times, queued, active, freed = self._times, self._due, self._active, self._freed
         finished: list[Flow] = []
-        while heap and heap[0][0] <= horizon:
-            _t, _s, version, f = heapq.heappop(heap)
-            if version == f.version and id(f) in self._active:
-                del self._active[id(f)]
-                for res, _coef in f.uses:
-                    del res.streaming[id(f)]
-                    self._freed.append(res)
-                finished.append(f)
+        while times and times[0] <= horizon:
+            for version, f in queued.pop(heapq.heappop(times)):  # by finish time, then in queueing order
+                key = id(f)
+                if version == f.version and key in active:
+                    del active[key]
+                    for res in f.res:
+                        del res.streaming[key]
+                    freed.extend(f.res)
+                    finished.append(f)
         if finished:
             ended = self._ended
             for f in finished:
@@ -562,32 +573,34 @@ class FluidNetwork:
         """The connected components (flows linked by shared resources) that changed since the last solve: those of
         the flows started and of the resources freed by flows that finished. Other components keep their rates:
         max-min fairness decomposes over components."""
-        seen_res: set[Resource] = set()
-        seen: set[int] = set()
+        # a search stamp marks the resources and flows reached (cheaper than sets of them)
+        self._stamp += 1
+        stamp = self._stamp
         comps: list[list[Flow]] = []
         seeds: list[Resource] = self._freed
+        active = self._active
         for f in self._started:
-            if id(f) not in self._active:
+            if id(f) not in active:
                 continue
-            if not f.uses:  # nothing shared: a component of its own
-                seen.add(id(f))
+            if not f.res:  # nothing shared: a component of its own
+                f.mark = stamp
                 comps.append([f])
-            seeds.extend(res for res, _ in f.uses)
+            seeds.extend(f.res)
         for r0 in seeds:
-            if r0 in seen_res:
+            if r0.mark == stamp:
                 continue
-            seen_res.add(r0)
+            r0.mark = stamp
             comp: list[Flow] = []
             stack = [r0]
             while stack:
-                for key, f in stack.pop().streaming.items():
-                    if key in seen:
+                for f in stack.pop().streaming.values():
+                    if f.mark == stamp:
                         continue
-                    seen.add(key)
+                    f.mark = stamp
                     comp.append(f)
-                    for res, _ in f.uses:
-                        if res not in seen_res:
-                            seen_res.add(res)
+                    for res in f.res:
+                        if res.mark != stamp:
+                            res.mark = stamp
                             stack.append(res)
             if comp:
                 comps.append(comp)
@@ -655,7 +668,7 @@ class FluidNetwork:
         # else one per component; a component's rates are always its own progressive filling's, so which entry
         # answers does not change a bit
         flows_all = comps[0] if len(comps) == 1 else [f for c in comps for f in c]
-        key = tuple(sorted(f.sig for f in flows_all))
+        key = tuple(sorted([f.sig for f in flows_all]))
         hit = self._memo.get(key)
         if hit is not None:
             self.memo_hits += 1
@@ -666,7 +679,7 @@ class FluidNetwork:
                 hit = {}
                 for flows in comps:
                     # equal signatures share resources: never in two components
-                    hit.update(self._component_rates(flows, tuple(sorted(f.sig for f in flows))))
+                    hit.update(self._component_rates(flows, tuple(sorted([f.sig for f in flows]))))
                 if len(self._memo) < 100_000:
                     self._memo[key] = hit
         by_sig = hit
@@ -680,17 +693,23 @@ class FluidNetwork:
 
     def _rerate(self, f: Flow, rate: float, now: float) -> None:
         """Bring ``f``'s progress up to ``now`` (seconds), give it ``rate`` (units/s) and queue its finish time
-        (its older heap entries go stale with the version)."""
-        f.remaining -= f.rate * (now - f.t_ref)
+        (its older queue entries go stale with the version)."""
+        left = f.remaining - f.rate * (now - f.t_ref)
+        f.remaining = left
         f.t_ref = now
         f.rate = rate
-        f.version += 1
+        version = f.version + 1
+        f.version = version
         if f.rates is not None:
             f.rates.append((now, rate))
         if rate > 0:
-            self._seq += 1
-            finish = now if rate == math.inf else now + max(f.remaining, 0.0) / rate
-            heapq.heappush(self._heap, (finish, self._seq, f.version, f))
+            finish = now + left / rate if left > 0.0 and rate != _INF else now
+            due = self._due
+            bucket = due.get(finish)
+            if bucket is None:
+                due[finish] = bucket = []
+                heapq.heappush(self._times, finish)
+            bucket.append((version, f))
 
     def _progressive_filling(self, flows: list[Flow]) -> list[float]:
         """Raise all unfrozen rates together until a resource or a flow cap binds; freeze those; repeat.
@@ -764,18 +783,28 @@ class FluidNetwork:
         return rates
 
     def _arm(self) -> None:
-        """Schedule a wake-up at the earliest finish time in the heap (older wake-ups become stale)."""
+        """Schedule a wake-up at the earliest finish time with a live entry (older wake-ups become stale)."""
         self._generation += 1
-        heap = self._heap
-        while heap and (heap[0][2] != heap[0][3].version or id(heap[0][3]) not in self._active):
-            heapq.heappop(heap)
-        if not heap:
+        times, due, active = self._times, self._due, self._active
+        while times:
+            bucket = due[times[0]]
+            stale = 0  # drop the stale entries ahead of the first live one (each entry is looked at once here)
+            for version, f in bucket:
+                if version == f.version and id(f) in active:
+                    break
+                stale += 1
+            if stale < len(bucket):
+                if stale:
+                    del bucket[:stale]
+                break
+            del due[heapq.heappop(times)]
+        if not times:
             if self._active:
                 names = ", ".join(f"{f.owner.label}:{f.tag.label}" for f in list(self._active.values())[:5])
                 raise RuntimeError(f"flows cannot progress (zero rate): {names}")
             return
         gen = self._generation
-        self.env.timeout(max(heap[0][0] - self.env.now, 0.0)).callbacks.append(lambda _e: self._wake(gen))
+        self.env.timeout(max(times[0] - self.env.now, 0.0)).callbacks.append(lambda _e: self._wake(gen))
 
     def _wake(self, gen: int) -> None:
         if gen == self._generation:
