@@ -117,6 +117,43 @@ def test_flow_started_later_does_not_finish_others_early() -> None:
     assert ends["b"] == pytest.approx(2.0e-3, rel=1e-12)
 
 
+def test_flows_due_together_finish_in_the_order_they_were_queued() -> None:
+    # eight flows on eight links, equal sizes: one finish time, one queue entry per flow under it; they finish in
+    # the order they started (the order their rates were queued), and each exactly once
+    env = simpy.Environment()
+    net = FluidNetwork(env)
+    order: list[int] = []
+    for i in (3, 1, 7, 0, 6, 2, 5, 4):
+        link = net.resource(f"l{i}", 1e9)
+        _s, arrived = net.transfer(1e6, [(link, 1.0)])
+        arrived.callbacks.append(lambda _e, i=i: order.append(i))
+    env.run()
+    assert order == [3, 1, 7, 0, 6, 2, 5, 4]
+    assert env.now == pytest.approx(1e-3, rel=1e-12)
+
+
+def test_a_flow_re_rated_back_to_its_old_finish_time_finishes_once() -> None:
+    # A (2 MB) alone at 1 GB/s is due at 2 ms; B (0.5 MB) joins at 0.5 ms and halves A's rate (A due later: its
+    # first entry goes stale), B ends at 1.5 ms and A runs alone again, due at 2.5 ms; stale entries never finish A
+    env = simpy.Environment()
+    net = FluidNetwork(env)
+    link = net.resource("l", 1e9)
+    ends: list[tuple[str, float]] = []
+    _s, a = net.transfer(2e6, [(link, 1.0)])
+    a.callbacks.append(lambda _e: ends.append(("a", env.now)))
+
+    def later(env: simpy.Environment):  # type: ignore[no-untyped-def]
+        yield env.timeout(0.5e-3)
+        _s2, b = net.transfer(0.5e6, [(link, 1.0)])
+        b.callbacks.append(lambda _e: ends.append(("b", env.now)))
+
+    env.process(later(env))
+    env.run()
+    assert [n for n, _ in ends] == ["b", "a"]
+    assert [t for _, t in ends] == pytest.approx([1.5e-3, 2.5e-3], rel=1e-12)
+    assert not net.active
+
+
 def test_records_carry_typed_owner_tag_and_resource_keys() -> None:
     env = simpy.Environment()
     net = FluidNetwork(env, record=True)
