@@ -17,6 +17,7 @@ from collsim.algorithms.board import EventBoard
 from collsim.algorithms.ring import RingChunking
 
 __all__ = [
+    "NcclNvlsTreeMachine",
     "nccl_chain",
     "nccl_nvls_allgather",
     "nccl_nvls_reduce_scatter",
@@ -266,6 +267,236 @@ def nccl_nvls_tree(
         board, me, node_peers, data_bytes=data_bytes, chunking=chunking, send=send_ag, ready="treedone"
     )
     return [reduce_scatter(), up(), down(), allgather]
+
+
+class NcclNvlsTreeMachine:
+    """:func:`nccl_nvls_tree`'s schedule driven by event callbacks instead of four generators: the same sends at the
+    same simulated times, without a SimPy process resume or an :class:`EventBoard` event per dependency.
+
+    At scale (every GPU and channel of 1024 GPUs, thousands of slices each) the four generators of each entity
+    spend their time resuming, and the board keeps an entry per slice and dependency for the whole run (every GPU
+    waits for each of its node's GPUs twice per slice). A machine keeps a flag per slice and dependency instead
+    (reduced by the switch, arrived at the parent, sent up, here from the parent, down the tree), and whenever one
+    of its own sends streams or a flag it waits for is set, it checks whether any of its four lanes may send next.
+
+    Waits and payments are those of :func:`nccl_nvls_tree`, which stays the readable reference (the tests run both
+    on random trees and compare the times): per slice,
+
+    * reduce-scatter: a free buffer slot (the share sent up ``slots`` slices ago, or at once at the root), then
+      ``send_rs``; the next slice once this one has streamed;
+    * up: every node peer's reduce-scatter of the slice arrived and every child's share arrived, then
+      ``send_up`` of ``share`` of the slice (the root makes the slice available to its own down lane instead);
+    * down: the slice here (from the parent, or the root's own sum), then ``send_down`` to every child at once;
+      the next slice once all of them have streamed;
+    * all-gather: every node peer's slice down the tree (each peer marks it when it starts sending it on), then
+      ``send_ag``; the next slice once this one has streamed. Fires ``(me, "done")`` on the board when the last
+      slice's multicast has arrived.
+
+    Machines of one simulation are found by entity through ``board.shared``: create every one before the clock
+    starts, then :meth:`start` each from its process once its launch is paid.
+    """
+
+    __slots__ = (
+        "board",
+        "busy_ag",
+        "busy_down",
+        "busy_rs",
+        "busy_up",
+        "child_keys",
+        "children",
+        "down_ready",
+        "i_ag",
+        "i_down",
+        "i_rs",
+        "i_up",
+        "me",
+        "n",
+        "on_peer",
+        "on_up",
+        "parts",
+        "peer_keys",
+        "peers",
+        "root",
+        "rs_arr",
+        "send_ag",
+        "send_down",
+        "send_rs",
+        "send_up",
+        "share",
+        "slots",
+        "started",
+        "tree_done",
+        "up_arr",
+        "up_sent",
+    )
+
+    def __init__(
+        self,
+        board: EventBoard,
+        me: Hashable,
+        node_peers: Sequence[Hashable],
+        parent: Hashable | None,
+        children: Sequence[Hashable],
+        *,
+        data_bytes: float,
+        chunking: RingChunking,
+        share: float,
+        send_rs: Send,
+        send_up: Send | None,
+        send_down: Sequence[Send],
+        send_ag: Send,
+    ) -> None:
+        self.board = board
+        self.me = me
+        self.peer_keys = list(dict.fromkeys(node_peers))  # a twin stands for several peers: wait for it once
+        self.child_keys = list(dict.fromkeys(children))
+        self.root = parent is None or send_up is None
+        self.parts = slices(data_bytes, chunking)
+        self.n = n = len(self.parts)
+        self.slots = chunking.slots
+        self.share = share
+        self.send_rs, self.send_up, self.send_ag = send_rs, send_up, send_ag
+        self.send_down = [(c, s) for c, s in zip(children, send_down, strict=True)]
+        # per slice: reduced by the switch (rs), arrived at the parent (up), sent up, here to send down, down sent
+        self.rs_arr, self.up_arr, self.up_sent = bytearray(n), bytearray(n), bytearray(n)
+        self.down_ready, self.tree_done = bytearray(n), bytearray(n)
+        self.i_rs = self.i_up = self.i_down = self.i_ag = 0  # each lane's next slice
+        self.busy_rs = self.busy_up = self.busy_ag = False  # the lane's last send has not streamed yet
+        self.busy_down = 0  # sends to children of the current slice not streamed yet
+        self.started = False
+        self.peers: list[NcclNvlsTreeMachine] = []
+        self.children: dict[Hashable, NcclNvlsTreeMachine] = {}
+        # machines a flag of this one may unblock: its reduce-scatter or down-the-tree slices, those that have it
+        # as a node peer; its share arrived at the parent, the parents
+        self.on_peer: list[NcclNvlsTreeMachine] = []
+        self.on_up: list[NcclNvlsTreeMachine] = []
+        board.shared.setdefault(NcclNvlsTreeMachine, {})[me] = self
+
+    def _link(self) -> None:
+        machines: dict[Hashable, NcclNvlsTreeMachine] = self.board.shared[NcclNvlsTreeMachine]
+        self.peers = [machines[k] for k in self.peer_keys]
+        self.children = {k: machines[k] for k in self.child_keys}
+        for p in self.peers:
+            if self not in p.on_peer:
+                p.on_peer.append(self)
+        for c in self.children.values():
+            if self not in c.on_up:
+                c.on_up.append(self)
+
+    def start(self) -> None:
+        """Begin (the rank has paid its launch): from now on the machine advances on its own."""
+        self._link()
+        self.started = True
+        self._advance()
+
+    def _advance(self) -> None:
+        """Send on every lane that may, until none may."""
+        if not self.started:
+            return
+        moved = True
+        while moved:
+            moved = self._rs() | self._up() | self._down() | self._ag()
+
+    def _rs(self) -> bool:
+        i = self.i_rs
+        if self.busy_rs or i >= self.n or (i >= self.slots and not self.up_sent[i - self.slots]):
+            return False
+        self.i_rs = i + 1
+        self.busy_rs = True
+        streamed, arrived = self.send_rs(self.parts[i])
+        _on(arrived, lambda: self._rs_arrived(i))
+        _on(streamed, self._rs_streamed)
+        return True
+
+    def _rs_arrived(self, i: int) -> None:
+        self.rs_arr[i] = 1
+        for m in self.on_peer:
+            m._advance()
+
+    def _rs_streamed(self) -> None:
+        self.busy_rs = False
+        self._advance()
+
+    def _up(self) -> bool:
+        i = self.i_up
+        if self.busy_up or i >= self.n:
+            return False
+        if not all(p.rs_arr[i] for p in self.peers) or not all(c.up_arr[i] for c in self.children.values()):
+            return False
+        self.i_up = i + 1
+        if self.root:  # the root has the node's total of the slice: it goes down the tree
+            self.down_ready[i] = 1
+            self.up_sent[i] = 1
+            return True
+        assert self.send_up is not None
+        self.busy_up = True
+        streamed, arrived = self.send_up(self.parts[i] * self.share)
+        _on(arrived, lambda: self._up_arrived(i))
+        _on(streamed, lambda: self._up_streamed(i))
+        return True
+
+    def _up_arrived(self, i: int) -> None:
+        self.up_arr[i] = 1
+        for m in self.on_up:
+            m._advance()
+
+    def _up_streamed(self, i: int) -> None:
+        self.busy_up = False
+        self.up_sent[i] = 1
+        self._advance()
+
+    def _down(self) -> bool:
+        i = self.i_down
+        if self.busy_down or i >= self.n or not self.down_ready[i]:
+            return False
+        self.i_down = i + 1
+        b = self.parts[i] * self.share
+        for key, send in self.send_down:
+            streamed, arrived = send(b)
+            child = self.children[key]
+            _on(arrived, lambda child=child: child._here(i))  # type: ignore[misc]
+            self.busy_down += 1
+            _on(streamed, self._down_streamed)
+        self.tree_done[i] = 1
+        for m in self.on_peer:
+            if m is not self:
+                m._advance()
+        return True
+
+    def _here(self, i: int) -> None:
+        if not self.down_ready[i]:
+            self.down_ready[i] = 1
+            self._advance()
+
+    def _down_streamed(self) -> None:
+        self.busy_down -= 1
+        if not self.busy_down:
+            self._advance()
+
+    def _ag(self) -> bool:
+        i = self.i_ag
+        if self.busy_ag or i >= self.n or not all(p.tree_done[i] for p in self.peers):
+            return False
+        self.i_ag = i + 1
+        streamed, arrived = self.send_ag(self.parts[i])
+        if i + 1 < self.n:  # the sender's own work after the last slice delays nothing
+            self.busy_ag = True
+            _on(streamed, self._ag_streamed)
+        else:
+            _on(arrived, lambda: self.board.fire(self.me, "done"))
+        return True
+
+    def _ag_streamed(self) -> None:
+        self.busy_ag = False
+        self._advance()
+
+
+def _on(ev: Event, fn: Callable[[], None]) -> None:
+    """Call ``fn()`` when ``ev`` is processed (at once if it already was)."""
+    if ev.callbacks is None:
+        fn()
+    else:
+        ev.callbacks.append(lambda _e: fn())
 
 
 def nccl_pat(

@@ -347,6 +347,11 @@ class Launcher:
         """Start ``body`` for ``e`` after the base latency; returns the process."""
         return self.env.process(self._after_base(e, body))
 
+    def start_machine(self, e: Entity, start: Callable[[], None]) -> Event:
+        """Call ``start()`` for ``e`` once the base latency is paid: a callback-driven machine (the ring's, NVLSTree's)
+        then advances on event callbacks and fires ``(e, "done")`` on the board itself. Returns the process."""
+        return self.start(e, _call(start))
+
     def done(self, e: Entity) -> Event:
         """The event ``e``'s processes fire when its part is done."""
         return self.board.get(e, "done")
@@ -358,6 +363,13 @@ class Launcher:
             yield self.net.delay(late, tag=STRAGGLER_TAG, owner=owner)
         yield self.net.delay(self.ctx.base, tag=LAUNCH_TAG, owner=owner)
         yield from body
+
+
+def _call(fn: Callable[[], None]) -> Proc:
+    """A process body that calls ``fn()`` and ends (for :meth:`Launcher.start_machine`)."""
+    fn()
+    return
+    yield
 
 
 def channel_device(e: Entity) -> tuple[int, str]:

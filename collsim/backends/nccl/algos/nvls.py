@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from simpy.events import Event
 
-from collsim.algorithms.nccl_algos import nccl_nvls_allgather, nccl_nvls_reduce_scatter, nccl_nvls_tree
+from collsim.algorithms.nccl_algos import NcclNvlsTreeMachine, nccl_nvls_allgather, nccl_nvls_reduce_scatter
 from collsim.backends.common import link_uses
 from collsim.backends.nccl.base import (
     Entity,
@@ -198,7 +198,7 @@ class NVLSTree(NVLS):
         ctx = run.ctx
         links: NvlsTreeLinks = run.layout.structure[e]
         roles = run.roles(e)
-        for body in nccl_nvls_tree(
+        machine = NcclNvlsTreeMachine(
             run.board,
             e,
             [run.rep(p) for p in links.peers],
@@ -211,6 +211,6 @@ class NVLSTree(NVLS):
             send_up=run.sender(e, "up") if "up" in roles else None,
             send_down=[run.sender(e, f"down{k}") for k in range(len(links.children))],
             send_ag=run.sender(e, "ag"),
-        ):
-            run.start(e, body)
+        )
+        run.start_machine(e, machine.start)
         return run.done(e)

@@ -3,9 +3,6 @@ broadcast and reduce."""
 
 from __future__ import annotations
 
-from collections.abc import Generator
-from typing import Any
-
 from simpy.events import Event
 
 from collsim.algorithms import NcclRingMachine, RingChunking
@@ -166,13 +163,5 @@ class Ring(NcclAlgorithm):
             nsteps=ring_steps(ctx.collective, n),
             whole_steps=run.whole(e, "send"),
         )
-        run.start(e, _start(machine))
+        run.start_machine(e, machine.start)
         return run.done(e)
-
-
-def _start(machine: NcclRingMachine) -> Generator[Event, Any, None]:
-    """The body of a ring entity's process: start its machine once the launch is paid (the machine then runs on
-    event callbacks and fires ``(me, "done")`` itself)."""
-    machine.start()
-    return
-    yield  # a generator, for Launcher.start
