@@ -8,6 +8,7 @@ come from the caller as ``send(nbytes) -> (streamed, arrived)``; dependencies go
 from __future__ import annotations
 
 import math
+from array import array
 from collections.abc import Callable, Generator, Hashable, Sequence
 from typing import Any
 
@@ -275,9 +276,11 @@ class NcclNvlsTreeMachine:
 
     At scale (every GPU and channel of 1024 GPUs, thousands of slices each) the four generators of each entity
     spend their time resuming, and the board keeps an entry per slice and dependency for the whole run (every GPU
-    waits for each of its node's GPUs twice per slice). A machine keeps a flag per slice and dependency instead
-    (reduced by the switch, arrived at the parent, sent up, here from the parent, down the tree), and whenever one
-    of its own sends streams or a flag it waits for is set, it checks whether any of its four lanes may send next.
+    waits for each of its node's GPUs twice per slice). A machine counts instead, per slice, the node peers whose
+    reduce-scatter has arrived, the children whose share has arrived and the node peers that have the slice back
+    from the tree, and keeps a flag per slice for its share sent up and the slice here from its parent; a count
+    that reaches its total, a flag set or one of its own sends streamed makes it check whether any of its four
+    lanes may send next.
 
     Waits and payments are those of :func:`nccl_nvls_tree`, which stays the readable reference (the tests run both
     on random trees and compare the times): per slice,
@@ -288,12 +291,13 @@ class NcclNvlsTreeMachine:
       ``send_up`` of ``share`` of the slice (the root makes the slice available to its own down lane instead);
     * down: the slice here (from the parent, or the root's own sum), then ``send_down`` to every child at once;
       the next slice once all of them have streamed;
-    * all-gather: every node peer's slice down the tree (each peer marks it when it starts sending it on), then
-      ``send_ag``; the next slice once this one has streamed. Fires ``(me, "done")`` on the board when the last
-      slice's multicast has arrived.
+    * all-gather: every node peer's slice back from the tree (each peer marks it when it starts sending it down),
+      then ``send_ag``; the next slice once this one has streamed. Fires ``(me, "done")`` on the board when the
+      last slice's multicast has arrived.
 
     Machines of one simulation are found by entity through ``board.shared``: create every one before the clock
-    starts, then :meth:`start` each from its process once its launch is paid.
+    starts, then :meth:`start` each from its process once its launch is paid. Peers or children listed twice (a
+    symmetric twin standing for several) are waited for once.
     """
 
     __slots__ = (
@@ -311,13 +315,14 @@ class NcclNvlsTreeMachine:
         "i_up",
         "me",
         "n",
+        "nchildren",
+        "npeers",
         "on_peer",
         "on_up",
         "parts",
         "peer_keys",
-        "peers",
         "root",
-        "rs_arr",
+        "rs_count",
         "send_ag",
         "send_down",
         "send_rs",
@@ -325,8 +330,8 @@ class NcclNvlsTreeMachine:
         "share",
         "slots",
         "started",
-        "tree_done",
-        "up_arr",
+        "tree_count",
+        "up_count",
         "up_sent",
     )
 
@@ -348,44 +353,49 @@ class NcclNvlsTreeMachine:
     ) -> None:
         self.board = board
         self.me = me
-        self.peer_keys = list(dict.fromkeys(node_peers))  # a twin stands for several peers: wait for it once
+        self.peer_keys = list(dict.fromkeys(node_peers))
         self.child_keys = list(dict.fromkeys(children))
+        self.npeers, self.nchildren = len(self.peer_keys), len(self.child_keys)
         self.root = parent is None or send_up is None
         self.parts = slices(data_bytes, chunking)
         self.n = n = len(self.parts)
         self.slots = chunking.slots
         self.share = share
         self.send_rs, self.send_up, self.send_ag = send_rs, send_up, send_ag
-        self.send_down = [(c, s) for c, s in zip(children, send_down, strict=True)]
-        # per slice: reduced by the switch (rs), arrived at the parent (up), sent up, here to send down, down sent
-        self.rs_arr, self.up_arr, self.up_sent = bytearray(n), bytearray(n), bytearray(n)
-        self.down_ready, self.tree_done = bytearray(n), bytearray(n)
+        self.send_down = list(zip(children, send_down, strict=True))
+        # per slice: node peers whose reduce-scatter arrived, children whose share arrived, node peers with the
+        # slice back from the tree (counts); this GPU's share sent up, the slice here from the parent (flags)
+        self.rs_count, self.tree_count = _counts(n, self.npeers), _counts(n, self.npeers)
+        self.up_count = _counts(n, self.nchildren)
+        self.up_sent, self.down_ready = bytearray(n), bytearray(n)
         self.i_rs = self.i_up = self.i_down = self.i_ag = 0  # each lane's next slice
         self.busy_rs = self.busy_up = self.busy_ag = False  # the lane's last send has not streamed yet
         self.busy_down = 0  # sends to children of the current slice not streamed yet
         self.started = False
-        self.peers: list[NcclNvlsTreeMachine] = []
         self.children: dict[Hashable, NcclNvlsTreeMachine] = {}
-        # machines a flag of this one may unblock: its reduce-scatter or down-the-tree slices, those that have it
-        # as a node peer; its share arrived at the parent, the parents
+        # machines that count this one's slices: those that have it as a node peer, and its parents
         self.on_peer: list[NcclNvlsTreeMachine] = []
         self.on_up: list[NcclNvlsTreeMachine] = []
         board.shared.setdefault(NcclNvlsTreeMachine, {})[me] = self
 
     def _link(self) -> None:
         machines: dict[Hashable, NcclNvlsTreeMachine] = self.board.shared[NcclNvlsTreeMachine]
-        self.peers = [machines[k] for k in self.peer_keys]
         self.children = {k: machines[k] for k in self.child_keys}
-        for p in self.peers:
-            if self not in p.on_peer:
-                p.on_peer.append(self)
+        for k in self.peer_keys:
+            if self not in machines[k].on_peer:
+                machines[k].on_peer.append(self)
         for c in self.children.values():
             if self not in c.on_up:
                 c.on_up.append(self)
 
     def start(self) -> None:
-        """Begin (the rank has paid its launch): from now on the machine advances on its own."""
-        self._link()
+        """Begin (the rank has paid its launch): from now on the machine advances on its own. The first machine to
+        start links them all (a machine counts its peers' slices from the start, its own launch paid or not)."""
+        machines = self.board.shared[NcclNvlsTreeMachine]
+        if not self.board.shared.get(_LINKED):
+            self.board.shared[_LINKED] = True
+            for m in machines.values():
+                m._link()
         self.started = True
         self._advance()
 
@@ -404,41 +414,42 @@ class NcclNvlsTreeMachine:
         self.i_rs = i + 1
         self.busy_rs = True
         streamed, arrived = self.send_rs(self.parts[i])
-        _on(arrived, lambda: self._rs_arrived(i))
-        _on(streamed, self._rs_streamed)
+        # a send's events are processed later, never at once: their callbacks run when they are
+        arrived.callbacks.append(lambda _e: self._rs_arrived(i))  # type: ignore[union-attr]
+        streamed.callbacks.append(self._rs_streamed)  # type: ignore[union-attr]
         return True
 
     def _rs_arrived(self, i: int) -> None:
-        self.rs_arr[i] = 1
         for m in self.on_peer:
-            m._advance()
+            c = m.rs_count[i] = m.rs_count[i] + 1
+            if c == m.npeers:
+                m._advance()
 
-    def _rs_streamed(self) -> None:
+    def _rs_streamed(self, _e: Event) -> None:
         self.busy_rs = False
         self._advance()
 
     def _up(self) -> bool:
         i = self.i_up
-        if self.busy_up or i >= self.n:
-            return False
-        if not all(p.rs_arr[i] for p in self.peers) or not all(c.up_arr[i] for c in self.children.values()):
+        if self.busy_up or i >= self.n or self.rs_count[i] < self.npeers or self.up_count[i] < self.nchildren:
             return False
         self.i_up = i + 1
-        if self.root:  # the root has the node's total of the slice: it goes down the tree
+        if self.root:  # the root has the total of the slice: it goes down the tree
             self.down_ready[i] = 1
             self.up_sent[i] = 1
             return True
         assert self.send_up is not None
         self.busy_up = True
         streamed, arrived = self.send_up(self.parts[i] * self.share)
-        _on(arrived, lambda: self._up_arrived(i))
-        _on(streamed, lambda: self._up_streamed(i))
+        arrived.callbacks.append(lambda _e: self._up_arrived(i))  # type: ignore[union-attr]
+        streamed.callbacks.append(lambda _e: self._up_streamed(i))  # type: ignore[union-attr]
         return True
 
     def _up_arrived(self, i: int) -> None:
-        self.up_arr[i] = 1
         for m in self.on_up:
-            m._advance()
+            c = m.up_count[i] = m.up_count[i] + 1
+            if c == m.nchildren:
+                m._advance()
 
     def _up_streamed(self, i: int) -> None:
         self.busy_up = False
@@ -454,12 +465,12 @@ class NcclNvlsTreeMachine:
         for key, send in self.send_down:
             streamed, arrived = send(b)
             child = self.children[key]
-            _on(arrived, lambda child=child: child._here(i))  # type: ignore[misc]
+            arrived.callbacks.append(lambda _e, child=child: child._here(i))  # type: ignore[misc,union-attr]
             self.busy_down += 1
-            _on(streamed, self._down_streamed)
-        self.tree_done[i] = 1
-        for m in self.on_peer:
-            if m is not self:
+            streamed.callbacks.append(self._down_streamed)  # type: ignore[union-attr]
+        for m in self.on_peer:  # this one's own all-gather: the caller's loop checks it again
+            c = m.tree_count[i] = m.tree_count[i] + 1
+            if c == m.npeers and m is not self:
                 m._advance()
         return True
 
@@ -468,35 +479,36 @@ class NcclNvlsTreeMachine:
             self.down_ready[i] = 1
             self._advance()
 
-    def _down_streamed(self) -> None:
+    def _down_streamed(self, _e: Event) -> None:
         self.busy_down -= 1
         if not self.busy_down:
             self._advance()
 
     def _ag(self) -> bool:
         i = self.i_ag
-        if self.busy_ag or i >= self.n or not all(p.tree_done[i] for p in self.peers):
+        if self.busy_ag or i >= self.n or self.tree_count[i] < self.npeers:
             return False
         self.i_ag = i + 1
         streamed, arrived = self.send_ag(self.parts[i])
         if i + 1 < self.n:  # the sender's own work after the last slice delays nothing
             self.busy_ag = True
-            _on(streamed, self._ag_streamed)
+            streamed.callbacks.append(self._ag_streamed)  # type: ignore[union-attr]
         else:
-            _on(arrived, lambda: self.board.fire(self.me, "done"))
+            arrived.callbacks.append(lambda _e: self.board.fire(self.me, "done"))  # type: ignore[union-attr]
         return True
 
-    def _ag_streamed(self) -> None:
+    def _ag_streamed(self, _e: Event) -> None:
         self.busy_ag = False
         self._advance()
 
 
-def _on(ev: Event, fn: Callable[[], None]) -> None:
-    """Call ``fn()`` when ``ev`` is processed (at once if it already was)."""
-    if ev.callbacks is None:
-        fn()
-    else:
-        ev.callbacks.append(lambda _e: fn())
+#: ``board.shared`` key set once the NVLSTree machines of a simulation are linked
+_LINKED = (NcclNvlsTreeMachine, "linked")
+
+
+def _counts(n: int, most: int) -> bytearray | array[int]:
+    """``n`` counters from 0 that reach at most ``most``: a byte each where that fits."""
+    return bytearray(n) if most < 256 else array("I", bytes(4 * n))
 
 
 def nccl_pat(
