@@ -19,6 +19,7 @@ from collsim.algorithms.ring import RingChunking
 
 __all__ = [
     "NcclNvlsTreeMachine",
+    "NcclTreeMachine",
     "nccl_chain",
     "nccl_nvls_allgather",
     "nccl_nvls_reduce_scatter",
@@ -162,6 +163,179 @@ def nccl_tree_down(
         if streams:
             yield AllOf(board.env, streams)
     board.fire(me, "done")
+
+
+class NcclTreeMachine:
+    """:func:`nccl_tree_up` and :func:`nccl_tree_down` for one entity, driven by event callbacks instead of two
+    generators: the same sends at the same simulated times, without a SimPy process resume or an
+    :class:`EventBoard` event per slice and dependency (which the board kept for the whole run).
+
+    Waits and payments are those of the two generators, which stay the readable reference (the tests run both on
+    random trees and compare the times): per slice,
+
+    * up: every child's share of the slice arrived (with ``whole_steps``, at a chunk's first slice the chunk's
+      last one, and nothing at its other slices), then ``send_up``; the next slice once this one has streamed. The
+      root makes the slice available to its own down lane instead;
+    * down: the slice here from the parent or the root's sum (the same rule for ``whole_steps``), then
+      ``send_down`` to every child at once; the next slice once all of them have streamed. Fires
+      ``(me, "done")`` on the board when the last slice is here and sent on.
+
+    Machines of one simulation are found by entity through ``board.shared``: create every one before the clock
+    starts, then :meth:`start` each from its process once its launch is paid. A child listed twice (a symmetric
+    twin standing for several) is waited for once.
+    """
+
+    __slots__ = (
+        "board",
+        "busy_down",
+        "busy_up",
+        "child_keys",
+        "children",
+        "down_ready",
+        "i_down",
+        "i_up",
+        "me",
+        "n",
+        "nchildren",
+        "on_up",
+        "parts",
+        "root",
+        "send_down",
+        "send_up",
+        "spc",
+        "started",
+        "up_count",
+        "whole_down",
+        "whole_up",
+    )
+
+    def __init__(
+        self,
+        board: EventBoard,
+        me: Hashable,
+        parent: Hashable | None,
+        children: Sequence[Hashable],
+        *,
+        data_bytes: float,
+        chunking: RingChunking,
+        send_up: Send | None,
+        send_down: Sequence[Send],
+        whole_steps_up: bool = False,
+        whole_steps_down: bool = False,
+    ) -> None:
+        self.board = board
+        self.me = me
+        self.child_keys = list(dict.fromkeys(children))
+        self.nchildren = len(self.child_keys)
+        self.root = parent is None or send_up is None
+        self.parts = slices(data_bytes, chunking)
+        self.n = n = len(self.parts)
+        self.spc = chunking.slices_per_chunk
+        self.send_up = send_up
+        self.send_down = list(zip(children, send_down, strict=True))
+        self.whole_up = whole_steps_up and send_up is not None
+        self.whole_down = whole_steps_down and bool(send_down)
+        self.up_count = _counts(n, self.nchildren)  # per slice: children whose share arrived
+        self.down_ready = bytearray(n)  # per slice: here from the parent (or the root's own sum)
+        self.i_up = self.i_down = 0
+        self.busy_up = False
+        self.busy_down = 0
+        self.started = False
+        self.children: dict[Hashable, NcclTreeMachine] = {}
+        self.on_up: list[NcclTreeMachine] = []  # the machines that count this one's shares: its parents
+        board.shared.setdefault(NcclTreeMachine, {})[me] = self
+
+    def start(self) -> None:
+        """Begin (the rank has paid its launch): from now on the machine advances on its own. The first machine to
+        start links them all (a parent counts its children's shares from the start, its own launch paid or not)."""
+        machines: dict[Hashable, NcclTreeMachine] = self.board.shared[NcclTreeMachine]
+        if not self.board.shared.get(_TREE_LINKED):
+            self.board.shared[_TREE_LINKED] = True
+            for m in machines.values():
+                m.children = {k: machines[k] for k in m.child_keys}
+                for c in m.children.values():
+                    if m not in c.on_up:
+                        c.on_up.append(m)
+        self.started = True
+        self._advance()
+
+    def _wait(self, i: int, whole: bool) -> int | None:
+        """As :func:`_step_end`: the slice to wait for before sending slice ``i``."""
+        if not whole:
+            return i
+        if i % self.spc:
+            return None
+        return min(i + self.spc - 1, self.n - 1)
+
+    def _advance(self) -> None:
+        """Send on both lanes while they may."""
+        if not self.started:
+            return
+        moved = True
+        while moved:
+            moved = self._up() | self._down()
+
+    def _up(self) -> bool:
+        i = self.i_up
+        if self.busy_up or i >= self.n:
+            return False
+        w = self._wait(i, self.whole_up)
+        if w is not None and self.up_count[w] < self.nchildren:
+            return False
+        self.i_up = i + 1
+        if self.root:  # the root has the total of the slice: it goes down the tree
+            self.down_ready[i] = 1
+            return True
+        assert self.send_up is not None
+        self.busy_up = True
+        streamed, arrived = self.send_up(self.parts[i])
+        # a send's events are processed later, never at once: their callbacks run when they are
+        arrived.callbacks.append(lambda _e: self._up_arrived(i))  # type: ignore[union-attr]
+        streamed.callbacks.append(self._up_streamed)  # type: ignore[union-attr]
+        return True
+
+    def _up_arrived(self, i: int) -> None:
+        for m in self.on_up:
+            c = m.up_count[i] = m.up_count[i] + 1
+            if c == m.nchildren:
+                m._advance()
+
+    def _up_streamed(self, _e: Event) -> None:
+        self.busy_up = False
+        self._advance()
+
+    def _down(self) -> bool:
+        i = self.i_down
+        if self.busy_down or i >= self.n:
+            return False
+        w = self._wait(i, self.whole_down)
+        if w is not None and not self.down_ready[w]:
+            return False
+        self.i_down = i + 1
+        b = self.parts[i]
+        for key, send in self.send_down:
+            streamed, arrived = send(b)
+            child = self.children[key]
+            arrived.callbacks.append(lambda _e, child=child: child._here(i))  # type: ignore[misc,union-attr]
+            self.busy_down += 1
+            streamed.callbacks.append(self._down_streamed)  # type: ignore[union-attr]
+        if i + 1 == self.n and not self.busy_down:
+            self.board.fire(self.me, "done")
+        return True
+
+    def _here(self, i: int) -> None:
+        if not self.down_ready[i]:
+            self.down_ready[i] = 1
+            self._advance()
+
+    def _down_streamed(self, _e: Event) -> None:
+        self.busy_down -= 1
+        if self.busy_down:
+            return
+        if self.i_down == self.n:
+            self.board.fire(self.me, "done")
+        else:
+            self._advance()
 
 
 def nccl_nvls_reduce_scatter(
@@ -502,8 +676,9 @@ class NcclNvlsTreeMachine:
         self._advance()
 
 
-#: ``board.shared`` key set once the NVLSTree machines of a simulation are linked
+#: ``board.shared`` keys set once the NVLSTree / tree machines of a simulation are linked
 _LINKED = (NcclNvlsTreeMachine, "linked")
+_TREE_LINKED = (NcclTreeMachine, "linked")
 
 
 def _counts(n: int, most: int) -> bytearray | array[int]:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from simpy.events import Event
 
-from collsim.algorithms.nccl_algos import nccl_tree_down, nccl_tree_up
+from collsim.algorithms.nccl_algos import NcclTreeMachine, nccl_tree_down, nccl_tree_up
 from collsim.backends.nccl.base import (
     Entity,
     Launcher,
@@ -202,6 +202,22 @@ class Tree(NcclAlgorithm):
         return out
 
     def launch(self, run: Launcher, e: Entity) -> Event | None:
+        """One callback-driven machine per entity (:class:`~collsim.algorithms.nccl_algos.NcclTreeMachine`: the
+        schedule of :func:`launch_up_down`'s two processes, which CollNet still runs beside its reducer)."""
         links: TreeLinks = run.layout.structure[e]
-        launch_up_down(run, e, links.parent, links.children)
+        ctx = run.ctx
+        downs = [f"down{k}" for k in range(len(links.children))]
+        machine = NcclTreeMachine(
+            run.board,
+            e,
+            run.rep(links.parent) if links.parent else None,
+            [run.rep(k) for k in links.children],
+            data_bytes=ctx.per_channel,
+            chunking=ctx.chunking,
+            send_up=run.sender(e, "up") if "up" in run.roles(e) else None,
+            send_down=[run.sender(e, d) for d in downs],
+            whole_steps_up=run.whole(e, "up"),
+            whole_steps_down=run.whole(e, *downs),
+        )
+        run.start_machine(e, machine.start)
         return run.done(e)
