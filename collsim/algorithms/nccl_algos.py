@@ -165,25 +165,14 @@ def nccl_tree_down(
     board.fire(me, "done")
 
 
-class NcclTreeMachine:
-    """:func:`nccl_tree_up` and :func:`nccl_tree_down` for one entity, driven by event callbacks instead of two
-    generators: the same sends at the same simulated times, without a SimPy process resume or an
-    :class:`EventBoard` event per slice and dependency (which the board kept for the whole run).
+class _TreeLanes:
+    """What the callback-driven tree machines share: an up lane whose arrivals the parents count per slice, and a
+    down lane that sends each slice to every child at once and marks it here at the child.
 
-    Waits and payments are those of the two generators, which stay the readable reference (the tests run both on
-    random trees and compare the times): per slice,
-
-    * up: every child's share of the slice arrived (with ``whole_steps``, at a chunk's first slice the chunk's
-      last one, and nothing at its other slices), then ``send_up``; the next slice once this one has streamed. The
-      root makes the slice available to its own down lane instead;
-    * down: the slice here from the parent or the root's sum (the same rule for ``whole_steps``), then
-      ``send_down`` to every child at once; the next slice once all of them have streamed. Fires
-      ``(me, "done")`` on the board when the last slice is here and sent on.
-
-    Machines of one simulation are found by entity through ``board.shared``: create every one before the clock
-    starts, then :meth:`start` each from its process once its launch is paid. A child listed twice (a symmetric
-    twin standing for several) is waited for once.
-    """
+    A machine registers itself under its class's name in ``board.shared``; the first one of a simulation to start links
+    them all (a parent counts its children's shares from the start, its own launch paid or not). A child listed
+    twice (a symmetric twin standing for several) is waited for once. Subclasses say when a lane may send
+    (:meth:`_advance`)."""
 
     __slots__ = (
         "board",
@@ -202,12 +191,119 @@ class NcclTreeMachine:
         "root",
         "send_down",
         "send_up",
-        "spc",
         "started",
         "up_count",
-        "whole_down",
-        "whole_up",
     )
+
+    def __init__(
+        self,
+        board: EventBoard,
+        me: Hashable,
+        parent: Hashable | None,
+        children: Sequence[Hashable],
+        parts: list[float],
+        send_up: Send | None,
+        send_down: Sequence[Send],
+    ) -> None:
+        self.board = board
+        self.me = me
+        self.child_keys = list(dict.fromkeys(children))
+        self.nchildren = len(self.child_keys)
+        self.root = parent is None or send_up is None
+        self.parts = parts
+        self.n = n = len(parts)
+        self.send_up = send_up
+        self.send_down = list(zip(children, send_down, strict=True))
+        self.up_count = _counts(n, self.nchildren)  # per slice: children whose share arrived
+        self.down_ready = bytearray(n)  # per slice: here from the parent (or the root's own sum)
+        self.i_up = self.i_down = 0  # each lane's next slice
+        self.busy_up = False  # the up lane's last send has not streamed yet
+        self.busy_down = 0  # sends to children of the current slice not streamed yet
+        self.started = False
+        self.children: dict[Hashable, _TreeLanes] = {}
+        self.on_up: list[_TreeLanes] = []  # the machines that count this one's shares: its parents
+        board.shared.setdefault(type(self).__qualname__, {})[me] = self
+
+    def start(self) -> None:
+        """Begin (the rank has paid its launch): from now on the machine advances on its own."""
+        machines: dict[Hashable, _TreeLanes] = self.board.shared[type(self).__qualname__]
+        linked = (type(self).__qualname__, "linked")
+        if not self.board.shared.get(linked):
+            self.board.shared[linked] = True
+            for m in machines.values():
+                m._link(machines)
+        self.started = True
+        self._advance()
+
+    def _link(self, machines: dict[Hashable, Any]) -> None:
+        self.children = {k: machines[k] for k in self.child_keys}
+        for c in self.children.values():
+            if self not in c.on_up:
+                c.on_up.append(self)
+
+    def _advance(self) -> None:
+        """Send on every lane that may, until none may."""
+        raise NotImplementedError
+
+    def _send_up(self, i: int, b: float, streamed_cb: Callable[[Event], None]) -> None:
+        """Send ``b`` bytes of slice ``i`` to the parent; ``streamed_cb`` when they have left."""
+        assert self.send_up is not None
+        self.busy_up = True
+        streamed, arrived = self.send_up(b)
+        # a send's events are processed later, never at once: their callbacks run when they are
+        arrived.callbacks.append(lambda _e: self._up_arrived(i))  # type: ignore[union-attr]
+        streamed.callbacks.append(streamed_cb)  # type: ignore[union-attr]
+
+    def _up_arrived(self, i: int) -> None:
+        for m in self.on_up:
+            c = m.up_count[i] = m.up_count[i] + 1
+            if c == m.nchildren:
+                m._advance()
+
+    def _send_down(self, i: int, b: float) -> None:
+        """Send ``b`` bytes of slice ``i`` to every child at once."""
+        for key, send in self.send_down:
+            streamed, arrived = send(b)
+            child = self.children[key]
+            arrived.callbacks.append(lambda _e, child=child: child._here(i))  # type: ignore[misc,union-attr]
+            self.busy_down += 1
+            streamed.callbacks.append(self._down_streamed)  # type: ignore[union-attr]
+
+    def _here(self, i: int) -> None:
+        if not self.down_ready[i]:
+            self.down_ready[i] = 1
+            self._advance()
+
+    def _down_streamed(self, _e: Event) -> None:
+        self.busy_down -= 1
+        if not self.busy_down:
+            self._down_free()
+
+    def _down_free(self) -> None:
+        """Every send of the down lane's last slice has streamed."""
+        self._advance()
+
+
+class NcclTreeMachine(_TreeLanes):
+    """:func:`nccl_tree_up` and :func:`nccl_tree_down` for one entity, driven by event callbacks instead of two
+    generators: the same sends at the same simulated times, without a SimPy process resume or an
+    :class:`EventBoard` event per slice and dependency (which the board kept for the whole run).
+
+    Waits and payments are those of the two generators, which stay the readable reference (the tests run both on
+    random trees and compare the times): per slice,
+
+    * up: every child's share of the slice arrived (with ``whole_steps``, at a chunk's first slice the chunk's
+      last one, and nothing at its other slices), then ``send_up``; the next slice once this one has streamed. The
+      root makes the slice available to its own down lane instead;
+    * down: the slice here from the parent or the root's sum (the same rule for ``whole_steps``), then
+      ``send_down`` to every child at once; the next slice once all of them have streamed. Fires
+      ``(me, "done")`` on the board when the last slice is here and sent on.
+
+    Create every machine of a simulation before the clock starts, then :meth:`start` each from its process once its
+    launch is paid.
+    """
+
+    __slots__ = ("spc", "whole_down", "whole_up")
 
     def __init__(
         self,
@@ -223,41 +319,10 @@ class NcclTreeMachine:
         whole_steps_up: bool = False,
         whole_steps_down: bool = False,
     ) -> None:
-        self.board = board
-        self.me = me
-        self.child_keys = list(dict.fromkeys(children))
-        self.nchildren = len(self.child_keys)
-        self.root = parent is None or send_up is None
-        self.parts = slices(data_bytes, chunking)
-        self.n = n = len(self.parts)
+        super().__init__(board, me, parent, children, slices(data_bytes, chunking), send_up, send_down)
         self.spc = chunking.slices_per_chunk
-        self.send_up = send_up
-        self.send_down = list(zip(children, send_down, strict=True))
         self.whole_up = whole_steps_up and send_up is not None
         self.whole_down = whole_steps_down and bool(send_down)
-        self.up_count = _counts(n, self.nchildren)  # per slice: children whose share arrived
-        self.down_ready = bytearray(n)  # per slice: here from the parent (or the root's own sum)
-        self.i_up = self.i_down = 0
-        self.busy_up = False
-        self.busy_down = 0
-        self.started = False
-        self.children: dict[Hashable, NcclTreeMachine] = {}
-        self.on_up: list[NcclTreeMachine] = []  # the machines that count this one's shares: its parents
-        board.shared.setdefault(NcclTreeMachine, {})[me] = self
-
-    def start(self) -> None:
-        """Begin (the rank has paid its launch): from now on the machine advances on its own. The first machine to
-        start links them all (a parent counts its children's shares from the start, its own launch paid or not)."""
-        machines: dict[Hashable, NcclTreeMachine] = self.board.shared[NcclTreeMachine]
-        if not self.board.shared.get(_TREE_LINKED):
-            self.board.shared[_TREE_LINKED] = True
-            for m in machines.values():
-                m.children = {k: machines[k] for k in m.child_keys}
-                for c in m.children.values():
-                    if m not in c.on_up:
-                        c.on_up.append(m)
-        self.started = True
-        self._advance()
 
     def _wait(self, i: int, whole: bool) -> int | None:
         """As :func:`_step_end`: the slice to wait for before sending slice ``i``."""
@@ -268,7 +333,6 @@ class NcclTreeMachine:
         return min(i + self.spc - 1, self.n - 1)
 
     def _advance(self) -> None:
-        """Send on both lanes while they may."""
         if not self.started:
             return
         moved = True
@@ -285,20 +349,9 @@ class NcclTreeMachine:
         self.i_up = i + 1
         if self.root:  # the root has the total of the slice: it goes down the tree
             self.down_ready[i] = 1
-            return True
-        assert self.send_up is not None
-        self.busy_up = True
-        streamed, arrived = self.send_up(self.parts[i])
-        # a send's events are processed later, never at once: their callbacks run when they are
-        arrived.callbacks.append(lambda _e: self._up_arrived(i))  # type: ignore[union-attr]
-        streamed.callbacks.append(self._up_streamed)  # type: ignore[union-attr]
+        else:
+            self._send_up(i, self.parts[i], self._up_streamed)
         return True
-
-    def _up_arrived(self, i: int) -> None:
-        for m in self.on_up:
-            c = m.up_count[i] = m.up_count[i] + 1
-            if c == m.nchildren:
-                m._advance()
 
     def _up_streamed(self, _e: Event) -> None:
         self.busy_up = False
@@ -312,26 +365,12 @@ class NcclTreeMachine:
         if w is not None and not self.down_ready[w]:
             return False
         self.i_down = i + 1
-        b = self.parts[i]
-        for key, send in self.send_down:
-            streamed, arrived = send(b)
-            child = self.children[key]
-            arrived.callbacks.append(lambda _e, child=child: child._here(i))  # type: ignore[misc,union-attr]
-            self.busy_down += 1
-            streamed.callbacks.append(self._down_streamed)  # type: ignore[union-attr]
+        self._send_down(i, self.parts[i])
         if i + 1 == self.n and not self.busy_down:
             self.board.fire(self.me, "done")
         return True
 
-    def _here(self, i: int) -> None:
-        if not self.down_ready[i]:
-            self.down_ready[i] = 1
-            self._advance()
-
-    def _down_streamed(self, _e: Event) -> None:
-        self.busy_down -= 1
-        if self.busy_down:
-            return
+    def _down_free(self) -> None:
         if self.i_down == self.n:
             self.board.fire(self.me, "done")
         else:
@@ -444,7 +483,7 @@ def nccl_nvls_tree(
     return [reduce_scatter(), up(), down(), allgather]
 
 
-class NcclNvlsTreeMachine:
+class NcclNvlsTreeMachine(_TreeLanes):
     """:func:`nccl_nvls_tree`'s schedule driven by event callbacks instead of four generators: the same sends at the
     same simulated times, without a SimPy process resume or an :class:`EventBoard` event per dependency.
 
@@ -469,43 +508,24 @@ class NcclNvlsTreeMachine:
       then ``send_ag``; the next slice once this one has streamed. Fires ``(me, "done")`` on the board when the
       last slice's multicast has arrived.
 
-    Machines of one simulation are found by entity through ``board.shared``: create every one before the clock
-    starts, then :meth:`start` each from its process once its launch is paid. Peers or children listed twice (a
-    symmetric twin standing for several) are waited for once.
+    Create every machine of a simulation before the clock starts, then :meth:`start` each from its process once its
+    launch is paid. A node peer listed twice (a symmetric twin) is waited for once.
     """
 
     __slots__ = (
-        "board",
         "busy_ag",
-        "busy_down",
         "busy_rs",
-        "busy_up",
-        "child_keys",
-        "children",
-        "down_ready",
         "i_ag",
-        "i_down",
         "i_rs",
-        "i_up",
-        "me",
-        "n",
-        "nchildren",
         "npeers",
         "on_peer",
-        "on_up",
-        "parts",
         "peer_keys",
-        "root",
         "rs_count",
         "send_ag",
-        "send_down",
         "send_rs",
-        "send_up",
         "share",
         "slots",
-        "started",
         "tree_count",
-        "up_count",
         "up_sent",
     )
 
@@ -525,56 +545,27 @@ class NcclNvlsTreeMachine:
         send_down: Sequence[Send],
         send_ag: Send,
     ) -> None:
-        self.board = board
-        self.me = me
+        super().__init__(board, me, parent, children, slices(data_bytes, chunking), send_up, send_down)
         self.peer_keys = list(dict.fromkeys(node_peers))
-        self.child_keys = list(dict.fromkeys(children))
-        self.npeers, self.nchildren = len(self.peer_keys), len(self.child_keys)
-        self.root = parent is None or send_up is None
-        self.parts = slices(data_bytes, chunking)
-        self.n = n = len(self.parts)
+        self.npeers = len(self.peer_keys)
         self.slots = chunking.slots
         self.share = share
-        self.send_rs, self.send_up, self.send_ag = send_rs, send_up, send_ag
-        self.send_down = list(zip(children, send_down, strict=True))
-        # per slice: node peers whose reduce-scatter arrived, children whose share arrived, node peers with the
-        # slice back from the tree (counts); this GPU's share sent up, the slice here from the parent (flags)
-        self.rs_count, self.tree_count = _counts(n, self.npeers), _counts(n, self.npeers)
-        self.up_count = _counts(n, self.nchildren)
-        self.up_sent, self.down_ready = bytearray(n), bytearray(n)
-        self.i_rs = self.i_up = self.i_down = self.i_ag = 0  # each lane's next slice
-        self.busy_rs = self.busy_up = self.busy_ag = False  # the lane's last send has not streamed yet
-        self.busy_down = 0  # sends to children of the current slice not streamed yet
-        self.started = False
-        self.children: dict[Hashable, NcclNvlsTreeMachine] = {}
-        # machines that count this one's slices: those that have it as a node peer, and its parents
-        self.on_peer: list[NcclNvlsTreeMachine] = []
-        self.on_up: list[NcclNvlsTreeMachine] = []
-        board.shared.setdefault(NcclNvlsTreeMachine, {})[me] = self
+        self.send_rs, self.send_ag = send_rs, send_ag
+        # per slice: node peers whose reduce-scatter arrived, node peers with the slice back from the tree
+        # (counts); this GPU's share sent up (a flag)
+        self.rs_count, self.tree_count = _counts(self.n, self.npeers), _counts(self.n, self.npeers)
+        self.up_sent = bytearray(self.n)
+        self.i_rs = self.i_ag = 0
+        self.busy_rs = self.busy_ag = False
+        self.on_peer: list[NcclNvlsTreeMachine] = []  # the machines that have this one as a node peer
 
-    def _link(self) -> None:
-        machines: dict[Hashable, NcclNvlsTreeMachine] = self.board.shared[NcclNvlsTreeMachine]
-        self.children = {k: machines[k] for k in self.child_keys}
+    def _link(self, machines: dict[Hashable, Any]) -> None:
+        super()._link(machines)
         for k in self.peer_keys:
             if self not in machines[k].on_peer:
                 machines[k].on_peer.append(self)
-        for c in self.children.values():
-            if self not in c.on_up:
-                c.on_up.append(self)
-
-    def start(self) -> None:
-        """Begin (the rank has paid its launch): from now on the machine advances on its own. The first machine to
-        start links them all (a machine counts its peers' slices from the start, its own launch paid or not)."""
-        machines = self.board.shared[NcclNvlsTreeMachine]
-        if not self.board.shared.get(_LINKED):
-            self.board.shared[_LINKED] = True
-            for m in machines.values():
-                m._link()
-        self.started = True
-        self._advance()
 
     def _advance(self) -> None:
-        """Send on every lane that may, until none may."""
         if not self.started:
             return
         moved = True
@@ -588,7 +579,6 @@ class NcclNvlsTreeMachine:
         self.i_rs = i + 1
         self.busy_rs = True
         streamed, arrived = self.send_rs(self.parts[i])
-        # a send's events are processed later, never at once: their callbacks run when they are
         arrived.callbacks.append(lambda _e: self._rs_arrived(i))  # type: ignore[union-attr]
         streamed.callbacks.append(self._rs_streamed)  # type: ignore[union-attr]
         return True
@@ -611,19 +601,9 @@ class NcclNvlsTreeMachine:
         if self.root:  # the root has the total of the slice: it goes down the tree
             self.down_ready[i] = 1
             self.up_sent[i] = 1
-            return True
-        assert self.send_up is not None
-        self.busy_up = True
-        streamed, arrived = self.send_up(self.parts[i] * self.share)
-        arrived.callbacks.append(lambda _e: self._up_arrived(i))  # type: ignore[union-attr]
-        streamed.callbacks.append(lambda _e: self._up_streamed(i))  # type: ignore[union-attr]
+        else:
+            self._send_up(i, self.parts[i] * self.share, lambda _e: self._up_streamed(i))
         return True
-
-    def _up_arrived(self, i: int) -> None:
-        for m in self.on_up:
-            c = m.up_count[i] = m.up_count[i] + 1
-            if c == m.nchildren:
-                m._advance()
 
     def _up_streamed(self, i: int) -> None:
         self.busy_up = False
@@ -635,28 +615,12 @@ class NcclNvlsTreeMachine:
         if self.busy_down or i >= self.n or not self.down_ready[i]:
             return False
         self.i_down = i + 1
-        b = self.parts[i] * self.share
-        for key, send in self.send_down:
-            streamed, arrived = send(b)
-            child = self.children[key]
-            arrived.callbacks.append(lambda _e, child=child: child._here(i))  # type: ignore[misc,union-attr]
-            self.busy_down += 1
-            streamed.callbacks.append(self._down_streamed)  # type: ignore[union-attr]
+        self._send_down(i, self.parts[i] * self.share)
         for m in self.on_peer:  # this one's own all-gather: the caller's loop checks it again
             c = m.tree_count[i] = m.tree_count[i] + 1
             if c == m.npeers and m is not self:
                 m._advance()
         return True
-
-    def _here(self, i: int) -> None:
-        if not self.down_ready[i]:
-            self.down_ready[i] = 1
-            self._advance()
-
-    def _down_streamed(self, _e: Event) -> None:
-        self.busy_down -= 1
-        if not self.busy_down:
-            self._advance()
 
     def _ag(self) -> bool:
         i = self.i_ag
@@ -674,11 +638,6 @@ class NcclNvlsTreeMachine:
     def _ag_streamed(self, _e: Event) -> None:
         self.busy_ag = False
         self._advance()
-
-
-#: ``board.shared`` keys set once the NVLSTree / tree machines of a simulation are linked
-_LINKED = (NcclNvlsTreeMachine, "linked")
-_TREE_LINKED = (NcclTreeMachine, "linked")
 
 
 def _counts(n: int, most: int) -> bytearray | array[int]:
