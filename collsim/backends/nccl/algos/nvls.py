@@ -174,20 +174,26 @@ class NVLSTree(NVLS):
             by_index.setdefault(d.index, []).append(g)
             by_node.setdefault(d.node, []).append(g)
         switch = {node: topo.devices("nvswitch", node)[0].name for node in by_node}
+        # a GPU's roles depend on the channel only through its tree (NCCL's tree 0 or its mirror, tree 1): built
+        # twice per GPU, not once per channel (the hops go through the GPU's own NIC whatever the channel)
+        built: dict[tuple[str, bool], dict[str, Role]] = {}
         for c in range(ctx.nc):
             mirror = c % 2 == 1
             for g in plan.ranks:
                 dev = devs[g]
-                roles = _nvls_roles(ctx, g, switch[dev.node], plan.ppn)
                 same = by_index[dev.index]  # this GPU on every node
                 pnode, kids = binary_tree(dev.node, plan.nnodes, mirror)
                 par = same[pnode] if pnode is not None else None
+                roles = built.get((g, mirror))
+                if roles is None:
+                    roles = built[(g, mirror)] = _nvls_roles(ctx, g, switch[dev.node], plan.ppn)
+                    if par is not None:
+                        roles["up"] = ctx.hop_role(ctx.hop(g, par, dev.index))
+                    for k, kid in enumerate(kids):
+                        roles[f"down{k}"] = ctx.hop_role(ctx.hop(g, same[kid], dev.index))
                 if par is not None:
-                    roles["up"] = ctx.hop_role(ctx.hop(g, par, dev.index))
                     out.relations.append(((c, g), "parent", (c, par)))
-                for k, kid in enumerate(kids):
-                    roles[f"down{k}"] = ctx.hop_role(ctx.hop(g, same[kid], dev.index))
-                out.roles[(c, g)] = roles
+                out.roles[(c, g)] = dict(roles)
                 peers = [(c, h) for h in by_node[dev.node]]
                 out.structure[(c, g)] = NvlsTreeLinks(
                     (c, par) if par else None, [(c, same[kid]) for kid in kids], peers
