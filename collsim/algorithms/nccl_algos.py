@@ -243,6 +243,12 @@ class _TreeLanes:
 
     def _advance(self) -> None:
         """Send on every lane that may, until none may."""
+        if self.started:
+            while self._step():
+                pass
+
+    def _step(self) -> bool:
+        """Try every lane once; whether any sent (or passed a slice on)."""
         raise NotImplementedError
 
     def _send_up(self, i: int, b: float, streamed_cb: Callable[[Event], None]) -> None:
@@ -303,7 +309,7 @@ class NcclTreeMachine(_TreeLanes):
     launch is paid.
     """
 
-    __slots__ = ("spc", "whole_down", "whole_up")
+    __slots__ = ("chunking", "whole_down", "whole_up")
 
     def __init__(
         self,
@@ -320,30 +326,18 @@ class NcclTreeMachine(_TreeLanes):
         whole_steps_down: bool = False,
     ) -> None:
         super().__init__(board, me, parent, children, slices(data_bytes, chunking), send_up, send_down)
-        self.spc = chunking.slices_per_chunk
+        self.chunking = chunking
         self.whole_up = whole_steps_up and send_up is not None
         self.whole_down = whole_steps_down and bool(send_down)
 
-    def _wait(self, i: int, whole: bool) -> int | None:
-        """As :func:`_step_end`: the slice to wait for before sending slice ``i``."""
-        if not whole:
-            return i
-        if i % self.spc:
-            return None
-        return min(i + self.spc - 1, self.n - 1)
-
-    def _advance(self) -> None:
-        if not self.started:
-            return
-        moved = True
-        while moved:
-            moved = self._up() | self._down()
+    def _step(self) -> bool:
+        return self._up() | self._down()
 
     def _up(self) -> bool:
         i = self.i_up
         if self.busy_up or i >= self.n:
             return False
-        w = self._wait(i, self.whole_up)
+        w = _step_end(i, self.n, self.chunking, self.whole_up)
         if w is not None and self.up_count[w] < self.nchildren:
             return False
         self.i_up = i + 1
@@ -361,7 +355,7 @@ class NcclTreeMachine(_TreeLanes):
         i = self.i_down
         if self.busy_down or i >= self.n:
             return False
-        w = self._wait(i, self.whole_down)
+        w = _step_end(i, self.n, self.chunking, self.whole_down)
         if w is not None and not self.down_ready[w]:
             return False
         self.i_down = i + 1
@@ -565,12 +559,8 @@ class NcclNvlsTreeMachine(_TreeLanes):
             if self not in machines[k].on_peer:
                 machines[k].on_peer.append(self)
 
-    def _advance(self) -> None:
-        if not self.started:
-            return
-        moved = True
-        while moved:
-            moved = self._rs() | self._up() | self._down() | self._ag()
+    def _step(self) -> bool:
+        return self._rs() | self._up() | self._down() | self._ag()
 
     def _rs(self) -> bool:
         i = self.i_rs
