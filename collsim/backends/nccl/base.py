@@ -348,8 +348,9 @@ class Launcher:
         return self.env.process(self._after_base(e, body))
 
     def start_machine(self, e: Entity, start: Callable[[], None]) -> Event:
-        """Call ``start()`` for ``e`` once the base latency is paid: a callback-driven machine (the ring's, NVLSTree's)
-        then advances on event callbacks and fires ``(e, "done")`` on the board itself. Returns the process."""
+        """Call ``start()`` for ``e`` once the base latency is paid: a callback-driven machine (the ring's, Tree's,
+        NVLSTree's) then advances on event callbacks and fires ``(e, "done")`` on the board itself. Returns the
+        process."""
         return self.start(e, _call(start))
 
     def done(self, e: Entity) -> Event:
