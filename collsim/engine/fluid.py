@@ -187,6 +187,7 @@ class Flow:
         "rates",
         "remaining",
         "res",
+        "seq",
         "sig",
         "size",
         "streamed",
@@ -224,6 +225,7 @@ class Flow:
         self.t_start = 0.0
         self.latency = latency
         self.sig = 0  # interned (uses, max_rate): flows with equal signatures get equal max-min fair rates
+        self.seq = 0  # the network's count of flows when this one started: flows due together finish in this order
         self.t_ref = 0.0  # `remaining` is exact at t_ref; it falls at `rate` since (progress is lazy)
         self.version = 0  # bumped at every rate change: older finish-time entries are stale
         self.rates: list[tuple[float, float]] | None = None  # (time s, rate) at each rate change, when recording
@@ -325,23 +327,27 @@ class FluidNetwork:
         self._check_at = self._meter.limit + 1 if 0 <= self._meter.limit < Meter.EVERY else Meter.EVERY
         self._active: dict[int, Flow] = {}
         self._stamp = 0  # the last component search's stamp (Resource.mark, Flow.mark)
-        # finish times: a heap of the distinct times, and per time the (version, flow) entries queued for it in
-        # queueing order (flows of one lockstep wave share a time: one heap entry, not one per flow); an entry whose
-        # version is older than its flow's is stale (the flow was re-rated since)
+        # finish times: a heap of the distinct times, and per time the (version, flow) entries queued for it (flows
+        # of one lockstep wave share a time: one heap entry, not one per flow; they finish in the order they
+        # started, whatever order the solves queued them in); an entry whose version is older than its flow's is
+        # stale (the flow was re-rated since)
         self._times: list[float] = []
         self._due: dict[float, list[tuple[int, Flow]]] = {}
         self._update_pending = False
         self._generation = 0
         self._signatures: dict[tuple[tuple[tuple[Resource, float], ...], float], int] = {}
         self._sig_order: list[tuple[tuple[tuple[str, float], ...], float]] = []  # per signature: what it is
+        self._sig_res: list[tuple[Resource, ...]] = []  # per signature: the resources its flows cross
         self._memo: dict[tuple[int, ...], dict[int, float]] = {}
         # the flows streaming on each resource, and what changed since the last solve: flows started, and the
         # resources of flows that finished (a solve re-solves only the connected components these touch)
         self._started: list[Flow] = []
         self._freed: list[Resource] = []
         self._ended: list[tuple[int, float]] = []  # (signature, rate) of the flows finished since the last solve
+        self._relayed: list[tuple[Flow, float]] = []  # started flows that take a finished one's rate (see _relay)
         self.memo_hits = 0
         self.relays = 0  # solves skipped: flows replaced by flows of the same kinds (see _relay)
+        self.relayed = 0  # flows that took their predecessor's rate in a solve that was not skipped (see _relay)
 
     # ------------------------------------------------------------------ resources
     def resource(self, name: str, capacity: float, kind: str = "", key: Hashable = None) -> Resource:
@@ -417,6 +423,7 @@ class FluidNetwork:
         sig = self._signatures.setdefault((uses_t, max_rate), len(self._signatures))
         if sig == len(self._sig_order):  # a new signature: its place in the canonical solve order
             self._sig_order.append((tuple((r.name, c) for r, c in uses_t), max_rate))
+            self._sig_res.append(tuple(r for r, _ in uses_t))
         return Route(uses_t, max_rate, sig)
 
     def send(
@@ -456,6 +463,7 @@ class FluidNetwork:
         if self.record:
             flow.rates = []
         self.flows += 1
+        flow.seq = self.flows
         if self.flows >= self._check_at:  # the budget: over its limit, or a heartbeat due (every Meter.EVERY)
             self._meter.over(self.flows, env.now)
             self._check_at = self.flows + Meter.EVERY
@@ -516,8 +524,8 @@ class FluidNetwork:
         """Finish the flows whose finish time has come, then re-solve once the timestamp's other events ran.
 
         Progress is lazy: a flow's ``remaining`` is brought up to date only when its rate changes, and its finish
-        time waits in a queue (a heap of distinct times, the flows due at each in queueing order), so an update
-        costs the flows that change, not all of them (``due`` is unused: the queue knows what is due).
+        time waits in a queue (a heap of distinct times, the flows due at each, finished in the order they started),
+        so an update costs the flows that change, not all of them (``due`` is unused: the queue knows what is due).
         """
         self._update_pending = False
         now = self.env.now
@@ -525,7 +533,10 @@ class FluidNetwork:
         times, queued, active, freed = self._times, self._due, self._active, self._freed
         finished: list[Flow] = []
         while times and times[0] <= horizon:
-            for version, f in queued.pop(heapq.heappop(times)):  # by finish time, then in queueing order
+            bucket = queued.pop(heapq.heappop(times))
+            if len(bucket) > 1:  # by finish time, then in the order they started (not the order solves queued them)
+                bucket.sort(key=_started_order)
+            for version, f in bucket:
                 key = id(f)
                 if version == f.version and key in active:
                     del active[key]
@@ -626,30 +637,48 @@ class FluidNetwork:
         return hit
 
     def _relay(self) -> bool:
-        """When the flows started since the last solve are, signature for signature, the flows finished since then
-        (a sender's next slice on the route its last one left), every streaming flow keeps its rate and each new
-        flow takes the rate of the one it replaces: max-min rates depend only on the multiset of signatures, which
-        is unchanged, and the solve would hand out these very floats (from the memo or a filling of the same
-        flows). Returns whether it did that, so that the solve is skipped."""
+        """Pair the flows started since the last solve with the flows finished since then, signature for signature
+        (a sender's next slice on the route its last one left). Max-min rates depend only on the multiset of
+        signatures in a component, and equal signatures cross the same resources (one component), so a component
+        that changed only by such pairs keeps every rate, and each new flow of the pair takes its predecessor's:
+        the floats the solve would hand out (from the memo or a filling of the same flows).
+
+        When every started and finished flow pairs up, do that and return True: the solve is skipped. Otherwise
+        leave the search only the unpaired changes (the unpaired started flows, the resources of the unpaired
+        finished ones), keep the pairs for :meth:`_solve` (a pair in a component the search reaches is solved with
+        it; one outside takes its predecessor's rate), and return False."""
         started, ended = self._started, self._ended
-        if not ended or len(started) != len(ended):
+        if not ended or not started:
             return False
         rate_of: dict[int, float] = {}
         count: dict[int, int] = {}
         for sig, rate in ended:
             rate_of[sig] = rate
             count[sig] = count.get(sig, 0) + 1
+        paired: list[Flow] = []
+        rest: list[Flow] = []
         for f in started:
-            left = count.get(f.sig, 0) - 1
-            if left < 0:
-                return False
-            count[f.sig] = left
+            left = count.get(f.sig, 0)
+            if left:
+                count[f.sig] = left - 1
+                paired.append(f)
+            else:
+                rest.append(f)
+        if not paired:
+            return False
+        unpaired_ended = [sig for sig, left in count.items() if left]
+        self._ended = []
+        if rest or unpaired_ended:
+            self._started = rest
+            sig_res = self._sig_res
+            self._freed = [r for sig in unpaired_ended for r in sig_res[sig]]
+            self._relayed = [(f, rate_of[f.sig]) for f in paired]
+            return False
         now = self.env.now
-        for f in started:
+        for f in paired:
             self._rerate(f, rate_of[f.sig], now)
         self._started = []
         self._freed = []
-        self._ended = []
         self.relays += 1
         if self.check:
             self.check_invariants()
@@ -657,7 +686,8 @@ class FluidNetwork:
 
     def _solve(self) -> None:
         """Set the max-min fair rate of every flow in a component that changed (memoised per component on the
-        multiset of its flows' signatures), unless the change is a relay (:meth:`_relay`)."""
+        multiset of its flows' signatures), unless the change is a relay (:meth:`_relay`); a started flow paired
+        with a finished one in a component nothing else changed takes its predecessor's rate."""
         if self._relay():
             return
         self._ended = []
@@ -688,6 +718,13 @@ class FluidNetwork:
             if rate == f.rate and f.version:
                 continue
             self._rerate(f, rate, now)
+        if self._relayed:
+            stamp = self._stamp  # the flows the search reached were solved above
+            for f, rate in self._relayed:
+                if f.mark != stamp:
+                    self._rerate(f, rate, now)
+                    self.relayed += 1
+            self._relayed = []
         if self.check:
             self.check_invariants()
 
@@ -830,6 +867,11 @@ class FluidNetwork:
     def active(self) -> list[Flow]:
         """Flows streaming now."""
         return list(self._active.values())
+
+
+def _started_order(entry: tuple[int, Flow]) -> int:
+    """A finish-queue entry's flow's start sequence (:attr:`Flow.seq`)."""
+    return entry[1].seq
 
 
 def _check_typed(tag: object, owner: object) -> None:

@@ -296,6 +296,69 @@ def test_memo_hits_on_a_repeated_pattern() -> None:
     assert sc.run(plain) == ends and plain.memo_hits == 0
 
 
+class _Searched(_Recording):
+    """Also records, per solve, the flows of the components the search re-solved (by tag)."""
+
+    def __init__(self, env: simpy.Environment) -> None:
+        super().__init__(env)
+        self.searched: list[tuple[float, list[str]]] = []
+
+    def _components(self) -> list[list[Flow]]:
+        comps = super()._components()
+        self.searched.append((self.env.now, sorted(f.tag.label for c in comps for f in c)))
+        return comps
+
+
+def test_a_relay_beside_a_change_re_solves_only_the_change() -> None:
+    # f0 and f1 on links of their own (coefficient 0.5: 2 GB/s each). Wave 0: f0 (1 MB) ends at 0.5 ms, f1 (4 MB) at
+    # 2 ms; wave 1 starts both at 2 ms (1 MB each). f1's successor replaces it on l1 (a relay: it takes the 2 GB/s
+    # it left); f0's successor is new on l0 (nothing ended there at 2 ms): only its component is searched and solved.
+    # Both end at 2.5 ms, in the order they started, as when every change is solved.
+    inst = Instance((1e9, 1e9), (FlowSpec(((0, 0.5),)), FlowSpec(((1, 0.5),))))
+    sc = _Scenario(inst, [[1e6, 4e6], [1e6, 1e6]], [0.0, 0.0])
+    net = _Searched(simpy.Environment())
+    ends = sc.run(net)
+    assert ends == pytest.approx({"w0f0": 0.5e-3, "w0f1": 2e-3, "w1f0": 2.5e-3, "w1f1": 2.5e-3}, rel=1e-12)
+    assert (net.relays, net.relayed) == (0, 1)
+    assert [labels for t, labels in net.searched if t == 2e-3] == [["w1f0"]]
+    (solve,) = [s for s in net.log if s.time == 2e-3]
+    assert solve.rates == {"w1f0": 2e9, "w1f1": 2e9}
+    solved = _NoRelay(simpy.Environment())
+    assert list(sc.run(solved).items()) == list(ends.items())
+    assert solved.relayed == 0
+
+
+@pytest.mark.parametrize("net_class", [_Searched, _NoRelay])
+def test_a_flow_that_ends_beside_a_relay_frees_its_link(net_class: type[_Recording]) -> None:
+    # l0 (1 GB/s): A (1 MB) ends at 1 ms and its successor A2 (1 MB) starts on it at once (a relay). l1 (1 GB/s):
+    # X (0.5 MB) and Y (2 MB) at 0.5 GB/s each; X ends at 1 ms too, with no successor: Y, 1.5 MB left, runs alone
+    # at 1 GB/s and ends at 2.5 ms (not 4 ms, as it would if X's end were taken for part of the relay)
+    env = simpy.Environment()
+    net = net_class(env)
+    l0, l1 = net.resource("l0", 1e9), net.resource("l1", 1e9)
+    ends: dict[str, float] = {}
+
+    def lane():  # type: ignore[no-untyped-def]
+        for name in ("A", "A2"):
+            streamed, _ = net.transfer(1e6, [(l0, 1.0)], tag=Tag(name, "send", ""))
+            yield streamed
+            ends[name] = env.now
+
+    def one(name: str, size: float):  # type: ignore[no-untyped-def]
+        streamed, _ = net.transfer(size, [(l1, 1.0)], tag=Tag(name, "send", ""))
+        yield streamed
+        ends[name] = env.now
+
+    env.process(lane())
+    env.process(one("X", 0.5e6))
+    env.process(one("Y", 2e6))
+    env.run()
+    assert ends == pytest.approx({"A": 1e-3, "X": 1e-3, "A2": 2e-3, "Y": 2.5e-3}, rel=1e-12)
+    assert net.relayed == (1 if net_class is _Searched else 0)
+    if isinstance(net, _Searched):
+        assert [labels for t, labels in net.searched if t == 1e-3] == [["Y"]]  # l1's component, not A2's
+
+
 # S1 and S2 have the same signature (coefficient 0.1 on r); P and Q have 0.2 and 0.3. S1 (1 kB) ends at once; S2
 # starts at 1 ms, after P and Q: the multiset {S, P, Q} recurs, the second time in the order P, Q, S.
 _REORDERED = _Scenario(
