@@ -338,6 +338,9 @@ class FluidNetwork:
         self._signatures: dict[tuple[tuple[tuple[Resource, float], ...], float], int] = {}
         self._sig_order: list[tuple[tuple[tuple[str, float], ...], float]] = []  # per signature: what it is
         self._sig_res: list[tuple[Resource, ...]] = []  # per signature: the resources its flows cross
+        # per signature: its place in the canonical order of what signatures are (an int compares faster than the
+        # names and coefficients themselves; every signature differs, so the order is the same)
+        self._sig_rank: list[int] = []
         self._memo: dict[tuple[int, ...], dict[int, float]] = {}
         # the flows streaming on each resource, and what changed since the last solve: flows started, and the
         # resources of flows that finished (a solve re-solves only the connected components these touch)
@@ -629,7 +632,13 @@ class FluidNetwork:
         if hit is not None:
             self.memo_hits += 1
             return hit
-        ordered = sorted(flows, key=lambda f: self._sig_order[f.sig])
+        rank = self._sig_rank
+        if len(rank) != len(self._sig_order):  # signatures were added: rank them all again (rare after the start)
+            order = self._sig_order
+            rank = self._sig_rank = [0] * len(order)
+            for r, sig in enumerate(sorted(range(len(order)), key=order.__getitem__)):
+                rank[sig] = r
+        ordered = sorted(flows, key=lambda f: rank[f.sig])
         rates = self._progressive_filling(ordered)
         hit = {f.sig: r for f, r in zip(ordered, rates, strict=True)}
         if len(self._memo) < 100_000:
@@ -754,16 +763,30 @@ class FluidNetwork:
         Every round freezes at least one flow or retires one resource, so it ends after at most
         (flows + resources) rounds; each round costs one pass over the resources still in play.
         """
-        weight: dict[Resource, float] = {}
-        members: dict[Resource, list[int]] = {}
+        # the component's resources by local index, in order of first use (lists index faster than dicts of
+        # resources; the order, the sums and the tie-breaks are those of that order)
+        where: dict[Resource, int] = {}
+        caps: list[float] = []
+        weight: list[float] = []
+        members: list[list[int]] = []
+        uses: list[list[tuple[int, float]]] = []  # per flow: (local index, coefficient)
         for i, f in enumerate(flows):
+            mine = []
             for res, coef in f.uses:
-                weight[res] = weight.get(res, 0.0) + coef
-                members.setdefault(res, []).append(i)
-        left = {res: res.capacity for res in weight}
-        # an insertion-ordered dict, not a set: a set of resources iterates in memory-address order, which would
-        # make tie-breaks and the order of float sums differ from run to run
-        live = {res: None for res, w in weight.items() if w > 0}
+                j = where.get(res)
+                if j is None:
+                    j = where[res] = len(caps)
+                    caps.append(res.capacity)
+                    weight.append(0.0)
+                    members.append([])
+                weight[j] = weight[j] + coef
+                members[j].append(i)
+                mine.append((j, coef))
+            uses.append(mine)
+        left = caps[:]
+        # an insertion-ordered dict, not a set: the order of first use, so that tie-breaks and the order of float
+        # sums are the same from run to run
+        live = {j: None for j, w in enumerate(weight) if w > 0}
         frozen = [False] * len(flows)
         rates = [0.0] * len(flows)
         nfrozen = 0
@@ -772,15 +795,15 @@ class FluidNetwork:
         level = 0.0
         while nfrozen < len(flows):
             step = math.inf
-            binding: Resource | None = None
-            for res in live:
-                s = left[res] / weight[res]
+            binding = -1  # the resource that binds, -1 for none (a flow cap, or nothing)
+            for j in live:
+                s = left[j] / weight[j]
                 if s < step:
-                    step, binding = s, res
+                    step, binding = s, j
             while cp < len(by_cap) and frozen[by_cap[cp]]:
                 cp += 1
             if cp < len(by_cap) and flows[by_cap[cp]].max_rate - level < step:
-                step, binding = flows[by_cap[cp]].max_rate - level, None
+                step, binding = flows[by_cap[cp]].max_rate - level, -1
             if math.isinf(step):
                 for i in range(len(flows)):
                     if not frozen[i]:
@@ -788,35 +811,35 @@ class FluidNetwork:
                 break
             step = max(step, 0.0)
             level += step
-            newly: list[Resource] = []
-            for res in live:
-                left[res] -= step * weight[res]
-                if left[res] <= _SAT_TOL * res.capacity:
-                    newly.append(res)
-            if binding is not None and binding not in newly:
+            newly: list[int] = []
+            for j in live:
+                left[j] -= step * weight[j]
+                if left[j] <= _SAT_TOL * caps[j]:
+                    newly.append(j)
+            if binding >= 0 and binding not in newly:
                 newly.append(binding)
             to_freeze: list[int] = []
-            if binding is None:  # a flow cap binds: freeze every flow at that cap
+            if binding < 0:  # a flow cap binds: freeze every flow at that cap
                 to_freeze.append(by_cap[cp])
             while cp < len(by_cap) and (
                 frozen[by_cap[cp]] or flows[by_cap[cp]].max_rate - level <= _SAT_TOL * max(level, 1.0)
             ):
                 to_freeze.append(by_cap[cp])
                 cp += 1
-            for res in newly:
-                live.pop(res, None)
-                to_freeze.extend(members[res])
+            for j in newly:
+                live.pop(j, None)
+                to_freeze.extend(members[j])
             for i in to_freeze:
                 if frozen[i]:
                     continue
                 frozen[i] = True
                 nfrozen += 1
                 rates[i] = level
-                for res, coef in flows[i].uses:
-                    if res in live:
-                        weight[res] -= coef
-                        if weight[res] <= 1e-12 * coef:  # no unfrozen flow left on it
-                            live.pop(res, None)
+                for j, coef in uses[i]:
+                    if j in live:
+                        weight[j] -= coef
+                        if weight[j] <= 1e-12 * coef:  # no unfrozen flow left on it
+                            live.pop(j, None)
         return rates
 
     def _arm(self) -> None:
