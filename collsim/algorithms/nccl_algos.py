@@ -172,7 +172,7 @@ class _TreeLanes:
     A machine registers itself under its class's name in ``board.shared``; the first one of a simulation to start links
     them all (a parent counts its children's shares from the start, its own launch paid or not). A child listed
     twice (a symmetric twin standing for several) is waited for once. Subclasses say when a lane may send
-    (:meth:`_advance`)."""
+    (:meth:`_step`, which :meth:`_advance` repeats)."""
 
     __slots__ = (
         "board",
