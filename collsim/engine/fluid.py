@@ -24,10 +24,13 @@ import math
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+import numpy.typing as npt
 import simpy
 from simpy.events import Event
 
 from collsim.engine.budget import Meter
+from collsim.engine.filling import SAT_TOL, SignatureArrays
 from collsim.vocab import TAG_ACTIVITIES
 
 __all__ = [
@@ -46,8 +49,12 @@ __all__ = [
 #: SimPy priority of the rate solve: after every NORMAL (1) event of the same timestamp.
 LATE = 2
 
+#: Components of at least this many flows are filled on arrays (:mod:`collsim.engine.filling`), smaller ones in Python
+#: (cheaper below it; measured, docs/performance.md). Both give the same rates.
+ARRAY_FROM = 256
+
 _INF = math.inf
-_SAT_TOL = 1e-9  # relative: a resource with less than this fraction of its capacity left is saturated
+_SAT_TOL = SAT_TOL
 
 
 @dataclass(frozen=True, slots=True)
@@ -342,6 +349,14 @@ class FluidNetwork:
         # names and coefficients themselves; every signature differs, so the order is the same)
         self._sig_rank: list[int] = []
         self._memo: dict[tuple[int, ...], dict[int, float]] = {}
+        # the signatures as arrays, for the array filling of large components (collsim.engine.filling); ranks as an
+        # array, and the signature of each rank
+        self._arrays = SignatureArrays()
+        self._np_rank: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
+        self._np_by_rank: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
+        #: components of at least this many flows are filled on arrays (the same rates; below it the Python filling
+        #: is cheaper: measured on 1024 GPUs, see docs/performance.md)
+        self.array_from = ARRAY_FROM
         # the flows streaming on each resource, and what changed since the last solve: flows started, and the
         # resources of flows that finished (a solve re-solves only the connected components these touch)
         self._started: list[Flow] = []
@@ -349,6 +364,7 @@ class FluidNetwork:
         self._ended: list[tuple[int, float]] = []  # (signature, rate) of the flows finished since the last solve
         self._relayed: list[tuple[Flow, float]] = []  # started flows that take a finished one's rate (see _relay)
         self.memo_hits = 0
+        self.array_fills = 0  # components filled on arrays (collsim.engine.filling)
         self.relays = 0  # solves skipped: flows replaced by flows of the same kinds (see _relay)
         self.relayed = 0  # flows that took their predecessor's rate in a solve that was not skipped (see _relay)
 
@@ -427,6 +443,7 @@ class FluidNetwork:
         if sig == len(self._sig_order):  # a new signature: its place in the canonical solve order
             self._sig_order.append((tuple((r.name, c) for r, c in uses_t), max_rate))
             self._sig_res.append(tuple(r for r, _ in uses_t))
+            self._arrays.add([(r, r.capacity, c) for r, c in uses_t], max_rate)
         return Route(uses_t, max_rate, sig)
 
     def send(
@@ -635,9 +652,19 @@ class FluidNetwork:
         rank = self._sig_rank
         if len(rank) != len(self._sig_order):  # signatures were added: rank them all again (rare after the start)
             order = self._sig_order
+            by_rank = sorted(range(len(order)), key=order.__getitem__)
             rank = self._sig_rank = [0] * len(order)
-            for r, sig in enumerate(sorted(range(len(order)), key=order.__getitem__)):
+            for r, sig in enumerate(by_rank):
                 rank[sig] = r
+            self._np_rank = np.array(rank, dtype=np.int64)
+            self._np_by_rank = np.array(by_rank, dtype=np.int64)
+        if len(flows) >= self.array_from:  # the same filling on arrays; `key` is the flows' signatures, sorted
+            sigs = self._np_by_rank[np.sort(self._np_rank[np.array(key, dtype=np.int64)])]
+            hit = dict(zip(sigs.tolist(), self._arrays.fill(sigs).tolist(), strict=True))
+            self.array_fills += 1
+            if len(self._memo) < 100_000:
+                self._memo[key] = hit
+            return hit
         ordered = sorted(flows, key=lambda f: rank[f.sig])
         rates = self._progressive_filling(ordered)
         hit = {f.sig: r for f, r in zip(ordered, rates, strict=True)}

@@ -1,0 +1,134 @@
+"""The array filling (collsim.engine.filling) against the Python filling and the reference solver: the same rates,
+bit for bit where the coefficients add exactly, and the engine's times unchanged when every component is filled on
+arrays."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import simpy
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from reference_maxmin import FlowSpec, Instance, MaxMinCheckedNetwork, engine_rates, water_filling
+from test_reference_solver import _run_timeline, timelines
+
+from collsim.engine import FluidNetwork
+from collsim.engine.filling import SignatureArrays
+from collsim.engine.fluid import ARRAY_FROM
+
+pytestmark = pytest.mark.filterwarnings("error::RuntimeWarning")  # e.g. a share over a resource nobody is left on
+
+INF = math.inf
+_exact_coef = st.sampled_from([0.5, 1.0, 2.0, 0.125, 4.0])  # sums of these are exact in binary floating point
+_any_coef = st.one_of(_exact_coef, st.floats(0.1, 8.0))
+_capacity = st.one_of(st.sampled_from([1e9, 2e9, 4e9, 25e9]), st.floats(1e8, 1e10))
+_cap = st.one_of(st.just(INF), st.just(INF), st.sampled_from([2.5e8, 1e9]), st.floats(1e7, 1e10))
+
+
+@st.composite
+def components(draw: st.DrawFn, coef: st.SearchStrategy[float]) -> Instance:
+    """Up to 40 resources and 150 flows over random subsets of them (some flows over none, capped)."""
+    nres = draw(st.integers(1, 40))
+    caps = draw(st.lists(_capacity, min_size=nres, max_size=nres))
+    flow = st.builds(
+        FlowSpec,
+        st.lists(st.tuples(st.integers(0, nres - 1), coef), min_size=0, max_size=min(6, nres + 1)).map(tuple),
+        _cap,
+    )
+    flows = draw(st.lists(flow, min_size=1, max_size=150))
+    return Instance(tuple(caps), tuple(f if f.uses or f.max_rate < INF else FlowSpec(f.uses, 1e9) for f in flows))
+
+
+def _both_fillings(inst: Instance) -> tuple[list[float], list[float]]:
+    """The Python filling's and the array filling's rates of the instance's flows, in the engine's canonical
+    order."""
+    net = FluidNetwork(simpy.Environment())
+    res = [net.resource(f"r{k}", c) for k, c in enumerate(inst.capacities)]
+    for f in inst.flows:
+        net.transfer(1e6, [(res[k], c) for k, c in f.uses], max_rate=f.max_rate)
+    rank = {s: r for r, s in enumerate(sorted(range(len(net._sig_order)), key=net._sig_order.__getitem__))}
+    flows = sorted(net._started, key=lambda f: rank[f.sig])
+    python = net._progressive_filling(flows)
+    arrays = net._arrays.fill(np.array([f.sig for f in flows], dtype=np.int64)).tolist()
+    return python, arrays
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(components(_exact_coef))
+def test_array_filling_is_the_python_filling_bit_for_bit(inst: Instance) -> None:
+    python, arrays = _both_fillings(inst)
+    assert arrays == python
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(components(_any_coef))
+def test_array_filling_matches_the_python_filling_to_rounding(inst: Instance) -> None:
+    python, arrays = _both_fillings(inst)
+    assert arrays == pytest.approx(python, rel=1e-12)
+
+
+class _Arrays(MaxMinCheckedNetwork):
+    """Every component filled on arrays; the bottleneck characterisation asserted after every solve."""
+
+    def __init__(self, env: simpy.Environment) -> None:
+        super().__init__(env)
+        self.array_from = 1
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(components(_any_coef))
+def test_array_filling_in_the_engine_matches_water_filling(inst: Instance) -> None:
+    got, net = engine_rates(inst, _Arrays)
+    assert net.array_fills >= 1  # one per component
+    assert got == pytest.approx(list(water_filling(inst)), rel=1e-9)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(timelines())
+def test_engine_times_are_the_same_with_every_component_on_arrays(
+    tl: tuple[Instance, list[float], list[float]],
+) -> None:
+    # components form, merge and split; the checked network asserts max-min fairness after every solve
+    inst, starts, sizes = tl
+    got = _run_timeline(_Arrays(simpy.Environment()), inst, starts, sizes)
+    want = _run_timeline(FluidNetwork(simpy.Environment()), inst, starts, sizes)
+    assert got == pytest.approx(want, rel=1e-9)
+
+
+def test_hand_checked_levels_on_arrays() -> None:
+    # a (10) carries flows 0 and 1; b (2) carries flow 1 with coefficient 2 (an LL line: half flags); flow 2 is on
+    # a alone, capped at 3: flow 1 is bound by b at 1, flow 2 by its cap at 3, flow 0 takes what a has left, 6
+    table = SignatureArrays()
+    table.add([("a", 10.0, 1.0)], INF)
+    table.add([("a", 10.0, 1.0), ("b", 2.0, 2.0)], INF)
+    table.add([("a", 10.0, 1.0)], 3.0)
+    assert table.fill(np.array([0, 1, 2])).tolist() == [6.0, 1.0, 3.0]
+    assert table.fill(np.array([1])).tolist() == [1.0]
+    assert table.fill(np.array([], dtype=np.int64)).tolist() == []
+
+
+def test_signatures_added_after_a_fill_are_seen() -> None:
+    table = SignatureArrays()
+    table.add([("a", 4.0, 1.0)], INF)
+    assert table.fill(np.array([0, 0])).tolist() == [2.0, 2.0]
+    table.add([("a", 4.0, 1.0), ("b", 1.0, 1.0), ("c", 8.0, 0.5)], INF)  # wider than the arrays built so far
+    assert table.fill(np.array([0, 1, 0])).tolist() == [1.5, 1.0, 1.5]
+    assert len(table) == 2
+
+
+def test_a_flow_bound_by_nothing_gets_an_infinite_rate() -> None:
+    table = SignatureArrays()
+    table.add([], INF)
+    table.add([("a", 4.0, 1.0)], INF)
+    assert table.fill(np.array([0, 1])).tolist() == [INF, 4.0]
+
+
+def test_large_components_are_filled_on_arrays_by_default() -> None:
+    # ARRAY_FROM flows on one link: one array filling; one flow fewer: the Python filling; the same rates
+    for n, fills in ((ARRAY_FROM, 1), (ARRAY_FROM - 1, 0)):
+        inst = Instance((1e9,), tuple(FlowSpec(((0, 1.0),)) for _ in range(n)))
+        got, net = engine_rates(inst)
+        assert net.array_fills == fills
+        assert got == [1e9 / n] * n
