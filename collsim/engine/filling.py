@@ -36,7 +36,7 @@ class SignatureArrays:
     """What each signature (a flow's resources, coefficients and rate cap) is, as padded arrays.
 
     Signatures are added in the network's numbering (0, 1, 2 ...); resources get an integer id at their first use.
-    The arrays are rebuilt, doubling, when signatures were added since the last :meth:`fill`.
+    Each signature is written once into arrays that grow by doubling (no Python copy of it is kept).
 
     Examples
     --------
@@ -51,50 +51,47 @@ class SignatureArrays:
 
     def __init__(self) -> None:
         self._ids: dict[Hashable, int] = {}
-        self._capacity: list[float] = []  # per resource id, units/s
-        self._rows: list[tuple[tuple[int, ...], tuple[float, ...], float]] = []  # per signature
-        self._built = 0
-        self._res: IntArray = np.zeros((0, 1), dtype=np.int64)  # per signature: resource ids, -1 padded
-        self._coef: FloatArray = np.zeros((0, 1))  # per signature: units consumed per unit moved, 0 padded
-        self._cap: FloatArray = np.zeros(0)  # per signature: the flow's own rate cap, units/s
-        self._rcap: FloatArray = np.zeros(0)  # per resource id: capacity, units/s
+        self._n = 0  # signatures added
+        self._nres = 0  # resources seen
+        self._res: IntArray = np.full((16, 4), -1, dtype=np.int64)  # per signature: resource ids, -1 padded
+        self._coef: FloatArray = np.zeros((16, 4))  # per signature: units consumed per unit moved, 0 padded
+        self._cap: FloatArray = np.full(16, math.inf)  # per signature: the flow's own rate cap, units/s
+        self._rcap: FloatArray = np.zeros(16)  # per resource id: capacity, units/s
 
     def __len__(self) -> int:
-        return len(self._rows)
+        return self._n
 
     def add(self, uses: Sequence[tuple[Hashable, float, float]], max_rate: float) -> None:
         """Add the next signature: its ``(resource, capacity units/s, coefficient)`` uses, in order (each resource
         once), and the flow's rate cap ``max_rate`` (units/s; ``inf`` for none)."""
-        ids = []
-        for res, capacity, _coef in uses:
-            i = self._ids.get(res)
+        s = self._n
+        rows, width = self._res.shape
+        if s == rows or len(uses) > width:  # grow: twice the rows, or as wide as this signature
+            rows, width = (2 * rows if s == rows else rows), max(width, len(uses))
+            res = np.full((rows, width), -1, dtype=np.int64)
+            coef = np.zeros((rows, width))
+            cap = np.full(rows, math.inf)
+            res[:s, : self._res.shape[1]] = self._res[:s]
+            coef[:s, : self._coef.shape[1]] = self._coef[:s]
+            cap[:s] = self._cap[:s]
+            self._res, self._coef, self._cap = res, coef, cap
+        for k, (resource, capacity, coefficient) in enumerate(uses):
+            i = self._ids.get(resource)
             if i is None:
-                i = self._ids[res] = len(self._capacity)
-                self._capacity.append(capacity)
-            ids.append(i)
-        self._rows.append((tuple(ids), tuple(c for _, _, c in uses), max_rate))
-
-    def _build(self) -> None:
-        n = len(self._rows)
-        width = max(1, max(len(ids) for ids, _, _ in self._rows))
-        rows = max(n, 2 * self._built)
-        res = np.full((rows, width), -1, dtype=np.int64)
-        coef = np.zeros((rows, width))
-        cap = np.full(rows, math.inf)
-        for s, (ids, coefs, max_rate) in enumerate(self._rows):
-            res[s, : len(ids)] = ids
-            coef[s, : len(coefs)] = coefs
-            cap[s] = max_rate
-        self._res, self._coef, self._cap = res, coef, cap
-        self._rcap = np.array(self._capacity, dtype=np.float64)
-        self._built = n
+                i = self._ids[resource] = self._nres
+                self._nres += 1
+                if i == len(self._rcap):
+                    self._rcap = np.concatenate((self._rcap, np.zeros(len(self._rcap))))
+                self._rcap[i] = capacity
+            self._res[s, k] = i
+            self._coef[s, k] = coefficient
+        self._cap[s] = max_rate
+        self._n = s + 1
 
     def fill(self, sigs: IntArray) -> FloatArray:
         """Max-min fair rates (units/s) of flows with signatures ``sigs``, in that order: the progressive filling of
         :meth:`collsim.engine.fluid.FluidNetwork._progressive_filling` on arrays (a flow bound by nothing gets
         ``inf``)."""
-        if self._built != len(self._rows):
-            self._build()
         nflows = len(sigs)
         rates = np.zeros(nflows)
         if nflows == 0:

@@ -113,9 +113,14 @@ def test_signatures_added_after_a_fill_are_seen() -> None:
     table = SignatureArrays()
     table.add([("a", 4.0, 1.0)], INF)
     assert table.fill(np.array([0, 0])).tolist() == [2.0, 2.0]
-    table.add([("a", 4.0, 1.0), ("b", 1.0, 1.0), ("c", 8.0, 0.5)], INF)  # wider than the arrays built so far
+    # wider than any signature so far (the arrays widen), then enough signatures that the rows double twice
+    table.add([("a", 4.0, 1.0), ("b", 1.0, 1.0), ("c", 8.0, 0.5), ("d", 9.0, 1.0), ("e", 9.0, 1.0)], INF)
     assert table.fill(np.array([0, 1, 0])).tolist() == [1.5, 1.0, 1.5]
-    assert len(table) == 2
+    for k in range(40):
+        table.add([(f"x{k}", float(k + 1), 1.0), ("a", 4.0, 1.0)], INF)
+    assert len(table) == 42
+    assert table.fill(np.array([41, 2, 1])).tolist() == [2.0, 1.0, 1.0]  # x0 and b bind at 1; a leaves 2 to x39
+    assert table.fill(np.array([0, 1])).tolist() == [3.0, 1.0]
 
 
 def test_a_flow_bound_by_nothing_gets_an_infinite_rate() -> None:
