@@ -642,9 +642,10 @@ class FluidNetwork:
     def _component_rates(
         self, flows: list[Flow], key: tuple[int, ...]
     ) -> dict[int, float]:
-        """One component's rates by signature, from the memo or a progressive filling
-        in canonical order (by what the flows are, not when they started: the float sums then do not depend on the
-        history, and a memo hit returns bit for bit what a fresh solve of the same flows would)."""
+        """One component's rates by signature, from the memo or a progressive filling in canonical order (by what
+        the flows are, not when they started: the float sums then do not depend on the history, and a memo hit
+        returns bit for bit what a fresh solve of the same flows would); from :attr:`array_from` flows the filling
+        runs on arrays (:mod:`collsim.engine.filling`: the same rates)."""
         hit = self._memo.get(key)
         if hit is not None:
             self.memo_hits += 1
