@@ -10,9 +10,12 @@ does the same rounds on arrays.
 
 The arithmetic is the Python filling's (:meth:`FluidNetwork._progressive_filling`): the same per-resource sums in the
 same order (flows in the order given, each flow's uses in its order), the same steps, the same saturation test and
-the same tie-breaks (the first resource in order of first use). Only the order in which a round's frozen flows give
-back their weight may differ, which changes nothing when the coefficients add exactly (1, 2, 1/2 ...), as they do
-for links; the tests compare both fillings bit for bit on such components and within 1e-12 on any.
+the same tie-breaks (the first resource in order of first use). Two things differ. The order in which a round's
+frozen flows give back their weight, which changes nothing when the coefficients add exactly (1, 2, 1/2 ...), as
+they do for links; the tests compare both fillings bit for bit on such components and within 1e-12 on any. And a
+resource leaves the filling when no unfrozen flow is left on it, where the Python filling waits for its weight to
+fall to 1e-12 of the coefficient last given back: the same moment unless the coefficients on one resource differ by
+twelve orders of magnitude.
 """
 
 from __future__ import annotations
