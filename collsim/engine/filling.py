@@ -104,8 +104,7 @@ class SignatureArrays:
         gid = table[valid]  # every use, flow by flow, each flow's uses in order
         coef = self._coef[sigs][valid]
         per_flow = valid.sum(axis=1)
-        row_end = np.cumsum(per_flow)
-        row_start = row_end - per_flow
+        row_start = np.cumsum(per_flow) - per_flow
         owner = np.repeat(np.arange(nflows), per_flow)  # the flow of each use
         # local resource ids in order of first use (the Python filling's order: sums, tie-breaks)
         uniq, first, inverse = np.unique(gid, return_index=True, return_inverse=True)

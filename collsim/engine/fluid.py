@@ -30,7 +30,8 @@ import simpy
 from simpy.events import Event
 
 from collsim.engine.budget import Meter
-from collsim.engine.filling import SAT_TOL, SignatureArrays
+from collsim.engine.filling import SAT_TOL as _SAT_TOL
+from collsim.engine.filling import SignatureArrays
 from collsim.vocab import TAG_ACTIVITIES
 
 __all__ = [
@@ -54,7 +55,6 @@ LATE = 2
 ARRAY_FROM = 256
 
 _INF = math.inf
-_SAT_TOL = SAT_TOL
 
 
 @dataclass(frozen=True, slots=True)
@@ -650,25 +650,21 @@ class FluidNetwork:
         if hit is not None:
             self.memo_hits += 1
             return hit
-        rank = self._sig_rank
-        if len(rank) != len(self._sig_order):  # signatures were added: rank them all again (rare after the start)
+        if len(self._sig_rank) != len(self._sig_order):  # signatures were added: rank them all again (once a run)
             order = self._sig_order
-            by_rank = sorted(range(len(order)), key=order.__getitem__)
-            rank = self._sig_rank = [0] * len(order)
-            for r, sig in enumerate(by_rank):
-                rank[sig] = r
-            self._np_rank = np.array(rank, dtype=np.int64)
-            self._np_by_rank = np.array(by_rank, dtype=np.int64)
+            self._np_by_rank = np.array(sorted(range(len(order)), key=order.__getitem__), dtype=np.int64)
+            self._np_rank = np.empty(len(order), dtype=np.int64)
+            self._np_rank[self._np_by_rank] = np.arange(len(order))
+            self._sig_rank = self._np_rank.tolist()  # a list indexes faster than an array in the Python filling
         if len(flows) >= self.array_from:  # the same filling on arrays; `key` is the flows' signatures, sorted
             sigs = self._np_by_rank[np.sort(self._np_rank[np.array(key, dtype=np.int64)])]
             hit = dict(zip(sigs.tolist(), self._arrays.fill(sigs).tolist(), strict=True))
             self.array_fills += 1
-            if len(self._memo) < 100_000:
-                self._memo[key] = hit
-            return hit
-        ordered = sorted(flows, key=lambda f: rank[f.sig])
-        rates = self._progressive_filling(ordered)
-        hit = {f.sig: r for f, r in zip(ordered, rates, strict=True)}
+        else:
+            rank = self._sig_rank
+            ordered = sorted(flows, key=lambda f: rank[f.sig])
+            rates = self._progressive_filling(ordered)
+            hit = {f.sig: r for f, r in zip(ordered, rates, strict=True)}
         if len(self._memo) < 100_000:
             self._memo[key] = hit
         return hit
