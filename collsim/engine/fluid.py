@@ -162,7 +162,7 @@ class Resource:
         The caller's key of the resource (a backend's ``("link", src, dst)``), carried by flow records.
     """
 
-    __slots__ = ("capacity", "carried", "key", "kind", "mark", "name", "streaming")
+    __slots__ = ("capacity", "key", "kind", "mark", "name", "sigs")
 
     def __init__(self, name: str, capacity: float, kind: str = "", key: Hashable = None) -> None:
         if not capacity > 0 or math.isnan(capacity):
@@ -171,8 +171,8 @@ class Resource:
         self.capacity = float(capacity)
         self.kind = kind
         self.key = key
-        self.carried = 0.0  # units consumed by finished flows
-        self.streaming: dict[int, Flow] = {}  # the flows streaming on it now, by id (kept by its network)
+        # the signatures of the flows streaming on it now (kept by its network, which keeps each signature's flows)
+        self.sigs: dict[int, None] = {}
         self.mark = 0  # the last component search that reached it (its network's stamp)
 
     def __repr__(self) -> str:
@@ -187,7 +187,6 @@ class Flow:
         "done",
         "hold",
         "latency",
-        "mark",
         "max_rate",
         "owner",
         "rate",
@@ -222,7 +221,6 @@ class Flow:
         self.res = res  # the resources of `uses`, for component searches
         self.max_rate = max_rate
         self.rate = 0.0
-        self.mark = 0  # the last component search that reached it
         self.done: Event | None = done  # fired when the last unit has left; None when nobody waits for that moment
         self.arrived: Event | None = None  # fired `latency` after the last unit left (None: it is `done`)
         self.streamed: Event | None = None  # fired `hold` after the last unit left (None: it is `done`)
@@ -285,14 +283,16 @@ class Route:
     merging or hashing. Read-only for callers.
     """
 
-    __slots__ = ("max_rate", "on", "res", "sig", "uses")
+    __slots__ = ("flows", "max_rate", "res", "sig", "uses")
 
-    def __init__(self, uses: tuple[tuple[Resource, float], ...], max_rate: float, sig: int) -> None:
+    def __init__(
+        self, uses: tuple[tuple[Resource, float], ...], max_rate: float, sig: int, flows: dict[int, Flow]
+    ) -> None:
         self.uses = uses
         self.max_rate = max_rate
         self.sig = sig
         self.res = tuple(res for res, _ in uses)
-        self.on = tuple(res.streaming for res in self.res)  # each resource's table of streaming flows, looked up once
+        self.flows = flows  # the signature's streaming flows, by id (its network's table, looked up once)
 
 
 class FluidNetwork:
@@ -333,7 +333,7 @@ class FluidNetwork:
         self._meter = Meter(record)  # the work budget in force (collsim.engine.budget) and the heartbeat
         self._check_at = self._meter.limit + 1 if 0 <= self._meter.limit < Meter.EVERY else Meter.EVERY
         self._active: dict[int, Flow] = {}
-        self._stamp = 0  # the last component search's stamp (Resource.mark, Flow.mark)
+        self._stamp = 0  # the last component search's stamp (Resource.mark, and each signature's mark)
         # finish times: a heap of the distinct times, and per time the (version, flow) entries queued for it (flows
         # of one lockstep wave share a time: one heap entry, not one per flow; they finish in the order they
         # started, whatever order the solves queued them in); an entry whose version is older than its flow's is
@@ -342,9 +342,17 @@ class FluidNetwork:
         self._due: dict[float, list[tuple[int, Flow]]] = {}
         self._update_pending = False
         self._generation = 0
+        self._wake_at = _INF  # the time of the live wake-up (inf: none pending)
         self._signatures: dict[tuple[tuple[tuple[Resource, float], ...], float], int] = {}
         self._sig_order: list[tuple[tuple[tuple[str, float], ...], float]] = []  # per signature: what it is
+        self._sig_uses: list[tuple[tuple[Resource, float], ...]] = []  # per signature: resources and coefficients
         self._sig_res: list[tuple[Resource, ...]] = []  # per signature: the resources its flows cross
+        self._sig_moved: list[float] = []  # per signature: units its finished flows moved (see carried)
+        # per signature: its flows streaming now, by id (a resource lists the signatures on it, not every flow: a
+        # flow that starts or ends touches its resources only when it is its signature's first or last), and the
+        # last component search that reached it
+        self._by_sig: list[dict[int, Flow]] = []
+        self._sig_mark: list[int] = []
         # per signature: its place in the canonical order of what signatures are (an int compares faster than the
         # names and coefficients themselves; every signature differs, so the order is the same)
         self._sig_rank: list[int] = []
@@ -363,12 +371,19 @@ class FluidNetwork:
         self._freed: list[Resource] = []
         self._ended: list[tuple[int, float]] = []  # (signature, rate) of the flows finished since the last solve
         self._relayed: list[tuple[Flow, float]] = []  # started flows that take a finished one's rate (see _relay)
+        self._batches: dict[float, list[Event]] = {}  # events triggered for a time, by time (see _after)
         self.memo_hits = 0
         self.array_fills = 0  # components filled on arrays (collsim.engine.filling)
         self.relays = 0  # solves skipped: flows replaced by flows of the same kinds (see _relay)
         self.relayed = 0  # flows that took their predecessor's rate in a solve that was not skipped (see _relay)
 
     # ------------------------------------------------------------------ resources
+    def carried(self, res: Resource) -> float:
+        """Units ``res`` consumed for the flows that finished on it: each signature's coefficient on ``res`` x the
+        units its finished flows moved (kept per signature, not per flow and resource)."""
+        moved = self._sig_moved
+        return sum((c * moved[s] for s, uses in enumerate(self._sig_uses) for r, c in uses if r is res), 0.0)
+
     def resource(self, name: str, capacity: float, kind: str = "", key: Hashable = None) -> Resource:
         """Create (or return the existing) resource called ``name`` with ``capacity`` units/s and an optional
         ``key`` (flow records carry it)."""
@@ -442,9 +457,13 @@ class FluidNetwork:
         sig = self._signatures.setdefault((uses_t, max_rate), len(self._signatures))
         if sig == len(self._sig_order):  # a new signature: its place in the canonical solve order
             self._sig_order.append((tuple((r.name, c) for r, c in uses_t), max_rate))
+            self._sig_uses.append(uses_t)
             self._sig_res.append(tuple(r for r, _ in uses_t))
+            self._sig_moved.append(0.0)
+            self._by_sig.append({})
+            self._sig_mark.append(0)
             self._arrays.add([(r, r.capacity, c) for r, c in uses_t], max_rate)
-        return Route(uses_t, max_rate, sig)
+        return Route(uses_t, max_rate, sig, self._by_sig[sig])
 
     def send(
         self,
@@ -490,8 +509,12 @@ class FluidNetwork:
             if 0 <= self._meter.limit < self._check_at:
                 self._check_at = max(self.flows + 1, self._meter.limit + 1)
         self._active[id(flow)] = flow
-        for table in route.on:
-            table[id(flow)] = flow
+        flows = route.flows
+        if not flows:  # the signature's first streaming flow: its resources list it
+            sig = route.sig
+            for res in route.res:
+                res.sigs[sig] = None
+        flows[id(flow)] = flow
         self._started.append(flow)
         self._schedule_update()
         return streamed, arrived  # type: ignore[return-value]  # each is done or an event of its own
@@ -524,10 +547,41 @@ class FluidNetwork:
         return self.env.timeout(seconds)
 
     def _after(self, seconds: float, ev: Event) -> None:
-        """Trigger ``ev`` ``seconds`` from now (what a Timeout does, without a second event)."""
+        """Trigger ``ev`` ``seconds`` from now (what a Timeout does, without a second event).
+
+        The events due at one time wait in one batch behind one SimPy event (:meth:`_fire`): a lockstep pipeline
+        triggers thousands at each time (a wave's arrivals), and one heap entry per time instead of per event keeps
+        SimPy's queue short (its push and pop cost the log of its length)."""
         ev._ok = True
         ev._value = None
-        self.env.schedule(ev, delay=seconds)
+        env = self.env
+        when = env._now + seconds  # the time SimPy's schedule computes for this delay (the same float)
+        batch = self._batches.get(when)
+        if batch is None:
+            self._batches[when] = batch = []
+            tick = Event(env)
+            tick._ok = True
+            tick._value = None
+            tick.callbacks.append(self._fire)
+            env.schedule(tick, delay=seconds)
+        batch.append(ev)
+
+    def _fire(self, _tick: Event) -> None:
+        """Process the batch of events due now (:meth:`_after`) in the order they were triggered, as SimPy's
+        ``step`` processes each: its callbacks run, then it is processed. An event triggered for now while the
+        batch runs goes into a new batch, processed after it (and after SimPy's other events of this time)."""
+        batch = self._batches.pop(self.env._now)
+        for k, ev in enumerate(batch):
+            callbacks, ev.callbacks = ev.callbacks, None  # type: ignore[assignment]  # processed, as SimPy marks it
+            try:
+                for callback in callbacks:
+                    callback(ev)
+            except simpy.core.StopSimulation:  # `env.run(until=ev)`: what SimPy's step does, for the rest too
+                ev.callbacks = callbacks[callbacks.index(callback) + 1 :]
+                self.env.schedule(ev, simpy.core.EventPriority(-1))
+                for rest in batch[k + 1 :]:
+                    self.env.schedule(rest)
+                raise
 
     # ------------------------------------------------------------------ solver
     def _schedule_update(self) -> None:
@@ -550,7 +604,7 @@ class FluidNetwork:
         self._update_pending = False
         now = self.env.now
         horizon = now + now * 1e-12 + 1e-15
-        times, queued, active, freed = self._times, self._due, self._active, self._freed
+        times, queued, active, by_sig = self._times, self._due, self._active, self._by_sig
         finished: list[Flow] = []
         while times and times[0] <= horizon:
             bucket = queued.pop(heapq.heappop(times))
@@ -560,19 +614,20 @@ class FluidNetwork:
                 key = id(f)
                 if version == f.version and key in active:
                     del active[key]
-                    for res in f.res:
-                        del res.streaming[key]
-                    freed.extend(f.res)
+                    flows = by_sig[f.sig]
+                    del flows[key]
+                    if not flows:  # the signature's last streaming flow
+                        for res in f.res:
+                            del res.sigs[f.sig]
                     finished.append(f)
         if finished:
-            ended = self._ended
+            ended, moved = self._ended, self._sig_moved
             for f in finished:
                 ended.append((f.sig, f.rate))
                 f.remaining = 0.0
                 f.rate = 0.0
                 f.version += 1
-                for res, coef in f.uses:
-                    res.carried += coef * f.size
+                moved[f.sig] += f.size
                 if self.record:
                     self.records.append(
                         FlowRecord(
@@ -589,7 +644,7 @@ class FluidNetwork:
                         )
                     )
                 if f.done is not None:
-                    f.done.succeed()
+                    self._after(0.0, f.done)
                 if f.arrived is not None:
                     self._after(f.latency, f.arrived)
                 if f.streamed is not None:
@@ -604,19 +659,20 @@ class FluidNetwork:
         """The connected components (flows linked by shared resources) that changed since the last solve: those of
         the flows started and of the resources freed by flows that finished. Other components keep their rates:
         max-min fairness decomposes over components."""
-        # a search stamp marks the resources and flows reached (cheaper than sets of them)
+        # a search stamp marks the resources and signatures reached (cheaper than sets of them)
         self._stamp += 1
         stamp = self._stamp
         comps: list[list[Flow]] = []
         seeds: list[Resource] = self._freed
-        active = self._active
+        active, by_sig, sig_res, sig_mark = self._active, self._by_sig, self._sig_res, self._sig_mark
         for f in self._started:
             if id(f) not in active:
                 continue
             if not f.res:  # nothing shared: a component of its own
-                f.mark = stamp
                 comps.append([f])
             seeds.extend(f.res)
+        # a search goes resource -> signatures on it -> their resources; a signature reached brings all its flows
+        # (equal signatures cross the same resources: one component)
         for r0 in seeds:
             if r0.mark == stamp:
                 continue
@@ -624,12 +680,12 @@ class FluidNetwork:
             comp: list[Flow] = []
             stack = [r0]
             while stack:
-                for f in stack.pop().streaming.values():
-                    if f.mark == stamp:
+                for sig in stack.pop().sigs:
+                    if sig_mark[sig] == stamp:
                         continue
-                    f.mark = stamp
-                    comp.append(f)
-                    for res in f.res:
+                    sig_mark[sig] = stamp
+                    comp.extend(by_sig[sig].values())
+                    for res in sig_res[sig]:
                         if res.mark != stamp:
                             res.mark = stamp
                             stack.append(res)
@@ -723,7 +779,10 @@ class FluidNetwork:
         with a finished one in a component nothing else changed takes its predecessor's rate."""
         if self._relay():
             return
-        self._ended = []
+        if self._ended:  # flows finished that no started flow took over from: their resources seed the search
+            sig_res = self._sig_res
+            self._freed = [r for sig in dict.fromkeys(sig for sig, _ in self._ended) for r in sig_res[sig]]
+            self._ended = []
         self.solves += 1
         now = self.env.now
         comps = self._components()
@@ -752,9 +811,11 @@ class FluidNetwork:
                 continue
             self._rerate(f, rate, now)
         if self._relayed:
-            stamp = self._stamp  # the flows the search reached were solved above
+            # the flows the search reached were solved above: those of a signature it reached (a relayed flow with no
+            # resource is never reached: only started flows make such components)
+            stamp, sig_mark = self._stamp, self._sig_mark
             for f, rate in self._relayed:
-                if f.mark != stamp:
+                if not f.res or sig_mark[f.sig] != stamp:
                     self._rerate(f, rate, now)
                     self.relayed += 1
             self._relayed = []
@@ -867,8 +928,8 @@ class FluidNetwork:
         return rates
 
     def _arm(self) -> None:
-        """Schedule a wake-up at the earliest finish time with a live entry (older wake-ups become stale)."""
-        self._generation += 1
+        """Schedule a wake-up at the earliest finish time with a live entry (older wake-ups become stale), unless
+        the live one is already for that time (solves that leave the earliest finish where it was add none)."""
         times, due, active = self._times, self._due, self._active
         while times:
             bucket = due[times[0]]
@@ -886,12 +947,19 @@ class FluidNetwork:
             if self._active:
                 names = ", ".join(f"{f.owner.label}:{f.tag.label}" for f in list(self._active.values())[:5])
                 raise RuntimeError(f"flows cannot progress (zero rate): {names}")
+            self._generation += 1  # nothing left to wake for: a pending wake-up is stale
+            self._wake_at = _INF
             return
+        if times[0] == self._wake_at:
+            return
+        self._generation += 1
         gen = self._generation
+        self._wake_at = times[0]
         self.env.timeout(max(times[0] - self.env.now, 0.0)).callbacks.append(lambda _e: self._wake(gen))
 
     def _wake(self, gen: int) -> None:
         if gen == self._generation:
+            self._wake_at = _INF
             self._update(due=True)
 
     # ------------------------------------------------------------------ checks

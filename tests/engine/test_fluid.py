@@ -256,7 +256,7 @@ def test_invariants_on_random_flow_sets(caps: list[float], flows: list) -> None:
             merged[k] = merged.get(k, 0.0) + c
         for k, c in merged.items():
             expect[k] += size * c
-    got = [net.resources[f"r{i}"].carried for i in range(len(caps))]
+    got = [net.carried(net.resources[f"r{i}"]) for i in range(len(caps))]
     assert got == pytest.approx(expect, rel=1e-9)
     # no flow finishes before its size at the best rate it could ever get
     for (size, uses, cap, t0), end in zip(flows, ends, strict=True):
