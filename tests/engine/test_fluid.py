@@ -132,6 +132,71 @@ def test_flows_due_together_finish_in_the_order_they_were_queued() -> None:
     assert env.now == pytest.approx(1e-3, rel=1e-12)
 
 
+class _CountingEnv(simpy.Environment):
+    """A clock that counts the entries pushed on its queue, and the timeouts among them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pushed = 0
+        self.timeouts = 0
+
+    def schedule(self, event, priority=1, delay=0):  # type: ignore[no-untyped-def,override]
+        self.pushed += 1
+        self.timeouts += isinstance(event, simpy.Timeout)
+        super().schedule(event, priority, delay)
+
+
+def test_events_due_together_share_one_queue_entry() -> None:
+    # 100 flows on 100 links finish together and arrive together: the engine's own events (each flow's done and
+    # arrival) wait behind one queue entry per time, not one each
+    env = _CountingEnv()
+    net = FluidNetwork(env)
+    arrivals: list[float] = []
+    for i in range(100):
+        _s, arrived = net.transfer(1e6, [(net.resource(f"l{i}", 1e9), 1.0)], latency=2e-6)
+        arrived.callbacks.append(lambda _e: arrivals.append(env.now))
+    env.run()
+    assert arrivals == [pytest.approx(1e-3 + 2e-6, rel=1e-12)] * 100
+    # the solve at 0, one wake-up, the update after the finish and one batch for each of the two times
+    assert env.pushed <= 6, env.pushed
+
+
+def test_run_until_an_event_of_a_batch() -> None:
+    # `env.run(until=ev)` stops at an engine event that shares its time with others; the rest still run after
+    env = simpy.Environment()
+    net = FluidNetwork(env)
+    seen: list[str] = []
+    events = {}
+    for name in "abc":
+        _s, events[name] = net.transfer(1e6, [(net.resource(name, 1e9), 1.0)], latency=1e-6)
+        events[name].callbacks.append(lambda _e, name=name: seen.append(name))  # type: ignore[misc]
+    env.run(until=events["b"])
+    assert seen == ["a", "b"] and env.now == pytest.approx(1e-3 + 1e-6, rel=1e-12)
+    env.run()
+    assert seen == ["a", "b", "c"]
+
+
+def test_a_solve_that_leaves_the_earliest_finish_adds_no_wake_up() -> None:
+    # A (due at 1 ms) and nine flows on links of their own started at 10, 20, ... 90 us, each due after A (2 ms
+    # from its start): the solves at their starts leave A's finish first and schedule no wake-up; the wake-ups are
+    # A's and one per later flow's finish (each then the earliest)
+    env = _CountingEnv()
+    net = FluidNetwork(env)
+    ends: list[float] = []
+    _s, a = net.transfer(1e6, [(net.resource("a", 1e9), 1.0)])
+    a.callbacks.append(lambda _e: ends.append(env.now))
+
+    def later(env: simpy.Environment, k: int):  # type: ignore[no-untyped-def]
+        yield env.timeout(k * 1e-5)
+        net.transfer(2e6, [(net.resource(f"l{k}", 1e9), 1.0)])
+
+    for k in range(1, 10):
+        env.process(later(env, k))
+    env.run()
+    assert ends == [pytest.approx(1e-3, rel=1e-12)]
+    assert env.timeouts - 9 == 1 + 9  # less the processes' own nine timeouts
+
+
 def test_a_flow_re_rated_back_to_its_old_finish_time_finishes_once() -> None:
     # A (2 MB) alone at 1 GB/s is due at 2 ms; B (0.5 MB) joins at 0.5 ms and halves A's rate (A due later: its
     # first entry goes stale), B ends at 1.5 ms and A runs alone again, due at 2.5 ms; stale entries never finish A
