@@ -91,27 +91,37 @@ class SignatureArrays:
         self._cap[s] = max_rate
         self._n = s + 1
 
-    def fill(self, sigs: IntArray) -> FloatArray:
+    def fill(self, sigs: IntArray, counts: IntArray | None = None) -> FloatArray:
         """Max-min fair rates (units/s) of flows with signatures ``sigs``, in that order: the progressive filling of
         :meth:`collsim.engine.fluid.FluidNetwork._progressive_filling` on arrays (a flow bound by nothing gets
-        ``inf``)."""
+        ``inf``). With ``counts``, ``sigs`` are distinct and ``counts[k]`` flows of ``sigs[k]`` come in a row: the
+        same filling as of ``np.repeat(sigs, counts)`` (and its rates), with the resources numbered on the distinct
+        rows only."""
+        if counts is None:
+            distinct, counts = sigs, np.ones(len(sigs), dtype=np.int64)
+        else:
+            distinct, sigs = sigs, np.repeat(sigs, counts)
         nflows = len(sigs)
         rates = np.zeros(nflows)
         if nflows == 0:
             return rates
-        table = self._res[sigs]
+        # local resource ids in order of first use (the Python filling's order: sums, tie-breaks): on the distinct
+        # rows, the same order as on every flow's (a signature's later flows use what its first one did)
+        dtable = self._res[distinct]
+        dvalid = dtable >= 0
+        uniq, first, inverse = np.unique(dtable[dvalid], return_index=True, return_inverse=True)
+        by_first = np.argsort(first, kind="stable")
+        local_of = np.empty(len(uniq), dtype=np.int64)
+        local_of[by_first] = np.arange(len(uniq))
+        dlocal = np.full(dtable.shape, -1, dtype=np.int64)
+        dlocal[dvalid] = local_of[inverse.reshape(-1)]
+        table = np.repeat(dlocal, counts, axis=0)
         valid = table >= 0
-        gid = table[valid]  # every use, flow by flow, each flow's uses in order
+        loc = table[valid]  # every use, flow by flow, each flow's uses in order
         coef = self._coef[sigs][valid]
         per_flow = valid.sum(axis=1)
         row_start = np.cumsum(per_flow) - per_flow
         owner = np.repeat(np.arange(nflows), per_flow)  # the flow of each use
-        # local resource ids in order of first use (the Python filling's order: sums, tie-breaks)
-        uniq, first, inverse = np.unique(gid, return_index=True, return_inverse=True)
-        by_first = np.argsort(first, kind="stable")
-        local_of = np.empty(len(uniq), dtype=np.int64)
-        local_of[by_first] = np.arange(len(uniq))
-        loc = local_of[inverse.reshape(-1)]
         nres = len(uniq)
         caps = self._rcap[uniq[by_first]]
         weight = np.bincount(loc, weights=coef, minlength=nres)  # summed in use order, from 0.0, as in Python

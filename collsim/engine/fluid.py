@@ -334,12 +334,12 @@ class FluidNetwork:
         self._check_at = self._meter.limit + 1 if 0 <= self._meter.limit < Meter.EVERY else Meter.EVERY
         self._active: dict[int, Flow] = {}
         self._stamp = 0  # the last component search's stamp (Resource.mark, and each signature's mark)
-        # finish times: a heap of the distinct times, and per time the (version, flow) entries queued for it (flows
-        # of one lockstep wave share a time: one heap entry, not one per flow; they finish in the order they
-        # started, whatever order the solves queued them in); an entry whose version is older than its flow's is
-        # stale (the flow was re-rated since)
+        # finish times: a heap of the distinct times, and per time the (seq, version, flow) entries queued for it
+        # (flows of one lockstep wave share a time: one heap entry, not one per flow; they finish in the order they
+        # started, whatever order the solves queued them in: sorted by (seq, version), a pair no two entries share);
+        # an entry whose version is older than its flow's is stale (the flow was re-rated since)
         self._times: list[float] = []
-        self._due: dict[float, list[tuple[int, Flow]]] = {}
+        self._due: dict[float, list[tuple[int, int, Flow]]] = {}
         self._update_pending = False
         self._generation = 0
         self._wake_at = _INF  # the time of the live wake-up (inf: none pending)
@@ -353,10 +353,11 @@ class FluidNetwork:
         # last component search that reached it
         self._by_sig: list[dict[int, Flow]] = []
         self._sig_mark: list[int] = []
+        self._sig_rate: list[float] = []  # per signature: the rate of its streaming flows (all alike)
         # per signature: its place in the canonical order of what signatures are (an int compares faster than the
         # names and coefficients themselves; every signature differs, so the order is the same)
         self._sig_rank: list[int] = []
-        self._memo: dict[tuple[int, ...], dict[int, float]] = {}
+        self._memo: dict[tuple[tuple[int, ...], tuple[int, ...]], dict[int, float]] = {}
         # the signatures as arrays, for the array filling of large components (collsim.engine.filling); ranks as an
         # array, and the signature of each rank
         self._arrays = SignatureArrays()
@@ -462,6 +463,7 @@ class FluidNetwork:
             self._sig_moved.append(0.0)
             self._by_sig.append({})
             self._sig_mark.append(0)
+            self._sig_rate.append(0.0)
             self._arrays.add([(r, r.capacity, c) for r, c in uses_t], max_rate)
         return Route(uses_t, max_rate, sig, self._by_sig[sig])
 
@@ -605,30 +607,29 @@ class FluidNetwork:
         now = self.env.now
         horizon = now + now * 1e-12 + 1e-15
         times, queued, active, by_sig = self._times, self._due, self._active, self._by_sig
-        finished: list[Flow] = []
+        ended, moved, after, record = self._ended, self._sig_moved, self._after, self.record
+        finished = False
         while times and times[0] <= horizon:
             bucket = queued.pop(heapq.heappop(times))
             if len(bucket) > 1:  # by finish time, then in the order they started (not the order solves queued them)
-                bucket.sort(key=_started_order)
-            for version, f in bucket:
+                bucket.sort()  # by (seq, version): unique, so flows are never compared
+            for _seq, version, f in bucket:
                 key = id(f)
-                if version == f.version and key in active:
-                    del active[key]
-                    flows = by_sig[f.sig]
-                    del flows[key]
-                    if not flows:  # the signature's last streaming flow
-                        for res in f.res:
-                            del res.sigs[f.sig]
-                    finished.append(f)
-        if finished:
-            ended, moved = self._ended, self._sig_moved
-            for f in finished:
+                if version != f.version or key not in active:
+                    continue
+                finished = True
+                del active[key]
+                flows = by_sig[f.sig]
+                del flows[key]
+                if not flows:  # the signature's last streaming flow
+                    for res in f.res:
+                        del res.sigs[f.sig]
                 ended.append((f.sig, f.rate))
                 f.remaining = 0.0
                 f.rate = 0.0
                 f.version += 1
                 moved[f.sig] += f.size
-                if self.record:
+                if record:
                     self.records.append(
                         FlowRecord(
                             f.owner,
@@ -644,64 +645,66 @@ class FluidNetwork:
                         )
                     )
                 if f.done is not None:
-                    self._after(0.0, f.done)
+                    after(0.0, f.done)
                 if f.arrived is not None:
-                    self._after(f.latency, f.arrived)
+                    after(f.latency, f.arrived)
                 if f.streamed is not None:
-                    self._after(f.hold, f.streamed)
+                    after(f.hold, f.streamed)
+        if finished:
             # the finished flows' callbacks run at this timestamp and may start flows: solve after them
             self._schedule_update()
             return
         self._solve()
         self._arm()
 
-    def _components(self) -> list[list[Flow]]:
-        """The connected components (flows linked by shared resources) that changed since the last solve: those of
-        the flows started and of the resources freed by flows that finished. Other components keep their rates:
-        max-min fairness decomposes over components."""
+    def _components(self) -> list[list[int]]:
+        """The connected components (signatures linked by shared resources) that changed since the last solve: those
+        of the flows started (with a resource) and of the resources freed by flows that finished, each as the list of
+        its signatures (every streaming flow of a signature is in its component: equal signatures cross the same
+        resources). Other components keep their rates: max-min fairness decomposes over components."""
         # a search stamp marks the resources and signatures reached (cheaper than sets of them)
         self._stamp += 1
         stamp = self._stamp
-        comps: list[list[Flow]] = []
+        comps: list[list[int]] = []
         seeds: list[Resource] = self._freed
-        active, by_sig, sig_res, sig_mark = self._active, self._by_sig, self._sig_res, self._sig_mark
         for f in self._started:
-            if id(f) not in active:
-                continue
-            if not f.res:  # nothing shared: a component of its own
-                comps.append([f])
             seeds.extend(f.res)
-        # a search goes resource -> signatures on it -> their resources; a signature reached brings all its flows
-        # (equal signatures cross the same resources: one component)
+        sig_res, sig_mark = self._sig_res, self._sig_mark
+        # a search goes resource -> signatures on it -> their resources
         for r0 in seeds:
             if r0.mark == stamp:
                 continue
             r0.mark = stamp
-            comp: list[Flow] = []
+            comp: list[int] = []
             stack = [r0]
             while stack:
                 for sig in stack.pop().sigs:
                     if sig_mark[sig] == stamp:
                         continue
                     sig_mark[sig] = stamp
-                    comp.extend(by_sig[sig].values())
+                    comp.append(sig)
                     for res in sig_res[sig]:
                         if res.mark != stamp:
                             res.mark = stamp
                             stack.append(res)
             if comp:
                 comps.append(comp)
-        self._started = []
         self._freed = []
         return comps
 
-    def _component_rates(
-        self, flows: list[Flow], key: tuple[int, ...]
-    ) -> dict[int, float]:
-        """One component's rates by signature, from the memo or a progressive filling in canonical order (by what
-        the flows are, not when they started: the float sums then do not depend on the history, and a memo hit
-        returns bit for bit what a fresh solve of the same flows would); from :attr:`array_from` flows the filling
-        runs on arrays (:mod:`collsim.engine.filling`: the same rates)."""
+    def _key(self, sigs: list[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """The memo key of signatures ``sigs`` (distinct) with their streaming flows: the multiset, as the sorted
+        signatures and how many flows each has."""
+        ordered = sorted(sigs)
+        by_sig = self._by_sig
+        return tuple(ordered), tuple([len(by_sig[s]) for s in ordered])
+
+    def _component_rates(self, key: tuple[tuple[int, ...], tuple[int, ...]]) -> dict[int, float]:
+        """One component's rates by signature (``key``: its signatures and their flow counts, :meth:`_key`), from
+        the memo or a progressive filling of its flows in canonical order (by what the flows are, not when they
+        started: the float sums then do not depend on the history, and a memo hit returns bit for bit what a fresh
+        solve of the same flows would); from :attr:`array_from` flows the filling runs on arrays
+        (:mod:`collsim.engine.filling`: the same rates)."""
         hit = self._memo.get(key)
         if hit is not None:
             self.memo_hits += 1
@@ -712,13 +715,21 @@ class FluidNetwork:
             self._np_rank = np.empty(len(order), dtype=np.int64)
             self._np_rank[self._np_by_rank] = np.arange(len(order))
             self._sig_rank = self._np_rank.tolist()  # a list indexes faster than an array in the Python filling
-        if len(flows) >= self.array_from:  # the same filling on arrays; `key` is the flows' signatures, sorted
-            sigs = self._np_by_rank[np.sort(self._np_rank[np.array(key, dtype=np.int64)])]
-            hit = dict(zip(sigs.tolist(), self._arrays.fill(sigs).tolist(), strict=True))
+        distinct, counts = key
+        if sum(counts) >= self.array_from:  # the same filling on arrays: one row per flow, in rank order
+            ids = np.array(distinct, dtype=np.int64)
+            in_rank = np.argsort(self._np_rank[ids])
+            ids, many = ids[in_rank], np.array(counts, dtype=np.int64)[in_rank]
+            first = np.cumsum(many) - many  # each signature's first flow
+            hit = dict(zip(ids.tolist(), self._arrays.fill(ids, many)[first].tolist(), strict=True))
             self.array_fills += 1
         else:
-            rank = self._sig_rank
-            ordered = sorted(flows, key=lambda f: rank[f.sig])
+            # one flow per flow of the component, in rank order; flows of one signature are alike, so any of them
+            # stands for the others
+            rank, by_sig = self._sig_rank, self._by_sig
+            ordered: list[Flow] = []
+            for sig, n in sorted(zip(distinct, counts, strict=True), key=lambda sc: rank[sc[0]]):
+                ordered.extend([next(iter(by_sig[sig].values()))] * n)
             rates = self._progressive_filling(ordered)
             hit = {f.sig: r for f, r in zip(ordered, rates, strict=True)}
         if len(self._memo) < 100_000:
@@ -785,38 +796,52 @@ class FluidNetwork:
             self._ended = []
         self.solves += 1
         now = self.env.now
+        active, rerate = self._active, self._rerate
+        started = [f for f in self._started if id(f) in active]
+        for f in started:
+            if not f.res:  # nothing shared: a component of its own (its cap)
+                rerate(f, self._component_rates(((f.sig,), (1,)))[f.sig], now)
+        self._started = [f for f in started if f.res]
         comps = self._components()
         # one memo entry for everything this solve touched (a lockstep pipeline repeats the same set of components),
         # else one per component; a component's rates are always its own progressive filling's, so which entry
         # answers does not change a bit
-        flows_all = comps[0] if len(comps) == 1 else [f for c in comps for f in c]
-        key = tuple(sorted([f.sig for f in flows_all]))
+        sigs_all = comps[0] if len(comps) == 1 else [s for c in comps for s in c]
+        key = self._key(sigs_all)
         hit = self._memo.get(key)
         if hit is not None:
             self.memo_hits += 1
         else:
             if len(comps) == 1:
-                hit = self._component_rates(comps[0], key)
+                hit = self._component_rates(key)
             else:
                 hit = {}
-                for flows in comps:
+                for sigs in comps:
                     # equal signatures share resources: never in two components
-                    hit.update(self._component_rates(flows, tuple(sorted([f.sig for f in flows]))))
+                    hit.update(self._component_rates(self._key(sigs)))
                 if len(self._memo) < 100_000:
                     self._memo[key] = hit
-        by_sig = hit
-        for f in flows_all:
-            rate = by_sig[f.sig]
-            if rate == f.rate and f.version:
-                continue
-            self._rerate(f, rate, now)
+        # every streaming flow of a signature has its signature's rate (`_sig_rate`): a signature whose rate is
+        # unchanged needs no pass over its flows; the flows new since the last solve (rate 0) are rated below
+        sig_rate, by_sig = self._sig_rate, self._by_sig
+        for sig in sigs_all:
+            rate = hit[sig]
+            if rate != sig_rate[sig]:
+                sig_rate[sig] = rate
+                for f in by_sig[sig].values():
+                    if f.version:
+                        rerate(f, rate, now)
+        for f in self._started:
+            rerate(f, hit[f.sig], now)
+        self._started = []
         if self._relayed:
-            # the flows the search reached were solved above: those of a signature it reached (a relayed flow with no
-            # resource is never reached: only started flows make such components)
+            # the relayed flows of a signature the search reached take its new rate, the others their predecessor's
             stamp, sig_mark = self._stamp, self._sig_mark
             for f, rate in self._relayed:
-                if not f.res or sig_mark[f.sig] != stamp:
-                    self._rerate(f, rate, now)
+                if f.res and sig_mark[f.sig] == stamp:
+                    rerate(f, hit[f.sig], now)
+                else:
+                    rerate(f, rate, now)
                     self.relayed += 1
             self._relayed = []
         if self.check:
@@ -840,7 +865,7 @@ class FluidNetwork:
             if bucket is None:
                 due[finish] = bucket = []
                 heapq.heappush(self._times, finish)
-            bucket.append((version, f))
+            bucket.append((f.seq, version, f))
 
     def _progressive_filling(self, flows: list[Flow]) -> list[float]:
         """Raise all unfrozen rates together until a resource or a flow cap binds; freeze those; repeat.
@@ -934,7 +959,7 @@ class FluidNetwork:
         while times:
             bucket = due[times[0]]
             stale = 0  # drop the stale entries ahead of the first live one (each entry is looked at once here)
-            for version, f in bucket:
+            for _seq, version, f in bucket:
                 if version == f.version and id(f) in active:
                     break
                 stale += 1
@@ -982,11 +1007,6 @@ class FluidNetwork:
     def active(self) -> list[Flow]:
         """Flows streaming now."""
         return list(self._active.values())
-
-
-def _started_order(entry: tuple[int, Flow]) -> int:
-    """A finish-queue entry's flow's start sequence (:attr:`Flow.seq`)."""
-    return entry[1].seq
 
 
 def _check_typed(tag: object, owner: object) -> None:

@@ -69,6 +69,21 @@ def test_array_filling_matches_the_python_filling_to_rounding(inst: Instance) ->
     assert arrays == pytest.approx(python, rel=1e-12)
 
 
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(components(_any_coef), st.data())
+def test_distinct_rows_with_counts_fill_as_every_flow(inst: Instance, data: st.DataObject) -> None:
+    # the engine passes each signature once with its number of flows: the same rates, bit for bit, as every flow
+    net = FluidNetwork(simpy.Environment())
+    res = [net.resource(f"r{k}", c) for k, c in enumerate(inst.capacities)]
+    for f in inst.flows:
+        net.transfer(1e6, [(res[k], c) for k, c in f.uses], max_rate=f.max_rate)
+    ids = np.array(list(dict.fromkeys(f.sig for f in net._started)), dtype=np.int64)
+    counts = np.array(data.draw(st.lists(st.integers(1, 6), min_size=len(ids), max_size=len(ids))), dtype=np.int64)
+    each = net._arrays.fill(np.repeat(ids, counts)).tolist()
+    assert net._arrays.fill(ids, counts).tolist() == each
+    assert net._arrays.fill(ids, np.ones(len(ids), dtype=np.int64)).tolist() == net._arrays.fill(ids).tolist()
+
+
 class _Arrays(MaxMinCheckedNetwork):
     """Every component filled on arrays; the bottleneck characterisation asserted after every solve."""
 

@@ -25,7 +25,6 @@ from reference_maxmin import (
 from simpy.events import AllOf
 
 from collsim.engine import FluidNetwork, Tag
-from collsim.engine.fluid import Flow
 
 INF = math.inf
 
@@ -303,9 +302,10 @@ class _Searched(_Recording):
         super().__init__(env)
         self.searched: list[tuple[float, list[str]]] = []
 
-    def _components(self) -> list[list[Flow]]:
+    def _components(self) -> list[list[int]]:
         comps = super()._components()
-        self.searched.append((self.env.now, sorted(f.tag.label for c in comps for f in c)))
+        flows = [f for c in comps for s in c for f in self._by_sig[s].values()]
+        self.searched.append((self.env.now, sorted(f.tag.label for f in flows)))
         return comps
 
 
@@ -404,13 +404,13 @@ def test_water_filling_handles_uncapped_flows_without_resources() -> None:
 
 # ---------------------------------------------------------------------------------------------------- incremental
 class _Global(FluidNetwork):
-    """The engine re-solving every streaming flow at every solve (one component of all of them): what it did before
-    it re-solved only the components that changed."""
+    """The engine re-solving every streaming flow at every solve (one component of all of them, by signature): what
+    it did before it re-solved only the components that changed."""
 
-    def _components(self) -> list[list[Flow]]:
+    def _components(self) -> list[list[int]]:
         super()._components()
-        flows = list(self._active.values())
-        return [flows] if flows else []
+        sigs = [s for s, flows in enumerate(self._by_sig) if flows]
+        return [sigs] if sigs else []
 
 
 @st.composite
