@@ -125,13 +125,9 @@ class SignatureArrays:
         nres = len(uniq)
         caps = self._rcap[uniq[by_first]]
         weight = np.bincount(loc, weights=coef, minlength=nres)  # summed in use order, from 0.0, as in Python
-        res_len = np.bincount(loc, minlength=nres)
-        unfrozen_on = res_len.copy()
+        unfrozen_on = np.bincount(loc, minlength=nres)  # per resource: its uses by flows not frozen yet
         left = caps.copy()
         live = weight > 0
-        # each resource's uses, in flow order
-        by_res = np.argsort(loc, kind="stable")
-        res_start = np.cumsum(res_len) - res_len
         frozen = np.zeros(nflows, dtype=bool)
         max_rate = self._cap[sigs]
         by_cap = np.argsort(max_rate, kind="stable").tolist()
@@ -167,12 +163,15 @@ class SignatureArrays:
                 cp += 1
             sat = newly if binding < 0 or binding in newly else np.append(newly, binding)
             live[sat] = False
+            # the flows to freeze, as a mask over flows (then in flow order, each once): those capped at this level,
+            # and every flow on a resource that saturated
+            freeze = np.zeros(nflows, dtype=bool)
+            freeze[to_freeze] = True
             if sat.size:
-                members = owner[by_res[_segments(res_start[sat], res_len[sat])]]
-                new = np.concatenate((np.array(to_freeze, dtype=np.int64), members)) if to_freeze else members
-            else:
-                new = np.array(to_freeze, dtype=np.int64)
-            new = np.unique(new[~frozen[new]])
+                on_sat = np.zeros(nres, dtype=bool)
+                on_sat[sat] = True
+                freeze[owner[on_sat[loc]]] = True
+            new = np.flatnonzero(freeze & ~frozen)
             if not new.size:
                 continue
             frozen[new] = True
