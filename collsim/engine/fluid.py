@@ -207,19 +207,19 @@ class Flow:
     def __init__(
         self,
         size: float,
-        uses: tuple[tuple[Resource, float], ...],
-        res: tuple[Resource, ...],
-        max_rate: float,
+        route: Route,
         done: Event | None,
         tag: Tag,
         owner: Owner,
         latency: float,
+        now: float,
+        seq: int,
     ) -> None:
         self.size = size
         self.remaining = size
-        self.uses = uses
-        self.res = res  # the resources of `uses`, for component searches
-        self.max_rate = max_rate
+        self.uses = route.uses
+        self.res = route.res  # the resources of `uses`, for component searches
+        self.max_rate = route.max_rate
         self.rate = 0.0
         self.done: Event | None = done  # fired when the last unit has left; None when nobody waits for that moment
         self.arrived: Event | None = None  # fired `latency` after the last unit left (None: it is `done`)
@@ -227,11 +227,11 @@ class Flow:
         self.hold = 0.0
         self.tag = tag
         self.owner = owner
-        self.t_start = 0.0
+        self.t_start = now
         self.latency = latency
-        self.sig = 0  # interned (uses, max_rate): flows with equal signatures get equal max-min fair rates
-        self.seq = 0  # the network's count of flows when this one started: flows due together finish in this order
-        self.t_ref = 0.0  # `remaining` is exact at t_ref; it falls at `rate` since (progress is lazy)
+        self.sig = route.sig  # interned (uses, max_rate): flows with equal signatures get equal max-min fair rates
+        self.seq = seq  # the network's count of flows when this one started: flows due together finish in this order
+        self.t_ref = now  # `remaining` is exact at t_ref; it falls at `rate` since (progress is lazy)
         self.version = 0  # bumped at every rate change: older finish-time entries are stale
         self.rates: list[tuple[float, float]] | None = None  # (time s, rate) at each rate change, when recording
 
@@ -493,18 +493,15 @@ class FluidNetwork:
             streamed = arrived
         else:
             streamed = Event(env)
-        flow = Flow(float(size), route.uses, route.res, route.max_rate, done, tag, owner, latency)
-        flow.sig = route.sig
+        self.flows += 1
+        flow = Flow(float(size), route, done, tag, owner, latency, env._now, self.flows)
         if arrived is not done:
             flow.arrived = arrived
         if streamed is not done and streamed is not arrived:
             flow.streamed = streamed
             flow.hold = hold
-        flow.t_start = flow.t_ref = env.now
         if self.record:
             flow.rates = []
-        self.flows += 1
-        flow.seq = self.flows
         if self.flows >= self._check_at:  # the budget: over its limit, or a heartbeat due (every Meter.EVERY)
             self._meter.over(self.flows, env.now)
             self._check_at = self.flows + Meter.EVERY
@@ -518,7 +515,8 @@ class FluidNetwork:
                 res.sigs[sig] = None
         flows[id(flow)] = flow
         self._started.append(flow)
-        self._schedule_update()
+        if not self._update_pending:
+            self._schedule_update()
         return streamed, arrived  # type: ignore[return-value]  # each is done or an event of its own
 
     def _instant(self, size: float, latency: float, hold: float, tag: Tag, owner: Owner) -> tuple[Event, Event]:
