@@ -9,7 +9,8 @@ that start and end together cost one solve.
 
 Latency is separate from bandwidth: :meth:`FluidNetwork.transfer` streams first and reports arrival ``latency``
 seconds after the last byte left, so a sender that pipelines messages pays the latency once per dependency chain,
-not once per message.
+not once per message. The events the network triggers for one time (flows' ends, arrivals, a sender's release after
+its hold) wait behind one SimPy event and run in the order they were triggered.
 
 Every flow and delay names who does it (an :class:`Owner`: a rank, its NCCL channel, or another participant) and
 what it is (a :class:`Tag`: a display label, an activity and a breakdown category). A recording network keeps both,
