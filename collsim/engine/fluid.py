@@ -346,7 +346,6 @@ class FluidNetwork:
         self._wake_at = _INF  # the time of the live wake-up (inf: none pending)
         self._signatures: dict[tuple[tuple[tuple[Resource, float], ...], float], int] = {}
         self._sig_order: list[tuple[tuple[tuple[str, float], ...], float]] = []  # per signature: what it is
-        self._sig_uses: list[tuple[tuple[Resource, float], ...]] = []  # per signature: resources and coefficients
         self._sig_res: list[tuple[Resource, ...]] = []  # per signature: the resources its flows cross
         self._sig_moved: list[float] = []  # per signature: units its finished flows moved (see carried)
         # per signature: its flows streaming now, by id (a resource lists the signatures on it, not every flow: a
@@ -359,16 +358,15 @@ class FluidNetwork:
         # names and coefficients themselves; every signature differs, so the order is the same)
         self._sig_rank: list[int] = []
         self._memo: dict[tuple[tuple[int, ...], tuple[int, ...]], dict[int, float]] = {}
-        # the signatures as arrays, for the array filling of large components (collsim.engine.filling); ranks as an
-        # array, and the signature of each rank
+        # the signatures as arrays, for the array filling of large components (collsim.engine.filling); their ranks
+        # as an array
         self._arrays = SignatureArrays()
         self._np_rank: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
-        self._np_by_rank: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
         #: components of at least this many flows are filled on arrays (the same rates; below it the Python filling
         #: is cheaper: measured on 1024 GPUs, see docs/performance.md)
         self.array_from = ARRAY_FROM
-        # the flows streaming on each resource, and what changed since the last solve: flows started, and the
-        # resources of flows that finished (a solve re-solves only the connected components these touch)
+        # what changed since the last solve: flows started, and the resources of flows that finished (a solve
+        # re-solves only the connected components these touch)
         self._started: list[Flow] = []
         self._freed: list[Resource] = []
         self._ended: list[tuple[int, float]] = []  # (signature, rate) of the flows finished since the last solve
@@ -384,7 +382,7 @@ class FluidNetwork:
         """Units ``res`` consumed for the flows that finished on it: each signature's coefficient on ``res`` x the
         units its finished flows moved (kept per signature, not per flow and resource)."""
         moved = self._sig_moved
-        return sum((c * moved[s] for s, uses in enumerate(self._sig_uses) for r, c in uses if r is res), 0.0)
+        return sum((c * moved[s] for (uses, _cap), s in self._signatures.items() for r, c in uses if r is res), 0.0)
 
     def resource(self, name: str, capacity: float, kind: str = "", key: Hashable = None) -> Resource:
         """Create (or return the existing) resource called ``name`` with ``capacity`` units/s and an optional
@@ -459,7 +457,6 @@ class FluidNetwork:
         sig = self._signatures.setdefault((uses_t, max_rate), len(self._signatures))
         if sig == len(self._sig_order):  # a new signature: its place in the canonical solve order
             self._sig_order.append((tuple((r.name, c) for r, c in uses_t), max_rate))
-            self._sig_uses.append(uses_t)
             self._sig_res.append(tuple(r for r, _ in uses_t))
             self._sig_moved.append(0.0)
             self._by_sig.append({})
@@ -710,9 +707,9 @@ class FluidNetwork:
             return hit
         if len(self._sig_rank) != len(self._sig_order):  # signatures were added: rank them all again (once a run)
             order = self._sig_order
-            self._np_by_rank = np.array(sorted(range(len(order)), key=order.__getitem__), dtype=np.int64)
+            by_rank = np.array(sorted(range(len(order)), key=order.__getitem__), dtype=np.int64)
             self._np_rank = np.empty(len(order), dtype=np.int64)
-            self._np_rank[self._np_by_rank] = np.arange(len(order))
+            self._np_rank[by_rank] = np.arange(len(order))
             self._sig_rank = self._np_rank.tolist()  # a list indexes faster than an array in the Python filling
         distinct, counts = key
         if sum(counts) >= self.array_from:  # the same filling on arrays: one row per flow, in rank order
