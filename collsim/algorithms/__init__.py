@@ -8,11 +8,13 @@ from collsim.algorithms.ring import (
     GlooRingShape,
     NcclRingMachine,
     RingChunking,
+    SendThen,
     gloo_ring_allreduce,
     gloo_ring_receiver,
     gloo_ring_segments,
     merge_segments,
     nccl_ring_allreduce,
+    send_then_of,
 )
 
 __all__ = [
@@ -21,9 +23,11 @@ __all__ = [
     "GlooRingShape",
     "NcclRingMachine",
     "RingChunking",
+    "SendThen",
     "gloo_ring_allreduce",
     "gloo_ring_receiver",
     "gloo_ring_segments",
     "merge_segments",
     "nccl_ring_allreduce",
+    "send_then_of",
 ]

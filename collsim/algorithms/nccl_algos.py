@@ -15,7 +15,7 @@ from typing import Any
 from simpy.events import AllOf, Event
 
 from collsim.algorithms.board import EventBoard
-from collsim.algorithms.ring import RingChunking
+from collsim.algorithms.ring import RingChunking, SendThen
 
 __all__ = [
     "NcclNvlsTreeMachine",
@@ -202,8 +202,8 @@ class _TreeLanes:
         parent: Hashable | None,
         children: Sequence[Hashable],
         parts: list[float],
-        send_up: Send | None,
-        send_down: Sequence[Send],
+        send_up: SendThen | None,
+        send_down: Sequence[SendThen],
     ) -> None:
         self.board = board
         self.me = me
@@ -251,14 +251,12 @@ class _TreeLanes:
         """Try every lane once; whether any sent (or passed a slice on)."""
         raise NotImplementedError
 
-    def _send_up(self, i: int, b: float, streamed_cb: Callable[[Event], None]) -> None:
-        """Send ``b`` bytes of slice ``i`` to the parent; ``streamed_cb`` when they have left."""
+    def _send_up(self, i: int, b: float, streamed_cb: Callable[[int], None]) -> None:
+        """Send ``b`` bytes of slice ``i`` to the parent; ``streamed_cb(i)`` when they have left."""
         assert self.send_up is not None
         self.busy_up = True
-        streamed, arrived = self.send_up(b)
-        # a send's events are processed later, never at once: their callbacks run when they are
-        arrived.callbacks.append(lambda _e: self._up_arrived(i))  # type: ignore[union-attr]
-        streamed.callbacks.append(streamed_cb)  # type: ignore[union-attr]
+        # the calls come later, never at once
+        self.send_up(b, self._up_arrived, i, streamed_cb, i)
 
     def _up_arrived(self, i: int) -> None:
         for m in self.on_up:
@@ -269,18 +267,15 @@ class _TreeLanes:
     def _send_down(self, i: int, b: float) -> None:
         """Send ``b`` bytes of slice ``i`` to every child at once."""
         for key, send in self.send_down:
-            streamed, arrived = send(b)
-            child = self.children[key]
-            arrived.callbacks.append(lambda _e, child=child: child._here(i))  # type: ignore[misc,union-attr]
             self.busy_down += 1
-            streamed.callbacks.append(self._down_streamed)  # type: ignore[union-attr]
+            send(b, self.children[key]._here, i, self._down_streamed, None)
 
     def _here(self, i: int) -> None:
         if not self.down_ready[i]:
             self.down_ready[i] = 1
             self._advance()
 
-    def _down_streamed(self, _e: Event) -> None:
+    def _down_streamed(self, _arg: None) -> None:
         self.busy_down -= 1
         if not self.busy_down:
             self._down_free()
@@ -291,9 +286,10 @@ class _TreeLanes:
 
 
 class NcclTreeMachine(_TreeLanes):
-    """:func:`nccl_tree_up` and :func:`nccl_tree_down` for one entity, driven by event callbacks instead of two
+    """:func:`nccl_tree_up` and :func:`nccl_tree_down` for one entity, driven by callbacks instead of two
     generators: the same sends at the same simulated times, without a SimPy process resume or an
-    :class:`EventBoard` event per slice and dependency (which the board kept for the whole run).
+    :class:`EventBoard` event per slice and dependency (which the board kept for the whole run). Its senders are
+    :data:`~collsim.algorithms.ring.SendThen` (called back on arrival and release: no event per send).
 
     Waits and payments are those of the two generators, which stay the readable reference (the tests run both on
     random trees and compare the times): per slice,
@@ -320,8 +316,8 @@ class NcclTreeMachine(_TreeLanes):
         *,
         data_bytes: float,
         chunking: RingChunking,
-        send_up: Send | None,
-        send_down: Sequence[Send],
+        send_up: SendThen | None,
+        send_down: Sequence[SendThen],
         whole_steps_up: bool = False,
         whole_steps_down: bool = False,
     ) -> None:
@@ -347,7 +343,7 @@ class NcclTreeMachine(_TreeLanes):
             self._send_up(i, self.parts[i], self._up_streamed)
         return True
 
-    def _up_streamed(self, _e: Event) -> None:
+    def _up_streamed(self, _i: int) -> None:
         self.busy_up = False
         self._advance()
 
@@ -478,8 +474,9 @@ def nccl_nvls_tree(
 
 
 class NcclNvlsTreeMachine(_TreeLanes):
-    """:func:`nccl_nvls_tree`'s schedule driven by event callbacks instead of four generators: the same sends at the
-    same simulated times, without a SimPy process resume or an :class:`EventBoard` event per dependency.
+    """:func:`nccl_nvls_tree`'s schedule driven by callbacks instead of four generators: the same sends at the
+    same simulated times, without a SimPy process resume or an :class:`EventBoard` event per dependency. Its
+    senders are :data:`~collsim.algorithms.ring.SendThen` (called back on arrival and release: no event per send).
 
     At scale (every GPU and channel of 1024 GPUs, thousands of slices each) the four generators of each entity
     spend their time resuming, and the board keeps an entry per slice and dependency for the whole run (every GPU
@@ -534,10 +531,10 @@ class NcclNvlsTreeMachine(_TreeLanes):
         data_bytes: float,
         chunking: RingChunking,
         share: float,
-        send_rs: Send,
-        send_up: Send | None,
-        send_down: Sequence[Send],
-        send_ag: Send,
+        send_rs: SendThen,
+        send_up: SendThen | None,
+        send_down: Sequence[SendThen],
+        send_ag: SendThen,
     ) -> None:
         super().__init__(board, me, parent, children, slices(data_bytes, chunking), send_up, send_down)
         self.peer_keys = list(dict.fromkeys(node_peers))
@@ -568,9 +565,7 @@ class NcclNvlsTreeMachine(_TreeLanes):
             return False
         self.i_rs = i + 1
         self.busy_rs = True
-        streamed, arrived = self.send_rs(self.parts[i])
-        arrived.callbacks.append(lambda _e: self._rs_arrived(i))  # type: ignore[union-attr]
-        streamed.callbacks.append(self._rs_streamed)  # type: ignore[union-attr]
+        self.send_rs(self.parts[i], self._rs_arrived, i, self._rs_streamed, None)
         return True
 
     def _rs_arrived(self, i: int) -> None:
@@ -579,7 +574,7 @@ class NcclNvlsTreeMachine(_TreeLanes):
             if c == m.npeers:
                 m._advance()
 
-    def _rs_streamed(self, _e: Event) -> None:
+    def _rs_streamed(self, _arg: None) -> None:
         self.busy_rs = False
         self._advance()
 
@@ -592,7 +587,7 @@ class NcclNvlsTreeMachine(_TreeLanes):
             self.down_ready[i] = 1
             self.up_sent[i] = 1
         else:
-            self._send_up(i, self.parts[i] * self.share, lambda _e: self._up_streamed(i))
+            self._send_up(i, self.parts[i] * self.share, self._up_streamed)
         return True
 
     def _up_streamed(self, i: int) -> None:
@@ -617,15 +612,17 @@ class NcclNvlsTreeMachine(_TreeLanes):
         if self.busy_ag or i >= self.n or self.tree_count[i] < self.npeers:
             return False
         self.i_ag = i + 1
-        streamed, arrived = self.send_ag(self.parts[i])
         if i + 1 < self.n:  # the sender's own work after the last slice delays nothing
             self.busy_ag = True
-            streamed.callbacks.append(self._ag_streamed)  # type: ignore[union-attr]
+            self.send_ag(self.parts[i], None, None, self._ag_streamed, None)
         else:
-            arrived.callbacks.append(lambda _e: self.board.fire(self.me, "done"))  # type: ignore[union-attr]
+            self.send_ag(self.parts[i], self._last_arrived, None, None, None)
         return True
 
-    def _ag_streamed(self, _e: Event) -> None:
+    def _last_arrived(self, _arg: None) -> None:
+        self.board.fire(self.me, "done")
+
+    def _ag_streamed(self, _arg: None) -> None:
         self.busy_ag = False
         self._advance()
 

@@ -35,8 +35,28 @@ __all__ = [
 ]
 
 Send = Callable[[float], tuple[Event, Event]]
+#: A callback-driven schedule's sender: ``send(nbytes, on_arrived, arg, on_streamed, arg)`` calls
+#: ``on_arrived(arg)`` when the bytes have arrived and ``on_streamed(arg)`` when the sender is free (each when
+#: given): the two events of a :data:`Send`, without the events (``FluidNetwork.send_then``; :func:`send_then_of`
+#: builds one from a :data:`Send`)
+Callback = Callable[[Any], None]
+SendThen = Callable[[float, Callback | None, Any, Callback | None, Any], None]
 Reduce = Callable[[float], Event]
 Proc = Generator[Event, Any, None]
+
+
+def send_then_of(send: Send) -> SendThen:
+    """A :data:`SendThen` over an event sender: the calls run as the callbacks of ``send``'s events, the arrival's
+    first (the order in which a callback-driven schedule appends them, so the two kinds of sender run alike)."""
+
+    def then(b: float, on_arrived: Callback | None, a: Any, on_streamed: Callback | None, s: Any) -> None:
+        streamed, arrived = send(b)
+        if on_arrived is not None:
+            arrived.callbacks.append(lambda _e: on_arrived(a))  # type: ignore[union-attr]
+        if on_streamed is not None:
+            streamed.callbacks.append(lambda _e: on_streamed(s))  # type: ignore[union-attr]
+
+    return then
 
 
 @dataclass(frozen=True)
@@ -146,8 +166,9 @@ def nccl_ring_allreduce(
 
 
 class NcclRingMachine:
-    """:func:`nccl_ring_allreduce`'s schedule driven by event callbacks instead of a generator: the same sends at the
-    same times, without a SimPy process resume or an :class:`EventBoard` event per dependency.
+    """:func:`nccl_ring_allreduce`'s schedule driven by callbacks instead of a generator: the same sends at the
+    same times, without a SimPy process resume or an :class:`EventBoard` event per dependency. Its sender is a
+    :data:`SendThen` (the network calls the machine back when a slice has streamed and arrived: no event per send).
 
     At scale (thousands of (channel, rank) entities each sending thousands of slices) the generator spends most of
     its time resuming and the board keeps one event per slice and dependency alive for the whole run. A machine
@@ -194,7 +215,7 @@ class NcclRingMachine:
         nranks: int,
         data_bytes: float,
         chunking: RingChunking,
-        send: Send,
+        send: SendThen,
         nsteps: int | None = None,
         whole_steps: bool = False,
     ) -> None:
@@ -281,14 +302,9 @@ class NcclRingMachine:
             return
         seq = self.seq
         size = self.sizes[seq // (self.nsteps * self.spc)]
-        streamed, arrived = self.send(size)
         self.sending = True
         self.seq = seq + 1
-        arrived.callbacks.append(lambda _e: self._arrive(seq))  # type: ignore[union-attr]
-        if streamed is not arrived:
-            streamed.callbacks.append(lambda _e: self._stream(seq))  # type: ignore[union-attr]
-        else:
-            arrived.callbacks.append(lambda _e: self._stream(seq))  # type: ignore[union-attr]
+        self.send(size, self._arrive, seq, self._stream, seq)
 
     def _arrive(self, seq: int) -> None:
         self.arrived[seq] = 1

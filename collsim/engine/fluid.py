@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -47,6 +48,9 @@ __all__ = [
     "Route",
     "Tag",
 ]
+
+#: What :meth:`FluidNetwork.send_then` calls when a flow arrives or its sender is free: ``callback(argument)``.
+Callback = Callable[[Any], None]
 
 #: SimPy priority of the rate solve: after every NORMAL (1) event of the same timestamp.
 LATE = 2
@@ -201,6 +205,7 @@ class Flow:
         "t_ref",
         "t_start",
         "tag",
+        "then",
         "uses",
         "version",
     )
@@ -235,6 +240,9 @@ class Flow:
         self.t_ref = now  # `remaining` is exact at t_ref; it falls at `rate` since (progress is lazy)
         self.version = 0  # bumped at every rate change: older finish-time entries are stale
         self.rates: list[tuple[float, float]] | None = None  # (time s, rate) at each rate change, when recording
+        # what to call instead of events (FluidNetwork.send_then): (on arrival, its argument, once the sender is
+        # free, its argument); None for a flow with events
+        self.then: tuple[Callback | None, Any, Callback | None, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -333,7 +341,7 @@ class FluidNetwork:
         self.flows = 0  # flows started that streamed bytes (the engine's work, for benchmarks)
         self._meter = Meter(record)  # the work budget in force (collsim.engine.budget) and the heartbeat
         self._check_at = self._meter.limit + 1 if 0 <= self._meter.limit < Meter.EVERY else Meter.EVERY
-        self._active: dict[int, Flow] = {}
+        self._streaming = 0  # flows streaming now (each is in its signature's table, _by_sig)
         self._stamp = 0  # the last component search's stamp (Resource.mark, and each signature's mark)
         # finish times: a heap of the distinct times, and per time the (seq, version, flow) entries queued for it
         # (flows of one lockstep wave share a time: one heap entry, not one per flow; they finish in the order they
@@ -371,7 +379,8 @@ class FluidNetwork:
         self._freed: list[Resource] = []
         self._ended: list[tuple[int, float]] = []  # (signature, rate) of the flows finished since the last solve
         self._relayed: list[tuple[Flow, float]] = []  # started flows that take a finished one's rate (see _relay)
-        self._batches: dict[float, list[Event]] = {}  # events triggered for a time, by time (see _after)
+        # what is due at a time, by time: events triggered for it and send_then's calls (see _after, _call)
+        self._batches: dict[float, list[Event | tuple[Callback, Any]]] = {}
         self.memo_hits = 0
         self.array_fills = 0  # components filled on arrays (collsim.engine.filling)
         self.relays = 0  # solves skipped: flows replaced by flows of the same kinds (see _relay)
@@ -491,13 +500,48 @@ class FluidNetwork:
             streamed = arrived
         else:
             streamed = Event(env)
-        self.flows += 1
-        flow = Flow(float(size), route, done, tag, owner, latency, env._now, self.flows)
+        flow = self._start(route, size, done, tag, owner, latency)
         if arrived is not done:
             flow.arrived = arrived
         if streamed is not done and streamed is not arrived:
             flow.streamed = streamed
             flow.hold = hold
+        return streamed, arrived  # type: ignore[return-value]  # each is done or an event of its own
+
+    def send_then(
+        self,
+        route: Route,
+        size: float,
+        latency: float,
+        hold: float,
+        tag: Tag,
+        owner: Owner,
+        on_arrived: Callback | None,
+        arrived_arg: Any,
+        on_streamed: Callback | None,
+        streamed_arg: Any,
+    ) -> None:
+        """:meth:`send` for a caller that reacts with plain calls instead of waiting for events (a callback-driven
+        schedule): ``on_arrived(arrived_arg)`` when ``arrived`` would fire, then ``on_streamed(streamed_arg)`` when
+        ``streamed`` would (each if given), in the order the callbacks of the two events would run had the caller
+        appended them in that order (the same simulated times and the same order; no SimPy event per flow).
+        Arguments are positional and unchecked: the fast path."""
+        if size <= 0:  # nothing streams: the events of :meth:`_instant`, then the calls
+            streamed, arrived = self._instant(size, latency, hold, tag, owner)
+            if on_arrived is not None:
+                arrived.callbacks.append(lambda _e: on_arrived(arrived_arg))  # type: ignore[union-attr]
+            if on_streamed is not None:
+                streamed.callbacks.append(lambda _e: on_streamed(streamed_arg))  # type: ignore[union-attr]
+            return
+        flow = self._start(route, size, None, tag, owner, latency)
+        flow.then = (on_arrived, arrived_arg, on_streamed, streamed_arg)
+        flow.hold = hold
+
+    def _start(self, route: Route, size: float, done: Event | None, tag: Tag, owner: Owner, latency: float) -> Flow:
+        """A flow of ``size`` units over ``route``, streaming from now (the caller sets its events or calls)."""
+        env = self.env
+        self.flows += 1
+        flow = Flow(float(size), route, done, tag, owner, latency, env._now, self.flows)
         if self.record:
             flow.rates = []
         if self.flows >= self._check_at:  # the budget: over its limit, or a heartbeat due (every Meter.EVERY)
@@ -505,7 +549,7 @@ class FluidNetwork:
             self._check_at = self.flows + Meter.EVERY
             if 0 <= self._meter.limit < self._check_at:
                 self._check_at = max(self.flows + 1, self._meter.limit + 1)
-        self._active[id(flow)] = flow
+        self._streaming += 1
         flows = route.flows
         if not flows:  # the signature's first streaming flow: its resources list it
             sig = route.sig
@@ -515,7 +559,7 @@ class FluidNetwork:
         self._started.append(flow)
         if not self._update_pending:
             self._schedule_update()
-        return streamed, arrived  # type: ignore[return-value]  # each is done or an event of its own
+        return flow
 
     def _instant(self, size: float, latency: float, hold: float, tag: Tag, owner: Owner) -> tuple[Event, Event]:
         """A transfer with nothing to stream (no bytes, or no resource and no cap): done now, arrived ``latency``
@@ -552,6 +596,15 @@ class FluidNetwork:
         SimPy's queue short (its push and pop cost the log of its length)."""
         ev._ok = True
         ev._value = None
+        self._batch(seconds).append(ev)
+
+    def _call(self, seconds: float, fn: Callback, arg: Any) -> None:
+        """Call ``fn(arg)`` ``seconds`` from now, in the batch of that time, where an event triggered now for then
+        would have its callbacks run (:meth:`_after`)."""
+        self._batch(seconds).append((fn, arg))
+
+    def _batch(self, seconds: float) -> list[Event | tuple[Callback, Any]]:
+        """The batch of what is due ``seconds`` from now (created with the SimPy event that fires it)."""
         env = self.env
         when = env._now + seconds  # the time SimPy's schedule computes for this delay (the same float)
         batch = self._batches.get(when)
@@ -562,23 +615,27 @@ class FluidNetwork:
             tick._value = None
             tick.callbacks.append(self._fire)
             env.schedule(tick, delay=seconds)
-        batch.append(ev)
+        return batch
 
     def _fire(self, _tick: Event) -> None:
-        """Process the batch of events due now (:meth:`_after`) in the order they were triggered, as SimPy's
-        ``step`` processes each: its callbacks run, then it is processed. An event triggered for now while the
-        batch runs goes into a new batch, processed after it (and after SimPy's other events of this time)."""
+        """Process the batch due now (:meth:`_after`, :meth:`_call`) in the order it was filled: an event as SimPy's
+        ``step`` processes it (its callbacks run, then it is processed), a call by calling it. What is triggered for
+        now while the batch runs goes into a new batch, processed after it (and after SimPy's other events of this
+        time)."""
         batch = self._batches.pop(self.env._now)
         for k, ev in enumerate(batch):
-            callbacks, ev.callbacks = ev.callbacks, None  # type: ignore[assignment]  # processed, as SimPy marks it
+            if ev.__class__ is tuple:
+                ev[0](ev[1])
+                continue
+            callbacks, ev.callbacks = ev.callbacks, None  # type: ignore[union-attr]  # processed, as SimPy marks it
             try:
-                for callback in callbacks:
+                for callback in callbacks:  # type: ignore[union-attr]
                     callback(ev)
             except simpy.core.StopSimulation:  # `env.run(until=ev)`: what SimPy's step does, for the rest too
-                ev.callbacks = callbacks[callbacks.index(callback) + 1 :]
-                self.env.schedule(ev, simpy.core.EventPriority(-1))
+                ev.callbacks = callbacks[callbacks.index(callback) + 1 :]  # type: ignore[union-attr]
+                self.env.schedule(ev, simpy.core.EventPriority(-1))  # type: ignore[arg-type]
                 for rest in batch[k + 1 :]:
-                    self.env.schedule(rest)
+                    self.env.schedule(rest if isinstance(rest, Event) else _call_event(self.env, *rest))
                 raise
 
     # ------------------------------------------------------------------ solver
@@ -602,21 +659,20 @@ class FluidNetwork:
         self._update_pending = False
         now = self.env.now
         horizon = now + now * 1e-12 + 1e-15
-        times, queued, active, by_sig = self._times, self._due, self._active, self._by_sig
-        ended, moved, after, record = self._ended, self._sig_moved, self._after, self.record
+        times, queued, by_sig = self._times, self._due, self._by_sig
+        ended, moved, after, call, record = self._ended, self._sig_moved, self._after, self._call, self.record
         finished = False
         while times and times[0] <= horizon:
             bucket = queued.pop(heapq.heappop(times))
             if len(bucket) > 1:  # by finish time, then in the order they started (not the order solves queued them)
                 bucket.sort()  # by (seq, version): unique, so flows are never compared
             for _seq, version, f in bucket:
-                key = id(f)
-                if version != f.version or key not in active:
+                if version != f.version:  # stale: re-rated since (or finished: its version moved on at its end)
                     continue
                 finished = True
-                del active[key]
+                self._streaming -= 1
                 flows = by_sig[f.sig]
-                del flows[key]
+                del flows[id(f)]
                 if not flows:  # the signature's last streaming flow
                     for res in f.res:
                         del res.sigs[f.sig]
@@ -640,6 +696,13 @@ class FluidNetwork:
                             tuple(f.rates) if f.rates is not None else (),
                         )
                     )
+                then = f.then
+                if then is not None:  # send_then's calls, in the order its two events' callbacks would run
+                    if then[0] is not None:
+                        call(f.latency, then[0], then[1])
+                    if then[2] is not None:
+                        call(f.hold, then[2], then[3])
+                    continue
                 if f.done is not None:
                     after(0.0, f.done)
                 if f.arrived is not None:
@@ -792,8 +855,8 @@ class FluidNetwork:
             self._ended = []
         self.solves += 1
         now = self.env.now
-        active, rerate = self._active, self._rerate
-        started = [f for f in self._started if id(f) in active]
+        rerate = self._rerate
+        started = self._started  # none has finished: a flow is queued to finish only once rated
         for f in started:
             if not f.res:  # nothing shared: a component of its own (its cap)
                 rerate(f, self._component_rates(((f.sig,), (1,)))[f.sig], now)
@@ -951,12 +1014,12 @@ class FluidNetwork:
     def _arm(self) -> None:
         """Schedule a wake-up at the earliest finish time with a live entry (older wake-ups become stale), unless
         the live one is already for that time (solves that leave the earliest finish where it was add none)."""
-        times, due, active = self._times, self._due, self._active
+        times, due = self._times, self._due
         while times:
             bucket = due[times[0]]
             stale = 0  # drop the stale entries ahead of the first live one (each entry is looked at once here)
             for _seq, version, f in bucket:
-                if version == f.version and id(f) in active:
+                if version == f.version:  # a finished flow's version moved on at its end
                     break
                 stale += 1
             if stale < len(bucket):
@@ -965,8 +1028,8 @@ class FluidNetwork:
                 break
             del due[heapq.heappop(times)]
         if not times:
-            if self._active:
-                names = ", ".join(f"{f.owner.label}:{f.tag.label}" for f in list(self._active.values())[:5])
+            if self._streaming:
+                names = ", ".join(f"{f.owner.label}:{f.tag.label}" for f in self.active[:5])
                 raise RuntimeError(f"flows cannot progress (zero rate): {names}")
             self._generation += 1  # nothing left to wake for: a pending wake-up is stale
             self._wake_at = _INF
@@ -987,13 +1050,14 @@ class FluidNetwork:
     def check_invariants(self, rel_tol: float = 1e-6) -> None:
         """Assert: no resource above capacity; every streaming flow is capped or crosses a saturated resource."""
         load: dict[Resource, float] = {}
-        for f in self._active.values():
+        flows = self.active
+        for f in flows:
             for res, coef in f.uses:
                 load[res] = load.get(res, 0.0) + coef * f.rate
         for res, value in load.items():
             if value > res.capacity * (1 + rel_tol):
                 raise AssertionError(f"{res.name}: load {value} above capacity {res.capacity}")
-        for f in self._active.values():
+        for f in flows:
             if f.rate >= f.max_rate * (1 - rel_tol):
                 continue
             if not any(load[res] >= res.capacity * (1 - rel_tol) for res, _ in f.uses):
@@ -1001,8 +1065,17 @@ class FluidNetwork:
 
     @property
     def active(self) -> list[Flow]:
-        """Flows streaming now."""
-        return list(self._active.values())
+        """Flows streaming now, in the order they started."""
+        return sorted((f for flows in self._by_sig for f in flows.values()), key=lambda f: f.seq)
+
+
+def _call_event(env: simpy.Environment, fn: Callback, arg: Any) -> Event:
+    """A triggered event whose one callback calls ``fn(arg)`` (a batch's call, rescheduled as SimPy's own event)."""
+    ev = Event(env)
+    ev._ok = True
+    ev._value = None
+    ev.callbacks.append(lambda _e: fn(arg))
+    return ev
 
 
 def _check_typed(tag: object, owner: object) -> None:

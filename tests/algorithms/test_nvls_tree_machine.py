@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from simpy.events import Event
 
-from collsim.algorithms import EventBoard, RingChunking
+from collsim.algorithms import EventBoard, RingChunking, send_then_of
 from collsim.algorithms.nccl_algos import NcclNvlsTreeMachine, nccl_nvls_tree
-from collsim.engine import FluidNetwork
+from collsim.engine import NO_OWNER, UNTAGGED, FluidNetwork
 
 Entity = tuple[int, int]  # (node, GPU index)
 
@@ -51,7 +51,12 @@ def _tree(
             flows[0] += 1
             return net.transfer(b, uses, latency=lat, hold=hold)
 
-        return send
+        def then(b: float, fa: Any, a: Any, fs: Any, s: Any) -> None:  # the machine's: the engine's calls, no events
+            flows[0] += 1
+            net.send_then(route, b, lat, hold, UNTAGGED, NO_OWNER, fa, a, fs, s)
+
+        route = net.route(uses)
+        return then if machine else send
 
     kids = {k: [c for c, p in enumerate(parents) if p == k] for k in range(nodes)}
     machines = []
@@ -137,9 +142,7 @@ def test_machine_keeps_no_board_event_per_slice() -> None:
     link = net.resource("l", 10e9)
     board = EventBoard(env)
 
-    def send(b: float) -> tuple[Event, Event]:
-        return net.transfer(b, [(link, 1.0)], latency=1e-6)
-
+    send = send_then_of(lambda b: net.transfer(b, [(link, 1.0)], latency=1e-6))
     ents = [(k, g) for k in range(2) for g in range(2)]
     machines = [
         NcclNvlsTreeMachine(

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from simpy.events import Event
 
-from collsim.algorithms import EventBoard, NcclRingMachine, RingChunking, nccl_ring_allreduce
-from collsim.engine import FluidNetwork
+from collsim.algorithms import EventBoard, NcclRingMachine, RingChunking, SendThen, nccl_ring_allreduce, send_then_of
+from collsim.engine import NO_OWNER, UNTAGGED, FluidNetwork
 
 
 def _ring(
@@ -45,6 +45,15 @@ def _ring(
 
         return send
 
+    def then(i: int) -> SendThen:  # the machine's sender: the engine's calls, no events
+        route = net.route([(links[i], 1.0), (common, 0.5)])
+
+        def send(b: float, fa: Any, a: Any, fs: Any, s: Any) -> None:
+            flows[0] += 1
+            net.send_then(route, b, lats[i], holds[i], UNTAGGED, NO_OWNER, fa, a, fs, s)
+
+        return send
+
     def launch(i: int) -> Generator[Event, Any, None]:
         yield env.timeout(starts[i])
         kw: dict[str, Any] = {
@@ -62,7 +71,7 @@ def _ring(
             machines.append(
                 NcclRingMachine(
                     board, i, (i - 1) % n, (i + 1) % n, nranks=n, data_bytes=size, chunking=chunking,
-                    send=sender(i), nsteps=nsteps, whole_steps=whole_steps,
+                    send=then(i), nsteps=nsteps, whole_steps=whole_steps,
                 )
             )
     for i in range(n):
@@ -115,7 +124,7 @@ def test_machine_keeps_no_board_event_per_slice() -> None:
     machines = [
         NcclRingMachine(
             board, i, (i - 1) % 4, (i + 1) % 4, nranks=4, data_bytes=4 * 4 * 65536.0, chunking=chunking,
-            send=lambda b: net.transfer(b, [(link, 1.0)], latency=1e-6),
+            send=send_then_of(lambda b: net.transfer(b, [(link, 1.0)], latency=1e-6)),
         )
         for i in range(4)
     ]

@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from simpy.events import Event
 
-from collsim.algorithms import EventBoard, RingChunking
+from collsim.algorithms import EventBoard, RingChunking, SendThen, send_then_of
 from collsim.algorithms.nccl_algos import NcclTreeMachine, nccl_tree_down, nccl_tree_up
-from collsim.engine import FluidNetwork
+from collsim.engine import NO_OWNER, UNTAGGED, FluidNetwork
 
 
 def _tree(
@@ -47,15 +47,25 @@ def _tree(
 
         return send
 
+    def then(k: int, to: int) -> SendThen:  # the machine's sender: the engine's calls, no events
+        route = net.route([(links[k], 1.0), (links[to], 0.5), (common, 0.5)])
+
+        def send(b: float, fa: Any, a: Any, fs: Any, s: Any) -> None:
+            flows[0] += 1
+            net.send_then(route, b, lats[k], holds[k], UNTAGGED, NO_OWNER, fa, a, fs, s)
+
+        return send
+
     kids = [[c for c, p in enumerate(parents) if p == k] for k in range(n)]
 
     def args(k: int) -> dict[str, Any]:
         par = parents[k]
+        make = then if machine else sender
         return {
             "data_bytes": size,
             "chunking": chunking,
-            "send_up": sender(k, par) if par is not None else None,
-            "send_down": [sender(k, c) for c in kids[k]],
+            "send_up": make(k, par) if par is not None else None,
+            "send_down": [make(k, c) for c in kids[k]],
         }
 
     machines = []
@@ -123,9 +133,7 @@ def test_machine_keeps_no_board_event_per_slice() -> None:
     link = net.resource("l", 10e9)
     board = EventBoard(env)
 
-    def send(b: float) -> tuple[Event, Event]:
-        return net.transfer(b, [(link, 1.0)], latency=1e-6)
-
+    send = send_then_of(lambda b: net.transfer(b, [(link, 1.0)], latency=1e-6))
     chunking = RingChunking(65536.0, 1, 8)
     machines = [
         NcclTreeMachine(

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from reference_maxmin import MaxMinCheckedNetwork, assert_max_min_fair
 
-from collsim.engine import Flow, FlowRecord, FluidNetwork, Owner, Resource, Tag, attribute_time
+from collsim.engine import NO_OWNER, UNTAGGED, Flow, FlowRecord, FluidNetwork, Owner, Resource, Tag, attribute_time
 
 
 def _run(net: FluidNetwork, env: simpy.Environment, transfers: list[tuple[float, list, dict]]) -> list[float]:
@@ -174,6 +174,72 @@ def test_run_until_an_event_of_a_batch() -> None:
     assert seen == ["a", "b"] and env.now == pytest.approx(1e-3 + 1e-6, rel=1e-12)
     env.run()
     assert seen == ["a", "b", "c"]
+
+
+_TIMINGS = [(0.0, 0.0), (0.0, 4e-6), (3e-6, 0.0), (5e-6, 5e-6), (5e-6, 3e-6), (2e-6, 7e-6)]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    plan=st.lists(
+        st.tuples(st.sampled_from([0.0, 2e5, 1e6]), st.integers(0, 2), st.sampled_from(_TIMINGS), st.booleans()),
+        min_size=1,
+        max_size=8,
+    ),
+)
+def test_send_then_calls_as_the_events_callbacks_run(plan: list[tuple[float, int, tuple[float, float], bool]]) -> None:
+    # the same flows sent with events (callbacks appended arrival first, then the sender's) and with send_then: the
+    # same calls at the same times in the same order, a sender that sends again when free included
+    def run(then: bool) -> list[tuple[float, str]]:
+        env = simpy.Environment()
+        net = FluidNetwork(env)
+        links = [net.resource(f"l{k}", 1e9) for k in range(3)]
+        log: list[tuple[float, str]] = []
+
+        def note(label: str) -> None:
+            log.append((env.now, label))
+
+        def send(i: int, again: bool) -> None:
+            size, k, (lat, hold), twice = plan[i]
+            route = net.route([(links[k], 1.0), (links[(k + 1) % 3], 0.5)])
+            label = f"{i}{'b' if again else ''}"
+
+            def free(_arg: object) -> None:
+                note(f"streamed {label}")
+                if twice and not again:
+                    send(i, True)
+
+            if then:
+                arrived_then = lambda a: note(f"arrived {a}")  # noqa: E731
+                net.send_then(route, size, lat, hold, UNTAGGED, NO_OWNER, arrived_then, label, free, None)
+            else:
+                streamed, arrived = net.send(route, size, latency=lat, hold=hold)
+                arrived.callbacks.append(lambda _e: note(f"arrived {label}"))
+                streamed.callbacks.append(free)
+
+        for i in range(len(plan)):
+            send(i, False)
+        env.run()
+        return log
+
+    with_events = run(False)
+    assert run(True) == with_events
+    assert len(with_events) == 2 * sum(2 if p[3] else 1 for p in plan)
+
+
+def test_run_until_an_event_of_a_batch_with_calls() -> None:
+    # `env.run(until=ev)` stops at an event of a batch that also holds send_then's calls: the calls after it run later
+    env = simpy.Environment()
+    net = FluidNetwork(env)
+    seen: list[str] = []
+    _s, stop = net.transfer(1e6, [(net.resource("a", 1e9), 1.0)], latency=1e-6)
+    stop.callbacks.append(lambda _e: seen.append("a"))
+    route = net.route([(net.resource("b", 1e9), 1.0)])
+    net.send_then(route, 1e6, 1e-6, 0.0, UNTAGGED, NO_OWNER, seen.append, "b", None, None)
+    env.run(until=stop)
+    assert seen == ["a"] and env.now == pytest.approx(1e-3 + 1e-6, rel=1e-12)
+    env.run()
+    assert seen == ["a", "b"]
 
 
 def test_a_solve_that_leaves_the_earliest_finish_adds_no_wake_up() -> None:

@@ -25,12 +25,13 @@ from typing import Any, cast
 import simpy
 from simpy.events import Event
 
-from collsim.algorithms import EventBoard, RingChunking
+from collsim.algorithms import EventBoard, RingChunking, SendThen
 from collsim.backends.common import ResourceCatalog
 from collsim.backends.nccl.constants import NcclConstants
 from collsim.backends.nccl.plan import Hop, NcclPlan, hop_between
 from collsim.backends.nccl.tags import LAUNCH_TAG, STRAGGLER_TAG, TRANSPORT_TAG
 from collsim.engine import FluidNetwork, Owner, Quotient, Tag
+from collsim.engine.fluid import Route
 from collsim.nccl_env import NcclOptions
 from collsim.noise import jitter_stream
 from collsim.topology import Topology
@@ -266,6 +267,7 @@ class SimContext:
 
 
 Send = Callable[[float], tuple[Event, Event]]
+Callback = Callable[[Any], None]
 
 
 @dataclass
@@ -302,28 +304,58 @@ class Launcher:
         ``opts.jitter`` every step draws an extra latency (:meth:`jitter`) at its first slice, and its slices arrive
         that much later together (the flag that tells the receiver a step is there is what a late message delays);
         the post is not jittered: the thread block's work is the same, the step arrives later."""
+        route, tag, owner, lat, hold, timing = self._prepared(e, role)
+        if timing is None:
+            net = self.net
+            return lambda b: net.send(route, b, latency=lat, tag=tag, owner=owner, hold=hold)
+
+        def send_timed(b: float) -> tuple[Event, Event]:
+            extra, h = timing()
+            return self.net.send(route, b, latency=lat + extra, tag=tag, owner=owner, hold=h)
+
+        return send_timed
+
+    def sender_then(self, e: Entity, role: str) -> SendThen:
+        """:meth:`sender` for a callback-driven schedule: ``send(nbytes, on_arrived, arg, on_streamed, arg)`` calls
+        ``on_arrived(arg)`` when the slice has arrived and ``on_streamed(arg)`` when the sender is free (the same
+        flow, times and order; :meth:`FluidNetwork.send_then`)."""
+        route, tag, owner, lat, hold, timing = self._prepared(e, role)
+        send_then = self.net.send_then
+        if timing is None:
+            return lambda b, fa, a, fs, s: send_then(route, b, lat, hold, tag, owner, fa, a, fs, s)
+
+        def send(b: float, fa: Callback | None, a: Any, fs: Callback | None, s: Any) -> None:
+            extra, h = timing()
+            send_then(route, b, lat + extra, h, tag, owner, fa, a, fs, s)
+
+        return send
+
+    def _prepared(
+        self, e: Entity, role: str
+    ) -> tuple[Route, Tag, Owner, float, float, Callable[[], tuple[float, float]] | None]:
+        """What a sender of ``e``'s ``role`` sends on: its route (prepared once), tag, owner, latency per slice
+        (a merged ring step pays every merged step's latency, ``RingChunking.latency_steps``), hold per slice and,
+        when slices differ (a post after several slices, jitter), a function giving the next slice's extra latency
+        and hold instead (None when they are all alike)."""
         ro = self.layout.roles[e][role]
-        owner = self.ctx.owner(e)
-        net = self.net
         jitter = self.jitter(e, role)
         chunking = self.ctx.chunking
-        # prepared once; a merged ring step pays every merged step's latency (RingChunking.latency_steps)
-        route, tag, lat = net.route(self.quotient.uses(e, role), ro.cap), ro.tag, ro.latency * chunking.latency_steps
-        if ro.post <= 0 and jitter is None:
-            return lambda b: net.send(route, b, latency=lat, tag=tag, owner=owner)
+        route = self.net.route(self.quotient.uses(e, role), ro.cap)
+        lat = ro.latency * chunking.latency_steps
         every, hold = chunking.slices_per_post, ro.post * chunking.steps_per_post
+        if jitter is None and (ro.post <= 0 or every == 1):  # every slice alike: no post, or one after each
+            return route, ro.tag, self.ctx.owner(e), lat, hold if ro.post > 0 else 0.0, None
         count = itertools.count(0)
         extra = 0.0
 
-        def send(b: float) -> tuple[Event, Event]:
+        def timing() -> tuple[float, float]:
             nonlocal extra
             i = next(count)
             if jitter is not None and i % every == 0:  # the first slice of a step draws the step's jitter
                 extra = jitter()
-            h = hold if (i + 1) % every == 0 else 0.0
-            return net.send(route, b, latency=lat + extra, tag=tag, owner=owner, hold=h)
+            return extra, hold if (i + 1) % every == 0 else 0.0
 
-        return send
+        return route, ro.tag, self.ctx.owner(e), lat, 0.0, timing
 
     def jitter(self, e: Entity, role: str) -> Callable[[], float] | None:
         """The draws of ``e``'s ``role``'s jitter (seconds per step it sends), None without jitter: one stream per
@@ -349,8 +381,8 @@ class Launcher:
 
     def start_machine(self, e: Entity, start: Callable[[], None]) -> Event:
         """Call ``start()`` for ``e`` once the base latency is paid: a callback-driven machine (the ring's, Tree's,
-        NVLSTree's) then advances on event callbacks and fires ``(e, "done")`` on the board itself. Returns the
-        process."""
+        NVLSTree's, whose senders come from :meth:`sender_then`) then advances on the network's calls and fires
+        ``(e, "done")`` on the board itself. Returns the process."""
         return self.start(e, _call(start))
 
     def done(self, e: Entity) -> Event:

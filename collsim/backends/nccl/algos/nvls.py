@@ -213,10 +213,10 @@ class NVLSTree(NVLS):
             data_bytes=ctx.per_channel,
             chunking=ctx.chunking,
             share=1.0 / ctx.plan.ppn,
-            send_rs=run.sender(e, "rs"),
-            send_up=run.sender(e, "up") if "up" in roles else None,
-            send_down=[run.sender(e, f"down{k}") for k in range(len(links.children))],
-            send_ag=run.sender(e, "ag"),
+            send_rs=run.sender_then(e, "rs"),
+            send_up=run.sender_then(e, "up") if "up" in roles else None,
+            send_down=[run.sender_then(e, f"down{k}") for k in range(len(links.children))],
+            send_ag=run.sender_then(e, "ag"),
         )
         run.start_machine(e, machine.start)
         return run.done(e)

@@ -159,7 +159,7 @@ class Ring(NcclAlgorithm):
             nranks=n,
             data_bytes=ctx.per_channel,
             chunking=ctx.chunking,
-            send=run.sender(e, "send"),
+            send=run.sender_then(e, "send"),
             nsteps=ring_steps(ctx.collective, n),
             whole_steps=run.whole(e, "send"),
         )

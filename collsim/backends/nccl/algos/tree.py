@@ -214,8 +214,8 @@ class Tree(NcclAlgorithm):
             [run.rep(k) for k in links.children],
             data_bytes=ctx.per_channel,
             chunking=ctx.chunking,
-            send_up=run.sender(e, "up") if "up" in run.roles(e) else None,
-            send_down=[run.sender(e, d) for d in downs],
+            send_up=run.sender_then(e, "up") if "up" in run.roles(e) else None,
+            send_down=[run.sender_then(e, d) for d in downs],
             whole_steps_up=run.whole(e, "up"),
             whole_steps_down=run.whole(e, *downs),
         )
