@@ -180,6 +180,50 @@ def test_nvls_tree_across_h100_nodes() -> None:
         a100.simulate_one("nccl", MiB)
 
 
+@pytest.mark.parametrize(
+    ("node", "heads"),
+    [
+        ("hgx-h100", [0, 1, 2, 3, 4, 5, 6, 7]),  # a NIC per GPU, two GPUs and two NICs per PCIe switch
+        ("aws-p5", [0, 1, 2, 3, 4, 5, 6, 7]),  # one grouped EFA device per GPU
+        ("oci-bm-gpu-h100-8", [0, 1, 4, 5, 8, 9, 12, 13]),  # 16 NICs, 4 per switch of 2 GPUs: one each
+        ("gcp-a3-high", [0, 0, 1, 1, 2, 2, 3, 3]),  # 4 NICs, one per switch of 2 GPUs: shared
+    ],
+)
+def test_nvls_tree_sends_through_each_gpus_own_nic(node: str, heads: list[int]) -> None:
+    # NCCL's NVLS search pairs each head GPU with a NIC of its own (search.cc): never a NIC behind another GPU's
+    # PCIe switch while one of its own is free
+    scenario = {
+        "name": "heads",
+        "cluster": {"node": node, "nodes": 2, "fabric": {"topology": "single_switch", "transport": "rdma"}},
+        "workload": {"collective": "allreduce"},
+    }
+    sim = Simulator.from_source(scenario)
+    out = sim.simulate_one("nccl", 8 * MiB, choice=("NVLSTree", "Simple"), record=True, symmetry=False)
+    used: dict[int, set[int]] = {}
+    for r in out.records:
+        if r.owner.rank is not None and r.owner.rank < 8:  # node 0's GPUs
+            for name in r.resources:
+                if "/nic" in name and name.startswith("n0/"):
+                    used.setdefault(r.owner.rank, set()).add(int(name.split("/nic")[1].split("-")[0]))
+    assert {g: sorted(n) for g, n in sorted(used.items())} == {g: [k] for g, k in enumerate(heads)}
+
+
+def test_many_nics_per_gpu_reach_the_nvls_tree_plateau() -> None:
+    # p5 (NCCL sees 8 x 400 Gb/s) at the HGX H100 with 8 NDR NICs' plateau; OCI's 16 x 200 Gb/s: 8 heads of
+    # 200 Gb/s (NCCL's tuner: nChannels x bwInter, one channel per head), a bit below; neither through the CPU
+    def busbw(node: str) -> float:
+        scenario = {
+            "name": node,
+            "cluster": {"node": node, "nodes": 2, "fabric": {"topology": "single_switch", "transport": "rdma"}},
+            "workload": {"collective": "allreduce"},
+        }
+        return _busbw(Simulator.from_source(scenario), GiB)[0]
+
+    h100, p5, oci = busbw("hgx-h100"), busbw("aws-p5"), busbw("oci-bm-gpu-h100-8")
+    assert p5 == pytest.approx(h100, rel=0.02)
+    assert 0.6 * h100 < oci < h100
+
+
 @pytest.mark.parametrize("nodes", [6, 8])
 def test_pat_with_one_gpu_per_node(nodes: int) -> None:
     scenario = {

@@ -75,7 +75,7 @@ def test_one_nic_per_pcie_switch_then_the_second_of_each() -> None:
         ("dgx-a100", 4, 1),
         ("hgx-h100", 4, 1),
         ("hgx-b200", 4, 1),
-        ("aws-p5", 8, 1),  # 8 switches of 4 EFA devices: one per GPU
+        ("aws-p5", 4, 1),  # 8 switches of one grouped EFA device each: 4 of them on 4 switches
         ("oci-bm-gpu-h100-8", 8, 2),  # 4 switches of 4 NICs: two each
         ("dgx-a100", 6, None),  # 4 switches, then one more on a switch of each socket
     ):

@@ -398,18 +398,19 @@ def test_consumer_boxes_have_no_p2p_and_l40s_has() -> None:
     assert load_topology("l40s-8gpu").p2p_supported("n0/gpu0", "n0/gpu5") is True
 
 
-def test_aws_p5_four_efa_per_gpu() -> None:
+def test_aws_p5_one_grouped_efa_device_per_gpu() -> None:
+    # NCCL's view of a p5: AWS's plugin groups each GPU's 4 EFA devices of 100 Gb/s into one of 400 Gb/s
     topo = load_topology("aws-p5")
-    assert len(topo.gpus()) == 8 and len(topo.nics()) == 32 and len(topo.devices("pcie_switch")) == 8
+    assert len(topo.gpus()) == 8 and len(topo.nics()) == 8 and len(topo.devices("pcie_switch")) == 8
     assert topo.device("n0/nvswitch").spec["multicast"] is True
     row = _row(topo, 2)
     assert row[:8] == ["NV18", "NV18", "X", "NV18", "NV18", "NV18", "NV18", "NV18"]
-    assert row[8:] == ["PHB"] * 8 + ["PIX"] * 4 + ["PHB"] * 20
-    assert topo.device("n0/nic31").spec["speed"] == 12.5e9  # 100 Gb/s
-    assert topo.link("n0/nic5", "n0/pcie1").bandwidth == pytest.approx(12e9, rel=1e-9)  # Gen4 x8
+    assert row[8:] == ["PHB", "PHB", "PIX", "PHB", "PHB", "PHB", "PHB", "PHB"]
+    assert topo.device("n0/nic7").spec["speed"] == 50e9  # 400 Gb/s
+    assert topo.link("n0/nic5", "n0/pcie5").bandwidth == pytest.approx(4 * 12e9, rel=1e-9)  # 4 x Gen4 x8
     assert topo.link("n0/pcie1", "n0/cpu0").bandwidth == pytest.approx(24e9, rel=1e-9)  # Gen4 x16 uplink
     assert topo.link("n0/gpu1", "n0/pcie1").bandwidth == pytest.approx(48e9, rel=1e-9)  # Gen5 x16
-    assert topo.nearest_nic("n0/gpu7") == topo.device("n0/nic28")
+    assert topo.nearest_nic("n0/gpu7") == topo.device("n0/nic7")
 
 
 def test_oci_h100_two_roce_nics_per_gpu() -> None:

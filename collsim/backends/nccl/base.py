@@ -221,8 +221,11 @@ class SimContext:
         """The hop from ``a`` to ``b`` on ``channel``'s NIC rails."""
         plan, topo = self.plan, self.topo
         na, nb = topo.device(a).node, topo.device(b).node
-        nic_a, nic_b = plan.nic_for(topo, na, channel), plan.nic_for(topo, nb, channel)
-        return hop_between(topo, self.cat, a, b, nic_a, nic_b, self.opts, self.consts, plan.fabric)
+        return self.hop_via(a, b, plan.nic_for(topo, na, channel), plan.nic_for(topo, nb, channel))
+
+    def hop_via(self, a: str, b: str, nic_a: str | None, nic_b: str | None) -> Hop:
+        """The hop from ``a`` to ``b``, across nodes from ``nic_a`` to ``nic_b``."""
+        return hop_between(self.topo, self.cat, a, b, nic_a, nic_b, self.opts, self.consts, self.plan.fabric)
 
     def hop_role(self, hop: Hop, table: str | None = None, cap: float | None = None) -> Role:
         """A role sending over ``hop``: the hop's path with the protocol's wire overhead, the per-step latency of

@@ -82,6 +82,32 @@ def channel_nic(topo: Topology, node: int, channel: int, nnodes: int) -> str | N
     return nics[channel % len(nics)]
 
 
+def nvls_head_nics(topo: Topology, node: int) -> dict[str, str]:
+    """The NIC each GPU of ``node`` sends NVLSTree's inter-node hops through: its own, as NCCL's NVLS search pairs
+    NICs with heads (search.cc, ``ncclTopoSearchRecNet``: a NIC's head is its local GPU, one NIC per head GPU).
+
+    GPUs in index order each take the nearest NIC (best path class) that fewest GPUs took before, then the lowest
+    index, over the NIC slots (:meth:`~collsim.topology.Topology.nic_slots`: a NIC taken down is replaced by the NIC
+    that carries its channels): on a node with a NIC per GPU every GPU gets its own, with several NICs per GPU
+    (OCI's 16) one of them, and NICs shared by GPUs (GCP A3 High's 4) by the GPUs nearest them.
+
+    >>> from collsim.topology import load_topology
+    >>> heads = nvls_head_nics(load_topology("aws-p5"), 0)
+    >>> heads["n0/gpu0"], heads["n0/gpu7"]
+    ('n0/nic0', 'n0/nic7')
+    """
+    slots = topo.nic_slots(node)
+    taken = dict.fromkeys(slots, 0)
+    out: dict[str, str] = {}
+    for gpu in topo.devices("gpu", node):
+        nic = min(
+            enumerate(slots), key=lambda kn: (path_class_rank(topo.path_class(gpu.name, kn[1])), taken[kn[1]], kn[0])
+        )[1]
+        taken[nic] += 1
+        out[gpu.name] = nic
+    return out
+
+
 def node_chain(topo: Topology, node: int, nic: str | None, channel: int = 0) -> list[str]:
     """GPUs of ``node`` in ring order: enter at the GPU nearest the channel's NIC, leave at another near it.
 

@@ -24,7 +24,7 @@ from collsim.backends.nccl.base import (
 )
 from collsim.backends.nccl.chunking import interleaved_channel_bytes, nvls_chunk
 from collsim.backends.nccl.constants import NcclConstants
-from collsim.backends.nccl.plan import NcclPlan
+from collsim.backends.nccl.plan import NcclPlan, nvls_head_nics
 from collsim.backends.nccl.tags import NVLS_TAG
 from collsim.backends.nccl.trees import binary_tree
 from collsim.nccl_env import NcclOptions
@@ -155,10 +155,13 @@ class NVLSTree(NVLS):
     across_nodes = True
 
     def model(self, m: ModelInputs) -> tuple[float, float]:
-        """The NVLS bound, the NICs (x2 on two nodes) and perChMaxNvlsTreeBw; latency + 2 log2(nNodes) x inter."""
+        """The NVLS bound, the heads' NICs (x2 on two nodes) and perChMaxNvlsTreeBw; latency + 2 log2(nNodes) x inter.
+
+        tuning.cc: nChannels x min(intra, bwInter, perChMaxNVLSTreeBw) over the NVLS graph's channels, one per head
+        and its NIC (at most one head per GPU: :func:`nvls_head_nics`), so the NICs count up to one per GPU."""
         plan, consts = m.plan, m.consts
         nc = consts.nvls_channels
-        inter_bw = plan.nic_count * plan.nic_bw * (2 if plan.nnodes <= 2 else 1)
+        inter_bw = min(plan.nic_count, plan.ppn) * plan.nic_bw * (2 if plan.nnodes <= 2 else 1)
         bus = min(_nvls_bus(m), inter_bw, nc * consts.per_channel_max_nvls_tree_bw[plan.arch][m.idx])
         lat = m.lat + (m.intra + 2 * math.log2(plan.nnodes) * m.inter)
         return lat, bus * m.n / m.nsteps
@@ -174,6 +177,7 @@ class NVLSTree(NVLS):
             by_index.setdefault(d.index, []).append(g)
             by_node.setdefault(d.node, []).append(g)
         switch = {node: topo.devices("nvswitch", node)[0].name for node in by_node}
+        nic = {g: n for node in by_node for g, n in nvls_head_nics(topo, node).items()}  # each GPU's own NIC
         # a GPU's roles depend on the channel only through its tree (NCCL's tree 0 or its mirror, tree 1): built
         # twice per GPU, not once per channel (the hops go through the GPU's own NIC whatever the channel)
         built: dict[tuple[str, bool], dict[str, Role]] = {}
@@ -188,9 +192,9 @@ class NVLSTree(NVLS):
                 if roles is None:
                     roles = built[(g, mirror)] = _nvls_roles(ctx, g, switch[dev.node], plan.ppn)
                     if par is not None:
-                        roles["up"] = ctx.hop_role(ctx.hop(g, par, dev.index))
+                        roles["up"] = ctx.hop_role(ctx.hop_via(g, par, nic[g], nic[par]))
                     for k, kid in enumerate(kids):
-                        roles[f"down{k}"] = ctx.hop_role(ctx.hop(g, same[kid], dev.index))
+                        roles[f"down{k}"] = ctx.hop_role(ctx.hop_via(g, same[kid], nic[g], nic[same[kid]]))
                 if par is not None:
                     out.relations.append(((c, g), "parent", (c, par)))
                 out.roles[(c, g)] = dict(roles)
