@@ -86,6 +86,9 @@ _PUBLISHED_BIG = {
     "gcp_a4_b200_2node_roce": 9.1,
     "gcp_a3mega_h100_2node_tcpxo": 40.3,
     "rtx4090_8gpu_pcie_nop2p": 5.2,
+    "aws_p5_4node_efa_nccl2277": 14.7,
+    "aws_p5_8node_efa_nccl2277": 27.6,
+    "aws_p5_16node_efa_nccl2277": 33.1,
 }
 
 
