@@ -219,7 +219,8 @@ def _tool_commands(sub: _Sub) -> None:
     bench.add_argument("--jobs", type=int, default=0, metavar="N",
                        help="worker processes per sweep, as collsim run (default 0: one per CPU; 1: serial)")
     bench.add_argument("--scale", action="store_true",
-                       help="the scale table instead: 128-1024 H100 GPUs, Ring/default, symmetry on/off, one slow NIC")
+                       help="the scale table instead: 128-1024 H100 GPUs, Ring/default, symmetry on/off, "
+                            "one slow NIC, a slow rail")
     bench.add_argument("--scale-nodes", default="16,64,128", metavar="N,N,...",
                        help="node counts of the scale table (8 GPUs each; default: %(default)s)")
     bench.add_argument("--scale-size", default="1GiB", metavar="SIZE", help="allreduce size (default: %(default)s)")

@@ -126,6 +126,9 @@ def run_benchmark(scenarios: Sequence[str], baseline_events: int = 1_000_000, jo
 SCALE_SCENARIO = "16node-h100-ib"
 #: The perturbed case: one NIC port of node 1 at half rate (its IB links both ways).
 SCALE_PERTURB = "[{device: n1/nic2, scale: 0.5, kind: ib}]"
+#: The perturbed case that keeps the nodes alike: NIC 2 of every node at half rate (a slow rail, e.g. its leaf switch),
+#: which the symmetry quotient still reduces (docs/perturbations.md, "Slow links at scale").
+SCALE_PERTURB_RAIL = '[{device: "n*/nic2", scale: 0.5, kind: ib}]'
 
 
 @dataclass(frozen=True)
@@ -137,11 +140,12 @@ class ScaleCase:
     algo: str
     symmetry: bool
     perturbed: bool = False
+    rail: bool = False  # with ``perturbed``: the whole rail (NIC 2 of every node) slow, not one port
 
     @property
     def label(self) -> str:
-        """``"1024 GPUs Ring sym off"``, ``"... one NIC at 50%"`` for the perturbed case."""
-        extra = ", one NIC at 50%" if self.perturbed else ""
+        """``"1024 GPUs Ring sym off"``, ``"... one NIC at 50%"`` or ``"... rail 2 at 50%"`` for the perturbed cases."""
+        extra = (", rail 2 at 50%" if self.rail else ", one NIC at 50%") if self.perturbed else ""
         return f"{self.nodes * 8} GPUs {self.algo} sym {'on' if self.symmetry else 'off'}{extra}"
 
     def overrides(self) -> list[str]:
@@ -150,15 +154,17 @@ class ScaleCase:
         if self.algo != "default":
             out.append(f"backends.nccl.env.NCCL_ALGO={self.algo}")
         if self.perturbed:
-            out.append(f"perturb.links={SCALE_PERTURB}")
+            out.append(f"perturb.links={SCALE_PERTURB_RAIL if self.rail else SCALE_PERTURB}")
         return out
 
 
 def scale_cases(nodes: Sequence[int] = (16, 64, 128)) -> list[ScaleCase]:
     """Issue 13's grid: per node count, Ring and the default algorithm with symmetry on and off, then the Ring
-    with one NIC at half rate (symmetry on: the reduction keeps what the perturbation leaves symmetric)."""
+    with one NIC port at half rate and with a whole rail at half rate (symmetry on: the reduction keeps what the
+    perturbation leaves symmetric; one port leaves little at 512 GPUs and more, a rail leaves the nodes alike)."""
     out = [ScaleCase(n, a, s) for n in nodes for a in ("Ring", "default") for s in (True, False)]
     out += [ScaleCase(n, "Ring", True, perturbed=True) for n in nodes]
+    out += [ScaleCase(n, "Ring", True, perturbed=True, rail=True) for n in nodes]
     return out
 
 

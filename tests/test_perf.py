@@ -12,10 +12,13 @@ def test_scale_grid_is_the_issue_13_grid() -> None:
     assert [c.label for c in cases[:4]] == [
         "128 GPUs Ring sym on", "128 GPUs Ring sym off", "128 GPUs default sym on", "128 GPUs default sym off",
     ]
-    assert cases[-1] == ScaleCase(128, "Ring", True, perturbed=True)
+    assert cases[-3:] == [ScaleCase(128, "Ring", True, perturbed=True), *(ScaleCase(n, "Ring", True, True, True)
+                                                                             for n in (16, 128))]
     assert "engine.symmetry=false" in cases[1].overrides()
     assert not any(o.startswith("backends.nccl.env.NCCL_ALGO") for o in cases[2].overrides())
-    assert cases[-1].overrides()[-1].startswith("perturb.links=")
+    assert cases[-3].overrides()[-1] == "perturb.links=[{device: n1/nic2, scale: 0.5, kind: ib}]"
+    assert cases[-1].overrides()[-1] == 'perturb.links=[{device: "n*/nic2", scale: 0.5, kind: ib}]'
+    assert cases[-1].label == "1024 GPUs Ring sym on, rail 2 at 50%"
 
 
 def test_scale_benchmark_prints_a_row_per_case(capsys: pytest.CaptureFixture[str]) -> None:
@@ -23,9 +26,9 @@ def test_scale_benchmark_prints_a_row_per_case(capsys: pytest.CaptureFixture[str
     assert run_scale_benchmark([2], size=16 * 2**20, timeout=120, baseline_events=10_000) == 0
     out = capsys.readouterr().out.splitlines()
     rows = [line.split() for line in out if line.startswith("16 GPUs")]
-    assert len(rows) == 5
+    assert len(rows) == 6
     busbw = [float(r[-1]) for r in rows]
     assert busbw[0] == busbw[1] and busbw[2] == busbw[3]  # the quotient is exact: symmetry on = off
-    assert 0 < busbw[4] < busbw[0]  # one NIC port at half rate slows the ring
+    assert 0 < busbw[4] < busbw[0] and 0 < busbw[5] < busbw[0]  # one NIC port or a rail at half rate: slower
     flows = [int(r[-4]) for r in rows]
     assert flows[0] < flows[1]  # the quotient simulates fewer flows
