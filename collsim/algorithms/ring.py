@@ -21,6 +21,7 @@ from typing import Any
 from simpy.events import Event
 
 from collsim.algorithms.board import EventBoard
+from collsim.engine import Callback
 
 __all__ = [
     "GlooParams",
@@ -39,7 +40,6 @@ Send = Callable[[float], tuple[Event, Event]]
 #: ``on_arrived(arg)`` when the bytes have arrived and ``on_streamed(arg)`` when the sender is free (each when
 #: given): the two events of a :data:`Send`, without the events (``FluidNetwork.send_then``; :func:`send_then_of`
 #: builds one from a :data:`Send`)
-Callback = Callable[[Any], None]
 SendThen = Callable[[float, Callback | None, Any, Callback | None, Any], None]
 Reduce = Callable[[float], Event]
 Proc = Generator[Event, Any, None]

@@ -4,13 +4,25 @@ symmetry quotient."""
 from __future__ import annotations
 
 from collsim.engine.breakdown import attribute_time
-from collsim.engine.fluid import LATE, NO_OWNER, UNTAGGED, Flow, FlowRecord, FluidNetwork, Owner, Resource, Tag
+from collsim.engine.fluid import (
+    LATE,
+    NO_OWNER,
+    UNTAGGED,
+    Callback,
+    Flow,
+    FlowRecord,
+    FluidNetwork,
+    Owner,
+    Resource,
+    Tag,
+)
 from collsim.engine.symmetry import Quotient, ResourceSpec, build_quotient, refine
 
 __all__ = [
     "LATE",
     "NO_OWNER",
     "UNTAGGED",
+    "Callback",
     "Flow",
     "FlowRecord",
     "FluidNetwork",

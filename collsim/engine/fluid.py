@@ -661,7 +661,7 @@ class FluidNetwork:
         horizon = now + now * 1e-12 + 1e-15
         times, queued, by_sig = self._times, self._due, self._by_sig
         ended, moved, after, call, record = self._ended, self._sig_moved, self._after, self._call, self.record
-        finished = False
+        finished = 0
         while times and times[0] <= horizon:
             bucket = queued.pop(heapq.heappop(times))
             if len(bucket) > 1:  # by finish time, then in the order they started (not the order solves queued them)
@@ -669,8 +669,7 @@ class FluidNetwork:
             for _seq, version, f in bucket:
                 if version != f.version:  # stale: re-rated since (or finished: its version moved on at its end)
                     continue
-                finished = True
-                self._streaming -= 1
+                finished += 1
                 flows = by_sig[f.sig]
                 del flows[id(f)]
                 if not flows:  # the signature's last streaming flow
@@ -710,6 +709,7 @@ class FluidNetwork:
                 if f.streamed is not None:
                     after(f.hold, f.streamed)
         if finished:
+            self._streaming -= finished
             # the finished flows' callbacks run at this timestamp and may start flows: solve after them
             self._schedule_update()
             return

@@ -30,7 +30,7 @@ from collsim.backends.common import ResourceCatalog
 from collsim.backends.nccl.constants import NcclConstants
 from collsim.backends.nccl.plan import Hop, NcclPlan, hop_between
 from collsim.backends.nccl.tags import LAUNCH_TAG, STRAGGLER_TAG, TRANSPORT_TAG
-from collsim.engine import FluidNetwork, Owner, Quotient, Tag
+from collsim.engine import Callback, FluidNetwork, Owner, Quotient, Tag
 from collsim.engine.fluid import Route
 from collsim.nccl_env import NcclOptions
 from collsim.noise import jitter_stream
@@ -270,7 +270,6 @@ class SimContext:
 
 
 Send = Callable[[float], tuple[Event, Event]]
-Callback = Callable[[Any], None]
 
 
 @dataclass
