@@ -368,15 +368,64 @@ class NcclTreeMachine(_TreeLanes):
 
 
 def nccl_nvls_reduce_scatter(
-    board: EventBoard, me: Hashable, *, data_bytes: float, chunking: RingChunking, send: Send
+    board: EventBoard,
+    me: Hashable,
+    *,
+    data_bytes: float,
+    chunking: RingChunking,
+    send: Send,
+    scattered: bool = False,
 ) -> Proc:
     """NVLS first half: the NVSwitch reduces each slice (multimem loads from every GPU); this rank's share flows
     GPU -> switch for the whole slice and switch -> GPU for its 1/n of the sum (the caller's ``send`` carries both
-    coefficients). Waits for a free slot: no more than ``slots`` slices ahead of its own all-gather."""
+    coefficients). Waits for a free slot: no more than ``slots`` slices ahead of its own all-gather; with
+    ``scattered``, for the slice's local copy into the NVLS buffer instead (``(me, ("sc", i))``, see
+    :func:`nccl_local_copies`; that copy waits for the slot)."""
     for i, b in enumerate(slices(data_bytes, chunking)):
-        if i >= chunking.slots:
+        if scattered:
+            yield board.get(me, ("sc", i))
+        elif i >= chunking.slots:
             yield board.get(me, ("ag", i - chunking.slots))
         yield _post(board, me, ("rs", i), send, b)
+
+
+def nccl_local_copies(
+    board: EventBoard,
+    me: Hashable,
+    *,
+    data_bytes: float,
+    chunking: RingChunking,
+    send: Send,
+    key: str,
+    after: str | None = None,
+    slot: str | None = None,
+    done: bool = False,
+) -> Proc:
+    """One GPU's local copies of its channel's slices, one after another: the NVLS kernels' scatter group (the
+    user's buffer into the NVLS buffers) or gather group (the multicast result out to the user's buffer).
+
+    Waits for: slice ``i - slots``'s ``(me, (slot, ...))`` when ``slot`` is given (a free buffer slot), and
+    ``(me, (after, i))`` when ``after`` is given (the data to copy). Pays: ``send`` of the whole slice (a flow on
+    the GPU's memory at the copy group's rate), the next slice once this one has streamed. Binds ``(me, (key, i))``
+    to the copy's arrival: NCCL posts a copied slice once, after every head's part of it is written
+    (prims_simple.h ``ScatterGatherOp``), so the next stage waits for the whole slice. With ``done``, fires
+    ``(me, "done")`` when the last copy has arrived."""
+    parts = slices(data_bytes, chunking)
+    last: Event | None = None
+    for i, b in enumerate(parts):
+        if slot is not None and i >= chunking.slots:
+            yield board.get(me, (slot, i - chunking.slots))
+        if after is not None:
+            yield board.get(me, (after, i))
+        streamed, arrived = send(b)
+        board.bind(me, (key, i), arrived)
+        last = arrived
+        if i + 1 < len(parts):  # the copier's own work after the last slice delays nothing
+            yield streamed
+    if last is not None:
+        yield last
+    if done:
+        board.fire(me, "done")
 
 
 def nccl_nvls_allgather(
@@ -388,10 +437,12 @@ def nccl_nvls_allgather(
     chunking: RingChunking,
     send: Send,
     ready: str = "rs",
+    gathered: bool = False,
 ) -> Proc:
     """NVLS second half: once every rank's share of a slice is ready (``(peer, (ready, i))`` for all ``peers``:
     reduced by the switch, or back from the inter-node tree), the switch multicasts it (GPU -> switch 1/n,
-    switch -> every GPU the whole slice)."""
+    switch -> every GPU the whole slice). Binds ``(me, ("ag", i))`` to the slice's arrival; fires
+    ``(me, "done")`` after the last one unless ``gathered`` (a gather lane copies each slice out and fires it)."""
     parts = slices(data_bytes, chunking)
     last: Event | None = None
     for i, b in enumerate(parts):
@@ -404,7 +455,8 @@ def nccl_nvls_allgather(
             yield streamed
     if last is not None:
         yield last
-    board.fire(me, "done")
+    if not gathered:
+        board.fire(me, "done")
 
 
 def nccl_nvls_tree(
@@ -421,6 +473,8 @@ def nccl_nvls_tree(
     send_up: Send | None,
     send_down: Sequence[Send],
     send_ag: Send,
+    send_sc: Send | None = None,
+    send_ga: Send | None = None,
 ) -> list[Proc]:
     """NVLSTree: NVLS inside each node, a tree of NICs between nodes, NVLS multicast back. Four processes.
 
@@ -429,12 +483,19 @@ def nccl_nvls_tree(
     to the same GPU of the parent node, after the children's shares arrived; (3) the total comes down the tree and
     is forwarded to the children; (4) once every GPU of the node has its share back, the switch multicasts the
     slice. Fires ``(me, "done")`` when the last slice's multicast has arrived.
+
+    With ``send_sc`` and ``send_ga`` the kernel's local copies are their own stages (:func:`nccl_local_copies`):
+    each slice is copied into the NVLS buffer before (1), and out of it after (4); the buffer slot then waits on
+    the copy in, and ``done`` fires when the last copy out has arrived.
     """
     parts = slices(data_bytes, chunking)
+    copies = send_sc is not None and send_ga is not None
 
     def reduce_scatter() -> Proc:
         for i, b in enumerate(parts):
-            if i >= chunking.slots:  # the reduced share waits in a buffer of `slots` steps until sent up
+            if copies:
+                yield board.get(me, ("sc", i))
+            elif i >= chunking.slots:  # the reduced share waits in a buffer of `slots` steps until sent up
                 yield board.get(me, ("upsent", i - chunking.slots))
             streamed, arrived = send_rs(b)
             board.bind(me, ("rs", i), arrived)
@@ -468,9 +529,16 @@ def nccl_nvls_tree(
                 yield AllOf(board.env, streams)
 
     allgather = nccl_nvls_allgather(
-        board, me, node_peers, data_bytes=data_bytes, chunking=chunking, send=send_ag, ready="treedone"
-    )
-    return [reduce_scatter(), up(), down(), allgather]
+        board, me, node_peers, data_bytes=data_bytes, chunking=chunking, send=send_ag, ready="treedone",
+        gathered=copies,
+    )  # fmt: skip
+    procs = [reduce_scatter(), up(), down(), allgather]
+    if copies:
+        assert send_sc is not None and send_ga is not None
+        kw = {"data_bytes": data_bytes, "chunking": chunking}
+        procs.append(nccl_local_copies(board, me, send=send_sc, key="sc", slot="upsent", **kw))  # type: ignore[arg-type]
+        procs.append(nccl_local_copies(board, me, send=send_ga, key="ga", after="ag", done=True, **kw))  # type: ignore[arg-type]
+    return procs
 
 
 class NcclNvlsTreeMachine(_TreeLanes):
@@ -497,23 +565,36 @@ class NcclNvlsTreeMachine(_TreeLanes):
       the next slice once all of them have streamed;
     * all-gather: every node peer's slice back from the tree (each peer marks it when it starts sending it down),
       then ``send_ag``; the next slice once this one has streamed. Fires ``(me, "done")`` on the board when the
-      last slice's multicast has arrived.
+      last slice's multicast has arrived;
+    * with ``send_sc`` and ``send_ga`` (the kernel's local copies, :func:`nccl_local_copies`): copy in, a free
+      buffer slot (as the reduce-scatter's above, which then waits for the slice's copy in instead), then
+      ``send_sc``; copy out, the slice's multicast arrived here, then ``send_ga``; each the next slice once this
+      one has streamed; ``done`` fires when the last copy out has arrived instead.
 
     Create every machine of a simulation before the clock starts, then :meth:`start` each from its process once its
     launch is paid. A node peer listed twice (a symmetric twin) is waited for once.
     """
 
     __slots__ = (
+        "ag_here",
         "busy_ag",
+        "busy_ga",
         "busy_rs",
+        "busy_sc",
+        "copies",
         "i_ag",
+        "i_ga",
         "i_rs",
+        "i_sc",
         "npeers",
         "on_peer",
         "peer_keys",
         "rs_count",
+        "sc_done",
         "send_ag",
+        "send_ga",
         "send_rs",
+        "send_sc",
         "share",
         "slots",
         "tree_count",
@@ -535,8 +616,16 @@ class NcclNvlsTreeMachine(_TreeLanes):
         send_up: SendThen | None,
         send_down: Sequence[SendThen],
         send_ag: SendThen,
+        send_sc: SendThen | None = None,
+        send_ga: SendThen | None = None,
     ) -> None:
         super().__init__(board, me, parent, children, slices(data_bytes, chunking), send_up, send_down)
+        self.copies = send_sc is not None and send_ga is not None
+        self.send_sc, self.send_ga = send_sc, send_ga
+        # per slice (with the copies): copied into the NVLS buffer; its multicast arrived here (flags)
+        self.sc_done, self.ag_here = bytearray(self.n), bytearray(self.n)
+        self.i_sc = self.i_ga = 0
+        self.busy_sc = self.busy_ga = False
         self.peer_keys = list(dict.fromkeys(node_peers))
         self.npeers = len(self.peer_keys)
         self.slots = chunking.slots
@@ -556,12 +645,41 @@ class NcclNvlsTreeMachine(_TreeLanes):
             if self not in machines[k].on_peer:
                 machines[k].on_peer.append(self)
 
+    def start(self) -> None:
+        super().start()
+        if self.copies:
+            self._sc()
+
     def _step(self) -> bool:
+        # the copy lanes are tried where what they wait for changes (a slot freed, a slice here), not on every step
         return self._rs() | self._up() | self._down() | self._ag()
+
+    def _free_slot(self, i: int) -> bool:
+        """Slice ``i`` has a buffer slot: it is among the first ``slots``, or slice ``i - slots`` has gone up."""
+        return i < self.slots or bool(self.up_sent[i - self.slots])
+
+    def _sc(self) -> None:
+        """Copy the next slice in if the lane is free and the slice has a slot."""
+        i = self.i_sc
+        if self.busy_sc or i >= self.n or not self._free_slot(i):
+            return
+        self.i_sc = i + 1
+        self.busy_sc = True
+        assert self.send_sc is not None
+        self.send_sc(self.parts[i], self._sc_arrived, i, self._sc_streamed, None)
+
+    def _sc_arrived(self, i: int) -> None:
+        self.sc_done[i] = 1
+        if i == self.i_rs:  # the reduce-scatter waits for this slice
+            self._advance()
+
+    def _sc_streamed(self, _arg: None) -> None:
+        self.busy_sc = False
+        self._sc()
 
     def _rs(self) -> bool:
         i = self.i_rs
-        if self.busy_rs or i >= self.n or (i >= self.slots and not self.up_sent[i - self.slots]):
+        if self.busy_rs or i >= self.n or not (self.sc_done[i] if self.copies else self._free_slot(i)):
             return False
         self.i_rs = i + 1
         self.busy_rs = True
@@ -586,6 +704,8 @@ class NcclNvlsTreeMachine(_TreeLanes):
         if self.root:  # the root has the total of the slice: it goes down the tree
             self.down_ready[i] = 1
             self.up_sent[i] = 1
+            if self.copies:  # a buffer slot freed
+                self._sc()
         else:
             self._send_up(i, self.parts[i] * self.share, self._up_streamed)
         return True
@@ -593,6 +713,8 @@ class NcclNvlsTreeMachine(_TreeLanes):
     def _up_streamed(self, i: int) -> None:
         self.busy_up = False
         self.up_sent[i] = 1
+        if self.copies:  # a buffer slot freed
+            self._sc()
         self._advance()
 
     def _down(self) -> bool:
@@ -612,12 +734,36 @@ class NcclNvlsTreeMachine(_TreeLanes):
         if self.busy_ag or i >= self.n or self.tree_count[i] < self.npeers:
             return False
         self.i_ag = i + 1
-        if i + 1 < self.n:  # the sender's own work after the last slice delays nothing
+        if self.copies:  # the copy out of the slice waits for its arrival
+            self.busy_ag = True
+            self.send_ag(self.parts[i], self._ag_arrived, i, self._ag_streamed, None)
+        elif i + 1 < self.n:  # the sender's own work after the last slice delays nothing
             self.busy_ag = True
             self.send_ag(self.parts[i], None, None, self._ag_streamed, None)
         else:
             self.send_ag(self.parts[i], self._last_arrived, None, None, None)
         return True
+
+    def _ag_arrived(self, i: int) -> None:
+        self.ag_here[i] = 1
+        self._ga()
+
+    def _ga(self) -> None:
+        """Copy the next slice out if the lane is free and the slice's multicast has arrived."""
+        i = self.i_ga
+        if self.busy_ga or i >= self.n or not self.ag_here[i]:
+            return
+        self.i_ga = i + 1
+        assert self.send_ga is not None
+        if i + 1 < self.n:  # the copier's own work after the last slice delays nothing
+            self.busy_ga = True
+            self.send_ga(self.parts[i], None, None, self._ga_streamed, None)
+        else:
+            self.send_ga(self.parts[i], self._last_arrived, None, None, None)
+
+    def _ga_streamed(self, _arg: None) -> None:
+        self.busy_ga = False
+        self._ga()
 
     def _last_arrived(self, _arg: None) -> None:
         self.board.fire(self.me, "done")

@@ -537,6 +537,33 @@ class FluidNetwork:
         flow.then = (on_arrived, arrived_arg, on_streamed, streamed_arg)
         flow.hold = hold
 
+    def timed(self, seconds: float, latency: float = 0.0, hold: float = 0.0) -> tuple[Event, Event]:
+        """A transfer that shares no resource and streams for ``seconds`` (its size over its cap): ``(streamed,
+        arrived)`` events as :meth:`send` returns them, ``hold`` and ``latency`` after the end. Max-min fairness
+        gives such a flow its cap whatever else streams, so it needs no solve and is not a flow of this network
+        (not counted, not listed in :attr:`active`, not recorded: a caller that traces sends a flow instead)."""
+        streamed, arrived = Event(self.env), Event(self.env)
+        self._after(seconds + latency, arrived)
+        self._after(seconds + hold, streamed)
+        return streamed, arrived
+
+    def timed_then(
+        self,
+        seconds: float,
+        latency: float,
+        hold: float,
+        on_arrived: Callback | None,
+        arrived_arg: Any,
+        on_streamed: Callback | None,
+        streamed_arg: Any,
+    ) -> None:
+        """:meth:`timed` for a callback-driven schedule (as :meth:`send_then` is :meth:`send`'s): ``on_arrived``
+        ``seconds + latency`` from now, then ``on_streamed`` ``seconds + hold`` from now (each if given)."""
+        if on_arrived is not None:
+            self._call(seconds + latency, on_arrived, arrived_arg)
+        if on_streamed is not None:
+            self._call(seconds + hold, on_streamed, streamed_arg)
+
     def _start(self, route: Route, size: float, done: Event | None, tag: Tag, owner: Owner, latency: float) -> Flow:
         """A flow of ``size`` units over ``route``, streaming from now (the caller sets its events or calls)."""
         env = self.env

@@ -1,5 +1,6 @@
 """The callback-driven NVLSTree (NcclNvlsTreeMachine) against the four generators it replaces (nccl_nvls_tree): the
-same schedule, so every GPU finishes at the same time, on random trees of nodes that are not alike."""
+same schedule, so every GPU finishes at the same time, on random trees of nodes that are not alike, with and without
+the kernel's local copies in and out of the NVLS buffers (two more lanes)."""
 
 from __future__ import annotations
 
@@ -31,11 +32,13 @@ def _tree(
     machine: bool,
     switch: float,
     nic: float,
+    copy: dict[Entity, float] | None = None,
 ) -> tuple[dict[Entity, float], int]:
     """Each GPU's done time and the number of flows. GPU (k, g) sends its NVLS slices over its own NVLink
     (caps[(k, g)] bytes/s) and node k's switch (``switch`` bytes/s, shared by the node's GPUs), its tree hops over
     its own NIC and its parent's or child's (``nic`` bytes/s each), paying lats[(k, g)] on arrival and holds[(k, g)]
-    after each NVLS slice."""
+    after each NVLS slice; with ``copy``, it copies each slice in and out over its own memory (copy[(k, g)] bytes/s,
+    two bytes per byte)."""
     env = simpy.Environment()
     net = FluidNetwork(env, check=True)
     nodes = len(parents)
@@ -43,6 +46,7 @@ def _tree(
     link = {e: net.resource(f"nvl{e}", caps[e]) for e in ents}
     nics = {e: net.resource(f"nic{e}", nic) for e in ents}
     switches = [net.resource(f"sw{k}", switch) for k in range(nodes)]
+    mems = {e: net.resource(f"mem{e}", 2.0 * copy[e]) for e in ents} if copy is not None else {}
     board = EventBoard(env)
     flows = [0]
 
@@ -76,6 +80,9 @@ def _tree(
             "send_down": downs,
             "send_ag": sender(nvls, lats[e], holds[e]),
         }  # fmt: skip
+        if mems:
+            kw["send_sc"] = sender([(mems[e], 2.0)], 0.0, 0.0)
+            kw["send_ga"] = sender([(mems[e], 2.0)], 0.0, 0.0)
         return pos, kw
 
     def launch(e: Entity, i: int) -> Generator[Event, Any, None]:
@@ -100,7 +107,7 @@ def _tree(
     return ends, flows[0]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(
     nodes=st.integers(1, 5),
     ppn=st.integers(1, 3),
@@ -109,9 +116,10 @@ def _tree(
     pieces=st.floats(0.3, 6.5),
     switch=st.floats(5e9, 100e9),
     nic=st.floats(2e9, 50e9),
+    copies=st.booleans(),
 )
 def test_machine_equals_generators(
-    nodes: int, ppn: int, data: st.DataObject, slots: int, pieces: float, switch: float, nic: float
+    nodes: int, ppn: int, data: st.DataObject, slots: int, pieces: float, switch: float, nic: float, copies: bool
 ) -> None:
     # a random tree of nodes: node k > 0 hangs under one of the nodes before it
     parents: list[int | None] = [None] + [data.draw(st.integers(0, k - 1)) for k in range(1, nodes)]
@@ -126,7 +134,7 @@ def test_machine_equals_generators(
     starts = per(st.sampled_from([0.0, 2e-6, 1e-5]))
     chunking = RingChunking(65536.0, 1, slots)
     size = pieces * chunking.chunk_bytes
-    kw: dict[str, Any] = {"switch": switch, "nic": nic}
+    kw: dict[str, Any] = {"switch": switch, "nic": nic, "copy": per(st.floats(5e9, 80e9)) if copies else None}
     gen, gen_flows = _tree(parents, ppn, caps, lats, holds, starts, size, chunking, machine=False, **kw)
     mac, mac_flows = _tree(parents, ppn, caps, lats, holds, starts, size, chunking, machine=True, **kw)
     assert mac_flows == gen_flows

@@ -62,6 +62,37 @@ def test_hold_delays_the_sender_not_the_arrival(latency: float, hold: float, pre
     assert times["arrived"] == pytest.approx(1e-3 + latency, rel=1e-12)
 
 
+@pytest.mark.parametrize("then", [False, True], ids=["timed", "timed_then"])
+@pytest.mark.parametrize(
+    ("latency", "hold"), [(5e-6, 3e-6), (5e-6, 5e-6), (2e-6, 7e-6), (0.0, 4e-6), (3e-6, 0.0), (0.0, 0.0)]
+)
+def test_a_timed_transfer_is_a_flow_on_no_resource(latency: float, hold: float, then: bool) -> None:
+    # 1 MB capped at 1 GB/s on no resource streams 1 ms whatever else runs (a flow on a busy link beside it): the
+    # timed transfer gives the times the flow gives, arrival before release when they fall together, and is no flow
+    def run(timed: bool) -> tuple[list[tuple[str, float]], int]:
+        env = simpy.Environment()
+        net = FluidNetwork(env)
+        busy = net.resource("busy", 1e8)
+        net.transfer(5e5, [(busy, 1.0)])
+        log: list[tuple[str, float]] = []
+        if timed and then:
+            net.timed_then(1e-3, latency, hold, lambda a: log.append((a, env.now)), "arrived",
+                           lambda a: log.append((a, env.now)), "streamed")  # fmt: skip
+        else:
+            streamed, arrived = net.timed(1e-3, latency, hold) if timed else net.transfer(
+                1e6, [], max_rate=1e9, latency=latency, hold=hold)  # fmt: skip
+            arrived.callbacks.append(lambda _e: log.append(("arrived", env.now)))
+            streamed.callbacks.append(lambda _e: log.append(("streamed", env.now)))
+        env.run()
+        return log, net.flows
+
+    (timed_log, timed_flows), (flow_log, flow_flows) = run(True), run(False)
+    assert [k for k, _ in timed_log] == [k for k, _ in flow_log]
+    assert [t for _, t in timed_log] == pytest.approx([t for _, t in flow_log], rel=1e-12)
+    assert dict(timed_log) == pytest.approx({"arrived": 1e-3 + latency, "streamed": 1e-3 + hold}, rel=1e-12)
+    assert (timed_flows, flow_flows) == (1, 2)
+
+
 def test_hold_paces_a_sender_of_back_to_back_messages() -> None:
     # a sender that waits for `streamed` before its next message pays the hold once per message: the last message
     # leaves at 4 ms + 3 holds and arrives 5 us later

@@ -17,6 +17,7 @@ symmetry quotient, the clock and the breakdown.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Generator, Hashable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -306,6 +307,10 @@ class Launcher:
         ``opts.jitter`` every step draws an extra latency (:meth:`jitter`) at its first slice, and its slices arrive
         that much later together (the flag that tells the receiver a step is there is what a late message delays);
         the post is not jittered: the thread block's work is the same, the step arrives later."""
+        alone = self._alone(e, role)
+        if alone is not None:
+            net, (cap, lat, hold) = self.net, alone
+            return lambda b: net.timed(b / cap, lat, hold)
         route, tag, owner, lat, hold, timing = self._prepared(e, role)
         if timing is None:
             net = self.net
@@ -321,6 +326,10 @@ class Launcher:
         """:meth:`sender` for a callback-driven schedule: ``send(nbytes, on_arrived, arg, on_streamed, arg)`` calls
         ``on_arrived(arg)`` when the slice has arrived and ``on_streamed(arg)`` when the sender is free (the same
         flow, times and order; :meth:`FluidNetwork.send_then`)."""
+        alone = self._alone(e, role)
+        if alone is not None:
+            timed_then, (cap, lat, hold) = self.net.timed_then, alone
+            return lambda b, fa, a, fs, s: timed_then(b / cap, lat, hold, fa, a, fs, s)
         route, tag, owner, lat, hold, timing = self._prepared(e, role)
         send_then = self.net.send_then
         if timing is None:
@@ -331,6 +340,16 @@ class Launcher:
             send_then(route, b, lat + extra, h, tag, owner, fa, a, fs, s)
 
         return send
+
+    def _alone(self, e: Entity, role: str) -> tuple[float, float, float] | None:
+        """(cap, latency, hold) of ``e``'s ``role`` when it crosses no resource (a GPU's local copy, bound by its own
+        loads), else None: such a send streams at its cap whatever else happens, so it is timed
+        (:meth:`FluidNetwork.timed`) instead of solved. Not when recording (a trace lists it as a flow) or with
+        jitter (which draws per message)."""
+        ro = self.layout.roles[e][role]
+        if ro.uses or self.net.record or self.ctx.opts.jitter > 0 or not 0 < ro.cap < math.inf:
+            return None
+        return ro.cap, ro.latency, ro.post
 
     def _prepared(
         self, e: Entity, role: str

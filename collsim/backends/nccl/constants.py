@@ -13,7 +13,7 @@ from typing import Any
 
 from collsim.backends.common import BackendError
 
-__all__ = ["ChunkRules", "HostPathConstants", "NcclConstants", "ProtocolConstants"]
+__all__ = ["ChunkRules", "HostPathConstants", "NcclConstants", "NvlsWarps", "ProtocolConstants"]
 
 _US = 1e-6  # microseconds to seconds
 _GBPS = 1e9  # GB/s (GB = 1e9 bytes) to bytes/s
@@ -113,6 +113,49 @@ class HostPathConstants:
 
 
 @dataclass(frozen=True)
+class NvlsWarps:
+    """How the NVLS and NVLSTree allreduce kernels split one channel's warps into groups (``nccl.yaml``
+    ``nvls_warps``; src/device/all_reduce.h, without registered buffers).
+
+    Attributes
+    ----------
+    total : int
+        Warps of a channel: NCCL_MAX_NTHREADS / WARP_SIZE (640 / 32).
+    reduce, reduce_few_ranks, few_ranks : int
+        The reduce group's warps: ``reduce_few_ranks`` when the communicator has at most ``few_ranks`` ranks, else
+        ``reduce``.
+    tree_reduce, tree_bcast : int
+        NVLSTree with a parent in the tree: the reduce group's warps and the broadcast group's (0 otherwise).
+    """
+
+    total: int
+    reduce: int
+    reduce_few_ranks: int
+    few_ranks: int
+    tree_reduce: int
+    tree_bcast: int
+
+    def copy_workers(self, nranks: int, tree_parent: bool) -> tuple[int, int]:
+        """Threads copying in the scatter and the gather group of a channel: (scatter, gather).
+
+        ``nranks``: the communicator's ranks; ``tree_parent``: an NVLSTree rank whose node has a parent. The
+        scatter group sends, so one of its warps stays out of the copy loop (prims_simple.h ``nworkers``).
+
+        >>> w = NvlsWarps(20, 5, 7, 6, 5, 4)
+        >>> w.copy_workers(8, False), w.copy_workers(16, True), w.copy_workers(16, False), w.copy_workers(4, False)
+        ((224, 224), (160, 160), (224, 224), (192, 192))
+        """
+        reduce = self.reduce_few_ranks if nranks <= self.few_ranks else self.reduce
+        if tree_parent:
+            reduce = self.tree_reduce
+        bcast = self.tree_bcast if tree_parent else 0
+        scatter = (self.total - reduce - bcast + 1) >> 1
+        gather = (self.total - reduce - bcast) >> 1
+        warp = 32
+        return (scatter * warp - (warp if scatter >= 3 else 0), gather * warp)
+
+
+@dataclass(frozen=True)
 class NcclConstants:
     """NCCL's tuning and protocol constants in SI units (seconds, bytes/s, bytes).
 
@@ -145,6 +188,7 @@ class NcclConstants:
     nvls_ctas_one_node_since: tuple[int, int]
     nvls_chunk_bytes: int
     nvls_split_since: tuple[int, int]
+    nvls_warps: NvlsWarps
     tree_correction: Mapping[str, tuple[float, ...]]
     tree_allreduce_efficiency: float
     ring_ll_bw_fraction: float = 0.5
@@ -275,6 +319,7 @@ class NcclConstants:
             nvls_ctas_one_node_since=_major_minor(data["nvls_ctas_one_node_since"]),
             nvls_chunk_bytes=int(data["nvls_chunk_bytes"]),
             nvls_split_since=_major_minor(data["nvls_split_since"]),
+            nvls_warps=_nvls_warps(data["nvls_warps"]),
             cells_since=_major_minor(data["cells"]["since"]),
             min_traffic_per_channel=int(data["cells"]["min_traffic_per_channel_bytes"]),
             cells_ll_factor=int(data["cells"]["ll_factor"]),
@@ -334,6 +379,17 @@ def _host_paths(h: Mapping[str, Any]) -> HostPathConstants:
         staged_memory_traffic=float(h["staged_memory_traffic"]),
         socket_memory_traffic=float(h["socket_memory_traffic"]),
         socket_default_threads=int(h["socket_default_threads"]),
+    )
+
+
+def _nvls_warps(w: Mapping[str, Any]) -> NvlsWarps:
+    return NvlsWarps(
+        int(w["total"]),
+        int(w["reduce"]),
+        int(w["reduce_few_ranks"]),
+        int(w["few_ranks"]),
+        int(w["tree_reduce"]),
+        int(w["tree_bcast"]),
     )
 
 

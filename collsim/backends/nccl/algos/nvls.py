@@ -9,7 +9,12 @@ from dataclasses import dataclass
 
 from simpy.events import Event
 
-from collsim.algorithms.nccl_algos import NcclNvlsTreeMachine, nccl_nvls_allgather, nccl_nvls_reduce_scatter
+from collsim.algorithms.nccl_algos import (
+    NcclNvlsTreeMachine,
+    nccl_local_copies,
+    nccl_nvls_allgather,
+    nccl_nvls_reduce_scatter,
+)
 from collsim.backends.common import link_uses
 from collsim.backends.nccl.base import (
     Entity,
@@ -52,6 +57,40 @@ def _nvls_roles(ctx: SimContext, gpu: str, switch: str, fanout: int) -> dict[str
     rs = [(k, v / eff) for k, v in up.uses] + [(k, v / (fanout * eff)) for k, v in down.uses]
     ag = [(k, v / (fanout * eff)) for k, v in up.uses] + [(k, v / eff) for k, v in down.uses]
     return {"rs": Role(rs, lat, ctx.cap, NVLS_TAG, post=step), "ag": Role(ag, lat, ctx.cap, NVLS_TAG, post=step)}
+
+
+def nvls_copy_rate(ctx: SimContext, gpu: str, workers: int) -> float | None:
+    """What one NVLS channel's local copy group moves on ``gpu`` (bytes/s), None without the GPU's ``hbm_latency``.
+
+    Little's law on the copy loop: each of the group's ``workers`` threads keeps ``unroll`` 16-byte loads in flight
+    (device.h ``ncclCollUnroll``, common_kernel.h ``reduceCopyPacks``), each a round trip to device memory::
+
+        rate = workers x unroll x load_bytes / hbm_latency
+
+    >>> [round(w * 8 * 16 / 375e-9 / 1e9, 1) for w in (224, 160)]  # GB/s: one node's groups, a tree child's
+    [76.5, 54.6]
+    """
+    spec = ctx.topo.device(gpu).spec
+    latency = spec.get("hbm_latency")
+    if not latency:
+        return None
+    hp = ctx.consts.host_paths
+    return workers * hp.unroll(int(spec.get("sm", 0))) * hp.load_bytes / float(latency)
+
+
+def _copy_roles(ctx: SimContext, gpu: str, tree_parent: bool) -> dict[str, Role]:
+    """``sc`` and ``ga``: the NVLS kernel's local copies of each slice into the NVLS buffer (scatter group) and out
+    of it (gather group), each at its group's rate (:func:`nvls_copy_rate`, the warps of
+    :meth:`NvlsWarps.copy_workers`); none without the GPU's ``hbm_latency``.
+    NCCL skips both copies with registered user buffers (``regUsed``), which collsim does not model."""
+    scatter, gather = ctx.consts.nvls_warps.copy_workers(ctx.n, tree_parent)
+    r_sc, r_ga = nvls_copy_rate(ctx, gpu, scatter), nvls_copy_rate(ctx, gpu, gather)
+    if r_sc is None or r_ga is None:
+        return {}
+    # bound by the loads' round trips, not by the memory's bandwidth: a channel's copy in and out stream at the
+    # pipeline's rate once it is full (~17 GB/s each on HGX H100: ~1 TB/s for 16 channels of 3.35 TB/s), so they
+    # take no resource (a flow on none streams at its cap, with no solve: FluidNetwork.send)
+    return {"sc": Role([], 0.0, r_sc, NVLS_TAG), "ga": Role([], 0.0, r_ga, NVLS_TAG)}
 
 
 class NVLS(NcclAlgorithm):
@@ -118,19 +157,24 @@ class NVLS(NcclAlgorithm):
             shares = interleaved_channel_bytes(ctx.nbytes, ctx.nc, heads * chunk)
         for c in range(ctx.nc):
             for g in plan.ranks:
-                out.roles[(c, g)] = _nvls_roles(ctx, g, plan.nvswitch, ctx.n)
+                out.roles[(c, g)] = _nvls_roles(ctx, g, plan.nvswitch, ctx.n) | _copy_roles(ctx, g, False)
                 if shares is not None:
                     out.data[(c, g)] = shares[c]
         return out
 
     def launch(self, run: Launcher, e: Entity) -> Event | None:
-        ctx = run.ctx
+        ctx, board = run.ctx, run.board
         data = run.layout.data.get(e, ctx.per_channel)
-        rs = nccl_nvls_reduce_scatter(run.board, e, data_bytes=data, chunking=ctx.chunking, send=run.sender(e, "rs"))
+        copies = "sc" in run.roles(e)
+        kw = {"data_bytes": data, "chunking": ctx.chunking}
+        rs = nccl_nvls_reduce_scatter(board, e, send=run.sender(e, "rs"), scattered=copies, **kw)  # type: ignore[arg-type]
         c, _g = channel_device(e)
         # the switch reduces a slice of this channel once every GPU has sent it (NVLS channels are independent)
         peers = list(dict.fromkeys(run.rep((c, h)) for h in ctx.plan.ranks))
-        ag = nccl_nvls_allgather(run.board, e, peers, data_bytes=data, chunking=ctx.chunking, send=run.sender(e, "ag"))
+        ag = nccl_nvls_allgather(board, e, peers, send=run.sender(e, "ag"), gathered=copies, **kw)  # type: ignore[arg-type]
+        if copies:  # the copy in waits for a slot as the reduce-scatter did; the copy out ends the collective
+            run.start(e, nccl_local_copies(board, e, send=run.sender(e, "sc"), key="sc", slot="ag", **kw))  # type: ignore[arg-type]
+            run.start(e, nccl_local_copies(board, e, send=run.sender(e, "ga"), key="ga", after="ag", done=True, **kw))  # type: ignore[arg-type]
         run.start(e, rs)
         run.start(e, ag)
         return run.done(e)
@@ -190,7 +234,8 @@ class NVLSTree(NVLS):
                 par = same[pnode] if pnode is not None else None
                 roles = built.get((g, mirror))
                 if roles is None:
-                    roles = built[(g, mirror)] = _nvls_roles(ctx, g, switch[dev.node], plan.ppn)
+                    roles = _nvls_roles(ctx, g, switch[dev.node], plan.ppn) | _copy_roles(ctx, g, par is not None)
+                    built[(g, mirror)] = roles
                     if par is not None:
                         roles["up"] = ctx.hop_role(ctx.hop_via(g, par, nic[g], nic[par]))
                     for k, kid in enumerate(kids):
@@ -221,6 +266,8 @@ class NVLSTree(NVLS):
             send_up=run.sender_then(e, "up") if "up" in roles else None,
             send_down=[run.sender_then(e, f"down{k}") for k in range(len(links.children))],
             send_ag=run.sender_then(e, "ag"),
+            send_sc=run.sender_then(e, "sc") if "sc" in roles else None,
+            send_ga=run.sender_then(e, "ga") if "ga" in roles else None,
         )
         run.start_machine(e, machine.start)
         return run.done(e)
