@@ -533,11 +533,13 @@ def nccl_nvls_tree(
         gathered=copies,
     )  # fmt: skip
     procs = [reduce_scatter(), up(), down(), allgather]
-    if copies:
-        assert send_sc is not None and send_ga is not None
-        kw = {"data_bytes": data_bytes, "chunking": chunking}
-        procs.append(nccl_local_copies(board, me, send=send_sc, key="sc", slot="upsent", **kw))  # type: ignore[arg-type]
-        procs.append(nccl_local_copies(board, me, send=send_ga, key="ga", after="ag", done=True, **kw))  # type: ignore[arg-type]
+    if send_sc is not None and send_ga is not None:
+        procs.append(nccl_local_copies(
+            board, me, data_bytes=data_bytes, chunking=chunking, send=send_sc, key="sc", slot="upsent"
+        ))  # fmt: skip
+        procs.append(nccl_local_copies(
+            board, me, data_bytes=data_bytes, chunking=chunking, send=send_ga, key="ga", after="ag", done=True
+        ))  # fmt: skip
     return procs
 
 

@@ -15,6 +15,7 @@ __all__ = [
     "IDLE_TAG",
     "LATENCY_TAG",
     "LAUNCH_TAG",
+    "NVLS_COPY_TAG",
     "NVLS_TAG",
     "SHARP_TAG",
     "STRAGGLER_TAG",
@@ -37,6 +38,9 @@ TRANSPORT_TAG: dict[str, Tag] = {
 }
 #: NVLink SHARP: the NVSwitch reduces and multicasts.
 NVLS_TAG = Tag("NVLink (NVLS)", "send", _NVLINK)
+#: The NVLS kernels' own copies of each slice into and out of the NVLS buffers (scatter and gather warps), in the
+#: GPU's memory; drawn with the GPU's work, as Gloo's GPU copies are.
+NVLS_COPY_TAG = Tag("NVLS buffer copies (GPU memory)", "copy", "GPU reduction")
 #: CollNet: the network switch reduces.
 SHARP_TAG = Tag("network (in-network reduction)", "send", _RDMA)
 #: The kernel launch and NCCL's base latency every rank pays first.
@@ -57,11 +61,12 @@ BREAKDOWN_PRIORITY: tuple[Tag, ...] = (
     TRANSPORT_TAG["SHM"],
     TRANSPORT_TAG["P2P/PCIe"],
     TRANSPORT_TAG["P2P/NVLink"],
+    NVLS_COPY_TAG,
     LAUNCH_TAG,
     STRAGGLER_TAG,
 )
 
 #: Every tag this backend emits or reports.
 TAGS: tuple[Tag, ...] = (
-    *TRANSPORT_TAG.values(), NVLS_TAG, SHARP_TAG, LAUNCH_TAG, LATENCY_TAG, STRAGGLER_TAG, IDLE_TAG
+    *TRANSPORT_TAG.values(), NVLS_TAG, NVLS_COPY_TAG, SHARP_TAG, LAUNCH_TAG, LATENCY_TAG, STRAGGLER_TAG, IDLE_TAG
 )

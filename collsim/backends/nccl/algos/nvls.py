@@ -30,7 +30,7 @@ from collsim.backends.nccl.base import (
 from collsim.backends.nccl.chunking import interleaved_channel_bytes, nvls_chunk
 from collsim.backends.nccl.constants import NcclConstants
 from collsim.backends.nccl.plan import NcclPlan, nvls_head_nics
-from collsim.backends.nccl.tags import NVLS_TAG
+from collsim.backends.nccl.tags import NVLS_COPY_TAG, NVLS_TAG
 from collsim.backends.nccl.trees import binary_tree
 from collsim.nccl_env import NcclOptions
 
@@ -89,8 +89,8 @@ def _copy_roles(ctx: SimContext, gpu: str, tree_parent: bool) -> dict[str, Role]
         return {}
     # bound by the loads' round trips, not by the memory's bandwidth: a channel's copy in and out stream at the
     # pipeline's rate once it is full (~17 GB/s each on HGX H100: ~1 TB/s for 16 channels of 3.35 TB/s), so they
-    # take no resource (a flow on none streams at its cap, with no solve: FluidNetwork.send)
-    return {"sc": Role([], 0.0, r_sc, NVLS_TAG), "ga": Role([], 0.0, r_ga, NVLS_TAG)}
+    # take no resource (the launcher times a send on none at its cap, with no solve: Launcher._alone)
+    return {"sc": Role([], 0.0, r_sc, NVLS_COPY_TAG), "ga": Role([], 0.0, r_ga, NVLS_COPY_TAG)}
 
 
 class NVLS(NcclAlgorithm):
@@ -166,15 +166,24 @@ class NVLS(NcclAlgorithm):
         ctx, board = run.ctx, run.board
         data = run.layout.data.get(e, ctx.per_channel)
         copies = "sc" in run.roles(e)
-        kw = {"data_bytes": data, "chunking": ctx.chunking}
-        rs = nccl_nvls_reduce_scatter(board, e, send=run.sender(e, "rs"), scattered=copies, **kw)  # type: ignore[arg-type]
+        chunking = ctx.chunking
+        rs = nccl_nvls_reduce_scatter(
+            board, e, data_bytes=data, chunking=chunking, send=run.sender(e, "rs"), scattered=copies
+        )
         c, _g = channel_device(e)
         # the switch reduces a slice of this channel once every GPU has sent it (NVLS channels are independent)
         peers = list(dict.fromkeys(run.rep((c, h)) for h in ctx.plan.ranks))
-        ag = nccl_nvls_allgather(board, e, peers, send=run.sender(e, "ag"), gathered=copies, **kw)  # type: ignore[arg-type]
+        ag = nccl_nvls_allgather(
+            board, e, peers, data_bytes=data, chunking=chunking, send=run.sender(e, "ag"), gathered=copies
+        )
         if copies:  # the copy in waits for a slot as the reduce-scatter did; the copy out ends the collective
-            run.start(e, nccl_local_copies(board, e, send=run.sender(e, "sc"), key="sc", slot="ag", **kw))  # type: ignore[arg-type]
-            run.start(e, nccl_local_copies(board, e, send=run.sender(e, "ga"), key="ga", after="ag", done=True, **kw))  # type: ignore[arg-type]
+            send_sc, send_ga = run.sender(e, "sc"), run.sender(e, "ga")
+            run.start(e, nccl_local_copies(
+                board, e, data_bytes=data, chunking=chunking, send=send_sc, key="sc", slot="ag"
+            ))  # fmt: skip
+            run.start(e, nccl_local_copies(
+                board, e, data_bytes=data, chunking=chunking, send=send_ga, key="ga", after="ag", done=True
+            ))  # fmt: skip
         run.start(e, rs)
         run.start(e, ag)
         return run.done(e)
