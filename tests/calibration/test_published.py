@@ -89,10 +89,11 @@ _PUBLISHED_BIG = {
     "aws_p5_4node_efa_nccl2277": 12.9,
     "aws_p5_8node_efa_nccl2277": 27.2,
     "aws_p5_16node_efa_nccl2277": 32.8,
-    # three more, added after NVLS's local copies were modelled and checked on them unchanged (2026-12-04)
+    # four more, added after NVLS's local copies were modelled and checked with them unchanged (2026-12-04)
     "h200_2node_roce_spectrumx": 3.9,
     "h100_8node_ib_issue309": 18.5,
     "dgx1_v100_8gpu_g8": 5.3,
+    "gb200_nvl72_1rack_coreweave": 25.1,
 }
 
 
