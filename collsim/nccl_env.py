@@ -49,6 +49,9 @@ INT_NCCL_ENV: frozenset[str] = frozenset(
         "NCCL_PXN_DISABLE",
         "NCCL_MIN_NCHANNELS",
         "NCCL_MAX_NCHANNELS",
+        "NCCL_MIN_CTAS",
+        "NCCL_MAX_CTAS",
+        "NCCL_NVLS_NCHANNELS",
         "NCCL_BUFFSIZE",
         "NCCL_NVLS_ENABLE",
         "NCCL_NTHREADS",
@@ -74,6 +77,9 @@ KNOWN_NCCL_ENV: dict[str, str] = {
     "NCCL_PXN_DISABLE": "1 disables PXN (sending through an NVLink peer's NIC).",
     "NCCL_MIN_NCHANNELS": "Minimum number of channels (integer).",
     "NCCL_MAX_NCHANNELS": "Maximum number of channels (integer).",
+    "NCCL_MIN_CTAS": "Minimum CTAs (channels) of any algorithm, NVLS included (integer; 0: unset).",
+    "NCCL_MAX_CTAS": "Maximum CTAs (channels) of any algorithm, NVLS included (integer; 0: unset).",
+    "NCCL_NVLS_NCHANNELS": "Channels (CTAs) of NVLS and NVLSTree (integer; 0: NCCL's default by GPU).",
     "NCCL_BUFFSIZE": "Buffer size per channel and protocol in bytes (integer, default 4194304 = 4 MiB).",
     "NCCL_NVLS_ENABLE": "1 enables NVLink SHARP (NVLS) where the NVSwitch supports it, 0 disables it.",
     "NCCL_NTHREADS": "CUDA threads per channel block (integer: 64, 128, 256 or 512).",
@@ -226,7 +232,12 @@ class NcclOptions:
     p2p_level, gdr_level : str or None
         NCCL_P2P_LEVEL and NCCL_NET_GDR_LEVEL as path-class names (legacy integers translated).
     min_channels, max_channels : int or None
-        NCCL_MIN_NCHANNELS, NCCL_MAX_NCHANNELS.
+        NCCL_MIN_NCHANNELS, NCCL_MAX_NCHANNELS: the Ring and Tree channel graphs' bounds (connect.cc), not NVLS's.
+    min_ctas, max_ctas : int or None
+        NCCL_MIN_CTAS, NCCL_MAX_CTAS (the communicator config's minCTAs, maxCTAs): bounds on every algorithm's
+        channels, NVLS's too (nvls.cc); 0 or less is unset, as NCCL leaves it (init.cc "too low").
+    nvls_channels : int or None
+        NCCL_NVLS_NCHANNELS: the NVLS channel count instead of NCCL's default by GPU; 0 or less is unset.
     buffsize : int or None
         NCCL_BUFFSIZE in bytes.
     socket_threads : int
@@ -271,6 +282,9 @@ class NcclOptions:
     pxn_disable: bool = False
     min_channels: int | None = None
     max_channels: int | None = None
+    min_ctas: int | None = None
+    max_ctas: int | None = None
+    nvls_channels: int | None = None
     buffsize: int | None = None
     socket_threads: int = 1
     socket_nthreads: int | None = None
@@ -282,6 +296,16 @@ class NcclOptions:
     jitter: float = 0.0
     jitter_seed: int = 0
     version: tuple[int, int, int] | None = None
+
+    def cta_bounds(self, most: int) -> tuple[int, int]:
+        """(minCTAs, maxCTAs) as NCCL settles them (init.cc): each capped at ``most`` (MAXCHANNELS), and the
+        minimum at most the maximum; (1, ``most``) when unset.
+
+        >>> NcclOptions(min_ctas=24).cta_bounds(32), NcclOptions(min_ctas=40, max_ctas=8).cta_bounds(32)
+        ((24, 32), (8, 8))
+        """
+        hi = min(self.max_ctas or most, most)
+        return min(self.min_ctas or 1, most, hi), hi
 
     def before(self, version: tuple[int, int]) -> bool:
         """Whether the run's NCCL is older than ``version`` (major, minor); False when the version is unset.
@@ -313,6 +337,10 @@ class NcclOptions:
         def as_int(name: str) -> int | None:
             return parsed(name, _non_negative_int)
 
+        def positive(name: str) -> int | None:  # NCCL leaves a value <= 0 unset (init.cc)
+            value = as_int(name)
+            return value if value else None
+
         for name in sorted(INT_NCCL_ENV & text.keys()):  # validated like the scenario does, read or not
             as_int(name)
         buffsize = parsed("NCCL_BUFFSIZE", _buffsize)
@@ -331,6 +359,9 @@ class NcclOptions:
             pxn_disable=bool(as_int("NCCL_PXN_DISABLE")),
             min_channels=as_int("NCCL_MIN_NCHANNELS"),
             max_channels=as_int("NCCL_MAX_NCHANNELS"),
+            min_ctas=positive("NCCL_MIN_CTAS"),
+            max_ctas=positive("NCCL_MAX_CTAS"),
+            nvls_channels=positive("NCCL_NVLS_NCHANNELS"),
             buffsize=buffsize,
             socket_threads=max(1, threads),
             socket_nthreads=as_int("NCCL_SOCKET_NTHREADS"),

@@ -65,10 +65,35 @@ def test_p2p_disable_moves_traffic_to_host_memory() -> None:
 
 
 def test_channel_limits_change_bandwidth() -> None:
-    few = Simulator.from_source("hgx-h100", ["backends.nccl.env.NCCL_MAX_NCHANNELS=4"])
+    ring = "backends.nccl.env.NCCL_ALGO=Ring"
+    few = Simulator.from_source("hgx-h100", ["backends.nccl.env.NCCL_MAX_NCHANNELS=4", ring])
     assert few.nccl_plan.channels == 4
-    many = Simulator.from_source("hgx-h100")
+    many = Simulator.from_source("hgx-h100", [ring])
     assert few.simulate_one("nccl", 256 * MiB).time_s > 2 * many.simulate_one("nccl", 256 * MiB).time_s
+
+
+def _nvls_channels(*env: str) -> tuple[int, float]:
+    """NVLS's channels and time at 256 MiB on one HGX H100 with ``env`` (``NAME=value`` NCCL settings)."""
+    sets = ["backends.nccl.env.NCCL_ALGO=NVLS", *(f"backends.nccl.env.{e}" for e in env)]
+    out = Simulator.from_source("hgx-h100", sets).simulate_one("nccl", 256 * MiB, record=True, symmetry=False)
+    return len({r.owner.channel for r in out.records if r.size > 0}), out.time_s
+
+
+def test_nvls_channels_follow_the_cta_bounds_not_the_channel_graphs() -> None:
+    # nvls.cc: nvlsChannels = max(minCTAs, min(maxCTAs, NCCL_NVLS_NCHANNELS or 16 on Hopper)); NCCL_MAX_NCHANNELS
+    # bounds only the ring and tree graphs (connect.cc)
+    default = _nvls_channels()
+    assert default[0] == 16
+    assert _nvls_channels("NCCL_MAX_NCHANNELS=4") == default
+    few = _nvls_channels("NCCL_MAX_CTAS=4")
+    assert few[0] == 4 and few[1] > 2 * default[1]
+    assert _nvls_channels("NCCL_NVLS_NCHANNELS=8")[0] == 8
+    assert _nvls_channels("NCCL_NVLS_NCHANNELS=8", "NCCL_MIN_CTAS=12")[0] == 12
+    assert _nvls_channels("NCCL_MIN_CTAS=24")[0] == 24
+    assert _nvls_channels("NCCL_MIN_CTAS=0") == default  # NCCL leaves 0 unset
+    env = "backends.nccl.env"
+    ring = Simulator.from_source("hgx-h100", [f"{env}.NCCL_MAX_CTAS=6", f"{env}.NCCL_MIN_NCHANNELS=2"])
+    assert ring.nccl_plan.channels == 6
 
 
 def test_algorithm_not_modelled_is_a_clear_error() -> None:

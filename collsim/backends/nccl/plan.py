@@ -515,14 +515,19 @@ def _intra_node(
 
 
 def _channel_count(nch: int, nics_used: int, nnodes: int, opts: NcclOptions, consts: NcclConstants) -> int:
-    """At most 2 channels per NIC across nodes, then MAXCHANNELS and NCCL_MIN/MAX_NCHANNELS."""
+    """At most 2 channels per NIC across nodes, then MAXCHANNELS, NCCL_MAX_NCHANNELS and NCCL_MAX_CTAS, then
+    NCCL_MIN_NCHANNELS and NCCL_MIN_CTAS (connect.cc: nChannels = min(ncclMaxNchannels(), nChannels, maxCTAs), the
+    rings copied up to max(ncclMinNchannels(), minCTAs))."""
     if nnodes > 1:
         nch = min(nch, 2 * nics_used)
     nch = min(nch, consts.max_channels)
+    min_ctas, max_ctas = opts.cta_bounds(consts.max_channels)
     if opts.max_channels is not None:
         nch = min(nch, max(1, opts.max_channels))
-    if opts.min_channels is not None:
-        nch = max(nch, min(opts.min_channels, consts.max_channels))
+    nch = min(nch, max_ctas)
+    lo = max(opts.min_channels or 0, min_ctas if opts.min_ctas else 0)
+    if lo:
+        nch = max(nch, min(lo, consts.max_channels))
     return nch
 
 
