@@ -405,8 +405,8 @@ def nccl_local_copies(
     user's buffer into the NVLS buffers) or gather group (the multicast result out to the user's buffer).
 
     Waits for: slice ``i - slots``'s ``(me, (slot, ...))`` when ``slot`` is given (a free buffer slot), and
-    ``(me, (after, i))`` when ``after`` is given (the data to copy). Pays: ``send`` of the whole slice (a flow on
-    the GPU's memory at the copy group's rate), the next slice once this one has streamed. Binds ``(me, (key, i))``
+    ``(me, (after, i))`` when ``after`` is given (the data to copy). Pays: ``send`` of the whole slice (at the copy
+    group's rate, on no shared resource), the next slice once this one has streamed. Binds ``(me, (key, i))``
     to the copy's arrival: NCCL posts a copied slice once, after every head's part of it is written
     (prims_simple.h ``ScatterGatherOp``), so the next stage waits for the whole slice. With ``done``, fires
     ``(me, "done")`` when the last copy has arrived."""
