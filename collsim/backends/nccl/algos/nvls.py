@@ -164,9 +164,11 @@ class NVLS(NcclAlgorithm):
             heads = plan.ppn  # every GPU of the node is an NVLS head
             chunk = nvls_chunk(consts.chunk_rules, self.name, ctx.nbytes, ctx.nc * heads, consts.nvls_chunk_bytes)
             shares = interleaved_channel_bytes(ctx.nbytes, ctx.nc, heads * chunk)
+        # a GPU's roles are the same on every channel: built once per GPU, copied per channel
+        roles = {g: _nvls_roles(ctx, g, plan.nvswitch, ctx.n) | _copy_roles(ctx, g, False) for g in plan.ranks}
         for c in range(ctx.nc):
             for g in plan.ranks:
-                out.roles[(c, g)] = _nvls_roles(ctx, g, plan.nvswitch, ctx.n) | _copy_roles(ctx, g, False)
+                out.roles[(c, g)] = dict(roles[g])
                 if shares is not None:
                     out.data[(c, g)] = shares[c]
         return out
