@@ -257,6 +257,7 @@ class Simulator:
                 gpus_per_process=scenario.workload.gpus_per_process,
                 host_overhead=scenario.workload.host_overhead_value(),
                 launch_delay=delays,
+                decouple=scenario.engine.decouple,
                 version=nccl.version_tuple() if nccl else None,
             )
         gloo = scenario.backends.gloo
@@ -445,7 +446,13 @@ class Simulator:
                 f"{label} ({how}) passed the limit of {exc.limit} flows after {exc.simulated_s * 1e6:.6g} us of "
                 f"simulated time; raise it (--set {exc.field}=N, or null for none: about 23 us a flow"
                 + (", 1.5 KB a recorded one" if exc.field == "engine.max_records" else "")
-                + "), or ask for fewer nodes or smaller sizes",
+                + "), or ask for fewer nodes or smaller sizes"
+                + (
+                    "; or --set engine.decouple=true: the channels a slowed link reaches simulated apart, an "
+                    "approximation (docs/perturbations.md)"
+                    if backend == "nccl" and sym and not eng.decouple and self.topology.scaled
+                    else ""
+                ),
                 file=self.scenario.source_file,
                 field=exc.field,
             ) from None

@@ -256,6 +256,9 @@ class NcclOptions:
         Not an NCCL knob: mean extra latency of each message, seconds (scenario ``noise.jitter``); 0: none.
     jitter_seed : int
         Seed of the jitter draws (:func:`collsim.noise.repetition_seed` of the scenario's seed and repetition).
+    decouple : bool
+        Not an NCCL knob: the simulation's ``engine.decouple`` (:func:`collsim.engine.decouple`): the channels a
+        slowed link reaches do not load the links they share with the others (an approximation).
     version : tuple of int or None
         Not an environment variable: the NCCL version the run used (scenario ``backends.nccl.version``), as
         (major, minor, patch); None: the current NCCL collsim follows. It selects the behaviours that changed
@@ -295,6 +298,7 @@ class NcclOptions:
     launch_delay: tuple[tuple[int, float], ...] = ()
     jitter: float = 0.0
     jitter_seed: int = 0
+    decouple: bool = False
     version: tuple[int, int, int] | None = None
 
     def cta_bounds(self, most: int) -> tuple[int, int]:

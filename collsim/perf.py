@@ -141,11 +141,14 @@ class ScaleCase:
     symmetry: bool
     perturbed: bool = False
     rail: bool = False  # with ``perturbed``: the whole rail (NIC 2 of every node) slow, not one port
+    decouple: bool = False  # engine.decouple: the slow port's channels cut loose from the links they share
 
     @property
     def label(self) -> str:
-        """``"1024 GPUs Ring sym off"``, ``"... one NIC at 50%"`` or ``"... rail 2 at 50%"`` for the perturbed cases."""
+        """``"1024 GPUs Ring sym off"``, ``"... one NIC at 50%"`` (``"..., decoupled"``) or ``"... rail 2 at 50%"``
+        for the perturbed cases."""
         extra = (", rail 2 at 50%" if self.rail else ", one NIC at 50%") if self.perturbed else ""
+        extra += ", decoupled" if self.decouple else ""
         return f"{self.nodes * 8} GPUs {self.algo} sym {'on' if self.symmetry else 'off'}{extra}"
 
     def overrides(self) -> list[str]:
@@ -155,15 +158,19 @@ class ScaleCase:
             out.append(f"backends.nccl.env.NCCL_ALGO={self.algo}")
         if self.perturbed:
             out.append(f"perturb.links={SCALE_PERTURB_RAIL if self.rail else SCALE_PERTURB}")
+        if self.decouple:
+            out.append("engine.decouple=true")
         return out
 
 
 def scale_cases(nodes: Sequence[int] = (16, 64, 128)) -> list[ScaleCase]:
     """Issue 13's grid: per node count, Ring and the default algorithm with symmetry on and off, then the Ring
-    with one NIC port at half rate and with a whole rail at half rate (symmetry on: the reduction keeps what the
-    perturbation leaves symmetric; one port leaves little at 512 GPUs and more, a rail leaves the nodes alike)."""
+    with one NIC port at half rate (exact, then with ``engine.decouple``) and with a whole rail at half rate
+    (symmetry on: the reduction keeps what the perturbation leaves symmetric; one port leaves little at 512 GPUs
+    and more unless decoupled, a rail leaves the nodes alike)."""
     out = [ScaleCase(n, a, s) for n in nodes for a in ("Ring", "default") for s in (True, False)]
     out += [ScaleCase(n, "Ring", True, perturbed=True) for n in nodes]
+    out += [ScaleCase(n, "Ring", True, perturbed=True, decouple=True) for n in nodes]
     out += [ScaleCase(n, "Ring", True, perturbed=True, rail=True) for n in nodes]
     return out
 
@@ -199,7 +206,7 @@ def run_scale_benchmark(
     base = _baseline(baseline_events)
     print(f"allreduce of {size} B on {SCALE_SCENARIO} with cluster.nodes=N; one process per case, "
           f"timeout {timeout:.0f} s", flush=True)
-    print(f"{'case':<40} {'choice':<14} {'wall s':>8} {'x base':>7} {'peak MiB':>9} {'flows':>10} {'solves':>8} "
+    print(f"{'case':<50} {'choice':<14} {'wall s':>8} {'x base':>7} {'peak MiB':>9} {'flows':>10} {'solves':>8} "
           f"{'classes':>13} {'busbw GB/s':>10}", flush=True)
     status = 0
     for case in scale_cases(nodes) if cases is None else cases:
@@ -208,18 +215,18 @@ def run_scale_benchmark(
             proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=timeout)
         except subprocess.TimeoutExpired:
             wall, ratio = ">" + format(timeout, ".0f"), ">" + format(timeout / base, ".0f")
-            print(f"{case.label:<40} {'':<14} {wall:>8} {ratio:>7}", flush=True)
+            print(f"{case.label:<50} {'':<14} {wall:>8} {ratio:>7}", flush=True)
             continue
         if proc.returncode != 0:
             last = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}"
-            print(f"{case.label:<40} failed: {last}", flush=True)
+            print(f"{case.label:<50} failed: {last}", flush=True)
             status = 1
             continue
         d = json.loads(proc.stdout.strip().splitlines()[-1])
         n = d["nranks"]
         busbw = size / d["time_s"] * 2 * (n - 1) / n / 1e9  # nccl-tests' allreduce busbw, GB/s (1e9 bytes)
         print(
-            f"{case.label:<40} {d['algorithm'] + '/' + d['protocol']:<14} {d['wall_s']:8.2f} {d['wall_s'] / base:7.1f}"
+            f"{case.label:<50} {d['algorithm'] + '/' + d['protocol']:<14} {d['wall_s']:8.2f} {d['wall_s'] / base:7.1f}"
             f" {d['peak_bytes'] / 2**20:9.0f} {d['flows']:>10} {d['solves']:>8}"
             f" {str(d['classes']) + '/' + str(d['entities']):>13} {busbw:10.1f}",
             flush=True,

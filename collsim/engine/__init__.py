@@ -16,13 +16,14 @@ from collsim.engine.fluid import (
     Resource,
     Tag,
 )
-from collsim.engine.symmetry import Quotient, ResourceSpec, build_quotient, refine
+from collsim.engine.symmetry import Decoupling, Quotient, ResourceSpec, build_quotient, decouple, refine
 
 __all__ = [
     "LATE",
     "NO_OWNER",
     "UNTAGGED",
     "Callback",
+    "Decoupling",
     "Flow",
     "FlowRecord",
     "FluidNetwork",
@@ -33,5 +34,6 @@ __all__ = [
     "Tag",
     "attribute_time",
     "build_quotient",
+    "decouple",
     "refine",
 ]

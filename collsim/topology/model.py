@@ -173,6 +173,9 @@ class Topology:
     background : Sequence, optional
         Another job's traffic (``perturb.background``): ``(src, dst, rate)`` per greedy stream, one directed link
         each, rate in bytes/s (the backends run it as flows competing with the collective).
+    scaled : Collection of (str, str), optional
+        The directed links a perturbation made slower (``perturb.links``): what ``engine.decouple`` starts from
+        (:func:`collsim.engine.decouple`).
 
     Notes
     -----
@@ -192,6 +195,7 @@ class Topology:
         fabric: Mapping[str, Any] | None = None,
         nic_substitutes: Mapping[str, tuple[Device, str]] | None = None,
         background: Sequence[tuple[str, str, float]] = (),
+        scaled: Collection[tuple[str, str]] = (),
     ) -> None:
         self.name = name
         self.graph = graph
@@ -201,6 +205,7 @@ class Topology:
         self.fabric: Mapping[str, Any] | None = None if fabric is None else FrozenMap(fabric)
         self.nic_substitutes: Mapping[str, tuple[Device, str]] = dict(nic_substitutes or {})
         self.background: tuple[tuple[str, str, float], ...] = tuple(background)
+        self.scaled: frozenset[tuple[str, str]] = frozenset(scaled)
         self._route_cache: dict[tuple[str, str, frozenset[str] | None], list[Link] | None] = {}
         self._onward_cache: dict[str, list[tuple[str, Link]]] = {}
         self._class_cache: dict[tuple[str, str], str] = {}  # path_class by device pair (the graph is not changed)

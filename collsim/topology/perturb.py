@@ -42,7 +42,7 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import random
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import networkx as nx
@@ -213,6 +213,7 @@ def perturb_links(topo: Topology, rules: Sequence[LinkRule], field: str = "pertu
     if not rules:
         return topo
     graph: nx.DiGraph = topo.graph.copy()
+    scaled = set(topo.scaled)
     for i, rule in enumerate(rules):
         where = f"{field}[{i}]"
         if not rule.scale > 0:
@@ -220,7 +221,8 @@ def perturb_links(topo: Topology, rules: Sequence[LinkRule], field: str = "pertu
         for u, v in _rule_edges(topo, rule, _matched(topo, rule, where)):
             ln = graph.edges[u, v]["link"]
             graph.edges[u, v]["link"] = dataclasses.replace(ln, bandwidth=ln.bandwidth * rule.scale)
-    return _like(topo, graph)
+            scaled.add((u, v))
+    return _like(topo, graph, scaled=scaled)
 
 
 def _like(
@@ -228,12 +230,16 @@ def _like(
     graph: nx.DiGraph,
     substitutes: dict[str, tuple[Device, str]] | None = None,
     background: tuple[tuple[str, str, float], ...] | None = None,
+    scaled: Collection[tuple[str, str]] | None = None,
 ) -> Topology:
-    """A topology like ``topo`` over ``graph`` (its NIC substitutes and background unless given)."""
+    """A topology like ``topo`` over ``graph`` (its NIC substitutes, background and scaled links unless given;
+    scaled links no longer in ``graph`` are dropped)."""
+    kept = [e for e in (topo.scaled if scaled is None else scaled) if graph.has_edge(*e)]
     return Topology(
         topo.name, graph, topo.nodes, topo.params, topo.source_file, topo.fabric,
         topo.nic_substitutes if substitutes is None else substitutes,
         topo.background if background is None else background,
+        kept,
     )  # fmt: skip
 
 

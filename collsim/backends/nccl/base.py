@@ -307,18 +307,24 @@ class Launcher:
         ``opts.jitter`` every step draws an extra latency (:meth:`jitter`) at its first slice, and its slices arrive
         that much later together (the flag that tells the receiver a step is there is what a late message delays);
         the post is not jittered: the thread block's work is the same, the step arrives later."""
-        alone = self._alone(e, role)
-        if alone is not None:
-            net, (cap, lat, hold) = self.net, alone
-            return lambda b: net.timed(b / cap, lat, hold)
         route, tag, owner, lat, hold, timing = self._prepared(e, role)
+        cap = self._alone(e, role)
+        net = self.net
+        if cap is not None:  # crosses no resource: timed, with the same latency and posts as a flow
+            if timing is None:
+                return lambda b: net.timed(b / cap, lat, hold)
+
+            def timed(b: float) -> tuple[Event, Event]:
+                extra, h = timing()
+                return net.timed(b / cap, lat + extra, h)
+
+            return timed
         if timing is None:
-            net = self.net
             return lambda b: net.send(route, b, latency=lat, tag=tag, owner=owner, hold=hold)
 
         def send_timed(b: float) -> tuple[Event, Event]:
             extra, h = timing()
-            return self.net.send(route, b, latency=lat + extra, tag=tag, owner=owner, hold=h)
+            return net.send(route, b, latency=lat + extra, tag=tag, owner=owner, hold=h)
 
         return send_timed
 
@@ -326,11 +332,18 @@ class Launcher:
         """:meth:`sender` for a callback-driven schedule: ``send(nbytes, on_arrived, arg, on_streamed, arg)`` calls
         ``on_arrived(arg)`` when the slice has arrived and ``on_streamed(arg)`` when the sender is free (the same
         flow, times and order; :meth:`FluidNetwork.send_then`)."""
-        alone = self._alone(e, role)
-        if alone is not None:
-            timed_then, (cap, lat, hold) = self.net.timed_then, alone
-            return lambda b, fa, a, fs, s: timed_then(b / cap, lat, hold, fa, a, fs, s)
         route, tag, owner, lat, hold, timing = self._prepared(e, role)
+        cap = self._alone(e, role)
+        if cap is not None:  # crosses no resource: timed, with the same latency and posts as a flow
+            timed_then = self.net.timed_then
+            if timing is None:
+                return lambda b, fa, a, fs, s: timed_then(b / cap, lat, hold, fa, a, fs, s)
+
+            def timed(b: float, fa: Callback | None, a: Any, fs: Callback | None, s: Any) -> None:
+                extra, h = timing()
+                timed_then(b / cap, lat + extra, h, fa, a, fs, s)
+
+            return timed
         send_then = self.net.send_then
         if timing is None:
             return lambda b, fa, a, fs, s: send_then(route, b, lat, hold, tag, owner, fa, a, fs, s)
@@ -341,15 +354,16 @@ class Launcher:
 
         return send
 
-    def _alone(self, e: Entity, role: str) -> tuple[float, float, float] | None:
-        """(cap, latency, hold) of ``e``'s ``role`` when it crosses no resource (a GPU's local copy, bound by its own
-        loads), else None: such a send streams at its cap whatever else happens, so it is timed
-        (:meth:`FluidNetwork.timed`) instead of solved. Not when recording (a trace lists it as a flow) or with
-        jitter (which draws per message)."""
+    def _alone(self, e: Entity, role: str) -> float | None:
+        """The cap of ``e``'s ``role`` when it crosses no resource (a GPU's local copy, bound by its own loads; a
+        hop :func:`collsim.engine.decouple` cut loose), else None: such a send streams at its cap whatever else
+        happens, so it is timed (:meth:`FluidNetwork.timed`) instead of solved, with the latency and posts of
+        :meth:`_prepared`. Not when recording (a trace lists it as a flow) or with jitter (which draws per
+        message)."""
         ro = self.layout.roles[e][role]
-        if ro.uses or self.net.record or self.ctx.opts.jitter > 0 or not 0 < ro.cap < math.inf:
+        if self.quotient.uses(e, role) or self.net.record or self.ctx.opts.jitter > 0 or not 0 < ro.cap < math.inf:
             return None
-        return ro.cap, ro.latency, ro.post
+        return ro.cap
 
     def _prepared(
         self, e: Entity, role: str

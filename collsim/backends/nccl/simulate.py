@@ -23,7 +23,7 @@ from collsim.backends.nccl.constants import NcclConstants
 from collsim.backends.nccl.plan import NcclPlan, plan_nccl
 from collsim.backends.nccl.tags import BREAKDOWN_PRIORITY, IDLE_TAG, LATENCY_TAG, LAUNCH_TAG
 from collsim.backends.nccl.tuner import check_collective, choose, tuner_times
-from collsim.engine import FluidNetwork, Owner, attribute_time, build_quotient
+from collsim.engine import FluidNetwork, Owner, attribute_time, build_quotient, decouple
 from collsim.nccl_env import NcclOptions
 from collsim.topology import Topology
 
@@ -56,7 +56,10 @@ def simulate_nccl(
     (NCCL's hwLat for the hop's class plus propagation, twice for Simple over the network) once on arrival and
     streams at its max-min fair rate, capped by one channel, with the protocol's wire overhead on every link.
     Symmetric (channel, rank) pairs are simulated once (exactly; see :mod:`collsim.engine.symmetry`), unless
-    ``opts.jitter`` draws an extra latency per message (:mod:`collsim.noise`): then every entity is. ``record``
+    ``opts.jitter`` draws an extra latency per message (:mod:`collsim.noise`): then every entity is. With
+    ``opts.decouple`` and links a perturbation slowed, the channels that reach them leave out their traffic on links
+    they share with the others (:func:`~collsim.engine.decouple`; a note says so), which keeps the rest symmetric:
+    an approximation, not without symmetry, recording or background traffic. ``record``
     keeps every flow and computes the breakdown; ``check`` asserts the engine's invariants after every solve.
     With a ``deadline`` (seconds), the simulation stops there and a collective not done by then has ``time_s``
     ``inf`` (to race pairs against the fastest so far without simulating the slower ones to the end).
@@ -79,9 +82,20 @@ def simulate_nccl(
     # per-message jitter gives every entity draws of its own: no two are alike, so every one is simulated
     symmetric = symmetry and opts.jitter <= 0
     bg = topo.background  # another job's streams (perturb.background): entities of their own colour
+    usage = {**_usage(layout), **background_usage(bg)}
+    notes = list(plan.notes)
+    if opts.decouple and symmetric and not record and not bg and topo.scaled:
+        dec = decouple(usage, {("link", u, v) for u, v in topo.scaled}, layout.relations)
+        if dec.dropped:
+            usage = dec.usage
+            notes.append(
+                f"engine.decouple: {len(dec.affected)} of {len(layout.roles)} (channel, rank) pairs reach a "
+                f"slowed link; their traffic on the {len(dec.shared)} links they share with the others is left out "
+                "(an approximation: docs/perturbations.md)"
+            )
     quotient = build_quotient(
         net,
-        {**_usage(layout), **background_usage(bg)},
+        usage,
         ctx.cat.specs,
         colors={**_colors(layout, ctx), **background_colors(bg)},
         relations=layout.relations,
@@ -98,9 +112,7 @@ def simulate_nccl(
     t = run_until_done(env, done, deadline)
     breakdown = _breakdown(net, ctx.owner(run.reps[0]), t) if record and math.isfinite(t) else {}
     stats = run_stats(net, quotient, len(layout.roles), record)
-    return Outcome(
-        "nccl", collective, algo, proto, n, nbytes, t, ctx.nc, breakdown, list(plan.notes), predicted, **stats
-    )
+    return Outcome("nccl", collective, algo, proto, n, nbytes, t, ctx.nc, breakdown, notes, predicted, **stats)
 
 
 def fastest_pair(
