@@ -555,6 +555,15 @@ def test_run_and_explain_say_what_the_network_plugin_set(capsys: pytest.CaptureF
     assert note in capsys.readouterr().out.splitlines()[:3]
 
 
+def test_run_says_when_the_slow_channels_are_decoupled(capsys: pytest.CaptureFixture[str]) -> None:
+    note = "# engine.decouple: the channels that cross a slowed link leave out their traffic on the links they share"
+    slow = ["--set", "cluster.nodes=2", "--set", "perturb.links=[{device: n1/nic2, scale: 0.5}]", "--backend", "nccl"]
+    assert main(["run", "16node-h100-ib", *slow, "--set", "engine.decouple=true", "--sizes", "1MiB", "--quiet"]) == 0
+    assert any(line.startswith(note) for line in capsys.readouterr().out.splitlines()[:3])
+    assert main(["run", "16node-h100-ib", *slow, "--sizes", "1MiB", "--quiet"]) == 0  # exact: no note
+    assert not any("engine.decouple" in line for line in capsys.readouterr().out.splitlines())
+
+
 def test_run_and_explain_name_the_nccl_version_whose_behaviour_they_follow(capsys: pytest.CaptureFixture[str]) -> None:
     note = "# NCCL 2.18.5 (backends.nccl.version): one-node NVLS interleaves its channels over each loop, as before"
     note += " 2.20"
