@@ -165,12 +165,14 @@ class ScaleCase:
 
 def scale_cases(nodes: Sequence[int] = (16, 64, 128)) -> list[ScaleCase]:
     """Issue 13's grid: per node count, Ring and the default algorithm with symmetry on and off, then the Ring
-    with one NIC port at half rate (exact, then with ``engine.decouple``) and with a whole rail at half rate
-    (symmetry on: the reduction keeps what the perturbation leaves symmetric; one port leaves little at 512 GPUs
-    and more unless decoupled, a rail leaves the nodes alike)."""
+    with one NIC port at half rate (exact, then with ``engine.decouple``), NCCL's default algorithm with that port
+    (exact), and the Ring with a whole rail at half rate (symmetry on: the reduction keeps what the perturbation
+    leaves symmetric; one port leaves little of a ring at 512 GPUs and more unless decoupled, while NVLSTree's
+    trees of one GPU index keep the other indices alike; a rail leaves the nodes alike)."""
     out = [ScaleCase(n, a, s) for n in nodes for a in ("Ring", "default") for s in (True, False)]
     out += [ScaleCase(n, "Ring", True, perturbed=True) for n in nodes]
     out += [ScaleCase(n, "Ring", True, perturbed=True, decouple=True) for n in nodes]
+    out += [ScaleCase(n, "default", True, perturbed=True) for n in nodes]
     out += [ScaleCase(n, "Ring", True, perturbed=True, rail=True) for n in nodes]
     return out
 
