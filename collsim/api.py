@@ -450,7 +450,7 @@ class Simulator:
                 + (
                     "; or --set engine.decouple=true: the channels a slowed link reaches simulated apart, an "
                     "approximation (docs/perturbations.md)"
-                    if backend == "nccl" and sym and not eng.decouple and self.topology.scaled
+                    if backend == "nccl" and sym and not eng.decouple and self.topology.perturbed_links()
                     else ""
                 ),
                 file=self.scenario.source_file,

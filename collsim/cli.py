@@ -431,9 +431,10 @@ def _nccl_notes(sim: Simulator) -> list[str]:
     if host > 0:
         out.append(f"times include {format_time(host)} of host work per call (workload.host_overhead: "
                    f"{workload.host_overhead})")
-    if opts.decouple and sim.topology.scaled:
-        out.append("engine.decouple: the channels that cross a slowed link leave out their traffic on the links they "
-                   "share with the others (an approximation: docs/perturbations.md)")
+    if opts.decouple and sim.topology.perturbed_links():
+        out.append("engine.decouple: the channels that cross a slowed link (or a NIC standing in for one down) leave "
+                   "out their traffic on the links they share with the others (an approximation: "
+                   "docs/perturbations.md)")
     if opts.before(consts.nvls_split_since):
         split = ".".join(map(str, consts.nvls_split_since))
         version = ".".join(map(str, opts.version or ()))

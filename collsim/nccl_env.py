@@ -258,7 +258,8 @@ class NcclOptions:
         Seed of the jitter draws (:func:`collsim.noise.repetition_seed` of the scenario's seed and repetition).
     decouple : bool
         Not an NCCL knob: the simulation's ``engine.decouple`` (:func:`collsim.engine.decouple`): the channels a
-        slowed link reaches do not load the links they share with the others (an approximation).
+        slowed link (or a NIC standing in for one down) reaches do not load the links they share with the others (an
+        approximation).
     version : tuple of int or None
         Not an environment variable: the NCCL version the run used (scenario ``backends.nccl.version``), as
         (major, minor, patch); None: the current NCCL collsim follows. It selects the behaviours that changed

@@ -556,7 +556,7 @@ def test_run_and_explain_say_what_the_network_plugin_set(capsys: pytest.CaptureF
 
 
 def test_run_says_when_the_slow_channels_are_decoupled(capsys: pytest.CaptureFixture[str]) -> None:
-    note = "# engine.decouple: the channels that cross a slowed link leave out their traffic on the links they share"
+    note = "# engine.decouple: the channels that cross a slowed link (or a NIC standing in for one down) leave out"
     slow = ["--set", "cluster.nodes=2", "--set", "perturb.links=[{device: n1/nic2, scale: 0.5}]", "--backend", "nccl"]
     assert main(["run", "16node-h100-ib", *slow, "--set", "engine.decouple=true", "--sizes", "1MiB", "--quiet"]) == 0
     assert any(line.startswith(note) for line in capsys.readouterr().out.splitlines()[:3])

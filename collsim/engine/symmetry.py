@@ -292,7 +292,8 @@ def decouple(
     """Cut the entities a perturbation reaches loose from the resources they share with the others: an
     approximation that keeps the rest of the cluster symmetric.
 
-    A perturbation of resources that only some entities use (one slow NIC port: the channels routed through it)
+    A perturbation of resources that only some entities use (one slow NIC port, or the NIC that takes the channels
+    of one taken down: the channels routed through it)
     makes those entities unlike the rest, and :func:`refine` then tells apart every entity that shares a resource
     with them (the NVLinks of every GPU a slowed channel's ring visits), and through the ring's relations nearly
     every entity of the cluster: at 128 GPUs one port at half rate leaves 1,024 of 2,048 (channel, rank) pairs

@@ -538,9 +538,9 @@ class EngineConfig(BaseModel):
     symmetry: StrictBool = Field(True, description="Simulate provably identical ranks/channels once.")
     decouple: StrictBool = Field(
         False,
-        description="NCCL, with perturb.links: the channels that cross a slowed link leave out their traffic on the "
-        "links they share with the other channels, so that the rest stays symmetric (an approximation: "
-        "docs/perturbations.md). Off: exact.",
+        description="NCCL, with perturb.links or a NIC in perturb.down: the channels that cross a slowed link (or "
+        "the NIC standing in for one down) leave out their traffic on the links they share with the other channels, "
+        "so that the rest stays symmetric (an approximation: docs/perturbations.md). Off: exact.",
     )
     seed: StrictInt | None = Field(
         None, ge=0, description="Seed of the noise section's draws (launch skew, jitter); unset means 0."

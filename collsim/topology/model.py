@@ -284,6 +284,16 @@ class Topology:
         nics += [(d.index, sub) for d, sub in self.nic_substitutes.values() if d.node == node]
         return [name for _, name in sorted(nics)]
 
+    def perturbed_links(self) -> frozenset[tuple[str, str]]:
+        """The directed links whose rate or load a perturbation changed: those ``perturb.links`` slowed
+        (:attr:`scaled`), and every link of a NIC that carries the channels of a NIC taken down (its port now serves
+        two NICs' channels: :attr:`nic_substitutes`)."""
+        out = set(self.scaled)
+        for _dev, sub in self.nic_substitutes.values():
+            out.update(self.graph.out_edges(sub))
+            out.update(self.graph.in_edges(sub))
+        return frozenset(out)
+
     def link(self, src: str, dst: str) -> Link:
         """Return the directed link ``src -> dst``; raises :class:`TopologyError` when they are not adjacent."""
         self.device(src)

@@ -84,6 +84,20 @@ def test_a_nic_down_is_removed_and_its_channels_go_to_the_nearest_nic_left(topo)
     assert down.nic_substitutes["n1/nic2"][1] == "n1/nic3"
 
 
+def test_perturbed_links_are_the_slowed_ones_and_those_of_a_nic_standing_in(topo) -> None:  # type: ignore[no-untyped-def]
+    from collsim.topology import DownRule, take_down
+
+    assert topo.perturbed_links() == frozenset()
+    slow = perturb_links(topo, [LinkRule("n1/nic2", 0.5, kind="ib")])
+    assert slow.perturbed_links() == {("n1/nic2", "fabric/rail2"), ("fabric/rail2", "n1/nic2")}
+    down = take_down(topo, [DownRule("n1/nic2")])
+    nic3 = {(a, b) for a, b in down.graph.edges if "n1/nic3" in (a, b)}
+    assert down.perturbed_links() == nic3 and ("n1/nic3", "fabric/rail3") in nic3
+    # a slowed link that goes down with its NIC is no longer listed
+    both = take_down(slow, [DownRule("n1/nic2")])
+    assert both.perturbed_links() == nic3
+
+
 def test_a_port_down_through_peer_takes_its_nic_down(topo) -> None:  # type: ignore[no-untyped-def]
     from collsim.topology import DownRule, take_down
 

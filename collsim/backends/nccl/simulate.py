@@ -57,9 +57,10 @@ def simulate_nccl(
     streams at its max-min fair rate, capped by one channel, with the protocol's wire overhead on every link.
     Symmetric (channel, rank) pairs are simulated once (exactly; see :mod:`collsim.engine.symmetry`), unless
     ``opts.jitter`` draws an extra latency per message (:mod:`collsim.noise`): then every entity is. With
-    ``opts.decouple`` and links a perturbation slowed, the channels that reach them leave out their traffic on links
-    they share with the others (:func:`~collsim.engine.decouple`; a note says so), which keeps the rest symmetric:
-    an approximation, not without symmetry, recording or background traffic. ``record``
+    ``opts.decouple`` and links a perturbation slowed (or a NIC standing in for one taken down:
+    :meth:`~collsim.topology.Topology.perturbed_links`), the channels that reach them leave out their traffic on
+    links they share with the others (:func:`~collsim.engine.decouple`; a note says so), which keeps the rest
+    symmetric: an approximation, not without symmetry, recording or background traffic. ``record``
     keeps every flow and computes the breakdown; ``check`` asserts the engine's invariants after every solve.
     With a ``deadline`` (seconds), the simulation stops there and a collective not done by then has ``time_s``
     ``inf`` (to race pairs against the fastest so far without simulating the slower ones to the end).
@@ -84,14 +85,15 @@ def simulate_nccl(
     bg = topo.background  # another job's streams (perturb.background): entities of their own colour
     usage = {**_usage(layout), **background_usage(bg)}
     notes = list(plan.notes)
-    if opts.decouple and symmetric and not record and not bg and topo.scaled:
-        dec = decouple(usage, {("link", u, v) for u, v in topo.scaled}, layout.relations)
+    perturbed = topo.perturbed_links() if opts.decouple and symmetric and not record and not bg else frozenset()
+    if perturbed:
+        dec = decouple(usage, {("link", u, v) for u, v in perturbed}, layout.relations)
         if dec.dropped:
             usage = dec.usage
             notes.append(
                 f"engine.decouple: {len(dec.affected)} of {len(layout.roles)} (channel, rank) pairs reach a "
-                f"slowed link; their traffic on the {len(dec.shared)} links they share with the others is left out "
-                "(an approximation: docs/perturbations.md)"
+                f"slowed link or a NIC standing in for one down; their traffic on the {len(dec.shared)} links they "
+                "share with the others is left out (an approximation: docs/perturbations.md)"
             )
     quotient = build_quotient(
         net,
