@@ -448,8 +448,8 @@ class Simulator:
                 + (", 1.5 KB a recorded one" if exc.field == "engine.max_records" else "")
                 + "), or ask for fewer nodes or smaller sizes"
                 + (
-                    "; or --set engine.decouple=true: the channels a slowed link reaches simulated apart, an "
-                    "approximation (docs/perturbations.md)"
+                    "; or --set engine.decouple=true: the channels that reach a slowed link (or a NIC standing in "
+                    "for one down) simulated apart, an approximation (docs/perturbations.md)"
                     if backend == "nccl" and sym and not eng.decouple and self.topology.perturbed_links()
                     else ""
                 ),

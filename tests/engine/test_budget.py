@@ -93,7 +93,7 @@ def test_scenario_limits_reach_the_simulation_as_a_one_line_error() -> None:
 def test_the_flow_limit_on_a_slowed_link_suggests_decoupling() -> None:
     slow = ["cluster.nodes=4", "backends.nccl.env.NCCL_ALGO=Ring", "perturb.links=[{device: n1/nic2, scale: 0.5}]"]
     sim = Simulator.from_source("16node-h100-ib", [*slow, "engine.max_flows=2000"])
-    with pytest.raises(ScenarioError, match=r"or --set engine\.decouple=true: the channels a slowed link reaches"):
+    with pytest.raises(ScenarioError, match=r"or --set engine\.decouple=true: the channels that reach a slowed link"):
         sim.simulate_one("nccl", 2**26)
     healthy = Simulator.from_source("16node-h100-ib", ["cluster.nodes=4", "engine.max_flows=10"])
     with pytest.raises(ScenarioError) as info:
