@@ -293,17 +293,17 @@ def decouple(
     approximation that keeps the rest of the cluster symmetric.
 
     A perturbation of resources that only some entities use (one slow NIC port, or the NIC that takes the channels
-    of one taken down: the channels routed through it)
-    makes those entities unlike the rest, and :func:`refine` then tells apart every entity that shares a resource
-    with them (the NVLinks of every GPU a slowed channel's ring visits), and through the ring's relations nearly
-    every entity of the cluster: at 128 GPUs one port at half rate leaves 1,024 of 2,048 (channel, rank) pairs
-    distinct, and 512 GPUs do not finish. Affected entities here are those using a ``perturbed`` resource, closed
-    under ``relations`` (a ring's predecessor and successor, a tree's parent: the channel's whole ring or tree);
-    shared resources are those that affected and unaffected entities both use. The returned usage leaves out the
-    affected entities' uses of shared resources: the unaffected entities load them alone (and stay as symmetric
-    as on the healthy cluster), the affected ones are limited by their other resources and caps only. Exact when
-    no shared resource is ever at capacity while an affected entity uses it (max-min fairness ignores a
-    constraint that never binds); otherwise it overstates both sides' rates on those resources.
+    of one taken down: the channels routed through it) makes those entities unlike the rest, and :func:`refine` then
+    tells apart every entity that shares a resource with them (the NVLinks of every GPU a slowed channel's ring
+    visits), and through the ring's relations nearly every entity of the cluster: at 128 GPUs one port at half rate
+    leaves 1,024 of 2,048 (channel, rank) pairs distinct, and 512 GPUs do not finish. Affected entities here are
+    those using a ``perturbed`` resource, closed under ``relations`` (a ring's predecessor and successor, a tree's
+    parent: the channel's whole ring or tree); shared resources are those that affected and unaffected entities both
+    use. The returned usage leaves out the affected entities' uses of shared resources: the unaffected entities load
+    them alone (and stay as symmetric as on the healthy cluster), the affected ones are limited by their other
+    resources and caps only. Exact when no shared resource is ever at capacity while an affected entity uses it
+    (max-min fairness ignores a constraint that never binds); otherwise it overstates both sides' rates on those
+    resources.
 
     With no perturbed resource in use, or when every entity is affected, the usage is returned unchanged.
 
@@ -322,10 +322,8 @@ def decouple(
     """
     bad = set(perturbed)
     seeds = [e for e, roles in usage.items() if any(rk in bad for uses in roles.values() for rk, _ in uses)]
-    unchanged = Decoupling({e: {r: list(u) for r, u in roles.items()} for e, roles in usage.items()}, frozenset(),
-                           frozenset(), 0)  # fmt: skip
     if not seeds:
-        return unchanged
+        return _unchanged(usage)
     near: dict[Entity, list[Entity]] = {}
     for a, _label, b in relations:
         near.setdefault(a, []).append(b)
@@ -338,14 +336,11 @@ def decouple(
                 affected.add(y)
                 stack.append(y)
     if len(affected) == len(usage):
-        return unchanged
-    by_affected: dict[ResKey, set[bool]] = {}
+        return _unchanged(usage)
+    used: tuple[set[ResKey], set[ResKey]] = (set(), set())  # by unaffected, by affected entities
     for e, roles in usage.items():
-        side = e in affected
-        for uses in roles.values():
-            for rk, _ in uses:
-                by_affected.setdefault(rk, set()).add(side)
-    shared = {rk for rk, sides in by_affected.items() if len(sides) == 2}
+        used[e in affected].update(rk for uses in roles.values() for rk, _ in uses)
+    shared = used[0] & used[1]
     out: dict[Entity, dict[str, list[tuple[ResKey, float]]]] = {}
     dropped = 0
     for e, roles in usage.items():
@@ -358,3 +353,9 @@ def decouple(
             dropped += len(uses) - len(kept)
             out[e][r] = kept
     return Decoupling(out, frozenset(affected), frozenset(shared), dropped)
+
+
+def _unchanged(usage: Usage) -> Decoupling:
+    """:func:`decouple`'s answer when it leaves nothing out: a copy of ``usage``."""
+    return Decoupling({e: {r: list(u) for r, u in roles.items()} for e, roles in usage.items()}, frozenset(),
+                      frozenset(), 0)  # fmt: skip
