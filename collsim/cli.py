@@ -418,10 +418,13 @@ def _run_repeated(args: argparse.Namespace, sim: Simulator, backends: Sequence[s
 
 
 def _nccl_notes(sim: Simulator) -> list[str]:
-    """What the network plugin set in NCCL's environment (one line per variable), then what of the benchmark's
-    harness every NCCL time holds (serial launches of ``-g N``, the host's per-call work)."""
+    """What the network plugin set in NCCL's environment (one line per variable) and which tuner picks, then what of
+    the benchmark's harness every NCCL time holds (serial launches of ``-g N``, the host's per-call work)."""
     env = sim.nccl_plugin_env
     out = [f"{k}={v} set by the NICs' network plugin (NIC preset nccl_plugin_env)" for k, v in env.items()]
+    tuner_note = sim.nccl_plan.tuner_note if "nccl" in sim.backends() else None
+    if tuner_note:
+        out.append(tuner_note)
     workload, opts, consts = sim.scenario.workload, sim.nccl_options, sim.nccl_constants
     if opts.gpus_per_process > 1:
         gap = format_time(consts.group_launch_gap)

@@ -19,6 +19,8 @@ __all__ = [
     "KNOWN_NCCL_ENV",
     "MIN_BUFFSIZE",
     "NCCL_LEVELS",
+    "OFI_TUNER_TYPES",
+    "PLUGIN_ENV",
     "NcclEnvError",
     "NcclOptions",
     "check_env_value",
@@ -59,6 +61,8 @@ INT_NCCL_ENV: frozenset[str] = frozenset(
         "NCCL_NSOCKS_PERTHREAD",
         "NCCL_CROSS_NIC",
         "NCCL_COLLNET_ENABLE",
+        "NCCL_NVLS_CHUNKSIZE",
+        "NCCL_NVLSTREE_MAX_CHUNKSIZE",
     }
 )
 
@@ -87,7 +91,21 @@ KNOWN_NCCL_ENV: dict[str, str] = {
     "NCCL_NSOCKS_PERTHREAD": "Sockets per helper thread for the socket transport (integer).",
     "NCCL_CROSS_NIC": "0/1/2: whether rings/trees may use different NICs on different nodes.",
     "NCCL_COLLNET_ENABLE": "1 enables CollNet (in-network reduction, e.g. SHARP).",
+    "NCCL_NVLS_CHUNKSIZE": "NVLS and NVLSTree chunk in bytes (integer, default 131072; 0: the default).",
+    "NCCL_NVLSTREE_MAX_CHUNKSIZE": "Cap on NVLSTree's chunk in bytes (integer; default 65536 from 4 nodes, none below; "
+    "0: the default).",
+    "NCCL_TUNER_PLUGIN": "The tuner plugin library (a path, or a name NCCL opens as libnccl-tuner-<name>.so); unset or "
+    "not found: NCCL 2.21+ uses the network plugin's bundled tuner (aws-ofi-nccl's on EFA), else its own.",
+    "OFI_NCCL_TUNER_TYPE": "aws-ofi-nccl's tuner: Internal leaves the choice to NCCL's own tuner; Region (its "
+    "default on p5/p5e/p5en/p6-b200) picks from its regions. Model (its model tuner) is not modelled.",
 }
+
+#: Variables of a network plugin collsim reads besides NCCL_* ones (they sit in the same environment).
+PLUGIN_ENV: frozenset[str] = frozenset({"OFI_NCCL_TUNER_TYPE"})
+
+#: OFI_NCCL_TUNER_TYPE values collsim models (aws-ofi-nccl compares them case-insensitively,
+#: src/tuner/nccl_ofi_tuner.cpp lines 72-80; the variable: include/nccl_ofi_param.h line 294, v1.16.3).
+OFI_TUNER_TYPES: tuple[str, ...] = ("Internal", "Region")
 
 
 class NcclEnvError(ValueError):
@@ -189,6 +207,19 @@ def check_env_value(key: str, value: str) -> None:
         _buffsize(value)
     elif key in INT_NCCL_ENV:
         _non_negative_int(value)
+    elif key == "OFI_NCCL_TUNER_TYPE":
+        _ofi_tuner_type(value)
+
+
+def _ofi_tuner_type(value: str) -> str:
+    """OFI_NCCL_TUNER_TYPE in its canonical spelling (Internal or Region)."""
+    for name in OFI_TUNER_TYPES:
+        if value.strip().lower() == name.lower():
+            return name
+    if value.strip().lower() == "model":
+        raise NcclEnvError("aws-ofi-nccl's model tuner is not modelled: collsim models its region tuner (Region, the "
+                           "default) and Internal (NCCL's own tuner)")  # fmt: skip
+    raise NcclEnvError(f"expected one of {', '.join(OFI_TUNER_TYPES)}, got {value!r}")
 
 
 def _non_negative_int(value: str) -> int:
@@ -256,6 +287,13 @@ class NcclOptions:
         Not an NCCL knob: mean extra latency of each message, seconds (scenario ``noise.jitter``); 0: none.
     jitter_seed : int
         Seed of the jitter draws (:func:`collsim.noise.repetition_seed` of the scenario's seed and repetition).
+    nvls_chunksize, nvlstree_max_chunksize : int or None
+        NCCL_NVLS_CHUNKSIZE and NCCL_NVLSTREE_MAX_CHUNKSIZE in bytes (transport/nvls.cc, enqueue.cc); None (or 0)
+        for NCCL's defaults.
+    tuner_plugin : str or None
+        NCCL_TUNER_PLUGIN as set (a library path or name); None when unset.
+    ofi_tuner_type : str or None
+        OFI_NCCL_TUNER_TYPE (Internal or Region; aws-ofi-nccl's tuner), None when unset.
     decouple : bool
         Not an NCCL knob: the simulation's ``engine.decouple`` (:func:`collsim.engine.decouple`): the channels a
         slowed link (or a NIC standing in for one down) reaches do not load the links they share with the others (an
@@ -293,6 +331,10 @@ class NcclOptions:
     socket_threads: int = 1
     socket_nthreads: int | None = None
     nvls_enable: bool = True
+    nvls_chunksize: int | None = None
+    nvlstree_max_chunksize: int | None = None
+    tuner_plugin: str | None = None
+    ofi_tuner_type: str | None = None
     env: Mapping[str, str] = field(default_factory=dict)
     gpus_per_process: int = 1
     host_overhead: float | Literal["torch"] = 0.0
@@ -371,5 +413,9 @@ class NcclOptions:
             socket_threads=max(1, threads),
             socket_nthreads=as_int("NCCL_SOCKET_NTHREADS"),
             nvls_enable=nvls is None or nvls != 0,
+            nvls_chunksize=positive("NCCL_NVLS_CHUNKSIZE"),
+            nvlstree_max_chunksize=positive("NCCL_NVLSTREE_MAX_CHUNKSIZE"),
+            tuner_plugin=text.get("NCCL_TUNER_PLUGIN"),
+            ofi_tuner_type=parsed("OFI_NCCL_TUNER_TYPE", _ofi_tuner_type),
             env={k: str(v) for k, v in env.items()},
         )

@@ -164,7 +164,7 @@ class Profile:
             graph.nodes[n]["device"] = dataclasses.replace(dev, spec=FrozenMap(spec))
         return Topology(
             topo.name, graph, topo.nodes, topo.params, topo.source_file, topo.fabric,
-            topo.nic_substitutes, topo.background, topo.scaled,
+            topo.nic_substitutes, topo.background, topo.scaled, topo.instance_type,
         )  # fmt: skip
 
     def apply_nccl(self, consts: NcclConstants) -> NcclConstants:

@@ -328,7 +328,8 @@ def format_explanation(
     width = max([11, *(len(x) + 1 for x in names)])
     lines = [
         f"# collsim explain: {name}, {nranks} ranks, NCCL's cost model in us per "
-        "(algorithm/protocol); * = its choice" + ("; simulated times below each row" if all_pairs else ""),
+        "(algorithm/protocol); * = NCCL's choice (a tuner plugin's where a note says so)"
+        + ("; simulated times below each row" if all_pairs else ""),
         *[f"# {note}" for note in notes],
         f"# {'size':>10} " + "".join(f"{x:>{width}}" for x in names) + f" {'choice':>14} {'simulated us':>13}",
     ]

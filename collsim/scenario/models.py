@@ -31,6 +31,7 @@ from pydantic_core import PydanticCustomError
 
 from collsim.nccl_env import (
     KNOWN_NCCL_ENV,
+    PLUGIN_ENV,
     NcclEnvError,
     check_env_value,
     closest_known,
@@ -386,7 +387,7 @@ def _env_value_str(value: Any) -> str | None:
 _ENV_SCHEMA: dict[str, Any] = {
     "type": "object",
     "description": "NCCL environment variables (strings; numbers and booleans are converted).",
-    "propertyNames": {"pattern": "^NCCL_"},
+    "propertyNames": {"pattern": "^(NCCL_|OFI_NCCL_TUNER_TYPE$)"},
     "properties": {k: {"type": ["string", "integer", "boolean"], "description": v} for k, v in KNOWN_NCCL_ENV.items()},
     "additionalProperties": {"type": ["string", "integer", "number", "boolean"]},
 }
@@ -441,9 +442,11 @@ class NcclConfig(BaseModel):
         out: dict[str, str] = {}
         for key, raw in value.items():
             skey = str(key)
-            if not skey.startswith("NCCL_"):
+            if not skey.startswith("NCCL_") and skey not in PLUGIN_ENV:
                 raise custom_error(
-                    f"not an NCCL variable (names start with NCCL_); known: {', '.join(KNOWN_NCCL_ENV)}", subfield=skey
+                    f"not an NCCL variable (names start with NCCL_; of a network plugin's, collsim reads "
+                    f"{', '.join(sorted(PLUGIN_ENV))}); known: {', '.join(KNOWN_NCCL_ENV)}",
+                    subfield=skey,
                 )
             text = _env_value_str(raw)
             if text is None:

@@ -176,6 +176,10 @@ class Topology:
     scaled : Collection of (str, str), optional
         The directed links a perturbation made slower (``perturb.links``): what ``engine.decouple`` starts from
         (:func:`collsim.engine.decouple`).
+    instance_type : str, optional
+        The cloud instance type the node template describes (template key ``instance_type``, e.g.
+        ``"p5.48xlarge"``): what a network plugin reads from the machine (aws-ofi-nccl's tuner picks its tables by
+        it); None for hardware that is not a cloud instance type.
 
     Notes
     -----
@@ -196,6 +200,7 @@ class Topology:
         nic_substitutes: Mapping[str, tuple[Device, str]] | None = None,
         background: Sequence[tuple[str, str, float]] = (),
         scaled: Collection[tuple[str, str]] = (),
+        instance_type: str | None = None,
     ) -> None:
         self.name = name
         self.graph = graph
@@ -206,6 +211,7 @@ class Topology:
         self.nic_substitutes: Mapping[str, tuple[Device, str]] = dict(nic_substitutes or {})
         self.background: tuple[tuple[str, str, float], ...] = tuple(background)
         self.scaled: frozenset[tuple[str, str]] = frozenset(scaled)
+        self.instance_type = instance_type
         self._route_cache: dict[tuple[str, str, frozenset[str] | None], list[Link] | None] = {}
         self._onward_cache: dict[str, list[tuple[str, Link]]] = {}
         self._class_cache: dict[tuple[str, str], str] = {}  # path_class by device pair (the graph is not changed)

@@ -239,7 +239,7 @@ def _like(
         topo.name, graph, topo.nodes, topo.params, topo.source_file, topo.fabric,
         topo.nic_substitutes if substitutes is None else substitutes,
         topo.background if background is None else background,
-        kept,
+        kept, topo.instance_type,
     )  # fmt: skip
 
 

@@ -314,6 +314,8 @@ NIC_SCHEMA: dict[str, tuple[str, bool]] = {
     "source": ("text", True),
     # NCCL variables the NIC's network plugin sets when the user leaves them unset (setenv without overwriting)
     "nccl_plugin_env": ("nccl_env", False),
+    # the NCCL network plugin the NIC is driven by (its bundled tuner: topologies/software/nccl.yaml tuner_plugins)
+    "nccl_net_plugin": ("text", False),
 }
 FABRIC_SCHEMA: dict[str, tuple[str, bool]] = {
     "radix": ("positive_int", True),

@@ -17,6 +17,8 @@ A template is a YAML mapping::
       - {a: "gpu[0-7]", b: nvswitch, preset: nvlink3, count: 12}
     nic_population: spread              # optional: the order NIC slots are filled when a fabric uses fewer
                                         # (spread | index | a list of NIC names; collsim/topology/nic_placement.py)
+    instance_type: p5.48xlarge          # optional: the cloud instance type the template describes (what a network
+                                        # plugin reads from the machine, e.g. aws-ofi-nccl's tuner)
 
 A device entry with ``count`` expands to ``name0 .. name{count-1}``; without it the name is used as it is.
 Device kinds: gpu, cpu, pcie_switch, nic, nvswitch, switch. ``gpu``, ``cpu`` and ``nic`` need a ``preset``
@@ -55,7 +57,10 @@ from collsim.vocab import DEVICE_KINDS
 
 __all__ = ["NodeLayout", "available_templates", "load_topology", "resolve_params", "topology_from_template"]
 
-_TEMPLATE_KEYS = ("name", "description", "source", "params", "generator", "devices", "links", "nic_population", "notes")
+_TEMPLATE_KEYS = (
+    "name", "description", "source", "params", "generator", "devices", "links", "nic_population", "instance_type",
+    "notes",
+)  # fmt: skip
 _DEVICE_KEYS = ("name", "kind", "count", "preset", "spec", "source", "notes")
 _LINK_KEYS = ("a", "b", "preset", "count", "bandwidth", "efficiency", "latency", "kind", "source", "notes")
 _PARAM_KEYS = ("default", "type", "choices", "min", "max", "description")
@@ -433,7 +438,15 @@ def topology_from_template(
         resolved = add_fabric(g, nodes, cfg, presets)
     name = str(data.get("name") or (Path(file).stem if file is not None else "topology"))
     src = None if file is None else str(file)
-    return Topology(name, g, nodes=nodes, params=params, source_file=src, fabric=resolved)
+    instance = data.get("instance_type")
+    if instance is not None and not (isinstance(instance, str) and instance.strip()):
+        raise TopologyError(
+            f"expected an instance type name such as p5.48xlarge, got {instance!r}", file=file, field="instance_type"
+        )
+    return Topology(
+        name, g, nodes=nodes, params=params, source_file=src, fabric=resolved,
+        instance_type=instance.strip() if instance else None,
+    )  # fmt: skip
 
 
 def _apply_fabric_to_node(

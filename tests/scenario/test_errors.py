@@ -291,7 +291,8 @@ def test_non_nccl_env_key(write: Write) -> None:
     path = scenario_with(write, "backends: {nccl: {env: {CUDA_VISIBLE_DEVICES: '0,1'}}}\n")
     err = error_of(path)
     assert err.field == "backends.nccl.env.CUDA_VISIBLE_DEVICES"
-    assert err.message.startswith("not an NCCL variable (names start with NCCL_); known: NCCL_ALGO, NCCL_PROTO")
+    assert err.message.startswith("not an NCCL variable (names start with NCCL_; of a network plugin's, collsim reads "
+                                  "OFI_NCCL_TUNER_TYPE); known: NCCL_ALGO, NCCL_PROTO")
 
 
 def test_several_problems_reported_together(write: Write) -> None:

@@ -45,7 +45,7 @@ def test_schema_shape() -> None:
         "fat_tree",
     ]
     env = schema["$defs"]["NcclConfig"]["properties"]["env"]
-    assert env["propertyNames"] == {"pattern": "^NCCL_"}
+    assert env["propertyNames"] == {"pattern": "^(NCCL_|OFI_NCCL_TUNER_TYPE$)"}
     assert "NCCL_ALGO" in env["properties"]
     collective = schema["$defs"]["WorkloadConfig"]["properties"]["collective"]
     assert collective["anyOf"][0]["enum"][0] == "allreduce"

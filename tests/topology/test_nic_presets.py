@@ -305,7 +305,9 @@ def test_several_nics_per_gpu(tmp_path: Path) -> None:
     # 32 rails x 2 nodes over radix-64 spines: one spine, every rail leaf joined to it with 2 x 100 Gb/s
     assert topo.link("fabric/rail5", "fabric/spine0").raw_bandwidth == 2 * 12.5e9
     sim = _sim("efa-v2", "rdma", "64MiB", node=_write(tmp_path, template))
-    assert sim.nccl_plan.nic_count == 32 and sim.nccl_plugin_env == {"NCCL_BUFFSIZE": "8388608"}
+    assert sim.nccl_plan.nic_count == 32 and sim.nccl_plugin_env == {
+        "NCCL_BUFFSIZE": "8388608", "NCCL_NVLS_CHUNKSIZE": "524288", "NCCL_NVLSTREE_MAX_CHUNKSIZE": "524288"
+    }
     (rec,) = sim.run(backends=["nccl"]).records
     assert rec.busbw_gbps > 0
 

@@ -119,10 +119,14 @@ def cell_channel_count(
     return len(cell_channels(data, tpb, nc, channels, factor, consts.min_traffic_per_channel)) or nc
 
 
-def nvls_chunk(rules: ChunkRules, algo: str, nbytes: int, concurrent: int, chunk: float, nnodes: int = 1) -> float:
-    """NVLS and NVLSTree chunk size in bytes (enqueue.cc): NCCL_NVLS_CHUNKSIZE (128 KiB; NVLSTree at most 64 KiB
-    from 4 nodes on, NCCL_NVLSTREE_MAX_CHUNKSIZE's default), cut for sizes that would leave the ``concurrent`` =
-    channels x NVLS heads pipelines too few chunks (NVLS down to 16 KiB, NVLSTree down to 32 KiB).
+def nvls_chunk(
+    rules: ChunkRules, algo: str, nbytes: int, concurrent: int, chunk: float, nnodes: int = 1,
+    tree_max: int | None = None,
+) -> float:  # fmt: skip
+    """NVLS and NVLSTree chunk size in bytes (enqueue.cc): ``chunk``, NCCL_NVLS_CHUNKSIZE (128 KiB by default;
+    NVLSTree at most ``tree_max``, NCCL_NVLSTREE_MAX_CHUNKSIZE, whose default is 64 KiB from 4 nodes on and no cap
+    below), cut for sizes that would leave the ``concurrent`` = channels x NVLS heads pipelines too few chunks (NVLS
+    down to 16 KiB, NVLSTree down to 32 KiB).
 
     >>> rules = ChunkRules((), (), 0.1, ((64, 65536), (8, 32768), (2, 16384)),
     ...                    ((32, 262144), (16, 131072), (4, 65536), (1, 32768)), 65536, 4)
@@ -132,9 +136,14 @@ def nvls_chunk(rules: ChunkRules, algo: str, nbytes: int, concurrent: int, chunk
     [32.0, 64.0, 128.0]
     >>> nvls_chunk(rules, "NVLSTree", 1 << 30, 16 * 8, 131072, 4) // 1024
     64.0
+    >>> nvls_chunk(rules, "NVLSTree", 1 << 30, 16 * 8, 524288, 4, 524288) // 1024  # both set to 512 KiB
+    512.0
     """
-    if algo == "NVLSTree" and nnodes >= rules.nvls_tree_max_chunk_from_nodes:
-        chunk = min(chunk, rules.nvls_tree_max_chunk)
+    if algo == "NVLSTree":
+        if tree_max is not None:
+            chunk = min(chunk, tree_max)
+        elif nnodes >= rules.nvls_tree_max_chunk_from_nodes:
+            chunk = min(chunk, rules.nvls_tree_max_chunk)
     for times, floor in rules.nvls if algo == "NVLS" else rules.nvls_tree:
         if nbytes < times * concurrent * chunk and chunk > floor:
             chunk = floor
@@ -196,6 +205,8 @@ def step_chunking(
     nbytes: int,
     nc: int,
     buffsize: int | None = None,
+    nvls_chunk_bytes: int | None = None,
+    nvlstree_max_chunk: int | None = None,
 ) -> RingChunking:
     """The chunking one simulated channel of ``algo``/``proto`` uses for ``nbytes`` on ``nc`` channels.
 
@@ -206,7 +217,8 @@ def step_chunking(
     arrive), and, beyond ``sim_max_chunks`` chunks per channel in a mergeable pipeline, consecutive chunks merged (a
     simulation setting: +0.66% at most, measured in ``topologies/software/nccl.yaml``); a ring beyond
     ``sim_max_ring_steps`` steps per channel merges whole loops (:func:`merge_ring_loops`, LL and LL128).
-    ``buffsize`` is NCCL_BUFFSIZE (bytes; Simple's buffer when set).
+    ``buffsize`` is NCCL_BUFFSIZE (bytes; Simple's buffer when set); ``nvls_chunk_bytes`` and
+    ``nvlstree_max_chunk`` are NCCL_NVLS_CHUNKSIZE and NCCL_NVLSTREE_MAX_CHUNKSIZE (bytes; None: NCCL's defaults).
     """
     pc = consts.protocols[proto]
     buffer = buffsize if (buffsize and proto == "Simple") else pc.buffer_bytes
@@ -227,7 +239,8 @@ def step_chunking(
         # channel's data, each head reducing and multicasting its chunk (all_reduce.h, RunWorkColl NVLS and
         # NVLS_TREE: loopCount = nvls->nHeads * chunkCount). Every GPU of the node is a head here.
         heads = plan.ppn
-        chunk = heads * nvls_chunk(rules, algo, nbytes, nc * heads, consts.nvls_chunk_bytes, plan.nnodes)
+        nvls = nvls_chunk_bytes or consts.nvls_chunk_bytes
+        chunk = heads * nvls_chunk(rules, algo, nbytes, nc * heads, nvls, plan.nnodes, nvlstree_max_chunk)
     elif algo == "Tree" and proto == "Simple":
         per = nbytes / max(1, min(plan.channels, nc))
         chunk = tree_simple_chunk(rules, per, tree_depth, chunk)

@@ -203,6 +203,10 @@ class NcclConstants:
     min_traffic_per_channel: int = 32768
     cells_ll_factor: int = 1
     cells_ll_factor_since: tuple[int, int] = (2, 26)
+    #: tuner plugins collsim models: network plugin name -> (file under topologies/software/, the word an
+    #: NCCL_TUNER_PLUGIN value names it by); the first NCCL version that loads the network plugin's bundled tuner
+    tuner_plugins: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    tuner_from_net_plugin_since: tuple[int, int] = (2, 21)
     # Calibration (collsim.profile): what the simulated system pays beyond NCCL's constants. They change
     # the simulated time only, never the cost model's choice (NCCL's tuner uses its own fixed table).
     group_launch_gap: float = 0.0  # seconds between kernel launches of GPUs driven by one thread (nccl-tests -g)
@@ -337,6 +341,8 @@ class NcclConstants:
             sim_max_chunks=int(data["sim_max_chunks_per_channel"]),
             sim_max_ring_steps=int(data["sim_max_ring_steps_per_channel"]),
             sim_max_pieces=int(data["sim_max_pieces_per_step"]),
+            tuner_plugins={str(k): (str(v["file"]), str(v["env_word"])) for k, v in data["tuner_plugins"].items()},
+            tuner_from_net_plugin_since=_major_minor(data["tuner_from_net_plugin_since"]),
         )
 
 

@@ -15,9 +15,11 @@ from typing import Any
 
 from collsim.backends.common import BackendError, Path, ResourceCatalog, link_uses
 from collsim.backends.nccl.constants import NcclConstants
+from collsim.backends.nccl.plugin_tuner import ActiveTuner, resolve_tuner
 from collsim.nccl_env import NcclOptions
 from collsim.topology import Topology
 from collsim.topology.model import gpu_nearness, path_class_rank
+from collsim.topology.presets import topologies_dir
 
 __all__ = ["Hop", "NcclPlan", "cpu_vendor", "hop_between", "node_chain", "nvls_refusal", "plan_nccl"]
 
@@ -66,6 +68,8 @@ class NcclPlan:
     multicast: bool = False  # the NVSwitch can reduce and multicast (NVLink SHARP), as its preset says
     nvls_refusal: str | None = None  # why the hardware cannot run NVLS (None: it can); see nvls_refusal()
     cpu_vendor: str = "intel"  # the ranks' host CPUs' vendor as NCCL sees it ("mixed" where they differ); cpu_vendor()
+    tuner: ActiveTuner | None = None  # a tuner plugin that picks before NCCL's cost model (plugin_tuner)
+    tuner_note: str | None = None  # which tuner picks, when a plugin is involved (also in notes)
 
     def nic_for(self, topo: Topology, node: int, channel: int) -> str | None:
         """The NIC channel ``channel`` uses on ``node`` (:func:`channel_nic`)."""
@@ -647,6 +651,9 @@ def plan_nccl(
         notes.append(f"inter-node transport: {', '.join(transports)}")
     switch = next(iter(topo.devices("nvswitch", 0)), None)
     multicast = bool(switch.spec.get("multicast", False)) if switch is not None else False
+    tuner, tuner_note = _tuner(topo, opts, consts)
+    if tuner_note:
+        notes.append(tuner_note)
     return NcclPlan(
         ranks=gpus,
         nnodes=nnodes,
@@ -669,6 +676,24 @@ def plan_nccl(
         multicast=multicast,
         nvls_refusal=nvls_refusal(arch, switch.name if switch is not None else None, multicast, consts),
         cpu_vendor=cpu_vendor(topo, gpus),
+        tuner=tuner,
+        tuner_note=tuner_note,
+    )
+
+
+def _tuner(topo: Topology, opts: NcclOptions, consts: NcclConstants) -> tuple[ActiveTuner | None, str | None]:
+    """The tuner plugin NCCL loads here and a note (:func:`~collsim.backends.nccl.plugin_tuner.resolve_tuner`):
+    the network plugin's bundled tuner from ``consts.tuner_from_net_plugin_since`` on (the current NCCL when the
+    version is unset), or the one NCCL_TUNER_PLUGIN names."""
+    net_plugins = sorted({str(p) for d in topo.nics() if (p := d.spec.get("nccl_net_plugin"))})
+    return resolve_tuner(
+        consts.tuner_plugins,
+        net_plugins,
+        topo.instance_type,
+        opts.tuner_plugin,
+        opts.ofi_tuner_type,
+        not opts.before(consts.tuner_from_net_plugin_since),
+        topologies_dir() / "software",
     )
 
 

@@ -22,7 +22,7 @@ from collsim.backends.nccl.chunking import cell_channel_count, channels_for, ste
 from collsim.backends.nccl.constants import NcclConstants
 from collsim.backends.nccl.plan import NcclPlan, plan_nccl
 from collsim.backends.nccl.tags import BREAKDOWN_PRIORITY, IDLE_TAG, LATENCY_TAG, LAUNCH_TAG
-from collsim.backends.nccl.tuner import check_collective, choose, tuner_times
+from collsim.backends.nccl.tuner import check_collective, choose, plugin_choice, tuner_times
 from collsim.engine import FluidNetwork, Owner, attribute_time, build_quotient, decouple
 from collsim.nccl_env import NcclOptions
 from collsim.topology import Topology
@@ -67,8 +67,11 @@ def simulate_nccl(
     """
     plan = plan or plan_nccl(topo, opts, consts, fabric)
     check_collective(collective)
+    picked_by: str | None = None
     if choice is None:
         algo, proto, predicted = choose(plan, opts, consts, collective, nbytes)
+        plugin = plugin_choice(plan, opts, consts, collective, nbytes)
+        picked_by = None if plugin is None else f"{plugin[0]}/{plugin[1]} picked by {plugin[2]}"
     else:
         algo, proto = choice
         predicted = tuner_times(plan, consts, collective, nbytes, opts).get(choice, math.nan)
@@ -84,7 +87,7 @@ def simulate_nccl(
     symmetric = symmetry and opts.jitter <= 0
     bg = topo.background  # another job's streams (perturb.background): entities of their own colour
     usage = {**_usage(layout), **background_usage(bg)}
-    notes = list(plan.notes)
+    notes = list(plan.notes) + ([picked_by] if picked_by else [])
     perturbed = topo.perturbed_links() if opts.decouple and symmetric and not record and not bg else frozenset()
     if perturbed:
         dec = decouple(usage, {("link", u, v) for u, v in perturbed}, layout.relations)
@@ -175,7 +178,10 @@ def _context(
         nc = channels_for(plan, consts, proto, nbytes, nc, alg.name)
     if alg.cell_scheduled:
         nc = cell_channel_count(plan, opts, consts, proto, collective, nbytes, nc, channels)
-    chunking = step_chunking(plan, consts, alg.name, proto, collective, nbytes, nc, opts.buffsize)
+    chunking = step_chunking(
+        plan, consts, alg.name, proto, collective, nbytes, nc, opts.buffsize, opts.nvls_chunksize,
+        opts.nvlstree_max_chunksize,
+    )  # fmt: skip
     idx = node_index(plan.nnodes)
     cap = plan.channel_bw
     intra_cap = None

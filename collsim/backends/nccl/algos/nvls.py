@@ -162,7 +162,10 @@ class NVLS(NcclAlgorithm):
         if ctx.opts.before(consts.nvls_split_since):
             assert consts.chunk_rules is not None
             heads = plan.ppn  # every GPU of the node is an NVLS head
-            chunk = nvls_chunk(consts.chunk_rules, self.name, ctx.nbytes, ctx.nc * heads, consts.nvls_chunk_bytes)
+            chunk = nvls_chunk(
+                consts.chunk_rules, self.name, ctx.nbytes, ctx.nc * heads,
+                ctx.opts.nvls_chunksize or consts.nvls_chunk_bytes,
+            )  # fmt: skip
             shares = interleaved_channel_bytes(ctx.nbytes, ctx.nc, heads * chunk)
         # a GPU's roles are the same on every channel: built once per GPU, copied per channel
         roles = {g: _nvls_roles(ctx, g, plan.nvswitch, ctx.n) | _copy_roles(ctx, g, False) for g in plan.ranks}

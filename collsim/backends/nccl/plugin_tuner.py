@@ -1,0 +1,338 @@
+"""A tuner plugin's pick: AWS's aws-ofi-nccl region tuner (``topologies/software/aws-ofi-nccl-regions.yaml``).
+
+NCCL asks a tuner plugin for every collective (``getCollInfo``) before it settles on an (algorithm, protocol). From
+NCCL 2.21 on, when ``NCCL_TUNER_PLUGIN`` names no library NCCL can open, NCCL looks for the tuner in the network
+plugin's own library (NCCL ``src/plugin/tuner.cc`` and ``plugin_open.cc``, v2.27.7); aws-ofi-nccl bundles its tuner
+there (its ``src/Makefile.am``, v1.16.3: "we cause the tuner to be used by default on NCCL 2.21 or later"). On
+p5/p5e, p5en and p6-b200 instances that tuner is the *region* tuner: per platform, per ranks per node and per
+collective, an ordered list of polygons in the plane (x = the collective's size in bytes, y = the rank count),
+each naming an (algorithm, protocol). The first polygon that contains the point (its edges included) wins: the
+plugin sets that pair's cost to 0 in NCCL's cost table, so NCCL runs it. Pairs NCCL marks as not applicable (an
+algorithm or protocol disabled by NCCL_ALGO/NCCL_PROTO or unsupported here) are skipped; with no polygon left, or
+on two nodes or fewer, NCCL's own cost model decides.
+
+The polygons are data (transcribed with their source lines); this module holds the geometry, in exact rational
+arithmetic: a point on an edge is inside, otherwise even-odd ray casting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from collsim.backends.common import BackendError
+from collsim.vocab import COLLECTIVES, NCCL_ALGORITHMS, NCCL_PROTOCOLS
+
+__all__ = [
+    "ActiveTuner",
+    "RegionTable",
+    "RegionTuner",
+    "TunerRegion",
+    "extend_region",
+    "in_polygon",
+    "load_region_tuner",
+    "resolve_tuner",
+]
+
+Point = tuple[Fraction, Fraction]
+
+
+def extend_region(a: Point, b: Point, far: Point) -> Point:
+    """The point where the line through ``a`` and ``b`` leaves the rectangle [0, far.x] x [0, far.y] upwards or to
+    the right: the far x on it when the line is below the far y there, else the far y on it (a vertical line: far y
+    at a's x; a horizontal one: far x at a's y). How the plugin extends a region to its maximum size and rank count.
+
+    >>> F = Fraction
+    >>> extend_region((F(1), F(1)), (F(2), F(2)), (F(100), F(10)))  # slope 1: reaches y = 10 first
+    (Fraction(10, 1), Fraction(10, 1))
+    >>> extend_region((F(0), F(1)), (F(10), F(2)), (F(100), F(1000)))  # slope 1/10: reaches x = 100 first
+    (Fraction(100, 1), Fraction(11, 1))
+    >>> extend_region((F(5), F(1)), (F(5), F(2)), (F(100), F(1000)))  # vertical
+    (Fraction(5, 1), Fraction(1000, 1))
+    """
+    (ax, ay), (bx, by), (zx, zy) = a, b, far
+    if ax == bx:
+        return ax, zy
+    if ay == by:
+        return zx, ay
+    slope = (ay - by) / (ax - bx)
+    icpt = by - slope * bx
+    y_at_far_x = slope * zx + icpt
+    if y_at_far_x < zy:
+        return zx, y_at_far_x
+    return (zy - icpt) / slope, zy
+
+
+def _on_segment(p: Point, a: Point, b: Point) -> bool:
+    """Whether ``p`` lies on the closed segment from ``a`` to ``b`` (exact)."""
+    dx, dy = b[0] - a[0], b[1] - a[1]
+    px, py = p[0] - a[0], p[1] - a[1]
+    if dx == 0 and dy == 0:  # a repeated vertex
+        return px == 0 and py == 0
+    if dx * py - dy * px != 0:
+        return False
+    dot = px * dx + py * dy
+    return 0 <= dot <= dx * dx + dy * dy
+
+
+def in_polygon(p: Point, vertices: Sequence[Point]) -> bool:
+    """Whether ``p`` is inside the polygon ``vertices`` or on one of its edges (exact; even-odd rule, so a polygon
+    of no area, such as three points on a line, holds only the points of its edges).
+
+    >>> F = Fraction
+    >>> square = [(F(0), F(0)), (F(4), F(0)), (F(4), F(4)), (F(0), F(4))]
+    >>> [in_polygon((F(x), F(y)), square) for x, y in ((2, 2), (4, 2), (0, 0), (5, 2), (2, -1))]
+    [True, True, True, False, False]
+    >>> line = [(F(1), F(16)), (F(9), F(16)), (F(1), F(16))]  # the plugin's one-rank-count regions
+    >>> in_polygon((F(5), F(16)), line), in_polygon((F(5), F(17)), line), in_polygon((F(1), F(16)), line)
+    (True, False, True)
+    """
+    n = len(vertices)
+    if any(_on_segment(p, vertices[i], vertices[(i + 1) % n]) for i in range(n)):
+        return True
+    x, y = p
+    inside = False
+    for i in range(n):
+        (ax, ay), (bx, by) = vertices[i], vertices[(i + 1) % n]
+        if (ay > y) != (by > y) and x < ax + (y - ay) * (bx - ax) / (by - ay):
+            inside = not inside
+    return inside
+
+
+@dataclass(frozen=True)
+class TunerRegion:
+    """One region: the (algorithm, protocol) the plugin picks inside ``vertices`` ((bytes, ranks) points)."""
+
+    algorithm: str
+    protocol: str
+    vertices: tuple[Point, ...]
+
+    def contains(self, nbytes: int, nranks: int) -> bool:
+        """Whether the point (``nbytes``, ``nranks``) is in the region, its edges included."""
+        return in_polygon((Fraction(nbytes), Fraction(nranks)), self.vertices)
+
+
+@dataclass(frozen=True)
+class RegionTable:
+    """The ordered regions of one platform, ranks-per-node case and collective; ``source`` says where they are."""
+
+    regions: tuple[TunerRegion, ...]
+    source: str
+
+    def pick(self, nbytes: int, nranks: int, applicable: Callable[[str, str], bool]) -> tuple[int, TunerRegion] | None:
+        """The first region (index, region) whose pair is ``applicable`` and that contains the point; None when
+        none does (NCCL's own choice then stands)."""
+        for i, region in enumerate(self.regions):
+            if applicable(region.algorithm, region.protocol) and region.contains(nbytes, nranks):
+                return i, region
+        return None
+
+
+@dataclass(frozen=True)
+class RegionTuner:
+    """A region tuner's tables (:func:`load_region_tuner`).
+
+    Attributes
+    ----------
+    plugin, version, source : str
+        The plugin, the version its tables come from, and where.
+    min_nodes : int
+        The tuner picks only from this many nodes on; below, NCCL's own cost model decides.
+    platforms : Mapping
+        Platform key -> (instance type names, {(ranks per node, collective): RegionTable}).
+    """
+
+    plugin: str
+    version: str
+    source: str
+    min_nodes: int
+    platforms: Mapping[str, tuple[tuple[str, ...], Mapping[tuple[int, str], RegionTable]]]
+
+    def platform_of(self, instance_type: str | None) -> str | None:
+        """The platform key of an instance type name (``"p5.48xlarge"`` -> ``"p5"``), None when not one."""
+        for key, (names, _tables) in self.platforms.items():
+            if instance_type in names:
+                return key
+        return None
+
+    def table(self, platform: str, ranks_per_node: int, collective: str) -> RegionTable | None:
+        """The regions for ``collective`` with ``ranks_per_node`` on ``platform``; None where the plugin has none."""
+        return self.platforms[platform][1].get((ranks_per_node, collective))
+
+    @classmethod
+    def from_mapping(cls, data: Any, file: str | None = None) -> RegionTuner:
+        """Build from the YAML mapping; :class:`BackendError` naming the file and field on malformed data."""
+        where = f"{file}: " if file else ""
+
+        def fail(field: str, expected: str, got: Any) -> BackendError:
+            return BackendError(f"{where}{field}: expected {expected}, got {got!r}")
+
+        if not isinstance(data, Mapping):
+            raise fail("(top)", "a mapping", data)
+        try:
+            far = (Fraction(str(data["max_size"])), Fraction(str(data["max_ranks"])))
+            min_nodes = int(data["min_nodes"])
+            platforms = data["platforms"]
+        except (KeyError, ValueError, TypeError) as exc:
+            raise BackendError(f"{where}missing or malformed top-level field: {exc}") from None
+
+        def number(v: Any, field: str) -> Fraction:
+            if v == "max_size":
+                return far[0]
+            if v == "max_ranks":
+                return far[1]
+            if isinstance(v, Mapping) and "extend" in v and v.get("take") in ("x", "y"):
+                return extended(v, field)[0 if v["take"] == "x" else 1]
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise fail(field, "a number, max_size, max_ranks or {extend: [a, b], take: x|y}", v)
+            return Fraction(str(v))
+
+        def extended(v: Mapping[str, Any], field: str) -> Point:
+            pts = v["extend"]
+            if not (isinstance(pts, Sequence) and len(pts) == 2):
+                raise fail(f"{field}.extend", "two points", pts)
+            a, b = (point(q, f"{field}.extend[{i}]") for i, q in enumerate(pts))
+            return extend_region(a, b, far)
+
+        def point(v: Any, field: str) -> Point:
+            if isinstance(v, Mapping) and "extend" in v and "take" not in v:
+                return extended(v, field)
+            if not (isinstance(v, Sequence) and not isinstance(v, str) and len(v) == 2):
+                raise fail(field, "a vertex [x, y] or {extend: [a, b]}", v)
+            return number(v[0], f"{field}[0]"), number(v[1], f"{field}[1]")
+
+        out: dict[str, tuple[tuple[str, ...], dict[tuple[int, str], RegionTable]]] = {}
+        if not isinstance(platforms, Mapping):
+            raise fail("platforms", "a mapping", platforms)
+        for key, plat in platforms.items():
+            base = f"platforms.{key}"
+            names = tuple(str(n) for n in plat.get("instance_types") or ())
+            if not names:
+                raise fail(f"{base}.instance_types", "a list of instance type names", plat.get("instance_types"))
+            tables: dict[tuple[int, str], RegionTable] = {}
+            for ti, tab in enumerate(plat.get("tables") or ()):
+                tf = f"{base}.tables[{ti}]"
+                coll, ppn = tab.get("collective"), tab.get("ranks_per_node")
+                if coll not in COLLECTIVES:
+                    raise fail(f"{tf}.collective", f"one of {', '.join(COLLECTIVES)}", coll)
+                if isinstance(ppn, bool) or not isinstance(ppn, int) or ppn < 1:
+                    raise fail(f"{tf}.ranks_per_node", "a positive integer", ppn)
+                regions = []
+                for ri, reg in enumerate(tab.get("regions") or ()):
+                    rf = f"{tf}.regions[{ri}]"
+                    if reg.get("algorithm") not in NCCL_ALGORITHMS:
+                        raise fail(f"{rf}.algorithm", f"one of {', '.join(NCCL_ALGORITHMS)}", reg.get("algorithm"))
+                    if reg.get("protocol") not in NCCL_PROTOCOLS:
+                        raise fail(f"{rf}.protocol", f"one of {', '.join(NCCL_PROTOCOLS)}", reg.get("protocol"))
+                    verts = reg.get("vertices") or ()
+                    if len(verts) < 2:
+                        raise fail(f"{rf}.vertices", "at least two vertices", verts)
+                    pts = tuple(point(v, f"{rf}.vertices[{vi}]") for vi, v in enumerate(verts))
+                    regions.append(TunerRegion(reg["algorithm"], reg["protocol"], pts))
+                tables[(ppn, coll)] = RegionTable(tuple(regions), str(tab.get("source", "")))
+            out[str(key)] = (names, tables)
+        return cls(str(data.get("plugin", "")), str(data.get("version", "")), str(data.get("source", "")),
+                   min_nodes, out)  # fmt: skip
+
+
+_LOADED: dict[tuple[str, int, int], RegionTuner] = {}
+
+
+def load_region_tuner(path: str | Path) -> RegionTuner:
+    """The region tuner in the YAML file ``path``, parsed once per file version; :class:`BackendError` naming the
+    file when it cannot be read or is malformed."""
+    p = Path(path)
+    try:
+        stat = p.stat()
+        key = (str(p), stat.st_mtime_ns, stat.st_size)
+        if key not in _LOADED:
+            _LOADED[key] = RegionTuner.from_mapping(yaml.safe_load(p.read_text()), str(p))
+        return _LOADED[key]
+    except (OSError, yaml.YAMLError) as exc:
+        raise BackendError(f"{p}: cannot read the tuner plugin's regions: {exc}") from None
+
+
+@dataclass(frozen=True)
+class ActiveTuner:
+    """A region tuner in use on a cluster: its tables and the platform key the cluster's instance type maps to."""
+
+    tuner: RegionTuner
+    platform: str
+    instance_type: str
+
+    def pick(
+        self, nnodes: int, ranks_per_node: int, collective: str, nbytes: int, applicable: Callable[[str, str], bool]
+    ) -> tuple[str, str, str] | None:
+        """(algorithm, protocol, where) the plugin picks for ``collective`` of ``nbytes`` on ``nnodes`` nodes of
+        ``ranks_per_node`` ranks, among the ``applicable`` pairs; None when it leaves the choice to NCCL (fewer than
+        ``min_nodes`` nodes, no table for this case, or no applicable region containing the point)."""
+        if nnodes < self.tuner.min_nodes:
+            return None
+        table = self.tuner.table(self.platform, ranks_per_node, collective)
+        if table is None:
+            return None
+        found = table.pick(nbytes, nnodes * ranks_per_node, applicable)
+        if found is None:
+            return None
+        i, region = found
+        where = (f"{self.tuner.plugin} {self.tuner.version} region tuner ({self.instance_type}, {collective}, "
+                 f"{ranks_per_node} ranks per node: region {i + 1} of {len(table.regions)})")  # fmt: skip
+        return region.algorithm, region.protocol, where
+
+
+def resolve_tuner(
+    tuner_plugins: Mapping[str, tuple[str, str]],
+    net_plugins: Sequence[str],
+    instance_type: str | None,
+    env_value: str | None,
+    force_type: str | None,
+    bundled: bool,
+    folder: Path,
+) -> tuple[ActiveTuner | None, str | None]:
+    """Which tuner plugin NCCL loads here, and a note saying so (None when nothing needs saying).
+
+    Parameters
+    ----------
+    tuner_plugins : Mapping
+        The plugins collsim models: network plugin name -> (tables file, the word NCCL_TUNER_PLUGIN names it by).
+    net_plugins : sequence of str
+        The cluster's NICs' network plugins (NIC preset ``nccl_net_plugin``).
+    instance_type : str or None
+        The node template's ``instance_type``.
+    env_value : str or None
+        NCCL_TUNER_PLUGIN as set.
+    force_type : str or None
+        OFI_NCCL_TUNER_TYPE (``"Internal"`` turns aws-ofi-nccl's tuner off).
+    bundled : bool
+        Whether this NCCL loads the network plugin's bundled tuner when NCCL_TUNER_PLUGIN opens nothing (2.21 on).
+    folder : Path
+        Where the tables files are (``topologies/software``).
+    """
+    chosen: str | None = None
+    if env_value:
+        base = Path(env_value).name.lower()
+        chosen = next((name for name, (_f, word) in tuner_plugins.items() if word in base), None)
+        if chosen is None:
+            return None, (f"NCCL_TUNER_PLUGIN={env_value}: a tuner plugin collsim does not model; NCCL's own cost "
+                          "model picks the algorithm and protocol here")  # fmt: skip
+    elif bundled:
+        chosen = next((p for p in net_plugins if p in tuner_plugins), None)
+    if chosen is None:
+        return None, None
+    if force_type == "Internal":
+        return None, f"OFI_NCCL_TUNER_TYPE=Internal: {chosen}'s tuner leaves the choice to NCCL's own"
+    tuner = load_region_tuner(folder / tuner_plugins[chosen][0])
+    platform = tuner.platform_of(instance_type)
+    if platform is None:
+        known = ", ".join(n for names, _t in tuner.platforms.values() for n in names)
+        what = f"instance type {instance_type}" if instance_type else "a node template without an instance_type"
+        return None, (f"{chosen}'s tuner has tables for {known} only ({what}): NCCL's own cost model picks")
+    assert instance_type is not None
+    note = (f"algorithm and protocol: {tuner.plugin} {tuner.version}'s region tuner ({instance_type}) from "
+            f"{tuner.min_nodes} nodes on, NCCL's own cost model where it has no region")  # fmt: skip
+    return ActiveTuner(tuner, platform, instance_type), note

@@ -1,0 +1,209 @@
+"""AWS's aws-ofi-nccl region tuner (collsim/backends/nccl/plugin_tuner.py, topologies/software/aws-ofi-nccl-regions).
+
+The picks in ``data/ofi-region-picks.json`` (and those pinned below) were computed by the plugin's own code
+(aws-ofi-nccl v1.16.3 src/tuner/nccl_ofi_regions.cpp compiled unchanged with stub headers: region_init_internal, then
+region_get_coll_info_internal_v3 with every pair applicable), not by collsim; the file says how.
+"""
+
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from collsim.api import Simulator
+from collsim.backends.common import BackendError
+from collsim.backends.nccl.plugin_tuner import (
+    RegionTuner,
+    extend_region,
+    in_polygon,
+    load_region_tuner,
+    resolve_tuner,
+)
+from collsim.topology.presets import topologies_dir
+
+SOFTWARE = topologies_dir() / "software"
+REGIONS = SOFTWARE / "aws-ofi-nccl-regions.yaml"
+P5_8NODE = Path(__file__).parents[2] / "scenarios" / "published" / "aws_p5_8node_efa_nccl2277.yaml"
+F = Fraction
+
+
+def _tuner() -> RegionTuner:
+    return load_region_tuner(REGIONS)
+
+
+# --- geometry -----------------------------------------------------------------------------------------------------
+
+
+@given(
+    st.integers(0, 50), st.integers(0, 50), st.integers(1, 50), st.integers(1, 50),
+    st.integers(-5, 110), st.integers(-5, 110),
+)  # fmt: skip
+def test_rectangle_matches_its_bounds(x0: int, y0: int, w: int, h: int, px: int, py: int) -> None:
+    """An axis-aligned rectangle holds exactly the points within its closed bounds (edges included)."""
+    rect = [(F(x0), F(y0)), (F(x0 + w), F(y0)), (F(x0 + w), F(y0 + h)), (F(x0), F(y0 + h))]
+    expected = x0 <= px <= x0 + w and y0 <= py <= y0 + h
+    assert in_polygon((F(px), F(py)), rect) is expected
+    assert in_polygon((F(px), F(py)), rect[::-1]) is expected  # orientation does not matter
+
+
+@given(st.integers(1, 40), st.integers(-3, 45), st.integers(-3, 45))
+def test_triangle_matches_closed_form(n: int, px: int, py: int) -> None:
+    """The triangle (0,0), (n,0), (0,n) holds x >= 0, y >= 0, x + y <= n."""
+    tri = [(F(0), F(0)), (F(n), F(0)), (F(0), F(n))]
+    assert in_polygon((F(px), F(py)), tri) is (px >= 0 and py >= 0 and px + py <= n)
+
+
+def test_repeated_vertex_is_not_an_edge_through_everything() -> None:
+    """A polygon that repeats a vertex (as some of the plugin's do) has a zero-length edge: only that point is on it."""
+    line = [(F(10), F(16)), (F(100), F(16)), (F(10), F(16))]
+    assert not in_polygon((F(50), F(64)), line)
+    assert in_polygon((F(10), F(16)), line) and in_polygon((F(50), F(16)), line)
+
+
+def test_extend_region_reaches_the_far_edge() -> None:
+    far = (F(100), F(1000))
+    # slope 2 from the origin: y = 200 at x = 100, below 1000: the far x
+    assert extend_region((F(0), F(0)), (F(1), F(2)), far) == (F(100), F(200))
+    # slope 20: y = 1000 is reached at x = 50
+    assert extend_region((F(0), F(0)), (F(1), F(20)), far) == (F(50), F(1000))
+    assert extend_region((F(3), F(1)), (F(9), F(1)), far) == (F(100), F(1))  # horizontal
+
+
+# --- the tables -----------------------------------------------------------------------------------------------------
+
+
+def test_tables_load_with_their_platforms() -> None:
+    t = _tuner()
+    assert (t.plugin, t.version, t.min_nodes) == ("aws-ofi-nccl", "1.16.3", 3)
+    assert t.platform_of("p5.48xlarge") == t.platform_of("p5e.48xlarge") == "p5"
+    assert t.platform_of("p5en.48xlarge") == "p5en"
+    assert t.platform_of("p6-b200.48xlarge") == "p6"
+    assert t.platform_of("p4d.24xlarge") is None
+    assert t.table("p5", 8, "allreduce") is not None
+
+
+# (nodes, size) -> the plugin's pick on p5, 8 ranks per node, allreduce (computed by the plugin's own code)
+P5_AR_PICKS = {
+    (4, 32 << 20): ("Tree", "LL128"),
+    (4, 64 << 20): ("Ring", "LL128"),
+    (4, 1 << 30): ("Ring", "LL128"),
+    (4, 2 << 30): ("Ring", "Simple"),
+    (8, 64 << 20): ("Tree", "LL128"),
+    (8, 128 << 20): ("Ring", "LL128"),
+    (8, 2 << 30): ("Ring", "LL128"),  # on the Ring/LL128 region's vertex (2 GiB, 64 ranks): inside
+    (8, 4 << 30): ("Ring", "Simple"),
+    (16, 256 << 20): ("Tree", "LL128"),
+    (16, 512 << 20): ("Ring", "LL128"),
+    (16, 4 << 30): ("NVLSTree", "Simple"),
+    (16, 8 << 30): ("Ring", "Simple"),
+}
+
+
+def test_picks_match_the_compiled_plugin() -> None:
+    """1,246 points over every platform, ranks-per-node case and collective, as the plugin's compiled code picks."""
+    data = json.loads((Path(__file__).parent / "data" / "ofi-region-picks.json").read_text())
+    t = _tuner()
+    wrong = []
+    for platform, ppn, nodes, coll, size, pick in data["rows"]:
+        table = t.table(platform, ppn, coll)
+        found = table.pick(size, nodes * ppn, lambda a, p: True) if table is not None else None
+        got = None if found is None else [found[1].algorithm, found[1].protocol]
+        if got != pick:
+            wrong.append((platform, ppn, nodes, coll, size, pick, got))
+    assert len(data["rows"]) > 1000 and not wrong, wrong[:5]
+
+
+@pytest.mark.parametrize(("point", "pair"), sorted(P5_AR_PICKS.items()))
+def test_p5_allreduce_picks_as_the_plugin(point: tuple[int, int], pair: tuple[str, str]) -> None:
+    nodes, size = point
+    t = _tuner()
+    table = t.table("p5", 8, "allreduce")
+    assert table is not None
+    found = table.pick(size, 8 * nodes, lambda a, p: True)
+    assert found is not None and (found[1].algorithm, found[1].protocol) == pair
+
+
+def test_skipped_pairs_fall_to_the_next_region() -> None:
+    """A pair NCCL marks not applicable is skipped, and the scan goes on (8 nodes, 1 GiB: Ring/LL128 first)."""
+    table = _tuner().table("p5", 8, "allreduce")
+    assert table is not None
+    found = table.pick(1 << 30, 64, lambda a, p: a != "Ring")
+    assert found is None or found[1].algorithm != "Ring"
+    assert table.pick(1 << 30, 64, lambda a, p: False) is None
+
+
+def test_malformed_tables_name_the_field() -> None:
+    with pytest.raises(BackendError, match=r"x\.yaml: platforms\.p5\.tables\[0\]\.regions\[0\]\.algorithm"):
+        RegionTuner.from_mapping(
+            {"max_size": 10, "max_ranks": 10, "min_nodes": 3,
+             "platforms": {"p5": {"instance_types": ["p5.48xlarge"], "tables": [
+                 {"collective": "allreduce", "ranks_per_node": 8,
+                  "regions": [{"algorithm": "Star", "protocol": "LL", "vertices": [[0, 1], [2, 3]]}]}]}}},
+            "x.yaml",
+        )  # fmt: skip
+
+
+# --- which tuner NCCL loads ---------------------------------------------------------------------------------------
+
+PLUGINS = {"aws-ofi-nccl": ("aws-ofi-nccl-regions.yaml", "ofi")}
+
+
+@pytest.mark.parametrize(
+    ("net", "instance", "env", "force", "bundled", "active", "note"),
+    [
+        (["aws-ofi-nccl"], "p5.48xlarge", None, None, True, True, "region tuner (p5.48xlarge)"),
+        (["aws-ofi-nccl"], "p5.48xlarge", None, None, False, False, None),  # NCCL 2.19-2.20: only when named
+        ([], "p5.48xlarge", "/opt/lib/libnccl-ofi-tuner.so", None, False, True, "region tuner"),
+        (["aws-ofi-nccl"], "p5.48xlarge", "libnccl-tuner-mine.so", None, True, False, "does not model"),
+        (["aws-ofi-nccl"], "p5.48xlarge", None, "Internal", True, False, "Internal"),
+        (["aws-ofi-nccl"], "p4d.24xlarge", None, None, True, False, "instance type p4d.24xlarge"),
+        (["aws-ofi-nccl"], None, None, None, True, False, "without an instance_type"),
+        ([], "p5.48xlarge", None, None, True, False, None),  # InfiniBand: no plugin
+    ],
+)
+def test_resolve_tuner(
+    net: list[str], instance: str | None, env: str | None, force: str | None, bundled: bool, active: bool,
+    note: str | None,
+) -> None:  # fmt: skip
+    tuner, text = resolve_tuner(PLUGINS, net, instance, env, force, bundled, SOFTWARE)
+    assert (tuner is not None) is active
+    assert (text is None) if note is None else (text is not None and note in text)
+
+
+# --- end to end -----------------------------------------------------------------------------------------------------
+
+
+def test_p5_run_takes_the_plugins_picks() -> None:
+    """8 x p5 (NCCL 2.27.7, EFA: aws-ofi-nccl's bundled tuner): the published run's jumps come from these picks."""
+    sim = Simulator.from_source(P5_8NODE)
+    picks = {s: sim.simulate_one("nccl", s, choice=None).algorithm for s in (64 << 20, 1 << 30)}
+    assert picks == {64 << 20: "Tree", 1 << 30: "Ring"}
+    out = sim.simulate_one("nccl", 4 << 30)
+    assert (out.algorithm, out.protocol) == ("Ring", "Simple")
+    assert any("region tuner (p5.48xlarge, allreduce, 8 ranks per node" in n for n in out.notes)
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        "backends.nccl.env.OFI_NCCL_TUNER_TYPE=Internal",
+        "backends.nccl.version=2.20.3",
+        "cluster.nodes=2",
+    ],
+)
+def test_p5_without_the_plugins_pick(override: str) -> None:
+    """Turned off, before NCCL 2.21 (not loaded unless named) or on two nodes: NCCL's cost model (NVLSTree)."""
+    sim = Simulator.from_source(P5_8NODE, [override])
+    assert sim.simulate_one("nccl", 1 << 30).algorithm == "NVLSTree"
+
+
+def test_force_type_model_is_refused() -> None:
+    from collsim.scenario import ScenarioError
+
+    with pytest.raises(ScenarioError, match="model tuner is not modelled"):
+        Simulator.from_source(P5_8NODE, ["backends.nccl.env.OFI_NCCL_TUNER_TYPE=Model"])
