@@ -136,8 +136,8 @@ def nvls_chunk(
     [32.0, 64.0, 128.0]
     >>> nvls_chunk(rules, "NVLSTree", 1 << 30, 16 * 8, 131072, 4) // 1024
     64.0
-    >>> nvls_chunk(rules, "NVLSTree", 1 << 30, 16 * 8, 524288, 4, 524288) // 1024  # both set to 512 KiB
-    512.0
+    >>> [nvls_chunk(rules, "NVLSTree", s << 30, 16 * 8, 524288, 4, 524288) // 1024 for s in (1, 4)]  # both 512 KiB
+    [256.0, 512.0]
     """
     if algo == "NVLSTree":
         if tree_max is not None:
