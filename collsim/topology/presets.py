@@ -316,6 +316,8 @@ NIC_SCHEMA: dict[str, tuple[str, bool]] = {
     "nccl_plugin_env": ("nccl_env", False),
     # the NCCL network plugin the NIC is driven by (its bundled tuner: topologies/software/nccl.yaml tuner_plugins)
     "nccl_net_plugin": ("text", False),
+    # the network latency that plugin reports to NCCL (ncclNetProperties latency): NCCL's cost model adds it
+    "nccl_net_latency": ("time", False),
 }
 FABRIC_SCHEMA: dict[str, tuple[str, bool]] = {
     "radix": ("positive_int", True),

@@ -207,3 +207,24 @@ def test_force_type_model_is_refused() -> None:
 
     with pytest.raises(ScenarioError, match="model tuner is not modelled"):
         Simulator.from_source(P5_8NODE, ["backends.nccl.env.OFI_NCCL_TUNER_TYPE=Model"])
+
+
+def test_reported_network_latency_prices_every_network_step() -> None:
+    """aws-ofi-nccl reports 75 us on p5 (platform-aws.cpp); NCCL's cost model adds it to every network step's
+    latency, twice for Simple (tuning.cc): on 2 nodes Tree/Simple's time grows by twice Tree/LL's, Ring/Simple's by
+    twice Ring/LL's times NCCL's ring plateau factor (1.4 on Hopper, at 1 MiB)."""
+    import dataclasses
+
+    from collsim.backends.nccl.tuner import tuner_times
+
+    sim = Simulator.from_source(P5_8NODE, ["cluster.nodes=2"])
+    plan, consts = sim.nccl_plan, sim.nccl_constants
+    assert plan.net_latency == pytest.approx(75e-6)
+    with_lat = tuner_times(plan, consts, "allreduce", 1 << 20)
+    without = tuner_times(dataclasses.replace(plan, net_latency=0.0), consts, "allreduce", 1 << 20)
+    for algo, factor in (("Tree", 1.0), ("Ring", consts.ring_plateau_latency_factor[plan.arch])):
+        d_ll = with_lat[(algo, "LL")] - without[(algo, "LL")]
+        d_simple = with_lat[(algo, "Simple")] - without[(algo, "Simple")]
+        assert d_ll >= 75e-6 and d_simple == pytest.approx(2 * factor * d_ll)
+    ib = Simulator.from_source("scenarios/2node-h100-ib.yaml")
+    assert ib.nccl_plan.net_latency == 0.0  # NCCL's own IB transport reports none

@@ -70,6 +70,7 @@ class NcclPlan:
     cpu_vendor: str = "intel"  # the ranks' host CPUs' vendor as NCCL sees it ("mixed" where they differ); cpu_vendor()
     tuner: ActiveTuner | None = None  # a tuner plugin that picks before NCCL's cost model (plugin_tuner)
     tuner_note: str | None = None  # which tuner picks, when a plugin is involved (also in notes)
+    net_latency: float = 0.0  # seconds the network plugin reports to NCCL's cost model (latencyInter), 0 for IB
 
     def nic_for(self, topo: Topology, node: int, channel: int) -> str | None:
         """The NIC channel ``channel`` uses on ``node`` (:func:`channel_nic`)."""
@@ -678,6 +679,8 @@ def plan_nccl(
         cpu_vendor=cpu_vendor(topo, gpus),
         tuner=tuner,
         tuner_note=tuner_note,
+        net_latency=max((float(d.spec.get("nccl_net_latency") or 0.0) for d in topo.nics()), default=0.0)
+        if nnodes > 1 else 0.0,
     )
 
 

@@ -72,10 +72,11 @@ def _inputs(plan: NcclPlan, consts: NcclConstants, collective: str, nbytes: int,
     nsteps, ninter = _steps(collective, n, plan.nnodes)
     table = REGISTRY[algo].latency_table
     intra = consts.hw_latency[plan.intra_hw][table][proto]
-    # tuning.cc adds the net plugin's reported latency (graph->latencyInter, twice for Simple) to hwLat[NET]; NCCL's
-    # own IB and socket transports report none (props->latency = 0: net_ib/init.cc, net_socket.cc), so hwLat is the
-    # whole per-hop figure. A third-party plugin's reported latency (aws-ofi-nccl's tuner hint) is not modelled.
-    inter = consts.hw_latency["NET"][table][proto]
+    # tuning.cc adds the net plugin's reported latency (graph->latencyInter = the NIC's ncclNetProperties latency,
+    # search.cc; twice for Simple, "the flush extra latency") to hwLat[NET]; NCCL's own IB and socket transports
+    # report none (props->latency = 0: net_ib/init.cc, net_socket.cc), aws-ofi-nccl 75 us on p4d/p5 and 35 us on
+    # p5en/p6 (NIC preset nccl_net_latency). It prices the choice only: the simulation charges the path's latency.
+    inter = consts.hw_latency["NET"][table][proto] + plan.net_latency * (2 if proto == "Simple" else 1)
     lat = consts.base_latency[table][proto]
     # ModelInputs' fields in order: what is priced, the schedule's steps, then tuning.cc's starting point
     return ModelInputs(
