@@ -148,6 +148,20 @@ def test_malformed_tables_name_the_field() -> None:
         )  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    ("platforms", "field"),
+    [
+        ("p5", "platforms: expected a mapping"),
+        ({"p5": ["x"]}, "platforms.p5: expected a mapping"),
+        ({"p5": {"instance_types": "p5.48xlarge"}}, "platforms.p5.instance_types: expected a list"),
+        ({"p5": {"instance_types": ["p5.48xlarge"], "tables": [3]}}, r"platforms.p5.tables\[0\]: expected a mapping"),
+    ],
+)
+def test_malformed_structure_is_a_clear_error(platforms: object, field: str) -> None:
+    with pytest.raises(BackendError, match=field):
+        RegionTuner.from_mapping({"max_size": 10, "max_ranks": 10, "min_nodes": 3, "platforms": platforms}, "x.yaml")
+
+
 # --- which tuner NCCL loads ---------------------------------------------------------------------------------------
 
 PLUGINS = {"aws-ofi-nccl": ("aws-ofi-nccl-regions.yaml", "ofi")}

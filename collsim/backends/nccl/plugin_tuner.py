@@ -206,30 +206,43 @@ class RegionTuner:
                 raise fail(field, "a vertex [x, y] or {extend: [a, b]}", v)
             return number(v[0], f"{field}[0]"), number(v[1], f"{field}[1]")
 
+        def mapping(v: Any, field: str) -> Mapping[str, Any]:
+            if not isinstance(v, Mapping):
+                raise fail(field, "a mapping", v)
+            return v
+
+        def listing(v: Any, field: str) -> Sequence[Any]:
+            if v is None:
+                return ()
+            if isinstance(v, (str, bytes)) or not isinstance(v, Sequence):
+                raise fail(field, "a list", v)
+            return v
+
         out: dict[str, tuple[tuple[str, ...], dict[tuple[int, str], RegionTable]]] = {}
-        if not isinstance(platforms, Mapping):
-            raise fail("platforms", "a mapping", platforms)
-        for key, plat in platforms.items():
+        for key, plat in mapping(platforms, "platforms").items():
             base = f"platforms.{key}"
-            names = tuple(str(n) for n in plat.get("instance_types") or ())
+            plat = mapping(plat, base)
+            names = tuple(str(n) for n in listing(plat.get("instance_types"), f"{base}.instance_types"))
             if not names:
                 raise fail(f"{base}.instance_types", "a list of instance type names", plat.get("instance_types"))
             tables: dict[tuple[int, str], RegionTable] = {}
-            for ti, tab in enumerate(plat.get("tables") or ()):
+            for ti, tab in enumerate(listing(plat.get("tables"), f"{base}.tables")):
                 tf = f"{base}.tables[{ti}]"
+                tab = mapping(tab, tf)
                 coll, ppn = tab.get("collective"), tab.get("ranks_per_node")
                 if coll not in COLLECTIVES:
                     raise fail(f"{tf}.collective", f"one of {', '.join(COLLECTIVES)}", coll)
                 if isinstance(ppn, bool) or not isinstance(ppn, int) or ppn < 1:
                     raise fail(f"{tf}.ranks_per_node", "a positive integer", ppn)
                 regions = []
-                for ri, reg in enumerate(tab.get("regions") or ()):
+                for ri, reg in enumerate(listing(tab.get("regions"), f"{tf}.regions")):
                     rf = f"{tf}.regions[{ri}]"
+                    reg = mapping(reg, rf)
                     if reg.get("algorithm") not in NCCL_ALGORITHMS:
                         raise fail(f"{rf}.algorithm", f"one of {', '.join(NCCL_ALGORITHMS)}", reg.get("algorithm"))
                     if reg.get("protocol") not in NCCL_PROTOCOLS:
                         raise fail(f"{rf}.protocol", f"one of {', '.join(NCCL_PROTOCOLS)}", reg.get("protocol"))
-                    verts = reg.get("vertices") or ()
+                    verts = listing(reg.get("vertices"), f"{rf}.vertices")
                     if len(verts) < 2:
                         raise fail(f"{rf}.vertices", "at least two vertices", verts)
                     pts = tuple(point(v, f"{rf}.vertices[{vi}]") for vi, v in enumerate(verts))
