@@ -26,7 +26,8 @@ def _table(rows: list[list[str]]) -> list[str]:
 
 
 def format_topo_matrix(topo: Topology, node: int = 0, given: Mapping[str, Any] | None = None) -> str:
-    """Render one node like ``nvidia-smi topo -m`` plus a table of links, and the node template's parameters.
+    """Render one node like ``nvidia-smi topo -m`` plus a table of links, and the node template's parameters (the
+    title names the template's cloud instance type, and the NIC list each NIC's NCCL network plugin, where given).
 
     Parameters
     ----------
@@ -47,7 +48,7 @@ def format_topo_matrix(topo: Topology, node: int = 0, given: Mapping[str, Any] |
     """
     gpus = topo.devices("gpu", node)
     nics = topo.nics(node)
-    out = [f"{topo.name}: node {node} of {topo.nodes}"]
+    out = [f"{topo.name}: node {node} of {topo.nodes}" + (f" ({topo.instance_type})" if topo.instance_type else "")]
     if not topo.devices(node=node):
         out.append(f"  no devices on node {node}")
         return "\n".join(out) + "\n"
@@ -84,7 +85,9 @@ def format_topo_matrix(topo: Topology, node: int = 0, given: Mapping[str, Any] |
         out.append("NIC Legend:")
         for n in nics:
             speed = float(n.spec.get("speed", 0.0)) * 8 / 1e9  # bytes/s to Gb/s (8 bits per byte, 1e9)
-            out.append(f"  NIC{n.index}: {n.local_name} ({n.spec.get('preset', '?')}, {speed:g} Gb/s)")
+            plugin = n.spec.get("nccl_net_plugin")
+            via = f", NCCL network plugin {plugin}" if plugin else ""
+            out.append(f"  NIC{n.index}: {n.local_name} ({n.spec.get('preset', '?')}, {speed:g} Gb/s{via})")
     if topo.params:
         out.append("")
         out.append("Template parameters (cluster.node_params; 'default' = the template's, not set by the scenario):")
