@@ -63,6 +63,7 @@ INT_NCCL_ENV: frozenset[str] = frozenset(
         "NCCL_COLLNET_ENABLE",
         "NCCL_NVLS_CHUNKSIZE",
         "NCCL_NVLSTREE_MAX_CHUNKSIZE",
+        "NCCL_NET_FORCE_FLUSH",
     }
 )
 
@@ -94,6 +95,8 @@ KNOWN_NCCL_ENV: dict[str, str] = {
     "NCCL_NVLS_CHUNKSIZE": "NVLS and NVLSTree chunk in bytes (integer, default 131072; 0: the default).",
     "NCCL_NVLSTREE_MAX_CHUNKSIZE": "Cap on NVLSTree's chunk in bytes (integer; default 65536 from 4 nodes, none below; "
     "0: the default).",
+    "NCCL_NET_FORCE_FLUSH": "1 flushes every GPUDirect RDMA receive (Simple) on any GPU; 0 (default from 2.19) "
+    "flushes on GPUs before Hopper only.",
     "NCCL_TUNER_PLUGIN": "The tuner plugin library (a path, or a name NCCL opens as libnccl-tuner-<name>.so); unset or "
     "not found: NCCL 2.21+ uses the network plugin's bundled tuner (aws-ofi-nccl's on EFA), else its own.",
     "OFI_NCCL_TUNER_TYPE": "aws-ofi-nccl's tuner: Internal leaves the choice to NCCL's own tuner; Region (its "
@@ -287,6 +290,8 @@ class NcclOptions:
         Not an NCCL knob: mean extra latency of each message, seconds (scenario ``noise.jitter``); 0: none.
     jitter_seed : int
         Seed of the jitter draws (:func:`collsim.noise.repetition_seed` of the scenario's seed and repetition).
+    net_force_flush : bool or None
+        NCCL_NET_FORCE_FLUSH (None when unset: NCCL's default for its version).
     nvls_chunksize, nvlstree_max_chunksize : int or None
         NCCL_NVLS_CHUNKSIZE and NCCL_NVLSTREE_MAX_CHUNKSIZE in bytes (transport/nvls.cc, enqueue.cc); None (or 0)
         for NCCL's defaults.
@@ -331,6 +336,7 @@ class NcclOptions:
     socket_threads: int = 1
     socket_nthreads: int | None = None
     nvls_enable: bool = True
+    net_force_flush: bool | None = None
     nvls_chunksize: int | None = None
     nvlstree_max_chunksize: int | None = None
     tuner_plugin: str | None = None
@@ -413,6 +419,7 @@ class NcclOptions:
             socket_threads=max(1, threads),
             socket_nthreads=as_int("NCCL_SOCKET_NTHREADS"),
             nvls_enable=nvls is None or nvls != 0,
+            net_force_flush=None if "NCCL_NET_FORCE_FLUSH" not in text else bool(as_int("NCCL_NET_FORCE_FLUSH")),
             nvls_chunksize=positive("NCCL_NVLS_CHUNKSIZE"),
             nvlstree_max_chunksize=positive("NCCL_NVLSTREE_MAX_CHUNKSIZE"),
             tuner_plugin=text.get("NCCL_TUNER_PLUGIN"),

@@ -242,3 +242,18 @@ def test_reported_network_latency_prices_every_network_step() -> None:
         assert d_ll >= 75e-6 and d_simple == pytest.approx(2 * factor * d_ll)
     ib = Simulator.from_source("scenarios/2node-h100-ib.yaml")
     assert ib.nccl_plan.net_latency == 0.0  # NCCL's own IB transport reports none
+
+
+def test_no_gdr_flush_on_hopper_from_nccl_2_19() -> None:
+    """NCCL flushes a GPUDirect RDMA receive before Hopper only (or with NCCL_NET_FORCE_FLUSH=1; the default was 1
+    up to 2.18): a Simple network hop pays its path latency twice only then (EFA's path latency is long)."""
+    args = ["cluster.nodes=2", "backends.nccl.env.NCCL_ALGO=Ring", "backends.nccl.env.NCCL_PROTO=Simple"]
+
+    def time_s(*extra: str) -> float:
+        sim = Simulator.from_source(P5_8NODE, [*args, *extra])
+        return sim.simulate_one("nccl", 32 << 20).time_s
+
+    plain, forced = time_s(), time_s("backends.nccl.env.NCCL_NET_FORCE_FLUSH=1")
+    old = time_s("backends.nccl.version=2.18.5")
+    assert plain < forced and old == pytest.approx(forced)
+    assert not Simulator.from_source(P5_8NODE, args).nccl_plan.gdr_flush

@@ -235,8 +235,10 @@ class SimContext:
         NCCL's hwLat is the whole latency of one hop as NVIDIA measured it, the links' and switches' traversal
         included: its cost model adds to it only what the net plugin reports (``latencyInter``, tuning.cc; 0 for
         NCCL's IB and socket transports, net_ib/init.cc and net_socket.cc). So the hop's own path latency (twice
-        over the network for Simple, the flush) is not added on top: it is a floor, charged instead of hwLat only
-        where it is longer (a software-heavy NIC path such as EFA's, whose link preset carries it).
+        over the network for Simple where NCCL flushes a GPUDirect RDMA receive: ``plan.gdr_flush``, before Hopper
+        or with NCCL_NET_FORCE_FLUSH=1; and on host-staged network hops, as before) is not added on top: it is a
+        floor, charged instead of hwLat only where it is longer (a software-heavy NIC path such as EFA's, whose
+        link preset carries it).
 
         A multi-node ring's steps inside a node cost at least netOverhead (x3 for Simple), as tuning.cc charges.
 
@@ -252,7 +254,9 @@ class SimContext:
         hw_lat = consts.hw_latency[hop.hw][table][proto]
         if table == "Ring" and self.plan.nnodes > 1 and hop.hw != "NET":
             hw_lat = max(hw_lat, self.plan.net_overhead * pc.ring_net_overhead_factor)
-        prop = hop.path.latency * (pc.net_latency_factor if hop.hw == "NET" else 1)
+        # Simple's data over GPUDirect RDMA is flushed before the GPU reads it where NCCL flushes (plan.gdr_flush)
+        flushed = hop.hw == "NET" and (hop.transport != "NET/GDR" or self.plan.gdr_flush)
+        prop = hop.path.latency * (pc.net_latency_factor if flushed else 1)
         step = hw_lat * consts.sim_step_latency_scale
         if cap is None:
             cap = self.intra_cap if self.intra_cap is not None and hop.hw != "NET" else self.cap

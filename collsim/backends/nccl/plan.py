@@ -21,7 +21,7 @@ from collsim.topology import Topology
 from collsim.topology.model import gpu_nearness, path_class_rank
 from collsim.topology.presets import topologies_dir
 
-__all__ = ["Hop", "NcclPlan", "cpu_vendor", "hop_between", "node_chain", "nvls_refusal", "plan_nccl"]
+__all__ = ["Hop", "NcclPlan", "cpu_vendor", "gdr_flush", "hop_between", "node_chain", "nvls_refusal", "plan_nccl"]
 
 
 @dataclass(frozen=True)
@@ -71,6 +71,7 @@ class NcclPlan:
     tuner: ActiveTuner | None = None  # a tuner plugin that picks before NCCL's cost model (plugin_tuner)
     tuner_note: str | None = None  # which tuner picks, when a plugin is involved (also in notes)
     net_latency: float = 0.0  # seconds the network plugin reports to NCCL's cost model (latencyInter), 0 for IB
+    gdr_flush: bool = True  # NCCL flushes a GPUDirect RDMA receive before the GPU reads it (Simple); gdr_flush()
 
     def nic_for(self, topo: Topology, node: int, channel: int) -> str | None:
         """The NIC channel ``channel`` uses on ``node`` (:func:`channel_nic`)."""
@@ -681,7 +682,29 @@ def plan_nccl(
         tuner_note=tuner_note,
         net_latency=max((float(d.spec.get("nccl_net_latency") or 0.0) for d in topo.nics()), default=0.0)
         if nnodes > 1 else 0.0,
+        gdr_flush=gdr_flush(int(topo.device(gpus[0]).spec.get("sm", 0)), opts),
     )
+
+
+def gdr_flush(sm: int, opts: NcclOptions) -> bool:
+    """Whether NCCL flushes a GPUDirect RDMA receive (an extra read through the NIC before the GPU may use Simple
+    data): always before Hopper (compute capability < 9.0); on Hopper and later only with NCCL_NET_FORCE_FLUSH=1,
+    whose default is 1 up to NCCL 2.18 and 0 from 2.19 (src/graph/paths.cc ncclTopoNeedFlush and
+    src/transport/net.cc, v2.18.5-1 and v2.19.3-1; the same rule in v2.27.7-1, which also flushes on C2C hosts, not
+    modelled).
+
+    >>> from collsim.nccl_env import NcclOptions
+    >>> gdr_flush(80, NcclOptions()), gdr_flush(90, NcclOptions()), gdr_flush(90, NcclOptions(version=(2, 18, 5)))
+    (True, False, True)
+    >>> old = NcclOptions(version=(2, 18, 5), net_force_flush=False)
+    >>> gdr_flush(90, NcclOptions(net_force_flush=True)), gdr_flush(90, old)
+    (True, False)
+    """
+    if sm < 90:
+        return True
+    if opts.net_force_flush is not None:
+        return opts.net_force_flush
+    return opts.before((2, 19))
 
 
 def _tuner(topo: Topology, opts: NcclOptions, consts: NcclConstants) -> tuple[ActiveTuner | None, str | None]:
