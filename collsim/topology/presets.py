@@ -580,7 +580,10 @@ _LIBRARY_SCHEMAS: dict[str, dict[str, tuple[str, bool]]] = {
     "nics": NIC_SCHEMA,
 }
 #: Keys of a node template (checked again, with the rest, by collsim.topology.template when it is built).
-_NODE_KEYS = ("name", "description", "source", "params", "generator", "devices", "links", "nic_population", "notes")
+_NODE_KEYS = (
+    "name", "description", "source", "params", "generator", "devices", "links", "nic_population", "instance_type",
+    "notes",
+)  # fmt: skip
 _PRESET_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")
 #: Most files one presets folder may hold.
 MAX_PRESET_FILES = 256
@@ -787,4 +790,5 @@ _NODE_KEY_TYPES: dict[str, tuple[type | tuple[type, ...], str]] = {
     "devices": (list, "a list of devices"),
     "links": (list, "a list of links"),
     "nic_population": ((str, list), "spread, index or a list of NIC names"),
+    "instance_type": (str, "a cloud instance type name such as p5.48xlarge"),
 }

@@ -259,3 +259,58 @@ def test_no_gdr_flush_on_hopper_from_nccl_2_19() -> None:
     assert plain < forced and old == pytest.approx(plain)
     sim = Simulator.from_source(P5_8NODE, args)
     assert not sim.nccl_plan.gdr_flush and sim.nccl_plugin_env["NCCL_NET_FORCE_FLUSH"] == "0"
+
+
+#: (nodes, MiB) -> the channel count aws-ofi-nccl v1.16.3's calculateBestNChannel returns (its compiled code, with
+#: log2i(nodes); all 261 points of 3-1024 nodes x 4-32 MiB in 1 MiB steps agreed with collsim's ChannelRule)
+P6_CHANNELS = {
+    (3, 10): 24,
+    (4, 8): 24,
+    (4, 13): 16,
+    (4, 24): 32,
+    (5, 5): 16,
+    (5, 12): 16,
+    (8, 18): 24,
+    (16, 8): 16,
+    (16, 9): 16,
+    (16, 26): 24,
+    (16, 28): 32,
+    (16, 29): 32,
+    (32, 22): 16,
+    (64, 13): 16,
+    (64, 19): 16,
+    (128, 15): 24,
+    (128, 21): 16,
+    (1024, 4): 32,
+    (1024, 14): 16,
+    (1024, 21): 24,
+    (1024, 24): 24,
+    (1024, 25): 24,
+    (1024, 31): 16,
+    (1024, 32): 16,
+}
+
+
+def test_p6_channel_rule_as_the_plugin() -> None:
+    rule = _tuner().channel_rules["p6"]
+    assert {k: rule.channels(k[1] << 20, k[0]) for k in P6_CHANNELS} == P6_CHANNELS
+
+
+def test_p6_run_names_the_channels_the_plugin_sets() -> None:
+    """4 x p6-b200 (hgx-b200 with the instance type, 8 x EFA v3 grouped): Tree/LL128 by the plugin at 8 MiB, which
+    also sets 24 channels; the schedule keeps at most the communicator's."""
+    import yaml
+
+    tmpl = yaml.safe_load((topologies_dir() / "nodes" / "hgx-b200.yaml").read_text())
+    tmpl.update(name="p6-test", instance_type="p6-b200.48xlarge")
+    fabric = {"topology": "single_switch", "transport": "rdma", "nic": "efa-v3-p5en"}
+    sim = Simulator.from_source({
+        "name": "p6", "cluster": {"node": "p6-test", "nodes": 4, "fabric": fabric},
+        "workload": {"collective": "allreduce"}, "backends": {"nccl": {"version": "2.27.7"}},
+        "presets": {"nodes": {"p6-test": tmpl}},
+    })  # fmt: skip
+    out = sim.simulate_one("nccl", 8 << 20)
+    assert (out.algorithm, out.protocol) == ("Tree", "LL128")
+    assert any("sets nChannels=24" in n for n in out.notes)
+    assert out.channels <= sim.nccl_plan.channels
+    assert not any("nChannels" in n for n in sim.simulate_one("nccl", 64 << 20).notes)  # above 32 MiB: none

@@ -18,7 +18,7 @@ arithmetic: a point on an edge is inside, otherwise even-odd ray casting.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ from collsim.vocab import COLLECTIVES, NCCL_ALGORITHMS, NCCL_PROTOCOLS
 
 __all__ = [
     "ActiveTuner",
+    "ChannelRule",
     "RegionTable",
     "RegionTuner",
     "TunerRegion",
@@ -134,6 +135,54 @@ class RegionTable:
 
 
 @dataclass(frozen=True)
+class ChannelRule:
+    """A platform's channel count for one picked pair (aws-ofi-nccl on p6: Tree/LL128 all-reduce at 4-32 MiB with
+    8 ranks per node): of ``candidates``, the one whose LL128 tree chunk is largest after the plugin's halvings,
+    the larger count on a tie (the tables file's ``nchannels``, with its source lines)."""
+
+    algorithm: str
+    protocol: str
+    collective: str
+    ranks_per_node: int
+    min_bytes: int
+    max_bytes: int
+    candidates: tuple[int, ...]
+    ppn: int
+    step_data_bytes: int
+    grain_bytes: int
+    halvings: tuple[tuple[int, int], ...]
+
+    def chunk(self, nbytes: int, nchannels: int, log2_nodes: int) -> int:
+        """The plugin's estimate of the tree's LL128 chunk (bytes, a whole number of grains) on ``nchannels``:
+        halved while each channel would get fewer than ``factor`` x nSteps chunks and it is above the floor
+        (nSteps = 1 + log2(nodes) + 0.1 x ppn; the left side an integer division, as the plugin's).
+
+        >>> rule = ChannelRule("Tree", "LL128", "allreduce", 8, 4 << 20, 32 << 20, (16, 24, 32), 8, 576000, 1920,
+        ...                    ((8, 131072), (2, 32768)))
+        >>> [rule.chunk(s << 20, c, 2) for s in (8, 32) for c in (16, 24, 32)]  # 4 nodes, 8 and 32 MiB
+        [34560, 34560, 17280, 71040, 71040, 71040]
+        """
+        steps = 1 + log2_nodes + 0.1 * self.ppn
+        chunk = self.step_data_bytes
+        for factor, floor in self.halvings:
+            while nbytes // (nchannels * chunk) < steps * factor and chunk > floor:
+                chunk //= 2
+        return chunk // self.grain_bytes * self.grain_bytes
+
+    def channels(self, nbytes: int, nnodes: int) -> int:
+        """The channel count the plugin sets: the candidate with the largest chunk, the larger on a tie.
+
+        >>> rule = ChannelRule("Tree", "LL128", "allreduce", 8, 4 << 20, 32 << 20, (16, 24, 32), 8, 576000, 1920,
+        ...                    ((8, 131072), (2, 32768)))
+        >>> rule.channels(8 << 20, 4), rule.channels(32 << 20, 4)  # 16 and 24 tie at 8 MiB; all three at 32
+        (24, 32)
+        """
+        log2_nodes = max(0, nnodes.bit_length() - 1)
+        best = max(self.candidates, key=lambda c: (self.chunk(nbytes, c, log2_nodes), c))
+        return best
+
+
+@dataclass(frozen=True)
 class RegionTuner:
     """A region tuner's tables (:func:`load_region_tuner`).
 
@@ -145,6 +194,8 @@ class RegionTuner:
         The tuner picks only from this many nodes on; below, NCCL's own cost model decides.
     platforms : Mapping
         Platform key -> (instance type names, {(ranks per node, collective): RegionTable}).
+    channel_rules : Mapping
+        Platform key -> the channel count it sets for one picked pair (:class:`ChannelRule`), where it has one.
     """
 
     plugin: str
@@ -152,6 +203,7 @@ class RegionTuner:
     source: str
     min_nodes: int
     platforms: Mapping[str, tuple[tuple[str, ...], Mapping[tuple[int, str], RegionTable]]]
+    channel_rules: Mapping[str, ChannelRule] = field(default_factory=dict)
 
     def platform_of(self, instance_type: str | None) -> str | None:
         """The platform key of an instance type name (``"p5.48xlarge"`` -> ``"p5"``), None when not one."""
@@ -218,6 +270,18 @@ class RegionTuner:
                 raise fail(field, "a list", v)
             return v
 
+        def channel_rule(v: Mapping[str, Any], field: str) -> ChannelRule:
+            try:
+                return ChannelRule(
+                    str(v["algorithm"]), str(v["protocol"]), str(v["collective"]), int(v["ranks_per_node"]),
+                    int(v["min_bytes"]), int(v["max_bytes"]), tuple(int(c) for c in v["candidates"]), int(v["ppn"]),
+                    int(v["step_data_bytes"]), int(v["grain_bytes"]),
+                    tuple((int(f), int(m)) for f, m in v["halvings"]),
+                )  # fmt: skip
+            except (KeyError, TypeError, ValueError) as exc:
+                raise BackendError(f"{where}{field}: missing or malformed: {exc}") from None
+
+        rules: dict[str, ChannelRule] = {}
         out: dict[str, tuple[tuple[str, ...], dict[tuple[int, str], RegionTable]]] = {}
         for key, plat in mapping(platforms, "platforms").items():
             base = f"platforms.{key}"
@@ -249,8 +313,10 @@ class RegionTuner:
                     regions.append(TunerRegion(reg["algorithm"], reg["protocol"], pts))
                 tables[(ppn, coll)] = RegionTable(tuple(regions), str(tab.get("source", "")))
             out[str(key)] = (names, tables)
+            if plat.get("nchannels") is not None:
+                rules[str(key)] = channel_rule(mapping(plat["nchannels"], f"{base}.nchannels"), f"{base}.nchannels")
         return cls(str(data.get("plugin", "")), str(data.get("version", "")), str(data.get("source", "")),
-                   min_nodes, out)  # fmt: skip
+                   min_nodes, out, rules)  # fmt: skip
 
 
 _LOADED: dict[tuple[str, int, int], RegionTuner] = {}
@@ -296,6 +362,17 @@ class ActiveTuner:
         where = (f"{self.tuner.plugin} {self.tuner.version} region tuner ({self.instance_type}, {collective}, "
                  f"{ranks_per_node} ranks per node: region {i + 1} of {len(table.regions)})")  # fmt: skip
         return region.algorithm, region.protocol, where
+
+    def channels(self, nnodes: int, ranks_per_node: int, collective: str, algorithm: str, protocol: str,
+                 nbytes: int) -> int | None:  # fmt: skip
+        """The channel count the plugin sets with its pick (``algorithm``, ``protocol``), None where it sets none
+        (every platform but p6; other pairs, sizes or ranks per node)."""
+        rule = self.tuner.channel_rules.get(self.platform)
+        if rule is None or (algorithm, protocol, collective) != (rule.algorithm, rule.protocol, rule.collective):
+            return None
+        if ranks_per_node != rule.ranks_per_node or not rule.min_bytes <= nbytes <= rule.max_bytes:
+            return None
+        return rule.channels(nbytes, nnodes)
 
 
 def resolve_tuner(

@@ -72,6 +72,9 @@ def simulate_nccl(
         algo, proto, predicted = choose(plan, opts, consts, collective, nbytes)
         plugin = plugin_choice(plan, opts, consts, collective, nbytes)
         picked_by = None if plugin is None else f"{plugin[0]}/{plugin[1]} picked by {plugin[2]}"
+        plugin_nc = _plugin_channels(plan, opts, consts, algo, proto, collective, nbytes)
+        if picked_by and plugin_nc is not None:  # the schedule caps it at the communicator's channels
+            picked_by += f", which also sets nChannels={plugin_nc} (capped at the communicator's channels)"
     else:
         algo, proto = choice
         predicted = tuner_times(plan, consts, collective, nbytes, opts).get(choice, math.nan)
@@ -160,6 +163,19 @@ def fastest_pair(
     return best, t_best
 
 
+def _plugin_channels(
+    plan: NcclPlan, opts: NcclOptions, consts: NcclConstants, algo: str, proto: str, collective: str, nbytes: int
+) -> int | None:
+    """The channel count a tuner plugin sets with its pick when (``algo``, ``proto``) is that pick (aws-ofi-nccl
+    on p6: Tree/LL128 at 4-32 MiB), else None."""
+    if plan.tuner is None:
+        return None
+    pick = plugin_choice(plan, opts, consts, collective, nbytes)
+    if pick is None or (pick[0], pick[1]) != (algo, proto):
+        return None
+    return plan.tuner.channels(plan.nnodes, plan.ppn, collective, algo, proto, nbytes)
+
+
 def _context(
     topo: Topology,
     plan: NcclPlan,
@@ -176,6 +192,9 @@ def _context(
     nc = channels
     if alg.shrinks_channels(opts, consts):
         nc = channels_for(plan, consts, proto, nbytes, nc, alg.name)
+    plugin_nc = _plugin_channels(plan, opts, consts, alg.name, proto, collective, nbytes)
+    if plugin_nc is not None:  # enqueue.cc: the tuner's nChannels replaces the shrunk count (nMaxChannels)
+        nc = plugin_nc
     if alg.cell_scheduled:
         nc = cell_channel_count(plan, opts, consts, proto, collective, nbytes, nc, channels)
     chunking = step_chunking(
