@@ -193,8 +193,8 @@ def _context(
     if alg.shrinks_channels(opts, consts):
         nc = channels_for(plan, consts, proto, nbytes, nc, alg.name)
     plugin_nc = _plugin_channels(plan, opts, consts, alg.name, proto, collective, nbytes)
-    if plugin_nc is not None:  # enqueue.cc: the tuner's nChannels replaces the shrunk count (nMaxChannels)
-        nc = plugin_nc
+    if plugin_nc is not None:  # enqueue.cc: the tuner's nChannels replaces the shrunk count (nMaxChannels), and
+        nc = min(plugin_nc, channels)  # the schedule keeps at most the communicator's channels
     if alg.cell_scheduled:
         nc = cell_channel_count(plan, opts, consts, proto, collective, nbytes, nc, channels)
     chunking = step_chunking(
