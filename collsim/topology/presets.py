@@ -22,6 +22,7 @@ from collsim.units import DTYPE_SIZES, UnitError, parse_bandwidth, parse_size, p
 from collsim.vocab import LINK_KINDS
 
 __all__ = [
+    "NODE_TEMPLATE_KEYS",
     "PRESET_FILE_KEYS",
     "PresetLibrary",
     "PresetSource",
@@ -579,8 +580,9 @@ _LIBRARY_SCHEMAS: dict[str, dict[str, tuple[str, bool]]] = {
     "cpus": CPU_SCHEMA,
     "nics": NIC_SCHEMA,
 }
-#: Keys of a node template (checked again, with the rest, by collsim.topology.template when it is built).
-_NODE_KEYS = (
+#: The keys a node template may have, a user's (presets.nodes) and a shipped one alike (collsim.topology.template
+#: checks them again, with the rest, when it builds one).
+NODE_TEMPLATE_KEYS = (
     "name", "description", "source", "params", "generator", "devices", "links", "nic_population", "instance_type",
     "notes",
 )  # fmt: skip
@@ -707,7 +709,8 @@ def merge_presets(base: PresetLibrary, sources: Sequence[PresetSource]) -> Prese
             )
         for section, entries in src.data.items():
             if section not in PRESET_FILE_KEYS:
-                hint = " (a node template? put it under nodes: <name>:)" if section in _NODE_KEYS else ""
+                nodeish = section in NODE_TEMPLATE_KEYS
+                hint = " (a node template? put it under nodes: <name>:)" if nodeish else ""
                 raise TopologyError(
                     f"unknown section {short_repr(section)}{hint}; valid: {', '.join(PRESET_FILE_KEYS)}",
                     file=src.file,
@@ -761,9 +764,11 @@ def _node_entry(raw: Any, name: str, file: str, field: str) -> dict[str, Any]:
             field=field,
         )
     for key, value in raw.items():
-        if key not in _NODE_KEYS:
+        if key not in NODE_TEMPLATE_KEYS:
             raise TopologyError(
-                f"unknown key {short_repr(key)}; valid: {', '.join(_NODE_KEYS)}", file=file, field=f"{field}.{key}"
+                f"unknown key {short_repr(key)}; valid: {', '.join(NODE_TEMPLATE_KEYS)}",
+                file=file,
+                field=f"{field}.{key}",
             )
         expected = _NODE_KEY_TYPES.get(key)
         if expected is not None and value is not None and not isinstance(value, expected[0]):

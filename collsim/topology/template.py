@@ -47,6 +47,7 @@ from collsim.topology.nic_placement import NicSlot, nic_slots_of, population_ord
 from collsim.topology.presets import (
     DEVICE_SCHEMAS,
     LINK_SCHEMA,
+    NODE_TEMPLATE_KEYS,
     PresetLibrary,
     load_presets,
     parse_record,
@@ -57,10 +58,6 @@ from collsim.vocab import DEVICE_KINDS
 
 __all__ = ["NodeLayout", "available_templates", "load_topology", "resolve_params", "topology_from_template"]
 
-_TEMPLATE_KEYS = (
-    "name", "description", "source", "params", "generator", "devices", "links", "nic_population", "instance_type",
-    "notes",
-)  # fmt: skip
 _DEVICE_KEYS = ("name", "kind", "count", "preset", "spec", "source", "notes")
 _LINK_KEYS = ("a", "b", "preset", "count", "bandwidth", "efficiency", "latency", "kind", "source", "notes")
 _PARAM_KEYS = ("default", "type", "choices", "min", "max", "description")
@@ -352,8 +349,9 @@ def _check_template(data: Any, file: str | Path | None) -> Mapping[str, Any]:
     if not isinstance(data, Mapping):
         raise TopologyError(f"expected a mapping with devices and links, got {type(data).__name__}", file=file)
     for key in data:
-        if key not in _TEMPLATE_KEYS:
-            raise TopologyError(f"unknown key {key!r}; valid: {', '.join(_TEMPLATE_KEYS)}", file=file, field=str(key))
+        if key not in NODE_TEMPLATE_KEYS:
+            valid = ", ".join(NODE_TEMPLATE_KEYS)
+            raise TopologyError(f"unknown key {key!r}; valid: {valid}", file=file, field=str(key))
     return data
 
 

@@ -653,6 +653,9 @@ def plan_nccl(
         notes.append(f"inter-node transport: {', '.join(transports)}")
     switch = next(iter(topo.devices("nvswitch", 0)), None)
     multicast = bool(switch.spec.get("multicast", False)) if switch is not None else False
+    # the latency the network plugin reports to NCCL (NIC preset nccl_net_latency), priced on network steps only
+    net_latency = max((float(d.spec.get("nccl_net_latency") or 0.0) for d in topo.nics()), default=0.0)
+    net_latency = net_latency if nnodes > 1 else 0.0
     tuner, tuner_note = _tuner(topo, opts, consts)
     if tuner_note:
         notes.append(tuner_note)
@@ -680,8 +683,7 @@ def plan_nccl(
         cpu_vendor=cpu_vendor(topo, gpus),
         tuner=tuner,
         tuner_note=tuner_note,
-        net_latency=max((float(d.spec.get("nccl_net_latency") or 0.0) for d in topo.nics()), default=0.0)
-        if nnodes > 1 else 0.0,
+        net_latency=net_latency,
         gdr_flush=gdr_flush(int(topo.device(gpus[0]).spec.get("sm", 0)), opts),
     )
 

@@ -23,14 +23,15 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from collsim.backends.common import BackendError
+from collsim.topology.errors import TopologyError
+from collsim.topology.presets import read_yaml
 from collsim.vocab import COLLECTIVES, NCCL_ALGORITHMS, NCCL_PROTOCOLS
 
 __all__ = [
     "ActiveTuner",
     "ChannelRule",
+    "PluginPick",
     "RegionTable",
     "RegionTuner",
     "TunerRegion",
@@ -329,11 +330,31 @@ def load_region_tuner(path: str | Path) -> RegionTuner:
     try:
         stat = p.stat()
         key = (str(p), stat.st_mtime_ns, stat.st_size)
-        if key not in _LOADED:
-            _LOADED[key] = RegionTuner.from_mapping(yaml.safe_load(p.read_text()), str(p))
+        if key not in _LOADED:  # read with collsim's one YAML loader (collsim.safeyaml, through read_yaml)
+            _LOADED[key] = RegionTuner.from_mapping(read_yaml(p), str(p))
         return _LOADED[key]
-    except (OSError, yaml.YAMLError) as exc:
+    except OSError as exc:
         raise BackendError(f"{p}: cannot read the tuner plugin's regions: {exc}") from None
+    except TopologyError as exc:
+        raise BackendError(f"cannot read the tuner plugin's regions: {exc}") from None
+
+
+@dataclass(frozen=True)
+class PluginPick:
+    """What a tuner plugin decides for one collective: the pair, where in its tables, and the channel count it sets
+    with it (None: NCCL's own)."""
+
+    algorithm: str
+    protocol: str
+    where: str
+    channels: int | None = None
+
+    def note(self) -> str:
+        """The pick in words, for a result's notes."""
+        text = f"{self.algorithm}/{self.protocol} picked by {self.where}"
+        if self.channels is not None:  # the schedule caps it at the communicator's channels
+            text += f", which also sets nChannels={self.channels} (capped at the communicator's channels)"
+        return text
 
 
 @dataclass(frozen=True)
@@ -346,10 +367,11 @@ class ActiveTuner:
 
     def pick(
         self, nnodes: int, ranks_per_node: int, collective: str, nbytes: int, applicable: Callable[[str, str], bool]
-    ) -> tuple[str, str, str] | None:
-        """(algorithm, protocol, where) the plugin picks for ``collective`` of ``nbytes`` on ``nnodes`` nodes of
-        ``ranks_per_node`` ranks, among the ``applicable`` pairs; None when it leaves the choice to NCCL (fewer than
-        ``min_nodes`` nodes, no table for this case, or no applicable region containing the point)."""
+    ) -> PluginPick | None:
+        """What the plugin picks for ``collective`` of ``nbytes`` on ``nnodes`` nodes of ``ranks_per_node`` ranks,
+        among the ``applicable`` pairs, with the channel count it sets (:meth:`channels`); None when it leaves the
+        choice to NCCL (fewer than ``min_nodes`` nodes, no table for this case, or no applicable region containing
+        the point)."""
         if nnodes < self.tuner.min_nodes:
             return None
         table = self.tuner.table(self.platform, ranks_per_node, collective)
@@ -361,7 +383,8 @@ class ActiveTuner:
         i, region = found
         where = (f"{self.tuner.plugin} {self.tuner.version} region tuner ({self.instance_type}, {collective}, "
                  f"{ranks_per_node} ranks per node: region {i + 1} of {len(table.regions)})")  # fmt: skip
-        return region.algorithm, region.protocol, where
+        a, p = region.algorithm, region.protocol
+        return PluginPick(a, p, where, self.channels(nnodes, ranks_per_node, collective, a, p, nbytes))
 
     def channels(self, nnodes: int, ranks_per_node: int, collective: str, algorithm: str, protocol: str,
                  nbytes: int) -> int | None:  # fmt: skip

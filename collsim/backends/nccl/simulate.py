@@ -22,7 +22,7 @@ from collsim.backends.nccl.chunking import cell_channel_count, channels_for, ste
 from collsim.backends.nccl.constants import NcclConstants
 from collsim.backends.nccl.plan import NcclPlan, plan_nccl
 from collsim.backends.nccl.tags import BREAKDOWN_PRIORITY, IDLE_TAG, LATENCY_TAG, LAUNCH_TAG
-from collsim.backends.nccl.tuner import check_collective, choose, plugin_choice, tuner_times
+from collsim.backends.nccl.tuner import check_collective, decide, plugin_choice, tuner_times
 from collsim.engine import FluidNetwork, Owner, attribute_time, build_quotient, decouple
 from collsim.nccl_env import NcclOptions
 from collsim.topology import Topology
@@ -67,22 +67,20 @@ def simulate_nccl(
     """
     plan = plan or plan_nccl(topo, opts, consts, fabric)
     check_collective(collective)
-    picked_by: str | None = None
     if choice is None:
-        algo, proto, predicted = choose(plan, opts, consts, collective, nbytes)
-        plugin = plugin_choice(plan, opts, consts, collective, nbytes)
-        picked_by = None if plugin is None else f"{plugin[0]}/{plugin[1]} picked by {plugin[2]}"
-        plugin_nc = _plugin_channels(plan, opts, consts, algo, proto, collective, nbytes)
-        if picked_by and plugin_nc is not None:  # the schedule caps it at the communicator's channels
-            picked_by += f", which also sets nChannels={plugin_nc} (capped at the communicator's channels)"
+        algo, proto, predicted, plugin = decide(plan, opts, consts, collective, nbytes)
     else:
         algo, proto = choice
         predicted = tuner_times(plan, consts, collective, nbytes, opts).get(choice, math.nan)
+        plugin = plugin_choice(plan, opts, consts, collective, nbytes)
+    # a forced pair that is the plugin's pick runs on the channels the plugin sets, as NCCL would run it
+    plugin_nc = plugin.channels if plugin is not None and (plugin.algorithm, plugin.protocol) == (algo, proto) else None
+    picked_by = plugin.note() if plugin is not None and choice is None else None
     n = len(plan.ranks)
     if nbytes == 0:  # NCCL returns at once for a count of 0 (enqueue.cc), without launching a kernel
         return Outcome("nccl", collective, algo, proto, n, 0, 0.0, notes=["count 0: nothing launched"], predicted_s=0.0)
     alg = REGISTRY[algo]
-    ctx = _context(topo, plan, opts, consts, alg, proto, collective, nbytes)
+    ctx = _context(topo, plan, opts, consts, alg, proto, collective, nbytes, plugin_nc)
     layout = alg.build(ctx)
     ctx.chunking = alg.sim_chunking(ctx, layout)
     env, net = new_network(record, check)
@@ -149,31 +147,20 @@ def fastest_pair(
     rank = {pair: i for i, pair in enumerate(pairs)}
     order = sorted(pairs, key=lambda k: (model_s[k], rank[k])) if model_s is not None else list(pairs)
     best, t_best = order[0], math.inf
+    plugin = plugin_choice(plan, opts, consts, collective, nbytes)
     for pair in order:
         # a little past the best so far, so that an exact tie finishes and the listed order can break it
         deadline = None if math.isinf(t_best) else t_best * (1 + 1e-9)
         if deadline is not None and nbytes > 0:
             alg = REGISTRY[pair[0]]
-            if alg.min_time(_context(topo, plan, opts, consts, alg, pair[1], collective, nbytes)) > deadline:
+            nc = plugin.channels if plugin is not None and (plugin.algorithm, plugin.protocol) == pair else None
+            if alg.min_time(_context(topo, plan, opts, consts, alg, pair[1], collective, nbytes, nc)) > deadline:
                 continue  # cannot finish first, whatever the simulation would show
         kw = {"collective": collective, "plan": plan, "symmetry": symmetry}
         t = simulate_nccl(topo, opts, consts, nbytes, choice=pair, deadline=deadline, **kw).time_s  # type: ignore[arg-type]
         if t < t_best or (t == t_best and rank[pair] < rank[best]):
             best, t_best = pair, t
     return best, t_best
-
-
-def _plugin_channels(
-    plan: NcclPlan, opts: NcclOptions, consts: NcclConstants, algo: str, proto: str, collective: str, nbytes: int
-) -> int | None:
-    """The channel count a tuner plugin sets with its pick when (``algo``, ``proto``) is that pick (aws-ofi-nccl
-    on p6: Tree/LL128 at 4-32 MiB), else None."""
-    if plan.tuner is None:
-        return None
-    pick = plugin_choice(plan, opts, consts, collective, nbytes)
-    if pick is None or (pick[0], pick[1]) != (algo, proto):
-        return None
-    return plan.tuner.channels(plan.nnodes, plan.ppn, collective, algo, proto, nbytes)
 
 
 def _context(
@@ -185,14 +172,15 @@ def _context(
     proto: str,
     collective: str,
     nbytes: int,
+    plugin_nc: int | None = None,
 ) -> SimContext:
-    """Channels (NCCL's small-size shrink), chunking, one channel's cap, wire overhead and base latency."""
+    """Channels (NCCL's small-size shrink, or ``plugin_nc``, the count a tuner plugin sets with its pick), chunking,
+    one channel's cap, wire overhead and base latency."""
     pc = consts.protocols[proto]
     channels = alg.channels(plan, opts, consts)
     nc = channels
     if alg.shrinks_channels(opts, consts):
         nc = channels_for(plan, consts, proto, nbytes, nc, alg.name)
-    plugin_nc = _plugin_channels(plan, opts, consts, alg.name, proto, collective, nbytes)
     if plugin_nc is not None:  # enqueue.cc: the tuner's nChannels replaces the shrunk count (nMaxChannels), and
         nc = min(plugin_nc, channels)  # the schedule keeps at most the communicator's channels
     if alg.cell_scheduled:

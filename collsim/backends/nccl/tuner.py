@@ -7,11 +7,13 @@ from collsim.backends.nccl.algos import REGISTRY
 from collsim.backends.nccl.base import ModelInputs, node_index
 from collsim.backends.nccl.constants import NcclConstants
 from collsim.backends.nccl.plan import NcclPlan
+from collsim.backends.nccl.plugin_tuner import PluginPick
 from collsim.nccl_env import NcclOptions
 from collsim.vocab import COLLECTIVES, NCCL_ALGORITHMS, NCCL_PROTOCOLS, P2P_COLLECTIVES
 
 __all__ = [
-    "candidates", "check_collective", "choose", "enabled_pairs", "ll128_enabled", "plugin_choice", "tuner_times",
+    "candidates", "check_collective", "choose", "decide", "enabled_pairs", "ll128_enabled", "plugin_choice",
+    "tuner_times",
 ]  # fmt: skip
 
 
@@ -115,15 +117,39 @@ def enabled_pairs(plan: NcclPlan, opts: NcclOptions, collective: str) -> list[tu
 
 def plugin_choice(
     plan: NcclPlan, opts: NcclOptions, consts: NcclConstants, collective: str, nbytes: int
-) -> tuple[str, str, str] | None:
-    """(algorithm, protocol, where) a tuner plugin picks (``plan.tuner``,
-    :class:`~collsim.backends.nccl.plugin_tuner.ActiveTuner`) among the pairs NCCL could run here (its cost table's
-    applicable entries: :func:`enabled_pairs` that collsim prices); None when there is no plugin or it leaves the
-    choice to NCCL's cost model."""
+) -> PluginPick | None:
+    """What a tuner plugin picks (``plan.tuner``, :class:`~collsim.backends.nccl.plugin_tuner.ActiveTuner`) among
+    the pairs NCCL could run here (its cost table's applicable entries: :func:`enabled_pairs` that collsim prices);
+    None when there is no plugin or it leaves the choice to NCCL's cost model."""
+    if plan.tuner is None:
+        return None
+    times = tuner_times(plan, consts, collective, nbytes, opts)
+    return _plugin_pick(plan, collective, nbytes, enabled_pairs(plan, opts, collective), times)
+
+
+def _plugin_pick(
+    plan: NcclPlan, collective: str, nbytes: int, pairs: list[tuple[str, str]], times: dict[tuple[str, str], float]
+) -> PluginPick | None:
     if plan.tuner is None or collective in P2P_COLLECTIVES or len(plan.ranks) == 1:
         return None
-    pairs = set(enabled_pairs(plan, opts, collective)) & set(tuner_times(plan, consts, collective, nbytes, opts))
-    return plan.tuner.pick(plan.nnodes, plan.ppn, collective, nbytes, lambda a, p: (a, p) in pairs)
+    applicable = {pair for pair in pairs if pair in times}
+    return plan.tuner.pick(plan.nnodes, plan.ppn, collective, nbytes, lambda a, p: (a, p) in applicable)
+
+
+def decide(
+    plan: NcclPlan, opts: NcclOptions, consts: NcclConstants, collective: str, nbytes: int
+) -> tuple[str, str, float, PluginPick | None]:
+    """:func:`choose`'s (algorithm, protocol, cost model time) and the tuner plugin's pick behind it (None when NCCL's
+    cost model chose), from one evaluation of the cost model."""
+    pairs = enabled_pairs(plan, opts, collective)
+    times = tuner_times(plan, consts, collective, nbytes, opts)
+    plugin = _plugin_pick(plan, collective, nbytes, pairs, times)
+    if plugin is not None:
+        return plugin.algorithm, plugin.protocol, times[(plugin.algorithm, plugin.protocol)], plugin
+    cands = [(times[(a, p)], a, p) for a, p in pairs if (a, p) in times]
+    order = {a: i for i, a in enumerate(NCCL_ALGORITHMS)}
+    t, a, p = min(cands, key=lambda x: (x[0], order.get(x[1], 0), NCCL_PROTOCOLS.index(x[2])))
+    return a, p, t, None
 
 
 def choose(
@@ -132,13 +158,6 @@ def choose(
     """The (algorithm, protocol) NCCL would run and its cost model's time for it: a tuner plugin's pick
     (:func:`plugin_choice`) where it makes one, else the minimum of NCCL's cost model (:func:`tuner_times`) over
     :func:`enabled_pairs`; on a tie NCCL's algorithm order, then protocol order."""
-    pairs = enabled_pairs(plan, opts, collective)
-    times = tuner_times(plan, consts, collective, nbytes, opts)
-    plugin = plugin_choice(plan, opts, consts, collective, nbytes)
-    if plugin is not None:
-        return plugin[0], plugin[1], times[(plugin[0], plugin[1])]
-    cands = [(times[(a, p)], a, p) for a, p in pairs if (a, p) in times]
-    order = {a: i for i, a in enumerate(NCCL_ALGORITHMS)}
-    t, a, p = min(cands, key=lambda x: (x[0], order.get(x[1], 0), NCCL_PROTOCOLS.index(x[2])))
+    a, p, t, _plugin = decide(plan, opts, consts, collective, nbytes)
     return a, p, t
 
