@@ -266,7 +266,11 @@ def _bench_command(sub: _Sub) -> None:
     real.add_argument("-o", "--output", metavar="FILE", help="write the collsim measurement (.json or .csv)")
     real.add_argument("--text", metavar="FILE", help="write the nccl-tests style text to FILE instead of stdout")
     real.add_argument("--probe", action="store_true", help="measure this machine's GPU (copies, launch, NCCL, Gloo)")
-    real.add_argument("--probe-ranks", type=int, default=2, help="Gloo ranks sharing the GPU in --probe (default: 2)")
+    real.add_argument("--probe-ranks", default="2", metavar="N,...",
+                      help="Gloo rank counts sharing the GPU in --probe, e.g. 2,4 (default: 2)")
+    real.add_argument("--probe-check", metavar="PROBE.json",
+                      help="compare a --probe file with a GPU preset (no torch needed) and print the table")
+    real.add_argument("--gpu", metavar="PRESET", help="GPU preset of --probe-check (default: the one the probe names)")
     real.add_argument("--quiet", action="store_true", help="no progress on stderr")
     ddp = real.add_argument_group("DDP mode (collsim/bench/ddp.py)")
     ddp.add_argument("--ddp", action="store_true",

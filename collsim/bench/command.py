@@ -190,7 +190,11 @@ def run_command(args: argparse.Namespace) -> int:
         from collsim.bench.ddp import run_ddp_command
 
         return run_ddp_command(args)
+    if getattr(args, "probe_check", None):
+        return _run_probe_check(args)
     _check_outputs(args)
+    if args.probe:
+        _probe_ranks(args.probe_ranks)  # bad counts are reported with or without torch
     if args.sizes or not args.probe:
         _parse_sizes(args.sizes)  # bad sizes are reported with or without torch
     torch = require_torch()
@@ -225,6 +229,39 @@ def run_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_probe_check(args: argparse.Namespace) -> int:
+    """``--probe-check FILE``: the GPU preset against the probe (:mod:`collsim.bench.probe_check`), as text."""
+    from collsim.bench.probe_check import check_probe, format_check
+
+    path = Path(args.probe_check)
+    try:
+        probe = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise BenchError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except json.JSONDecodeError as exc:
+        where = f"{exc.msg} at line {exc.lineno}"
+        raise BenchError(f"{path}: not JSON ({where}); expected a collsim bench --probe file") from None
+    if not isinstance(probe, dict):
+        raise BenchError(f"{path}: expected a JSON object (a collsim bench --probe file)")
+    text = format_check(check_probe(probe, args.gpu, file=str(path)))
+    if args.text:
+        _write(args.text, text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _probe_ranks(text: str) -> tuple[int, ...]:
+    """``--probe-ranks``: comma-separated rank counts >= 1, e.g. ``2,4``."""
+    try:
+        ranks = tuple(int(x) for x in str(text).split(","))
+    except ValueError:
+        ranks = ()
+    if not ranks or min(ranks) < 1:
+        raise BenchError(f"--probe-ranks: expected comma-separated integers >= 1 (e.g. 2,4), got {text!r}")
+    return ranks
+
+
 def _run_probe(args: argparse.Namespace, argv: str) -> int:
     from collsim.bench.probe import run_probe
 
@@ -232,16 +269,17 @@ def _run_probe(args: argparse.Namespace, argv: str) -> int:
         raise BenchError("--probe runs on one machine by itself; start it without torchrun")
     if args.warmup < 0 or args.iters < 1:
         raise BenchError(f"-w/--warmup and -n/--iters: expected >= 0 and >= 1, got {args.warmup} and {args.iters}")
+    ranks = _probe_ranks(args.probe_ranks)
     progress = ProgressLine("probe", quiet=args.quiet)
     parts = ["collsim", "bench", "--probe", "-w", str(args.warmup), "-n", str(args.iters),
-             "--probe-ranks", str(args.probe_ranks)]
+             "--probe-ranks", ",".join(map(str, ranks))]
     if args.sizes:
         parts += ["--sizes", args.sizes]
     if args.output:
         parts += ["-o", args.output]
     try:
         result = run_probe(copy_sizes=args.sizes, sweep_sizes=args.sizes, warmup=args.warmup, iters=args.iters,
-                           gloo_ranks=args.probe_ranks, timeout_s=args.timeout, command=shlex.join(parts),
+                           gloo_ranks=ranks, timeout_s=args.timeout, command=shlex.join(parts),
                            argv=argv, say=progress.say)
     except UnitError as exc:
         raise BenchError(f"--sizes: {exc}") from None

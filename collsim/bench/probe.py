@@ -2,26 +2,32 @@
 
 Measures, on CUDA device 0 of this machine:
 
-* D2H and H2D copies between device memory and pinned host memory, and device-to-device copies: per size, the
-  host-observed time of ``dst.copy_(src, non_blocking=True)`` followed by ``torch.cuda.synchronize()`` (what a
-  Gloo rank pays to stage a tensor), median and interquartile range over iterations;
+* D2H and H2D copies between device memory and pinned host memory, the same between device memory and pageable
+  (ordinary) host memory, and device-to-device copies: per size, the host-observed time of
+  ``dst.copy_(src, non_blocking=True)`` followed by ``torch.cuda.synchronize()`` (what a Gloo rank pays to stage a
+  tensor: PyTorch's ProcessGroupGloo stages CUDA tensors through pinned memory), median and interquartile range over
+  iterations;
 * kernel launch latency: a one-element ``add_`` kernel, (a) launched and synchronised, median round trip, (b) 1000
-  launched back to back: host enqueue time per launch and total time per kernel;
+  launched back to back: host enqueue time per launch and total time per kernel, (c) the same ``add_`` on a CPU
+  tensor: the Python and PyTorch dispatch in (a) and (b) that a C++ caller does not pay;
 * NCCL allreduce with one rank (its fixed costs without any transfer), a ``collsim bench`` sweep;
-* Gloo allreduce with CUDA tensors and several ranks sharing the GPU (copy to host, CPU ring over loopback TCP,
-  copy back), a ``collsim bench`` sweep.
+* Gloo allreduce with CUDA tensors and N ranks sharing the GPU (copy to host, CPU ring over loopback TCP, copy
+  back), a ``collsim bench`` sweep per rank count N, and the same with CPU tensors (the ring alone: the difference
+  is what staging through the one GPU's PCIe link costs N ranks at once).
 
-The result is one JSON object (``format: collsim-probe/1``)::
+The result is one JSON object (``format: collsim-probe/2``; ``/1`` had no pageable copies, one Gloo rank count and
+no CPU sweep)::
 
-    {"format": "collsim-probe/1",
+    {"format": "collsim-probe/2",
      "hardware": {"gpu": ..., "gpu_memory_gib": ..., "compute_capability": "9.0", "cpu": ..., ...},
      "software": {"torch_version": ..., "cuda_version": ..., "nccl_version": ..., "env": {...}},
      "source": {"command": ..., "argv": ..., "machine": ..., "date": ..., "finished": ...},
-     "copies": {"d2h": COPY, "h2d": COPY, "d2d": COPY},
-     "kernel_launch": {"launch_sync_us": ..., "enqueue_us": ..., "back_to_back_us": ..., "iterations": ...,
-                       "method": ...},
+     "copies": {"d2h": COPY, "h2d": COPY, "d2d": COPY, "d2h_pageable": COPY, "h2d_pageable": COPY},
+     "kernel_launch": {"launch_sync_us": ..., "enqueue_us": ..., "back_to_back_us": ..., "cpu_dispatch_us": ...,
+                       "iterations": ..., "method": ...},
      "nccl_1rank": MEASUREMENT or {"error": "..."},
-     "gloo_cuda": MEASUREMENT or {"error": "..."}}
+     "gloo_cuda": {"<N ranks>": MEASUREMENT or {"error": "..."}, ...},
+     "gloo_cpu": {"<N ranks>": MEASUREMENT or {"error": "..."}, ...}}
 
     COPY = {"pinned": true, "method": ..., "latency_us": <time of the smallest size>,
             "bandwidth_gbps": <largest size / time over the sizes, GB = 1e9 bytes>,
@@ -29,7 +35,7 @@ The result is one JSON object (``format: collsim-probe/1``)::
                       "bandwidth_gbps": ...}]}
 
 MEASUREMENT is a ``collsim-measurement/1`` object (:mod:`collsim.calibration.measurement`):
-``parse_measurement_json(json.dumps(probe["gloo_cuda"]))`` reads it.
+``parse_measurement_json(json.dumps(probe["gloo_cuda"]["2"]))`` reads it.
 
 Examples
 --------
@@ -66,7 +72,7 @@ __all__ = [
 ]
 
 #: The value of the ``format`` key of probe files.
-PROBE_FORMAT = "collsim-probe/1"
+PROBE_FORMAT = "collsim-probe/2"
 #: Default copy sizes: 8 B to 1 GiB, x8.
 PROBE_COPY_SIZES = "8B:1GiB:x8"
 #: Default sizes of the NCCL and Gloo sweeps: 1 KiB to 256 MiB, x4.
@@ -145,54 +151,71 @@ def _launch_latency(torch: Any, device: Any, warmup: int, iters: int) -> dict[st
         t2 = time.perf_counter()
         enqueue.append((t1 - t0) / _LAUNCH_BLOCK)
         total.append((t2 - t0) / _LAUNCH_BLOCK)
+    # The same call on a one-element CPU tensor: Python's and PyTorch's dispatch without any CUDA call, the part of
+    # the figures above that a C++ caller (ProcessGroupGloo, NCCL) does not pay.
+    y = torch.zeros(1)
+    dispatch = []
+    for _ in range(max(3, iters // 10)):
+        t0 = time.perf_counter()
+        for _ in range(_LAUNCH_BLOCK):
+            y.add_(1.0)
+        dispatch.append((time.perf_counter() - t0) / _LAUNCH_BLOCK)
     return {
         "launch_sync_us": round(summarise_times(round_trip)[0], 3),
         "enqueue_us": round(statistics.median(enqueue) * 1e6, 3),  # seconds to microseconds
         "back_to_back_us": round(statistics.median(total) * 1e6, 3),  # seconds to microseconds
+        "cpu_dispatch_us": round(statistics.median(dispatch) * 1e6, 3),  # seconds to microseconds
         "iterations": iters,
         "method": (
             "one-element add_ kernel: launch_sync_us = median of launch + synchronize; enqueue_us and "
-            f"back_to_back_us = host enqueue time and total time per kernel of {_LAUNCH_BLOCK} launched back to back"
+            f"back_to_back_us = host enqueue time and total time per kernel of {_LAUNCH_BLOCK} launched back to "
+            "back; cpu_dispatch_us = time per call of the same add_ on a one-element CPU tensor (Python and "
+            "PyTorch dispatch, no CUDA call)"
         ),
     }
 
 
-def _require_cuda(torch: Any, gloo_ranks: int) -> None:
-    """Raise :class:`BenchError` unless torch sees a CUDA device and ``gloo_ranks`` is at least 1."""
+def _require_cuda(torch: Any, gloo_ranks: Sequence[int]) -> None:
+    """Raise :class:`BenchError` unless torch sees a CUDA device and every count of ``gloo_ranks`` is at least 1."""
     if not torch.cuda.is_available():
         raise BenchError(
             f"--probe measures a CUDA GPU, and this machine has none usable (torch {torch.__version__}: "
             "torch.cuda.is_available() is False); run it on a GPU machine with a CUDA build of torch"
         )
-    if gloo_ranks < 1:
-        raise BenchError(f"--probe-ranks: expected an integer >= 1, got {gloo_ranks}")
+    if not gloo_ranks or min(gloo_ranks) < 1:
+        raise BenchError(f"--probe-ranks: expected integers >= 1, got {','.join(map(str, gloo_ranks)) or 'none'}")
 
 
 def _measure_copies(torch: Any, dev: Any, sizes: Sequence[int], warmup: int, iters: int, say: Say) -> dict[str, Any]:
     """The ``copies`` object: D2H and H2D between ``dev`` and pinned host memory, and D2D, per size (bytes)."""
     biggest = max(sizes)
     host = torch.empty(biggest, dtype=torch.uint8, pin_memory=True)
+    pageable = torch.empty(biggest, dtype=torch.uint8)  # ordinary (pageable) host memory
     a = torch.empty(biggest, dtype=torch.uint8, device=dev)
     b = torch.empty(biggest, dtype=torch.uint8, device=dev)
     method = "dst.copy_(src, non_blocking=True) then torch.cuda.synchronize(), host clock"
     copies: dict[str, Any] = {}
-    for name, dst, src in (("d2h", host, a), ("h2d", a, host), ("d2d", b, a)):
+    kinds = (("d2h", host, a, True), ("h2d", a, host, True), ("d2d", b, a, False),
+             ("d2h_pageable", pageable, a, False), ("h2d_pageable", a, pageable, False))
+    for name, dst, src, pinned in kinds:
         say(f"probe: {name} copies, {len(sizes)} sizes")
         rows = copy_rows(sizes, _time_copies(torch, dst, src, sizes, warmup, iters))
-        copies[name] = {"pinned": name != "d2d", "method": method, **summarise_copies(rows), "rows": rows}
-    del host, a, b
+        copies[name] = {"pinned": pinned, "method": method, **summarise_copies(rows), "rows": rows}
+    del host, pageable, a, b
     torch.cuda.empty_cache()
     return copies
 
 
 def _sweep(cfg: BenchConfig, command: str, argv: str | None, say: Say) -> dict[str, Any]:
     """One ``collsim bench`` sweep on GPU 0 as a measurement object, or ``{"error": ...}`` when it fails."""
-    say(f"probe: {cfg.backend} allreduce, {cfg.nprocs} rank(s) on GPU 0, {len(cfg.sizes)} sizes")
+    where = "on GPU 0" if cfg.device == "cuda" else "with CPU tensors"
+    say(f"probe: {cfg.backend} allreduce, {cfg.nprocs} rank(s) {where}, {len(cfg.sizes)} sizes")
     try:
         out = launch_local(cfg)
     except BenchError as exc:
         return {"error": str(exc)}
-    m = to_measurement(out, command=f"{command} ({cfg.backend} part)", source={"argv": argv} if argv else None)
+    part = f"{cfg.backend} {cfg.device} {cfg.nprocs}-rank part"
+    m = to_measurement(out, command=f"{command} ({part})", source={"argv": argv} if argv else None)
     return dict(json.loads(m.to_json()))
 
 
@@ -232,7 +255,7 @@ def run_probe(
     sweep_sizes: str | None = None,
     warmup: int = 5,
     iters: int = 20,
-    gloo_ranks: int = 2,
+    gloo_ranks: Sequence[int] = (2,),
     timeout_s: float = 300.0,
     command: str = "collsim bench --probe",
     argv: str | None = None,
@@ -247,8 +270,9 @@ def run_probe(
         defaults :data:`PROBE_COPY_SIZES` and :data:`PROBE_SWEEP_SIZES`.
     warmup, iters : int
         Untimed and timed iterations per size.
-    gloo_ranks : int
-        Ranks of the Gloo sweep, all on GPU 0.
+    gloo_ranks : sequence of int
+        Rank counts of the Gloo sweeps, all ranks on GPU 0; each count is swept with CUDA tensors and, for the cost
+        of staging alone (the difference), with CPU tensors.
     timeout_s : float
         torch.distributed timeout of the sweeps, seconds.
     command, argv : str
@@ -274,12 +298,14 @@ def run_probe(
     copies = _measure_copies(torch, dev, csizes, warmup, iters, say)
     say("probe: kernel launch latency")
     launch = _launch_latency(torch, dev, warmup, iters)
-    gloo_cfg = BenchConfig(collective="allreduce", backend="gloo", device="cuda", sizes=ssizes, warmup=warmup,
-                           iters=iters, nprocs=gloo_ranks, device_index=0, timeout_s=timeout_s)
+    cuda_cfg = BenchConfig(collective="allreduce", backend="gloo", device="cuda", sizes=ssizes, warmup=warmup,
+                           iters=iters, nprocs=1, device_index=0, timeout_s=timeout_s)
     nccl: dict[str, Any] = {"error": "this torch has no NCCL"}
     if torch.distributed.is_nccl_available():  # NCCL with one rank: its fixed costs without any transfer
-        nccl = _sweep(dataclasses.replace(gloo_cfg, backend="nccl", nprocs=1), command, argv, say)
-    gloo = _sweep(gloo_cfg, command, argv, say)
+        nccl = _sweep(dataclasses.replace(cuda_cfg, backend="nccl"), command, argv, say)
+    gloo_cuda = {str(n): _sweep(dataclasses.replace(cuda_cfg, nprocs=n), command, argv, say) for n in gloo_ranks}
+    cpu_cfg = dataclasses.replace(cuda_cfg, device="cpu", device_index=None)
+    gloo_cpu = {str(n): _sweep(dataclasses.replace(cpu_cfg, nprocs=n), command, argv, say) for n in gloo_ranks}
     machine = f"{facts['hostname']}: {props.name}, {facts['cpu']} ({facts['cpu_count']} logical CPUs)"
     source = {"command": command, "argv": argv, "machine": machine, "date": started, "finished": now_iso()}
     return {
@@ -290,5 +316,6 @@ def run_probe(
         "copies": copies,
         "kernel_launch": launch,
         "nccl_1rank": nccl,
-        "gloo_cuda": gloo,
+        "gloo_cuda": gloo_cuda,
+        "gloo_cpu": gloo_cpu,
     }

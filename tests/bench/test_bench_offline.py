@@ -194,6 +194,8 @@ def test_without_torch_one_line_with_the_install_command(monkeypatch: pytest.Mon
         (["--sizes", "2KiB:1KiB:x2"], "--sizes: size sweep '2KiB:1KiB:x2': MAX is smaller than MIN"),
         (["-o", "out.txt"], "-o out.txt: expected a file name ending in .json or .csv"),
         (["--probe", "-o", "p.csv"], "--probe writes JSON"),
+        (["--probe", "--probe-ranks", "2,0"], "integers >= 1 (e.g. 2,4), got '2,0'"),
+        (["--probe", "--probe-ranks", "two"], "--probe-ranks: expected comma-separated integers >= 1"),
     ],
 )
 def test_bad_options_exit_2_with_one_line(argv: list[str], message: str, monkeypatch: pytest.MonkeyPatch,
@@ -257,12 +259,12 @@ def _fake_torch(nccl: bool) -> Any:
 
 @pytest.mark.parametrize("nccl", [True, False])
 def test_probe_object_with_a_fake_gpu(nccl: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    launched: list[tuple[str, int]] = []
+    launched: list[tuple[str, str, int]] = []
 
     def launch_local(cfg: BenchConfig) -> SweepOutput:
-        launched.append((cfg.backend, cfg.nprocs))
-        if cfg.backend == "nccl":
-            raise BenchError("nccl: rank 0 failed")
+        launched.append((cfg.backend, cfg.device, cfg.nprocs))
+        if cfg.backend == "nccl" or (cfg.device, cfg.nprocs) == ("cpu", 4):
+            raise BenchError(f"{cfg.backend}: rank 0 failed")
         out = _output()
         out.config = cfg
         return out
@@ -270,17 +272,24 @@ def test_probe_object_with_a_fake_gpu(nccl: bool, monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr("collsim.bench.probe.require_torch", lambda: _fake_torch(nccl))
     monkeypatch.setattr("collsim.bench.probe.launch_local", launch_local)
     lines: list[str] = []
-    doc = run_probe(copy_sizes="8B:64B:x8", sweep_sizes="1KiB:4KiB:x4", warmup=1, iters=2, gloo_ranks=3,
+    doc = run_probe(copy_sizes="8B:64B:x8", sweep_sizes="1KiB:4KiB:x4", warmup=1, iters=2, gloo_ranks=(3, 4),
                     argv="--probe", say=lines.append)
     assert list(doc) == ["format", "hardware", "software", "source", "copies", "kernel_launch", "nccl_1rank",
-                         "gloo_cuda"]
+                         "gloo_cuda", "gloo_cpu"]
+    assert doc["format"] == "collsim-probe/2"
     assert doc["hardware"]["gpu"] == "Fake GPU" and doc["hardware"]["gpu_memory_gib"] == 80.0
     assert doc["software"]["nccl_version"] == ("2.21.5" if nccl else None)
     assert doc["source"]["argv"] == "--probe" and doc["source"]["machine"].split(": ")[1].startswith("Fake GPU")
+    assert list(doc["copies"]) == ["d2h", "h2d", "d2d", "d2h_pageable", "h2d_pageable"]
     assert [(r["size_bytes"], r["iterations"]) for r in doc["copies"]["d2h"]["rows"]] == [(8, 2), (64, 2)]
-    assert doc["copies"]["d2d"]["pinned"] is False and doc["kernel_launch"]["iterations"] == 2
-    assert launched == ([("nccl", 1)] if nccl else []) + [("gloo", 3)]
+    assert [c["pinned"] for c in doc["copies"].values()] == [True, True, False, False, False]
+    assert doc["kernel_launch"]["iterations"] == 2 and doc["kernel_launch"]["cpu_dispatch_us"] >= 0
+    assert launched == ([("nccl", "cuda", 1)] if nccl else []) + [
+        ("gloo", "cuda", 3), ("gloo", "cuda", 4), ("gloo", "cpu", 3), ("gloo", "cpu", 4)]
     assert doc["nccl_1rank"] == {"error": "nccl: rank 0 failed" if nccl else "this torch has no NCCL"}
-    assert parse_measurement_json(json.dumps(doc["gloo_cuda"])).nranks == 2
-    assert lines[:3] == ["probe: d2h copies, 2 sizes", "probe: h2d copies, 2 sizes", "probe: d2d copies, 2 sizes"]
-    assert lines[-1] == "probe: gloo allreduce, 3 rank(s) on GPU 0, 2 sizes"
+    assert list(doc["gloo_cuda"]) == ["3", "4"] and doc["gloo_cpu"]["4"] == {"error": "gloo: rank 0 failed"}
+    assert parse_measurement_json(json.dumps(doc["gloo_cuda"]["3"])).nranks == 2
+    assert "(gloo cuda 3-rank part)" in doc["gloo_cuda"]["3"]["source"]["command"]
+    assert lines[:5] == [f"probe: {k} copies, 2 sizes" for k in doc["copies"]]
+    assert lines[-2:] == ["probe: gloo allreduce, 3 rank(s) with CPU tensors, 2 sizes",
+                          "probe: gloo allreduce, 4 rank(s) with CPU tensors, 2 sizes"]

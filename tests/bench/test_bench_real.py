@@ -131,20 +131,25 @@ def test_cuda_device_without_cuda_says_so(capsys: pytest.CaptureFixture[str]) ->
 @pytest.mark.skipif(not _CUDA, reason="needs a CUDA GPU")
 def test_probe_on_a_gpu(tmp_path: Path) -> None:
     path = tmp_path / "probe.json"
-    rc = main(["bench", "--probe", "--sizes", "1KiB:4MiB:x64", "-w", "2", "-n", "5", "--quiet", "-o", str(path)])
+    rc = main(["bench", "--probe", "--sizes", "1KiB:4MiB:x64", "-w", "2", "-n", "5", "--probe-ranks", "1,2", "--quiet",
+               "-o", str(path)])
     assert rc == 0
     doc = json.loads(path.read_text())
-    assert doc["format"] == "collsim-probe/1" and doc["hardware"]["gpu"]
-    for name in ("d2h", "h2d", "d2d"):
+    assert doc["format"] == "collsim-probe/2" and doc["hardware"]["gpu"]
+    for name in ("d2h", "h2d", "d2d", "d2h_pageable", "h2d_pageable"):
         copies = doc["copies"][name]
         assert [r["size_bytes"] for r in copies["rows"]] == [1024, 65536, 4194304]
         assert copies["latency_us"] > 0 and copies["bandwidth_gbps"] > 0
     launch = doc["kernel_launch"]
     assert launch["enqueue_us"] > 0 and launch["launch_sync_us"] > 0
-    for part in ("nccl_1rank", "gloo_cuda"):
-        assert "error" not in doc[part], doc[part]
-        assert doc[part]["format"] == "collsim-measurement/1" and len(doc[part]["rows"]) == 3
-    assert doc["gloo_cuda"]["nranks"] == 2 and doc["nccl_1rank"]["nranks"] == 1
+    parts = [doc["nccl_1rank"], *doc["gloo_cuda"].values(), *doc["gloo_cpu"].values()]
+    for part in parts:
+        assert "error" not in part, part
+        assert part["format"] == "collsim-measurement/1" and len(part["rows"]) == 3
+    assert [p["nranks"] for p in parts] == [1, 1, 2, 1, 2]
+    assert [p["software"].get("cuda_version") is not None for p in parts] == [True, True, True, False, False]
+    rc = main(["bench", "--probe-check", str(path), "--text", str(tmp_path / "check.txt")])
+    assert rc == 0 and "Gloo staging, 2 ranks sharing the GPU" in (tmp_path / "check.txt").read_text()
 
 
 @pytest.mark.gpu
