@@ -1,0 +1,124 @@
+"""collsim bench --probe-check: the H200 probe files in scenarios/measurements/h200-probe against the presets."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from collsim.bench.config import BenchError
+from collsim.bench.probe_check import (
+    check_probe,
+    copy_model_time_s,
+    format_check,
+    gpu_preset_for,
+    staging_model_time_s,
+)
+from collsim.cli import main
+from collsim.topology.presets import load_presets
+
+DATA = Path(__file__).resolve().parents[2] / "scenarios" / "measurements" / "h200-probe"
+
+
+def _probe(i: int) -> dict[str, Any]:
+    return dict(json.loads((DATA / f"probe-{i}.json").read_text()))
+
+
+def _cuda_latency() -> dict[str, list[float]]:
+    """Per quantity, the median of each cuda-latency run (us)."""
+    out: dict[str, list[float]] = {}
+    for path in sorted(DATA.glob("cuda-latency-*.jsonl")):
+        for line in path.read_text().splitlines():
+            row = json.loads(line)
+            out.setdefault(row["what"], []).append(row["median_us"])
+    return out
+
+
+def test_the_h200_preset_holds_what_cuda_latency_measured() -> None:
+    runs = _cuda_latency()
+    assert all(len(v) == 4 for v in runs.values()) and len(runs) == 9
+    h200 = load_presets().gpus["h200-sxm-141gb"]
+    assert h200["kernel_launch_latency"] * 1e6 == pytest.approx(statistics.median(runs["launch_sync"]), abs=0.005)
+    copies = (statistics.median(runs["memcpy_d2h_pinned"]) + statistics.median(runs["memcpy_h2d_pinned"])) / 2
+    assert h200["memcpy_latency"] * 1e6 == pytest.approx(copies, abs=0.005)
+
+
+def test_closed_forms() -> None:
+    assert copy_model_time_s(48_000, latency_s=1e-6, bandwidth_bps=48e9) == pytest.approx(2e-6)
+    # 4 ranks x 1 MB each way at 50 GB/s: 80 us each way, plus the fixed cost of each direction once
+    assert staging_model_time_s(10**6, 4, latency_s=5e-6, d2h_bps=50e9, h2d_bps=50e9) == pytest.approx(170e-6)
+    assert staging_model_time_s(10**6, 1, latency_s=0, d2h_bps=25e9, h2d_bps=50e9) == pytest.approx(60e-6)
+
+
+def test_the_probe_names_its_preset() -> None:
+    presets = load_presets()
+    assert gpu_preset_for("NVIDIA H200", presets) == "h200-sxm-141gb"
+    with pytest.raises(BenchError, match="'NVIDIA A100' and several match"):
+        gpu_preset_for("NVIDIA A100", presets)  # 40 GB and 80 GB
+    with pytest.raises(BenchError, match="none matches; name the preset with --gpu"):
+        gpu_preset_for("Fake GPU", presets)
+
+
+@pytest.mark.parametrize("i", [1, 2, 3])
+def test_every_h200_probe_against_its_preset(i: int) -> None:
+    probe = _probe(i)
+    check = check_probe(probe, file=f"probe-{i}.json")
+    assert check.gpu == "h200-sxm-141gb" and check.probe_gpu == "NVIDIA H200"
+    rows = {r.what: r for r in check.rows}
+    d2h = rows["D2H pinned copy rate, best size"]
+    assert d2h.measured == probe["copies"]["d2h"]["bandwidth_gbps"] and d2h.model == pytest.approx(48.0)
+    assert 54.5 < d2h.measured < 55.5  # PCIe Gen5 x16: 87% of 63.0 GB/s in all three runs, the model's 48 below it
+    pageable = rows["D2H pageable copy rate, best size"]
+    assert 12 < pageable.measured < 16  # pageable memory goes through a staging buffer: a quarter of pinned
+    ranks = sorted(probe["gloo_cuda"], key=int)
+    assert ranks == (["2", "4", "8"] if i == 1 else ["1", "2", "4", "8"])
+    staging = [r for r in check.rows if r.what.startswith("Gloo staging")]
+    assert len(staging) == 2 * len(ranks) and not check.notes[2:]
+    assert ("the same, less PyTorch's CPU dispatch of the call" in rows) == (i == 3)  # run 3 measured the dispatch
+
+
+def test_gloo_staging_of_eight_ranks_is_eight_copies_each_way() -> None:
+    """The one clear staging signal: 8 ranks x 256 MiB each way over the one link, CUDA - CPU sweep."""
+    for i in (1, 2, 3):
+        probe = _probe(i)
+        cuda = {r["size_bytes"]: r["time_us"] for r in probe["gloo_cuda"]["8"]["rows"]}
+        cpu = {r["size_bytes"]: r["time_us"] for r in probe["gloo_cpu"]["8"]["rows"]}
+        size = 256 << 20
+        rate = probe["copies"]["d2h"]["bandwidth_gbps"] * 1e9  # GB/s to bytes/s
+        expected = staging_model_time_s(size, 8, latency_s=0.0, d2h_bps=rate, h2d_bps=rate) * 1e6  # s to us
+        assert (cuda[size] - cpu[size]) / expected == pytest.approx(1.0, abs=0.1)
+
+
+def test_the_command_prints_the_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "--probe-check", str(DATA / "probe-3.json")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("# probe of 'NVIDIA H200' against GPU preset h200-sxm-141gb\n")
+    assert "kernel launch + synchronise, one-element kernel" in out and "# D2H pinned copy time: median" in out
+    assert main(["bench", "--probe-check", str(DATA / "probe-3.json"), "--gpu", "h100-sxm5-80gb", "--text",
+                 str(tmp_path / "c.txt")]) == 0
+    assert "against GPU preset h100-sxm5-80gb" in (tmp_path / "c.txt").read_text()
+    assert format_check(check_probe(_probe(3))) == out
+
+
+@pytest.mark.parametrize(
+    ("text", "args", "message"),
+    [
+        ('{"format": "collsim-probe/1"}', [], "format 'collsim-probe/1'; expected 'collsim-probe/2'"),
+        ("[1]", [], "expected a JSON object"),
+        ("{", [], "not JSON"),
+        (None, ["--gpu", "nope"], "--gpu nope: unknown GPU preset; known: a100-sxm4-40gb"),
+    ],
+)
+def test_bad_probe_files_exit_2_with_one_line(text: str | None, args: list[str], message: str, tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "p.json"
+    if text is None:
+        path.write_text((DATA / "probe-3.json").read_text())
+    else:
+        path.write_text(text)
+    assert main(["bench", "--probe-check", str(path), *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("collsim: error: ") and message in err and err.count("\n") == 1
