@@ -6,7 +6,8 @@
 #   bash scenarios/measurements/probe-gpu.sh OUTDIR [RANKS]
 # RANKS: the Gloo rank counts sharing the GPU (default 1,2,4,8). Writes OUTDIR/machine.txt, OUTDIR/probe.json,
 # OUTDIR/probe-check.txt and OUTDIR/probe.log, and, where nvcc is on the PATH, OUTDIR/cuda-latency.jsonl (the
-# same fixed costs from C++: cuda-latency.cu beside this script). Takes 2-5 minutes on an H200 host with 16 CPUs.
+# same fixed costs from C++: cuda-latency.cu beside this script) and OUTDIR/hbm-latency.jsonl (a pointer chase
+# through device memory: hbm-latency.cu). Takes 2-5 minutes on an H200 host with 16 CPUs.
 set -u
 out=${1:?usage: probe-gpu.sh OUTDIR [RANKS]}
 ranks=${2:-1,2,4,8}
@@ -27,10 +28,12 @@ mkdir -p "$out"
 } >"$out/machine.txt" 2>&1
 echo "machine facts: $out/machine.txt"
 if command -v nvcc >/dev/null; then
-    exe=$(mktemp)
-    nvcc -O2 -arch=sm_90 -o "$exe" "$(dirname "$0")/cuda-latency.cu" && "$exe" >"$out/cuda-latency.jsonl"
-    rm -f "$exe"
-    cat "$out/cuda-latency.jsonl"
+    for prog in cuda-latency hbm-latency; do
+        exe=$(mktemp)
+        nvcc -O2 -arch=sm_90 -o "$exe" "$(dirname "$0")/$prog.cu" && "$exe" >"$out/$prog.jsonl"
+        rm -f "$exe"
+        cat "$out/$prog.jsonl"
+    done
 fi
 PYTHONUNBUFFERED=1 "$py" -m collsim bench --probe --probe-ranks "$ranks" -w 5 -n 20 -o "$out/probe.json" \
     2>&1 | tee "$out/probe.log"

@@ -46,6 +46,14 @@ def test_the_h200_preset_holds_what_cuda_latency_measured() -> None:
     assert h200["memcpy_latency"] * 1e6 == pytest.approx(copies, abs=0.005)
 
 
+def test_the_h200_preset_holds_the_pointer_chase() -> None:
+    rows = [json.loads(line) for line in (DATA / "hbm-latency.jsonl").read_text().splitlines()]
+    beyond_l2 = [r["ns_per_load"] for r in rows if r["size_bytes"] >= 128 << 20]  # the H200's L2 is 60 MB
+    assert len(beyond_l2) == 5 and max(beyond_l2) - min(beyond_l2) < 10  # a plateau: device memory, not caches
+    h200 = load_presets().gpus["h200-sxm-141gb"]
+    assert h200["hbm_latency"] * 1e9 == pytest.approx(statistics.median(beyond_l2), abs=0.5)
+
+
 def test_closed_forms() -> None:
     assert copy_model_time_s(48_000, latency_s=1e-6, bandwidth_bps=48e9) == pytest.approx(2e-6)
     # 4 ranks x 1 MB each way at 50 GB/s: 80 us each way, plus the fixed cost of each direction once
