@@ -268,6 +268,8 @@ def _bench_command(sub: _Sub) -> None:
     real.add_argument("--probe", action="store_true", help="measure this machine's GPU (copies, launch, NCCL, Gloo)")
     real.add_argument("--probe-ranks", default="2", metavar="N,...",
                       help="Gloo rank counts sharing the GPU in --probe, e.g. 2,4 (default: 2)")
+    real.add_argument("--no-native", action="store_true",
+                      help="--probe without its C++ programs (built with nvcc where it is on the PATH)")
     real.add_argument("--probe-check", metavar="PROBE.json",
                       help="compare a --probe file with a GPU preset (no torch needed) and print the table")
     real.add_argument("--gpu", metavar="PRESET", help="GPU preset of --probe-check (default: the one the probe names)")

@@ -231,7 +231,7 @@ def run_command(args: argparse.Namespace) -> int:
 
 def _run_probe_check(args: argparse.Namespace) -> int:
     """``--probe-check FILE``: the GPU preset against the probe (:mod:`collsim.bench.probe_check`), as text."""
-    from collsim.bench.probe_check import check_probe, format_check
+    from collsim.bench.probe_check import check_probe, format_check, has_native_rows, native_beside
 
     path = Path(args.probe_check)
     try:
@@ -243,7 +243,12 @@ def _run_probe_check(args: argparse.Namespace) -> int:
         raise BenchError(f"{path}: not JSON ({where}); expected a collsim bench --probe file") from None
     if not isinstance(probe, dict):
         raise BenchError(f"{path}: expected a JSON object (a collsim bench --probe file)")
-    text = format_check(check_probe(probe, args.gpu, file=str(path)))
+    native = probe.get("native")
+    note = ""
+    if not has_native_rows(native):  # older probes, or no nvcc there: C++ runs saved beside the probe file
+        native, names = native_beside(path)
+        note = f"# C++ figures from {', '.join(names)} beside {path.name}\n" if names else ""
+    text = format_check(check_probe(probe, args.gpu, file=str(path), native=native)) + note
     if args.text:
         _write(args.text, text)
     else:
@@ -273,13 +278,16 @@ def _run_probe(args: argparse.Namespace, argv: str) -> int:
     progress = ProgressLine("probe", quiet=args.quiet)
     parts = ["collsim", "bench", "--probe", "-w", str(args.warmup), "-n", str(args.iters),
              "--probe-ranks", ",".join(map(str, ranks))]
+    native = not getattr(args, "no_native", False)
+    if not native:
+        parts.append("--no-native")
     if args.sizes:
         parts += ["--sizes", args.sizes]
     if args.output:
         parts += ["-o", args.output]
     try:
         result = run_probe(copy_sizes=args.sizes, sweep_sizes=args.sizes, warmup=args.warmup, iters=args.iters,
-                           gloo_ranks=ranks, timeout_s=args.timeout, command=shlex.join(parts),
+                           gloo_ranks=ranks, timeout_s=args.timeout, native=native, command=shlex.join(parts),
                            argv=argv, say=progress.say)
     except UnitError as exc:
         raise BenchError(f"--sizes: {exc}") from None

@@ -13,10 +13,13 @@ Measures, on CUDA device 0 of this machine:
 * NCCL allreduce with one rank (its fixed costs without any transfer), a ``collsim bench`` sweep;
 * Gloo allreduce with CUDA tensors and N ranks sharing the GPU (copy to host, CPU ring over loopback TCP, copy
   back), a ``collsim bench`` sweep per rank count N, and the same with CPU tensors (the ring alone: the difference
-  is what staging through the one GPU's PCIe link costs N ranks at once).
+  is what staging through the one GPU's PCIe link costs N ranks at once);
+* where ``nvcc`` is on the PATH, the same fixed costs from C++ and a pointer chase through device memory
+  (:mod:`collsim.bench.native`): what the GPU presets' ``kernel_launch_latency``, ``memcpy_latency`` and
+  ``hbm_latency`` stand for.
 
 The result is one JSON object (``format: collsim-probe/2``; ``/1`` had no pageable copies, one Gloo rank count and
-no CPU sweep)::
+no CPU sweep; ``native`` is absent from files made before it was added)::
 
     {"format": "collsim-probe/2",
      "hardware": {"gpu": ..., "gpu_memory_gib": ..., "compute_capability": "9.0", "cpu": ..., ...},
@@ -25,6 +28,8 @@ no CPU sweep)::
      "copies": {"d2h": COPY, "h2d": COPY, "d2d": COPY, "d2h_pageable": COPY, "h2d_pageable": COPY},
      "kernel_launch": {"launch_sync_us": ..., "enqueue_us": ..., "back_to_back_us": ..., "cpu_dispatch_us": ...,
                        "iterations": ..., "method": ...},
+     "native": {"cuda_latency": {"rows": [...], "command": ...} or {"error": ...},
+                "hbm_latency": {"rows": [...], "command": ...} or {"error": ...}},
      "nccl_1rank": MEASUREMENT or {"error": "..."},
      "gloo_cuda": {"<N ranks>": MEASUREMENT or {"error": "..."}, ...},
      "gloo_cpu": {"<N ranks>": MEASUREMENT or {"error": "..."}, ...}}
@@ -58,6 +63,7 @@ from typing import Any
 from collsim.bench.config import BenchConfig, BenchError, require_torch
 from collsim.bench.launch import launch_local
 from collsim.bench.metadata import host_facts, now_iso, relevant_env
+from collsim.bench.native import run_native
 from collsim.bench.report import to_measurement
 from collsim.calibration.measurement import summarise_times
 from collsim.units import parse_size_range
@@ -257,6 +263,7 @@ def run_probe(
     iters: int = 20,
     gloo_ranks: Sequence[int] = (2,),
     timeout_s: float = 300.0,
+    native: bool = True,
     command: str = "collsim bench --probe",
     argv: str | None = None,
     say: Say | None = None,
@@ -275,6 +282,9 @@ def run_probe(
         of staging alone (the difference), with CPU tensors.
     timeout_s : float
         torch.distributed timeout of the sweeps, seconds.
+    native : bool
+        Also build and run the C++ programs of :mod:`collsim.bench.native` (needs ``nvcc``; without it the
+        ``native`` object says so).
     command, argv : str
         What ``source`` records.
     say : callable, optional
@@ -298,6 +308,10 @@ def run_probe(
     copies = _measure_copies(torch, dev, csizes, warmup, iters, say)
     say("probe: kernel launch latency")
     launch = _launch_latency(torch, dev, warmup, iters)
+    native_rows: dict[str, Any] = {"error": "not asked for (--no-native)"}
+    if native:
+        say("probe: C++ fixed costs and memory latency (nvcc)")
+        native_rows = run_native(timeout_s=timeout_s)
     cuda_cfg = BenchConfig(collective="allreduce", backend="gloo", device="cuda", sizes=ssizes, warmup=warmup,
                            iters=iters, nprocs=1, device_index=0, timeout_s=timeout_s)
     nccl: dict[str, Any] = {"error": "this torch has no NCCL"}
@@ -315,6 +329,7 @@ def run_probe(
         "source": source,
         "copies": copies,
         "kernel_launch": launch,
+        "native": native_rows,
         "nccl_1rank": nccl,
         "gloo_cuda": gloo_cuda,
         "gloo_cpu": gloo_cpu,

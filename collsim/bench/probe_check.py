@@ -3,10 +3,12 @@
 What the model takes from a GPU preset and its PCIe link, and what a probe file (``collsim-probe/2``) measured of
 the same thing:
 
-* ``kernel_launch_latency`` (Gloo's GPU-resident reductions pay it per kernel, then wait for it): the probe's
-  launch + synchronise round trip of a one-element kernel, also less PyTorch's CPU dispatch of the call (which a
-  C++ caller does not pay);
-* ``memcpy_latency`` (Gloo's CUDA staging pays it per copy): the probe's smallest pinned D2H and H2D copies;
+* ``kernel_launch_latency`` (Gloo's GPU-resident reductions pay it per kernel, then wait for it): a kernel launched
+  and waited for from C++ (:mod:`collsim.bench.native`, where the probe ran it or its files lie beside the probe),
+  and, blurred by PyTorch's dispatch, the probe's launch + synchronise from Python, also less that dispatch;
+* ``memcpy_latency`` (Gloo's CUDA staging pays it per copy): an 8-byte pinned copy and its wait from C++, and the
+  probe's smallest pinned D2H and H2D copies from Python;
+* ``hbm_latency`` (the NVLS copies' rate): the C++ pointer chase through device memory;
 * the copy bandwidth: the preset's PCIe link (``links.yaml`` ``pcie{pcie_gen}``, bandwidth x efficiency, scaled
   by ``pcie_lanes`` / 16) against the probe's best pinned (and, for information, pageable) copy rates;
 * the model's time of one staged copy, ``memcpy_latency + S / bandwidth``, against the probe's pinned copies per
@@ -29,10 +31,13 @@ from __future__ import annotations
 import dataclasses
 import statistics
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from collsim.bench.config import BenchError
+from collsim.bench.native import HBM_MIN_BYTES, parse_rows, preset_figures
 from collsim.topology.presets import PresetLibrary, load_presets
+from collsim.units import format_size
 
 __all__ = [
     "CheckRow",
@@ -41,6 +46,8 @@ __all__ = [
     "copy_model_time_s",
     "format_check",
     "gpu_preset_for",
+    "has_native_rows",
+    "native_beside",
     "staging_model_time_s",
 ]
 
@@ -141,8 +148,32 @@ def _times(measurement: Mapping[str, Any]) -> dict[int, float]:
     return {int(r["size_bytes"]): float(r["time_us"]) for r in measurement.get("rows", [])}
 
 
+def native_beside(path: Path) -> tuple[dict[str, Any], list[str]]:
+    """The C++ rows of ``cuda-latency*.jsonl`` and ``hbm-latency*.jsonl`` files in ``path``'s folder (several runs
+    concatenated), as a probe's ``native`` object, and the files' names (sorted)."""
+    native: dict[str, Any] = {}
+    names: list[str] = []
+    for key, pattern in (("cuda_latency", "cuda-latency*.jsonl"), ("hbm_latency", "hbm-latency*.jsonl")):
+        files = sorted(path.parent.glob(pattern))
+        if files:
+            native[key] = {"rows": [row for f in files for row in parse_rows(f.read_text(encoding="utf-8"))]}
+            names += [f.name for f in files]
+    return native, names
+
+
+def has_native_rows(native: Mapping[str, Any] | None) -> bool:
+    """Whether a ``native`` object holds any C++ rows."""
+    if not native:
+        return False
+    return any(isinstance(v, Mapping) and v.get("rows") for v in native.values())
+
+
 def check_probe(
-    probe: Mapping[str, Any], gpu: str | None = None, presets: PresetLibrary | None = None, file: str = "probe"
+    probe: Mapping[str, Any],
+    gpu: str | None = None,
+    presets: PresetLibrary | None = None,
+    file: str = "probe",
+    native: Mapping[str, Any] | None = None,
 ) -> ProbeCheck:
     """Compare a probe object (:func:`collsim.bench.probe.run_probe`) with a GPU preset.
 
@@ -156,6 +187,8 @@ def check_probe(
         Default: the shipped presets.
     file : str
         Where ``probe`` came from, for messages.
+    native : mapping, optional
+        C++ rows (a probe's ``native`` object, :func:`native_beside`); default: the probe's own.
 
     Raises
     ------
@@ -175,18 +208,27 @@ def check_probe(
     lat = float(spec["memcpy_latency"])
     bw, bw_source = _link_bandwidth(spec, presets, name)
     launch_model = float(spec["kernel_launch_latency"]) * 1e6  # s to us
-    rows = [
-        CheckRow("kernel launch + synchronise, one-element kernel", "us", float(launch["launch_sync_us"]),
-                 launch_model, f"{name} kernel_launch_latency"),
-    ]
+    cxx = preset_figures(native if native is not None else probe.get("native") or {})
+    rows = []
+    if "kernel_launch_latency_us" in cxx:
+        rows.append(CheckRow("kernel launch + wait, from C++ (what the preset stands for)", "us",
+                             cxx["kernel_launch_latency_us"], launch_model, f"{name} kernel_launch_latency"))
+    rows.append(CheckRow("kernel launch + synchronise from Python (PyTorch's dispatch in)", "us",
+                         float(launch["launch_sync_us"]), launch_model, f"{name} kernel_launch_latency"))
     if "cpu_dispatch_us" in launch:  # what Python and PyTorch add to it; a C++ caller does not pay that
         rows.append(CheckRow("the same, less PyTorch's CPU dispatch of the call", "us",
                              float(launch["launch_sync_us"]) - float(launch["cpu_dispatch_us"]), launch_model,
                              f"{name} kernel_launch_latency"))
+    if "memcpy_latency_us" in cxx:
+        rows.append(CheckRow("8 B pinned copy + wait, from C++, mean of D2H and H2D", "us",
+                             cxx["memcpy_latency_us"], lat * 1e6, f"{name} memcpy_latency"))  # s to us
     for d in ("d2h", "h2d"):
         first = min(copies[d]["rows"], key=lambda r: r["size_bytes"])
-        rows.append(CheckRow(f"{d.upper()} pinned copy of {first['size_bytes']} B (fixed cost)", "us",
+        rows.append(CheckRow(f"{d.upper()} pinned copy of {first['size_bytes']} B from Python (fixed cost)", "us",
                              float(first["time_us"]), lat * 1e6, f"{name} memcpy_latency"))  # s to us
+    if "hbm_latency_ns" in cxx and spec.get("hbm_latency"):
+        rows.append(CheckRow(f"device-memory load, pointer chase >= {HBM_MIN_BYTES >> 20} MiB, from C++", "ns",
+                             cxx["hbm_latency_ns"], float(spec["hbm_latency"]) * 1e9, f"{name} hbm_latency"))
     for d in ("d2h", "h2d", "d2h_pageable", "h2d_pageable"):
         if d in copies:
             kind = "pinned" if copies[d]["pinned"] else "pageable"
@@ -198,8 +240,8 @@ def check_probe(
         for r in copies[d]["rows"]:
             size = int(r["size_bytes"])
             model = copy_model_time_s(size, latency_s=lat, bandwidth_bps=bw) * 1e6  # s to us
-            rows.append(CheckRow(f"{d.upper()} pinned copy time, {size} B", "us", float(r["time_us"]), model,
-                                 "memcpy_latency + S / bandwidth"))
+            rows.append(CheckRow(f"{d.upper()} pinned copy time from Python, {format_size(size)}", "us",
+                                 float(r["time_us"]), model, "memcpy_latency + S / bandwidth"))
             errs.append(abs(rows[-1].error))
         med = statistics.median(errs)
         notes.append(f"{d.upper()} pinned copy time: median |error| {med:.1%} over {len(errs)} sizes")
@@ -213,7 +255,7 @@ def check_probe(
             continue
         for s in (sizes[0], sizes[-1]):
             model = staging_model_time_s(s, int(n), latency_s=lat, d2h_bps=bw, h2d_bps=bw) * 1e6  # s to us
-            rows.append(CheckRow(f"Gloo staging, {n} ranks sharing the GPU, {s} B (CUDA - CPU sweep)", "us",
+            rows.append(CheckRow(f"Gloo staging, {n} rank(s) on the GPU, {format_size(s)} (CUDA - CPU sweep)", "us",
                                  tc[s] - tp[s], model, f"2 x memcpy_latency + {n} x S / bandwidth, each way"))
     return ProbeCheck(name, probe_gpu, tuple(rows), tuple(notes))
 
@@ -221,8 +263,8 @@ def check_probe(
 def format_check(check: ProbeCheck) -> str:
     """The comparison as a text table (one row per quantity: measured, model, error, the model's source)."""
     lines = [f"# probe of {check.probe_gpu!r} against GPU preset {check.gpu}",
-             f"{'quantity':<66} {'unit':>5} {'measured':>10} {'model':>10} {'error':>8}  model's source"]
+             f"{'quantity':<70} {'unit':>5} {'measured':>10} {'model':>10} {'error':>8}  model's source"]
     for r in check.rows:
-        lines.append(f"{r.what:<66} {r.unit:>5} {r.measured:>10.4g} {r.model:>10.4g} {r.error:>+8.1%}  {r.source}")
+        lines.append(f"{r.what:<70} {r.unit:>5} {r.measured:>10.4g} {r.model:>10.4g} {r.error:>+8.1%}  {r.source}")
     lines += [f"# {n}" for n in check.notes]
     return "\n".join(lines) + "\n"

@@ -5,9 +5,11 @@
 # Usage, from the repository root, on a machine with one CUDA GPU, torch with CUDA and collsim importable:
 #   bash scenarios/measurements/probe-gpu.sh OUTDIR [RANKS]
 # RANKS: the Gloo rank counts sharing the GPU (default 1,2,4,8). Writes OUTDIR/machine.txt, OUTDIR/probe.json,
-# OUTDIR/probe-check.txt and OUTDIR/probe.log, and, where nvcc is on the PATH, OUTDIR/cuda-latency.jsonl (the
-# same fixed costs from C++: cuda-latency.cu beside this script) and OUTDIR/hbm-latency.jsonl (a pointer chase
-# through device memory: hbm-latency.cu). Takes 2-5 minutes on an H200 host with 16 CPUs.
+# OUTDIR/probe-check.txt and OUTDIR/probe.log. Where nvcc is on the PATH the probe also builds and runs its C++
+# programs (collsim/bench/cuda/: the fixed costs without Python, a pointer chase through device memory) and keeps
+# their rows in probe.json's `native`. Takes 2-5 minutes on an H200 host with 16 CPUs.
+# (The h200-probe files were made by this script's first version, at commit cb4ac07, which built cuda_latency.cu
+# itself into cuda-latency.jsonl; the pointer chase was run by hand: README.md says how.)
 set -u
 out=${1:?usage: probe-gpu.sh OUTDIR [RANKS]}
 ranks=${2:-1,2,4,8}
@@ -27,14 +29,6 @@ mkdir -p "$out"
     "$py" -c "import sys, torch; print(sys.version); print(torch.__version__, torch.version.cuda, torch.cuda.nccl.version())"
 } >"$out/machine.txt" 2>&1
 echo "machine facts: $out/machine.txt"
-if command -v nvcc >/dev/null; then
-    for prog in cuda-latency hbm-latency; do
-        exe=$(mktemp)
-        nvcc -O2 -arch=sm_90 -o "$exe" "$(dirname "$0")/$prog.cu" && "$exe" >"$out/$prog.jsonl"
-        rm -f "$exe"
-        cat "$out/$prog.jsonl"
-    done
-fi
 PYTHONUNBUFFERED=1 "$py" -m collsim bench --probe --probe-ranks "$ranks" -w 5 -n 20 -o "$out/probe.json" \
     2>&1 | tee "$out/probe.log"
 "$py" -m collsim bench --probe-check "$out/probe.json" --text "$out/probe-check.txt" && cat "$out/probe-check.txt"

@@ -271,11 +271,14 @@ def test_probe_object_with_a_fake_gpu(nccl: bool, monkeypatch: pytest.MonkeyPatc
 
     monkeypatch.setattr("collsim.bench.probe.require_torch", lambda: _fake_torch(nccl))
     monkeypatch.setattr("collsim.bench.probe.launch_local", launch_local)
+    monkeypatch.setattr("collsim.bench.probe.run_native", lambda timeout_s: {"cuda_latency": {"error": "no"}})
     lines: list[str] = []
     doc = run_probe(copy_sizes="8B:64B:x8", sweep_sizes="1KiB:4KiB:x4", warmup=1, iters=2, gloo_ranks=(3, 4),
-                    argv="--probe", say=lines.append)
-    assert list(doc) == ["format", "hardware", "software", "source", "copies", "kernel_launch", "nccl_1rank",
-                         "gloo_cuda", "gloo_cpu"]
+                    argv="--probe", say=lines.append, native=nccl)
+    assert list(doc) == ["format", "hardware", "software", "source", "copies", "kernel_launch", "native",
+                         "nccl_1rank", "gloo_cuda", "gloo_cpu"]
+    assert doc["native"] == ({"cuda_latency": {"error": "no"}} if nccl else {"error": "not asked for (--no-native)"})
+    assert ("probe: C++ fixed costs and memory latency (nvcc)" in lines) == nccl
     assert doc["format"] == "collsim-probe/2"
     assert doc["hardware"]["gpu"] == "Fake GPU" and doc["hardware"]["gpu_memory_gib"] == 80.0
     assert doc["software"]["nccl_version"] == ("2.21.5" if nccl else None)

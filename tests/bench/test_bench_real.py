@@ -140,6 +140,7 @@ def test_probe_on_a_gpu(tmp_path: Path) -> None:
         copies = doc["copies"][name]
         assert [r["size_bytes"] for r in copies["rows"]] == [1024, 65536, 4194304]
         assert copies["latency_us"] > 0 and copies["bandwidth_gbps"] > 0
+    assert sorted(doc["native"]) == ["cuda_latency", "hbm_latency"]  # rows where nvcc is installed, else errors
     launch = doc["kernel_launch"]
     assert launch["enqueue_us"] > 0 and launch["launch_sync_us"] > 0
     parts = [doc["nccl_1rank"], *doc["gloo_cuda"].values(), *doc["gloo_cpu"].values()]

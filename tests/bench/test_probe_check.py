@@ -15,6 +15,8 @@ from collsim.bench.probe_check import (
     copy_model_time_s,
     format_check,
     gpu_preset_for,
+    has_native_rows,
+    native_beside,
     staging_model_time_s,
 )
 from collsim.cli import main
@@ -104,11 +106,30 @@ def test_the_command_prints_the_table(tmp_path: Path, capsys: pytest.CaptureFixt
     assert main(["bench", "--probe-check", str(DATA / "probe-3.json")]) == 0
     out = capsys.readouterr().out
     assert out.startswith("# probe of 'NVIDIA H200' against GPU preset h200-sxm-141gb\n")
-    assert "kernel launch + synchronise, one-element kernel" in out and "# D2H pinned copy time: median" in out
+    assert "kernel launch + wait, from C++ (what the preset stands for)" in out and "# D2H pinned copy time" in out
     assert main(["bench", "--probe-check", str(DATA / "probe-3.json"), "--gpu", "h100-sxm5-80gb", "--text",
                  str(tmp_path / "c.txt")]) == 0
     assert "against GPU preset h100-sxm5-80gb" in (tmp_path / "c.txt").read_text()
-    assert format_check(check_probe(_probe(3))) == out
+    native, names = native_beside(DATA / "probe-3.json")
+    assert names == [*(f"cuda-latency-{i}.jsonl" for i in range(1, 5)), "hbm-latency.jsonl"]
+    note = f"# C++ figures from {', '.join(names)} beside probe-3.json\n"
+    assert format_check(check_probe(_probe(3), native=native)) + note == out
+    assert "from C++" not in format_check(check_probe(_probe(3)))  # the probe file itself has no C++ rows
+
+
+def test_the_cxx_rows_are_what_the_preset_holds() -> None:
+    native, _ = native_beside(DATA / "probe-3.json")
+    assert has_native_rows(native) and not has_native_rows({"cuda_latency": {"error": "no nvcc"}})
+    rows = {r.what: r for r in check_probe(_probe(3), native=native).rows}
+    for what in ("kernel launch + wait, from C++ (what the preset stands for)",
+                 "8 B pinned copy + wait, from C++, mean of D2H and H2D",
+                 "device-memory load, pointer chase >= 128 MiB, from C++"):
+        assert abs(rows[what].error) < 0.002, what  # the preset was set from these files
+    assert rows["device-memory load, pointer chase >= 128 MiB, from C++"].unit == "ns"
+    # the probe's own rows win over files beside it
+    probe = {**_probe(3), "native": {"cuda_latency": {"rows": [{"what": "launch_sync", "median_us": 4.59}]}}}
+    rows = {r.what: r for r in check_probe(probe).rows}
+    assert rows["kernel launch + wait, from C++ (what the preset stands for)"].error == pytest.approx(1.0, rel=1e-3)
 
 
 @pytest.mark.parametrize(

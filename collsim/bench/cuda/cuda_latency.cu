@@ -1,4 +1,4 @@
-// cuda-latency.cu: the fixed costs a C++ caller pays on GPU 0, without Python or PyTorch in the way.
+// cuda_latency.cu: the fixed costs a C++ caller pays on GPU 0, without Python or PyTorch in the way.
 //
 // What collsim's GPU presets call kernel_launch_latency and memcpy_latency are costs that NCCL and PyTorch's
 // ProcessGroupGloo pay from C++ (a kernel launch, a cudaMemcpyAsync then a wait); `collsim bench --probe` measures
@@ -12,8 +12,8 @@
 //   event_wait_sync  cudaEventRecord on one stream, cudaStreamWaitEvent on another, cudaStreamSynchronize of it
 //   sync_idle        cudaStreamSynchronize of an idle stream
 // Output: one JSON object per line, {"what": ..., "median_us": ..., "p10_us": ..., "p90_us": ..., "iterations": ...}.
-// Build and run (scenarios/measurements/probe-gpu.sh does it when nvcc is there):
-//   nvcc -O2 -arch=sm_90 -o cuda-latency scenarios/measurements/cuda-latency.cu && ./cuda-latency
+// Build and run (collsim bench --probe does it when nvcc is on the PATH):
+//   nvcc -O2 -arch=native -o cuda_latency collsim/bench/cuda/cuda_latency.cu && ./cuda_latency
 #include <cuda_runtime.h>
 
 #include <algorithm>

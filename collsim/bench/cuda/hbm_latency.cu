@@ -1,4 +1,4 @@
-// hbm-latency.cu: the unloaded latency of one load from GPU 0's device memory, by a pointer chase.
+// hbm_latency.cu: the unloaded latency of one load from GPU 0's device memory, by a pointer chase.
 //
 // One thread follows a random cyclic permutation of 8-byte slots, one per 128-byte line, through a buffer of SIZE
 // bytes (every load depends on the one before, so loads never overlap), for LOADS loads; the time per load is the
@@ -6,8 +6,8 @@
 // device memory's latency (plus TLB misses once the buffer outgrows the TLBs' reach); small ones the L2's.
 // Output: one JSON object per line, {"size_bytes": ..., "stride_bytes": ..., "loads": ..., "ns_per_load": ...,
 // "cycles_per_load": ...} with cycles from clock64() on the chasing SM.
-// Build and run (scenarios/measurements/probe-gpu.sh does it when nvcc is there):
-//   nvcc -O2 -arch=sm_90 -o hbm-latency scenarios/measurements/hbm-latency.cu && ./hbm-latency
+// Build and run (collsim bench --probe does it when nvcc is on the PATH):
+//   nvcc -O2 -arch=native -o hbm_latency collsim/bench/cuda/hbm_latency.cu && ./hbm_latency
 #include <cuda_runtime.h>
 
 #include <algorithm>
