@@ -9,8 +9,9 @@ the same thing:
 * ``memcpy_latency`` (Gloo's CUDA staging pays it per copy): an 8-byte pinned copy and its wait from C++, and the
   probe's smallest pinned D2H and H2D copies from Python;
 * ``hbm_latency`` (the NVLS copies' rate): the C++ pointer chase through device memory;
-* the copy bandwidth: the preset's PCIe link (``links.yaml`` ``pcie{pcie_gen}``, bandwidth x efficiency, scaled
-  by ``pcie_lanes`` / 16) against the probe's best pinned (and, for information, pageable) copy rates;
+* the copy bandwidth: the preset's PCIe link (``links.yaml`` ``pcie{pcie_gen}``, bandwidth x ``dma_efficiency``
+  where measured, else x ``efficiency``, scaled by ``pcie_lanes`` / 16: the rate the model's staging copies get)
+  against the probe's best pinned (and, for information, pageable) copy rates;
 * the model's time of one staged copy, ``memcpy_latency + S / bandwidth``, against the probe's pinned copies per
   size (the PCIe hops' own latency, 0.25 us each in ``links.yaml``, is left out: it is below the copies' spread);
 * Gloo with CUDA tensors and N ranks sharing the GPU: the measured cost of staging (the CUDA sweep minus the CPU
@@ -131,16 +132,17 @@ def _section(probe: Mapping[str, Any], key: str, file: str) -> Any:
 
 
 def _link_bandwidth(spec: Mapping[str, Any], presets: PresetLibrary, gpu: str) -> tuple[float, str]:
-    """The model's PCIe copy rate of a GPU preset (bytes/s) and where it comes from."""
+    """The model's PCIe copy rate of a GPU preset (bytes/s) and where it comes from: the link preset's raw rate x
+    its ``dma_efficiency`` (a copy engine's measured share) where it has one, else x ``efficiency``, x lanes / 16."""
     gen = spec.get("pcie_gen")
     if gen is None:
         raise BenchError(f"--probe-check: GPU preset {gpu} has no pcie_gen; the copy rate cannot be compared")
     lanes = int(spec.get("pcie_lanes") or 16)
     name = f"pcie{min(max(int(gen), 3), 5)}"
     lk = presets.links[name]
-    bw = float(lk["bandwidth"]) * float(lk["efficiency"]) * lanes / 16
-    raw, eff = float(lk["bandwidth"]) / 1e9, float(lk["efficiency"])  # bytes/s to GB/s
-    return bw, f"links.yaml {name}: {raw:.4g} GB/s x {eff:.4g} x {lanes}/16"
+    field = "dma_efficiency" if lk.get("dma_efficiency") is not None else "efficiency"
+    raw, eff = float(lk["bandwidth"]) / 1e9, float(lk[field])  # bytes/s to GB/s
+    return raw * 1e9 * eff * lanes / 16, f"links.yaml {name}: {raw:.4g} GB/s x {field} {eff:.4g} x {lanes}/16"
 
 
 def _times(measurement: Mapping[str, Any]) -> dict[int, float]:
@@ -231,7 +233,7 @@ def check_probe(
                              cxx["hbm_latency_ns"], float(spec["hbm_latency"]) * 1e9, f"{name} hbm_latency"))
     for d in ("d2h", "h2d", "d2h_pageable", "h2d_pageable"):
         if d in copies:
-            kind = "pinned" if copies[d]["pinned"] else "pageable"
+            kind = "pinned" if copies[d]["pinned"] else "pageable (not what Gloo stages through)"
             rows.append(CheckRow(f"{d[:3].upper()} {kind} copy rate, best size", "GB/s",
                                  float(copies[d]["bandwidth_gbps"]), bw / 1e9, bw_source))  # bytes/s to GB/s
     notes = []

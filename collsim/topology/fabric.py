@@ -57,7 +57,7 @@ import networkx as nx
 
 from collsim.topology.errors import TopologyError
 from collsim.topology.model import Device, FrozenMap, Link
-from collsim.topology.presets import PresetLibrary, parse_field, parse_record, read_yaml
+from collsim.topology.presets import PresetLibrary, dma_ratio, parse_field, parse_record, read_yaml
 from collsim.vocab import FABRIC_TOPOLOGIES, FABRIC_TRANSPORTS
 
 __all__ = ["SWITCH_SCHEMA", "add_fabric", "parse_fabric", "switch_presets"]
@@ -300,6 +300,7 @@ class _Builder:
                 count=count,
                 preset=str(preset["preset"]),
                 source=str(preset["source"]),
+                dma_ratio=dma_ratio(preset),
             )
             self.g.add_edge(s, d, link=lk)
 

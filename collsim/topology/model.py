@@ -131,6 +131,9 @@ class Link:
         The links.yaml preset name (``"nvlink3"``).
     source : str
         Where the numbers come from.
+    dma_ratio : float
+        A copy engine's DMA rate over this link relative to ``bandwidth`` (links.yaml ``dma_efficiency`` /
+        ``efficiency``; 1.0 where no DMA rate is measured). It scales with ``bandwidth`` when a link is slowed.
     """
 
     src: str
@@ -142,6 +145,7 @@ class Link:
     count: int
     preset: str
     source: str
+    dma_ratio: float = 1.0
 
     @property
     def efficiency(self) -> float:

@@ -271,6 +271,8 @@ LINK_SCHEMA: dict[str, tuple[str, bool]] = {
     "latency": ("time", True),
     "source": ("text", True),
     "description": ("text", False),
+    # PCIe: the fraction of the raw rate a copy engine's DMA achieves (Gloo's staging copies), where measured
+    "dma_efficiency": ("fraction", False),
 }
 GPU_SCHEMA: dict[str, tuple[str, bool]] = {
     "model": ("text", True),
@@ -328,6 +330,18 @@ FABRIC_SCHEMA: dict[str, tuple[str, bool]] = {
 
 #: Schemas of the presets that devices use, by device kind.
 DEVICE_SCHEMAS: dict[str, dict[str, tuple[str, bool]]] = {"gpu": GPU_SCHEMA, "cpu": CPU_SCHEMA, "nic": NIC_SCHEMA}
+
+
+def dma_ratio(preset: Mapping[str, Any]) -> float:
+    """A link preset's copy-engine rate over its modelled bandwidth: ``dma_efficiency / efficiency``, else 1.0.
+
+    >>> round(dma_ratio({"efficiency": 0.76171875, "dma_efficiency": 0.8727}), 4)
+    1.1457
+    >>> dma_ratio({"efficiency": 0.8})
+    1.0
+    """
+    dma = preset.get("dma_efficiency")
+    return 1.0 if dma is None else float(dma) / float(preset["efficiency"])
 
 
 def parse_field(ftype: str, value: Any) -> Any:

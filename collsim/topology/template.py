@@ -49,6 +49,7 @@ from collsim.topology.presets import (
     LINK_SCHEMA,
     NODE_TEMPLATE_KEYS,
     PresetLibrary,
+    dma_ratio,
     load_presets,
     parse_record,
     read_yaml,
@@ -338,11 +339,13 @@ def _add_layout_link(
         count=count,
         preset=str(base["preset"]),
         source=str(base["source"]),
+        dma_ratio=dma_ratio(base),
     )
 
 
 def _prefixed(lk: Link, pa: str, pb: str) -> Link:
-    return Link(pa, pb, lk.kind, lk.bandwidth, lk.raw_bandwidth, lk.latency, lk.count, lk.preset, lk.source)
+    return Link(pa, pb, lk.kind, lk.bandwidth, lk.raw_bandwidth, lk.latency, lk.count, lk.preset, lk.source,
+                lk.dma_ratio)
 
 
 def _check_template(data: Any, file: str | Path | None) -> Mapping[str, Any]:

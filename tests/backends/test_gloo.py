@@ -99,6 +99,18 @@ def test_staging_copies_the_bytes_each_rank_holds() -> None:
     assert sr == {"0": {"D2H": size}, "1": {"H2D": size}}
 
 
+def test_a_staging_copy_alone_runs_at_the_links_dma_rate() -> None:
+    # broadcast: only the root copies down, only the others copy back; HGX H100's GPUs sit on PCIe Gen5 x16 links,
+    # whose copy engines move 0.8727 x 63.015 GB/s (links.yaml pcie5 dma_efficiency, the H200 probe), not NCCL's 48
+    size = 64 * MiB
+    out = simulate_gloo(hgx(), GlooOptions(), consts(), size, collective="broadcast", record=True, symmetry=False)
+    copies = [r for r in out.records if r.tag in (D2H_TAG, H2D_TAG) and str(r.owner.rank) in ("0", "5")]
+    assert len(copies) == 2
+    pcie5 = 32e9 * 16 * 128 / 130 / 8  # bytes/s: 32 GT/s x 16 lanes, 128b/130b encoding, 8 bits per byte
+    for r in copies:
+        assert r.size / (r.t_end - r.t_start) == pytest.approx(0.8727 * pcie5, rel=1e-9)
+
+
 def test_reduce_scatter_costs_about_an_allreduce_on_gloo() -> None:
     # PyTorch allreduces the whole input and keeps a slice: busbw (x (P-1)/P) comes out at about half an allreduce's
     size = 64 * MiB

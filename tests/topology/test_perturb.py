@@ -35,6 +35,8 @@ def test_without_kind_every_link_of_the_device_and_globs_on_the_fabric(topo) -> 
         ("n0/nic5", "n0/pcie2"),
         ("n0/pcie2", "n0/nic5"),
     }
+    pcie = nic.link("n0/nic5", "n0/pcie2")
+    assert pcie.dma_ratio == topo.link("n0/nic5", "n0/pcie2").dma_ratio > 1  # a slowed link's copies slow alike
     rails = perturb_links(topo, [LinkRule("fabric/rail*", 0.5)])
     changed = [ln for ln in rails.links() if ln != topo.link(ln.src, ln.dst)]
     # the 16 NIC ports and the 8 rail-spine uplinks, both ways

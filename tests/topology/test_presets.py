@@ -28,6 +28,16 @@ def test_link_numbers_match_nccl() -> None:
     assert lib.links["nvlink3"]["latency"] == pytest.approx(0.2e-6)
 
 
+def test_only_the_measured_pcie_link_has_a_dma_rate() -> None:
+    lib = load_presets()
+    assert [n for n, rec in lib.links.items() if rec.get("dma_efficiency") is not None] == ["pcie5"]
+    topo = load_topology("hgx-h100")
+    pcie = [ln for ln in topo.links() if ln.kind == "pcie"]
+    assert pcie and all(ln.dma_ratio == pytest.approx(0.8727 / 0.76171875, rel=1e-12) for ln in pcie)
+    assert all(ln.dma_ratio == 1.0 for ln in topo.links() if ln.kind != "pcie")
+    assert all(ln.dma_ratio == 1.0 for ln in load_topology("dgx-a100").links())  # Gen4: not measured
+
+
 def test_device_presets_in_si() -> None:
     lib = load_presets()
     a100 = lib.gpus["a100-sxm4-80gb"]

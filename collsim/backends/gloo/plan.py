@@ -21,7 +21,7 @@ from collsim.backends.gloo.tags import (
     GPU_REDUCTION_TAG,
 )
 from collsim.engine import Owner, ResourceSpec, Tag
-from collsim.topology import Topology
+from collsim.topology import Link, Topology
 
 #: Resource uses of one role of one rank: (resource key, units consumed per byte moved).
 Uses = list[tuple[Hashable, float]]
@@ -92,13 +92,19 @@ class _Plan:
     owners: dict[int, Owner] = field(default_factory=dict)
 
 
+def _dma_uses(links: Sequence[Link]) -> Uses:
+    """A copy engine's uses of PCIe links: per byte, ``1 / dma_ratio`` of each link's modelled bandwidth, so that a
+    copy alone runs at the link's measured DMA rate (links.yaml ``dma_efficiency``) rather than NCCL's figure."""
+    return [(key, coef / ln.dma_ratio) for (key, coef), ln in zip(link_uses(links).uses, links, strict=True)]
+
+
 def _staging_roles(topo: Topology, cat: ResourceCatalog, r: str) -> dict[str, Uses]:
-    """The D2H and H2D copies of rank device ``r``: PCIe between the GPU and its CPU socket, and that socket's
-    memory."""
+    """The D2H and H2D copies of rank device ``r``: PCIe between the GPU and its CPU socket (by DMA), and that
+    socket's memory."""
     cpu = topo.host_cpu(r)
-    d2h = link_uses(topo.pcie_route(r, cpu.name)) + cat.mem(cpu.name, 1.0)
-    h2d = cat.mem(cpu.name, 1.0) + link_uses(topo.pcie_route(cpu.name, r))
-    return {"d2h": list(d2h.uses), "h2d": list(h2d.uses)}
+    d2h = _dma_uses(topo.pcie_route(r, cpu.name)) + list(cat.mem(cpu.name, 1.0).uses)
+    h2d = list(cat.mem(cpu.name, 1.0).uses) + _dma_uses(topo.pcie_route(cpu.name, r))
+    return {"d2h": d2h, "h2d": h2d}
 
 
 def _link(
