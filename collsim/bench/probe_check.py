@@ -80,7 +80,7 @@ class CheckRow:
     what : str
         The quantity and where the measured value comes from.
     unit : str
-        ``us`` or ``GB/s`` (GB = 1e9 bytes).
+        ``us``, ``ns`` or ``GB/s`` (GB = 1e9 bytes).
     measured, model : float
         The probe's value and the preset's (or the model's), in ``unit``.
     source : str

@@ -34,6 +34,8 @@ def _fake_nvcc(tmp_path: Path, fail_hbm: str = "") -> str:
 def test_the_sources_ship_with_the_package() -> None:
     folder = Path(__file__).resolve().parents[2] / "collsim" / "bench" / "cuda"
     assert sorted(p.name for p in folder.glob("*.cu")) == sorted(NATIVE_PROGRAMS.values())
+    assert all('#include "check.h"' in (folder / f).read_text() for f in NATIVE_PROGRAMS.values())
+    assert (folder / "check.h").is_file()
 
 
 def test_without_nvcc_each_program_says_so(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -16,6 +16,8 @@
 //   nvcc -O2 -arch=native -o cuda_latency collsim/bench/cuda/cuda_latency.cu && ./cuda_latency
 #include <cuda_runtime.h>
 
+#include "check.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -26,15 +28,6 @@
 static const int ITER = 2000;
 static const int WARMUP = 200;
 static const int BLOCK = 1000;
-
-#define CHECK(call)                                                                          \
-    do {                                                                                     \
-        cudaError_t err_ = (call);                                                           \
-        if (err_ != cudaSuccess) {                                                           \
-            std::fprintf(stderr, "%s: %s\n", #call, cudaGetErrorString(err_));              \
-            std::exit(1);                                                                    \
-        }                                                                                    \
-    } while (0)
 
 __global__ void add_one(float* x) { x[0] += 1.0f; }
 

@@ -10,6 +10,8 @@
 //   nvcc -O2 -arch=native -o hbm_latency collsim/bench/cuda/hbm_latency.cu && ./hbm_latency
 #include <cuda_runtime.h>
 
+#include "check.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -17,15 +19,6 @@
 #include <numeric>
 #include <random>
 #include <vector>
-
-#define CHECK(call)                                                                          \
-    do {                                                                                     \
-        cudaError_t err_ = (call);                                                           \
-        if (err_ != cudaSuccess) {                                                           \
-            std::fprintf(stderr, "%s: %s\n", #call, cudaGetErrorString(err_));              \
-            std::exit(1);                                                                    \
-        }                                                                                    \
-    } while (0)
 
 __global__ void chase(const uint64_t* buf, uint64_t start, long loads, uint64_t* sink, long long* cycles) {
     uint64_t i = start;
