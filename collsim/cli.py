@@ -273,6 +273,8 @@ def _bench_command(sub: _Sub) -> None:
     real.add_argument("--probe-check", metavar="PROBE.json",
                       help="compare a --probe file with a GPU preset (no torch needed) and print the table")
     real.add_argument("--gpu", metavar="PRESET", help="GPU preset of --probe-check (default: the one the probe names)")
+    real.add_argument("--preset-out", metavar="FILE.yaml",
+                      help="with --probe-check: write the measured figures as presets for --presets")
     real.add_argument("--quiet", action="store_true", help="no progress on stderr")
     ddp = real.add_argument_group("DDP mode (collsim/bench/ddp.py)")
     ddp.add_argument("--ddp", action="store_true",

@@ -231,7 +231,15 @@ def run_command(args: argparse.Namespace) -> int:
 
 def _run_probe_check(args: argparse.Namespace) -> int:
     """``--probe-check FILE``: the GPU preset against the probe (:mod:`collsim.bench.probe_check`), as text."""
-    from collsim.bench.probe_check import check_probe, format_check, has_native_rows, native_beside
+    import yaml
+
+    from collsim.bench.probe_check import (
+        check_probe,
+        format_check,
+        has_native_rows,
+        measured_presets,
+        native_beside,
+    )
 
     path = Path(args.probe_check)
     try:
@@ -249,6 +257,13 @@ def _run_probe_check(args: argparse.Namespace) -> int:
         native, names = native_beside(path)
         note = f"# C++ figures from {', '.join(names)} beside {path.name}\n" if names else ""
     text = format_check(check_probe(probe, args.gpu, file=str(path), native=native)) + note
+    if getattr(args, "preset_out", None):
+        doc = measured_presets(probe, args.gpu, file=path.name, native=native)
+        out = Path(args.preset_out).name
+        head = (f"# What collsim bench --probe measured ({path.name}), as collsim presets: use it with\n"
+                f"# --presets {out} (or preset_files: in a scenario) to simulate that machine.\n")
+        _write(args.preset_out, head + yaml.safe_dump(doc, sort_keys=False, width=10_000))
+        text += f"# presets written to {args.preset_out}: {', '.join(f'{k} {n}' for k in doc for n in doc[k])}\n"
     if args.text:
         _write(args.text, text)
     else:

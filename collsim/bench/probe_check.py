@@ -37,7 +37,7 @@ from typing import Any
 
 from collsim.bench.config import BenchError
 from collsim.bench.native import HBM_MIN_BYTES, parse_rows, preset_figures
-from collsim.topology.presets import PresetLibrary, load_presets
+from collsim.topology.presets import PresetLibrary, load_presets, read_yaml
 from collsim.units import format_size
 
 __all__ = [
@@ -48,6 +48,7 @@ __all__ = [
     "format_check",
     "gpu_preset_for",
     "has_native_rows",
+    "measured_presets",
     "native_beside",
     "staging_model_time_s",
 ]
@@ -206,6 +207,9 @@ def check_probe(
         raise BenchError(f"--gpu {name}: unknown GPU preset; known: {', '.join(sorted(presets.gpus))}")
     spec = presets.gpus[name]
     copies = _section(probe, "copies", file)
+    for d in ("d2h", "h2d"):
+        if not isinstance(copies.get(d), Mapping) or not copies[d].get("rows"):
+            raise BenchError(f"{file}: copies.{d} has no rows; expected a collsim bench --probe file")
     launch = _section(probe, "kernel_launch", file)
     lat = float(spec["memcpy_latency"])
     bw, bw_source = _link_bandwidth(spec, presets, name)
@@ -270,3 +274,67 @@ def format_check(check: ProbeCheck) -> str:
         lines.append(f"{r.what:<70} {r.unit:>5} {r.measured:>10.4g} {r.model:>10.4g} {r.error:>+8.1%}  {r.source}")
     lines += [f"# {n}" for n in check.notes]
     return "\n".join(lines) + "\n"
+
+
+def _pinned_rate(copies: Mapping[str, Any]) -> float:
+    """The pinned copies' rate (bytes/s): the mean of D2H's and H2D's best."""
+    return (float(copies["d2h"]["bandwidth_gbps"]) + float(copies["h2d"]["bandwidth_gbps"])) / 2 * 1e9  # GB/s to B/s
+
+
+def measured_presets(
+    probe: Mapping[str, Any],
+    gpu: str | None = None,
+    presets: PresetLibrary | None = None,
+    native: Mapping[str, Any] | None = None,
+    file: str = "probe",
+) -> dict[str, Any]:
+    """A user presets document (``--presets FILE``) holding what the probe measured, for simulating that machine.
+
+    The shipped GPU preset ``gpu`` (default: the one the probe names) as written in ``gpus.yaml``, with
+    ``kernel_launch_latency``, ``memcpy_latency`` and ``hbm_latency`` replaced by the C++ figures where the probe
+    (or files beside it, ``native``) has them, and the shipped PCIe link preset of its generation with
+    ``dma_efficiency`` from the pinned copies' rate; each replaced field's ``_source`` names the probe, the machine
+    and the date. Entries keep their shipped names, so they replace the shipped ones wherever the file is given.
+
+    Raises
+    ------
+    BenchError
+        For a probe :func:`check_probe` refuses, or a GPU preset that is not a shipped one.
+    """
+    presets = presets or load_presets()
+    check = check_probe(probe, gpu, presets, file, native)  # validates the probe and the preset
+    name = check.gpu
+    raw_gpus = read_yaml(presets.files["gpus"])
+    if name not in raw_gpus:
+        raise BenchError(f"--preset-out: GPU preset {name} is not a shipped one; add the measured fields to yours")
+    src = probe.get("source", {})
+    where = f"collsim bench --probe ({file}) on {src.get('machine', 'an unnamed machine')}, {src.get('date', '?')}"
+    if native is not None and native is not probe.get("native"):
+        where += "; its C++ rows from runs saved beside it"
+    entry = dict(raw_gpus[name])
+    cxx = preset_figures(native if native is not None else probe.get("native") or {})
+    fields = (("kernel_launch_latency", "kernel_launch_latency_us", "us", "a kernel launched and waited for, C++"),
+              ("memcpy_latency", "memcpy_latency_us", "us", "8-byte pinned copies and their wait, C++, D2H/H2D mean"),
+              ("hbm_latency", "hbm_latency_ns", "ns", "a pointer chase beyond the L2, C++"))
+    written = []
+    for field, key, unit, what in fields:
+        if key in cxx:
+            entry[field] = f"{cxx[key]:.4g}{unit}"
+            entry[f"{field}_source"] = f"measured: {what}, median {cxx[key]:.4g} {unit}; {where}"
+            written.append(field)
+    doc: dict[str, Any] = {}
+    if written:
+        doc["gpus"] = {name: entry}
+    rate = _pinned_rate(_section(probe, "copies", file))
+    spec = presets.gpus[name]  # check_probe refused a preset without pcie_gen
+    link = f"pcie{min(max(int(spec['pcie_gen']), 3), 5)}"
+    lanes = int(spec.get("pcie_lanes") or 16)
+    raw_link = dict(read_yaml(presets.files["links"])[link])
+    full = float(presets.links[link]["bandwidth"]) * lanes / 16  # the GPU's link, bytes/s before efficiency
+    raw_link["dma_efficiency"] = round(rate / full, 4)
+    raw_link["dma_efficiency_source"] = (
+        f"measured: pinned D2H/H2D copies at their best size, mean {rate / 1e9:.4g} GB/s over {full / 1e9:.4g} "
+        f"GB/s (x{lanes}); {where}"
+    )
+    doc["links"] = {link: raw_link}
+    return doc

@@ -16,11 +16,12 @@ from collsim.bench.probe_check import (
     format_check,
     gpu_preset_for,
     has_native_rows,
+    measured_presets,
     native_beside,
     staging_model_time_s,
 )
 from collsim.cli import main
-from collsim.topology.presets import load_presets
+from collsim.topology.presets import load_presets, merge_presets, read_preset_files
 
 DATA = Path(__file__).resolve().parents[2] / "scenarios" / "measurements" / "h200-probe"
 
@@ -153,3 +154,31 @@ def test_bad_probe_files_exit_2_with_one_line(text: str | None, args: list[str],
     assert main(["bench", "--probe-check", str(path), *args]) == 2
     err = capsys.readouterr().err
     assert err.startswith("collsim: error: ") and message in err and err.count("\n") == 1
+
+
+def test_preset_out_writes_presets_that_reproduce_the_measurement(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "mine.yaml"
+    assert main(["bench", "--probe-check", str(DATA / "probe-3.json"), "--preset-out", str(out)]) == 0
+    assert f"# presets written to {out}: gpus h200-sxm-141gb, links pcie5" in capsys.readouterr().out
+    text = out.read_text()
+    assert text.startswith("# What collsim bench --probe measured (probe-3.json), as collsim presets")
+    merged = merge_presets(load_presets(), read_preset_files(out))  # validated like any user presets file
+    h200, pcie5 = merged.gpus["h200-sxm-141gb"], merged.links["pcie5"]
+    assert h200["kernel_launch_latency"] == pytest.approx(9.179e-6) and h200["memcpy_latency"] == pytest.approx(6.14e-6)
+    assert h200["hbm_latency"] == pytest.approx(325.4e-9) and h200["hbm_bandwidth"] == 4.8e12  # the rest as shipped
+    rate = (55.133141 + 55.170525) / 2  # GB/s: probe-3's best pinned D2H and H2D
+    assert pcie5["dma_efficiency"] == pytest.approx(round(rate / 63.0153846154, 4))
+    assert "its C++ rows from runs saved beside it" in h200["kernel_launch_latency_source"]
+    assert "efficiency" in pcie5 and pcie5["efficiency"] == 0.76171875  # NCCL's figure stays
+
+
+def test_preset_out_without_cxx_rows_writes_the_link_only() -> None:
+    doc = measured_presets(_probe(1), native={})
+    assert list(doc) == ["links"] and list(doc["links"]) == ["pcie5"]
+    with pytest.raises(BenchError, match=r"probe-1\.json: copies\.h2d has no rows"):
+        measured_presets({**_probe(1), "copies": {"d2h": _probe(1)["copies"]["d2h"]}}, native={}, file="probe-1.json")
+    with pytest.raises(BenchError, match="GPU preset lab-gpu is not a shipped one"):
+        lab = Path(__file__).resolve().parents[1] / "scenario" / "data" / "user-presets.presets.yaml"
+        user = merge_presets(load_presets(), read_preset_files(lab))
+        measured_presets(_probe(1), "lab-gpu", user, native={})
