@@ -207,6 +207,27 @@ def test_real_gloo_loopback_calibration_predicts_held_out_sizes() -> None:
     assert median(held) <= 15.0
 
 
+def test_the_h200_hosts_gloo_profile_fitted_on_two_ranks_predicts_four_and_eight() -> None:
+    """The H200 probe's host (16 vCPUs): Gloo on CPU tensors over loopback with 2, 4 and 8 processes. Uncalibrated,
+    the xeon-8480 estimates are 2-4x fast; the committed profile, fitted on the 2-rank file alone (message latency
+    and TCP rate), predicts the 4- and 8-rank files within 10% (median over all sizes)."""
+    root = Path(__file__).resolve().parents[2] / "scenarios" / "measurements"
+    scenario = root / "h200-host-gloo-cpu.scenario.yaml"
+    prof = load_profile(root / "h200-host-gloo-cpu.profile.yaml")
+    assert set(prof.parameters) == {"gloo.message_latency_us", "gloo.tcp_bw_scale"}
+    assert prof.meta["fitted_on"]["measurements"] == ["scenarios/measurements/h200-probe/gloo-cpu-2rank.json"]
+    for n in (2, 4, 8):
+        m = read_measurement(root / "h200-probe" / f"gloo-cpu-{n}rank.json")
+        assert m.nranks == n and m.backend == "gloo" and len(m.rows) == 10
+        sets = [f"cluster.node_params.processes={n}"]
+        before = validate(Simulator.from_source(scenario, sets), m)
+        after = validate(Simulator.from_source(scenario, sets, profile=prof), m)
+        assert median(abs(r.time_error_pct) for r in before.rows) > 50  # the estimates: far too fast here
+        assert all(r.time_error_pct < 0 for r in before.rows)
+        if n > 2:  # not fitted on
+            assert median(abs(r.time_error_pct) for r in after.rows) <= 10.0
+
+
 @needs_shared
 def test_the_two_node_a100_profile_holds_efa_parameters_only() -> None:
     """The two-node A100 run used NCCL's Simple protocol over EFA (AWS's plugin sets it on a p4de), so the profile
