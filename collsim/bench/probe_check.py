@@ -132,18 +132,39 @@ def _section(probe: Mapping[str, Any], key: str, file: str) -> Any:
     return probe[key]
 
 
-def _link_bandwidth(spec: Mapping[str, Any], presets: PresetLibrary, gpu: str) -> tuple[float, str]:
-    """The model's PCIe copy rate of a GPU preset (bytes/s) and where it comes from: the link preset's raw rate x
-    its ``dma_efficiency`` (a copy engine's measured share) where it has one, else x ``efficiency``, x lanes / 16."""
+def _pcie_preset(spec: Mapping[str, Any], gpu: str) -> tuple[str, int]:
+    """The links.yaml PCIe preset of a GPU preset's generation (Gen3-5; outside, the nearest) and its lane count."""
     gen = spec.get("pcie_gen")
     if gen is None:
         raise BenchError(f"--probe-check: GPU preset {gpu} has no pcie_gen; the copy rate cannot be compared")
-    lanes = int(spec.get("pcie_lanes") or 16)
-    name = f"pcie{min(max(int(gen), 3), 5)}"
+    return f"pcie{min(max(int(gen), 3), 5)}", int(spec.get("pcie_lanes") or 16)
+
+
+def _link_bandwidth(spec: Mapping[str, Any], presets: PresetLibrary, gpu: str) -> tuple[float, str]:
+    """The model's PCIe copy rate of a GPU preset (bytes/s) and where it comes from: the link preset's raw rate x
+    its ``dma_efficiency`` (a copy engine's measured share) where it has one, else x ``efficiency``, x lanes / 16."""
+    name, lanes = _pcie_preset(spec, gpu)
     lk = presets.links[name]
     field = "dma_efficiency" if lk.get("dma_efficiency") is not None else "efficiency"
     raw, eff = float(lk["bandwidth"]) / 1e9, float(lk[field])  # bytes/s to GB/s
     return raw * 1e9 * eff * lanes / 16, f"links.yaml {name}: {raw:.4g} GB/s x {field} {eff:.4g} x {lanes}/16"
+
+
+def _resolve(
+    probe: Mapping[str, Any], gpu: str | None, presets: PresetLibrary, file: str
+) -> tuple[str, Mapping[str, Any], Mapping[str, Any]]:
+    """The GPU preset's name and record, and the probe's copies (D2H and H2D rows checked), or a one-line error."""
+    if probe.get("format") != "collsim-probe/2":
+        raise BenchError(f"{file}: format {probe.get('format')!r}; expected 'collsim-probe/2' (collsim bench --probe)")
+    probe_gpu = str(_section(probe, "hardware", file).get("gpu", ""))
+    name = gpu or gpu_preset_for(probe_gpu, presets)
+    if name not in presets.gpus:
+        raise BenchError(f"--gpu {name}: unknown GPU preset; known: {', '.join(sorted(presets.gpus))}")
+    copies = _section(probe, "copies", file)
+    for d in ("d2h", "h2d"):
+        if not isinstance(copies.get(d), Mapping) or not copies[d].get("rows"):
+            raise BenchError(f"{file}: copies.{d} has no rows; expected a collsim bench --probe file")
+    return name, presets.gpus[name], copies
 
 
 def _times(measurement: Mapping[str, Any]) -> dict[int, float]:
@@ -199,17 +220,8 @@ def check_probe(
         For a file that is not a probe, an unknown or ambiguous GPU preset, a preset without ``pcie_gen``.
     """
     presets = presets or load_presets()
-    if probe.get("format") != "collsim-probe/2":
-        raise BenchError(f"{file}: format {probe.get('format')!r}; expected 'collsim-probe/2' (collsim bench --probe)")
-    probe_gpu = str(_section(probe, "hardware", file).get("gpu", ""))
-    name = gpu or gpu_preset_for(probe_gpu, presets)
-    if name not in presets.gpus:
-        raise BenchError(f"--gpu {name}: unknown GPU preset; known: {', '.join(sorted(presets.gpus))}")
-    spec = presets.gpus[name]
-    copies = _section(probe, "copies", file)
-    for d in ("d2h", "h2d"):
-        if not isinstance(copies.get(d), Mapping) or not copies[d].get("rows"):
-            raise BenchError(f"{file}: copies.{d} has no rows; expected a collsim bench --probe file")
+    name, spec, copies = _resolve(probe, gpu, presets, file)
+    probe_gpu = str(probe["hardware"].get("gpu", ""))
     launch = _section(probe, "kernel_launch", file)
     lat = float(spec["memcpy_latency"])
     bw, bw_source = _link_bandwidth(spec, presets, name)
@@ -299,11 +311,11 @@ def measured_presets(
     Raises
     ------
     BenchError
-        For a probe :func:`check_probe` refuses, or a GPU preset that is not a shipped one.
+        For a probe :func:`check_probe` refuses, a GPU preset without ``pcie_gen``, or one that is not shipped.
     """
     presets = presets or load_presets()
-    check = check_probe(probe, gpu, presets, file, native)  # validates the probe and the preset
-    name = check.gpu
+    name, spec, copies = _resolve(probe, gpu, presets, file)
+    link, lanes = _pcie_preset(spec, name)
     raw_gpus = read_yaml(presets.files["gpus"])
     if name not in raw_gpus:
         raise BenchError(f"--preset-out: GPU preset {name} is not a shipped one; add the measured fields to yours")
@@ -325,10 +337,7 @@ def measured_presets(
     doc: dict[str, Any] = {}
     if written:
         doc["gpus"] = {name: entry}
-    rate = _pinned_rate(_section(probe, "copies", file))
-    spec = presets.gpus[name]  # check_probe refused a preset without pcie_gen
-    link = f"pcie{min(max(int(spec['pcie_gen']), 3), 5)}"
-    lanes = int(spec.get("pcie_lanes") or 16)
+    rate = _pinned_rate(copies)
     raw_link = dict(read_yaml(presets.files["links"])[link])
     full = float(presets.links[link]["bandwidth"]) * lanes / 16  # the GPU's link, bytes/s before efficiency
     raw_link["dma_efficiency"] = round(rate / full, 4)

@@ -177,23 +177,7 @@ def parse_fabric(fabric: Mapping[str, Any], presets: PresetLibrary) -> dict[str,
     if nic is not None:
         presets.get("nics", nic, None, "fabric.nic")
     nic_speed = _optional_field(fabric.get("nic_speed"), "bandwidth", "nic_speed")
-    counts: dict[str, int | None] = {}
-    for key in ("nics_per_node", "nics_per_switch", "nics_per_socket"):
-        value = fabric.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise _err(f"expected a positive integer, got {value!r}", key)
-        counts[key] = value
-    k = counts["nics_per_node"]
-    nics = fabric.get("nics")
-    if nics is not None:
-        if not isinstance(nics, (list, tuple)) or not nics or not all(isinstance(n, str) and n for n in nics):
-            raise _err(f"expected a non-empty list of the node template's NIC names (nic0, ...), got {nics!r}", "nics")
-        given = [key for key, value in counts.items() if value is not None]
-        if given:
-            raise _err(
-                f"give either nics (the NIC slots to keep) or {', '.join(given)} (how many), not both", "nics"
-            )
-        nics = [str(n) for n in nics]
+    counts, nics = _parse_nic_choice(fabric)
     flags: dict[str, bool] = {}
     for key, default in (("gpudirect", True), ("in_network_reduction", False)):
         value = fabric.get(key, default)
@@ -205,7 +189,45 @@ def parse_fabric(fabric: Mapping[str, Any], presets: PresetLibrary) -> dict[str,
         raise _err(
             f"expected a positive number (1 = full bisection, 2 = half the uplinks), got {over!r}", "oversubscription"
         )
-    switch = fabric.get("switch") or {}
+    return {
+        "topology": topo,
+        "transport": transport,
+        "nic": nic,
+        "nic_speed": nic_speed,
+        "nics_per_node": counts["nics_per_node"],
+        "nics_per_switch": counts["nics_per_switch"],
+        "nics_per_socket": counts["nics_per_socket"],
+        "nics": nics,
+        "gpudirect": flags["gpudirect"],
+        "in_network_reduction": flags["in_network_reduction"],
+        "oversubscription": float(over),
+        "switch": _parse_switch(fabric.get("switch") or {}, presets),
+    }
+
+
+def _parse_nic_choice(fabric: Mapping[str, Any]) -> tuple[dict[str, int | None], list[str] | None]:
+    """The fabric's NIC counts (``nics_per_node``, ``nics_per_switch``, ``nics_per_socket``) and its ``nics`` list,
+    checked: positive integers, or a non-empty list of NIC names given instead of any count."""
+    counts: dict[str, int | None] = {}
+    for key in ("nics_per_node", "nics_per_switch", "nics_per_socket"):
+        value = fabric.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise _err(f"expected a positive integer, got {value!r}", key)
+        counts[key] = value
+    nics = fabric.get("nics")
+    if nics is None:
+        return counts, None
+    if not isinstance(nics, (list, tuple)) or not nics or not all(isinstance(n, str) and n for n in nics):
+        raise _err(f"expected a non-empty list of the node template's NIC names (nic0, ...), got {nics!r}", "nics")
+    given = [key for key, value in counts.items() if value is not None]
+    if given:
+        raise _err(f"give either nics (the NIC slots to keep) or {', '.join(given)} (how many), not both", "nics")
+    return counts, [str(n) for n in nics]
+
+
+def _parse_switch(switch: Any, presets: PresetLibrary) -> dict[str, Any]:
+    """The fabric's ``switch`` section checked and filled in: latency (seconds or None), radix (given, from the
+    switch preset, or fabric.yaml's default) and the preset's port speed and link kinds."""
     if not isinstance(switch, Mapping):
         raise _err("expected a mapping with latency, radix and/or preset", "switch")
     for key in switch:
@@ -229,25 +251,12 @@ def parse_fabric(fabric: Mapping[str, Any], presets: PresetLibrary) -> dict[str,
     if isinstance(radix, bool) or not isinstance(radix, int) or radix < 2:
         raise _err(f"expected a number of ports >= 2, got {radix!r}", "switch.radix")
     return {
-        "topology": topo,
-        "transport": transport,
-        "nic": nic,
-        "nic_speed": nic_speed,
-        "nics_per_node": k,
-        "nics_per_switch": counts["nics_per_switch"],
-        "nics_per_socket": counts["nics_per_socket"],
-        "nics": nics,
-        "gpudirect": flags["gpudirect"],
-        "in_network_reduction": flags["in_network_reduction"],
-        "oversubscription": float(over),
-        "switch": {
-            "latency": latency,
-            "radix": radix,
-            "radix_given": radix_given,
-            "preset": None if sw_preset is None else sw_preset["preset"],
-            "port_speed": None if sw_preset is None else float(sw_preset["port_speed"]),
-            "link_kinds": None if sw_preset is None else sw_preset["link_kinds"],
-        },
+        "latency": latency,
+        "radix": radix,
+        "radix_given": radix_given,
+        "preset": None if sw_preset is None else sw_preset["preset"],
+        "port_speed": None if sw_preset is None else float(sw_preset["port_speed"]),
+        "link_kinds": None if sw_preset is None else sw_preset["link_kinds"],
     }
 
 

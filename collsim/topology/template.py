@@ -32,6 +32,7 @@ Parameter types: ``int``, ``bool``, ``str``, ``gpu`` / ``cpu`` / ``nic`` (a pres
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -344,8 +345,7 @@ def _add_layout_link(
 
 
 def _prefixed(lk: Link, pa: str, pb: str) -> Link:
-    return Link(pa, pb, lk.kind, lk.bandwidth, lk.raw_bandwidth, lk.latency, lk.count, lk.preset, lk.source,
-                lk.dma_ratio)
+    return dataclasses.replace(lk, src=pa, dst=pb)
 
 
 def _check_template(data: Any, file: str | Path | None) -> Mapping[str, Any]:

@@ -349,6 +349,10 @@ class PluginPick:
     where: str
     channels: int | None = None
 
+    def channels_for(self, pair: tuple[str, str]) -> int | None:
+        """The channel count the plugin sets when ``pair`` (algorithm, protocol) is its pick, else None (NCCL's)."""
+        return self.channels if (self.algorithm, self.protocol) == pair else None
+
     def note(self) -> str:
         """The pick in words, for a result's notes."""
         text = f"{self.algorithm}/{self.protocol} picked by {self.where}"

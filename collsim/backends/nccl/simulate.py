@@ -74,7 +74,7 @@ def simulate_nccl(
         predicted = tuner_times(plan, consts, collective, nbytes, opts).get(choice, math.nan)
         plugin = plugin_choice(plan, opts, consts, collective, nbytes)
     # a forced pair that is the plugin's pick runs on the channels the plugin sets, as NCCL would run it
-    plugin_nc = plugin.channels if plugin is not None and (plugin.algorithm, plugin.protocol) == (algo, proto) else None
+    plugin_nc = plugin.channels_for((algo, proto)) if plugin is not None else None
     picked_by = plugin.note() if plugin is not None and choice is None else None
     n = len(plan.ranks)
     if nbytes == 0:  # NCCL returns at once for a count of 0 (enqueue.cc), without launching a kernel
@@ -153,7 +153,7 @@ def fastest_pair(
         deadline = None if math.isinf(t_best) else t_best * (1 + 1e-9)
         if deadline is not None and nbytes > 0:
             alg = REGISTRY[pair[0]]
-            nc = plugin.channels if plugin is not None and (plugin.algorithm, plugin.protocol) == pair else None
+            nc = plugin.channels_for(pair) if plugin is not None else None
             if alg.min_time(_context(topo, plan, opts, consts, alg, pair[1], collective, nbytes, nc)) > deadline:
                 continue  # cannot finish first, whatever the simulation would show
         kw = {"collective": collective, "plan": plan, "symmetry": symmetry}
