@@ -87,22 +87,22 @@ int main() {
     }
     report("launch_enqueue", enqueue);
     report("launch_b2b", b2b);
-    time_each("memcpy_d2h_pinned", [&] {
-        CHECK(cudaMemcpyAsync(pinned, dev, 8, cudaMemcpyDeviceToHost, s));
-        CHECK(cudaStreamSynchronize(s));
-    });
-    time_each("memcpy_h2d_pinned", [&] {
-        CHECK(cudaMemcpyAsync(dev, pinned, 8, cudaMemcpyHostToDevice, s));
-        CHECK(cudaStreamSynchronize(s));
-    });
-    time_each("memcpy_d2h_pageable", [&] {
-        CHECK(cudaMemcpyAsync(pageable, dev, 8, cudaMemcpyDeviceToHost, s));
-        CHECK(cudaStreamSynchronize(s));
-    });
-    time_each("memcpy_h2d_pageable", [&] {
-        CHECK(cudaMemcpyAsync(dev, pageable, 8, cudaMemcpyHostToDevice, s));
-        CHECK(cudaStreamSynchronize(s));
-    });
+    struct Copy {
+        const char* what;
+        void* dst;
+        const void* src;
+        cudaMemcpyKind kind;
+    };
+    const Copy copies[] = {{"memcpy_d2h_pinned", pinned, dev, cudaMemcpyDeviceToHost},
+                           {"memcpy_h2d_pinned", dev, pinned, cudaMemcpyHostToDevice},
+                           {"memcpy_d2h_pageable", pageable, dev, cudaMemcpyDeviceToHost},
+                           {"memcpy_h2d_pageable", dev, pageable, cudaMemcpyHostToDevice}};
+    for (const Copy& c : copies) {
+        time_each(c.what, [&] {
+            CHECK(cudaMemcpyAsync(c.dst, c.src, 8, c.kind, s));
+            CHECK(cudaStreamSynchronize(s));
+        });
+    }
     time_each("event_wait_sync", [&] {
         CHECK(cudaEventRecord(ev, s));
         CHECK(cudaStreamWaitEvent(s2, ev, 0));
