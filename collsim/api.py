@@ -754,6 +754,13 @@ class Simulator:
                 file=self.scenario.source_file,
                 field="training",
             )
+        if self.topology.ranks_per_gpu > 1:
+            raise ScenarioError(
+                f"a training step with {self.topology.ranks_per_gpu} processes sharing each GPU is not modelled (their "
+                "kernels would time-slice the GPU); set cluster.ranks_per_gpu: 1",
+                file=self.scenario.source_file,
+                field="cluster.ranks_per_gpu",
+            )
         return self.scenario.training
 
     @cached_property

@@ -162,10 +162,7 @@ class Profile:
             if "gloo.message_latency_us" in p:
                 spec["tcp_message_latency"] = p["gloo.message_latency_us"] * _US
             graph.nodes[n]["device"] = dataclasses.replace(dev, spec=FrozenMap(spec))
-        return Topology(
-            topo.name, graph, topo.nodes, topo.params, topo.source_file, topo.fabric,
-            topo.nic_substitutes, topo.background, topo.scaled, topo.instance_type,
-        )  # fmt: skip
+        return topo.replaced(graph)
 
     def apply_nccl(self, consts: NcclConstants) -> NcclConstants:
         """NCCL constants with the simulated per-step latency factor and per-collective overhead set."""

@@ -228,6 +228,14 @@ class ClusterConfig(BaseModel):
         "gpu, p2p.",
     )
     fabric: FabricConfig | None = Field(None, validate_default=True, description="Required when nodes > 1.")
+    ranks_per_gpu: StrictInt = Field(
+        1,
+        ge=1,
+        le=64,
+        description="Processes (ranks) sharing each GPU, e.g. 8 torch.distributed processes on one GPU; ranks in "
+        "blocks (rank r of a node on its GPU r // ranks_per_gpu). Gloo only: NCCL refuses two ranks on one GPU "
+        "('Duplicate GPU detected', NCCL src/init.cc). Their staging copies share the GPU's PCIe link.",
+    )
 
     @field_validator("fabric")
     @classmethod
@@ -865,6 +873,22 @@ class Scenario(BaseModel):
     _base_dir: Path = PrivateAttr(default_factory=Path.cwd)
     _library: Any = PrivateAttr(None)
 
+    @field_validator("backends")
+    @classmethod
+    def _nccl_one_rank_per_gpu(cls, value: BackendsConfig, info: ValidationInfo) -> BackendsConfig:
+        """NCCL refuses a communicator with two ranks on one GPU: ``WARN("Duplicate GPU detected : rank %d and rank
+        %d both on CUDA device %lx", ...)``, ``ncclInvalidUsage`` (NVIDIA/nccl ``src/init.cc`` lines 736-739,
+        v2.27.7-1)."""
+        cluster = info.data.get("cluster")
+        k = getattr(cluster, "ranks_per_gpu", 1)
+        if k > 1 and value.nccl is not None and value.nccl.enabled:
+            raise custom_error(
+                f"NCCL runs one rank per GPU (it stops with 'Duplicate GPU detected' when two share one: NCCL "
+                f"src/init.cc); cluster.ranks_per_gpu is {k}: set backends.nccl.enabled: false, or ranks_per_gpu: 1",
+                subfield="nccl.enabled",
+            )
+        return value
+
     @property
     def source_file(self) -> str | None:
         """Where the scenario came from: a file path, ``"<dict>"``, or None if built directly."""
@@ -1003,8 +1027,11 @@ class Scenario(BaseModel):
                 node_params=dict(self.cluster.node_params),
                 file=file,
                 presets=library,
+                ranks_per_gpu=self.cluster.ranks_per_gpu,
             )
         except TopologyError as err:
+            if err.field == "ranks_per_gpu":
+                raise ScenarioError(err.message, file=self.source_file, field="cluster.ranks_per_gpu") from None
             param = _param_error(err, self.cluster.node_params)
             if param is not None:
                 raise ScenarioError(

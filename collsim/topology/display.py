@@ -64,6 +64,13 @@ def format_topo_matrix(topo: Topology, node: int = 0, given: Mapping[str, Any] |
             rows.append([f"GPU{g.index}", *cells, cpu])
         out.append("")
         out.extend(_table(rows))
+        if topo.ranks_per_gpu > 1:
+            out.append("")
+            k = topo.ranks_per_gpu
+            out.append(
+                f"{k} ranks per GPU (cluster.ranks_per_gpu): {k * len(gpus)} processes on this node, in blocks; Gloo "
+                "only (NCCL refuses two ranks on one GPU)"
+            )
     else:
         cpus = topo.devices("cpu", node)
         out.append("")

@@ -184,13 +184,17 @@ class Topology:
         The cloud instance type the node template describes (template key ``instance_type``, e.g.
         ``"p5.48xlarge"``): what a network plugin reads from the machine (aws-ofi-nccl's tuner picks its tables by
         it); None for hardware that is not a cloud instance type.
+    ranks_per_gpu : int, optional
+        Processes (ranks) sharing each GPU, >= 1 (scenario ``cluster.ranks_per_gpu``): several torch.distributed
+        processes on one device, which Gloo runs and NCCL refuses. Default 1.
 
     Notes
     -----
     Rank devices: a topology with GPUs ranks its GPUs. A CPU-only topology (template ``cpu-host``) ranks process
     slots: :meth:`rank_devices` returns, for each of ``params["processes"]`` processes per node, the CPU socket the
     process runs on; processes are spread over the sockets in blocks, so several ranks share a socket Device. No
-    ``proc`` device kind exists.
+    ``proc`` device kind exists. With ``ranks_per_gpu`` k > 1 each GPU appears k times in a row (ranks in blocks:
+    rank r of a node uses that node's GPU r // k).
     """
 
     def __init__(
@@ -205,6 +209,7 @@ class Topology:
         background: Sequence[tuple[str, str, float]] = (),
         scaled: Collection[tuple[str, str]] = (),
         instance_type: str | None = None,
+        ranks_per_gpu: int = 1,
     ) -> None:
         self.name = name
         self.graph = graph
@@ -216,6 +221,11 @@ class Topology:
         self.background: tuple[tuple[str, str, float], ...] = tuple(background)
         self.scaled: frozenset[tuple[str, str]] = frozenset(scaled)
         self.instance_type = instance_type
+        if isinstance(ranks_per_gpu, bool) or not isinstance(ranks_per_gpu, int) or ranks_per_gpu < 1:
+            raise TopologyError(
+                f"expected ranks per GPU as an integer >= 1, got {ranks_per_gpu!r}", field="ranks_per_gpu"
+            )
+        self.ranks_per_gpu = ranks_per_gpu
         self._route_cache: dict[tuple[str, str, frozenset[str] | None], list[Link] | None] = {}
         self._onward_cache: dict[str, list[tuple[str, Link]]] = {}
         self._class_cache: dict[tuple[str, str], str] = {}  # path_class by device pair (the graph is not changed)
@@ -224,6 +234,20 @@ class Topology:
             (d["device"] for _, d in graph.nodes(data=True)),
             key=lambda d: (d.node, _KIND_ORDER.get(d.kind, 99), d.index, d.name),
         )
+
+    def replaced(self, graph: nx.DiGraph | None = None, **changes: Any) -> Topology:
+        """A topology like this one over ``graph`` (default: the same graph) with the constructor arguments in
+        ``changes`` replaced (e.g. ``background=...``); every other argument is carried over."""
+        kwargs: dict[str, Any] = {
+            "nodes": self.nodes, "params": self.params, "source_file": self.source_file, "fabric": self.fabric,
+            "nic_substitutes": self.nic_substitutes, "background": self.background, "scaled": self.scaled,
+            "instance_type": self.instance_type, "ranks_per_gpu": self.ranks_per_gpu,
+        }  # fmt: skip
+        unknown = set(changes) - set(kwargs)
+        if unknown:
+            raise TypeError(f"Topology.replaced: unknown argument(s) {', '.join(sorted(unknown))}")
+        kwargs.update(changes)
+        return Topology(self.name, self.graph if graph is None else graph, **kwargs)
 
     def __repr__(self) -> str:
         return (
@@ -268,12 +292,14 @@ class Topology:
         Returns
         -------
         list[Device]
-            GPUs in rank order; for a CPU-only topology, ``params["processes"]`` entries per node (default one per
-            socket), each the CPU socket Device that process runs on (block distribution over sockets).
+            GPUs in rank order, each :attr:`ranks_per_gpu` times in a row; for a CPU-only topology,
+            ``params["processes"]`` entries per node (default one per socket), each the CPU socket Device that process
+            runs on (block distribution over sockets).
         """
         gpus = self.gpus()
         if gpus:
-            return gpus
+            k = self.ranks_per_gpu
+            return gpus if k == 1 else [g for g in gpus for _ in range(k)]
         out: list[Device] = []
         for node in range(self.nodes):
             cpus = self.devices("cpu", node)

@@ -235,12 +235,12 @@ def _like(
     """A topology like ``topo`` over ``graph`` (its NIC substitutes, background and scaled links unless given;
     scaled links no longer in ``graph`` are dropped)."""
     kept = [e for e in (topo.scaled if scaled is None else scaled) if graph.has_edge(*e)]
-    return Topology(
-        topo.name, graph, topo.nodes, topo.params, topo.source_file, topo.fabric,
-        topo.nic_substitutes if substitutes is None else substitutes,
-        topo.background if background is None else background,
-        kept, topo.instance_type,
-    )  # fmt: skip
+    return topo.replaced(
+        graph,
+        nic_substitutes=topo.nic_substitutes if substitutes is None else substitutes,
+        background=topo.background if background is None else background,
+        scaled=kept,
+    )
 
 
 #: Device kinds a :class:`DownRule` may take down (a NIC: its port; a fabric switch), and the kinds a link it takes

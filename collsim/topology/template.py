@@ -365,6 +365,7 @@ def topology_from_template(
     node_params: Mapping[str, Any] | None = None,
     file: str | Path | None = None,
     presets: PresetLibrary | None = None,
+    ranks_per_gpu: int = 1,
 ) -> Topology:
     """Build a cluster Topology from a template mapping (as read from a node template file).
 
@@ -382,6 +383,8 @@ def topology_from_template(
         Where ``data`` came from, for messages.
     presets : PresetLibrary, optional
         Preset library (default: :func:`load_presets`).
+    ranks_per_gpu : int
+        Processes sharing each GPU (:attr:`Topology.ranks_per_gpu`); more than 1 needs a template with GPUs.
 
     Returns
     -------
@@ -444,9 +447,15 @@ def topology_from_template(
         raise TopologyError(
             f"expected an instance type name such as p5.48xlarge, got {instance!r}", file=file, field="instance_type"
         )
+    if ranks_per_gpu != 1 and not any(d.kind == "gpu" for d in layout.devices.values()):
+        raise TopologyError(
+            f"ranks_per_gpu {ranks_per_gpu} needs GPUs; template {name!r} has none (a CPU-only node's processes per "
+            "node are its 'processes' parameter)",
+            field="ranks_per_gpu",
+        )
     return Topology(
         name, g, nodes=nodes, params=params, source_file=src, fabric=resolved,
-        instance_type=instance.strip() if instance else None,
+        instance_type=instance.strip() if instance else None, ranks_per_gpu=ranks_per_gpu,
     )  # fmt: skip
 
 
@@ -484,6 +493,7 @@ def load_topology(
     nodes: int = 1,
     fabric: Mapping[str, Any] | None = None,
     node_params: Mapping[str, Any] | None = None,
+    ranks_per_gpu: int = 1,
 ) -> Topology:
     """Load a node template and build a cluster of ``nodes`` copies joined by ``fabric``.
 
@@ -497,6 +507,8 @@ def load_topology(
         Fabric configuration, required when ``nodes > 1``; see :func:`collsim.topology.fabric.parse_fabric`.
     node_params : Mapping, optional
         Values for a parametrised template's parameters (``{"gpus": 4, "pcie_gen": 4}``).
+    ranks_per_gpu : int
+        Processes sharing each GPU (default 1; see :attr:`Topology.ranks_per_gpu`).
 
     Returns
     -------
@@ -510,4 +522,6 @@ def load_topology(
     """
     path = _template_path(node)
     data = read_yaml(path)
-    return topology_from_template(data, nodes=nodes, fabric=fabric, node_params=node_params, file=path)
+    return topology_from_template(
+        data, nodes=nodes, fabric=fabric, node_params=node_params, file=path, ranks_per_gpu=ranks_per_gpu
+    )

@@ -14,6 +14,8 @@ from collsim.api import Simulator
 from collsim.backends import BackendError, GlooConstants, GlooOptions, simulate_gloo
 from collsim.backends.gloo import simulate_gloo_many
 from collsim.backends.gloo.tags import D2H_TAG, GPU_REDUCTION_TAG, H2D_TAG
+from collsim.backends.nccl import plan_nccl
+from collsim.scenario import ScenarioError
 from collsim.topology import Topology, load_topology
 from collsim.vocab import COLLECTIVES as ALL_COLLECTIVES
 from collsim.vocab import GLOO_ALGORITHMS
@@ -109,6 +111,38 @@ def test_a_staging_copy_alone_runs_at_the_links_dma_rate() -> None:
     pcie5 = 32e9 * 16 * 128 / 130 / 8  # bytes/s: 32 GT/s x 16 lanes, 128b/130b encoding, 8 bits per byte
     for r in copies:
         assert r.size / (r.t_end - r.t_start) == pytest.approx(0.8727 * pcie5, rel=1e-9)
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 8])
+def test_ranks_sharing_a_gpu_share_its_pcie_link_for_their_copies(k: int) -> None:
+    # k processes on one Gen5 GPU (cluster.ranks_per_gpu): the same CPU ring as CPU tensors, plus each way k copies
+    # of n bytes through the one link at its copy rate, each paying the GPU's memcpy latency: exact, to 1e-9
+    n = 16 * MiB
+    params = {"gpus": 1, "gpu": "h200-sxm-141gb", "pcie_gen": 5, "pcie_switch": False, "cpu": "xeon-8480"}
+    topo = load_topology("pcie-workstation", node_params=params, ranks_per_gpu=k)
+    assert [d.name for d in topo.rank_devices()] == ["n0/gpu0"] * k
+    cuda = simulate_gloo(topo, GlooOptions(device="cuda"), consts(), n)
+    cpu = simulate_gloo(topo, GlooOptions(device="cpu"), consts(), n)
+    assert cuda.nranks == cpu.nranks == k
+    gpu = topo.device("n0/gpu0")
+    up = topo.pcie_route("n0/gpu0", topo.host_cpu("n0/gpu0").name)
+    rate = min(lk.bandwidth * lk.dma_ratio for lk in up)  # bytes/s
+    copy = float(gpu.spec["memcpy_latency"]) + k * n / rate
+    assert cuda.time_s - cpu.time_s == pytest.approx(2 * copy, rel=1e-9)
+    off = simulate_gloo(topo, GlooOptions(), consts(), n, symmetry=False)
+    assert off.time_s == pytest.approx(cuda.time_s, rel=1e-9)
+
+
+def test_nccl_refuses_ranks_sharing_a_gpu() -> None:
+    topo = load_topology("hgx-h100", ranks_per_gpu=2)
+    assert len(topo.rank_devices()) == 16 and len(topo.gpus()) == 8
+    sim = Simulator.from_source("hgx-h100", ["cluster.ranks_per_gpu=2", "backends.nccl.enabled=false"])
+    assert sim.simulate_one("gloo", MiB).nranks == 16
+    nccl = Simulator.from_source("hgx-h100")
+    with pytest.raises(BackendError, match="Duplicate GPU detected"):
+        plan_nccl(topo, nccl.nccl_options, nccl.nccl_constants, nccl.fabric)
+    with pytest.raises(ScenarioError, match=r"backends\.nccl\.enabled: NCCL runs one rank per GPU"):
+        Simulator.from_source("hgx-h100", ["cluster.ranks_per_gpu=2"])
 
 
 def test_reduce_scatter_costs_about_an_allreduce_on_gloo() -> None:

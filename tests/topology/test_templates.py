@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from collsim.topology import Topology, TopologyError, available_templates, load_topology, topology_from_template
+from collsim.topology.perturb import LinkRule, perturb_links
 
 TEMPLATES = [
     "aws-p4de",
@@ -120,6 +121,27 @@ def test_cpu_host_rank_slots() -> None:
     assert [d.name for d in two.rank_devices()] == ["n0/cpu0", "n0/cpu0", "n0/cpu1", "n1/cpu0", "n1/cpu0", "n1/cpu1"]
     assert two.host_cpu("n0/nic0").name == "n0/cpu0"
     assert two.path_type("n0/cpu1", "n0/nic0") == "SYS"
+
+
+def test_ranks_per_gpu_repeats_each_gpu_in_blocks_and_survives_copies() -> None:
+    fabric = {"topology": "rail_optimized", "transport": "rdma"}
+    params = {"gpus": 2, "nic": "connectx-7-ndr"}
+    topo = load_topology("pcie-workstation", nodes=2, fabric=fabric, node_params=params, ranks_per_gpu=3)
+    names = [d.name for d in topo.rank_devices()]
+    assert names == ["n0/gpu0"] * 3 + ["n0/gpu1"] * 3 + ["n1/gpu0"] * 3 + ["n1/gpu1"] * 3
+    assert len(topo.gpus()) == 4
+    assert topo.replaced().ranks_per_gpu == 3 and topo.replaced(background=()).rank_devices() == topo.rank_devices()
+    slow = perturb_links(topo, [LinkRule("n0/nic0", 0.5)])
+    assert slow.ranks_per_gpu == 3
+    with pytest.raises(TypeError, match="unknown argument"):
+        topo.replaced(ranks=2)
+
+
+def test_ranks_per_gpu_needs_gpus_and_a_positive_count() -> None:
+    with pytest.raises(TopologyError, match="ranks_per_gpu 2 needs GPUs; template 'cpu-host' has none"):
+        load_topology("cpu-host", ranks_per_gpu=2)
+    with pytest.raises(TopologyError, match="expected ranks per GPU as an integer >= 1, got 0"):
+        load_topology("hgx-h100", ranks_per_gpu=0)
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from collsim.api import Simulator
+from collsim.scenario import ScenarioError
 
 DATA = Path(__file__).resolve().parents[2] / "scenarios" / "measurements"
 SCENARIO = DATA / "ddp-cpu-2proc-mlp.scenario.yaml"
@@ -46,3 +47,11 @@ def test_bucket_sizes_ordered_as_measured(predicted: dict[str, float]) -> None:
 def test_the_computation_alone_within_15_percent() -> None:
     (gloo,) = Simulator.from_source(SCENARIO).step()
     assert abs(gloo.compute_s / RUNS["compute"]["median_s"] - 1) <= 0.15
+
+
+def test_a_step_with_processes_sharing_a_gpu_is_refused() -> None:
+    sim = Simulator.from_source(
+        "scenarios/ddp-resnet50-dgx1-v100.yaml", ["cluster.ranks_per_gpu=2", "backends.nccl.enabled=false"]
+    )
+    with pytest.raises(ScenarioError, match=r"cluster\.ranks_per_gpu: a training step with 2 processes sharing"):
+        sim.step()

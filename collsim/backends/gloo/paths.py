@@ -103,7 +103,7 @@ def _check(topo: Topology, opts: GlooOptions, collective: str) -> list[str]:
     if isinstance(opts.threads, bool) or not isinstance(opts.threads, int) or opts.threads < 1:
         raise BackendError(f"gloo: threads must be an integer >= 1 (worker threads per rank), got {opts.threads!r}")
     if opts.device == "cuda":
-        ranks = [d.name for d in topo.gpus()]
+        ranks = [d.name for d in topo.rank_devices()] if topo.gpus() else []  # a GPU per ranks_per_gpu ranks
         if not ranks:
             raise BackendError("gloo device 'cuda' needs GPUs; this topology has none (use device: cpu)")
     else:

@@ -628,6 +628,11 @@ def plan_nccl(
     gpus = [d.name for d in topo.gpus()]
     if len(gpus) < 1:
         raise BackendError("the topology has no GPUs: NCCL needs GPUs (use the gloo backend with device: cpu)")
+    if topo.ranks_per_gpu > 1:  # NVIDIA/nccl src/init.cc lines 736-739 (v2.27.7-1): ncclInvalidUsage
+        raise BackendError(
+            f"NCCL runs one rank per GPU ('Duplicate GPU detected' when two share one); this cluster has "
+            f"{topo.ranks_per_gpu} ranks per GPU (cluster.ranks_per_gpu): use the gloo backend"
+        )
     cat = ResourceCatalog(topo)
     arch = str(topo.device(gpus[0]).spec.get("arch", "ampere"))
     consts.check_arch(arch)
