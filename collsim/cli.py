@@ -252,7 +252,8 @@ def _bench_command(sub: _Sub) -> None:
     real.add_argument("-c", "--collective", default="allreduce",
                       help="allreduce, allgather, reduce_scatter, broadcast, reduce or alltoall (default: %(default)s)")
     real.add_argument("--backend", choices=list(BACKENDS), help="default: nccl with cuda tensors, gloo with cpu")
-    real.add_argument("--device", choices=list(TENSOR_DEVICES), help="tensor device (default: cuda when available)")
+    real.add_argument("--device", choices=list(TENSOR_DEVICES),
+                      help="tensor device (default: cuda when available; --ddp: cpu)")
     real.add_argument("--dtype", default="float32", help="element type (default: %(default)s)")
     real.add_argument("--sizes", metavar="RANGE", help="sizes, e.g. 1KiB:64MiB:x2 or 8B,1KiB (default: 1KiB:64MiB:x2)")
     real.add_argument("-w", "--warmup", type=int, default=5, help="warm-up iterations per size (default: %(default)s)")

@@ -1,4 +1,5 @@
-"""``collsim bench --ddp``: time real ``DistributedDataParallel`` iterations (Gloo, CPU tensors, loopback).
+"""``collsim bench --ddp``: time real ``DistributedDataParallel`` iterations (Gloo over loopback; CPU tensors, or CUDA
+tensors with ``--device cuda``).
 
 What runs
 ---------
@@ -40,6 +41,17 @@ DDP behaviours this relies on (torch 2.13 source):
   and the gradients accumulate in ``param.grad`` without communication.
 * ``torch/csrc/distributed/c10d/ProcessGroupGloo.hpp``, ``ProcessGroupGloo::Options::threads`` (default 2): the
   worker threads that run the allreduces; recorded per rank (``options._threads``).
+
+CUDA tensors (``device="cuda"``, ``--device cuda``)
+-------------------------------------------------
+The same models on a GPU: rank r (of ``nprocs`` on the node) on GPU ``r // k`` with ``k = ceil(nprocs / GPUs)``
+processes per GPU, in blocks as collsim's ``cluster.ranks_per_gpu`` numbers them; several processes may share one
+GPU (Gloo allows it; NCCL does not). ``DistributedDataParallel(model, device_ids=[gpu])`` on the Gloo group: each
+bucket's allreduce is ProcessGroupGloo's ``AsyncAllreduceCUDAWork`` (``torch/csrc/distributed/c10d/
+ProcessGroupGloo.cpp``): a copy of the bucket into pinned host memory on a side stream, the CPU ring on a worker
+thread after ``cudaStreamSynchronize``, the copy back. Every clock reading is preceded by
+``torch.cuda.synchronize()`` (the iteration's start and end, and each per-layer hook), so what is timed has run on
+the GPU; the per-layer hooks therefore serialise the ``layers`` configuration's kernels, as on CPU they are anyway.
 
 Timing
 ------
@@ -242,6 +254,8 @@ class DdpBenchConfig:
         Seed of the weights (all ranks alike) and of each rank's batch (``seed + 1 + rank``).
     timeout_s : float
         torch.distributed timeout, seconds.
+    device : str
+        ``cpu`` or ``cuda`` (tensors and models on the rank's GPU; see the module docstring).
     """
 
     bucket_caps_mb: tuple[float, ...] = DEFAULT_BUCKET_CAPS_MB
@@ -257,8 +271,11 @@ class DdpBenchConfig:
     lr: float = 1e-4
     seed: int = 0
     timeout_s: float = 300.0
+    device: str = "cpu"
 
     def __post_init__(self) -> None:
+        if self.device not in ("cpu", "cuda"):
+            raise BenchError(f"--device: expected cpu or cuda, got {self.device!r}")
         caps = tuple(float(c) for c in self.bucket_caps_mb)
         if not caps or any(not 0 < c < math.inf for c in caps):
             raise BenchError(f"--bucket-cap-mb: expected positive MiB values, got {self.bucket_caps_mb!r}")
@@ -586,7 +603,7 @@ def to_json(out: DdpBenchOutput, *, command: str, argv: str | None = None,
         "optimizer": {"name": "SGD", "lr": cfg.lr, "momentum": 0.0, "weight_decay": 0.0,
                       "zero_grad": "set_to_none=True (torch default)"},
         "loss": "mse_loss against a fixed random target",
-        "ddp": {"backend": "gloo", "device": "cpu", "gradient_as_bucket_view": False,
+        "ddp": {"backend": "gloo", "device": cfg.device, "gradient_as_bucket_view": False,
                 "find_unused_parameters": False, "broadcast_buffers": "True (the model has no buffers)",
                 "bucket_cap_mb_unit": "MiB (1048576 B)"},
         "nranks": out.nranks,
@@ -694,7 +711,8 @@ def build_mlp(widths: tuple[int, ...]) -> Any:
 class _LayerClock:
     """Forward and backward times of a ``nn.Sequential``'s children in one iteration (see the module docstring)."""
 
-    def __init__(self, model: Any) -> None:
+    def __init__(self, model: Any, sync: Callable[[], Any] = lambda: None) -> None:
+        self.sync = sync  # torch.cuda.synchronize on a GPU: a clock reads after the work before it has run
         self.names = [name for name, _ in model.named_children()]
         n = len(self.names)
         self.f0, self.f1, self.g = [0.0] * n, [0.0] * n, [0.0] * n
@@ -702,30 +720,34 @@ class _LayerClock:
             mod.register_forward_pre_hook(partial(self._pre, i))
             mod.register_forward_hook(partial(self._post, i))
 
+    def _now(self) -> float:
+        self.sync()
+        return time.perf_counter()
+
     def _pre(self, i: int, mod: Any, args: Any) -> None:
-        self.f0[i] = time.perf_counter()
+        self.f0[i] = self._now()
 
     def _post(self, i: int, mod: Any, args: Any, out: Any) -> None:
-        self.f1[i] = time.perf_counter()
+        self.f1[i] = self._now()
         if out.requires_grad:
             out.register_hook(partial(self._grad, i))
 
     def _grad(self, i: int, grad: Any) -> None:
-        self.g[i] = time.perf_counter()  # the gradient of child i's output: its backward starts
+        self.g[i] = self._now()  # the gradient of child i's output: its backward starts
 
     def step(self, model: Any, x: Any, y: Any, opt: Any, mse: Any) -> tuple[list[float], list[float], float]:
         """One iteration; returns per layer (children, then the loss) forward and backward seconds, and the
         optimizer step + zero_grad seconds."""
         out = model(x)
-        t_l0 = time.perf_counter()
+        t_l0 = self._now()
         loss = mse(out, y)
-        t_l1 = time.perf_counter()
-        t_b0 = time.perf_counter()
+        t_l1 = self._now()
+        t_b0 = self._now()
         loss.backward()
-        t_b1 = time.perf_counter()
+        t_b1 = self._now()
         opt.step()
         opt.zero_grad()
-        t_o = time.perf_counter()
+        t_o = self._now()
         n = len(self.names)
         fwd = [self.f1[i] - self.f0[i] for i in range(n)] + [t_l1 - t_l0]
         ends = [t_b1, *self.g[:-1]]  # child i's backward ends when child i-1's output gradient is ready
@@ -785,9 +807,10 @@ def run_ddp_rank(cfg: DdpBenchConfig, *, say: SayFn | None = None, launcher: str
     ids = rank_env()
     if ids is None:
         raise BenchError("RANK, WORLD_SIZE and LOCAL_RANK must be set (torchrun sets them)")
-    rank, world, _ = ids
+    rank, world, local = ids
     if not dist.is_available() or not dist.is_gloo_available():
         raise BenchError(f"--ddp: this torch ({torch.__version__}) has no Gloo backend")
+    device, sync = _rank_device(cfg, torch, local, world)
     torch.set_num_threads(cfg.threads)
     started = now_iso()
     dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world,
@@ -795,12 +818,12 @@ def run_ddp_rank(cfg: DdpBenchConfig, *, say: SayFn | None = None, launcher: str
     try:
         runs = planned_runs(cfg)
         gen = torch.Generator().manual_seed(cfg.seed + 1 + rank)
-        x = torch.randn(cfg.batch, cfg.widths[0], generator=gen)
-        y = torch.randn(cfg.batch, cfg.widths[-1], generator=gen)
-        plain, layers_model, models, opts = _build_models(cfg, runs, torch)
+        x = torch.randn(cfg.batch, cfg.widths[0], generator=gen).to(device)
+        y = torch.randn(cfg.batch, cfg.widths[-1], generator=gen).to(device)
+        plain, layers_model, models, opts = _build_models(cfg, runs, torch, device)
         names = [n for n, _ in plain.named_parameters()]
         params = [(n, int(p.numel())) for n, p in plain.named_parameters()]
-        clock = _LayerClock(layers_model)
+        clock = _LayerClock(layers_model, sync)
 
         def iteration(r: DdpRun) -> None:
             model, opt = models[r.name], opts[id(models[r.name])]
@@ -821,11 +844,13 @@ def run_ddp_rank(cfg: DdpBenchConfig, *, say: SayFn | None = None, launcher: str
 
         def timed(r: DdpRun, record: bool) -> None:
             dist.barrier()
+            sync()
             t0 = time.perf_counter()
             if r.kind == "layers":
                 fwd, bwd, o = clock.step(layers_model, x, y, opts[id(layers_model)], mse_loss)
             else:
                 iteration(r)
+            sync()
             dt = time.perf_counter() - t0
             if record:
                 times[r.name].append(dt)
@@ -848,7 +873,7 @@ def run_ddp_rank(cfg: DdpBenchConfig, *, say: SayFn | None = None, launcher: str
                 say(f"round {k + 1}/{cfg.rounds}: " + ", ".join(f"{n} {v:.1f} ms" for n, v in med.items()))
         buckets = {r.name: _ddp_buckets(models[r.name], names) for r in runs if r.kind == "ddp"}
         mine = {"times": times, "fwd": layer_fwd, "bwd": layer_bwd, "opt": opt_s,
-                "info": {"rank": rank, "hostname": socket.gethostname(), "pid": os.getpid(),
+                "info": {"rank": rank, "hostname": socket.gethostname(), "pid": os.getpid(), "device": str(device),
                          **_threads_line(torch, _gloo_threads(dist, torch))}}
         everyone: list[Any] = [None] * world
         dist.all_gather_object(everyone, mine)
@@ -863,24 +888,42 @@ def run_ddp_rank(cfg: DdpBenchConfig, *, say: SayFn | None = None, launcher: str
     return _assemble(cfg, world, runs, everyone, buckets, params, torch, launcher, started)
 
 
+def _rank_device(cfg: DdpBenchConfig, torch: Any, local: int, world: int) -> tuple[Any, Callable[[], Any]]:
+    """This rank's device and the call that waits for its work: the CPU and nothing, or GPU ``local // k`` (``k =
+    ceil(ranks on this node / GPUs)`` ranks per GPU, in blocks) and ``torch.cuda.synchronize``."""
+    if cfg.device == "cpu":
+        return torch.device("cpu"), lambda: None
+    if not torch.cuda.is_available() or torch.cuda.device_count() < 1:
+        raise BenchError(f"--device cuda: this torch ({torch.__version__}) sees no GPU; leave --device out for CPU")
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))  # torchrun sets it; the local launcher: one node
+    per_gpu = -(-local_world // torch.cuda.device_count())  # ceil: processes sharing each GPU
+    device = torch.device("cuda", local // per_gpu)
+    torch.cuda.set_device(device)
+    return device, torch.cuda.synchronize
+
+
 def _build_models(
-    cfg: DdpBenchConfig, runs: list[DdpRun], torch: Any
+    cfg: DdpBenchConfig, runs: list[DdpRun], torch: Any, device: Any = None
 ) -> tuple[Any, Any, dict[str, Any], dict[int, Any]]:
-    """The models the configurations iterate, each seeded with ``cfg.seed``: one plain MLP that the compute-only
-    configurations share, one for the per-layer clocks, a DistributedDataParallel wrapper per DDP configuration
-    (its own bucket cap); and an SGD optimizer per distinct model, by ``id``. Returns (plain, layers model, model
-    per configuration name, optimizer per model id); call with the process group initialised."""
+    """The models the configurations iterate, each seeded with ``cfg.seed`` (built on the CPU, then moved to
+    ``device``): one plain MLP that the compute-only configurations share, one for the per-layer clocks, a
+    DistributedDataParallel wrapper per DDP configuration (its own bucket cap; ``device_ids`` the rank's GPU on
+    CUDA); and an SGD optimizer per distinct model, by ``id``. Returns (plain, layers model, model per configuration
+    name, optimizer per model id); call with the process group initialised."""
     from torch.nn.parallel import DistributedDataParallel
 
+    device = torch.device("cpu") if device is None else device
+    ids = [device.index] if device.type == "cuda" else None
     torch.manual_seed(cfg.seed)
-    plain = build_mlp(cfg.widths)
+    plain = build_mlp(cfg.widths).to(device)
     torch.manual_seed(cfg.seed)
-    layers_model = build_mlp(cfg.widths)
+    layers_model = build_mlp(cfg.widths).to(device)
     models: dict[str, Any] = {}
     for r in runs:
         if r.kind == "ddp":
             torch.manual_seed(cfg.seed)
-            models[r.name] = DistributedDataParallel(build_mlp(cfg.widths), bucket_cap_mb=r.bucket_cap_mb)
+            models[r.name] = DistributedDataParallel(build_mlp(cfg.widths).to(device), device_ids=ids,
+                                                     bucket_cap_mb=r.bucket_cap_mb)
         else:
             models[r.name] = layers_model if r.kind == "layers" else plain
     opts: dict[int, Any] = {}
@@ -903,6 +946,10 @@ def _assemble(cfg: DdpBenchConfig, world: int, runs: list[DdpRun], everyone: lis
     hardware = {"cpu": facts["cpu"], "cpu_count": facts["cpu_count"], "memory_gib": facts["memory_gib"],
                 "nodes": len(hosts), "hostnames": hosts, "os": facts["os"],
                 "interconnect": "TCP over loopback (one host)" if len(hosts) == 1 else "TCP"}
+    if cfg.device == "cuda":
+        devices = sorted({str(e["info"].get("device")) for e in everyone})
+        hardware.update({"gpu": torch.cuda.get_device_name(0), "gpus_used": devices,
+                         "ranks_per_gpu": -(-world // max(len(devices), 1))})
     software = {"torch_version": str(torch.__version__), "gloo": f"bundled with torch {torch.__version__}",
                 "python": facts["python"], "env": relevant_env()}
     return DdpBenchOutput(config=cfg, nranks=world, runs=results, layers=layers,
@@ -941,9 +988,11 @@ def run_ddp(cfg: DdpBenchConfig, *, say: SayFn | None = None) -> DdpBenchOutput 
     BenchError
         torch missing, bad options, a failed rank (one line per rank).
     """
-    require_torch()
+    torch = require_torch()
     if rank_env() is not None:
         return run_ddp_rank(cfg, say=say, launcher="torchrun")
+    if cfg.device == "cuda" and not torch.cuda.is_available():  # before launching ranks that would each fail
+        raise BenchError(f"--device cuda: this torch ({torch.__version__}) sees no GPU; leave --device out for CPU")
     return _launch(cfg, say)
 
 
@@ -957,9 +1006,8 @@ def _config_from_args(args: Any) -> DdpBenchConfig:
     if getattr(args, "sizes", None):
         raise BenchError("--sizes: --ddp times training iterations, not collective sizes; leave --sizes out")
     if getattr(args, "backend", None) not in (None, "gloo"):
-        raise BenchError(f"--backend {args.backend}: --ddp runs Gloo on CPU tensors only")
-    if getattr(args, "device", None) not in (None, "cpu"):
-        raise BenchError(f"--device {args.device}: --ddp runs Gloo on CPU tensors only")
+        raise BenchError(f"--backend {args.backend}: --ddp runs Gloo (on CPU tensors, or CUDA with --device cuda)")
+    device = getattr(args, "device", None) or "cpu"  # --ddp's default: CPU tensors, whatever the machine has
     caps = parse_caps(args.bucket_cap_mb) if args.bucket_cap_mb else DEFAULT_BUCKET_CAPS_MB
     widths = parse_widths(args.mlp) if args.mlp else DEFAULT_WIDTHS
     nprocs = args.nprocs if args.nprocs is not None else 2
@@ -968,11 +1016,13 @@ def _config_from_args(args: Any) -> DdpBenchConfig:
         nprocs = ids[1]
     return DdpBenchConfig(bucket_caps_mb=caps, accumulation=args.no_sync, accumulation_cap_mb=args.no_sync_cap_mb,
                           widths=widths, batch=args.batch, warmup=args.warmup, iters=args.iters, rounds=args.rounds,
-                          nprocs=nprocs, threads=args.threads, timeout_s=args.timeout)
+                          nprocs=nprocs, threads=args.threads, timeout_s=args.timeout, device=device)
 
 
 def _command(cfg: DdpBenchConfig, args: Any, under_torchrun: bool) -> str:
     parts = ["collsim", "bench", "--ddp"]
+    if cfg.device != "cpu":
+        parts += ["--device", cfg.device]
     if not under_torchrun:
         parts += ["--nprocs", str(cfg.nprocs)]
     parts += ["--bucket-cap-mb", ",".join(_fmt_num(c) for c in cfg.bucket_caps_mb)]

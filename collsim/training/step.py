@@ -586,7 +586,9 @@ def _with_gloo(
     env.process(_ddp_iteration(env, g, plan, lambda b: None, lambda: gate, ready_at))
     env.run()  # stops at the all_done wait: every bucket is ready by then
     backward_end = float(env.now)
-    ends = list(gloo([plan.wire_bytes[b] for b in range(n)], ready_at)) if world > 1 else list(ready_at)
+    # also with one rank: DDP all-reduces every bucket whatever the world size (a comm hook sees each call, torch
+    # 2.13), and ProcessGroupGloo still copies CUDA tensors to the host and back around its one-rank allreduce
+    ends = list(gloo([plan.wire_bytes[b] for b in range(n)], ready_at))
     # pass 2: the same iteration, the final wait released when the last allreduce is done
     env = simpy.Environment()
     spans = []

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -17,7 +19,9 @@ from collsim.bench.ddp import (
     DdpBenchConfig,
     DdpBenchOutput,
     RunResult,
+    _LayerClock,
     _mlp_layers,
+    _rank_device,
     _widths_text,
     format_summary,
     model_yaml,
@@ -173,7 +177,7 @@ def test_model_yaml_round_trips_through_load_model(tmp_path: Path) -> None:
     (["--model-out", "m.json"], "--model-out m.json: expected a file name ending in .yaml or .yml"),
     (["--bucket-cap-mb", "-1"], "--bucket-cap-mb: expected positive MiB values, got '-1'"),
     (["--sizes", "1KiB"], "--sizes: --ddp times training iterations, not collective sizes; leave --sizes out"),
-    (["--backend", "nccl"], "--backend nccl: --ddp runs Gloo on CPU tensors only"),
+    (["--backend", "nccl"], "--backend nccl: --ddp runs Gloo (on CPU tensors, or CUDA with --device cuda)"),
     (["-o", "/nonexistent/m.json"], "-o /nonexistent/m.json: the folder /nonexistent does not exist"),
     (["-w", "0"], "-w/--warmup: expected an integer >= 1, got 0 (DDP's first iteration runs before its buckets "
                   "are rebuilt)"),
@@ -182,6 +186,77 @@ def test_cli_errors_are_one_line(argv: list[str], message: str, capsys: pytest.C
     assert main(["bench", "--ddp", *argv]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err == f"collsim: error: {message}\n"
+
+
+class _FakeCuda:
+    """What ``_rank_device`` and ``_LayerClock`` use of ``torch``, with ``gpus`` GPUs and a count of synchronises."""
+
+    def __init__(self, gpus: int) -> None:
+        self.gpus, self.syncs, self.current = gpus, 0, None
+        self.__version__ = "fake"
+        self.cuda = SimpleNamespace(is_available=lambda: gpus > 0, device_count=lambda: gpus,
+                                    set_device=self._set, synchronize=self._sync)
+
+    def device(self, kind: str, index: int | None = None) -> Any:
+        return SimpleNamespace(type=kind, index=index)
+
+    def _set(self, dev: Any) -> None:
+        self.current = dev
+
+    def _sync(self) -> None:
+        self.syncs += 1
+
+
+@pytest.mark.parametrize(("gpus", "world", "expected"), [
+    (1, 4, [0, 0, 0, 0]),  # four processes sharing one GPU (cluster.ranks_per_gpu: 4)
+    (2, 4, [0, 0, 1, 1]),  # in blocks, as collsim numbers ranks sharing GPUs
+    (4, 2, [0, 1]),
+    (2, 3, [0, 0, 1]),
+])
+def test_cuda_ranks_go_to_gpus_in_blocks(gpus: int, world: int, expected: list[int],
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    torch = _FakeCuda(gpus)
+    cfg = DdpBenchConfig(device="cuda")
+    got = []
+    for local in range(world):
+        dev, sync = _rank_device(cfg, torch, local, world)
+        assert dev.type == "cuda" and torch.current is dev
+        got.append(dev.index)
+        sync()
+    assert got == expected and torch.syncs == world
+    cpu, nothing = _rank_device(DdpBenchConfig(), torch, 0, world)
+    assert cpu.type == "cpu" and nothing() is None and torch.syncs == world
+    with pytest.raises(BenchError, match=r"--device cuda: this torch \(fake\) sees no GPU"):
+        _rank_device(cfg, _FakeCuda(0), 0, 1)
+    with pytest.raises(BenchError, match="--device: expected cpu or cuda, got 'tpu'"):
+        DdpBenchConfig(device="tpu")
+
+
+def test_layer_clock_synchronises_before_every_reading() -> None:
+    calls: list[str] = []
+
+    class Child:
+        def register_forward_pre_hook(self, fn: Any) -> None:
+            pass
+
+        def register_forward_hook(self, fn: Any) -> None:
+            pass
+
+    model = SimpleNamespace(named_children=lambda: [("fc1", Child())])
+    clock = _LayerClock(model, lambda: calls.append("sync"))
+    clock._pre(0, None, None)
+    clock._grad(0, None)
+    assert calls == ["sync", "sync"]
+
+
+def test_ddp_on_cuda_without_a_gpu_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    torch = pytest.importorskip("torch", reason="collsim bench needs torch: pip install -e '.[bench]'")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    assert main(["bench", "--ddp", "--device", "cuda"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("collsim: error: --device cuda: this torch (") and err.count("\n") == 1
 
 
 # --- a real run -----------------------------------------------------------------------------------------------

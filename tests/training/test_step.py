@@ -106,10 +106,19 @@ def test_gloo_buckets_go_to_worker_threads_when_ready_and_the_step_waits_for_the
     assert {s.lane for s in r.spans} >= {"compute", "Gloo thread 0", "Gloo thread 1"}
 
 
-def test_one_rank_has_nothing_to_reduce() -> None:
+def test_one_rank_has_nothing_to_reduce_with_nccl_but_gloo_still_runs_each_bucket() -> None:
     cfg = DdpConfig(batch_size=1, optimizer="none")
     r = simulate_ddp_step(_model(), cfg, _gpu(), BARE, 1, nccl=_nccl(1.0))
     assert r.iteration_s == pytest.approx(r.compute_s)
+    # DDP all-reduces every bucket at any world size, and ProcessGroupGloo stages CUDA tensors even for one rank:
+    # the buckets go to Gloo (whose one-rank simulation is the two copies), here 3 ms each
+
+    def gloo(sizes: Sequence[int], issue_at: Sequence[float]) -> list[float]:
+        return [t + 3e-3 for t in issue_at]
+
+    cfg = DdpConfig(batch_size=1, bucket_cap_mb=1, optimizer="none")
+    g = simulate_ddp_step(_model(), cfg, _gpu(sm_count=80), BARE, 1, gloo=gloo)
+    assert g.iteration_s == pytest.approx(9e-3, rel=1e-12) and g.comm_s == pytest.approx(6e-3, rel=1e-12)
 
 
 def test_bad_configuration_is_refused() -> None:
