@@ -275,3 +275,28 @@ def test_matches_real_ddp(cap: float | None, unused: bool, static: bool, mixed: 
     assert data["rebuilt_per_bucket_param_indices"] == ", ".join(" ".join(map(str, b.params)) for b in rebuilt)
     assert data["rebuilt_bucket_sizes"] == ", ".join(str(b.nbytes) for b in rebuilt)
     assert len(rebuilt) > 1
+
+
+@pytest.mark.usefixtures("gloo")
+def test_one_rank_ddp_still_all_reduces_every_bucket() -> None:
+    """What `collsim step` relies on with one rank (docs/training.md, "one rank"): DDP calls its communication hook,
+    i.e. an allreduce, for every bucket even when the world size is 1 (first iteration: one bucket; then the
+    rebuilt ones)."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    net = _net(False)
+    ddp = torch.nn.parallel.DistributedDataParallel(net, bucket_cap_mb=0.5)
+    calls: list[int] = []
+
+    def hook(state, bucket):  # type: ignore[no-untyped-def]  # DDP checks the annotation, if any, is GradBucket
+        calls.append(int(bucket.buffer().numel()))
+        return default_hooks.allreduce_hook(state, bucket)
+
+    ddp.register_comm_hook(None, hook)
+    for _ in range(3):
+        ddp(torch.randn(4, 256)).sum().backward()
+    sizes = [(p.numel() * p.element_size(), str(p.dtype).removeprefix("torch.")) for p in net.parameters()]
+    rebuilt = ddp_buckets(sizes, 0.5, ready_order=list(range(len(sizes) - 1, -1, -1)))
+    assert len(rebuilt) > 1
+    assert len(calls) == 1 + 2 * len(rebuilt)
+    assert calls[0] * 4 == sum(n for n, _ in sizes)  # float32: 4 B per element
