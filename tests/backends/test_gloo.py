@@ -9,6 +9,8 @@ from functools import cache
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from collsim.api import Simulator
 from collsim.backends import BackendError, GlooConstants, GlooOptions, simulate_gloo
@@ -131,6 +133,28 @@ def test_ranks_sharing_a_gpu_share_its_pcie_link_for_their_copies(k: int) -> Non
     assert cuda.time_s - cpu.time_s == pytest.approx(2 * copy, rel=1e-9)
     off = simulate_gloo(topo, GlooOptions(), consts(), n, symmetry=False)
     assert off.time_s == pytest.approx(cuda.time_s, rel=1e-9)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    k=st.integers(1, 5),
+    gpus=st.integers(1, 2),
+    size=st.integers(1, 64 * MiB),
+    device=st.sampled_from(["cuda", "cpu"]),
+)
+def test_more_ranks_on_the_same_gpus_never_finish_sooner(k: int, gpus: int, size: int, device: str) -> None:
+    # one more process on each GPU adds ring steps and, with CUDA tensors, copies on the same links; symmetry (which
+    # merges the ranks sharing a GPU) changes nothing
+    params = {"gpus": gpus, "gpu": "h200-sxm-141gb", "pcie_gen": 5, "pcie_switch": False, "cpu": "xeon-8480"}
+    opts = GlooOptions(device=device)
+    times = []
+    for kk in (k, k + 1):
+        topo = load_topology("pcie-workstation", node_params=params, ranks_per_gpu=kk)
+        on = simulate_gloo(topo, opts, consts(), size)
+        off = simulate_gloo(topo, opts, consts(), size, symmetry=False)
+        assert on.nranks == kk * gpus and on.time_s == pytest.approx(off.time_s, rel=1e-9)
+        times.append(on.time_s)
+    assert times[1] >= times[0] * (1 - 1e-12)
 
 
 def test_nccl_refuses_ranks_sharing_a_gpu() -> None:
