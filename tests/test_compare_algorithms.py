@@ -89,6 +89,18 @@ def test_cli_table_csv_and_explain_without_nccl(capsys: pytest.CaptureFixture[st
     assert doc["backend"] == "gloo" and list(doc["algorithms"][0]["variants"]) == list(GLOO_ALGORITHMS)
 
 
+def test_wide_cells_never_run_into_each_other(capsys: pytest.CaptureFixture[str]) -> None:
+    # eight processes sharing an H200 at 256 MiB: six-digit times with Gloo's protocol (19 characters and a mark)
+    argv = ["compare", "scenarios/measurements/h200-host-gloo-cuda.scenario.yaml", "--set", "cluster.ranks_per_gpu=8",
+            "--sizes", "256MiB", "--quiet"]
+    assert main(argv) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.strip().startswith("256MiB"))
+    cells = row.split()
+    # size, then per algorithm a time and its protocol (marks attached), then the verdict
+    assert cells[0] == "256MiB" and cells[2:9:2] == ["tcp/cuda*+", "tcp/cuda", "tcp/cuda", "tcp/cuda"]
+    assert all(float(c) > 3e5 for c in cells[1:9:2])
+
+
 def test_other_collectives_have_one_gloo_variant() -> None:
     sim = Simulator.from_source("loopback-gloo-cpu", ["workload.collective=allgather"])
     (row,) = sim.compare_algorithms(sizes=[MiB])[0]

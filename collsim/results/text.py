@@ -382,24 +382,26 @@ def format_algorithm_comparison(
         size = format_size(r.size_bytes)
         return f"{r.collective} {size}" if many else size
 
+    def cell(r: AlgorithmComparison, v: str) -> str:
+        rec = r.records.get(v)
+        if rec is None:
+            return "-"
+        mark = ("*" if v == r.default else "") + ("+" if v == r.best else "")
+        proto = f" {rec.protocol}" if rec.protocol not in ("", "-") else ""
+        return f"{rec.time_us:.2f}{proto}{mark}"
+
+    texts = [[cell(r, v) for v in variants] for r in rows]
     width = max([10, *(len(label(r)) for r in rows)])
-    col = max([18, *(len(v) + 2 for v in variants)])
+    # a column is at least one space wider than its widest cell (six-digit times with Gloo's protocol are 19 wide)
+    col = max([18, *(len(v) + 2 for v in variants), *(len(t) + 1 for row in texts for t in row)])
     lines = [
         f"# collsim compare: {name} ({n} ranks, {', '.join(collectives)} {dtype}), {backend} algorithms against each "
         "other; time in us (busbw GB/s); * = the default, + = the fastest",
         *([f"# {note}"] if note else []),
         f"# {'size':>{width}} " + "".join(f"{v:>{col}}" for v in variants) + f" {'fastest vs default':>19}",
     ]
-    for r in rows:
-        cells = []
-        for v in variants:
-            rec = r.records.get(v)
-            if rec is None:
-                cells.append(f"{'-':>{col}}")
-                continue
-            mark = ("*" if v == r.default else "") + ("+" if v == r.best else "")
-            proto = f" {rec.protocol}" if rec.protocol not in ("", "-") else ""
-            cells.append(f"{f'{rec.time_us:.2f}{proto}{mark}':>{col}}")
+    for r, row in zip(rows, texts, strict=True):
+        cells = [f"{t:>{col}}" for t in row]
         ratio = r.against_default(r.best)
         tail = "the default" if r.best == r.default else f"{r.best} {1 / ratio:.2f}x faster" if ratio > 0 else "-"
         lines.append(f"  {label(r):>{width}} " + "".join(cells) + f" {tail:>19}")
