@@ -947,9 +947,13 @@ def _assemble(cfg: DdpBenchConfig, world: int, runs: list[DdpRun], everyone: lis
                 "nodes": len(hosts), "hostnames": hosts, "os": facts["os"],
                 "interconnect": "TCP over loopback (one host)" if len(hosts) == 1 else "TCP"}
     if cfg.device == "cuda":
-        devices = sorted({str(e["info"].get("device")) for e in everyone})
-        hardware.update({"gpu": torch.cuda.get_device_name(0), "gpus_used": devices,
-                         "ranks_per_gpu": -(-world // max(len(devices), 1))})
+        # ranks per GPU: the most ranks on one (host, device); device names repeat from host to host
+        per_gpu: dict[tuple[str, str], int] = {}
+        for e in everyone:
+            key = (str(e["info"]["hostname"]), str(e["info"].get("device")))
+            per_gpu[key] = per_gpu.get(key, 0) + 1
+        hardware.update({"gpu": torch.cuda.get_device_name(0), "gpus_used": sorted({d for _, d in per_gpu}),
+                         "ranks_per_gpu": max(per_gpu.values())})
     software = {"torch_version": str(torch.__version__), "gloo": f"bundled with torch {torch.__version__}",
                 "python": facts["python"], "env": relevant_env()}
     return DdpBenchOutput(config=cfg, nranks=world, runs=results, layers=layers,

@@ -19,6 +19,7 @@ from collsim.bench.ddp import (
     DdpBenchConfig,
     DdpBenchOutput,
     RunResult,
+    _assemble,
     _LayerClock,
     _mlp_layers,
     _rank_device,
@@ -248,6 +249,20 @@ def test_layer_clock_synchronises_before_every_reading() -> None:
     clock._pre(0, None, None)
     clock._grad(0, None)
     assert calls == ["sync", "sync"]
+
+
+def test_ranks_per_gpu_is_counted_per_host_and_device() -> None:
+    # two hosts, two processes on each host's cuda:0: 2 per GPU, not the world size over the device names
+    cfg = DdpBenchConfig(device="cuda", widths=(4, 8, 2), bucket_caps_mb=(1.0,), iters=1, rounds=1)
+    runs = planned_runs(cfg)
+    nlayers = len(_mlp_layers(cfg.widths))
+    everyone = [{"times": {r.name: [1e-3] for r in runs}, "fwd": [[1e-4] * nlayers], "bwd": [[2e-4] * nlayers],
+                 "opt": [1e-5], "info": {"rank": k, "hostname": f"h{k // 2}", "device": "cuda:0"}}
+                for k in range(4)]
+    fake = SimpleNamespace(__version__="fake", cuda=SimpleNamespace(get_device_name=lambda i: "Fake GPU"))
+    out = _assemble(cfg, 4, runs, everyone, {}, [("fc1.weight", 32)], fake, "collsim", "2026-12-04T00:00:00+00:00")
+    assert out.hardware["ranks_per_gpu"] == 2 and out.hardware["gpus_used"] == ["cuda:0"]
+    assert out.hardware["gpu"] == "Fake GPU" and out.hardware["nodes"] == 2
 
 
 def test_ddp_on_cuda_without_a_gpu_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
