@@ -43,7 +43,7 @@ FIELDS = [
     "backends.nccl.env", "backends.nccl.env.NCCL_ALGO", "backends.nccl.env.NCCL_PROTO",
     "backends.nccl.env.NCCL_BUFFSIZE", "backends.nccl.env.NCCL_MAX_NCHANNELS", "backends.gloo.threads",
     "backends.gloo.algorithm", "backends.gloo.enabled", "engine.symmetry", "calibration", "presets",
-    "presets.gpus", "preset_files", "training", "training.batch_size", "noise", "perturb",
+    "presets.gpus", "preset_files", "training", "training.batch_size", "noise", "perturb", "cluster.ranks_per_gpu",
 ]  # fmt: skip
 VALUES = st.one_of(
     st.integers(-10, 16).map(str),
