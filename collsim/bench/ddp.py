@@ -894,12 +894,17 @@ def _rank_device(cfg: DdpBenchConfig, torch: Any, local: int, world: int) -> tup
     if cfg.device == "cpu":
         return torch.device("cpu"), lambda: None
     if not torch.cuda.is_available() or torch.cuda.device_count() < 1:
-        raise BenchError(f"--device cuda: this torch ({torch.__version__}) sees no GPU; leave --device out for CPU")
+        raise _no_gpu(torch)
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))  # torchrun sets it; the local launcher: one node
     per_gpu = -(-local_world // torch.cuda.device_count())  # ceil: processes sharing each GPU
     device = torch.device("cuda", local // per_gpu)
     torch.cuda.set_device(device)
     return device, torch.cuda.synchronize
+
+
+def _no_gpu(torch: Any) -> BenchError:
+    """``--device cuda`` where this torch sees no GPU."""
+    return BenchError(f"--device cuda: this torch ({torch.__version__}) sees no GPU; leave --device out for CPU")
 
 
 def _build_models(
@@ -996,7 +1001,7 @@ def run_ddp(cfg: DdpBenchConfig, *, say: SayFn | None = None) -> DdpBenchOutput 
     if rank_env() is not None:
         return run_ddp_rank(cfg, say=say, launcher="torchrun")
     if cfg.device == "cuda" and not torch.cuda.is_available():  # before launching ranks that would each fail
-        raise BenchError(f"--device cuda: this torch ({torch.__version__}) sees no GPU; leave --device out for CPU")
+        raise _no_gpu(torch)
     return _launch(cfg, say)
 
 

@@ -102,12 +102,9 @@ def _check(topo: Topology, opts: GlooOptions, collective: str) -> list[str]:
             raise BackendError(f"gloo: unknown {what} {value!r}; valid: {', '.join(valid)}")
     if isinstance(opts.threads, bool) or not isinstance(opts.threads, int) or opts.threads < 1:
         raise BackendError(f"gloo: threads must be an integer >= 1 (worker threads per rank), got {opts.threads!r}")
-    if opts.device == "cuda":
-        ranks = [d.name for d in topo.rank_devices()] if topo.gpus() else []  # a GPU per ranks_per_gpu ranks
-        if not ranks:
-            raise BackendError("gloo device 'cuda' needs GPUs; this topology has none (use device: cpu)")
-    else:
-        ranks = [d.name for d in topo.rank_devices()]
+    if opts.device == "cuda" and not topo.gpus():
+        raise BackendError("gloo device 'cuda' needs GPUs; this topology has none (use device: cpu)")
+    ranks = [d.name for d in topo.rank_devices()]  # the GPUs (each ranks_per_gpu times), else the CPU process slots
     if opts.transport == "ibverbs":
         _check_ibverbs(topo, opts, ranks)
     if collective == "sendrecv" and len(ranks) < 2:
