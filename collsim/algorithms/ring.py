@@ -21,7 +21,7 @@ from typing import Any
 from simpy.events import Event
 
 from collsim.algorithms.board import EventBoard
-from collsim.engine import Callback
+from collsim.engine import Callback, SendThen
 
 __all__ = [
     "GlooParams",
@@ -36,11 +36,6 @@ __all__ = [
 ]
 
 Send = Callable[[float], tuple[Event, Event]]
-#: A callback-driven schedule's sender: ``send(nbytes, on_arrived, arg, on_streamed, arg)`` calls
-#: ``on_arrived(arg)`` when the bytes have arrived and ``on_streamed(arg)`` when the sender is free (each when
-#: given): the two events of a :data:`Send`, without the events (``FluidNetwork.send_then``; :func:`send_then_of`
-#: builds one from a :data:`Send`)
-SendThen = Callable[[float, Callback | None, Any, Callback | None, Any], None]
 Reduce = Callable[[float], Event]
 Proc = Generator[Event, Any, None]
 

@@ -14,6 +14,7 @@ from collsim.engine.fluid import (
     FluidNetwork,
     Owner,
     Resource,
+    SendThen,
     Tag,
 )
 from collsim.engine.symmetry import Decoupling, Quotient, ResourceSpec, build_quotient, decouple, refine
@@ -31,6 +32,7 @@ __all__ = [
     "Quotient",
     "Resource",
     "ResourceSpec",
+    "SendThen",
     "Tag",
     "attribute_time",
     "build_quotient",

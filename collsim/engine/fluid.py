@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,11 +46,16 @@ __all__ = [
     "Owner",
     "Resource",
     "Route",
+    "SendThen",
     "Tag",
 ]
 
 #: What :meth:`FluidNetwork.send_then` calls when a flow arrives or its sender is free: ``callback(argument)``.
 Callback = Callable[[Any], None]
+#: A callback-driven schedule's sender (:meth:`FluidNetwork.sender_then`): ``send(nbytes, on_arrived, arg,
+#: on_streamed, arg)`` calls ``on_arrived(arg)`` when the bytes have arrived and ``on_streamed(arg)`` when the
+#: sender is free (each when given).
+SendThen = Callable[[float, Callback | None, Any, Callback | None, Any], None]
 
 #: SimPy priority of the rate solve: after every NORMAL (1) event of the same timestamp.
 LATE = 2
@@ -220,6 +225,8 @@ class Flow:
         latency: float,
         now: float,
         seq: int,
+        then: tuple[Callback | None, Any, Callback | None, Any] | None = None,
+        hold: float = 0.0,
     ) -> None:
         self.size = size
         self.remaining = size
@@ -230,7 +237,7 @@ class Flow:
         self.done: Event | None = done  # fired when the last unit has left; None when nobody waits for that moment
         self.arrived: Event | None = None  # fired `latency` after the last unit left (None: it is `done`)
         self.streamed: Event | None = None  # fired `hold` after the last unit left (None: it is `done`)
-        self.hold = 0.0
+        self.hold = hold
         self.tag = tag
         self.owner = owner
         self.t_start = now
@@ -242,7 +249,7 @@ class Flow:
         self.rates: list[tuple[float, float]] | None = None  # (time s, rate) at each rate change, when recording
         # what to call instead of events (FluidNetwork.send_then): (on arrival, its argument, once the sender is
         # free, its argument); None for a flow with events
-        self.then: tuple[Callback | None, Any, Callback | None, Any] | None = None
+        self.then = then
 
 
 @dataclass(frozen=True)
@@ -533,9 +540,34 @@ class FluidNetwork:
             if on_streamed is not None:
                 streamed.callbacks.append(lambda _e: on_streamed(streamed_arg))  # type: ignore[union-attr]
             return
-        flow = self._start(route, size, None, tag, owner, latency)
-        flow.then = (on_arrived, arrived_arg, on_streamed, streamed_arg)
-        flow.hold = hold
+        self._start(route, size, None, tag, owner, latency, (on_arrived, arrived_arg, on_streamed, streamed_arg), hold)
+
+    def sender_then(self, route: Route, latency: float, hold: float, tag: Tag, owner: Owner) -> SendThen:
+        """:meth:`send_then` with everything but the message fixed: ``send(size, on_arrived, arrived_arg,
+        on_streamed, streamed_arg)`` makes the same flow with the same calls (a sender that sends many messages
+        the same way pays for its fixed arguments once, not per message).
+
+        Examples
+        --------
+        >>> env = simpy.Environment()
+        >>> net = FluidNetwork(env)
+        >>> send = net.sender_then(net.route([(net.resource("l", 1e9), 1.0)]), 1e-6, 0.0, UNTAGGED, NO_OWNER)
+        >>> send(1e6, print, "arrived", print, "free")
+        >>> env.run()
+        free
+        arrived
+        >>> round(env.now * 1e6, 6)  # 1 MB at 1 GB/s, then 1 us of latency
+        1001.0
+        """
+        send_then, start = self.send_then, self._start
+
+        def send(size: float, fa: Callback | None, a: Any, fs: Callback | None, s: Any) -> None:
+            if size <= 0:
+                send_then(route, size, latency, hold, tag, owner, fa, a, fs, s)
+            else:
+                start(route, size, None, tag, owner, latency, (fa, a, fs, s), hold)
+
+        return send
 
     def timed(self, seconds: float, latency: float = 0.0, hold: float = 0.0) -> tuple[Event, Event]:
         """A transfer that shares no resource and streams for ``seconds`` (its size over its cap): ``(streamed,
@@ -564,11 +596,55 @@ class FluidNetwork:
         if on_streamed is not None:
             self._call(seconds + hold, on_streamed, streamed_arg)
 
-    def _start(self, route: Route, size: float, done: Event | None, tag: Tag, owner: Owner, latency: float) -> Flow:
-        """A flow of ``size`` units over ``route``, streaming from now (the caller sets its events or calls)."""
+    def timed_sender_then(self, cap: float, latency: float, hold: float) -> SendThen:
+        """:meth:`timed_then` for a sender whose messages all stream alone at ``cap`` units/s:
+        ``send(size, on_arrived, arrived_arg, on_streamed, streamed_arg)`` makes the calls ``timed_then(size /
+        cap, latency, hold, ...)`` makes, at the same times (a sender of millions of local copies pays one call per
+        message).
+
+        Examples
+        --------
+        >>> env = simpy.Environment()
+        >>> net = FluidNetwork(env)
+        >>> send = net.timed_sender_then(1e9, 2e-6, 0.0)
+        >>> send(1e6, print, "arrived", print, "free")
+        >>> env.run()
+        free
+        arrived
+        >>> round(env.now * 1e6, 6)  # 1 MB at 1 GB/s, then 2 us of latency
+        1002.0
+        """
+        env, batches, batch = self.env, self._batches, self._batch
+
+        def send(size: float, fa: Callback | None, a: Any, fs: Callback | None, s: Any) -> None:
+            seconds = size / cap
+            if fa is not None:  # _call(seconds + latency, fa, a), written out
+                delay = seconds + latency
+                due = batches.get(env._now + delay)
+                (due if due is not None else batch(delay)).append((fa, a))
+            if fs is not None:
+                delay = seconds + hold
+                due = batches.get(env._now + delay)
+                (due if due is not None else batch(delay)).append((fs, s))
+
+        return send
+
+    def _start(
+        self,
+        route: Route,
+        size: float,
+        done: Event | None,
+        tag: Tag,
+        owner: Owner,
+        latency: float,
+        then: tuple[Callback | None, Any, Callback | None, Any] | None = None,
+        hold: float = 0.0,
+    ) -> Flow:
+        """A flow of ``size`` units over ``route``, streaming from now (the caller sets its events, or gives the
+        calls of :meth:`send_then` and the sender's hold)."""
         env = self.env
         self.flows += 1
-        flow = Flow(float(size), route, done, tag, owner, latency, env._now, self.flows)
+        flow = Flow(float(size), route, done, tag, owner, latency, env._now, self.flows, then, hold)
         if self.record:
             flow.rates = []
         if self.flows >= self._check_at:  # the budget: over its limit, or a heartbeat due (every Meter.EVERY)
@@ -687,7 +763,8 @@ class FluidNetwork:
         now = self.env.now
         horizon = now + now * 1e-12 + 1e-15
         times, queued, by_sig = self._times, self._due, self._by_sig
-        ended, moved, after, call, record = self._ended, self._sig_moved, self._after, self._call, self.record
+        ended, moved, after, record = self._ended, self._sig_moved, self._after, self.record
+        batches, batch = self._batches, self._batch
         finished = 0
         while times and times[0] <= horizon:
             bucket = queued.pop(heapq.heappop(times))
@@ -697,16 +774,17 @@ class FluidNetwork:
                 if version != f.version:  # stale: re-rated since (or finished: its version moved on at its end)
                     continue
                 finished += 1
-                flows = by_sig[f.sig]
+                sig = f.sig
+                flows = by_sig[sig]
                 del flows[id(f)]
                 if not flows:  # the signature's last streaming flow
                     for res in f.res:
-                        del res.sigs[f.sig]
-                ended.append((f.sig, f.rate))
+                        del res.sigs[sig]
+                ended.append((sig, f.rate))
                 f.remaining = 0.0
                 f.rate = 0.0
-                f.version += 1
-                moved[f.sig] += f.size
+                f.version = version + 1
+                moved[sig] += f.size
                 if record:
                     self.records.append(
                         FlowRecord(
@@ -724,10 +802,13 @@ class FluidNetwork:
                     )
                 then = f.then
                 if then is not None:  # send_then's calls, in the order its two events' callbacks would run
+                    # (what _call does, written out: the batch of the time `now + delay`, as _batch computes it)
                     if then[0] is not None:
-                        call(f.latency, then[0], then[1])
+                        b = batches.get(now + f.latency)
+                        (b if b is not None else batch(f.latency)).append((then[0], then[1]))
                     if then[2] is not None:
-                        call(f.hold, then[2], then[3])
+                        b = batches.get(now + f.hold)
+                        (b if b is not None else batch(f.hold)).append((then[2], then[3]))
                     continue
                 if f.done is not None:
                     after(0.0, f.done)
@@ -860,9 +941,7 @@ class FluidNetwork:
             self._freed = [r for sig in unpaired_ended for r in sig_res[sig]]
             self._relayed = [(f, rate_of[f.sig]) for f in paired]
             return False
-        now = self.env.now
-        for f in paired:
-            self._rerate(f, rate_of[f.sig], now)
+        self._rerate_all(paired, self.env.now, rate_of=rate_of)
         self._started = []
         self._freed = []
         self.relays += 1
@@ -914,11 +993,8 @@ class FluidNetwork:
             rate = hit[sig]
             if rate != sig_rate[sig]:
                 sig_rate[sig] = rate
-                for f in by_sig[sig].values():
-                    if f.version:
-                        rerate(f, rate, now)
-        for f in self._started:
-            rerate(f, hit[f.sig], now)
+                self._rerate_all([f for f in by_sig[sig].values() if f.version], now, rate)
+        self._rerate_all(self._started, now, rate_of=hit)
         self._started = []
         if self._relayed:
             # the relayed flows of a signature the search reached take its new rate, the others their predecessor's
@@ -934,24 +1010,34 @@ class FluidNetwork:
             self.check_invariants()
 
     def _rerate(self, f: Flow, rate: float, now: float) -> None:
-        """Bring ``f``'s progress up to ``now`` (seconds), give it ``rate`` (units/s) and queue its finish time
-        (its older queue entries go stale with the version)."""
-        left = f.remaining - f.rate * (now - f.t_ref)
-        f.remaining = left
-        f.t_ref = now
-        f.rate = rate
-        version = f.version + 1
-        f.version = version
-        if f.rates is not None:
-            f.rates.append((now, rate))
-        if rate > 0:
-            finish = now + left / rate if left > 0.0 and rate != _INF else now
-            due = self._due
-            bucket = due.get(finish)
-            if bucket is None:
-                due[finish] = bucket = []
-                heapq.heappush(self._times, finish)
-            bucket.append((f.seq, version, f))
+        """:meth:`_rerate_all` for one flow."""
+        self._rerate_all((f,), now, rate)
+
+    def _rerate_all(
+        self, flows: Iterable[Flow], now: float, rate: float = 0.0, rate_of: dict[int, float] | None = None
+    ) -> None:
+        """Bring each of ``flows`` up to ``now`` (seconds), give it ``rate`` (units/s), or ``rate_of`` its
+        signature when given, and queue its finish time (its older queue entries go stale with the version). One
+        call for many flows: a solve re-rates millions."""
+        due, times = self._due, self._times
+        for f in flows:
+            if rate_of is not None:
+                rate = rate_of[f.sig]
+            left = f.remaining - f.rate * (now - f.t_ref)
+            f.remaining = left
+            f.t_ref = now
+            f.rate = rate
+            version = f.version + 1
+            f.version = version
+            if f.rates is not None:
+                f.rates.append((now, rate))
+            if rate > 0:
+                finish = now + left / rate if left > 0.0 and rate != _INF else now
+                bucket = due.get(finish)
+                if bucket is None:
+                    due[finish] = bucket = []
+                    heapq.heappush(times, finish)
+                bucket.append((f.seq, version, f))
 
     def _progressive_filling(self, flows: list[Flow]) -> list[float]:
         """Raise all unfrozen rates together until a resource or a flow cap binds; freeze those; repeat.

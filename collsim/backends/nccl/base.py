@@ -339,18 +339,18 @@ class Launcher:
         route, tag, owner, lat, hold, timing = self._prepared(e, role)
         cap = self._alone(e, role)
         if cap is not None:  # crosses no resource: timed, with the same latency and posts as a flow
-            timed_then = self.net.timed_then
             if timing is None:
-                return lambda b, fa, a, fs, s: timed_then(b / cap, lat, hold, fa, a, fs, s)
+                return self.net.timed_sender_then(cap, lat, hold)
+            timed_then = self.net.timed_then
 
             def timed(b: float, fa: Callback | None, a: Any, fs: Callback | None, s: Any) -> None:
                 extra, h = timing()
                 timed_then(b / cap, lat + extra, h, fa, a, fs, s)
 
             return timed
-        send_then = self.net.send_then
         if timing is None:
-            return lambda b, fa, a, fs, s: send_then(route, b, lat, hold, tag, owner, fa, a, fs, s)
+            return self.net.sender_then(route, lat, hold, tag, owner)
+        send_then = self.net.send_then
 
         def send(b: float, fa: Callback | None, a: Any, fs: Callback | None, s: Any) -> None:
             extra, h = timing()
