@@ -262,7 +262,11 @@ class _TreeLanes:
         for m in self.on_up:
             c = m.up_count[i] = m.up_count[i] + 1
             if c == m.nchildren:
-                m._advance()
+                m._up_may_go()
+
+    def _up_may_go(self) -> None:
+        """Every child's share of a slice is here: the lanes may go."""
+        self._advance()
 
     def _send_down(self, i: int, b: float) -> None:
         """Send ``b`` bytes of slice ``i`` to every child at once."""
@@ -289,7 +293,7 @@ class NcclTreeMachine(_TreeLanes):
     """:func:`nccl_tree_up` and :func:`nccl_tree_down` for one entity, driven by callbacks instead of two
     generators: the same sends at the same simulated times, without a SimPy process resume or an
     :class:`EventBoard` event per slice and dependency (which the board kept for the whole run). Its senders are
-    :data:`~collsim.algorithms.ring.SendThen` (called back on arrival and release: no event per send).
+    :data:`~collsim.engine.SendThen` (called back on arrival and release: no event per send).
 
     Waits and payments are those of the two generators, which stay the readable reference (the tests run both on
     random trees and compare the times): per slice,
@@ -546,15 +550,16 @@ def nccl_nvls_tree(
 class NcclNvlsTreeMachine(_TreeLanes):
     """:func:`nccl_nvls_tree`'s schedule driven by callbacks instead of four generators: the same sends at the
     same simulated times, without a SimPy process resume or an :class:`EventBoard` event per dependency. Its
-    senders are :data:`~collsim.algorithms.ring.SendThen` (called back on arrival and release: no event per send).
+    senders are :data:`~collsim.engine.SendThen` (called back on arrival and release: no event per send).
 
     At scale (every GPU and channel of 1024 GPUs, thousands of slices each) the four generators of each entity
     spend their time resuming, and the board keeps an entry per slice and dependency for the whole run (every GPU
     waits for each of its node's GPUs twice per slice). A machine counts instead, per slice, the node peers whose
     reduce-scatter has arrived, the children whose share has arrived and the node peers that have the slice back
     from the tree, and keeps a flag per slice for its share sent up and the slice here from its parent; a count
-    that reaches its total, a flag set or one of its own sends streamed makes it check whether any of its four
-    lanes may send next.
+    that reaches its total, a flag set or one of its own sends streamed makes it try the lanes that change can let
+    go: between callbacks no lane of a machine can send, so a change to what one lane waits for needs that lane
+    tried (and those its send lets go), not every lane (:meth:`_step` says which sends let others go).
 
     Waits and payments are those of :func:`nccl_nvls_tree`, which stays the readable reference (the tests run both
     on random trees and compare the times): per slice,
@@ -653,8 +658,20 @@ class NcclNvlsTreeMachine(_TreeLanes):
             self._sc()
 
     def _step(self) -> bool:
-        # the copy lanes are tried where what they wait for changes (a slot freed, a slice here), not on every step
-        return self._rs() | self._up() | self._down() | self._ag()
+        """Try every lane once, in the order rs, up, down, ag; whether another round may send more.
+
+        Another round is needed only where this one passed a slice without making its lane busy: the root's up
+        lane (its next slice, and a buffer slot for the reduce-scatter, tried before it) and a down lane without
+        children (its next slice). Any other send makes its lane busy and enables only lanes tried after it in
+        the same round (a slice down lets this GPU's own all-gather go), so a second round would send nothing: the
+        same sends in the same order as repeating the round until it sends nothing, at half the tries. The copy
+        lanes are tried where what they wait for changes (a slot freed, a slice here), not on every step."""
+        self._rs()
+        again = self._up()
+        if self._down() and not self.send_down:
+            again = True
+        self._ag()
+        return again
 
     def _free_slot(self, i: int) -> bool:
         """Slice ``i`` has a buffer slot: it is among the first ``slots``, or slice ``i - slots`` has gone up."""
@@ -672,8 +689,8 @@ class NcclNvlsTreeMachine(_TreeLanes):
 
     def _sc_arrived(self, i: int) -> None:
         self.sc_done[i] = 1
-        if i == self.i_rs:  # the reduce-scatter waits for this slice
-            self._advance()
+        if i == self.i_rs:  # the reduce-scatter waits for this slice (no other lane changes: see _rs_streamed)
+            self._rs()
 
     def _sc_streamed(self, _arg: None) -> None:
         self.busy_sc = False
@@ -692,13 +709,26 @@ class NcclNvlsTreeMachine(_TreeLanes):
         for m in self.on_peer:
             c = m.rs_count[i] = m.rs_count[i] + 1
             if c == m.npeers:
-                m._advance()
+                m._up_may_go()
+
+    def _up_may_go(self) -> None:
+        """What the up lane waits for (the node peers' reduce-scatters, the children's shares) is here: below the
+        root only that lane may send, and its send enables no other (see :meth:`_rs_streamed`); the root's pass
+        may let every lane go."""
+        if self.root:
+            self._advance()
+        elif self.started:
+            self._up()
 
     def _rs_streamed(self, _arg: None) -> None:
+        # every callback finds the machine where :meth:`_advance` left it, no lane able to send; this one frees
+        # only the reduce-scatter lane, whose send enables no other lane: trying it alone is the same
         self.busy_rs = False
-        self._advance()
+        self._rs()
 
     def _up(self) -> bool:
+        """Send the next slice's share up (or, at the root, pass it down); True only for the root's pass, which
+        leaves the lane free (see :meth:`_step`)."""
         i = self.i_up
         if self.busy_up or i >= self.n or self.rs_count[i] < self.npeers or self.up_count[i] < self.nchildren:
             return False
@@ -708,9 +738,28 @@ class NcclNvlsTreeMachine(_TreeLanes):
             self.up_sent[i] = 1
             if self.copies:  # a buffer slot freed
                 self._sc()
-        else:
-            self._send_up(i, self.parts[i] * self.share, self._up_streamed)
-        return True
+            return True
+        self._send_up(i, self.parts[i] * self.share, self._up_streamed)
+        return False
+
+    def _here(self, i: int) -> None:
+        if not self.down_ready[i]:
+            self.down_ready[i] = 1
+            if self.started:
+                self._down_may_go()
+
+    def _down_free(self) -> None:
+        self._down_may_go()
+
+    def _down_may_go(self) -> None:
+        """A slice is here from the parent, or the down lane is free: only that lane may send, and its send lets
+        only this GPU's all-gather go (tried next, as in a round of :meth:`_step`); a down lane without children
+        stays free and may pass the next slice."""
+        while self._down():
+            self._ag()
+            if self.send_down:
+                return
+        self._ag()
 
     def _up_streamed(self, i: int) -> None:
         self.busy_up = False
@@ -725,10 +774,10 @@ class NcclNvlsTreeMachine(_TreeLanes):
             return False
         self.i_down = i + 1
         self._send_down(i, self.parts[i] * self.share)
-        for m in self.on_peer:  # this one's own all-gather: the caller's loop checks it again
+        for m in self.on_peer:  # this one's own all-gather: the round tries it next (see _step)
             c = m.tree_count[i] = m.tree_count[i] + 1
-            if c == m.npeers and m is not self:
-                m._advance()
+            if c == m.npeers and m is not self and m.started:  # only m's all-gather waits for this
+                m._ag()
         return True
 
     def _ag(self) -> bool:
@@ -771,8 +820,8 @@ class NcclNvlsTreeMachine(_TreeLanes):
         self.board.fire(self.me, "done")
 
     def _ag_streamed(self, _arg: None) -> None:
-        self.busy_ag = False
-        self._advance()
+        self.busy_ag = False  # frees only the all-gather lane, whose send enables no other (see _rs_streamed)
+        self._ag()
 
 
 def _counts(n: int, most: int) -> bytearray | array[int]:
