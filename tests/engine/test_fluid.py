@@ -62,11 +62,11 @@ def test_hold_delays_the_sender_not_the_arrival(latency: float, hold: float, pre
     assert times["arrived"] == pytest.approx(1e-3 + latency, rel=1e-12)
 
 
-@pytest.mark.parametrize("then", [False, True], ids=["timed", "timed_then"])
+@pytest.mark.parametrize("then", ["", "timed_then", "timed_sender_then"], ids=["timed", "timed_then", "sender"])
 @pytest.mark.parametrize(
     ("latency", "hold"), [(5e-6, 3e-6), (5e-6, 5e-6), (2e-6, 7e-6), (0.0, 4e-6), (3e-6, 0.0), (0.0, 0.0)]
 )
-def test_a_timed_transfer_is_a_flow_on_no_resource(latency: float, hold: float, then: bool) -> None:
+def test_a_timed_transfer_is_a_flow_on_no_resource(latency: float, hold: float, then: str) -> None:
     # 1 MB capped at 1 GB/s on no resource streams 1 ms whatever else runs (a flow on a busy link beside it): the
     # timed transfer gives the times the flow gives, arrival before release when they fall together, and is no flow
     def run(timed: bool) -> tuple[list[tuple[str, float]], int]:
@@ -75,9 +75,12 @@ def test_a_timed_transfer_is_a_flow_on_no_resource(latency: float, hold: float, 
         busy = net.resource("busy", 1e8)
         net.transfer(5e5, [(busy, 1.0)])
         log: list[tuple[str, float]] = []
-        if timed and then:
+        if timed and then == "timed_then":
             net.timed_then(1e-3, latency, hold, lambda a: log.append((a, env.now)), "arrived",
                            lambda a: log.append((a, env.now)), "streamed")  # fmt: skip
+        elif timed and then == "timed_sender_then":  # the size at the cap, with latency and hold bound once
+            net.timed_sender_then(1e9, latency, hold)(1e6, lambda a: log.append((a, env.now)), "arrived",
+                                                      lambda a: log.append((a, env.now)), "streamed")  # fmt: skip
         else:
             streamed, arrived = net.timed(1e-3, latency, hold) if timed else net.transfer(
                 1e6, [], max_rate=1e9, latency=latency, hold=hold)  # fmt: skip
@@ -219,9 +222,10 @@ _TIMINGS = [(0.0, 0.0), (0.0, 4e-6), (3e-6, 0.0), (5e-6, 5e-6), (5e-6, 3e-6), (2
     ),
 )
 def test_send_then_calls_as_the_events_callbacks_run(plan: list[tuple[float, int, tuple[float, float], bool]]) -> None:
-    # the same flows sent with events (callbacks appended arrival first, then the sender's) and with send_then: the
-    # same calls at the same times in the same order, a sender that sends again when free included
-    def run(then: bool) -> list[tuple[float, str]]:
+    # the same flows sent with events (callbacks appended arrival first, then the sender's), with send_then and with
+    # a sender_then bound once per message's route and timing: the same calls at the same times in the same order,
+    # a sender that sends again when free included
+    def run(then: str) -> list[tuple[float, str]]:
         env = simpy.Environment()
         net = FluidNetwork(env)
         links = [net.resource(f"l{k}", 1e9) for k in range(3)]
@@ -240,9 +244,11 @@ def test_send_then_calls_as_the_events_callbacks_run(plan: list[tuple[float, int
                 if twice and not again:
                     send(i, True)
 
-            if then:
-                arrived_then = lambda a: note(f"arrived {a}")  # noqa: E731
+            arrived_then = lambda a: note(f"arrived {a}")  # noqa: E731
+            if then == "send_then":
                 net.send_then(route, size, lat, hold, UNTAGGED, NO_OWNER, arrived_then, label, free, None)
+            elif then == "sender_then":
+                net.sender_then(route, lat, hold, UNTAGGED, NO_OWNER)(size, arrived_then, label, free, None)
             else:
                 streamed, arrived = net.send(route, size, latency=lat, hold=hold)
                 arrived.callbacks.append(lambda _e: note(f"arrived {label}"))
@@ -253,8 +259,9 @@ def test_send_then_calls_as_the_events_callbacks_run(plan: list[tuple[float, int
         env.run()
         return log
 
-    with_events = run(False)
-    assert run(True) == with_events
+    with_events = run("")
+    assert run("send_then") == with_events
+    assert run("sender_then") == with_events
     assert len(with_events) == 2 * sum(2 if p[3] else 1 for p in plan)
 
 
