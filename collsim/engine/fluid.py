@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import operator
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -65,6 +66,8 @@ LATE = 2
 ARRAY_FROM = 256
 
 _INF = math.inf
+#: The sort key of flows due at one time: the order they started.
+_SEQ = operator.attrgetter("seq")
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,6 +198,7 @@ class Flow:
     __slots__ = (
         "arrived",
         "done",
+        "finish",
         "hold",
         "latency",
         "max_rate",
@@ -212,7 +216,6 @@ class Flow:
         "tag",
         "then",
         "uses",
-        "version",
     )
 
     def __init__(
@@ -245,7 +248,9 @@ class Flow:
         self.sig = route.sig  # interned (uses, max_rate): flows with equal signatures get equal max-min fair rates
         self.seq = seq  # the network's count of flows when this one started: flows due together finish in this order
         self.t_ref = now  # `remaining` is exact at t_ref; it falls at `rate` since (progress is lazy)
-        self.version = 0  # bumped at every rate change: older finish-time entries are stale
+        # the time of its live entry in the finish queue: -1 before its first rating, inf while its rate is 0, -2 once
+        # finished (an entry queued for any other time is stale: the flow was re-rated since, or has finished)
+        self.finish = -1.0
         self.rates: list[tuple[float, float]] | None = None  # (time s, rate) at each rate change, when recording
         # what to call instead of events (FluidNetwork.send_then): (on arrival, its argument, once the sender is
         # free, its argument); None for a flow with events
@@ -302,13 +307,15 @@ class Route:
     __slots__ = ("flows", "max_rate", "res", "sig", "uses")
 
     def __init__(
-        self, uses: tuple[tuple[Resource, float], ...], max_rate: float, sig: int, flows: dict[int, Flow]
+        self, uses: tuple[tuple[Resource, float], ...], max_rate: float, sig: int, flows: dict[Flow, None]
     ) -> None:
         self.uses = uses
         self.max_rate = max_rate
         self.sig = sig
         self.res = tuple(res for res, _ in uses)
-        self.flows = flows  # the signature's streaming flows, by id (its network's table, looked up once)
+        # the signature's streaming flows, the keys of a dict in the order they started (its network's table,
+        # looked up once)
+        self.flows = flows
 
 
 class FluidNetwork:
@@ -350,12 +357,12 @@ class FluidNetwork:
         self._check_at = self._meter.limit + 1 if 0 <= self._meter.limit < Meter.EVERY else Meter.EVERY
         self._streaming = 0  # flows streaming now (each is in its signature's table, _by_sig)
         self._stamp = 0  # the last component search's stamp (Resource.mark, and each signature's mark)
-        # finish times: a heap of the distinct times, and per time the (seq, version, flow) entries queued for it
-        # (flows of one lockstep wave share a time: one heap entry, not one per flow; they finish in the order they
-        # started, whatever order the solves queued them in: sorted by (seq, version), a pair no two entries share);
-        # an entry whose version is older than its flow's is stale (the flow was re-rated since)
+        # finish times: a heap of the distinct times, and per time the flows queued for it (flows of one lockstep
+        # wave share a time: one heap entry, not one per flow; they finish in the order they started, whatever order
+        # the solves queued them in: sorted by seq); an entry is the flow itself, stale unless the flow's `finish`
+        # is its time (no entry object per rating: a solve re-rates millions)
         self._times: list[float] = []
-        self._due: dict[float, list[tuple[int, int, Flow]]] = {}
+        self._due: dict[float, list[Flow]] = {}
         self._update_pending = False
         self._generation = 0
         self._wake_at = _INF  # the time of the live wake-up (inf: none pending)
@@ -363,10 +370,10 @@ class FluidNetwork:
         self._sig_order: list[tuple[tuple[tuple[str, float], ...], float]] = []  # per signature: what it is
         self._sig_res: list[tuple[Resource, ...]] = []  # per signature: the resources its flows cross
         self._sig_moved: list[float] = []  # per signature: units its finished flows moved (see carried)
-        # per signature: its flows streaming now, by id (a resource lists the signatures on it, not every flow: a
-        # flow that starts or ends touches its resources only when it is its signature's first or last), and the
-        # last component search that reached it
-        self._by_sig: list[dict[int, Flow]] = []
+        # per signature: its flows streaming now, the keys of a dict (hashed by identity, no id() per flow; a
+        # resource lists the signatures on it, not every flow: a flow that starts or ends touches its resources only
+        # when it is its signature's first or last), and the last component search that reached it
+        self._by_sig: list[dict[Flow, None]] = []
         self._sig_mark: list[int] = []
         self._sig_rate: list[float] = []  # per signature: the rate of its streaming flows (all alike)
         # per signature: its place in the canonical order of what signatures are (an int compares faster than the
@@ -384,10 +391,12 @@ class FluidNetwork:
         # re-solves only the connected components these touch)
         self._started: list[Flow] = []
         self._freed: list[Resource] = []
-        self._ended: list[tuple[int, float]] = []  # (signature, rate) of the flows finished since the last solve
+        # per signature of flows finished since the last solve (in the order each first finished): [the rate of its
+        # last one, how many]
+        self._ended: dict[int, list[Any]] = {}
         self._relayed: list[tuple[Flow, float]] = []  # started flows that take a finished one's rate (see _relay)
         # what is due at a time, by time: events triggered for it and send_then's calls (see _after, _call)
-        self._batches: dict[float, list[Event | tuple[Callback, Any]]] = {}
+        self._batches: dict[float, list[Any]] = {}  # flat: a callable, its argument, ... (see _batch)
         self.memo_hits = 0
         self.array_fills = 0  # components filled on arrays (collsim.engine.filling)
         self.relays = 0  # solves skipped: flows replaced by flows of the same kinds (see _relay)
@@ -621,11 +630,11 @@ class FluidNetwork:
             if fa is not None:  # _call(seconds + latency, fa, a), written out
                 delay = seconds + latency
                 due = batches.get(env._now + delay)
-                (due if due is not None else batch(delay)).append((fa, a))
+                (due if due is not None else batch(delay)).extend((fa, a))
             if fs is not None:
                 delay = seconds + hold
                 due = batches.get(env._now + delay)
-                (due if due is not None else batch(delay)).append((fs, s))
+                (due if due is not None else batch(delay)).extend((fs, s))
 
         return send
 
@@ -658,7 +667,7 @@ class FluidNetwork:
             sig = route.sig
             for res in route.res:
                 res.sigs[sig] = None
-        flows[id(flow)] = flow
+        flows[flow] = None
         self._started.append(flow)
         if not self._update_pending:
             self._schedule_update()
@@ -699,15 +708,17 @@ class FluidNetwork:
         SimPy's queue short (its push and pop cost the log of its length)."""
         ev._ok = True
         ev._value = None
-        self._batch(seconds).append(ev)
+        self._batch(seconds).extend((_process, ev))
 
     def _call(self, seconds: float, fn: Callback, arg: Any) -> None:
         """Call ``fn(arg)`` ``seconds`` from now, in the batch of that time, where an event triggered now for then
         would have its callbacks run (:meth:`_after`)."""
-        self._batch(seconds).append((fn, arg))
+        self._batch(seconds).extend((fn, arg))
 
-    def _batch(self, seconds: float) -> list[Event | tuple[Callback, Any]]:
-        """The batch of what is due ``seconds`` from now (created with the SimPy event that fires it)."""
+    def _batch(self, seconds: float) -> list[Any]:
+        """The batch of what is due ``seconds`` from now (created with the SimPy event that fires it): calls, each
+        a callable then its argument, flat (no pair object per call kept until its time; an event's call is
+        :func:`_process` of it)."""
         env = self.env
         when = env._now + seconds  # the time SimPy's schedule computes for this delay (the same float)
         batch = self._batches.get(when)
@@ -725,21 +736,15 @@ class FluidNetwork:
         ``step`` processes it (its callbacks run, then it is processed), a call by calling it. What is triggered for
         now while the batch runs goes into a new batch, processed after it (and after SimPy's other events of this
         time)."""
-        batch = self._batches.pop(self.env._now)
-        for k, ev in enumerate(batch):
-            if ev.__class__ is tuple:
-                ev[0](ev[1])
-                continue
-            callbacks, ev.callbacks = ev.callbacks, None  # type: ignore[union-attr]  # processed, as SimPy marks it
-            try:
-                for callback in callbacks:  # type: ignore[union-attr]
-                    callback(ev)
-            except simpy.core.StopSimulation:  # `env.run(until=ev)`: what SimPy's step does, for the rest too
-                ev.callbacks = callbacks[callbacks.index(callback) + 1 :]  # type: ignore[union-attr]
-                self.env.schedule(ev, simpy.core.EventPriority(-1))  # type: ignore[arg-type]
-                for rest in batch[k + 1 :]:
-                    self.env.schedule(rest if isinstance(rest, Event) else _call_event(self.env, *rest))
-                raise
+        calls = iter(self._batches.pop(self.env._now))
+        try:
+            for fn, arg in zip(calls, calls, strict=True):  # the batch is flat: a callable, its argument, ...
+                fn(arg)
+        except simpy.core.StopSimulation:  # `env.run(until=ev)` (see _process): the rest as SimPy's own events
+            env = self.env
+            for fn, arg in zip(calls, calls, strict=True):
+                env.schedule(arg if fn is _process else _call_event(env, fn, arg))
+            raise
 
     # ------------------------------------------------------------------ solver
     def _schedule_update(self) -> None:
@@ -767,23 +772,29 @@ class FluidNetwork:
         batches, batch = self._batches, self._batch
         finished = 0
         while times and times[0] <= horizon:
-            bucket = queued.pop(heapq.heappop(times))
+            when = heapq.heappop(times)
+            bucket = queued.pop(when)
             if len(bucket) > 1:  # by finish time, then in the order they started (not the order solves queued them)
-                bucket.sort()  # by (seq, version): unique, so flows are never compared
-            for _seq, version, f in bucket:
-                if version != f.version:  # stale: re-rated since (or finished: its version moved on at its end)
+                bucket.sort(key=_SEQ)  # a flow queued twice for this time (re-rated to it) is adjacent, then skipped
+            for f in bucket:
+                if f.finish != when:  # stale: re-rated since, or finished (queued twice for this time)
                     continue
                 finished += 1
                 sig = f.sig
                 flows = by_sig[sig]
-                del flows[id(f)]
+                del flows[f]
                 if not flows:  # the signature's last streaming flow
                     for res in f.res:
                         del res.sigs[sig]
-                ended.append((sig, f.rate))
+                e = ended.get(sig)
+                if e is None:
+                    ended[sig] = [f.rate, 1]
+                else:
+                    e[0] = f.rate
+                    e[1] += 1
                 f.remaining = 0.0
                 f.rate = 0.0
-                f.version = version + 1
+                f.finish = -2.0
                 moved[sig] += f.size
                 if record:
                     self.records.append(
@@ -803,12 +814,13 @@ class FluidNetwork:
                 then = f.then
                 if then is not None:  # send_then's calls, in the order its two events' callbacks would run
                     # (what _call does, written out: the batch of the time `now + delay`, as _batch computes it)
-                    if then[0] is not None:
+                    fa, a, fs, s = then
+                    if fa is not None:
                         b = batches.get(now + f.latency)
-                        (b if b is not None else batch(f.latency)).append((then[0], then[1]))
-                    if then[2] is not None:
+                        (b if b is not None else batch(f.latency)).extend((fa, a))
+                    if fs is not None:
                         b = batches.get(now + f.hold)
-                        (b if b is not None else batch(f.hold)).append((then[2], then[3]))
+                        (b if b is not None else batch(f.hold)).extend((fs, s))
                     continue
                 if f.done is not None:
                     after(0.0, f.done)
@@ -896,7 +908,7 @@ class FluidNetwork:
             rank, by_sig = self._sig_rank, self._by_sig
             ordered: list[Flow] = []
             for sig, n in sorted(zip(distinct, counts, strict=True), key=lambda sc: rank[sc[0]]):
-                ordered.extend([next(iter(by_sig[sig].values()))] * n)
+                ordered.extend([next(iter(by_sig[sig]))] * n)
             rates = self._progressive_filling(ordered)
             hit = {f.sig: r for f, r in zip(ordered, rates, strict=True)}
         if len(self._memo) < 100_000:
@@ -917,24 +929,20 @@ class FluidNetwork:
         started, ended = self._started, self._ended
         if not ended or not started:
             return False
-        rate_of: dict[int, float] = {}
-        count: dict[int, int] = {}
-        for sig, rate in ended:
-            rate_of[sig] = rate
-            count[sig] = count.get(sig, 0) + 1
         paired: list[Flow] = []
         rest: list[Flow] = []
         for f in started:
-            left = count.get(f.sig, 0)
-            if left:
-                count[f.sig] = left - 1
+            e = ended.get(f.sig)
+            if e is not None and e[1]:  # a finished flow of its signature not paired yet
+                e[1] -= 1
                 paired.append(f)
             else:
                 rest.append(f)
         if not paired:
             return False
-        unpaired_ended = [sig for sig, left in count.items() if left]
-        self._ended = []
+        rate_of = {sig: e[0] for sig, e in ended.items()}
+        unpaired_ended = [sig for sig, e in ended.items() if e[1]]
+        self._ended = {}
         if rest or unpaired_ended:
             self._started = rest
             sig_res = self._sig_res
@@ -957,8 +965,8 @@ class FluidNetwork:
             return
         if self._ended:  # flows finished that no started flow took over from: their resources seed the search
             sig_res = self._sig_res
-            self._freed = [r for sig in dict.fromkeys(sig for sig, _ in self._ended) for r in sig_res[sig]]
-            self._ended = []
+            self._freed = [r for sig in self._ended for r in sig_res[sig]]
+            self._ended = {}
         self.solves += 1
         now = self.env.now
         rerate = self._rerate
@@ -993,7 +1001,7 @@ class FluidNetwork:
             rate = hit[sig]
             if rate != sig_rate[sig]:
                 sig_rate[sig] = rate
-                self._rerate_all([f for f in by_sig[sig].values() if f.version], now, rate)
+                self._rerate_all([f for f in by_sig[sig] if f.finish != -1.0], now, rate)
         self._rerate_all(self._started, now, rate_of=hit)
         self._started = []
         if self._relayed:
@@ -1017,7 +1025,7 @@ class FluidNetwork:
         self, flows: Iterable[Flow], now: float, rate: float = 0.0, rate_of: dict[int, float] | None = None
     ) -> None:
         """Bring each of ``flows`` up to ``now`` (seconds), give it ``rate`` (units/s), or ``rate_of`` its
-        signature when given, and queue its finish time (its older queue entries go stale with the version). One
+        signature when given, and queue its finish time (its older queue entries go stale: `finish` moves on). One
         call for many flows: a solve re-rates millions."""
         due, times = self._due, self._times
         for f in flows:
@@ -1027,8 +1035,6 @@ class FluidNetwork:
             f.remaining = left
             f.t_ref = now
             f.rate = rate
-            version = f.version + 1
-            f.version = version
             if f.rates is not None:
                 f.rates.append((now, rate))
             if rate > 0:
@@ -1037,7 +1043,10 @@ class FluidNetwork:
                 if bucket is None:
                     due[finish] = bucket = []
                     heapq.heappush(times, finish)
-                bucket.append((f.seq, version, f))
+                bucket.append(f)
+                f.finish = finish
+            else:
+                f.finish = _INF
 
     def _progressive_filling(self, flows: list[Flow]) -> list[float]:
         """Raise all unfrozen rates together until a resource or a flow cap binds; freeze those; repeat.
@@ -1129,10 +1138,11 @@ class FluidNetwork:
         the live one is already for that time (solves that leave the earliest finish where it was add none)."""
         times, due = self._times, self._due
         while times:
-            bucket = due[times[0]]
+            when = times[0]
+            bucket = due[when]
             stale = 0  # drop the stale entries ahead of the first live one (each entry is looked at once here)
-            for _seq, version, f in bucket:
-                if version == f.version:  # a finished flow's version moved on at its end
+            for f in bucket:
+                if f.finish == when:  # a finished flow's finish moved on at its end
                     break
                 stale += 1
             if stale < len(bucket):
@@ -1179,7 +1189,21 @@ class FluidNetwork:
     @property
     def active(self) -> list[Flow]:
         """Flows streaming now, in the order they started."""
-        return sorted((f for flows in self._by_sig for f in flows.values()), key=lambda f: f.seq)
+        return sorted((f for flows in self._by_sig for f in flows), key=lambda f: f.seq)
+
+
+def _process(ev: Event) -> None:
+    """Process a triggered event from a batch (:meth:`FluidNetwork._fire`) as SimPy's ``step`` does: its callbacks
+    run, then it is processed; on ``StopSimulation`` (``env.run(until=ev)``) its remaining callbacks wait in SimPy's
+    queue, as ``step`` leaves them."""
+    callbacks, ev.callbacks = ev.callbacks, None  # type: ignore[assignment]  # processed, as SimPy marks it
+    try:
+        for callback in callbacks:  # type: ignore[union-attr]
+            callback(ev)
+    except simpy.core.StopSimulation:
+        ev.callbacks = callbacks[callbacks.index(callback) + 1 :]  # type: ignore[union-attr]
+        ev.env.schedule(ev, simpy.core.EventPriority(-1))  # type: ignore[arg-type]
+        raise
 
 
 def _call_event(env: simpy.Environment, fn: Callback, arg: Any) -> Event:

@@ -166,6 +166,26 @@ def test_flows_due_together_finish_in_the_order_they_were_queued() -> None:
     assert env.now == pytest.approx(1e-3, rel=1e-12)
 
 
+def test_a_flow_queued_twice_for_its_finish_time_finishes_once() -> None:
+    # a re-rating that lands on the time the flow was already queued for adds a second entry to that time's list;
+    # the flow finishes once, in its place, and its signature's table is left empty
+    env = simpy.Environment()
+    net = FluidNetwork(env)
+    link = net.resource("l", 1e9)
+    ends: list[str] = []
+    for name, size in (("a", 1e6), ("b", 2e6)):
+        _s, arrived = net.transfer(size, [(link, 1.0)], latency=1e-6)
+        arrived.callbacks.append(lambda _e, name=name: ends.append(name))
+    env.run(until=1e-4)
+    first = net.active[0]
+    net._rerate_all([first], env.now, first.rate)  # the same rate now: the same finish time, queued again
+    assert sum(f is first for bucket in net._due.values() for f in bucket) == 2
+    env.run()
+    assert ends == ["a", "b"]
+    assert env.now == pytest.approx(3e-3 + 1e-6, rel=1e-12)  # 1 MB each at 0.5 GB/s, then 1 MB alone
+    assert net.active == [] and net.flows == 2
+
+
 class _CountingEnv(simpy.Environment):
     """A clock that counts the entries pushed on its queue, and the timeouts among them."""
 

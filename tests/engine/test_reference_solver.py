@@ -304,7 +304,7 @@ class _Searched(_Recording):
 
     def _components(self) -> list[list[int]]:
         comps = super()._components()
-        flows = [f for c in comps for s in c for f in self._by_sig[s].values()]
+        flows = [f for c in comps for s in c for f in self._by_sig[s]]
         self.searched.append((self.env.now, sorted(f.tag.label for f in flows)))
         return comps
 
