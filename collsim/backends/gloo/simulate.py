@@ -17,12 +17,15 @@ from collsim.backends.gloo.paths import _algorithm, _check, _schedules
 from collsim.backends.gloo.plan import _colors, _plan, _relations
 from collsim.backends.gloo.run import _breakdown, _notes, _run
 from collsim.engine import build_quotient
+from collsim.engine.gcpause import gc_relaxed
 from collsim.topology import Topology
 
 __all__ = ["simulate_gloo", "simulate_gloo_many"]
 
 
 # ---------------------------------------------------------------------------------------------- entry points
+# the set-up too, not only the run (collsim.engine.gcpause)
+@gc_relaxed()
 def simulate_gloo_many(
     topo: Topology,
     opts: GlooOptions,

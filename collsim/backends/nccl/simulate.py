@@ -24,12 +24,16 @@ from collsim.backends.nccl.plan import NcclPlan, plan_nccl
 from collsim.backends.nccl.tags import BREAKDOWN_PRIORITY, IDLE_TAG, LATENCY_TAG, LAUNCH_TAG
 from collsim.backends.nccl.tuner import check_collective, decide, plugin_choice, tuner_times
 from collsim.engine import FluidNetwork, Owner, attribute_time, build_quotient, decouple
+from collsim.engine.gcpause import gc_relaxed
 from collsim.nccl_env import NcclOptions
 from collsim.topology import Topology
 
 __all__ = ["fastest_pair", "simulate_nccl"]
 
 
+# the set-up too (plan, machines, routes: millions of objects at 1024 GPUs, walked again by every collection of the
+# older generations), not only the run (collsim.engine.gcpause)
+@gc_relaxed()
 def simulate_nccl(
     topo: Topology,
     opts: NcclOptions,
