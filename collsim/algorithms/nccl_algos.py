@@ -181,6 +181,7 @@ class _TreeLanes:
         "child_keys",
         "children",
         "down_ready",
+        "down_to",
         "i_down",
         "i_up",
         "me",
@@ -221,6 +222,8 @@ class _TreeLanes:
         self.busy_down = 0  # sends to children of the current slice not streamed yet
         self.started = False
         self.children: dict[Hashable, _TreeLanes] = {}
+        # per child (twice for a twin listed twice): its sender and what the child calls on arrival (set at linking)
+        self.down_to: list[tuple[SendThen, Callable[[int], None]]] = []
         self.on_up: list[_TreeLanes] = []  # the machines that count this one's shares: its parents
         board.shared.setdefault(type(self).__qualname__, {})[me] = self
 
@@ -237,6 +240,7 @@ class _TreeLanes:
 
     def _link(self, machines: dict[Hashable, Any]) -> None:
         self.children = {k: machines[k] for k in self.child_keys}
+        self.down_to = [(send, self.children[key]._here) for key, send in self.send_down]
         for c in self.children.values():
             if self not in c.on_up:
                 c.on_up.append(self)
@@ -270,9 +274,10 @@ class _TreeLanes:
 
     def _send_down(self, i: int, b: float) -> None:
         """Send ``b`` bytes of slice ``i`` to every child at once."""
-        for key, send in self.send_down:
-            self.busy_down += 1
-            send(b, self.children[key]._here, i, self._down_streamed, None)
+        self.busy_down += len(self.down_to)  # the calls come later, never at once
+        streamed = self._down_streamed
+        for send, here in self.down_to:
+            send(b, here, i, streamed, None)
 
     def _here(self, i: int) -> None:
         if not self.down_ready[i]:
@@ -325,7 +330,7 @@ class NcclTreeMachine(_TreeLanes):
         whole_steps_up: bool = False,
         whole_steps_down: bool = False,
     ) -> None:
-        super().__init__(board, me, parent, children, slices(data_bytes, chunking), send_up, send_down)
+        super().__init__(board, me, parent, children, _board_slices(board, data_bytes, chunking), send_up, send_down)
         self.chunking = chunking
         self.whole_up = whole_steps_up and send_up is not None
         self.whole_down = whole_steps_down and bool(send_down)
@@ -626,7 +631,7 @@ class NcclNvlsTreeMachine(_TreeLanes):
         send_sc: SendThen | None = None,
         send_ga: SendThen | None = None,
     ) -> None:
-        super().__init__(board, me, parent, children, slices(data_bytes, chunking), send_up, send_down)
+        super().__init__(board, me, parent, children, _board_slices(board, data_bytes, chunking), send_up, send_down)
         self.copies = send_sc is not None and send_ga is not None
         self.send_sc, self.send_ga = send_sc, send_ga
         # per slice (with the copies): copied into the NVLS buffer; its multicast arrived here (flags)
@@ -748,6 +753,12 @@ class NcclNvlsTreeMachine(_TreeLanes):
             if self.started:
                 self._down_may_go()
 
+    def _down_streamed(self, _arg: None) -> None:
+        # :meth:`_TreeLanes._down_streamed` with its :meth:`_down_free` written out
+        self.busy_down -= 1
+        if not self.busy_down:
+            self._down_may_go()
+
     def _down_free(self) -> None:
         self._down_may_go()
 
@@ -822,6 +833,16 @@ class NcclNvlsTreeMachine(_TreeLanes):
     def _ag_streamed(self, _arg: None) -> None:
         self.busy_ag = False  # frees only the all-gather lane, whose send enables no other (see _rs_streamed)
         self._ag()
+
+
+def _board_slices(board: EventBoard, data_bytes: float, chunking: RingChunking) -> list[float]:
+    """:func:`slices` of ``data_bytes``, one list per simulation (``board``) shared by the machines that cut the same
+    buffer the same way (read-only to them: every GPU and channel of a collective cuts its buffer alike)."""
+    key = ("slices", data_bytes, chunking)
+    parts: list[float] | None = board.shared.get(key)
+    if parts is None:
+        parts = board.shared[key] = slices(data_bytes, chunking)
+    return parts
 
 
 def _counts(n: int, most: int) -> bytearray | array[int]:
