@@ -197,11 +197,14 @@ class Flow:
 
     __slots__ = (
         "arrived",
+        "arrived_arg",
         "done",
         "finish",
         "hold",
         "latency",
         "max_rate",
+        "on_arrived",
+        "on_streamed",
         "owner",
         "rate",
         "rates",
@@ -211,10 +214,10 @@ class Flow:
         "sig",
         "size",
         "streamed",
+        "streamed_arg",
         "t_ref",
         "t_start",
         "tag",
-        "then",
         "uses",
     )
 
@@ -228,7 +231,10 @@ class Flow:
         latency: float,
         now: float,
         seq: int,
-        then: tuple[Callback | None, Any, Callback | None, Any] | None = None,
+        on_arrived: Callback | None = None,
+        arrived_arg: Any = None,
+        on_streamed: Callback | None = None,
+        streamed_arg: Any = None,
         hold: float = 0.0,
     ) -> None:
         self.size = size
@@ -252,9 +258,13 @@ class Flow:
         # finished (an entry queued for any other time is stale: the flow was re-rated since, or has finished)
         self.finish = -1.0
         self.rates: list[tuple[float, float]] | None = None  # (time s, rate) at each rate change, when recording
-        # what to call instead of events (FluidNetwork.send_then): (on arrival, its argument, once the sender is
-        # free, its argument); None for a flow with events
-        self.then = then
+        # what to call instead of events (FluidNetwork.send_then): on arrival, with its argument, and once the sender
+        # is free, with its argument (slots of the flow, not a tuple: one object less per flow); None for a flow with
+        # events
+        self.on_arrived = on_arrived
+        self.arrived_arg = arrived_arg
+        self.on_streamed = on_streamed
+        self.streamed_arg = streamed_arg
 
 
 @dataclass(frozen=True)
@@ -549,7 +559,7 @@ class FluidNetwork:
             if on_streamed is not None:
                 streamed.callbacks.append(lambda _e: on_streamed(streamed_arg))  # type: ignore[union-attr]
             return
-        self._start(route, size, None, tag, owner, latency, (on_arrived, arrived_arg, on_streamed, streamed_arg), hold)
+        self._start(route, size, None, tag, owner, latency, on_arrived, arrived_arg, on_streamed, streamed_arg, hold)
 
     def sender_then(self, route: Route, latency: float, hold: float, tag: Tag, owner: Owner) -> SendThen:
         """:meth:`send_then` with everything but the message fixed: ``send(size, on_arrived, arrived_arg,
@@ -574,7 +584,7 @@ class FluidNetwork:
             if size <= 0:
                 send_then(route, size, latency, hold, tag, owner, fa, a, fs, s)
             else:
-                start(route, size, None, tag, owner, latency, (fa, a, fs, s), hold)
+                start(route, size, None, tag, owner, latency, fa, a, fs, s, hold)
 
         return send
 
@@ -646,14 +656,31 @@ class FluidNetwork:
         tag: Tag,
         owner: Owner,
         latency: float,
-        then: tuple[Callback | None, Any, Callback | None, Any] | None = None,
+        on_arrived: Callback | None = None,
+        arrived_arg: Any = None,
+        on_streamed: Callback | None = None,
+        streamed_arg: Any = None,
         hold: float = 0.0,
     ) -> Flow:
         """A flow of ``size`` units over ``route``, streaming from now (the caller sets its events, or gives the
         calls of :meth:`send_then` and the sender's hold)."""
         env = self.env
         self.flows += 1
-        flow = Flow(float(size), route, done, tag, owner, latency, env._now, self.flows, then, hold)
+        flow = Flow(
+            float(size),
+            route,
+            done,
+            tag,
+            owner,
+            latency,
+            env._now,
+            self.flows,
+            on_arrived,
+            arrived_arg,
+            on_streamed,
+            streamed_arg,
+            hold,
+        )
         if self.record:
             flow.rates = []
         if self.flows >= self._check_at:  # the budget: over its limit, or a heartbeat due (every Meter.EVERY)
@@ -811,16 +838,16 @@ class FluidNetwork:
                             tuple(f.rates) if f.rates is not None else (),
                         )
                     )
-                then = f.then
-                if then is not None:  # send_then's calls, in the order its two events' callbacks would run
-                    # (what _call does, written out: the batch of the time `now + delay`, as _batch computes it)
-                    fa, a, fs, s = then
+                fa, fs = f.on_arrived, f.on_streamed
+                if fa is not None or fs is not None:  # send_then's calls, in the order its two events' callbacks
+                    # would run (what _call does, written out: the batch of the time `now + delay`, as _batch
+                    # computes it); a flow with events has neither (and a flow with neither calls nor events, none)
                     if fa is not None:
                         b = batches.get(now + f.latency)
-                        (b if b is not None else batch(f.latency)).extend((fa, a))
+                        (b if b is not None else batch(f.latency)).extend((fa, f.arrived_arg))
                     if fs is not None:
                         b = batches.get(now + f.hold)
-                        (b if b is not None else batch(f.hold)).extend((fs, s))
+                        (b if b is not None else batch(f.hold)).extend((fs, f.streamed_arg))
                     continue
                 if f.done is not None:
                     after(0.0, f.done)
