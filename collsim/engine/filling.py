@@ -130,8 +130,9 @@ class SignatureArrays:
         live = weight > 0
         frozen = np.zeros(nflows, dtype=bool)
         max_rate = self._cap[sigs]
-        by_cap = np.argsort(max_rate, kind="stable").tolist()
-        caps_sorted = max_rate[by_cap].tolist()
+        order = np.argsort(max_rate, kind="stable")
+        by_cap = order.tolist()
+        caps_sorted = max_rate[order].tolist()  # gathered by the array, not by the list (no conversion of it)
         nfrozen = 0
         cp = 0
         level = 0.0
