@@ -873,9 +873,11 @@ class FluidNetwork:
         stamp = self._stamp
         comps: list[list[int]] = []
         seeds: list[Resource] = self._freed
-        for f in self._started:
-            seeds.extend(f.res)
         sig_res, sig_mark = self._sig_res, self._sig_mark
+        # the started flows' resources, once per signature (a later flow of a signature finds every resource of its
+        # first one's component marked: the same components, found in the same order)
+        for sig in dict.fromkeys([f.sig for f in self._started]):
+            seeds.extend(sig_res[sig])
         # a search goes resource -> signatures on it -> their resources
         for r0 in seeds:
             if r0.mark == stamp:
