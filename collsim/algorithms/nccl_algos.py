@@ -282,7 +282,7 @@ class _TreeLanes:
     def _here(self, i: int) -> None:
         if not self.down_ready[i]:
             self.down_ready[i] = 1
-            self._advance()
+            self._down_may_go()
 
     def _down_streamed(self, _arg: None) -> None:
         self.busy_down -= 1
@@ -291,6 +291,10 @@ class _TreeLanes:
 
     def _down_free(self) -> None:
         """Every send of the down lane's last slice has streamed."""
+        self._down_may_go()
+
+    def _down_may_go(self) -> None:
+        """What the down lane waits for changed (a slice here from the parent, the lane free): the lanes may go."""
         self._advance()
 
 
@@ -747,30 +751,19 @@ class NcclNvlsTreeMachine(_TreeLanes):
         self._send_up(i, self.parts[i] * self.share, self._up_streamed)
         return False
 
-    def _here(self, i: int) -> None:
-        if not self.down_ready[i]:
-            self.down_ready[i] = 1
-            if self.started:
-                self._down_may_go()
-
-    def _down_streamed(self, _arg: None) -> None:
-        # :meth:`_TreeLanes._down_streamed` with its :meth:`_down_free` written out
-        self.busy_down -= 1
-        if not self.busy_down:
-            self._down_may_go()
-
-    def _down_free(self) -> None:
-        self._down_may_go()
-
     def _down_may_go(self) -> None:
         """A slice is here from the parent, or the down lane is free: only that lane may send, and its send lets
         only this GPU's all-gather go (tried next, as in a round of :meth:`_step`); a down lane without children
         stays free and may pass the next slice."""
+        if not self.started:  # a slice here before the launch is paid: :meth:`start` advances every lane
+            return
         while self._down():
             self._ag()
             if self.send_down:
                 return
         self._ag()
+
+    _down_free = _down_may_go  # the lane free is the same change here (no frame between them per released slice)
 
     def _up_streamed(self, i: int) -> None:
         self.busy_up = False

@@ -66,6 +66,9 @@ LATE = 2
 ARRAY_FROM = 256
 
 _INF = math.inf
+#: :attr:`Flow.finish` before the flow's first rating, and once it has finished (no finish time is negative).
+_UNRATED = -1.0
+_FINISHED = -2.0
 #: The sort key of flows due at one time: the order they started.
 _SEQ = operator.attrgetter("seq")
 
@@ -254,9 +257,9 @@ class Flow:
         self.sig = route.sig  # interned (uses, max_rate): flows with equal signatures get equal max-min fair rates
         self.seq = seq  # the network's count of flows when this one started: flows due together finish in this order
         self.t_ref = now  # `remaining` is exact at t_ref; it falls at `rate` since (progress is lazy)
-        # the time of its live entry in the finish queue: -1 before its first rating, inf while its rate is 0, -2 once
-        # finished (an entry queued for any other time is stale: the flow was re-rated since, or has finished)
-        self.finish = -1.0
+        # the time of its live entry in the finish queue: _UNRATED before its first rating, inf while its rate is 0,
+        # _FINISHED once finished (an entry queued for any other time is stale: re-rated since, or finished)
+        self.finish = _UNRATED
         self.rates: list[tuple[float, float]] | None = None  # (time s, rate) at each rate change, when recording
         # what to call instead of events (FluidNetwork.send_then): on arrival, with its argument, and once the sender
         # is free, with its argument (slots of the flow, not a tuple: one object less per flow); None for a flow with
@@ -821,7 +824,7 @@ class FluidNetwork:
                     e[1] += 1
                 f.remaining = 0.0
                 f.rate = 0.0
-                f.finish = -2.0
+                f.finish = _FINISHED
                 moved[sig] += f.size
                 if record:
                     self.records.append(
@@ -1030,7 +1033,7 @@ class FluidNetwork:
             rate = hit[sig]
             if rate != sig_rate[sig]:
                 sig_rate[sig] = rate
-                self._rerate_all([f for f in by_sig[sig] if f.finish != -1.0], now, rate)
+                self._rerate_all([f for f in by_sig[sig] if f.finish != _UNRATED], now, rate)
         self._rerate_all(self._started, now, rate_of=hit)
         self._started = []
         if self._relayed:
