@@ -10,7 +10,10 @@ that start and end together cost one solve.
 Latency is separate from bandwidth: :meth:`FluidNetwork.transfer` streams first and reports arrival ``latency``
 seconds after the last byte left, so a sender that pipelines messages pays the latency once per dependency chain,
 not once per message. The events the network triggers for one time (flows' ends, arrivals, a sender's release after
-its hold) wait behind one SimPy event and run in the order they were triggered.
+its hold) wait behind one SimPy event and run in the order they were triggered. Messages of a callback-driven sender
+that start together on the same resources with the same size and timing (the channels of one GPU in lockstep) join
+one flow that stands for all of them (:attr:`Flow.n`): they would get the same rate at every solve and finish
+together, so the solver counts each and carries one.
 
 Every flow and delay names who does it (an :class:`Owner`: a rank, its NCCL channel, or another participant) and
 what it is (a :class:`Tag`: a display label, an activity and a breakdown category). A recording network keeps both,
@@ -196,7 +199,13 @@ class Resource:
 
 
 class Flow:
-    """A transfer in progress. Created by :meth:`FluidNetwork.transfer`; read-only for callers."""
+    """A transfer in progress. Created by :meth:`FluidNetwork.transfer`; read-only for callers.
+
+    One flow may stand for ``n`` messages (:attr:`n`): a callback-driven sender's message that starts on the same
+    signature, at the same time, with the same size, latency and hold as an unrated one joins it
+    (:meth:`FluidNetwork.sender_then`), since such messages get the same rate at every solve and finish together.
+    The solver counts each of the ``n`` for fairness; the joined messages' calls (:attr:`more_a`, :attr:`more_s`)
+    run right after the first one's."""
 
     __slots__ = (
         "arrived",
@@ -206,6 +215,9 @@ class Flow:
         "hold",
         "latency",
         "max_rate",
+        "more_a",
+        "more_s",
+        "n",
         "on_arrived",
         "on_streamed",
         "owner",
@@ -268,6 +280,11 @@ class Flow:
         self.arrived_arg = arrived_arg
         self.on_streamed = on_streamed
         self.streamed_arg = streamed_arg
+        # the messages this flow stands for (1: itself), and the joined ones' calls in the order they joined, flat
+        # as a batch is (a callable, its argument, ...): on arrival, and once the sender is free (None: none)
+        self.n = 1
+        self.more_a: list[Any] | None = None
+        self.more_s: list[Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -387,6 +404,10 @@ class FluidNetwork:
         # resource lists the signatures on it, not every flow: a flow that starts or ends touches its resources only
         # when it is its signature's first or last), and the last component search that reached it
         self._by_sig: list[dict[Flow, None]] = []
+        self._sig_n: list[int] = []  # per signature: the messages its streaming flows stand for (Flow.n summed)
+        # per signature: the flow a callback-driven sender's next message may join (see sender_then), until rated;
+        # none when recording (a record per message)
+        self._head: list[Flow | None] = []
         self._sig_mark: list[int] = []
         self._sig_rate: list[float] = []  # per signature: the rate of its streaming flows (all alike)
         # per signature: its place in the canonical order of what signatures are (an int compares faster than the
@@ -498,6 +519,8 @@ class FluidNetwork:
             self._sig_res.append(tuple(r for r, _ in uses_t))
             self._sig_moved.append(0.0)
             self._by_sig.append({})
+            self._sig_n.append(0)
+            self._head.append(None)
             self._sig_mark.append(0)
             self._sig_rate.append(0.0)
             self._arrays.add([(r, r.capacity, c) for r, c in uses_t], max_rate)
@@ -562,12 +585,20 @@ class FluidNetwork:
             if on_streamed is not None:
                 streamed.callbacks.append(lambda _e: on_streamed(streamed_arg))  # type: ignore[union-attr]
             return
-        self._start(route, size, None, tag, owner, latency, on_arrived, arrived_arg, on_streamed, streamed_arg, hold)
+        self.sender_then(route, latency, hold, tag, owner)(size, on_arrived, arrived_arg, on_streamed, streamed_arg)
 
     def sender_then(self, route: Route, latency: float, hold: float, tag: Tag, owner: Owner) -> SendThen:
         """:meth:`send_then` with everything but the message fixed: ``send(size, on_arrived, arrived_arg,
         on_streamed, streamed_arg)`` makes the same flow with the same calls (a sender that sends many messages
         the same way pays for its fixed arguments once, not per message).
+
+        A message that starts on the signature of a flow not rated yet (started at this time), with that flow's size,
+        latency and hold, joins it (:attr:`Flow.n`) instead of starting a flow of its own: from now on the two get the
+        same rate at every solve (a signature's flows all have its rate) and finish at the same time, so one flow
+        carries both through the solver (counted twice for fairness); the joined message's calls run right after
+        the first one's, before those of other flows due then (which start them in another order at the same time;
+        the schedules built on this engine send the same messages at the same times whatever order their
+        same-time calls run in). Not when recording (a record per message).
 
         Examples
         --------
@@ -581,13 +612,44 @@ class FluidNetwork:
         >>> round(env.now * 1e6, 6)  # 1 MB at 1 GB/s, then 1 us of latency
         1001.0
         """
-        send_then, start = self.send_then, self._start
+        send_then, start, sig = self.send_then, self._start, route.sig
+        heads, sig_n = self._head, self._sig_n
+        if self.record:  # a record per message: no joining
+
+            def send_each(size: float, fa: Callback | None, a: Any, fs: Callback | None, s: Any) -> None:
+                if size <= 0:
+                    send_then(route, size, latency, hold, tag, owner, fa, a, fs, s)
+                else:
+                    start(route, size, None, tag, owner, latency, fa, a, fs, s, hold)
+
+            return send_each
 
         def send(size: float, fa: Callback | None, a: Any, fs: Callback | None, s: Any) -> None:
             if size <= 0:
                 send_then(route, size, latency, hold, tag, owner, fa, a, fs, s)
+                return
+            p = heads[sig]
+            if p is not None and p.finish == _UNRATED and p.size == size and p.latency == latency and p.hold == hold:
+                # join it (see above): one more message, its calls after the flow's own
+                if fa is not None:
+                    more = p.more_a
+                    if more is None:
+                        p.more_a = [fa, a]
+                    else:
+                        more += (fa, a)
+                if fs is not None:
+                    more = p.more_s
+                    if more is None:
+                        p.more_s = [fs, s]
+                    else:
+                        more += (fs, s)
+                p.n += 1
+                sig_n[sig] += 1
+                self.flows += 1  # a message: the count (and the seq of later flows) as if it were a flow of its own
+                if self.flows >= self._check_at:
+                    self._budget()
             else:
-                start(route, size, None, tag, owner, latency, fa, a, fs, s, hold)
+                heads[sig] = start(route, size, None, tag, owner, latency, fa, a, fs, s, hold)
 
         return send
 
@@ -686,22 +748,27 @@ class FluidNetwork:
         )
         if self.record:
             flow.rates = []
-        if self.flows >= self._check_at:  # the budget: over its limit, or a heartbeat due (every Meter.EVERY)
-            self._meter.over(self.flows, env.now)
-            self._check_at = self.flows + Meter.EVERY
-            if 0 <= self._meter.limit < self._check_at:
-                self._check_at = max(self.flows + 1, self._meter.limit + 1)
+        if self.flows >= self._check_at:
+            self._budget()
         self._streaming += 1
         flows = route.flows
+        sig = route.sig
         if not flows:  # the signature's first streaming flow: its resources list it
-            sig = route.sig
             for res in route.res:
                 res.sigs[sig] = None
         flows[flow] = None
+        self._sig_n[sig] += 1
         self._started.append(flow)
         if not self._update_pending:
             self._schedule_update()
         return flow
+
+    def _budget(self) -> None:
+        """The work budget: over its limit (raises), or a heartbeat due (every Meter.EVERY messages)."""
+        self._meter.over(self.flows, self.env.now)
+        self._check_at = self.flows + Meter.EVERY
+        if 0 <= self._meter.limit < self._check_at:
+            self._check_at = max(self.flows + 1, self._meter.limit + 1)
 
     def _instant(self, size: float, latency: float, hold: float, tag: Tag, owner: Owner) -> tuple[Event, Event]:
         """A transfer with nothing to stream (no bytes, or no resource and no cap): done now, arrived ``latency``
@@ -798,7 +865,7 @@ class FluidNetwork:
         now = self.env.now
         horizon = now + now * 1e-12 + 1e-15
         times, queued, by_sig = self._times, self._due, self._by_sig
-        ended, moved, after, record = self._ended, self._sig_moved, self._after, self.record
+        ended, moved, after, record, sig_n = self._ended, self._sig_moved, self._after, self.record, self._sig_n
         batches, batch = self._batches, self._batch
         finished = 0
         while times and times[0] <= horizon:
@@ -816,16 +883,21 @@ class FluidNetwork:
                 if not flows:  # the signature's last streaming flow
                     for res in f.res:
                         del res.sigs[sig]
+                n = f.n
+                sig_n[sig] -= n
                 e = ended.get(sig)
                 if e is None:
-                    ended[sig] = [f.rate, 1]
+                    ended[sig] = [f.rate, n]
                 else:
                     e[0] = f.rate
-                    e[1] += 1
+                    e[1] += n
                 f.remaining = 0.0
                 f.rate = 0.0
                 f.finish = _FINISHED
                 moved[sig] += f.size
+                if n > 1:  # each message's bytes added as its own flow's would be
+                    for _ in range(n - 1):
+                        moved[sig] += f.size
                 if record:
                     self.records.append(
                         FlowRecord(
@@ -842,15 +914,37 @@ class FluidNetwork:
                         )
                     )
                 fa, fs = f.on_arrived, f.on_streamed
-                if fa is not None or fs is not None:  # send_then's calls, in the order its two events' callbacks
-                    # would run (what _call does, written out: the batch of the time `now + delay`, as _batch
-                    # computes it); a flow with events has neither (and a flow with neither calls nor events, none)
-                    if fa is not None:
+                if n == 1:
+                    if fa is not None or fs is not None:  # send_then's calls, in the order its two events'
+                        # callbacks would run (what _call does, written out: the batch of the time `now + delay`, as
+                        # _batch computes it); a flow with events has neither (and a flow with neither calls nor
+                        # events, none)
+                        if fa is not None:
+                            b = batches.get(now + f.latency)
+                            (b if b is not None else batch(f.latency)).extend((fa, f.arrived_arg))
+                        if fs is not None:
+                            b = batches.get(now + f.hold)
+                            (b if b is not None else batch(f.hold)).extend((fs, f.streamed_arg))
+                        continue
+                else:  # messages joined (only send_then's flows join): each call followed by the joined ones'
+                    more = f.more_a
+                    if fa is not None or more is not None:
                         b = batches.get(now + f.latency)
-                        (b if b is not None else batch(f.latency)).extend((fa, f.arrived_arg))
-                    if fs is not None:
+                        if b is None:
+                            b = batch(f.latency)
+                        if fa is not None:
+                            b += (fa, f.arrived_arg)
+                        if more is not None:
+                            b += more
+                    more = f.more_s
+                    if fs is not None or more is not None:
                         b = batches.get(now + f.hold)
-                        (b if b is not None else batch(f.hold)).extend((fs, f.streamed_arg))
+                        if b is None:
+                            b = batch(f.hold)
+                        if fs is not None:
+                            b += (fs, f.streamed_arg)
+                        if more is not None:
+                            b += more
                     continue
                 if f.done is not None:
                     after(0.0, f.done)
@@ -907,8 +1001,8 @@ class FluidNetwork:
         """The memo key of signatures ``sigs`` (distinct) with their streaming flows: the multiset, as the sorted
         signatures and how many flows each has."""
         ordered = sorted(sigs)
-        by_sig = self._by_sig
-        return tuple(ordered), tuple([len(by_sig[s]) for s in ordered])
+        sig_n = self._sig_n
+        return tuple(ordered), tuple([sig_n[s] for s in ordered])
 
     def _component_rates(self, key: tuple[tuple[int, ...], tuple[int, ...]]) -> dict[int, float]:
         """One component's rates by signature (``key``: its signatures and their flow counts, :meth:`_key`), from
@@ -965,8 +1059,8 @@ class FluidNetwork:
         rest: list[Flow] = []
         for f in started:
             e = ended.get(f.sig)
-            if e is not None and e[1]:  # a finished flow of its signature not paired yet
-                e[1] -= 1
+            if e is not None and e[1] >= f.n:  # finished messages of its signature not paired yet, as many
+                e[1] -= f.n
                 paired.append(f)
             else:
                 rest.append(f)
@@ -1208,7 +1302,7 @@ class FluidNetwork:
         flows = self.active
         for f in flows:
             for res, coef in f.uses:
-                load[res] = load.get(res, 0.0) + coef * f.rate
+                load[res] = load.get(res, 0.0) + coef * f.rate * f.n
         for res, value in load.items():
             if value > res.capacity * (1 + rel_tol):
                 raise AssertionError(f"{res.name}: load {value} above capacity {res.capacity}")
@@ -1220,7 +1314,8 @@ class FluidNetwork:
 
     @property
     def active(self) -> list[Flow]:
-        """Flows streaming now, in the order they started."""
+        """Flows streaming now, in the order they started (a flow that stands for several messages once, see
+        :attr:`Flow.n`)."""
         return sorted((f for flows in self._by_sig for f in flows), key=lambda f: f.seq)
 
 

@@ -11,7 +11,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from reference_maxmin import MaxMinCheckedNetwork, assert_max_min_fair
 
-from collsim.engine import NO_OWNER, UNTAGGED, Flow, FlowRecord, FluidNetwork, Owner, Resource, Tag, attribute_time
+from collsim.engine import (
+    NO_OWNER,
+    UNTAGGED,
+    Flow,
+    FlowRecord,
+    FluidNetwork,
+    Owner,
+    Resource,
+    SendThen,
+    Tag,
+    attribute_time,
+)
+from collsim.engine.fluid import Callback
 
 
 def _run(net: FluidNetwork, env: simpy.Environment, transfers: list[tuple[float, list, dict]]) -> list[float]:
@@ -244,10 +256,11 @@ _TIMINGS = [(0.0, 0.0), (0.0, 4e-6), (3e-6, 0.0), (5e-6, 5e-6), (5e-6, 3e-6), (2
 def test_send_then_calls_as_the_events_callbacks_run(plan: list[tuple[float, int, tuple[float, float], bool]]) -> None:
     # the same flows sent with events (callbacks appended arrival first, then the sender's), with send_then and with
     # a sender_then bound once per message's route and timing: the same calls at the same times in the same order,
-    # a sender that sends again when free included
-    def run(then: str) -> list[tuple[float, str]]:
+    # a sender that sends again when free included; where alike messages join one flow (not recording), the same
+    # calls at the same times (the joined ones' calls run after their flow's first message's)
+    def run(then: str, record: bool = True) -> list[tuple[float, str]]:
         env = simpy.Environment()
-        net = FluidNetwork(env)
+        net = FluidNetwork(env, record=record)
         links = [net.resource(f"l{k}", 1e9) for k in range(3)]
         log: list[tuple[float, str]] = []
 
@@ -282,6 +295,8 @@ def test_send_then_calls_as_the_events_callbacks_run(plan: list[tuple[float, int
     with_events = run("")
     assert run("send_then") == with_events
     assert run("sender_then") == with_events
+    assert sorted(run("send_then", record=False)) == sorted(with_events)
+    assert sorted(run("sender_then", record=False)) == sorted(with_events)
     assert len(with_events) == 2 * sum(2 if p[3] else 1 for p in plan)
 
 
@@ -493,3 +508,100 @@ def test_invariant_rejects_an_unfair_allocation() -> None:
     fair = abc(MaxMinCheckedNetwork).active
     assert [f.rate for f in fair] == [0.5e9] * 3
     assert_max_min_fair(fair)
+
+
+def test_messages_sent_together_alike_join_one_flow() -> None:
+    # three messages of one sender's route at one time, alike: one flow standing for three (counted three times for
+    # fairness against a fourth flow on the link), their calls in the order they were sent
+    env = simpy.Environment()
+    net = FluidNetwork(env)
+    link = net.resource("l", 1e9)
+    send = net.sender_then(net.route([(link, 1.0)]), 1e-6, 0.0, UNTAGGED, NO_OWNER)
+    seen: list[tuple[float, str]] = []
+
+    def note(label: str) -> None:
+        seen.append((env.now, label))
+
+    for k in range(3):
+        send(1e6, note, f"arrived {k}", note, f"free {k}")
+    net.transfer(1e6, [(link, 1.0)])
+    env.run(until=1e-9)
+    assert [f.n for f in net.active] == [3, 1] and net.flows == 4
+    env.run()
+    assert [label for _, label in seen] == ["free 0", "free 1", "free 2", "arrived 0", "arrived 1", "arrived 2"]
+    assert {t for t, _ in seen[:3]} == {4e-3}  # 1 GB/s shared by four messages of 1 MB
+    assert net.carried(link) == 4e6
+
+
+@pytest.mark.parametrize("change", ["size", "latency", "hold", "later", "record"])
+def test_messages_that_differ_do_not_join(change: str) -> None:
+    env = simpy.Environment()
+    net = FluidNetwork(env, record=change == "record")
+    route = net.route([(net.resource("l", 1e9), 1.0)])
+    net.sender_then(route, 1e-6, 0.0, UNTAGGED, NO_OWNER)(1e6, None, None, None, None)
+
+    def second(_arg: object = None) -> None:
+        latency = 2e-6 if change == "latency" else 1e-6
+        hold = 1e-6 if change == "hold" else 0.0
+        size = 2e6 if change == "size" else 1e6
+        net.sender_then(route, latency, hold, UNTAGGED, NO_OWNER)(size, None, None, None, None)
+
+    if change == "later":
+        net.timed_then(1e-4, 0.0, 0.0, second, None, None, None)
+        env.run(until=2e-4)
+    else:
+        second()
+        env.run(until=1e-9)
+    assert [f.n for f in net.active] == [1, 1]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    plan=st.lists(
+        st.tuples(
+            st.sampled_from([0.0, 1e-4]),
+            st.sampled_from([2e5, 1e6]),
+            st.integers(0, 2),
+            st.sampled_from(_TIMINGS[:3]),
+            st.integers(0, 3),
+        ),
+        min_size=1,
+        max_size=10,
+    ),
+)
+def test_joined_messages_are_the_messages_sent_alone(
+    plan: list[tuple[float, float, int, tuple[float, float], int]],
+) -> None:
+    # random senders (a start time, a message size, a route, a timing, how many more messages each sends when free)
+    # on a network that joins alike messages and on one that does not (recording): every call at the same time, bit
+    # for bit, and the same bytes carried on every resource; only the order of calls due at one time may differ
+    def run(record: bool) -> tuple[list[tuple[float, str]], list[float], int]:
+        env = simpy.Environment()
+        net = FluidNetwork(env, record=record, check=True)
+        links = [net.resource(f"l{k}", 1e9) for k in range(3)]
+        log: list[tuple[float, str]] = []
+        for i, (start, size, k, (lat, hold), again) in enumerate(plan):
+            route = net.route([(links[k], 1.0), (links[(k + 1) % 3], 0.5)])
+            send = net.sender_then(route, lat, hold, UNTAGGED, NO_OWNER)
+            left = [again]
+
+            def arrived(label: str) -> None:
+                log.append((env.now, f"arrived {label}"))
+
+            def free(label: str, send: SendThen = send, size: float = size, left: list[int] = left) -> None:
+                log.append((env.now, f"free {label}"))
+                if left[0]:
+                    left[0] -= 1
+                    send(size, arrived, f"{label}+", free, f"{label}+")
+
+            def first(
+                _arg: object, send: SendThen = send, size: float = size, free: Callback = free, i: int = i
+            ) -> None:
+                send(size, arrived, str(i), free, str(i))
+
+            net.timed_then(start, 0.0, 0.0, first, None, None, None)
+        env.run()
+        return sorted(log), [net.carried(r) for r in links], net.flows
+
+    joined, alone = run(False), run(True)
+    assert joined == alone
