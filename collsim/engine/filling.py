@@ -8,8 +8,10 @@ Their rounds are few (one per distinct rate level: 1-3 in the components of 16 o
 GPUs), so the work is in building the component and freezing its flows, which vectorises: :meth:`SignatureArrays.fill`
 does the same rounds on arrays.
 
-The arithmetic is the Python filling's (:meth:`FluidNetwork._progressive_filling`): the same per-resource sums in the
-same order (flows in the order given, each flow's uses in its order), the same steps, the same saturation test and
+Both fillings take a row per signature with its number of flows (the flows of a signature are alike: they weigh
+that many times its coefficients and freeze together), so their cost follows the signatures, not the flows. The
+arithmetic is the Python filling's (:meth:`FluidNetwork._progressive_filling`): the same per-resource sums in the
+same order (rows in the order given, each row's uses in its order), the same steps, the same saturation test and
 the same tie-breaks (the first resource in order of first use). Two things differ. The order in which a round's
 frozen flows give back their weight, which changes nothing when the coefficients add exactly (1, 2, 1/2 ...), as
 they do for links; the tests compare both fillings bit for bit on such components and within 1e-12 on any. And a
@@ -92,43 +94,36 @@ class SignatureArrays:
         self._n = s + 1
 
     def fill(self, sigs: IntArray, counts: IntArray | None = None) -> FloatArray:
-        """Max-min fair rates (units/s) of flows with signatures ``sigs``, in that order: the progressive filling of
-        :meth:`collsim.engine.fluid.FluidNetwork._progressive_filling` on arrays (a flow bound by nothing gets
-        ``inf``). With ``counts``, ``sigs`` are distinct and ``counts[k]`` flows of ``sigs[k]`` come in a row: the
-        same filling as of ``np.repeat(sigs, counts)`` (and its rates), with the resources numbered on the distinct
-        rows only."""
-        if counts is None:
-            distinct, counts = sigs, np.ones(len(sigs), dtype=np.int64)
-        else:
-            distinct, sigs = sigs, np.repeat(sigs, counts)
-        nflows = len(sigs)
-        rates = np.zeros(nflows)
-        if nflows == 0:
+        """Max-min fair rates (units/s) of flows with signatures ``sigs``, one row each, in that order: the
+        progressive filling of :meth:`collsim.engine.fluid.FluidNetwork._progressive_filling` on arrays (a flow bound
+        by nothing gets ``inf``). With ``counts``, row ``k`` stands for ``counts[k]`` alike flows (one rate for all
+        of them: alike flows freeze together), each weighing on a resource ``counts[k]`` times its coefficient:
+        the rates of every flow given once where the coefficients add exactly."""
+        nrows = len(sigs)
+        rates = np.zeros(nrows)
+        if nrows == 0:
             return rates
-        # local resource ids in order of first use (the Python filling's order: sums, tie-breaks): on the distinct
-        # rows, the same order as on every flow's (a signature's later flows use what its first one did)
-        dtable = self._res[distinct]
-        dvalid = dtable >= 0
-        uniq, first, inverse = np.unique(dtable[dvalid], return_index=True, return_inverse=True)
+        # local resource ids in order of first use (the Python filling's order: sums, tie-breaks)
+        table = self._res[sigs]
+        valid = table >= 0
+        uniq, first, inverse = np.unique(table[valid], return_index=True, return_inverse=True)
         by_first = np.argsort(first, kind="stable")
         local_of = np.empty(len(uniq), dtype=np.int64)
         local_of[by_first] = np.arange(len(uniq))
-        dlocal = np.full(dtable.shape, -1, dtype=np.int64)
-        dlocal[dvalid] = local_of[inverse.reshape(-1)]
-        table = np.repeat(dlocal, counts, axis=0)
-        valid = table >= 0
-        loc = table[valid]  # every use, flow by flow, each flow's uses in order
+        loc = local_of[inverse.reshape(-1)]  # every use, row by row, each row's uses in order
         coef = self._coef[sigs][valid]
-        per_flow = valid.sum(axis=1)
-        row_start = np.cumsum(per_flow) - per_flow
-        owner = np.repeat(np.arange(nflows), per_flow)  # the flow of each use
+        per_row = valid.sum(axis=1)
+        row_start = np.cumsum(per_row) - per_row
+        owner = np.repeat(np.arange(nrows), per_row)  # the row of each use
+        # what each use weighs: its coefficient once per flow of the row
+        weigh = coef if counts is None else coef * counts[owner]
         nres = len(uniq)
         caps = self._rcap[uniq[by_first]]
-        weight = np.bincount(loc, weights=coef, minlength=nres)  # summed in use order, from 0.0, as in Python
-        unfrozen_on = np.bincount(loc, minlength=nres)  # per resource: its uses by flows not frozen yet
+        weight = np.bincount(loc, weights=weigh, minlength=nres)  # summed in use order, from 0.0, as in Python
+        unfrozen_on = np.bincount(loc, minlength=nres)  # per resource: its uses by rows not frozen yet
         left = caps.copy()
         live = weight > 0
-        frozen = np.zeros(nflows, dtype=bool)
+        frozen = np.zeros(nrows, dtype=bool)
         max_rate = self._cap[sigs]
         order = np.argsort(max_rate, kind="stable")
         by_cap = order.tolist()
@@ -136,7 +131,7 @@ class SignatureArrays:
         nfrozen = 0
         cp = 0
         level = 0.0
-        while nfrozen < nflows:
+        while nfrozen < nrows:
             lv = np.flatnonzero(live)
             step = math.inf
             binding = -1
@@ -145,9 +140,9 @@ class SignatureArrays:
                 k = int(np.argmin(share))
                 if share[k] < step:  # strictly below: an infinite share binds nothing (as in Python)
                     step, binding = float(share[k]), int(lv[k])
-            while cp < nflows and frozen[by_cap[cp]]:
+            while cp < nrows and frozen[by_cap[cp]]:
                 cp += 1
-            if cp < nflows and caps_sorted[cp] - level < step:
+            if cp < nrows and caps_sorted[cp] - level < step:
                 step, binding = caps_sorted[cp] - level, -1
             if math.isinf(step):
                 rates[~frozen] = math.inf
@@ -157,16 +152,16 @@ class SignatureArrays:
             left[lv] -= step * weight[lv]
             newly = lv[left[lv] <= SAT_TOL * caps[lv]]
             to_freeze: list[int] = []
-            if binding < 0 and cp < nflows:  # a flow cap binds: that flow, then every flow at that cap
+            if binding < 0 and cp < nrows:  # a flow cap binds: that row, then every row at that cap
                 to_freeze.append(by_cap[cp])
-            while cp < nflows and (frozen[by_cap[cp]] or caps_sorted[cp] - level <= SAT_TOL * max(level, 1.0)):
+            while cp < nrows and (frozen[by_cap[cp]] or caps_sorted[cp] - level <= SAT_TOL * max(level, 1.0)):
                 to_freeze.append(by_cap[cp])
                 cp += 1
             sat = newly if binding < 0 or binding in newly else np.append(newly, binding)
             live[sat] = False
-            # the flows to freeze, as a mask over flows (then in flow order, each once): those capped at this level,
-            # and every flow on a resource that saturated
-            freeze = np.zeros(nflows, dtype=bool)
+            # the rows to freeze, as a mask over rows (then in row order, each once): those capped at this level,
+            # and every row on a resource that saturated
+            freeze = np.zeros(nrows, dtype=bool)
             freeze[to_freeze] = True
             if sat.size:
                 on_sat = np.zeros(nres, dtype=bool)
@@ -178,10 +173,10 @@ class SignatureArrays:
             frozen[new] = True
             nfrozen += len(new)
             rates[new] = level
-            uses = _segments(row_start[new], per_flow[new])
+            uses = _segments(row_start[new], per_row[new])
             where = loc[uses]
             still = live[where]
-            np.subtract.at(weight, where[still], coef[uses][still])
+            np.subtract.at(weight, where[still], weigh[uses][still])
             np.subtract.at(unfrozen_on, where, 1)
             live[where[unfrozen_on[where] == 0]] = False  # no unfrozen flow left on it
         return rates

@@ -64,9 +64,9 @@ SendThen = Callable[[float, Callback | None, Any, Callback | None, Any], None]
 #: SimPy priority of the rate solve: after every NORMAL (1) event of the same timestamp.
 LATE = 2
 
-#: Components of at least this many flows are filled on arrays (:mod:`collsim.engine.filling`), smaller ones in Python
-#: (cheaper below it; measured, docs/performance.md). Both give the same rates.
-ARRAY_FROM = 256
+#: Components of at least this many signatures are filled on arrays (:mod:`collsim.engine.filling`), smaller ones in
+#: Python (cheaper below it; measured, docs/performance.md). Both give the same rates.
+ARRAY_FROM = 64
 
 _INF = math.inf
 #: :attr:`Flow.finish` before the flow's first rating, and once it has finished (no finish time is negative).
@@ -418,8 +418,8 @@ class FluidNetwork:
         # as an array
         self._arrays = SignatureArrays()
         self._np_rank: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
-        #: components of at least this many flows are filled on arrays (the same rates; below it the Python filling
-        #: is cheaper: measured on 1024 GPUs, see docs/performance.md)
+        #: components of at least this many signatures are filled on arrays (the same rates; below it the Python
+        #: filling is cheaper: measured, see docs/performance.md)
         self.array_from = ARRAY_FROM
         # what changed since the last solve: flows started, and the resources of flows that finished (a solve
         # re-solves only the connected components these touch)
@@ -1008,8 +1008,9 @@ class FluidNetwork:
         """One component's rates by signature (``key``: its signatures and their flow counts, :meth:`_key`), from
         the memo or a progressive filling of its flows in canonical order (by what the flows are, not when they
         started: the float sums then do not depend on the history, and a memo hit returns bit for bit what a fresh
-        solve of the same flows would); from :attr:`array_from` flows the filling runs on arrays
-        (:mod:`collsim.engine.filling`: the same rates)."""
+        solve of the same flows would); from :attr:`array_from` signatures the filling runs on arrays
+        (:mod:`collsim.engine.filling`: the same rates). Both fill a row per signature that weighs its number of
+        flows times its coefficients (the flows of a signature freeze together)."""
         hit = self._memo.get(key)
         if hit is not None:
             self.memo_hits += 1
@@ -1021,21 +1022,19 @@ class FluidNetwork:
             self._np_rank[by_rank] = np.arange(len(order))
             self._sig_rank = self._np_rank.tolist()  # a list indexes faster than an array in the Python filling
         distinct, counts = key
-        if sum(counts) >= self.array_from:  # the same filling on arrays: one row per flow, in rank order
+        if len(distinct) >= self.array_from:  # the same filling on arrays: a row per signature, in rank order
             ids = np.array(distinct, dtype=np.int64)
             in_rank = np.argsort(self._np_rank[ids])
             ids, many = ids[in_rank], np.array(counts, dtype=np.int64)[in_rank]
-            first = np.cumsum(many) - many  # each signature's first flow
-            hit = dict(zip(ids.tolist(), self._arrays.fill(ids, many)[first].tolist(), strict=True))
+            hit = dict(zip(ids.tolist(), self._arrays.fill(ids, many).tolist(), strict=True))
             self.array_fills += 1
         else:
-            # one flow per flow of the component, in rank order; flows of one signature are alike, so any of them
-            # stands for the others
+            # a row per signature, in rank order, with its number of flows; flows of one signature are alike, so any
+            # of them stands for the others
             rank, by_sig = self._sig_rank, self._by_sig
-            ordered: list[Flow] = []
-            for sig, n in sorted(zip(distinct, counts, strict=True), key=lambda sc: rank[sc[0]]):
-                ordered.extend([next(iter(by_sig[sig]))] * n)
-            rates = self._progressive_filling(ordered)
+            rows = sorted(zip(distinct, counts, strict=True), key=lambda sc: rank[sc[0]])
+            ordered = [next(iter(by_sig[sig])) for sig, _ in rows]
+            rates = self._progressive_filling(ordered, [n for _, n in rows])
             hit = {f.sig: r for f, r in zip(ordered, rates, strict=True)}
         if len(self._memo) < 100_000:
             self._memo[key] = hit
@@ -1174,11 +1173,13 @@ class FluidNetwork:
             else:
                 f.finish = _INF
 
-    def _progressive_filling(self, flows: list[Flow]) -> list[float]:
+    def _progressive_filling(self, flows: list[Flow], counts: list[int] | None = None) -> list[float]:
         """Raise all unfrozen rates together until a resource or a flow cap binds; freeze those; repeat.
 
-        Every round freezes at least one flow or retires one resource, so it ends after at most
-        (flows + resources) rounds; each round costs one pass over the resources still in play.
+        With ``counts``, ``flows[i]`` stands for ``counts[i]`` alike flows (its signature's): they weigh
+        ``counts[i]`` times its coefficients on every resource and get one rate (alike flows freeze together).
+        Every round freezes at least one row or retires one resource, so it ends after at most (rows + resources)
+        rounds; each round costs one pass over the resources still in play.
         """
         # the component's resources by local index, in order of first use (lists index faster than dicts of
         # resources; the order, the sums and the tie-breaks are those of that order)
@@ -1186,9 +1187,10 @@ class FluidNetwork:
         caps: list[float] = []
         weight: list[float] = []
         members: list[list[int]] = []
-        uses: list[list[tuple[int, float]]] = []  # per flow: (local index, coefficient)
+        uses: list[list[tuple[int, float]]] = []  # per row: (local index, what it weighs there)
         for i, f in enumerate(flows):
             mine = []
+            many = 1 if counts is None else counts[i]
             for res, coef in f.uses:
                 j = where.get(res)
                 if j is None:
@@ -1196,9 +1198,10 @@ class FluidNetwork:
                     caps.append(res.capacity)
                     weight.append(0.0)
                     members.append([])
-                weight[j] = weight[j] + coef
+                w = coef * many
+                weight[j] = weight[j] + w
                 members[j].append(i)
-                mine.append((j, coef))
+                mine.append((j, w))
             uses.append(mine)
         left = caps[:]
         # an insertion-ordered dict, not a set: the order of first use, so that tie-breaks and the order of float

@@ -69,19 +69,41 @@ def test_array_filling_matches_the_python_filling_to_rounding(inst: Instance) ->
     assert arrays == pytest.approx(python, rel=1e-12)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(components(_any_coef), st.data())
-def test_distinct_rows_with_counts_fill_as_every_flow(inst: Instance, data: st.DataObject) -> None:
-    # the engine passes each signature once with its number of flows: the same rates, bit for bit, as every flow
+def _rows_and_every_flow(inst: Instance, data: st.DataObject) -> tuple[list[list[float]], list[list[float]]]:
+    """Each signature of the instance once with a drawn number of flows, and every flow given once: the rates of
+    each row (array and Python fillings), and of each row's first flow."""
     net = FluidNetwork(simpy.Environment())
     res = [net.resource(f"r{k}", c) for k, c in enumerate(inst.capacities)]
     for f in inst.flows:
         net.transfer(1e6, [(res[k], c) for k, c in f.uses], max_rate=f.max_rate)
-    ids = np.array(list(dict.fromkeys(f.sig for f in net._started)), dtype=np.int64)
+    first_of = {f.sig: f for f in net._started}
+    ids = np.array(list(first_of), dtype=np.int64)
     counts = np.array(data.draw(st.lists(st.integers(1, 6), min_size=len(ids), max_size=len(ids))), dtype=np.int64)
-    each = net._arrays.fill(np.repeat(ids, counts)).tolist()
-    assert net._arrays.fill(ids, counts).tolist() == each
+    first = np.cumsum(counts) - counts
+    each = net._arrays.fill(np.repeat(ids, counts))[first].tolist()
+    every = [first_of[s] for s, n in zip(ids.tolist(), counts.tolist(), strict=True) for _ in range(n)]
+    python_each = [net._progressive_filling(every)[k] for k in first.tolist()]
+    rows = net._arrays.fill(ids, counts).tolist()
+    python_rows = net._progressive_filling([first_of[s] for s in ids.tolist()], counts.tolist())
     assert net._arrays.fill(ids, np.ones(len(ids), dtype=np.int64)).tolist() == net._arrays.fill(ids).tolist()
+    return [rows, python_rows], [each, python_each]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(components(_exact_coef), st.data())
+def test_rows_with_counts_fill_as_every_flow_bit_for_bit(inst: Instance, data: st.DataObject) -> None:
+    # the engine passes each signature once with its number of flows: where the coefficients add exactly, the rates
+    # of every flow given once, bit for bit, on arrays and in Python
+    rows, each = _rows_and_every_flow(inst, data)
+    assert rows[0] == each[0] and rows[1] == each[1]
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(components(_any_coef), st.data())
+def test_rows_with_counts_fill_as_every_flow_to_rounding(inst: Instance, data: st.DataObject) -> None:
+    # any coefficients: a row weighs n x its coefficient where every flow added it n times (equal to rounding)
+    rows, each = _rows_and_every_flow(inst, data)
+    assert rows[0] == pytest.approx(each[0], rel=1e-12) and rows[1] == pytest.approx(each[1], rel=1e-12)
 
 
 class _Arrays(MaxMinCheckedNetwork):
@@ -146,9 +168,12 @@ def test_a_flow_bound_by_nothing_gets_an_infinite_rate() -> None:
 
 
 def test_large_components_are_filled_on_arrays_by_default() -> None:
-    # ARRAY_FROM flows on one link: one array filling; one flow fewer: the Python filling; the same rates
+    # ARRAY_FROM signatures on one link (each flow also on a link of its own): one array filling; one signature
+    # fewer: the Python filling; the same rates. Twice as many flows of one signature: the Python filling
     for n, fills in ((ARRAY_FROM, 1), (ARRAY_FROM - 1, 0)):
-        inst = Instance((1e9,), tuple(FlowSpec(((0, 1.0),)) for _ in range(n)))
+        inst = Instance((1e9,) + (4e9,) * n, tuple(FlowSpec(((0, 1.0), (k + 1, 1.0))) for k in range(n)))
         got, net = engine_rates(inst)
         assert net.array_fills == fills
         assert got == [1e9 / n] * n
+    got, net = engine_rates(Instance((1e9,), tuple(FlowSpec(((0, 1.0),)) for _ in range(2 * ARRAY_FROM))))
+    assert net.array_fills == 0 and got == [1e9 / (2 * ARRAY_FROM)] * (2 * ARRAY_FROM)

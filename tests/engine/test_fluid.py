@@ -479,13 +479,14 @@ def test_finish_time_monotone_in_size(caps: list[float], flows: list) -> None:
 class _Greedy(MaxMinCheckedNetwork):
     """A wrong engine: each flow in turn takes all it can. Feasible, and every flow crosses a saturated resource."""
 
-    def _progressive_filling(self, flows: list[Flow]) -> list[float]:
+    def _progressive_filling(self, flows: list[Flow], counts: list[int] | None = None) -> list[float]:
         left: dict[Resource, float] = {}
         rates = []
-        for f in flows:
-            rate = min([f.max_rate] + [left.setdefault(r, r.capacity) / c for r, c in f.uses])
+        for i, f in enumerate(flows):
+            n = 1 if counts is None else counts[i]
+            rate = min([f.max_rate] + [left.setdefault(r, r.capacity) / (c * n) for r, c in f.uses])
             for r, c in f.uses:
-                left[r] -= c * rate
+                left[r] -= c * n * rate
             rates.append(rate)
         self._last_saturated = frozenset(r for r, v in left.items() if v <= 1e-9 * r.capacity)
         return rates
