@@ -576,8 +576,9 @@ class FluidNetwork:
         """:meth:`send` for a caller that reacts with plain calls instead of waiting for events (a callback-driven
         schedule): ``on_arrived(arrived_arg)`` when ``arrived`` would fire, then ``on_streamed(streamed_arg)`` when
         ``streamed`` would (each if given), in the order the callbacks of the two events would run had the caller
-        appended them in that order (the same simulated times and the same order; no SimPy event per flow).
-        Arguments are positional and unchecked: the fast path."""
+        appended them in that order (the same simulated times and, unless the message joins a flow of alike ones
+        started at this instant, the same order: :meth:`sender_then`; no SimPy event per flow). Arguments are
+        positional and unchecked."""
         if size <= 0:  # nothing streams: the events of :meth:`_instant`, then the calls
             streamed, arrived = self._instant(size, latency, hold, tag, owner)
             if on_arrived is not None:
