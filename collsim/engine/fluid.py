@@ -615,15 +615,7 @@ class FluidNetwork:
         """
         send_then, start, sig = self.send_then, self._start, route.sig
         heads, sig_n = self._head, self._sig_n
-        if self.record:  # a record per message: no joining
-
-            def send_each(size: float, fa: Callback | None, a: Any, fs: Callback | None, s: Any) -> None:
-                if size <= 0:
-                    send_then(route, size, latency, hold, tag, owner, fa, a, fs, s)
-                else:
-                    start(route, size, None, tag, owner, latency, fa, a, fs, s, hold)
-
-            return send_each
+        joins = not self.record  # a record per message: no joining (no flow is ever a head)
 
         def send(size: float, fa: Callback | None, a: Any, fs: Callback | None, s: Any) -> None:
             if size <= 0:
@@ -650,7 +642,9 @@ class FluidNetwork:
                 if self.flows >= self._check_at:
                     self._budget()
             else:
-                heads[sig] = start(route, size, None, tag, owner, latency, fa, a, fs, s, hold)
+                f = start(route, size, None, tag, owner, latency, fa, a, fs, s, hold)
+                if joins:
+                    heads[sig] = f
 
         return send
 

@@ -11,19 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from reference_maxmin import MaxMinCheckedNetwork, assert_max_min_fair
 
-from collsim.engine import (
-    NO_OWNER,
-    UNTAGGED,
-    Flow,
-    FlowRecord,
-    FluidNetwork,
-    Owner,
-    Resource,
-    SendThen,
-    Tag,
-    attribute_time,
-)
-from collsim.engine.fluid import Callback
+from collsim.engine import NO_OWNER, UNTAGGED, Flow, FlowRecord, FluidNetwork, Owner, Resource, Tag, attribute_time
+from collsim.engine.fluid import Callback, SendThen
 
 
 def _run(net: FluidNetwork, env: simpy.Environment, transfers: list[tuple[float, list, dict]]) -> list[float]:
