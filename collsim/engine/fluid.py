@@ -624,18 +624,14 @@ class FluidNetwork:
             p = heads[sig]
             if p is not None and p.finish == _UNRATED and p.size == size and p.latency == latency and p.hold == hold:
                 # join it (see above): one more message, its calls after the flow's own
+                more_a, more_s = p.more_a, p.more_s
+                if more_a is None or more_s is None:  # the first message to join
+                    p.more_a = more_a = []
+                    p.more_s = more_s = []
                 if fa is not None:
-                    more = p.more_a
-                    if more is None:
-                        p.more_a = [fa, a]
-                    else:
-                        more += (fa, a)
+                    more_a += (fa, a)
                 if fs is not None:
-                    more = p.more_s
-                    if more is None:
-                        p.more_s = [fs, s]
-                    else:
-                        more += (fs, s)
+                    more_s += (fs, s)
                 p.n += 1
                 sig_n[sig] += 1
                 self.flows += 1  # a message: the count (and the seq of later flows) as if it were a flow of its own
@@ -890,56 +886,21 @@ class FluidNetwork:
                 f.rate = 0.0
                 f.finish = _FINISHED
                 moved[sig] += f.size
-                if n > 1:  # each message's bytes added as its own flow's would be
-                    for _ in range(n - 1):
-                        moved[sig] += f.size
+                if n > 1:  # messages joined (only send_then's flows join, never when recording)
+                    self._finish_joined(f, now)
+                    continue
                 if record:
-                    self.records.append(
-                        FlowRecord(
-                            f.owner,
-                            f.tag,
-                            f.size,
-                            f.t_start,
-                            now,
-                            f.latency,
-                            tuple(r.name for r, _ in f.uses),
-                            tuple(c for _, c in f.uses),
-                            tuple(r.key for r, _ in f.uses),
-                            tuple(f.rates) if f.rates is not None else (),
-                        )
-                    )
+                    self._record(f, now)
                 fa, fs = f.on_arrived, f.on_streamed
-                if n == 1:
-                    if fa is not None or fs is not None:  # send_then's calls, in the order its two events'
-                        # callbacks would run (what _call does, written out: the batch of the time `now + delay`, as
-                        # _batch computes it); a flow with events has neither (and a flow with neither calls nor
-                        # events, none)
-                        if fa is not None:
-                            b = batches.get(now + f.latency)
-                            (b if b is not None else batch(f.latency)).extend((fa, f.arrived_arg))
-                        if fs is not None:
-                            b = batches.get(now + f.hold)
-                            (b if b is not None else batch(f.hold)).extend((fs, f.streamed_arg))
-                        continue
-                else:  # messages joined (only send_then's flows join): each call followed by the joined ones'
-                    more = f.more_a
-                    if fa is not None or more is not None:
+                if fa is not None or fs is not None:  # send_then's calls, in the order its two events' callbacks
+                    # would run (what _call does, written out: the batch of the time `now + delay`, as _batch
+                    # computes it); a flow with events has neither (and a flow with neither calls nor events, none)
+                    if fa is not None:
                         b = batches.get(now + f.latency)
-                        if b is None:
-                            b = batch(f.latency)
-                        if fa is not None:
-                            b += (fa, f.arrived_arg)
-                        if more is not None:
-                            b += more
-                    more = f.more_s
-                    if fs is not None or more is not None:
+                        (b if b is not None else batch(f.latency)).extend((fa, f.arrived_arg))
+                    if fs is not None:
                         b = batches.get(now + f.hold)
-                        if b is None:
-                            b = batch(f.hold)
-                        if fs is not None:
-                            b += (fs, f.streamed_arg)
-                        if more is not None:
-                            b += more
+                        (b if b is not None else batch(f.hold)).extend((fs, f.streamed_arg))
                     continue
                 if f.done is not None:
                     after(0.0, f.done)
@@ -954,6 +915,43 @@ class FluidNetwork:
             return
         self._solve()
         self._arm()
+
+    def _finish_joined(self, f: Flow, now: float) -> None:
+        """The rest of a finished flow that messages joined (:meth:`sender_then`): the joined messages' bytes, each
+        added as its own flow's would be, and the calls, each of the flow's own followed by the joined ones' (its
+        arrival calls in the batch of ``now + latency``, its sender calls in that of ``now + hold``)."""
+        moved = self._sig_moved
+        for _ in range(f.n - 1):
+            moved[f.sig] += f.size
+        for call, arg, more, delay in (
+            (f.on_arrived, f.arrived_arg, f.more_a, f.latency),
+            (f.on_streamed, f.streamed_arg, f.more_s, f.hold),
+        ):
+            if call is not None or more:
+                b = self._batches.get(now + delay)
+                if b is None:
+                    b = self._batch(delay)
+                if call is not None:
+                    b += (call, arg)
+                if more:
+                    b += more
+
+    def _record(self, f: Flow, now: float) -> None:
+        """Keep the record of flow ``f``, finished at ``now`` (seconds)."""
+        self.records.append(
+            FlowRecord(
+                f.owner,
+                f.tag,
+                f.size,
+                f.t_start,
+                now,
+                f.latency,
+                tuple(r.name for r, _ in f.uses),
+                tuple(c for _, c in f.uses),
+                tuple(r.key for r, _ in f.uses),
+                tuple(f.rates) if f.rates is not None else (),
+            )
+        )
 
     def _components(self) -> list[list[int]]:
         """The connected components (signatures linked by shared resources) that changed since the last solve: those
