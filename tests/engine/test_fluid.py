@@ -7,7 +7,7 @@ from collections.abc import Generator
 
 import pytest
 import simpy
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from reference_maxmin import MaxMinCheckedNetwork, assert_max_min_fair
 
@@ -559,6 +559,9 @@ def test_messages_that_differ_do_not_join(change: str) -> None:
         max_size=10,
     ),
 )
+@example(  # senders 0 and 2 join; 1 and 2 send again when free (found with a harness that bound calls late)
+    plan=[(0.0, 2e5, 2, (3e-6, 0.0), 0), (0.0, 2e5, 0, (0.0, 0.0), 1), (0.0, 2e5, 2, (3e-6, 0.0), 2)],
+)
 def test_joined_messages_are_the_messages_sent_alone(
     plan: list[tuple[float, float, int, tuple[float, float], int]],
 ) -> None:
@@ -570,25 +573,24 @@ def test_joined_messages_are_the_messages_sent_alone(
         net = FluidNetwork(env, record=record, check=True)
         links = [net.resource(f"l{k}", 1e9) for k in range(3)]
         log: list[tuple[float, str]] = []
-        for i, (start, size, k, (lat, hold), again) in enumerate(plan):
-            route = net.route([(links[k], 1.0), (links[(k + 1) % 3], 0.5)])
-            send = net.sender_then(route, lat, hold, UNTAGGED, NO_OWNER)
-            left = [again]
 
-            def arrived(label: str) -> None:
-                log.append((env.now, f"arrived {label}"))
+        def arrived(label: str) -> None:
+            log.append((env.now, f"arrived {label}"))
 
-            def free(label: str, send: SendThen = send, size: float = size, left: list[int] = left) -> None:
+        def sender(i: int, send: SendThen, size: float, again: int) -> Callback:
+            # the sender's first message, and each next one once it is free (its own calls, bound here)
+            def free(label: str) -> None:
                 log.append((env.now, f"free {label}"))
-                if left[0]:
-                    left[0] -= 1
+                left[0] -= 1
+                if left[0] >= 0:
                     send(size, arrived, f"{label}+", free, f"{label}+")
 
-            def first(
-                _arg: object, send: SendThen = send, size: float = size, free: Callback = free, i: int = i
-            ) -> None:
-                send(size, arrived, str(i), free, str(i))
+            left = [again]
+            return lambda _arg: send(size, arrived, str(i), free, str(i))
 
+        for i, (start, size, k, (lat, hold), again) in enumerate(plan):
+            route = net.route([(links[k], 1.0), (links[(k + 1) % 3], 0.5)])
+            first = sender(i, net.sender_then(route, lat, hold, UNTAGGED, NO_OWNER), size, again)
             net.timed_then(start, 0.0, 0.0, first, None, None, None)
         env.run()
         return sorted(log), [net.carried(r) for r in links], net.flows
