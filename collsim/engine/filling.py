@@ -10,31 +10,93 @@ does the same rounds on arrays.
 
 Both fillings take a row per signature with its number of flows (the flows of a signature are alike: they weigh
 that many times its coefficients and freeze together), so their cost follows the signatures, not the flows. The
-arithmetic is the Python filling's (:meth:`FluidNetwork._progressive_filling`): the same per-resource sums in the
-same order (rows in the order given, each row's uses in its order), the same steps, the same saturation test and
-the same tie-breaks (the first resource in order of first use). Two things differ. The order in which a round's
-frozen flows give back their weight, which changes nothing when the coefficients add exactly (1, 2, 1/2 ...), as
-they do for links; the tests compare both fillings bit for bit on such components and within 1e-12 on any. And a
-resource leaves the filling when no unfrozen flow is left on it, where the Python filling waits for its weight to
-fall to 1e-12 of the coefficient last given back: the same moment unless the coefficients on one resource differ by
-twelve orders of magnitude.
+arithmetic is the Python filling's (:meth:`FluidNetwork._progressive_filling`): a resource's weight summed exactly
+(:func:`exact`) and rounded once, the same steps, the same saturation test and the same tie-breaks (the first resource
+in order of first use), and a resource leaves the filling when no unfrozen flow is left on it. So the two give the
+same rates bit for bit (the tests compare them on random components), and a row of ``n`` flows gives what the ``n``
+flows given one by one give.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Hashable, Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["SAT_TOL", "SignatureArrays"]
+__all__ = ["EXACT_SCALE", "SAT_TOL", "ExactCoef", "SignatureArrays", "exact", "units"]
 
 #: Relative: a resource with less than this fraction of its capacity left is saturated (both fillings).
 SAT_TOL = 1e-9
 
+#: Both fillings sum a resource's weights exactly, in units of 2**-1074 (every finite float is an integer number of
+#: them), and round a sum to the nearest float only where a share is computed (``W / EXACT_SCALE``: Python's integer
+#: true division is correctly rounded). A resource's weight is then the same float whatever the order and grouping of
+#: the rows on it: two rows of one flow each give what one row of two flows gives (the symmetric quotient's row of
+#: ``|F| / |O|`` members against the rows of the members themselves), and giving back a frozen row's weight leaves
+#: the exact sum of the others.
+EXACT_SCALE = 1 << 1074
+
+
+@functools.lru_cache(maxsize=65536)
+def exact(coef: float) -> int:
+    """``coef`` (a finite float) as an integer number of ``1 / EXACT_SCALE`` units, exactly.
+
+    Float sums depend on their order; the exact sum, rounded once, does not:
+
+    >>> (0.1 + 0.2) + 0.3, 0.1 + (0.2 + 0.3)
+    (0.6000000000000001, 0.6)
+    >>> (exact(0.1) + exact(0.2) + exact(0.3)) / EXACT_SCALE
+    0.6
+    """
+    num, den = coef.as_integer_ratio()  # den is a power of two, at most 2**1074
+    return num << (1075 - den.bit_length())
+
+
+class ExactCoef(float):
+    """A coefficient whose exact value, ``units / EXACT_SCALE``, is not a float: the float is its rounding, and the
+    fillings weigh the exact value (the symmetry quotient's ``m |F| / |O|``, the sum of the members' rows on one
+    resource, rounded only where a share is computed).
+
+    >>> c = ExactCoef(3 * exact(0.1))
+    >>> c == 0.30000000000000004, units(c) == 3 * exact(0.1), units(c) == exact(c)
+    (True, True, False)
+    """
+
+    __slots__ = ("units",)
+    units: int
+
+    def __new__(cls, exact_units: int) -> ExactCoef:
+        self = super().__new__(cls, exact_units / EXACT_SCALE)
+        self.units = exact_units
+        return self
+
+    def __reduce__(self) -> tuple[type[ExactCoef], tuple[int]]:
+        return (ExactCoef, (self.units,))
+
+
+def units(coef: float) -> int:
+    """The exact value of a coefficient in ``1 / EXACT_SCALE`` units: an :class:`ExactCoef`'s own, else
+    :func:`exact`."""
+    u = getattr(coef, "units", None)
+    return exact(coef) if u is None else u
+
+
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
+ExactArray = npt.NDArray[Any]  # exact weights: halves (float64) or Python integers (object)
+
+# The array filling keeps each use's exact weight in two float64 halves, integers in units of 2**-scale (the table's
+# finest coefficient): ``high * 2**_LOW + low`` with ``low < 2**_LOW``. `bincount` sums them exactly while the sums
+# stay below 2**53 (checked per filling), giving back a frozen row's weight keeps them exact, and a resource's
+# weight, ``high * 2**(_LOW - scale) + low * 2**-scale``, is one float addition of two exact floats: correctly
+# rounded, the float the Python filling divides out. A table or a filling outside those bounds sums Python integers
+# instead (the same floats, slower).
+_LOW = 26
+_EXACT_SUM = 2.0**53  # float64 holds every integer below this exactly
 
 
 class SignatureArrays:
@@ -59,27 +121,37 @@ class SignatureArrays:
         self._n = 0  # signatures added
         self._nres = 0  # resources seen
         self._res: IntArray = np.full((16, 4), -1, dtype=np.int64)  # per signature: resource ids, -1 padded
-        self._coef: FloatArray = np.zeros((16, 4))  # per signature: units consumed per unit moved, 0 padded
+        #: The unit of :attr:`scaled`: ``2**-scale``, the finest coefficient's (it only grows).
+        self.scale = 0
+        #: Per signature: units consumed per unit moved (its coefficients), exactly, as Python ints in units of
+        #: ``2**-scale`` (the Python filling's weights).
+        self.scaled: list[tuple[int, ...]] = []
+        self._seen: dict[tuple[int, ...], tuple[int, ...]] = {}  # see _one
+        # the same as two halves per use (see _LOW), 0 padded; self._wide once one does not fit
+        self._halves: FloatArray = np.zeros((16, 4, 2))
+        self._wide = False
         self._cap: FloatArray = np.full(16, math.inf)  # per signature: the flow's own rate cap, units/s
         self._rcap: FloatArray = np.zeros(16)  # per resource id: capacity, units/s
 
     def __len__(self) -> int:
         return self._n
 
-    def add(self, uses: Sequence[tuple[Hashable, float, float]], max_rate: float) -> None:
+    def add(self, uses: Sequence[tuple[Hashable, float, float | int]], max_rate: float) -> None:
         """Add the next signature: its ``(resource, capacity units/s, coefficient)`` uses, in order (each resource
-        once), and the flow's rate cap ``max_rate`` (units/s; ``inf`` for none)."""
+        once), and the flow's rate cap ``max_rate`` (units/s; ``inf`` for none). A coefficient is a float, or an
+        int: its exact value in ``1 / EXACT_SCALE`` units (:func:`units`)."""
         s = self._n
         rows, width = self._res.shape
         if s == rows or len(uses) > width:  # grow: twice the rows, or as wide as this signature
             rows, width = (2 * rows if s == rows else rows), max(width, len(uses))
             res = np.full((rows, width), -1, dtype=np.int64)
-            coef = np.zeros((rows, width))
+            halves = np.zeros((rows, width, 2))
             cap = np.full(rows, math.inf)
             res[:s, : self._res.shape[1]] = self._res[:s]
-            coef[:s, : self._coef.shape[1]] = self._coef[:s]
+            halves[:s, : self._halves.shape[1]] = self._halves[:s]
             cap[:s] = self._cap[:s]
-            self._res, self._coef, self._cap = res, coef, cap
+            self._res, self._halves, self._cap = res, halves, cap
+        exact_units: list[int] = []
         for k, (resource, capacity, coefficient) in enumerate(uses):
             i = self._ids.get(resource)
             if i is None:
@@ -89,9 +161,67 @@ class SignatureArrays:
                     self._rcap = np.concatenate((self._rcap, np.zeros(len(self._rcap))))
                 self._rcap[i] = capacity
             self._res[s, k] = i
-            self._coef[s, k] = coefficient
+            exact_units.append(coefficient if isinstance(coefficient, int) else units(coefficient))
+        finest = max((1075 - (u & -u).bit_length() for u in exact_units if u > 0), default=0)
+        if finest > self.scale:  # finer than the table's unit: every signature in the new unit
+            shift = finest - self.scale
+            self._seen = {}
+            self.scaled = [self._one(tuple(x << shift for x in row)) for row in self.scaled]
+            self.scale = finest
+            for r, row in enumerate(self.scaled):
+                self._halves[r, : len(row)] = self._halves_of(row)
+        self.scaled.append(self._one(tuple(u >> (1074 - self.scale) for u in exact_units)))  # exact: none is finer
+        self._halves[s, : len(uses)] = self._halves_of(self.scaled[s])
         self._cap[s] = max_rate
         self._n = s + 1
+
+    def _one(self, row: tuple[int, ...]) -> tuple[int, ...]:
+        """One tuple for every signature with these coefficients (most share a few: memory at 1024 GPUs)."""
+        return self._seen.setdefault(row, row)
+
+    def _halves_of(self, row: Sequence[int]) -> FloatArray:
+        """A signature's coefficients (ints in units of ``2**-scale``) as (high, low) halves, one row per use. Sets
+        :attr:`_wide` when one does not fit."""
+        if self._wide or self.scale > 1000 or any(v >> _LOW >= 1 << 53 for v in row):
+            self._wide = True  # the fillings sum Python integers from now on; the halves are not read
+            return np.zeros((len(row), 2))
+        return np.array([(v >> _LOW, v & ((1 << _LOW) - 1)) for v in row], dtype=np.float64).reshape(len(row), 2)
+
+    def _rounded(self, total: FloatArray) -> FloatArray:
+        """Exact weights given as summed halves (rows of (high, low): exact integers in float64) as the nearest
+        floats."""
+        return total[:, 0] * 2.0 ** (_LOW - self.scale) + total[:, 1] * 2.0**-self.scale
+
+    def _divided(self, total: ExactArray) -> FloatArray:
+        """Exact weights (Python ints in units of ``2**-scale``) as the nearest floats."""
+        return (total / (1 << self.scale)).astype(np.float64)
+
+    def _weights(
+        self,
+        sigs: IntArray,
+        valid: npt.NDArray[np.bool_],
+        counts: IntArray | None,
+        owner: IntArray,
+        loc: IntArray,
+        nres: int,
+    ) -> tuple[ExactArray, ExactArray, FloatArray]:
+        """Each use's exact weight (its coefficient times its row's count), each resource's exact total and that
+        total rounded once: as halves (float64) where they fit (see _LOW), else as Python integers."""
+        if not self._wide:
+            weigh = self._halves[sigs][valid]
+            if counts is not None:
+                weigh = weigh * counts[owner][:, None]  # exact below 2**53, as the sums that hold it are (checked)
+            halves = [np.bincount(loc, weights=weigh[:, k], minlength=nres) for k in (0, 1)]
+            summed = np.stack(halves, axis=1).astype(np.float64, copy=False)
+            if not summed.size or float(summed.max()) < _EXACT_SUM:  # every product and partial sum exact
+                return weigh, summed, self._rounded(summed)
+        scaled = self.scaled
+        weigh = np.array([v for sig in sigs.tolist() for v in scaled[sig]], dtype=object)  # row by row, as `valid`
+        if counts is not None:
+            weigh = weigh * counts[owner].astype(object)
+        total = np.zeros(nres, dtype=object)
+        np.add.at(total, loc, weigh)
+        return weigh, total, self._divided(total)
 
     def fill(self, sigs: IntArray, counts: IntArray | None = None) -> FloatArray:
         """Max-min fair rates (units/s) of flows with signatures ``sigs``, one row each, in that order: the
@@ -111,15 +241,14 @@ class SignatureArrays:
         local_of = np.empty(len(uniq), dtype=np.int64)
         local_of[by_first] = np.arange(len(uniq))
         loc = local_of[inverse.reshape(-1)]  # every use, row by row, each row's uses in order
-        coef = self._coef[sigs][valid]
         per_row = valid.sum(axis=1)
         row_start = np.cumsum(per_row) - per_row
         owner = np.repeat(np.arange(nrows), per_row)  # the row of each use
-        # what each use weighs: its coefficient once per flow of the row
-        weigh = coef if counts is None else coef * counts[owner]
         nres = len(uniq)
         caps = self._rcap[uniq[by_first]]
-        weight = np.bincount(loc, weights=weigh, minlength=nres)  # summed in use order, from 0.0, as in Python
+        # what each use weighs, exactly: its coefficient once per flow of the row; per resource, the exact weight of
+        # its unfrozen rows (`total`), and that rounded once (`weight`), as in Python
+        weigh, total, weight = self._weights(sigs, valid, counts, owner, loc, nres)
         unfrozen_on = np.bincount(loc, minlength=nres)  # per resource: its uses by rows not frozen yet
         left = caps.copy()
         live = weight > 0
@@ -176,7 +305,9 @@ class SignatureArrays:
             uses = _segments(row_start[new], per_row[new])
             where = loc[uses]
             still = live[where]
-            np.subtract.at(weight, where[still], weigh[uses][still])
+            given = where[still]
+            np.subtract.at(total, given, weigh[uses][still])
+            weight[given] = self._rounded(total[given]) if total.dtype != object else self._divided(total[given])
             np.subtract.at(unfrozen_on, where, 1)
             live[where[unfrozen_on[where] == 0]] = False  # no unfrozen flow left on it
         return rates

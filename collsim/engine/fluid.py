@@ -36,8 +36,10 @@ import simpy
 from simpy.events import Event
 
 from collsim.engine.budget import Meter
+from collsim.engine.filling import EXACT_SCALE as _EXACT_SCALE
 from collsim.engine.filling import SAT_TOL as _SAT_TOL
 from collsim.engine.filling import SignatureArrays
+from collsim.engine.filling import units as _units
 from collsim.vocab import TAG_ACTIVITIES
 
 __all__ = [
@@ -396,7 +398,9 @@ class FluidNetwork:
         self._update_pending = False
         self._generation = 0
         self._wake_at = _INF  # the time of the live wake-up (inf: none pending)
-        self._signatures: dict[tuple[tuple[tuple[Resource, float], ...], float], int] = {}
+        self._units_seen: dict[tuple[int, ...], tuple[int, ...]] = {}  # one tuple of exact coefficients per value
+        # (uses, rate cap, the uses' exact coefficients: `filling.units`) -> signature number
+        self._signatures: dict[tuple[tuple[tuple[Resource, float], ...], float, tuple[int, ...]], int] = {}
         self._sig_order: list[tuple[tuple[tuple[str, float], ...], float]] = []  # per signature: what it is
         self._sig_res: list[tuple[Resource, ...]] = []  # per signature: the resources its flows cross
         self._sig_moved: list[float] = []  # per signature: units its finished flows moved (see carried)
@@ -441,7 +445,7 @@ class FluidNetwork:
         """Units ``res`` consumed for the flows that finished on it: each signature's coefficient on ``res`` x the
         units its finished flows moved (kept per signature, not per flow and resource)."""
         moved = self._sig_moved
-        return sum((c * moved[s] for (uses, _cap), s in self._signatures.items() for r, c in uses if r is res), 0.0)
+        return sum((c * moved[s] for (uses, _, _), s in self._signatures.items() for r, c in uses if r is res), 0.0)
 
     def resource(self, name: str, capacity: float, kind: str = "", key: Hashable = None) -> Resource:
         """Create (or return the existing) resource called ``name`` with ``capacity`` units/s and an optional
@@ -506,14 +510,24 @@ class FluidNetwork:
         return self.send(self.route(uses, max_rate), size, latency=latency, tag=tag, owner=owner, hold=hold)
 
     def route(self, uses: Sequence[tuple[Resource, float]], max_rate: float = math.inf) -> Route:
-        """Prepare ``uses`` (resources and units consumed per unit moved; repeated resources add up, zero
-        coefficients drop) and a rate cap ``max_rate`` (units/s) for :meth:`send`."""
-        merged: dict[Resource, float] = {}
+        """Prepare ``uses`` (resources and units consumed per unit moved; repeated resources add up, exactly, zero
+        coefficients drop) and a rate cap ``max_rate`` (units/s) for :meth:`send`. A coefficient may carry its exact
+        value (:class:`collsim.engine.filling.ExactCoef`, the symmetry quotient's): the fillings weigh that."""
+        merged: dict[Resource, int] = {}
+        given: dict[Resource, float] = {}  # the coefficient as given, where a resource comes once (no new float)
         for res, coef in uses:
             if coef > 0:
-                merged[res] = merged.get(res, 0.0) + coef
-        uses_t = tuple(merged.items())
-        sig = self._signatures.setdefault((uses_t, max_rate), len(self._signatures))
+                u = merged.get(res)
+                if u is None:
+                    merged[res], given[res] = _units(coef), coef
+                else:
+                    merged[res] = u + _units(coef)
+                    given.pop(res, None)
+        units_t = tuple(merged.values())
+        units_t = self._units_seen.setdefault(units_t, units_t)  # one tuple for every route with these (memory)
+        # each rounded once
+        uses_t = tuple((res, given[res] if res in given else u / _EXACT_SCALE) for res, u in merged.items())
+        sig = self._signatures.setdefault((uses_t, max_rate, units_t), len(self._signatures))
         if sig == len(self._sig_order):  # a new signature: its place in the canonical solve order
             self._sig_order.append((tuple((r.name, c) for r, c in uses_t), max_rate))
             self._sig_res.append(tuple(r for r, _ in uses_t))
@@ -523,7 +537,8 @@ class FluidNetwork:
             self._head.append(None)
             self._sig_mark.append(0)
             self._sig_rate.append(0.0)
-            self._arrays.add([(r, r.capacity, c) for r, c in uses_t], max_rate)
+            self._arrays.add([(r, r.capacity, u) for r, u in zip(self._sig_res[sig], units_t, strict=True)], max_rate)
+            # (the table keeps the coefficients exactly, in its unit: the fillings' weights)
         return Route(uses_t, max_rate, sig, self._by_sig[sig])
 
     def send(
@@ -1175,31 +1190,40 @@ class FluidNetwork:
         rounds; each round costs one pass over the resources still in play.
         """
         # the component's resources by local index, in order of first use (lists index faster than dicts of
-        # resources; the order, the sums and the tie-breaks are those of that order)
+        # resources; the tie-breaks are those of that order). A resource's weight is summed exactly (Python ints in
+        # the signature table's unit, 2**-scale) and rounded once, so it does not depend on the order or grouping of
+        # the rows
         where: dict[Resource, int] = {}
         caps: list[float] = []
-        weight: list[float] = []
+        total: list[int] = []  # per resource: the exact weight of its unfrozen rows
         members: list[list[int]] = []
-        uses: list[list[tuple[int, float]]] = []  # per row: (local index, what it weighs there)
+        uses: list[list[tuple[int, int]]] = []  # per row: (local index, what it weighs there, exactly)
+        table = self._arrays
+        scaled = table.scaled
+        # an exact weight (int) as the nearest float: int -> float rounds to nearest and scaling by 2**-scale is
+        # exact, or (a unit below 2**-1000: inv 0) Python's integer division, correctly rounded too
+        inv = 2.0**-table.scale if table.scale <= 1000 else 0.0
+        unit = 1 << table.scale
         for i, f in enumerate(flows):
             mine = []
             many = 1 if counts is None else counts[i]
-            for res, coef in f.uses:
+            for res, exact in zip(f.res, scaled[f.sig], strict=False):  # one length: the signature's
                 j = where.get(res)
                 if j is None:
                     j = where[res] = len(caps)
                     caps.append(res.capacity)
-                    weight.append(0.0)
+                    total.append(0)
                     members.append([])
-                w = coef * many
-                weight[j] = weight[j] + w
+                w = exact * many
+                total[j] += w
                 members[j].append(i)
                 mine.append((j, w))
             uses.append(mine)
         left = caps[:]
-        # an insertion-ordered dict, not a set: the order of first use, so that tie-breaks and the order of float
-        # sums are the same from run to run
-        live = {j: None for j, w in enumerate(weight) if w > 0}
+        weight = [float(w) * inv for w in total] if inv else [w / unit for w in total]
+        # an insertion-ordered dict, not a set: the order of first use, so that tie-breaks are the same from run to
+        # run
+        live = {j: None for j, w in enumerate(total) if w > 0}
         frozen = [False] * len(flows)
         rates = [0.0] * len(flows)
         nfrozen = 0
@@ -1242,17 +1266,22 @@ class FluidNetwork:
             for j in newly:
                 live.pop(j, None)
                 to_freeze.extend(members[j])
+            given: list[int] = []  # the live resources frozen rows gave weight back to
             for i in to_freeze:
                 if frozen[i]:
                     continue
                 frozen[i] = True
                 nfrozen += 1
                 rates[i] = level
-                for j, coef in uses[i]:
+                for j, w in uses[i]:
                     if j in live:
-                        weight[j] -= coef
-                        if weight[j] <= 1e-12 * coef:  # no unfrozen flow left on it
-                            live.pop(j, None)
+                        total[j] -= w
+                        given.append(j)
+            for j in given:
+                if total[j] > 0:
+                    weight[j] = float(total[j]) * inv if inv else total[j] / unit
+                else:  # no unfrozen flow left on it
+                    live.pop(j, None)
         return rates
 
     def _arm(self) -> None:

@@ -111,3 +111,51 @@ def test_decouple_properties(n_ch: int, n_rank: int, slow: list, extra: list) ->
     assert all(len(sides) == 1 for sides in left.values())
     before = sum(len(ul) for u in use.values() for ul in u.values())
     assert before - sum(len(ul) for u in d.usage.values() for ul in u.values()) == d.dropped
+
+
+# ---------------------------------------------------------------- the quotient bit for bit (exact weights, issue 13)
+from collsim.engine.symmetry import build_quotient  # noqa: E402
+
+
+def _shared_links_run(symmetric: bool, group: int, coef: float, other: float, steps: int) -> dict[object, list[float]]:
+    """``2 * group`` senders ("a", i) in 2 groups on two shared links (coefficient ``coef``), each also on its own
+    link; 2 more senders ("b", 0-1), one per shared link (coefficient ``other``) with a rate cap. Each sends ``steps``
+    messages of sizes 1-3 MB back to back; when each one's messages finish (s)."""
+    import simpy
+
+    from collsim.engine import FluidNetwork
+
+    res = {("s", k): ResourceSpec(f"s{k}", 10e9, "link") for k in range(2)}
+    res |= {("own", i): ResourceSpec(f"own{i}", 4e9, "link") for i in range(2 * group)}
+    usage: dict = {("a", i): {"send": [(("s", i // group), coef), (("own", i), 1.0)]} for i in range(2 * group)}
+    usage |= {("b", k): {"send": [(("s", k), other)]} for k in range(2)}
+    colors = {e: e[0] for e in usage}
+    net = FluidNetwork(simpy.Environment())
+    q = build_quotient(net, usage, res, colors=colors, symmetric=symmetric)
+    ends: dict[object, list[float]] = {}
+
+    def sender(e: object) -> simpy.events.ProcessGenerator:
+        route = net.route(q.uses(e, "send"), 3e9 if e[0] == "b" else float("inf"))  # type: ignore[index]
+        for k in range(steps):
+            streamed, _ = net.send(route, (1 + k % 3) * 1e6 + (1e5 if e[0] == "b" else 0.0))
+            yield streamed
+            ends.setdefault(e, []).append(net.env.now)
+
+    for e in q.reps():
+        net.env.process(sender(e))
+    net.env.run()
+    return ends
+
+
+@pytest.mark.parametrize("group", [3, 5, 7])
+@pytest.mark.parametrize(("coef", "other"), [(1 / 0.92, 0.7), (0.1, 0.3), (1.0, 1.0)])
+def test_quotient_rates_are_the_full_runs_bit_for_bit(group: int, coef: float, other: float) -> None:
+    # a shared link carries a group's rows of ``coef`` (group x 1/0.92 is not a float) and another class's row: the
+    # quotient's row of exactly group x coef weighs what the members' rows weigh, so every message ends at the same
+    # float, not only to rounding (with weights summed in floats and group x coef rounded, 1/0.92 in groups of 5
+    # and 7 ended a unit in the last place apart)
+    sym = _shared_links_run(True, group, coef, other, 12)
+    full = _shared_links_run(False, group, coef, other, 12)
+    assert len(sym) == 2 and len(full) == 2 * group + 2
+    for e, times in full.items():
+        assert times == sym[(e[0], 0)], e  # type: ignore[index]
