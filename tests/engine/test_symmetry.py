@@ -159,3 +159,55 @@ def test_quotient_rates_are_the_full_runs_bit_for_bit(group: int, coef: float, o
     assert len(sym) == 2 and len(full) == 2 * group + 2
     for e, times in full.items():
         assert times == sym[(e[0], 0)], e  # type: ignore[index]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(1, 7),
+    st.integers(2, 5),
+    st.sampled_from([1 / 0.92, 0.1, 1 / 3, 1.0, 0.7, 2.0]),
+    st.lists(st.sampled_from([1e6, 3e6, 2.5e5, 7e5]), min_size=1, max_size=5),
+    st.none() | st.tuples(st.integers(0, 6), st.integers(0, 4)),
+)
+def test_quotient_of_channels_is_the_full_run_bit_for_bit(
+    n_ch: int, n_rank: int, gpu_coef: float, sizes: list[float], slow: tuple[int, int] | None
+) -> None:
+    # n_ch channels x n_rank ranks, each on its own link and its GPU's shared link (n_ch rows of gpu_coef there: the
+    # quotient's one row of exactly n_ch x gpu_coef); one own link optionally slow, which splits the classes. Every
+    # entity sends the same messages back to back: each one's ends equal its representative's, bit for bit
+    import simpy
+
+    from collsim.engine import FluidNetwork
+
+    use, rel = _channels(n_ch, n_rank)
+    for ent in use.values():
+        own, gpu = ent["send"]
+        ent["send"] = [own, (gpu[0], gpu_coef)]
+    slow_key = ("own", slow[0] % n_ch, slow[1] % n_rank) if slow else None
+    res = {("own", c, r): ResourceSpec(f"own{c}.{r}", 5e9, "link") for c in range(n_ch) for r in range(n_rank)}
+    res |= {("gpu", r): ResourceSpec(f"gpu{r}", 12e9, "link") for r in range(n_rank)}
+    if slow_key is not None:
+        res[slow_key] = ResourceSpec("slow", 2e9, "link")
+
+    def run(symmetric: bool) -> tuple[dict[object, list[float]], object]:
+        net = FluidNetwork(simpy.Environment())
+        q = build_quotient(net, use, res, relations=rel, symmetric=symmetric)
+        ends: dict[object, list[float]] = {}
+
+        def sender(e: object) -> simpy.events.ProcessGenerator:
+            route = net.route(q.uses(e, "send"))
+            for size in sizes:
+                streamed, _ = net.send(route, size)
+                yield streamed
+                ends.setdefault(e, []).append(net.env.now)
+
+        for e in q.reps():
+            net.env.process(sender(e))
+        net.env.run()
+        return ends, q
+
+    sym, q = run(True)
+    full, _ = run(False)
+    assert len(full) == n_ch * n_rank
+    for e, times in full.items():
+        assert times == sym[q.rep(e)], e  # type: ignore[attr-defined]
