@@ -403,6 +403,9 @@ class FluidNetwork:
         self._signatures: dict[tuple[tuple[tuple[Resource, float], ...], float, tuple[int, ...]], int] = {}
         self._sig_order: list[tuple[tuple[tuple[str, float], ...], float]] = []  # per signature: what it is
         self._sig_res: list[tuple[Resource, ...]] = []  # per signature: the resources its flows cross
+        # per signature: (resource, exact coefficient in the table's unit) pairs, for the Python filling
+        self._sig_exact: list[tuple[tuple[Resource, int], ...]] = []
+        self._exact_scale = 0  # the table's unit when they were made
         self._sig_moved: list[float] = []  # per signature: units its finished flows moved (see carried)
         # per signature: its flows streaming now, the keys of a dict (hashed by identity, no id() per flow; a
         # resource lists the signatures on it, not every flow: a flow that starts or ends touches its resources only
@@ -537,8 +540,16 @@ class FluidNetwork:
             self._head.append(None)
             self._sig_mark.append(0)
             self._sig_rate.append(0.0)
-            self._arrays.add([(r, r.capacity, u) for r, u in zip(self._sig_res[sig], units_t, strict=True)], max_rate)
-            # (the table keeps the coefficients exactly, in its unit: the fillings' weights)
+            table = self._arrays
+            table.add([(r, r.capacity, u) for r, u in zip(self._sig_res[sig], units_t, strict=True)], max_rate)
+            # the table keeps the coefficients exactly, in its unit (the fillings' weights); its unit changed: every
+            # signature's pairs again
+            if table.scale != self._exact_scale:
+                self._exact_scale = table.scale
+                pairs = zip(self._sig_res, table.scaled, strict=True)
+                self._sig_exact = [tuple(zip(r, x, strict=True)) for r, x in pairs]
+            else:
+                self._sig_exact.append(tuple(zip(self._sig_res[sig], table.scaled[sig], strict=True)))
         return Route(uses_t, max_rate, sig, self._by_sig[sig])
 
     def send(
@@ -1199,7 +1210,7 @@ class FluidNetwork:
         members: list[list[int]] = []
         uses: list[list[tuple[int, int]]] = []  # per row: (local index, what it weighs there, exactly)
         table = self._arrays
-        scaled = table.scaled
+        sig_exact = self._sig_exact
         # an exact weight (int) as the nearest float: int -> float rounds to nearest and scaling by 2**-scale is
         # exact, or (a unit below 2**-1000: inv 0) Python's integer division, correctly rounded too
         inv = 2.0**-table.scale if table.scale <= 1000 else 0.0
@@ -1207,14 +1218,14 @@ class FluidNetwork:
         for i, f in enumerate(flows):
             mine = []
             many = 1 if counts is None else counts[i]
-            for res, exact in zip(f.res, scaled[f.sig], strict=False):  # one length: the signature's
+            for res, exact in sig_exact[f.sig]:
                 j = where.get(res)
                 if j is None:
                     j = where[res] = len(caps)
                     caps.append(res.capacity)
                     total.append(0)
                     members.append([])
-                w = exact * many
+                w = exact if many == 1 else exact * many
                 total[j] += w
                 members[j].append(i)
                 mine.append((j, w))
