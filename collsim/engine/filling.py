@@ -32,12 +32,13 @@ __all__ = ["EXACT_SCALE", "SAT_TOL", "ExactCoef", "SignatureArrays", "exact", "u
 #: Relative: a resource with less than this fraction of its capacity left is saturated (both fillings).
 SAT_TOL = 1e-9
 
-#: Both fillings sum a resource's weights exactly, in units of 2**-1074 (every finite float is an integer number of
-#: them), and round a sum to the nearest float only where a share is computed (``W / EXACT_SCALE``: Python's integer
-#: true division is correctly rounded). A resource's weight is then the same float whatever the order and grouping of
-#: the rows on it: two rows of one flow each give what one row of two flows gives (the symmetric quotient's row of
-#: ``|F| / |O|`` members against the rows of the members themselves), and giving back a frozen row's weight leaves
-#: the exact sum of the others.
+#: Every finite float is an integer number of 2**-1074 (``exact``): coefficients are kept exactly in that unit, and
+#: the fillings sum a resource's weights as integers in a coarser one, ``2**-SignatureArrays.scale`` (the finest
+#: coefficient's), rounding a sum to the nearest float only where a share is computed (Python's int -> float and
+#: integer true division are correctly rounded). A resource's weight is then the same float whatever the order and
+#: grouping of the rows on it: two rows of one flow each give what one row of two flows gives (the symmetric
+#: quotient's row of ``|F| / |O|`` members against the rows of the members themselves), and giving back a frozen
+#: row's weight leaves the exact sum of the others.
 EXACT_SCALE = 1 << 1074
 
 
