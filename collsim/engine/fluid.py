@@ -1212,8 +1212,9 @@ class FluidNetwork:
         table = self._arrays
         sig_exact = self._sig_exact
         # an exact weight (int) as the nearest float: int -> float rounds to nearest and scaling by 2**-scale is
-        # exact, or (a unit below 2**-1000: inv 0) Python's integer division, correctly rounded too
-        inv = 2.0**-table.scale if table.scale <= 1000 else 0.0
+        # exact (float() of an int above 2**1024 overflows: a weight above 2**524 at this bound), or, for a unit
+        # below 2**-500 (inv 0), Python's integer division, correctly rounded too
+        inv = 2.0**-table.scale if table.scale <= 500 else 0.0
         unit = 1 << table.scale
         for i, f in enumerate(flows):
             mine = []
