@@ -122,12 +122,12 @@ class SignatureArrays:
         self._n = 0  # signatures added
         self._nres = 0  # resources seen
         self._res: IntArray = np.full((16, 4), -1, dtype=np.int64)  # per signature: resource ids, -1 padded
-        #: The unit of :attr:`scaled`: ``2**-scale``, the finest coefficient's (it only grows).
+        #: The unit of :attr:`weights`: ``2**-scale``, the finest coefficient's (it only grows).
         self.scale = 0
-        #: Per signature: units consumed per unit moved (its coefficients), exactly, as Python ints in units of
-        #: ``2**-scale`` (the Python filling's weights).
-        self.scaled: list[tuple[int, ...]] = []
-        self._seen: dict[tuple[int, ...], tuple[int, ...]] = {}  # see _one
+        #: Per signature: ``(resource, coefficient)`` pairs, each coefficient (units consumed per unit moved) exactly,
+        #: as a Python int in units of ``2**-scale`` (the Python filling reads these).
+        self.weights: list[tuple[tuple[Hashable, int], ...]] = []
+        self._ints: dict[int, int] = {}  # one object per value of those ints (most signatures share a few: memory)
         # the same as two halves per use (see _LOW), 0 padded; self._wide once one does not fit
         self._halves: FloatArray = np.zeros((16, 4, 2))
         self._wide = False
@@ -152,7 +152,7 @@ class SignatureArrays:
             halves[:s, : self._halves.shape[1]] = self._halves[:s]
             cap[:s] = self._cap[:s]
             self._res, self._halves, self._cap = res, halves, cap
-        exact_units: list[int] = []
+        exact_units: list[tuple[Hashable, int]] = []
         for k, (resource, capacity, coefficient) in enumerate(uses):
             i = self._ids.get(resource)
             if i is None:
@@ -162,31 +162,35 @@ class SignatureArrays:
                     self._rcap = np.concatenate((self._rcap, np.zeros(len(self._rcap))))
                 self._rcap[i] = capacity
             self._res[s, k] = i
-            exact_units.append(coefficient if isinstance(coefficient, int) else units(coefficient))
-        finest = max((1075 - (u & -u).bit_length() for u in exact_units if u > 0), default=0)
+            exact_units.append((resource, coefficient if isinstance(coefficient, int) else units(coefficient)))
+        finest = max((1075 - (u & -u).bit_length() for _, u in exact_units if u > 0), default=0)
         if finest > self.scale:  # finer than the table's unit: every signature in the new unit
-            shift = finest - self.scale
-            self._seen = {}
-            self.scaled = [self._one(tuple(x << shift for x in row)) for row in self.scaled]
-            self.scale = finest
-            for r, row in enumerate(self.scaled):
-                self._halves[r, : len(row)] = self._halves_of(row)
-        self.scaled.append(self._one(tuple(u >> (1074 - self.scale) for u in exact_units)))  # exact: none is finer
-        self._halves[s, : len(uses)] = self._halves_of(self.scaled[s])
+            self._in_unit(finest)
+        self.weights.append(self._pairs(exact_units, 1074 - self.scale))  # exact: none is finer than the unit
+        self._halves[s, : len(uses)] = self._halves_of(self.weights[s])
         self._cap[s] = max_rate
         self._n = s + 1
 
-    def _one(self, row: tuple[int, ...]) -> tuple[int, ...]:
-        """One tuple for every signature with these coefficients (most share a few: memory at 1024 GPUs)."""
-        return self._seen.setdefault(row, row)
+    def _in_unit(self, scale: int) -> None:
+        """Every signature's weights (and halves) in the finer unit ``2**-scale``."""
+        shift = self.scale - scale  # negative: a left shift
+        self.scale, self._ints = scale, {}
+        self.weights = [self._pairs(row, shift) for row in self.weights]
+        for r, row in enumerate(self.weights):
+            self._halves[r, : len(row)] = self._halves_of(row)
 
-    def _halves_of(self, row: Sequence[int]) -> FloatArray:
-        """A signature's coefficients (ints in units of ``2**-scale``) as (high, low) halves, one row per use. Sets
+    def _pairs(self, row: Sequence[tuple[Hashable, int]], shift: int) -> tuple[tuple[Hashable, int], ...]:
+        """``row``'s coefficients shifted right by ``shift`` bits (left if negative), each value one shared int."""
+        ints = self._ints
+        return tuple((r, ints.setdefault(v := u >> shift if shift >= 0 else u << -shift, v)) for r, u in row)
+
+    def _halves_of(self, row: Sequence[tuple[Hashable, int]]) -> FloatArray:
+        """A signature's weights (ints in units of ``2**-scale``) as (high, low) halves, one row per use. Sets
         :attr:`_wide` when one does not fit."""
-        if self._wide or self.scale > 1000 or any(v >> _LOW >= 1 << 53 for v in row):
+        if self._wide or self.scale > 1000 or any(v >> _LOW >= 1 << 53 for _, v in row):
             self._wide = True  # the fillings sum Python integers from now on; the halves are not read
             return np.zeros((len(row), 2))
-        return np.array([(v >> _LOW, v & ((1 << _LOW) - 1)) for v in row], dtype=np.float64).reshape(len(row), 2)
+        return np.array([(v >> _LOW, v & ((1 << _LOW) - 1)) for _, v in row], dtype=np.float64).reshape(len(row), 2)
 
     def _rounded(self, total: FloatArray) -> FloatArray:
         """Exact weights given as summed halves (rows of (high, low): exact integers in float64) as the nearest
@@ -216,8 +220,8 @@ class SignatureArrays:
             summed = np.stack(halves, axis=1).astype(np.float64, copy=False)
             if not summed.size or float(summed.max()) < _EXACT_SUM:  # every product and partial sum exact
                 return weigh, summed, self._rounded(summed)
-        scaled = self.scaled
-        weigh = np.array([v for sig in sigs.tolist() for v in scaled[sig]], dtype=object)  # row by row, as `valid`
+        weights = self.weights
+        weigh = np.array([v for sig in sigs.tolist() for _, v in weights[sig]], dtype=object)  # row by row, as `valid`
         if counts is not None:
             weigh = weigh * counts[owner].astype(object)
         total = np.zeros(nres, dtype=object)

@@ -28,7 +28,7 @@ import math
 import operator
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -403,9 +403,6 @@ class FluidNetwork:
         self._signatures: dict[tuple[tuple[tuple[Resource, float], ...], float, tuple[int, ...]], int] = {}
         self._sig_order: list[tuple[tuple[tuple[str, float], ...], float]] = []  # per signature: what it is
         self._sig_res: list[tuple[Resource, ...]] = []  # per signature: the resources its flows cross
-        # per signature: (resource, exact coefficient in the table's unit) pairs, for the Python filling
-        self._sig_exact: list[tuple[tuple[Resource, int], ...]] = []
-        self._exact_scale = 0  # the table's unit when they were made
         self._sig_moved: list[float] = []  # per signature: units its finished flows moved (see carried)
         # per signature: its flows streaming now, the keys of a dict (hashed by identity, no id() per flow; a
         # resource lists the signatures on it, not every flow: a flow that starts or ends touches its resources only
@@ -540,16 +537,8 @@ class FluidNetwork:
             self._head.append(None)
             self._sig_mark.append(0)
             self._sig_rate.append(0.0)
-            table = self._arrays
-            table.add([(r, r.capacity, u) for r, u in zip(self._sig_res[sig], units_t, strict=True)], max_rate)
-            # the table keeps the coefficients exactly, in its unit (the fillings' weights); its unit changed: every
-            # signature's pairs again
-            if table.scale != self._exact_scale:
-                self._exact_scale = table.scale
-                pairs = zip(self._sig_res, table.scaled, strict=True)
-                self._sig_exact = [tuple(zip(r, x, strict=True)) for r, x in pairs]
-            else:
-                self._sig_exact.append(tuple(zip(self._sig_res[sig], table.scaled[sig], strict=True)))
+            # the table keeps the coefficients exactly, in its unit: the fillings' weights
+            self._arrays.add([(r, r.capacity, u) for r, u in zip(self._sig_res[sig], units_t, strict=True)], max_rate)
         return Route(uses_t, max_rate, sig, self._by_sig[sig])
 
     def send(
@@ -1192,34 +1181,25 @@ class FluidNetwork:
             else:
                 f.finish = _INF
 
-    def _progressive_filling(self, flows: list[Flow], counts: list[int] | None = None) -> list[float]:
-        """Raise all unfrozen rates together until a resource or a flow cap binds; freeze those; repeat.
-
-        With ``counts``, ``flows[i]`` stands for ``counts[i]`` alike flows (its signature's): they weigh
-        ``counts[i]`` times its coefficients on every resource and get one rate (alike flows freeze together).
-        Every round freezes at least one row or retires one resource, so it ends after at most (rows + resources)
-        rounds; each round costs one pass over the resources still in play.
-        """
-        # the component's resources by local index, in order of first use (lists index faster than dicts of
-        # resources; the tie-breaks are those of that order). A resource's weight is summed exactly (Python ints in
-        # the signature table's unit, 2**-scale) and rounded once, so it does not depend on the order or grouping of
-        # the rows
+    def _filling_rows(
+        self, flows: list[Flow], counts: list[int] | None
+    ) -> tuple[list[float], list[int], list[list[int]], list[list[tuple[int, int]]]]:
+        """What :meth:`_progressive_filling` fills: the component's resources by local index, in order of first use
+        (lists index faster than dicts of resources; the tie-breaks are those of that order), with their capacities
+        (units/s), their exact weights (Python ints in the signature table's unit, 2**-scale: the sum does not depend
+        on the order or grouping of the rows) and the rows on each; and per row, its (local index, exact weight)
+        uses, ``counts[i]`` times its coefficients."""
         where: dict[Resource, int] = {}
         caps: list[float] = []
-        total: list[int] = []  # per resource: the exact weight of its unfrozen rows
+        total: list[int] = []
         members: list[list[int]] = []
-        uses: list[list[tuple[int, int]]] = []  # per row: (local index, what it weighs there, exactly)
-        table = self._arrays
-        sig_exact = self._sig_exact
-        # an exact weight (int) as the nearest float: int -> float rounds to nearest and scaling by 2**-scale is
-        # exact (float() of an int above 2**1024 overflows: a weight above 2**524 at this bound), or, for a unit
-        # below 2**-500 (inv 0), Python's integer division, correctly rounded too
-        inv = 2.0**-table.scale if table.scale <= 500 else 0.0
-        unit = 1 << table.scale
+        uses: list[list[tuple[int, int]]] = []
+        # the network's table is keyed by its own resources
+        weights = cast(list[tuple[tuple[Resource, int], ...]], self._arrays.weights)
         for i, f in enumerate(flows):
             mine = []
             many = 1 if counts is None else counts[i]
-            for res, exact in sig_exact[f.sig]:
+            for res, exact in weights[f.sig]:
                 j = where.get(res)
                 if j is None:
                     j = where[res] = len(caps)
@@ -1231,6 +1211,23 @@ class FluidNetwork:
                 members[j].append(i)
                 mine.append((j, w))
             uses.append(mine)
+        return caps, total, members, uses
+
+    def _progressive_filling(self, flows: list[Flow], counts: list[int] | None = None) -> list[float]:
+        """Raise all unfrozen rates together until a resource or a flow cap binds; freeze those; repeat.
+
+        With ``counts``, ``flows[i]`` stands for ``counts[i]`` alike flows (its signature's): they weigh
+        ``counts[i]`` times its coefficients on every resource and get one rate (alike flows freeze together).
+        Every round freezes at least one row or retires one resource, so it ends after at most (rows + resources)
+        rounds; each round costs one pass over the resources still in play.
+        """
+        caps, total, members, uses = self._filling_rows(flows, counts)
+        table = self._arrays
+        # an exact weight (int) as the nearest float: int -> float rounds to nearest and scaling by 2**-scale is
+        # exact (float() of an int above 2**1024 overflows: a weight above 2**524 at this bound), or, for a unit
+        # below 2**-500 (inv 0), Python's integer division, correctly rounded too
+        inv = 2.0**-table.scale if table.scale <= 500 else 0.0
+        unit = 1 << table.scale
         left = caps[:]
         weight = [float(w) * inv for w in total] if inv else [w / unit for w in total]
         # an insertion-ordered dict, not a set: the order of first use, so that tie-breaks are the same from run to
