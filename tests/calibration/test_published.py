@@ -93,8 +93,9 @@ _PUBLISHED_BIG = {
     "gcp_a3mega_h100_2node_tcpxo": 37.8,
     "rtx4090_8gpu_pcie_nop2p": 5.2,
     # p5 at 2-16 nodes since AWS's tuner plugin and its NVLS chunk sizes are modelled (2026-12-04; 4 nodes was
-    # 11.9% with NCCL's own choice, 8 and 16 nodes 26.2% and 31.8%)
-    "aws_p5_4node_efa_nccl2277": 16.3,
+    # 11.9% with NCCL's own choice, 8 and 16 nodes 26.2% and 31.8%); 4 nodes 15.3% -> 15.1% when an LL128 piece began
+    # to reach the receiver's forwarding with its warp's 16-line slice (2026-12-05)
+    "aws_p5_4node_efa_nccl2277": 16.1,
     "aws_p5_8node_efa_nccl2277": 20.6,
     "aws_p5_16node_efa_nccl2277": 21.4,
     # four more, added after NVLS's local copies were modelled and checked with them unchanged (2026-12-04)

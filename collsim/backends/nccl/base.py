@@ -319,7 +319,7 @@ class Launcher:
                 return lambda b: net.timed(b / cap, lat, hold)
 
             def timed(b: float) -> tuple[Event, Event]:
-                extra, h = timing()
+                extra, h = timing(b)
                 return net.timed(b / cap, lat + extra, h)
 
             return timed
@@ -327,7 +327,7 @@ class Launcher:
             return lambda b: net.send(route, b, latency=lat, tag=tag, owner=owner, hold=hold)
 
         def send_timed(b: float) -> tuple[Event, Event]:
-            extra, h = timing()
+            extra, h = timing(b)
             return net.send(route, b, latency=lat + extra, tag=tag, owner=owner, hold=h)
 
         return send_timed
@@ -344,7 +344,7 @@ class Launcher:
             timed_then = self.net.timed_then
 
             def timed(b: float, fa: Callback | None, a: Any, fs: Callback | None, s: Any) -> None:
-                extra, h = timing()
+                extra, h = timing(b)
                 timed_then(b / cap, lat + extra, h, fa, a, fs, s)
 
             return timed
@@ -353,7 +353,7 @@ class Launcher:
         send_then = self.net.send_then
 
         def send(b: float, fa: Callback | None, a: Any, fs: Callback | None, s: Any) -> None:
-            extra, h = timing()
+            extra, h = timing(b)
             send_then(route, b, lat + extra, h, tag, owner, fa, a, fs, s)
 
         return send
@@ -371,30 +371,46 @@ class Launcher:
 
     def _prepared(
         self, e: Entity, role: str
-    ) -> tuple[Route, Tag, Owner, float, float, Callable[[], tuple[float, float]] | None]:
+    ) -> tuple[Route, Tag, Owner, float, float, Callable[[float], tuple[float, float]] | None]:
         """What a sender of ``e``'s ``role`` sends on: its route (prepared once), tag, owner, latency per slice
         (a merged ring step pays every merged step's latency, ``RingChunking.latency_steps``), hold per slice and,
-        when slices differ (a post after several slices, jitter), a function giving the next slice's extra latency
-        and hold instead (None when they are all alike)."""
+        when slices differ (a post after several slices, jitter, an LL/LL128 step cut in pieces), a function giving
+        the next slice's extra latency and hold from its bytes instead (None when they are all alike).
+
+        An LL/LL128 step cut in pieces inside a node (:func:`~collsim.backends.nccl.chunking.step_chunking`)
+        reaches the receiver's forwarding one grain ``G`` at a time (``ProtocolConstants.forward_grain``: an LL
+        thread's line, an LL128 warp's 16-line slice, forwarded once all of it is in): a piece that ends at byte
+        ``x`` of its step (pieces sent back to back at the role's cap ``c``) arrives ``(min(ceil(x / G) G, step) -
+        x) / c`` after the fluid stream would bring it, when the grain it ends in is complete; the step's last piece
+        arrives as before. Over the network the proxy sends whole steps (:meth:`whole`)."""
         ro = self.layout.roles[e][role]
         jitter = self.jitter(e, role)
-        chunking = self.ctx.chunking
+        ctx = self.ctx
+        chunking = ctx.chunking
         route = self.net.route(self.quotient.uses(e, role), ro.cap)
         lat = ro.latency * chunking.latency_steps
         every, hold = chunking.slices_per_post, ro.post * chunking.steps_per_post
-        if jitter is None and (ro.post <= 0 or every == 1):  # every slice alike: no post, or one after each
-            return route, ro.tag, self.ctx.owner(e), lat, hold if ro.post > 0 else 0.0, None
+        grain = 0.0
+        if every > 1 and not ro.net and 0 < ro.cap < math.inf:
+            grain = float(ctx.consts.protocols[ctx.proto].forward_grain or 0)
+        if jitter is None and not grain and (ro.post <= 0 or every == 1):  # every slice alike: no post, or one a slice
+            return route, ro.tag, ctx.owner(e), lat, hold if ro.post > 0 else 0.0, None
         count = itertools.count(0)
         extra = 0.0
+        cap = ro.cap
 
-        def timing() -> tuple[float, float]:
+        def timing(b: float) -> tuple[float, float]:
             nonlocal extra
-            i = next(count)
-            if jitter is not None and i % every == 0:  # the first slice of a step draws the step's jitter
+            k = next(count) % every  # the slice's index in its step
+            if jitter is not None and k == 0:  # the first slice of a step draws the step's jitter
                 extra = jitter()
-            return extra, hold if (i + 1) % every == 0 else 0.0
+            late = 0.0
+            if grain:
+                end = (k + 1) * b  # bytes of the step sent once this slice is (equal slices, back to back)
+                late = max(0.0, min(math.ceil(end / grain - 1e-9) * grain, every * b) - end) / cap
+            return extra + late, hold if k + 1 == every else 0.0
 
-        return route, ro.tag, self.ctx.owner(e), lat, 0.0, timing
+        return route, ro.tag, ctx.owner(e), lat, 0.0, timing
 
     def jitter(self, e: Entity, role: str) -> Callable[[], float] | None:
         """The draws of ``e``'s ``role``'s jitter (seconds per step it sends), None without jitter: one stream per

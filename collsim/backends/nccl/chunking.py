@@ -212,11 +212,12 @@ def step_chunking(
 
     Ring/Simple: chunks of NCCL_STEPS/2 steps cut in 2 slices, every other pair one step (enqueue.cc). Others: one
     step per chunk (NVLS, NVLSTree, Tree/Simple and Tree/LL128 with NCCL's own chunk sizes), an LL/LL128 step cut
-    into up to ``sim_max_pieces`` pieces, each at least one flagged line of the protocol, when a channel has too few
-    steps to fill its pipeline (collsim's modelling choice: LL lines carry flags, so receivers forward them as they
-    arrive), and, beyond ``sim_max_chunks`` chunks per channel in a mergeable pipeline, consecutive chunks merged (a
-    simulation setting: +0.66% at most, measured in ``topologies/software/nccl.yaml``); a ring beyond
-    ``sim_max_ring_steps`` steps per channel merges whole loops (:func:`merge_ring_loops`, LL and LL128).
+    into up to ``sim_max_pieces`` pieces when a channel has too few steps to fill its pipeline (collsim's modelling
+    choice: LL lines carry flags, so receivers forward data as it arrives, one grain at a time,
+    ``ProtocolConstants.forward_grain``; no more pieces than keep each within one grain), and, beyond
+    ``sim_max_chunks`` chunks per channel in a mergeable pipeline, consecutive chunks merged (a simulation setting:
+    +0.66% at most, measured in ``topologies/software/nccl.yaml``); a ring beyond ``sim_max_ring_steps`` steps per
+    channel merges whole loops (:func:`merge_ring_loops`, LL and LL128).
     ``buffsize`` is NCCL_BUFFSIZE (bytes; Simple's buffer when set); ``nvls_chunk_bytes`` and
     ``nvlstree_max_chunk`` are NCCL_NVLS_CHUNKSIZE and NCCL_NVLSTREE_MAX_CHUNKSIZE (bytes; None: NCCL's defaults).
     """
@@ -249,11 +250,18 @@ def step_chunking(
     if proto in ("LL", "LL128") and algo in ("Tree", "Ring"):
         depth = 2 * tree_depth if algo == "Tree" else 2 * n
         per = nbytes / max(1, nc)
-        # a piece is at least one flagged line (a receiver sees no less): a step's data in the first loop
+        # a receiver forwards a grain once all of it is in (protocols.*.forward_grain_bytes), and a piece reaches its
+        # forwarding when the grain it ends in is complete (Launcher._prepared): pieces within one grain are released
+        # at every grain's end whatever their number, so the doubling is undone while halving keeps them within one
+        # grain (fewer flows; nearly the same times: a piece straddling two grains waits for the later one, measured
+        # 0.7% at most, docs/accuracy.md), and a step of one grain or less is not cut. ``step``: a step's data in the
+        # first loop
         step = min(chunk, per / n if algo == "Ring" else per)
-        line = pc.line_data_bytes or 0
-        while per / (chunk / pieces) < 2 * depth and pieces < consts.sim_max_pieces and step / (2 * pieces) >= line:
+        grain = pc.forward_grain or 0
+        while per / (chunk / pieces) < 2 * depth and pieces < consts.sim_max_pieces:
             pieces *= 2
+        while pieces > 1 and 2 * step / pieces <= grain:
+            pieces //= 2
     # a step cut in pieces is still one chunk, posted once; the connection still holds NCCL_STEPS steps
     chunking = RingChunking(chunk, pieces, consts.steps * pieces, pieces)
     if algo in MERGEABLE and nbytes / nc > consts.sim_max_chunks * chunk:

@@ -27,7 +27,7 @@ Steps = tuple[tuple[float, int], ...]
 class ProtocolConstants:
     """One NCCL protocol: buffer (wire bytes), data fraction of the wire, chunk and slice in steps, the per-thread
     threshold of the channel-shrink rule, what the tuner multiplies the network latency by, and (LL, LL128) the data
-    bytes of one flagged line."""
+    bytes a receiver forwards at once."""
 
     name: str
     buffer_bytes: int
@@ -37,8 +37,9 @@ class ProtocolConstants:
     threshold_per_thread: int
     net_latency_factor: float = 1.0  # tuning.cc: Simple pays the network's latency twice
     ring_net_overhead_factor: float = 1.0  # tuning.cc: a multi-node ring's intra step >= netOverhead x this
-    #: data bytes of one flagged line (LL 8, LL128 120): the finest grain a receiver sees; None for Simple
-    line_data_bytes: int | None = None
+    #: data bytes a receiver forwards at once, once all of them are in (LL 8: a thread's 16-byte line; LL128 1,920:
+    #: a warp's slice of 16 lines, prims_ll128.h); None for Simple (it posts whole slices)
+    forward_grain: int | None = None
 
 
 @dataclass(frozen=True)
@@ -217,7 +218,7 @@ class NcclConstants:
     sim_ll128_bw_scale: float = 1.0  # factor on the per-channel rate LL128 reaches as simulated
     sim_max_chunks: int = 512  # chunks per channel beyond which a tree/chain/NVLS pipeline merges chunks
     sim_max_ring_steps: int = 512  # ring steps per channel beyond which a ring merges loops (keeping >= 1 loop)
-    sim_max_pieces: int = 16  # pieces an LL/LL128 step may be cut into so that receivers forward lines early
+    sim_max_pieces: int = 16  # pieces an LL/LL128 step may be cut into so that receivers forward data early
 
     @property
     def archs(self) -> tuple[str, ...]:
@@ -355,8 +356,8 @@ def _multi_node_rows(rows: Mapping[str, Any], table: Mapping[str, Any]) -> dict[
 
 
 def _protocol(name: str, p: Mapping[str, Any]) -> ProtocolConstants:
-    if name in ("LL", "LL128") and "line_data_bytes" not in p:
-        raise ValueError(f"protocols.{name}.line_data_bytes is missing: the data bytes of one flagged line")
+    if name in ("LL", "LL128") and "forward_grain_bytes" not in p:
+        raise ValueError(f"protocols.{name}.forward_grain_bytes is missing: the data bytes a receiver forwards at once")
     return ProtocolConstants(
         name,
         int(p["buffer_bytes"]),
@@ -366,7 +367,7 @@ def _protocol(name: str, p: Mapping[str, Any]) -> ProtocolConstants:
         int(p["threshold_per_thread"]),
         float(p["net_latency_factor"]),
         float(p["ring_net_overhead_factor"]),
-        int(p["line_data_bytes"]) if "line_data_bytes" in p else None,
+        int(p["forward_grain_bytes"]) if "forward_grain_bytes" in p else None,
     )
 
 
