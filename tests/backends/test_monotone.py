@@ -42,8 +42,8 @@ SCENARIOS = [
 #: p4de case 19% off; see docs/accuracy.md, "Open: Tree/Simple's chunk from NCCL 2.20".
 #: Ring/LL128 on 16 x HGX H100 (128 ranks) fell from 768 KiB to 1 MiB (565.80 -> 565.54 us) and from 1.5 to 2 MiB: a
 #: step of 384 B was cut into 2 pieces, one of 512 B into 4, as if a receiver forwarded each 128-byte line. It left
-#: when a piece became at least one trip of the channel's lanes (an LL128 warp forwards its 16-line slice once every
-#: flag of it is in, prims_ll128.h; ``NcclConstants.forward_grain``): such steps are no longer cut.
+#: when pieces began to reach the receiver's forwarding by grain (an LL128 warp forwards its 16-line slice once every
+#: flag of it is in, prims_ll128.h; ``ProtocolConstants.forward_grain``): a step within one slice is no longer cut.
 KNOWN_NOT_MONOTONE = {("dgx-a100", "Tree", "Simple")}
 #: Scenarios where the tuner's pick falls with size further than NCCL's model does: none. 2 x DGX A100 at 128 ->
 #: 256 KiB (Tree/LL 78.0 -> Tree/LL128 63.7 us) left with NCCL's hop latency and LL's intra-node rate; 2 x DGX A100

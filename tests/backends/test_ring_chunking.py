@@ -150,8 +150,8 @@ def test_pieces_stop_where_they_fit_in_one_grain(
 def test_a_step_within_one_warp_slice_crosses_each_hop_whole() -> None:
     """16 x HGX H100, Ring/LL128, 1 MiB: 512 data bytes a step, less than the 1,920 an LL128 warp forwards at once
     (its 16-line slice, once every flag of it is in: prims_ll128.h), so the step is not cut: the same time as with
-    pieces switched off. Cut at the grain of one 128-byte line (120 data bytes) it took 565.66 us, and the ring got
-    faster from 768 KiB to 1 MiB (tests/backends/test_monotone.py)."""
+    pieces switched off. Cut at one 128-byte line (120 data bytes), as before 2026-12-05, it took 565.54 us, less than
+    at 768 KiB (565.80 us; tests/backends/test_monotone.py)."""
     import dataclasses
 
     sim = Simulator.from_source("16node-h100-ib")
