@@ -445,5 +445,5 @@ def test_nvls_step_is_every_heads_chunk_and_pieces_post_once() -> None:
     # 16 MiB: enqueue.cc cuts the chunk to 32 KiB (16 MiB < 8 x 16 channels x 8 heads x 64 KiB)
     assert step_chunking(plan, consts, "NVLS", "Simple", "allreduce", 16 * MiB, 16).chunk_bytes == 8 * 32 * 1024
     # an LL step cut in pieces posts once, after its last piece
-    ll = step_chunking(plan, consts, "Ring", "LL", "allreduce", 2 * MiB, plan.channels)
+    ll = step_chunking(plan, consts, "Ring", "LL", "allreduce", 256 * 1024, plan.channels)
     assert ll.slices_per_chunk > 1 and ll.slices_per_post == ll.slices_per_chunk
