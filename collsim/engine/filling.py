@@ -192,14 +192,12 @@ class SignatureArrays:
             return np.zeros((len(row), 2))
         return np.array([(v >> _LOW, v & ((1 << _LOW) - 1)) for _, v in row], dtype=np.float64).reshape(len(row), 2)
 
-    def _rounded(self, total: FloatArray) -> FloatArray:
-        """Exact weights given as summed halves (rows of (high, low): exact integers in float64) as the nearest
-        floats."""
+    def _nearest(self, total: ExactArray) -> FloatArray:
+        """Exact weights as the nearest floats: summed halves (rows of (high, low), exact integers in float64: one
+        correctly rounded addition) or Python ints in units of ``2**-scale`` (correctly rounded division)."""
+        if total.dtype == object:
+            return (total / (1 << self.scale)).astype(np.float64)
         return total[:, 0] * 2.0 ** (_LOW - self.scale) + total[:, 1] * 2.0**-self.scale
-
-    def _divided(self, total: ExactArray) -> FloatArray:
-        """Exact weights (Python ints in units of ``2**-scale``) as the nearest floats."""
-        return (total / (1 << self.scale)).astype(np.float64)
 
     def _weights(
         self,
@@ -209,9 +207,9 @@ class SignatureArrays:
         owner: IntArray,
         loc: IntArray,
         nres: int,
-    ) -> tuple[ExactArray, ExactArray, FloatArray]:
-        """Each use's exact weight (its coefficient times its row's count), each resource's exact total and that
-        total rounded once: as halves (float64) where they fit (see _LOW), else as Python integers."""
+    ) -> tuple[ExactArray, ExactArray]:
+        """Each use's exact weight (its coefficient times its row's count) and each resource's exact total: as
+        halves (float64) where they fit (see _LOW), else as Python integers (:meth:`_nearest` rounds either)."""
         if not self._wide:
             weigh = self._halves[sigs][valid]
             if counts is not None:
@@ -219,14 +217,14 @@ class SignatureArrays:
             halves = [np.bincount(loc, weights=weigh[:, k], minlength=nres) for k in (0, 1)]
             summed = np.stack(halves, axis=1).astype(np.float64, copy=False)
             if not summed.size or float(summed.max()) < _EXACT_SUM:  # every product and partial sum exact
-                return weigh, summed, self._rounded(summed)
+                return weigh, summed
         weights = self.weights
         weigh = np.array([v for sig in sigs.tolist() for _, v in weights[sig]], dtype=object)  # row by row, as `valid`
         if counts is not None:
             weigh = weigh * counts[owner].astype(object)
         total = np.zeros(nres, dtype=object)
         np.add.at(total, loc, weigh)
-        return weigh, total, self._divided(total)
+        return weigh, total
 
     def fill(self, sigs: IntArray, counts: IntArray | None = None) -> FloatArray:
         """Max-min fair rates (units/s) of flows with signatures ``sigs``, one row each, in that order: the
@@ -253,7 +251,8 @@ class SignatureArrays:
         caps = self._rcap[uniq[by_first]]
         # what each use weighs, exactly: its coefficient once per flow of the row; per resource, the exact weight of
         # its unfrozen rows (`total`), and that rounded once (`weight`), as in Python
-        weigh, total, weight = self._weights(sigs, valid, counts, owner, loc, nres)
+        weigh, total = self._weights(sigs, valid, counts, owner, loc, nres)
+        weight = self._nearest(total)
         unfrozen_on = np.bincount(loc, minlength=nres)  # per resource: its uses by rows not frozen yet
         left = caps.copy()
         live = weight > 0
@@ -312,7 +311,7 @@ class SignatureArrays:
             still = live[where]
             given = where[still]
             np.subtract.at(total, given, weigh[uses][still])
-            weight[given] = self._rounded(total[given]) if total.dtype != object else self._divided(total[given])
+            weight[given] = self._nearest(total[given])
             np.subtract.at(unfrozen_on, where, 1)
             live[where[unfrozen_on[where] == 0]] = False  # no unfrozen flow left on it
         return rates
