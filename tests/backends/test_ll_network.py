@@ -1,5 +1,6 @@
 """LL across nodes: NCCL reads llMaxBw's multi-node columns by CPU vendor (tuning.cc), and a tree's network hop
-streams at the ring's per-channel network figure (the proxy of one GPU sending one direction of one channel)."""
+streams at the ring's per-channel network figure (the proxy of one GPU sending one direction of one channel), the
+two-node one at any node count."""
 
 from __future__ import annotations
 
@@ -60,3 +61,21 @@ def test_a_trees_network_hop_streams_at_the_rings_per_channel_figure() -> None:
     per_channel = min(plan.channel_bw, 39.0 * GB / 16)
     assert caps["Tree"] == {(True, per_channel), (False, min(plan.channel_bw, 141.0 * GB / 16) / 2)}
     assert (True, per_channel) in caps["Ring"]
+
+
+@pytest.mark.parametrize("nodes", [3, 4, 16])
+def test_a_network_hop_takes_the_two_node_figure_at_any_node_count(nodes: int) -> None:
+    """The proxy's check of every LL line (net.cc) is per hop: on more than two HGX H100 nodes the network hops still
+    stream at llMaxBw's two-node figure / nChannels (39 GB/s, Intel), while NCCL's model, which picks the algorithm,
+    reads the lower figure (20.4 GB/s) for the whole collective."""
+    sim = Simulator.from_source("2node-h100-ib", [f"cluster.nodes={nodes}"])
+    plan, consts, opts = sim.nccl_plan, sim.nccl_constants, sim.options("nccl")
+    for algo in ("Tree", "Ring"):
+        alg = REGISTRY[algo]
+        ctx = _context(sim.topology, plan, opts, consts, alg, "LL", "allreduce", 4 * MiB)
+        net = {ro.cap for roles in alg.build(ctx).roles.values() for ro in roles.values() if ro.net}
+        assert net == {min(plan.channel_bw, 39.0 * GB / ctx.nc)}, algo
+    n = len(plan.ranks)
+    t = [sim.simulate_one("nccl", s, choice=("Ring", "LL")).predicted_s for s in (16 * MiB, 32 * MiB)]
+    assert t[0] is not None and t[1] is not None
+    assert 16 * MiB / (t[1] - t[0]) == pytest.approx(20.4 * GB * n / (2 * (n - 1)), rel=1e-9)
