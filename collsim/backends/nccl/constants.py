@@ -7,7 +7,7 @@ layer does not read YAML: the API reads the file and passes the mapping to :meth
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -156,6 +156,20 @@ class NvlsWarps:
         return (scatter * warp - (warp if scatter >= 3 else 0), gather * warp)
 
 
+LatencyTable = Mapping[str, Mapping[str, float]]  # algorithm -> protocol -> seconds
+HwLatencyTable = Mapping[str, LatencyTable]  # NVLINK / PCI / NET -> algorithm -> protocol -> seconds
+
+
+@dataclass(frozen=True)
+class TunerLatencyChange:
+    """What NCCL's tuner latencies were before release ``until`` ((major, minor, patch)): the ``base_latency`` and
+    ``hw_latency`` entries (seconds) that differ from the release after it."""
+
+    until: tuple[int, int, int]
+    base_latency: LatencyTable
+    hw_latency: HwLatencyTable
+
+
 @dataclass(frozen=True)
 class NcclConstants:
     """NCCL's tuning and protocol constants in SI units (seconds, bytes/s, bytes).
@@ -208,6 +222,14 @@ class NcclConstants:
     #: NCCL_TUNER_PLUGIN value names it by); the first NCCL version that loads the network plugin's bundled tuner
     tuner_plugins: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     tuner_from_net_plugin_since: tuple[int, int] = (2, 21)
+    #: NCCL's tuner latencies of earlier releases, latest first: (the first version they no longer hold for, changes
+    #: to ``base_latency``, changes to ``hw_latency``), in seconds (:meth:`tuner_latency`)
+    tuner_latency_history: tuple[TunerLatencyChange, ...] = ()
+    #: the first version whose tuner prices a one-rank-per-node network step at Tree's hwLat[NET] (tuning.cc)
+    tuner_ppn1_tree_net_since: tuple[int, int] = (2, 23)
+    _tuner_latency_cache: dict[tuple[int, ...], tuple[LatencyTable, HwLatencyTable]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
     # Calibration (collsim.profile): what the simulated system pays beyond NCCL's constants. They change
     # the simulated time only, never the cost model's choice (NCCL's tuner uses its own fixed table).
     group_launch_gap: float = 0.0  # seconds between kernel launches of GPUs driven by one thread (nccl-tests -g)
@@ -219,6 +241,39 @@ class NcclConstants:
     sim_max_chunks: int = 512  # chunks per channel beyond which a tree/chain/NVLS pipeline merges chunks
     sim_max_ring_steps: int = 512  # ring steps per channel beyond which a ring merges loops (keeping >= 1 loop)
     sim_max_pieces: int = 16  # pieces an LL/LL128 step may be cut into so that receivers forward data early
+
+    def tuner_latency(self, version: tuple[int, ...] | None) -> tuple[LatencyTable, HwLatencyTable]:
+        """``(base_latency, hw_latency)`` (seconds) as NCCL release ``version``'s tuner has them.
+
+        The tables loaded are the latest release's; every entry of ``tuner_latency_history`` whose ``until`` is later
+        than ``version`` changes them, the latest entry first. An unset version is the latest release. Only NCCL's
+        choice (its cost model) reads these: the simulated hops pay ``hw_latency`` whatever the version.
+
+        >>> consts = NcclConstants.__new__(NcclConstants)
+        >>> object.__setattr__(consts, "base_latency", {"Tree": {"Simple": 8.4e-6}})
+        >>> object.__setattr__(consts, "hw_latency", {"NET": {"Tree": {"Simple": 14e-6}}})
+        >>> object.__setattr__(consts, "tuner_latency_history", (
+        ...     TunerLatencyChange((2, 23, 0), {"Tree": {"Simple": 0.0}}, {"NET": {"Tree": {"Simple": 28e-6}}}),))
+        >>> object.__setattr__(consts, "_tuner_latency_cache", {})
+        >>> [consts.tuner_latency(v)[1]["NET"]["Tree"]["Simple"] for v in ((2, 20, 3), (2, 23, 4), None)]
+        [2.8e-05, 1.4e-05, 1.4e-05]
+        """
+        changes = [c for c in self.tuner_latency_history if version is not None and version < c.until]
+        if not changes:
+            return self.base_latency, self.hw_latency
+        key = changes[-1].until  # the versions an entry's `until` separates price alike
+        cached = self._tuner_latency_cache.get(key)
+        if cached is None:
+            base = {a: dict(row) for a, row in self.base_latency.items()}
+            hw = {h: {a: dict(row) for a, row in table.items()} for h, table in self.hw_latency.items()}
+            for change in changes:  # latest first, so that an earlier release's figure is the one left
+                for a, row in change.base_latency.items():
+                    base.setdefault(a, {}).update(row)
+                for h, table in change.hw_latency.items():
+                    for a, row in table.items():
+                        hw.setdefault(h, {}).setdefault(a, {}).update(row)
+            cached = self._tuner_latency_cache[key] = (base, hw)
+        return cached
 
     @property
     def archs(self) -> tuple[str, ...]:
@@ -344,6 +399,8 @@ class NcclConstants:
             sim_max_pieces=int(data["sim_max_pieces_per_step"]),
             tuner_plugins={str(k): (str(v["file"]), str(v["env_word"])) for k, v in data["tuner_plugins"].items()},
             tuner_from_net_plugin_since=_major_minor(data["tuner_from_net_plugin_since"]),
+            tuner_latency_history=_latency_history(data["tuner_latency_history"], us),
+            tuner_ppn1_tree_net_since=_major_minor(data["tuner_ppn1_tree_net_latency_since"]),
         )
 
 
@@ -413,6 +470,17 @@ def _chunk_rules(c: Mapping[str, Any]) -> ChunkRules:
         nvls_tree_max_chunk=int(c["nvls_tree_max_chunk"]),
         nvls_tree_max_chunk_from_nodes=int(c["nvls_tree_max_chunk_from_nodes"]),
     )
+
+
+def _latency_history(entries: Any, us: Callable[[Mapping[str, Any]], dict[str, Any]]) -> tuple[TunerLatencyChange, ...]:
+    """``tuner_latency_history``: entries latest first, each ``until: [major, minor, patch]`` with its changes."""
+    out = []
+    for e in entries:
+        until = (int(e["until"][0]), int(e["until"][1]), int(e["until"][2]))
+        out.append(TunerLatencyChange(until, us(e.get("base_latency_us", {})), us(e.get("hw_latency_us", {}))))
+    if [c.until for c in out] != sorted((c.until for c in out), reverse=True):
+        raise ValueError("tuner_latency_history must list its entries latest first")
+    return tuple(out)
 
 
 def _major_minor(value: Any) -> tuple[int, int]:

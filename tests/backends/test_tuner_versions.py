@@ -1,0 +1,97 @@
+"""NCCL's tuner latencies by release (``tuner_latency_history`` in topologies/software/nccl.yaml, tuning.cc at each
+tag): a scenario that names its NCCL prices the choice with that release's baseLat and hwLat; the simulated hops
+pay the latest tables whatever the version."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import yaml
+
+from collsim.api import Simulator
+from collsim.backends.common import BackendError
+from collsim.backends.nccl.constants import NcclConstants
+
+US = 1e-6
+KIB = 1024
+TWO_NODES = "scenarios/validation/hgx_h100_2node_ib_ndr_issue309.yaml"
+#: two one-GPU nodes (a PCIe workstation each, one 100 GbE NIC): one rank per node
+ONE_PER_NODE = ["cluster.node=pcie-workstation", "cluster.node_params.gpus=1", "cluster.node_params.nic=eth-100g"]
+
+
+def _sim(source: str, version: str, *more: str) -> Simulator:
+    return Simulator.from_source(source, [f'backends.nccl.version="{version}"', *more])
+
+
+@pytest.mark.parametrize(("version", "net"), [("2.26.2", 14.0), ("2.28.7", 14.0), ("2.28.9", 20.9), ("2.30.7", 20.9)])
+def test_nvlstree_network_latency_by_release(version: str, net: float) -> None:
+    """hwLat[NET][NVLS_TREE] is 14 us from v2.19.1-1 to v2.28.7-1 and 20.9 us from v2.28.9-1: on two nodes NVLSTree's
+    model latency is intra + 2 x log2(2) x inter, so it moves by 2 x (20.9 - 14) us; the simulated time does not."""
+    sims = {v: _sim(TWO_NODES, v) for v in (version, "2.30.7")}
+    out = {v: s.simulate_one("nccl", 4096 * KIB, choice=("NVLSTree", "Simple")) for v, s in sims.items()}
+    predicted = {v: o.predicted_s for v, o in out.items()}
+    assert predicted[version] is not None and predicted["2.30.7"] is not None
+    assert predicted["2.30.7"] - predicted[version] == pytest.approx(2 * (20.9 - net) * US, abs=1e-12)
+    assert out[version].time_s == out["2.30.7"].time_s
+
+
+def test_tree_simple_latency_before_2_23() -> None:
+    """v2.19.1-1 .. v2.22.3-1 price a Tree/Simple step at 28 us on NVLink with baseLat 0 (from v2.23.4-1: 4.0 and
+    8.4): one HGX H100 node (a chain of 8, 2 x 7 steps) at 8 bytes, where the bandwidth term is nothing."""
+    t = {v: _sim("hgx-h100", v).simulate_one("nccl", 8, choice=("Tree", "Simple")) for v in ("2.22.3", "2.23.4")}
+    old, new = t["2.22.3"].predicted_s, t["2.23.4"].predicted_s
+    assert old is not None and new is not None
+    assert old - new == pytest.approx((0.0 + 2 * 7 * 28.0 - (8.4 + 2 * 7 * 4.0)) * US, rel=1e-3)
+    assert t["2.22.3"].time_s == t["2.23.4"].time_s
+
+
+def test_nvls_link_latency_and_2_18s_base() -> None:
+    """NVLS on one node costs its hwLat[NVLINK]: 23 us in 2.19-2.20, 25 from 2.21; 2.18 put its 23 us in baseLat."""
+    t = {
+        v: _sim("hgx-h100", v).simulate_one("nccl", 8, choice=("NVLS", "Simple")).predicted_s
+        for v in ("2.18.5", "2.20.3", "2.21.5")
+    }
+    assert t["2.21.5"] is not None and t["2.20.3"] is not None and t["2.18.5"] is not None
+    assert t["2.21.5"] - t["2.20.3"] == pytest.approx(2.0 * US, abs=1e-9)
+    assert t["2.20.3"] == pytest.approx(t["2.18.5"], abs=1e-12)
+
+
+def test_one_rank_per_node_takes_the_trees_network_latency_from_2_23() -> None:
+    """tuning.cc from v2.23.4-1: with ppn = 1 every algorithm's network step is priced at Tree's hwLat[NET]: two
+    one-GPU nodes, Ring/LL's two network steps go from 2.7 to 5.0 us each."""
+    t = {v: _sim("2node-a100-tcp", v, *ONE_PER_NODE) for v in ("2.22.3", "2.23.4")}
+    assert all(s.nccl_plan.ppn == 1 and s.nccl_plan.nnodes == 2 for s in t.values())
+    out = {v: s.simulate_one("nccl", 8, choice=("Ring", "LL")) for v, s in t.items()}
+    old, new = out["2.22.3"].predicted_s, out["2.23.4"].predicted_s
+    assert old is not None and new is not None
+    assert new - old == pytest.approx(2 * (5.0 - 2.7) * US, abs=1e-12)
+    assert out["2.22.3"].time_s == out["2.23.4"].time_s
+
+
+def test_unset_version_and_the_latest_release_price_alike() -> None:
+    consts = Simulator.from_source("hgx-h100").nccl_constants
+    assert consts.tuner_latency(None) == (consts.base_latency, consts.hw_latency)
+    assert consts.tuner_latency((2, 30, 7)) == (consts.base_latency, consts.hw_latency)
+    assert consts.tuner_latency((2, 28, 9))[1]["NET"]["NVLSTree"]["Simple"] == pytest.approx(20.9 * US)
+    assert consts.tuner_latency((2, 10, 3)) == consts.tuner_latency((2, 18, 5))  # before 2.18.3: 2.18.3's figures
+
+
+def test_the_history_must_be_latest_first() -> None:
+    with open("topologies/software/nccl.yaml") as fh:
+        data = yaml.safe_load(fh)
+    data["tuner_latency_history"] = list(reversed(data["tuner_latency_history"]))
+    with pytest.raises(BackendError, match="latest first"):
+        NcclConstants.from_mapping(data)
+
+
+def test_every_history_entry_names_known_rows() -> None:
+    """Each change is to a (hardware, algorithm, protocol) the latest tables have: no typo adds a new row."""
+    consts = Simulator.from_source("hgx-h100").nccl_constants
+    for change in consts.tuner_latency_history:
+        for a, row in change.base_latency.items():
+            assert set(row) <= set(consts.base_latency[a])
+        for h, table in change.hw_latency.items():
+            for a, row in table.items():
+                assert set(row) <= set(consts.hw_latency[h][a])
+                assert all(math.isfinite(x) and x >= 0 for x in row.values())
