@@ -1,6 +1,6 @@
-"""NCCL's tuner latencies by release (``tuner_latency_history`` in topologies/software/nccl.yaml, tuning.cc at each
-tag): a scenario that names its NCCL prices the choice with that release's baseLat and hwLat; the simulated hops
-pay the latest tables whatever the version."""
+"""NCCL's tuner constants by release (``tuner_history`` in topologies/software/nccl.yaml, tuning.cc at each tag): a
+scenario that names its NCCL prices the choice with that release's baseLat, hwLat and per-architecture caps; the
+simulation takes the latest tables whatever the version."""
 
 from __future__ import annotations
 
@@ -69,26 +69,58 @@ def test_one_rank_per_node_takes_the_trees_network_latency_from_2_23() -> None:
     assert out["2.22.3"].time_s == out["2.23.4"].time_s
 
 
+def test_hoppers_one_node_ll_cap_before_2_21() -> None:
+    """llMaxBws Hopper one node: 87.7 GB/s up to v2.20.5-1, 141 from v2.21.5-1. Ring/LL on one HGX H100 at 16 MiB,
+    where llMaxBw binds (busBw = min(llMaxBw, busBw / 2)): the model's time scales by 141 / 87.7 past latency."""
+    size = 16 << 20
+    t = {}
+    for v in ("2.20.3", "2.21.5"):
+        sim = _sim("hgx-h100", v)
+        small, big = (sim.simulate_one("nccl", s, choice=("Ring", "LL")).predicted_s for s in (size, 2 * size))
+        assert small is not None and big is not None
+        t[v] = big - small  # the bandwidth term of `size` bytes
+    assert t["2.20.3"] / t["2.21.5"] == pytest.approx(141.0 / 87.7, rel=1e-9)
+
+
+def test_blackwells_ll128_and_tree_caps_by_release() -> None:
+    consts = Simulator.from_source("hgx-h100").nccl_constants
+    gb = 1e9
+    ring = {v: consts.for_tuner(v).per_channel_max_ring_ll128_bw["blackwell"] for v in
+            ((2, 26, 2), (2, 28, 7), (2, 29, 2), (2, 30, 7))}
+    assert [tuple(round(x / gb, 2) for x in r) for r in ring.values()] == [
+        (73.4, 73.4, 73.4), (73.4, 34.6, 73.4), (34.5, 34.6, 34.5), (40.0, 40.0, 40.0)]
+    assert consts.for_tuner((2, 27, 7)).per_channel_max_tree_bw["blackwell"][1] == pytest.approx(82.8 * gb)
+    assert consts.for_tuner((2, 28, 3)).per_channel_max_tree_bw["blackwell"][1] == pytest.approx(42.8 * gb)
+    assert consts.for_tuner((2, 26, 2)).per_channel_max_ring_ll128_bw["hopper"] == \
+        consts.per_channel_max_ring_ll128_bw["hopper"]  # rows no entry names stay
+
+
 def test_unset_version_and_the_latest_release_price_alike() -> None:
     consts = Simulator.from_source("hgx-h100").nccl_constants
-    assert consts.tuner_latency(None) == (consts.base_latency, consts.hw_latency)
-    assert consts.tuner_latency((2, 30, 7)) == (consts.base_latency, consts.hw_latency)
-    assert consts.tuner_latency((2, 28, 9))[1]["NET"]["NVLSTree"]["Simple"] == pytest.approx(20.9 * US)
-    assert consts.tuner_latency((2, 10, 3)) == consts.tuner_latency((2, 18, 5))  # before 2.18.3: 2.18.3's figures
+    assert consts.for_tuner(None) is consts
+    assert consts.for_tuner((2, 30, 7)) is consts
+    assert consts.for_tuner((2, 28, 9)).hw_latency["NET"]["NVLSTree"]["Simple"] == pytest.approx(20.9 * US)
+    assert consts.for_tuner((2, 26, 2)) is consts.for_tuner((2, 27, 7))  # one entry's span: cached once
+    old = consts.for_tuner((2, 10, 3))  # before 2.18.3: 2.18.3's figures
+    assert (old.base_latency, old.hw_latency) == (
+        consts.for_tuner((2, 18, 5)).base_latency, consts.for_tuner((2, 18, 5)).hw_latency)
 
 
 def test_the_history_must_be_latest_first() -> None:
     with open("topologies/software/nccl.yaml") as fh:
         data = yaml.safe_load(fh)
-    data["tuner_latency_history"] = list(reversed(data["tuner_latency_history"]))
+    data["tuner_history"] = list(reversed(data["tuner_history"]))
     with pytest.raises(BackendError, match="latest first"):
         NcclConstants.from_mapping(data)
 
 
 def test_every_history_entry_names_known_rows() -> None:
-    """Each change is to a (hardware, algorithm, protocol) the latest tables have: no typo adds a new row."""
+    """Each change is to a (hardware, algorithm, protocol) or architecture the latest tables have: no typo adds a
+    new row."""
     consts = Simulator.from_source("hgx-h100").nccl_constants
-    for change in consts.tuner_latency_history:
+    for change in consts.tuner_history:
+        for name, rows in change.tables.items():
+            assert set(rows) <= set(getattr(consts, name))
         for a, row in change.base_latency.items():
             assert set(row) <= set(consts.base_latency[a])
         for h, table in change.hw_latency.items():

@@ -8,7 +8,7 @@ layer does not read YAML: the API reads the file and passes the mapping to :meth
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from collsim.backends.common import BackendError
@@ -160,14 +160,22 @@ LatencyTable = Mapping[str, Mapping[str, float]]  # algorithm -> protocol -> sec
 HwLatencyTable = Mapping[str, LatencyTable]  # NVLINK / PCI / NET -> algorithm -> protocol -> seconds
 
 
+#: the per-architecture tuner tables a :class:`TunerChange` may change (fields of :class:`NcclConstants`)
+TUNER_TABLES = (
+    "ll_max_bw", "per_channel_max_ring_ll128_bw", "per_channel_max_tree_ll128_bw", "per_channel_max_tree_bw",
+)  # fmt: skip
+
+
 @dataclass(frozen=True)
-class TunerLatencyChange:
-    """What NCCL's tuner latencies were before release ``until`` ((major, minor, patch)): the ``base_latency`` and
-    ``hw_latency`` entries (seconds) that differ from the release after it."""
+class TunerChange:
+    """What NCCL's tuner constants were before release ``until`` ((major, minor, patch)): the ``base_latency`` and
+    ``hw_latency`` entries (seconds) and the per-architecture rows of :data:`TUNER_TABLES` (bytes/s, one per node
+    count 1, 2, 3+) that differ from the release after it."""
 
     until: tuple[int, int, int]
     base_latency: LatencyTable
     hw_latency: HwLatencyTable
+    tables: Mapping[str, Mapping[str, tuple[float, float, float]]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -222,12 +230,11 @@ class NcclConstants:
     #: NCCL_TUNER_PLUGIN value names it by); the first NCCL version that loads the network plugin's bundled tuner
     tuner_plugins: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     tuner_from_net_plugin_since: tuple[int, int] = (2, 21)
-    #: NCCL's tuner latencies of earlier releases, latest first: (the first version they no longer hold for, changes
-    #: to ``base_latency``, changes to ``hw_latency``), in seconds (:meth:`tuner_latency`)
-    tuner_latency_history: tuple[TunerLatencyChange, ...] = ()
+    #: NCCL's tuner constants of earlier releases, latest first (:meth:`for_tuner`)
+    tuner_history: tuple[TunerChange, ...] = ()
     #: the first version whose tuner prices a one-rank-per-node network step at Tree's hwLat[NET] (tuning.cc)
     tuner_ppn1_tree_net_since: tuple[int, int] = (2, 23)
-    _tuner_latency_cache: dict[tuple[int, ...], tuple[LatencyTable, HwLatencyTable]] = field(
+    _tuner_cache: dict[tuple[int, ...], NcclConstants] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
     # Calibration (collsim.profile): what the simulated system pays beyond NCCL's constants. They change
@@ -242,37 +249,40 @@ class NcclConstants:
     sim_max_ring_steps: int = 512  # ring steps per channel beyond which a ring merges loops (keeping >= 1 loop)
     sim_max_pieces: int = 16  # pieces an LL/LL128 step may be cut into so that receivers forward data early
 
-    def tuner_latency(self, version: tuple[int, ...] | None) -> tuple[LatencyTable, HwLatencyTable]:
-        """``(base_latency, hw_latency)`` (seconds) as NCCL release ``version``'s tuner has them.
+    def for_tuner(self, version: tuple[int, ...] | None) -> NcclConstants:
+        """These constants as NCCL release ``version``'s tuner has them: its ``base_latency`` and ``hw_latency`` and
+        its rows of the per-architecture tables (:data:`TUNER_TABLES`).
 
-        The tables loaded are the latest release's; every entry of ``tuner_latency_history`` whose ``until`` is later
-        than ``version`` changes them, the latest entry first. An unset version is the latest release. Only NCCL's
-        choice (its cost model) reads these: the simulated hops pay ``hw_latency`` whatever the version.
+        The tables loaded are the latest release's; every entry of ``tuner_history`` whose ``until`` is later than
+        ``version`` changes them, the latest entry first. An unset version is the latest release. Only NCCL's choice
+        (its cost model, :func:`~collsim.backends.nccl.tuner.tuner_times`) reads these: the simulation takes the
+        latest tables whatever the version.
 
-        >>> consts = NcclConstants.__new__(NcclConstants)
-        >>> object.__setattr__(consts, "base_latency", {"Tree": {"Simple": 8.4e-6}})
-        >>> object.__setattr__(consts, "hw_latency", {"NET": {"Tree": {"Simple": 14e-6}}})
-        >>> object.__setattr__(consts, "tuner_latency_history", (
-        ...     TunerLatencyChange((2, 23, 0), {"Tree": {"Simple": 0.0}}, {"NET": {"Tree": {"Simple": 28e-6}}}),))
-        >>> object.__setattr__(consts, "_tuner_latency_cache", {})
-        >>> [consts.tuner_latency(v)[1]["NET"]["Tree"]["Simple"] for v in ((2, 20, 3), (2, 23, 4), None)]
+        >>> from collsim.api import Simulator
+        >>> consts = Simulator.from_source("hgx-h100").nccl_constants
+        >>> [consts.for_tuner(v).hw_latency["NET"]["Tree"]["Simple"] for v in ((2, 20, 3), (2, 23, 4), None)]
         [2.8e-05, 1.4e-05, 1.4e-05]
+        >>> [round(consts.for_tuner(v).ll_max_bw["hopper"][0] / 1e9, 1) for v in ((2, 20, 3), (2, 21, 5))]
+        [87.7, 141.0]
         """
-        changes = [c for c in self.tuner_latency_history if version is not None and version < c.until]
+        changes = [c for c in self.tuner_history if version is not None and version < c.until]
         if not changes:
-            return self.base_latency, self.hw_latency
-        key = changes[-1].until  # the versions an entry's `until` separates price alike
-        cached = self._tuner_latency_cache.get(key)
+            return self
+        key = changes[-1].until  # the versions one entry's `until` separates from the next are priced alike
+        cached = self._tuner_cache.get(key)
         if cached is None:
             base = {a: dict(row) for a, row in self.base_latency.items()}
             hw = {h: {a: dict(row) for a, row in table.items()} for h, table in self.hw_latency.items()}
-            for change in changes:  # latest first, so that an earlier release's figure is the one left
+            tables: dict[str, Any] = {}
+            for change in changes:  # latest first, so that the earliest release's figure is the one left
                 for a, row in change.base_latency.items():
                     base.setdefault(a, {}).update(row)
                 for h, table in change.hw_latency.items():
                     for a, row in table.items():
                         hw.setdefault(h, {}).setdefault(a, {}).update(row)
-            cached = self._tuner_latency_cache[key] = (base, hw)
+                for name, rows in change.tables.items():
+                    tables.setdefault(name, dict(getattr(self, name))).update(rows)
+            cached = self._tuner_cache[key] = replace(self, base_latency=base, hw_latency=hw, **tables)
         return cached
 
     @property
@@ -399,7 +409,7 @@ class NcclConstants:
             sim_max_pieces=int(data["sim_max_pieces_per_step"]),
             tuner_plugins={str(k): (str(v["file"]), str(v["env_word"])) for k, v in data["tuner_plugins"].items()},
             tuner_from_net_plugin_since=_major_minor(data["tuner_from_net_plugin_since"]),
-            tuner_latency_history=_latency_history(data["tuner_latency_history"], us),
+            tuner_history=_tuner_history(data["tuner_history"], us, gbps3),
             tuner_ppn1_tree_net_since=_major_minor(data["tuner_ppn1_tree_net_latency_since"]),
         )
 
@@ -472,14 +482,23 @@ def _chunk_rules(c: Mapping[str, Any]) -> ChunkRules:
     )
 
 
-def _latency_history(entries: Any, us: Callable[[Mapping[str, Any]], dict[str, Any]]) -> tuple[TunerLatencyChange, ...]:
-    """``tuner_latency_history``: entries latest first, each ``until: [major, minor, patch]`` with its changes."""
+def _tuner_history(
+    entries: Any,
+    us: Callable[[Mapping[str, Any]], dict[str, Any]],
+    gbps3: Callable[[Mapping[str, Any]], dict[str, tuple[float, float, float]]],
+) -> tuple[TunerChange, ...]:
+    """``tuner_history``: entries latest first, each ``until: [major, minor, patch]`` with the tables it changes
+    (``base_latency_us``, ``hw_latency_us`` and the ``<table>_gbps`` rows of :data:`TUNER_TABLES`)."""
     out = []
     for e in entries:
         until = (int(e["until"][0]), int(e["until"][1]), int(e["until"][2]))
-        out.append(TunerLatencyChange(until, us(e.get("base_latency_us", {})), us(e.get("hw_latency_us", {}))))
+        known = {"until", "base_latency_us", "hw_latency_us", *(f"{t}_gbps" for t in TUNER_TABLES)}
+        if set(e) - known:
+            raise ValueError(f"tuner_history entry until {list(until)}: unknown fields {sorted(set(e) - known)}")
+        tables = {t: gbps3(e[f"{t}_gbps"]) for t in TUNER_TABLES if f"{t}_gbps" in e}
+        out.append(TunerChange(until, us(e.get("base_latency_us", {})), us(e.get("hw_latency_us", {})), tables))
     if [c.until for c in out] != sorted((c.until for c in out), reverse=True):
-        raise ValueError("tuner_latency_history must list its entries latest first")
+        raise ValueError("tuner_history must list its entries latest first")
     return tuple(out)
 
 

@@ -60,7 +60,7 @@ def tuner_times(
         lat, algbw = REGISTRY["P2P"].model(m)
         return {("P2P", "Simple"): lat + nbytes / algbw}
     if n == 1:
-        return {("Ring", p): consts.tuner_latency(opts.version)[0]["Ring"][p] for p in NCCL_PROTOCOLS}
+        return {("Ring", p): consts.for_tuner(opts.version).base_latency["Ring"][p] for p in NCCL_PROTOCOLS}
     out: dict[tuple[str, str], float] = {}
     for algo, proto in candidates(plan, opts, collective):
         lat, algbw = REGISTRY[algo].model(_inputs(plan, opts, consts, collective, nbytes, algo, proto))
@@ -71,21 +71,21 @@ def tuner_times(
 def _inputs(
     plan: NcclPlan, opts: NcclOptions, consts: NcclConstants, collective: str, nbytes: int, algo: str, proto: str
 ) -> ModelInputs:
-    """What the cost model starts from for one pair (tuning.cc's baseLat, intra and inter step latencies, from the
-    tables of the run's NCCL release: :meth:`NcclConstants.tuner_latency`)."""
+    """What the cost model starts from for one pair (tuning.cc's baseLat, intra and inter step latencies), with the
+    tuner constants of the run's NCCL release (:meth:`NcclConstants.for_tuner`)."""
     n = len(plan.ranks)
     nsteps, ninter = _steps(collective, n, plan.nnodes)
     table = REGISTRY[algo].latency_table
-    base_lat, hw_lat = consts.tuner_latency(opts.version)
-    intra = hw_lat[plan.intra_hw][table][proto]
+    consts = consts.for_tuner(opts.version)
+    intra = consts.hw_latency[plan.intra_hw][table][proto]
     # tuning.cc (from 2.23): "With ppn=1 latencies are fully exposed, use the Tree network latency"
     net_row = "Tree" if plan.ppn == 1 and not opts.before(consts.tuner_ppn1_tree_net_since) else table
     # tuning.cc adds the net plugin's reported latency (graph->latencyInter = the NIC's ncclNetProperties latency,
     # search.cc; twice for Simple, "the flush extra latency") to hwLat[NET]; NCCL's own IB and socket transports
     # report none (props->latency = 0: net_ib/init.cc, net_socket.cc), aws-ofi-nccl 75 us on p4d/p5 and 35 us on
     # p5en/p6 (NIC preset nccl_net_latency). It prices the choice only: the simulation charges the path's latency.
-    inter = hw_lat["NET"][net_row][proto] + plan.net_latency * (2 if proto == "Simple" else 1)
-    lat = base_lat[table][proto]
+    inter = consts.hw_latency["NET"][net_row][proto] + plan.net_latency * (2 if proto == "Simple" else 1)
+    lat = consts.base_latency[table][proto]
     # ModelInputs' fields in order: what is priced, the schedule's steps, then tuning.cc's starting point
     return ModelInputs(
         plan, consts, collective, nbytes, proto,
