@@ -572,7 +572,18 @@ def test_run_and_explain_name_the_nccl_version_whose_behaviour_they_follow(capsy
         assert main([cmd, "hgx-h100", *args]) == 0
         assert note in capsys.readouterr().out.splitlines()[:3]
     assert main(["run", "hgx-h100", "--set", 'backends.nccl.version="2.20"', "--sizes", "8B", "--quiet"]) == 0
-    assert not any("backends.nccl.version" in line for line in capsys.readouterr().out.splitlines()[:3])
+    assert not any("NVLS interleaves" in line for line in capsys.readouterr().out.splitlines()[:3])
+
+
+def test_run_and_explain_say_when_an_older_tuner_prices_the_choice(capsys: pytest.CaptureFixture[str]) -> None:
+    note = ("# NCCL 2.26.2 (backends.nccl.version): its tuner's latency and bandwidth tables price the choice "
+            "(tuning.cc of that release); the simulation takes the latest's")
+    for cmd in ("run", "explain"):
+        assert main([cmd, "hgx-h100", "--set", 'backends.nccl.version="2.26.2"', "--sizes", "8B", "--quiet"]) == 0
+        assert note in capsys.readouterr().out.splitlines()[:3]
+    for sets in (["--set", 'backends.nccl.version="2.30.7"'], []):  # the latest tables: no note
+        assert main(["run", "hgx-h100", *sets, "--sizes", "8B", "--quiet"]) == 0
+        assert not any("tuner's latency" in line for line in capsys.readouterr().out.splitlines())
 
 
 @pytest.mark.parametrize(
