@@ -360,16 +360,13 @@ class NcclOptions:
         hi = min(self.max_ctas or most, most)
         return min(self.min_ctas or 1, most, hi), hi
 
-    def before(self, version: tuple[int, ...]) -> bool:
-        """Whether the run's NCCL is older than ``version`` ((major, minor) or (major, minor, patch)); False when the
-        version is unset.
+    def before(self, version: tuple[int, int]) -> bool:
+        """Whether the run's NCCL is older than ``version`` (major, minor); False when the version is unset.
 
         >>> NcclOptions(version=(2, 18, 5)).before((2, 20)), NcclOptions().before((2, 20))
         (True, False)
-        >>> NcclOptions(version=(2, 28, 7)).before((2, 28, 9)), NcclOptions(version=(2, 28, 9)).before((2, 28, 9))
-        (True, False)
         """
-        return self.version is not None and self.version[: len(version)] < version
+        return self.version is not None and self.version[:2] < version
 
     @classmethod
     def from_env(cls, env: Mapping[str, Any]) -> NcclOptions:
