@@ -493,7 +493,7 @@ def read_measurement(path: str | Path, *, collective: str | None = None, nranks:
         nranks=log.nranks or nranks,
         rows=rows,
         backend="nccl",
-        software={"benchmark": "nccl-tests"},
+        software={"benchmark": "nccl-tests", **({"nccl_version": log.nccl_version} if log.nccl_version else {})},
         source={"log": file},
         file=file,
     )

@@ -125,12 +125,17 @@ class NcclTestsLog:
         Data rows in text order.
     source : str
         Where the text came from (a file path or ``"<text>"``); used in warnings.
+    nccl_version : str or None
+        The NCCL release the run used, ``"2.26.2"``, when the text prints it: NCCL's own line ``NCCL version
+        2.26.2+cuda12.8`` (NCCL_DEBUG=VERSION or INFO) or nccl-tests' header ``nccl-library=22602`` (major x 10000 +
+        minor x 100 + patch, NCCL_VERSION_CODE); the first one found.
     """
 
     collective: str | None
     nranks: int | None
     rows: list[MeasuredRow] = field(default_factory=list)
     source: str = "<text>"
+    nccl_version: str | None = None
 
 
 # nccl-tests type names (``float``, ``half`` ...) to collsim dtype names (``float32``, ``float16`` ...).
@@ -154,6 +159,8 @@ _PREFIXES: tuple[re.Pattern[str], ...] = (
 _NCCL_LOG = re.compile(r"\bNCCL (?:INFO|WARN|TRACE|ABORT)\b")
 _PERF_BINARY = re.compile(r"(?<![A-Za-z0-9])([A-Za-z0-9_]+?)_perf(?:_mpi)?(?![A-Za-z0-9])")
 _NRANKS = re.compile(r"\bnranks\s*[:=]?\s*(\d+)", re.IGNORECASE)
+_NCCL_VERSION = re.compile(r"\bNCCL version (\d+\.\d+\.\d+)", re.IGNORECASE)
+_NCCL_LIBRARY = re.compile(r"\bnccl-library=(\d{5,})")
 _RANK_LINE = re.compile(r"^#\s*Rank\s+(\d+)\s+(?:Group|Pid)\b")
 _RULE = re.compile(r"^[\s\-=*_~`|:+.]*$")
 _NUMBER = re.compile(r"^[+-]?(?:\d[\d_,]*(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?$")
@@ -351,6 +358,7 @@ def parse_nccl_tests(text: str, *, source: str = "<text>", collective: str | Non
     given = None if collective is None else canonical_collective(collective)
     detected: str | None = None
     explicit_nranks: int | None = None
+    version: str | None = None
     ranks: set[int] = set()
     rows: list[MeasuredRow] = []
 
@@ -382,6 +390,8 @@ def parse_nccl_tests(text: str, *, source: str = "<text>", collective: str | Non
                     _warn(source, number, f"text names a second collective {found!r}; keeping {detected!r}")
         for value in _NRANKS.findall(stripped):
             explicit_nranks = max(int(value), explicit_nranks or 0)
+        if version is None:
+            version = _nccl_version(stripped)
         rank = _RANK_LINE.match(stripped)
         if rank:
             ranks.add(int(rank.group(1)))
@@ -394,7 +404,25 @@ def parse_nccl_tests(text: str, *, source: str = "<text>", collective: str | Non
     if detected is not None and given is not None and given != detected:
         _warn(source, None, f"collective={collective!r} ignored: the text is from {detected!r}")
     nranks = explicit_nranks if explicit_nranks else (len(ranks) or None)
-    return NcclTestsLog(collective=detected or given, nranks=nranks, rows=rows, source=source)
+    return NcclTestsLog(collective=detected or given, nranks=nranks, rows=rows, source=source, nccl_version=version)
+
+
+def _nccl_version(line: str) -> str | None:
+    """The NCCL release a line prints, as ``"major.minor.patch"``, or None.
+
+    >>> _nccl_version("node1:123:123 [0] NCCL INFO NCCL version 2.26.2+cuda12.8")
+    '2.26.2'
+    >>> _nccl_version("# nccl-tests version 2.15.0 nccl-headers=22602 nccl-library=22602")
+    '2.26.2'
+    """
+    found = _NCCL_VERSION.search(line)
+    if found:
+        return found.group(1)
+    code = _NCCL_LIBRARY.search(line)
+    if code:  # NCCL_VERSION_CODE: major x 10000 + minor x 100 + patch (nccl.h, from 2.9)
+        n = int(code.group(1))
+        return f"{n // 10000}.{n % 10000 // 100}.{n % 100}"
+    return None
 
 
 def read_nccl_tests(path: str | Path, *, collective: str | None = None) -> NcclTestsLog:

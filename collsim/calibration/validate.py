@@ -16,6 +16,7 @@ Examples
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -295,7 +296,9 @@ def validate(
             )
         )
     prof = sim.profile.file if sim.profile is not None else None
-    note = harness_note(m, backend, sim.scenario.workload.host_overhead)
+    notes = [harness_note(m, backend, sim.scenario.workload.host_overhead)]
+    if backend == "nccl":
+        notes.append(version_note(m, sim.nccl_options.version))
     return Validation(
         scenario=sim.scenario.name,
         measurement=m.file,
@@ -304,8 +307,36 @@ def validate(
         nranks=nranks,
         rows=out,
         profile=prof,
-        notes=[note] if note else [],
+        notes=[n for n in notes if n],
     )
+
+
+_VERSION = re.compile(r"(?<![\d.])(\d+)\.(\d+)\.(\d+)")
+
+
+def version_note(m: Measurement, scenario: tuple[int, int, int] | None) -> str | None:
+    """A note when the measurement names an NCCL release (``software.nccl_version``: its first ``X.Y.Z``) other
+    than the scenario's ``backends.nccl.version``: the tuner tables, and so NCCL's choice, follow the scenario's
+    (docs/modelling.md#nccl-versions). None when they agree or the file names none.
+
+    >>> m = Measurement("allreduce", software={"nccl_version": "2.26.2+cuda12.8 (printed)"})
+    >>> version_note(m, (2, 26, 2)) is None
+    True
+    >>> version_note(m, None)[:60]
+    'the measurement names NCCL 2.26.2 and the scenario none (col'
+    """
+    found = _VERSION.search(str(m.software.get("nccl_version", "")))
+    if found is None:
+        return None
+    version = (int(found[1]), int(found[2]), int(found[3]))
+    if version == scenario:
+        return None
+    named = ".".join(map(str, version))
+    if scenario is None:
+        return (f"the measurement names NCCL {named} and the scenario none (collsim follows the latest release): "
+                f"set backends.nccl.version: \"{named}\" if that is what ran")  # fmt: skip
+    return (f"the measurement names NCCL {named}, the scenario's backends.nccl.version is "
+            f"{'.'.join(map(str, scenario))}")  # fmt: skip
 
 
 def harness_note(m: Measurement, backend: str, host_overhead: str) -> str | None:

@@ -281,3 +281,19 @@ def test_read_nccl_tests_file(tmp_path: Path) -> None:
     ]
     with pytest.raises(FileNotFoundError, match=r"missing\.log"):
         read_nccl_tests(tmp_path / "missing.log")
+
+
+@pytest.mark.parametrize(
+    ("line", "version"),
+    [
+        ("node1:4766:4766 [0] NCCL INFO NCCL version 2.26.2+cuda12.8", "2.26.2"),
+        ("# nccl-tests version 2.15.0 nccl-headers=22602 nccl-library=22602", "2.26.2"),
+        ("# nThread 1 nGpus 1 minBytes 8 maxBytes 1048576 step: 2(factor)", None),
+    ],
+)
+def test_the_nccl_version_the_text_prints(line: str, version: str | None) -> None:
+    """NCCL's own ``NCCL version`` line or nccl-tests' ``nccl-library=`` code (major x 10000 + minor x 100 + patch)
+    becomes the measurement's ``software.nccl_version``, which validate compares with the scenario's."""
+    log, _ = _parse(line + "\n" + ROW)
+    assert log.nccl_version == version
+    assert [r.size_bytes for r in log.rows] == [EXPECTED.size_bytes]

@@ -36,6 +36,21 @@ def test_h200_torch_run_with_pytorchs_per_call_host_overhead() -> None:
     assert {choice[s] for s in choice if s >= 2**21} == {("NVLS", "Simple")}
 
 
+def test_validate_notes_an_nccl_release_the_scenario_does_not_name() -> None:
+    """The tuner's tables follow backends.nccl.version: a measurement naming another release gets a note."""
+    from collsim.calibration import Measurement, MeasurementRow
+
+    m = Measurement("allreduce", 8, [MeasurementRow(1 << 20, 50.0)], backend="nccl",
+                    software={"benchmark": "nccl-tests", "nccl_version": "2.26.2+cuda12.8 (printed)"})  # fmt: skip
+    assert validate(Simulator.from_source("hgx-h100"), m).notes == [
+        'the measurement names NCCL 2.26.2 and the scenario none (collsim follows the latest release): set '
+        'backends.nccl.version: "2.26.2" if that is what ran'
+    ]
+    other = validate(Simulator.from_source("hgx-h100", ['backends.nccl.version="2.27.7"']), m)
+    assert other.notes == ["the measurement names NCCL 2.26.2, the scenario's backends.nccl.version is 2.27.7"]
+    assert validate(Simulator.from_source("hgx-h100", ['backends.nccl.version="2.26.2"']), m).notes == []
+
+
 def test_validate_notes_a_timing_the_scenario_does_not_state() -> None:
     # the measurement's harness against workload.host_overhead: a note in the table and the JSON, none when they agree
     from collsim.calibration import Measurement, MeasurementRow
