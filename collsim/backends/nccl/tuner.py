@@ -54,13 +54,14 @@ def tuner_times(
     """
     check_collective(collective)
     opts = opts or NcclOptions()
+    consts = consts.for_tuner(opts.version)  # the tables of the run's NCCL release
     n = len(plan.ranks)
     if collective in P2P_COLLECTIVES:
         m = _inputs(plan, opts, consts, collective, nbytes, "P2P", "Simple")
         lat, algbw = REGISTRY["P2P"].model(m)
         return {("P2P", "Simple"): lat + nbytes / algbw}
     if n == 1:
-        return {("Ring", p): consts.for_tuner(opts.version).base_latency["Ring"][p] for p in NCCL_PROTOCOLS}
+        return {("Ring", p): consts.base_latency["Ring"][p] for p in NCCL_PROTOCOLS}
     out: dict[tuple[str, str], float] = {}
     for algo, proto in candidates(plan, opts, collective):
         lat, algbw = REGISTRY[algo].model(_inputs(plan, opts, consts, collective, nbytes, algo, proto))
@@ -71,12 +72,11 @@ def tuner_times(
 def _inputs(
     plan: NcclPlan, opts: NcclOptions, consts: NcclConstants, collective: str, nbytes: int, algo: str, proto: str
 ) -> ModelInputs:
-    """What the cost model starts from for one pair (tuning.cc's baseLat, intra and inter step latencies), with the
-    tuner constants of the run's NCCL release (:meth:`NcclConstants.for_tuner`)."""
+    """What the cost model starts from for one pair (tuning.cc's baseLat, intra and inter step latencies), from
+    ``consts`` as the run's NCCL release has them (:meth:`NcclConstants.for_tuner`)."""
     n = len(plan.ranks)
     nsteps, ninter = _steps(collective, n, plan.nnodes)
     table = REGISTRY[algo].latency_table
-    consts = consts.for_tuner(opts.version)
     intra = consts.hw_latency[plan.intra_hw][table][proto]
     # tuning.cc (from 2.23): "With ppn=1 latencies are fully exposed, use the Tree network latency"
     net_row = "Tree" if plan.ppn == 1 and not opts.before(consts.tuner_ppn1_tree_net_since) else table
