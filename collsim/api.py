@@ -37,7 +37,7 @@ from collsim.backends import (
     simulate_gloo_many,
     simulate_nccl,
 )
-from collsim.backends.nccl import NcclPlan, choose, enabled_pairs, tuner_times
+from collsim.backends.nccl import NcclPlan, choose, enabled_pairs, release_notes, tuner_times
 from collsim.engine.budget import WorkLimitExceeded, work_budget
 from collsim.nccl_env import NcclEnvError, NcclOptions
 from collsim.noise import add_delays, launch_skews, repetition_seed
@@ -361,6 +361,17 @@ class Simulator:
         self._check_gpu_arch()
         with self._errors("backends.nccl"):
             return plan_nccl(self.topology, self.nccl_options, self.nccl_constants, self.fabric)
+
+    def nccl_release_notes(self, collective: str | None = None) -> list[str]:
+        """What the scenario's NCCL release (``backends.nccl.version``) changes for ``collective`` (default: every
+        collective the workload lists), one line each, as ``run`` and ``explain`` print them: a release older or
+        newer than the tuner tables collsim holds, the algorithms and protocols it does not have yet, behaviours of
+        that release; empty when the version is unset."""
+        wanted = collective or self.scenario.workload.collective
+        out: list[str] = []
+        for c in [wanted] if isinstance(wanted, str) else wanted:  # a workload may list several collectives
+            out += [n for n in release_notes(self.nccl_plan, self.nccl_options, self.nccl_constants, c) if n not in out]
+        return out
 
     def _preset_field(self, library: str, spec: Mapping[str, Any], key: str) -> tuple[str | None, str]:
         """(file, field) of ``key`` of the preset a device was built from: the user's scenario or presets file and

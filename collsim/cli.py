@@ -447,14 +447,8 @@ def _nccl_notes(sim: Simulator) -> list[str]:
         out.append("engine.decouple: the channels that cross a slowed link (or a NIC standing in for one down) leave "
                    "out their traffic on the links they share with the others (an approximation: "
                    "docs/perturbations.md)")
-    version = ".".join(map(str, opts.version or ()))
-    if opts.before(consts.nvls_split_since):
-        split = ".".join(map(str, consts.nvls_split_since))
-        out.append(f"NCCL {version} (backends.nccl.version): one-node NVLS interleaves its channels over each loop, "
-                   f"as before {split}")
-    if consts.for_tuner(opts.version) is not consts:
-        out.append(f"NCCL {version} (backends.nccl.version): its tuner's latency and bandwidth tables price the "
-                   "choice (tuning.cc of that release); the simulation takes the latest's")
+    if "nccl" in sim.backends():
+        out += sim.nccl_release_notes()
     return out
 
 

@@ -16,7 +16,15 @@ from collsim.backends.nccl.constants import NcclConstants, ProtocolConstants
 from collsim.backends.nccl.plan import Hop, NcclPlan, plan_nccl
 from collsim.backends.nccl.simulate import fastest_pair, simulate_nccl
 from collsim.backends.nccl.tags import BREAKDOWN_PRIORITY
-from collsim.backends.nccl.tuner import candidates, choose, enabled_pairs, ll128_enabled, tuner_times
+from collsim.backends.nccl.tuner import (
+    candidates,
+    choose,
+    enabled_pairs,
+    ll128_enabled,
+    release_notes,
+    tuner_times,
+    withheld,
+)
 from collsim.nccl_env import NcclOptions
 
 __all__ = [
@@ -35,6 +43,8 @@ __all__ = [
     "fastest_pair",
     "ll128_enabled",
     "plan_nccl",
+    "release_notes",
     "simulate_nccl",
     "tuner_times",
+    "withheld",
 ]

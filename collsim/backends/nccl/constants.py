@@ -234,6 +234,11 @@ class NcclConstants:
     tuner_history: tuple[TunerChange, ...] = ()
     #: the first version whose tuner prices a one-rank-per-node network step at Tree's hwLat[NET] (tuning.cc)
     tuner_ppn1_tree_net_since: tuple[int, int] = (2, 23)
+    #: the releases whose tuner tables collsim holds, (oldest, latest), each (major, minor, patch)
+    tuner_tables_span: tuple[tuple[int, int, int], tuple[int, int, int]] = ((2, 18, 3), (2, 30, 7))
+    #: the release (major, minor) that brought each algorithm and protocol (absent: every release, as Ring, Simple)
+    algorithms_since: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    protocols_since: Mapping[str, tuple[int, int]] = field(default_factory=dict)
     _tuner_cache: dict[tuple[int, ...], NcclConstants] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
@@ -284,6 +289,38 @@ class NcclConstants:
                     tables.setdefault(name, dict(getattr(self, name))).update(rows)
             cached = self._tuner_cache[key] = replace(self, base_latency=base, hw_latency=hw, **tables)
         return cached
+
+    def unreleased(self, version: tuple[int, ...] | None) -> dict[str, tuple[int, int]]:
+        """The algorithms and protocols NCCL release ``version`` does not have yet, each with the release (major,
+        minor) that brought it (``algorithms_since``, ``protocols_since``); none when the version is unset (the
+        latest release).
+
+        >>> from collsim.api import Simulator
+        >>> consts = Simulator.from_source("hgx-h100").nccl_constants
+        >>> consts.unreleased((2, 17, 1))
+        {'NVLSTree': (2, 18), 'PAT': (2, 23)}
+        >>> consts.unreleased((2, 4, 8))["LL128"], consts.unreleased(None), consts.unreleased((2, 23, 4))
+        ((2, 5), {}, {})
+        """
+        if version is None:
+            return {}
+        since = {**self.algorithms_since, **self.protocols_since}
+        return {a: v for a, v in since.items() if tuple(version[:2]) < v}
+
+    def tables_outside(self, version: tuple[int, ...] | None) -> tuple[int, int, int] | None:
+        """The end of ``tuner_tables_span`` a version outside it is priced as (the oldest release's tables for an
+        older NCCL, the latest's for a newer one), None when the span holds it or it is unset.
+
+        >>> from collsim.api import Simulator
+        >>> consts = Simulator.from_source("hgx-h100").nccl_constants
+        >>> consts.tables_outside((2, 14, 3)), consts.tables_outside((2, 26, 2)), consts.tables_outside((2, 31, 0))
+        ((2, 18, 3), None, (2, 30, 7))
+        """
+        if version is None:
+            return None
+        oldest, latest = self.tuner_tables_span
+        v = tuple(version) + (0,) * (3 - len(version))
+        return oldest if v < oldest else latest if v > latest else None
 
     @property
     def archs(self) -> tuple[str, ...]:
@@ -411,6 +448,9 @@ class NcclConstants:
             tuner_from_net_plugin_since=_major_minor(data["tuner_from_net_plugin_since"]),
             tuner_history=_tuner_history(data["tuner_history"], us, gbps3),
             tuner_ppn1_tree_net_since=_major_minor(data["tuner_ppn1_tree_net_latency_since"]),
+            tuner_tables_span=_span(data["tuner_tables_span"]),
+            algorithms_since={str(a): _major_minor(v) for a, v in data["algorithms_since"].items()},
+            protocols_since={str(p): _major_minor(v) for p, v in data["protocols_since"].items()},
         )
 
 
@@ -500,6 +540,14 @@ def _tuner_history(
     if [c.until for c in out] != sorted((c.until for c in out), reverse=True):
         raise ValueError("tuner_history must list its entries latest first")
     return tuple(out)
+
+
+def _span(value: Any) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    """``tuner_tables_span``: [[major, minor, patch] of the oldest release, the same of the latest]."""
+    oldest, latest = ((int(v[0]), int(v[1]), int(v[2])) for v in value)
+    if oldest > latest:
+        raise ValueError(f"tuner_tables_span: the oldest release {list(oldest)} is after the latest {list(latest)}")
+    return oldest, latest
 
 
 def _major_minor(value: Any) -> tuple[int, int]:

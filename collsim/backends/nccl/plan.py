@@ -72,6 +72,8 @@ class NcclPlan:
     tuner_note: str | None = None  # which tuner picks, when a plugin is involved (also in notes)
     net_latency: float = 0.0  # seconds the network plugin reports to NCCL's cost model (latencyInter), 0 for IB
     gdr_flush: bool = True  # NCCL flushes a GPUDirect RDMA receive before the GPU reads it (Simple); gdr_flush()
+    #: the algorithms the run's NCCL release does not have yet (backends.nccl.version), each with why
+    unreleased: Mapping[str, str] = field(default_factory=dict)
 
     def nic_for(self, topo: Topology, node: int, channel: int) -> str | None:
         """The NIC channel ``channel`` uses on ``node`` (:func:`channel_nic`)."""
@@ -690,7 +692,19 @@ def plan_nccl(
         tuner_note=tuner_note,
         net_latency=net_latency,
         gdr_flush=gdr_flush(int(topo.device(gpus[0]).spec.get("sm", 0)), opts),
+        unreleased=_unreleased(opts, consts),
     )
+
+
+def _unreleased(opts: NcclOptions, consts: NcclConstants) -> dict[str, str]:
+    """Why each algorithm the run's NCCL release lacks is not offered (``algorithms_since`` in nccl.yaml), e.g.
+    ``{"NVLSTree": "NVLSTree came with NCCL 2.18 (backends.nccl.version is 2.17.1)", ...}``."""
+    version = ".".join(map(str, opts.version or ()))
+    named = {"P2P": "send/receive (ncclSend, ncclRecv)"}
+    return {
+        a: f"{named.get(a, a)} came with NCCL {since[0]}.{since[1]} (backends.nccl.version is {version})"
+        for a, since in consts.unreleased(opts.version).items()
+    }
 
 
 def gdr_flush(sm: int, opts: NcclOptions) -> bool:

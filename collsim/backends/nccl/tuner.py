@@ -13,7 +13,7 @@ from collsim.vocab import COLLECTIVES, NCCL_ALGORITHMS, NCCL_PROTOCOLS, P2P_COLL
 
 __all__ = [
     "candidates", "check_collective", "choose", "decide", "enabled_pairs", "ll128_enabled", "plugin_choice",
-    "tuner_times",
+    "release_notes", "tuner_times", "withheld",
 ]  # fmt: skip
 
 
@@ -31,7 +31,55 @@ def ll128_enabled(plan: NcclPlan) -> bool:
 def candidates(plan: NcclPlan, opts: NcclOptions, collective: str) -> list[tuple[str, str]]:
     """(algorithm, protocol) pairs NCCL could run for ``collective`` here, before NCCL_ALGO/NCCL_PROTO filtering,
     in the registry's order."""
-    return [(name, p) for name, alg in REGISTRY.items() for p in alg.protocols(plan, opts, collective)]
+    return [
+        (name, p)
+        for name, alg in REGISTRY.items()
+        if name not in plan.unreleased
+        for p in alg.protocols(plan, opts, collective)
+        if p not in plan.unreleased
+    ]
+
+
+def withheld(plan: NcclPlan, opts: NcclOptions, collective: str) -> list[str]:
+    """The algorithms, then protocols, NCCL could run for ``collective`` here that the run's release does not have
+    yet (``plan.unreleased``, from ``backends.nccl.version``), in the registry's and NCCL's order (LL128 where NCCL
+    enables it by default: :func:`ll128_enabled`)."""
+    algos = [a for a, alg in REGISTRY.items() if a in plan.unreleased and alg.protocols(plan, opts, collective)]
+    usual = {p for alg in REGISTRY.values() for p in alg.protocols(plan, opts, collective)}
+    if not ll128_enabled(plan) and opts.protocols is None:
+        usual.discard("LL128")
+    return algos + [p for p in NCCL_PROTOCOLS if p in plan.unreleased and p in usual]
+
+
+def release_notes(plan: NcclPlan, opts: NcclOptions, consts: NcclConstants, collective: str) -> list[str]:
+    """What the scenario's NCCL release (``backends.nccl.version``) changes here, a line each: a release outside
+    the tuner tables collsim holds, the algorithms it does not have yet, the one-node NVLS split before 2.20 and
+    the release's tuner tables; none when the version is unset (the latest release)."""
+    if opts.version is None:
+        return []
+    head = f"NCCL {'.'.join(map(str, opts.version))} (backends.nccl.version)"
+    out = []
+    end = consts.tables_outside(opts.version)
+    if end is not None:
+        named = ".".join(map(str, end))
+        if end == consts.tuner_tables_span[0]:
+            out.append(f"{head} is older than the oldest release whose tuner tables collsim holds: {named}'s "
+                       "tables price the choice; the simulation takes the latest's")  # fmt: skip
+        else:
+            out.append(f"{head} is newer than the latest release collsim follows: modelled as {named}")
+    missing = withheld(plan, opts, collective)
+    if missing:
+        since = {**consts.algorithms_since, **consts.protocols_since}
+        listed = ", ".join(f"{a} (from {since[a][0]}.{since[a][1]})" for a in missing)
+        out.append(f"{head} has no {listed}: not offered")
+    nvls = "NVLS" not in plan.unreleased and REGISTRY["NVLS"].protocols(plan, opts, collective)
+    if nvls and opts.before(consts.nvls_split_since):
+        split = ".".join(map(str, consts.nvls_split_since))
+        out.append(f"{head}: one-node NVLS interleaves its channels over each loop, as before {split}")
+    if consts.for_tuner(opts.version) is not consts and end is None:
+        out.append(f"{head}: its tuner's latency and bandwidth tables price the choice (tuning.cc of that "
+                   "release); the simulation takes the latest's")  # fmt: skip
+    return out
 
 
 def _steps(collective: str, n: int, nnodes: int) -> tuple[int, int]:
@@ -100,9 +148,16 @@ def enabled_pairs(plan: NcclPlan, opts: NcclOptions, collective: str) -> list[tu
     reduction) is a BackendError saying why; algorithms NCCL has but collsim does not model yet are named as such.
     """
     pairs = candidates(plan, opts, collective)
+    missing = withheld(plan, opts, collective)
+    if not pairs and missing:  # send/receive before 2.7
+        raise BackendError(f"{collective}: {plan.unreleased[missing[0]]}")
     if opts.algorithms is not None and collective not in P2P_COLLECTIVES:
         wanted = set(opts.algorithms)
-        refusals = [REGISTRY[a].refusal(plan, opts) for a in NCCL_ALGORITHMS if a in wanted and a in REGISTRY]
+        refusals = [
+            plan.unreleased.get(a) or REGISTRY[a].refusal(plan, opts)
+            for a in NCCL_ALGORITHMS
+            if a in wanted and a in REGISTRY
+        ]
         if refusals and all(refusals):
             raise BackendError(f"NCCL_ALGO={opts.env.get('NCCL_ALGO')}: NCCL would refuse it here: {refusals[0]}")
         pairs = [(a, p) for a, p in pairs if a in wanted]
@@ -117,7 +172,10 @@ def enabled_pairs(plan: NcclPlan, opts: NcclOptions, collective: str) -> list[tu
         protos.discard("LL128")
     pairs = [(a, p) for a, p in pairs if p in protos or a == "P2P"]
     if not pairs:
-        raise BackendError(f"NCCL_PROTO={opts.env.get('NCCL_PROTO')}: no protocol left for {collective}")
+        why = next((plan.unreleased[p] for p in sorted(protos) if p in plan.unreleased), None)
+        raise BackendError(
+            f"NCCL_PROTO={opts.env.get('NCCL_PROTO')}: no protocol left for {collective}" + (f" ({why})" if why else "")
+        )
     return pairs
 
 
