@@ -299,6 +299,7 @@ def validate(
     notes = [harness_note(m, backend, sim.scenario.workload.host_overhead)]
     if backend == "nccl":
         notes.append(version_note(m, sim.nccl_options.version))
+        notes += sim.nccl_release_notes(m.collective)
     return Validation(
         scenario=sim.scenario.name,
         measurement=m.file,

@@ -46,9 +46,18 @@ def test_validate_notes_an_nccl_release_the_scenario_does_not_name() -> None:
         'the measurement names NCCL 2.26.2 and the scenario none (collsim follows the latest release): set '
         'backends.nccl.version: "2.26.2" if that is what ran'
     ]
+    tables = ("NCCL {} (backends.nccl.version): its tuner's latency and bandwidth tables price the choice "
+              "(tuning.cc of that release); the simulation takes the latest's")  # fmt: skip
     other = validate(Simulator.from_source("hgx-h100", ['backends.nccl.version="2.27.7"']), m)
-    assert other.notes == ["the measurement names NCCL 2.26.2, the scenario's backends.nccl.version is 2.27.7"]
-    assert validate(Simulator.from_source("hgx-h100", ['backends.nccl.version="2.26.2"']), m).notes == []
+    assert other.notes == [
+        "the measurement names NCCL 2.26.2, the scenario's backends.nccl.version is 2.27.7", tables.format("2.27.7")
+    ]
+    # the scenario's release notes as run and explain print them, and nothing about the measurement's release
+    assert validate(Simulator.from_source("hgx-h100", ['backends.nccl.version="2.26.2"']), m).notes == [
+        tables.format("2.26.2")
+    ]
+    old = validate(Simulator.from_source("hgx-h100", ['backends.nccl.version="2.16.5"']), m).notes
+    assert "NCCL 2.16.5 (backends.nccl.version) has no NVLS (from 2.17): not offered" in old
 
 
 def test_validate_notes_a_timing_the_scenario_does_not_state() -> None:
@@ -58,13 +67,16 @@ def test_validate_notes_a_timing_the_scenario_does_not_state() -> None:
     case = "h200_8gpu_1node_torch_stas00"
     m = read_measurement(PUBLISHED / f"{case}.json")
     bare = validate(Simulator.from_source(PUBLISHED / f"{case}.yaml", ["workload.host_overhead=none"]), m)
-    assert bare.notes == [
+    release = "NCCL 2.27.7 (backends.nccl.version): its tuner's latency and bandwidth tables price the choice"
+    assert bare.notes[1].startswith(release)  # the scenario's release (test_validate_notes_an_nccl_release...)
+    assert bare.notes[:1] == [
         "the measurement comes from a torch.distributed benchmark: if it times one call on an idle GPU, set "
         "workload.host_overhead: torch (docs/modelling.md)"
     ]
     assert bare.format_table().startswith("# note: the measurement comes from a torch.distributed benchmark")
     assert bare.to_dict()["notes"] == bare.notes
-    assert validate(Simulator.from_source(PUBLISHED / f"{case}.yaml"), m).notes == []
+    agreed = validate(Simulator.from_source(PUBLISHED / f"{case}.yaml"), m).notes
+    assert [n[: len(release)] for n in agreed] == [release]
     nccl_tests = Measurement("allreduce", 8, [MeasurementRow(1 << 20, 50.0)], backend="nccl",
                              software={"benchmark": "NVIDIA/nccl-tests all_reduce_perf"})  # fmt: skip
     timed = validate(Simulator.from_source("hgx-h100", ["workload.host_overhead=torch"]), nccl_tests)
