@@ -13,7 +13,7 @@ from typing import Any
 
 from collsim.backends.common import BackendError
 
-__all__ = ["ChunkRules", "HostPathConstants", "NcclConstants", "NvlsWarps", "ProtocolConstants"]
+__all__ = ["ChunkRules", "HostPathConstants", "Ll128Default", "NcclConstants", "NvlsWarps", "ProtocolConstants"]
 
 _US = 1e-6  # microseconds to seconds
 _GBPS = 1e9  # GB/s (GB = 1e9 bytes) to bytes/s
@@ -111,6 +111,43 @@ class HostPathConstants:
     def simple_channel_threads(self, ring_bw: float) -> int:
         """Threads of a Ring/Simple channel on a ring that carries ``ring_bw`` bytes/s (tuning.cc)."""
         return self.simple_threads_pci if ring_bw <= self.pci_bw else self.simple_threads
+
+
+@dataclass(frozen=True)
+class Ll128Default:
+    """When NCCL turns LL128 on by default (``nccl.yaml`` ``ll128_default``; tuning.cc): the worst path across nodes
+    its graphs may take (NCCL's path names), that from compute capability 9.0, and the compute capabilities (x 10):
+    every one from ``min_sm`` from release ``min_sm_since`` on, before it those of ``sm_since``, each from its
+    release (major, minor)."""
+
+    max_inter_path: str
+    max_inter_path_sm90: str
+    min_sm: int
+    min_sm_since: tuple[int, int]
+    sm_since: Mapping[int, tuple[int, int]]
+
+    def sm_refusal(self, sms: tuple[int, int], version: tuple[int, ...] | None) -> str | None:
+        """Why LL128 stays off for GPUs of compute capabilities ``sms`` = (lowest, highest), x 10, under NCCL release
+        ``version`` (None: the latest), or None.
+
+        >>> rule = Ll128Default("PXB", "PXN", 70, (2, 27), {70: (2, 0), 80: (2, 0), 100: (2, 25)})
+        >>> rule.sm_refusal((86, 86), (2, 26, 2)), rule.sm_refusal((86, 86), None), rule.sm_refusal((61, 61), None)
+        ('compute capability 8.6 before NCCL 2.27', None, 'compute capability 6.1')
+        >>> rule.sm_refusal((100, 100), (2, 24, 3)), rule.sm_refusal((100, 100), (2, 25, 1))
+        ('compute capability 10.0 before NCCL 2.25', None)
+        """
+        low, high = sms
+        if low < self.min_sm:
+            return f"compute capability {low / 10:.1f}"
+        if version is None or tuple(version[:2]) >= self.min_sm_since:
+            return None
+        since = self.sm_since.get(low)
+        if low != high:  # before 2.27 NCCL wants every GPU of one compute capability
+            return f"compute capabilities {low / 10:.1f} and {high / 10:.1f} mixed before NCCL 2.27"
+        if since is None or tuple(version[:2]) < since:
+            major, minor = since or self.min_sm_since
+            return f"compute capability {low / 10:.1f} before NCCL {major}.{minor}"
+        return None
 
 
 @dataclass(frozen=True)
@@ -234,6 +271,8 @@ class NcclConstants:
     tuner_history: tuple[TunerChange, ...] = ()
     #: the first version whose tuner prices a one-rank-per-node network step at Tree's hwLat[NET] (tuning.cc)
     tuner_ppn1_tree_net_since: tuple[int, int] = (2, 23)
+    #: when NCCL turns LL128 on by default (None: wherever the intra-node paths are NVLink)
+    ll128_default: Ll128Default | None = None
     #: the releases whose tuner tables collsim holds, (oldest, latest), each (major, minor, patch)
     tuner_tables_span: tuple[tuple[int, int, int], tuple[int, int, int]] = ((2, 18, 3), (2, 30, 7))
     #: the release (major, minor) that brought each algorithm and protocol (absent: every release, as Ring, Simple)
@@ -449,6 +488,7 @@ class NcclConstants:
             tuner_history=_tuner_history(data["tuner_history"], us, gbps3),
             tuner_ppn1_tree_net_since=_major_minor(data["tuner_ppn1_tree_net_latency_since"]),
             tuner_tables_span=_span(data["tuner_tables_span"]),
+            ll128_default=_ll128_default(data["ll128_default"]),
             algorithms_since={str(a): _major_minor(v) for a, v in data["algorithms_since"].items()},
             protocols_since={str(p): _major_minor(v) for p, v in data["protocols_since"].items()},
         )
@@ -540,6 +580,16 @@ def _tuner_history(
     if [c.until for c in out] != sorted((c.until for c in out), reverse=True):
         raise ValueError("tuner_history must list its entries latest first")
     return tuple(out)
+
+
+def _ll128_default(d: Mapping[str, Any]) -> Ll128Default:
+    return Ll128Default(
+        str(d["max_inter_path"]),
+        str(d["max_inter_path_sm90"]),
+        int(d["min_sm"]),
+        _major_minor(d["min_sm_since"]),
+        {int(sm): _major_minor(v) for sm, v in d["sm_since"].items()},
+    )
 
 
 def _span(value: Any) -> tuple[tuple[int, int, int], tuple[int, int, int]]:

@@ -21,7 +21,10 @@ from collsim.topology import Topology
 from collsim.topology.model import gpu_nearness, path_class_rank
 from collsim.topology.presets import topologies_dir
 
-__all__ = ["Hop", "NcclPlan", "cpu_vendor", "gdr_flush", "hop_between", "node_chain", "nvls_refusal", "plan_nccl"]
+__all__ = [
+    "NCCL_PATHS", "Hop", "NcclPlan", "cpu_vendor", "gdr_flush", "hop_between", "ll128_refusal", "node_chain",
+    "nvls_refusal", "plan_nccl", "type_inter",
+]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,8 @@ class NcclPlan:
     gdr_flush: bool = True  # NCCL flushes a GPUDirect RDMA receive before the GPU reads it (Simple); gdr_flush()
     #: the algorithms the run's NCCL release does not have yet (backends.nccl.version), each with why
     unreleased: Mapping[str, str] = field(default_factory=dict)
+    #: why NCCL leaves LL128 off by default here (None: on); ll128_refusal()
+    ll128_refusal: str | None = None
 
     def nic_for(self, topo: Topology, node: int, channel: int) -> str | None:
         """The NIC channel ``channel`` uses on ``node`` (:func:`channel_nic`)."""
@@ -693,7 +698,63 @@ def plan_nccl(
         net_latency=net_latency,
         gdr_flush=gdr_flush(int(topo.device(gpus[0]).spec.get("sm", 0)), opts),
         unreleased=_unreleased(opts, consts),
+        ll128_refusal=ll128_refusal(topo, gpus, intra.hw, len(node0), hops, nnodes, opts, consts),
     )
+
+
+#: NCCL's path types, best first (src/include/graph.h lines 117-154, v2.30.7-1: PATH_LOC 0 .. PATH_DIS 11)
+NCCL_PATHS = ("LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS", "NET", "DIS")
+
+
+def type_inter(topo: Topology, hops: Mapping[tuple[int, int], Hop], nnodes: int, gdr_level: str) -> str | None:
+    """The worst path between a GPU and its channel's NIC over the channels' network hops, by NCCL's path names (its
+    graphs' ``typeInter``): each end's path class, PXN where a GPUDirect hop leaves through a GPU nearer the NIC
+    (:func:`_gdr_hop`); None on one node."""
+    worst: str | None = None
+    for (c, _i), hop in hops.items():
+        if hop.hw != "NET":
+            continue
+        for g in (hop.src, hop.dst):
+            nic = channel_nic(topo, topo.device(g).node, c, nnodes)
+            if nic is None:
+                continue
+            cls = topo.path_class(g, nic)
+            if hop.transport == "NET/GDR" and path_class_rank(cls) > path_class_rank(gdr_level):
+                cls = "PXN"  # the sender hands the data over NVLink to a GPU within NCCL_NET_GDR_LEVEL of the NIC
+            if worst is None or NCCL_PATHS.index(cls) > NCCL_PATHS.index(worst):
+                worst = cls
+    return worst
+
+
+def ll128_refusal(
+    topo: Topology,
+    gpus: Sequence[str],
+    intra_hw: str,
+    ppn: int,
+    hops: Mapping[tuple[int, int], Hop],
+    nnodes: int,
+    opts: NcclOptions,
+    consts: NcclConstants,
+) -> str | None:
+    """Why NCCL leaves LL128 off by default on this system (NCCL_PROTO can still ask for it), or None when it turns
+    it on (tuning.cc; ``ll128_default`` in ``topologies/software/nccl.yaml``): the GPUs' compute capability (by
+    release), the paths inside a node beyond NVLink (one GPU per node has none), and the GPU-NIC paths across nodes
+    beyond PXB (PXN from compute capability 9.0: :func:`type_inter`). Inside a node every ring hop must be NVLink
+    (``intra_hw`` is the first two GPUs' class only)."""
+    if ppn > 1 and (intra_hw != "NVLINK" or any(h.hw not in ("NVLINK", "NET") for h in hops.values())):
+        return "GPUs inside a node that reach each other beyond NVLink (NCCL's graph typeIntra past NVB)"
+    rule = consts.ll128_default
+    if rule is None:
+        return None
+    sms = [int(topo.device(g).spec.get("sm", 0)) for g in gpus]
+    why = rule.sm_refusal((min(sms), max(sms)), opts.version)
+    if why is not None:
+        return why
+    inter = type_inter(topo, hops, nnodes, opts.gdr_level or consts.default_gdr_level)
+    limit = rule.max_inter_path_sm90 if min(sms) >= 90 else rule.max_inter_path
+    if inter is not None and NCCL_PATHS.index(inter) > NCCL_PATHS.index(limit):
+        return f"GPU-NIC paths through {inter} (NCCL's graph typeInter past {limit})"
+    return None
 
 
 def _unreleased(opts: NcclOptions, consts: NcclConstants) -> dict[str, str]:

@@ -24,8 +24,9 @@ def check_collective(collective: str) -> None:
 
 
 def ll128_enabled(plan: NcclPlan) -> bool:
-    """NCCL enables LL128 by default only on NVLink-class intra-node paths (compute capability >= 7.0)."""
-    return plan.intra_hw == "NVLINK"
+    """Whether NCCL turns LL128 on by default here (``plan.ll128_refusal``: NVLink inside a node or one GPU per node,
+    GPU-NIC paths within PXB, or PXN from compute capability 9.0, and a compute capability the release enables)."""
+    return plan.ll128_refusal is None
 
 
 def candidates(plan: NcclPlan, opts: NcclOptions, collective: str) -> list[tuple[str, str]]:
@@ -52,13 +53,16 @@ def withheld(plan: NcclPlan, opts: NcclOptions, collective: str) -> list[str]:
 
 
 def release_notes(plan: NcclPlan, opts: NcclOptions, consts: NcclConstants, collective: str) -> list[str]:
-    """What the scenario's NCCL release (``backends.nccl.version``) changes here, a line each: a release outside
-    the tuner tables collsim holds, the algorithms it does not have yet, the one-node NVLS split before 2.20 and
-    the release's tuner tables; none when the version is unset (the latest release)."""
-    if opts.version is None:
-        return []
-    head = f"NCCL {'.'.join(map(str, opts.version))} (backends.nccl.version)"
+    """What NCCL's release and defaults change here, a line each: LL128 left off by default (:func:`ll128_enabled`),
+    then for the scenario's release (``backends.nccl.version``; nothing more when unset) one outside the tuner tables
+    collsim holds, the algorithms and protocols it does not have yet, the one-node NVLS split before 2.20 and the
+    release's tuner tables."""
     out = []
+    if plan.ll128_refusal is not None and opts.protocols is None:
+        out.append(f"NCCL leaves LL128 off by default here (NCCL_PROTO=LL128 turns it on): {plan.ll128_refusal}")
+    if opts.version is None:
+        return out
+    head = f"NCCL {'.'.join(map(str, opts.version))} (backends.nccl.version)"
     end = consts.tables_outside(opts.version)
     if end is not None:
         named = ".".join(map(str, end))
