@@ -113,3 +113,22 @@ def test_explain_prints_the_release_notes(capsys: pytest.CaptureFixture[str]) ->
     out = capsys.readouterr().out
     assert "# NCCL 2.16.5 (backends.nccl.version) has no NVLS (from 2.17): not offered" in out.splitlines()[:4]
     assert "NVLS/Simple" not in out
+
+
+def test_blackwell_before_2_25_is_priced_and_run_as_hopper() -> None:
+    """NCCL 2.24 knew no compute capability 10.0: its tuner read Hopper's rows (tuning.cc v2.24.3-1 line 210) and
+    NVLS ran its default 16 channels (nvls.cc lines 146, 173); 2.25 brought Blackwell's rows and 32 channels."""
+    b200 = "scenarios/published/lambda_b200_2node_ib.yaml"
+    old, new = _sim(b200, "2.24.3"), _sim(b200, "2.25.1")
+    tuned = old.nccl_constants.for_tuner((2, 24, 3))
+    for table in ("ll_max_bw", "per_channel_max_ring_ll128_bw", "per_channel_max_tree_ll128_bw",
+                  "per_channel_max_tree_bw"):  # fmt: skip
+        assert getattr(tuned, table)["blackwell"] == getattr(tuned, table)["hopper"]
+    assert new.nccl_constants.for_tuner((2, 25, 1)).ll_max_bw["blackwell"] != tuned.ll_max_bw["hopper"]
+    nvls_tree = {s: s.simulate_one("nccl", 64 * MIB, choice=("NVLSTree", "Simple")).channels for s in (old, new)}
+    assert (nvls_tree[old], nvls_tree[new]) == (16, 32)
+    assert (
+        "NCCL 2.24.3 (backends.nccl.version) predates NCCL's blackwell support (2.25): its tuner reads hopper's rows "
+        "and NVLS runs hopper's channels"
+    ) in old.nccl_release_notes()
+    assert not any("predates" in n for n in new.nccl_release_notes())

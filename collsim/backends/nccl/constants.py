@@ -271,6 +271,9 @@ class NcclConstants:
     tuner_history: tuple[TunerChange, ...] = ()
     #: the first version whose tuner prices a one-rank-per-node network step at Tree's hwLat[NET] (tuning.cc)
     tuner_ppn1_tree_net_since: tuple[int, int] = (2, 23)
+    #: GPU generations NCCL learnt late: arch -> (the release (major, minor) that brought its rows, the arch whose
+    #: rows NCCL read before)
+    arch_since: Mapping[str, tuple[tuple[int, int], str]] = field(default_factory=dict)
     #: when NCCL turns LL128 on by default (None: wherever the intra-node paths are NVLink)
     ll128_default: Ll128Default | None = None
     #: the releases whose tuner tables collsim holds, (oldest, latest), each (major, minor, patch)
@@ -278,7 +281,7 @@ class NcclConstants:
     #: the release (major, minor) that brought each algorithm and protocol (absent: every release, as Ring, Simple)
     algorithms_since: Mapping[str, tuple[int, int]] = field(default_factory=dict)
     protocols_since: Mapping[str, tuple[int, int]] = field(default_factory=dict)
-    _tuner_cache: dict[tuple[int, ...], NcclConstants] = field(
+    _tuner_cache: dict[tuple[tuple[int, ...], tuple[str, ...]], NcclConstants] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
     # Calibration (collsim.profile): what the simulated system pays beyond NCCL's constants. They change
@@ -312,7 +315,9 @@ class NcclConstants:
         changes = [c for c in self.tuner_history if version is not None and version < c.until]
         if not changes:
             return self
-        key = changes[-1].until  # the versions one entry's `until` separates from the next are priced alike
+        late = tuple(a for a in self.arch_since if self.arch_as(a, version) != a)
+        # the versions one entry's `until` separates from the next are priced alike, with the same generations known
+        key = (changes[-1].until, late)
         cached = self._tuner_cache.get(key)
         if cached is None:
             base = {a: dict(row) for a, row in self.base_latency.items()}
@@ -326,8 +331,26 @@ class NcclConstants:
                         hw.setdefault(h, {}).setdefault(a, {}).update(row)
                 for name, rows in change.tables.items():
                     tables.setdefault(name, dict(getattr(self, name))).update(rows)
+            for arch in late:  # a generation the release did not know reads its predecessor's rows
+                for name in TUNER_TABLES:
+                    rows = tables.setdefault(name, dict(getattr(self, name)))
+                    rows[arch] = rows[self.arch_since[arch][1]]
             cached = self._tuner_cache[key] = replace(self, base_latency=base, hw_latency=hw, **tables)
         return cached
+
+    def arch_as(self, arch: str, version: tuple[int, ...] | None) -> str:
+        """The GPU generation whose rows NCCL release ``version`` reads for ``arch``: ``arch`` itself, or for a
+        generation the release did not know yet (``arch_since``) the one before it.
+
+        >>> from collsim.api import Simulator
+        >>> consts = Simulator.from_source("hgx-h100").nccl_constants
+        >>> [consts.arch_as("blackwell", v) for v in ((2, 24, 3), (2, 25, 1), None)]
+        ['hopper', 'blackwell', 'blackwell']
+        """
+        since = self.arch_since.get(arch)
+        if since is None or version is None or tuple(version[:2]) >= since[0]:
+            return arch
+        return since[1]
 
     def unreleased(self, version: tuple[int, ...] | None) -> dict[str, tuple[int, int]]:
         """The algorithms and protocols NCCL release ``version`` does not have yet, each with the release (major,
@@ -489,6 +512,9 @@ class NcclConstants:
             tuner_ppn1_tree_net_since=_major_minor(data["tuner_ppn1_tree_net_latency_since"]),
             tuner_tables_span=_span(data["tuner_tables_span"]),
             ll128_default=_ll128_default(data["ll128_default"]),
+            arch_since={
+                str(a): (_major_minor(v["since"]), str(v["before_as"])) for a, v in data["arch_since"].items()
+            },
             algorithms_since={str(a): _major_minor(v) for a, v in data["algorithms_since"].items()},
             protocols_since={str(p): _major_minor(v) for p, v in data["protocols_since"].items()},
         )

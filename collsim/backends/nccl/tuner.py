@@ -71,6 +71,11 @@ def release_notes(plan: NcclPlan, opts: NcclOptions, consts: NcclConstants, coll
                        "tables price the choice; the simulation takes the latest's")  # fmt: skip
         else:
             out.append(f"{head} is newer than the latest release collsim follows: modelled as {named}")
+    known = consts.arch_as(plan.arch, opts.version)
+    if known != plan.arch:
+        major, minor = consts.arch_since[plan.arch][0]
+        out.append(f"{head} predates NCCL's {plan.arch} support ({major}.{minor}): its tuner reads {known}'s "
+                   f"rows and NVLS runs {known}'s channels")  # fmt: skip
     missing = withheld(plan, opts, collective)
     if missing:
         since = {**consts.algorithms_since, **consts.protocols_since}

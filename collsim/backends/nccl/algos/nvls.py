@@ -115,22 +115,25 @@ class NVLS(NcclAlgorithm):
 
     def channels(self, plan: NcclPlan, opts: NcclOptions, consts: NcclConstants) -> int:
         """NVLS runs its own channel count (nvls.cc: 16 on Hopper; on Blackwell 24 in one node, 32 across nodes and,
-        before 2.27, in one node too), or NCCL_NVLS_NCHANNELS, clamped to [NCCL_MIN_CTAS, NCCL_MAX_CTAS] (nvls.cc:
-        ``std::max(comm->config.minCTAs, std::min(comm->config.maxCTAs, nChannels))``; v2.18.5-1 and v2.20.3-1 the
-        same). NCCL_MIN/MAX_NCHANNELS bound the Ring and Tree channel graphs only (connect.cc), not NVLS.
+        before 2.27, in one node too; before 2.25, which did not know Blackwell, Hopper's 16), or
+        NCCL_NVLS_NCHANNELS, clamped to [NCCL_MIN_CTAS, NCCL_MAX_CTAS] (nvls.cc: ``std::max(comm->config.minCTAs,
+        std::min(comm->config.maxCTAs, nChannels))``; v2.18.5-1 and v2.20.3-1 the same). NCCL_MIN/MAX_NCHANNELS bound
+        the Ring and Tree channel graphs only (connect.cc), not NVLS.
 
         >>> from types import SimpleNamespace as NS
         >>> consts = NS(nvls_ctas={"hopper": (16, 16), "blackwell": (24, 32)}, nvls_ctas_one_node_since=(2, 27),
-        ...             nvls_channels=16, max_channels=32)
+        ...             nvls_channels=16, max_channels=32,
+        ...             arch_as=lambda a, v: "hopper" if v is not None and v < (2, 25) else a)
         >>> nvls, plan = NVLS(), NS(arch="blackwell", nnodes=1)
-        >>> [nvls.channels(plan, NcclOptions(version=v), consts) for v in (None, (2, 26, 2))]  # type: ignore[arg-type]
-        [24, 32]
+        >>> [nvls.channels(plan, NcclOptions(version=v), consts) for v in (None, (2, 26, 2), (2, 24, 3))]
+        [24, 32, 16]
         >>> hopper = NS(arch="hopper", nnodes=2)
         >>> [nvls.channels(hopper, o, consts) for o in (NcclOptions(min_ctas=24), NcclOptions(max_channels=4),
         ...  NcclOptions(nvls_channels=8), NcclOptions(nvls_channels=8, max_ctas=4))]  # type: ignore[arg-type]
         [24, 16, 8, 4]
         """
-        one, several = consts.nvls_ctas.get(plan.arch, (consts.nvls_channels, consts.nvls_channels))
+        arch = consts.arch_as(plan.arch, opts.version)  # a release that did not know the GPU runs its predecessor's
+        one, several = consts.nvls_ctas.get(arch, (consts.nvls_channels, consts.nvls_channels))
         nc = one if plan.nnodes == 1 and not opts.before(consts.nvls_ctas_one_node_since) else several
         if opts.nvls_channels is not None:  # NCCL_NVLS_NCHANNELS
             nc = opts.nvls_channels
