@@ -1,7 +1,8 @@
 """NCCL's environment variables: the one parser, used by scenario validation and by the NCCL backend.
 
 The syntax follows NCCL's own parsing (``NCCL_ALGO``/``NCCL_PROTO``: a comma-separated list of names, matched
-case-insensitively, with an optional leading ``^`` meaning "all except"; ``NCCL_P2P_LEVEL``/``NCCL_NET_GDR_LEVEL``:
+case-insensitively, with an optional leading ``^`` meaning "all except", and from NCCL 2.24 further entries for one
+collective each after a ``;``, ``ring;allreduce:tree``; ``NCCL_P2P_LEVEL``/``NCCL_NET_GDR_LEVEL``:
 a path type name or NCCL's legacy integer level). Source: NCCL documentation, "Environment Variables".
 """
 
@@ -18,6 +19,7 @@ __all__ = [
     "INT_NCCL_ENV",
     "KNOWN_NCCL_ENV",
     "MIN_BUFFSIZE",
+    "NCCL_FUNCTIONS",
     "NCCL_LEVELS",
     "OFI_TUNER_TYPES",
     "PLUGIN_ENV",
@@ -26,6 +28,7 @@ __all__ = [
     "check_env_value",
     "closest_known",
     "parse_algorithms",
+    "parse_function_list",
     "parse_level",
     "parse_name_list",
     "parse_protocols",
@@ -70,8 +73,11 @@ INT_NCCL_ENV: frozenset[str] = frozenset(
 #: The NCCL variables collsim knows, with a one-line meaning (used for the JSON schema and for warnings).
 KNOWN_NCCL_ENV: dict[str, str] = {
     "NCCL_ALGO": "Algorithms NCCL may use: comma-separated from Ring, Tree, CollNetDirect, CollNetChain, CollNet, "
-    "NVLS, NVLSTree, PAT; a leading ^ excludes them instead.",
-    "NCCL_PROTO": "Protocols NCCL may use: comma-separated from LL, LL128, Simple; a leading ^ excludes them.",
+    "NVLS, NVLSTree, PAT; a leading ^ excludes them instead; per collective (NCCL 2.24 on): "
+    "'ring;allreduce:tree,ring' (entries after the first start with Broadcast, Reduce, AllGather, ReduceScatter or "
+    "AllReduce and a colon).",
+    "NCCL_PROTO": "Protocols NCCL may use: comma-separated from LL, LL128, Simple; a leading ^ excludes them; per "
+    "collective as NCCL_ALGO ('^LL128;allreduce:LL128').",
     "NCCL_P2P_DISABLE": "1 disables the P2P transport (GPU-to-GPU over NVLink/PCIe).",
     "NCCL_P2P_LEVEL": "Farthest path on which P2P is used: LOC, NVL, NVB, PIX, PXB, PHB, SYS, NET "
     "(or legacy 0 LOC .. 4 SYS).",
@@ -166,14 +172,63 @@ def parse_name_list(
     return result
 
 
-def parse_algorithms(value: str) -> set[str]:
-    """Enabled NCCL algorithms for a ``NCCL_ALGO`` value, e.g. ``parse_algorithms("^ring") == {"Tree", ...}``."""
-    return parse_name_list(value, NCCL_ALGORITHMS, NCCL_ALGO_GROUPS, "algorithm")
+#: NCCL's function names an NCCL_ALGO or NCCL_PROTO entry may start with (``allreduce:tree``), matched
+#: case-insensitively, and the collective each stands for (src/init.cc ncclFuncStr, v2.24.3-1 on)
+NCCL_FUNCTIONS: dict[str, str] = {
+    "broadcast": "broadcast", "reduce": "reduce", "allgather": "allgather", "reducescatter": "reduce_scatter",
+    "allreduce": "allreduce",
+}  # fmt: skip
 
 
-def parse_protocols(value: str) -> set[str]:
-    """Enabled NCCL protocols for a ``NCCL_PROTO`` value, e.g. ``parse_protocols("^LL") == {"LL128", "Simple"}``."""
-    return parse_name_list(value, NCCL_PROTOCOLS, None, "protocol")
+def parse_function_list(
+    value: str, valid: tuple[str, ...], groups: Mapping[str, tuple[str, ...]] | None = None, what: str = "name"
+) -> dict[str | None, set[str]]:
+    """Parse NCCL's NCCL_ALGO / NCCL_PROTO syntax with collective prefixes (tuning.cc ``parseList``, from 2.24):
+    entries separated by ``;``, each ``[function:][^]name[,name...]``; only the first may lack a prefix, and it
+    applies to every collective; a prefixed entry replaces its collective's list. Returns the lists by collective
+    (collsim's names, :data:`NCCL_FUNCTIONS`), the first entry's under None when it has no prefix.
+
+    >>> parse_function_list("ring;allreduce:tree", ("Tree", "Ring"), what="algorithm")
+    {None: {'Ring'}, 'allreduce': {'Tree'}}
+    >>> parse_function_list("AllGather:^ring", ("Tree", "Ring"), what="algorithm")
+    {'allgather': {'Tree'}}
+    """
+    out: dict[str | None, set[str]] = {}
+    for i, entry in enumerate(value.split(";")):
+        prefix, sep, names = entry.partition(":")
+        if not sep:
+            if i:
+                raise NcclEnvError(f"every entry but the first needs a collective prefix ('allreduce:...'): {value!r}")
+            out[None] = parse_name_list(entry, valid, groups, what)
+            continue
+        collective = NCCL_FUNCTIONS.get(prefix.strip().lower())
+        if collective is None:
+            raise NcclEnvError(
+                f"unknown collective prefix {prefix.strip()!r} in {value!r}; NCCL's are "
+                "Broadcast, Reduce, AllGather, ReduceScatter, AllReduce"
+            )
+        out[collective] = parse_name_list(names, valid, groups, what)
+    return out
+
+
+def _for(lists: Mapping[str | None, set[str]], collective: str | None) -> set[str] | None:
+    """The list a collective gets: its own entry, else the prefix-less one; None when neither (NCCL's default)."""
+    if collective is not None and collective in lists:
+        return lists[collective]
+    return lists.get(None)
+
+
+def parse_algorithms(value: str, collective: str | None = None) -> set[str] | None:
+    """Enabled NCCL algorithms for a ``NCCL_ALGO`` value and ``collective`` (None: the value's prefix-less list):
+    ``parse_algorithms("^ring") == {"Tree", ...}``; None when the value leaves the collective to NCCL's default
+    (:func:`parse_function_list`)."""
+    return _for(parse_function_list(value, NCCL_ALGORITHMS, NCCL_ALGO_GROUPS, "algorithm"), collective)
+
+
+def parse_protocols(value: str, collective: str | None = None) -> set[str] | None:
+    """Enabled NCCL protocols for a ``NCCL_PROTO`` value and ``collective``, e.g. ``parse_protocols("^LL") ==
+    {"LL128", "Simple"}``; None when the value leaves the collective to NCCL's default."""
+    return _for(parse_function_list(value, NCCL_PROTOCOLS, None, "protocol"), collective)
 
 
 def parse_level(value: str) -> str:
@@ -262,7 +317,10 @@ class NcclOptions:
     Attributes
     ----------
     algorithms, protocols : frozenset of str or None
-        What NCCL_ALGO and NCCL_PROTO enable.
+        What NCCL_ALGO and NCCL_PROTO enable for every collective (their entry without a collective prefix).
+    algorithms_by, protocols_by : mapping of str to frozenset of str
+        Their entries for one collective (``allreduce:tree``, NCCL 2.24 on), which replace the above for it; read
+        both through :meth:`algorithms_for` and :meth:`protocols_for`.
     p2p_level, gdr_level : str or None
         NCCL_P2P_LEVEL and NCCL_NET_GDR_LEVEL as path-class names (legacy integers translated).
     min_channels, max_channels : int or None
@@ -321,6 +379,8 @@ class NcclOptions:
 
     algorithms: frozenset[str] | None = None
     protocols: frozenset[str] | None = None
+    algorithms_by: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    protocols_by: Mapping[str, frozenset[str]] = field(default_factory=dict)
     p2p_disable: bool = False
     p2p_level: str | None = None
     shm_disable: bool = False
@@ -360,6 +420,20 @@ class NcclOptions:
         hi = min(self.max_ctas or most, most)
         return min(self.min_ctas or 1, most, hi), hi
 
+    def algorithms_for(self, collective: str) -> frozenset[str] | None:
+        """What NCCL_ALGO enables for ``collective``: its own entry, else the value's list for all; None: unset.
+
+        >>> opts = NcclOptions.from_env({"NCCL_ALGO": "ring;allreduce:tree"})
+        >>> sorted(opts.algorithms_for("allreduce")), sorted(opts.algorithms_for("allgather"))
+        (['Tree'], ['Ring'])
+        """
+        return self.algorithms_by.get(collective, self.algorithms)
+
+    def protocols_for(self, collective: str) -> frozenset[str] | None:
+        """What NCCL_PROTO enables for ``collective``: its own entry, else the value's list for all; None: unset
+        (NCCL's default, LL128 where it turns it on)."""
+        return self.protocols_by.get(collective, self.protocols)
+
     def before(self, version: tuple[int, int]) -> bool:
         """Whether the run's NCCL is older than ``version`` (major, minor); False when the version is unset.
 
@@ -397,13 +471,16 @@ class NcclOptions:
         for name in sorted(INT_NCCL_ENV & text.keys()):  # validated like the scenario does, read or not
             as_int(name)
         buffsize = parsed("NCCL_BUFFSIZE", _buffsize)
-        algos = parsed("NCCL_ALGO", parse_algorithms)
-        protos = parsed("NCCL_PROTO", parse_protocols)
+        algos = parsed("NCCL_ALGO", lambda v: parse_function_list(v, NCCL_ALGORITHMS, NCCL_ALGO_GROUPS, "algorithm"))
+        protos = parsed("NCCL_PROTO", lambda v: parse_function_list(v, NCCL_PROTOCOLS, None, "protocol"))
+        algos, protos = algos or {}, protos or {}
         threads = (as_int("NCCL_SOCKET_NTHREADS") or 1) * (as_int("NCCL_NSOCKS_PERTHREAD") or 1)
         nvls = as_int("NCCL_NVLS_ENABLE")
         return cls(
-            algorithms=frozenset(algos) if algos is not None else None,
-            protocols=frozenset(protos) if protos is not None else None,
+            algorithms=frozenset(algos[None]) if None in algos else None,
+            protocols=frozenset(protos[None]) if None in protos else None,
+            algorithms_by={c: frozenset(v) for c, v in algos.items() if c is not None},
+            protocols_by={c: frozenset(v) for c, v in protos.items() if c is not None},
             p2p_disable=bool(as_int("NCCL_P2P_DISABLE")),
             p2p_level=parsed("NCCL_P2P_LEVEL", parse_level),
             shm_disable=bool(as_int("NCCL_SHM_DISABLE")),

@@ -477,15 +477,17 @@ class NcclConfig(BaseModel):
             out[skey] = text
         return out
 
-    def algorithms(self) -> set[str] | None:
-        """Algorithms allowed by ``NCCL_ALGO`` (canonical names, e.g. ``{"Ring"}``); None when unset."""
+    def algorithms(self, collective: str | None = None) -> set[str] | None:
+        """Algorithms ``NCCL_ALGO`` allows for ``collective`` (canonical names, e.g. ``{"Ring"}``; None: the entry
+        for every collective); None when unset or left to NCCL's default."""
         value = self.env.get("NCCL_ALGO")
-        return None if value is None else parse_algorithms(value)
+        return None if value is None else parse_algorithms(value, collective)
 
-    def protocols(self) -> set[str] | None:
-        """Protocols allowed by ``NCCL_PROTO`` (from LL, LL128, Simple); None when unset."""
+    def protocols(self, collective: str | None = None) -> set[str] | None:
+        """Protocols ``NCCL_PROTO`` allows for ``collective`` (from LL, LL128, Simple); None when unset or left to
+        NCCL's default."""
         value = self.env.get("NCCL_PROTO")
-        return None if value is None else parse_protocols(value)
+        return None if value is None else parse_protocols(value, collective)
 
     def p2p_level(self) -> str | None:
         """``NCCL_P2P_LEVEL`` as a path type name (LOC ... SYS); None when unset."""

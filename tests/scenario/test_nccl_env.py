@@ -14,6 +14,7 @@ from collsim.nccl_env import NcclEnvError, closest_known
 from collsim.scenario import (
     NCCL_ALGORITHMS,
     NcclConfig,
+    ScenarioError,
     ScenarioWarning,
     load_scenario,
     parse_algorithms,
@@ -31,10 +32,43 @@ def test_algo_syntax() -> None:
     assert parse_algorithms("^collnet,nvls,nvlstree,pat") == {"Ring", "Tree"}
 
 
-@pytest.mark.parametrize("bad", ["", "^", "ring,", ",ring", "ring;tree", "Ring Tree"])
+@pytest.mark.parametrize("bad", ["", "^", "ring,", ",ring", "ring;tree", "Ring Tree", "allreduce:"])
 def test_algo_syntax_errors(bad: str) -> None:
     with pytest.raises(NcclEnvError):
         parse_algorithms(bad)
+
+
+def test_algo_and_proto_per_collective() -> None:
+    """NCCL 2.24's syntax (tuning.cc parseList): the first entry for every collective, later ones for one each,
+    case-insensitive prefixes, ^ within an entry; a collective no entry names keeps NCCL's default (None)."""
+    value = "ring,collnetdirect;AllReduce:tree,collnetdirect;broadcast:ring"
+    assert parse_algorithms(value) == {"Ring", "CollNetDirect"}
+    assert parse_algorithms(value, "allreduce") == {"Tree", "CollNetDirect"}
+    assert parse_algorithms(value, "broadcast") == {"Ring"}
+    assert parse_algorithms(value, "allgather") == {"Ring", "CollNetDirect"}
+    assert parse_algorithms("allreduce:^ring", "allreduce") == set(NCCL_ALGORITHMS) - {"Ring"}
+    assert parse_algorithms("allreduce:^ring", "allgather") is None
+    assert parse_protocols("LL,Simple;allreduce:^LL", "allreduce") == {"LL128", "Simple"}
+    assert parse_protocols("^LL128;allreduce:LL128", "reduce_scatter") == {"LL", "Simple"}
+    assert parse_protocols("^LL128;reducescatter:LL128", "reduce_scatter") == {"LL128"}
+    for bad in ("ring;tree", "ring;allreduce:", "bogus:ring", "allreduce:tree;ring"):
+        with pytest.raises(NcclEnvError):
+            parse_algorithms(bad)
+
+
+def test_per_collective_entries_choose_for_their_collective() -> None:
+    """On HGX H100 at 1 MiB NCCL picks NVLS for allreduce; 'allreduce:tree' makes it Tree there and leaves
+    all-gather alone; with NCCL 2.23 the prefixed syntax is an error naming the release that reads it."""
+    from collsim.api import Simulator
+
+    sim = Simulator.from_source("hgx-h100", ["backends.nccl.env.NCCL_ALGO=ring;allreduce:tree"])
+    assert sim.simulate_one("nccl", 1 << 20).algorithm == "Tree"
+    assert sim.simulate_one("nccl", 1 << 20, collective="allgather").algorithm == "Ring"
+    old = Simulator.from_source(
+        "hgx-h100", ["backends.nccl.env.NCCL_ALGO=allreduce:tree", 'backends.nccl.version="2.23.4"']
+    )
+    with pytest.raises(ScenarioError, match=r"one collective \('allreduce:...'\) came with NCCL 2\.24"):
+        old.simulate_one("nccl", 1 << 20)
 
 
 def test_proto_syntax() -> None:

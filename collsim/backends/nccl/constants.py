@@ -271,6 +271,8 @@ class NcclConstants:
     tuner_history: tuple[TunerChange, ...] = ()
     #: the first version whose tuner prices a one-rank-per-node network step at Tree's hwLat[NET] (tuning.cc)
     tuner_ppn1_tree_net_since: tuple[int, int] = (2, 23)
+    #: the first release (major, minor) whose NCCL_ALGO / NCCL_PROTO take entries for one collective
+    env_per_collective_since: tuple[int, int] = (2, 24)
     #: GPU generations NCCL learnt late: arch -> (the release (major, minor) that brought its rows, the arch whose
     #: rows NCCL read before)
     arch_since: Mapping[str, tuple[tuple[int, int], str]] = field(default_factory=dict)
@@ -512,6 +514,7 @@ class NcclConstants:
             tuner_ppn1_tree_net_since=_major_minor(data["tuner_ppn1_tree_net_latency_since"]),
             tuner_tables_span=_span(data["tuner_tables_span"]),
             ll128_default=_ll128_default(data["ll128_default"]),
+            env_per_collective_since=_major_minor(data["env_per_collective_since"]),
             arch_since={
                 str(a): (_major_minor(v["since"]), str(v["before_as"])) for a, v in data["arch_since"].items()
             },

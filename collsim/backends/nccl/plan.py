@@ -629,7 +629,8 @@ def plan_nccl(
     Raises
     ------
     BackendError
-        No GPUs, several nodes without NICs, a GPU arch NCCL's tuner tables do not know, or no transport.
+        No GPUs, several nodes without NICs, a GPU arch NCCL's tuner tables do not know, no transport, or NCCL_ALGO /
+        NCCL_PROTO entries for one collective before the release that reads them.
     """
     fabric = dict(fabric or {})
     gpus = [d.name for d in topo.gpus()]
@@ -639,6 +640,12 @@ def plan_nccl(
         raise BackendError(
             f"NCCL runs one rank per GPU ('Duplicate GPU detected' when two share one); this cluster has "
             f"{topo.ranks_per_gpu} ranks per GPU (cluster.ranks_per_gpu): use the gloo backend"
+        )
+    if (opts.algorithms_by or opts.protocols_by) and opts.before(consts.env_per_collective_since):
+        major, minor = consts.env_per_collective_since
+        raise BackendError(
+            f"NCCL_ALGO and NCCL_PROTO entries for one collective ('allreduce:...') came with NCCL {major}.{minor} "
+            f"(backends.nccl.version is {'.'.join(map(str, opts.version or ()))})"
         )
     cat = ResourceCatalog(topo)
     arch = str(topo.device(gpus[0]).spec.get("arch", "ampere"))

@@ -47,7 +47,7 @@ def withheld(plan: NcclPlan, opts: NcclOptions, collective: str) -> list[str]:
     enables it by default: :func:`ll128_enabled`)."""
     algos = [a for a, alg in REGISTRY.items() if a in plan.unreleased and alg.protocols(plan, opts, collective)]
     usual = {p for alg in REGISTRY.values() for p in alg.protocols(plan, opts, collective)}
-    if not ll128_enabled(plan) and opts.protocols is None:
+    if not ll128_enabled(plan) and opts.protocols_for(collective) is None:
         usual.discard("LL128")
     return algos + [p for p in NCCL_PROTOCOLS if p in plan.unreleased and p in usual]
 
@@ -58,7 +58,7 @@ def release_notes(plan: NcclPlan, opts: NcclOptions, consts: NcclConstants, coll
     collsim holds, the algorithms and protocols it does not have yet, the one-node NVLS split before 2.20 and the
     release's tuner tables."""
     out = []
-    if plan.ll128_refusal is not None and opts.protocols is None:
+    if plan.ll128_refusal is not None and opts.protocols_for(collective) is None:
         out.append(f"NCCL leaves LL128 off by default here (NCCL_PROTO=LL128 turns it on): {plan.ll128_refusal}")
     if opts.version is None:
         return out
@@ -160,8 +160,9 @@ def enabled_pairs(plan: NcclPlan, opts: NcclOptions, collective: str) -> list[tu
     missing = withheld(plan, opts, collective)
     if not pairs and missing:  # send/receive before 2.7
         raise BackendError(f"{collective}: {plan.unreleased[missing[0]]}")
-    if opts.algorithms is not None and collective not in P2P_COLLECTIVES:
-        wanted = set(opts.algorithms)
+    algorithms = opts.algorithms_for(collective)
+    if algorithms is not None and collective not in P2P_COLLECTIVES:
+        wanted = set(algorithms)
         refusals = [
             plan.unreleased.get(a) or REGISTRY[a].refusal(plan, opts)
             for a in NCCL_ALGORITHMS
@@ -176,8 +177,9 @@ def enabled_pairs(plan: NcclPlan, opts: NcclOptions, collective: str) -> list[tu
                 f"(collsim models Ring, Tree, and NVLS on one Hopper NVSwitch node or NVLSTree across them; "
                 f"{', '.join(sorted(wanted))} not modelled here)"
             )
-    protos = set(opts.protocols) if opts.protocols is not None else set(NCCL_PROTOCOLS)
-    if opts.protocols is None and not ll128_enabled(plan):
+    protocols = opts.protocols_for(collective)
+    protos = set(protocols) if protocols is not None else set(NCCL_PROTOCOLS)
+    if protocols is None and not ll128_enabled(plan):
         protos.discard("LL128")
     pairs = [(a, p) for a, p in pairs if p in protos or a == "P2P"]
     if not pairs:
