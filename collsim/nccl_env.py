@@ -97,7 +97,8 @@ KNOWN_NCCL_ENV: dict[str, str] = {
     "NCCL_SOCKET_NTHREADS": "CPU helper threads per network connection for the socket transport (integer).",
     "NCCL_NSOCKS_PERTHREAD": "Sockets per helper thread for the socket transport (integer).",
     "NCCL_CROSS_NIC": "0/1/2: whether rings/trees may use different NICs on different nodes.",
-    "NCCL_COLLNET_ENABLE": "1 enables CollNet (in-network reduction, e.g. SHARP).",
+    "NCCL_COLLNET_ENABLE": "1 enables CollNet (in-network reduction, e.g. SHARP; needs a fabric with "
+    "in_network_reduction); NCCL's default 0 leaves it off.",
     "NCCL_NVLS_CHUNKSIZE": "NVLS and NVLSTree chunk in bytes (integer, default 131072; 0: the default).",
     "NCCL_NVLSTREE_MAX_CHUNKSIZE": "Cap on NVLSTree's chunk in bytes (integer; default 65536 from 4 nodes, none below; "
     "0: the default).",
@@ -348,6 +349,8 @@ class NcclOptions:
         Not an NCCL knob: mean extra latency of each message, seconds (scenario ``noise.jitter``); 0: none.
     jitter_seed : int
         Seed of the jitter draws (:func:`collsim.noise.repetition_seed` of the scenario's seed and repetition).
+    collnet_enable : bool
+        NCCL_COLLNET_ENABLE=1: CollNet may run where the fabric reduces in the network (NCCL's default 0: init.cc).
     net_force_flush : bool or None
         NCCL_NET_FORCE_FLUSH (None when unset: NCCL's default for its version).
     nvls_chunksize, nvlstree_max_chunksize : int or None
@@ -396,6 +399,7 @@ class NcclOptions:
     socket_threads: int = 1
     socket_nthreads: int | None = None
     nvls_enable: bool = True
+    collnet_enable: bool = False
     net_force_flush: bool | None = None
     nvls_chunksize: int | None = None
     nvlstree_max_chunksize: int | None = None
@@ -496,6 +500,7 @@ class NcclOptions:
             socket_threads=max(1, threads),
             socket_nthreads=as_int("NCCL_SOCKET_NTHREADS"),
             nvls_enable=nvls is None or nvls != 0,
+            collnet_enable=as_int("NCCL_COLLNET_ENABLE") == 1,  # init.cc: anything but 0 or 1 is 0, the default
             net_force_flush=None if "NCCL_NET_FORCE_FLUSH" not in text else bool(as_int("NCCL_NET_FORCE_FLUSH")),
             nvls_chunksize=positive("NCCL_NVLS_CHUNKSIZE"),
             nvlstree_max_chunksize=positive("NCCL_NVLSTREE_MAX_CHUNKSIZE"),

@@ -8,8 +8,10 @@ import pytest
 from tests_support import ideal_ring_time
 
 from collsim.api import Simulator
+from collsim.backends.nccl import candidates
 from collsim.cli import main
 from collsim.results import busbw_factor
+from collsim.scenario import ScenarioError
 
 MiB, GiB = 2**20, 2**30
 
@@ -309,11 +311,25 @@ def test_collnet_needs_and_uses_in_network_reduction() -> None:
         assert off.simulate_one("nccl", 3 * MiB, choice=(algo, "Simple")).time_s == pytest.approx(
             sim.simulate_one("nccl", 3 * MiB, choice=(algo, "Simple")).time_s, rel=1e-9
         )
+    on = [*inr, "backends.nccl.env.NCCL_COLLNET_ENABLE=1"]
     assert (
-        Simulator.from_source("2node-a100-ib", [*inr, "backends.nccl.env.NCCL_ALGO=CollNet"])
+        Simulator.from_source("2node-a100-ib", [*on, "backends.nccl.env.NCCL_ALGO=CollNet"])
         .simulate_one("nccl", MiB)
         .algorithm.startswith("CollNet")
     )
+    # NCCL runs CollNet only with NCCL_COLLNET_ENABLE=1 (init.cc: default 0): a SHARP fabric alone offers nothing
+    collnet = {"CollNetDirect", "CollNetChain"}
+
+    def offered(s: Simulator) -> set[str]:
+        return {a for a, _p in candidates(s.nccl_plan, s.nccl_options, "allreduce")} & collnet
+
+    assert offered(sim) == set()
+    assert offered(Simulator.from_source("2node-a100-ib", on)) == collnet
+    with pytest.raises(ScenarioError, match=r"CollNet needs NCCL_COLLNET_ENABLE=1"):
+        Simulator.from_source("2node-a100-ib", [*inr, "backends.nccl.env.NCCL_ALGO=CollNet"]).simulate_one("nccl", 8)
+    assert any("NCCL_COLLNET_ENABLE=1 (default 0)" in n for n in sim.nccl_release_notes())
+    # CollNetDirect needs an NVSwitch in the node (tuning.cc nvsCount): DGX-1 V100's hybrid cube-mesh has none
+    assert offered(Simulator.from_source("ddp-resnet50-dgx1-v100", on)) == {"CollNetChain"}
 
 
 def test_p2p_level_and_buffsize() -> None:

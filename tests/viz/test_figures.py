@@ -165,7 +165,7 @@ def _emitted(scenario: str, overrides: tuple[str, ...], size: int = 4096) -> tup
 
 VARIANTS = [(p.stem, ()) for p in sorted(SCENARIOS.glob("*.yaml"))] + [
     ("pcie-2gpu-nop2p", ("cluster.node_params.p2p=true",)),  # PCIe P2P
-    ("2node-h100-ib", ("cluster.fabric.in_network_reduction=true",)),  # CollNet
+    ("2node-h100-ib", ("cluster.fabric.in_network_reduction=true", "backends.nccl.env.NCCL_COLLNET_ENABLE=1")),
     ("2node-h100-ib", ("backends.nccl.env.NCCL_NET_GDR_LEVEL=LOC",)),  # NET staged through host memory
     ("2node-h100-ib", ("backends.gloo.transport=ibverbs",)),  # GPUDirect RDMA, GPU reductions
     ("2node-h100-ib", ("backends.gloo.transport=ibverbs", "backends.gloo.device=cpu")),

@@ -58,6 +58,9 @@ def release_notes(plan: NcclPlan, opts: NcclOptions, consts: NcclConstants, coll
     collsim holds, the algorithms and protocols it does not have yet, the one-node NVLS split before 2.20 and the
     release's tuner tables."""
     out = []
+    if plan.fabric.get("in_network_reduction") and not opts.collnet_enable and collective == "allreduce":
+        out.append("the fabric reduces in the network, but NCCL runs CollNet only with NCCL_COLLNET_ENABLE=1 "
+                   "(default 0): not offered")  # fmt: skip
     if plan.ll128_refusal is not None and opts.protocols_for(collective) is None:
         out.append(f"NCCL leaves LL128 off by default here (NCCL_PROTO=LL128 turns it on): {plan.ll128_refusal}")
     if opts.version is None:

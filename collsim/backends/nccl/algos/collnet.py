@@ -39,12 +39,20 @@ class _CollNet(NcclAlgorithm):
 
     def protocols(self, plan: NcclPlan, opts: NcclOptions, collective: str) -> tuple[str, ...]:
         ok = collective == "allreduce" and len(plan.ranks) > 1 and plan.nnodes > 1
-        return ("Simple",) if ok and plan.fabric.get("in_network_reduction") and plan.nic_count else ()
+        return ("Simple",) if ok and plan.nic_count and self.refusal(plan, opts) is None else ()
 
     def refusal(self, plan: NcclPlan, opts: NcclOptions) -> str | None:
-        if plan.fabric.get("in_network_reduction"):
-            return None
-        return "CollNet needs a fabric with in-network reduction (fabric.in_network_reduction)"
+        """A fabric that reduces in the network, NCCL_COLLNET_ENABLE=1 (NCCL's default is 0: src/init.cc
+        v2.30.7-1 lines 63 and 2201-2203; tuning.cc disables both CollNet algorithms with collnetEnable 0) and, for
+        CollNetDirect, an NVSwitch in the node (tuning.cc: ``if (nvsCount == 0 && a == NCCL_ALGO_COLLNET_DIRECT)
+        disable``)."""
+        if not plan.fabric.get("in_network_reduction"):
+            return "CollNet needs a fabric with in-network reduction (fabric.in_network_reduction)"
+        if not opts.collnet_enable:
+            return "CollNet needs NCCL_COLLNET_ENABLE=1 (NCCL's default 0)"
+        if self.direct and plan.nvswitch is None:
+            return "CollNetDirect needs an NVSwitch in the node"
+        return None
 
     def model(self, m: ModelInputs) -> tuple[float, float]:
         """Every node sends the buffer once and gets it back once, spread over its NICs (collsim's reading;
