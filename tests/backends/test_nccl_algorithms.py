@@ -250,6 +250,14 @@ def test_pat_with_one_gpu_per_node(nodes: int) -> None:
         big = sim.simulate_one("nccl", GiB, collective=coll, choice=("PAT", "Simple"))
         # (n-1)/n of the buffer through one 200 Gb/s NIC (24 GB/s after efficiency): busbw near the NIC
         assert GiB / big.time_s / 1e9 * busbw_factor(coll, nodes) == pytest.approx(24.0, rel=0.05)
+    # NCCL_PAT_ENABLE=0 turns it off (tuning.cc ncclPatEnable), and asking for it alone is then an error
+    off = Simulator.from_source({**scenario, "backends": {"nccl": {"env": {"NCCL_PAT_ENABLE": 0}}}})
+    assert "PAT" not in {a for a, _p in candidates(off.nccl_plan, off.nccl_options, "allgather")}
+    assert "PAT" in {a for a, _p in candidates(sim.nccl_plan, sim.nccl_options, "allgather")}
+    only_pat = {"NCCL_PAT_ENABLE": 0, "NCCL_ALGO": "PAT"}
+    only = Simulator.from_source({**scenario, "backends": {"nccl": {"env": only_pat}}})
+    with pytest.raises(ScenarioError, match=r"NCCL would refuse it here: NCCL_PAT_ENABLE=0"):
+        only.simulate_one("nccl", MiB, collective="allgather")
     on_two_gpus = Simulator.from_source("dgx-a100")
     assert ("PAT", "Simple") not in [
         (o.algorithm, o.protocol) for o in [on_two_gpus.simulate_one("nccl", MiB, collective="allgather")]

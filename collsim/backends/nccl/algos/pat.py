@@ -22,8 +22,12 @@ class PAT(NcclAlgorithm):
     name = "PAT"
 
     def protocols(self, plan: NcclPlan, opts: NcclOptions, collective: str) -> tuple[str, ...]:
+        # tuning.cc ncclPatEnable (v2.30.7-1 lines 216-223): NCCL_PAT_ENABLE=0 disables it; one GPU per node
         ok = collective in ("allgather", "reduce_scatter") and plan.ppn == 1 and len(plan.ranks) > 1
-        return ("Simple",) if ok else ()
+        return ("Simple",) if ok and opts.pat_enable else ()
+
+    def refusal(self, plan: NcclPlan, opts: NcclOptions) -> str | None:
+        return None if opts.pat_enable else "NCCL_PAT_ENABLE=0"
 
     def model(self, m: ModelInputs) -> tuple[float, float]:
         """tuning.cc: PAT's bandwidth x0.75 of the ring's; latency baseLat + ceil(log2 n) network steps."""
