@@ -30,7 +30,9 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from collsim.nccl_env import (
+    INERT_NCCL_ENV,
     KNOWN_NCCL_ENV,
+    NCCL_ENV_NAMES,
     PLUGIN_ENV,
     NcclEnvError,
     check_env_value,
@@ -464,16 +466,15 @@ class NcclConfig(BaseModel):
                     check_env_value(skey, text)
                 except NcclEnvError as exc:
                     raise custom_error(str(exc), subfield=skey) from None
-            else:
+            elif skey not in INERT_NCCL_ENV:  # logging, names, timeouts: no time of a collective changes
                 file = (info.context or {}).get("file") if info is not None else None
-                near = closest_known(skey)
-                hint = f"; did you mean {near}?" if near else ""
                 where = f"{file}: " if file else ""
-                warnings.warn(
-                    f"{where}backends.nccl.env.{skey}: unknown NCCL variable, collsim ignores it{hint}",
-                    ScenarioWarning,
-                    stacklevel=2,
-                )
+                if skey in NCCL_ENV_NAMES:
+                    what = "an NCCL variable collsim does not model; ignored"
+                else:
+                    near = closest_known(skey)
+                    what = "unknown NCCL variable, collsim ignores it" + (f"; did you mean {near}?" if near else "")
+                warnings.warn(f"{where}backends.nccl.env.{skey}: {what}", ScenarioWarning, stacklevel=2)
             out[skey] = text
         return out
 

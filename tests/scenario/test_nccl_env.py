@@ -133,9 +133,24 @@ def test_unknown_nccl_var_warns_with_closest(write: Callable[[str, str], Path]) 
 
 
 def test_unknown_nccl_var_without_close_match_warns() -> None:
-    pattern = r"^backends\.nccl\.env\.NCCL_DEBUG: unknown NCCL variable, collsim ignores it$"
+    pattern = r"^backends\.nccl\.env\.NCCL_FROBNICATE: unknown NCCL variable, collsim ignores it$"
     with pytest.warns(ScenarioWarning, match=pattern):
-        NcclConfig.model_validate({"env": {"NCCL_DEBUG": "INFO"}})
+        NcclConfig.model_validate({"env": {"NCCL_FROBNICATE": "1"}})
+
+
+def test_nccl_variables_collsim_does_not_model_warn_as_such() -> None:
+    """A variable NCCL reads (its sources' NCCL_PARAM names) that collsim does not model is named as that, not as
+    unknown; one that changes no collective's time (logging, interface names, timeouts; PyTorch's NCCL_* names) is
+    accepted silently."""
+    pattern = r"^backends\.nccl\.env\.NCCL_IB_QPS_PER_CONNECTION: an NCCL variable collsim does not model; ignored$"
+    with pytest.warns(ScenarioWarning, match=pattern):
+        NcclConfig.model_validate({"env": {"NCCL_IB_QPS_PER_CONNECTION": "4"}})
+    inert = {"NCCL_DEBUG": "INFO", "NCCL_SOCKET_IFNAME": "eth0", "NCCL_IB_TIMEOUT": 22,
+             "NCCL_ASYNC_ERROR_HANDLING": 1, "NCCL_DEBUG_SUBSYS": "INIT,GRAPH"}  # fmt: skip
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        NcclConfig.model_validate({"env": inert})
+    assert [str(w.message) for w in caught] == []
 
 
 def test_known_vars_do_not_warn() -> None:
