@@ -61,7 +61,6 @@ INT_NCCL_ENV: frozenset[str] = frozenset(
         "NCCL_NVLS_NCHANNELS",
         "NCCL_BUFFSIZE",
         "NCCL_NVLS_ENABLE",
-        "NCCL_NTHREADS",
         "NCCL_SOCKET_NTHREADS",
         "NCCL_NSOCKS_PERTHREAD",
         "NCCL_CROSS_NIC",
@@ -196,10 +195,11 @@ KNOWN_NCCL_ENV: dict[str, str] = {
     "NCCL_NVLS_NCHANNELS": "Channels (CTAs) of NVLS and NVLSTree (integer; 0: NCCL's default by GPU).",
     "NCCL_BUFFSIZE": "Buffer size per channel and protocol in bytes (integer, default 4194304 = 4 MiB).",
     "NCCL_NVLS_ENABLE": "1 enables NVLink SHARP (NVLS) where the NVSwitch supports it, 0 disables it.",
-    "NCCL_NTHREADS": "CUDA threads per channel block (integer: 64, 128, 256 or 512).",
     "NCCL_SOCKET_NTHREADS": "CPU helper threads per network connection for the socket transport (integer).",
     "NCCL_NSOCKS_PERTHREAD": "Sockets per helper thread for the socket transport (integer).",
-    "NCCL_CROSS_NIC": "0/1/2: whether rings/trees may use different NICs on different nodes.",
+    "NCCL_CROSS_NIC": "0/1/2: whether rings/trees may use different NICs on different nodes; collsim keeps each "
+    "channel on one rail on every node, as 0 asks and the default 2 finds on rail-optimised fabrics (1 is not "
+    "modelled: a warning).",
     "NCCL_COLLNET_ENABLE": "1 enables CollNet (in-network reduction, e.g. SHARP; needs a fabric with "
     "in_network_reduction); NCCL's default 0 leaves it off.",
     "NCCL_NVLS_CHUNKSIZE": "NVLS and NVLSTree chunk in bytes (integer, default 131072; 0: the default).",

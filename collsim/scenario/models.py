@@ -466,6 +466,15 @@ class NcclConfig(BaseModel):
                     check_env_value(skey, text)
                 except NcclEnvError as exc:
                     raise custom_error(str(exc), subfield=skey) from None
+                if skey == "NCCL_CROSS_NIC" and int(text) == 1:
+                    file = (info.context or {}).get("file") if info is not None else None
+                    warnings.warn(
+                        f"{file + ': ' if file else ''}backends.nccl.env.NCCL_CROSS_NIC=1: rings that change rail "
+                        "between nodes are not modelled; collsim keeps each channel on one rail (as 0, and the "
+                        "default 2 on rail-optimised fabrics)",
+                        ScenarioWarning,
+                        stacklevel=2,
+                    )
             elif skey not in INERT_NCCL_ENV:  # logging, names, timeouts: no time of a collective changes
                 file = (info.context or {}).get("file") if info is not None else None
                 where = f"{file}: " if file else ""

@@ -156,9 +156,23 @@ def test_nccl_variables_collsim_does_not_model_warn_as_such() -> None:
 def test_known_vars_do_not_warn() -> None:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        cfg = NcclConfig.model_validate({"env": {"NCCL_ALGO": "Ring", "NCCL_CROSS_NIC": 1, "NCCL_NVLS_ENABLE": 0}})
+        cfg = NcclConfig.model_validate({"env": {"NCCL_ALGO": "Ring", "NCCL_CROSS_NIC": 0, "NCCL_NVLS_ENABLE": 0}})
     assert [str(w.message) for w in caught] == []
-    assert cfg.env["NCCL_CROSS_NIC"] == "1"
+    assert cfg.env["NCCL_CROSS_NIC"] == "0"
+
+
+def test_nthreads_and_cross_nic_say_what_is_not_modelled() -> None:
+    """NCCL_NTHREADS (threads per channel) is not modelled: a warning says so; NCCL_CROSS_NIC=1 warns too (collsim's
+    rings keep one rail per channel), 0 and 2 do not."""
+    with pytest.warns(ScenarioWarning, match=r"NCCL_NTHREADS: an NCCL variable collsim does not model; ignored"):
+        NcclConfig.model_validate({"env": {"NCCL_NTHREADS": 256}})
+    with pytest.warns(ScenarioWarning, match=r"NCCL_CROSS_NIC=1: rings that change rail between nodes are not"):
+        NcclConfig.model_validate({"env": {"NCCL_CROSS_NIC": 1}})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        NcclConfig.model_validate({"env": {"NCCL_CROSS_NIC": 0}})
+        NcclConfig.model_validate({"env": {"NCCL_CROSS_NIC": 2}})
+    assert caught == []
 
 
 def test_closest_known() -> None:

@@ -92,7 +92,7 @@ def test_load_with_overrides(write: Callable[[str, str], Path]) -> None:
         path,
         [
             "backends.nccl.env.NCCL_ALGO=ring,tree",
-            "backends.nccl.env.NCCL_NTHREADS=256",
+            "backends.nccl.env.NCCL_MAX_NCHANNELS=16",
             "workload.sizes=1KiB",
             "cluster.nodes=2",
             "cluster.fabric.topology=single_switch",
@@ -100,7 +100,7 @@ def test_load_with_overrides(write: Callable[[str, str], Path]) -> None:
     )
     assert s.backends.nccl is not None
     assert s.backends.nccl.algorithms() == {"Ring", "Tree"}
-    assert s.backends.nccl.env["NCCL_NTHREADS"] == "256"  # YAML int converted back to the env string
+    assert s.backends.nccl.env["NCCL_MAX_NCHANNELS"] == "16"  # YAML int converted back to the env string
     assert s.sizes() == [1024]
     assert s.cluster.nodes == 2
     assert s.cluster.fabric is not None and s.cluster.fabric.topology == "single_switch"
