@@ -132,3 +132,32 @@ def test_blackwell_before_2_25_is_priced_and_run_as_hopper() -> None:
         "and NVLS runs hopper's channels"
     ) in old.nccl_release_notes()
     assert not any("predates" in n for n in new.nccl_release_notes())
+
+
+def test_blackwell_nvls_tuning_across_nodes_from_2_30_3() -> None:
+    """ncclNvlsTreeSm100Tuning (nvls.cc, v2.30.3-1 on): B200 nodes with 400G NICs behind Gen5 x16 (minNetBw 48 GB/s,
+    the NIC on the GPU's switch): 2 nodes keep 32 channels and cap NVLSTree's chunk at 64 KiB; 4 nodes run 24
+    channels; NCCL 2.29.7 and
+    Hopper are untouched, and NCCL_NVLS_NCHANNELS / NCCL_NVLSTREE_MAX_CHUNKSIZE set by the user win."""
+    b200 = "scenarios/published/gcp_a4_b200_2node_roce.yaml"
+    latest = ['backends.nccl.version="2.30.7"']
+    assert _sim(b200, None, *latest).nccl_plan.nvls_tuned == (32, None, 64 * 1024)
+    four = _sim(b200, None, *latest, "cluster.nodes=4")
+    assert four.nccl_plan.nvls_tuned == (24, None, 64 * 1024)
+    assert four.simulate_one("nccl", 256 * MIB, choice=("NVLSTree", "Simple")).channels == 24
+    assert _sim(b200, "2.29.7", "cluster.nodes=4").nccl_plan.nvls_tuned == (None, None, None)
+    assert _sim(TWO_NODES, None).nccl_plan.nvls_tuned == (None, None, None)  # Hopper
+    user = _sim(b200, None, *latest, "cluster.nodes=4", "backends.nccl.env.NCCL_NVLS_NCHANNELS=16")
+    assert user.simulate_one("nccl", 256 * MIB, choice=("NVLSTree", "Simple")).channels == 16
+
+
+def test_blackwell_nvls_tuning_caps_the_tree_chunk() -> None:
+    """On two B200 nodes 2.30.3's tuning caps NVLSTree's chunk at 64 KiB: the simulated time differs from 2.29.7's
+    (no cap below 4 nodes), and NCCL_NVLSTREE_MAX_CHUNKSIZE=131072 set by the user gives 2.29.7's time back."""
+    b200 = "scenarios/published/gcp_a4_b200_2node_roce.yaml"
+    pick = ("NVLSTree", "Simple")
+    old = _sim(b200, "2.29.7").simulate_one("nccl", 256 * MIB, choice=pick).time_s
+    new = _sim(b200, "2.30.7").simulate_one("nccl", 256 * MIB, choice=pick).time_s
+    user = _sim(b200, "2.30.7", "backends.nccl.env.NCCL_NVLSTREE_MAX_CHUNKSIZE=131072")
+    assert new != old
+    assert user.simulate_one("nccl", 256 * MIB, choice=pick).time_s == old

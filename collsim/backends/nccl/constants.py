@@ -13,7 +13,10 @@ from typing import Any
 
 from collsim.backends.common import BackendError
 
-__all__ = ["ChunkRules", "HostPathConstants", "Ll128Default", "NcclConstants", "NvlsWarps", "ProtocolConstants"]
+__all__ = [
+    "ChunkRules", "HostPathConstants", "Ll128Default", "NcclConstants", "NvlsTuneRule", "NvlsWarps",
+    "ProtocolConstants",
+]  # fmt: skip
 
 _US = 1e-6  # microseconds to seconds
 _GBPS = 1e9  # GB/s (GB = 1e9 bytes) to bytes/s
@@ -111,6 +114,35 @@ class HostPathConstants:
     def simple_channel_threads(self, ring_bw: float) -> int:
         """Threads of a Ring/Simple channel on a ring that carries ``ring_bw`` bytes/s (tuning.cc)."""
         return self.simple_threads_pci if ring_bw <= self.pci_bw else self.simple_threads
+
+
+@dataclass(frozen=True)
+class NvlsTuneRule:
+    """One rule of NCCL's NVLS tuning for Blackwell across nodes (``nccl.yaml`` ``nvls_sm100_tuning``): conditions
+    (None: any) on the node count, the GPUs' network bandwidth (GB/s, NCCL's figures), the GPUs per node and the NVLS
+    graph's GPU-NIC path type, and what it sets (None: NCCL's default)."""
+
+    nodes: int | None = None
+    nic_bw_min: float | None = None
+    nic_bw_below: float | None = None
+    ppn_min: int | None = None
+    ppn_max: int | None = None
+    max_path: str | None = None
+    channels: int | None = None
+    chunk: int | None = None  # bytes
+    tree_max: int | None = None  # bytes
+
+    def matches(self, nodes: int, nic_bw: float, ppn: int, path_rank: int, rank_of: Callable[[str], int]) -> bool:
+        """Whether a system of ``nodes`` nodes, ``nic_bw`` GB/s, ``ppn`` GPUs per node and a GPU-NIC path of rank
+        ``path_rank`` (``rank_of`` gives a path type's) meets every condition."""
+        return (
+            (self.nodes is None or nodes == self.nodes)
+            and (self.nic_bw_min is None or nic_bw >= self.nic_bw_min)
+            and (self.nic_bw_below is None or nic_bw < self.nic_bw_below)
+            and (self.ppn_min is None or ppn >= self.ppn_min)
+            and (self.ppn_max is None or ppn <= self.ppn_max)
+            and (self.max_path is None or path_rank <= rank_of(self.max_path))
+        )
 
 
 @dataclass(frozen=True)
@@ -273,6 +305,9 @@ class NcclConstants:
     tuner_ppn1_tree_net_since: tuple[int, int] = (2, 23)
     #: the first release (major, minor) whose NCCL_ALGO / NCCL_PROTO take entries for one collective
     env_per_collective_since: tuple[int, int] = (2, 24)
+    #: NCCL's NVLS tuning for Blackwell across nodes: the first release (major, minor, patch) and its rules in order
+    nvls_sm100_since: tuple[int, int, int] = (2, 30, 3)
+    nvls_sm100_rules: tuple[NvlsTuneRule, ...] = ()
     #: GPU generations NCCL learnt late: arch -> (the release (major, minor) that brought its rows, the arch whose
     #: rows NCCL read before)
     arch_since: Mapping[str, tuple[tuple[int, int], str]] = field(default_factory=dict)
@@ -515,6 +550,8 @@ class NcclConstants:
             tuner_tables_span=_span(data["tuner_tables_span"]),
             ll128_default=_ll128_default(data["ll128_default"]),
             env_per_collective_since=_major_minor(data["env_per_collective_since"]),
+            nvls_sm100_since=_release(data["nvls_sm100_tuning"]["since"]),
+            nvls_sm100_rules=tuple(_nvls_rule(r) for r in data["nvls_sm100_tuning"]["rules"]),
             arch_since={
                 str(a): (_major_minor(v["since"]), str(v["before_as"])) for a, v in data["arch_since"].items()
             },
@@ -619,6 +656,29 @@ def _ll128_default(d: Mapping[str, Any]) -> Ll128Default:
         _major_minor(d["min_sm_since"]),
         {int(sm): _major_minor(v) for sm, v in d["sm_since"].items()},
     )
+
+
+def _release(value: Any) -> tuple[int, int, int]:
+    """An NCCL release given in the YAML as [major, minor, patch]."""
+    return int(value[0]), int(value[1]), int(value[2])
+
+
+def _nvls_rule(r: Mapping[str, Any]) -> NvlsTuneRule:
+    known = {"nodes", "nic_bw_min", "nic_bw_below", "ppn_min", "ppn_max", "max_path", "channels", "chunk_kib",
+             "tree_max_kib"}  # fmt: skip
+    if set(r) - known:
+        raise ValueError(f"nvls_sm100_tuning rule {dict(r)}: unknown fields {sorted(set(r) - known)}")
+
+    def opt(key: str, kind: Callable[[Any], Any]) -> Any:
+        return None if r.get(key) is None else kind(r[key])
+
+    kib = 1024  # KiB to bytes
+    return NvlsTuneRule(
+        nodes=opt("nodes", int), nic_bw_min=opt("nic_bw_min", float), nic_bw_below=opt("nic_bw_below", float),
+        ppn_min=opt("ppn_min", int), ppn_max=opt("ppn_max", int), max_path=opt("max_path", str),
+        channels=opt("channels", int), chunk=opt("chunk_kib", lambda v: int(v) * kib),
+        tree_max=opt("tree_max_kib", lambda v: int(v) * kib),
+    )  # fmt: skip
 
 
 def _span(value: Any) -> tuple[tuple[int, int, int], tuple[int, int, int]]:

@@ -79,6 +79,9 @@ class NcclPlan:
     unreleased: Mapping[str, str] = field(default_factory=dict)
     #: why NCCL leaves LL128 off by default here (None: on); ll128_refusal()
     ll128_refusal: str | None = None
+    #: NCCL's NVLS tuning on Blackwell across nodes (2.30.3 on): (channels, chunk bytes, tree cap bytes), None each
+    #: where it keeps NCCL's default; nvls_sm100_tuning()
+    nvls_tuned: tuple[int | None, int | None, int | None] = (None, None, None)
 
     def nic_for(self, topo: Topology, node: int, channel: int) -> str | None:
         """The NIC channel ``channel`` uses on ``node`` (:func:`channel_nic`)."""
@@ -706,7 +709,37 @@ def plan_nccl(
         gdr_flush=gdr_flush(int(topo.device(gpus[0]).spec.get("sm", 0)), opts),
         unreleased=_unreleased(opts, consts),
         ll128_refusal=ll128_refusal(topo, gpus, intra.hw, len(node0), hops, nnodes, opts, consts),
+        nvls_tuned=nvls_sm100_tuning(topo, node0, nnodes, opts, consts),
     )
+
+
+def nvls_sm100_tuning(
+    topo: Topology, node0: Sequence[str], nnodes: int, opts: NcclOptions, consts: NcclConstants
+) -> tuple[int | None, int | None, int | None]:
+    """NCCL's NVLS tuning on Blackwell across nodes (src/transport/nvls.cc ncclNvlsTreeSm100Tuning, from 2.30.3;
+    ``nvls_sm100_tuning`` in ``topologies/software/nccl.yaml``): (NVLS channels, chunk bytes, NVLSTree's chunk cap
+    bytes) of the first rule that matches, None each where NCCL keeps its default (and all three off Blackwell, on
+    one node, before 2.30.3 or when no rule matches).
+
+    The rules read NCCL's ``minNetBw``: the least bandwidth, in NCCL's figures (the links' ``bandwidth``, NCCL's own
+    PCIe x16 numbers, and the NIC's port ``speed``), of a GPU's path to the NIC NVLS pairs it with
+    (:func:`nvls_head_nics`), in GB/s; and the worst of those paths' types."""
+    sms = [int(topo.device(g).spec.get("sm", 0)) for g in node0]
+    released = opts.version is None or tuple(opts.version) >= consts.nvls_sm100_since
+    if nnodes < 2 or not node0 or min(sms) < 100 or not released:
+        return None, None, None
+    heads = nvls_head_nics(topo, 0)
+    bws, worst = [], 0
+    for g in node0:
+        nic = heads[g]
+        links = [ln.bandwidth for ln in topo.pcie_route(g, nic)]
+        bws.append(min([*links, float(topo.device(nic).spec["speed"])]) / 1e9)  # bytes/s to GB/s (GB = 1e9 B)
+        worst = max(worst, NCCL_PATHS.index(topo.path_class(g, nic)))
+    nic_bw = round(min(bws), 6)  # NCCL's figures are whole or tenths of GB/s: no float noise at the thresholds
+    for rule in consts.nvls_sm100_rules:
+        if rule.matches(nnodes, nic_bw, len(node0), worst, NCCL_PATHS.index):
+            return rule.channels, rule.chunk, rule.tree_max
+    return None, None, None
 
 
 #: NCCL's path types, best first (src/include/graph.h lines 117-154, v2.30.7-1: PATH_LOC 0 .. PATH_DIS 11)

@@ -189,9 +189,10 @@ def _context(
         nc = min(plugin_nc, channels)  # the schedule keeps at most the communicator's channels
     if alg.cell_scheduled:
         nc = cell_channel_count(plan, opts, consts, proto, collective, nbytes, nc, channels)
+    _tuned_nc, tuned_chunk, tuned_tree_max = plan.nvls_tuned  # NCCL's NVLS tuning (Blackwell across nodes)
     chunking = step_chunking(
-        plan, consts, alg.name, proto, collective, nbytes, nc, opts.buffsize, opts.nvls_chunksize,
-        opts.nvlstree_max_chunksize,
+        plan, consts, alg.name, proto, collective, nbytes, nc, opts.buffsize, opts.nvls_chunksize or tuned_chunk,
+        opts.nvlstree_max_chunksize or tuned_tree_max,
     )  # fmt: skip
     idx = node_index(plan.nnodes)
     cap = plan.channel_bw

@@ -115,8 +115,9 @@ class NVLS(NcclAlgorithm):
 
     def channels(self, plan: NcclPlan, opts: NcclOptions, consts: NcclConstants) -> int:
         """NVLS runs its own channel count (nvls.cc: 16 on Hopper; on Blackwell 24 in one node, 32 across nodes and,
-        before 2.27, in one node too; before 2.25, which did not know Blackwell, Hopper's 16), or
-        NCCL_NVLS_NCHANNELS, clamped to [NCCL_MIN_CTAS, NCCL_MAX_CTAS] (nvls.cc: ``std::max(comm->config.minCTAs,
+        before 2.27, in one node too; before 2.25, which did not know Blackwell, Hopper's 16; from 2.30.3 Blackwell
+        across nodes takes 24 or 32 by its network bandwidth: :func:`~collsim.backends.nccl.plan.nvls_sm100_tuning`),
+        or NCCL_NVLS_NCHANNELS, clamped to [NCCL_MIN_CTAS, NCCL_MAX_CTAS] (nvls.cc: ``std::max(comm->config.minCTAs,
         std::min(comm->config.maxCTAs, nChannels))``; v2.18.5-1 and v2.20.3-1 the same). NCCL_MIN/MAX_NCHANNELS bound
         the Ring and Tree channel graphs only (connect.cc), not NVLS.
 
@@ -124,10 +125,12 @@ class NVLS(NcclAlgorithm):
         >>> consts = NS(nvls_ctas={"hopper": (16, 16), "blackwell": (24, 32)}, nvls_ctas_one_node_since=(2, 27),
         ...             nvls_channels=16, max_channels=32,
         ...             arch_as=lambda a, v: "hopper" if v is not None and v < (2, 25) else a)
-        >>> nvls, plan = NVLS(), NS(arch="blackwell", nnodes=1)
+        >>> nvls, plan = NVLS(), NS(arch="blackwell", nnodes=1, nvls_tuned=(None, None, None))
         >>> [nvls.channels(plan, NcclOptions(version=v), consts) for v in (None, (2, 26, 2), (2, 24, 3))]
         [24, 32, 16]
-        >>> hopper = NS(arch="hopper", nnodes=2)
+        >>> [nvls.channels(NS(arch="blackwell", nnodes=4, nvls_tuned=(24, None, None)), NcclOptions(), consts)]
+        [24]
+        >>> hopper = NS(arch="hopper", nnodes=2, nvls_tuned=(None, None, None))
         >>> [nvls.channels(hopper, o, consts) for o in (NcclOptions(min_ctas=24), NcclOptions(max_channels=4),
         ...  NcclOptions(nvls_channels=8), NcclOptions(nvls_channels=8, max_ctas=4))]  # type: ignore[arg-type]
         [24, 16, 8, 4]
@@ -135,6 +138,7 @@ class NVLS(NcclAlgorithm):
         arch = consts.arch_as(plan.arch, opts.version)  # a release that did not know the GPU runs its predecessor's
         one, several = consts.nvls_ctas.get(arch, (consts.nvls_channels, consts.nvls_channels))
         nc = one if plan.nnodes == 1 and not opts.before(consts.nvls_ctas_one_node_since) else several
+        nc = plan.nvls_tuned[0] or nc  # NCCL's tuning on Blackwell across nodes, from 2.30.3 (plan.nvls_sm100_tuning)
         if opts.nvls_channels is not None:  # NCCL_NVLS_NCHANNELS
             nc = opts.nvls_channels
         lo, hi = opts.cta_bounds(consts.max_channels)
