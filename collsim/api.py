@@ -363,10 +363,11 @@ class Simulator:
             return plan_nccl(self.topology, self.nccl_options, self.nccl_constants, self.fabric)
 
     def nccl_release_notes(self, collective: str | None = None) -> list[str]:
-        """What the scenario's NCCL release (``backends.nccl.version``) changes for ``collective`` (default: every
-        collective the workload lists), one line each, as ``run`` and ``explain`` print them: a release older or
-        newer than the tuner tables collsim holds, the algorithms and protocols it does not have yet, behaviours of
-        that release; empty when the version is unset."""
+        """What NCCL's defaults and the scenario's release (``backends.nccl.version``) change for ``collective``
+        (default: every collective the workload lists), one line each, as ``run``, ``explain`` and ``validate`` print
+        them: CollNet or LL128 left off by default here, a release older or newer than the tuner tables collsim
+        holds, the algorithms and protocols it does not have yet, behaviours of that release
+        (:func:`~collsim.backends.nccl.tuner.release_notes`)."""
         wanted = collective or self.scenario.workload.collective
         out: list[str] = []
         for c in [wanted] if isinstance(wanted, str) else wanted:  # a workload may list several collectives

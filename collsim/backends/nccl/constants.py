@@ -175,7 +175,8 @@ class Ll128Default:
             return None
         since = self.sm_since.get(low)
         if low != high:  # before 2.27 NCCL wants every GPU of one compute capability
-            return f"compute capabilities {low / 10:.1f} and {high / 10:.1f} mixed before NCCL 2.27"
+            major, minor = self.min_sm_since
+            return f"compute capabilities {low / 10:.1f} and {high / 10:.1f} mixed before NCCL {major}.{minor}"
         if since is None or tuple(version[:2]) < since:
             major, minor = since or self.min_sm_since
             return f"compute capability {low / 10:.1f} before NCCL {major}.{minor}"

@@ -713,6 +713,10 @@ def plan_nccl(
     )
 
 
+#: NCCL's path types, best first (src/include/graph.h lines 117-154, v2.30.7-1: PATH_LOC 0 .. PATH_DIS 11)
+NCCL_PATHS = ("LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS", "NET", "DIS")
+
+
 def nvls_sm100_tuning(
     topo: Topology, node0: Sequence[str], nnodes: int, opts: NcclOptions, consts: NcclConstants
 ) -> tuple[int | None, int | None, int | None]:
@@ -733,17 +737,14 @@ def nvls_sm100_tuning(
     for g in node0:
         nic = heads[g]
         links = [ln.bandwidth for ln in topo.pcie_route(g, nic)]
-        bws.append(min([*links, float(topo.device(nic).spec["speed"])]) / 1e9)  # bytes/s to GB/s (GB = 1e9 B)
+        speed = float(topo.device(nic).spec.get("speed") or math.inf)
+        bws.append(min([*links, speed]) / 1e9)  # bytes/s to GB/s (GB = 1e9 B)
         worst = max(worst, NCCL_PATHS.index(topo.path_class(g, nic)))
     nic_bw = round(min(bws), 6)  # NCCL's figures are whole or tenths of GB/s: no float noise at the thresholds
     for rule in consts.nvls_sm100_rules:
         if rule.matches(nnodes, nic_bw, len(node0), worst, NCCL_PATHS.index):
             return rule.channels, rule.chunk, rule.tree_max
     return None, None, None
-
-
-#: NCCL's path types, best first (src/include/graph.h lines 117-154, v2.30.7-1: PATH_LOC 0 .. PATH_DIS 11)
-NCCL_PATHS = ("LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS", "NET", "DIS")
 
 
 def type_inter(topo: Topology, hops: Mapping[tuple[int, int], Hop], nnodes: int, gdr_level: str) -> str | None:

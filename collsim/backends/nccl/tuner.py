@@ -53,10 +53,11 @@ def withheld(plan: NcclPlan, opts: NcclOptions, collective: str) -> list[str]:
 
 
 def release_notes(plan: NcclPlan, opts: NcclOptions, consts: NcclConstants, collective: str) -> list[str]:
-    """What NCCL's release and defaults change here, a line each: LL128 left off by default (:func:`ll128_enabled`),
-    then for the scenario's release (``backends.nccl.version``; nothing more when unset) one outside the tuner tables
-    collsim holds, the algorithms and protocols it does not have yet, the one-node NVLS split before 2.20 and the
-    release's tuner tables."""
+    """What NCCL's defaults and release change here, a line each: CollNet left off on a fabric that could run it
+    (NCCL_COLLNET_ENABLE's default 0), LL128 left off by default (:func:`ll128_enabled`), then for the scenario's
+    release (``backends.nccl.version``; nothing more when unset) one outside the tuner tables collsim holds, a GPU
+    generation it did not know, the algorithms and protocols it does not have yet, the one-node NVLS split before
+    2.20 and the release's tuner tables."""
     out = []
     if plan.fabric.get("in_network_reduction") and not opts.collnet_enable and collective == "allreduce":
         out.append("the fabric reduces in the network, but NCCL runs CollNet only with NCCL_COLLNET_ENABLE=1 "
