@@ -296,11 +296,14 @@ def parse_function_list(
 
     >>> parse_function_list("ring;allreduce:tree", ("Tree", "Ring"), what="algorithm")
     {None: {'Ring'}, 'allreduce': {'Tree'}}
-    >>> parse_function_list("AllGather:^ring", ("Tree", "Ring"), what="algorithm")
+    >>> parse_function_list("AllGather:^ring;", ("Tree", "Ring"), what="algorithm")
     {'allgather': {'Tree'}}
     """
     out: dict[str | None, set[str]] = {}
-    for i, entry in enumerate(value.split(";")):
+    entries = [e for e in value.split(";") if e.strip()]  # NCCL splits with strtok: empty entries are skipped
+    if not entries:
+        parse_name_list(value, valid, groups, what)  # raises: an empty list
+    for i, entry in enumerate(entries):
         prefix, sep, names = entry.partition(":")
         if not sep:
             if i:

@@ -51,7 +51,8 @@ def test_algo_and_proto_per_collective() -> None:
     assert parse_protocols("LL,Simple;allreduce:^LL", "allreduce") == {"LL128", "Simple"}
     assert parse_protocols("^LL128;allreduce:LL128", "reduce_scatter") == {"LL", "Simple"}
     assert parse_protocols("^LL128;reducescatter:LL128", "reduce_scatter") == {"LL128"}
-    for bad in ("ring;tree", "ring;allreduce:", "bogus:ring", "allreduce:tree;ring"):
+    assert parse_algorithms("ring;", "allreduce") == {"Ring"}  # NCCL's strtok skips empty entries
+    for bad in ("ring;tree", "ring;allreduce:", "bogus:ring", "allreduce:tree;ring", ";", " ; "):
         with pytest.raises(NcclEnvError):
             parse_algorithms(bad)
 
@@ -191,3 +192,15 @@ def test_algo_list_property(names: list[str], exclude: bool) -> None:
             parse_algorithms(text)
     else:
         assert parse_algorithms(text) == expected
+
+
+@given(st.lists(st.sampled_from(["ring", "Tree", "nvls", "allreduce", "AllGather", "bogus", ":", ";", "^", ",", " ",
+                                 ""]), max_size=12).map("".join))  # fmt: skip
+def test_per_collective_syntax_never_crashes(value: str) -> None:
+    """Any mix of names, prefixes and separators parses or raises NcclEnvError; what parses gives each collective a
+    non-empty set of known algorithms."""
+    try:
+        lists = [parse_algorithms(value, c) for c in (None, "allreduce", "allgather", "broadcast")]
+    except NcclEnvError:
+        return
+    assert all(x is None or (x and x <= set(NCCL_ALGORITHMS)) for x in lists)
