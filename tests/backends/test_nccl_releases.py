@@ -147,6 +147,11 @@ def test_blackwell_nvls_tuning_across_nodes_from_2_30_3() -> None:
     assert four.simulate_one("nccl", 256 * MIB, choice=("NVLSTree", "Simple")).channels == 24
     assert _sim(b200, "2.29.7", "cluster.nodes=4").nccl_plan.nvls_tuned == (None, None, None)
     assert _sim(TWO_NODES, None).nccl_plan.nvls_tuned == (None, None, None)  # Hopper
+    assert (
+        "NCCL's NVLS tuning on Blackwell across nodes (2.30.3 on, by the GPUs' network bandwidth): 24 NVLS channels, "
+        "NVLSTree's chunk at most 64 KiB"
+    ) in four.nccl_release_notes()
+    assert not any("NVLS tuning" in n for n in _sim(b200, "2.29.7", "cluster.nodes=4").nccl_release_notes())
     user = _sim(b200, None, *latest, "cluster.nodes=4", "backends.nccl.env.NCCL_NVLS_NCHANNELS=16")
     assert user.simulate_one("nccl", 256 * MIB, choice=("NVLSTree", "Simple")).channels == 16
 
