@@ -69,6 +69,7 @@ INT_NCCL_ENV: frozenset[str] = frozenset(
         "NCCL_NVLSTREE_MAX_CHUNKSIZE",
         "NCCL_NET_FORCE_FLUSH",
         "NCCL_PAT_ENABLE",
+        "NCCL_NET_GDR_READ",
     }
 )
 
@@ -207,6 +208,8 @@ KNOWN_NCCL_ENV: dict[str, str] = {
     "0: the default).",
     "NCCL_NET_FORCE_FLUSH": "1 flushes every GPUDirect RDMA receive (Simple) on any GPU; 0 (default from 2.19) "
     "flushes on GPUs before Hopper only.",
+    "NCCL_NET_GDR_READ": "1 lets the NIC read send buffers from GPU memory (GPUDirect RDMA reads), 0 stages sends "
+    "in host memory; NCCL's default allows it from compute capability 8.0, and before only on NVLink-connected GPUs.",
     "NCCL_PAT_ENABLE": "0 disables PAT (all-gather and reduce-scatter with one GPU per node); NCCL's default 2 runs "
     "it there, 1 forces it (collsim still runs it with one GPU per node only).",
     "NCCL_TUNER_PLUGIN": "The tuner plugin library (a path, or a name NCCL opens as libnccl-tuner-<name>.so); unset or "
@@ -461,6 +464,8 @@ class NcclOptions:
         NCCL_COLLNET_ENABLE=1: CollNet may run where the fabric reduces in the network (NCCL's default 0: init.cc).
     pat_enable : bool
         False with NCCL_PAT_ENABLE=0 (tuning.cc ncclPatEnable; its default 2 runs PAT with one GPU per node).
+    net_gdr_read : int or None
+        NCCL_NET_GDR_READ (None when unset: NCCL's default by compute capability and NVLink, paths.cc).
     net_force_flush : bool or None
         NCCL_NET_FORCE_FLUSH (None when unset: NCCL's default for its version).
     nvls_chunksize, nvlstree_max_chunksize : int or None
@@ -511,6 +516,7 @@ class NcclOptions:
     nvls_enable: bool = True
     collnet_enable: bool = False
     pat_enable: bool = True
+    net_gdr_read: int | None = None
     net_force_flush: bool | None = None
     nvls_chunksize: int | None = None
     nvlstree_max_chunksize: int | None = None
@@ -613,6 +619,7 @@ class NcclOptions:
             nvls_enable=nvls is None or nvls != 0,
             collnet_enable=as_int("NCCL_COLLNET_ENABLE") == 1,  # init.cc: anything but 0 or 1 is 0, the default
             pat_enable=as_int("NCCL_PAT_ENABLE") != 0,  # tuning.cc ncclPatEnable: 0 off; 2 (default) and 1 on
+            net_gdr_read=as_int("NCCL_NET_GDR_READ"),
             net_force_flush=None if "NCCL_NET_FORCE_FLUSH" not in text else bool(as_int("NCCL_NET_FORCE_FLUSH")),
             nvls_chunksize=positive("NCCL_NVLS_CHUNKSIZE"),
             nvlstree_max_chunksize=positive("NCCL_NVLSTREE_MAX_CHUNKSIZE"),

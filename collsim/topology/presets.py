@@ -294,6 +294,7 @@ GPU_SCHEMA: dict[str, tuple[str, bool]] = {
     "peak_tflops": ("peak_tflops", False),  # dtype -> dense (no sparsity) peak, TFLOP/s
     "pci_device_ids": ("pci_device_ids", False),  # PCI vendor:device ids of the part (collsim import nccl-xml)
     "hbm_latency": ("time", False),  # a load from device memory (beyond L2), unloaded: NVLS's local copies' rate
+    "gpudirect_rdma": ("bool", False),  # NICs may read and write its memory (GPUDirect RDMA); absent: yes
 }
 CPU_SCHEMA: dict[str, tuple[str, bool]] = {
     "model": ("text", True),

@@ -22,8 +22,8 @@ from collsim.topology.model import gpu_nearness, path_class_rank
 from collsim.topology.presets import topologies_dir
 
 __all__ = [
-    "NCCL_PATHS", "Hop", "NcclPlan", "cpu_vendor", "gdr_flush", "hop_between", "ll128_refusal", "node_chain",
-    "nvls_refusal", "plan_nccl", "type_inter",
+    "NCCL_PATHS", "Hop", "NcclPlan", "cpu_vendor", "gdr_capable", "gdr_flush", "gdr_read", "hop_between",
+    "ll128_refusal", "node_chain", "nvls_refusal", "plan_nccl", "type_inter",
 ]  # fmt: skip
 
 
@@ -337,11 +337,33 @@ def mesh_chains(
     return out
 
 
+def gdr_capable(topo: Topology, gpu: str) -> bool:
+    """Whether NICs may read and write ``gpu``'s memory at all (GPUDirect RDMA): the GPU preset's
+    ``gpudirect_rdma``, absent meaning yes (NCCL asks the driver: src/plugin/net.cc ncclGpuGdrSupport; GeForce
+    parts say no)."""
+    return topo.device(gpu).spec.get("gpudirect_rdma") is not False
+
+
+def gdr_read(topo: Topology, gpu: str, opts: NcclOptions) -> bool:
+    """Whether NCCL lets the NIC read ``gpu``'s send buffers (GDR read; src/graph/paths.cc ncclTopoCheckGdr,
+    v2.30.7-1 lines 489-508): never with NCCL_NET_GDR_READ=0, always with 1; unset, before compute capability 8.0
+    only when the GPU has an NVLink to another GPU of its node or is its node's only GPU ("Disable GDR Reads
+    pre-Ampere when we have other PCI flows"). Without it the sender stages its data in host memory."""
+    if opts.net_gdr_read is not None:
+        return opts.net_gdr_read != 0
+    dev = topo.device(gpu)
+    if int(dev.spec.get("sm", 0)) >= 80:
+        return True
+    peers = [g.name for g in topo.gpus() if g.node == dev.node and g.name != gpu]
+    return not peers or any(topo.path_class(gpu, p) == "NVL" for p in peers)
+
+
 def _pxn_proxy(topo: Topology, gpu: str, nic: str, gdr_level: str) -> str | None:
-    """A GPU of ``gpu``'s node, reachable over NVLink, close enough to ``nic`` for GPUDirect (NCCL's PXN), or None."""
+    """A GPU of ``gpu``'s node, reachable over NVLink, close enough to ``nic`` for GPUDirect (NCCL's PXN) and able to
+    do it (:func:`gdr_capable`), or None."""
     dev = topo.device(gpu)
     for other in topo.gpus():
-        if other.node != dev.node or other.name == gpu:
+        if other.node != dev.node or other.name == gpu or not gdr_capable(topo, other.name):
             continue
         close = path_class_rank(topo.path_class(other.name, nic)) <= path_class_rank(gdr_level)
         if close and topo.nvlink_route(gpu, other.name):
@@ -393,13 +415,38 @@ def _shm_hop(topo: Topology, cat: ResourceCatalog, a: str, b: str, consts: NcclC
     return Hop(a, b, "SHM", "PCI", path, cap)
 
 
-def _gdr_hop(topo: Topology, a: str, b: str, nic_a: str, nic_b: str, opts: NcclOptions, gdr_level: str) -> Hop | None:
-    """A network hop with GPUDirect RDMA: both GPUs within NCCL_NET_GDR_LEVEL of their NICs, or (PXN) the receiver
-    is and the sender hands the data over NVLink to a GPU near its NIC; None when neither holds."""
+def _gdr_hop(
+    topo: Topology,
+    cat: ResourceCatalog,
+    a: str,
+    b: str,
+    nic_a: str,
+    nic_b: str,
+    opts: NcclOptions,
+    gdr_level: str,
+    staged_traffic: float,
+) -> Hop | None:
+    """A network hop with GPUDirect RDMA: both GPUs able to (:func:`gdr_capable`) and within NCCL_NET_GDR_LEVEL of
+    their NICs, or (PXN) the receiver is and the sender hands the data over NVLink to a GPU near its NIC; None when
+    neither holds. A sender NCCL keeps from GDR reads (:func:`gdr_read`) stages its side in host memory
+    (``staged_traffic`` bytes of memory traffic per byte, as a staged hop) and the receiver's NIC still writes the
+    GPU: a NET/staged hop."""
+    if not (gdr_capable(topo, a) and gdr_capable(topo, b)):
+        return None
     fabric_path = link_uses(topo.route(nic_a, nic_b))
     near = all(
         path_class_rank(topo.path_class(g, n)) <= path_class_rank(gdr_level) for g, n in ((a, nic_a), (b, nic_b))
     )
+    if near and not gdr_read(topo, a, opts):
+        ca = topo.host_cpu(a).name
+        path = (
+            link_uses(topo.pcie_route(a, ca))
+            + cat.mem(ca, staged_traffic)
+            + link_uses(topo.pcie_route(ca, nic_a))
+            + fabric_path
+            + link_uses(topo.pcie_route(nic_b, b))
+        )
+        return Hop(a, b, "NET/staged", "NET", path, math.inf)
     if near:
         path = link_uses(topo.pcie_route(a, nic_a)) + fabric_path + link_uses(topo.pcie_route(nic_b, b))
         return Hop(a, b, "NET/GDR", "NET", path, math.inf)
@@ -442,7 +489,10 @@ def _net_hop(
     nic_a, nic_b = nics
     rdma = bool(topo.device(nic_a).spec.get("rdma", False)) and fabric.get("transport", "rdma") == "rdma"
     if rdma and not opts.ib_disable and bool(fabric.get("gpudirect", True)):
-        gdr = _gdr_hop(topo, a, b, nic_a, nic_b, opts, opts.gdr_level or consts.default_gdr_level)
+        gdr = _gdr_hop(
+            topo, cat, a, b, nic_a, nic_b, opts, opts.gdr_level or consts.default_gdr_level,
+            consts.host_paths.staged_memory_traffic,
+        )  # fmt: skip
         if gdr is not None:
             return gdr
     hp = consts.host_paths
