@@ -56,3 +56,20 @@ def test_gdr_reads_off_on_any_gpu_with_the_knob() -> None:
 def test_nvlink_volta_keeps_gdr() -> None:
     """DGX-1 V100: NVLink peers, so GDR reads stay on (the shipped two-node scenario is unchanged)."""
     assert _net(Simulator.from_source("ddp-resnet50-dgx1-v100")) == {"NET/GDR"}
+
+
+@pytest.mark.parametrize(
+    ("cpu", "gpus", "transport"),
+    [("threadripper-pro-7985wx", 2, "P2P/PCIe"), ("xeon-8480", 2, "SHM"), ("threadripper-pro-7985wx", 4, "SHM")],
+)
+def test_p2p_across_the_host_bridge_for_a_pair_on_amd(cpu: str, gpus: int, transport: str) -> None:
+    """NCCL_P2P_LEVEL's default is PXB, and SYS on an AMD host with at most two GPUs (paths.cc ncclTopoCheckP2p,
+    "Allow P2P between pairs of GPUs on AMD systems"): two P2P-capable GPUs on an AMD CPU's root ports (PHB) talk
+    P2P; on Intel, or four of them, through host memory. NCCL_P2P_LEVEL set by the user wins."""
+    box = {"gpus": gpus, "gpu": "a100-sxm4-80gb", "p2p": True, "pcie_switch": False, "cpu": cpu, "pcie_gen": 4}
+    scenario = {"name": "box", "cluster": {"node": "pcie-workstation", "node_params": box}, "backends": {"nccl": {}}}
+    sim = Simulator.from_source(scenario)
+    assert sim.topology.path_class(sim.nccl_plan.ranks[0], sim.nccl_plan.ranks[1]) == "PHB"
+    assert {h.transport for h in sim.nccl_plan.hops.values()} == {transport}
+    pinned = {**scenario, "backends": {"nccl": {"env": {"NCCL_P2P_LEVEL": "PXB"}}}}
+    assert {h.transport for h in Simulator.from_source(pinned).nccl_plan.hops.values()} == {"SHM"}

@@ -375,8 +375,14 @@ def _intra_hop(
     topo: Topology, cat: ResourceCatalog, a: str, b: str, opts: NcclOptions, consts: NcclConstants
 ) -> Hop:
     """A hop inside a node: P2P (NVLink, else PCIe) when the GPUs can and the path class is within NCCL_P2P_LEVEL,
-    else SHM through host memory (:func:`_shm_hop`)."""
+    else SHM through host memory (:func:`_shm_hop`). NCCL_P2P_LEVEL's default is PXB, and SYS on an AMD host with at
+    most two GPUs (src/graph/paths.cc ncclTopoCheckP2p, "Allow P2P between pairs of GPUs on AMD systems":
+    v2.26.2-1 lines 301-302, v2.30.7-1 lines 360-362)."""
     p2p_level = opts.p2p_level or consts.default_p2p_level
+    if opts.p2p_level is None and topo.host_cpu(a).spec.get("vendor") == "amd":
+        node = topo.device(a).node
+        if sum(1 for g in topo.gpus() if g.node == node) <= 2:
+            p2p_level = "SYS"
     cls = topo.path_class(a, b)
     if not opts.p2p_disable and topo.p2p_supported(a, b) and path_class_rank(cls) <= path_class_rank(p2p_level):
         nvl = topo.nvlink_route(a, b)
