@@ -127,3 +127,19 @@ def test_every_history_entry_names_known_rows() -> None:
             for a, row in table.items():
                 assert set(row) <= set(consts.hw_latency[h][a])
                 assert all(math.isfinite(x) and x >= 0 for x in row.values())
+
+
+def test_tree_pattern_factor_for_one_gpu_per_node_from_2_26() -> None:
+    """tuning.cc from 2.26: Tree's bandwidth x0.85 when the tree graph has the TREE pattern, which search.cc gives
+    one GPU per node; NCCL's model slope for Tree/Simple is 1/0.85 steeper than 2.25's, with eight GPUs a node
+    (BALANCED_TREE) the same."""
+    mib = 1 << 20
+
+    def slope(version: str, *more: str) -> float:
+        sim = _sim("2node-a100-tcp", version, *more)
+        t = [sim.simulate_one("nccl", s * mib, choice=("Tree", "Simple")).predicted_s for s in (256, 512)]
+        assert t[0] is not None and t[1] is not None
+        return t[1] - t[0]
+
+    assert slope("2.26.2", *ONE_PER_NODE) / slope("2.25.1", *ONE_PER_NODE) == pytest.approx(1 / 0.85, rel=1e-9)
+    assert slope("2.26.2") == pytest.approx(slope("2.25.1"), rel=1e-12)

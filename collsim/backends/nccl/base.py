@@ -137,7 +137,9 @@ class ModelInputs:
     """What NCCL's cost model knows when it prices one (algorithm, protocol) pair (tuning.cc), in SI units.
 
     ``lat`` starts as baseLat; ``intra`` and ``inter`` are the per-step hwLat inside a node and across nodes
-    (the latter with the network's latency, twice for Simple); ``bus`` is what the rings carry per rank.
+    (the latter with the network's latency, twice for Simple); ``bus`` is what the rings carry per rank;
+    ``tree_pattern`` the factor on Tree's bandwidth when NCCL's tree graph has the plain TREE pattern (x0.85 with one
+    GPU per node from 2.26: ``tree_pattern_factor`` in nccl.yaml), 1 otherwise.
     """
 
     plan: NcclPlan
@@ -153,6 +155,7 @@ class ModelInputs:
     lat: float
     bus: float
     idx: int
+    tree_pattern: float = 1.0
 
 
 @dataclass

@@ -304,6 +304,9 @@ class NcclConstants:
     tuner_history: tuple[TunerChange, ...] = ()
     #: the first version whose tuner prices a one-rank-per-node network step at Tree's hwLat[NET] (tuning.cc)
     tuner_ppn1_tree_net_since: tuple[int, int] = (2, 23)
+    #: NCCL's tuner factor on Tree's bandwidth for a plain TREE-pattern graph (one GPU per node), and its release
+    tree_pattern_factor: float = 1.0
+    tree_pattern_since: tuple[int, int] = (2, 26)
     #: the first release (major, minor) whose NCCL_ALGO / NCCL_PROTO take entries for one collective
     env_per_collective_since: tuple[int, int] = (2, 24)
     #: NCCL's NVLS tuning for Blackwell across nodes: the first release (major, minor, patch) and its rules in order
@@ -551,6 +554,8 @@ class NcclConstants:
             tuner_tables_span=_span(data["tuner_tables_span"]),
             ll128_default=_ll128_default(data["ll128_default"]),
             env_per_collective_since=_major_minor(data["env_per_collective_since"]),
+            tree_pattern_factor=float(data["tree_pattern_tree"]["factor"]),
+            tree_pattern_since=_major_minor(data["tree_pattern_tree"]["since"]),
             nvls_sm100_since=_release(data["nvls_sm100_tuning"]["since"]),
             nvls_sm100_rules=tuple(_nvls_rule(r) for r in data["nvls_sm100_tuning"]["rules"]),
             arch_since={

@@ -140,7 +140,8 @@ class Tree(NcclAlgorithm):
     def model(self, m: ModelInputs) -> tuple[float, float]:
         """Two nodes: bound by the intra-node links (half the ring's traffic crosses the network; tuning.cc takes
         bwIntra for nNodes <= 2); allreduce x0.92 and perChMaxTreeBw; LL /3.8 and llMaxBw; LL128 7/9 on one node,
-        120/128 across, and a per-channel cap; algBw = busBw / 2 x the tree correction factor. Latency: baseLat +
+        120/128 across, and a per-channel cap; x0.85 for a TREE-pattern graph (``m.tree_pattern``); algBw = busBw / 2
+        x the tree correction factor. Latency: baseLat +
         2 x (chain steps x intra + tree depth x inter)."""
         plan, consts, proto = m.plan, m.consts, m.proto
         arch, idx, nch = plan.arch, m.idx, plan.channels
@@ -156,6 +157,7 @@ class Tree(NcclAlgorithm):
         elif proto == "LL128":
             frac = consts.tree_ll128_fraction[0 if plan.nnodes == 1 else 1]
             bus = min(bus * frac, nch * consts.per_channel_max_tree_ll128_bw[arch][idx])
+        bus *= m.tree_pattern  # x0.85 for a plain TREE-pattern graph (one GPU per node, from 2.26)
         algbw = bus * 0.5 * tree_correction(consts, proto, m.nbytes)
         lat = m.lat + 2 * ((plan.ppn - 1) * m.intra + int(math.log2(plan.nnodes)) * m.inter)
         return lat, algbw
