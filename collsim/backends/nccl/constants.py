@@ -288,6 +288,11 @@ class NcclConstants:
     tree_ll_bw_divisor: float = 3.8
     tree_ll128_fraction: tuple[float, float] = (7.0 / 9.0, 120.0 / 128.0)  # (one node, several nodes)
     pat_bw_factor: float = 0.75
+    #: NCCL's PAT latency: log2(nodes) x (the network step / ``pat_log_divisor``) + ranks x ``pat_per_rank`` (seconds)
+    pat_log_divisor: float = 3.5
+    pat_per_rank: float = 2.8e-6
+    #: NCCL's CollNetDirect latency: seconds of arity serialization per GPU beyond the first, twice (tuning.cc)
+    collnet_direct_arity: float = 0.4e-6
     chunk_rules: ChunkRules | None = None
     ring_plateau_latency_factor: Mapping[str, float] = field(default_factory=dict)  # by GPU arch; 1 when absent
     #: NCCL's cell scheduling of Ring and Tree channels (:func:`~collsim.backends.nccl.chunking.cell_channels`):
@@ -540,6 +545,9 @@ class NcclConstants:
             tree_ll_bw_divisor=float(data["tree_ll_bw_divisor"]),
             tree_ll128_fraction=(ratio(ll128["one_node"]), ratio(ll128["several_nodes"])),
             pat_bw_factor=float(data["pat_bw_factor"]),
+            pat_log_divisor=float(data["pat_latency"]["log_divisor"]),
+            pat_per_rank=float(data["pat_latency"]["per_rank_us"]) * _US,
+            collnet_direct_arity=float(data["collnet_direct_arity_us"]) * _US,
             chunk_rules=_chunk_rules(data["chunk_rules"]),
             ring_plateau_latency_factor={k: float(v) for k, v in data["ring_plateau_latency_factor"].items()},
             group_launch_gap=float(data["group_launch_gap_us"]) * _US,

@@ -56,12 +56,16 @@ class _CollNet(NcclAlgorithm):
 
     def model(self, m: ModelInputs) -> tuple[float, float]:
         """Every node sends the buffer once and gets it back once, spread over its NICs (collsim's reading;
-        tuning.cc gives the latencies): algBw = min(busBw, 2 x the NICs) / 2; latency = baseLat + intra-node
-        hops x intra + inter."""
+        tuning.cc gives the latencies): algBw = min(busBw, 2 x the NICs) / 2; latency = baseLat + 2 (ppn - 1)
+        intra + inter for Chain, baseLat + 2 (intra + (ppn - 1) x 0.4 us) + inter for Direct (tuning.cc v2.30.7-1
+        lines 416-421)."""
         plan = m.plan
         bus = min(m.bus, plan.nic_count * plan.nic_bw * 2)
-        hops = 2 if self.direct else 2 * (plan.ppn - 1)
-        return m.lat + (hops * m.intra + m.inter), bus * 0.5
+        if self.direct:  # 2 x (min(1, ppn - 1) x intra + (ppn - 1) x 0.4 us) + inter ("arity serialization")
+            lat = 2 * (min(1, plan.ppn - 1) * m.intra + (plan.ppn - 1) * m.consts.collnet_direct_arity) + m.inter
+        else:
+            lat = 2 * (plan.ppn - 1) * m.intra + m.inter
+        return m.lat + lat, bus * 0.5
 
     def _gpu_roles(self, ctx: SimContext, c: int, g: str, chain: list[str], node_gpus: list[str]) -> dict[str, Role]:
         raise NotImplementedError

@@ -3,7 +3,6 @@ NVSwitch reduces every slice and multicasts the sum back."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -237,7 +236,7 @@ class NVLSTree(NVLS):
         nc = consts.nvls_channels
         inter_bw = min(plan.nic_count, plan.ppn) * plan.nic_bw * (2 if plan.nnodes <= 2 else 1)
         bus = min(_nvls_bus(m), inter_bw, nc * consts.per_channel_max_nvls_tree_bw[plan.arch][m.idx])
-        lat = m.lat + (m.intra + 2 * math.log2(plan.nnodes) * m.inter)
+        lat = m.lat + (m.intra + 2 * (plan.nnodes.bit_length() - 1) * m.inter)  # tuning.cc log2i: floor
         return lat, bus * m.n / m.nsteps
 
     def build(self, ctx: SimContext) -> Layout:

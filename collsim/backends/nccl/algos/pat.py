@@ -30,8 +30,12 @@ class PAT(NcclAlgorithm):
         return None if opts.pat_enable else "NCCL_PAT_ENABLE=0"
 
     def model(self, m: ModelInputs) -> tuple[float, float]:
-        """tuning.cc: PAT's bandwidth x0.75 of the ring's; latency baseLat + ceil(log2 n) network steps."""
-        return m.lat + math.ceil(math.log2(m.n)) * m.inter, m.consts.pat_bw_factor * m.bus * m.n / m.nsteps
+        """tuning.cc (v2.30.7-1): PAT's bus bandwidth x0.75 of the ring's, used as its algorithm bandwidth (NCCL
+        converts bus to algorithm bandwidth for Ring only among all-gather and reduce-scatter's algorithms);
+        latency baseLat + log2i(nNodes) x (interLat / 3.5) + nRanks x 2.8 us."""
+        c = m.consts
+        lat = m.lat + (m.plan.nnodes.bit_length() - 1) * m.inter / c.pat_log_divisor + m.n * c.pat_per_rank
+        return lat, c.pat_bw_factor * m.bus
 
     @staticmethod
     def _shifts(n: int, collective: str) -> list[int]:

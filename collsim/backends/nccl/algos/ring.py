@@ -79,7 +79,8 @@ class Ring(NcclAlgorithm):
 
     def model(self, m: ModelInputs) -> tuple[float, float]:
         """LL: llMaxBw and x0.5 (LL's lines carry 8 data bytes in 16); LL128: 92% and a per-channel cap; latency
-        = baseLat + per-step hwLat (intra-node steps >= netOverhead across nodes) x the ring's plateau factor."""
+        = baseLat + per-step hwLat (intra-node steps >= netOverhead across nodes) x the ring's plateau factor;
+        broadcast and reduce, chains: baseLat + one hwLat."""
         plan, consts, proto = m.plan, m.consts, m.proto
         bus = m.bus
         if proto == "LL":
@@ -88,6 +89,12 @@ class Ring(NcclAlgorithm):
             cap = plan.channels * consts.per_channel_max_ring_ll128_bw[plan.arch][m.idx]
             bus = min(consts.ll128_tuner_efficiency * bus, cap)
         algbw = bus * m.n / m.nsteps
+        if m.collective in ("broadcast", "reduce"):
+            # tuning.cc (v2.30.7-1 lines 391-399): a chain's latency is one hwLat of the ring's hardware class (NET
+            # across nodes) when every channel follows the same ring (graph->sameChannels, what NCCL's search tries
+            # first and keeps on the symmetric nodes collsim builds); NCCL prices nsteps of them otherwise
+            hw = "NET" if plan.nnodes > 1 else plan.intra_hw
+            return m.lat + consts.hw_latency[hw]["Ring"][proto], algbw
         intra = m.intra
         if plan.nnodes > 1:
             intra = max(intra, plan.net_overhead * consts.protocols[proto].ring_net_overhead_factor)
