@@ -143,3 +143,19 @@ def test_tree_pattern_factor_for_one_gpu_per_node_from_2_26() -> None:
 
     assert slope("2.26.2", *ONE_PER_NODE) / slope("2.25.1", *ONE_PER_NODE) == pytest.approx(1 / 0.85, rel=1e-9)
     assert slope("2.26.2") == pytest.approx(slope("2.25.1"), rel=1e-12)
+
+
+def test_nvlstree_correction_on_blackwell_from_2_29() -> None:
+    """tuning.cc from 2.29.2: NVLSTree's allreduce bandwidth on Blackwell x86 hosts takes the tree correction table
+    (Simple row; 0.7 at 4-6 MiB, logSize 16): NCCL's model slope there is 1/0.7 of 2.28.9's; Hopper is untouched."""
+    mib = 1 << 20
+
+    def slope(source: str, version: str) -> float:
+        sim = _sim(source, version)
+        t = [sim.simulate_one("nccl", s * mib, choice=("NVLSTree", "Simple")).predicted_s for s in (4, 6)]
+        assert t[0] is not None and t[1] is not None
+        return t[1] - t[0]
+
+    b200 = "scenarios/published/gcp_a4_b200_2node_roce.yaml"
+    assert slope(b200, "2.29.2") / slope(b200, "2.28.9") == pytest.approx(1 / 0.7, rel=1e-9)
+    assert slope(TWO_NODES, "2.29.2") == pytest.approx(slope(TWO_NODES, "2.28.9"), rel=1e-12)

@@ -139,7 +139,8 @@ class ModelInputs:
     ``lat`` starts as baseLat; ``intra`` and ``inter`` are the per-step hwLat inside a node and across nodes
     (the latter with the network's latency, twice for Simple); ``bus`` is what the rings carry per rank;
     ``tree_pattern`` the factor on Tree's bandwidth when NCCL's tree graph has the plain TREE pattern (x0.85 with one
-    GPU per node from 2.26: ``tree_pattern_factor`` in nccl.yaml), 1 otherwise.
+    GPU per node from 2.26: ``tree_pattern_factor`` in nccl.yaml), 1 otherwise; ``nvlstree_corrected`` whether
+    NCCL applies the tree correction table to NVLSTree too (Blackwell on x86 hosts, from 2.29).
     """
 
     plan: NcclPlan
@@ -156,6 +157,7 @@ class ModelInputs:
     bus: float
     idx: int
     tree_pattern: float = 1.0
+    nvlstree_corrected: bool = False
 
 
 @dataclass

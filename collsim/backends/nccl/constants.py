@@ -312,6 +312,8 @@ class NcclConstants:
     #: NCCL's tuner factor on Tree's bandwidth for a plain TREE-pattern graph (one GPU per node), and its release
     tree_pattern_factor: float = 1.0
     tree_pattern_since: tuple[int, int] = (2, 26)
+    #: the first release whose cost model applies the tree correction table to NVLSTree on Blackwell x86 hosts
+    nvlstree_correction_since: tuple[int, int] = (2, 29)
     #: the first release (major, minor) whose NCCL_ALGO / NCCL_PROTO take entries for one collective
     env_per_collective_since: tuple[int, int] = (2, 24)
     #: NCCL's NVLS tuning for Blackwell across nodes: the first release (major, minor, patch) and its rules in order
@@ -564,6 +566,7 @@ class NcclConstants:
             env_per_collective_since=_major_minor(data["env_per_collective_since"]),
             tree_pattern_factor=float(data["tree_pattern_tree"]["factor"]),
             tree_pattern_since=_major_minor(data["tree_pattern_tree"]["since"]),
+            nvlstree_correction_since=_major_minor(data["nvlstree_blackwell_correction_since"]),
             nvls_sm100_since=_release(data["nvls_sm100_tuning"]["since"]),
             nvls_sm100_rules=tuple(_nvls_rule(r) for r in data["nvls_sm100_tuning"]["rules"]),
             arch_since={

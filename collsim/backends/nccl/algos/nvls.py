@@ -15,6 +15,7 @@ from collsim.algorithms.nccl_algos import (
     nccl_nvls_reduce_scatter,
 )
 from collsim.backends.common import link_uses
+from collsim.backends.nccl.algos.tree import tree_correction
 from collsim.backends.nccl.base import (
     Entity,
     Launcher,
@@ -237,7 +238,10 @@ class NVLSTree(NVLS):
         inter_bw = min(plan.nic_count, plan.ppn) * plan.nic_bw * (2 if plan.nnodes <= 2 else 1)
         bus = min(_nvls_bus(m), inter_bw, nc * consts.per_channel_max_nvls_tree_bw[plan.arch][m.idx])
         lat = m.lat + (m.intra + 2 * (plan.nnodes.bit_length() - 1) * m.inter)  # tuning.cc log2i: floor
-        return lat, bus * m.n / m.nsteps
+        algbw = bus * m.n / m.nsteps
+        if m.nvlstree_corrected and m.collective == "allreduce":  # Blackwell on x86, from 2.29 (logSize < 24)
+            algbw *= tree_correction(consts, "Simple", m.nbytes, limit=24)
+        return lat, algbw
 
     def build(self, ctx: SimContext) -> Layout:
         out = Layout()

@@ -30,9 +30,10 @@ from collsim.vocab import NCCL_PROTOCOLS
 __all__ = ["Tree", "TreeLinks", "charged_tree_correction", "launch_up_down", "tree_correction"]
 
 
-def tree_correction(consts: NcclConstants, proto: str, nbytes: int) -> float:
+def tree_correction(consts: NcclConstants, proto: str, nbytes: int, limit: int = 23) -> float:
     """NCCL's tree correction factor for an allreduce of ``nbytes``: the table's entry at log2(nbytes / 64) while
-    that is below 23 (tuning.cc applies it to Tree only for logSize < 23), and 1 from 512 MiB on.
+    that is below ``limit`` (tuning.cc applies it to Tree for logSize < 23, to NVLSTree on Blackwell for < 24), and
+    1 beyond (Tree: from 512 MiB on).
 
     >>> from types import SimpleNamespace
     >>> consts = SimpleNamespace(tree_correction={"Simple": [0.9] * 7 + [0.8, 0.7, 0.6, 0.6] + [0.5] * 13})
@@ -41,7 +42,7 @@ def tree_correction(consts: NcclConstants, proto: str, nbytes: int) -> float:
     """
     table = consts.tree_correction[proto]
     bucket = _bucket(nbytes)
-    return table[bucket] if bucket < min(23, len(table)) else 1.0
+    return table[bucket] if bucket < min(limit, len(table)) else 1.0
 
 
 def _bucket(nbytes: int) -> int:
