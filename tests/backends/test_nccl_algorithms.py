@@ -338,6 +338,13 @@ def test_collnet_needs_and_uses_in_network_reduction() -> None:
     assert any("NCCL_COLLNET_ENABLE=1 (default 0)" in n for n in sim.nccl_release_notes())
     # CollNetDirect needs an NVSwitch in the node (tuning.cc nvsCount): DGX-1 V100's hybrid cube-mesh has none
     assert offered(Simulator.from_source("ddp-resnet50-dgx1-v100", on)) == {"CollNetChain"}
+    # at most 8 GPUs per node (enqueue.cc): CollNetDirect from 2.24, CollNetChain from 2.28; a 72-GPU NVLink domain
+    rack = "scenarios/published/gb200_nvl72_1rack_coreweave.yaml"
+    fabric = "cluster.fabric={topology: rail_optimized, transport: rdma, in_network_reduction: true}"
+    for version, left in (("2.23.4", collnet), ("2.26.2", {"CollNetChain"}), ("2.28.3", set())):
+        big = Simulator.from_source(rack, ["cluster.nodes=2", fabric, "backends.nccl.env.NCCL_COLLNET_ENABLE=1",
+                                           f'backends.nccl.version="{version}"'])  # fmt: skip
+        assert offered(big) == left, version
 
 
 def test_p2p_level_and_buffsize() -> None:

@@ -314,6 +314,9 @@ class NcclConstants:
     tree_pattern_since: tuple[int, int] = (2, 26)
     #: the first release whose cost model applies the tree correction table to NVLSTree on Blackwell x86 hosts
     nvlstree_correction_since: tuple[int, int] = (2, 29)
+    #: CollNet's limit of GPUs per node and, per CollNet algorithm, the first release (major, minor) that applies it
+    collnet_max_local_gpus: int = 8
+    collnet_max_local_since: Mapping[str, tuple[int, int]] = field(default_factory=dict)
     #: the first release (major, minor) whose NCCL_ALGO / NCCL_PROTO take entries for one collective
     env_per_collective_since: tuple[int, int] = (2, 24)
     #: NCCL's NVLS tuning for Blackwell across nodes: the first release (major, minor, patch) and its rules in order
@@ -564,6 +567,10 @@ class NcclConstants:
             tuner_tables_span=_span(data["tuner_tables_span"]),
             ll128_default=_ll128_default(data["ll128_default"]),
             env_per_collective_since=_major_minor(data["env_per_collective_since"]),
+            collnet_max_local_gpus=int(data["collnet_max_local_gpus"]["count"]),
+            collnet_max_local_since={
+                str(a): _major_minor(v) for a, v in data["collnet_max_local_gpus"].items() if a != "count"
+            },
             tree_pattern_factor=float(data["tree_pattern_tree"]["factor"]),
             tree_pattern_since=_major_minor(data["tree_pattern_tree"]["since"]),
             nvlstree_correction_since=_major_minor(data["nvlstree_blackwell_correction_since"]),

@@ -77,6 +77,9 @@ class NcclPlan:
     gdr_flush: bool = True  # NCCL flushes a GPUDirect RDMA receive before the GPU reads it (Simple); gdr_flush()
     #: the algorithms the run's NCCL release does not have yet (backends.nccl.version), each with why
     unreleased: Mapping[str, str] = field(default_factory=dict)
+    #: algorithms NCCL skips on this system beyond what the hardware checks say, each with why (CollNet with more
+    #: GPUs per node than it supports)
+    unsupported: Mapping[str, str] = field(default_factory=dict)
     #: why NCCL leaves LL128 off by default here (None: on); ll128_refusal()
     ll128_refusal: str | None = None
     #: NCCL's NVLS tuning on Blackwell across nodes (2.30.3 on): (channels, chunk bytes, tree cap bytes), None each
@@ -764,6 +767,11 @@ def plan_nccl(
         net_latency=net_latency,
         gdr_flush=gdr_flush(int(topo.device(gpus[0]).spec.get("sm", 0)), opts),
         unreleased=_unreleased(opts, consts),
+        unsupported={
+            a: f"{a} runs with at most {consts.collnet_max_local_gpus} GPUs per node (this node has {len(node0)})"
+            for a, since in consts.collnet_max_local_since.items()
+            if len(node0) > consts.collnet_max_local_gpus and not opts.before(since)
+        },
         ll128_refusal=ll128_refusal(topo, gpus, intra.hw, len(node0), hops, nnodes, opts, consts),
         nvls_tuned=nvls_sm100_tuning(topo, node0, nnodes, opts, consts),
     )

@@ -43,16 +43,17 @@ class _CollNet(NcclAlgorithm):
 
     def refusal(self, plan: NcclPlan, opts: NcclOptions) -> str | None:
         """A fabric that reduces in the network, NCCL_COLLNET_ENABLE=1 (NCCL's default is 0: src/init.cc
-        v2.30.7-1 lines 63 and 2201-2203; tuning.cc disables both CollNet algorithms with collnetEnable 0) and, for
-        CollNetDirect, an NVSwitch in the node (tuning.cc: ``if (nvsCount == 0 && a == NCCL_ALGO_COLLNET_DIRECT)
-        disable``)."""
+        v2.30.7-1 lines 63 and 2201-2203; tuning.cc disables both CollNet algorithms with collnetEnable 0), for
+        CollNetDirect an NVSwitch in the node (tuning.cc: ``if (nvsCount == 0 && a == NCCL_ALGO_COLLNET_DIRECT)
+        disable``), and at most 8 GPUs per node (enqueue.cc: CollNetDirect from 2.24, CollNetChain from 2.28)."""
         if not plan.fabric.get("in_network_reduction"):
             return "CollNet needs a fabric with in-network reduction (fabric.in_network_reduction)"
         if not opts.collnet_enable:
             return "CollNet needs NCCL_COLLNET_ENABLE=1 (NCCL's default 0)"
         if self.direct and plan.nvswitch is None:
             return "CollNetDirect needs an NVSwitch in the node"
-        return None
+        # enqueue.cc: at most NCCL_MAX_DIRECT_ARITY + 1 GPUs per node (``collnet_max_local_gpus``; plan_nccl)
+        return plan.unsupported.get(self.name)
 
     def model(self, m: ModelInputs) -> tuple[float, float]:
         """Every node sends the buffer once and gets it back once, spread over its NICs (collsim's reading;
