@@ -23,6 +23,7 @@ __all__ = [
     "nccl_chain",
     "nccl_nvls_allgather",
     "nccl_nvls_reduce_scatter",
+    "nccl_nvls_stage",
     "nccl_nvls_tree",
     "nccl_pat",
     "nccl_tree_down",
@@ -469,6 +470,50 @@ def nccl_nvls_allgather(
     if last is not None:
         yield last
     if not gathered:
+        board.fire(me, "done")
+
+
+def nccl_nvls_stage(
+    board: EventBoard,
+    me: Hashable,
+    peers: Sequence[Hashable],
+    *,
+    data_bytes: float,
+    chunking: RingChunking,
+    send: Send,
+    key: str,
+    wait: str | None = None,
+    slot: str | None = None,
+    scale: float = 1.0,
+    done: bool = False,
+) -> Proc:
+    """One stage of NCCL's one-node NVLS all-gather or reduce-scatter (all_gather.h, reduce_scatter.h
+    ``RunWorkColl<..., NCCL_ALGO_NVLS, NCCL_PROTO_SIMPLE>``): slice by slice of this rank's own share of the
+    channel, one send after another.
+
+    Waits for: every peer's ``(peer, (wait, i))`` when ``wait`` is given (what the stage consumes: every GPU's
+    multicast of slice ``i``, or every GPU's copy of it into the NVLS buffers), and every peer's ``(peer, (slot,
+    i - slots))`` when ``slot`` is given (the stage writes into every GPU's NVLS buffer, whose slot is free once that
+    slice was consumed everywhere). Pays: ``send`` of ``scale`` x the slice (the gather and scatter copies move every
+    rank's slice: ``scale`` = ranks), the next slice once this one has streamed. Binds ``(me, (key, i))`` to the
+    slice's arrival; with ``done`` fires ``(me, "done")`` after the last one."""
+    parts = slices(data_bytes, chunking)
+    last: Event | None = None
+    for i, b in enumerate(parts):
+        if slot is not None and i >= chunking.slots:
+            for p in peers:
+                yield board.get(p, (slot, i - chunking.slots))
+        if wait is not None:
+            for p in peers:
+                yield board.get(p, (wait, i))
+        streamed, arrived = send(b * scale)
+        board.bind(me, (key, i), arrived)
+        last = arrived
+        if i + 1 < len(parts):  # the stage's own work after the last slice delays nothing
+            yield streamed
+    if last is not None:
+        yield last
+    if done:
         board.fire(me, "done")
 
 

@@ -167,12 +167,3 @@ def test_blackwell_nvls_tuning_caps_the_tree_chunk() -> None:
     assert new != old
     assert user.simulate_one("nccl", 256 * MIB, choice=pick).time_s == old
 
-
-def test_a_note_says_nvls_allgather_is_not_modelled() -> None:
-    """NCCL offers NVLS for all-gather and reduce-scatter on one NVLS node (tuning.cc); collsim does not model it yet,
-    and says so where NCCL could pick it (not across nodes, not without NVLS, not for allreduce)."""
-    note = "NCCL may also run NVLS for allgather on this node (tuning.cc), which collsim does not model yet"
-    assert any(n.startswith(note) for n in _sim("hgx-h100", None).nccl_release_notes("allgather"))
-    assert not any("NVLS for" in n for n in _sim("hgx-h100", None).nccl_release_notes("allreduce"))
-    assert not any("NVLS for" in n for n in _sim("dgx-a100", None).nccl_release_notes("allgather"))
-    assert not any("NVLS for" in n for n in _sim("hgx-h100", "2.16.5").nccl_release_notes("allgather"))

@@ -241,7 +241,10 @@ def step_chunking(
         # NVLS_TREE: loopCount = nvls->nHeads * chunkCount). Every GPU of the node is a head here.
         heads = plan.ppn
         nvls = nvls_chunk_bytes or consts.nvls_chunk_bytes
-        chunk = heads * nvls_chunk(rules, algo, nbytes, nc * heads, nvls, plan.nnodes, nvlstree_max_chunk)
+        chunk = nvls_chunk(rules, algo, nbytes, nc * heads, nvls, plan.nnodes, nvlstree_max_chunk)
+        # all-gather and reduce-scatter move each GPU's own share a chunk a step (all_gather.h, reduce_scatter.h:
+        # ncclCollCbdPart's chunkCount of the rank's count); allreduce's loop covers every head's chunk
+        chunk = heads * chunk if collective == "allreduce" else chunk
     elif algo == "Tree" and proto == "Simple":
         per = nbytes / max(1, min(plan.channels, nc))
         chunk = tree_simple_chunk(rules, per, tree_depth, chunk)
@@ -264,8 +267,9 @@ def step_chunking(
             pieces //= 2
     # a step cut in pieces is still one chunk, posted once; the connection still holds NCCL_STEPS steps
     chunking = RingChunking(chunk, pieces, consts.steps * pieces, pieces)
-    if algo in MERGEABLE and nbytes / nc > consts.sim_max_chunks * chunk:
-        merged = nbytes / nc / consts.sim_max_chunks  # each merged chunk still pays every step's post
+    own = nbytes / nc / (n if algo == "NVLS" and collective != "allreduce" else 1)  # what a channel's steps carry
+    if algo in MERGEABLE and own > consts.sim_max_chunks * chunk:
+        merged = own / consts.sim_max_chunks  # each merged chunk still pays every step's post
         chunking = RingChunking(merged, pieces, consts.steps * pieces, pieces, merged / chunk)
     if algo == "Ring":
         chunking = merge_ring_loops(chunking, n, collective, nbytes / nc, consts.sim_max_ring_steps)

@@ -314,6 +314,11 @@ class NcclConstants:
     tree_pattern_since: tuple[int, int] = (2, 26)
     #: the first release whose cost model applies the tree correction table to NVLSTree on Blackwell x86 hosts
     nvlstree_correction_since: tuple[int, int] = (2, 29)
+    #: NVLS all-gather and reduce-scatter on one node: the first release (major, minor), the most GPUs, and the
+    #: warps of their copy group
+    nvls_ag_rs_since: tuple[int, int] = (2, 19)
+    nvls_ag_rs_max_ranks: int = 32
+    nvls_ag_rs_copy_warps: int = 8
     #: CollNet's limit of GPUs per node and, per CollNet algorithm, the first release (major, minor) that applies it
     collnet_max_local_gpus: int = 8
     collnet_max_local_since: Mapping[str, tuple[int, int]] = field(default_factory=dict)
@@ -567,6 +572,9 @@ class NcclConstants:
             tuner_tables_span=_span(data["tuner_tables_span"]),
             ll128_default=_ll128_default(data["ll128_default"]),
             env_per_collective_since=_major_minor(data["env_per_collective_since"]),
+            nvls_ag_rs_since=_major_minor(data["nvls_allgather_reduce_scatter"]["since"]),
+            nvls_ag_rs_max_ranks=int(data["nvls_allgather_reduce_scatter"]["max_ranks"]),
+            nvls_ag_rs_copy_warps=int(data["nvls_allgather_reduce_scatter"]["copy_warps"]),
             collnet_max_local_gpus=int(data["collnet_max_local_gpus"]["count"]),
             collnet_max_local_since={
                 str(a): _major_minor(v) for a, v in data["collnet_max_local_gpus"].items() if a != "count"

@@ -82,6 +82,9 @@ class NcclPlan:
     unsupported: Mapping[str, str] = field(default_factory=dict)
     #: why NCCL leaves LL128 off by default here (None: on); ll128_refusal()
     ll128_refusal: str | None = None
+    #: the collectives NVLS runs here: allreduce, and all-gather and reduce-scatter on one node of at most 32 GPUs
+    #: from NCCL 2.19 (``nvls_allgather_reduce_scatter`` in nccl.yaml); the hardware's own checks are nvls_refusal
+    nvls_collectives: frozenset[str] = frozenset({"allreduce"})
     #: NCCL's NVLS tuning on Blackwell across nodes (2.30.3 on): (channels, chunk bytes, tree cap bytes), None each
     #: where it keeps NCCL's default; nvls_sm100_tuning()
     nvls_tuned: tuple[int | None, int | None, int | None] = (None, None, None)
@@ -774,6 +777,14 @@ def plan_nccl(
         },
         ll128_refusal=ll128_refusal(topo, gpus, intra.hw, len(node0), hops, nnodes, opts, consts),
         nvls_tuned=nvls_sm100_tuning(topo, node0, nnodes, opts, consts),
+        nvls_collectives=frozenset(
+            {"allreduce"}
+            | (
+                {"allgather", "reduce_scatter"}
+                if nnodes == 1 and len(gpus) <= consts.nvls_ag_rs_max_ranks and not opts.before(consts.nvls_ag_rs_since)
+                else set()
+            )
+        ),
     )
 
 

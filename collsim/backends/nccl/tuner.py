@@ -54,8 +54,7 @@ def withheld(plan: NcclPlan, opts: NcclOptions, collective: str) -> list[str]:
 
 def release_notes(plan: NcclPlan, opts: NcclOptions, consts: NcclConstants, collective: str) -> list[str]:
     """What NCCL's defaults and release change here, a line each: CollNet left off on a fabric that could run it
-    (NCCL_COLLNET_ENABLE's default 0), LL128 left off by default (:func:`ll128_enabled`), NVLS all-gather and
-    reduce-scatter (NCCL has them on one NVLS node; collsim does not model them), NCCL's NVLS tuning on
+    (NCCL_COLLNET_ENABLE's default 0), LL128 left off by default (:func:`ll128_enabled`), NCCL's NVLS tuning on
     Blackwell across nodes (``plan.nvls_tuned``), then for the scenario's
     release (``backends.nccl.version``; nothing more when unset) one outside the tuner tables collsim holds, a GPU
     generation it did not know, the algorithms and protocols it does not have yet, the one-node NVLS split before
@@ -66,10 +65,6 @@ def release_notes(plan: NcclPlan, opts: NcclOptions, consts: NcclConstants, coll
                    "(default 0): not offered")  # fmt: skip
     if plan.ll128_refusal is not None and opts.protocols_for(collective) is None:
         out.append(f"NCCL leaves LL128 off by default here (NCCL_PROTO=LL128 turns it on): {plan.ll128_refusal}")
-    if (collective in ("allgather", "reduce_scatter") and plan.nnodes == 1 and plan.nvls_refusal is None
-            and opts.nvls_enable and "NVLS" not in plan.unreleased and len(plan.ranks) > 1):  # fmt: skip
-        out.append(f"NCCL may also run NVLS for {collective} on this node (tuning.cc), which collsim does not model "
-                   "yet: its choice is among the others")  # fmt: skip
     channels, chunk, cap = plan.nvls_tuned
     if (channels or chunk or cap) and REGISTRY["NVLSTree"].protocols(plan, opts, collective):
         parts = [f"{channels} NVLS channels" if channels else "", f"{chunk // 1024} KiB chunks" if chunk else "",

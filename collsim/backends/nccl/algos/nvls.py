@@ -1,5 +1,6 @@
 """NVLS (NVLink SHARP, one node) and NVLSTree (NVLS in each node, NCCL's binary trees of NICs between nodes): the
-NVSwitch reduces every slice and multicasts the sum back."""
+NVSwitch reduces every slice and multicasts the sum back; on one node NVLS also runs all-gather (multicast) and
+reduce-scatter (the switch's reduction alone)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,14 @@ from dataclasses import dataclass
 
 from simpy.events import Event
 
+from collsim.algorithms.board import EventBoard
 from collsim.algorithms.nccl_algos import (
     NcclNvlsTreeMachine,
     nccl_local_copies,
     nccl_nvls_allgather,
     nccl_nvls_reduce_scatter,
+    nccl_nvls_stage,
+    slices,
 )
 from collsim.backends.common import link_uses
 from collsim.backends.nccl.algos.tree import tree_correction
@@ -22,6 +26,7 @@ from collsim.backends.nccl.base import (
     Layout,
     ModelInputs,
     NcclAlgorithm,
+    Proc,
     Role,
     SimContext,
     channel_device,
@@ -93,6 +98,40 @@ def _copy_roles(ctx: SimContext, gpu: str, tree_parent: bool) -> dict[str, Role]
     return {"sc": Role([], 0.0, r_sc, NVLS_COPY_TAG), "ga": Role([], 0.0, r_ga, NVLS_COPY_TAG)}
 
 
+def _ag_rs_roles(ctx: SimContext, gpu: str, switch: str) -> dict[str, Role]:
+    """A GPU's roles in NVLS all-gather and reduce-scatter on one node, per byte of its own slice: ``mc`` multicasts
+    it (up once, and down every GPU's: n bytes on each GPU's NVLinks from the switch), ``rd`` loads its slice
+    reduced by the switch from every GPU (up every GPU's copy for each of the n heads: n; down once); both at
+    NCCL's NVLS efficiency. The copy group's role (``ga`` for all-gather, ``sc`` for reduce-scatter; 8 warps, the
+    scatter group one fewer as it sends: :func:`nvls_copy_rate`) is absent without the GPU's ``hbm_latency``."""
+    consts, n = ctx.consts, ctx.n
+    eff = consts.nvls_efficiency[ctx.plan.arch]
+    up = link_uses(ctx.topo.route(gpu, switch, kinds=("nvlink",)))
+    down = link_uses(ctx.topo.route(switch, gpu, kinds=("nvlink",)))
+    step = consts.hw_latency["NVLINK"]["Ring"]["Simple"] * consts.sim_step_latency_scale
+    lat = up.latency + down.latency
+    if ctx.collective == "allgather":
+        uses = [(k, v / eff) for k, v in up.uses] + [(k, v * n / eff) for k, v in down.uses]
+        roles = {"mc": Role(uses, lat, ctx.cap, NVLS_TAG, post=step)}
+        workers, copy = consts.nvls_ag_rs_copy_warps * 32, "ga"  # the gather group receives: all its threads copy
+    else:
+        uses = [(k, v * n / eff) for k, v in up.uses] + [(k, v / eff) for k, v in down.uses]
+        roles = {"rd": Role(uses, lat, ctx.cap, NVLS_TAG, post=step)}
+        workers, copy = (consts.nvls_ag_rs_copy_warps - 1) * 32, "sc"  # the scatter group sends: one warp posts
+    rate = nvls_copy_rate(ctx, gpu, workers)
+    if rate is not None:
+        roles[copy] = Role([], 0.0, rate, NVLS_COPY_TAG)
+    return roles
+
+
+def _after_all(board: EventBoard, me: Entity, peers: Sequence[Entity], key: str, nslices: int) -> Proc:
+    """Fire ``(me, "done")`` once every peer's ``(peer, (key, i))`` has for every slice (a stage without its copy)."""
+    for i in range(nslices):
+        for p in peers:
+            yield board.get(p, (key, i))
+    board.fire(me, "done")
+
+
 class NVLS(NcclAlgorithm):
     """NVLS on one node: per slice, every GPU sends it to the switch and receives 1/n of the sum (reduce-scatter),
     then sends 1/n and receives the whole slice (multicast), on NCCL's NVLS channels (16 on sm90)."""
@@ -103,7 +142,10 @@ class NVLS(NcclAlgorithm):
     mergeable = True
 
     def protocols(self, plan: NcclPlan, opts: NcclOptions, collective: str) -> tuple[str, ...]:
-        ok = collective == "allreduce" and len(plan.ranks) > 1 and (plan.nnodes > 1) == self.across_nodes
+        """Simple, for allreduce (NVLS on one node, NVLSTree across nodes), and NVLS's all-gather and reduce-scatter
+        on one node where the release has them (``plan.nvls_collectives``)."""
+        runs = collective == "allreduce" or (not self.across_nodes and collective in plan.nvls_collectives)
+        ok = runs and len(plan.ranks) > 1 and (plan.nnodes > 1) == self.across_nodes
         return ("Simple",) if ok and self.refusal(plan, opts) is None else ()
 
     def refusal(self, plan: NcclPlan, opts: NcclOptions) -> str | None:
@@ -111,7 +153,13 @@ class NVLS(NcclAlgorithm):
         return plan.nvls_refusal or (None if opts.nvls_enable else "NCCL_NVLS_ENABLE=0")
 
     def model(self, m: ModelInputs) -> tuple[float, float]:
-        return m.lat + m.intra, _nvls_bus(m) * m.n / m.nsteps
+        """tuning.cc: latency intraLat; allreduce's bus bandwidth x2 ("AllReduce pipelines two operations") and
+        converted to algorithm bandwidth (n / nsteps); all-gather and reduce-scatter's x (ppn - 1) / ppn instead, and
+        used as it is (NCCL converts only Ring's among theirs)."""
+        if m.collective == "allreduce":
+            return m.lat + m.intra, _nvls_bus(m) * m.n / m.nsteps
+        ppn = m.plan.ppn
+        return m.lat + m.intra, _nvls_bus(m) / 2 * (ppn - 1) / ppn
 
     def channels(self, plan: NcclPlan, opts: NcclOptions, consts: NcclConstants) -> int:
         """NVLS runs its own channel count (nvls.cc: 16 on Hopper; on Blackwell 24 in one node, 32 across nodes and,
@@ -155,7 +203,10 @@ class NVLS(NcclAlgorithm):
         return consts.hw_latency["NVLINK"][self.name]["Simple"] * consts.sim_step_latency_scale
 
     def min_time(self, ctx: SimContext) -> float:
-        """Every GPU sends each slice of its channel to the switch (reduce-scatter), one after another."""
+        """Every GPU sends each slice of its channel to the switch (allreduce's reduce-scatter), one after another;
+        for all-gather and reduce-scatter the base latency alone."""
+        if ctx.collective != "allreduce":
+            return ctx.base
         return streaming_bound(ctx, ctx.per_channel)
 
     def build(self, ctx: SimContext) -> Layout:
@@ -165,6 +216,12 @@ class NVLS(NcclAlgorithm):
         out = Layout()
         plan, consts = ctx.plan, ctx.consts
         assert plan.nvswitch is not None
+        if ctx.collective != "allreduce":
+            ag_rs = {g: _ag_rs_roles(ctx, g, plan.nvswitch) for g in plan.ranks}
+            for c in range(ctx.nc):
+                for g in plan.ranks:
+                    out.roles[(c, g)] = dict(ag_rs[g])
+            return out
         shares: list[float] | None = None
         if ctx.opts.before(consts.nvls_split_since):
             assert consts.chunk_rules is not None
@@ -185,6 +242,8 @@ class NVLS(NcclAlgorithm):
 
     def launch(self, run: Launcher, e: Entity) -> Event | None:
         ctx, board = run.ctx, run.board
+        if ctx.collective != "allreduce":
+            return self._launch_ag_rs(run, e)
         data = run.layout.data.get(e, ctx.per_channel)
         copies = "sc" in run.roles(e)
         chunking = ctx.chunking
@@ -207,6 +266,44 @@ class NVLS(NcclAlgorithm):
             ))  # fmt: skip
         run.start(e, rs)
         run.start(e, ag)
+        return run.done(e)
+
+    def _launch_ag_rs(self, run: Launcher, e: Entity) -> Event:
+        """One GPU of one channel of NVLS all-gather or reduce-scatter on one node (all_gather.h, reduce_scatter.h,
+        ``RunWorkColl<..., NCCL_ALGO_NVLS, NCCL_PROTO_SIMPLE>``, without registered buffers), its own share of the
+        channel slice by slice. All-gather: the bcast warps multicast this GPU's slice from its input into every
+        GPU's NVLS buffer (``mc``, once every GPU has consumed the slot's previous slice), the gather warps copy every
+        GPU's slice out to the output (``ga``, once all of them arrived). Reduce-scatter: the scatter warps copy this
+        GPU's input for every GPU into its NVLS buffer (``sc``, once every GPU has reduced the slot's previous
+        slice), the reduce warps load this GPU's slice reduced by the switch from every GPU (``rd``, once every GPU
+        copied it in). The last stage's last slice ends the GPU's part."""
+        ctx, board = run.ctx, run.board
+        data = ctx.per_channel / ctx.n  # this GPU's share of the channel: its input (all-gather), output (reduce)
+        c, _g = channel_device(e)
+        peers = list(dict.fromkeys(run.rep((c, h)) for h in ctx.plan.ranks))
+        roles = run.roles(e)
+        chunking = ctx.chunking
+        if ctx.collective == "allgather":
+            first, second = ("mc", None, 1.0), ("ga", "mc", float(ctx.n))
+        else:
+            first, second = ("sc", None, float(ctx.n)), ("rd", "sc", 1.0)
+        key1, _w, scale1 = first
+        key2, wait2, scale2 = second
+        if key1 in roles:
+            run.start(e, nccl_nvls_stage(
+                board, e, peers, data_bytes=data, chunking=chunking, send=run.sender(e, key1), key=key1, slot=key2,
+                scale=scale1,
+            ))  # fmt: skip
+        else:  # no copy role (a GPU preset without hbm_latency): the slice is there at once
+            for i in range(len(slices(data, chunking))):
+                board.fire(e, (key1, i))
+        if key2 in roles:
+            run.start(e, nccl_nvls_stage(
+                board, e, peers, data_bytes=data, chunking=chunking, send=run.sender(e, key2), key=key2, wait=wait2,
+                scale=scale2, done=True,
+            ))  # fmt: skip
+        else:
+            run.start(e, _after_all(board, e, peers, key1, len(slices(data, chunking))))
         return run.done(e)
 
 
