@@ -423,23 +423,11 @@ def nccl_local_copies(
     group's rate, on no shared resource), the next slice once this one has streamed. Binds ``(me, (key, i))``
     to the copy's arrival: NCCL posts a copied slice once, after every head's part of it is written
     (prims_simple.h ``ScatterGatherOp``), so the next stage waits for the whole slice. With ``done``, fires
-    ``(me, "done")`` when the last copy has arrived."""
-    parts = slices(data_bytes, chunking)
-    last: Event | None = None
-    for i, b in enumerate(parts):
-        if slot is not None and i >= chunking.slots:
-            yield board.get(me, (slot, i - chunking.slots))
-        if after is not None:
-            yield board.get(me, (after, i))
-        streamed, arrived = send(b)
-        board.bind(me, (key, i), arrived)
-        last = arrived
-        if i + 1 < len(parts):  # the copier's own work after the last slice delays nothing
-            yield streamed
-    if last is not None:
-        yield last
-    if done:
-        board.fire(me, "done")
+    ``(me, "done")`` when the last copy has arrived. (:func:`nccl_nvls_stage` with this GPU as its only peer.)"""
+    yield from nccl_nvls_stage(
+        board, me, [me], data_bytes=data_bytes, chunking=chunking, send=send, key=key, wait=after, slot=slot,
+        done=done,
+    )  # fmt: skip
 
 
 def nccl_nvls_allgather(
