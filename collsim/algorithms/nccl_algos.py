@@ -444,21 +444,12 @@ def nccl_nvls_allgather(
     """NVLS second half: once every rank's share of a slice is ready (``(peer, (ready, i))`` for all ``peers``:
     reduced by the switch, or back from the inter-node tree), the switch multicasts it (GPU -> switch 1/n,
     switch -> every GPU the whole slice). Binds ``(me, ("ag", i))`` to the slice's arrival; fires
-    ``(me, "done")`` after the last one unless ``gathered`` (a gather lane copies each slice out and fires it)."""
-    parts = slices(data_bytes, chunking)
-    last: Event | None = None
-    for i, b in enumerate(parts):
-        for p in peers:
-            yield board.get(p, (ready, i))
-        streamed, arrived = send(b)
-        board.bind(me, ("ag", i), arrived)
-        last = arrived
-        if i + 1 < len(parts):  # the sender's own work after the last slice delays nothing
-            yield streamed
-    if last is not None:
-        yield last
-    if not gathered:
-        board.fire(me, "done")
+    ``(me, "done")`` after the last one unless ``gathered`` (a gather lane copies each slice out and fires it).
+    (:func:`nccl_nvls_stage` waiting for ``ready``.)"""
+    yield from nccl_nvls_stage(
+        board, me, peers, data_bytes=data_bytes, chunking=chunking, send=send, key="ag", wait=ready,
+        done=not gathered,
+    )  # fmt: skip
 
 
 def nccl_nvls_stage(
@@ -475,9 +466,10 @@ def nccl_nvls_stage(
     scale: float = 1.0,
     done: bool = False,
 ) -> Proc:
-    """One stage of NCCL's one-node NVLS all-gather or reduce-scatter (all_gather.h, reduce_scatter.h
-    ``RunWorkColl<..., NCCL_ALGO_NVLS, NCCL_PROTO_SIMPLE>``): slice by slice of this rank's own share of the
-    channel, one send after another.
+    """One stage of an NVLS kernel, slice by slice, one send after another: a stage of NCCL's one-node NVLS
+    all-gather or reduce-scatter (all_gather.h, reduce_scatter.h ``RunWorkColl<..., NCCL_ALGO_NVLS,
+    NCCL_PROTO_SIMPLE>``) over this rank's own share of the channel, and allreduce's multicast
+    (:func:`nccl_nvls_allgather`) and local copies (:func:`nccl_local_copies`).
 
     Waits for: every peer's ``(peer, (wait, i))`` when ``wait`` is given (what the stage consumes: every GPU's
     multicast of slice ``i``, or every GPU's copy of it into the NVLS buffers), and every peer's ``(peer, (slot,
