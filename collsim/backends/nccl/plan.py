@@ -360,7 +360,7 @@ def gdr_read(topo: Topology, gpu: str, opts: NcclOptions) -> bool:
     dev = topo.device(gpu)
     if int(dev.spec.get("sm", 0)) >= 80:
         return True
-    peers = [g.name for g in topo.gpus() if g.node == dev.node and g.name != gpu]
+    peers = [g.name for g in topo.devices("gpu", dev.node) if g.name != gpu]
     return not peers or any(topo.path_class(gpu, p) == "NVL" for p in peers)
 
 
@@ -385,10 +385,9 @@ def _intra_hop(
     most two GPUs (src/graph/paths.cc ncclTopoCheckP2p, "Allow P2P between pairs of GPUs on AMD systems":
     v2.26.2-1 lines 301-302, v2.30.7-1 lines 360-362)."""
     p2p_level = opts.p2p_level or consts.default_p2p_level
-    if opts.p2p_level is None and topo.host_cpu(a).spec.get("vendor") == "amd":
-        node = topo.device(a).node
-        if sum(1 for g in topo.gpus() if g.node == node) <= 2:
-            p2p_level = "SYS"
+    amd = opts.p2p_level is None and topo.host_cpu(a).spec.get("vendor") == "amd"
+    if amd and len(topo.devices("gpu", topo.device(a).node)) <= 2:
+        p2p_level = "SYS"
     cls = topo.path_class(a, b)
     if not opts.p2p_disable and topo.p2p_supported(a, b) and path_class_rank(cls) <= path_class_rank(p2p_level):
         nvl = topo.nvlink_route(a, b)
@@ -706,12 +705,7 @@ def plan_nccl(
             f"NCCL runs one rank per GPU ('Duplicate GPU detected' when two share one); this cluster has "
             f"{topo.ranks_per_gpu} ranks per GPU (cluster.ranks_per_gpu): use the gloo backend"
         )
-    if (opts.algorithms_by or opts.protocols_by) and opts.before(consts.env_per_collective_since):
-        major, minor = consts.env_per_collective_since
-        raise BackendError(
-            f"NCCL_ALGO and NCCL_PROTO entries for one collective ('allreduce:...') came with NCCL {major}.{minor} "
-            f"(backends.nccl.version is {'.'.join(map(str, opts.version or ()))})"
-        )
+    _check_release_knobs(opts, consts)
     cat = ResourceCatalog(topo)
     arch = str(topo.device(gpus[0]).spec.get("arch", "ampere"))
     consts.check_arch(arch)
@@ -770,22 +764,39 @@ def plan_nccl(
         net_latency=net_latency,
         gdr_flush=gdr_flush(int(topo.device(gpus[0]).spec.get("sm", 0)), opts),
         unreleased=_unreleased(opts, consts),
-        unsupported={
-            a: f"{a} runs with at most {consts.collnet_max_local_gpus} GPUs per node (this node has {len(node0)})"
-            for a, since in consts.collnet_max_local_since.items()
-            if len(node0) > consts.collnet_max_local_gpus and not opts.before(since)
-        },
+        unsupported=_unsupported(len(node0), opts, consts),
         ll128_refusal=ll128_refusal(topo, gpus, intra.hw, len(node0), hops, nnodes, opts, consts),
         nvls_tuned=nvls_sm100_tuning(topo, node0, nnodes, opts, consts),
-        nvls_collectives=frozenset(
-            {"allreduce"}
-            | (
-                {"allgather", "reduce_scatter"}
-                if nnodes == 1 and len(gpus) <= consts.nvls_ag_rs_max_ranks and not opts.before(consts.nvls_ag_rs_since)
-                else set()
-            )
-        ),
+        nvls_collectives=_nvls_collectives(len(gpus), nnodes, opts, consts),
     )
+
+
+def _check_release_knobs(opts: NcclOptions, consts: NcclConstants) -> None:
+    """Refuse NCCL_ALGO / NCCL_PROTO entries for one collective before the release that reads them (2.24)."""
+    if (opts.algorithms_by or opts.protocols_by) and opts.before(consts.env_per_collective_since):
+        major, minor = consts.env_per_collective_since
+        raise BackendError(
+            f"NCCL_ALGO and NCCL_PROTO entries for one collective ('allreduce:...') came with NCCL {major}.{minor} "
+            f"(backends.nccl.version is {'.'.join(map(str, opts.version or ()))})"
+        )
+
+
+def _unsupported(ppn: int, opts: NcclOptions, consts: NcclConstants) -> dict[str, str]:
+    """CollNet algorithms NCCL skips with more GPUs per node than it supports (``collnet_max_local_gpus``), each
+    with why."""
+    most = consts.collnet_max_local_gpus
+    return {
+        a: f"{a} runs with at most {most} GPUs per node (this node has {ppn})"
+        for a, since in consts.collnet_max_local_since.items()
+        if ppn > most and not opts.before(since)
+    }
+
+
+def _nvls_collectives(nranks: int, nnodes: int, opts: NcclOptions, consts: NcclConstants) -> frozenset[str]:
+    """What NVLS runs: allreduce, and all-gather and reduce-scatter on one node of at most ``nvls_ag_rs_max_ranks``
+    GPUs from ``nvls_ag_rs_since`` on (``nvls_allgather_reduce_scatter`` in nccl.yaml)."""
+    ag_rs = nnodes == 1 and nranks <= consts.nvls_ag_rs_max_ranks and not opts.before(consts.nvls_ag_rs_since)
+    return frozenset({"allreduce", "allgather", "reduce_scatter"} if ag_rs else {"allreduce"})
 
 
 #: NCCL's path types, best first (src/include/graph.h lines 117-154, v2.30.7-1: PATH_LOC 0 .. PATH_DIS 11)
