@@ -62,6 +62,8 @@ INT_NCCL_ENV: frozenset[str] = frozenset(
         "NCCL_BUFFSIZE",
         "NCCL_NVLS_ENABLE",
         "NCCL_SOCKET_NTHREADS",
+        "NCCL_NTHREADS",
+        "NCCL_LL128_NTHREADS",
         "NCCL_NSOCKS_PERTHREAD",
         "NCCL_CROSS_NIC",
         "NCCL_COLLNET_ENABLE",
@@ -197,6 +199,11 @@ KNOWN_NCCL_ENV: dict[str, str] = {
     "NCCL_BUFFSIZE": "Buffer size per channel and protocol in bytes (integer, default 4194304 = 4 MiB).",
     "NCCL_NVLS_ENABLE": "1 enables NVLink SHARP (NVLS) where the NVSwitch supports it, 0 disables it.",
     "NCCL_SOCKET_NTHREADS": "CPU helper threads per network connection for the socket transport (integer).",
+    "NCCL_NTHREADS": "Threads per channel of Ring and Tree with Simple and LL (a multiple of 32, 64-512; 0: NCCL's "
+    "default, 512, or 256 for Ring/Simple on a ring of at most 12 GB/s).",
+    "NCCL_LL128_NTHREADS": "Threads per channel of LL128 (a multiple of 32, 160-640; 0: the default 640).",
+    "NCCL_THREAD_THRESHOLDS": "Bytes per thread below which NCCL drops a channel, as six integers: Tree LL, LL128, "
+    "Simple, then Ring LL, LL128, Simple (a negative one keeps NCCL's default: 8, 8, 64, 8 x ranks, 8, 64).",
     "NCCL_NSOCKS_PERTHREAD": "Sockets per helper thread for the socket transport (integer).",
     "NCCL_CROSS_NIC": "0/1/2: whether rings/trees may use different NICs on different nodes; collsim keeps each "
     "channel on one rail on every node, as 0 asks and the default 2 finds on rail-optimised fabrics (1 is not "
@@ -375,6 +382,8 @@ def check_env_value(key: str, value: str) -> None:
         parse_level(value)
     elif key == "NCCL_BUFFSIZE":
         _buffsize(value)
+    elif key == "NCCL_THREAD_THRESHOLDS":
+        _thread_thresholds(value)
     elif key in INT_NCCL_ENV:
         _non_negative_int(value)
     elif key == "OFI_NCCL_TUNER_TYPE":
@@ -390,6 +399,25 @@ def _ofi_tuner_type(value: str) -> str:
         raise NcclEnvError("aws-ofi-nccl's model tuner is not modelled: collsim models its region tuner (Region, the "
                            "default) and Internal (NCCL's own tuner)")  # fmt: skip
     raise NcclEnvError(f"expected one of {', '.join(OFI_TUNER_TYPES)}, got {value!r}")
+
+
+def _thread_thresholds(value: str) -> tuple[int, ...]:
+    """NCCL_THREAD_THRESHOLDS: one to six integers separated by spaces, in NCCL's order (tuning.cc reads them with
+    ``sscanf("%ld %ld %ld %ld %ld %ld")`` into Tree LL, LL128, Simple, Ring LL, LL128, Simple; a negative one, or
+    one not given, keeps the default).
+
+    >>> _thread_thresholds("-1 -1 -1 16"), _thread_thresholds(" 8  8 64 ")
+    ((-1, -1, -1, 16), (8, 8, 64))
+    """
+    parts = value.split()
+    try:
+        numbers = tuple(int(p) for p in parts)
+    except ValueError:
+        numbers = ()
+    if not 1 <= len(numbers) <= 6:
+        raise NcclEnvError("expected one to six integers separated by spaces (Tree LL, LL128, Simple, then Ring LL, "
+                           f"LL128, Simple; negative keeps the default), got {value!r}")  # fmt: skip
+    return numbers
 
 
 def _non_negative_int(value: str) -> int:
@@ -448,6 +476,12 @@ class NcclOptions:
         NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD: sockets one network connection spreads over.
     socket_nthreads : int or None
         NCCL_SOCKET_NTHREADS as set (helper threads per socket connection), None when unset.
+    nthreads, ll128_nthreads : int or None
+        NCCL_NTHREADS and NCCL_LL128_NTHREADS as set (threads per channel; 0 or unset: None, NCCL's default).
+        NCCL corrects a value it rejects as :meth:`collsim.backends.nccl.constants.ThreadLimits.resolve` says.
+    thread_thresholds : tuple of int
+        NCCL_THREAD_THRESHOLDS' integers in NCCL's order (Tree LL, LL128, Simple, Ring LL, LL128, Simple), as many as
+        given; a negative one keeps the default. Empty when unset.
     gpus_per_process : int
         Not an NCCL knob: GPUs one process drives (nccl-tests ``-g``), set from the workload.
     host_overhead : float or "torch"
@@ -513,6 +547,9 @@ class NcclOptions:
     buffsize: int | None = None
     socket_threads: int = 1
     socket_nthreads: int | None = None
+    nthreads: int | None = None
+    ll128_nthreads: int | None = None
+    thread_thresholds: tuple[int, ...] = ()
     nvls_enable: bool = True
     collnet_enable: bool = False
     pat_enable: bool = True
@@ -616,6 +653,9 @@ class NcclOptions:
             buffsize=buffsize,
             socket_threads=max(1, threads),
             socket_nthreads=as_int("NCCL_SOCKET_NTHREADS"),
+            nthreads=positive("NCCL_NTHREADS"),
+            ll128_nthreads=positive("NCCL_LL128_NTHREADS"),
+            thread_thresholds=parsed("NCCL_THREAD_THRESHOLDS", _thread_thresholds) or (),
             nvls_enable=nvls is None or nvls != 0,
             collnet_enable=as_int("NCCL_COLLNET_ENABLE") == 1,  # init.cc: anything but 0 or 1 is 0, the default
             pat_enable=as_int("NCCL_PAT_ENABLE") != 0,  # tuning.cc ncclPatEnable: 0 off; 2 (default) and 1 on

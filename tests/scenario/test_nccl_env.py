@@ -162,11 +162,17 @@ def test_known_vars_do_not_warn() -> None:
     assert cfg.env["NCCL_CROSS_NIC"] == "0"
 
 
-def test_nthreads_and_cross_nic_say_what_is_not_modelled() -> None:
-    """NCCL_NTHREADS (threads per channel) is not modelled: a warning says so; NCCL_CROSS_NIC=1 warns too (collsim's
-    rings keep one rail per channel), 0 and 2 do not."""
-    with pytest.warns(ScenarioWarning, match=r"NCCL_NTHREADS: an NCCL variable collsim does not model; ignored"):
-        NcclConfig.model_validate({"env": {"NCCL_NTHREADS": 256}})
+def test_unmodelled_vars_and_cross_nic_say_what_is_not_modelled() -> None:
+    """NCCL_IB_QPS_PER_CONNECTION (queue pairs per connection) is not modelled: a warning says so; NCCL_CROSS_NIC=1
+    warns too (collsim's rings keep one rail per channel), 0 and 2 do not. NCCL_NTHREADS is modelled since
+    2026-12-05 (tests/backends/test_nccl_threads.py) and passes silently."""
+    with pytest.warns(ScenarioWarning, match=r"NCCL_IB_QPS_PER_CONNECTION: an NCCL variable collsim does not model"):
+        NcclConfig.model_validate({"env": {"NCCL_IB_QPS_PER_CONNECTION": 2}})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        NcclConfig.model_validate({"env": {"NCCL_NTHREADS": 256, "NCCL_LL128_NTHREADS": 320,
+                                           "NCCL_THREAD_THRESHOLDS": "-1 -1 32"}})  # fmt: skip
+    assert caught == []
     with pytest.warns(ScenarioWarning, match=r"NCCL_CROSS_NIC=1: rings that change rail between nodes are not"):
         NcclConfig.model_validate({"env": {"NCCL_CROSS_NIC": 1}})
     with warnings.catch_warnings(record=True) as caught:

@@ -24,6 +24,7 @@ __all__ = [
     "merge_ring_loops",
     "nvls_chunk",
     "ring_steps",
+    "shrink_threads",
     "step_chunking",
     "tree_ll128_chunk",
     "tree_simple_chunk",
@@ -35,19 +36,85 @@ __all__ = [
 MERGEABLE = ("Tree", "NVLS", "NVLSTree", "CollNetDirect", "CollNetChain")
 
 
-def channels_for(plan: NcclPlan, consts: NcclConstants, proto: str, nbytes: int, nc: int, algo: str = "Ring") -> int:
-    """NCCL shrinks the channel count for small sizes: while bytes < nc x nthreads x threshold, nc -= 1
-    (enqueue.cc). The LL threshold is per rank for rings only (tuning.cc: threadThresholds[RING][LL] *= nRanks).
+#: NCCL_THREAD_THRESHOLDS' order (tuning.cc): Tree LL, LL128, Simple, then Ring LL, LL128, Simple
+_THRESHOLD_ORDER = {("Tree", "LL"): 0, ("Tree", "LL128"): 1, ("Tree", "Simple"): 2,
+                    ("Ring", "LL"): 3, ("Ring", "LL128"): 4, ("Ring", "Simple"): 5}  # fmt: skip
+
+
+def shrink_threads(
+    plan: NcclPlan, opts: NcclOptions, consts: NcclConstants, algo: str, proto: str
+) -> tuple[int, int, list[str]]:
+    """(threads, bytes per thread, notes) of NCCL's small-size channel shrink for ``algo``/``proto``: its
+    ``comm->maxThreads`` and ``comm->threadThresholds`` (tuning.cc ncclTopoTuneModel; ``topologies/software/nccl.yaml``
+    ``threads``), with NCCL_NTHREADS, NCCL_LL128_NTHREADS and NCCL_THREAD_THRESHOLDS. The notes are NCCL's
+    corrections of a thread count it rejects.
+
+    Ring and Tree: LL 512, LL128 640, Tree/Simple 512, Ring/Simple 512, or 256 where the ring carries at most
+    PCI_BW (``plan.intra_bw``, or the network's with one GPU per node: NCCL's bwIntra x nChannels); LL's threshold x
+    ranks for rings. CollNet: 640 threads at 512 bytes each. PAT: none (NCCL sets no maxThreads for it: its
+    channels never shrink). NVLS and NVLSTree: collsim's stand-in for how NCCL spreads small sizes over fewer of
+    their channels, 512 threads at the protocol's threshold.
 
     >>> from types import SimpleNamespace
-    >>> plan = SimpleNamespace(ranks=["g"] * 32)
-    >>> consts = SimpleNamespace(protocols={"LL": SimpleNamespace(threshold_per_thread=8)}, nthreads=512)
-    >>> [channels_for(plan, consts, "LL", 128 * 1024, 16, algo) for algo in ("Ring", "Tree")]  # 32 ranks, 128 KiB
+    >>> from collsim.backends.nccl.constants import ThreadLimits
+    >>> hp = SimpleNamespace(simple_threads=512, simple_channel_threads=lambda bw: 256 if bw <= 12e9 else 512)
+    >>> protos = {p: SimpleNamespace(threshold_per_thread=t) for p, t in (("LL", 8), ("LL128", 8), ("Simple", 64))}
+    >>> consts = SimpleNamespace(protocols=protos, host_paths=hp, threads=ThreadLimits(32, 64, 512, 640, 640, 512))
+    >>> plan = SimpleNamespace(ranks=["g"] * 16, ppn=8, intra_bw=370e9, bus_bw=370e9)
+    >>> [shrink_threads(plan, NcclOptions(), consts, "Ring", p)[:2] for p in ("LL", "LL128", "Simple")]
+    [(512, 128), (640, 8), (512, 64)]
+    >>> shrink_threads(plan, NcclOptions(nthreads=256, thread_thresholds=(-1, -1, 32)), consts, "Tree", "Simple")
+    (256, 32, [])
+    """
+    t, hp = consts.threads, consts.host_paths
+    thresh = consts.protocols[proto].threshold_per_thread * (len(plan.ranks) if (algo, proto) == ("Ring", "LL") else 1)
+    if algo in ("CollNetDirect", "CollNetChain"):
+        return t.all, t.collnet_threshold, []
+    if algo == "PAT":
+        return 0, thresh, []
+    if algo not in ("Ring", "Tree"):
+        return hp.simple_threads, thresh, []
+    if proto == "LL128":
+        nt, note = t.resolve("NCCL_LL128_NTHREADS", opts.ll128_nthreads, t.ll128 // 4, t.ll128, t.ll128)
+    elif proto == "LL":
+        nt, note = t.resolve("NCCL_NTHREADS", opts.nthreads, t.least, t.ll, t.ll)
+    else:
+        ring_bw = plan.intra_bw if plan.ppn > 1 else plan.bus_bw
+        default = hp.simple_channel_threads(ring_bw) if algo == "Ring" else hp.simple_threads
+        nt, note = t.resolve("NCCL_NTHREADS", opts.nthreads, t.least, hp.simple_threads, default)
+    i = _THRESHOLD_ORDER[(algo, proto)]
+    if i < len(opts.thread_thresholds) and opts.thread_thresholds[i] >= 0:
+        thresh = opts.thread_thresholds[i]
+    return nt, thresh, [note] if note else []
+
+
+def channels_for(
+    plan: NcclPlan, opts: NcclOptions, consts: NcclConstants, proto: str, nbytes: int, nc: int, algo: str = "Ring"
+) -> int:
+    """NCCL shrinks the channel count for small sizes (enqueue.cc topoGetAlgoInfo): while bytes < nc x threads x
+    threshold, nc -= 1 (:func:`shrink_threads`). CollNetDirect counts its heads (``plan.ppn``: a GPU per NIC) and
+    shrinks towards 16, 8, 4, 2, 1 in turn, halving the threshold at 1.5 x each (enqueue.cc's ncSwitch loop).
+
+    >>> from types import SimpleNamespace
+    >>> from collsim.backends.nccl.constants import ThreadLimits
+    >>> hp = SimpleNamespace(simple_threads=512, simple_channel_threads=lambda bw: 512)
+    >>> consts = SimpleNamespace(protocols={"LL": SimpleNamespace(threshold_per_thread=8)}, host_paths=hp,
+    ...                          threads=ThreadLimits(32, 64, 512, 640, 640, 512))
+    >>> plan = SimpleNamespace(ranks=["g"] * 32, ppn=8, intra_bw=370e9, bus_bw=370e9)
+    >>> [channels_for(plan, NcclOptions(), consts, "LL", 128 * 1024, 16, a) for a in ("Ring", "Tree")]  # 128 KiB
     [1, 16]
     """
-    pc = consts.protocols[proto]
-    thresh = pc.threshold_per_thread * (len(plan.ranks) if proto == "LL" and algo == "Ring" else 1)
-    while nc > 1 and nbytes < nc * consts.nthreads * thresh:
+    nt, thresh, _notes = shrink_threads(plan, opts, consts, algo, proto)
+    if algo == "CollNetDirect":
+        heads, switch, short = max(1, plan.ppn), 16, True
+        while switch >= 1 and short:
+            while (short := nbytes < nc * nt * heads * thresh) and nc > switch:
+                if nc == switch + switch // 2:
+                    thresh //= 2
+                nc -= 1
+            switch //= 2
+        return nc
+    while nc > 1 and nbytes < nc * nt * thresh:
         nc -= 1
     return nc
 

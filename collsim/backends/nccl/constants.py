@@ -15,7 +15,7 @@ from collsim.backends.common import BackendError
 
 __all__ = [
     "ChunkRules", "HostPathConstants", "Ll128Default", "NcclConstants", "NvlsTuneRule", "NvlsWarps",
-    "ProtocolConstants",
+    "ProtocolConstants", "ThreadLimits",
 ]  # fmt: skip
 
 _US = 1e-6  # microseconds to seconds
@@ -56,6 +56,56 @@ class ChunkRules:
     nvls_tree: Steps
     nvls_tree_max_chunk: int
     nvls_tree_max_chunk_from_nodes: int
+
+
+@dataclass(frozen=True)
+class ThreadLimits:
+    """Threads per channel (one CTA) NCCL gives each algorithm and protocol, ``comm->maxThreads`` (tuning.cc
+    ``ncclTopoTuneModel``; device.h), and the bounds NCCL_NTHREADS and NCCL_LL128_NTHREADS must keep.
+
+    Ring/Simple takes :attr:`HostPathConstants.simple_threads` (NCCL_SIMPLE_MAX_NTHREADS), or ``simple_threads_pci``
+    where the ring graph carries at most PCI_BW; Tree/Simple the former; LL ``ll``; LL128 ``ll128``; NVLS,
+    NVLSTree, CollNet and PAT ``all`` (NCCL_MAX_NTHREADS, no variable changes it).
+
+    Attributes
+    ----------
+    warp : int
+        WARP_SIZE: a set thread count must be a multiple of it.
+    least : int
+        NCCL_NTHREADS' minimum (2 x WARP_SIZE).
+    ll, ll128, all : int
+        NCCL_LL_MAX_NTHREADS, NCCL_LL128_MAX_NTHREADS (NCCL_LL128_NTHREADS' minimum is a quarter of it),
+        NCCL_MAX_NTHREADS.
+    collnet_threshold : int
+        CollNet's bytes per thread in the channel shrink (tuning.cc threadThresholds[COLLNET_*][SIMPLE]).
+    """
+
+    warp: int
+    least: int
+    ll: int
+    ll128: int
+    all: int
+    collnet_threshold: int
+
+    def resolve(self, name: str, value: int | None, lo: int, hi: int, default: int) -> tuple[int, str | None]:
+        """NCCL's ``getNthreads``: ``value`` (None or <= 0: unset) checked against the warp size and [lo, hi].
+        Returns the thread count NCCL uses and, when it corrected a set value, the line it logs (as a note).
+
+        >>> t = ThreadLimits(32, 64, 512, 640, 640, 512)
+        >>> t.resolve("NCCL_NTHREADS", None, 64, 512, 512), t.resolve("NCCL_NTHREADS", 256, 64, 512, 512)
+        ((512, None), (256, None))
+        >>> t.resolve("NCCL_NTHREADS", 100, 64, 512, 512)[0], t.resolve("NCCL_NTHREADS", 32, 64, 512, 256)[0]
+        (512, 64)
+        """
+        if value is None or value <= 0:
+            return default, None
+        if value % self.warp:
+            return hi, f"{name}={value} is not a multiple of {self.warp}: NCCL uses {hi} threads"
+        if value > hi:
+            return hi, f"{name}={value} is above its maximum: NCCL uses {hi} threads"
+        if value < lo:
+            return lo, f"{name}={value} is below its minimum: NCCL uses {lo} threads"
+        return value, None
 
 
 @dataclass(frozen=True)
@@ -267,7 +317,7 @@ class NcclConstants:
     ll128_tuner_efficiency: float
     steps: int
     protocols: Mapping[str, ProtocolConstants]
-    nthreads: int
+    threads: ThreadLimits
     max_channels: int
     default_p2p_level: str
     default_gdr_level: str
@@ -530,7 +580,7 @@ class NcclConstants:
             ll128_tuner_efficiency=float(data["ll128_tuner_efficiency"]),
             steps=int(data["steps"]),
             protocols={name: _protocol(name, p) for name, p in protos.items()},
-            nthreads=int(data["nthreads"]),
+            threads=ThreadLimits(**{k: int(v) for k, v in data["threads"].items()}),
             max_channels=int(data["max_channels"]),
             default_p2p_level=str(data["default_p2p_level"]),
             default_gdr_level=str(data["default_gdr_level"]),

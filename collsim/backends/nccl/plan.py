@@ -396,10 +396,10 @@ def _intra_hop(
         return Hop(a, b, "P2P/PCIe", "PCI", link_uses(topo.pcie_route(a, b)), math.inf)
     if opts.shm_disable:
         raise BackendError(f"no transport between {a} and {b}: P2P unavailable and NCCL_SHM_DISABLE=1")
-    return _shm_hop(topo, cat, a, b, consts)
+    return _shm_hop(topo, cat, a, b, consts, opts)
 
 
-def _shm_hop(topo: Topology, cat: ResourceCatalog, a: str, b: str, consts: NcclConstants) -> Hop:
+def _shm_hop(topo: Topology, cat: ResourceCatalog, a: str, b: str, consts: NcclConstants, opts: NcclOptions) -> Hop:
     """SHM as NCCL runs it by default (shm.cc): the sender's SMs store each byte into a buffer in the receiver's
     host memory (NCCL_SHM_LOCALITY=2) over PCIe, the receiver's SMs load it back over PCIe. Path: PCIe from ``a``
     to the buffer's CPU socket, ``shm_memory_traffic`` (2) bytes of that socket's memory traffic per byte, PCIe to
@@ -409,7 +409,8 @@ def _shm_hop(topo: Topology, cat: ResourceCatalog, a: str, b: str, consts: NcclC
 
         cap = threads x unroll x load_bytes / round_trip
 
-    threads: a Ring/Simple channel's (256 when the path carries at most NCCL's PCI_BW, else 512, tuning.cc),
+    threads: a Ring/Simple channel's (256 when the path carries at most NCCL's PCI_BW, else 512, tuning.cc; or
+    NCCL_NTHREADS as NCCL takes it, :meth:`~collsim.backends.nccl.constants.ThreadLimits.resolve`),
     unroll: loads in flight per thread (device.h ncclCollUnroll for the receiver's compute capability),
     load_bytes: 16, round_trip: twice the PCIe latency from the receiver to the buffer's socket (seconds).
     """
@@ -418,7 +419,8 @@ def _shm_hop(topo: Topology, cat: ResourceCatalog, a: str, b: str, consts: NcclC
     to_host, from_host = topo.pcie_route(a, cpu), topo.pcie_route(cpu, b)
     path = link_uses(to_host) + cat.mem(cpu, hp.shm_memory_traffic) + link_uses(from_host)
     path_bw = min(cat.specs[k].capacity / c for k, c in path.uses)  # bytes/s the path carries alone
-    threads = hp.simple_channel_threads(path_bw)
+    t, default = consts.threads, hp.simple_channel_threads(path_bw)
+    threads = t.resolve("NCCL_NTHREADS", opts.nthreads, t.least, hp.simple_threads, default)[0]
     unroll = hp.unroll(int(topo.device(b).spec.get("sm", 0)))
     round_trip = 2.0 * sum(ln.latency for ln in from_host)
     in_flight = threads * unroll * hp.load_bytes  # bytes of loads one channel has outstanding

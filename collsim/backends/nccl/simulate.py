@@ -184,7 +184,7 @@ def _context(
     channels = alg.channels(plan, opts, consts)
     nc = channels
     if alg.shrinks_channels(opts, consts):
-        nc = channels_for(plan, consts, proto, nbytes, nc, alg.name)
+        nc = channels_for(plan, opts, consts, proto, nbytes, nc, alg.name)
     if plugin_nc is not None:  # enqueue.cc: the tuner's nChannels replaces the shrunk count (nMaxChannels), and
         nc = min(plugin_nc, channels)  # the schedule keeps at most the communicator's channels
     if alg.cell_scheduled:

@@ -53,13 +53,22 @@ def withheld(plan: NcclPlan, opts: NcclOptions, collective: str) -> list[str]:
 
 
 def release_notes(plan: NcclPlan, opts: NcclOptions, consts: NcclConstants, collective: str) -> list[str]:
-    """What NCCL's defaults and release change here, a line each: CollNet left off on a fabric that could run it
-    (NCCL_COLLNET_ENABLE's default 0), LL128 left off by default (:func:`ll128_enabled`), NCCL's NVLS tuning on
-    Blackwell across nodes (``plan.nvls_tuned``), then for the scenario's
-    release (``backends.nccl.version``; nothing more when unset) one outside the tuner tables collsim holds, a GPU
+    """What NCCL's defaults and release change here, a line each: a thread count NCCL corrects (NCCL_NTHREADS,
+    NCCL_LL128_NTHREADS: :meth:`~collsim.backends.nccl.constants.ThreadLimits.resolve`), CollNet left off on a
+    fabric that could run it (NCCL_COLLNET_ENABLE's default 0), LL128 left off by default (:func:`ll128_enabled`),
+    NCCL's NVLS tuning on Blackwell across nodes (``plan.nvls_tuned``), then for the scenario's release
+    (``backends.nccl.version``; nothing more when unset) one outside the tuner tables collsim holds, a GPU
     generation it did not know, the algorithms and protocols it does not have yet, the one-node NVLS split before
     2.20 and the release's tuner tables."""
-    out = []
+    t = consts.threads
+    out = [
+        note
+        for name, value, lo, hi in (
+            ("NCCL_NTHREADS", opts.nthreads, t.least, consts.host_paths.simple_threads),
+            ("NCCL_LL128_NTHREADS", opts.ll128_nthreads, t.ll128 // 4, t.ll128),
+        )
+        if (note := t.resolve(name, value, lo, hi, hi)[1]) is not None
+    ]
     if plan.fabric.get("in_network_reduction") and not opts.collnet_enable and collective == "allreduce":
         out.append("the fabric reduces in the network, but NCCL runs CollNet only with NCCL_COLLNET_ENABLE=1 "
                    "(default 0): not offered")  # fmt: skip
