@@ -140,7 +140,9 @@ class ModelInputs:
     (the latter with the network's latency, twice for Simple); ``bus`` is what the rings carry per rank;
     ``tree_pattern`` the factor on Tree's bandwidth when NCCL's tree graph has the plain TREE pattern (x0.85 with one
     GPU per node from 2.26: ``tree_pattern_factor`` in nccl.yaml), 1 otherwise; ``nvlstree_corrected`` whether
-    NCCL applies the tree correction table to NVLSTree too (Blackwell on x86 hosts, from 2.29).
+    NCCL applies the tree correction table to NVLSTree too (Blackwell on x86 hosts, from 2.29); ``older`` the
+    formula changes (``tuner_formulas_since`` in nccl.yaml) the run's release predates, whose earlier formula
+    prices the pair.
     """
 
     plan: NcclPlan
@@ -158,6 +160,7 @@ class ModelInputs:
     idx: int
     tree_pattern: float = 1.0
     nvlstree_corrected: bool = False
+    older: frozenset[str] = frozenset()
 
 
 @dataclass

@@ -364,6 +364,11 @@ class NcclConstants:
     tree_pattern_since: tuple[int, int] = (2, 26)
     #: the first release whose cost model applies the tree correction table to NVLSTree on Blackwell x86 hosts
     nvlstree_correction_since: tuple[int, int] = (2, 29)
+    #: the release (major, minor) from which tuning.cc prices with each formula collsim's cost model writes
+    #: (``tuner_formulas_since`` in nccl.yaml); an older release gets the formula before it
+    tuner_formulas_since: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    #: the factors of those earlier formulas (``tuner_formulas_before``), by name
+    tuner_formulas_before: Mapping[str, float] = field(default_factory=dict)
     #: NVLS all-gather and reduce-scatter on one node: the first release (major, minor), the most GPUs, and the
     #: warps of their copy group
     nvls_ag_rs_since: tuple[int, int] = (2, 19)
@@ -632,6 +637,8 @@ class NcclConstants:
             tree_pattern_factor=float(data["tree_pattern_tree"]["factor"]),
             tree_pattern_since=_major_minor(data["tree_pattern_tree"]["since"]),
             nvlstree_correction_since=_major_minor(data["nvlstree_blackwell_correction_since"]),
+            tuner_formulas_since={k: _major_minor(v) for k, v in data["tuner_formulas_since"].items()},
+            tuner_formulas_before={k: ratio(v) for k, v in data["tuner_formulas_before"].items()},
             nvls_sm100_since=_release(data["nvls_sm100_tuning"]["since"]),
             nvls_sm100_rules=tuple(_nvls_rule(r) for r in data["nvls_sm100_tuning"]["rules"]),
             arch_since={

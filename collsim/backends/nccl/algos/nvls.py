@@ -50,6 +50,28 @@ def _nvls_bus(m: ModelInputs) -> float:
     return plan.nvl_bw * eff * (nc - 1) / nc * 2
 
 
+def _nvls_bw_before(m: ModelInputs, tree: bool) -> float:
+    """tuning.cc's NVLS (or, with ``tree``, NVLSTree) algorithm bandwidth before 2.28.3 (``m.older``; the formulas
+    and factors are ``tuner_formulas_since`` and ``tuner_formulas_before`` in nccl.yaml). With the NVLS graph's
+    channels x bwIntra the GPU's NVLink bandwidth and x bwInter its heads' NICs (bwIntra on one node), as today's
+    formula (:func:`_nvls_bus`) takes them: 2.19-2.27 NVLS min(intra, inter), NVLSTree min(intra, inter, halved from
+    three nodes), both x 5/6; 2.27's NVLS all-gather and reduce-scatter min(intra x (ppn - 1) / ppn, inter x 0.9),
+    unconverted; 2.18 intra (inter from three nodes), NVLS x 5/6, NVLSTree x .70 nNodes / (2 (nNodes - 1))."""
+    plan, before = m.plan, m.consts.tuner_formulas_before
+    intra = plan.nvl_bw
+    inter = min(plan.nic_count, plan.ppn) * plan.nic_bw if plan.nnodes > 1 else intra
+    ratio = before["nvls_ratio"]
+    if "nvls_min" in m.older:  # 2.18
+        if tree:
+            ratio = before["nvlstree_ratio"] * plan.nnodes / (2 * (plan.nnodes - 1))
+        return (intra if plan.nnodes <= 2 else inter) * ratio
+    if tree:
+        return min(intra, inter if plan.nnodes <= 2 else inter / 2) * ratio
+    if m.collective != "allreduce" and "nvls_ag_rs" not in m.older:  # 2.27
+        return min(intra * (plan.ppn - 1) / plan.ppn, inter * before["nvls_ag_rs_inter"])
+    return min(intra, inter) * ratio
+
+
 def _nvls_roles(ctx: SimContext, gpu: str, switch: str, fanout: int) -> dict[str, Role]:
     """A GPU's two NVLS roles: ``rs`` sends its slice up to the switch and gets 1/fanout of the sum back; ``ag``
     sends 1/fanout up and gets the whole slice multicast back; both at NCCL's NVLS efficiency on the NVLinks."""
@@ -155,7 +177,10 @@ class NVLS(NcclAlgorithm):
     def model(self, m: ModelInputs) -> tuple[float, float]:
         """tuning.cc: latency intraLat; allreduce's bus bandwidth x2 ("AllReduce pipelines two operations") and
         converted to algorithm bandwidth (n / nsteps); all-gather and reduce-scatter's x (ppn - 1) / ppn instead, and
-        used as it is (NCCL converts only Ring's among theirs)."""
+        used as it is (NCCL converts only Ring's among theirs). A release before 2.28.3 prices with its own formula
+        (:func:`_nvls_bw_before`)."""
+        if "nvls_efficiency" in m.older:
+            return m.lat + m.intra, _nvls_bw_before(m, tree=False)
         if m.collective == "allreduce":
             return m.lat + m.intra, _nvls_bus(m) * m.n / m.nsteps
         ppn = m.plan.ppn
@@ -331,10 +356,12 @@ class NVLSTree(NVLS):
         tuning.cc: nChannels x min(intra, bwInter, perChMaxNVLSTreeBw) over the NVLS graph's channels, one per head
         and its NIC (at most one head per GPU: :func:`nvls_head_nics`), so the NICs count up to one per GPU."""
         plan, consts = m.plan, m.consts
+        lat = m.lat + (m.intra + 2 * (plan.nnodes.bit_length() - 1) * m.inter)  # tuning.cc log2i: floor
+        if "nvls_efficiency" in m.older:  # a release before 2.28.3: its own formula
+            return lat, _nvls_bw_before(m, tree=True)
         nc = consts.nvls_channels
         inter_bw = min(plan.nic_count, plan.ppn) * plan.nic_bw * (2 if plan.nnodes <= 2 else 1)
         bus = min(_nvls_bus(m), inter_bw, nc * consts.per_channel_max_nvls_tree_bw[plan.arch][m.idx])
-        lat = m.lat + (m.intra + 2 * (plan.nnodes.bit_length() - 1) * m.inter)  # tuning.cc log2i: floor
         algbw = bus * m.n / m.nsteps
         if m.nvlstree_corrected and m.collective == "allreduce":  # Blackwell on x86, from 2.29 (logSize < 24)
             algbw *= tree_correction(consts, "Simple", m.nbytes, limit=24)

@@ -78,16 +78,24 @@ class Ring(NcclAlgorithm):
         return () if collective in P2P_COLLECTIVES else NCCL_PROTOCOLS
 
     def model(self, m: ModelInputs) -> tuple[float, float]:
-        """LL: llMaxBw and x0.5 (LL's lines carry 8 data bytes in 16); LL128: 92% and a per-channel cap; latency
+        """LL: llMaxBw and x0.5 (LL's lines carry 8 data bytes in 16; x 1/4 before 2.21); LL128: 92% (70% with one
+        GPU per node before 2.23) and a per-channel cap; latency
         = baseLat + per-step hwLat (intra-node steps >= netOverhead across nodes) x the ring's plateau factor;
         broadcast and reduce, chains: baseLat + one hwLat."""
         plan, consts, proto = m.plan, m.consts, m.proto
-        bus = m.bus
+        bus, before = m.bus, consts.tuner_formulas_before
         if proto == "LL":
-            bus = min(consts.ll_bw(plan.arch, plan.cpu_vendor, m.idx), bus * consts.ring_ll_bw_fraction)
+            frac = consts.ring_ll_bw_fraction
+            if "ring_ll_half" in m.older:  # before 2.21: x 1/4, or x 1/3 on one node unless allreduce or reduce
+                gather = plan.nnodes == 1 and m.collective not in ("allreduce", "reduce")
+                frac = before["ring_ll_fraction_one_node" if gather else "ring_ll_fraction"]
+            bus = min(consts.ll_bw(plan.arch, plan.cpu_vendor, m.idx), bus * frac)
         elif proto == "LL128":
             cap = plan.channels * consts.per_channel_max_ring_ll128_bw[plan.arch][m.idx]
-            bus = min(consts.ll128_tuner_efficiency * bus, cap)
+            eff = consts.ll128_tuner_efficiency
+            if "ring_ll128_ppn" in m.older and plan.ppn < 2:  # before 2.23: "ppn < 2 ? 0.7 : 0.92"
+                eff = before["ring_ll128_one_ppn"]
+            bus = min(eff * bus, cap)
         algbw = bus * m.n / m.nsteps
         if m.collective in ("broadcast", "reduce"):
             # tuning.cc (v2.30.7-1 lines 391-399): a chain's latency is one hwLat of the ring's hardware class (NET
