@@ -54,13 +54,18 @@ def binary_tree(node: int, nodes: int, mirror: bool) -> tuple[int | None, list[i
 
 def tree_links(plan: NcclPlan, c: int, topo: Topology) -> tuple[dict[str, str | None], dict[str, list[str]]]:
     """Parent and children of every GPU in channel ``c``'s tree: a chain in each node (from the GPU next to the
-    channel's NIC) and, across nodes, one of NCCL's two complementary binary trees (even channels tree 0, odd
-    channels tree 1; see :func:`binary_tree`), joined at the chains' heads. Children are listed in a fixed
-    order (the next GPU of the chain, then the left and right subtree), so mirrored channels are exact images."""
+    channel's NIC) and, across nodes, one of NCCL's two complementary binary trees (see :func:`binary_tree`), joined
+    at the chains' heads. Which tree: the first half of the channels run tree 0, the second half tree 1, channel c
+    and c + half on the same graph channel (its NIC and chain): NCCL builds its trees over the graph's channels and
+    duplicates them, the copies taking tree 1 (connect.cc connectTrees: ``channel1 = channel0 + nChannels``,
+    v2.26.2-1 lines 146-171). So each NIC carries one channel of each tree, and a collective run on at most half the
+    channels (NCCL's small-size shrink) runs on tree 0 only. (NVLSTree alternates by channel parity instead:
+    ``treeUp[c%2]``, connect.cc line 306.) Children are listed in a fixed order (the next GPU of the chain, then the
+    left and right subtree), so mirrored channels are exact images."""
     nodes = plan.nnodes
     ring = plan.rings[c]
     chains = [[g for g in ring if topo.device(g).node == node] for node in range(nodes)]
-    mirror = c % 2 == 1
+    mirror = c >= (plan.channels + 1) // 2
 
     parent: dict[str, str | None] = {}
     children: dict[str, list[str]] = {}
