@@ -43,7 +43,7 @@ def test_ll128_shrinks_with_its_640_threads() -> None:
     plan, consts = sim.nccl_plan, sim.nccl_constants
     assert plan.channels == 24
     for algo in ("Ring", "Tree"):
-        assert shrink_threads(plan, NcclOptions(), consts, algo, "LL128")[:2] == (640, 8)
+        assert shrink_threads(plan, NcclOptions(), consts, algo, "LL128") == (640, 8)
         assert channels_for(plan, NcclOptions(), consts, "LL128", 100_000, 24, algo) == 19
 
 
@@ -55,7 +55,7 @@ def test_ring_simple_shrink_follows_nccl_nthreads_and_thresholds(env: dict[str, 
                                                                  threshold: int) -> None:
     sim = Simulator.from_source("hgx-h100", [f"backends.nccl.env.{k}={v}" for k, v in env.items()])
     plan, opts, consts = sim.nccl_plan, sim.nccl_options, sim.nccl_constants
-    assert shrink_threads(plan, opts, consts, "Ring", "Simple")[:2] == (threads, threshold)
+    assert shrink_threads(plan, opts, consts, "Ring", "Simple") == (threads, threshold)
     for nbytes in (64 * KiB, 300 * KiB, 512 * KiB, 700 * KiB):
         want = _largest_channels(nbytes, threads, threshold, 24)
         assert channels_for(plan, opts, consts, "Simple", nbytes, 24, "Ring") == want
@@ -72,10 +72,10 @@ def test_thread_thresholds_replace_the_ring_ll_per_rank_threshold() -> None:
     # NCCL multiplies Ring/LL's threshold by the rank count, then NCCL_THREAD_THRESHOLDS replaces it as given
     sim = Simulator.from_source("hgx-h100")
     plan, consts = sim.nccl_plan, sim.nccl_constants
-    assert shrink_threads(plan, NcclOptions(), consts, "Ring", "LL")[:2] == (512, 8 * 8)
+    assert shrink_threads(plan, NcclOptions(), consts, "Ring", "LL") == (512, 8 * 8)
     opts = NcclOptions.from_env({"NCCL_THREAD_THRESHOLDS": "-1 -1 -1 8"})
-    assert shrink_threads(plan, opts, consts, "Ring", "LL")[:2] == (512, 8)
-    assert shrink_threads(plan, opts, consts, "Tree", "LL")[:2] == (512, 8)  # Tree's entries left as they were
+    assert shrink_threads(plan, opts, consts, "Ring", "LL") == (512, 8)
+    assert shrink_threads(plan, opts, consts, "Tree", "LL") == (512, 8)  # Tree's entries left as they were
 
 
 def test_ring_simple_on_a_pcie_ring_runs_256_threads() -> None:
@@ -97,7 +97,7 @@ def test_pat_never_shrinks_and_collnet_direct_halves_towards_its_switches() -> N
     # 10 MiB: on to 12, the threshold halved again, 11 (11 x 0.625 MiB < 10 MiB)
     assert channels_for(plan, NcclOptions(), consts, "Simple", 20 * MiB, 32, "CollNetDirect") == 16  # type: ignore[arg-type]
     assert channels_for(plan, NcclOptions(), consts, "Simple", 10 * MiB, 32, "CollNetDirect") == 11  # type: ignore[arg-type]
-    assert shrink_threads(plan, NcclOptions(), consts, "CollNetChain", "Simple") == (640, 512, [])  # type: ignore[arg-type]
+    assert shrink_threads(plan, NcclOptions(), consts, "CollNetChain", "Simple") == (640, 512)  # type: ignore[arg-type]
 
 
 def test_shm_channel_cap_follows_nccl_nthreads() -> None:
@@ -115,7 +115,7 @@ def test_a_corrected_thread_count_is_noted_and_a_bad_threshold_list_is_an_error(
     notes = release_notes(sim.nccl_plan, sim.nccl_options, sim.nccl_constants, "allreduce")
     assert notes[0] == "NCCL_NTHREADS=100 is not a multiple of 32: NCCL uses 512 threads"
     # 100 is corrected to 512: the shrink is the default's
-    assert shrink_threads(sim.nccl_plan, sim.nccl_options, sim.nccl_constants, "Ring", "Simple")[:2] == (512, 64)
+    assert shrink_threads(sim.nccl_plan, sim.nccl_options, sim.nccl_constants, "Ring", "Simple") == (512, 64)
     with pytest.raises(NcclEnvError, match="one to six integers"):
         NcclOptions.from_env({"NCCL_THREAD_THRESHOLDS": "8 8 sixty-four"})
     with pytest.raises(ScenarioError, match=r"NCCL_THREAD_THRESHOLDS.*one to six integers"):

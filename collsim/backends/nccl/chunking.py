@@ -41,13 +41,11 @@ _THRESHOLD_ORDER = {("Tree", "LL"): 0, ("Tree", "LL128"): 1, ("Tree", "Simple"):
                     ("Ring", "LL"): 3, ("Ring", "LL128"): 4, ("Ring", "Simple"): 5}  # fmt: skip
 
 
-def shrink_threads(
-    plan: NcclPlan, opts: NcclOptions, consts: NcclConstants, algo: str, proto: str
-) -> tuple[int, int, list[str]]:
-    """(threads, bytes per thread, notes) of NCCL's small-size channel shrink for ``algo``/``proto``: its
+def shrink_threads(plan: NcclPlan, opts: NcclOptions, consts: NcclConstants, algo: str, proto: str) -> tuple[int, int]:
+    """(threads, bytes per thread) of NCCL's small-size channel shrink for ``algo``/``proto``: its
     ``comm->maxThreads`` and ``comm->threadThresholds`` (tuning.cc ncclTopoTuneModel; ``topologies/software/nccl.yaml``
-    ``threads``), with NCCL_NTHREADS, NCCL_LL128_NTHREADS and NCCL_THREAD_THRESHOLDS. The notes are NCCL's
-    corrections of a thread count it rejects.
+    ``threads``), with NCCL_NTHREADS, NCCL_LL128_NTHREADS (as NCCL corrects a count it rejects:
+    :meth:`~collsim.backends.nccl.constants.ThreadLimits.resolve`) and NCCL_THREAD_THRESHOLDS.
 
     Ring and Tree: LL 512, LL128 640, Tree/Simple 512, Ring/Simple 512, or 256 where the ring carries at most
     PCI_BW (``plan.intra_bw``, or the network's with one GPU per node: NCCL's bwIntra x nChannels); LL's threshold x
@@ -61,31 +59,31 @@ def shrink_threads(
     >>> protos = {p: SimpleNamespace(threshold_per_thread=t) for p, t in (("LL", 8), ("LL128", 8), ("Simple", 64))}
     >>> consts = SimpleNamespace(protocols=protos, host_paths=hp, threads=ThreadLimits(32, 64, 512, 640, 640, 512))
     >>> plan = SimpleNamespace(ranks=["g"] * 16, ppn=8, intra_bw=370e9, bus_bw=370e9)
-    >>> [shrink_threads(plan, NcclOptions(), consts, "Ring", p)[:2] for p in ("LL", "LL128", "Simple")]
+    >>> [shrink_threads(plan, NcclOptions(), consts, "Ring", p) for p in ("LL", "LL128", "Simple")]
     [(512, 128), (640, 8), (512, 64)]
     >>> shrink_threads(plan, NcclOptions(nthreads=256, thread_thresholds=(-1, -1, 32)), consts, "Tree", "Simple")
-    (256, 32, [])
+    (256, 32)
     """
     t, hp = consts.threads, consts.host_paths
     thresh = consts.protocols[proto].threshold_per_thread * (len(plan.ranks) if (algo, proto) == ("Ring", "LL") else 1)
     if algo in ("CollNetDirect", "CollNetChain"):
-        return t.all, t.collnet_threshold, []
+        return t.all, t.collnet_threshold
     if algo == "PAT":
-        return 0, thresh, []
+        return 0, thresh
     if algo not in ("Ring", "Tree"):
-        return hp.simple_threads, thresh, []
+        return hp.simple_threads, thresh
     if proto == "LL128":
-        nt, note = t.resolve("NCCL_LL128_NTHREADS", opts.ll128_nthreads, t.ll128 // 4, t.ll128, t.ll128)
+        nt = t.resolve("NCCL_LL128_NTHREADS", opts.ll128_nthreads, t.ll128 // 4, t.ll128, t.ll128)[0]
     elif proto == "LL":
-        nt, note = t.resolve("NCCL_NTHREADS", opts.nthreads, t.least, t.ll, t.ll)
+        nt = t.resolve("NCCL_NTHREADS", opts.nthreads, t.least, t.ll, t.ll)[0]
     else:
         ring_bw = plan.intra_bw if plan.ppn > 1 else plan.bus_bw
         default = hp.simple_channel_threads(ring_bw) if algo == "Ring" else hp.simple_threads
-        nt, note = t.resolve("NCCL_NTHREADS", opts.nthreads, t.least, hp.simple_threads, default)
+        nt = t.resolve("NCCL_NTHREADS", opts.nthreads, t.least, hp.simple_threads, default)[0]
     i = _THRESHOLD_ORDER[(algo, proto)]
     if i < len(opts.thread_thresholds) and opts.thread_thresholds[i] >= 0:
         thresh = opts.thread_thresholds[i]
-    return nt, thresh, [note] if note else []
+    return nt, thresh
 
 
 def channels_for(
@@ -104,7 +102,7 @@ def channels_for(
     >>> [channels_for(plan, NcclOptions(), consts, "LL", 128 * 1024, 16, a) for a in ("Ring", "Tree")]  # 128 KiB
     [1, 16]
     """
-    nt, thresh, _notes = shrink_threads(plan, opts, consts, algo, proto)
+    nt, thresh = shrink_threads(plan, opts, consts, algo, proto)
     if algo == "CollNetDirect":
         heads, switch, short = max(1, plan.ppn), 16, True
         while switch >= 1 and short:

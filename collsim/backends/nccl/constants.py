@@ -65,7 +65,7 @@ class ThreadLimits:
 
     Ring/Simple takes :attr:`HostPathConstants.simple_threads` (NCCL_SIMPLE_MAX_NTHREADS), or ``simple_threads_pci``
     where the ring graph carries at most PCI_BW; Tree/Simple the former; LL ``ll``; LL128 ``ll128``; NVLS,
-    NVLSTree, CollNet and PAT ``all`` (NCCL_MAX_NTHREADS, no variable changes it).
+    NVLSTree and CollNet ``all`` (NCCL_MAX_NTHREADS, no variable changes it); PAT none (tuning.cc never sets it).
 
     Attributes
     ----------
