@@ -10,7 +10,7 @@ import math
 from collections.abc import Iterable
 
 from collsim.algorithms import RingChunking
-from collsim.backends.nccl.constants import ChunkRules, NcclConstants
+from collsim.backends.nccl.constants import ChunkRules, NcclConstants, ring_simple_threads
 from collsim.backends.nccl.plan import NcclPlan
 from collsim.nccl_env import NcclOptions
 
@@ -76,10 +76,10 @@ def shrink_threads(plan: NcclPlan, opts: NcclOptions, consts: NcclConstants, alg
         nt = t.resolve("NCCL_LL128_NTHREADS", opts.ll128_nthreads, t.ll128 // 4, t.ll128, t.ll128)[0]
     elif proto == "LL":
         nt = t.resolve("NCCL_NTHREADS", opts.nthreads, t.least, t.ll, t.ll)[0]
+    elif algo == "Ring":
+        nt = ring_simple_threads(consts, plan.intra_bw if plan.ppn > 1 else plan.bus_bw, opts.nthreads)
     else:
-        ring_bw = plan.intra_bw if plan.ppn > 1 else plan.bus_bw
-        default = hp.simple_channel_threads(ring_bw) if algo == "Ring" else hp.simple_threads
-        nt = t.resolve("NCCL_NTHREADS", opts.nthreads, t.least, hp.simple_threads, default)[0]
+        nt = t.resolve("NCCL_NTHREADS", opts.nthreads, t.least, hp.simple_threads, hp.simple_threads)[0]
     i = _THRESHOLD_ORDER[(algo, proto)]
     if i < len(opts.thread_thresholds) and opts.thread_thresholds[i] >= 0:
         thresh = opts.thread_thresholds[i]

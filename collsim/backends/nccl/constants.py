@@ -15,7 +15,7 @@ from collsim.backends.common import BackendError
 
 __all__ = [
     "ChunkRules", "HostPathConstants", "Ll128Default", "NcclConstants", "NvlsTuneRule", "NvlsWarps",
-    "ProtocolConstants", "ThreadLimits",
+    "ProtocolConstants", "ThreadLimits", "ring_simple_threads",
 ]  # fmt: skip
 
 _US = 1e-6  # microseconds to seconds
@@ -647,6 +647,15 @@ class NcclConstants:
             algorithms_since={str(a): _major_minor(v) for a, v in data["algorithms_since"].items()},
             protocols_since={str(p): _major_minor(v) for p, v in data["protocols_since"].items()},
         )
+
+
+def ring_simple_threads(consts: NcclConstants, ring_bw: float, nthreads: int | None) -> int:
+    """A Ring/Simple channel's threads, NCCL's maxThreads[RING][SIMPLE] (tuning.cc ncclTopoTuneModel): NCCL_NTHREADS
+    (``nthreads``, None when unset) as getNthreads takes it (:meth:`ThreadLimits.resolve`), else 256 on a ring that
+    carries at most PCI_BW (``ring_bw`` bytes/s, NCCL's bwIntra x nChannels) and 512 above. Both the channel shrink
+    and an SHM channel's loads in flight use it."""
+    hp, t = consts.host_paths, consts.threads
+    return t.resolve("NCCL_NTHREADS", nthreads, t.least, hp.simple_threads, hp.simple_channel_threads(ring_bw))[0]
 
 
 def _multi_node_rows(rows: Mapping[str, Any], table: Mapping[str, Any]) -> dict[str, str]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from collsim.backends.common import BackendError, Path, ResourceCatalog, link_uses
-from collsim.backends.nccl.constants import NcclConstants
+from collsim.backends.nccl.constants import NcclConstants, ring_simple_threads
 from collsim.backends.nccl.plugin_tuner import ActiveTuner, resolve_tuner
 from collsim.nccl_env import NcclOptions
 from collsim.topology import Topology
@@ -410,7 +410,7 @@ def _shm_hop(topo: Topology, cat: ResourceCatalog, a: str, b: str, consts: NcclC
         cap = threads x unroll x load_bytes / round_trip
 
     threads: a Ring/Simple channel's (256 when the path carries at most NCCL's PCI_BW, else 512, tuning.cc; or
-    NCCL_NTHREADS as NCCL takes it, :meth:`~collsim.backends.nccl.constants.ThreadLimits.resolve`),
+    NCCL_NTHREADS as NCCL takes it: :func:`~collsim.backends.nccl.constants.ring_simple_threads`),
     unroll: loads in flight per thread (device.h ncclCollUnroll for the receiver's compute capability),
     load_bytes: 16, round_trip: twice the PCIe latency from the receiver to the buffer's socket (seconds).
     """
@@ -419,8 +419,7 @@ def _shm_hop(topo: Topology, cat: ResourceCatalog, a: str, b: str, consts: NcclC
     to_host, from_host = topo.pcie_route(a, cpu), topo.pcie_route(cpu, b)
     path = link_uses(to_host) + cat.mem(cpu, hp.shm_memory_traffic) + link_uses(from_host)
     path_bw = min(cat.specs[k].capacity / c for k, c in path.uses)  # bytes/s the path carries alone
-    t, default = consts.threads, hp.simple_channel_threads(path_bw)
-    threads = t.resolve("NCCL_NTHREADS", opts.nthreads, t.least, hp.simple_threads, default)[0]
+    threads = ring_simple_threads(consts, path_bw, opts.nthreads)
     unroll = hp.unroll(int(topo.device(b).spec.get("sm", 0)))
     round_trip = 2.0 * sum(ln.latency for ln in from_host)
     in_flight = threads * unroll * hp.load_bytes  # bytes of loads one channel has outstanding
