@@ -55,10 +55,11 @@ KNOWN_NOT_MONOTONE = {("dgx-a100", "Tree", "Simple")}
 #: simulated LL is far slower than that model says. 16 x HGX H100 from 192 KiB (Tree/LL 137.4 us, NCCL's model 93.8)
 #: to 256 KiB (Tree/LL128 119.3 us, model 102.2) left when a network hop took llMaxBw's two-node figure at any node
 #: count (Tree/LL 100.6 us; the shared 2- and 4-node H100 runs' Tree/LL slopes are equal). Not explained (no published
-#: run at these sizes says which is wrong): DGX-1 V100 from 128 KiB (Tree/LL 61.7 us, model 47.8) to 192 KiB (Ring/LL
-#: 48.0 us, model 55.4); the tests' 4-GPU PCIe box without P2P from 384 KiB (Ring/LL over shared memory 141.5 us,
-#: model 61.8) to 512 KiB (Ring/Simple 127.4 us, model 75.4). On the one published PCIe shared-memory run (2 x RTX 2080
-#: Ti) NCCL's model is 21-67% fast at every size and the simulation's Ring/LL within 3.3% at 128 KiB, its last LL size.
+#: run at these sizes says which is wrong): DGX-1 V100 from 128 KiB (Tree/LL 61.7 us then, 50.6 since NCCL's tree
+#: layout; model 47.8) to 192 KiB (Ring/LL 47.9 us, model 55.4); the tests' 4-GPU PCIe box without P2P from 384 KiB
+#: (Ring/LL over shared memory 141.5 us, model 61.8) to 512 KiB (Ring/Simple 127.4 us, model 75.4). On the one
+#: published PCIe shared-memory run (2 x RTX 2080 Ti) NCCL's model is 21-67% fast at every size and the simulation's
+#: Ring/LL within 3.3% at 128 KiB, its last LL size.
 KNOWN_TUNER_DROPS: set[str] = {"ddp-resnet50-dgx1-v100", USER_PRESETS}
 
 
