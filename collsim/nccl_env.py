@@ -72,6 +72,13 @@ INT_NCCL_ENV: frozenset[str] = frozenset(
         "NCCL_NET_FORCE_FLUSH",
         "NCCL_PAT_ENABLE",
         "NCCL_NET_GDR_READ",
+        "NCCL_P2P_NVL_CHUNKSIZE",
+        "NCCL_P2P_PCI_CHUNKSIZE",
+        "NCCL_P2P_NET_CHUNKSIZE",
+        "NCCL_P2P_LL_THRESHOLD",
+        "NCCL_NCHANNELS_PER_NET_PEER",
+        "NCCL_MIN_P2P_NCHANNELS",
+        "NCCL_MAX_P2P_NCHANNELS",
     }
 )
 
@@ -219,6 +226,18 @@ KNOWN_NCCL_ENV: dict[str, str] = {
     "in host memory; NCCL's default allows it from compute capability 8.0, and before only on NVLink-connected GPUs.",
     "NCCL_PAT_ENABLE": "0 disables PAT (all-gather and reduce-scatter with one GPU per node); NCCL's default 2 runs "
     "it there, 1 forces it (collsim still runs it with one GPU per node only).",
+    "NCCL_P2P_NVL_CHUNKSIZE": "Point-to-point (send/receive, all-to-all) chunk in bytes on one node of "
+    "NVLink-connected GPUs (integer, default 524288; 0: the default).",
+    "NCCL_P2P_PCI_CHUNKSIZE": "Point-to-point chunk in bytes on one node over PCIe (integer, default 131072; 0: the "
+    "default).",
+    "NCCL_P2P_NET_CHUNKSIZE": "Point-to-point chunk in bytes when the job spans nodes (integer, default 131072, x2 for "
+    "Blackwell on ARM hosts; 0: the default).",
+    "NCCL_P2P_LL_THRESHOLD": "Point-to-point bytes per channel up to which NCCL sends with LL (integer, default "
+    "16384).",
+    "NCCL_NCHANNELS_PER_NET_PEER": "Channels a point-to-point connection to another node may use (integer; 0: NCCL's "
+    "default from the NICs' bandwidth, 14 GB/s a channel, from 2.29).",
+    "NCCL_MIN_P2P_NCHANNELS": "Least point-to-point channels (integer, default 1; 0: the default).",
+    "NCCL_MAX_P2P_NCHANNELS": "Most point-to-point channels (integer, default MAXCHANNELS; 0: the default).",
     "NCCL_TUNER_PLUGIN": "The tuner plugin library (a path, or a name NCCL opens as libnccl-tuner-<name>.so); unset or "
     "not found: NCCL 2.21+ uses the network plugin's bundled tuner (aws-ofi-nccl's on EFA), else its own.",
     "OFI_NCCL_TUNER_TYPE": "aws-ofi-nccl's tuner: Internal leaves the choice to NCCL's own tuner; Region (its "
@@ -505,6 +524,12 @@ class NcclOptions:
     nvls_chunksize, nvlstree_max_chunksize : int or None
         NCCL_NVLS_CHUNKSIZE and NCCL_NVLSTREE_MAX_CHUNKSIZE in bytes (transport/nvls.cc, enqueue.cc); None (or 0)
         for NCCL's defaults.
+    p2p_nvl_chunksize, p2p_pci_chunksize, p2p_net_chunksize : int or None
+        NCCL_P2P_NVL_CHUNKSIZE, NCCL_P2P_PCI_CHUNKSIZE, NCCL_P2P_NET_CHUNKSIZE in bytes; None (or 0): the defaults.
+    p2p_ll_threshold : int or None
+        NCCL_P2P_LL_THRESHOLD in bytes per channel; None: NCCL's default (16384).
+    nchannels_per_net_peer, min_p2p_channels, max_p2p_channels : int or None
+        NCCL_NCHANNELS_PER_NET_PEER, NCCL_MIN_P2P_NCHANNELS, NCCL_MAX_P2P_NCHANNELS; None (or 0): the defaults.
     tuner_plugin : str or None
         NCCL_TUNER_PLUGIN as set (a library path or name); None when unset.
     ofi_tuner_type : str or None
@@ -557,6 +582,13 @@ class NcclOptions:
     net_force_flush: bool | None = None
     nvls_chunksize: int | None = None
     nvlstree_max_chunksize: int | None = None
+    p2p_nvl_chunksize: int | None = None
+    p2p_pci_chunksize: int | None = None
+    p2p_net_chunksize: int | None = None
+    p2p_ll_threshold: int | None = None
+    nchannels_per_net_peer: int | None = None
+    min_p2p_channels: int | None = None
+    max_p2p_channels: int | None = None
     tuner_plugin: str | None = None
     ofi_tuner_type: str | None = None
     env: Mapping[str, str] = field(default_factory=dict)
@@ -663,6 +695,13 @@ class NcclOptions:
             net_force_flush=None if "NCCL_NET_FORCE_FLUSH" not in text else bool(as_int("NCCL_NET_FORCE_FLUSH")),
             nvls_chunksize=positive("NCCL_NVLS_CHUNKSIZE"),
             nvlstree_max_chunksize=positive("NCCL_NVLSTREE_MAX_CHUNKSIZE"),
+            p2p_nvl_chunksize=positive("NCCL_P2P_NVL_CHUNKSIZE"),
+            p2p_pci_chunksize=positive("NCCL_P2P_PCI_CHUNKSIZE"),
+            p2p_net_chunksize=positive("NCCL_P2P_NET_CHUNKSIZE"),
+            p2p_ll_threshold=as_int("NCCL_P2P_LL_THRESHOLD"),
+            nchannels_per_net_peer=positive("NCCL_NCHANNELS_PER_NET_PEER"),
+            min_p2p_channels=positive("NCCL_MIN_P2P_NCHANNELS"),
+            max_p2p_channels=positive("NCCL_MAX_P2P_NCHANNELS"),
             tuner_plugin=text.get("NCCL_TUNER_PLUGIN"),
             ofi_tuner_type=parsed("OFI_NCCL_TUNER_TYPE", _ofi_tuner_type),
             env={k: str(v) for k, v in env.items()},

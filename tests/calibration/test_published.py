@@ -137,16 +137,17 @@ _PUBLISHED_BIG = {
     "h100_8node_ib_issue309": 18.5,
     "dgx1_v100_8gpu_g8": 5.3,
     "gb200_nvl72_1rack_coreweave": 25.1,
-    # nine more, the first of other collectives than allreduce, added 2026-12-05 and checked with the model unchanged:
-    # a cluster-acceptance report's HGX B200 sweeps on one node and on two over InfiniBand, and Google's all_gather
-    # examples on A4 (B200, RoCE) and A3 Mega (TCPXO). At >= 16 MiB within 12% but alltoall (27%: NCCL's
-    # point-to-point parts, chunks and warps per peer are not modelled) and the two-node all_gather / reduce_scatter
-    # (28-29%: a 305-308 GB/s plateau against 384, unexplained); below 16 MiB collsim and NCCL's model are both 21-62%
-    # fast (docs/accuracy.md, "Other collectives and B200 acceptance sweeps")
+    # ten more, the first of other collectives than allreduce, added 2026-12-05: a cluster-acceptance report's HGX
+    # B200 sweeps on one node and on two over InfiniBand, and Google's all_gather examples on A4 (B200, RoCE) and
+    # A3 Mega (TCPXO). At >= 16 MiB within 12% but the two-node all_gather / reduce_scatter (28-29%: a 305-308 GB/s
+    # plateau against 384, unexplained); below 16 MiB collsim and NCCL's model are both 21-62% fast
+    # (docs/accuracy.md, "Other collectives and B200 acceptance sweeps")
     "vultr_b200_8gpu_allreduce": 7.5,
     "vultr_b200_8gpu_allgather": 6.6,
     "vultr_b200_8gpu_reduce_scatter": 6.0,
-    "vultr_b200_8gpu_alltoall": 27.8,
+    # 26.8% before NCCL's point-to-point schedule was modelled (2026-12-05, the same day); sendrecv added with it
+    "vultr_b200_8gpu_alltoall": 8.1,
+    "vultr_b200_8gpu_sendrecv": 4.3,
     "vultr_b200_2node_ib_allreduce": 7.0,
     "vultr_b200_2node_ib_allgather": 29.8,
     "vultr_b200_2node_ib_reduce_scatter": 28.9,

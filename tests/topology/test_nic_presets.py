@@ -307,7 +307,7 @@ def test_several_nics_per_gpu(tmp_path: Path) -> None:
     sim = _sim("efa-v2", "rdma", "64MiB", node=_write(tmp_path, template))
     assert sim.nccl_plan.nic_count == 32 and sim.nccl_plugin_env == {
         "NCCL_BUFFSIZE": "8388608", "NCCL_NVLS_CHUNKSIZE": "524288", "NCCL_NVLSTREE_MAX_CHUNKSIZE": "524288",
-        "NCCL_NET_FORCE_FLUSH": "0",
+        "NCCL_NET_FORCE_FLUSH": "0", "NCCL_P2P_NET_CHUNKSIZE": "524288",
     }
     (rec,) = sim.run(backends=["nccl"]).records
     assert rec.busbw_gbps > 0

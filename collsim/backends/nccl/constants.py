@@ -14,7 +14,7 @@ from typing import Any
 from collsim.backends.common import BackendError
 
 __all__ = [
-    "ChunkRules", "HostPathConstants", "Ll128Default", "NcclConstants", "NvlsTuneRule", "NvlsWarps",
+    "ChunkRules", "HostPathConstants", "Ll128Default", "NcclConstants", "NvlsTuneRule", "NvlsWarps", "P2pConstants",
     "ProtocolConstants", "ThreadLimits", "ring_simple_threads",
 ]  # fmt: skip
 
@@ -165,6 +165,61 @@ class HostPathConstants:
         """Threads of a Ring/Simple channel on a ring that carries ``ring_bw`` bytes/s (tuning.cc)."""
         return self.simple_threads_pci if ring_bw <= self.pci_bw else self.simple_threads
 
+
+@dataclass(frozen=True)
+class P2pConstants:
+    """NCCL's point-to-point schedule (``p2p`` in nccl.yaml): chunks, parts per peer, LL threshold, channels.
+
+    Attributes
+    ----------
+    chunk_bytes : mapping of str to int
+        NCCL_P2P_NET_CHUNKSIZE, NCCL_P2P_PCI_CHUNKSIZE, NCCL_P2P_NVL_CHUNKSIZE defaults (``net``, ``pci``, ``nvl``),
+        bytes.
+    net_chunk_arm_blackwell_factor : int
+        The net chunk's factor for Blackwell GPUs on ARM hosts.
+    part_min_divisor, part_max_factor : tuple of (int, int)
+        (one node, several nodes): a part is at least chunk / divisor and at most chunk x factor bytes.
+    ll_threshold : int
+        NCCL_P2P_LL_THRESHOLD default, bytes per part.
+    ll_threshold_per_peer_channels : tuple of ((int, int), (int, int))
+        The releases [since, until) that compare a peer's bytes with p2pnChannelsPerPeer x threshold.
+    net_chunk_divisors : tuple of (int, int)
+        A Simple network chunk's divisor below one step and below 8 steps of the peer's bytes.
+    works_per_batch : int
+        Sends and receives one channel runs at once (NCCL_MAX_DEV_WORK_P2P_PER_BATCH).
+    max_channels : tuple of ((int, int), int, int)
+        (since release, MAXCHANNELS from it, MAXCHANNELS before it).
+    nvlink_bw : tuple of (int, int, float)
+        (lowest sm, highest sm, one NVLink's bandwidth in bytes/s), first match (ncclTopoNVLinkBw).
+    per_channel_net_bw : float
+        NCCL_P2P_PER_CHANNEL_NET_BW default, bytes/s.
+    net_channels_by_bw_since : tuple of (int, int)
+        The release from which a network peer's channels follow the NICs' bandwidth.
+    """
+
+    chunk_bytes: Mapping[str, int]
+    net_chunk_arm_blackwell_factor: int
+    part_min_divisor: tuple[int, int]
+    part_max_factor: tuple[int, int]
+    ll_threshold: int
+    ll_threshold_per_peer_channels: tuple[tuple[int, int], tuple[int, int]]
+    net_chunk_divisors: tuple[int, int]
+    works_per_batch: int
+    max_channels: tuple[tuple[int, int], int, int]
+    nvlink_bw: tuple[tuple[int, int, float], ...]
+    per_channel_net_bw: float
+    net_channels_by_bw_since: tuple[int, int]
+
+    def nvlink_link_bw(self, sm: int) -> float:
+        """One NVLink's bandwidth (bytes/s) as NCCL rates it for a GPU of compute capability ``sm`` (x 10).
+
+        >>> rows = ((100, 999, 40.1e9), (90, 99, 20.6e9), (86, 86, 12e9), (0, 89, 20e9))
+        >>> p = P2pConstants({}, 1, (8, 2), (32, 1), 16384, ((2, 22), (2, 29)), (4, 2), 8, ((2, 25), 64, 32), rows,
+        ...                  14e9, (2, 29))
+        >>> [p.nvlink_link_bw(sm) / 1e9 for sm in (80, 86, 89, 90, 100)]
+        [20.0, 12.0, 20.0, 20.6, 40.1]
+        """
+        return next(bw for lo, hi, bw in self.nvlink_bw if lo <= sm <= hi)
 
 @dataclass(frozen=True)
 class NvlsTuneRule:
@@ -406,6 +461,8 @@ class NcclConstants:
     sim_max_chunks: int = 512  # chunks per channel beyond which a tree/chain/NVLS pipeline merges chunks
     sim_max_ring_steps: int = 512  # ring steps per channel beyond which a ring merges loops (keeping >= 1 loop)
     sim_max_pieces: int = 16  # pieces an LL/LL128 step may be cut into so that receivers forward data early
+    #: NCCL's point-to-point schedule (send/receive, all-to-all); None only in hand-built constants
+    p2p: P2pConstants | None = None
 
     def for_tuner(self, version: tuple[int, ...] | None) -> NcclConstants:
         """These constants as NCCL release ``version``'s tuner has them: its ``base_latency`` and ``hw_latency`` and
@@ -646,6 +703,7 @@ class NcclConstants:
             },
             algorithms_since={str(a): _major_minor(v) for a, v in data["algorithms_since"].items()},
             protocols_since={str(p): _major_minor(v) for p, v in data["protocols_since"].items()},
+            p2p=_p2p(data["p2p"]),
         )
 
 
@@ -755,6 +813,25 @@ def _ll128_default(d: Mapping[str, Any]) -> Ll128Default:
         {int(sm): _major_minor(v) for sm, v in d["sm_since"].items()},
     )
 
+
+def _p2p(d: Mapping[str, Any]) -> P2pConstants:
+    """The ``p2p`` section (GB/s there, bytes/s here)."""
+    mc, nc = d["max_channels"], d["net_chunk_divisors"]
+    per = d["ll_threshold_per_peer_channels"]
+    return P2pConstants(
+        chunk_bytes={str(k): int(v) for k, v in d["chunk_bytes"].items()},
+        net_chunk_arm_blackwell_factor=int(d["net_chunk_arm_blackwell_factor"]),
+        part_min_divisor=(int(d["part_min_divisor"]["one_node"]), int(d["part_min_divisor"]["several_nodes"])),
+        part_max_factor=(int(d["part_max_factor"]["one_node"]), int(d["part_max_factor"]["several_nodes"])),
+        ll_threshold=int(d["ll_threshold_bytes"]),
+        ll_threshold_per_peer_channels=(_major_minor(per["since"]), _major_minor(per["until"])),
+        net_chunk_divisors=(int(nc["below_one_step"]), int(nc["below_eight_steps"])),
+        works_per_batch=int(d["works_per_batch"]),
+        max_channels=(_major_minor(mc["since"]), int(mc["count"]), int(mc["before"])),
+        nvlink_bw=tuple((int(lo), int(hi), float(bw) * _GBPS) for lo, hi, bw in d["nvlink_bw_gbps"]),
+        per_channel_net_bw=float(d["per_channel_net_bw_gbps"]) * _GBPS,
+        net_channels_by_bw_since=_major_minor(d["net_channels_by_bw_since"]),
+    )
 
 def _release(value: Any) -> tuple[int, int, int]:
     """An NCCL release given in the YAML as [major, minor, patch]."""

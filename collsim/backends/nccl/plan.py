@@ -15,6 +15,7 @@ from typing import Any
 
 from collsim.backends.common import BackendError, Path, ResourceCatalog, link_uses
 from collsim.backends.nccl.constants import NcclConstants, ring_simple_threads
+from collsim.backends.nccl.p2p_sched import P2pChannels, local_peer_channels, p2p_channels
 from collsim.backends.nccl.plugin_tuner import ActiveTuner, resolve_tuner
 from collsim.nccl_env import NcclOptions
 from collsim.topology import Topology
@@ -88,6 +89,10 @@ class NcclPlan:
     #: NCCL's NVLS tuning on Blackwell across nodes (2.30.3 on): (channels, chunk bytes, tree cap bytes), None each
     #: where it keeps NCCL's default; nvls_sm100_tuning()
     nvls_tuned: tuple[int | None, int | None, int | None] = (None, None, None)
+    #: the GPUs' compute capability x 10 (rank 0's; NCCL's cudaCompCap)
+    sm: int = 0
+    #: NCCL's point-to-point channels and chunk here (p2p_sched.p2p_channels); None only in hand-built plans
+    p2p: P2pChannels | None = None
 
     def nic_for(self, topo: Topology, node: int, channel: int) -> str | None:
         """The NIC channel ``channel`` uses on ``node`` (:func:`channel_nic`)."""
@@ -730,6 +735,7 @@ def plan_nccl(
         bus_bw = min(bus_bw, nics_used * nic_bw, nch * min(nic_bw, first_net.max_rate))
         transports = sorted({h.transport for h in hops.values() if h.hw == "NET"})
         notes.append(f"inter-node transport: {', '.join(transports)}")
+    sm = int(topo.device(gpus[0]).spec.get("sm", 0))
     switch = next(iter(topo.devices("nvswitch", 0)), None)
     multicast = bool(switch.spec.get("multicast", False)) if switch is not None else False
     # the latency the network plugin reports to NCCL (NIC preset nccl_net_latency), priced on network steps only
@@ -763,14 +769,60 @@ def plan_nccl(
         tuner=tuner,
         tuner_note=tuner_note,
         net_latency=net_latency,
-        gdr_flush=gdr_flush(int(topo.device(gpus[0]).spec.get("sm", 0)), opts),
+        gdr_flush=gdr_flush(sm, opts),
         unreleased=_unreleased(opts, consts),
         unsupported=_unsupported(len(node0), opts, consts),
         ll128_refusal=ll128_refusal(topo, gpus, intra.hw, len(node0), hops, nnodes, opts, consts),
         nvls_tuned=nvls_sm100_tuning(topo, node0, nnodes, opts, consts),
         nvls_collectives=_nvls_collectives(len(gpus), nnodes, opts, consts),
+        sm=sm,
+        p2p=_p2p_channels(topo, node0, sm, intra.hw, nch, len(gpus), nnodes, nics_used, nic_bw, opts, consts),
     )
 
+
+def _p2p_channels(
+    topo: Topology,
+    node0: Sequence[str],
+    sm: int,
+    intra_hw: str,
+    nch: int,
+    nranks: int,
+    nnodes: int,
+    nics_used: int,
+    nic_bw: float,
+    opts: NcclOptions,
+    consts: NcclConstants,
+) -> P2pChannels | None:
+    """NCCL's point-to-point channels for this system (:func:`~collsim.backends.nccl.p2p_sched.p2p_channels`).
+
+    A peer inside the node gets 2 channels per NVLink's worth of path bandwidth: on an NVSwitch node the GPU's NVLink
+    bandwidth over NCCL's rate of one NVLink (ncclTopoNVLinkBw), on an NVLink mesh the fewest direct links between
+    two of its GPUs (a pair without one goes through another GPU: 2), over PCIe 2 (paths.cc ncclTopoGetNchannels)."""
+    p2p = consts.p2p
+    if p2p is None:
+        return None
+    local: int | None = None
+    if len(node0) > 1:
+        links: int | None = None
+        nvl_bw = sum(ln.bandwidth for ln in topo.links() if ln.src == node0[0] and ln.kind == "nvlink")
+        mesh = nvlink_mesh(topo, 0)
+        if mesh is not None:
+            links = min(mesh.get((a, b), 0) for a in node0 for b in node0 if a != b)
+        elif nvl_bw > 0:
+            links = int(nvl_bw / p2p.nvlink_link_bw(sm) + 1e-9)
+        local = local_peer_channels(links)
+    kind = "net" if nnodes > 1 else ("nvl" if intra_hw == "NVLINK" else "pci")
+    override = {"net": opts.p2p_net_chunksize, "nvl": opts.p2p_nvl_chunksize, "pci": opts.p2p_pci_chunksize}[kind]
+    simple = consts.protocols["Simple"]
+    step = (opts.buffsize or simple.buffer_bytes) // consts.steps
+    ppn = max(1, len(node0))
+    return p2p_channels(
+        p2p, ring_channels=nch, nranks=nranks, nnodes=nnodes, local_peer_channels=local,
+        all_nvlink=intra_hw == "NVLINK", nics_per_gpu=max(1, nics_used // ppn), nic_bw=nic_bw,
+        version=opts.version[:2] if opts.version else None, chunk_override=override,
+        net_peer_channels=opts.nchannels_per_net_peer, min_p2p=opts.min_p2p_channels, max_p2p=opts.max_p2p_channels,
+        simple_step=int(step),
+    )  # fmt: skip
 
 def _check_release_knobs(opts: NcclOptions, consts: NcclConstants) -> None:
     """Refuse NCCL_ALGO / NCCL_PROTO entries for one collective before the release that reads them (2.24)."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collsim.backends.common import BackendError
-from collsim.backends.nccl.algos import REGISTRY
+from collsim.backends.nccl.algos import P2P_ALGORITHM, REGISTRY
 from collsim.backends.nccl.base import ModelInputs, node_index
 from collsim.backends.nccl.constants import NcclConstants
 from collsim.backends.nccl.plan import NcclPlan
@@ -133,10 +133,11 @@ def tuner_times(
     opts = opts or NcclOptions()
     consts = consts.for_tuner(opts.version)  # the tables of the run's NCCL release
     n = len(plan.ranks)
-    if collective in P2P_COLLECTIVES:
-        m = _inputs(plan, opts, consts, collective, nbytes, "P2P", "Simple")
-        lat, algbw = REGISTRY["P2P"].model(m)
-        return {("P2P", "Simple"): lat + nbytes / algbw}
+    if collective in P2P_COLLECTIVES:  # NCCL's rule picks the protocol (enqueue.cc addP2pToPlan), not a cost model
+        proto = P2P_ALGORITHM.pick(plan, opts, consts, collective, nbytes)
+        m = _inputs(plan, opts, consts, collective, nbytes, "P2P", proto)
+        lat, algbw = P2P_ALGORITHM.model(m)
+        return {("P2P", proto): lat + nbytes / algbw}
     if n == 1:
         return {("Ring", p): consts.base_latency["Ring"][p] for p in NCCL_PROTOCOLS}
     out: dict[tuple[str, str], float] = {}

@@ -16,13 +16,15 @@ from collsim.backends.nccl.algos.ring import Ring, ring_plateau
 from collsim.backends.nccl.algos.tree import Tree, tree_correction
 from collsim.backends.nccl.base import NcclAlgorithm
 
-__all__ = ["REGISTRY", "algorithm", "ring_plateau", "tree_correction"]
+__all__ = ["P2P_ALGORITHM", "REGISTRY", "algorithm", "ring_plateau", "tree_correction"]
 
 #: Every modelled algorithm by NCCL's name, in the order candidates are listed.
 REGISTRY: dict[str, NcclAlgorithm] = {
     alg.name: alg
     for alg in (P2P(), Ring(), PAT(), Tree(), NVLS(), NVLSTree(), CollNetDirect(), CollNetChain())
 }
+#: The registry's point-to-point algorithm, typed (its protocol follows NCCL's rule: :meth:`P2P.pick`).
+P2P_ALGORITHM: P2P = next(a for a in REGISTRY.values() if isinstance(a, P2P))
 
 
 def algorithm(name: str) -> NcclAlgorithm:
