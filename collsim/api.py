@@ -259,6 +259,7 @@ class Simulator:
                 launch_delay=delays,
                 decouple=scenario.engine.decouple,
                 version=nccl.version_tuple() if nccl else None,
+                sendrecv_peers=self._peers(),
             )
         gloo = scenario.backends.gloo
         self.gloo_options = (
@@ -266,7 +267,7 @@ class Simulator:
             if gloo
             else GlooOptions()
         )
-        self.gloo_options = dataclasses.replace(self.gloo_options, launch_delay=delays)
+        self.gloo_options = dataclasses.replace(self.gloo_options, launch_delay=delays, peers=self._peers() or (0, 1))
         self.fabric: dict[str, Any] = scenario.topology_kwargs().get("fabric") or {}
 
     def _launch_delays(self) -> tuple[tuple[int, float], ...]:
@@ -324,6 +325,21 @@ class Simulator:
     def _errors(self, field: str) -> AbstractContextManager[None]:
         """:func:`scenario_errors` for this scenario's file."""
         return scenario_errors(self.scenario.source_file, field)
+
+    def _peers(self) -> tuple[int, int] | None:
+        """``workload.peers`` as a pair, each checked against the cluster's ranks; None when unset."""
+        peers = self.scenario.workload.peers
+        if peers is None:
+            return None
+        n = len(self.topology.rank_devices())
+        for i, r in enumerate(peers):
+            if r >= n:
+                raise ScenarioError(
+                    f"expected a rank below {n} (the cluster's ranks), got {r}",
+                    file=self.scenario.source_file,
+                    field=f"workload.peers[{i}]",
+                )
+        return peers[0], peers[1]
 
     def _check_gpus_per_process(self) -> None:
         """``workload.gpus_per_process`` is at most the ranks of one node."""

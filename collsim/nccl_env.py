@@ -599,6 +599,8 @@ class NcclOptions:
     jitter_seed: int = 0
     decouple: bool = False
     version: tuple[int, int, int] | None = None
+    #: sendrecv's one sender and receiver (scenario workload.peers); None: every rank to the next, as nccl-tests
+    sendrecv_peers: tuple[int, int] | None = None
 
     def cta_bounds(self, most: int) -> tuple[int, int]:
         """(minCTAs, maxCTAs) as NCCL settles them (init.cc): each capped at ``most`` (MAXCHANNELS), and the

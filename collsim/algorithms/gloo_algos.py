@@ -593,26 +593,29 @@ def _alltoall(n: int, nbytes: float) -> GlooSchedule:
     return _same_role("alltoall/direct", n, peers, body, (f"{n - 1} sends",))
 
 
-def _sendrecv(n: int, nbytes: float) -> GlooSchedule:
+def _sendrecv(n: int, nbytes: float, src: int = 0, dst: int = 1) -> GlooSchedule:
     if n < 2:
         raise ValueError("sendrecv needs at least 2 ranks")
+    if not (0 <= src < n and 0 <= dst < n and src != dst):
+        raise ValueError(f"sendrecv's peers must be two different ranks below {n}, got {src} and {dst}")
 
     def body(ctx: GlooRankContext) -> Proc:
-        """Rank 0 sends one message of ``nbytes`` to rank 1; others idle.
+        """Rank ``src`` sends one message of ``nbytes`` to rank ``dst``; others idle.
 
-        Waits for: rank 0, rank 1's receive-ready notice; rank 1, the data. Pays: the notice and the message
+        Waits for: ``src``, ``dst``'s receive-ready notice; ``dst``, the data. Pays: the notice and the message
         (latency once).
         """
-        if ctx.me == 1:
+        if ctx.me == dst:
             ctx.fire_on("ready", ctx.notice(None))
-            yield ctx.wait(0, "data")
-        elif ctx.me == 0:
-            _st, arr = ctx.post("peer", nbytes, after=[ctx.wait(1, "ready")])
+            yield ctx.wait(src, "data")
+        elif ctx.me == src:
+            _st, arr = ctx.post("peer", nbytes, after=[ctx.wait(dst, "ready")])
             ctx.fire_on("data", arr)
             yield arr
 
-    peers = {r: ({"peer": 1} if r == 0 else {}) for r in range(n)}
-    return GlooSchedule("sendrecv/p2p", n, peers, {r: min(r, 2) for r in range(n)}, body, ("rank 0 -> rank 1",))
+    peers = {r: ({"peer": dst} if r == src else {}) for r in range(n)}
+    roles: dict[int, Hashable] = {r: 0 if r == src else (1 if r == dst else 2) for r in range(n)}
+    return GlooSchedule("sendrecv/p2p", n, peers, roles, body, (f"rank {src} -> rank {dst}",))
 
 
 #: Collectives whose Gloo function returns before any message for 0 elements, and the function (gloo/allreduce.cc
@@ -635,6 +638,7 @@ def gloo_schedule(
     params: GlooParams,
     base: int | None = None,
     max_per_rank: int | None = None,
+    peers: tuple[int, int] = (0, 1),
 ) -> GlooSchedule:
     """The schedule Gloo runs for ``collective`` of ``nbytes`` bytes on ``nranks`` ranks.
 
@@ -658,6 +662,8 @@ def gloo_schedule(
     max_per_rank : int, optional
         Simulation setting: the ring allreduce merges segments beyond this many per rank (see
         :func:`~collsim.algorithms.ring.merge_segments`); None keeps Gloo's segments.
+    peers : (int, int)
+        sendrecv's sender and receiver ranks (``workload.peers``).
 
     Raises
     ------
@@ -689,5 +695,5 @@ def gloo_schedule(
     if collective == "alltoall":
         return _alltoall(nranks, nbytes)
     if collective == "sendrecv":
-        return _sendrecv(nranks, nbytes)
+        return _sendrecv(nranks, nbytes, *peers)
     raise ValueError(f"unknown collective {collective!r}; valid: {', '.join(COLLECTIVES)}")

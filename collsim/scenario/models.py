@@ -279,7 +279,11 @@ class WorkloadConfig(BaseModel):
     op: ReduceOp = Field("sum", description="Reduction operation.")
     sizes: Annotated[str | int | float | list[int | float | str], WithJsonSchema(_SIZES_SCHEMA)] = "8B:8GiB:x2"
     root: StrictInt = Field(0, ge=0, description="Root rank of broadcast and reduce.")
-    peers: list[StrictInt] = Field(default_factory=lambda: [0, 1], description="The two ranks of sendrecv.")
+    peers: list[StrictInt] | None = Field(
+        None,
+        description="sendrecv: one send from the first rank to the second; unset: NCCL as nccl-tests runs it (every "
+        "rank to the next), Gloo rank 0 to rank 1.",
+    )
     gpus_per_process: StrictInt = Field(
         1,
         ge=1,
@@ -360,7 +364,9 @@ class WorkloadConfig(BaseModel):
 
     @field_validator("peers")
     @classmethod
-    def _peers(cls, value: list[int]) -> list[int]:
+    def _peers(cls, value: list[int] | None) -> list[int] | None:
+        if value is None:
+            return None
         if len(value) != 2 or value[0] == value[1] or min(value) < 0:
             raise custom_error(f"expected two different non-negative ranks, e.g. [0, 1], got {short_repr(value)}")
         return value

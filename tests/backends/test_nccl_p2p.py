@@ -111,3 +111,23 @@ def test_published_p2p_runs_stay_within_their_error() -> None:
         v = validate(Simulator.from_source(f"{path}.yaml"), read_measurement(f"{path}.json"))
         big = median(abs(r.busbw_error_pct) for r in v.rows if r.size_bytes >= 16 * MiB)
         assert big <= most, (case, big)
+
+
+def test_workload_peers_make_sendrecv_one_send() -> None:
+    # unset: NCCL as nccl-tests (every rank to the next), Gloo rank 0 to 1; set: one send from the first to the second
+    def sim(*peers: str) -> Simulator:
+        return _sim("2node-h100-ib", "workload.collective=sendrecv", *peers)
+
+    ring, one, cross = sim(), sim("workload.peers=[0, 1]"), sim("workload.peers=[0, 8]")
+    t = {k: s.simulate_one("nccl", 256 * MiB).time_s for k, s in (("ring", ring), ("one", one), ("cross", cross))}
+    # two GPUs of one node: 4 parts (a 16-rank communicator's channels a peer) at half an NVLink each
+    assert t["one"] == pytest.approx(t["ring"], rel=1e-3)
+    assert t["one"] == pytest.approx(256 * MiB / (4 * 10.3e9), rel=0.01)
+    # across nodes: 4 parts at NCCL_P2P_PER_CHANNEL_NET_BW, bound by the 400 Gb/s NIC
+    assert t["cross"] < t["one"]
+    assert cross.simulate_one("gloo", MiB).notes == ["rank 0 -> rank 8", "transport: TCP over network"]
+    assert ring.simulate_one("gloo", MiB).notes[0] == "rank 0 -> rank 1"
+    from collsim.scenario import ScenarioError
+
+    with pytest.raises(ScenarioError, match=r"workload\.peers\[1\].*below 16"):
+        sim("workload.peers=[0, 16]")

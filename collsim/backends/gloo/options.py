@@ -90,3 +90,5 @@ class GlooOptions:
     jitter: float = 0.0
     #: seed of the jitter draws (collsim.noise.repetition_seed of the scenario's seed and repetition)
     jitter_seed: int = 0
+    #: sendrecv's sender and receiver ranks (scenario workload.peers; default rank 0 to rank 1)
+    peers: tuple[int, int] = (0, 1)

@@ -152,7 +152,13 @@ def _algorithm(opts: GlooOptions, collective: str) -> tuple[str, list[str]]:
 
 
 def _schedules(
-    topo: Topology, ranks: list[str], consts: GlooConstants, collective: str, algorithm: str, sizes: Sequence[int]
+    topo: Topology,
+    ranks: list[str],
+    consts: GlooConstants,
+    collective: str,
+    algorithm: str,
+    sizes: Sequence[int],
+    peers: tuple[int, int] = (0, 1),
 ) -> list[GlooSchedule]:
     """One schedule per collective (``sizes`` in bytes); a schedule Gloo cannot run is a :class:`BackendError`."""
     base = _bcube_base(topo, ranks, consts.bcube_base)
@@ -166,6 +172,7 @@ def _schedules(
                 params=consts.params,
                 base=base,
                 max_per_rank=consts.sim_max_segments_per_rank,
+                peers=peers,
             )
             for nbytes in sizes
         ]

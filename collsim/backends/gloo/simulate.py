@@ -72,7 +72,7 @@ def simulate_gloo_many(
         raise BackendError(f"gloo: issue_at must give one finite non-decreasing time >= 0 per size, got {issue_at!r}")
     ranks = _check(topo, opts, collective)
     algorithm, notes = _algorithm(opts, collective)
-    scheds = _schedules(topo, ranks, consts, collective, algorithm, sizes)
+    scheds = _schedules(topo, ranks, consts, collective, algorithm, sizes, opts.peers)
     env, net = new_network(record, check)
     plan = _plan(topo, opts, ranks, scheds, collective, sizes)
     quotient = build_quotient(

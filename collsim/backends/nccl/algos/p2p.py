@@ -42,13 +42,17 @@ class P2pSend:
 def p2p_sends(plan: NcclPlan, opts: NcclOptions, consts: NcclConstants, collective: str, nbytes: int,
               rank: int = 0) -> list[P2pSend]:  # fmt: skip
     """The sends of rank index ``rank`` (node-major, as ``plan.ranks``): all-to-all, one per other rank of bytes/n;
-    sendrecv, one of ``nbytes`` to the next rank. Each with its round in NCCL's schedule and its parts, protocol and
+    sendrecv, one of ``nbytes`` to the next rank (nccl-tests), or only from one rank to another
+    (``opts.sendrecv_peers``). Each with its round in NCCL's schedule and its parts, protocol and
     chunk (:func:`~collsim.backends.nccl.p2p_sched.p2p_op`)."""
     n, ppn, p2p = len(plan.ranks), max(1, plan.ppn), consts.p2p
     assert plan.p2p is not None and p2p is not None, "a plan and constants without NCCL's point-to-point numbers"
     rounds = p2p_rounds(rank, ppn, plan.nnodes, _GROUP)
     if collective == "alltoall":
         peers, each = [(r, p) for r, p in enumerate(rounds) if p != rank], nbytes // n
+    elif opts.sendrecv_peers is not None:  # workload.peers: one send, the others idle
+        src, dst = opts.sendrecv_peers
+        peers, each = ([(rounds.index(dst), dst)] if rank == src else []), nbytes
     else:
         nxt = (rank + 1) % n
         peers, each = ([(rounds.index(nxt), nxt)] if nxt != rank else []), nbytes
