@@ -260,6 +260,7 @@ class Simulator:
                 decouple=scenario.engine.decouple,
                 version=nccl.version_tuple() if nccl else None,
                 sendrecv_peers=self._peers(),
+                root=self._root(),
             )
         gloo = scenario.backends.gloo
         self.gloo_options = (
@@ -267,7 +268,9 @@ class Simulator:
             if gloo
             else GlooOptions()
         )
-        self.gloo_options = dataclasses.replace(self.gloo_options, launch_delay=delays, peers=self._peers() or (0, 1))
+        self.gloo_options = dataclasses.replace(
+            self.gloo_options, launch_delay=delays, peers=self._peers() or (0, 1), root=self._root()
+        )
         self.fabric: dict[str, Any] = scenario.topology_kwargs().get("fabric") or {}
 
     def _launch_delays(self) -> tuple[tuple[int, float], ...]:
@@ -325,6 +328,17 @@ class Simulator:
     def _errors(self, field: str) -> AbstractContextManager[None]:
         """:func:`scenario_errors` for this scenario's file."""
         return scenario_errors(self.scenario.source_file, field)
+
+    def _root(self) -> int:
+        """``workload.root``, checked against the cluster's ranks."""
+        root, n = self.scenario.workload.root, len(self.topology.rank_devices())
+        if root >= n:
+            raise ScenarioError(
+                f"expected a rank below {n} (the cluster's ranks), got {root}",
+                file=self.scenario.source_file,
+                field="workload.root",
+            )
+        return root
 
     def _peers(self) -> tuple[int, int] | None:
         """``workload.peers`` as a pair, each checked against the cluster's ranks; None when unset."""
@@ -563,7 +577,7 @@ class Simulator:
             size_bytes=out.size_bytes,
             time_s=out.time_s,
             redop=self.scenario.workload.op if out.collective in REDUCING_COLLECTIVES else None,
-            root=0 if out.collective in ROOTED_COLLECTIVES else -1,
+            root=self.scenario.workload.root if out.collective in ROOTED_COLLECTIVES else -1,
             channels=out.channels,
             breakdown=out.breakdown,
             notes=out.notes,

@@ -601,6 +601,8 @@ class NcclOptions:
     version: tuple[int, int, int] | None = None
     #: sendrecv's one sender and receiver (scenario workload.peers); None: every rank to the next, as nccl-tests
     sendrecv_peers: tuple[int, int] | None = None
+    #: broadcast's and reduce's root rank (scenario workload.root)
+    root: int = 0
 
     def cta_bounds(self, most: int) -> tuple[int, int]:
         """(minCTAs, maxCTAs) as NCCL settles them (init.cc): each capped at ``most`` (MAXCHANNELS), and the

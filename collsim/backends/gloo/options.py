@@ -92,3 +92,5 @@ class GlooOptions:
     jitter_seed: int = 0
     #: sendrecv's sender and receiver ranks (scenario workload.peers; default rank 0 to rank 1)
     peers: tuple[int, int] = (0, 1)
+    #: broadcast's and reduce's root rank (scenario workload.root)
+    root: int = 0

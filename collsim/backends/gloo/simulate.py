@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 
@@ -72,6 +73,12 @@ def simulate_gloo_many(
         raise BackendError(f"gloo: issue_at must give one finite non-decreasing time >= 0 per size, got {issue_at!r}")
     ranks = _check(topo, opts, collective)
     algorithm, notes = _algorithm(opts, collective)
+    if collective in ("broadcast", "reduce") and opts.root % len(ranks):
+        # Gloo's schedules root at their rank 0: number the ranks from the root (and the stragglers with them)
+        root = opts.root % len(ranks)
+        ranks = ranks[root:] + ranks[:root]
+        opts = dataclasses.replace(opts, launch_delay=tuple(((r - root) % len(ranks), d) for r, d in opts.launch_delay))
+        notes = [*notes, f"root: rank {root}"]
     scheds = _schedules(topo, ranks, consts, collective, algorithm, sizes, opts.peers)
     env, net = new_network(record, check)
     plan = _plan(topo, opts, ranks, scheds, collective, sizes)

@@ -69,7 +69,7 @@ def launch_chain(run: Launcher, e: Entity) -> Event:
 
 class Ring(NcclAlgorithm):
     """Ring: every channel's ring (:attr:`NcclPlan.rings`), 2(n-1) steps per chunk for allreduce, n-1 for
-    all-gather and reduce-scatter; broadcast and reduce as a chain from (or to) rank 0 along the ring."""
+    all-gather and reduce-scatter; broadcast and reduce as a chain from (or to) the root along the ring."""
 
     name = "Ring"
     cell_scheduled = True
@@ -132,7 +132,7 @@ class Ring(NcclAlgorithm):
                     out.roles[(c, g)] = {"send": role}
                     out.relations.append(((c, g), "pred", (c, ring[i - 1])))
                 continue
-            root = ring.index(plan.ranks[0])
+            root = ring.index(plan.ranks[ctx.opts.root % len(plan.ranks)])  # workload.root
             order = ring[root:] + ring[:root]  # root first
             if ctx.collective == "reduce":
                 order = order[1:] + order[:1]  # root last
