@@ -131,3 +131,26 @@ def test_workload_peers_make_sendrecv_one_send() -> None:
 
     with pytest.raises(ScenarioError, match=r"workload\.peers\[1\].*below 16"):
         sim("workload.peers=[0, 16]")
+
+
+def test_pxn_relays_through_the_nics_own_gpu_and_alltoall_reaches_the_nics() -> None:
+    # NCCL's PXN relay for a NIC is the NIC's local GPU (topo.cc ncclTopoGetLocalGpu): on HGX H100 NIC i's is GPU i
+    # (two GPUs and two NICs a PCIe switch); on p4de (one NIC for two GPUs) NIC k's is GPU 2k
+    from collsim.backends.nccl.plan import nic_local_gpu
+
+    hgx = _sim("2node-h100-ib").topology
+    assert [nic_local_gpu(hgx, n.name) for n in hgx.nics(0)] == [f"n0/gpu{i}" for i in range(8)]
+    p4de = _sim(str(scenarios_dir() / "validation" / "aws_p4de_2node_efa_a100.yaml")).topology
+    assert [nic_local_gpu(p4de, n.name) for n in p4de.nics(0)] == [f"n0/gpu{i}" for i in (0, 2, 4, 6)]
+
+    # all-to-all across nodes: every GPU's sends to another node leave through the NIC on the peer's rail, relayed
+    # by that NIC's GPU, so the node's 8 NICs share the load: on 2 nodes half the bytes stay on NVLink (busbw about
+    # 2 NICs' worth, NVIDIA's rule of thumb), on many nodes nearly all cross (about one NIC's, "alltoall cannot
+    # aggregate the bandwidth of multiple NICs", NVIDIA/nccl-tests#267)
+    def busbw(nodes: int) -> float:
+        sim = _sim("2node-h100-ib", f"cluster.nodes={nodes}", "workload.collective=alltoall")
+        out = sim.simulate_one("nccl", GiB)
+        return GiB / out.time_s * (out.nranks - 1) / out.nranks / 1e9
+
+    assert 80 < busbw(2) < 96
+    assert 45 < busbw(16) < 52

@@ -370,15 +370,51 @@ def gdr_read(topo: Topology, gpu: str, opts: NcclOptions) -> bool:
 
 
 def _pxn_proxy(topo: Topology, gpu: str, nic: str, gdr_level: str) -> str | None:
-    """A GPU of ``gpu``'s node, reachable over NVLink, close enough to ``nic`` for GPUDirect (NCCL's PXN) and able to
-    do it (:func:`gdr_capable`), or None."""
-    dev = topo.device(gpu)
-    for other in topo.gpus():
-        if other.node != dev.node or other.name == gpu or not gdr_capable(topo, other.name):
-            continue
-        close = path_class_rank(topo.path_class(other.name, nic)) <= path_class_rank(gdr_level)
-        if close and topo.nvlink_route(gpu, other.name):
-            return other.name
+    """The GPU NCCL relays ``gpu``'s sends to ``nic`` through (PXN): the NIC's own local GPU (:func:`nic_local_gpu`)
+    when it is another GPU of the node, reachable over NVLink, close enough to the NIC for GPUDirect and able to do
+    it (:func:`gdr_capable`); else None (graph/paths.cc ncclTopoComputePaths, "Check whether we can access the NIC
+    through another NVLink-connected GPU (PXN)", v2.30.7-1)."""
+    local = nic_local_gpu(topo, nic)
+    if local is None or local == gpu or not gdr_capable(topo, local):
+        return None
+    close = path_class_rank(topo.path_class(local, nic)) <= path_class_rank(gdr_level)
+    return local if close and topo.nvlink_route(gpu, local) else None
+
+
+def _closest(topo: Topology, src: str, targets: Sequence[str]) -> list[str]:
+    """The ``targets`` with the best path class from ``src`` (NCCL's ncclTopoGetLocal), in index order."""
+    if not targets:
+        return []
+    ranks = {t: path_class_rank(topo.path_class(src, t)) for t in targets}
+    best = min(ranks.values())
+    return [t for t in targets if ranks[t] == best]
+
+
+def nic_local_gpu(topo: Topology, nic: str) -> str | None:
+    """The GPU NCCL takes as ``nic``'s local GPU (topo.cc ncclTopoGetLocalGpu, v2.30.7-1): of the GPUs closest to the
+    NIC, the first whose own NIC choice (ncclTopoGetLocalNetType: its CUDA device index modulo the GPUs sharing its
+    closest NICs, bit-mirrored when their count is a power of two, plus the channel modulo the NICs each GPU takes)
+    lands on it, trying channels 0, 1, ...; None when none does.
+
+    On HGX H100 (two GPUs and two NICs a PCIe switch) NIC 1's local GPU is GPU 1, not GPU 0."""
+    node = topo.device(nic).node
+    gpus = [d.name for d in topo.gpus() if d.node == node]
+    nics = [d.name for d in topo.nics(node)]
+    local_gpus = _closest(topo, nic, gpus)
+    for channel in range(max(1, len(nics))):
+        for g in local_gpus:
+            nets = _closest(topo, g, nics)
+            if not nets:
+                continue
+            sharing = len(_closest(topo, nets[0], gpus)) or 1
+            per_gpu = -(-len(nets) // sharing)
+            net = topo.device(g).index % sharing
+            if len(nets) & (len(nets) - 1) == 0:  # mirrorBits over log2(count) bits
+                bits = len(nets).bit_length() - 1
+                net = int(format(net, f"0{bits}b")[::-1], 2) if bits else net
+            net += channel % per_gpu
+            if nets[net % len(nets)] == nic:
+                return g
     return None
 
 
