@@ -9,6 +9,7 @@ GPUDirect RDMA or PXN, sockets) with the path its bytes take.
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -397,6 +398,18 @@ def nic_local_gpu(topo: Topology, nic: str) -> str | None:
     lands on it, trying channels 0, 1, ...; None when none does.
 
     On HGX H100 (two GPUs and two NICs a PCIe switch) NIC 1's local GPU is GPU 1, not GPU 0."""
+    memo = _NIC_LOCAL_GPU.setdefault(topo, {})
+    if nic not in memo:
+        memo[nic] = _nic_local_gpu(topo, nic)
+    return memo[nic]
+
+
+#: nic_local_gpu's answers by topology (a topology's graph does not change), dropped with the topology
+_NIC_LOCAL_GPU: weakref.WeakKeyDictionary[Topology, dict[str, str | None]] = weakref.WeakKeyDictionary()
+
+
+def _nic_local_gpu(topo: Topology, nic: str) -> str | None:
+    """:func:`nic_local_gpu`, uncached."""
     node = topo.device(nic).node
     gpus = [d.name for d in topo.gpus() if d.node == node]
     nics = [d.name for d in topo.nics(node)]
