@@ -251,6 +251,7 @@ class Simulator:
                 if key not in user_env:
                     self.nccl_plugin_env.setdefault(key, value)
         delays = self._launch_delays()
+        peers, root = self._peers(), self._rank(self.scenario.workload.root, "workload.root")
         with self._errors("backends.nccl.env"):
             self.nccl_options = dataclasses.replace(
                 NcclOptions.from_env({**self.nccl_plugin_env, **user_env}),
@@ -259,8 +260,8 @@ class Simulator:
                 launch_delay=delays,
                 decouple=scenario.engine.decouple,
                 version=nccl.version_tuple() if nccl else None,
-                sendrecv_peers=self._peers(),
-                root=self._root(),
+                sendrecv_peers=peers,
+                root=root,
             )
         gloo = scenario.backends.gloo
         self.gloo_options = (
@@ -269,7 +270,7 @@ class Simulator:
             else GlooOptions()
         )
         self.gloo_options = dataclasses.replace(
-            self.gloo_options, launch_delay=delays, peers=self._peers() or (0, 1), root=self._root()
+            self.gloo_options, launch_delay=delays, peers=peers or (0, 1), root=root
         )
         self.fabric: dict[str, Any] = scenario.topology_kwargs().get("fabric") or {}
 
@@ -278,14 +279,8 @@ class Simulator:
         perturb = self.scenario.perturb
         if perturb is None or not perturb.ranks:
             return ()
-        n = len(self.topology.rank_devices())
         for i, r in enumerate(perturb.ranks):
-            if r.rank >= n:
-                raise ScenarioError(
-                    f"expected a rank below {n} (the cluster's ranks), got {r.rank}",
-                    file=self.scenario.source_file,
-                    field=f"perturb.ranks[{i}].rank",
-                )
+            self._rank(r.rank, f"perturb.ranks[{i}].rank")
         return add_delays((r.rank, r.seconds()) for r in perturb.ranks)
 
     @property
@@ -329,31 +324,23 @@ class Simulator:
         """:func:`scenario_errors` for this scenario's file."""
         return scenario_errors(self.scenario.source_file, field)
 
-    def _root(self) -> int:
-        """``workload.root``, checked against the cluster's ranks."""
-        root, n = self.scenario.workload.root, len(self.topology.rank_devices())
-        if root >= n:
+    def _rank(self, rank: int, field: str) -> int:
+        """``rank`` (the scenario's ``field``), checked against the cluster's ranks."""
+        n = len(self.topology.rank_devices())
+        if rank >= n:
             raise ScenarioError(
-                f"expected a rank below {n} (the cluster's ranks), got {root}",
+                f"expected a rank below {n} (the cluster's ranks), got {rank}",
                 file=self.scenario.source_file,
-                field="workload.root",
+                field=field,
             )
-        return root
+        return rank
 
     def _peers(self) -> tuple[int, int] | None:
         """``workload.peers`` as a pair, each checked against the cluster's ranks; None when unset."""
         peers = self.scenario.workload.peers
         if peers is None:
             return None
-        n = len(self.topology.rank_devices())
-        for i, r in enumerate(peers):
-            if r >= n:
-                raise ScenarioError(
-                    f"expected a rank below {n} (the cluster's ranks), got {r}",
-                    file=self.scenario.source_file,
-                    field=f"workload.peers[{i}]",
-                )
-        return peers[0], peers[1]
+        return self._rank(peers[0], "workload.peers[0]"), self._rank(peers[1], "workload.peers[1]")
 
     def _check_gpus_per_process(self) -> None:
         """``workload.gpus_per_process`` is at most the ranks of one node."""

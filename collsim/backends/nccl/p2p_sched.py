@@ -21,7 +21,9 @@ from dataclasses import dataclass
 
 from collsim.backends.nccl.constants import P2pConstants
 
-__all__ = ["P2pChannels", "P2pOp", "local_peer_channels", "p2p_channels", "p2p_op", "p2p_rounds", "round_base"]
+__all__ = [
+    "P2pChannels", "P2pOp", "local_peer_channels", "p2p_channels", "p2p_op", "p2p_rounds", "reverse_bits", "round_base",
+]  # fmt: skip
 
 
 def _pow2_up(x: int) -> int:
@@ -29,8 +31,12 @@ def _pow2_up(x: int) -> int:
     return 1 << max(0, (x - 1).bit_length())
 
 
-def _reverse_bits(x: int, bits: int) -> int:
-    """``x``'s lowest ``bits`` bits in reverse order (NCCL's reverseBits)."""
+def reverse_bits(x: int, bits: int) -> int:
+    """``x``'s lowest ``bits`` bits in reverse order (NCCL's reverseBits and mirrorBits).
+
+    >>> reverse_bits(1, 5), reverse_bits(3, 2), reverse_bits(0, 0)
+    (16, 3, 0)
+    """
     return int(format(x, f"0{bits}b")[::-1], 2) if bits > 0 else 0
 
 
@@ -291,10 +297,10 @@ def p2p_rounds(rank: int, ppn: int, nnodes: int, group_size: int) -> list[int]:
     return out
 
 
-def round_base(rnd: int, channels: int, nnodes: int, group_size: int) -> int:
+def round_base(rnd: int, channels: int, nnodes: int, group_size: int, per_batch: int = 8) -> int:
     """The first channel of round ``rnd``'s parts (channel.h ncclP2pChannelBaseForRound): the round (one node), or
     across nodes its group step (each group step's rounds share channels, up to 8 works a batch), bit-reversed over
-    log2(channels) bits.
+    log2(channels) bits. ``per_batch``: NCCL_MAX_DEV_WORK_P2P_PER_BATCH (``works_per_batch`` in nccl.yaml).
 
     >>> [round_base(r, 32, 1, 8) for r in range(4)]
     [0, 16, 8, 24]
@@ -302,5 +308,5 @@ def round_base(rnd: int, channels: int, nnodes: int, group_size: int) -> int:
     [0, 0, 16]
     """
     bits = max(0, channels - 1).bit_length()
-    base = (rnd // group_size) * -(-group_size // 8) + (rnd % group_size) // 8 if nnodes > 1 else rnd
-    return _reverse_bits(base % (1 << bits) if bits else 0, bits)
+    base = (rnd // group_size) * -(-group_size // per_batch) + (rnd % group_size) // per_batch if nnodes > 1 else rnd
+    return reverse_bits(base % (1 << bits) if bits else 0, bits)

@@ -16,7 +16,7 @@ from typing import Any
 
 from collsim.backends.common import BackendError, Path, ResourceCatalog, link_uses
 from collsim.backends.nccl.constants import NcclConstants, ring_simple_threads
-from collsim.backends.nccl.p2p_sched import P2pChannels, local_peer_channels, p2p_channels
+from collsim.backends.nccl.p2p_sched import P2pChannels, local_peer_channels, p2p_channels, reverse_bits
 from collsim.backends.nccl.plugin_tuner import ActiveTuner, resolve_tuner
 from collsim.nccl_env import NcclOptions
 from collsim.topology import Topology
@@ -423,8 +423,7 @@ def _nic_local_gpu(topo: Topology, nic: str) -> str | None:
             per_gpu = -(-len(nets) // sharing)
             net = topo.device(g).index % sharing
             if len(nets) & (len(nets) - 1) == 0:  # mirrorBits over log2(count) bits
-                bits = len(nets).bit_length() - 1
-                net = int(format(net, f"0{bits}b")[::-1], 2) if bits else net
+                net = reverse_bits(net, len(nets).bit_length() - 1)
             net += channel % per_gpu
             if nets[net % len(nets)] == nic:
                 return g
@@ -825,7 +824,7 @@ def plan_nccl(
         nvls_tuned=nvls_sm100_tuning(topo, node0, nnodes, opts, consts),
         nvls_collectives=_nvls_collectives(len(gpus), nnodes, opts, consts),
         sm=sm,
-        p2p=_p2p_channels(topo, node0, sm, intra.hw, nch, len(gpus), nnodes, nics_used, nic_bw, opts, consts),
+        p2p=_p2p_channels(topo, node0, sm, nvl_bw, intra.hw, nch, len(gpus), nnodes, nics_used, nic_bw, opts, consts),
     )
 
 
@@ -833,6 +832,7 @@ def _p2p_channels(
     topo: Topology,
     node0: Sequence[str],
     sm: int,
+    nvl_bw: float,
     intra_hw: str,
     nch: int,
     nranks: int,
@@ -842,7 +842,8 @@ def _p2p_channels(
     opts: NcclOptions,
     consts: NcclConstants,
 ) -> P2pChannels | None:
-    """NCCL's point-to-point channels for this system (:func:`~collsim.backends.nccl.p2p_sched.p2p_channels`).
+    """NCCL's point-to-point channels for this system (:func:`~collsim.backends.nccl.p2p_sched.p2p_channels`);
+    ``nvl_bw``: one GPU's NVLink bandwidth (bytes/s, :attr:`NcclPlan.nvl_bw`).
 
     A peer inside the node gets 2 channels per NVLink's worth of path bandwidth: on an NVSwitch node the GPU's NVLink
     bandwidth over NCCL's rate of one NVLink (ncclTopoNVLinkBw), on an NVLink mesh the fewest direct links between
@@ -853,7 +854,6 @@ def _p2p_channels(
     local: int | None = None
     if len(node0) > 1:
         links: int | None = None
-        nvl_bw = sum(ln.bandwidth for ln in topo.links() if ln.src == node0[0] and ln.kind == "nvlink")
         mesh = nvlink_mesh(topo, 0)
         if mesh is not None:
             links = min(mesh.get((a, b), 0) for a in node0 for b in node0 if a != b)

@@ -18,10 +18,6 @@ from collsim.vocab import P2P_COLLECTIVES
 
 __all__ = ["P2P", "P2pSend", "p2p_sends"]
 
-#: NCCL_P2P_SCHEDULE_GROUP_SIZE's default across nodes (init.cc: NCCL_MAX_DEV_WORK_P2P_PER_BATCH)
-_GROUP = 8
-
-
 @dataclass(frozen=True)
 class P2pSend:
     """One rank's send to one peer: the schedule's round, the peer's rank index, and how NCCL cuts it."""
@@ -47,7 +43,8 @@ def p2p_sends(plan: NcclPlan, opts: NcclOptions, consts: NcclConstants, collecti
     chunk (:func:`~collsim.backends.nccl.p2p_sched.p2p_op`)."""
     n, ppn, p2p = len(plan.ranks), max(1, plan.ppn), consts.p2p
     assert plan.p2p is not None and p2p is not None, "a plan and constants without NCCL's point-to-point numbers"
-    rounds = p2p_rounds(rank, ppn, plan.nnodes, _GROUP)
+    # NCCL_P2P_SCHEDULE_GROUP_SIZE defaults to NCCL_MAX_DEV_WORK_P2P_PER_BATCH (init.cc)
+    rounds = p2p_rounds(rank, ppn, plan.nnodes, p2p.works_per_batch)
     if collective == "alltoall":
         peers, each = [(r, p) for r, p in enumerate(rounds) if p != rank], nbytes // n
     elif opts.sendrecv_peers is not None:  # workload.peers: one send, the others idle
@@ -59,13 +56,15 @@ def p2p_sends(plan: NcclPlan, opts: NcclOptions, consts: NcclConstants, collecti
     ll = consts.protocols["LL"]
     ll_step = int(ll.buffer_bytes / consts.steps * ll.data_per_wire)
     version = opts.version[:2] if opts.version else None
-    out = []
-    for r, peer in peers:
-        net = peer // ppn != rank // ppn
-        op = p2p_op(p2p, plan.p2p, each, nranks=n, nnodes=plan.nnodes, network=net, ll_step=ll_step,
-                    version=version, ll_threshold=opts.p2p_ll_threshold)  # fmt: skip
-        out.append(P2pSend(r, peer, net, each, op))
-    return out
+    # every send of this rank has the same bytes: NCCL cuts it one way inside the node and one way across
+    ops = {
+        net: p2p_op(
+            p2p, plan.p2p, each, nranks=n, nnodes=plan.nnodes, network=net, ll_step=ll_step, version=version,
+            ll_threshold=opts.p2p_ll_threshold,
+        )
+        for net in (False, True)
+    }
+    return [P2pSend(r, peer, peer // ppn != rank // ppn, each, ops[peer // ppn != rank // ppn]) for r, peer in peers]
 
 
 class P2P(NcclAlgorithm):
@@ -115,14 +114,17 @@ class P2P(NcclAlgorithm):
         local_rate = channel_rate(plan, ctx.consts, ctx.opts, network=False)
         net_rate = channel_rate(plan, ctx.consts, ctx.opts, network=True)
         ppn = max(1, plan.ppn)
+        assert ctx.consts.p2p is not None, "constants without NCCL's point-to-point numbers"
+        per_batch = ctx.consts.p2p.works_per_batch
         for i, g in enumerate(ranks):
             sends = p2p_sends(plan, ctx.opts, ctx.consts, ctx.collective, ctx.nbytes, i)
-            load = _channel_load(sends, plan)
+            channels = [_part_channels(s, plan, per_batch) for s in sends]
+            load = _channel_load(channels)
             roles, parts = {}, {}
-            for s in sends:
+            for s, chans in zip(sends, channels, strict=True):
                 h = ranks[s.peer]
                 sizes = s.part_sizes()
-                for k, ch in enumerate(_part_channels(s, plan)):
+                for k, ch in enumerate(chans):
                     # across nodes the send leaves through the NIC on the peer's rail (PXN: the GPU next to it
                     # takes the bytes over NVLink), inside a node the channel's path
                     hop = ctx.hop(g, h, s.peer % ppn if s.network else ch % max(1, plan.channels))
@@ -159,18 +161,19 @@ def channel_rate(plan: NcclPlan, consts: NcclConstants, opts: NcclOptions, *, ne
     return plan.channel_bw
 
 
-def _part_channels(s: P2pSend, plan: NcclPlan) -> list[int]:
-    """The channels of a send's parts: its round's base, then consecutive (device.h ncclP2pChannelForPart)."""
+def _part_channels(s: P2pSend, plan: NcclPlan, per_batch: int) -> list[int]:
+    """The channels of a send's parts: its round's base, then consecutive (device.h ncclP2pChannelForPart);
+    ``per_batch``: NCCL_MAX_DEV_WORK_P2P_PER_BATCH, also the default schedule group size."""
     assert plan.p2p is not None
     c = plan.p2p.channels
-    base = round_base(s.round, c, plan.nnodes, _GROUP)
+    base = round_base(s.round, c, plan.nnodes, per_batch, per_batch)
     return [(base + k) % c for k in range(s.op.parts)]
 
 
-def _channel_load(sends: list[P2pSend], plan: NcclPlan) -> dict[int, int]:
-    """Parts of a rank's sends on each channel (the sends a channel's warps are split among)."""
+def _channel_load(channels: list[list[int]]) -> dict[int, int]:
+    """Parts on each channel, given each send's parts' channels (the sends a channel's warps are split among)."""
     load: dict[int, int] = {}
-    for s in sends:
-        for ch in _part_channels(s, plan):
+    for chans in channels:
+        for ch in chans:
             load[ch] = load.get(ch, 0) + 1
     return load
