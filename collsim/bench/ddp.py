@@ -19,6 +19,11 @@ these models, all alive at once (identical initial weights, seed ``cfg.seed``):
   otherwise (``gradient_as_bucket_view=False``, ``find_unused_parameters=False``; the MLP has no buffers, so
   ``broadcast_buffers`` sends nothing); ``ddp_capC_kK``: ``--no-sync K`` at ``--no-sync-cap-mb C``: ``K - 1``
   micro-steps under ``ddp.no_sync()`` and one synchronised, then the optimizer.
+* ``fsdp_S`` for each ``--fsdp S`` (``full_shard``, ``shard_grad_op``): ``FullyShardedDataParallel(model,
+  auto_wrap_policy=ModuleWrapPolicy({nn.Linear}), sharding_strategy=S, device_id=<the rank's device>)``, FSDP1's
+  defaults otherwise (``BACKWARD_PRE`` prefetch, ``limit_all_gathers=True``, no mixed precision): every ``fcN`` is a
+  unit (collsim's ``training.fsdp.wrap: "fc*"``), the ReLUs and the loss are the root's. FSDP's collectives on the
+  Gloo group are synchronous calls that return when the worker thread is done (``collsim.training.fsdp``).
 
 DDP behaviours this relies on (torch 2.13 source):
 
@@ -84,6 +89,8 @@ Examples
 >>> cfg = DdpBenchConfig(bucket_caps_mb=(1.0, 25.0), accumulation=4, widths=(8, 16, 8))
 >>> [r.name for r in planned_runs(cfg)]
 ['compute', 'compute_k4', 'layers', 'ddp_cap1', 'ddp_cap25', 'ddp_cap25_k4']
+>>> [r.name for r in planned_runs(DdpBenchConfig(bucket_caps_mb=(25.0,), fsdp=("full_shard",)))]
+['compute', 'layers', 'ddp_cap25', 'fsdp_full_shard']
 >>> cfg.n_params  # (8*16 + 16) + (16*8 + 8)
 280
 """
@@ -120,6 +127,7 @@ __all__ = [
     "DEFAULT_BUCKET_CAPS_MB",
     "DEFAULT_WIDTHS",
     "FORMAT",
+    "FSDP_SHARDINGS",
     "DdpBenchConfig",
     "DdpBenchOutput",
     "DdpRun",
@@ -137,6 +145,8 @@ __all__ = [
     "to_json",
 ]
 
+#: FSDP sharding strategies ``--fsdp`` runs (``torch.distributed.fsdp.ShardingStrategy`` members, lower case).
+FSDP_SHARDINGS = ("full_shard", "shard_grad_op")
 #: ``format`` of the measurement JSON ``collsim bench --ddp -o`` writes.
 FORMAT = "collsim-ddp-measurement/1"
 #: ``--bucket-cap-mb`` without a value, MiB.
@@ -256,6 +266,8 @@ class DdpBenchConfig:
         torch.distributed timeout, seconds.
     device : str
         ``cpu`` or ``cuda`` (tensors and models on the rank's GPU; see the module docstring).
+    fsdp : tuple of str
+        ``--fsdp``: one FSDP configuration per sharding strategy (``full_shard``, ``shard_grad_op``); none: not run.
     """
 
     bucket_caps_mb: tuple[float, ...] = DEFAULT_BUCKET_CAPS_MB
@@ -272,10 +284,17 @@ class DdpBenchConfig:
     seed: int = 0
     timeout_s: float = 300.0
     device: str = "cpu"
+    fsdp: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.device not in ("cpu", "cuda"):
             raise BenchError(f"--device: expected cpu or cuda, got {self.device!r}")
+        fsdp = tuple(self.fsdp)
+        bad = [x for x in fsdp if x not in FSDP_SHARDINGS]
+        if bad or len(set(fsdp)) != len(fsdp):
+            raise BenchError(f"--fsdp: expected distinct strategies among {', '.join(FSDP_SHARDINGS)}, got "
+                             f"{','.join(fsdp)!r}")  # fmt: skip
+        object.__setattr__(self, "fsdp", fsdp)
         caps = tuple(float(c) for c in self.bucket_caps_mb)
         if not caps or any(not 0 < c < math.inf for c in caps):
             raise BenchError(f"--bucket-cap-mb: expected positive MiB values, got {self.bucket_caps_mb!r}")
@@ -310,7 +329,7 @@ class DdpBenchConfig:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready fields."""
         d = asdict(self)
-        d["bucket_caps_mb"], d["widths"] = list(self.bucket_caps_mb), list(self.widths)
+        d["bucket_caps_mb"], d["widths"], d["fsdp"] = list(self.bucket_caps_mb), list(self.widths), list(self.fsdp)
         return d
 
     @classmethod
@@ -318,6 +337,7 @@ class DdpBenchConfig:
         """Inverse of :meth:`to_dict`."""
         d = dict(data)
         d["bucket_caps_mb"], d["widths"] = tuple(d["bucket_caps_mb"]), tuple(d["widths"])
+        d["fsdp"] = tuple(d.get("fsdp", ()))
         return cls(**d)
 
 
@@ -328,19 +348,22 @@ class DdpRun:
     Attributes
     ----------
     name : str
-        ``compute``, ``compute_k4``, ``layers``, ``ddp_cap25``, ``ddp_cap25_k4``.
+        ``compute``, ``compute_k4``, ``layers``, ``ddp_cap25``, ``ddp_cap25_k4``, ``fsdp_full_shard``.
     kind : str
-        ``compute`` (no DDP), ``layers`` (no DDP, per-layer hooks) or ``ddp``.
+        ``compute`` (no DDP), ``layers`` (no DDP, per-layer hooks), ``ddp`` or ``fsdp``.
     bucket_cap_mb : float or None
         DDP's ``bucket_cap_mb``, MiB (None without DDP).
     accumulation : int
         Micro-steps per optimizer step (all but the last under ``no_sync`` with DDP).
+    sharding : str or None
+        FSDP's sharding strategy (``full_shard``, ``shard_grad_op``); None without FSDP.
     """
 
     name: str
     kind: str
     bucket_cap_mb: float | None
     accumulation: int = 1
+    sharding: str | None = None
 
 
 def planned_runs(cfg: DdpBenchConfig) -> list[DdpRun]:
@@ -353,6 +376,7 @@ def planned_runs(cfg: DdpBenchConfig) -> list[DdpRun]:
     runs += [DdpRun(f"ddp_cap{_fmt_num(c)}", "ddp", c) for c in cfg.bucket_caps_mb]
     if k > 1:
         runs.append(DdpRun(f"ddp_cap{_fmt_num(cfg.accumulation_cap_mb)}_k{k}", "ddp", cfg.accumulation_cap_mb, k))
+    runs += [DdpRun(f"fsdp_{x}", "fsdp", None, sharding=x) for x in cfg.fsdp]
     return runs
 
 
@@ -580,6 +604,7 @@ def to_json(out: DdpBenchOutput, *, command: str, argv: str | None = None,
             "kind": r.run.kind,
             "bucket_cap_mb": r.run.bucket_cap_mb,
             "accumulation": r.run.accumulation,
+            "sharding": r.run.sharding,
             "buckets": len(r.buckets) if r.buckets is not None else None,
             "bucket_bytes": [b["bytes"] for b in r.buckets] if r.buckets is not None else None,
             "bucket_params": [b["params"] for b in r.buckets] if r.buckets is not None else None,
@@ -668,7 +693,8 @@ def format_summary(out: DdpBenchOutput, *, command: str | None = None) -> str:
     ]
     if command:
         lines.append(f"# command: {command}")
-    lines += ["#", f"# {'configuration':<16} {'cap MiB':>7} {'K':>2} {'buckets':>7} {'median':>9} {'p10':>9} "
+    w = max(16, *(len(r.run.name) for r in out.runs))
+    lines += ["#", f"# {'configuration':<{w}} {'cap MiB':>7} {'K':>2} {'buckets':>7} {'median':>9} {'p10':>9} "
                    f"{'p90':>9} {'vs compute':>10}"]
     base = {r.run.accumulation: r.stats["median_s"] for r in out.runs if r.run.kind == "compute"}
     for r in out.runs:
@@ -677,7 +703,7 @@ def format_summary(out: DdpBenchOutput, *, command: str | None = None) -> str:
         nb = str(len(r.buckets)) if r.buckets is not None else "-"
         ref = base.get(r.run.accumulation)
         rel = f"{st['median_s'] / ref:.3f}x" if ref and r.run.kind != "compute" else "-"
-        lines.append(f"  {r.run.name:<16} {cap:>7} {r.run.accumulation:>2} {nb:>7} {st['median_s'] * 1e3:>9.2f} "
+        lines.append(f"  {r.run.name:<{w}} {cap:>7} {r.run.accumulation:>2} {nb:>7} {st['median_s'] * 1e3:>9.2f} "
                      f"{st['p10_s'] * 1e3:>9.2f} {st['p90_s'] * 1e3:>9.2f} {rel:>10}")
     lines += ["#", "# per layer (the 'layers' configuration: mean over ranks, median over iterations), ms",
               f"# {'layer':<10} {'fwd':>8} {'bwd':>8}"]
@@ -918,6 +944,7 @@ def _build_models(
     from torch.nn.parallel import DistributedDataParallel
 
     device = torch.device("cpu") if device is None else device
+    fsdp_wrap = _fsdp_wrapper(torch, device) if any(r.kind == "fsdp" for r in runs) else None
     ids = [device.index] if device.type == "cuda" else None
     torch.manual_seed(cfg.seed)
     plain = build_mlp(cfg.widths).to(device)
@@ -929,6 +956,10 @@ def _build_models(
             torch.manual_seed(cfg.seed)
             models[r.name] = DistributedDataParallel(build_mlp(cfg.widths).to(device), device_ids=ids,
                                                      bucket_cap_mb=r.bucket_cap_mb)
+        elif r.kind == "fsdp":
+            assert fsdp_wrap is not None and r.sharding is not None
+            torch.manual_seed(cfg.seed)
+            models[r.name] = fsdp_wrap(build_mlp(cfg.widths).to(device), r.sharding)
         else:
             models[r.name] = layers_model if r.kind == "layers" else plain
     opts: dict[int, Any] = {}
@@ -936,6 +967,19 @@ def _build_models(
         if id(model) not in opts:
             opts[id(model)] = torch.optim.SGD(model.parameters(), lr=cfg.lr)
     return plain, layers_model, models, opts
+
+
+def _fsdp_wrapper(torch: Any, device: Any) -> Callable[[Any, str], Any]:
+    """``(model, sharding) -> FullyShardedDataParallel``: every ``nn.Linear`` a unit, on ``device``."""
+    from torch.distributed.fsdp import FullyShardedDataParallel, ShardingStrategy
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+
+    def wrap(model: Any, sharding: str) -> Any:
+        return FullyShardedDataParallel(model, auto_wrap_policy=ModuleWrapPolicy({torch.nn.Linear}),
+                                        sharding_strategy=getattr(ShardingStrategy, sharding.upper()),
+                                        device_id=device)  # fmt: skip
+
+    return wrap
 
 
 def _assemble(cfg: DdpBenchConfig, world: int, runs: list[DdpRun], everyone: list[Any],
@@ -1023,9 +1067,10 @@ def _config_from_args(args: Any) -> DdpBenchConfig:
     ids = rank_env()
     if ids is not None:
         nprocs = ids[1]
+    fsdp = tuple(x.strip() for x in args.fsdp.split(",")) if getattr(args, "fsdp", None) else ()
     return DdpBenchConfig(bucket_caps_mb=caps, accumulation=args.no_sync, accumulation_cap_mb=args.no_sync_cap_mb,
                           widths=widths, batch=args.batch, warmup=args.warmup, iters=args.iters, rounds=args.rounds,
-                          nprocs=nprocs, threads=args.threads, timeout_s=args.timeout, device=device)
+                          nprocs=nprocs, threads=args.threads, timeout_s=args.timeout, device=device, fsdp=fsdp)
 
 
 def _command(cfg: DdpBenchConfig, args: Any, under_torchrun: bool) -> str:
@@ -1037,6 +1082,8 @@ def _command(cfg: DdpBenchConfig, args: Any, under_torchrun: bool) -> str:
     parts += ["--bucket-cap-mb", ",".join(_fmt_num(c) for c in cfg.bucket_caps_mb)]
     if cfg.accumulation > 1:
         parts += ["--no-sync", str(cfg.accumulation), "--no-sync-cap-mb", _fmt_num(cfg.accumulation_cap_mb)]
+    if cfg.fsdp:
+        parts += ["--fsdp", ",".join(cfg.fsdp)]
     parts += ["--mlp", _widths_text(cfg.widths), "--batch", str(cfg.batch), "--threads", str(cfg.threads),
               "-w", str(cfg.warmup), "-n", str(cfg.iters), "--rounds", str(cfg.rounds)]
     for flag, value in (("-o", args.output), ("--model-out", args.model_out), ("--text", args.text)):
