@@ -451,12 +451,17 @@ def _allgather(n: int, nbytes: float) -> GlooSchedule:
     ops = _DOUBLE_BUFFER * (n - 1)
 
     def body(ctx: GlooRankContext) -> Proc:
-        """One rank of ``gloo::allgather`` (ring; ``nbytes`` is the whole output, each rank contributes S/P).
+        """One rank of ``gloo::allgather`` (ring; ``nbytes`` is the whole output, each rank contributes S/P), as
+        PyTorch's ProcessGroupGloo runs it.
 
         Copies its input into the output, then 2(P-1) operations, two in flight: operation i sends half a chunk to
         the right (its own first, then what arrived two operations before) and posts a receive from the left
         (a receive-ready notice to the left; an unbound send waits for it). From i = 2 on it first waits for send
-        i-2 and receive i-2 to complete. Pays (P-1)/P * S per rank in 2(P-1) messages, latency once each.
+        i-2 and receive i-2 to complete. Pays (P-1)/P * S per rank in 2(P-1) messages, latency once each. Then
+        ProcessGroupGloo copies the whole output out of the one flat tensor Gloo filled into the caller's output
+        tensors (``AsyncAllgatherWork::allgather``, torch/csrc/distributed/c10d/ProcessGroupGloo.cpp, torch
+        2.13: ``newLikeFlat(outputs)``, ``gloo::allgather``, then ``outputs[i][j].copy_(flatOutputTensor[j])``;
+        with CUDA tensors into the pinned host chunks before the copy back): S more bytes copied.
         """
         me = ctx.me
         yield ctx.copy(own)
@@ -472,8 +477,10 @@ def _allgather(n: int, nbytes: float) -> GlooSchedule:
         for i in range(max(0, ops - _DOUBLE_BUFFER), ops):
             yield sends[i]
             yield ctx.wait(me - 1, ("ag", i))
+        yield ctx.copy(nbytes)  # ProcessGroupGloo: the flat output into the output tensors
 
-    return _same_role("allgather/ring", n, _ring_peers(n), body, (f"{ops} half chunks",))
+    return _same_role("allgather/ring", n, _ring_peers(n), body,
+                      (f"{ops} half chunks", "then ProcessGroupGloo copies the flat output into the output tensors"))
 
 
 def _broadcast(n: int, nbytes: float) -> GlooSchedule:

@@ -177,7 +177,10 @@ def test_reduce_scatter_costs_about_an_allreduce_on_gloo() -> None:
     assert 0.85 * ar.time_s < rs.time_s < ar.time_s  # only the H2D copy is smaller
     assert any("2x the bytes" in note for note in rs.notes)
     ag = simulate_gloo(hgx(), GlooOptions(), consts(), size, collective="allgather")
-    assert ag.time_s < 0.6 * rs.time_s  # a true ring half-collective moves half the bytes
+    # a true ring half-collective moves half the bytes; ProcessGroupGloo then copies the whole output out of the
+    # flat tensor Gloo filled (AsyncAllgatherWork), a host copy the allreduce does not make
+    assert 0.6 * rs.time_s < ag.time_s < 0.75 * rs.time_s
+    assert any("copies the flat output" in note for note in ag.notes)
 
 
 def test_alltoall_on_a_shared_nic_is_bounded_by_it() -> None:
