@@ -898,12 +898,9 @@ class Simulator:
         return out
 
     def _fsdp_step(self, backends: Sequence[str] | None) -> list[StepResult]:
-        """One FSDP iteration with NCCL (:mod:`collsim.training.fsdp`); Gloo is not modelled for FSDP."""
+        """One FSDP iteration per backend (:mod:`collsim.training.fsdp`): NCCL's collectives on their streams, or
+        Gloo's, each blocking the thread that issues it."""
         tr = self._training()
-        asked = list(backends or self.backends())
-        if "nccl" not in asked:
-            raise ScenarioError("FSDP is modelled with NCCL only (enable backends.nccl; Gloo's FSDP is not modelled)",
-                                file=self.scenario.source_file, field="training.style")  # fmt: skip
         f = tr.fsdp
         if tr.accumulation > 1 or tr.compression != "none":
             raise ScenarioError("FSDP with accumulation (no_sync) or a compression hook is not modelled",
@@ -911,6 +908,23 @@ class Simulator:
         cfg = FsdpConfig(tr.batch_size, f.sharding, f.backward_prefetch, f.forward_prefetch, f.limit_all_gathers,
                          None, tr.optimizer, f.wrap)  # fmt: skip
         world = len(self.topology.rank_devices())
+        model, gpu, consts = self.training_model, self.gpu_compute(), self.step_constants
+        out = []
+        for backend in backends or self.backends():
+            with self._errors(f"backends.{backend}"):
+                if backend == "nccl":
+                    if gpu.cores > 0:
+                        raise ScenarioError("NCCL needs GPU ranks; this cluster's ranks are CPUs (disable NCCL)",
+                                            file=self.scenario.source_file, field="backends.nccl")  # fmt: skip
+                    result = simulate_fsdp_step(model, cfg, gpu, consts, world, self._nccl_fsdp_costs())
+                    out.append(dataclasses.replace(result, notes=(*result.notes, *self._harness_notes())))
+                elif backend == "gloo":
+                    out.append(simulate_fsdp_step(model, cfg, gpu, consts, world, gloo=self._gloo_fsdp_costs()))
+        return out
+
+    def _nccl_fsdp_costs(self) -> Callable[[str, int], tuple[float, int]]:
+        """NCCL all-gather or reduce-scatter of n bytes -> (seconds, channels), simulated once per (collective, size)
+        without the benchmark's harness."""
         costs: dict[tuple[str, int], tuple[float, int]] = {}
 
         def nccl(collective: str, nbytes: int) -> tuple[float, int]:
@@ -919,13 +933,27 @@ class Simulator:
                 costs[(collective, nbytes)] = (o.time_s, o.channels or 1)
             return costs[(collective, nbytes)]
 
-        with self._errors("backends.nccl"):
-            result = simulate_fsdp_step(self.training_model, cfg, self.gpu_compute(), self.step_constants, world, nccl)
-        result = dataclasses.replace(result, notes=(*result.notes, *self._harness_notes()))
-        if "gloo" in asked:
-            note = "Gloo not simulated: FSDP is modelled with NCCL only"
-            result = dataclasses.replace(result, notes=(*result.notes, note))
-        return [result]
+        return nccl
+
+    def _gloo_fsdp_costs(self) -> Callable[[str, int], tuple[float, float]]:
+        """Gloo's allgather or allreduce of n bytes, alone -> (seconds, core-seconds one CPU rank spends), simulated
+        once per (collective, size): CUDA tensors staged through the host on GPU ranks (ProcessGroupGloo's CUDA
+        works), CPU tensors on CPU ranks."""
+        base = self.options("gloo")
+        assert isinstance(base, GlooOptions)
+        ranks = self.topology.rank_devices()
+        on_cpu = bool(ranks) and ranks[0].kind == "cpu"
+        opts = dataclasses.replace(base, device="cpu" if on_cpu else "cuda")
+        costs: dict[tuple[str, int], tuple[float, float]] = {}
+
+        def gloo(collective: str, nbytes: int) -> tuple[float, float]:
+            if (collective, nbytes) not in costs:
+                o = simulate_gloo(self.topology, opts, self.gloo_constants, nbytes, collective=collective,
+                                  symmetry=self.scenario.engine.symmetry and not on_cpu, record=on_cpu)  # fmt: skip
+                costs[(collective, nbytes)] = (o.time_s, _core_seconds(o, len(ranks)) if on_cpu else 0.0)
+            return costs[(collective, nbytes)]
+
+        return gloo
 
     def _harness_notes(self) -> tuple[str, ...]:
         """A note when the workload describes a benchmark's harness, which a training step's NCCL collectives do not
@@ -980,9 +1008,7 @@ class Simulator:
             if nbytes not in work:
                 o = simulate_gloo_many(self.topology, opts, self.gloo_constants, [nbytes], symmetry=False,
                                        record=True)  # fmt: skip
-                core_s = sum(r.size * c for r in o.records for k, c in zip(r.keys, r.coefficients, strict=False)
-                             if isinstance(k, tuple) and k[:1] == ("cores",))  # fmt: skip
-                work[nbytes] = core_s / max(1, ranks)
+                work[nbytes] = _core_seconds(o, ranks)
             return work[nbytes]
 
         return cpu
@@ -1141,6 +1167,14 @@ class Simulator:
             data.outcomes.append(self.recorded(backend, data.timeline_size))
         data.seconds = time.perf_counter() - t0
         return data
+
+
+def _core_seconds(out: Outcome, ranks: int) -> float:
+    """Core-seconds one rank spent in a recorded Gloo outcome: the flows' sizes times their coefficients on the
+    hosts' cores, over the ranks."""
+    core_s = sum(r.size * c for r in out.records for k, c in zip(r.keys, r.coefficients, strict=False)
+                 if isinstance(k, tuple) and k[:1] == ("cores",))  # fmt: skip
+    return core_s / max(1, ranks)
 
 
 def simulate(

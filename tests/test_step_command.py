@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
 from pathlib import Path
 
@@ -143,7 +144,7 @@ FSDP = Path(__file__).resolve().parents[1] / "scenarios" / "fsdp-gpt2xl-2node-h1
 
 def test_fsdp_step_all_gathers_each_block_twice_and_reduce_scatters_it_once(capsys: pytest.CaptureFixture[str]) -> None:
     sim = Simulator.from_source(FSDP, ["cluster.nodes=1"])
-    (r,) = sim.step()  # NCCL only, though Gloo is enabled for run/compare
+    (r,) = sim.step(["nccl"])
     assert r.backend == "nccl" and len(r.buckets) == 49  # 48 GPT2Blocks + the root
     ags = [s for s in r.spans if s.lane == "NCCL all-gather stream"]
     assert len(ags) == 1 + 2 * 48
@@ -152,10 +153,23 @@ def test_fsdp_step_all_gathers_each_block_twice_and_reduce_scatters_it_once(caps
     assert rc == 0 and "one FSDP iteration" in out and "# units' reduce-scatters, nccl" in out
 
 
-def test_fsdp_with_gloo_is_refused_naming_the_field() -> None:
-    sim = Simulator.from_source(FSDP, ["cluster.nodes=1"])
-    with pytest.raises(ScenarioError, match=r"training\.style.*NCCL only"):
-        sim.step(["gloo"])
+def test_fsdp_with_gloo_blocks_on_every_collective(capsys: pytest.CaptureFixture[str]) -> None:
+    sim = Simulator.from_source(FSDP, ["cluster.nodes=1", "training.batch_size=2"])
+    (r,) = sim.step(["gloo"])
+    assert r.backend == "gloo" and len(r.buckets) == 49
+    kinds = ("all-gather", "reduce-scatter")
+    calls = sorted((s for s in r.spans if s.lane.startswith("Gloo") and s.label.split(" unit ")[0] in kinds),
+                   key=lambda s: s.start)  # fmt: skip
+    assert len(calls) == (1 + 2 * 48) + 49
+    assert all(b.start >= a.end - 1e-12 for a, b in itertools.pairwise(calls))
+    rc, out, _ = _run(capsys, "step", str(FSDP), "--set", "cluster.nodes=1", "--backend", "gloo", "--no-buckets")
+    assert rc == 0 and "gloo" in out
+
+
+def test_fsdp_with_nccl_on_cpu_ranks_is_refused_naming_the_field() -> None:
+    sim = Simulator.from_source(CPU_RANKS, ["training.style=fsdp", "backends.nccl.enabled=true"])
+    with pytest.raises(ScenarioError, match=r"backends\.nccl.*GPU ranks"):
+        sim.step(["nccl"])
 
 
 def test_ddp_and_fsdp_on_the_same_cluster() -> None:

@@ -760,7 +760,8 @@ class FsdpTrainingConfig(BaseModel):
     wrap: str | None = Field(
         None,
         description="The wrapped modules, as a layer-name pattern with * for the block index (transformer.h.*, "
-        "model.layers.*); the rest is the root unit. Default: the most common prefix.N in the layer names.",
+        "model.layers.*; fc* makes every layer fcN a unit of its own); the rest is the root unit. Default: the most "
+        "common prefix.N in the layer names.",
     )
 
 

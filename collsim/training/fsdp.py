@@ -1,4 +1,5 @@
-"""One FSDP training iteration (PyTorch ``FullyShardedDataParallel``) with NCCL: units, all-gathers, reduce-scatters.
+"""One FSDP training iteration (PyTorch ``FullyShardedDataParallel``) with NCCL or Gloo: units, all-gathers,
+reduce-scatters.
 
 The iteration runs on the same GPU model as DDP's (:class:`~collsim.training.step._Gpu`: SMs and HBM as engine
 resources, NCCL kernels holding one SM per channel and their HBM traffic). What FSDP does differs, after PyTorch's
@@ -28,6 +29,28 @@ The CPU (Python, autograd) is assumed to run ahead of the GPU, as it does in a G
 order at once, and only the rate limiter's ``synchronize`` makes it wait for the GPU. All-gathers and reduce-scatters
 that run at once (different streams) share the network: each takes half while they overlap (:meth:`_Gpu.nccl`,
 ``shared``). Each collective's time alone is NCCL's simulation of it on the cluster.
+
+**Gloo** (``ProcessGroupGloo``, torch 2.13, ``torch/csrc/distributed/c10d/ProcessGroupGloo.cpp``). FSDP gathers with
+``dist.all_gather_single`` (on CPU tensors ``dist.all_gather`` of the output's chunks; ``FlatParamHandle.
+_all_gather_flat_param``) and reduces with ``dist.reduce_scatter_single`` (``_reduce_grad``), both without
+``async_op``: c10d waits on the work it gets back. Gloo's work runs on one of the group's worker threads, and its
+``wait`` blocks the calling thread until that thread has finished, where NCCL's only makes the stream wait. So with
+Gloo the thread issuing FSDP's program (the Python thread in forward, autograd's in backward) stops at every
+collective until it is done, and at most one Gloo collective is in flight: the GPU runs what was queued before and
+then idles. What each call does:
+
+* the all-gather (``_allgather_base``: the output chunked into ``world`` views, then ``allgather``): with
+  CUDA tensors the input is copied to pinned host memory, Gloo's allgather fills one flat host tensor, which is
+  copied into the pinned output chunks, and those go back to the GPU (``AsyncAllgatherCUDAWork``); with CPU tensors
+  the same without the device copies (``AsyncAllgatherWork``: ``flatOutputTensor``, then ``copy_`` into each
+  output). All of it is Gloo's simulation of the allgather (:mod:`collsim.backends.gloo`).
+* the reduce-scatter (``_reduce_scatter_base`` -> ``reduce_scatter_tensor_coalesced``): ``input.clone()`` on
+  the calling stream, an ``allreduce`` of the clone (the whole buffer, staged through the host with CUDA tensors),
+  then in ``wait`` a copy of this rank's chunk into the output: two kernels here, the allreduce from Gloo's
+  simulation.
+* CPU ranks (``gpu.cores > 0``): the layers run on the calling thread, so every kernel also blocks it; the
+  iteration is then the sum of every kernel and every collective, in program order (a closed form the tests check).
+  The collectives take the rank's cores as Gloo's simulation of them alone says (nothing else runs meanwhile).
 
 Not modelled: mixed-precision casts (``MixedPrecision``: give ``param_dtype`` for the collectives' bytes), CPU
 offload, HYBRID_SHARD, ``no_sync``, FSDP2 (``fully_shard``), the CPU's own time (a CPU-bound step).
@@ -59,18 +82,24 @@ from collsim.training.step import (
     _run_compute_only,
 )
 
-__all__ = ["FsdpConfig", "FsdpUnit", "NcclCollective", "fsdp_units", "simulate_fsdp_step"]
+__all__ = ["FsdpConfig", "FsdpUnit", "GlooCollective", "NcclCollective", "fsdp_units", "simulate_fsdp_step"]
 
 Proc = Generator[simpy.Event, Any, None]
 
 #: ``(collective, nbytes) -> (seconds, channels)``: NCCL's simulation of one ``allgather`` or ``reduce_scatter`` of
 #: ``nbytes`` (nccl-tests' size: the whole unsharded buffer) on the cluster.
 NcclCollective = Callable[[str, int], tuple[float, int]]
+#: ``(collective, nbytes) -> (seconds, core_seconds)``: Gloo's simulation of one ``allgather`` of ``nbytes`` (the
+#: whole output) or ``allreduce`` of ``nbytes`` (what the reduce-scatter runs), alone on the cluster, with
+#: ProcessGroupGloo's host staging on GPU ranks; ``core_seconds``: what it spends of a CPU rank's cores (0 on GPU
+#: ranks).
+GlooCollective = Callable[[str, int], tuple[float, float]]
 
 SHARDINGS = ("full_shard", "shard_grad_op")
 PREFETCHES = ("backward_pre", "backward_post", "none")
-_AG_LANE = "NCCL all-gather stream"
-_RS_LANE = "NCCL reduce-scatter stream"
+#: the timeline's lanes of the all-gathers and the reduce-scatters, per backend
+_LANES = {"nccl": ("NCCL all-gather stream", "NCCL reduce-scatter stream"),
+          "gloo": ("Gloo all-gather (blocking)", "Gloo reduce-scatter (blocking)")}
 
 
 @dataclass(frozen=True)
@@ -96,8 +125,8 @@ class FsdpConfig:
     optimizer : str
         A key of the step constants' ``optimizer_traffic``.
     wrap : str, optional
-        The wrapped modules, as a layer-name pattern with ``*`` for the block index (``transformer.h.*``); default:
-        the most common ``prefix.N`` in the layer names (:func:`fsdp_units`).
+        The wrapped modules, as a layer-name pattern with ``*`` for the block index (``transformer.h.*``,
+        ``fc*``); default: the most common ``prefix.N`` in the layer names (:func:`fsdp_units`).
     """
 
     batch_size: int = 32
@@ -149,8 +178,11 @@ def fsdp_units(model: ModelSpec, world: int, wrap: str | None = None, comm_dtype
     world : int
         Ranks the flat parameters are sharded over (padding).
     wrap : str, optional
-        ``prefix.*``: every layer named ``prefix.N`` or ``prefix.N.<...>`` belongs to block N's unit (as
-        ``transformer_auto_wrap_policy`` wraps each block). Default: the most common such prefix; none: one unit.
+        A layer-name pattern whose ``*`` stands for a block index: with ``prefix.*`` every layer named ``prefix.N``
+        or ``prefix.N.<...>`` belongs to block N's unit (as ``transformer_auto_wrap_policy`` wraps each block);
+        with ``fc*`` every layer ``fcN`` is a unit of its own (``ModuleWrapPolicy({nn.Linear})`` on an
+        ``nn.Sequential`` of ``fc1, relu1, fc2, ...``). Default: the most common ``prefix.N`` prefix; none: one
+        unit.
     comm_dtype : str, optional
         dtype of the flat parameter in the collectives (default: each parameter's own).
 
@@ -168,17 +200,17 @@ def fsdp_units(model: ModelSpec, world: int, wrap: str | None = None, comm_dtype
     (49, 'transformer.h.0', '')
     """
     names = [ly.name for ly in model.layers]
-    prefix = wrap[:-2] if wrap and wrap.endswith(".*") else wrap
     if wrap is None:
-        prefix = _auto_prefix(names)
+        auto = _auto_prefix(names)
+        wrap = f"{auto}.*" if auto else None
+    elif "*" not in wrap:
+        wrap = f"{wrap}.*"  # a bare prefix, as before patterns
+    # every ``*`` stands for a block index; a layer belongs to the block its name starts with
+    block = re.compile(re.escape(wrap).replace(r"\*", r"\d+") + r"(?=[.:]|$)") if wrap else None
     block_of: list[str] = []
     for name in names:
-        key = ""
-        if prefix:
-            m = re.match(re.escape(prefix) + r"\.(\d+)(?:[.:]|$)", name)
-            if m:
-                key = f"{prefix}.{m.group(1)}"
-        block_of.append(key)
+        m = block.match(name) if block else None
+        block_of.append(m.group(0) if m else "")
     order = ["", *dict.fromkeys(k for k in block_of if k)]
     owner: dict[int, str] = {}
     for i, layer in enumerate(model.layers):
@@ -215,9 +247,11 @@ def simulate_fsdp_step(
     gpu: GpuCompute,
     consts: StepConstants,
     world: int,
-    nccl: NcclCollective,
+    nccl: NcclCollective | None = None,
+    *,
+    gloo: GlooCollective | None = None,
 ) -> StepResult:
-    """Simulate one FSDP iteration with NCCL.
+    """Simulate one FSDP iteration with NCCL or with Gloo (exactly one of ``nccl``, ``gloo``).
 
     Parameters
     ----------
@@ -226,20 +260,26 @@ def simulate_fsdp_step(
     cfg : FsdpConfig
         Sharding, prefetching, the rate limiter, the batch.
     gpu : GpuCompute
-        Each rank's GPU (all alike).
+        Each rank's GPU (all alike), or its CPU (``cores > 0``: the layers run on the calling thread).
     consts : StepConstants
         ``topologies/software/training.yaml``.
     world : int
         Ranks.
-    nccl : NcclCollective
+    nccl : NcclCollective, optional
         NCCL's time and channels for an all-gather or reduce-scatter of n bytes.
+    gloo : GlooCollective, optional
+        Gloo's time (and a CPU rank's core-seconds) for an all-gather or an allreduce of n bytes: each call blocks
+        the thread issuing it (see the module docstring).
 
     Returns
     -------
     StepResult
-        ``buckets`` are the units' reduce-scatters (ready: the unit's post-backward hook); the timeline has the
-        compute stream, the all-gather stream and the reduce-scatter stream.
+        ``buckets`` are the units' reduce-scatters (ready: the unit's post-backward hook; ``comm_s``: the
+        collective's time alone); the timeline has the compute stream, the all-gather lane and the reduce-scatter
+        lane.
     """
+    if (nccl is None) == (gloo is None):
+        raise ValueError("give exactly one of nccl and gloo")
     if cfg.sharding not in SHARDINGS:
         raise ValueError(f"unknown sharding {cfg.sharding!r}; expected one of {', '.join(SHARDINGS)}")
     if cfg.backward_prefetch not in PREFETCHES:
@@ -253,12 +293,13 @@ def simulate_fsdp_step(
     units = fsdp_units(model, world, cfg.wrap, cfg.comm_dtype)
     base = _Plan.build(model, DdpConfig(cfg.batch_size, optimizer=cfg.optimizer), consts)
     compute_s = _run_compute_only(gpu, base)
-    return _Fsdp(model, cfg, gpu, consts, world, nccl, units).run(compute_s)
+    return _Fsdp(model, cfg, gpu, consts, world, nccl, gloo, units).run(compute_s)
 
 
 class _Fsdp:
-    """One iteration: the CPU's program (a process issuing in order, blocking only in the rate limiter), the compute
-    stream, and the two NCCL streams (processes taking their kernels in issue order)."""
+    """One iteration: the CPU's program (a process issuing in order, blocking in the rate limiter and, with Gloo, in
+    every collective; on CPU ranks in every kernel too), the compute stream, and the two collective lanes (processes
+    taking their ops in issue order)."""
 
     def __init__(
         self,
@@ -267,16 +308,22 @@ class _Fsdp:
         gpu: GpuCompute,
         consts: StepConstants,
         world: int,
-        nccl: NcclCollective,
+        nccl: NcclCollective | None,
+        gloo: GlooCollective | None,
         units: list[FsdpUnit],
     ) -> None:
-        self.model, self.cfg, self.consts, self.world, self.nccl, self.units = model, cfg, consts, world, nccl, units
+        self.model, self.cfg, self.consts, self.world, self.units = model, cfg, consts, world, units
+        self.nccl, self.gloo = nccl, gloo
+        self.backend = "nccl" if nccl is not None else "gloo"
+        self.ag_lane, self.rs_lane = _LANES[self.backend]
+        self.blocking = gloo is not None  # a Gloo call's wait() holds the calling thread until the work is done
+        self.cpu_rank = gpu.cores > 0  # the layers run on the calling thread: every kernel blocks it
         self.env = simpy.Environment()
         self.spans: list[Span] = []
         self.g = _Gpu(self.env, gpu, self.spans)
         self.unit_of = {i: u.index for u in units for i in u.layers}
         self.streams: dict[str, simpy.Store] = {
-            name: simpy.Store(self.env) for name in ("compute", _AG_LANE, _RS_LANE)
+            name: simpy.Store(self.env) for name in ("compute", self.ag_lane, self.rs_lane)
         }
         self.tail: dict[str, simpy.Event] = {}  # the last op issued on each stream: what wait_stream waits for
         self.durations: list[float] = []
@@ -307,14 +354,28 @@ class _Fsdp:
         last = self.tail.get(stream)
         return (last,) if last is not None else ()
 
+    def _blocked(self, done: simpy.Event, blocks: bool) -> Proc:
+        """The calling thread waits for ``done`` when ``blocks`` (a Gloo call's wait; any kernel on a CPU rank)."""
+        if blocks and not done.processed:
+            yield done
+
     # ------------------------------------------------------------------------------------------------------ ops
     def _collective(self, kind: str, u: FsdpUnit, lane: str) -> Callable[[], Proc]:
         def op() -> Proc:
-            seconds, channels = self.nccl(kind, u.nbytes) if self.world > 1 and u.nbytes else (0.0, 0)
-            self.durations.append(seconds)
-            start = self.env.now
             label = f"{'all-gather' if kind == 'allgather' else 'reduce-scatter'} unit {u.index}"
-            yield from self.g.nccl(label, seconds, channels, self.hbm_per_byte * u.nbytes, u.index, lane, True)
+            start = self.env.now
+            seconds = 0.0
+            if self.nccl is not None:
+                seconds, channels = self.nccl(kind, u.nbytes) if self.world > 1 and u.nbytes else (0.0, 0)
+                self.durations.append(seconds)
+                yield from self.g.nccl(label, seconds, channels, self.hbm_per_byte * u.nbytes, u.index, lane, True)
+            else:
+                assert self.gloo is not None
+                # ProcessGroupGloo's reduce_scatter_tensor all-reduces the whole (cloned) input
+                gloo_kind = "allgather" if kind == "allgather" else "allreduce"
+                seconds, core_s = self.gloo(gloo_kind, u.nbytes) if self.world > 1 and u.nbytes else (0.0, 0.0)
+                self.durations.append(seconds)
+                yield from self.g.gloo_thread(label, lane, seconds, core_s, u.index)
             if kind == "reduce_scatter":
                 self.rs[u.index][1:] = [start, self.env.now, seconds]
 
@@ -349,10 +410,13 @@ class _Fsdp:
         notes = (
             f"FSDP {self.cfg.sharding}, {len(self.units) - 1} wrapped unit(s) + root, backward_prefetch "
             f"{self.cfg.backward_prefetch}" + (", limit_all_gathers" if self.cfg.limit_all_gathers else ""),
-            "the CPU issues ahead of the GPU; the optimizer updates the 1/world shard",
+            "the CPU issues ahead of the GPU; the optimizer updates the 1/world shard" if not self.blocking else
+            "Gloo: every all-gather and reduce-scatter blocks the thread issuing it until it is done (one in flight); "
+            "a reduce-scatter is a clone, an allreduce of the whole buffer and a copy of this rank's chunk; the "
+            "optimizer updates the 1/world shard",
         )
-        return StepResult("nccl", self.world, iteration, compute_s, sum(self.durations), buckets, tuple(self.spans),
-                          notes)  # fmt: skip
+        return StepResult(self.backend, self.world, iteration, compute_s, sum(self.durations), buckets,
+                          tuple(self.spans), notes)  # fmt: skip
 
     def _program(self) -> Proc:
         """The CPU thread: forward and backward in program order, issuing kernels and collectives."""
@@ -365,15 +429,16 @@ class _Fsdp:
 
         def unshard(u: int) -> Generator[simpy.Event, Any, None]:
             """``_unshard``: the rate limiter (the CPU blocks on the oldest free when two are queued), then the
-            all-gather on the unshard stream."""
+            all-gather on the unshard stream (with Gloo, the call returns when it is done)."""
             if u in unsharded:
                 return
             if cfg.limit_all_gathers and len(free_queue) >= 2:
                 event = free_queue.popleft()
                 if not event.processed:
                     yield event
-            self._issue(_AG_LANE, self._collective("allgather", units[u], _AG_LANE))
+            done = self._issue(self.ag_lane, self._collective("allgather", units[u], self.ag_lane))
             unsharded.add(u)
+            yield from self._blocked(done, self.blocking)
 
         def reshard(u: int) -> None:
             unsharded.discard(u)
@@ -385,11 +450,12 @@ class _Fsdp:
         waits: list[simpy.Event] = []  # a hook's wait_stream(unshard stream), applied to the next kernel issued
 
         def wait_unshard() -> None:
-            waits[:] = list(self._wait_stream(_AG_LANE))
+            waits[:] = list(self._wait_stream(self.ag_lane))
 
-        def compute(label: str, costs: tuple[float, float, float | None]) -> None:
-            self._issue("compute", self._kernel(label, *costs), tuple(waits))
+        def compute(label: str, costs: tuple[float, float, float | None]) -> Proc:
+            done = self._issue("compute", self._kernel(label, *costs), tuple(waits))
             waits.clear()
+            yield from self._blocked(done, self.cpu_rank)
 
         # ---- forward: the root's all-gather, then each unit's before its first layer
         fwd_units = [0] + [self.unit_of[i] for i in range(len(model.layers)) if self.unit_of[i] != 0]
@@ -411,7 +477,7 @@ class _Fsdp:
                         yield from unshard(fwd_order[nxt])
                         prefetched.add(fwd_order[nxt])
                 current = u
-            compute(f"fwd {layer.name}", _layer_costs(model, i, batch, False))
+            yield from compute(f"fwd {layer.name}", _layer_costs(model, i, batch, False))
         if current != 0 and cfg.sharding == "full_shard":
             reshard(current)
         # ---- backward: units in reverse order of their last layer
@@ -428,17 +494,17 @@ class _Fsdp:
                     wait_unshard()
                 if cfg.backward_prefetch == "backward_pre":
                     yield from self._prefetch(bwd_order, u, unshard, prefetched)
-            compute(f"bwd {model.layers[i].name}", _layer_costs(model, i, batch, True))
+            yield from compute(f"bwd {model.layers[i].name}", _layer_costs(model, i, batch, True))
             remaining[u] -= 1
             if remaining[u] == 0:  # the post-backward hook: all of the unit's gradients are ready
                 reshard(u)  # _should_free_in_backward: every sharded strategy frees after backward
-                self._reduce_scatter(units[u])
+                yield from self._reduce_scatter(units[u])
                 if cfg.backward_prefetch == "backward_post":
                     yield from self._prefetch(bwd_order, u, unshard, prefetched)
         # ---- the end of backward: wait for the post-backward stream, then the optimizer on the shard
         shard = 1.0 / self.world
         opt = _optimizer_bytes(model, self.consts, cfg.optimizer) * shard
-        self._issue("compute", self._kernel("optimizer (shard)", 0.0, opt), self._wait_stream(_RS_LANE))
+        self._issue("compute", self._kernel("optimizer (shard)", 0.0, opt), self._wait_stream(self.rs_lane))
         yield self.tail["compute"]
 
     def _prefetch(self, order: list[int], u: int, unshard: Callable[[int], Proc], prefetched: set[int]) -> Proc:
@@ -448,9 +514,11 @@ class _Fsdp:
             yield from unshard(order[k])
             prefetched.add(order[k])
 
-    def _reduce_scatter(self, u: FsdpUnit) -> None:
+    def _reduce_scatter(self, u: FsdpUnit) -> Proc:
         """The post-backward stream waits for the compute stream, pre-divides the unit's gradient, reduce-scatters
-        it and post-divides the shard (``_post_backward_hook`` / ``_reduce_grad``)."""
+        it and post-divides the shard (``_post_backward_hook`` / ``_reduce_grad``). With Gloo the call clones the
+        gradient first, returns when the allreduce is done, and then copies this rank's chunk out (in ``wait``)."""
+        lane = self.rs_lane
         after = self._wait_stream("compute")
         timing = self.rs[u.index] = [math.nan, math.nan, math.nan, 0.0]
 
@@ -460,9 +528,20 @@ class _Fsdp:
         for event in after:
             event.callbacks.append(ready)
         pre = predivide_factor(self.world)
-        first = self._kernel(f"pre-divide unit {u.index}", 0.0, 2.0 * u.nbytes, lane=_RS_LANE) if pre > 1 else None
-        self._issue(_RS_LANE, first or self._marker(), after)
-        self._issue(_RS_LANE, self._collective("reduce_scatter", u, _RS_LANE))
+        first = self._kernel(f"pre-divide unit {u.index}", 0.0, 2.0 * u.nbytes, lane=lane) if pre > 1 else None
+        done = self._issue(lane, first or self._marker(), after)
+        yield from self._blocked(done, self.cpu_rank)
+        gloo_copies = self.blocking and self.world > 1 and u.nbytes > 0
+        if gloo_copies:  # reduce_scatter_tensor_coalesced: inputTensors[i].clone() on the calling stream
+            done = self._issue(lane, self._kernel(f"clone unit {u.index}", 0.0, 2.0 * u.nbytes, lane=lane))
+            yield from self._blocked(done, self.cpu_rank)
+        done = self._issue(lane, self._collective("reduce_scatter", u, lane))
+        yield from self._blocked(done, self.blocking)
+        if gloo_copies:  # LambdaWork's wait: outputTensors[i].copy_(buffers[i].chunk(world)[rank])
+            done = self._issue(lane, self._kernel(f"chunk copy unit {u.index}", 0.0, 2.0 * u.nbytes / self.world,
+                                                  lane=lane))  # fmt: skip
+            yield from self._blocked(done, self.cpu_rank)
         if self.world / pre > 1:
-            self._issue(_RS_LANE, self._kernel(f"post-divide unit {u.index}", 0.0, 2.0 * u.nbytes / self.world,
-                                               lane=_RS_LANE))  # fmt: skip
+            done = self._issue(lane, self._kernel(f"post-divide unit {u.index}", 0.0, 2.0 * u.nbytes / self.world,
+                                                  lane=lane))  # fmt: skip
+            yield from self._blocked(done, self.cpu_rank)

@@ -1,0 +1,50 @@
+"""FSDP over Gloo on this machine: real ``FullyShardedDataParallel`` iterations (``collsim bench --ddp --fsdp``: 2
+processes, Gloo over TCP loopback, CPU tensors, every Linear a unit) against ``collsim step`` on the machine's
+scenario. Nothing is fitted to the FSDP runs: the layers' times come from the same run without FSDP, Gloo's rates
+from a calibration on that day's Gloo allreduce benchmark (the scenario's header says which file is which)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from collsim.api import Simulator
+from collsim.calibration import read_measurement
+
+DATA = Path(__file__).resolve().parents[2] / "scenarios" / "measurements"
+SCENARIO = DATA / "fsdp-cpu-2proc-mlp.scenario.yaml"
+RUNS = {r["name"]: r for r in json.loads((DATA / "fsdp-cpu-2proc-mlp.json").read_text(encoding="utf-8"))["runs"]}
+
+
+@pytest.fixture(scope="module")
+def predicted() -> dict[str, float]:
+    out = {}
+    for sharding in ("full_shard", "shard_grad_op"):
+        (gloo,) = Simulator.from_source(SCENARIO, [f"training.fsdp.sharding={sharding}"]).step()
+        out[f"fsdp_{sharding}"] = gloo.iteration_s
+    return out
+
+
+@pytest.mark.parametrize("name", ["fsdp_full_shard", "fsdp_shard_grad_op"])
+def test_each_fsdp_configuration_within_15_percent(predicted: dict[str, float], name: str) -> None:
+    measured = RUNS[name]["median_s"]
+    assert abs(predicted[name] / measured - 1) <= 0.15, (name, predicted[name], measured)
+
+
+def test_full_shard_costs_more_than_shard_grad_op_as_measured(predicted: dict[str, float]) -> None:
+    assert RUNS["fsdp_full_shard"]["median_s"] > RUNS["fsdp_shard_grad_op"]["median_s"]
+    assert predicted["fsdp_full_shard"] > predicted["fsdp_shard_grad_op"]
+
+
+def test_the_held_out_gloo_allgather_at_large_sizes() -> None:
+    # Gloo's allgather as ProcessGroupGloo runs it (the ring, then the flat output copied into the output tensors),
+    # at the calibrated rates: not part of the fit (which saw the allreduce only)
+    meas = read_measurement(DATA / "gloo-cpu-2proc-loopback-epyc-1205-allgather.json")
+    sim = Simulator.from_source(SCENARIO, ["workload.collective=allgather"])
+    rows = [r for r in meas.rows if r.size_bytes >= 32 << 20]
+    assert len(rows) == 3
+    for r in rows:
+        got = sim.simulate_one("gloo", r.size_bytes, collective="allgather").time_s
+        assert abs(got / (r.time_us * 1e-6) - 1) <= 0.10, (r.size_bytes, got, r.time_us)
