@@ -1,5 +1,5 @@
 """``collsim report``: one self-contained HTML page with the topology, NCCL against Gloo, where the time goes and a
-timeline of one collective; with a ``training:`` section, one DDP iteration per backend too.
+timeline of one collective; with a ``training:`` section, one DDP or FSDP iteration per backend too.
 
 The page draws what :meth:`collsim.api.Simulator.report_data` simulated (a :class:`~collsim.api.ReportData`). The
 one simulation here is the training step, when the caller does not pass it (:func:`build_report`'s ``steps``):
@@ -251,8 +251,9 @@ def build_report(data: ReportData, *, max_bars: int = 3000, steps: Sequence[Step
             out.records, topo, total_s=out.time_s, title=f"{out.backend.upper()}: link utilisation over time"
         )
     if steps:
+        style = "FSDP" if data.scenario.training is not None and data.scenario.training.style == "fsdp" else "DDP"
         figs["step-timeline"] = step_timeline_figure(
-            steps, title=f"One DDP iteration per backend: {data.scenario.name}"
+            steps, title=f"One {style} iteration per backend: {data.scenario.name}"
         )
     page = _page(data, figs, steps, step_notes)
     return Report(page, data, figs, data.seconds + time.perf_counter() - t0, list(steps))
@@ -368,15 +369,27 @@ def _step_section(
     what = (
         f"model {esc(str(tr.model))}, batch {tr.batch_size} per GPU, {esc(tr.compute_dtype)}" if tr is not None else ""
     )
-    parts = [
-        "<h2 id='training-step'>Training step</h2>",
-        f"<p class='note'>One iteration of PyTorch's DistributedDataParallel per backend ({what}), as "
-        "<code>collsim step</code> simulates it. <i>compute</i> is the iteration on one GPU without DDP; "
-        "<i>exposed</i> = iteration - compute; <i>overlap</i> = the share of the buckets' allreduce time hidden "
-        "behind computation; <i>scaling</i> = compute / iteration. Rows of the timeline: the compute stream (light "
-        "red: waiting for allreduces), the Reducer's copies on it, then NCCL's stream or Gloo's worker threads "
-        "(each bar: D2H copy, CPU ring, H2D copy of one bucket). Hover a bucket for its bytes and times.</p>",
-    ]
+    if tr is not None and tr.style == "fsdp":
+        intro = (
+            f"<p class='note'>One iteration of PyTorch's FullyShardedDataParallel per backend ({what}), as "
+            "<code>collsim step</code> simulates it. <i>compute</i> is the iteration on one GPU without FSDP; "
+            "<i>exposed</i> = iteration - compute; <i>overlap</i> = the share of the collectives' time hidden behind "
+            "computation; <i>scaling</i> = compute / iteration. Rows of the timeline: the compute stream (light red: "
+            "waiting), then the all-gathers and the reduce-scatters (NCCL: two streams; Gloo: each call blocks the "
+            "thread issuing it) with FSDP's gradient divisions and copies. Hover a collective for its unit's bytes "
+            "and times.</p>"
+        )
+    else:
+        intro = (
+            f"<p class='note'>One iteration of PyTorch's DistributedDataParallel per backend ({what}), as "
+            "<code>collsim step</code> simulates it. <i>compute</i> is the iteration on one GPU without DDP; "
+            "<i>exposed</i> = iteration - compute; <i>overlap</i> = the share of the buckets' allreduce time hidden "
+            "behind computation; <i>scaling</i> = compute / iteration. Rows of the timeline: the compute stream "
+            "(light red: waiting for allreduces), the Reducer's copies on it, then NCCL's stream or Gloo's worker "
+            "threads (each bar: D2H copy, CPU ring, H2D copy of one bucket). Hover a bucket for its bytes and "
+            "times.</p>"
+        )
+    parts = ["<h2 id='training-step'>Training step</h2>", intro]
     parts += [f"<p class='note'>{esc(n)}</p>" for n in notes]
     if steps:
         parts += [_fig_html(figs["step-timeline"], "fig-step-timeline"), _step_table(steps)]

@@ -50,6 +50,11 @@ STEP_CATEGORY_COLORS: dict[str, str] = {
     "optimizer": "#ff7f0e",
     "NCCL allreduce": BACKEND_COLORS["nccl"],
     "Gloo allreduce (D2H, CPU ring, H2D)": BACKEND_COLORS["gloo"],
+    "FSDP copy": "#9467bd",
+    "NCCL all-gather": BACKEND_COLORS["nccl"],
+    "NCCL reduce-scatter": BACKEND_COLORS["nccl"],
+    "Gloo all-gather (blocking)": BACKEND_COLORS["gloo"],
+    "Gloo reduce-scatter (blocking)": BACKEND_COLORS["gloo"],
     "waiting for allreduce (exposed)": "#f2c4c4",
     "other": "#bcbd22",
 }
@@ -67,16 +72,28 @@ def span_category(span: Span) -> str:
     'DDP copy'
     >>> span_category(Span("Gloo thread 1", "allreduce bucket 3", 0.0, 1e-2, 3))
     'Gloo allreduce (D2H, CPU ring, H2D)'
+    >>> span_category(Span("Gloo all-gather (blocking)", "all-gather unit 2", 0.0, 1e-2, 2))
+    'Gloo all-gather (blocking)'
+    >>> span_category(Span("NCCL reduce-scatter stream", "clone unit 2", 0.0, 1e-4))
+    'FSDP copy'
     """
     label = span.label
     if label.startswith("fwd "):
         return "forward"
     if label.startswith("bwd "):
         return "backward"
-    if label == "optimizer":
+    if label in ("optimizer", "optimizer (shard)"):
         return "optimizer"
     if label.startswith(("copy-in", "copy-out", "compress", "decompress")):
         return "DDP copy"
+    if label.startswith(("pre-divide", "post-divide", "clone", "chunk copy")):
+        return "FSDP copy"
+    for kind in ("all-gather", "reduce-scatter"):
+        if label.startswith(kind + " unit"):
+            if span.lane.startswith("Gloo"):
+                return f"Gloo {kind} (blocking)"
+            if span.lane.startswith("NCCL"):
+                return f"NCCL {kind}"
     if label.startswith("allreduce"):
         if span.lane.startswith("Gloo"):
             return "Gloo allreduce (D2H, CPU ring, H2D)"
@@ -131,7 +148,8 @@ def _hover(
     b = buckets.get(span.bucket) if span.bucket is not None else None
     if b is None:
         return head
-    text = f"{head}<br>bucket {b.index}: {b.params} parameter(s), {format_size(b.nbytes)} ({b.nbytes} bytes)"
+    what = "unit" if " unit " in f" {span.label} " else "bucket"  # FSDP's spans name their unit
+    text = f"{head}<br>{what} {b.index}: {b.params} parameter(s), {format_size(b.nbytes)} ({b.nbytes} bytes)"
     if cat in ("NCCL allreduce", "Gloo allreduce (D2H, CPU ring, H2D)"):
         exposed = _overlap(b.start_s, b.end_s, gaps)
         text += (

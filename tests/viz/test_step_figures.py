@@ -107,6 +107,19 @@ def test_timeline_has_a_panel_per_backend_with_its_streams_as_rows() -> None:
     assert "NCCL, 8 ranks" in fig.layout.annotations[0].text
 
 
+def test_fsdp_timeline_draws_each_backends_collectives_and_copies() -> None:
+    from collsim.training.fsdp import FsdpConfig, simulate_fsdp_step
+
+    model, cfg = _model(3), FsdpConfig(batch_size=1, optimizer="none", wrap="l*")
+    nccl = simulate_fsdp_step(model, cfg, _gpu(), BARE, 4, lambda kind, n: (1e-3, 1))
+    gloo = simulate_fsdp_step(model, cfg, _gpu(), BARE, 4, gloo=lambda kind, n: (2e-3, 0.0))
+    fig = step_timeline_figure([nccl, gloo])
+    names = {b: {t.name for t in _panel(fig, b)} for b in ("nccl", "gloo")}
+    assert {"NCCL all-gather", "NCCL reduce-scatter", "FSDP copy"} <= names["nccl"]
+    assert {"Gloo all-gather (blocking)", "Gloo reduce-scatter (blocking)", "FSDP copy"} <= names["gloo"]
+    assert "other" not in names["nccl"] | names["gloo"]
+
+
 def test_bars_do_not_overlap_within_a_stream() -> None:
     fig = step_timeline_figure(_steps())
     for backend in ("nccl", "gloo"):
@@ -255,3 +268,15 @@ def test_cli_report_draws_the_training_step(tmp_path: Path, capsys: pytest.Captu
     assert rc == 0, err
     assert "11 figures" in stdout
     assert "fig-step-timeline" in out.read_text(encoding="utf-8")
+
+
+def test_cli_report_of_an_fsdp_step_says_fsdp(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "f.html"
+    rc = main(["report", "fsdp-gpt2xl-2node-h100", "--set", "cluster.nodes=1", "--sizes", "1MiB", "--size", "1MiB",
+               "-o", str(out)])  # fmt: skip
+    _, err = capsys.readouterr()
+    assert rc == 0, err
+    page = out.read_text(encoding="utf-8")
+    assert "One iteration of PyTorch's FullyShardedDataParallel per backend" in page
+    assert "One FSDP iteration per backend" in page and "Gloo all-gather (blocking)" in page
+    assert "Reducer's copies" not in page
