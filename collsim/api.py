@@ -888,7 +888,8 @@ class Simulator:
         for backend in backends or self.backends():
             with self._errors(f"backends.{backend}"):
                 if backend == "nccl":
-                    res = simulate_ddp_step(model, cfg, gpu, self.step_constants, world, nccl=self._nccl_costs())
+                    nccl = self._nccl_allreduce_costs()
+                    res = simulate_ddp_step(model, cfg, gpu, self.step_constants, world, nccl=nccl)
                     out.append(dataclasses.replace(res, notes=(*res.notes, *self._harness_notes())))
                 elif backend == "gloo":
                     runner, threads = self._gloo_runner()
@@ -916,14 +917,14 @@ class Simulator:
                     if gpu.cores > 0:
                         raise ScenarioError("NCCL needs GPU ranks; this cluster's ranks are CPUs (disable NCCL)",
                                             file=self.scenario.source_file, field="backends.nccl")  # fmt: skip
-                    result = simulate_fsdp_step(model, cfg, gpu, consts, world, self._nccl_fsdp_costs())
+                    result = simulate_fsdp_step(model, cfg, gpu, consts, world, self._nccl_step_costs())
                     out.append(dataclasses.replace(result, notes=(*result.notes, *self._harness_notes())))
                 elif backend == "gloo":
                     out.append(simulate_fsdp_step(model, cfg, gpu, consts, world, gloo=self._gloo_fsdp_costs()))
         return out
 
-    def _nccl_fsdp_costs(self) -> Callable[[str, int], tuple[float, int]]:
-        """NCCL all-gather or reduce-scatter of n bytes -> (seconds, channels), simulated once per (collective, size)
+    def _nccl_step_costs(self) -> Callable[[str, int], tuple[float, int]]:
+        """A training step's NCCL collective of n bytes -> (seconds, channels), simulated once per (collective, size)
         without the benchmark's harness."""
         costs: dict[tuple[str, int], tuple[float, int]] = {}
 
@@ -939,11 +940,9 @@ class Simulator:
         """Gloo's allgather or allreduce of n bytes, alone -> (seconds, core-seconds one CPU rank spends), simulated
         once per (collective, size): CUDA tensors staged through the host on GPU ranks (ProcessGroupGloo's CUDA
         works), CPU tensors on CPU ranks."""
-        base = self.options("gloo")
-        assert isinstance(base, GlooOptions)
+        opts = self._gloo_step_options()
         ranks = self.topology.rank_devices()
-        on_cpu = bool(ranks) and ranks[0].kind == "cpu"
-        opts = dataclasses.replace(base, device="cpu" if on_cpu else "cuda")
+        on_cpu = opts.device == "cpu"
         costs: dict[tuple[str, int], tuple[float, float]] = {}
 
         def gloo(collective: str, nbytes: int) -> tuple[float, float]:
@@ -967,26 +966,24 @@ class Simulator:
         return (f"workload.{' and workload.'.join(fields)} {verb} a benchmark's timing: not applied to the step's "
                 "collectives",)  # fmt: skip
 
-    def _nccl_costs(self) -> Callable[[int], tuple[float, int]]:
-        """NCCL allreduce of n bytes -> (seconds, channels), simulated once per size."""
-        costs: dict[int, tuple[float, int]] = {}
+    def _nccl_allreduce_costs(self) -> Callable[[int], tuple[float, int]]:
+        """NCCL allreduce of n bytes -> (seconds, channels), simulated once per size (DDP's buckets)."""
+        costs = self._nccl_step_costs()
+        return lambda nbytes: costs("allreduce", nbytes)
 
-        def nccl(nbytes: int) -> tuple[float, int]:
-            if nbytes not in costs:
-                o = self.simulate_one("nccl", nbytes, collective="allreduce", harness=False)
-                costs[nbytes] = (o.time_s, o.channels or 1)
-            return costs[nbytes]
-
-        return nccl
-
-    def _gloo_runner(self) -> tuple[Callable[[Sequence[int], Sequence[float]], Sequence[float]], int]:
-        """Gloo allreduces issued at given times -> each one's end, and the worker threads per rank. DDP hands Gloo
-        its ranks' tensors: CUDA ones (staged through host memory) on GPU ranks, CPU ones on CPU ranks, whatever
-        the scenario's ``backends.gloo.device``."""
+    def _gloo_step_options(self) -> GlooOptions:
+        """Gloo's options for a training step: the tensors DDP and FSDP hand Gloo are the ranks' own, CUDA ones
+        (staged through host memory) on GPU ranks and CPU ones on CPU ranks, whatever the scenario's
+        ``backends.gloo.device``."""
         base = self.options("gloo")
         assert isinstance(base, GlooOptions)
         ranks = self.topology.rank_devices()
-        opts = dataclasses.replace(base, device="cpu" if ranks and ranks[0].kind == "cpu" else "cuda")
+        return dataclasses.replace(base, device="cpu" if ranks and ranks[0].kind == "cpu" else "cuda")
+
+    def _gloo_runner(self) -> tuple[Callable[[Sequence[int], Sequence[float]], Sequence[float]], int]:
+        """Gloo allreduces issued at given times -> each one's end, and the worker threads per rank
+        (:meth:`_gloo_step_options`)."""
+        opts = self._gloo_step_options()
 
         def gloo(sizes: Sequence[int], issue_at: Sequence[float]) -> Sequence[float]:
             o = simulate_gloo_many(self.topology, opts, self.gloo_constants, list(sizes),
