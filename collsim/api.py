@@ -868,7 +868,7 @@ class Simulator:
         # peak_flops only converts measured seconds into engine units here: any positive value gives the same times
         return GpuCompute(str(spec.get("preset", "cpu")), 1e12, bandwidth, 0, 1.0,
                           tr.memory_efficiency or float(consts["memory_efficiency"]), cores,
-                          float(tr.intra_op_threads))  # fmt: skip
+                          float(tr.intra_op_threads), float(consts["cpu_write_allocate_bytes_per_byte"]))  # fmt: skip
 
     def step(self, backends: Sequence[str] | None = None) -> list[StepResult]:
         """Simulate one DDP iteration of the ``training`` section per backend (default: the enabled ones).

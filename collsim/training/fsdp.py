@@ -533,13 +533,14 @@ class _Fsdp:
         yield from self._blocked(done, self.cpu_rank)
         gloo_copies = self.blocking and self.world > 1 and u.nbytes > 0
         if gloo_copies:  # reduce_scatter_tensor_coalesced: inputTensors[i].clone() on the calling stream
-            done = self._issue(lane, self._kernel(f"clone unit {u.index}", 0.0, 2.0 * u.nbytes, lane=lane))
+            clone = self.g.gpu.copy_bytes(u.nbytes)
+            done = self._issue(lane, self._kernel(f"clone unit {u.index}", 0.0, clone, lane=lane))
             yield from self._blocked(done, self.cpu_rank)
         done = self._issue(lane, self._collective("reduce_scatter", u, lane))
         yield from self._blocked(done, self.blocking)
         if gloo_copies:  # LambdaWork's wait: outputTensors[i].copy_(buffers[i].chunk(world)[rank])
-            done = self._issue(lane, self._kernel(f"chunk copy unit {u.index}", 0.0, 2.0 * u.nbytes / self.world,
-                                                  lane=lane))  # fmt: skip
+            chunk = self.g.gpu.copy_bytes(u.nbytes / self.world)
+            done = self._issue(lane, self._kernel(f"chunk copy unit {u.index}", 0.0, chunk, lane=lane))
             yield from self._blocked(done, self.cpu_rank)
         if self.world / pre > 1:
             done = self._issue(lane, self._kernel(f"post-divide unit {u.index}", 0.0, 2.0 * u.nbytes / self.world,

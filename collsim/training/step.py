@@ -84,6 +84,10 @@ class GpuCompute:
     compute_threads : float
         CPU ranks: cores one compute kernel keeps busy at full speed (torch's intra-op threads; torchrun sets
         ``OMP_NUM_THREADS=1``).
+    write_allocate : float
+        Bytes of memory read per byte a kernel stores to memory it did not read (a copy's destination): 0 on a GPU,
+        whose stores of whole sectors fetch nothing; on a CPU rank ``cpu_write_allocate_bytes_per_byte`` of
+        ``topologies/software/training.yaml`` (a store that misses the cache reads the line first).
     """
 
     name: str
@@ -94,6 +98,12 @@ class GpuCompute:
     memory_efficiency: float
     cores: float = 0.0
     compute_threads: float = 1.0
+    write_allocate: float = 0.0
+
+    def copy_bytes(self, nbytes: float) -> float:
+        """Memory traffic of copying ``nbytes`` bytes into a destination the kernel does not read, bytes: one read,
+        one write, and the write-allocate reads of the destination's lines (``write_allocate``)."""
+        return (2.0 + self.write_allocate) * nbytes
 
     @property
     def flops(self) -> float:
@@ -449,20 +459,24 @@ def _ddp_iteration(
             # copy into the bucket and divide by the world size (no hook), or a plain copy (hook registered; a
             # bucket-view gradient needs none: the hook divides the compressed copy)
             copy = consts.copy_in_bytes_per_byte * nbytes
-            if compress is not None and cfg.gradient_as_bucket_view:
+            if not cfg.gradient_as_bucket_view:  # the bucket is stored to, not read: a CPU reads its lines first
+                copy += gpu.gpu.write_allocate * nbytes
+            elif compress is not None:
                 copy = 0.0
             yield from gpu.kernel("compute", f"copy-in {model.params[p].name}", 0.0, copy, bucket=plan.bucket_of[p])
             pending[plan.bucket_of[p]] -= 1
         while nxt < len(plan.buckets) and pending[nxt] == 0:
             if compress is not None:  # the hook: buffer.to(half).div_(world): read full, write half, read+write half
                 full, half = plan.buckets[nxt].nbytes, plan.wire_bytes[nxt]
-                yield from gpu.kernel("compute", f"compress bucket {nxt}", 0.0, full + 3 * half, bucket=nxt)
+                cast = full + (3 + gpu.gpu.write_allocate) * half  # the cast's output is stored to, not read
+                yield from gpu.kernel("compute", f"compress bucket {nxt}", 0.0, cast, bucket=nxt)
             ready_at[nxt] = env.now
             launch(nxt)
             nxt += 1
     yield all_done()
     if not cfg.gradient_as_bucket_view:
-        copy_out = consts.copy_out_bytes_per_byte * sum(p.nbytes for p in model.params)
+        grads = sum(p.nbytes for p in model.params)
+        copy_out = (consts.copy_out_bytes_per_byte + gpu.gpu.write_allocate) * grads  # param.grad: stored, not read
         yield from gpu.kernel("compute", "copy-out", 0.0, copy_out)
     yield from gpu.kernel("compute", "optimizer", 0.0, _optimizer_bytes(model, consts, cfg.optimizer))
 

@@ -434,3 +434,18 @@ def test_ibverbs_with_cpu_tensors_runs_the_host_ring() -> None:
     assert cpu.notes[0].startswith("64 segments")  # PyTorch's segmented host ring: 64 MiB / 1 MiB segments
     tcp = Simulator.from_source("2node-h100-ib", ["backends.gloo.device=cpu"]).simulate_one("gloo", 64 * MiB)
     assert tcp.algorithm == cpu.algorithm == "ring"
+
+
+def test_a_cpu_copy_pays_the_write_allocate_read_of_its_destination() -> None:
+    # a reduction reads two operands and writes into one of them (3 B per byte); a copy reads one, and its stores
+    # to the destination's lines read them first on a write-allocate CPU (3 B per byte, not 2)
+    from collsim.backends.common import ResourceCatalog
+    from collsim.backends.gloo.plan import _compute_roles
+
+    topo = Simulator.from_source("scenarios/measurements/fsdp-cpu-2proc-mlp.scenario.yaml").topology
+    rank = topo.rank_devices()[0]
+    roles, compute = _compute_roles(topo, ResourceCatalog(topo), rank.name, False)
+    mem = {role: sum(c for key, c in uses if key[0] == "mem") for role, uses in roles.items()}
+    assert mem == {"reduce": 3.0, "copy": 3.0}
+    cores = {role: sum(c for key, c in uses if key[0] == "cores") for role, uses in roles.items()}
+    assert cores["copy"] == pytest.approx(1.0 / compute.cap)

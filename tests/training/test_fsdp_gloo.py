@@ -4,6 +4,7 @@ reduce_scatter_tensor is a clone, an allreduce of the whole buffer and a chunk c
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import pytest
@@ -35,8 +36,11 @@ def _gloo(ag: float, ar: float, calls: list[tuple[str, int]] | None = None):  # 
     return cost
 
 
-def _cpu_closed_form(model: ModelSpec, cfg: FsdpConfig, world: int, ag: float, ar: float, bw: float) -> float:
-    """The iteration on CPU ranks: one thread runs every layer, copy and collective in turn."""
+def _cpu_closed_form(
+    model: ModelSpec, cfg: FsdpConfig, world: int, ag: float, ar: float, bw: float, wa: float = 0.0
+) -> float:
+    """The iteration on CPU ranks: one thread runs every layer, copy and collective in turn (``wa``: the CPU's
+    write-allocate bytes per byte, paid by the clone and the chunk copy, not by the in-place divisions)."""
     units = fsdp_units(model, world, cfg.wrap)
     layers = sum(ly.fwd_time_s + ly.bwd_time_s for ly in model.layers)  # type: ignore[operator]
     total = layers
@@ -46,20 +50,22 @@ def _cpu_closed_form(model: ModelSpec, cfg: FsdpConfig, world: int, ag: float, a
         gathers = 1 + (1 if u.index != 0 and cfg.sharding == "full_shard" else 0)
         total += gathers * ag  # Gloo's allgather (its copy of the flat output into the views included)
         pre = predivide_factor(world)
-        total += (2 * n / bw if pre > 1 else 0.0) + 2 * n / bw  # pre-divide, then reduce_scatter's clone
-        total += ar + 2 * n / world / bw  # the allreduce, then this rank's chunk copied out
+        total += (2 * n / bw if pre > 1 else 0.0) + (2 + wa) * n / bw  # pre-divide, then reduce_scatter's clone
+        total += ar + (2 + wa) * n / world / bw  # the allreduce, then this rank's chunk copied out
         total += 2 * n / world / bw if world / pre > 1 else 0.0  # post-divide
     return total
 
 
 @pytest.mark.parametrize("world", [2, 4, 8])
 @pytest.mark.parametrize("sharding", ["full_shard", "shard_grad_op"])
-def test_on_cpu_ranks_the_iteration_is_the_sum_of_everything(world: int, sharding: str) -> None:
+@pytest.mark.parametrize("wa", [0.0, 1.0])
+def test_on_cpu_ranks_the_iteration_is_the_sum_of_everything(world: int, sharding: str, wa: float) -> None:
     m = _model(3)
     cfg = FsdpConfig(batch_size=1, sharding=sharding, optimizer="none")
-    r = simulate_fsdp_step(m, cfg, CPU, BARE, world, gloo=_gloo(1e-3, 3e-3))
+    cpu = dataclasses.replace(CPU, write_allocate=wa)
+    r = simulate_fsdp_step(m, cfg, cpu, BARE, world, gloo=_gloo(1e-3, 3e-3))
     assert r.backend == "gloo"
-    assert r.iteration_s == pytest.approx(_cpu_closed_form(m, cfg, world, 1e-3, 3e-3, 1e10), rel=1e-9)
+    assert r.iteration_s == pytest.approx(_cpu_closed_form(m, cfg, world, 1e-3, 3e-3, 1e10, wa), rel=1e-9)
     assert r.compute_s == pytest.approx(5 * 3e-3, rel=1e-12)
 
 

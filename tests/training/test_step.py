@@ -92,6 +92,23 @@ def test_copies_and_optimizer_are_hbm_passes() -> None:
     assert r.iteration_s == pytest.approx(r.compute_s + 4 * mib8 / 1e12, rel=1e-12)
 
 
+def test_a_write_allocate_cpu_reads_the_copies_destinations_but_not_in_place_updates() -> None:
+    # write_allocate 1 (a CPU): copy-in and copy-out 3 B/B; SGD's in-place update stays 3 x 4 B per element; with
+    # gradient_as_bucket_view the Reducer divides in place (2 B/B) and copies nothing back
+    consts = StepConstants(2.0, 2.0, {"sgd": (3.0, 0.0)}, 0.0)
+    cpu_like = GpuCompute("test", 1e14, 1e12, 10**9, 1.0, 1.0, write_allocate=1.0)
+    cfg = DdpConfig(batch_size=1, first_iteration=True, optimizer="sgd")
+    r = simulate_ddp_step(_model(), cfg, cpu_like, consts, 8, nccl=_nccl(0.0))
+    mib8 = 8 << 20
+    assert r.compute_s == pytest.approx(6e-3 + 12 * (2 * MB4) / 1e12, rel=1e-12)
+    assert r.iteration_s == pytest.approx(r.compute_s + 6 * mib8 / 1e12, rel=1e-12)
+    view = DdpConfig(batch_size=1, first_iteration=True, optimizer="sgd", gradient_as_bucket_view=True)
+    v = simulate_ddp_step(_model(), view, cpu_like, consts, 8, nccl=_nccl(0.0))
+    assert v.iteration_s == pytest.approx(r.compute_s + 2 * mib8 / 1e12, rel=1e-12)
+    assert GpuCompute("gpu", 1.0, 1.0, 1, 1.0, 1.0).copy_bytes(10.0) == 20.0
+    assert cpu_like.copy_bytes(10.0) == 30.0
+
+
 def test_gloo_buckets_go_to_worker_threads_when_ready_and_the_step_waits_for_the_last() -> None:
     seen: dict[str, Sequence[float]] = {}
 

@@ -136,8 +136,10 @@ def _compute_roles(
     red_rate = float(cpu.spec["reduce_bw_per_core"])
     roles = {
         "reduce": list((cat.cores(cpu.node, 1.0 / red_rate) + cat.mem(cpu.name, 3.0)).uses),
-        # memcpy out of a receive buffer: one thread, DRAM-bound like the reduction (estimate), 2 bytes of traffic
-        "copy": list((cat.cores(cpu.node, 1.0 / red_rate) + cat.mem(cpu.name, 2.0)).uses),
+        # a copy out of a receive buffer: one thread, DRAM-bound like the reduction (estimate); 3 bytes of traffic
+        # per byte: the read, the write and the write-allocate read of the destination's lines (training.yaml
+        # cpu_write_allocate_bytes_per_byte; a reduction's destination is one of its operands, read anyway)
+        "copy": list((cat.cores(cpu.node, 1.0 / red_rate) + cat.mem(cpu.name, 3.0)).uses),
     }
     return roles, _Compute(red_rate, 0.0, CPU_REDUCTION_TAG, CPU_COPY_TAG)
 
