@@ -86,7 +86,7 @@ def span_category(span: Span) -> str:
         return "optimizer"
     if label.startswith(("copy-in", "copy-out", "compress", "decompress")):
         return "DDP copy"
-    if label.startswith(("pre-divide", "post-divide", "clone", "chunk copy")):
+    if label.startswith(("pre-divide", "post-divide", "clone", "chunk copy", "flat gradient")):
         return "FSDP copy"
     for kind in ("all-gather", "reduce-scatter"):
         if label.startswith(kind + " unit"):

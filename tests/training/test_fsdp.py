@@ -50,13 +50,14 @@ def test_predivide_factor_follows_torch() -> None:
 
 def test_one_unit_cannot_overlap_anything() -> None:
     # nothing wrapped: the root all-gathers everything before the forward and reduce-scatters after the backward;
-    # world 2: pre-divide by 2 (read + write of the 16 MiB gradient at 1e12 B/s), no post-division
+    # world 2: the views' gradients concatenated into the flat gradient, then pre-divide by 2 (each a read + write
+    # of the 16 MiB gradient at 1e12 B/s), no post-division
     m = _model(2)
     cfg = FsdpConfig(batch_size=1, optimizer="none", wrap="nothing.*")
     r = simulate_fsdp_step(m, cfg, GPU, BARE, 2, _nccl(0.5e-3, 0.7e-3))
     layers = 4 * (1e-3 + 2e-3)
-    divide = 2 * 4 * 4 * MB4 / 1e12
-    assert r.iteration_s == pytest.approx(0.5e-3 + layers + divide + 0.7e-3, rel=1e-9)
+    flat = divide = 2 * 4 * 4 * MB4 / 1e12
+    assert r.iteration_s == pytest.approx(0.5e-3 + layers + flat + divide + 0.7e-3, rel=1e-9)
     assert r.compute_s == pytest.approx(layers, rel=1e-12)
     assert r.comm_s == pytest.approx(1.2e-3, rel=1e-12)
 
@@ -66,10 +67,12 @@ def test_short_collectives_hide_but_the_first_all_gather_and_the_roots_reduce_sc
     m = _model(2)
     cfg = FsdpConfig(batch_size=1, optimizer="none")
     r = simulate_fsdp_step(m, cfg, GPU, BARE, 4, _nccl(0.1e-3, 0.2e-3))
-    root = 2 * 4 * MB4
-    # after the embed's backward: the root's pre-division, reduce-scatter and post-division
+    root, block = 2 * 4 * MB4, 4 * MB4
+    # each block's flat gradient after its backward (on the compute stream); after the embed's backward the root's
+    # flat gradient, pre-division, reduce-scatter and post-division
+    flats = 2 * (2 * block / 1e12) + 2 * root / 1e12
     tail = 2 * root / 1e12 + 0.2e-3 + 2 * root / 4 / 1e12
-    assert r.iteration_s == pytest.approx(0.1e-3 + 4 * 3e-3 + tail, rel=1e-9)
+    assert r.iteration_s == pytest.approx(0.1e-3 + 4 * 3e-3 + flats + tail, rel=1e-9)
     ags = _spans(r, "NCCL all-gather stream")
     assert [s.bucket for s in ags] == [0, 1, 2, 2, 1]  # root, then each block before its forward and its backward
     assert [b.index for b in r.buckets] == [2, 1, 0]  # reduce-scatters in backward order

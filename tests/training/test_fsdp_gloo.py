@@ -50,6 +50,7 @@ def _cpu_closed_form(
         gathers = 1 + (1 if u.index != 0 and cfg.sharding == "full_shard" else 0)
         total += gathers * ag  # Gloo's allgather (its copy of the flat output into the views included)
         pre = predivide_factor(world)
+        total += (2 + wa) * n / bw  # SplitWithSizesBackward's cat of the unit's gradients
         total += (2 * n / bw if pre > 1 else 0.0) + (2 + wa) * n / bw  # pre-divide, then reduce_scatter's clone
         total += ar + (2 + wa) * n / world / bw  # the allreduce, then this rank's chunk copied out
         total += 2 * n / world / bw if world / pre > 1 else 0.0  # post-divide
