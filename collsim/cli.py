@@ -275,8 +275,19 @@ def _bench_command(sub: _Sub) -> None:
                       help="compare a --probe file with a GPU preset (no torch needed) and print the table")
     real.add_argument("--gpu", metavar="PRESET", help="GPU preset of --probe-check (default: the one the probe names)")
     real.add_argument("--preset-out", metavar="FILE.yaml",
-                      help="with --probe-check: write the measured figures as presets for --presets")
+                      help="with --probe-check or --host-memory: write the measured figures as presets for "
+                           "--presets")
     real.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    mem = real.add_argument_group("host-memory mode (collsim/bench/hostmem.py)")
+    mem.add_argument("--host-memory", action="store_true",
+                     help="measure this host's memory figures for a CPU preset instead (memory_bandwidth, "
+                          "copy_bw_per_core, first_touch_bw): copy_, add_ and fresh allocations, one torch thread "
+                          "per process, one alone and --nprocs at once (default 2)")
+    mem.add_argument("--host-memory-size", default="256MiB", metavar="SIZE",
+                     help="bytes of each streaming pass (default: %(default)s)")
+    mem.add_argument("--cpu", metavar="PRESET", default="generic-x86",
+                     help="with --host-memory --preset-out: the shipped CPU preset the measured one starts from "
+                          "(default: %(default)s)")
     ddp = real.add_argument_group("DDP mode (collsim/bench/ddp.py)")
     ddp.add_argument("--ddp", action="store_true",
                      help="time DistributedDataParallel iterations of an MLP (Gloo, CPU tensors) instead")

@@ -95,6 +95,9 @@ class GlooRankContext:
         ``f(nbytes) -> done``: reduce / copy ``nbytes`` bytes out of a receive buffer.
     notice : callable
         ``notice(label) -> arrived``: a control message to the peer of ``label`` (``None``: the rank's default).
+    fresh : callable, optional
+        ``fresh(nbytes) -> done``: a buffer of ``nbytes`` bytes allocated for this call gets its pages (the cost of
+        first touching a fresh mapping; None: free).
     """
 
     board: EventBoard
@@ -105,6 +108,7 @@ class GlooRankContext:
     reduce: Callable[[float], Event]
     copy: Callable[[float], Event]
     notice: Callable[[str | None], Event]
+    fresh: Callable[[float], Event] | None = None
     _last: dict[str, Event] = field(default_factory=dict)
 
     def key(self, rank: int) -> Hashable:
@@ -461,9 +465,13 @@ def _allgather(n: int, nbytes: float) -> GlooSchedule:
         ProcessGroupGloo copies the whole output out of the one flat tensor Gloo filled into the caller's output
         tensors (``AsyncAllgatherWork::allgather``, torch/csrc/distributed/c10d/ProcessGroupGloo.cpp, torch
         2.13: ``newLikeFlat(outputs)``, ``gloo::allgather``, then ``outputs[i][j].copy_(flatOutputTensor[j])``;
-        with CUDA tensors into the pinned host chunks before the copy back): S more bytes copied.
+        with CUDA tensors into the pinned host chunks before the copy back): S more bytes copied. The flat tensor
+        is allocated every call: where it is a fresh mapping its pages fault in as it is first written, paid here
+        up front (``ctx.fresh``).
         """
         me = ctx.me
+        if ctx.fresh is not None:  # newLikeFlat(outputs): a new tensor every call, filled by the copy and receives
+            yield ctx.fresh(nbytes)
         yield ctx.copy(own)
         sends: list[Event] = []
         for i in range(ops):

@@ -18,7 +18,7 @@ from collsim.bench.metadata import host_facts
 from collsim.bench.report import SizeResult, SweepOutput, format_text, to_measurement
 from collsim.bench.worker import rank_env, run_rank
 from collsim.files import write_atomic
-from collsim.units import UnitError, format_size, parse_size_range
+from collsim.units import UnitError, format_size, parse_size, parse_size_range
 from collsim.vocab import ROOTED_COLLECTIVES
 
 __all__ = ["DEFAULT_SIZES", "ProgressLine", "run_command", "run_sweep"]
@@ -190,6 +190,8 @@ def run_command(args: argparse.Namespace) -> int:
         from collsim.bench.ddp import run_ddp_command
 
         return run_ddp_command(args)
+    if getattr(args, "host_memory", False):
+        return _run_host_memory(args)
     if getattr(args, "probe_check", None):
         return _run_probe_check(args)
     _check_outputs(args)
@@ -226,6 +228,46 @@ def run_command(args: argparse.Namespace) -> int:
     if wrong:
         sizes = ", ".join(f"{r.size_bytes} B ({r.wrong})" for r in wrong)
         raise BenchError(f"data check failed: wrong elements at {sizes}; the times were written but are suspect")
+    return 0
+
+
+def _run_host_memory(args: argparse.Namespace) -> int:
+    """``--host-memory``: this host's memory figures for a CPU preset (:mod:`collsim.bench.hostmem`)."""
+    import yaml
+
+    from collsim.bench.hostmem import (
+        HostMemoryConfig,
+        default_nprocs,
+        format_host_memory,
+        host_presets,
+        run_host_memory,
+        write_json,
+    )
+
+    if args.output and Path(args.output).suffix.lower() != ".json":
+        raise BenchError(f"-o {args.output}: --host-memory writes JSON; expected a file name ending in .json")
+    preset_out = getattr(args, "preset_out", None)
+    if preset_out and Path(preset_out).suffix.lower() not in (".yaml", ".yml"):
+        raise BenchError(f"--preset-out {preset_out}: expected a file name ending in .yaml")
+    try:
+        size = parse_size(args.host_memory_size)
+    except (UnitError, ValueError) as exc:
+        raise BenchError(f"--host-memory-size {args.host_memory_size}: {exc}") from None
+    cfg = HostMemoryConfig(nprocs=args.nprocs or default_nprocs(), size=size, iters=args.iters, warmup=args.warmup)
+    parts = ["collsim", "bench", "--host-memory", "--nprocs", str(cfg.nprocs), "--host-memory-size",
+             args.host_memory_size, "-n", str(cfg.iters), "-w", str(cfg.warmup)]  # fmt: skip
+    say = None if args.quiet else (lambda m: print(f"[host-memory] {m}", file=sys.stderr, flush=True))
+    result = run_host_memory(cfg, command=shlex.join(parts), argv=shlex.join(sys.argv), say=say)
+    if args.output:
+        write_json(args.output, result)
+    text = format_host_memory(result)
+    if args.text:
+        _write(args.text, text)
+    else:
+        sys.stdout.write(text)
+    if preset_out:
+        doc = host_presets(result, args.cpu, file=args.output or "not saved")
+        _write(preset_out, yaml.safe_dump(doc, sort_keys=False, width=200))
     return 0
 
 

@@ -308,6 +308,9 @@ CPU_SCHEMA: dict[str, tuple[str, bool]] = {
     "nccl_net_overhead": ("time", True),
     "socket_link": ("link_preset", True),
     "source": ("text", True),
+    # Optional host-memory facts (None when a preset leaves them out; collsim bench --host-memory measures them)
+    "copy_bw_per_core": ("bandwidth", False),  # bytes one thread copies per second (torch's copy_); absent: reduce's
+    "first_touch_bw": ("bandwidth", False),  # bytes/s one thread faults fresh pages in at; absent: not charged
 }
 NIC_SCHEMA: dict[str, tuple[str, bool]] = {
     "model": ("text", True),

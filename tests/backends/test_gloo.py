@@ -446,6 +446,33 @@ def test_a_cpu_copy_pays_the_write_allocate_read_of_its_destination() -> None:
     rank = topo.rank_devices()[0]
     roles, compute = _compute_roles(topo, ResourceCatalog(topo), rank.name, False)
     mem = {role: sum(c for key, c in uses if key[0] == "mem") for role, uses in roles.items()}
-    assert mem == {"reduce": 3.0, "copy": 3.0}
+    assert mem == {"reduce": 3.0, "copy": 3.0, "touch": 1.0}  # touch: the zeroed page written once
     cores = {role: sum(c for key, c in uses if key[0] == "cores") for role, uses in roles.items()}
-    assert cores["copy"] == pytest.approx(1.0 / compute.cap)
+    assert cores["reduce"] == pytest.approx(1.0 / compute.cap)
+    assert cores["copy"] == pytest.approx(1.0 / compute.copy_cap) and compute.copy_cap == pytest.approx(20.55e9)
+
+
+def _vm_allgather(nbytes: int, *overrides: str) -> float:
+    """Gloo's allgather on the development VM's scenario (2 ranks, CPU tensors, TCP loopback), seconds."""
+    sim = Simulator.from_source("scenarios/measurements/fsdp-cpu-2proc-mlp.scenario.yaml", list(overrides))
+    return sim.simulate_one("gloo", nbytes, collective="allgather").time_s
+
+
+def test_the_allgathers_flat_output_faults_in_from_glibcs_largest_mmap_threshold() -> None:
+    # ProcessGroupGloo allocates the flat output every call: from 32 MiB a fresh mapping whose pages fault in at
+    # the preset's first_touch_bw (2.89 GB/s), first, while nothing else runs; below it reused heap memory
+    cpu = "presets.cpus.epyc-2vcpu-vm"
+    for size, faults in ((32 << 20, True), (64 << 20, True), ((32 << 20) - 4096, False), (16 << 20, False)):
+        slower, preset = _vm_allgather(size, f"{cpu}.first_touch_bw=1.445GB/s"), _vm_allgather(size)
+        expected = size / 1.445e9 - size / 2.89e9 if faults else 0.0
+        assert slower - preset == pytest.approx(expected, rel=1e-9, abs=1e-12), size
+
+
+def test_gloos_host_copies_run_at_the_presets_copy_rate() -> None:
+    # the allgather copies its own S/2 into the output first and the whole S out of the flat tensor last, nothing
+    # else running meanwhile: at 20 against 40 GB/s per thread, above the reduction's 15 GB/s (memory not binding)
+    cpu = "presets.cpus.epyc-2vcpu-vm"
+    size = 16 << 20
+    slow, fast = (_vm_allgather(size, f"{cpu}.copy_bw_per_core={r}GB/s", f"{cpu}.memory_bandwidth=1TB/s")
+                  for r in (20, 40))  # fmt: skip
+    assert slow - fast == pytest.approx(1.5 * size * (1 / 20e9 - 1 / 40e9), rel=1e-9)

@@ -34,6 +34,9 @@ class GlooConstants:
         BCube's group size when the job is on one node (Gloo's default).
     sim_max_segments_per_rank : int or None
         Simulation setting: merge ring segments beyond this many per rank (None: never).
+    fresh_mapping_bytes : int
+        Host allocations of at least this many bytes are new mappings every time (glibc's largest mmap
+        threshold), so their pages fault in on first write.
     """
 
     max_segment_bytes: int
@@ -43,6 +46,7 @@ class GlooConstants:
     work_enqueue_latency: float
     bcube_base: int
     sim_max_segments_per_rank: int | None = None
+    fresh_mapping_bytes: int = 1 << 62
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> GlooConstants:
@@ -53,7 +57,7 @@ class GlooConstants:
         return cls(
             int(p.max_segment_bytes), p.min_segments_per_rank, p.segments_in_flight,
             int(data["preamble_bytes"]), float(data["work_enqueue_latency_us"]) * _US, p.bcube_base,
-            int(sim_max) if sim_max else None,
+            int(sim_max) if sim_max else None, int(data["fresh_mapping_bytes"]),
         )  # fmt: skip
 
     @property

@@ -55,14 +55,18 @@ def _staged_bytes(kind: str, rank: int, n: int, nbytes: float) -> float:
 # ---------------------------------------------------------------------------------------------- what a rank uses
 @dataclass(frozen=True)
 class _Compute:
-    """How a rank reduces and copies received data: at most ``cap`` bytes/s (one CPU thread; inf on the GPU, whose
-    HBM is the limit) after ``latency`` seconds (a kernel launch on the GPU), recorded as ``red_tag`` / ``copy_tag``.
+    """How a rank reduces and copies received data: at most ``cap`` bytes/s reduced and ``copy_cap`` bytes/s copied
+    (one CPU thread; inf on the GPU, whose HBM is the limit) after ``latency`` seconds (a kernel launch on the GPU),
+    recorded as ``red_tag`` / ``copy_tag``; ``touch_cap``: bytes/s at which one thread faults in a fresh mapping
+    (the CPU preset's ``first_touch_bw``; 0 when it gives none: not charged).
     """
 
     cap: float
     latency: float
     red_tag: Tag
     copy_tag: Tag
+    copy_cap: float = math.inf
+    touch_cap: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -134,14 +138,20 @@ def _compute_roles(
         return roles, _Compute(math.inf, launch, GPU_REDUCTION_TAG, GPU_COPY_TAG)
     cpu = topo.host_cpu(r)
     red_rate = float(cpu.spec["reduce_bw_per_core"])
+    # a copy (gloo's memcpy, ProcessGroupGloo's copy_) streams at one thread's copy rate where the preset measured
+    # it (copy_bw_per_core); without it at the reduction's rate, as both are DRAM-bound loops of 3 streams
+    copy_rate = float(cpu.spec.get("copy_bw_per_core") or red_rate)
+    touch_rate = float(cpu.spec.get("first_touch_bw") or 0.0)
     roles = {
         "reduce": list((cat.cores(cpu.node, 1.0 / red_rate) + cat.mem(cpu.name, 3.0)).uses),
-        # a copy out of a receive buffer: one thread, DRAM-bound like the reduction (estimate); 3 bytes of traffic
-        # per byte: the read, the write and the write-allocate read of the destination's lines (training.yaml
-        # cpu_write_allocate_bytes_per_byte; a reduction's destination is one of its operands, read anyway)
-        "copy": list((cat.cores(cpu.node, 1.0 / red_rate) + cat.mem(cpu.name, 3.0)).uses),
+        # a copy out of a receive buffer: 3 bytes of traffic per byte: the read, the write and the write-allocate
+        # read of the destination's lines (training.yaml cpu_write_allocate_bytes_per_byte; a reduction's
+        # destination is one of its operands, read anyway)
+        "copy": list((cat.cores(cpu.node, 1.0 / copy_rate) + cat.mem(cpu.name, 3.0)).uses),
     }
-    return roles, _Compute(red_rate, 0.0, CPU_REDUCTION_TAG, CPU_COPY_TAG)
+    if touch_rate > 0:  # the kernel's page faults: the faulting thread's core, and the zeroed page written once
+        roles["touch"] = list((cat.cores(cpu.node, 1.0 / touch_rate) + cat.mem(cpu.name, 1.0)).uses)
+    return roles, _Compute(red_rate, 0.0, CPU_REDUCTION_TAG, CPU_COPY_TAG, copy_rate, touch_rate)
 
 
 def _plan(
@@ -200,7 +210,8 @@ def _colors(
         first = (scheds[0].roles[i], *plan.staging[0][i])
         rest = tuple((s.roles[i], *plan.staging[k][i]) for k, s in enumerate(scheds) if k)
         links = tuple(sorted((label, (lat, cap, tag.label)) for label, (lat, cap, tag) in c.links.items()))
-        costs = (c.copy_latency, links, c.compute.cap, c.compute.latency, c.notice_latency, delays.get(i, 0.0))
+        compute = (c.compute.cap, c.compute.copy_cap, c.compute.touch_cap, c.compute.latency)
+        costs = (c.copy_latency, links, *compute, c.notice_latency, delays.get(i, 0.0))
         colors[i] = (*first, *costs, *rest)
     return colors
 

@@ -24,6 +24,7 @@ from collsim.backends.gloo.tags import (
     H2D_TAG,
     IDLE_TAG,
     LATENCY_TAG,
+    PAGE_FAULT_TAG,
     STRAGGLER_TAG,
 )
 from collsim.engine import FluidNetwork, Owner, Quotient, Tag, attribute_time
@@ -51,6 +52,8 @@ class _RankOps:
     owner: Owner
     #: the options whose ``jitter`` and ``jitter_seed`` this rank's messages draw from (:meth:`_jitter`)
     opts: GlooOptions | None = None
+    #: allocations of at least this many bytes are fresh mappings (gloo.yaml ``fresh_mapping_bytes``)
+    fresh_mapping: float = math.inf
     _streams: dict[str, Callable[[], float]] = field(default_factory=dict)
 
     def _jitter(self, what: str) -> float:
@@ -108,7 +111,17 @@ class _RankOps:
     def copy(self, nbytes: float) -> Event:
         """Copy ``nbytes`` out of a receive buffer; fires when done."""
         c = self.costs.compute
-        return self._flow(nbytes, "copy", latency=c.latency, max_rate=c.cap, tag=c.copy_tag)[1]
+        return self._flow(nbytes, "copy", latency=c.latency, max_rate=c.copy_cap, tag=c.copy_tag)[1]
+
+    def fresh(self, nbytes: float) -> Event:
+        """A buffer of ``nbytes`` allocated for this call and written for the first time: from ``fresh_mapping``
+        bytes on the allocator maps new pages, each faulting in on its first write (at the CPU preset's
+        ``first_touch_bw``); smaller ones are reused heap memory, and a preset without the figure charges nothing.
+        Fires when its pages are in."""
+        rate = self.costs.compute.touch_cap
+        if nbytes < self.fresh_mapping or rate <= 0:
+            return self.net.env.timeout(0.0)
+        return self._flow(nbytes, "touch", latency=0.0, max_rate=rate, tag=PAGE_FAULT_TAG)[1]
 
     def notice(self, label: str | None) -> Event:
         """A control message to the peer of ``label`` (None: the rank's default); fires on arrival."""
@@ -127,6 +140,7 @@ class _RankOps:
             reduce=self.reduce,
             copy=self.copy,
             notice=self.notice,
+            fresh=self.fresh,
         )
 
 
@@ -199,7 +213,8 @@ def _run(
         by_collective[k] = max(by_collective[k], env.now)
 
     ops = [
-        _RankOps(net, quotient, plan.costs[rep], rep, preamble, opts.transport != "tcp", plan.owners[rep], opts)
+        _RankOps(net, quotient, plan.costs[rep], rep, preamble, opts.transport != "tcp", plan.owners[rep], opts,
+                 fresh_mapping=float(consts.fresh_mapping_bytes))
         for rep in reps
     ]
     for k, sched in enumerate(scheds):

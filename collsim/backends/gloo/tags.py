@@ -22,6 +22,7 @@ __all__ = [
     "H2D_TAG",
     "IDLE_TAG",
     "LATENCY_TAG",
+    "PAGE_FAULT_TAG",
     "RDMA_TAG",
     "STRAGGLER_TAG",
     "TAGS",
@@ -40,6 +41,8 @@ H2D_TAG = Tag("H2D copy (PCIe)", "copy", _STAGING)
 CPU_REDUCTION_TAG = Tag("CPU reduction", "reduce", "CPU reduction")
 #: A rank's CPU thread copying out of a receive buffer.
 CPU_COPY_TAG = Tag("CPU copy", "copy", "CPU reduction")
+#: A rank's CPU thread faulting in a fresh buffer's pages (ProcessGroupGloo's flat allgather output, an mmap).
+PAGE_FAULT_TAG = Tag("CPU page faults (fresh buffer)", "copy", "CPU reduction")
 #: A reduction kernel on the GPU (ibverbs with CUDA tensors).
 GPU_REDUCTION_TAG = Tag("GPU reduction (HBM)", "reduce", "GPU reduction")
 #: A copy kernel on the GPU (ibverbs with CUDA tensors).
@@ -74,6 +77,7 @@ BREAKDOWN_PRIORITY: tuple[Tag, ...] = (
     CPU_REDUCTION_TAG,
     GPU_REDUCTION_TAG,
     CPU_COPY_TAG,
+    PAGE_FAULT_TAG,
     GPU_COPY_TAG,
     TCP_NETWORK_TAG,
     TCP_LOOPBACK_TAG,
