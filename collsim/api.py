@@ -843,7 +843,8 @@ class Simulator:
     def _cpu_compute(self, spec: Mapping[str, Any], sharing: int) -> GpuCompute:
         """CPU ranks: the layers' measured times (required: no FLOP model of a CPU), the socket's memory bandwidth
         and cores shared by the ``sharing`` ranks on it (DDP's copies and the optimizer; the compute thread and
-        Gloo's worker threads), no SMs."""
+        Gloo's worker threads), no SMs. Where the preset gives ``copy_bw_per_core`` a rank's memory passes stream
+        at most at its intra-op threads' copy rate (as traffic: 3 bytes per byte copied)."""
         model = self.training_model
         missing = [ly.name for ly in model.layers if ly.fwd_time_s is None or ly.bwd_time_s is None]
         if missing:
@@ -860,6 +861,10 @@ class Simulator:
             raise ScenarioError("the CPU preset has no memory_bandwidth, which a training step needs", file=where,
                                 field=fld)  # fmt: skip
         tr = self._training()
+        write_allocate = float(consts["cpu_write_allocate_bytes_per_byte"])
+        copy_rate = float(spec.get("copy_bw_per_core") or 0.0)
+        if copy_rate > 0:  # one thread streams no faster than it copies: (2 + write-allocate) bytes per byte copied
+            bandwidth = min(bandwidth, copy_rate * (2.0 + write_allocate) * tr.intra_op_threads)
         cores = float(spec.get("cores") or 0) / max(1, sharing)
         if cores <= 0:
             where, fld = self._preset_field("cpus", spec, "cores")
@@ -868,7 +873,7 @@ class Simulator:
         # peak_flops only converts measured seconds into engine units here: any positive value gives the same times
         return GpuCompute(str(spec.get("preset", "cpu")), 1e12, bandwidth, 0, 1.0,
                           tr.memory_efficiency or float(consts["memory_efficiency"]), cores,
-                          float(tr.intra_op_threads), float(consts["cpu_write_allocate_bytes_per_byte"]))  # fmt: skip
+                          float(tr.intra_op_threads), write_allocate)  # fmt: skip
 
     def step(self, backends: Sequence[str] | None = None) -> list[StepResult]:
         """Simulate one DDP iteration of the ``training`` section per backend (default: the enabled ones).

@@ -132,6 +132,20 @@ def test_cpu_ranks_compute_the_measured_layer_times_and_run_gloo_on_cpu_tensors(
     assert [b.nbytes for b in gloo.buckets] == [(10_240 + 1_048_576 + 1_024) * 4, (1_048_576 + 1_024) * 4]
 
 
+def test_a_cpu_ranks_memory_passes_stream_no_faster_than_its_threads_copy() -> None:
+    # one process alone on a 1 TB/s socket: its one intra-op thread copies 5 GB/s, 15 GB/s of traffic with the
+    # write-allocate reads, and that caps its memory passes; a faster copy rate leaves the socket's share
+    vm = str(Path(__file__).resolve().parents[1] / "scenarios" / "measurements" / "fsdp-cpu-2proc-mlp.scenario.yaml")
+    cpu = "presets.cpus.epyc-2vcpu-vm"
+    alone = ["cluster.node_params.processes=1", f"{cpu}.memory_bandwidth=1TB/s"]
+    slow = Simulator.from_source(vm, [*alone, f"{cpu}.copy_bw_per_core=5GB/s"]).gpu_compute()
+    assert slow.hbm_bandwidth == pytest.approx(15e9) and slow.write_allocate == 1.0
+    two = Simulator.from_source(vm, [*alone, f"{cpu}.copy_bw_per_core=5GB/s", "training.intra_op_threads=2"])
+    assert two.gpu_compute().hbm_bandwidth == pytest.approx(30e9)
+    fast = Simulator.from_source(vm, [*alone, f"{cpu}.copy_bw_per_core=1000GB/s"]).gpu_compute()
+    assert fast.hbm_bandwidth == pytest.approx(1e12)
+
+
 def test_cpu_ranks_without_measured_times_are_refused_naming_the_model() -> None:
     sim = Simulator.from_source(CPU_RANKS, ["training.model=resnet50"])
     with pytest.raises(ScenarioError, match=r"training\.model.*measured per-layer times"):
