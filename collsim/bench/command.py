@@ -237,10 +237,12 @@ def _run_host_memory(args: argparse.Namespace) -> int:
 
     from collsim.bench.hostmem import (
         HostMemoryConfig,
+        check_fits,
         default_nprocs,
         format_host_memory,
         host_presets,
         run_host_memory,
+        shipped_cpu,
         write_json,
     )
 
@@ -253,7 +255,11 @@ def _run_host_memory(args: argparse.Namespace) -> int:
         size = parse_size(args.host_memory_size)
     except (UnitError, ValueError) as exc:
         raise BenchError(f"--host-memory-size {args.host_memory_size}: {exc}") from None
-    cfg = HostMemoryConfig(nprocs=args.nprocs or default_nprocs(), size=size, iters=args.iters, warmup=args.warmup)
+    nprocs = args.nprocs if args.nprocs is not None else default_nprocs()
+    cfg = HostMemoryConfig(nprocs=nprocs, size=size, iters=args.iters, warmup=args.warmup)
+    check_fits(cfg, host_facts()["memory_gib"])
+    if preset_out:
+        shipped_cpu(args.cpu)  # a bad --cpu is refused before measuring
     parts = ["collsim", "bench", "--host-memory", "--nprocs", str(cfg.nprocs), "--host-memory-size",
              args.host_memory_size, "-n", str(cfg.iters), "-w", str(cfg.warmup)]  # fmt: skip
     say = None if args.quiet else (lambda m: print(f"[host-memory] {m}", file=sys.stderr, flush=True))

@@ -281,20 +281,34 @@ def format_host_memory(result: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def shipped_cpu(base: str) -> dict[str, Any]:
+    """The shipped CPU preset ``base`` as written in ``cpus.yaml`` (BenchError naming the choices if there is none)."""
+    from collsim.topology.presets import load_presets
+
+    raw = yaml.safe_load(load_presets().files["cpus"].read_text(encoding="utf-8"))
+    if base not in raw:
+        raise BenchError(f"--cpu {base}: no such shipped CPU preset; expected one of {', '.join(sorted(raw))}")
+    return dict(raw[base])
+
+
+def check_fits(cfg: HostMemoryConfig, memory_gib: float | None) -> None:
+    """Refuse a measurement whose buffers (a source and a destination per process, the largest pass) would take more
+    than half of this host's memory (``memory_gib``, GiB; unknown: not checked)."""
+    need = 2 * max(cfg.size, *cfg.fresh_sizes) * cfg.nprocs  # bytes
+    if memory_gib and need > memory_gib * (1 << 30) / 2:  # GiB -> bytes
+        raise BenchError(f"--host-memory-size with --nprocs {cfg.nprocs}: the buffers take {need / (1 << 30):,.1f} "
+                         f"GiB (a source and a destination per process), more than half of this host's "
+                         f"{memory_gib:g} GiB")  # bytes -> GiB
+
+
 def host_presets(result: Mapping[str, Any], base: str = "generic-x86", file: str = "host-memory") -> dict[str, Any]:
     """A user presets document (``--presets FILE``) with one CPU preset, ``<base>-measured``: the shipped preset
     ``base`` with ``memory_bandwidth``, ``copy_bw_per_core`` and ``first_touch_bw`` (where measured) replaced,
     ``cores`` set to this host's logical CPUs and ``vendor`` to the one its model names (AMD or Intel), each with
     a ``_source`` naming the measurement. Its Gloo rates stay the base's: ``collsim calibrate`` fits those."""
-    from collsim.topology.presets import load_presets
-
-    presets = load_presets()
-    raw = yaml.safe_load(presets.files["cpus"].read_text(encoding="utf-8"))
-    if base not in raw:
-        raise BenchError(f"--cpu {base}: no such shipped CPU preset; expected one of {', '.join(sorted(raw))}")
+    entry = shipped_cpu(base)
     f, cfg, src = result["figures"], result["config"], result["source"]
     where = f"collsim bench --host-memory ({file}) on {src['machine']}, {src['date']}"
-    entry = dict(raw[base])
     entry["model"] = result["hardware"]["cpu"] or entry["model"]
     vendor = next((v for v in ("amd", "intel") if v in str(result["hardware"]["cpu"]).lower()), None)
     if vendor is not None:

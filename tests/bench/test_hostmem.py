@@ -73,6 +73,12 @@ def test_cli_refuses_bad_outputs_before_measuring(capsys: pytest.CaptureFixture[
     assert "expected a file name ending in .yaml" in capsys.readouterr().err
     assert main(["bench", "--host-memory", "--host-memory-size", "lots"]) == 2
     assert "--host-memory-size lots" in capsys.readouterr().err
+    assert main(["bench", "--host-memory", "--host-memory-size", "1PiB"]) == 2
+    assert "more than half of this host's" in capsys.readouterr().err
+    assert main(["bench", "--host-memory", "--nprocs", "0"]) == 2
+    assert "--nprocs 0: expected at least 1 process" in capsys.readouterr().err
+    assert main(["bench", "--host-memory", "--cpu", "nope", "--preset-out", "m.yaml"]) == 2
+    assert "--cpu nope: no such shipped CPU preset" in capsys.readouterr().err
 
 
 @pytest.mark.bench
