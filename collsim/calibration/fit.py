@@ -15,6 +15,8 @@ How a fit runs (:func:`calibrate`):
    :data:`collsim.profile.PARAMETER_BOUNDS`) minimises the log of predicted / measured time over the fit
    sizes: a relative error, symmetric in over- and under-prediction, under a robust (soft L1) loss that counts
    errors beyond about 5% linearly. Factors are searched in log space.
+4. Say what the measurements could not determine (:func:`_confounded`, in the result's notes): a parameter that
+   ended at a bound, and pairs of fitted parameters whose estimates are correlated at |r| >= 0.95.
 
 The result holds the :class:`~collsim.profile.Profile` (with the measurement it came from and the fit's
 error recorded in it) and validations before and after, on the fit and the held-out sizes.
@@ -343,6 +345,42 @@ def _swap_stuck(
     return names, sol, notes
 
 
+def _confounded(names: Sequence[str], sol: Any, threshold: float = 0.95) -> list[str]:
+    """Notes on what the measurements could not determine: each pair of fitted parameters whose estimates are
+    correlated by at least ``threshold`` in absolute value (from the residuals' Jacobian at the solution, the
+    covariance (J^T J)^-1 of a least-squares fit), and each parameter that ended at one of its bounds.
+
+    >>> from types import SimpleNamespace
+    >>> jac = np.array([[1.0, 1.0, 0.0], [1.0, 1.001, 0.0], [0.0, 0.0, 1.0]])
+    >>> names = ["gloo.enqueue_latency_us", "gloo.message_latency_us", "gloo.tcp_bw_scale"]
+    >>> _confounded(names, SimpleNamespace(jac=jac, x=np.array([100.0, 40.0, 0.0])))[0][:78]
+    'gloo.enqueue_latency_us and gloo.message_latency_us are correlated at -1.000 i'
+    """
+    jac = np.asarray(sol.jac, dtype=float)
+    notes = []
+    for i, name in enumerate(names):
+        lo, hi = _x_bounds(name)
+        x = float(sol.x[i])
+        if min(x - lo, hi - x) <= 1e-6 * (hi - lo):
+            bound = _from_x(name, lo if x - lo < hi - x else hi)
+            notes.append(f"{name} ended at its bound {bound:.4g}: the fit would push it further, so it stands in for "
+                         "something the model lacks here, or another fitted parameter has taken its part")
+    live = [i for i in range(jac.shape[1]) if float(np.linalg.norm(jac[:, i])) > 1e-12]
+    if len(live) < 2:
+        return notes
+    cov = np.linalg.pinv(jac[:, live].T @ jac[:, live])
+    sd = np.sqrt(np.clip(np.diag(cov), 1e-300, None))
+    corr = cov / np.outer(sd, sd)
+    for a in range(len(live)):
+        for b in range(a + 1, len(live)):
+            r = float(corr[a, b])
+            if abs(r) >= threshold:
+                notes.append(f"{names[live[a]]} and {names[live[b]]} are correlated at {r:+.3f} in this fit: the "
+                             "measurements cannot tell them apart; hold one (--param the others) or add a measurement "
+                             "that moves them differently")
+    return notes
+
+
 def _profile_meta(scenario: Scenario, measurements: Sequence[Measurement], result: CalibrationResult) -> dict[str, Any]:
     """The profile's ``fitted_on`` and ``fit`` metadata: what it was fitted to and its errors before and after."""
     return {
@@ -439,6 +477,7 @@ def calibrate(
         progress(f"fitting {', '.join(choice.names)} on {len(fit_sizes)} sizes ({len(held)} held out)")
     sol = fit.solve(choice.names, {})
     names, sol, notes = _swap_stuck(fit, choice, sol, progress)
+    notes += _confounded(names, sol)
     profile = Profile({n: _from_x(n, float(v)) for n, v in zip(names, sol.x, strict=True)})
     before = [validate(base_sim, m) for m in measurements]
     after_sim = Simulator(scenario, profile)

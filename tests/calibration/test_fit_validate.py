@@ -282,3 +282,22 @@ def test_a_stuck_parameter_gives_way_to_a_parallel_one() -> None:
     assert "nccl.launch_overhead_us" in res.parameters and "link.pcie.latency_us" not in res.parameters
     assert res.notes and res.notes[0].startswith("link.pcie.latency_us was stuck at")
     assert res.error("after", held_out=True).median_abs_time_error_pct < 1.0
+
+
+def test_the_fit_says_what_its_measurements_could_not_determine() -> None:
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from collsim.calibration.fit import _confounded
+
+    # two latencies every row pays alike (columns nearly equal) and a factor at its upper bound (x10 = log 10)
+    jac = np.array([[1.0, 4.0, 0.1], [1.0, 4.01, 0.5], [1.0, 3.99, 1.0]])
+    names = ["gloo.enqueue_latency_us", "gloo.message_latency_us", "gloo.reduce_bw_scale"]
+    notes = _confounded(names, SimpleNamespace(jac=jac, x=np.array([100.0, 40.0, np.log(10.0)])))
+    assert notes[0].startswith("gloo.reduce_bw_scale ended at its bound 10:")
+    assert notes[1].startswith("gloo.enqueue_latency_us and gloo.message_latency_us are correlated at")
+    assert len(notes) == 2
+    # independent effects, inside the bounds: nothing to say
+    free = SimpleNamespace(jac=np.eye(3), x=np.array([100.0, 40.0, 0.0]))
+    assert _confounded(names, free) == []
