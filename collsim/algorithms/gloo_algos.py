@@ -491,6 +491,34 @@ def _allgather(n: int, nbytes: float) -> GlooSchedule:
                       (f"{ops} half chunks", "then ProcessGroupGloo copies the flat output into the output tensors"))
 
 
+def _reduce_scatter_tensor(inner: GlooSchedule, n: int, nbytes: float, tensor_copies: bool) -> GlooSchedule:
+    """PyTorch's ``reduce_scatter_tensor`` on Gloo around the allreduce schedule ``inner`` of the whole input.
+
+    ``_reduce_scatter_base`` -> ``reduce_scatter_tensor_coalesced`` (torch/csrc/distributed/c10d/
+    ProcessGroupGloo.cpp, torch 2.13): ``inputTensors[i].clone()``, an ``allreduce`` of the clone, and a
+    ``LambdaWork`` whose ``wait`` copies this rank's chunk of it into the output.
+    """
+
+    def body(ctx: GlooRankContext) -> Proc:
+        """One rank: the clone (a new tensor of S bytes, whose pages fault in where it is a fresh mapping, and a
+        copy of S), the allreduce of the clone (``inner``: what it waits for and pays), then the copy of S/P into the
+        output. Waits for: what the allreduce waits for. With CUDA tensors staged through the host
+        (``tensor_copies`` false) the clone and the chunk copy are GPU kernels, not charged here.
+        """
+        if tensor_copies:
+            if ctx.fresh is not None:
+                yield ctx.fresh(nbytes)
+            yield ctx.copy(nbytes)
+        yield ctx.board.env.process(inner.body(ctx))
+        if tensor_copies:
+            yield ctx.copy(nbytes / n)
+
+    note = ("reduce_scatter_tensor: the input cloned, the clone all-reduced, this rank's chunk copied out"
+            if tensor_copies else "reduce_scatter_tensor: the clone all-reduced (clone and chunk copy on the GPU)")
+    return GlooSchedule(inner.name.replace("allreduce", "reduce_scatter", 1), n, inner.peers, inner.roles, body,
+                        (*inner.notes, note))  # fmt: skip
+
+
 def _broadcast(n: int, nbytes: float) -> GlooSchedule:
     dim = math.ceil(math.log2(n)) if n > 1 else 0
     peers: dict[int, dict[str, int]] = {}
@@ -654,14 +682,16 @@ def gloo_schedule(
     base: int | None = None,
     max_per_rank: int | None = None,
     peers: tuple[int, int] = (0, 1),
+    tensor_copies: bool = True,
 ) -> GlooSchedule:
     """The schedule Gloo runs for ``collective`` of ``nbytes`` bytes on ``nranks`` ranks.
 
     Parameters
     ----------
     collective : str
-        One of :data:`collsim.vocab.COLLECTIVES`. ``reduce_scatter`` is the allreduce (PyTorch's Gloo backend
-        allreduces the whole input and keeps its slice); the caller stages only the slice back.
+        One of :data:`collsim.vocab.COLLECTIVES`. ``reduce_scatter`` is PyTorch's ``reduce_scatter_tensor`` on
+        Gloo: the input cloned, the clone all-reduced whole, this rank's chunk copied out
+        (:func:`_reduce_scatter_tensor`).
     algorithm : str
         Allreduce algorithm (:data:`collsim.vocab.GLOO_ALGORITHMS`), for ``allreduce`` and ``reduce_scatter``.
     nranks : int
@@ -679,6 +709,10 @@ def gloo_schedule(
         :func:`~collsim.algorithms.ring.merge_segments`); None keeps Gloo's segments.
     peers : (int, int)
         sendrecv's sender and receiver ranks (``workload.peers``).
+    tensor_copies : bool
+        Whether PyTorch's own copies around a collective (reduce_scatter's clone and chunk copy) run where this
+        schedule's copies do: true for CPU tensors (and GPU-resident ones); false for CUDA tensors staged through
+        the host, where they are GPU kernels.
 
     Raises
     ------
@@ -691,7 +725,11 @@ def gloo_schedule(
         note = f"0 elements: Gloo's {_RETURN_AT_ONCE_WHEN_EMPTY[collective]} returns at once (elements == 0)"
         return GlooSchedule(f"{collective}/empty", nranks, {r: {} for r in range(nranks)},
                             dict.fromkeys(range(nranks), 0), _nothing, (note,))  # fmt: skip
-    if collective in ("allreduce", "reduce_scatter"):
+    if collective == "reduce_scatter":
+        inner = gloo_schedule("allreduce", algorithm, nranks, nbytes, params=params, base=base,
+                              max_per_rank=max_per_rank)  # fmt: skip
+        return _reduce_scatter_tensor(inner, nranks, nbytes, tensor_copies)
+    if collective == "allreduce":
         if algorithm == "ring":
             return _ring(nranks, nbytes, params, max_per_rank)
         if algorithm == "ring_chunked":

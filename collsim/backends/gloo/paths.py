@@ -159,8 +159,11 @@ def _schedules(
     algorithm: str,
     sizes: Sequence[int],
     peers: tuple[int, int] = (0, 1),
+    tensor_copies: bool = True,
 ) -> list[GlooSchedule]:
-    """One schedule per collective (``sizes`` in bytes); a schedule Gloo cannot run is a :class:`BackendError`."""
+    """One schedule per collective (``sizes`` in bytes); a schedule Gloo cannot run is a :class:`BackendError`.
+    ``tensor_copies``: PyTorch's copies around a collective run where Gloo's do (see
+    :func:`~collsim.algorithms.gloo_algos.gloo_schedule`)."""
     base = _bcube_base(topo, ranks, consts.bcube_base)
     try:
         return [
@@ -173,6 +176,7 @@ def _schedules(
                 base=base,
                 max_per_rank=consts.sim_max_segments_per_rank,
                 peers=peers,
+                tensor_copies=tensor_copies,
             )
             for nbytes in sizes
         ]

@@ -31,7 +31,9 @@ LinkCost = tuple[float, float, Tag]
 # bytes each rank copies host<-device before / device<-host after, as a fraction of nbytes; root-only ones below
 _STAGING: dict[str, tuple[str, str]] = {
     "allreduce": ("all", "all"),
-    "reduce_scatter": ("all", "slice"),  # allreduce of the whole input; only this rank's slice comes back
+    # reduce_scatter_tensor all-reduces a clone of the whole input (ProcessGroupGloo.cpp, torch 2.13): its CUDA
+    # work stages the whole clone out and back; the chunk copy into the output is on the GPU
+    "reduce_scatter": ("all", "all"),
     "allgather": ("slice", "all"),  # nbytes is the whole output: each rank contributes nbytes/n
     "alltoall": ("all", "all"),
     "broadcast": ("root", "nonroot"),

@@ -256,8 +256,8 @@ def _notes(scheds: list[GlooSchedule], collective: str, opts: GlooOptions, plan:
     notes = list(dict.fromkeys(note for s in scheds for note in s.notes))
     if collective == "reduce_scatter":
         notes.append(
-            "reduce_scatter on Gloo is a full allreduce of the input, then a local slice: 2x the bytes of a true "
-            "reduce-scatter"
+            "reduce_scatter on Gloo is a full allreduce of a clone of the input, then a copy of this rank's chunk: "
+            "2x the bytes of a true reduce-scatter"
         )
     if len(scheds) > 1:
         done = ", ".join(f"{t / _US:.2f}" for t in ends)

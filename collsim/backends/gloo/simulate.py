@@ -79,7 +79,8 @@ def simulate_gloo_many(
         ranks = ranks[root:] + ranks[:root]
         opts = dataclasses.replace(opts, launch_delay=tuple(((r - root) % len(ranks), d) for r, d in opts.launch_delay))
         notes = [*notes, f"root: rank {root}"]
-    scheds = _schedules(topo, ranks, consts, collective, algorithm, sizes, opts.peers)
+    staged = opts.device == "cuda" and opts.transport == "tcp"  # CUDA tensors through the host: clones on the GPU
+    scheds = _schedules(topo, ranks, consts, collective, algorithm, sizes, opts.peers, tensor_copies=not staged)
     env, net = new_network(record, check)
     plan = _plan(topo, opts, ranks, scheds, collective, sizes)
     quotient = build_quotient(
