@@ -243,7 +243,6 @@ def _run_host_memory(args: argparse.Namespace) -> int:
         host_presets,
         run_host_memory,
         shipped_cpu,
-        write_json,
     )
 
     if args.output and Path(args.output).suffix.lower() != ".json":
@@ -265,7 +264,7 @@ def _run_host_memory(args: argparse.Namespace) -> int:
     say = None if args.quiet else (lambda m: print(f"[host-memory] {m}", file=sys.stderr, flush=True))
     result = run_host_memory(cfg, command=shlex.join(parts), argv=shlex.join(sys.argv), say=say)
     if args.output:
-        write_json(args.output, result)
+        _write(args.output, json.dumps(result, indent=1) + "\n")
     text = format_host_memory(result)
     if args.text:
         _write(args.text, text)

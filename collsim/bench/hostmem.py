@@ -38,13 +38,12 @@ Examples
 
 from __future__ import annotations
 
-import json
 import os
+import queue as pyqueue
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -172,9 +171,7 @@ def _together(cfg: HostMemoryConfig, timeout: float) -> list[_Passes]:
             results.append(_Passes(payload["copy_s"], payload["add_s"],
                                    {int(k): v for k, v in payload["touched_s"].items()},
                                    {int(k): v for k, v in payload["fresh_s"].items()}))  # fmt: skip
-    except Exception as exc:
-        if isinstance(exc, BenchError):
-            raise
+    except pyqueue.Empty:
         raise BenchError(f"--host-memory: no result from the measuring processes within {timeout:g} s") from None
     finally:
         for p in procs:
@@ -329,14 +326,6 @@ def host_presets(result: Mapping[str, Any], base: str = "generic-x86", file: str
             f"{format_size(cfg['fresh_mapping_bytes'])}, one process; {where}")
     entry["source"] = f"{base} with its memory figures measured ({where})"
     return {"cpus": {f"{base}-measured": entry}}
-
-
-def write_json(path: str, result: Mapping[str, Any]) -> None:
-    """Write the measurement as JSON (BenchError naming the file on failure)."""
-    try:
-        Path(path).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
-    except OSError as exc:
-        raise BenchError(f"{path}: cannot write: {exc.strerror or exc}") from None
 
 
 def default_nprocs() -> int:

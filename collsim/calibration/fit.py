@@ -123,12 +123,18 @@ def _from_x(name: str, x: float) -> float:
     return math.exp(x) if _is_scale(name) else x
 
 
+def _at_bound(name: str, x: float) -> float | None:
+    """The bound (in search space) that parameter ``name`` at ``x`` (search space) ended at, or None."""
+    lo, hi = _x_bounds(name)
+    if min(x - lo, hi - x) > 1e-6 * (hi - lo):
+        return None
+    return lo if x - lo < hi - x else hi
+
+
 def _stuck(sol: Any, i: int, name: str, start_slope: float) -> bool:
     """Whether fitted parameter ``i`` ended at one of its bounds, or where moving it no longer changes the predicted
     times (below 5% of the slope it had at the start: a latency already clamped at zero, say)."""
-    lo, hi = _x_bounds(name)
-    x = float(sol.x[i])
-    if min(x - lo, hi - x) <= 1e-6 * (hi - lo):
+    if _at_bound(name, float(sol.x[i])) is not None:
         return True
     return bool(float(np.linalg.norm(sol.jac[:, i])) < 0.05 * start_slope)
 
@@ -359,12 +365,10 @@ def _confounded(names: Sequence[str], sol: Any, threshold: float = 0.95) -> list
     jac = np.asarray(sol.jac, dtype=float)
     notes = []
     for i, name in enumerate(names):
-        lo, hi = _x_bounds(name)
-        x = float(sol.x[i])
-        if min(x - lo, hi - x) <= 1e-6 * (hi - lo):
-            bound = _from_x(name, lo if x - lo < hi - x else hi)
-            notes.append(f"{name} ended at its bound {bound:.4g}: the fit would push it further, so it stands in for "
-                         "something the model lacks here, or another fitted parameter has taken its part")
+        bound = _at_bound(name, float(sol.x[i]))
+        if bound is not None:
+            notes.append(f"{name} ended at its bound {_from_x(name, bound):.4g}: the fit would push it further, so it "
+                         "stands in for something the model lacks here, or another fitted parameter has taken its part")
     live = [i for i in range(jac.shape[1]) if float(np.linalg.norm(jac[:, i])) > 1e-12]
     if len(live) < 2:
         return notes
