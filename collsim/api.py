@@ -369,7 +369,8 @@ class Simulator:
     @cached_property
     def gloo_constants(self) -> GlooConstants:
         """Gloo's constants from ``topologies/software/gloo.yaml`` (with the calibration profile's overheads)."""
-        consts = GlooConstants.from_mapping(_software("gloo"))
+        write_allocate = float(_software("training")["cpu_write_allocate_bytes_per_byte"])
+        consts = GlooConstants.from_mapping(_software("gloo"), write_allocate=write_allocate)
         return self.profile.apply_gloo(consts) if self.profile else consts
 
     @cached_property

@@ -55,8 +55,6 @@ from collsim.units import format_size
 
 FORMAT = "collsim-host-memory/1"
 _MIB = 1 << 20  # bytes
-#: Bytes of DRAM traffic per byte a CPU copies: read, write-allocate read, write (training.yaml says why).
-COPY_TRAFFIC = 3.0
 #: Bytes of DRAM traffic per byte of ``dst.add_(src)``: two reads and one write (its destination is read anyway).
 ADD_TRAFFIC = 3.0
 
@@ -100,6 +98,13 @@ class _Passes:
     add_s: float = 0.0
     touched_s: dict[int, float] = field(default_factory=dict)
     fresh_s: dict[int, float] = field(default_factory=dict)
+
+
+def copy_traffic() -> float:
+    """Bytes of DRAM traffic per byte a CPU copies: the read, the write and ``cpu_write_allocate_bytes_per_byte``
+    of ``topologies/software/training.yaml`` (the write-allocate read of the destination's lines; it says why)."""
+    path = topologies_dir() / "software" / "training.yaml"
+    return 2.0 + float(yaml.safe_load(path.read_text(encoding="utf-8"))["cpu_write_allocate_bytes_per_byte"])
 
 
 def fresh_mapping_bytes() -> int:
@@ -195,14 +200,14 @@ def _as_json(passes: Sequence[_Passes]) -> dict[str, Any]:
 def figures(passes: Mapping[str, Any], *, size: int, nprocs: int, fresh_from: int = 32 * _MIB) -> dict[str, Any]:
     """The preset figures (bytes/s) from the passes' medians (seconds; the slowest process counts).
 
-    ``memory_bandwidth``: ``nprocs`` x 3 x ``size`` / the together copy; ``memory_bandwidth_add`` the same from
-    ``add_``; ``copy_bw_per_core``: ``size`` / the lone copy; ``first_touch_bw``: the median over the fresh sizes
-    from ``fresh_from`` of size / (fresh copy - touched copy), alone (None without such a size or when the fresh
-    copy is not slower).
+    ``memory_bandwidth``: ``nprocs`` x :func:`copy_traffic` (3) x ``size`` / the together copy;
+    ``memory_bandwidth_add`` the same from ``add_``; ``copy_bw_per_core``: ``size`` / the lone copy;
+    ``first_touch_bw``: the median over the fresh sizes from ``fresh_from`` of size / (fresh copy - touched copy),
+    alone (None without such a size or when the fresh copy is not slower).
     """
     alone, together = passes["alone"], passes["together"]
     out: dict[str, Any] = {
-        "memory_bandwidth": nprocs * COPY_TRAFFIC * size / max(together["copy_s"]),
+        "memory_bandwidth": nprocs * copy_traffic() * size / max(together["copy_s"]),
         "memory_bandwidth_add": nprocs * ADD_TRAFFIC * size / max(together["add_s"]),
         "copy_bw_per_core": size / max(alone["copy_s"]),
     }
@@ -269,7 +274,7 @@ def format_host_memory(result: Mapping[str, Any]) -> str:
                          p["together"]["fresh_s"].get(key)))  # fmt: skip
     lines += [
         "# CPU preset figures (GB = 1e9 bytes):",
-        f"  memory_bandwidth   {_gbps(f['memory_bandwidth'])} GB/s  ({n} x 3 bytes per byte copied; "
+        f"  memory_bandwidth   {_gbps(f['memory_bandwidth'])} GB/s  ({n} x {copy_traffic():g} bytes per byte copied; "
         f"from add_: {_gbps(f['memory_bandwidth_add'])})",
         f"  copy_bw_per_core   {_gbps(f['copy_bw_per_core'])} GB/s  (one process alone)",
         f"  first_touch_bw     {_gbps(f['first_touch_bw'])} GB/s  (fresh allocations from "
@@ -315,8 +320,9 @@ def host_presets(result: Mapping[str, Any], base: str = "generic-x86", file: str
     entry["cores_source"] = f"os.cpu_count() (logical CPUs); {where}"
     entry["memory_bandwidth"] = f"{f['memory_bandwidth'] / 1e9:.4g}GB/s"
     entry["memory_bandwidth_source"] = (
-        f"measured: {cfg['nprocs']} processes copying {format_size(cfg['size_bytes'])} at once, 3 bytes of DRAM "
-        f"traffic per byte copied (write-allocate); add_ gives {f['memory_bandwidth_add'] / 1e9:.4g} GB/s; {where}")
+        f"measured: {cfg['nprocs']} processes copying {format_size(cfg['size_bytes'])} at once, "
+        f"{copy_traffic():g} bytes of DRAM traffic per byte copied (write-allocate); "
+        f"add_ gives {f['memory_bandwidth_add'] / 1e9:.4g} GB/s; {where}")
     entry["copy_bw_per_core"] = f"{f['copy_bw_per_core'] / 1e9:.4g}GB/s"
     entry["copy_bw_per_core_source"] = f"measured: copy_ of {format_size(cfg['size_bytes'])}, one process; {where}"
     if f.get("first_touch_bw"):

@@ -29,8 +29,9 @@ COLLECTIVES = [c for c in ALL_COLLECTIVES if c != "allreduce"]
 
 @cache
 def consts() -> GlooConstants:
-    with open("topologies/software/gloo.yaml") as fh:
-        return GlooConstants.from_mapping(yaml.safe_load(fh))
+    with open("topologies/software/gloo.yaml") as fh, open("topologies/software/training.yaml") as tr:
+        wa = yaml.safe_load(tr)["cpu_write_allocate_bytes_per_byte"]
+        return GlooConstants.from_mapping(yaml.safe_load(fh), write_allocate=wa)
 
 
 @cache
@@ -401,7 +402,7 @@ def test_every_gloo_yaml_constant_changes_the_outcome(field: str, value: float) 
 def test_every_gloo_yaml_key_is_a_constant() -> None:
     with open("topologies/software/gloo.yaml") as fh:
         keys = set(yaml.safe_load(fh)) - {"source"}
-    fields = {f.name for f in dataclasses.fields(GlooConstants)}
+    fields = {f.name for f in dataclasses.fields(GlooConstants)} - {"write_allocate"}  # training.yaml's
     assert {k.removesuffix("_us") for k in keys} == fields
 
 
@@ -437,17 +438,21 @@ def test_ibverbs_with_cpu_tensors_runs_the_host_ring() -> None:
     assert tcp.algorithm == cpu.algorithm == "ring"
 
 
-def test_a_cpu_copy_pays_the_write_allocate_read_of_its_destination() -> None:
+@pytest.mark.parametrize("write_allocate", [None, 0.0, 2.0])
+def test_a_cpu_copy_pays_the_write_allocate_read_of_its_destination(write_allocate: float | None) -> None:
     # a reduction reads two operands and writes into one of them (3 B per byte); a copy reads one, and its stores
-    # to the destination's lines read them first on a write-allocate CPU (3 B per byte, not 2)
+    # to the destination's lines read them first on a write-allocate CPU (3 B per byte with training.yaml's 1, not 2)
     from collsim.backends.common import ResourceCatalog
     from collsim.backends.gloo.plan import _compute_roles
 
-    topo = Simulator.from_source("scenarios/measurements/fsdp-cpu-2proc-mlp.scenario.yaml").topology
+    sim = Simulator.from_source("scenarios/measurements/fsdp-cpu-2proc-mlp.scenario.yaml")
+    wa = sim.gloo_constants.write_allocate if write_allocate is None else write_allocate
+    topo = sim.topology
     rank = topo.rank_devices()[0]
-    roles, compute = _compute_roles(topo, ResourceCatalog(topo), rank.name, False)
+    roles, compute = _compute_roles(topo, ResourceCatalog(topo), rank.name, False, wa)
     mem = {role: sum(c for key, c in uses if key[0] == "mem") for role, uses in roles.items()}
-    assert mem == {"reduce": 3.0, "copy": 3.0, "touch": 1.0}  # touch: the zeroed page written once
+    # touch: the zeroed page written once
+    assert mem == {"reduce": 3.0, "copy": 3.0 if write_allocate is None else 2.0 + wa, "touch": 1.0}
     cores = {role: sum(c for key, c in uses if key[0] == "cores") for role, uses in roles.items()}
     assert cores["reduce"] == pytest.approx(1.0 / compute.cap)
     assert cores["copy"] == pytest.approx(1.0 / compute.copy_cap) and compute.copy_cap == pytest.approx(20.55e9)

@@ -37,6 +37,9 @@ class GlooConstants:
     fresh_mapping_bytes : int
         Host allocations of at least this many bytes are new mappings every time (glibc's largest mmap
         threshold), so their pages fault in on first write.
+    write_allocate : float
+        Bytes of memory a CPU reads per byte it stores to a destination it did not read (``training.yaml``
+        ``cpu_write_allocate_bytes_per_byte``): a host copy moves 2 + this many bytes of DRAM traffic per byte.
     """
 
     max_segment_bytes: int
@@ -47,17 +50,20 @@ class GlooConstants:
     bcube_base: int
     sim_max_segments_per_rank: int | None = None
     fresh_mapping_bytes: int = 1 << 62
+    write_allocate: float = 0.0
 
     @classmethod
-    def from_mapping(cls, data: Mapping[str, Any]) -> GlooConstants:
+    def from_mapping(cls, data: Mapping[str, Any], *, write_allocate: float) -> GlooConstants:
         """Build from the mapping in ``topologies/software/gloo.yaml`` (us there, seconds here); Gloo's algorithm
-        constants are read by :meth:`GlooParams.from_mapping`, the rest here."""
+        constants are read by :meth:`GlooParams.from_mapping`, the rest here. ``write_allocate``:
+        ``cpu_write_allocate_bytes_per_byte`` of ``topologies/software/training.yaml`` (a property of the CPU's
+        caches, not of Gloo, kept in one place)."""
         p = GlooParams.from_mapping(data)
         sim_max = data.get("sim_max_segments_per_rank")
         return cls(
             int(p.max_segment_bytes), p.min_segments_per_rank, p.segments_in_flight,
             int(data["preamble_bytes"]), float(data["work_enqueue_latency_us"]) * _US, p.bcube_base,
-            int(sim_max) if sim_max else None, int(data["fresh_mapping_bytes"]),
+            int(sim_max) if sim_max else None, int(data["fresh_mapping_bytes"]), float(write_allocate),
         )  # fmt: skip
 
     @property

@@ -125,7 +125,7 @@ def _link(
 
 
 def _compute_roles(
-    topo: Topology, cat: ResourceCatalog, r: str, gpu_resident: bool
+    topo: Topology, cat: ResourceCatalog, r: str, gpu_resident: bool, write_allocate: float
 ) -> tuple[dict[str, Uses], _Compute]:
     """Reductions and copies of rank device ``r``: on the GPU's HBM (the catalogue's ``("hbm", r)``) or by one CPU
     thread.
@@ -146,10 +146,10 @@ def _compute_roles(
     touch_rate = float(cpu.spec.get("first_touch_bw") or 0.0)
     roles = {
         "reduce": list((cat.cores(cpu.node, 1.0 / red_rate) + cat.mem(cpu.name, 3.0)).uses),
-        # a copy out of a receive buffer: 3 bytes of traffic per byte: the read, the write and the write-allocate
-        # read of the destination's lines (training.yaml cpu_write_allocate_bytes_per_byte; a reduction's
+        # a copy out of a receive buffer: the read, the write and the write-allocate read of the destination's
+        # lines (training.yaml cpu_write_allocate_bytes_per_byte: 3 bytes of traffic per byte; a reduction's
         # destination is one of its operands, read anyway)
-        "copy": list((cat.cores(cpu.node, 1.0 / copy_rate) + cat.mem(cpu.name, 3.0)).uses),
+        "copy": list((cat.cores(cpu.node, 1.0 / copy_rate) + cat.mem(cpu.name, 2.0 + write_allocate)).uses),
     }
     if touch_rate > 0:  # the kernel's page faults: the faulting thread's core, and the zeroed page written once
         roles["touch"] = list((cat.cores(cpu.node, 1.0 / touch_rate) + cat.mem(cpu.name, 1.0)).uses)
@@ -163,8 +163,10 @@ def _plan(
     scheds: list[GlooSchedule],
     collective: str,
     sizes: Sequence[int],
+    write_allocate: float,
 ) -> _Plan:
-    """Resource uses and costs of every rank, and the bytes each collective stages (see ``_STAGING``)."""
+    """Resource uses and costs of every rank, and the bytes each collective stages (see ``_STAGING``);
+    ``write_allocate``: :attr:`~collsim.backends.gloo.options.GlooConstants.write_allocate`."""
     staged = opts.device == "cuda" and opts.transport == "tcp"
     gpu_resident = opts.device == "cuda" and opts.transport == "ibverbs"
     cat = ResourceCatalog(topo)
@@ -175,7 +177,7 @@ def _plan(
         for label, p in sorted({lab: p for s in scheds for lab, p in s.peers[i].items()}.items()):
             path, links[label] = _link(topo, cat, opts, r, ranks[p], gpu_resident)
             roles["send:" + label] = list(path.uses)
-        compute_roles, compute = _compute_roles(topo, cat, r, gpu_resident)
+        compute_roles, compute = _compute_roles(topo, cat, r, gpu_resident, write_allocate)
         roles.update(compute_roles)
         cpu = topo.host_cpu(r)
         if opts.transport == "tcp":

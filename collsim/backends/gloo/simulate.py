@@ -82,7 +82,7 @@ def simulate_gloo_many(
     staged = opts.device == "cuda" and opts.transport == "tcp"  # CUDA tensors through the host: clones on the GPU
     scheds = _schedules(topo, ranks, consts, collective, algorithm, sizes, opts.peers, tensor_copies=not staged)
     env, net = new_network(record, check)
-    plan = _plan(topo, opts, ranks, scheds, collective, sizes)
+    plan = _plan(topo, opts, ranks, scheds, collective, sizes, consts.write_allocate)
     quotient = build_quotient(
         net,
         {**plan.usage, **background_usage(topo.background)},  # another job's streams: entities of their own colour
