@@ -845,7 +845,8 @@ class Simulator:
         """CPU ranks: the layers' measured times (required: no FLOP model of a CPU), the socket's memory bandwidth
         and cores shared by the ``sharing`` ranks on it (DDP's copies and the optimizer; the compute thread and
         Gloo's worker threads), no SMs. Where the preset gives ``copy_bw_per_core`` a rank's memory passes stream
-        at most at its intra-op threads' copy rate (as traffic: 3 bytes per byte copied)."""
+        at most at its intra-op threads' copy rate (as traffic: 3 bytes per byte copied); where it gives
+        ``first_touch_bw`` allocations from ``gloo.yaml``'s ``fresh_mapping_bytes`` fault in at that rate."""
         model = self.training_model
         missing = [ly.name for ly in model.layers if ly.fwd_time_s is None or ly.bwd_time_s is None]
         if missing:
@@ -871,10 +872,13 @@ class Simulator:
             where, fld = self._preset_field("cpus", spec, "cores")
             raise ScenarioError("the CPU preset has no cores, which a training step on CPU ranks needs", file=where,
                                 field=fld)  # fmt: skip
+        # fresh allocations (FSDP's unsharded parameters, gradients and clones) fault in at the preset's first_touch_bw
+        touch = float(spec.get("first_touch_bw") or 0.0)
+        fresh = float(_software("gloo")["fresh_mapping_bytes"])  # glibc's largest mmap threshold (gloo.yaml)
         # peak_flops only converts measured seconds into engine units here: any positive value gives the same times
         return GpuCompute(str(spec.get("preset", "cpu")), 1e12, bandwidth, 0, 1.0,
                           tr.memory_efficiency or float(consts["memory_efficiency"]), cores,
-                          float(tr.intra_op_threads), write_allocate)  # fmt: skip
+                          float(tr.intra_op_threads), write_allocate, touch, fresh)  # fmt: skip
 
     def step(self, backends: Sequence[str] | None = None) -> list[StepResult]:
         """Simulate one DDP iteration of the ``training`` section per backend (default: the enabled ones).

@@ -56,6 +56,11 @@ then idles. What each call does:
 * CPU ranks (``gpu.cores > 0``): the layers run on the calling thread, so every kernel also blocks it; the
   iteration is then the sum of every kernel and every collective, in program order (a closed form the tests check).
   The collectives take the rank's cores as Gloo's simulation of them alone says (nothing else runs meanwhile).
+  Four new tensors per unit and iteration (the unsharded storage at each all-gather, ``_alloc_storage``; the flat
+  gradient; the reduce-scatter's clone and its output, ``_get_reduce_scatter_tensors``) are fresh mappings from
+  ``GpuCompute.fresh_mapping_bytes`` (glibc's largest mmap threshold): their page faults at ``first_touch_bw``,
+  paid on the lane that first writes them (:meth:`GpuCompute.fault_seconds`). A GPU's come from the caching
+  allocator.
 
 Not modelled: mixed-precision casts (``MixedPrecision``: give ``param_dtype`` for the collectives' bytes), CPU
 offload, HYBRID_SHARD, ``no_sync``, FSDP2 (``fully_shard``), the CPU's own time (a CPU-bound step).
@@ -393,6 +398,14 @@ class _Fsdp:
 
         return op
 
+    def _fresh(self, lane: str, what: str, nbytes: float) -> None:
+        """A CPU rank's new allocation of ``nbytes`` that is a fresh mapping (:meth:`GpuCompute.fault_seconds`):
+        its page faults as one op on ``lane`` before the op that first writes it, blocking the calling thread like
+        every CPU kernel (a GPU rank's allocations come from the caching allocator: nothing)."""
+        seconds = self.g.gpu.fault_seconds(nbytes) if self.cpu_rank else 0.0
+        if seconds > 0:
+            self._issue(lane, self._kernel(f"page faults: {what}", 0.0, 0.0, seconds, lane=lane))
+
     def _marker(self) -> Callable[[], Proc]:
         """An op that takes no time: an event recorded on the stream (FSDP's free event)."""
 
@@ -441,6 +454,7 @@ class _Fsdp:
                 event = free_queue.popleft()
                 if not event.processed:
                     yield event
+            self._fresh(self.ag_lane, f"unsharded unit {u}", units[u].nbytes)  # _alloc_storage: filled by the gather
             done = self._issue(self.ag_lane, self._collective("allgather", units[u], self.ag_lane))
             unsharded.add(u)
             yield from self._blocked(done, self.blocking)
@@ -503,6 +517,7 @@ class _Fsdp:
             remaining[u] -= 1
             if remaining[u] == 0:  # all of the unit's gradients are ready
                 if units[u].nbytes > 0:  # SplitWithSizesBackward: the views' gradients into one flat gradient
+                    self._fresh("compute", f"flat gradient unit {u}", units[u].nbytes)  # torch.cat's new tensor
                     yield from compute(f"flat gradient unit {u}", (0.0, self.g.gpu.copy_bytes(units[u].nbytes), None))
                 # the post-backward hook, on the flat parameter's AccumulateGrad
                 reshard(u)  # _should_free_in_backward: every sharded strategy frees after backward
@@ -541,12 +556,15 @@ class _Fsdp:
         yield from self._blocked(done, self.cpu_rank)
         gloo_copies = self.blocking and self.world > 1 and u.nbytes > 0
         if gloo_copies:  # reduce_scatter_tensor_coalesced: inputTensors[i].clone() on the calling stream
+            self._fresh(lane, f"clone unit {u.index}", u.nbytes)
             clone = self.g.gpu.copy_bytes(u.nbytes)
             done = self._issue(lane, self._kernel(f"clone unit {u.index}", 0.0, clone, lane=lane))
             yield from self._blocked(done, self.cpu_rank)
         done = self._issue(lane, self._collective("reduce_scatter", u, lane))
         yield from self._blocked(done, self.blocking)
         if gloo_copies:  # LambdaWork's wait: outputTensors[i].copy_(buffers[i].chunk(world)[rank])
+            # the output, _get_reduce_scatter_tensors' torch.empty_like(chunks[0]), a fresh tensor every call
+            self._fresh(lane, f"sharded gradient unit {u.index}", u.nbytes / self.world)
             chunk = self.g.gpu.copy_bytes(u.nbytes / self.world)
             done = self._issue(lane, self._kernel(f"chunk copy unit {u.index}", 0.0, chunk, lane=lane))
             yield from self._blocked(done, self.cpu_rank)

@@ -88,6 +88,12 @@ class GpuCompute:
         Bytes of memory read per byte a kernel stores to memory it did not read (a copy's destination): 0 on a GPU,
         whose stores of whole sectors fetch nothing; on a CPU rank ``cpu_write_allocate_bytes_per_byte`` of
         ``topologies/software/training.yaml`` (a store that misses the cache reads the line first).
+    first_touch_bw : float
+        CPU ranks: bytes/s at which one thread faults in the pages of a fresh mapping (the CPU preset's
+        ``first_touch_bw``); 0: not given, and fresh allocations cost nothing more.
+    fresh_mapping_bytes : float
+        CPU ranks: host allocations of at least this many bytes are new mappings every time (``gloo.yaml``
+        ``fresh_mapping_bytes``: glibc's largest mmap threshold, 32 MiB), bytes.
     """
 
     name: str
@@ -99,6 +105,21 @@ class GpuCompute:
     cores: float = 0.0
     compute_threads: float = 1.0
     write_allocate: float = 0.0
+    first_touch_bw: float = 0.0
+    fresh_mapping_bytes: float = math.inf
+
+    def fault_seconds(self, nbytes: float) -> float:
+        """Seconds one thread spends faulting in a new allocation of ``nbytes`` bytes as it first writes it: its
+        size over ``first_touch_bw`` where it is a fresh mapping (at least ``fresh_mapping_bytes``), else 0 (heap
+        memory the process has touched before, or no figure).
+
+        >>> cpu = GpuCompute("cpu", 1e12, 60e9, 0, 1.0, 1.0, 2.0, 1.0, 1.0, 2.5e9, 2**25)
+        >>> cpu.fault_seconds(2**26), cpu.fault_seconds(2**24)
+        (0.0268435456, 0.0)
+        """
+        if self.first_touch_bw <= 0 or nbytes < self.fresh_mapping_bytes:
+            return 0.0
+        return nbytes / self.first_touch_bw
 
     def copy_bytes(self, nbytes: float) -> float:
         """Memory traffic of copying ``nbytes`` bytes into a destination the kernel does not read, bytes: one read,

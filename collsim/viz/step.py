@@ -51,6 +51,7 @@ STEP_CATEGORY_COLORS: dict[str, str] = {
     "NCCL allreduce": BACKEND_COLORS["nccl"],
     "Gloo allreduce (D2H, CPU ring, H2D)": BACKEND_COLORS["gloo"],
     "FSDP copy": "#9467bd",
+    "CPU page faults (fresh allocation)": "#8c564b",
     "NCCL all-gather": BACKEND_COLORS["nccl"],
     "NCCL reduce-scatter": BACKEND_COLORS["nccl"],
     "Gloo all-gather (blocking)": BACKEND_COLORS["gloo"],
@@ -76,6 +77,8 @@ def span_category(span: Span) -> str:
     'Gloo all-gather (blocking)'
     >>> span_category(Span("NCCL reduce-scatter stream", "clone unit 2", 0.0, 1e-4))
     'FSDP copy'
+    >>> span_category(Span("compute", "page faults: flat gradient unit 1", 0.0, 1e-2))
+    'CPU page faults (fresh allocation)'
     """
     label = span.label
     if label.startswith("fwd "):
@@ -88,6 +91,8 @@ def span_category(span: Span) -> str:
         return "DDP copy"
     if label.startswith(("pre-divide", "post-divide", "clone", "chunk copy", "flat gradient")):
         return "FSDP copy"
+    if label.startswith("page faults"):
+        return "CPU page faults (fresh allocation)"
     for kind in ("all-gather", "reduce-scatter"):
         if label.startswith(kind + " unit"):
             if span.lane.startswith("Gloo"):

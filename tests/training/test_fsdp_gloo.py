@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 
 import pytest
 
@@ -37,10 +38,16 @@ def _gloo(ag: float, ar: float, calls: list[tuple[str, int]] | None = None):  # 
 
 
 def _cpu_closed_form(
-    model: ModelSpec, cfg: FsdpConfig, world: int, ag: float, ar: float, bw: float, wa: float = 0.0
-) -> float:
+    model: ModelSpec, cfg: FsdpConfig, world: int, ag: float, ar: float, bw: float, wa: float = 0.0,
+    touch: float = 0.0, fresh: float = math.inf,
+) -> float:  # fmt: skip
     """The iteration on CPU ranks: one thread runs every layer, copy and collective in turn (``wa``: the CPU's
-    write-allocate bytes per byte, paid by the clone and the chunk copy, not by the in-place divisions)."""
+    write-allocate bytes per byte, paid by the clone and the chunk copy, not by the in-place divisions; ``touch``:
+    bytes/s of page faults, paid by every new allocation of at least ``fresh`` bytes)."""
+
+    def faults(nbytes: float) -> float:
+        return nbytes / touch if touch > 0 and nbytes >= fresh else 0.0
+
     units = fsdp_units(model, world, cfg.wrap)
     layers = sum(ly.fwd_time_s + ly.bwd_time_s for ly in model.layers)  # type: ignore[operator]
     total = layers
@@ -48,26 +55,47 @@ def _cpu_closed_form(
         n = u.nbytes
         # all-gathers: every unit in forward; the blocks again in backward (FULL_SHARD frees them after forward)
         gathers = 1 + (1 if u.index != 0 and cfg.sharding == "full_shard" else 0)
-        total += gathers * ag  # Gloo's allgather (its copy of the flat output into the views included)
+        # Gloo's allgather (its copy of the flat output into the views included) into a new unsharded storage
+        total += gathers * (ag + faults(n))
         pre = predivide_factor(world)
-        total += (2 + wa) * n / bw  # SplitWithSizesBackward's cat of the unit's gradients
-        total += (2 * n / bw if pre > 1 else 0.0) + (2 + wa) * n / bw  # pre-divide, then reduce_scatter's clone
-        total += ar + (2 + wa) * n / world / bw  # the allreduce, then this rank's chunk copied out
+        total += faults(n) + (2 + wa) * n / bw  # SplitWithSizesBackward's cat of the unit's gradients: a new tensor
+        total += 2 * n / bw if pre > 1 else 0.0  # pre-divide
+        total += faults(n) + (2 + wa) * n / bw  # reduce_scatter's clone: a new tensor
+        total += ar + faults(n / world) + (2 + wa) * n / world / bw  # the allreduce; the chunk into a new shard
         total += 2 * n / world / bw if world / pre > 1 else 0.0  # post-divide
     return total
 
 
 @pytest.mark.parametrize("world", [2, 4, 8])
 @pytest.mark.parametrize("sharding", ["full_shard", "shard_grad_op"])
-@pytest.mark.parametrize("wa", [0.0, 1.0])
-def test_on_cpu_ranks_the_iteration_is_the_sum_of_everything(world: int, sharding: str, wa: float) -> None:
+@pytest.mark.parametrize(("wa", "touch"), [(0.0, 0.0), (1.0, 0.0), (1.0, 2e9)])
+def test_on_cpu_ranks_the_iteration_is_the_sum_of_everything(world: int, sharding: str, wa: float,
+                                                              touch: float) -> None:  # fmt: skip
+    # touch: fresh mappings from 2 MiB fault in at 2 GB/s (the 4 MiB units always; a shard only on 2 ranks)
     m = _model(3)
     cfg = FsdpConfig(batch_size=1, sharding=sharding, optimizer="none")
-    cpu = dataclasses.replace(CPU, write_allocate=wa)
+    cpu = dataclasses.replace(CPU, write_allocate=wa, first_touch_bw=touch, fresh_mapping_bytes=2 * 2**20)
     r = simulate_fsdp_step(m, cfg, cpu, BARE, world, gloo=_gloo(1e-3, 3e-3))
     assert r.backend == "gloo"
-    assert r.iteration_s == pytest.approx(_cpu_closed_form(m, cfg, world, 1e-3, 3e-3, 1e10, wa), rel=1e-9)
+    expected = _cpu_closed_form(m, cfg, world, 1e-3, 3e-3, 1e10, wa, touch, 2 * 2**20)
+    assert r.iteration_s == pytest.approx(expected, rel=1e-9)
     assert r.compute_s == pytest.approx(5 * 3e-3, rel=1e-12)
+    faults = [s for s in r.spans if s.label.startswith("page faults")]
+    assert bool(faults) == (touch > 0)
+    if touch:  # per unit: one per all-gather, the flat gradient, the clone, and the shard where it is 2 MiB or more
+        units = fsdp_units(m, world, cfg.wrap)
+        gathers = len(units) + (len(units) - 1 if sharding == "full_shard" else 0)
+        assert len(faults) == gathers + sum(2 + (u.nbytes / world >= 2 * 2**20) for u in units)
+
+
+def test_a_gpu_ranks_allocations_never_fault() -> None:
+    """GPU memory comes from PyTorch's caching allocator: no page faults, whatever the CPU figures say."""
+    m = _model(2)
+    cfg = FsdpConfig(batch_size=1, optimizer="none")
+    gpu = dataclasses.replace(GPU, first_touch_bw=1e9, fresh_mapping_bytes=1.0)
+    r = simulate_fsdp_step(m, cfg, gpu, BARE, 2, gloo=_gloo(1e-3, 3e-3))
+    assert r.iteration_s == simulate_fsdp_step(m, cfg, GPU, BARE, 2, gloo=_gloo(1e-3, 3e-3)).iteration_s
+    assert not [s for s in r.spans if s.label.startswith("page faults")]
 
 
 def test_gloo_is_asked_for_allgathers_of_the_unit_and_allreduces_of_its_whole_gradient() -> None:
