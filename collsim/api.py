@@ -38,6 +38,7 @@ from collsim.backends import (
     simulate_nccl,
 )
 from collsim.backends.nccl import NcclPlan, choose, enabled_pairs, release_notes, tuner_times
+from collsim.backends.nccl.ib_hca import ib_hca_selection
 from collsim.engine.budget import WorkLimitExceeded, work_budget
 from collsim.nccl_env import NcclEnvError, NcclOptions
 from collsim.noise import add_delays, launch_skews, repetition_seed
@@ -102,6 +103,16 @@ def load(source: str | Path | Mapping[str, Any], overrides: Sequence[str] = ()) 
 #: Parsed ``topologies/software/*.yaml`` by (file, modification time, size): every Simulator reads them (a fit
 #: builds one per evaluation), and parsing nccl.yaml costs about as much as simulating one point.
 _SOFTWARE: dict[tuple[str, int, int], Any] = {}
+
+
+def _with_nic_slots(scenario: Scenario, slots: list[str]) -> Scenario:
+    """``scenario`` with ``cluster.fabric.nics`` set to ``slots`` (local NIC names of the node the scenario builds,
+    its own NIC selection already applied) and its other NIC selections cleared."""
+    fabric = scenario.cluster.fabric
+    assert fabric is not None, "NIC slots are chosen on a cluster with a fabric"
+    fab = fabric.model_copy(update={"nics": slots, "nics_per_node": None, "nics_per_switch": None,
+                                    "nics_per_socket": None})  # fmt: skip
+    return scenario.model_copy(update={"cluster": scenario.cluster.model_copy(update={"fabric": fab})})
 
 
 def _software_file(name: str) -> Path:
@@ -233,6 +244,16 @@ class Simulator:
         self.profile: Profile | None = profile if profile is not None else (load_profile(cal) if cal else None)
         with self._errors("cluster"):
             topology: Topology = scenario.build_topology()
+        nccl = scenario.backends.nccl
+        user_env = dict(nccl.env) if nccl else {}
+        #: which NICs NCCL_IB_HCA leaves NCCL (one line), empty when it is unset or leaves all of them
+        self.ib_hca_notes: list[str] = []
+        if nccl is not None and nccl.enabled and user_env.get("NCCL_IB_HCA") is not None:
+            with self._errors("backends.nccl.env.NCCL_IB_HCA"):
+                keep, self.ib_hca_notes = ib_hca_selection(topology, str(user_env["NCCL_IB_HCA"]))
+            if keep is not None:  # NCCL plans over the NICs it lists: the cluster built with those slots
+                with self._errors("cluster"):
+                    topology = _with_nic_slots(scenario, keep).build_topology()
         topology = self.profile.apply_topology(topology) if self.profile is not None else topology
         if scenario.perturb is not None:
             with self._errors("perturb"):
@@ -241,8 +262,6 @@ class Simulator:
                 topology = add_background(topology, scenario.perturb.background_rules(), field="background")
         self.topology = topology
         self._check_gpus_per_process()
-        nccl = scenario.backends.nccl
-        user_env = dict(nccl.env) if nccl else {}
         #: NCCL variables the NICs' network plugin sets because the scenario leaves them unset (NIC preset field
         #: ``nccl_plugin_env``; the plugin loads at NCCL's init, so a one-node run gets them too)
         self.nccl_plugin_env: dict[str, str] = {}

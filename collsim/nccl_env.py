@@ -25,6 +25,7 @@ __all__ = [
     "NCCL_LEVELS",
     "OFI_TUNER_TYPES",
     "PLUGIN_ENV",
+    "IbHcaList",
     "NcclEnvError",
     "NcclOptions",
     "check_env_value",
@@ -238,6 +239,9 @@ KNOWN_NCCL_ENV: dict[str, str] = {
     "default from the NICs' bandwidth, 14 GB/s a channel, from 2.29).",
     "NCCL_MIN_P2P_NCHANNELS": "Least point-to-point channels (integer, default 1; 0: the default).",
     "NCCL_MAX_P2P_NCHANNELS": "Most point-to-point channels (integer, default MAXCHANNELS; 0: the default).",
+    "NCCL_IB_HCA": "The InfiniBand/RoCE devices (and ports) NCCL's IB transport uses: comma-separated prefixes of "
+    "device names, each with an optional ':port' ('mlx5_0:1,mlx5_3'); '=' first matches whole names only, '^' first "
+    "excludes them instead. A NIC's device name is its template's ib_names entry, else mlx5_<its index on the node>.",
     "NCCL_TUNER_PLUGIN": "The tuner plugin library (a path, or a name NCCL opens as libnccl-tuner-<name>.so); unset or "
     "not found: NCCL 2.21+ uses the network plugin's bundled tuner (aws-ofi-nccl's on EFA), else its own.",
     "OFI_NCCL_TUNER_TYPE": "aws-ofi-nccl's tuner: Internal leaves the choice to NCCL's own tuner; Region (its "
@@ -459,6 +463,66 @@ def _buffsize(value: str) -> int:
         raise NcclEnvError(f"expected at least {MIN_BUFFSIZE} bytes (8 NCCL steps of one 8 KiB pass of a channel's "
                            "512 threads x 16 B); NCCL itself does not check it")  # fmt: skip
     return number
+
+
+def _atoi(text: str) -> int:
+    """C's ``atoi``: optional blanks and sign, then the leading digits; 0 when there are none."""
+    t = text.lstrip(" \t\n\v\f\r")
+    sign = -1 if t[:1] == "-" else 1
+    t = t[1:] if t[:1] in "+-" else t
+    digits = len(t) - len(t.lstrip("0123456789"))
+    return sign * int(t[:digits]) if digits else 0
+
+
+@dataclass(frozen=True)
+class IbHcaList:
+    """``NCCL_IB_HCA`` as NCCL's IB transport reads it when it lists the devices it may use (NVIDIA/nccl v2.30.7-1:
+    ``ncclIbInit`` in ``src/transport/net_ib/init.cc``, ``parseStringList`` and ``matchIfList`` in
+    ``src/misc/utils.cc``).
+
+    A leading ``^`` excludes the entries instead, a ``=`` after it matches whole names instead of prefixes; the rest
+    splits at commas (empty entries skipped), each entry at colons into a name prefix and a port (``atoi``; absent
+    or empty: any port; later fields, rail and plane, do not select). A device port is listed when some entry's
+    name matches and its port is any or equal, and not when ``^`` was given; no entry at all matches everything.
+
+    Examples
+    --------
+    >>> IbHcaList.parse("mlx5_1").matches("mlx5_10")   # a prefix: mlx5_1 also takes mlx5_10 and mlx5_11
+    True
+    >>> IbHcaList.parse("=mlx5_1").matches("mlx5_10"), IbHcaList.parse("=mlx5_1").matches("mlx5_1")
+    (False, True)
+    >>> IbHcaList.parse("^mlx5_0,mlx5_3").matches("mlx5_3"), IbHcaList.parse("mlx5_0:2").matches("mlx5_0", 1)
+    (False, False)
+    >>> IbHcaList.parse("").matches("mlx5_4"), IbHcaList.parse("^").matches("mlx5_4")
+    (True, False)
+    """
+
+    entries: tuple[tuple[str, int], ...]
+    exclude: bool = False
+    exact: bool = False
+
+    @classmethod
+    def parse(cls, value: str) -> IbHcaList:
+        """The list ``value`` gives (any string: NCCL refuses none)."""
+        exclude = value.startswith("^")
+        value = value[1:] if exclude else value
+        exact = value.startswith("=")
+        value = value[1:] if exact else value
+        entries = []
+        for entry in value.split(","):
+            fields = entry.split(":")
+            if fields[0]:
+                port = _atoi(fields[1]) if len(fields) > 1 and fields[1] else -1
+                entries.append((fields[0], port))
+        return cls(tuple(entries), exclude, exact)
+
+    def matches(self, name: str, port: int = 1) -> bool:
+        """Whether NCCL lists port ``port`` of the device called ``name``."""
+        hit = not self.entries or any(
+            (name == prefix if self.exact else name.startswith(prefix)) and (want == -1 or want == port)
+            for prefix, want in self.entries
+        )
+        return hit != self.exclude
 
 
 def closest_known(key: str) -> str | None:

@@ -17,7 +17,7 @@ from collsim.topology.display import format_topo_matrix
 from collsim.topology.errors import TopologyError
 from collsim.topology.fabric import parse_fabric
 from collsim.topology.importer import template_from_nccl_xml, template_from_nvidia_smi, write_template
-from collsim.topology.model import Device, Link, Topology, path_class_rank
+from collsim.topology.model import Device, Link, Topology, ib_device_name, path_class_rank
 from collsim.topology.perturb import BackgroundRule, DownRule, LinkRule, add_background, perturb_links, take_down
 from collsim.topology.presets import PresetLibrary, load_presets, topologies_dir
 from collsim.topology.template import available_templates, load_topology, topology_from_template
@@ -41,6 +41,7 @@ __all__ = [
     "add_background",
     "available_templates",
     "format_topo_matrix",
+    "ib_device_name",
     "load_presets",
     "load_topology",
     "parse_fabric",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from collsim.topology.model import Topology
+from collsim.topology.model import Topology, ib_device_name
 
 __all__ = ["format_topo_matrix"]
 
@@ -93,7 +93,9 @@ def format_topo_matrix(topo: Topology, node: int = 0, given: Mapping[str, Any] |
         for n in nics:
             speed = float(n.spec.get("speed", 0.0)) * 8 / 1e9  # bytes/s to Gb/s (8 bits per byte, 1e9)
             plugin = n.spec.get("nccl_net_plugin")
+            # what NCCL's IB transport lists it as (NCCL_IB_HCA matches it), as nvidia-smi's legend names it
             via = f", NCCL network plugin {plugin}" if plugin else ""
+            via = f", {ib_device_name(n)}" if not plugin and n.spec.get("rdma") else via
             out.append(f"  NIC{n.index}: {n.local_name} ({n.spec.get('preset', '?')}, {speed:g} Gb/s{via})")
     if topo.params:
         out.append("")

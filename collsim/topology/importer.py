@@ -979,6 +979,8 @@ def _xml_nic_devices(
         if abs(pspeed - speed) > 1e-9 * speed:
             nic_spec = {"speed": f"{mbps / 1000:g}Gb/s" if mbps % 1000 == 0 else f"{mbps}Mb/s"}
             why += f"; speed {nic_spec['speed']} from the file (the preset says {pspeed * 8 / 1e9:g} Gb/s)"
+        if label != "?":  # the verbs device name NCCL listed it under (what NCCL_IB_HCA matches)
+            nic_spec = {**(nic_spec or {}), "ib_name": label}
         devices.append(
             _Device(
                 nn.name,
@@ -1652,6 +1654,7 @@ def _smi_endpoints(m: _SmiMatrix, gpu: str, nic: str | None, dev_name: list[str]
                 dev_name[i],
                 "nic",
                 nic,
+                spec={"ib_name": legend} if legend else None,  # the legend's device name: what NCCL_IB_HCA matches
                 notes=f"{lab}{f' ({legend})' if legend else ''}, line {m.lines[i]}; preset: --nic",
             )
         )

@@ -73,9 +73,18 @@ def path_class_rank(cls: str) -> int:
 
 def gpu_nearness(topo: Topology, nic: str, ngpu: int) -> Callable[[str], tuple[int, int]]:
     """Sort key of a GPU (by name) for NCCL's channels on ``nic``: nearest path class first; among equals the GPU
-    whose index matches the NIC's (its "own" rail), then the following ones (``ngpu`` GPUs on the node)."""
-    nic_index = topo.device(nic).index
+    whose index matches the NIC's slot on the template (its "own" rail; a NIC keeps its slot when a fabric uses
+    fewer NICs and the kept ones are renumbered), then the following ones (``ngpu`` GPUs on the node)."""
+    dev = topo.device(nic)
+    nic_index = int(dev.spec.get("template_index", dev.index))
     return lambda g: (path_class_rank(topo.path_class(g, nic)), (topo.device(g).index - nic_index) % ngpu)
+
+
+def ib_device_name(nic: Device) -> str:
+    """The name ``nic`` has in the IB verbs library (``ibv_get_device_list``; what NCCL_IB_HCA matches): its
+    template's ``ib_names`` entry (its spec's ``ib_name``), else ``mlx5_<its index on the node>``, as Linux names
+    mlx5 devices in the order the driver probes them (PCI order, the order templates list their NICs in)."""
+    return str(nic.spec.get("ib_name") or f"mlx5_{nic.index}")
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,9 @@ A template is a YAML mapping::
 
 A device entry with ``count`` expands to ``name0 .. name{count-1}``; without it the name is used as it is.
 Device kinds: gpu, cpu, pcie_switch, nic, nvswitch, switch. ``gpu``, ``cpu`` and ``nic`` need a ``preset``
-(gpus.yaml, cpus.yaml, nics.yaml); ``spec`` overrides preset fields (same units as the preset files).
+(gpus.yaml, cpus.yaml, nics.yaml); ``spec`` overrides preset fields (same units as the preset files). A NIC
+entry may give ``ib_names``, one verbs device name per NIC of the entry (what ``NCCL_IB_HCA`` matches; default
+``mlx5_<index>``, :func:`~collsim.topology.ib_device_name`).
 A link entry names a links.yaml ``preset`` and may override ``count`` (parallel links, default 1),
 ``bandwidth`` (raw per link), ``efficiency``, ``latency``, ``kind`` and ``source``.
 
@@ -60,7 +62,7 @@ from collsim.vocab import DEVICE_KINDS
 
 __all__ = ["NodeLayout", "available_templates", "load_topology", "resolve_params", "topology_from_template"]
 
-_DEVICE_KEYS = ("name", "kind", "count", "preset", "spec", "source", "notes")
+_DEVICE_KEYS = ("name", "kind", "count", "preset", "spec", "source", "notes", "ib_names")
 _LINK_KEYS = ("a", "b", "preset", "count", "bandwidth", "efficiency", "latency", "kind", "source", "notes")
 _PARAM_KEYS = ("default", "type", "choices", "min", "max", "description")
 _PARAM_TYPES = ("int", "bool", "str", "gpu", "cpu", "nic")
@@ -197,6 +199,23 @@ def _check_entry(entry: Any, keys: Sequence[str], needs: str, file: str | Path |
             raise TopologyError(f"unknown key {key!r}; valid: {', '.join(keys)}", file=file, field=f"{field}.{key}")
 
 
+def _ib_names(entry: Mapping[str, Any], kind: str, count: int, file: str | Path | None, field: str) -> list[str]:
+    """A NIC entry's ``ib_names``: the names its devices have in the IB verbs library (``ibv_get_device_list``, what
+    ``NCCL_IB_HCA`` matches), one per device in order; empty when the entry gives none."""
+    raw = entry.get("ib_names")
+    if raw is None:
+        return []
+    if kind != "nic":
+        raise TopologyError(f"only NICs have IB device names, not a {kind}", file=file, field=f"{field}.ib_names")
+    if not isinstance(raw, list) or len(raw) != count or not all(isinstance(x, str) and x for x in raw):
+        raise TopologyError(
+            f"expected a list of {count} device name(s) such as mlx5_0, one per NIC of the entry, got {raw!r}",
+            file=file,
+            field=f"{field}.ib_names",
+        )
+    return [str(x) for x in raw]
+
+
 def _build_layout(data: Mapping[str, Any], presets: PresetLibrary, file: str | Path | None) -> NodeLayout:
     layout = NodeLayout()
     raw_devices = data.get("devices")
@@ -243,14 +262,15 @@ def _build_layout(data: Mapping[str, Any], presets: PresetLibrary, file: str | P
             if isinstance(count, bool) or not isinstance(count, int) or count < 1:
                 raise TopologyError(f"expected a positive integer, got {count!r}", file=file, field=f"{field}.count")
             names = [f"{name}{k}" for k in range(count)]
-        frozen = FrozenMap(spec)
-        for n in names:
+        ib_names = _ib_names(entry, str(kind), len(names), file, field)
+        for k, n in enumerate(names):
             if n in layout.devices:
                 raise TopologyError(
                     f"duplicate device name {n!r} (first in {first_entry[n]})", file=file, field=f"{field}.name"
                 )
             first_entry[n] = field
-            layout.devices[n] = Device(n, str(kind), 0, layout.kind_count(str(kind)), frozen)
+            own = FrozenMap({**spec, "ib_name": ib_names[k]}) if ib_names else FrozenMap(spec)
+            layout.devices[n] = Device(n, str(kind), 0, layout.kind_count(str(kind)), own)
 
     raw_links = data.get("links")
     if not isinstance(raw_links, list):
@@ -483,6 +503,9 @@ def _apply_fabric_to_node(
                 del layout.links[pair]
     for index, dev in enumerate(d for d in nics if d.local_name in kept):
         spec = dict(presets.nics[cfg["nic"]]) if cfg.get("nic") else dict(dev.spec)
+        if "ib_name" in dev.spec:  # the device keeps its name when fabric.nic changes its model
+            spec["ib_name"] = dev.spec["ib_name"]
+        spec["template_index"] = dev.index  # its slot on the template, which the kept NICs' renumbering loses
         if cfg.get("nic_speed") is not None:
             spec["speed"] = cfg["nic_speed"]
         layout.devices[dev.local_name] = Device(dev.name, dev.kind, dev.node, index, FrozenMap(spec))

@@ -16,7 +16,7 @@ def test_dgx_matrix(dgx: Topology) -> None:
     row5 = next(ln for ln in lines if ln.startswith("GPU5 ")).split()
     assert row5[-9:] == ["SYS", "SYS", "SYS", "SYS", "PIX", "PIX", "PHB", "PHB", "cpu1"]
     assert "  NV#  = over # bonded NVLinks (directly or through NVSwitch)" in lines
-    assert "  NIC3: nic3 (connectx-6-hdr, 200 Gb/s)" in lines
+    assert "  NIC3: nic3 (connectx-6-hdr, 200 Gb/s, mlx5_3)" in lines
     table = lines[lines.index("Links (per direction, GB/s = 1e9 bytes/s):") + 1 :]
     assert table[0].split() == ["kind", "links", "per", "link", "GB/s", "total", "GB/s"]
     assert table[1].split() == ["nvlink", "16", "240.00", "3840.00"]
@@ -55,7 +55,7 @@ def test_new_node_matrices() -> None:
     lines = format_topo_matrix(load_topology("dgx1-v100")).splitlines()
     row3 = next(ln for ln in lines if ln.startswith("GPU3 ")).split()
     assert row3 == ["GPU3", "NV2", "NV1", "NV2", "X", "SYS", "SYS", "SYS", "NV1", "PHB", "PIX", "SYS", "SYS", "cpu0"]
-    assert "  NIC2: nic2 (connectx-5-edr, 100 Gb/s)" in lines
+    assert "  NIC2: nic2 (connectx-5-edr, 100 Gb/s, mlx5_2)" in lines
     nvl = format_topo_matrix(load_topology("gb200-nvl72", node_params={"gpus": 36, "nics_per_gpu": 1}))
     row = next(ln for ln in nvl.splitlines() if ln.startswith("GPU35 ")).split()
     assert row[1:37] == ["NV18"] * 35 + ["X"]

@@ -261,8 +261,24 @@ def test_pcie_width_and_generation_follow_nccls_formula() -> None:
 def test_nic_speed_from_the_file_overrides_a_given_preset() -> None:
     t = template_from_nccl_xml(_dgx_xml(), file="n.xml", nic="connectx-7-ndr")
     nic0 = next(d for d in t["devices"] if d["name"] == "nic0")
-    assert nic0["preset"] == "connectx-7-ndr" and nic0["spec"] == {"speed": "200Gb/s"}
+    assert nic0["preset"] == "connectx-7-ndr" and nic0["spec"] == {"speed": "200Gb/s", "ib_name": "mlx5_0"}
     assert topology_from_template(t).device("n0/nic0").spec["speed"] == 25e9  # 200e9 bits/s / 8
+
+
+@pytest.mark.parametrize("source", ["nccl-xml", "nvidia-smi"])
+def test_an_imported_nic_keeps_its_verbs_name(source: str) -> None:
+    """NCCL's <net name=...> and nvidia-smi's NIC legend name the device NCCL_IB_HCA matches: the import keeps it,
+    so an imported HGX H100 (DGX H100 names, its User Guide's Table 6) lists the names of the shipped template."""
+    from collsim.topology import ib_device_name
+
+    text = (DATA / f"hgx-h100.{'nccl-topo.xml' if source == 'nccl-xml' else 'nvidia-smi-topo.txt'}").read_text()
+    if source == "nccl-xml":
+        t = template_from_nccl_xml(text, file="h.xml")
+    else:
+        t = template_from_nvidia_smi(text, file="h.txt", gpu="h100-sxm5-80gb", nic="connectx-7-ndr")
+    imported = [ib_device_name(d) for d in topology_from_template(t).nics(0)]
+    assert imported == [ib_device_name(d) for d in load_topology("hgx-h100").nics(0)]
+    assert imported[1] == "mlx5_3"
 
 
 def test_missing_speed_and_no_gdr_give_the_10g_ethernet_preset() -> None:

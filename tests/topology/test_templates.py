@@ -251,6 +251,15 @@ def test_template_errors() -> None:
     assert e.field == "devices.0.spec.p2p" and "true or false" in e.message
     e = _err([GPU, CPU], OK_LINKS, nodes=0)
     assert e.field == "nodes"
+    e = _err([{**GPU, "ib_names": ["mlx5_0", "mlx5_1"]}, CPU], OK_LINKS)
+    assert e.field == "devices.0.ib_names" and "only NICs" in e.message
+    nic = {"name": "nic", "count": 2, "kind": "nic", "preset": "connectx-7-ndr"}
+    links = [{"a": ["gpu0", "gpu1", "nic0", "nic1"], "b": "cpu0", "preset": "pcie4"}]
+    e = _err([GPU, CPU, {**nic, "ib_names": ["mlx5_0"]}], links)
+    assert e.field == "devices.2.ib_names" and "a list of 2 device name(s)" in e.message
+    topo = topology_from_template({"devices": [GPU, CPU, {**nic, "ib_names": ["mlx5_2", "ibp24s0"]}],
+                                   "links": links}, file="t.yaml")  # fmt: skip
+    assert [d.spec["ib_name"] for d in topo.nics(0)] == ["mlx5_2", "ibp24s0"]
     with pytest.raises(TopologyError, match=r"t\.yaml: colour: unknown key"):
         topology_from_template({"devices": [GPU], "links": [], "colour": 1}, file="t.yaml")
     with pytest.raises(TopologyError, match=r"devices: expected a non-empty list"):
