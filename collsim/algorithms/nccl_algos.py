@@ -513,14 +513,17 @@ def nccl_nvls_tree(
     send_ag: Send,
     send_sc: Send | None = None,
     send_ga: Send | None = None,
+    tree_peers: Sequence[Hashable] | None = None,
 ) -> list[Proc]:
     """NVLSTree: NVLS inside each node, a tree of NICs between nodes, NVLS multicast back. Four processes.
 
     Per slice: (1) the NVSwitch reduces the node's contributions (as :func:`nccl_nvls_reduce_scatter`); (2) once
     every GPU of the node has contributed (``node_peers``), this GPU's ``share`` of the node sum goes up its tree
     to the same GPU of the parent node, after the children's shares arrived; (3) the total comes down the tree and
-    is forwarded to the children; (4) once every GPU of the node has its share back, the switch multicasts the
-    slice. Fires ``(me, "done")`` when the last slice's multicast has arrived.
+    is forwarded to the children; (4) once every head of the node (``tree_peers``, default ``node_peers``: the GPUs
+    with a share) has its share back, the switch multicasts the slice. Fires ``(me, "done")`` when the last slice's
+    multicast has arrived. A GPU that is no head (NCCL's NVLS heads are the NICs' GPUs) has ``share`` 0, no parent
+    and no children: it contributes in (1) and receives in (4).
 
     With ``send_sc`` and ``send_ga`` the kernel's local copies are their own stages (:func:`nccl_local_copies`):
     each slice is copied into the NVLS buffer before (1), and out of it after (4); the buffer slot then waits on
@@ -566,10 +569,10 @@ def nccl_nvls_tree(
             if streams:
                 yield AllOf(board.env, streams)
 
+    heads = node_peers if tree_peers is None else tree_peers
     allgather = nccl_nvls_allgather(
-        board, me, node_peers, data_bytes=data_bytes, chunking=chunking, send=send_ag, ready="treedone",
-        gathered=copies,
-    )  # fmt: skip
+        board, me, heads, data_bytes=data_bytes, chunking=chunking, send=send_ag, ready="treedone", gathered=copies
+    )
     procs = [reduce_scatter(), up(), down(), allgather]
     if send_sc is not None and send_ga is not None:
         procs.append(nccl_local_copies(
@@ -596,7 +599,7 @@ class NcclNvlsTreeMachine(_TreeLanes):
     tried (and those its send lets go), not every lane (:meth:`_step` says which sends let others go).
 
     Waits and payments are those of :func:`nccl_nvls_tree`, which stays the readable reference (the tests run both
-    on random trees and compare the times): per slice,
+    on random trees, with heads and GPUs that are no heads, and compare the times): per slice,
 
     * reduce-scatter: a free buffer slot (the share sent up ``slots`` slices ago, or at once at the root), then
       ``send_rs``; the next slice once this one has streamed;
@@ -604,7 +607,8 @@ class NcclNvlsTreeMachine(_TreeLanes):
       ``send_up`` of ``share`` of the slice (the root makes the slice available to its own down lane instead);
     * down: the slice here (from the parent, or the root's own sum), then ``send_down`` to every child at once;
       the next slice once all of them have streamed;
-    * all-gather: every node peer's slice back from the tree (each peer marks it when it starts sending it down),
+    * all-gather: every head's slice back from the tree (``tree_peers``, default the node peers; each marks it when
+      it starts sending it down),
       then ``send_ag``; the next slice once this one has streamed. Fires ``(me, "done")`` on the board when the
       last slice's multicast has arrived;
     * with ``send_sc`` and ``send_ga`` (the kernel's local copies, :func:`nccl_local_copies`): copy in, a free
@@ -628,7 +632,9 @@ class NcclNvlsTreeMachine(_TreeLanes):
         "i_rs",
         "i_sc",
         "npeers",
+        "ntree",
         "on_peer",
+        "on_tree_peer",
         "peer_keys",
         "rs_count",
         "sc_done",
@@ -639,6 +645,7 @@ class NcclNvlsTreeMachine(_TreeLanes):
         "share",
         "slots",
         "tree_count",
+        "tree_keys",
         "up_sent",
     )
 
@@ -659,6 +666,7 @@ class NcclNvlsTreeMachine(_TreeLanes):
         send_ag: SendThen,
         send_sc: SendThen | None = None,
         send_ga: SendThen | None = None,
+        tree_peers: Sequence[Hashable] | None = None,
     ) -> None:
         super().__init__(board, me, parent, children, _board_slices(board, data_bytes, chunking), send_up, send_down)
         self.copies = send_sc is not None and send_ga is not None
@@ -669,22 +677,28 @@ class NcclNvlsTreeMachine(_TreeLanes):
         self.busy_sc = self.busy_ga = False
         self.peer_keys = list(dict.fromkeys(node_peers))
         self.npeers = len(self.peer_keys)
+        self.tree_keys = self.peer_keys if tree_peers is None else list(dict.fromkeys(tree_peers))
+        self.ntree = len(self.tree_keys)
         self.slots = chunking.slots
         self.share = share
         self.send_rs, self.send_ag = send_rs, send_ag
-        # per slice: node peers whose reduce-scatter arrived, node peers with the slice back from the tree
-        # (counts); this GPU's share sent up (a flag)
-        self.rs_count, self.tree_count = _counts(self.n, self.npeers), _counts(self.n, self.npeers)
+        # per slice: node peers whose reduce-scatter arrived, heads with the slice back from the tree (counts); this
+        # GPU's share sent up (a flag)
+        self.rs_count, self.tree_count = _counts(self.n, self.npeers), _counts(self.n, self.ntree)
         self.up_sent = bytearray(self.n)
         self.i_rs = self.i_ag = 0
         self.busy_rs = self.busy_ag = False
         self.on_peer: list[NcclNvlsTreeMachine] = []  # the machines that have this one as a node peer
+        self.on_tree_peer: list[NcclNvlsTreeMachine] = []  # the machines that wait for this one's tree (a head)
 
     def _link(self, machines: dict[Hashable, Any]) -> None:
         super()._link(machines)
         for k in self.peer_keys:
             if self not in machines[k].on_peer:
                 machines[k].on_peer.append(self)
+        for k in self.tree_keys:
+            if self not in machines[k].on_tree_peer:
+                machines[k].on_tree_peer.append(self)
 
     def start(self) -> None:
         super().start()
@@ -803,15 +817,15 @@ class NcclNvlsTreeMachine(_TreeLanes):
             return False
         self.i_down = i + 1
         self._send_down(i, self.parts[i] * self.share)
-        for m in self.on_peer:  # this one's own all-gather: the round tries it next (see _step)
+        for m in self.on_tree_peer:  # this one's own all-gather: the round tries it next (see _step)
             c = m.tree_count[i] = m.tree_count[i] + 1
-            if c == m.npeers and m is not self and m.started:  # only m's all-gather waits for this
+            if c == m.ntree and m is not self and m.started:  # only m's all-gather waits for this
                 m._ag()
         return True
 
     def _ag(self) -> bool:
         i = self.i_ag
-        if self.busy_ag or i >= self.n or self.tree_count[i] < self.npeers:
+        if self.busy_ag or i >= self.n or self.tree_count[i] < self.ntree:
             return False
         self.i_ag = i + 1
         if self.copies:  # the copy out of the slice waits for its arrival

@@ -34,13 +34,16 @@ def _tree(
     nic: float,
     copy: dict[Entity, float] | None = None,
     overtake: float = 0.0,
+    heads: list[int] | None = None,
 ) -> tuple[dict[Entity, float], int]:
     """Each GPU's done time and the number of flows. GPU (k, g) sends its NVLS slices over its own NVLink
     (caps[(k, g)] bytes/s) and node k's switch (``switch`` bytes/s, shared by the node's GPUs), its tree hops over
     its own NIC and its parent's or child's (``nic`` bytes/s each), paying lats[(k, g)] on arrival and holds[(k, g)]
     after each NVLS slice; with ``copy``, it copies each slice in and out over its own memory (copy[(k, g)] bytes/s,
     two bytes per byte). With ``overtake``, every other slice sent down the tree pays that much more latency (the
-    1st, 3rd, ... of each sender), so the next slice can arrive first (as per-step jitter can make it)."""
+    1st, 3rd, ... of each sender), so the next slice can arrive first (as per-step jitter can make it). With
+    ``heads`` only those GPU indices are NVLS heads (NCCL's: the NICs' GPUs): the others have no share and no tree,
+    and every GPU's multicast waits for the heads alone."""
     env = simpy.Environment()
     net = FluidNetwork(env, check=True)
     nodes = len(parents)
@@ -73,21 +76,27 @@ def _tree(
     kids = {k: [c for c, p in enumerate(parents) if p == k] for k in range(nodes)}
     machines = []
 
+    tree_peers = list(range(ppn)) if heads is None else heads
+
     def args(e: Entity) -> tuple[list[Any], dict[str, Any]]:
         k, g = e
-        par = parents[k]
+        head = g in tree_peers
+        par = parents[k] if head else None
         sw = switches[k]
         nvls = [(link[e], 1.0), (sw, 1.0 / ppn)]
         tree = sender([(nics[e], 1.0)] + ([(nics[(par, g)], 1.0)] if par is not None else []), lats[e], 0.0)
-        downs = [sender([(nics[e], 1.0), (nics[(c, g)], 1.0)], lats[e], 0.0, overtake) for c in kids[k]]
-        pos = [[(k, h) for h in range(ppn)], (par, g) if par is not None else None, [(c, g) for c in kids[k]]]
+        down_to = kids[k] if head else []
+        downs = [sender([(nics[e], 1.0), (nics[(c, g)], 1.0)], lats[e], 0.0, overtake) for c in down_to]
+        pos = [[(k, h) for h in range(ppn)], (par, g) if par is not None else None, [(c, g) for c in down_to]]
         kw = {
-            "data_bytes": size, "chunking": chunking, "share": 1.0 / ppn,
+            "data_bytes": size, "chunking": chunking, "share": 1.0 / len(tree_peers) if head else 0.0,
             "send_rs": sender(nvls, lats[e], holds[e]),
             "send_up": tree if par is not None else None,
             "send_down": downs,
             "send_ag": sender(nvls, lats[e], holds[e]),
         }  # fmt: skip
+        if heads is not None:
+            kw["tree_peers"] = [(k, h) for h in heads]
         if mems:
             kw["send_sc"] = sender([(mems[e], 2.0)], 0.0, 0.0)
             kw["send_ga"] = sender([(mems[e], 2.0)], 0.0, 0.0)
@@ -125,10 +134,12 @@ def _tree(
     switch=st.floats(5e9, 100e9),
     nic=st.floats(2e9, 50e9),
     copies=st.booleans(),
+    some_heads=st.booleans(),
 )
 def test_machine_equals_generators(
-    nodes: int, ppn: int, data: st.DataObject, slots: int, pieces: float, switch: float, nic: float, copies: bool
-) -> None:
+    nodes: int, ppn: int, data: st.DataObject, slots: int, pieces: float, switch: float, nic: float, copies: bool,
+    some_heads: bool,
+) -> None:  # fmt: skip
     # a random tree of nodes: node k > 0 hangs under one of the nodes before it
     parents: list[int | None] = [None] + [data.draw(st.integers(0, k - 1)) for k in range(1, nodes)]
     ents = [(k, g) for k in range(nodes) for g in range(ppn)]
@@ -142,7 +153,10 @@ def test_machine_equals_generators(
     starts = per(st.sampled_from([0.0, 2e-6, 1e-5]))
     chunking = RingChunking(65536.0, 1, slots)
     size = pieces * chunking.chunk_bytes
-    kw: dict[str, Any] = {"switch": switch, "nic": nic, "copy": per(st.floats(5e9, 80e9)) if copies else None}
+    # NCCL's NVLS heads are the NICs' GPUs: a node with fewer NICs than GPUs has GPUs that are no heads
+    heads = sorted(data.draw(st.sets(st.integers(0, ppn - 1), min_size=1))) if some_heads else None
+    kw: dict[str, Any] = {"switch": switch, "nic": nic, "copy": per(st.floats(5e9, 80e9)) if copies else None,
+                          "heads": heads}  # fmt: skip
     gen, gen_flows = _tree(parents, ppn, caps, lats, holds, starts, size, chunking, machine=False, **kw)
     mac, mac_flows = _tree(parents, ppn, caps, lats, holds, starts, size, chunking, machine=True, **kw)
     assert mac_flows == gen_flows

@@ -112,3 +112,18 @@ def test_nccl_disabled_ignores_it() -> None:
     sim = Simulator.from_source("2node-h100-ib", ["backends.nccl.env.NCCL_IB_HCA==mlx5_1",
                                                   "backends.nccl.enabled=false"])  # fmt: skip
     assert len(sim.topology.nics(0)) == 8 and not sim.ib_hca_notes
+
+
+def test_nvlstree_takes_a_head_per_nic_listed() -> None:
+    """NCCL's NVLS search makes one head per NIC, its local GPU (search.cc ncclTopoSearchRecNet): with 2 NICs a node
+    two heads carry half the data each through their own NIC, so on two nodes each NIC moves half the buffer each
+    way, the bound the simulation reaches within 2% at 1 GiB; a head per GPU sharing the two NICs took 2.2x that
+    (81.9 GB/s busbw, slower than the ring's 95.9)."""
+    sim, t_tree = _nccl("NCCL_IB_HCA=mlx5_0,mlx5_3")
+    _, t_ring = _nccl("NCCL_IB_HCA=mlx5_0,mlx5_3", "NCCL_ALGO=Ring")
+    assert sim.simulate_one("nccl", GiB).algorithm == "NVLSTree"
+    bound = GiB / 2 / sim.nccl_plan.nic_bw  # each NIC: half the buffer (its head's share), each direction
+    assert 0.98 < bound / t_tree <= 1.0
+    assert t_tree < t_ring
+    # leaving one NIC of eight out costs NVLSTree little on two nodes (the NVLinks bind, not the NICs)
+    assert _nccl("NCCL_IB_HCA=^=mlx5_0")[1] < 1.02 * _nccl()[1]

@@ -136,6 +136,34 @@ def nvls_head_nics(topo: Topology, node: int) -> dict[str, str]:
     return out
 
 
+def nvls_heads(topo: Topology, node: int) -> dict[str, str]:
+    """NVLSTree's heads on ``node`` and the NIC each sends through: GPU -> NIC.
+
+    NCCL's NVLS search takes one head per NIC, the NIC's local GPU, a GPU with two NICs once (search.cc
+    ``ncclTopoSearchRecNet``: "NVLS search only tries to find NIC:GPU combinations to compute the heads", at most
+    ``netCount`` heads, duplicates skipped; the local GPU: :func:`nic_local_gpu`). With at least a NIC slot per GPU
+    every GPU is a head, each with its own NIC (:func:`nvls_head_nics`; a NIC taken down keeps its slot and its
+    channels move: :meth:`~collsim.topology.Topology.nic_slots`); with fewer NICs (a fabric using fewer,
+    ``NCCL_IB_HCA``, a node with a NIC per two GPUs) only the NICs' local GPUs are, in NIC order.
+
+    >>> from collsim.topology import load_topology
+    >>> two = load_topology("hgx-h100", nodes=2, fabric={"topology": "rail_optimized", "nics": ["nic0", "nic5"]})
+    >>> nvls_heads(two, 0)
+    {'n0/gpu0': 'n0/nic0', 'n0/gpu4': 'n0/nic5'}
+    >>> len(nvls_heads(load_topology("hgx-h100", nodes=2, fabric={"topology": "rail_optimized"}), 1))
+    8
+    """
+    slots = topo.nic_slots(node)
+    if len(slots) >= len(topo.devices("gpu", node)):
+        return nvls_head_nics(topo, node)
+    heads: dict[str, str] = {}
+    for nic in dict.fromkeys(slots):
+        gpu = nic_local_gpu(topo, nic)
+        if gpu is not None and gpu not in heads:
+            heads[gpu] = nic
+    return heads or nvls_head_nics(topo, node)
+
+
 def node_chain(topo: Topology, node: int, nic: str | None, channel: int = 0) -> list[str]:
     """GPUs of ``node`` in ring order: enter at the GPU nearest the channel's NIC, leave at another near it.
 

@@ -34,7 +34,7 @@ from collsim.backends.nccl.base import (
 )
 from collsim.backends.nccl.chunking import interleaved_channel_bytes, nvls_chunk
 from collsim.backends.nccl.constants import NcclConstants
-from collsim.backends.nccl.plan import NcclPlan, nvls_head_nics
+from collsim.backends.nccl.plan import NcclPlan, nvls_heads
 from collsim.backends.nccl.tags import NVLS_COPY_TAG, NVLS_TAG
 from collsim.backends.nccl.trees import binary_tree
 from collsim.nccl_env import NcclOptions
@@ -72,17 +72,20 @@ def _nvls_bw_before(m: ModelInputs, tree: bool) -> float:
     return min(intra, inter) * ratio
 
 
-def _nvls_roles(ctx: SimContext, gpu: str, switch: str, fanout: int) -> dict[str, Role]:
+def _nvls_roles(ctx: SimContext, gpu: str, switch: str, fanout: int, head: bool = True) -> dict[str, Role]:
     """A GPU's two NVLS roles: ``rs`` sends its slice up to the switch and gets 1/fanout of the sum back; ``ag``
-    sends 1/fanout up and gets the whole slice multicast back; both at NCCL's NVLS efficiency on the NVLinks."""
+    sends 1/fanout up and gets the whole slice multicast back; both at NCCL's NVLS efficiency on the NVLinks. A GPU
+    that is no head (NVLSTree with fewer NICs than GPUs) gets no share back and multicasts none."""
     consts = ctx.consts
     eff = consts.nvls_efficiency[ctx.plan.arch]
     up = link_uses(ctx.topo.route(gpu, switch, kinds=("nvlink",)))
     down = link_uses(ctx.topo.route(switch, gpu, kinds=("nvlink",)))
     step = consts.hw_latency["NVLINK"]["Ring"]["Simple"] * consts.sim_step_latency_scale
     lat = up.latency + down.latency
-    rs = [(k, v / eff) for k, v in up.uses] + [(k, v / (fanout * eff)) for k, v in down.uses]
-    ag = [(k, v / (fanout * eff)) for k, v in up.uses] + [(k, v / eff) for k, v in down.uses]
+    back = [(k, v / (fanout * eff)) for k, v in down.uses] if head else []  # its share of the sum, back
+    out = [(k, v / (fanout * eff)) for k, v in up.uses] if head else []  # its share, up to be multicast
+    rs = [(k, v / eff) for k, v in up.uses] + back
+    ag = out + [(k, v / eff) for k, v in down.uses]
     return {"rs": Role(rs, lat, ctx.cap, NVLS_TAG, post=step), "ag": Role(ag, lat, ctx.cap, NVLS_TAG, post=step)}
 
 
@@ -340,12 +343,16 @@ class NvlsTreeLinks:
     parent: Entity | None
     children: Sequence[Entity]
     peers: Sequence[Entity]
+    #: the node's NVLS heads (their shares come back from the tree before the multicast); every peer when empty
+    heads: Sequence[Entity] = ()
 
 
 class NVLSTree(NVLS):
-    """NVLSTree across nodes: NVLS reduces each slice inside the node, every GPU's 1/ppn share goes up and down a
-    binary tree of the same GPU index on the other nodes through its own NIC (even channels NCCL's tree 0, odd
-    channels tree 1), then the switch multicasts."""
+    """NVLSTree across nodes: NVLS reduces each slice inside the node, every head's 1/heads share goes up and down a
+    binary tree of the same GPU index on the other nodes through its NIC (even channels NCCL's tree 0, odd channels
+    tree 1), then the switch multicasts. The heads are NCCL's (:func:`~collsim.backends.nccl.plan.nvls_heads`):
+    every GPU with a NIC of its own, or with fewer NICs than GPUs the NICs' local GPUs; the others contribute to the
+    switch's reduction and receive the multicast."""
 
     name = "NVLSTree"
     across_nodes = True
@@ -354,7 +361,8 @@ class NVLSTree(NVLS):
         """The NVLS bound, the heads' NICs (x2 on two nodes) and perChMaxNvlsTreeBw; latency + 2 log2(nNodes) x inter.
 
         tuning.cc: nChannels x min(intra, bwInter, perChMaxNVLSTreeBw) over the NVLS graph's channels, one per head
-        and its NIC (at most one head per GPU: :func:`nvls_head_nics`), so the NICs count up to one per GPU."""
+        and its NIC (one head per NIC, at most one per GPU: :func:`~collsim.backends.nccl.plan.nvls_heads`), so the
+        NICs count up to one per GPU."""
         plan, consts = m.plan, m.consts
         lat = m.lat + (m.intra + 2 * (plan.nnodes.bit_length() - 1) * m.inter)  # tuning.cc log2i: floor
         if "nvls_efficiency" in m.older:  # a release before 2.28.3: its own formula
@@ -378,7 +386,8 @@ class NVLSTree(NVLS):
             by_index.setdefault(d.index, []).append(g)
             by_node.setdefault(d.node, []).append(g)
         switch = {node: topo.devices("nvswitch", node)[0].name for node in by_node}
-        nic = {g: n for node in by_node for g, n in nvls_head_nics(topo, node).items()}  # each GPU's own NIC
+        heads = {node: nvls_heads(topo, node) for node in by_node}  # head GPU -> its NIC
+        nic = {g: n for h in heads.values() for g, n in h.items()}
         # a GPU's roles depend on the channel only through its tree (NCCL's tree 0 or its mirror, tree 1): built
         # twice per GPU, not once per channel (the hops go through the GPU's own NIC whatever the channel)
         built: dict[tuple[str, bool], dict[str, Role]] = {}
@@ -387,11 +396,13 @@ class NVLSTree(NVLS):
             for g in plan.ranks:
                 dev = devs[g]
                 same = by_index[dev.index]  # this GPU on every node
-                pnode, kids = binary_tree(dev.node, plan.nnodes, mirror)
+                head = g in nic
+                pnode, kids = binary_tree(dev.node, plan.nnodes, mirror) if head else (None, [])
                 par = same[pnode] if pnode is not None else None
                 roles = built.get((g, mirror))
                 if roles is None:
-                    roles = _nvls_roles(ctx, g, switch[dev.node], plan.ppn) | _copy_roles(ctx, g, par is not None)
+                    fanout = len(heads[dev.node])
+                    roles = _nvls_roles(ctx, g, switch[dev.node], fanout, head) | _copy_roles(ctx, g, par is not None)
                     built[(g, mirror)] = roles
                     if par is not None:
                         roles["up"] = ctx.hop_role(ctx.hop_via(g, par, nic[g], nic[par]))
@@ -401,15 +412,18 @@ class NVLSTree(NVLS):
                     out.relations.append(((c, g), "parent", (c, par)))
                 out.roles[(c, g)] = dict(roles)
                 peers = [(c, h) for h in by_node[dev.node]]
+                node_heads = [(c, h) for h in by_node[dev.node] if h in nic]
                 out.structure[(c, g)] = NvlsTreeLinks(
-                    (c, par) if par else None, [(c, same[kid]) for kid in kids], peers
-                )
+                    (c, par) if par else None, [(c, same[kid]) for kid in kids], peers,
+                    () if len(node_heads) == len(peers) else node_heads,
+                )  # fmt: skip
         return out
 
     def launch(self, run: Launcher, e: Entity) -> Event | None:
         ctx = run.ctx
         links: NvlsTreeLinks = run.layout.structure[e]
         roles = run.roles(e)
+        heads = links.heads or links.peers
         machine = NcclNvlsTreeMachine(
             run.board,
             e,
@@ -418,13 +432,14 @@ class NVLSTree(NVLS):
             [run.rep(k) for k in links.children],
             data_bytes=ctx.per_channel,
             chunking=ctx.chunking,
-            share=1.0 / ctx.plan.ppn,
+            share=1.0 / len(heads) if e in heads else 0.0,
             send_rs=run.sender_then(e, "rs"),
             send_up=run.sender_then(e, "up") if "up" in roles else None,
             send_down=[run.sender_then(e, f"down{k}") for k in range(len(links.children))],
             send_ag=run.sender_then(e, "ag"),
             send_sc=run.sender_then(e, "sc") if "sc" in roles else None,
             send_ga=run.sender_then(e, "ga") if "ga" in roles else None,
+            tree_peers=[run.rep(h) for h in links.heads] if links.heads else None,
         )
         run.start_machine(e, machine.start)
         return run.done(e)
