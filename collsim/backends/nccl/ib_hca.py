@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collsim.backends.common import BackendError
 from collsim.nccl_env import IbHcaList
+from collsim.safeyaml import short_repr
 from collsim.topology import Topology, ib_device_name
 from collsim.topology.model import Device
 
@@ -63,10 +64,12 @@ def ib_hca_selection(topo: Topology, value: str) -> tuple[list[str] | None, list
     if not kept:
         names = ", ".join(f"{d.local_name} ({ib_device_name(d)})" for d in nics)
         raise BackendError(
-            f"NCCL_IB_HCA={value!r} matches none of a node's NICs ({names}): NCCL's IB transport would find no device "
-            "and NCCL fall back to sockets, which collsim does not switch to (fabric.transport: tcp models that)"
+            f"NCCL_IB_HCA={short_repr(value)} matches none of a node's NICs ({names}): NCCL's IB transport would find "
+            "no device and NCCL fall back to sockets, which collsim does not switch to (fabric.transport: tcp models "
+            "that)"
         )
     listed = [f"{d.local_name} ({ib_device_name(d)})" for d in kept]
     text = listed[0] if len(listed) == 1 else f"{', '.join(listed[:-1])} and {listed[-1]}"
-    note = f"NCCL_IB_HCA={value}: NCCL lists {len(kept)} of the {len(nics)} NICs of every node, {text}"
+    shown = value if len(value) <= 60 else f"{value[:60]}..."  # a value longer than any list of names
+    note = f"NCCL_IB_HCA={shown}: NCCL lists {len(kept)} of the {len(nics)} NICs of every node, {text}"
     return [d.local_name for d in kept], [note]
