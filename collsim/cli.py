@@ -695,7 +695,10 @@ def _cmd_topo(args: argparse.Namespace) -> int:
     sim = Simulator.from_source(args.scenario, args.overrides)
     if not 0 <= args.node < sim.topology.nodes:
         raise ScenarioError(f"{args.node}: the cluster has nodes 0..{sim.topology.nodes - 1}", field="--node")
-    _emit(format_topo_matrix(sim.topology, args.node, sim.scenario.cluster.node_params), args.output)
+    text = format_topo_matrix(sim.topology, args.node, sim.scenario.cluster.node_params)
+    if sim.ib_hca_notes:  # the cluster NCCL plans over: its NIC legend lists only these
+        text += "".join(f"\n{note}\n" for note in sim.ib_hca_notes)
+    _emit(text, args.output)
     return 0
 
 

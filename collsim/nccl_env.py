@@ -241,7 +241,7 @@ KNOWN_NCCL_ENV: dict[str, str] = {
     "NCCL_MAX_P2P_NCHANNELS": "Most point-to-point channels (integer, default MAXCHANNELS; 0: the default).",
     "NCCL_IB_HCA": "The InfiniBand/RoCE devices (and ports) NCCL's IB transport uses: comma-separated prefixes of "
     "device names, each with an optional ':port' ('mlx5_0:1,mlx5_3'); '=' first matches whole names only, '^' first "
-    "excludes them instead. A NIC's device name is its template's ib_names entry, else mlx5_<its index on the node>.",
+    "excludes them instead. A NIC's device name is its template's ib_names entry, else mlx5_<its template slot>.",
     "NCCL_TUNER_PLUGIN": "The tuner plugin library (a path, or a name NCCL opens as libnccl-tuner-<name>.so); unset or "
     "not found: NCCL 2.21+ uses the network plugin's bundled tuner (aws-ofi-nccl's on EFA), else its own.",
     "OFI_NCCL_TUNER_TYPE": "aws-ofi-nccl's tuner: Internal leaves the choice to NCCL's own tuner; Region (its "

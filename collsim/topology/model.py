@@ -82,9 +82,10 @@ def gpu_nearness(topo: Topology, nic: str, ngpu: int) -> Callable[[str], tuple[i
 
 def ib_device_name(nic: Device) -> str:
     """The name ``nic`` has in the IB verbs library (``ibv_get_device_list``; what NCCL_IB_HCA matches): its
-    template's ``ib_names`` entry (its spec's ``ib_name``), else ``mlx5_<its index on the node>``, as Linux names
-    mlx5 devices in the order the driver probes them (PCI order, the order templates list their NICs in)."""
-    return str(nic.spec.get("ib_name") or f"mlx5_{nic.index}")
+    template's ``ib_names`` entry (its spec's ``ib_name``), else ``mlx5_<its slot on the template>``, as Linux names
+    mlx5 devices in the order the driver probes them (PCI order, the order templates list their NICs in). A NIC keeps
+    its name when a fabric uses fewer NICs (its slot, ``template_index``, not its renumbered index)."""
+    return str(nic.spec.get("ib_name") or f"mlx5_{nic.spec.get('template_index', nic.index)}")
 
 
 @dataclass(frozen=True)

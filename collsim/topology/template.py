@@ -24,7 +24,7 @@ A device entry with ``count`` expands to ``name0 .. name{count-1}``; without it 
 Device kinds: gpu, cpu, pcie_switch, nic, nvswitch, switch. ``gpu``, ``cpu`` and ``nic`` need a ``preset``
 (gpus.yaml, cpus.yaml, nics.yaml); ``spec`` overrides preset fields (same units as the preset files). A NIC
 entry may give ``ib_names``, one verbs device name per NIC of the entry (what ``NCCL_IB_HCA`` matches; default
-``mlx5_<index>``, :func:`~collsim.topology.ib_device_name`).
+``mlx5_<its slot>``, :func:`~collsim.topology.ib_device_name`).
 A link entry names a links.yaml ``preset`` and may override ``count`` (parallel links, default 1),
 ``bandwidth`` (raw per link), ``efficiency``, ``latency``, ``kind`` and ``source``.
 

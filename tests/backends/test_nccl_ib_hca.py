@@ -59,6 +59,18 @@ def test_the_hgx_h100_nics_carry_the_dgx_h100_names_and_other_templates_mlx5_by_
     roce = load_topology("hgx-h100", nodes=2, fabric={"topology": "rail_optimized", "nic": "connectx-7-roce-400g",
                                                       "nics": ["nic1", "nic5"]})  # fmt: skip
     assert [ib_name(d) for d in roce.nics(0)] == ["mlx5_3", "mlx5_9"]
+    # without names in the template a NIC is mlx5_<its slot>, kept when the fabric keeps fewer (renumbered) NICs
+    few = load_topology("dgx-a100", nodes=2, fabric={"topology": "rail_optimized", "nics": ["nic2", "nic5"]})
+    assert [(d.index, ib_name(d)) for d in few.nics(0)] == [(0, "mlx5_2"), (1, "mlx5_5")]
+
+
+def test_collsim_topo_shows_the_nics_nccl_lists(capsys: pytest.CaptureFixture[str]) -> None:
+    from collsim.cli import main
+
+    assert main(["topo", "2node-a100-ib", "--set", "backends.nccl.env.NCCL_IB_HCA=mlx5_2,mlx5_3"]) == 0
+    out = capsys.readouterr().out
+    assert "NIC0: nic2 (connectx-6-hdr, 200 Gb/s, mlx5_2)" in out and "NIC2:" not in out
+    assert "NCCL_IB_HCA=mlx5_2,mlx5_3: NCCL lists 2 of the 8 NICs of every node, nic2 (mlx5_2) and nic3 (mlx5_3)" in out
 
 
 def test_only_nics_of_ncclss_ib_transport_are_concerned() -> None:

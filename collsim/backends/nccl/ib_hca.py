@@ -7,9 +7,9 @@ it lists as it would on a node built with only those. collsim therefore builds t
 (``fabric.nics``): the NICs left out are not in the cluster, the ones kept are its rails 0 .. k-1.
 
 A NIC's verbs name is :func:`~collsim.topology.ib_device_name`'s: its template's ``ib_names`` entry, else
-``mlx5_<its index on the node>`` (an assumption where the template names none). Only the NICs NCCL drives with its
-own IB transport are concerned: not on one node (no network), not over a TCP fabric (NCCL's socket transport), not
-NICs a network plugin drives (EFA, TCPX/TCPXO: the plugin picks its devices).
+``mlx5_<its slot on the template>`` (an assumption where the template names none). Only the NICs NCCL drives with
+its own IB transport are concerned: not on one node (no network), not over a TCP fabric (NCCL's socket transport),
+not NICs a network plugin drives (EFA, TCPX/TCPXO: the plugin picks its devices).
 """
 
 from __future__ import annotations
