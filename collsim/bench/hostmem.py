@@ -100,17 +100,21 @@ class _Passes:
     fresh_s: dict[int, float] = field(default_factory=dict)
 
 
+def _software_value(name: str, key: str) -> Any:
+    """``key`` of ``topologies/software/<name>.yaml``."""
+    path = topologies_dir() / "software" / f"{name}.yaml"
+    return yaml.safe_load(path.read_text(encoding="utf-8"))[key]
+
+
 def copy_traffic() -> float:
     """Bytes of DRAM traffic per byte a CPU copies: the read, the write and ``cpu_write_allocate_bytes_per_byte``
     of ``topologies/software/training.yaml`` (the write-allocate read of the destination's lines; it says why)."""
-    path = topologies_dir() / "software" / "training.yaml"
-    return 2.0 + float(yaml.safe_load(path.read_text(encoding="utf-8"))["cpu_write_allocate_bytes_per_byte"])
+    return 2.0 + float(_software_value("training", "cpu_write_allocate_bytes_per_byte"))
 
 
 def fresh_mapping_bytes() -> int:
     """``fresh_mapping_bytes`` of ``topologies/software/gloo.yaml``: allocations from this size are new mappings."""
-    path = topologies_dir() / "software" / "gloo.yaml"
-    return int(yaml.safe_load(path.read_text(encoding="utf-8"))["fresh_mapping_bytes"])
+    return int(_software_value("gloo", "fresh_mapping_bytes"))
 
 
 def _median(run: Callable[[], object], iters: int, warmup: int, sync: Callable[[], object]) -> float:

@@ -388,6 +388,10 @@ class NVLSTree(NVLS):
         switch = {node: topo.devices("nvswitch", node)[0].name for node in by_node}
         heads = {node: nvls_heads(topo, node) for node in by_node}  # head GPU -> its NIC
         nic = {g: n for h in heads.values() for g, n in h.items()}
+        # the GPUs a multicast waits for: the node's heads where some GPUs are none (every GPU otherwise: empty)
+        wait_for = {
+            node: [] if len(heads[node]) == len(gs) else [h for h in gs if h in nic] for node, gs in by_node.items()
+        }
         # a GPU's roles depend on the channel only through its tree (NCCL's tree 0 or its mirror, tree 1): built
         # twice per GPU, not once per channel (the hops go through the GPU's own NIC whatever the channel)
         built: dict[tuple[str, bool], dict[str, Role]] = {}
@@ -412,10 +416,9 @@ class NVLSTree(NVLS):
                     out.relations.append(((c, g), "parent", (c, par)))
                 out.roles[(c, g)] = dict(roles)
                 peers = [(c, h) for h in by_node[dev.node]]
-                node_heads = [(c, h) for h in by_node[dev.node] if h in nic]
                 out.structure[(c, g)] = NvlsTreeLinks(
                     (c, par) if par else None, [(c, same[kid]) for kid in kids], peers,
-                    () if len(node_heads) == len(peers) else node_heads,
+                    tuple((c, h) for h in wait_for[dev.node]),
                 )  # fmt: skip
         return out
 
