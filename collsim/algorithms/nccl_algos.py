@@ -118,12 +118,17 @@ def nccl_tree_up(
     chunking: RingChunking,
     send_up: Send | None,
     whole_steps: bool = False,
+    buffer_slots: bool = True,
 ) -> Proc:
-    """Reduce up the tree: per slice, wait for every child's slice, send the (fused) sum to the parent.
+    """Reduce up the tree: per slice, wait for every child's slice and a free slot in the parent's buffer, send the
+    (fused) sum to the parent.
 
     The root, having the full sum of a slice, makes it available to the broadcast down (``(me, ("down", i))``).
     With ``whole_steps`` (the send up crosses the network) a chunk's slices leave only once every child's whole
-    chunk is here (one network send per step).
+    chunk is here (one network send per step). With ``buffer_slots`` the parent's buffer holds ``chunking.slots``
+    slices (NCCL_STEPS steps, as every NCCL connection): slice ``i`` waits until the parent has consumed slice
+    ``i - slots``, i.e. sent its sum on (``(parent, ("cu", i))``: its own send up streamed, at the root its send
+    down to every child streamed, :func:`nccl_tree_down`'s ``("cd", i)``).
     """
     parts = slices(data_bytes, chunking)
     for i, b in enumerate(parts):
@@ -132,8 +137,14 @@ def nccl_tree_up(
             yield board.get(ch, ("up", wait))
         if parent is None or send_up is None:
             board.fire(me, ("down", i))
+            if buffer_slots:  # the root's receive buffer frees the slice once it has gone down
+                board.bind(me, ("cu", i), board.get(me, ("cd", i)))
             continue
+        if buffer_slots and i >= chunking.slots:
+            yield board.get(parent, ("cu", i - chunking.slots))
         yield _post(board, me, ("up", i), send_up, b)
+        if buffer_slots:
+            board.fire(me, ("cu", i))
 
 
 def nccl_tree_down(
@@ -145,17 +156,23 @@ def nccl_tree_down(
     chunking: RingChunking,
     send_down: Sequence[Send],
     whole_steps: bool = False,
+    buffer_slots: bool = True,
 ) -> Proc:
-    """Broadcast down the tree: per slice, wait for it to arrive from the parent (or the root's reduction), then
-    send it to every child at once (one connection each). Runs beside :func:`nccl_tree_up` (NCCL splits a
-    channel's threads between the two directions). With ``whole_steps`` (a send down crosses the network) a
-    chunk's slices leave only once the whole chunk is here. Fires ``(me, "done")`` when the last slice is here and
-    sent."""
+    """Broadcast down the tree: per slice, wait for it to arrive from the parent (or the root's reduction) and, with
+    ``buffer_slots``, for a free slot in every child's buffer (the child consumed slice ``i - slots``: ``(child,
+    ("cd", i))``), then send it to every child at once (one connection each). Runs beside :func:`nccl_tree_up`
+    (NCCL splits a channel's threads between the two directions). With ``whole_steps`` (a send down crosses the
+    network) a chunk's slices leave only once the whole chunk is here. Fires ``(me, ("cd", i))`` when slice ``i``
+    is consumed here (sent to every child and streamed; a leaf: arrived) and ``(me, "done")`` when the last slice
+    is here and sent."""
     parts = slices(data_bytes, chunking)
     for i, b in enumerate(parts):
         wait = _step_end(i, len(parts), chunking, whole_steps and bool(send_down))
         if wait is not None:
             yield board.get(me, ("down", wait))
+        if buffer_slots and i >= chunking.slots:
+            for ch in children:
+                yield board.get(ch, ("cd", i - chunking.slots))
         streams = []
         for ch, send in zip(children, send_down, strict=True):
             streamed, arrived = send(b)
@@ -163,6 +180,8 @@ def nccl_tree_down(
             streams.append(streamed)
         if streams:
             yield AllOf(board.env, streams)
+        if buffer_slots:
+            board.fire(me, ("cd", i))
     board.fire(me, "done")
 
 
@@ -309,9 +328,11 @@ class NcclTreeMachine(_TreeLanes):
     random trees and compare the times): per slice,
 
     * up: every child's share of the slice arrived (with ``whole_steps``, at a chunk's first slice the chunk's
-      last one, and nothing at its other slices), then ``send_up``; the next slice once this one has streamed. The
+      last one, and nothing at its other slices) and a slot free in the parent's buffer (the parent consumed slice
+      ``i - slots``: sent it up, at the root down), then ``send_up``; the next slice once this one has streamed. The
       root makes the slice available to its own down lane instead;
-    * down: the slice here from the parent or the root's sum (the same rule for ``whole_steps``), then
+    * down: the slice here from the parent or the root's sum (the same rule for ``whole_steps``) and a slot free in
+      every child's buffer (the child consumed slice ``i - slots``: sent it down, a leaf: received it), then
       ``send_down`` to every child at once; the next slice once all of them have streamed. Fires
       ``(me, "done")`` on the board when the last slice is here and sent on.
 
@@ -319,7 +340,7 @@ class NcclTreeMachine(_TreeLanes):
     launch is paid.
     """
 
-    __slots__ = ("chunking", "whole_down", "whole_up")
+    __slots__ = ("chunking", "down_used", "slots", "up_used", "whole_down", "whole_up")
 
     def __init__(
         self,
@@ -337,6 +358,12 @@ class NcclTreeMachine(_TreeLanes):
     ) -> None:
         super().__init__(board, me, parent, children, _board_slices(board, data_bytes, chunking), send_up, send_down)
         self.chunking = chunking
+        self.slots = chunking.slots
+        # per slice: consumed here, its buffer slot free again (NCCL_STEPS slots per connection); the up lane's
+        # (children's shares summed and sent up; at the root, sent down), the down lane's (sent to every child; a
+        # leaf, received)
+        self.up_used = bytearray(self.n)
+        self.down_used = bytearray(self.n)
         self.whole_up = whole_steps_up and send_up is not None
         self.whole_down = whole_steps_down and bool(send_down)
 
@@ -350,6 +377,11 @@ class NcclTreeMachine(_TreeLanes):
         w = _step_end(i, self.n, self.chunking, self.whole_up)
         if w is not None and self.up_count[w] < self.nchildren:
             return False
+        if not self.root and i >= self.slots:
+            old = i - self.slots
+            for m in self.on_up:
+                if not m.up_used[old]:  # type: ignore[attr-defined]
+                    return False
         self.i_up = i + 1
         if self.root:  # the root has the total of the slice: it goes down the tree
             self.down_ready[i] = 1
@@ -357,9 +389,22 @@ class NcclTreeMachine(_TreeLanes):
             self._send_up(i, self.parts[i], self._up_streamed)
         return True
 
-    def _up_streamed(self, _i: int) -> None:
+    def _up_streamed(self, i: int) -> None:
         self.busy_up = False
+        self._used_up(i)
         self._advance()
+
+    def _used_up(self, i: int) -> None:
+        """Slice ``i`` of the up lane is consumed here: the children's up lanes may find their slot free."""
+        self.up_used[i] = 1
+        for c in self.children.values():
+            c._advance()
+
+    def _used_down(self, i: int) -> None:
+        """Slice ``i`` of the down lane is consumed here: the parents' down lanes may find their slot free."""
+        self.down_used[i] = 1
+        for m in self.on_up:
+            m._advance()
 
     def _down(self) -> bool:
         i = self.i_down
@@ -368,13 +413,24 @@ class NcclTreeMachine(_TreeLanes):
         w = _step_end(i, self.n, self.chunking, self.whole_down)
         if w is not None and not self.down_ready[w]:
             return False
+        if i >= self.slots:
+            old = i - self.slots
+            for c in self.children.values():
+                if not c.down_used[old]:  # type: ignore[attr-defined]
+                    return False
         self.i_down = i + 1
         self._send_down(i, self.parts[i])
-        if i + 1 == self.n and not self.busy_down:
-            self.board.fire(self.me, "done")
+        if not self.busy_down:  # a leaf: the slice is consumed as it passes
+            self._used_down(i)
+            if i + 1 == self.n:
+                self.board.fire(self.me, "done")
         return True
 
     def _down_free(self) -> None:
+        i = self.i_down - 1  # every send of this slice has streamed: consumed here
+        if self.root:
+            self._used_up(i)
+        self._used_down(i)
         if self.i_down == self.n:
             self.board.fire(self.me, "done")
         else:

@@ -3,6 +3,7 @@ nccl_tree_down): the same schedule, so every rank finishes at the same time, on 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Generator
 from typing import Any
 
@@ -28,10 +29,12 @@ def _tree(
     machine: bool,
     whole: list[bool],
     shared: float,
+    log: dict[tuple[int, int], list[list[float]]] | None = None,
 ) -> tuple[list[float], int]:
     """Each rank's done time and the number of flows. Rank k sends up and down over its own link (caps[k] bytes/s)
     and the receiver's, and a link all share (``shared`` bytes/s), paying lats[k] on arrival and holds[k] after
-    every slice; whole[k]: its sends forward whole chunks (a network hop of LL/LL128)."""
+    every slice; whole[k]: its sends forward whole chunks (a network hop of LL/LL128). ``log`` (the machine only)
+    gets, per connection (k, to), each slice's [start, streamed, arrived] times, in order."""
     env = simpy.Environment()
     net = FluidNetwork(env, check=True)
     n = len(parents)
@@ -49,10 +52,23 @@ def _tree(
 
     def then(k: int, to: int) -> SendThen:  # the machine's sender: the engine's calls, no events
         route = net.route([(links[k], 1.0), (links[to], 0.5), (common, 0.5)])
+        times = log.setdefault((k, to), []) if log is not None else None
 
         def send(b: float, fa: Any, a: Any, fs: Any, s: Any) -> None:
             flows[0] += 1
+            if times is not None:
+                row = [env.now, math.nan, math.nan]
+                times.append(row)
+                fa, a, fs, s = _logged(row, 2, fa, a), a, _logged(row, 1, fs, s), s
             net.send_then(route, b, lats[k], holds[k], UNTAGGED, NO_OWNER, fa, a, fs, s)
+
+        def _logged(row: list[float], at: int, f: Any, arg: Any) -> Any:
+            def call(x: Any) -> None:
+                row[at] = env.now
+                if f is not None:
+                    f(x)
+
+            return call
 
         return send
 
@@ -119,10 +135,38 @@ def test_machine_equals_generators(n: int, data: st.DataObject, spc: int, pieces
     size = pieces * chunking.chunk_bytes
     kw: dict[str, Any] = {"whole": whole, "shared": shared}
     gen, gen_flows = _tree(parents, caps, lats, holds, starts, size, chunking, machine=False, **kw)
-    mac, mac_flows = _tree(parents, caps, lats, holds, starts, size, chunking, machine=True, **kw)
+    log: dict[tuple[int, int], list[list[float]]] = {}
+    mac, mac_flows = _tree(parents, caps, lats, holds, starts, size, chunking, machine=True, log=log, **kw)
     assert mac_flows == gen_flows
     assert all(t == t for t in gen)  # no deadlock (NaN: a rank never finished)
     assert mac == gen  # bit for bit: the same sends at the same simulated times
+    _assert_buffers_hold_slots(parents, log, chunking.slots)
+
+
+Log = dict[tuple[int, int], list[list[float]]]
+
+
+def _assert_buffers_hold_slots(parents: list[int | None], log: Log, slots: int) -> None:
+    """No connection's receiver ever holds more than ``slots`` slices (NCCL_STEPS): a sender starts slice i only
+    once the receiver has consumed slice i - slots. The receiver consumes an up slice when it has sent its sum up
+    (the root: down to every child), a down slice when it has sent it to every child (a leaf: when it arrived)."""
+    kids = {k: [c for c, p in enumerate(parents) if p == k] for k in range(len(parents))}
+
+    def used_up(k: int, j: int) -> float:
+        p = parents[k]
+        return log[(k, p)][j][1] if p is not None else max(log[(k, c)][j][1] for c in kids[k])
+
+    def used_down(k: int, j: int) -> float:
+        p = parents[k]
+        return max(log[(k, c)][j][1] for c in kids[k]) if kids[k] else log[(p, k)][j][2]  # type: ignore[index]
+
+    checked = 0
+    for (k, to), rows in log.items():
+        for i in range(slots, len(rows)):
+            free = used_up(to, i - slots) if parents[k] == to else used_down(to, i - slots)
+            assert rows[i][0] >= free, (k, to, i, rows[i][0], free)
+            checked += 1
+    assert checked or all(len(rows) <= slots for rows in log.values())
 
 
 def test_machine_keeps_no_board_event_per_slice() -> None:

@@ -90,9 +90,12 @@ class TreeLinks:
 def launch_up_down(
     run: Launcher, e: Entity, parent: Entity | None, kids: Sequence[Entity], share: float | None = None
 ) -> None:
-    """Start ``e``'s reduce towards ``parent`` and broadcast to ``kids`` (two processes, concurrent).
+    """Start ``e``'s reduce towards ``parent`` and broadcast to ``kids`` (two processes, concurrent): CollNet's
+    schedule (the Tree algorithm runs :class:`~collsim.algorithms.nccl_algos.NcclTreeMachine`).
 
-    ``share``: the participant handles that fraction of every slice, in whole chunks (an in-network reducer)."""
+    ``share``: the participant handles that fraction of every slice, in whole chunks (an in-network reducer). No
+    buffer slots are kept (``buffer_slots=False``): the reducer is the switch, whose buffering is SHARP's, not an
+    NCCL connection's NCCL_STEPS, and the GPUs' steps toward it are counted in its own, larger slices."""
     ctx = run.ctx
     roles = run.roles(e)
     chunking = ctx.chunking
@@ -113,6 +116,7 @@ def launch_up_down(
         chunking=chunking,
         send_up=run.sender(e, "up") if "up" in roles else None,
         whole_steps=run.whole(e, "up"),
+        buffer_slots=False,
     )
     down = nccl_tree_down(
         run.board,
@@ -122,6 +126,7 @@ def launch_up_down(
         chunking=chunking,
         send_down=[run.sender(e, d) for d in downs],
         whole_steps=run.whole(e, *downs),
+        buffer_slots=False,
     )
     run.start(e, up)
     run.start(e, down)
