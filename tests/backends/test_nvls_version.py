@@ -100,3 +100,60 @@ def test_version_2_20_and_later_split_evenly() -> None:
 def test_bad_versions_name_the_field(value: str, message: str) -> None:
     with pytest.raises(ScenarioError, match=rf"backends\.nccl\.version: .*{message}"):
         Simulator.from_source("hgx-h100", [f"backends.nccl.version={value}"])
+
+
+# --- where NVLS's and NVLSTree's chunk starts, by release (nvls_chunk_history in topologies/software/nccl.yaml) ---
+
+TREE = ["backends.nccl.env.NCCL_ALGO=NVLSTree", "backends.nccl.env.NCCL_BUFFSIZE=8388608"]
+
+
+def _tree_chunk(nodes: int, version: str | None, *extra: str) -> float:
+    """The simulated NVLSTree chunk (one head's share of a step) of a 4 GiB allreduce on ``nodes`` x HGX H100."""
+    import collsim.backends.nccl.simulate as sim_mod
+
+    sets = [*TREE, f"cluster.nodes={nodes}", *extra] + ([f'backends.nccl.version="{version}"'] if version else [])
+    sim = Simulator.from_source("2node-h100-ib", sets)
+    seen: list[float] = []
+    real = sim_mod._context
+
+    def spy(*a, **k):  # type: ignore[no-untyped-def]
+        ctx = real(*a, **k)
+        seen.append(ctx.chunking.chunk_bytes / ctx.plan.ppn)
+        return ctx
+
+    sim_mod._context = spy
+    try:
+        sim.simulate_one("nccl", 4 << 30)
+    finally:
+        sim_mod._context = real
+    return seen[0]
+
+
+@pytest.mark.parametrize(
+    ("nodes", "version", "extra", "chunk"),
+    [
+        (2, None, (), 128 * KIB),  # 2.21.5 on: NCCL_NVLS_CHUNKSIZE's 128 KiB
+        (4, None, (), 64 * KIB),  # ... and NCCL_NVLSTREE_MAX_CHUNKSIZE's default from 4 nodes on
+        (2, "2.20.3", (), 1 << 20),  # before: the Simple step (8 MiB / 8), no cap below 4 nodes
+        (4, "2.20.3", (), 64 * KIB),  # the variable's default cap from 4 nodes on
+        (4, "2.20.3", ("backends.nccl.env.NCCL_NVLSTREE_MAX_CHUNKSIZE=524288",), 512 * KIB),  # read from 2.20.3
+        (2, "2.20.3", ("backends.nccl.env.NCCL_NVLS_CHUNKSIZE=131072",), 1 << 20),  # not read before 2.21.5
+        (4, "2.19.3", ("backends.nccl.env.NCCL_NVLSTREE_MAX_CHUNKSIZE=524288",), 64 * KIB),  # fixed cap, no variable
+        (4, "2.19.1", (), 1 << 20),  # no cap before 2.19.3 (NVIDIA/nccl#1112's "2.19.1-1" row)
+    ],
+)
+def test_nvlstree_chunk_starts_where_each_release_starts_it(
+    nodes: int, version: str | None, extra: tuple[str, ...], chunk: int
+) -> None:
+    assert _tree_chunk(nodes, version, *extra) == chunk
+
+
+def test_a_release_before_nvls_chunksize_says_where_its_chunks_start_and_what_it_ignores() -> None:
+    sim = Simulator.from_source(
+        "2node-h100-ib", [*TREE, 'backends.nccl.version="2.20.3"', "backends.nccl.env.NCCL_NVLS_CHUNKSIZE=131072"]
+    )
+    notes = sim.nccl_release_notes()
+    assert any("NVLSTree chunks start from the Simple step (NCCL_BUFFSIZE / 8 = 1024 KiB" in n for n in notes), notes
+    assert any("does not read NCCL_NVLS_CHUNKSIZE (from 2.21.5): ignored" in n for n in notes), notes
+    latest = Simulator.from_source("2node-h100-ib", TREE).nccl_release_notes()
+    assert not any("Simple step" in n or "does not read" in n for n in latest)

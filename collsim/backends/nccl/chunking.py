@@ -23,6 +23,7 @@ __all__ = [
     "interleaved_channel_bytes",
     "merge_ring_loops",
     "nvls_chunk",
+    "nvls_chunk_start",
     "ring_steps",
     "shrink_threads",
     "step_chunking",
@@ -184,11 +185,50 @@ def cell_channel_count(
     return len(cell_channels(data, tpb, nc, channels, factor, consts.min_traffic_per_channel)) or nc
 
 
+def nvls_chunk_start(
+    consts: NcclConstants, opts: NcclOptions, algo: str, tuned_chunk: int | None = None,
+    tuned_tree_max: int | None = None,
+) -> tuple[float, float | None]:  # fmt: skip
+    """Where ``algo``'s (NVLS or NVLSTree) chunk starts, in bytes, and NVLSTree's cap, for the run's NCCL release
+    (``consts.nvls_chunk_history``; the latest's rules when ``opts.version`` is unset).
+
+    From 2.21.5: NCCL_NVLS_CHUNKSIZE (else the chunk of NCCL's NVLS tuning, ``tuned_chunk``, else 128 KiB), NVLSTree
+    capped by NCCL_NVLSTREE_MAX_CHUNKSIZE (else ``tuned_tree_max``; None: NCCL's default, 64 KiB from 4 nodes on,
+    applied by :func:`nvls_chunk`). Before, NCCL has no NCCL_NVLS_CHUNKSIZE: the chunk starts from the Simple step
+    (NCCL_BUFFSIZE / NCCL_STEPS), NVLS's capped at 128 KiB; NVLSTree's cap is NCCL_NVLSTREE_MAX_CHUNKSIZE from 2.20.3
+    (None when unset), 64 KiB from 4 nodes on in 2.19.3-2.19.x (None) and none before (inf).
+
+    >>> from types import SimpleNamespace as NS
+    >>> from collsim.backends.nccl.constants import NvlsChunkHistory
+    >>> consts = NS(nvls_chunk_history=NvlsChunkHistory((2, 21, 5), (2, 20, 3), (2, 19, 3)), nvls_chunk_bytes=131072,
+    ...             protocols={"Simple": NS(buffer_bytes=4 << 20)}, steps=8)
+    >>> [nvls_chunk_start(consts, NcclOptions(version=v), "NVLSTree")  # type: ignore[arg-type]
+    ...  for v in [None, (2, 20, 3), (2, 19, 3), (2, 19, 1)]]
+    [(131072.0, None), (524288.0, None), (524288.0, None), (524288.0, inf)]
+    >>> old = NcclOptions(version=(2, 20, 3), buffsize=8 << 20, nvls_chunksize=1 << 17, nvlstree_max_chunksize=1 << 19)
+    >>> nvls_chunk_start(consts, old, "NVLSTree")  # type: ignore[arg-type]  # NCCL_NVLS_CHUNKSIZE: not read
+    (1048576.0, 524288)
+    >>> nvls_chunk_start(consts, NcclOptions(version=(2, 20, 3), buffsize=8 << 20), "NVLS")  # type: ignore[arg-type]
+    (131072.0, None)
+    """
+    history, version = consts.nvls_chunk_history, opts.version
+    if version is None or version >= history.nvls_chunksize_since:
+        return float(opts.nvls_chunksize or tuned_chunk or consts.nvls_chunk_bytes), (
+            opts.nvlstree_max_chunksize or tuned_tree_max
+        )
+    step = (opts.buffsize or consts.protocols["Simple"].buffer_bytes) / consts.steps
+    if algo == "NVLS":  # enqueue.cc before 2.21.5: maxChunkSize = 131072, the same as NCCL_NVLS_CHUNKSIZE's default
+        return min(step, float(consts.nvls_chunk_bytes)), None
+    if version >= history.tree_max_variable_since:
+        return step, opts.nvlstree_max_chunksize
+    return step, (None if version >= history.tree_cap_since else math.inf)
+
+
 def nvls_chunk(
     rules: ChunkRules, algo: str, nbytes: int, concurrent: int, chunk: float, nnodes: int = 1,
-    tree_max: int | None = None,
+    tree_max: float | None = None,
 ) -> float:  # fmt: skip
-    """NVLS and NVLSTree chunk size in bytes (enqueue.cc): ``chunk``, NCCL_NVLS_CHUNKSIZE (128 KiB by default;
+    """NVLS and NVLSTree chunk size in bytes (enqueue.cc): ``chunk`` (where it starts: :func:`nvls_chunk_start`;
     NVLSTree at most ``tree_max``, NCCL_NVLSTREE_MAX_CHUNKSIZE, whose default is 64 KiB from 4 nodes on and no cap
     below), cut for sizes that would leave the ``concurrent`` = channels x NVLS heads pipelines too few chunks (NVLS
     down to 16 KiB, NVLSTree down to 32 KiB).
@@ -270,8 +310,8 @@ def step_chunking(
     nbytes: int,
     nc: int,
     buffsize: int | None = None,
-    nvls_chunk_bytes: int | None = None,
-    nvlstree_max_chunk: int | None = None,
+    nvls_chunk_bytes: float | None = None,
+    nvlstree_max_chunk: float | None = None,
 ) -> RingChunking:
     """The chunking one simulated channel of ``algo``/``proto`` uses for ``nbytes`` on ``nc`` channels.
 
@@ -284,7 +324,8 @@ def step_chunking(
     +0.66% at most, measured in ``topologies/software/nccl.yaml``); a ring beyond ``sim_max_ring_steps`` steps per
     channel merges whole loops (:func:`merge_ring_loops`, LL and LL128).
     ``buffsize`` is NCCL_BUFFSIZE (bytes; Simple's buffer when set); ``nvls_chunk_bytes`` and
-    ``nvlstree_max_chunk`` are NCCL_NVLS_CHUNKSIZE and NCCL_NVLSTREE_MAX_CHUNKSIZE (bytes; None: NCCL's defaults).
+    ``nvlstree_max_chunk`` are where NVLS's or NVLSTree's chunk starts and NVLSTree's cap (bytes,
+    :func:`nvls_chunk_start`; None: the latest release's defaults).
     """
     pc = consts.protocols[proto]
     buffer = buffsize if (buffsize and proto == "Simple") else pc.buffer_bytes

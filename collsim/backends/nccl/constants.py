@@ -14,8 +14,8 @@ from typing import Any
 from collsim.backends.common import BackendError
 
 __all__ = [
-    "ChunkRules", "HostPathConstants", "Ll128Default", "NcclConstants", "NvlsTuneRule", "NvlsWarps", "P2pConstants",
-    "ProtocolConstants", "ThreadLimits", "ring_simple_threads",
+    "ChunkRules", "HostPathConstants", "Ll128Default", "NcclConstants", "NvlsChunkHistory", "NvlsTuneRule", "NvlsWarps",
+    "P2pConstants", "ProtocolConstants", "ThreadLimits", "ring_simple_threads",
 ]  # fmt: skip
 
 _US = 1e-6  # microseconds to seconds
@@ -342,6 +342,18 @@ TUNER_TABLES = (
 
 
 @dataclass(frozen=True)
+class NvlsChunkHistory:
+    """Where NVLS's and NVLSTree's chunk starts, by NCCL release (``nvls_chunk_history`` in nccl.yaml; each the first
+    release, (major, minor, patch), with the change): NCCL_NVLS_CHUNKSIZE from ``nvls_chunksize_since`` (before,
+    the Simple step, NVLS capped at 128 KiB); NCCL_NVLSTREE_MAX_CHUNKSIZE read from ``tree_max_variable_since``;
+    NVLSTree capped at 64 KiB from 4 nodes on from ``tree_cap_since`` (before, no cap)."""
+
+    nvls_chunksize_since: tuple[int, int, int]
+    tree_max_variable_since: tuple[int, int, int]
+    tree_cap_since: tuple[int, int, int]
+
+
+@dataclass(frozen=True)
 class TunerChange:
     """What NCCL's tuner constants were before release ``until`` ((major, minor, patch)): the ``base_latency`` and
     ``hw_latency`` entries (seconds) and the per-architecture rows of :data:`TUNER_TABLES` (bytes/s, one per node
@@ -386,6 +398,7 @@ class NcclConstants:
     nvls_ctas_one_node_since: tuple[int, int]
     nvls_chunk_bytes: int
     nvls_split_since: tuple[int, int]
+    nvls_chunk_history: NvlsChunkHistory
     nvls_warps: NvlsWarps
     tree_correction: Mapping[str, tuple[float, ...]]
     tree_allreduce_efficiency: float
@@ -656,6 +669,10 @@ class NcclConstants:
             nvls_ctas_one_node_since=_major_minor(data["nvls_ctas_one_node_since"]),
             nvls_chunk_bytes=int(data["nvls_chunk_bytes"]),
             nvls_split_since=_major_minor(data["nvls_split_since"]),
+            nvls_chunk_history=NvlsChunkHistory(
+                *(_release(data["nvls_chunk_history"][k]) for k in ("nvls_chunksize_since", "tree_max_variable_since",
+                                                                     "tree_cap_since"))
+            ),
             nvls_warps=_nvls_warps(data["nvls_warps"]),
             cells_since=_major_minor(data["cells"]["since"]),
             min_traffic_per_channel=int(data["cells"]["min_traffic_per_channel_bytes"]),

@@ -18,7 +18,7 @@ from collsim.backends.common import (
 )
 from collsim.backends.nccl.algos import REGISTRY
 from collsim.backends.nccl.base import Launcher, Layout, NcclAlgorithm, Proc, SimContext, node_index
-from collsim.backends.nccl.chunking import cell_channel_count, channels_for, step_chunking
+from collsim.backends.nccl.chunking import cell_channel_count, channels_for, nvls_chunk_start, step_chunking
 from collsim.backends.nccl.constants import NcclConstants
 from collsim.backends.nccl.plan import NcclPlan, plan_nccl
 from collsim.backends.nccl.tags import BREAKDOWN_PRIORITY, IDLE_TAG, LATENCY_TAG, LAUNCH_TAG
@@ -190,10 +190,8 @@ def _context(
     if alg.cell_scheduled:
         nc = cell_channel_count(plan, opts, consts, proto, collective, nbytes, nc, channels)
     _tuned_nc, tuned_chunk, tuned_tree_max = plan.nvls_tuned  # NCCL's NVLS tuning (Blackwell across nodes)
-    chunking = step_chunking(
-        plan, consts, alg.name, proto, collective, nbytes, nc, opts.buffsize, opts.nvls_chunksize or tuned_chunk,
-        opts.nvlstree_max_chunksize or tuned_tree_max,
-    )  # fmt: skip
+    start, tree_max = nvls_chunk_start(consts, opts, alg.name, tuned_chunk, tuned_tree_max)  # by NCCL release
+    chunking = step_chunking(plan, consts, alg.name, proto, collective, nbytes, nc, opts.buffsize, start, tree_max)
     idx = node_index(plan.nnodes)
     cap = plan.channel_bw
     intra_cap = None

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collsim.backends.common import BackendError
 from collsim.backends.nccl.algos import P2P_ALGORITHM, REGISTRY
 from collsim.backends.nccl.base import ModelInputs, node_index
+from collsim.backends.nccl.chunking import nvls_chunk_start
 from collsim.backends.nccl.constants import NcclConstants
 from collsim.backends.nccl.plan import NcclPlan
 from collsim.backends.nccl.plugin_tuner import PluginPick
@@ -50,6 +51,32 @@ def withheld(plan: NcclPlan, opts: NcclOptions, collective: str) -> list[str]:
     if not ll128_enabled(plan) and opts.protocols_for(collective) is None:
         usual.discard("LL128")
     return algos + [p for p in NCCL_PROTOCOLS if p in plan.unreleased and p in usual]
+
+
+def _nvls_chunk_notes(
+    plan: NcclPlan, opts: NcclOptions, consts: NcclConstants, collective: str, head: str
+) -> list[str]:
+    """Where NVLS's and NVLSTree's chunks start in a release before NCCL_NVLS_CHUNKSIZE (``nvls_chunk_history``), and
+    the chunk variables that release does not read, when NVLS or NVLSTree is offered."""
+    history, version = consts.nvls_chunk_history, opts.version
+    offered = [
+        a for a in ("NVLS", "NVLSTree") if a not in plan.unreleased and REGISTRY[a].protocols(plan, opts, collective)
+    ]
+    if version is None or version >= history.nvls_chunksize_since or not offered:
+        return []
+    kib = 1024  # bytes to KiB
+    step = nvls_chunk_start(consts, opts, "NVLSTree")[0]
+    since = ".".join(map(str, history.nvls_chunksize_since))
+    out = [f"{head}: {' and '.join(offered)} chunks start from the Simple step (NCCL_BUFFSIZE / {consts.steps} = "
+           f"{step / kib:g} KiB; NVLS at most {consts.nvls_chunk_bytes // kib} KiB), as before {since}"]  # fmt: skip
+    unread = [
+        ("NCCL_NVLS_CHUNKSIZE", opts.nvls_chunksize, history.nvls_chunksize_since),
+        ("NCCL_NVLSTREE_MAX_CHUNKSIZE", opts.nvlstree_max_chunksize, history.tree_max_variable_since),
+    ]
+    for name, value, first in unread:
+        if value is not None and version < first:
+            out.append(f"{head} does not read {name} (from {'.'.join(map(str, first))}): ignored")
+    return out
 
 
 def release_notes(plan: NcclPlan, opts: NcclOptions, consts: NcclConstants, collective: str) -> list[str]:
@@ -101,6 +128,7 @@ def release_notes(plan: NcclPlan, opts: NcclOptions, consts: NcclConstants, coll
         since = {**consts.algorithms_since, **consts.protocols_since}
         listed = ", ".join(f"{a} (from {since[a][0]}.{since[a][1]})" for a in missing)
         out.append(f"{head} has no {listed}: not offered")
+    out += _nvls_chunk_notes(plan, opts, consts, collective, head)
     nvls = "NVLS" not in plan.unreleased and REGISTRY["NVLS"].protocols(plan, opts, collective)
     if nvls and opts.before(consts.nvls_split_since):
         split = ".".join(map(str, consts.nvls_split_since))

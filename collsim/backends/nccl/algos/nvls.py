@@ -32,7 +32,7 @@ from collsim.backends.nccl.base import (
     channel_device,
     streaming_bound,
 )
-from collsim.backends.nccl.chunking import interleaved_channel_bytes, nvls_chunk
+from collsim.backends.nccl.chunking import interleaved_channel_bytes, nvls_chunk, nvls_chunk_start
 from collsim.backends.nccl.constants import NcclConstants
 from collsim.backends.nccl.plan import NcclPlan, nvls_heads
 from collsim.backends.nccl.tags import NVLS_COPY_TAG, NVLS_TAG
@@ -254,10 +254,8 @@ class NVLS(NcclAlgorithm):
         if ctx.opts.before(consts.nvls_split_since):
             assert consts.chunk_rules is not None
             heads = plan.ppn  # every GPU of the node is an NVLS head
-            chunk = nvls_chunk(
-                consts.chunk_rules, self.name, ctx.nbytes, ctx.nc * heads,
-                ctx.opts.nvls_chunksize or consts.nvls_chunk_bytes,
-            )  # fmt: skip
+            start = nvls_chunk_start(consts, ctx.opts, self.name)[0]  # before 2.20: the Simple step, at most 128 KiB
+            chunk = nvls_chunk(consts.chunk_rules, self.name, ctx.nbytes, ctx.nc * heads, start)
             shares = interleaved_channel_bytes(ctx.nbytes, ctx.nc, heads * chunk)
         # a GPU's roles are the same on every channel: built once per GPU, copied per channel
         roles = {g: _nvls_roles(ctx, g, plan.nvswitch, ctx.n) | _copy_roles(ctx, g, False) for g in plan.ranks}
