@@ -442,11 +442,16 @@ def _run_repeated(args: argparse.Namespace, sim: Simulator, backends: Sequence[s
 
 def _nccl_notes(sim: Simulator) -> list[str]:
     """What the network plugin set in NCCL's environment (one line per variable), the NICs NCCL_IB_HCA leaves NCCL,
-    which tuner picks, then what of
+    the NICs' per-message cost, which tuner picks, then what of
     the benchmark's harness every NCCL time holds (serial launches of ``-g N``, the host's per-call work)."""
     env = sim.nccl_plugin_env
     out = [f"{k}={v} set by the NICs' network plugin (NIC preset nccl_plugin_env)" for k, v in env.items()]
     out += sim.ib_hca_notes
+    costs = sorted({float(d.spec.get("message_overhead") or 0.0) for d in sim.topology.nics()} - {0.0})
+    if costs and "nccl" in sim.backends() and sim.topology.nodes > 1:
+        each = ", ".join(format_time(t) for t in costs)
+        out.append(f"each network message occupies its NIC ports {each} beyond its bytes (NIC preset "
+                   "message_overhead: docs/networks.md)")
     tuner_note = sim.nccl_plan.tuner_note if "nccl" in sim.backends() else None
     if tuner_note:
         out.append(tuner_note)

@@ -325,6 +325,8 @@ NIC_SCHEMA: dict[str, tuple[str, bool]] = {
     "nccl_net_plugin": ("text", False),
     # the network latency that plugin reports to NCCL (ncclNetProperties latency): NCCL's cost model adds it
     "nccl_net_latency": ("time", False),
+    # the time a network message occupies the NIC's port beyond its bytes (a per-message cost of the NIC's path)
+    "message_overhead": ("time", False),
     # one device's name in the IB verbs library (what NCCL_IB_HCA matches; a template's ib_names sets it per NIC)
     "ib_name": ("text", False),
 }

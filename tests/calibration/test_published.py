@@ -111,8 +111,10 @@ def test_aws_p5_two_nodes_as_nccl_sees_the_efa_devices() -> None:
 _PUBLISHED_BIG = {
     # p5 on 2 nodes with the plugin's reported network latency in NCCL's cost model and aws-ofi-nccl 1.8.1's NVLS
     # chunk (2026-12-04: 9.7% before; its 16-32 MiB then run Tree/LL128 and Ring/LL128, 38-40% fast), and no GDR
-    # flush on Hopper from NCCL 2.19 (13.6% -> 15.5%: NVLSTree's 64 MiB-2 GiB faster still)
-    "aws_p5_2node_efa": 16.5,
+    # flush on Hopper from NCCL 2.19 (13.6% -> 15.5%: NVLSTree's 64 MiB-2 GiB faster still); 12.6% with NCCL
+    # 2.20.3's NVLSTree chunk (no NCCL_NVLS_CHUNKSIZE before 2.21.5: the Simple step, capped at the plugin's 512 KiB),
+    # 7.1% with EFA's per-message cost (NIC preset message_overhead, 2026-12-05)
+    "aws_p5_2node_efa": 8.1,
     "nebius_h100_2node_ib": 8.9,
     "crusoe_a100_2node_ib": 20.2,
     # NCCL 2.26.2's own NVLSTree formula (before 2.28.3: min(NVLink, NICs) x 5/6) moves its pick to Tree/Simple from
@@ -126,12 +128,12 @@ _PUBLISHED_BIG = {
     # p5 at 2-16 nodes since AWS's tuner plugin and its NVLS chunk sizes are modelled (2026-12-04; 4 nodes was
     # 11.9% with NCCL's own choice, 8 and 16 nodes 26.2% and 31.8%); 4 nodes 15.3% -> 15.1% when an LL128 piece began
     # to reach the receiver's forwarding with its warp's 16-line slice (2026-12-05)
-    "aws_p5_4node_efa_nccl2277": 16.1,
-    "aws_p5_8node_efa_nccl2277": 20.6,
-    # NCCL's tree layout (2026-12-05: each NIC carries one channel of each tree, connect.cc) makes the simulated
-    # Tree/LL128 the plugin picks at 32-256 MiB 1.7-1.9x faster than measured (20.4% -> 40.2%; NCCL's own model, with
-    # the 75 us the plugin reports per network step, is within -34% to +5% there): EFA's per-step cost, open
-    "aws_p5_16node_efa_nccl2277": 41.2,
+    # EFA's per-message cost (3.55 us on each NIC port, from NVIDIA/nccl#1112's 8 x p5 run; 2026-12-05): 4 nodes
+    # 15.1% -> 1.0%, 8 nodes 19.6% -> 1.2%, 16 nodes 40.2% -> 3.2% (its Tree/LL128 at 32-256 MiB had run 1.7-1.9x
+    # faster than measured since NCCL's tree layout; LL128's 72-576 KB steps pay the cost far more than Simple's)
+    "aws_p5_4node_efa_nccl2277": 2.0,
+    "aws_p5_8node_efa_nccl2277": 2.2,
+    "aws_p5_16node_efa_nccl2277": 4.2,
     # four more, added after NVLS's local copies were modelled and checked with them unchanged (2026-12-04)
     "h200_2node_roce_spectrumx": 3.9,
     "h100_8node_ib_issue309": 18.5,

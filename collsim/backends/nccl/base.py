@@ -236,7 +236,18 @@ class SimContext:
         """The hop from ``a`` to ``b``, across nodes from ``nic_a`` to ``nic_b``."""
         return hop_between(self.topo, self.cat, a, b, nic_a, nic_b, self.opts, self.consts, self.plan.fabric)
 
-    def hop_role(self, hop: Hop, table: str | None = None, cap: float | None = None) -> Role:
+    def net_message_bytes(self) -> float:
+        """Data bytes of one network message of this algorithm: NCCL's proxy posts one network send per slice of a
+        step (net.cc sendProxyProgress: ``transmitted += sliceSteps``): Ring/Simple's slice, every other's step (a
+        merged chunk stands for ``steps_per_post`` of them)."""
+        ch = self.chunking
+        if self.algo == "Ring" and self.proto == "Simple":
+            return ch.chunk_bytes / ch.slices_per_chunk
+        return ch.chunk_bytes / max(ch.steps_per_post, 1.0)
+
+    def hop_role(
+        self, hop: Hop, table: str | None = None, cap: float | None = None, message_bytes: float | None = None
+    ) -> Role:
         """A role sending over ``hop``: the hop's path with the protocol's wire overhead, the per-step latency of
         NCCL's table ``table`` (default: this algorithm's) for the hop's class, capped by one channel and the hop.
 
@@ -249,6 +260,10 @@ class SimContext:
         link preset carries it).
 
         A multi-node ring's steps inside a node cost at least netOverhead (x3 for Simple), as tuning.cc charges.
+
+        A network message occupies each NIC port of ``hop.per_message`` for its time beyond its bytes: a port of
+        capacity C spends ``t x C / m`` more per data byte on messages of ``m`` data bytes (``message_bytes``, by
+        default :meth:`net_message_bytes`), so small messages reach a fraction ``m / (m + t C)`` of the port.
 
         Inside a node (NVLink, PCIe) the per-step hwLat is the sender's own work after it has written a step: the
         thread block's barrier, the system fence and the flag store that tell the receiver the step is there
@@ -268,8 +283,13 @@ class SimContext:
         step = hw_lat * consts.sim_step_latency_scale
         if cap is None:
             cap = self.intra_cap if self.intra_cap is not None and hop.hw != "NET" else self.cap
+        uses = [(k, c * self.wire) for k, c in hop.path.uses]
+        if hop.per_message:
+            m = message_bytes or self.net_message_bytes()
+            extra = {k: t * self.cat.specs[k].capacity / m for k, t in hop.per_message}
+            uses = [(k, c + extra.get(k, 0.0)) for k, c in uses]
         return Role(
-            [(k, c * self.wire) for k, c in hop.path.uses],
+            uses,
             max(step, prop),
             min(cap, hop.max_rate),
             TRANSPORT_TAG[hop.transport],

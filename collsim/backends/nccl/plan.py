@@ -8,6 +8,7 @@ GPUDirect RDMA or PXN, sockets) with the path its bytes take.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import weakref
 from collections.abc import Mapping, Sequence
@@ -34,7 +35,9 @@ class Hop:
     """One directed edge of a channel: the transport NCCL would pick and the path it takes.
 
     ``transport`` is one of :data:`collsim.vocab.NCCL_TRANSPORTS`; ``hw`` the latency class of NCCL's tuner tables
-    (NVLINK, PCI or NET); ``max_rate`` a cap on one connection in bytes/s (socket threads), ``inf`` when none.
+    (NVLINK, PCI or NET); ``max_rate`` a cap on one connection in bytes/s (socket threads), ``inf`` when none;
+    ``per_message`` the NIC ports a network message occupies beyond its bytes, each with that time in seconds (the
+    NIC preset's ``message_overhead``: the sender's port into the fabric, the receiver's port out of it).
     """
 
     src: str
@@ -43,6 +46,7 @@ class Hop:
     hw: str
     path: Path
     max_rate: float
+    per_message: tuple[tuple[Any, float], ...] = ()
 
 
 @dataclass
@@ -587,7 +591,7 @@ def _net_hop(
             consts.host_paths.staged_memory_traffic,
         )  # fmt: skip
         if gdr is not None:
-            return gdr
+            return _with_message_overhead(topo, gdr, nic_a, nic_b)
     hp = consts.host_paths
     ca, cb = topo.host_cpu(a).name, topo.host_cpu(b).name
 
@@ -603,7 +607,8 @@ def _net_hop(
         )
 
     if rdma and not opts.ib_disable:
-        return Hop(a, b, "NET/staged", "NET", host_staged(hp.staged_memory_traffic), math.inf)
+        staged = Hop(a, b, "NET/staged", "NET", host_staged(hp.staged_memory_traffic), math.inf)
+        return _with_message_overhead(topo, staged, nic_a, nic_b)
     da, db = topo.device(a), topo.device(b)
     per_core_a = float(topo.device(ca).spec["tcp_bw_per_core"])  # bytes/s one core moves through one TCP stream
     per_core_b = float(topo.device(cb).spec["tcp_bw_per_core"])
@@ -619,6 +624,18 @@ def _net_hop(
         sock = sock + cat.proxy(a, 1.0 / per_core_a) + cat.proxy(b, 1.0 / per_core_b)
         return Hop(a, b, "NET/socket", "NET", sock, stream)
     return Hop(a, b, "NET/socket", "NET", sock, stream * helpers)
+
+
+def _with_message_overhead(topo: Topology, hop: Hop, nic_a: str, nic_b: str) -> Hop:
+    """``hop`` with the NICs' per-message occupancy (NIC preset ``message_overhead``) on the sender's port into the
+    fabric and the receiver's port out of it (one link between the two NICs: the larger of the two)."""
+    t_a, t_b = (float(topo.device(n).spec.get("message_overhead") or 0.0) for n in (nic_a, nic_b))
+    if not (t_a or t_b):
+        return hop
+    ports = link_uses(topo.route(nic_a, nic_b)).uses
+    first, last = ports[0][0], ports[-1][0]
+    per = ((first, max(t_a, t_b)),) if first == last else ((first, t_a), (last, t_b))
+    return dataclasses.replace(hop, per_message=tuple((k, t) for k, t in per if t > 0))
 
 
 def hop_between(

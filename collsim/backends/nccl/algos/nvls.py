@@ -393,6 +393,8 @@ class NVLSTree(NVLS):
         # a GPU's roles depend on the channel only through its tree (NCCL's tree 0 or its mirror, tree 1): built
         # twice per GPU, not once per channel (the hops go through the GPU's own NIC whatever the channel)
         built: dict[tuple[str, bool], dict[str, Role]] = {}
+        # a network message is one head's chunk (a simulated step is every GPU's, ppn x chunk: step_chunking)
+        message = ctx.net_message_bytes() / max(1, plan.ppn)
         for c in range(ctx.nc):
             mirror = c % 2 == 1
             for g in plan.ranks:
@@ -407,9 +409,10 @@ class NVLSTree(NVLS):
                     roles = _nvls_roles(ctx, g, switch[dev.node], fanout, head) | _copy_roles(ctx, g, par is not None)
                     built[(g, mirror)] = roles
                     if par is not None:
-                        roles["up"] = ctx.hop_role(ctx.hop_via(g, par, nic[g], nic[par]))
+                        roles["up"] = ctx.hop_role(ctx.hop_via(g, par, nic[g], nic[par]), message_bytes=message)
                     for k, kid in enumerate(kids):
-                        roles[f"down{k}"] = ctx.hop_role(ctx.hop_via(g, same[kid], nic[g], nic[same[kid]]))
+                        hop = ctx.hop_via(g, same[kid], nic[g], nic[same[kid]])
+                        roles[f"down{k}"] = ctx.hop_role(hop, message_bytes=message)
                 if par is not None:
                     out.relations.append(((c, g), "parent", (c, par)))
                 out.roles[(c, g)] = dict(roles)

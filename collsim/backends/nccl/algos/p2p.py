@@ -130,7 +130,9 @@ class P2P(NcclAlgorithm):
                     hop = ctx.hop(g, h, s.peer % ppn if s.network else ch % max(1, plan.channels))
                     name = f"to{s.peer}p{k}"
                     rate = net_rate if s.network else local_rate
-                    roles[name] = ctx.hop_role(hop, table="Ring", cap=rate / load[ch])
+                    # a network message is one chunk of the part (net.cc: a send per step), at most the part
+                    msg = max(1, min(s.op.chunk, sizes[k]))
+                    roles[name] = ctx.hop_role(hop, table="Ring", cap=rate / load[ch], message_bytes=msg)
                     parts[name] = sizes[k]
             out.roles[g] = roles
             out.structure[g] = parts
