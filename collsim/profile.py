@@ -19,6 +19,8 @@ name                                meaning                                     
 ``nccl.launch_overhead_us``         extra time per collective (launch, base latency), microseconds        -20 .. 500
 ``nccl.ll_bw_scale``                factor on the rate one channel reaches with LL (the channel's cap)      0.05 .. 2
 ``nccl.ll128_bw_scale``             factor on the rate one channel reaches with LL128                       0.05 .. 2
+``nic.message_overhead_us``         a network message's time on each NIC port beyond its bytes (every      0 .. 200
+                                    NIC; the presets' ``message_overhead``), microseconds
 ``gloo.tcp_bw_scale``               factor on TCP throughput per connection (per core)                     0.02 .. 10
 ``gloo.reduce_bw_scale``            factor on the CPU reduction rate per core                               0.02 .. 10
 ``gloo.message_latency_us``         one TCP message one way (syscalls, stack), microseconds                0.5 .. 2000
@@ -74,6 +76,7 @@ PARAMETER_BOUNDS: dict[str, tuple[float, float, float]] = {
     "nccl.launch_overhead_us": (-20.0, 500.0, 0.0),
     "nccl.ll_bw_scale": (0.05, 2.0, 1.0),
     "nccl.ll128_bw_scale": (0.05, 2.0, 1.0),
+    "nic.message_overhead_us": (0.0, 200.0, math.nan),
     "gloo.tcp_bw_scale": (0.02, 10.0, 1.0),
     "gloo.reduce_bw_scale": (0.02, 10.0, 1.0),
     "gloo.message_latency_us": (0.5, 2000.0, math.nan),
@@ -136,9 +139,10 @@ class Profile:
 
     # ------------------------------------------------------------------------------------------ application
     def apply_topology(self, topo: Topology) -> Topology:
-        """A copy of ``topo`` with link bandwidths and latencies, and CPU TCP/reduction specs, adjusted."""
+        """A copy of ``topo`` with link bandwidths and latencies, NICs' per-message cost, and CPU TCP/reduction specs,
+        adjusted."""
         p = self.parameters
-        if not any(k.startswith(("link.", "gloo.tcp", "gloo.reduce", "gloo.message")) for k in p):
+        if not any(k.startswith(("link.", "gloo.tcp", "gloo.reduce", "gloo.message", "nic.")) for k in p):
             return topo
         graph: nx.DiGraph = topo.graph.copy()
         for u, v, data in graph.edges(data=True):
@@ -151,6 +155,9 @@ class Profile:
                 )
         for n, data in graph.nodes(data=True):
             dev = data["device"]
+            if dev.kind == "nic" and "nic.message_overhead_us" in p:
+                spec = {**dev.spec, "message_overhead": p["nic.message_overhead_us"] * _US}
+                graph.nodes[n]["device"] = dataclasses.replace(dev, spec=FrozenMap(spec))
             if dev.kind != "cpu":
                 continue
             spec = dict(dev.spec)

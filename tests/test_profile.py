@@ -30,6 +30,20 @@ def test_link_factors_scale_bandwidth_and_add_latency_exactly() -> None:
             assert new == ln
 
 
+def test_nic_message_overhead_reaches_every_nic_and_the_network_hops() -> None:
+    p = Profile({"nic.message_overhead_us": 2.0})
+    sim = Simulator.from_source("2node-h100-ib", profile=p)  # IB presets carry none
+    assert {n.spec["message_overhead"] for n in sim.topology.nics()} == {2e-6}
+    net = [h for h in sim.nccl_plan.hops.values() if h.hw == "NET"]
+    assert net and all([t for _, t in h.per_message] == [2e-6, 2e-6] for h in net)
+    assert sim.simulate_one("nccl", 1 << 30).time_s > Simulator.from_source("2node-h100-ib").simulate_one(
+        "nccl", 1 << 30
+    ).time_s
+    from collsim.calibration.fit import candidate_parameters
+
+    assert "nic.message_overhead_us" not in candidate_parameters(sim, ["nccl"])  # only when asked for (--param)
+
+
 def test_launch_overhead_adds_exactly_once_per_collective() -> None:
     assert _time_us(Profile({"nccl.launch_overhead_us": 7.0}), 8) == pytest.approx(_time_us(None, 8) + 7.0)
 
