@@ -113,8 +113,9 @@ _PUBLISHED_BIG = {
     # chunk (2026-12-04: 9.7% before; its 16-32 MiB then run Tree/LL128 and Ring/LL128, 38-40% fast), and no GDR
     # flush on Hopper from NCCL 2.19 (13.6% -> 15.5%: NVLSTree's 64 MiB-2 GiB faster still); 12.6% with NCCL
     # 2.20.3's NVLSTree chunk (no NCCL_NVLS_CHUNKSIZE before 2.21.5: the Simple step, capped at the plugin's 512 KiB),
-    # 7.1% with EFA's per-message cost (NIC preset message_overhead, 2026-12-05)
-    "aws_p5_2node_efa": 8.1,
+    # 6.6% with EFA's per-message cost (NIC preset message_overhead, 2026-12-05; 7.1% with a message taken as a
+    # whole step and the EFA link latency at 16.36 us, the same day)
+    "aws_p5_2node_efa": 7.6,
     "nebius_h100_2node_ib": 8.9,
     "crusoe_a100_2node_ib": 20.2,
     # NCCL 2.26.2's own NVLSTree formula (before 2.28.3: min(NVLink, NICs) x 5/6) moves its pick to Tree/Simple from
@@ -129,11 +130,11 @@ _PUBLISHED_BIG = {
     # 11.9% with NCCL's own choice, 8 and 16 nodes 26.2% and 31.8%); 4 nodes 15.3% -> 15.1% when an LL128 piece began
     # to reach the receiver's forwarding with its warp's 16-line slice (2026-12-05)
     # EFA's per-message cost (3.55 us on each NIC port, from NVIDIA/nccl#1112's 8 x p5 run; 2026-12-05): 4 nodes
-    # 15.1% -> 1.0%, 8 nodes 19.6% -> 1.2%, 16 nodes 40.2% -> 3.2% (its Tree/LL128 at 32-256 MiB had run 1.7-1.9x
+    # 15.1% -> 2.0%, 8 nodes 19.6% -> 1.1%, 16 nodes 40.2% -> 1.4% (its Tree/LL128 at 32-256 MiB had run 1.7-1.9x
     # faster than measured since NCCL's tree layout; LL128's 72-576 KB steps pay the cost far more than Simple's)
-    "aws_p5_4node_efa_nccl2277": 2.0,
-    "aws_p5_8node_efa_nccl2277": 2.2,
-    "aws_p5_16node_efa_nccl2277": 4.2,
+    "aws_p5_4node_efa_nccl2277": 3.0,
+    "aws_p5_8node_efa_nccl2277": 2.1,
+    "aws_p5_16node_efa_nccl2277": 2.4,
     # four more, added after NVLS's local copies were modelled and checked with them unchanged (2026-12-04)
     "h200_2node_roce_spectrumx": 3.9,
     "h100_8node_ib_issue309": 18.5,

@@ -28,6 +28,7 @@ from simpy.events import Event
 
 from collsim.algorithms import EventBoard, RingChunking, SendThen
 from collsim.backends.common import ResourceCatalog
+from collsim.backends.nccl.chunking import ring_steps
 from collsim.backends.nccl.constants import NcclConstants
 from collsim.backends.nccl.plan import Hop, NcclPlan, hop_between
 from collsim.backends.nccl.tags import LAUNCH_TAG, STRAGGLER_TAG, TRANSPORT_TAG
@@ -236,14 +237,33 @@ class SimContext:
         """The hop from ``a`` to ``b``, across nodes from ``nic_a`` to ``nic_b``."""
         return hop_between(self.topo, self.cat, a, b, nic_a, nic_b, self.opts, self.consts, self.plan.fabric)
 
-    def net_message_bytes(self) -> float:
-        """Data bytes of one network message of this algorithm: NCCL's proxy posts one network send per slice of a
-        step (net.cc sendProxyProgress: ``transmitted += sliceSteps``): Ring/Simple's slice, every other's step (a
-        merged chunk stands for ``steps_per_post`` of them)."""
+    def net_message_bytes(self, share: float = 1.0) -> float:
+        """Mean data bytes of this algorithm's network messages on one connection (the mean gives per-message costs
+        their exact total). NCCL's proxy posts one network send per slice of a step (net.cc sendProxyProgress:
+        ``transmitted += sliceSteps``). A ring step carries a rank's chunk of a loop, ``per_channel / (n x
+        loops)`` (the last loop's is smaller), Simple's in its slices; any other connection (a tree's, a chain's,
+        NVLSTree's with ``share``, a head's part of every step) carries its bytes in steps of at most one chunk
+        (a merged chunk stands for ``steps_per_post`` of them).
+
+        >>> from types import SimpleNamespace as NS
+        >>> ring = NS(algo="Ring", proto="LL128", collective="allreduce", nbytes=64 << 20, nc=16, n=32,
+        ...           chunking=NS(chunk_bytes=576000.0, steps_per_post=1.0, slices_per_chunk=16))
+        >>> SimContext.net_message_bytes(ring)  # type: ignore[arg-type]  # 4 MiB a channel: one partial loop
+        131072.0
+        >>> tree = NS(algo="Tree", proto="LL128", collective="allreduce", nbytes=32 << 20, nc=16, n=128,
+        ...           chunking=NS(chunk_bytes=72000.0, steps_per_post=1.0, slices_per_chunk=2))
+        >>> round(SimContext.net_message_bytes(tree), 1)  # 2 MiB in 30 steps  # type: ignore[arg-type]
+        69905.1
+        """
         ch = self.chunking
-        if self.algo == "Ring" and self.proto == "Simple":
-            return ch.chunk_bytes / ch.slices_per_chunk
-        return ch.chunk_bytes / max(ch.steps_per_post, 1.0)
+        step = ch.chunk_bytes / max(ch.steps_per_post, 1.0)  # one NCCL step
+        per_channel = self.nbytes / self.nc
+        if self.algo == "Ring" and ring_steps(self.collective, self.n):
+            loops = max(1, math.ceil(per_channel / (self.n * step)))
+            slices = ch.slices_per_chunk if self.proto == "Simple" else 1
+            return per_channel / (self.n * loops * slices)
+        data = per_channel * share
+        return data / max(1, math.ceil(data / (step * share)))
 
     def hop_role(
         self, hop: Hop, table: str | None = None, cap: float | None = None, message_bytes: float | None = None

@@ -394,7 +394,7 @@ class NVLSTree(NVLS):
         # twice per GPU, not once per channel (the hops go through the GPU's own NIC whatever the channel)
         built: dict[tuple[str, bool], dict[str, Role]] = {}
         # a network message is one head's chunk (a simulated step is every GPU's, ppn x chunk: step_chunking)
-        message = ctx.net_message_bytes() / max(1, plan.ppn)
+        message = ctx.net_message_bytes(share=1.0 / max(1, plan.ppn))
         for c in range(ctx.nc):
             mirror = c % 2 == 1
             for g in plan.ranks:

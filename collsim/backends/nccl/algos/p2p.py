@@ -5,6 +5,7 @@ algorithms; the tuner tables' Ring rows price their steps."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from simpy.events import AllOf, Event
@@ -130,8 +131,8 @@ class P2P(NcclAlgorithm):
                     hop = ctx.hop(g, h, s.peer % ppn if s.network else ch % max(1, plan.channels))
                     name = f"to{s.peer}p{k}"
                     rate = net_rate if s.network else local_rate
-                    # a network message is one chunk of the part (net.cc: a send per step), at most the part
-                    msg = max(1, min(s.op.chunk, sizes[k]))
+                    # a network message is a chunk of the part (net.cc: a send per step): the part's mean
+                    msg = max(1, sizes[k]) / max(1, math.ceil(sizes[k] / s.op.chunk))
                     roles[name] = ctx.hop_role(hop, table="Ring", cap=rate / load[ch], message_bytes=msg)
                     parts[name] = sizes[k]
             out.roles[g] = roles
