@@ -27,7 +27,8 @@ def _table(rows: list[list[str]]) -> list[str]:
 
 def format_topo_matrix(topo: Topology, node: int = 0, given: Mapping[str, Any] | None = None) -> str:
     """Render one node like ``nvidia-smi topo -m`` plus a table of links, and the node template's parameters (the
-    title names the template's cloud instance type, and the NIC list each NIC's NCCL network plugin, where given).
+    title names the template's cloud instance type, and the NIC list each NIC's NCCL network plugin and per-message
+    cost, where given).
 
     Parameters
     ----------
@@ -96,6 +97,8 @@ def format_topo_matrix(topo: Topology, node: int = 0, given: Mapping[str, Any] |
             # what NCCL's IB transport lists it as (NCCL_IB_HCA matches it), as nvidia-smi's legend names it
             via = f", NCCL network plugin {plugin}" if plugin else ""
             via = f", {ib_device_name(n)}" if not plugin and n.spec.get("rdma") else via
+            per_msg = float(n.spec.get("message_overhead") or 0.0)  # seconds
+            via += f", {per_msg * 1e6:g} us a message (message_overhead)" if per_msg else ""  # s to us
             out.append(f"  NIC{n.index}: {n.local_name} ({n.spec.get('preset', '?')}, {speed:g} Gb/s{via})")
     if topo.params:
         out.append("")

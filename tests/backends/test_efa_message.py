@@ -97,3 +97,11 @@ def test_a_channel_short_of_a_loop_pays_for_its_small_messages() -> None:
     # whole step. Measured 853.1 us; charged per whole step the simulation gave 514 us
     t = Simulator.from_source(P5_4).simulate_one("nccl", 64 << 20).time_s * 1e6
     assert t == pytest.approx(853.12, rel=0.05)
+
+
+def test_topo_lists_the_nics_per_message_cost(capsys: pytest.CaptureFixture[str]) -> None:
+    from collsim.cli import main
+
+    assert main(["topo", str(P5_2)]) == 0
+    out = capsys.readouterr().out
+    assert "NIC0: nic0 (efa-v2-p5, 400 Gb/s, NCCL network plugin aws-ofi-nccl, 3.55 us a message" in out

@@ -84,9 +84,10 @@ def test_template_parameters_say_which_are_defaults() -> None:
 
 
 def test_cloud_instance_and_network_plugin_are_shown() -> None:
-    """aws-p5 names its instance type (what AWS's plugin reads) and each EFA NIC its NCCL network plugin."""
+    """aws-p5 names its instance type (what AWS's plugin reads) and each EFA NIC its NCCL network plugin and
+    per-message cost."""
     topo = load_topology("aws-p5", nodes=2, fabric={"topology": "single_switch", "transport": "rdma"})
     text = format_topo_matrix(topo)
     assert text.startswith("aws-p5: node 0 of 2 (p5.48xlarge)\n")
-    assert "  NIC0: nic0 (efa-v2-p5, 400 Gb/s, NCCL network plugin aws-ofi-nccl)" in text
+    assert "  NIC0: nic0 (efa-v2-p5, 400 Gb/s, NCCL network plugin aws-ofi-nccl, 3.55 us a message" in text
     assert "network plugin" not in format_topo_matrix(load_topology("hgx-h100"))
