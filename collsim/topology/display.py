@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from collsim.topology.model import Topology, ib_device_name
+from collsim.topology.model import Device, Topology, ib_device_name
 
 __all__ = ["format_topo_matrix"]
 
@@ -23,6 +23,18 @@ _LEGEND = (
 def _table(rows: list[list[str]]) -> list[str]:
     widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
     return ["  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=False)).rstrip() for r in rows]
+
+
+def _nic_line(n: Device) -> str:
+    """One NIC of the legend: its preset, speed, and its NCCL network plugin, or the name NCCL's IB transport lists
+    it as (NCCL_IB_HCA matches it, as nvidia-smi's legend names it), and its per-message cost where it has one."""
+    speed = float(n.spec.get("speed", 0.0)) * 8 / 1e9  # bytes/s to Gb/s (8 bits per byte, 1e9)
+    plugin = n.spec.get("nccl_net_plugin")
+    via = f", NCCL network plugin {plugin}" if plugin else ""
+    via = f", {ib_device_name(n)}" if not plugin and n.spec.get("rdma") else via
+    per_msg = float(n.spec.get("message_overhead") or 0.0)  # seconds
+    via += f", {per_msg * 1e6:g} us a message (message_overhead)" if per_msg else ""  # s to us
+    return f"  NIC{n.index}: {n.local_name} ({n.spec.get('preset', '?')}, {speed:g} Gb/s{via})"
 
 
 def format_topo_matrix(topo: Topology, node: int = 0, given: Mapping[str, Any] | None = None) -> str:
@@ -91,15 +103,7 @@ def format_topo_matrix(topo: Topology, node: int = 0, given: Mapping[str, Any] |
     if nics:
         out.append("")
         out.append("NIC Legend:")
-        for n in nics:
-            speed = float(n.spec.get("speed", 0.0)) * 8 / 1e9  # bytes/s to Gb/s (8 bits per byte, 1e9)
-            plugin = n.spec.get("nccl_net_plugin")
-            # what NCCL's IB transport lists it as (NCCL_IB_HCA matches it), as nvidia-smi's legend names it
-            via = f", NCCL network plugin {plugin}" if plugin else ""
-            via = f", {ib_device_name(n)}" if not plugin and n.spec.get("rdma") else via
-            per_msg = float(n.spec.get("message_overhead") or 0.0)  # seconds
-            via += f", {per_msg * 1e6:g} us a message (message_overhead)" if per_msg else ""  # s to us
-            out.append(f"  NIC{n.index}: {n.local_name} ({n.spec.get('preset', '?')}, {speed:g} Gb/s{via})")
+        out.extend(_nic_line(n) for n in nics)
     if topo.params:
         out.append("")
         out.append("Template parameters (cluster.node_params; 'default' = the template's, not set by the scenario):")
