@@ -49,7 +49,8 @@ def test_ranks_on_different_cpu_vendors_are_mixed() -> None:
 
 def test_a_trees_network_hop_streams_at_the_rings_per_channel_figure() -> None:
     """Tree/LL on two HGX H100 nodes: its network hops get llMaxBw / nChannels like the ring's, its hops inside a
-    node half the one-node figure per channel (up and down share the channel's threads)."""
+    node half the one-node figure per channel, the two directions sharing the channel's threads (runTreeSplit; the
+    root's down the whole)."""
     sim = Simulator.from_source("2node-h100-ib")
     plan, consts, opts = sim.nccl_plan, sim.nccl_constants, sim.options("nccl")
     caps = {}
@@ -59,7 +60,8 @@ def test_a_trees_network_hop_streams_at_the_rings_per_channel_figure() -> None:
         assert ctx.nc == 16
         caps[algo] = {(ro.net, ro.cap) for roles in alg.build(ctx).roles.values() for ro in roles.values()}
     per_channel = min(plan.channel_bw, 39.0 * GB / 16)
-    assert caps["Tree"] == {(True, per_channel), (False, min(plan.channel_bw, 141.0 * GB / 16) / 2)}
+    inside = min(plan.channel_bw, 141.0 * GB / 16)
+    assert caps["Tree"] == {(True, per_channel), (False, inside / 2), (False, inside)}
     assert (True, per_channel) in caps["Ring"]
 
 

@@ -44,7 +44,9 @@ SCENARIOS = [
 #: step of 384 B was cut into 2 pieces, one of 512 B into 4, as if a receiver forwarded each 128-byte line. It left
 #: when pieces began to reach the receiver's forwarding by grain (an LL128 warp forwards its 16-line slice once every
 #: flag of it is in, prims_ll128.h; ``ProtocolConstants.forward_grain``): a step within one slice is no longer cut.
-KNOWN_NOT_MONOTONE = {("dgx-a100", "Tree", "Simple")}
+#: It left on 2026-12-05, when the simulation stopped charging NCCL's tree correction factor and gave each direction
+#: of a tree channel half its rate (all_reduce.h runTreeSplit; docs/accuracy.md, "The tree's thread split").
+KNOWN_NOT_MONOTONE: set[tuple[str, str, str]] = set()
 #: Scenarios where the tuner's pick falls with size further than NCCL's model does: none. 2 x DGX A100 at 128 ->
 #: 256 KiB (Tree/LL 78.0 -> Tree/LL128 63.7 us) left with NCCL's hop latency and LL's intra-node rate; 2 x DGX A100
 #: at 128 -> 192 KiB (Tree/LL 53.9 -> Tree/LL128 53.6 us) and 2 x HGX H100 at 192 -> 256 KiB (Tree/LL 47.7 -> Ring/LL
@@ -60,7 +62,8 @@ KNOWN_NOT_MONOTONE = {("dgx-a100", "Tree", "Simple")}
 #: (Ring/LL over shared memory 141.5 us, model 61.8) to 512 KiB (Ring/Simple 127.4 us, model 75.4). On the one
 #: published PCIe shared-memory run (2 x RTX 2080 Ti) NCCL's model is 21-67% fast at every size and the simulation's
 #: Ring/LL within 3.3% at 128 KiB, its last LL size.
-KNOWN_TUNER_DROPS: set[str] = {"ddp-resnet50-dgx1-v100", USER_PRESETS}
+#: DGX-1 V100's left on 2026-12-05 with the tree's thread split (its simulated Tree/LL at 128 KiB is slower now).
+KNOWN_TUNER_DROPS: set[str] = {USER_PRESETS}
 
 
 def _pairs() -> list[tuple[str, str, str]]:

@@ -402,6 +402,7 @@ class NcclConstants:
     nvls_warps: NvlsWarps
     tree_correction: Mapping[str, tuple[float, ...]]
     tree_allreduce_efficiency: float
+    tree_direction_share: float
     ring_ll_bw_fraction: float = 0.5
     tree_ll_bw_divisor: float = 3.8
     tree_ll128_fraction: tuple[float, float] = (7.0 / 9.0, 120.0 / 128.0)  # (one node, several nodes)
@@ -680,6 +681,7 @@ class NcclConstants:
             cells_ll_factor_since=_major_minor(data["cells"]["ll_factor_since"]),
             tree_correction={k: tuple(float(x) for x in v) for k, v in data["tree_correction"].items()},
             tree_allreduce_efficiency=float(data["tree_allreduce_efficiency"]),
+            tree_direction_share=float(data["tree_direction_share"]),
             ring_ll_bw_fraction=float(data["ring_ll_bw_fraction"]),
             tree_ll_bw_divisor=float(data["tree_ll_bw_divisor"]),
             tree_ll128_fraction=(ratio(ll128["one_node"]), ratio(ll128["several_nodes"])),

@@ -22,12 +22,12 @@ from collsim.backends.nccl.base import (
     streaming_bound,
 )
 from collsim.backends.nccl.constants import NcclConstants
-from collsim.backends.nccl.plan import NcclPlan
+from collsim.backends.nccl.plan import Hop, NcclPlan
 from collsim.backends.nccl.trees import tree_links
 from collsim.nccl_env import NcclOptions
 from collsim.vocab import NCCL_PROTOCOLS
 
-__all__ = ["Tree", "TreeLinks", "charged_tree_correction", "launch_up_down", "tree_correction"]
+__all__ = ["Tree", "TreeLinks", "launch_up_down", "tree_correction"]
 
 
 def tree_correction(consts: NcclConstants, proto: str, nbytes: int, limit: int = 23) -> float:
@@ -48,35 +48,6 @@ def tree_correction(consts: NcclConstants, proto: str, nbytes: int, limit: int =
 def _bucket(nbytes: int) -> int:
     """tuning.cc's size bucket of the tree correction table: log2(nbytes / 64), from 64 B on."""
     return int(math.log2(max(nbytes, 64) / 64))
-
-
-def charged_tree_correction(consts: NcclConstants, proto: str, nbytes: int) -> float:
-    """The tree correction factor the simulation charges for ``nbytes``: NCCL's (:func:`tree_correction`), except
-    that the wire bytes it implies (``nbytes`` / factor) never fall below what a smaller size's do.
-
-    NCCL's table is a step per power-of-two bucket, fitted to NVIDIA's measurements; where it steps up (Simple:
-    0.5 -> 0.6 at 2 MiB) the last size of a bucket costs more wire bytes than the first of the next, so a
-    collective bound by its links would get faster as it grows. NCCL's tuner only compares pairs at one size and
-    lives with that; a prediction of time against size must not. So each size is charged at least the wire bytes
-    of every smaller bucket's end: where the table rises the factor ramps up through the next bucket instead of
-    jumping (a power of two there keeps the smaller bucket's entry); where it falls or stays, NCCL's entry.
-
-    >>> from types import SimpleNamespace
-    >>> consts = SimpleNamespace(tree_correction={"Simple": [0.9] * 7 + [0.8, 0.7, 0.6, 0.6] + [0.5] * 4
-    ...                                                     + [0.6, 0.7, 0.8, 0.7, 0.7, 0.8, 0.9, 0.9, 0.9]})
-    >>> sizes = [k << 20 for k in (1, 2, 3, 4, 8)]
-    >>> [round(charged_tree_correction(consts, "Simple", s), 3) for s in sizes]  # type: ignore[arg-type]
-    [0.5, 0.5, 0.6, 0.6, 0.7]
-
-    (Charging at most a larger bucket's first size instead, which keeps NCCL's entry at every power of two, was
-    tried: time still fell with size on five shipped (scenario, Tree protocol) pairs, where a chunk-size step of
-    enqueue.cc meets the factor's ramp; this rule leaves none.)
-    """
-    table = consts.tree_correction[proto]
-    wire = nbytes / tree_correction(consts, proto, nbytes)
-    for b in range(min(_bucket(nbytes), 23, len(table))):
-        wire = max(wire, (64 << (b + 1)) / table[b])  # the end of bucket b, at bucket b's factor
-    return nbytes / wire
 
 
 @dataclass(frozen=True)
@@ -170,44 +141,52 @@ class Tree(NcclAlgorithm):
 
     def wire_divisor(self, consts: NcclConstants, collective: str, proto: str, nbytes: int) -> float:
         """NCCL's tree allreduce kernels reach only a fraction of the link rate: tuning.cc carries it as an
-        efficiency (x0.92) and a size-dependent correction factor, both fitted to NVIDIA's measurements; the
-        simulation charges the links accordingly, the factor without its bucket steps' fall in wire bytes
-        (:func:`charged_tree_correction`; the cost model keeps NCCL's own steps).
-
-        (Dropping the factor from the simulation, as if it only fitted the pipeline fill that the simulation plays
-        out, was measured and rejected: AWS p4de's Tree/Simple got 18-46% fast at 1-16 MiB, where it is already
-        25-34% fast with it: the factor carries a cost the simulation does not model.)"""
-        if collective != "allreduce":
-            return 1.0
-        return consts.tree_allreduce_efficiency * charged_tree_correction(consts, proto, nbytes)
+        efficiency (x0.92, "AllReduce pipelines two operations"), charged on the links here too, and a size-dependent
+        correction factor fitted to NVIDIA's measurements, which prices the choice only (:func:`tree_correction` in
+        :meth:`model`). The simulation plays out what that factor fitted: the pipeline's fill and the thread split of
+        every channel (:meth:`build`). Charging the factor as well, as collsim did until 2026-12-05, counted the
+        split twice (docs/accuracy.md, "The tree's thread split")."""
+        return consts.tree_allreduce_efficiency if collective == "allreduce" else 1.0
 
     def cap_divisor(self, proto: str) -> float:
-        """One LL channel of the tree reduces up and broadcasts down on one thread block: NCCL's LL tree kernel
-        splits the block's threads between the two (all_reduce.h ``runTreeSplit``: 70% reduce, 30% broadcast; that
-        split is not modelled, the two directions share the channel's LL copy rate evenly). Applied to the GPU's own
-        copies; a network hop of the tree is one GPU's proxy sending one direction of the channel, at the ring's
-        per-channel network figure (``_context`` in ``simulate.py``)."""
-        return 2.0 if proto == "LL" else 1.0
+        """The channel's cap is whole here: :meth:`build` gives each direction its share of the channel's threads."""
+        return 1.0
 
     def min_time(self, ctx: SimContext) -> float:
         """Every GPU but the root sends its channel's bytes up, one slice after another."""
         return streaming_bound(ctx, ctx.per_channel)
 
     def build(self, ctx: SimContext) -> Layout:
+        """Every rank's roles: up to its parent and down to each child, each at its share of the channel's threads
+        (:meth:`_split_role`)."""
         out = Layout()
+        up_share = ctx.consts.tree_direction_share
         for c in range(ctx.nc):
             parent, children = tree_links(ctx.plan, c, ctx.topo)
             for g in ctx.plan.rings[c]:
                 roles: dict[str, Role] = {}
                 par = parent[g]
                 if par is not None:
-                    roles["up"] = ctx.hop_role(ctx.hop(g, par, c))
+                    roles["up"] = self._split_role(ctx, ctx.hop(g, par, c), up_share)
                     out.relations.append(((c, g), "parent", (c, par)))
+                down_share = 1.0 if par is None else 1.0 - up_share  # the root's threads all reduce and send down
                 for k, ch in enumerate(children[g]):
-                    roles[f"down{k}"] = ctx.hop_role(ctx.hop(g, ch, c))
+                    roles[f"down{k}"] = self._split_role(ctx, ctx.hop(g, ch, c), down_share)
                 out.roles[(c, g)] = roles
                 out.structure[(c, g)] = TreeLinks((c, par) if par else None, [(c, ch) for ch in children[g]])
         return out
+
+    @staticmethod
+    def _split_role(ctx: SimContext, hop: Hop, share: float) -> Role:
+        """A role over ``hop`` at ``share`` of the channel's rate. NCCL's tree kernel splits a channel's threads
+        between the reduce up and the broadcast down at every rank but the root (all_reduce.h ``runTreeSplit``: 60%
+        or 70% reduce, sized so that the two directions keep pace), so each direction has half the channel's rate
+        (``tree_direction_share`` in nccl.yaml). An LL hop across the network is one GPU's proxy sending one
+        direction of the channel at the ring's per-channel LL figure (the proxy checks every line, net.cc): whole."""
+        if ctx.proto == "LL" and hop.hw == "NET":
+            return ctx.hop_role(hop)
+        whole = ctx.intra_cap if ctx.intra_cap is not None and hop.hw != "NET" else ctx.cap
+        return ctx.hop_role(hop, cap=whole * share)
 
     def launch(self, run: Launcher, e: Entity) -> Event | None:
         """One callback-driven machine per entity (:class:`~collsim.algorithms.nccl_algos.NcclTreeMachine`: the
