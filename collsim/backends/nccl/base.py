@@ -237,6 +237,10 @@ class SimContext:
         """The hop from ``a`` to ``b``, across nodes from ``nic_a`` to ``nic_b``."""
         return hop_between(self.topo, self.cat, a, b, nic_a, nic_b, self.opts, self.consts, self.plan.fabric)
 
+    def hop_cap(self, hop: Hop) -> float:
+        """One channel's rate cap on ``hop`` (bytes/s): ``intra_cap`` inside a node where it is set, else ``cap``."""
+        return self.intra_cap if self.intra_cap is not None and hop.hw != "NET" else self.cap
+
     def net_message_bytes(self, share: float = 1.0) -> float:
         """Mean data bytes of this algorithm's network messages on one connection (the mean gives per-message costs
         their exact total). NCCL's proxy posts one network send per slice of a step (net.cc sendProxyProgress:
@@ -302,7 +306,7 @@ class SimContext:
         prop = hop.path.latency * (pc.net_latency_factor if flushed else 1)
         step = hw_lat * consts.sim_step_latency_scale
         if cap is None:
-            cap = self.intra_cap if self.intra_cap is not None and hop.hw != "NET" else self.cap
+            cap = self.hop_cap(hop)
         uses = [(k, c * self.wire) for k, c in hop.path.uses]
         if hop.per_message:
             m = message_bytes or self.net_message_bytes()
@@ -572,11 +576,6 @@ class NcclAlgorithm:
 
     def wire_divisor(self, consts: NcclConstants, collective: str, proto: str, nbytes: int) -> float:
         """The link efficiency NCCL's kernels reach (wire bytes per data byte are divided by it); 1 by default."""
-        return 1.0
-
-    def cap_divisor(self, proto: str) -> float:
-        """Divides one channel's rate cap on the GPU's own copies, inside a node (Tree/LL: up and down share the
-        channel's threads), not on its network hops; 1 by default."""
         return 1.0
 
     def min_time(self, ctx: SimContext) -> float:

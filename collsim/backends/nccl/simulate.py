@@ -202,18 +202,14 @@ def _context(
         # tuning.cc's llMaxBw falls from one node to two because LL crosses the network (read by CPU vendor there:
         # the proxy thread checks every line's flags in host memory before it sends a step, net.cc); a channel's
         # hops inside a node are the same LL copies as on one node, so they stream at the one-node figure.
-        # The algorithm's divisor (the tree's up and down share a channel's threads) applies to the GPU's own copies;
-        # a network hop is one GPU's proxy sending one direction of one channel, at the ring's per-channel figure.
+        # A network hop is one GPU's proxy sending one direction of one channel, at the ring's per-channel figure.
         # That check is per hop and does not see the node count: every network hop takes the two-node figure. The
         # tuner's lower figure for more nodes (its cost model has no per-level byte term) prices the whole step that
         # waits at each further network hop, which the simulation plays out hop by hop (docs/accuracy.md, "LL's
         # network rate at any node count")
-        div = alg.cap_divisor(proto)
-        cap, intra_cap = (ll_cap(0) / div, None) if idx == 0 else (ll_cap(node_index(2)), ll_cap(0) / div)
-    else:
-        if proto == "LL128":
-            cap = min(cap, consts.per_channel_max_ring_ll128_bw[plan.arch][idx]) * consts.sim_ll128_bw_scale
-        cap /= alg.cap_divisor(proto)
+        cap, intra_cap = (ll_cap(0), None) if idx == 0 else (ll_cap(node_index(2)), ll_cap(0))
+    elif proto == "LL128":
+        cap = min(cap, consts.per_channel_max_ring_ll128_bw[plan.arch][idx]) * consts.sim_ll128_bw_scale
     wire = 1.0 / pc.data_per_wire
     wire /= alg.wire_divisor(consts, collective, proto, nbytes)
     base = consts.base_latency[alg.latency_table][proto]

@@ -148,10 +148,6 @@ class Tree(NcclAlgorithm):
         split twice (docs/accuracy.md, "The tree's thread split")."""
         return consts.tree_allreduce_efficiency if collective == "allreduce" else 1.0
 
-    def cap_divisor(self, proto: str) -> float:
-        """The channel's cap is whole here: :meth:`build` gives each direction its share of the channel's threads."""
-        return 1.0
-
     def min_time(self, ctx: SimContext) -> float:
         """Every GPU but the root sends its channel's bytes up, one slice after another."""
         return streaming_bound(ctx, ctx.per_channel)
@@ -185,8 +181,7 @@ class Tree(NcclAlgorithm):
         direction of the channel at the ring's per-channel LL figure (the proxy checks every line, net.cc): whole."""
         if ctx.proto == "LL" and hop.hw == "NET":
             return ctx.hop_role(hop)
-        whole = ctx.intra_cap if ctx.intra_cap is not None and hop.hw != "NET" else ctx.cap
-        return ctx.hop_role(hop, cap=whole * share)
+        return ctx.hop_role(hop, cap=ctx.hop_cap(hop) * share)
 
     def launch(self, run: Launcher, e: Entity) -> Event | None:
         """One callback-driven machine per entity (:class:`~collsim.algorithms.nccl_algos.NcclTreeMachine`: the
