@@ -285,6 +285,13 @@ class SimContext:
 
         A multi-node ring's steps inside a node cost at least netOverhead (x3 for Simple), as tuning.cc charges.
 
+        A ring's (or point-to-point's) network crossing pays the Tree row's NET latency, the figure NCCL calls "fully
+        exposed" (tuning.cc from 2.23: "With ppn=1 latencies are fully exposed, use the Tree network latency"): the
+        Ring row (LL 2.7, LL128 4.0 us against the Tree's 5.0 and 8.5) belongs to NCCL's closed form, which counts
+        nNodes - 1 crossings for an all-gather whose slowest chain of n - 1 steps crosses all nNodes node boundaries;
+        the simulation plays out each crossing, exposed. A crossing is the same GPU -> proxy -> NIC -> NIC -> GPU
+        path whichever algorithm sends it.
+
         A network message occupies each NIC port of ``hop.per_message`` for its time beyond its bytes: a port of
         capacity C spends ``t x C / m`` more per data byte on messages of ``m`` data bytes (``message_bytes``, by
         default :meth:`net_message_bytes`), so small messages reach a fraction ``m / (m + t C)`` of the port.
@@ -298,6 +305,8 @@ class SimContext:
         consts, proto = self.consts, self.proto
         pc = consts.protocols[proto]
         table = table or self.algo
+        if hop.hw == "NET" and table == "Ring":
+            table = "Tree"  # a crossing's exposed latency (docstring)
         hw_lat = consts.hw_latency[hop.hw][table][proto]
         if table == "Ring" and self.plan.nnodes > 1 and hop.hw != "NET":
             hw_lat = max(hw_lat, self.plan.net_overhead * pc.ring_net_overhead_factor)
