@@ -192,6 +192,9 @@ def _measurement_commands(sub: _Sub) -> None:
     _measurement_args(val)
     val.add_argument("--profile", metavar="YAML", help="calibration profile to apply (default: the scenario's)")
     val.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page with a plotly figure")
+    val.add_argument("--pairs", action="store_true",
+                     help="also simulate every (algorithm, protocol) NCCL may pick (Gloo: every allreduce algorithm) "
+                     "at each size and show the one nearest the measurement")
     cal = sub.add_parser("calibrate", help="fit a calibration profile to measurements (held-out sizes validate it)")
     cal.add_argument("scenario", help="scenario YAML file, or a built-in name")
     _measurement_args(cal)
@@ -604,7 +607,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     sim = Simulator.from_source(args.scenario, args.overrides, profile=profile)
     vals = []
     for m in _read_measurements(args):
-        vals.append(validate(sim, m))
+        vals.append(validate(sim, m, pairs=args.pairs))
     if args.format == "json":
         _emit(json.dumps([v.to_dict() for v in vals], indent=2) + "\n", args.output)
     else:

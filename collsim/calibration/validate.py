@@ -36,6 +36,7 @@ __all__ = [
     "band_label",
     "check_ranks",
     "measurement_backend",
+    "nearest_pair",
     "predict_times",
     "summarise",
     "summarise_bands",
@@ -55,7 +56,9 @@ BANDS: tuple[tuple[str, float, float], ...] = (
 @dataclass(frozen=True)
 class ValidationRow:
     """One size: measured and predicted time (us) and busbw (GB/s, GB = 1e9 bytes); for NCCL also the time NCCL's
-    own cost model gives the pair it picks (``model_us``), so both can be held against the measurement."""
+    own cost model gives the pair it picks (``model_us``), so both can be held against the measurement; with
+    ``validate(pairs=True)`` the simulated pair (NCCL's (algorithm, protocol); Gloo's allreduce algorithm) nearest
+    the measured time (``nearest_*``): which one the run behaves like."""
 
     size_bytes: int
     measured_us: float
@@ -65,6 +68,14 @@ class ValidationRow:
     algorithm: str = ""
     protocol: str = ""
     model_us: float | None = None
+    nearest_algorithm: str = ""
+    nearest_protocol: str = ""
+    nearest_us: float | None = None
+
+    @property
+    def nearest_error_pct(self) -> float | None:
+        """(nearest pair's simulated - measured) / measured time, percent; None without ``validate(pairs=True)``."""
+        return None if self.nearest_us is None else (self.nearest_us / self.measured_us - 1.0) * 100.0
 
     @property
     def model_error_pct(self) -> float | None:
@@ -158,6 +169,7 @@ class Validation:
                     "time_error_pct": r.time_error_pct,
                     "busbw_error_pct": r.busbw_error_pct,
                     "model_error_pct": r.model_error_pct,
+                    "nearest_error_pct": r.nearest_error_pct,
                 }
                 for r in self.rows
             ],
@@ -168,11 +180,13 @@ class Validation:
     def format_table(self) -> str:
         """Per-size table and the band summary, as text (with NCCL's cost model's time and error for NCCL)."""
         model = any(r.model_us is not None for r in self.rows)
+        nearest = any(r.nearest_us is not None for r in self.rows)
         head = (
             f"# validate: {self.scenario} against {self.measurement} ({self.backend} {self.collective}, "
             f"{self.nranks} ranks{', profile ' + self.profile if self.profile else ''})\n"
             f"#       size  measured us  predicted us   err %   meas busbw  pred busbw   err %  algo/proto"
             + ("        NCCL model us   err %" if model else "")
+            + ("  nearest simulated      us   err %" if nearest else "")
             + "\n"
         )
         head = "".join(f"# note: {n}\n" for n in self.notes) + head
@@ -185,6 +199,11 @@ class Validation:
             )
             if r.model_us is not None and r.model_error_pct is not None:
                 line += f"  {r.model_us:>11.2f}  {r.model_error_pct:>+6.1f}"
+            elif model and nearest:
+                line += " " * 21
+            if r.nearest_us is not None and r.nearest_error_pct is not None:
+                pair = r.nearest_algorithm + (f"/{r.nearest_protocol}" if r.nearest_protocol else "")
+                line += f"  {pair:<16} {r.nearest_us:>10.2f}  {r.nearest_error_pct:>+6.1f}"
             lines.append(line.rstrip())
         summary = [
             "#",
@@ -204,6 +223,9 @@ class Validation:
             if b.median_model_error_pct is not None:
                 line += f" | {b.median_model_error_pct:>+11.1f}%"
             summary.append(line)
+        if nearest:
+            same = sum(1 for r in self.rows if (r.nearest_algorithm, r.nearest_protocol) == (r.algorithm, r.protocol))
+            summary.append(f"# nearest simulated pair: the one collsim ran at {same} of {len(self.rows)} sizes")
         return head + "\n".join(lines + summary) + "\n"
 
 
@@ -253,12 +275,35 @@ def predict_times(
     return out
 
 
+def nearest_pair(sim: Simulator, m: Measurement, size: int, measured_us: float, backend: str) -> tuple[str, str, float]:
+    """The simulated (algorithm, protocol, us) nearest ``measured_us`` at ``size`` bytes (nearest in ratio, so 10%
+    slow and 10% fast weigh alike): every pair NCCL may pick for ``m``'s collective (after the scenario's NCCL_ALGO
+    and NCCL_PROTO), each forced; for Gloo every allreduce algorithm (other collectives have one schedule, the one
+    simulated). Which pair a run behaves like, where the measurement does not say what NCCL picked.
+    """
+    if backend == "nccl":
+        from collsim.backends.nccl import enabled_pairs
+
+        runs = [
+            sim.simulate_one("nccl", size, collective=m.collective, choice=pair)
+            for pair in enabled_pairs(sim.nccl_plan, sim.nccl_options, m.collective)
+        ]
+    else:
+        from collsim.vocab import GLOO_ALGORITHMS
+
+        algos = GLOO_ALGORITHMS if m.collective == "allreduce" else (None,)
+        runs = [sim.simulate_one("gloo", size, collective=m.collective, gloo_algorithm=a) for a in algos]
+    best = min(runs, key=lambda o: abs(math.log(o.time_s * 1e6 / measured_us)))  # seconds to microseconds
+    return best.algorithm, best.protocol, best.time_s * 1e6
+
+
 def validate(
     sim: Simulator,
     m: Measurement,
     *,
     sizes: Sequence[int] | None = None,
     progress: Callable[[int, int], None] | None = None,
+    pairs: bool = False,
 ) -> Validation:
     """Simulate every measured size of ``m`` on ``sim`` and compare.
 
@@ -272,6 +317,10 @@ def validate(
         Only these measured sizes (bytes).
     progress : callable, optional
         Called as ``progress(done, total)``.
+    pairs : bool
+        Also simulate every pair NCCL may pick (Gloo: every allreduce algorithm) at each size and keep the one
+        nearest the measurement (:func:`nearest_pair`; the ``nearest_*`` fields of each row). Costs one
+        simulation per pair and size.
     """
     backend = measurement_backend(sim, m)
     nranks = len(sim.topology.rank_devices())
@@ -283,6 +332,7 @@ def validate(
             progress(i, len(rows))
         ((t, algo, proto, model_s),) = predict_times(sim, m, [r.size_bytes], backend)
         pred_us = t * 1e6  # seconds to microseconds
+        near = nearest_pair(sim, m, r.size_bytes, r.time_us, backend) if pairs else ("", "", None)
         out.append(
             ValidationRow(
                 size_bytes=r.size_bytes,
@@ -293,6 +343,9 @@ def validate(
                 algorithm=algo,
                 protocol=proto,
                 model_us=None if model_s is None else model_s * 1e6,  # seconds to microseconds
+                nearest_algorithm=near[0],
+                nearest_protocol=near[1],
+                nearest_us=near[2],
             )
         )
     prof = sim.profile.file if sim.profile is not None else None
