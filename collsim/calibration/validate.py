@@ -275,26 +275,36 @@ def predict_times(
     return out
 
 
-def nearest_pair(sim: Simulator, m: Measurement, size: int, measured_us: float, backend: str) -> tuple[str, str, float]:
+def nearest_pair(
+    sim: Simulator, m: Measurement, size: int, measured_us: float, backend: str, ran: tuple[str, str, float]
+) -> tuple[str, str, float]:
     """The simulated (algorithm, protocol, us) nearest ``measured_us`` at ``size`` bytes (nearest in ratio, so 10%
     slow and 10% fast weigh alike): every pair NCCL may pick for ``m``'s collective (after the scenario's NCCL_ALGO
     and NCCL_PROTO), each forced; for Gloo every allreduce algorithm (other collectives have one schedule, the one
-    simulated). Which pair a run behaves like, where the measurement does not say what NCCL picked.
+    simulated). Which pair a run behaves like, where the measurement does not say what NCCL picked. ``ran`` is the
+    (algorithm, protocol, us) the run itself simulated at this size: not simulated again.
     """
     if backend == "nccl":
         from collsim.backends.nccl import enabled_pairs
 
-        runs = [
-            sim.simulate_one("nccl", size, collective=m.collective, choice=pair)
-            for pair in enabled_pairs(sim.nccl_plan, sim.nccl_options, m.collective)
-        ]
-    else:
+        keys = enabled_pairs(sim.nccl_plan, sim.nccl_options, m.collective)
+    elif m.collective == "allreduce":
         from collsim.vocab import GLOO_ALGORITHMS
 
-        algos = GLOO_ALGORITHMS if m.collective == "allreduce" else (None,)
-        runs = [sim.simulate_one("gloo", size, collective=m.collective, gloo_algorithm=a) for a in algos]
-    best = min(runs, key=lambda o: abs(math.log(o.time_s * 1e6 / measured_us)))  # seconds to microseconds
-    return best.algorithm, best.protocol, best.time_s * 1e6
+        keys = [(a, ran[1]) for a in GLOO_ALGORITHMS]  # a Gloo "protocol" is its transport and device
+    else:
+        return ran
+    runs = []
+    for algo, proto in keys:
+        if (algo, proto) == ran[:2]:
+            runs.append(ran)
+            continue
+        if backend == "nccl":
+            o = sim.simulate_one("nccl", size, collective=m.collective, choice=(algo, proto))
+        else:
+            o = sim.simulate_one("gloo", size, collective=m.collective, gloo_algorithm=algo)
+        runs.append((o.algorithm, o.protocol, o.time_s * 1e6))  # seconds to microseconds
+    return min(runs, key=lambda r: abs(math.log(r[2] / measured_us)))
 
 
 def validate(
@@ -332,7 +342,7 @@ def validate(
             progress(i, len(rows))
         ((t, algo, proto, model_s),) = predict_times(sim, m, [r.size_bytes], backend)
         pred_us = t * 1e6  # seconds to microseconds
-        near = nearest_pair(sim, m, r.size_bytes, r.time_us, backend) if pairs else ("", "", None)
+        near = nearest_pair(sim, m, r.size_bytes, r.time_us, backend, (algo, proto, pred_us)) if pairs else None
         out.append(
             ValidationRow(
                 size_bytes=r.size_bytes,
@@ -343,9 +353,9 @@ def validate(
                 algorithm=algo,
                 protocol=proto,
                 model_us=None if model_s is None else model_s * 1e6,  # seconds to microseconds
-                nearest_algorithm=near[0],
-                nearest_protocol=near[1],
-                nearest_us=near[2],
+                nearest_algorithm=near[0] if near else "",
+                nearest_protocol=near[1] if near else "",
+                nearest_us=near[2] if near else None,
             )
         )
     prof = sim.profile.file if sim.profile is not None else None

@@ -45,6 +45,12 @@ def test_a_run_of_another_pair_is_recognised_as_that_pair() -> None:
     assert "nearest simulated" in v.format_table()
 
 
+def _ran(sim: Simulator) -> tuple[str, str, float]:
+    """What the scenario itself runs at 1 MiB: (algorithm, protocol, us)."""
+    o = sim.simulate_one("nccl", MIB)
+    return o.algorithm, o.protocol, o.time_s * 1e6
+
+
 def test_nearest_is_by_ratio_and_among_the_pairs_nccl_may_pick() -> None:
     # 2 x HGX H100 at 1 MiB: every enabled pair simulated; the nearest to a time is the one with the smallest
     # |log(simulated / measured)|
@@ -53,11 +59,11 @@ def test_nearest_is_by_ratio_and_among_the_pairs_nccl_may_pick() -> None:
     pairs = enabled_pairs(sim.nccl_plan, sim.nccl_options, "allreduce")
     times = {p: sim.simulate_one("nccl", MIB, choice=p).time_s * 1e6 for p in pairs}
     want = min(times, key=lambda p: abs(math.log(times[p] / 100.0)))
-    algo, proto, us = nearest_pair(sim, m, MIB, 100.0, "nccl")
+    algo, proto, us = nearest_pair(sim, m, MIB, 100.0, "nccl", _ran(sim))
     assert (algo, proto) == want and us == pytest.approx(times[want])
     # NCCL_ALGO narrows the pairs as it narrows NCCL's choice
     ring = Simulator.from_source("2node-h100-ib", ["backends.nccl.env.NCCL_ALGO=Ring"])
-    assert nearest_pair(ring, m, MIB, 100.0, "nccl")[0] == "Ring"
+    assert nearest_pair(ring, m, MIB, 100.0, "nccl", _ran(ring))[0] == "Ring"
 
 
 def test_gloo_allreduce_algorithms_are_the_pairs() -> None:

@@ -46,6 +46,7 @@ __all__ = [
     "Role",
     "SimContext",
     "entity_owner",
+    "mean_message_bytes",
     "node_index",
 ]
 
@@ -82,6 +83,16 @@ def entity_owner(e: Entity, rank_of: Mapping[str, int]) -> Owner:
     if isinstance(e, tuple) and len(e) == 2 and isinstance(e[1], str):
         return Owner(rank_of[e[1]], int(e[0]), "rank", e[1])
     raise TypeError(f"not an NCCL entity: {e!r}")
+
+
+def mean_message_bytes(data: float, step: float) -> float:
+    """Mean size of the messages that carry ``data`` bytes in messages of at most ``step`` bytes (bytes): NCCL's proxy
+    sends a step at a time (net.cc), so ``data`` goes in ceil(data / step) messages.
+
+    >>> mean_message_bytes(300.0, 128.0), mean_message_bytes(100.0, 128.0)
+    (100.0, 100.0)
+    """
+    return data / max(1, math.ceil(data / step))
 
 
 def node_index(nnodes: int) -> int:
@@ -266,8 +277,7 @@ class SimContext:
             loops = max(1, math.ceil(per_channel / (self.n * step)))
             slices = ch.slices_per_chunk if self.proto == "Simple" else 1
             return per_channel / (self.n * loops * slices)
-        data = per_channel * share
-        return data / max(1, math.ceil(data / (step * share)))
+        return mean_message_bytes(per_channel * share, step * share)
 
     def hop_role(
         self, hop: Hop, table: str | None = None, cap: float | None = None, message_bytes: float | None = None
