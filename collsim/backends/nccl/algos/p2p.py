@@ -9,16 +9,8 @@ from dataclasses import dataclass
 
 from simpy.events import AllOf, Event
 
-from collsim.backends.nccl.base import (
-    Entity,
-    Launcher,
-    Layout,
-    ModelInputs,
-    NcclAlgorithm,
-    Proc,
-    SimContext,
-    mean_message_bytes,
-)
+from collsim.backends.nccl import base
+from collsim.backends.nccl.base import Entity, Launcher, Layout, ModelInputs, NcclAlgorithm, Proc, SimContext
 from collsim.backends.nccl.constants import NcclConstants
 from collsim.backends.nccl.p2p_sched import P2pOp, p2p_op, p2p_rounds, round_base
 from collsim.backends.nccl.plan import NcclPlan
@@ -140,7 +132,7 @@ class P2P(NcclAlgorithm):
                     name = f"to{s.peer}p{k}"
                     rate = net_rate if s.network else local_rate
                     # a network message is a chunk of the part (net.cc: a send per step): the part's mean
-                    msg = mean_message_bytes(max(1, sizes[k]), s.op.chunk)
+                    msg = base.mean_message_bytes(max(1, sizes[k]), s.op.chunk)
                     roles[name] = ctx.hop_role(hop, table="Ring", cap=rate / load[ch], message_bytes=msg)
                     parts[name] = sizes[k]
             out.roles[g] = roles
