@@ -1,9 +1,9 @@
 """Issue 16: predicted time never falls as the size grows, for a fixed NCCL (algorithm, protocol) or Gloo
 algorithm, and the tuner's switch points drop no more than NCCL's own cost model does. Checked on every shipped
-scenario and the tests' user presets, 8 B to 256 MiB in powers of two, and at 1.5 x each power from 64 KiB to 16 MiB
-(NCCL's tree correction factor steps between buckets there, and its channel shrink steps the channel count). Known
-failures are listed (strict xfail): they are model defects to fix, not tolerances. Over shared memory a switch may fall
-as far as NCCL's measured switch falls there (:func:`measured_shm_switch_depth`)."""
+scenario, the tests' user presets and a published PCIe box, 8 B to 256 MiB in powers of two, and at 1.5 x each power
+from 64 KiB to 16 MiB (NCCL's tree correction factor steps between buckets there, and its channel shrink steps the
+channel count). Known failures are listed (strict xfail): they are model defects to fix, not tolerances. Over shared
+memory a switch may fall as far as NCCL's measured switch falls there (:func:`measured_shm_switch_depth`)."""
 
 from __future__ import annotations
 
@@ -145,8 +145,9 @@ def test_the_tuners_switch_points_drop_no_more_than_nccls_model(name: str) -> No
 
 def test_nccls_measured_switch_over_shared_memory_falls_further_than_its_model() -> None:
     """The measurement behind the shared-memory bound: NCCL's real switch from LL to Simple lowers the time
-    further than NCCL's model says (a fall the model-only bound would call a defect); the tests' PCIe box is the one
-    simulated switch that needs the bound, and it falls less far than the measured one."""
+    further than NCCL's model says (a fall the model-only bound would call a defect); the tests' PCIe box falls once,
+    at its switch from LL to Simple, further than the model and less far than the measured switch (the published
+    box's own simulated switch, 0.818, is checked by the bound test)."""
     measured = measured_shm_switch_depth()
     assert 0.6 < measured < 0.7  # 0.667: x1.13 measured against x1.70 modelled
     sim = Simulator.from_source(USER_PRESETS)
