@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from collsim.calibration.measurement import Measurement, MeasurementError
 from collsim.results import busbw_factor
+from collsim.vocab import GLOO_ALGORITHMS
 
 if TYPE_CHECKING:  # the simulator is only needed to predict; importing it here keeps module loading light
     from collsim.api import Simulator
@@ -289,8 +290,6 @@ def nearest_pair(
 
         keys = enabled_pairs(sim.nccl_plan, sim.nccl_options, m.collective)
     elif m.collective == "allreduce":
-        from collsim.vocab import GLOO_ALGORITHMS
-
         keys = [(a, ran[1]) for a in GLOO_ALGORITHMS]  # a Gloo "protocol" is its transport and device
     else:
         return ran

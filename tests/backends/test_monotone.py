@@ -8,6 +8,7 @@ memory a switch may fall as far as NCCL's measured switch falls there (:func:`me
 from __future__ import annotations
 
 import json
+from functools import cache
 from itertools import pairwise
 from pathlib import Path
 
@@ -81,10 +82,12 @@ def _switch_depth(times: tuple[float, float], model: tuple[float, float]) -> flo
     return (times[1] / times[0]) / (model[1] / model[0])
 
 
+@cache
 def measured_shm_switch_depth() -> float:
     """How far NCCL's measured time falls at its switch from LL to Simple over shared memory, relative to its own
     model's ratio there: the published 8 x RTX 4090 run (no P2P), at the consecutive measured sizes where the
-    tuner's pick moves from Ring/LL to Ring/Simple (NCCL's model: the tuner's prediction at each size).
+    tuner's pick moves from Ring/LL to Ring/Simple (NCCL's model: the tuner's prediction at each size). Computed
+    once per test process (every shared-memory scenario's bound reads it).
 
     >>> round(measured_shm_switch_depth(), 3)  # 512 KiB 196.9 us -> 1 MiB 222.8 us; model 97.06 -> 164.66 us
     0.667
