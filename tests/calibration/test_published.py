@@ -139,7 +139,8 @@ _PUBLISHED_BIG = {
     "h200_2node_roce_spectrumx": 3.9,
     "h100_8node_ib_issue309": 18.5,
     "dgx1_v100_8gpu_g8": 5.3,
-    "gb200_nvl72_1rack_coreweave": 25.1,
+    # 24.1% -> 25.5% with NVLS's 32-head limit (NCCL_MAX_NVLS_ARITY, 2026-12-06): the source moved it away
+    "gb200_nvl72_1rack_coreweave": 26.5,
     # ten more, the first of other collectives than allreduce, added 2026-12-05: a cluster-acceptance report's HGX
     # B200 sweeps on one node and on two over InfiniBand, and Google's all_gather examples on A4 (B200, RoCE) and
     # A3 Mega (TCPXO). At >= 16 MiB within 12% but the two-node all_gather / reduce_scatter (28-29%: a 305-308 GB/s

@@ -344,8 +344,8 @@ def step_chunking(
     if algo in ("NVLS", "NVLSTree"):
         # NCCL's NVLS chunk is one head's share of a step: every loop of the kernel moves nHeads x chunk of the
         # channel's data, each head reducing and multicasting its chunk (all_reduce.h, RunWorkColl NVLS and
-        # NVLS_TREE: loopCount = nvls->nHeads * chunkCount). Every GPU of the node is a head here.
-        heads = plan.ppn
+        # NVLS_TREE: loopCount = nvls->nHeads * chunkCount; the heads: plan.nvls_head_count).
+        heads = plan.nvls_nheads
         nvls = nvls_chunk_bytes or consts.nvls_chunk_bytes
         chunk = nvls_chunk(rules, algo, nbytes, nc * heads, nvls, plan.nnodes, nvlstree_max_chunk)
         # all-gather and reduce-scatter move each GPU's own share a chunk a step (all_gather.h, reduce_scatter.h:

@@ -438,10 +438,12 @@ class NcclConstants:
     tuner_formulas_since: Mapping[str, tuple[int, int]] = field(default_factory=dict)
     #: the factors of those earlier formulas (``tuner_formulas_before``), by name
     tuner_formulas_before: Mapping[str, float] = field(default_factory=dict)
-    #: NVLS all-gather and reduce-scatter on one node: the first release (major, minor), the most GPUs, and the
-    #: warps of their copy group
+    #: NCCL_MAX_NVLS_ARITY: the most NVLS heads per node (the GPUs that load the switch's sums and multicast them),
+    #: and the most GPUs NVLS all-gather and reduce-scatter run on
+    nvls_max_arity: int = 32
+    #: NVLS all-gather and reduce-scatter on one node: the first release (major, minor) and the warps of their copy
+    #: group
     nvls_ag_rs_since: tuple[int, int] = (2, 19)
-    nvls_ag_rs_max_ranks: int = 32
     nvls_ag_rs_copy_warps: int = 8
     #: CollNet's limit of GPUs per node and, per CollNet algorithm, the first release (major, minor) that applies it
     collnet_max_local_gpus: int = 8
@@ -704,7 +706,7 @@ class NcclConstants:
             ll128_default=_ll128_default(data["ll128_default"]),
             env_per_collective_since=_major_minor(data["env_per_collective_since"]),
             nvls_ag_rs_since=_major_minor(data["nvls_allgather_reduce_scatter"]["since"]),
-            nvls_ag_rs_max_ranks=int(data["nvls_allgather_reduce_scatter"]["max_ranks"]),
+            nvls_max_arity=int(data["nvls_max_arity"]),
             nvls_ag_rs_copy_warps=int(data["nvls_allgather_reduce_scatter"]["copy_warps"]),
             collnet_max_local_gpus=int(data["collnet_max_local_gpus"]["count"]),
             collnet_max_local_since={

@@ -98,6 +98,13 @@ class NcclPlan:
     sm: int = 0
     #: NCCL's point-to-point channels and chunk here (p2p_sched.p2p_channels); None only in hand-built plans
     p2p: P2pChannels | None = None
+    #: NCCL's NVLS heads per node (nvls_head_count()); 0 in hand-built plans, read as every GPU of the node
+    nvls_head_count: int = 0
+
+    @property
+    def nvls_nheads(self) -> int:
+        """NCCL's NVLS heads per node (:func:`nvls_head_count`; a plan built by hand: every GPU of the node)."""
+        return self.nvls_head_count or self.ppn
 
     def nic_for(self, topo: Topology, node: int, channel: int) -> str | None:
         """The NIC channel ``channel`` uses on ``node`` (:func:`channel_nic`)."""
@@ -140,7 +147,7 @@ def nvls_head_nics(topo: Topology, node: int) -> dict[str, str]:
     return out
 
 
-def nvls_heads(topo: Topology, node: int) -> dict[str, str]:
+def nvls_heads(topo: Topology, node: int, limit: int | None = None) -> dict[str, str]:
     """NVLSTree's heads on ``node`` and the NIC each sends through: GPU -> NIC.
 
     NCCL's NVLS search takes one head per NIC, the NIC's local GPU, a GPU with two NICs once (search.cc
@@ -148,24 +155,45 @@ def nvls_heads(topo: Topology, node: int) -> dict[str, str]:
     ``netCount`` heads, duplicates skipped; the local GPU: :func:`nic_local_gpu`). With at least a NIC slot per GPU
     every GPU is a head, each with its own NIC (:func:`nvls_head_nics`; a NIC taken down keeps its slot and its
     channels move: :meth:`~collsim.topology.Topology.nic_slots`); with fewer NICs (a fabric using fewer,
-    ``NCCL_IB_HCA``, a node with a NIC per two GPUs) only the NICs' local GPUs are, in NIC order.
+    ``NCCL_IB_HCA``, a node with a NIC per two GPUs) only the NICs' local GPUs are, in NIC order. At most ``limit``
+    (NCCL_MAX_NVLS_ARITY, the NVLS graph's most channels: ``nvls_max_arity`` in nccl.yaml), the first found.
 
     >>> from collsim.topology import load_topology
     >>> two = load_topology("hgx-h100", nodes=2, fabric={"topology": "rail_optimized", "nics": ["nic0", "nic5"]})
     >>> nvls_heads(two, 0)
     {'n0/gpu0': 'n0/nic0', 'n0/gpu4': 'n0/nic5'}
-    >>> len(nvls_heads(load_topology("hgx-h100", nodes=2, fabric={"topology": "rail_optimized"}), 1))
-    8
+    >>> eight = load_topology("hgx-h100", nodes=2, fabric={"topology": "rail_optimized"})
+    >>> len(nvls_heads(eight, 1)), list(nvls_heads(eight, 1, limit=2))
+    (8, ['n1/gpu0', 'n1/gpu1'])
     """
     slots = topo.nic_slots(node)
     if len(slots) >= len(topo.devices("gpu", node)):
-        return nvls_head_nics(topo, node)
-    heads: dict[str, str] = {}
-    for nic in dict.fromkeys(slots):
-        gpu = nic_local_gpu(topo, nic)
-        if gpu is not None and gpu not in heads:
-            heads[gpu] = nic
-    return heads or nvls_head_nics(topo, node)
+        heads = nvls_head_nics(topo, node)
+    else:
+        heads = {}
+        for nic in dict.fromkeys(slots):
+            gpu = nic_local_gpu(topo, nic)
+            if gpu is not None and gpu not in heads:
+                heads[gpu] = nic
+        heads = heads or nvls_head_nics(topo, node)
+    return heads if limit is None else dict(list(heads.items())[:limit])
+
+
+def nvls_head_count(topo: Topology, nnodes: int, ppn: int, consts: NcclConstants) -> int:
+    """NCCL's NVLS heads per node (``nvls.nHeads``): on one node its first min(GPUs, NCCL_MAX_NVLS_ARITY) GPUs (the
+    one-node NVLS search gives channel c GPU c and searches every channel: search.cc lines 858-860 and 1126-1138,
+    v2.30.7-1), across nodes :func:`nvls_heads` of node 0. Each kernel loop covers nHeads chunks, NCCL sizes the
+    chunk by channels x nHeads (enqueue.cc), and only heads load the switch's sums and multicast them
+    (all_reduce.h: ``nvls->headRank != -1``): on GB200 NVL72's one node of 72 GPUs, 32 heads.
+
+    >>> from types import SimpleNamespace
+    >>> consts = SimpleNamespace(nvls_max_arity=32)
+    >>> [nvls_head_count(None, 1, n, consts) for n in (8, 72)]  # type: ignore[arg-type]
+    [8, 32]
+    """
+    if nnodes == 1:
+        return min(ppn, consts.nvls_max_arity)
+    return len(nvls_heads(topo, 0, consts.nvls_max_arity))
 
 
 def node_chain(topo: Topology, node: int, nic: str | None, channel: int = 0) -> list[str]:
@@ -870,6 +898,7 @@ def plan_nccl(
         nvls_collectives=_nvls_collectives(len(gpus), nnodes, opts, consts),
         sm=sm,
         p2p=_p2p_channels(topo, node0, sm, nvl_bw, intra.hw, nch, len(gpus), nnodes, nics_used, nic_bw, opts, consts),
+        nvls_head_count=nvls_head_count(topo, nnodes, len(node0), consts),
     )
 
 
@@ -940,9 +969,9 @@ def _unsupported(ppn: int, opts: NcclOptions, consts: NcclConstants) -> dict[str
 
 
 def _nvls_collectives(nranks: int, nnodes: int, opts: NcclOptions, consts: NcclConstants) -> frozenset[str]:
-    """What NVLS runs: allreduce, and all-gather and reduce-scatter on one node of at most ``nvls_ag_rs_max_ranks``
-    GPUs from ``nvls_ag_rs_since`` on (``nvls_allgather_reduce_scatter`` in nccl.yaml)."""
-    ag_rs = nnodes == 1 and nranks <= consts.nvls_ag_rs_max_ranks and not opts.before(consts.nvls_ag_rs_since)
+    """What NVLS runs: allreduce, and all-gather and reduce-scatter on one node of at most ``nvls_max_arity`` GPUs
+    (every GPU a head) from ``nvls_ag_rs_since`` on (``nvls_allgather_reduce_scatter`` in nccl.yaml)."""
+    ag_rs = nnodes == 1 and nranks <= consts.nvls_max_arity and not opts.before(consts.nvls_ag_rs_since)
     return frozenset({"allreduce", "allgather", "reduce_scatter"} if ag_rs else {"allreduce"})
 
 

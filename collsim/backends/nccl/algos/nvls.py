@@ -75,7 +75,8 @@ def _nvls_bw_before(m: ModelInputs, tree: bool) -> float:
 def _nvls_roles(ctx: SimContext, gpu: str, switch: str, fanout: int, head: bool = True) -> dict[str, Role]:
     """A GPU's two NVLS roles: ``rs`` sends its slice up to the switch and gets 1/fanout of the sum back; ``ag``
     sends 1/fanout up and gets the whole slice multicast back; both at NCCL's NVLS efficiency on the NVLinks. A GPU
-    that is no head (NVLSTree with fewer NICs than GPUs) gets no share back and multicasts none."""
+    that is no head (NVLSTree with fewer NICs than GPUs; one node of more GPUs than NCCL_MAX_NVLS_ARITY) gets no
+    share back and multicasts none."""
     consts = ctx.consts
     eff = consts.nvls_efficiency[ctx.plan.arch]
     up = link_uses(ctx.topo.route(gpu, switch, kinds=("nvlink",)))
@@ -158,8 +159,10 @@ def _after_all(board: EventBoard, me: Entity, peers: Sequence[Entity], key: str,
 
 
 class NVLS(NcclAlgorithm):
-    """NVLS on one node: per slice, every GPU sends it to the switch and receives 1/n of the sum (reduce-scatter),
-    then sends 1/n and receives the whole slice (multicast), on NCCL's NVLS channels (16 on sm90)."""
+    """NVLS on one node: per slice, every GPU sends it to the switch and each of NCCL's nHeads heads receives
+    1/nHeads of the sum (reduce-scatter), then sends it back up and every GPU receives the whole slice (multicast),
+    on NCCL's NVLS channels (16 on sm90). Every GPU is a head up to NCCL_MAX_NVLS_ARITY (32) GPUs; a larger node
+    (GB200 NVL72) has 32 heads (:func:`~collsim.backends.nccl.plan.nvls_head_count`)."""
 
     name = "NVLS"
     #: NVLS runs on one node, NVLSTree across nodes
@@ -253,12 +256,18 @@ class NVLS(NcclAlgorithm):
         shares: list[float] | None = None
         if ctx.opts.before(consts.nvls_split_since):
             assert consts.chunk_rules is not None
-            heads = plan.ppn  # every GPU of the node is an NVLS head
+            heads = plan.nvls_nheads
             start = nvls_chunk_start(consts, ctx.opts, self.name)[0]  # before 2.20: the Simple step, at most 128 KiB
             chunk = nvls_chunk(consts.chunk_rules, self.name, ctx.nbytes, ctx.nc * heads, start)
             shares = interleaved_channel_bytes(ctx.nbytes, ctx.nc, heads * chunk)
-        # a GPU's roles are the same on every channel: built once per GPU, copied per channel
-        roles = {g: _nvls_roles(ctx, g, plan.nvswitch, ctx.n) | _copy_roles(ctx, g, False) for g in plan.ranks}
+        # a GPU's roles are the same on every channel: built once per GPU, copied per channel. NCCL's heads are the
+        # node's first nHeads GPUs (plan.nvls_head_count: every GPU up to NCCL_MAX_NVLS_ARITY); the others only
+        # contribute to the switch's sums and receive the multicast
+        k = plan.nvls_nheads
+        roles = {
+            g: _nvls_roles(ctx, g, plan.nvswitch, k, head=i < k) | _copy_roles(ctx, g, False)
+            for i, g in enumerate(plan.ranks)
+        }
         for c in range(ctx.nc):
             for g in plan.ranks:
                 out.roles[(c, g)] = dict(roles[g])
@@ -384,7 +393,7 @@ class NVLSTree(NVLS):
             by_index.setdefault(d.index, []).append(g)
             by_node.setdefault(d.node, []).append(g)
         switch = {node: topo.devices("nvswitch", node)[0].name for node in by_node}
-        heads = {node: nvls_heads(topo, node) for node in by_node}  # head GPU -> its NIC
+        heads = {node: nvls_heads(topo, node, ctx.consts.nvls_max_arity) for node in by_node}  # head GPU -> NIC
         nic = {g: n for h in heads.values() for g, n in h.items()}
         # the GPUs a multicast waits for: the node's heads where some GPUs are none (every GPU otherwise: empty)
         wait_for = {
@@ -393,8 +402,8 @@ class NVLSTree(NVLS):
         # a GPU's roles depend on the channel only through its tree (NCCL's tree 0 or its mirror, tree 1): built
         # twice per GPU, not once per channel (the hops go through the GPU's own NIC whatever the channel)
         built: dict[tuple[str, bool], dict[str, Role]] = {}
-        # a network message is one head's chunk (a simulated step is every GPU's, ppn x chunk: step_chunking)
-        message = ctx.net_message_bytes(share=1.0 / max(1, plan.ppn))
+        # a network message is one head's chunk (a simulated step is every head's, nHeads x chunk: step_chunking)
+        message = ctx.net_message_bytes(share=1.0 / plan.nvls_nheads)
         for c in range(ctx.nc):
             mirror = c % 2 == 1
             for g in plan.ranks:
