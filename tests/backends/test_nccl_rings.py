@@ -133,3 +133,25 @@ def test_mesh_chains_fall_back_when_links_are_exhausted() -> None:
     chains = mesh_chains(topo, 0, mesh, [None] * 14)
     assert chains[12:] == chains[:2]
     assert load_topology("h100-pcie-nvlink-pair") and nvlink_mesh(load_topology("h100-pcie-nvlink-pair"), 0) is None
+
+
+def test_more_nics_than_gpus_per_switch_spread_the_rings_over_nics_and_pcie_links() -> None:
+    """OCI's BM.GPU.H100.8: 4 PCIe switches of 2 GPUs and 4 NICs of 200 Gb/s. NCCL's network ring search takes a
+    channel per NIC, charging its bandwidth to the NIC -> GPU and GPU -> NIC PCIe paths, and connect.cc copies the
+    channels once: 32 channels, 2 per NIC, every GPU entering and leaving 4 of them. So a ring reaches the NICs' rate
+    (16 x 200 Gb/s per direction) where one GPU's link carrying most of a switch's channels would halve it."""
+    sim = _sim("oci-bm-gpu-h100-8", nodes=4)
+    plan, topo = sim.nccl_plan, sim.topology
+    assert plan.channels == 32
+    nics = collections.Counter(plan.nic_for(topo, 0, c) for c in range(plan.channels))
+    assert sorted(nics.values()) == [2] * 16
+    node0 = [[g for g in ring if g.startswith("n0/")] for ring in plan.rings]
+    assert collections.Counter(r[0] for r in node0) == {f"n0/gpu{i}": 4 for i in range(8)}
+    assert collections.Counter(r[-1] for r in node0) == {f"n0/gpu{i}": 4 for i in range(8)}
+    for c, r in enumerate(node0):  # in and out at GPUs behind the channel's NIC's own switch
+        nic = plan.nic_for(topo, 0, c)
+        assert {topo.path_class(r[0], nic), topo.path_class(r[-1], nic)} == {"PIX"}
+    t = sim.simulate_one("nccl", 1 << 30, choice=("Ring", "Simple")).time_s
+    n = len(plan.ranks)
+    busbw = (1 << 30) / t * 2 * (n - 1) / n
+    assert 0.97 * 16 * plan.nic_bw < busbw <= 16 * plan.nic_bw, busbw

@@ -200,7 +200,9 @@ def node_chain(topo: Topology, node: int, nic: str | None, channel: int = 0) -> 
     """GPUs of ``node`` in ring order: enter at the GPU nearest the channel's NIC, leave at another near it.
 
     Among equally near GPUs the one whose index matches the NIC's enters, so that channels on NICs sharing a PCIe
-    switch enter and leave through different GPUs and spread over their PCIe links. The GPUs between follow in
+    switch enter and leave through different GPUs and spread over their PCIe links; where a switch holds more NICs
+    than GPUs (OCI's 4 and 2) its GPUs take turns by the NIC's slot, as NCCL's search, which charges each channel's
+    bandwidth to the GPU-NIC paths, spreads them. The GPUs between follow in
     index order from the entry. On a node whose GPUs are joined by direct NVLinks without an NVSwitch
     (:func:`nvlink_mesh`, e.g. the DGX-1's hybrid cube-mesh) the order follows NVLinks instead, as NCCL's ring
     search does: channel ``channel``'s ring of :func:`mesh_chains` (channels before it on the same node having taken
@@ -219,8 +221,14 @@ def node_chain(topo: Topology, node: int, nic: str | None, channel: int = 0) -> 
     nic_index = topo.device(nic).index
     ngpu = len(gpus)
     ranked = sorted(gpus, key=gpu_nearness(topo, nic, ngpu))
-    entry = ranked[0]
-    exit_ = ranked[1]
+    entry, exit_ = ranked[0], ranked[1]
+    near = _nearest_gpus(topo, nic, gpus)
+    if len(near) > 1 and len(_sharing_nics(topo, node, near)) > len(near):
+        # more NICs than GPUs behind one switch (OCI's 4 NICs and 2 GPUs): NCCL's ring search charges each channel's
+        # bandwidth to the NIC -> GPU and GPU -> NIC PCIe paths (search.cc ncclTopoFollowPath), so the GPUs take
+        # turns entering and leaving the NICs' channels rather than one GPU's link carrying most of them
+        turn = int(topo.device(nic).spec.get("template_index", nic_index))
+        entry, exit_ = near[turn % len(near)], near[(turn + 1) % len(near)]
     i = gpus.index(entry)
     rest = [g for g in gpus[i + 1 :] + gpus[:i] if g != exit_]
     if all(topo.path_class(entry, g) == "NVL" for g in rest):
@@ -230,6 +238,19 @@ def node_chain(topo: Topology, node: int, nic: str | None, channel: int = 0) -> 
         e = topo.device(entry).index ^ flip
         rest.sort(key=lambda g: ((topo.device(g).index ^ flip) - e) % ngpu)
     return [entry, *rest, exit_]
+
+
+def _nearest_gpus(topo: Topology, nic: str, gpus: Sequence[str]) -> list[str]:
+    """The GPUs of ``gpus`` on ``nic``'s best path class (PIX behind its PCIe switch), in index order."""
+    rank = {g: path_class_rank(topo.path_class(g, nic)) for g in gpus}
+    best = min(rank.values())
+    return sorted((g for g in gpus if rank[g] == best), key=lambda g: topo.device(g).index)
+
+
+def _sharing_nics(topo: Topology, node: int, near: Sequence[str]) -> list[str]:
+    """The NICs of ``node`` whose nearest GPUs are ``near``."""
+    gpus = [d.name for d in topo.devices("gpu", node)]
+    return [n.name for n in topo.devices("nic", node) if _nearest_gpus(topo, n.name, gpus) == list(near)]
 
 
 #: Partial rings the NVLink ring search may extend per attempt before it gives up (NCCL's search is bounded by a
@@ -718,12 +739,25 @@ def _intra_node(
     return _IntraNode(nch, cap, probe.hw, min(channel_bw, probe.max_rate), notes)
 
 
-def _channel_count(nch: int, nics_used: int, nnodes: int, opts: NcclOptions, consts: NcclConstants) -> int:
-    """At most 2 channels per NIC across nodes, then MAXCHANNELS, NCCL_MAX_NCHANNELS and NCCL_MAX_CTAS, then
-    NCCL_MIN_NCHANNELS and NCCL_MIN_CTAS (connect.cc: nChannels = min(ncclMaxNchannels(), nChannels, maxCTAs), the
-    rings copied up to max(ncclMinNchannels(), minCTAs))."""
+def _channel_count(
+    nch: int, nics_used: int, nnodes: int, opts: NcclOptions, consts: NcclConstants, switched: bool = False
+) -> int:
+    """Across nodes 2 channels per NIC: NCCL's ring is its network search's, a channel per NIC at the NIC's speed,
+    copied once (connect.cc "Duplication should be complete now": nChannels * 2). Behind an NVSwitch (``switched``)
+    the GPUs' NVLinks carry every such channel, so it is 2 per NIC whatever one node alone runs (OCI's 16 NICs: 32,
+    where one node runs 24); elsewhere the node's own channels ``nch`` bound it too. Then MAXCHANNELS,
+    NCCL_MAX_NCHANNELS and NCCL_MAX_CTAS, then NCCL_MIN_NCHANNELS and NCCL_MIN_CTAS (connect.cc: nChannels =
+    min(ncclMaxNchannels(), nChannels, maxCTAs), the rings copied up to max(ncclMinNchannels(), minCTAs)).
+
+    >>> from types import SimpleNamespace
+    >>> consts = SimpleNamespace(max_channels=32)
+    >>> [_channel_count(24, n, 2, NcclOptions(), consts, True) for n in (4, 8, 16)]  # type: ignore[arg-type]
+    [8, 16, 32]
+    >>> _channel_count(4, 8, 2, NcclOptions(), consts)  # type: ignore[arg-type]
+    4
+    """
     if nnodes > 1:
-        nch = min(nch, 2 * nics_used)
+        nch = 2 * nics_used if switched else min(nch, 2 * nics_used)
     nch = min(nch, consts.max_channels)
     min_ctas, max_ctas = opts.cta_bounds(consts.max_channels)
     if opts.max_channels is not None:
@@ -845,7 +879,8 @@ def plan_nccl(
         nics_used = len(topo.nic_slots(0))  # with a NIC down, the healthy count: its channels moved, not dropped
         if not nics_used:
             raise BackendError("several nodes but node 0 has no NIC")
-    nch = _channel_count(intra.channels, nics_used, nnodes, opts, consts)
+    switched = bool(topo.devices("nvswitch", 0))
+    nch = _channel_count(intra.channels, nics_used, nnodes, opts, consts, switched)
     rings, hops = _rings(topo, cat, nch, nnodes, opts, consts, fabric)
     notes = list(intra.notes)
     bus_bw = min(intra.capacity, nch * intra.channel_bw)
