@@ -154,3 +154,48 @@ def test_pxn_relays_through_the_nics_own_gpu_and_alltoall_reaches_the_nics() -> 
 
     assert 80 < busbw(2) < 96
     assert 45 < busbw(16) < 52
+
+
+@pytest.mark.parametrize(
+    ("node", "nics"),
+    [
+        ("hgx-h100", {0: [0], 1: [1], 5: [5]}),  # a NIC per GPU: its own, on every channel
+        ("oci-bm-gpu-h100-8", {0: [0, 1], 1: [2, 3], 2: [4, 5], 7: [14, 15]}),  # 4 NICs, 2 GPUs a switch: 2 each
+        ("gcp-a3-high", {0: [0], 1: [0], 2: [1], 7: [3]}),  # a NIC for 2 GPUs: both use it
+    ],
+)
+def test_a_network_peer_is_reached_through_its_gpus_own_nics(node: str, nics: dict[int, list[int]]) -> None:
+    """ncclTopoGetLocalNet: a GPU's point-to-point NICs are those on its best path class, shared out among the GPUs
+    that share them (ceil(NICs / GPUs) each), the channel picking among its own; a send to another node goes through
+    the receiving GPU's (search.cc ncclTopoGetNetDev; the sender reaches the same slot by PXN). Before, the slot was
+    the peer's GPU index, which on OCI put GPUs 4-7's traffic on NICs 4-7, across the CPUs, and on A3 High on
+    another switch's NIC."""
+    from collsim.backends.nccl.plan import p2p_net_slot
+    from collsim.topology import load_topology
+
+    topo = load_topology(node)
+    got = {g: sorted({p2p_net_slot(topo, f"n0/gpu{g}", c) for c in range(4)}) for g in nics}
+    assert got == nics
+
+
+def test_alltoall_across_oci_nodes_reaches_its_sixteen_nics() -> None:
+    """16 x 200 Gb/s is 8 x 400 Gb/s per node: a 2-node all-to-all moves as much as on HGX H100's 8 NDR NICs, and
+    every NIC carries the same share (before: 10 GB/s busbw, staged through host memory across the CPUs)."""
+
+    def run(node: str) -> tuple[float, list[float]]:
+        sim = _sim("2node-h100-ib", f"cluster.node={node}", "workload.collective=alltoall")
+        out = sim.simulate_one("nccl", GiB, record=True, symmetry=False)
+        per_nic: dict[str, float] = {}
+        for r in out.records:
+            for key, c in zip(r.keys, r.coefficients, strict=True):
+                if isinstance(key, tuple) and key[0] == "link" and key[1].startswith("n0/nic") and key[2].startswith(
+                    "fabric/"
+                ):
+                    per_nic[key[1]] = per_nic.get(key[1], 0.0) + r.size * c
+        busbw = GiB / out.time_s * (out.nranks - 1) / out.nranks / 1e9
+        return busbw, sorted(per_nic.values())
+
+    oci, loads = run("oci-bm-gpu-h100-8")
+    hgx, _ = run("hgx-h100")
+    assert len(loads) == 16 and loads[-1] == pytest.approx(loads[0], rel=1e-9)
+    assert oci == pytest.approx(hgx, rel=0.02)

@@ -121,6 +121,36 @@ def channel_nic(topo: Topology, node: int, channel: int, nnodes: int) -> str | N
     return nics[channel % len(nics)]
 
 
+def p2p_net_slot(topo: Topology, gpu: str, channel: int) -> int:
+    """The NIC slot (:meth:`~collsim.topology.Topology.nic_slots`) NCCL's point-to-point uses for ``gpu`` on
+    ``channel`` across nodes (ncclTopoGetLocalNet, src/graph/topo.cc lines 2039-2075, v2.30.7-1): the NICs on the
+    GPU's best path class, shared by the GPUs on the first one's best class, each GPU taking ceil(NICs / GPUs) of
+    them from its device index modulo those GPUs (bit-mirrored when the NICs are a power of two), the channel picking
+    among its own. A send to a GPU on another node goes through the slot of that GPU's index on both nodes (the
+    receiver's own, the sender's through the GPU of that index by PXN: search.cc ``ncclTopoGetNetDev``). 2.21 took
+    the device index itself rather than modulo the GPUs; the NICs a GPU gets differ, their spread does not.
+
+    >>> from collsim.topology import load_topology
+    >>> [p2p_net_slot(load_topology("hgx-h100"), f"n0/gpu{g}", 0) for g in range(8)]  # a NIC per GPU: its own
+    [0, 1, 2, 3, 4, 5, 6, 7]
+    >>> oci = load_topology("oci-bm-gpu-h100-8")  # 4 NICs and 2 GPUs per switch: 2 NICs each
+    >>> [[p2p_net_slot(oci, f"n0/gpu{g}", c) for c in (0, 1)] for g in range(4)]
+    [[0, 1], [2, 3], [4, 5], [6, 7]]
+    """
+    node = topo.device(gpu).node
+    slots = topo.nic_slots(node)
+    rank = [path_class_rank(topo.path_class(gpu, n)) for n in slots]
+    local = [i for i, r in enumerate(rank) if r == min(rank)]
+    gpus = [d.name for d in topo.devices("gpu", node)]
+    sharing = len(_nearest_gpus(topo, slots[local[0]], gpus))
+    per_gpu = -(-len(local) // sharing)
+    net = topo.device(gpu).index % sharing
+    count = len(local)
+    if count & (count - 1) == 0:  # isPow2: mirrorBits over log2(count) bits
+        net = reverse_bits(net & (count - 1), count.bit_length() - 1)
+    return local[(net + channel % per_gpu) % count]
+
+
 def nvls_head_nics(topo: Topology, node: int) -> dict[str, str]:
     """The NIC each GPU of ``node`` sends NVLSTree's inter-node hops through: its own, as NCCL's NVLS search pairs
     NICs with heads (search.cc, ``ncclTopoSearchRecNet``: a NIC's head is its local GPU, one NIC per head GPU).

@@ -13,7 +13,7 @@ from collsim.backends.nccl import base
 from collsim.backends.nccl.base import Entity, Launcher, Layout, ModelInputs, NcclAlgorithm, Proc, SimContext
 from collsim.backends.nccl.constants import NcclConstants
 from collsim.backends.nccl.p2p_sched import P2pOp, p2p_op, p2p_rounds, round_base
-from collsim.backends.nccl.plan import NcclPlan
+from collsim.backends.nccl.plan import NcclPlan, p2p_net_slot
 from collsim.nccl_env import NcclOptions
 from collsim.vocab import P2P_COLLECTIVES
 
@@ -114,7 +114,8 @@ class P2P(NcclAlgorithm):
         plan, ranks = ctx.plan, ctx.plan.ranks
         local_rate = channel_rate(plan, ctx.consts, ctx.opts, network=False)
         net_rate = channel_rate(plan, ctx.consts, ctx.opts, network=True)
-        ppn = max(1, plan.ppn)
+        node = {g: ctx.topo.device(g).node for g in ranks}
+        slots = {n: ctx.topo.nic_slots(n) for n in set(node.values())} if plan.nnodes > 1 else {}
         assert ctx.consts.p2p is not None, "constants without NCCL's point-to-point numbers"
         per_batch = ctx.consts.p2p.works_per_batch
         for i, g in enumerate(ranks):
@@ -126,9 +127,14 @@ class P2P(NcclAlgorithm):
                 h = ranks[s.peer]
                 sizes = s.part_sizes()
                 for k, ch in enumerate(chans):
-                    # across nodes the send leaves through the NIC on the peer's rail (PXN: the GPU next to it
-                    # takes the bytes over NVLink), inside a node the channel's path
-                    hop = ctx.hop(g, h, s.peer % ppn if s.network else ch % max(1, plan.channels))
+                    # across nodes the send leaves through the NIC NCCL gives the peer's GPU index on this channel,
+                    # on both nodes (p2p_net_slot; PXN: the sender's GPU of that index takes the bytes over NVLink),
+                    # inside a node the channel's path
+                    if s.network:
+                        slot = p2p_net_slot(ctx.topo, h, ch)
+                        hop = ctx.hop_via(g, h, slots[node[g]][slot], slots[node[h]][slot])
+                    else:
+                        hop = ctx.hop(g, h, ch % max(1, plan.channels))
                     name = f"to{s.peer}p{k}"
                     rate = net_rate if s.network else local_rate
                     # a network message is a chunk of the part (net.cc: a send per step): the part's mean
