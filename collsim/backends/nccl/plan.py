@@ -121,34 +121,46 @@ def channel_nic(topo: Topology, node: int, channel: int, nnodes: int) -> str | N
     return nics[channel % len(nics)]
 
 
-def p2p_net_slot(topo: Topology, gpu: str, channel: int) -> int:
-    """The NIC slot (:meth:`~collsim.topology.Topology.nic_slots`) NCCL's point-to-point uses for ``gpu`` on
-    ``channel`` across nodes (ncclTopoGetLocalNet, src/graph/topo.cc lines 2039-2075, v2.30.7-1): the NICs on the
-    GPU's best path class, shared by the GPUs on the first one's best class, each GPU taking ceil(NICs / GPUs) of
-    them from its device index modulo those GPUs (bit-mirrored when the NICs are a power of two), the channel picking
-    among its own. A send to a GPU on another node goes through the slot of that GPU's index on both nodes (the
-    receiver's own, the sender's through the GPU of that index by PXN: search.cc ``ncclTopoGetNetDev``). 2.21 took
-    the device index itself rather than modulo the GPUs; the NICs a GPU gets differ, their spread does not.
+def local_net_index(topo: Topology, gpu: str, channel: int, nics: Sequence[str]) -> int | None:
+    """Which of ``nics`` (a node's, by slot) NCCL's ncclTopoGetLocalNetType gives ``gpu`` on ``channel`` (topo.cc
+    lines 2039-2075, v2.30.7-1): the NICs on the GPU's best path class, shared by the GPUs on the first one's best
+    class, each GPU taking ceil(NICs / GPUs) of them from its device index modulo those GPUs (bit-mirrored when the
+    NICs are a power of two), the channel picking among its own; None without a NIC. 2.21 took the device index
+    itself rather than modulo the GPUs: the NICs a GPU gets differ, their spread does not.
 
     >>> from collsim.topology import load_topology
-    >>> [p2p_net_slot(load_topology("hgx-h100"), f"n0/gpu{g}", 0) for g in range(8)]  # a NIC per GPU: its own
+    >>> hgx = load_topology("hgx-h100")  # a NIC per GPU: its own
+    >>> [local_net_index(hgx, f"n0/gpu{g}", 0, hgx.nic_slots(0)) for g in range(8)]
     [0, 1, 2, 3, 4, 5, 6, 7]
     >>> oci = load_topology("oci-bm-gpu-h100-8")  # 4 NICs and 2 GPUs per switch: 2 NICs each
-    >>> [[p2p_net_slot(oci, f"n0/gpu{g}", c) for c in (0, 1)] for g in range(4)]
+    >>> [[local_net_index(oci, f"n0/gpu{g}", c, oci.nic_slots(0)) for c in (0, 1)] for g in range(4)]
     [[0, 1], [2, 3], [4, 5], [6, 7]]
     """
+    index: dict[str, int] = {}
+    for i, n in enumerate(nics):  # a NIC standing in for one taken down counts at its own (first) slot
+        index.setdefault(n, i)
+    nets = _closest(topo, gpu, list(index))
+    if not nets:
+        return None
     node = topo.device(gpu).node
-    slots = topo.nic_slots(node)
-    rank = [path_class_rank(topo.path_class(gpu, n)) for n in slots]
-    local = [i for i, r in enumerate(rank) if r == min(rank)]
-    gpus = [d.name for d in topo.devices("gpu", node)]
-    sharing = len(_nearest_gpus(topo, slots[local[0]], gpus))
-    per_gpu = -(-len(local) // sharing)
+    sharing = len(_closest(topo, nets[0], [d.name for d in topo.gpus() if d.node == node])) or 1
+    per_gpu = -(-len(nets) // sharing)
     net = topo.device(gpu).index % sharing
-    count = len(local)
+    count = len(nets)
     if count & (count - 1) == 0:  # isPow2: mirrorBits over log2(count) bits
         net = reverse_bits(net & (count - 1), count.bit_length() - 1)
-    return local[(net + channel % per_gpu) % count]
+    return index[nets[(net + channel % per_gpu) % count]]
+
+
+def p2p_net_slot(topo: Topology, gpu: str, channel: int) -> int:
+    """The NIC slot (:meth:`~collsim.topology.Topology.nic_slots`) NCCL's point-to-point uses for ``gpu`` on
+    ``channel`` across nodes (:func:`local_net_index`). A send to a GPU on another node goes through the slot of
+    that GPU's index on both nodes (the receiver's own, the sender's through the GPU of that index by PXN: search.cc
+    ``ncclTopoGetNetDev``)."""
+    slot = local_net_index(topo, gpu, channel, topo.nic_slots(topo.device(gpu).node))
+    if slot is None:
+        raise BackendError(f"{gpu} has no NIC on its node for a send to another node")
+    return slot
 
 
 def nvls_head_nics(topo: Topology, node: int) -> dict[str, str]:
@@ -252,7 +264,7 @@ def node_chain(topo: Topology, node: int, nic: str | None, channel: int = 0) -> 
     ngpu = len(gpus)
     ranked = sorted(gpus, key=gpu_nearness(topo, nic, ngpu))
     entry, exit_ = ranked[0], ranked[1]
-    near = _nearest_gpus(topo, nic, gpus)
+    near = _closest(topo, nic, gpus)
     if len(near) > 1 and len(_sharing_nics(topo, node, near)) > len(near):
         # more NICs than GPUs behind one switch (OCI's 4 NICs and 2 GPUs): NCCL's ring search charges each channel's
         # bandwidth to the NIC -> GPU and GPU -> NIC PCIe paths (search.cc ncclTopoFollowPath), so the GPUs take
@@ -270,17 +282,10 @@ def node_chain(topo: Topology, node: int, nic: str | None, channel: int = 0) -> 
     return [entry, *rest, exit_]
 
 
-def _nearest_gpus(topo: Topology, nic: str, gpus: Sequence[str]) -> list[str]:
-    """The GPUs of ``gpus`` on ``nic``'s best path class (PIX behind its PCIe switch), in index order."""
-    rank = {g: path_class_rank(topo.path_class(g, nic)) for g in gpus}
-    best = min(rank.values())
-    return sorted((g for g in gpus if rank[g] == best), key=lambda g: topo.device(g).index)
-
-
 def _sharing_nics(topo: Topology, node: int, near: Sequence[str]) -> list[str]:
-    """The NICs of ``node`` whose nearest GPUs are ``near``."""
+    """The NICs of ``node`` whose closest GPUs are ``near``."""
     gpus = [d.name for d in topo.devices("gpu", node)]
-    return [n.name for n in topo.devices("nic", node) if _nearest_gpus(topo, n.name, gpus) == list(near)]
+    return [n.name for n in topo.devices("nic", node) if _closest(topo, n.name, gpus) == list(near)]
 
 
 #: Partial rings the NVLink ring search may extend per attempt before it gives up (NCCL's search is bounded by a
@@ -527,16 +532,8 @@ def _nic_local_gpu(topo: Topology, nic: str) -> str | None:
     local_gpus = _closest(topo, nic, gpus)
     for channel in range(max(1, len(nics))):
         for g in local_gpus:
-            nets = _closest(topo, g, nics)
-            if not nets:
-                continue
-            sharing = len(_closest(topo, nets[0], gpus)) or 1
-            per_gpu = -(-len(nets) // sharing)
-            net = topo.device(g).index % sharing
-            if len(nets) & (len(nets) - 1) == 0:  # mirrorBits over log2(count) bits
-                net = reverse_bits(net, len(nets).bit_length() - 1)
-            net += channel % per_gpu
-            if nets[net % len(nets)] == nic:
+            k = local_net_index(topo, g, channel, nics)
+            if k is not None and nics[k] == nic:
                 return g
     return None
 
