@@ -215,7 +215,8 @@ KNOWN_NCCL_ENV: dict[str, str] = {
     "NCCL_NSOCKS_PERTHREAD": "Sockets per helper thread for the socket transport (integer).",
     "NCCL_CROSS_NIC": "0/1/2: whether rings/trees may use different NICs on different nodes; collsim keeps each "
     "channel on one rail on every node, as 0 asks and the default 2 finds on rail-optimised fabrics (1 is not "
-    "modelled: a warning).",
+    "modelled: a warning). A point-to-point send PXN cannot relay leaves through the sender's own NIC (another "
+    "rail) unless it is 0.",
     "NCCL_COLLNET_ENABLE": "1 enables CollNet (in-network reduction, e.g. SHARP; needs a fabric with "
     "in_network_reduction); NCCL's default 0 leaves it off.",
     "NCCL_NVLS_CHUNKSIZE": "NVLS and NVLSTree chunk in bytes (integer, default 131072; 0: the default).",
@@ -628,6 +629,8 @@ class NcclOptions:
     ib_disable: bool = False
     gdr_level: str | None = None
     pxn_disable: bool = False
+    #: NCCL_CROSS_NIC (default 2): 0 keeps a point-to-point send on the receiving GPU's rail even without PXN
+    cross_nic: int = 2
     min_channels: int | None = None
     max_channels: int | None = None
     min_ctas: int | None = None
@@ -745,6 +748,7 @@ class NcclOptions:
             ib_disable=bool(as_int("NCCL_IB_DISABLE")),
             gdr_level=parsed("NCCL_NET_GDR_LEVEL", parse_level),
             pxn_disable=bool(as_int("NCCL_PXN_DISABLE")),
+            cross_nic=2 if (cross := as_int("NCCL_CROSS_NIC")) is None else cross,
             min_channels=as_int("NCCL_MIN_NCHANNELS"),
             max_channels=as_int("NCCL_MAX_NCHANNELS"),
             min_ctas=positive("NCCL_MIN_CTAS"),

@@ -381,14 +381,23 @@ def test_p2p_level_and_buffsize() -> None:
     assert tiny.simulate_one("nccl", 64 * MiB, choice=forced).time_s > 1.3 * half
 
 
-def test_pxn_lets_far_gpus_use_gpudirect_through_an_nvlink_peer() -> None:
-    # all-to-all sends from every GPU through every rail: a GPU far from a rail's NIC hands its data over NVLink to
-    # the GPU next to that NIC (PXN); with NCCL_PXN_DISABLE=1 it must stage through host memory instead
-    on = Simulator.from_source("2node-h100-ib")
-    off = Simulator.from_source("2node-h100-ib", ["backends.nccl.env.NCCL_PXN_DISABLE=1"])
-    t_on = on.simulate_one("nccl", 256 * MiB, collective="alltoall").time_s
-    t_off = off.simulate_one("nccl", 256 * MiB, collective="alltoall").time_s
-    assert t_off > 1.2 * t_on
+def test_pxn_keeps_alltoall_on_its_rails() -> None:
+    # all-to-all sends across nodes arrive through the receiving GPU's NIC; with PXN (NCCL's default) the sender
+    # hands its bytes over NVLink to the GPU next to the NIC of that rail on its node, so no byte crosses rails;
+    # with NCCL_PXN_DISABLE=1 it sends from its own NIC (NCCL_CROSS_NIC's default 2 lets the rails differ: search.cc
+    # ncclTopoGetNetDev) and the bytes cross rails through the spine, which costs nothing on a full-bisection fabric
+    # and does on an oversubscribed one; with NCCL_CROSS_NIC=0 as well it must reach the far NIC itself, through
+    # host memory
+    def alltoall(*env: str) -> float:
+        sim = Simulator.from_source("2node-h100-ib", list(env))
+        return sim.simulate_one("nccl", 256 * MiB, collective="alltoall").time_s
+
+    off, thin = "backends.nccl.env.NCCL_PXN_DISABLE=1", "cluster.fabric.oversubscription=2"
+    on = alltoall()
+    assert alltoall(off) == pytest.approx(on, rel=1e-9)
+    assert alltoall(thin) == pytest.approx(on, rel=1e-9)
+    assert alltoall(off, thin) > 1.2 * on
+    assert alltoall(off, "backends.nccl.env.NCCL_CROSS_NIC=0") > 2 * on
 
 
 @pytest.mark.parametrize(("scenario", "agree"), [("dgx-a100", 30), ("hgx-h100", 30), ("2node-h100-ib", 25),

@@ -153,14 +153,44 @@ def local_net_index(topo: Topology, gpu: str, channel: int, nics: Sequence[str])
 
 
 def p2p_net_slot(topo: Topology, gpu: str, channel: int) -> int:
-    """The NIC slot (:meth:`~collsim.topology.Topology.nic_slots`) NCCL's point-to-point uses for ``gpu`` on
-    ``channel`` across nodes (:func:`local_net_index`). A send to a GPU on another node goes through the slot of
-    that GPU's index on both nodes (the receiver's own, the sender's through the GPU of that index by PXN: search.cc
-    ``ncclTopoGetNetDev``)."""
+    """The NIC slot (:meth:`~collsim.topology.Topology.nic_slots`) NCCL's point-to-point gives ``gpu`` on
+    ``channel`` across nodes (:func:`local_net_index`)."""
     slot = local_net_index(topo, gpu, channel, topo.nic_slots(topo.device(gpu).node))
     if slot is None:
         raise BackendError(f"{gpu} has no NIC on its node for a send to another node")
     return slot
+
+
+def p2p_send_slots(
+    topo: Topology, a: str, b: str, channel: int, opts: NcclOptions, consts: NcclConstants
+) -> tuple[int, int]:
+    """The NIC slots a point-to-point send from ``a`` to ``b`` on another node leaves and arrives through (search.cc
+    ``ncclTopoGetNetDev`` without a graph, v2.30.7-1 lines 1400-1475): the receiver its own (:func:`p2p_net_slot`;
+    its receive connection asks for itself), the sender the slot its GPU of the receiver's index would use (the
+    receiver's rail) where NCCL_CROSS_NIC=0 asks for it or PXN reaches it (NCCL_P2P_PXN_LEVEL's default 2: the NIC's
+    local GPU is the sender or a GPU it reaches over NVLink, within PXB of the NIC and able to do GPUDirect,
+    :func:`_pxn_proxy`), else its own (NCCL_CROSS_NIC's default 2 lets the two rails differ).
+
+    >>> from types import SimpleNamespace
+    >>> from collsim.topology import load_topology
+    >>> two = load_topology("dgx1-v100", nodes=2, fabric={"topology": "rail_optimized"})
+    >>> consts = SimpleNamespace(default_gdr_level="PXB")
+    >>> p2p_send_slots(two, "n0/gpu0", "n1/gpu1", 0, NcclOptions(), consts)  # type: ignore[arg-type]
+    (0, 0)
+    >>> p2p_send_slots(two, "n0/gpu3", "n1/gpu6", 0, NcclOptions(), consts)  # type: ignore[arg-type]
+    (1, 3)
+    >>> p2p_send_slots(two, "n0/gpu3", "n1/gpu6", 0, NcclOptions(cross_nic=0), consts)  # type: ignore[arg-type]
+    (3, 3)
+    """
+    recv = p2p_net_slot(topo, b, channel)
+    node = topo.device(a).node
+    nic = topo.nic_slots(node)[recv]
+    if opts.cross_nic == 0 or nic in _closest(topo, a, topo.nic_slots(node)):
+        return recv, recv
+    gdr_level = opts.gdr_level or consts.default_gdr_level
+    if not opts.pxn_disable and _pxn_proxy(topo, a, nic, gdr_level) is not None:
+        return recv, recv
+    return p2p_net_slot(topo, a, channel), recv
 
 
 def nvls_head_nics(topo: Topology, node: int) -> dict[str, str]:

@@ -13,7 +13,7 @@ from collsim.backends.nccl import base
 from collsim.backends.nccl.base import Entity, Launcher, Layout, ModelInputs, NcclAlgorithm, Proc, SimContext
 from collsim.backends.nccl.constants import NcclConstants
 from collsim.backends.nccl.p2p_sched import P2pOp, p2p_op, p2p_rounds, round_base
-from collsim.backends.nccl.plan import NcclPlan, p2p_net_slot
+from collsim.backends.nccl.plan import NcclPlan, p2p_send_slots
 from collsim.nccl_env import NcclOptions
 from collsim.vocab import P2P_COLLECTIVES
 
@@ -127,12 +127,12 @@ class P2P(NcclAlgorithm):
                 h = ranks[s.peer]
                 sizes = s.part_sizes()
                 for k, ch in enumerate(chans):
-                    # across nodes the send leaves through the NIC NCCL gives the peer's GPU index on this channel,
-                    # on both nodes (p2p_net_slot; PXN: the sender's GPU of that index takes the bytes over NVLink),
+                    # across nodes the send arrives through the receiving GPU's NIC on this channel and leaves
+                    # through the same rail where PXN reaches it, else through the sender's own (p2p_send_slots);
                     # inside a node the channel's path
                     if s.network:
-                        slot = p2p_net_slot(ctx.topo, h, ch)
-                        hop = ctx.hop_via(g, h, slots[node[g]][slot], slots[node[h]][slot])
+                        sa, sb = p2p_send_slots(ctx.topo, g, h, ch, ctx.opts, ctx.consts)
+                        hop = ctx.hop_via(g, h, slots[node[g]][sa], slots[node[h]][sb])
                     else:
                         hop = ctx.hop(g, h, ch % max(1, plan.channels))
                     name = f"to{s.peer}p{k}"
