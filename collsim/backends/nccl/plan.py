@@ -581,13 +581,34 @@ def _intra_hop(
         p2p_level = "SYS"
     cls = topo.path_class(a, b)
     if not opts.p2p_disable and topo.p2p_supported(a, b) and path_class_rank(cls) <= path_class_rank(p2p_level):
-        nvl = topo.nvlink_route(a, b)
+        nvl = topo.nvlink_route(a, b) or (_nvb_route(topo, a, b) if cls == "NVB" else None)
         if nvl:
             return Hop(a, b, "P2P/NVLink", "NVLINK", link_uses(nvl), math.inf)
         return Hop(a, b, "P2P/PCIe", "PCI", link_uses(topo.pcie_route(a, b)), math.inf)
     if opts.shm_disable:
         raise BackendError(f"no transport between {a} and {b}: P2P unavailable and NCCL_SHM_DISABLE=1")
     return _shm_hop(topo, cat, a, b, consts, opts)
+
+
+def _nvb_route(topo: Topology, a: str, b: str) -> list[Any] | None:
+    """GPU ``a`` to GPU ``b`` over NVLink through an intermediate GPU (path class NVB, the DGX-1's GPUs two NVLinks
+    apart): NCCL's P2P/indirect transport puts the connection's buffer on that GPU, which ``a`` writes and ``b``
+    reads over their NVLinks (src/transport/p2p.cc P2P_INTERMEDIATE, the intermediate rank from
+    src/graph/paths.cc ncclTopoCheckP2p, v2.30.7-1). The intermediate is the GPU both reach over a direct NVLink with
+    the most links on the narrower side (NCCL's path search keeps the widest of the shortest), then the lowest index;
+    None when there is none."""
+    node = topo.device(a).node
+    best: tuple[int, int, list[Any]] | None = None
+    for d in topo.devices("gpu", node):
+        if d.name in (a, b):
+            continue
+        first, second = topo.nvlink_route(a, d.name), topo.nvlink_route(d.name, b)
+        if not first or not second:
+            continue
+        width = min(lk.count for lk in (*first, *second))
+        if best is None or width > best[0]:
+            best = (width, d.index, [*first, *second])
+    return best[2] if best is not None else None
 
 
 def _shm_hop(topo: Topology, cat: ResourceCatalog, a: str, b: str, consts: NcclConstants, opts: NcclOptions) -> Hop:
