@@ -169,3 +169,14 @@ def test_gpus_two_nvlinks_apart_talk_through_an_intermediate_gpu() -> None:
     assert kinds == {"nvlink"}
     busbw = (1 << 30) / out.time_s * 7 / 8 / 1e9
     assert busbw > 35, busbw
+
+
+@pytest.mark.parametrize(("nics", "channels"), [(1, 4), (2, 8), (4, 16), (8, 16)])
+def test_ring_channels_across_nodes_follow_nccls_network_search(nics: int, channels: int) -> None:
+    """A channel per NDR NIC at 48 GB/s (sm90SpeedArrayInter's first speed under the GPU-NIC path's 48); with 4 or
+    fewer, ncclTopoDupChannels doubles them (halving their speed) and connect.cc copies them once: 4 channels a
+    NIC; with 8 it leaves them (Hopper, below 50 GB/s, more than 4) and the copy gives 2 a NIC."""
+    sim = Simulator.from_source("2node-h100-ib", [f"cluster.fabric.nics_per_node={nics}"])
+    assert sim.nccl_plan.channels == channels
+    counts = collections.Counter(sim.nccl_plan.nic_for(sim.topology, 0, c) for c in range(channels))
+    assert sorted(counts.values()) == [channels // nics] * nics

@@ -354,6 +354,46 @@ class NvlsChunkHistory:
 
 
 @dataclass(frozen=True)
+class RingSearch:
+    """NCCL's network ring search and its copies (``ring_search`` in nccl.yaml): the speed ladders by the GPUs'
+    compute capability (GB/s, best first), and the rules that double the channels."""
+
+    #: (least compute capability x 10, its ladder), highest first
+    speeds: tuple[tuple[int, tuple[float, ...]], ...]
+    dup_min_bw: float
+    dup_skip: tuple[int, float, int]  # sm above, bandwidth below (GB/s), channels above
+    compute_copy: tuple[int, float, int, tuple[int, int]]  # sm at least, bandwidth above, channels below, any sm since
+
+    def channels(self, nics: int, best_bw: float, sm: int, version: tuple[int, ...] | None) -> int:
+        """NCCL's ring channels across nodes for ``nics`` NICs whose best GPU-NIC path carries ``best_bw`` GB/s.
+
+        A channel per NIC at the ladder's first speed at most ``best_bw``; ncclTopoDupChannels doubles them where
+        that speed is at least ``dup_min_bw`` (not on GPUs newer than sm80 below 50 GB/s with more than 4 channels);
+        connect.cc copies them once, and on sm90 and newer once more while the speed is above 45 GB/s and the
+        channels fewer than 16.
+
+        >>> rs = RingSearch(((100, (96.0, 48.0, 24.0)), (90, (48.0, 24.0)), (0, (48.0, 24.0, 12.0))), 25.0,
+        ...                 (80, 50.0, 4), (90, 45.0, 16, (2, 26)))
+        >>> [rs.channels(n, 50.0, 90, None) for n in (1, 2, 4, 8)]  # 400G NICs on Hopper
+        [4, 8, 16, 16]
+        >>> [rs.channels(8, bw, 80, None) for bw in (25.0, 12.5)], rs.channels(8, 100.0, 100, None)  # 200G, 100G; 800G
+        ([16, 16], 32)
+        """
+        ladder = next(sp for least, sp in self.speeds if sm >= least)
+        speed = next((v for v in ladder if v <= best_bw), ladder[-1])
+        search = max(1, nics)
+        skip_sm, skip_bw, skip_channels = self.dup_skip
+        if speed >= self.dup_min_bw and not (sm > skip_sm and speed < skip_bw and search > skip_channels):
+            search, speed = 2 * search, speed / 2
+        nch = 2 * search
+        least_sm, bw_above, below, any_since = self.compute_copy
+        newer = version is None or tuple(version[:2]) >= any_since
+        if (sm >= least_sm if newer else sm == least_sm) and speed > bw_above and nch < below:
+            nch *= 2
+        return nch
+
+
+@dataclass(frozen=True)
 class TunerChange:
     """What NCCL's tuner constants were before release ``until`` ((major, minor, patch)): the ``base_latency`` and
     ``hw_latency`` entries (seconds) and the per-architecture rows of :data:`TUNER_TABLES` (bytes/s, one per node
@@ -453,6 +493,8 @@ class NcclConstants:
     #: NCCL's NVLS tuning for Blackwell across nodes: the first release (major, minor, patch) and its rules in order
     nvls_sm100_since: tuple[int, int, int] = (2, 30, 3)
     nvls_sm100_rules: tuple[NvlsTuneRule, ...] = ()
+    #: NCCL's network ring search (speed ladders) and the rules that copy its channels
+    ring_search: RingSearch | None = None
     #: GPU generations NCCL learnt late: arch -> (the release (major, minor) that brought its rows, the arch whose
     #: rows NCCL read before)
     arch_since: Mapping[str, tuple[tuple[int, int], str]] = field(default_factory=dict)
@@ -719,6 +761,7 @@ class NcclConstants:
             tuner_formulas_before={k: ratio(v) for k, v in data["tuner_formulas_before"].items()},
             nvls_sm100_since=_release(data["nvls_sm100_tuning"]["since"]),
             nvls_sm100_rules=tuple(_nvls_rule(r) for r in data["nvls_sm100_tuning"]["rules"]),
+            ring_search=_ring_search(data["ring_search"]),
             arch_since={
                 str(a): (_major_minor(v["since"]), str(v["before_as"])) for a, v in data["arch_since"].items()
             },
@@ -875,6 +918,20 @@ def _nvls_rule(r: Mapping[str, Any]) -> NvlsTuneRule:
         channels=opt("channels", int), chunk=opt("chunk_kib", lambda v: int(v) * kib),
         tree_max=opt("tree_max_kib", lambda v: int(v) * kib),
     )  # fmt: skip
+
+
+def _ring_search(d: Mapping[str, Any]) -> RingSearch:
+    """``ring_search`` of nccl.yaml."""
+    speeds = sorted(((int(k.removeprefix("sm")), tuple(float(v) for v in vs)) for k, vs in d["speeds"].items()),
+                    reverse=True)  # fmt: skip
+    speeds[-1] = (0, speeds[-1][1])  # the oldest ladder serves every older GPU
+    skip, copy = d["dup_skip"], d["compute_copy"]
+    return RingSearch(
+        tuple(speeds),
+        float(d["dup_min_bw"]),
+        (int(skip["sm_above"]), float(skip["bw_below"]), int(skip["channels_above"])),
+        (int(copy["sm_min"]), float(copy["bw_above"]), int(copy["channels_below"]), _major_minor(copy["any_sm_since"])),
+    )
 
 
 def _span(value: Any) -> tuple[tuple[int, int, int], tuple[int, int, int]]:

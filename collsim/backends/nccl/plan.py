@@ -818,24 +818,24 @@ def _intra_node(
 
 
 def _channel_count(
-    nch: int, nics_used: int, nnodes: int, opts: NcclOptions, consts: NcclConstants, switched: bool = False
+    nch: int, net_nch: int, nnodes: int, opts: NcclOptions, consts: NcclConstants, switched: bool = False
 ) -> int:
-    """Across nodes 2 channels per NIC: NCCL's ring is its network search's, a channel per NIC at the NIC's speed,
-    copied once (connect.cc "Duplication should be complete now": nChannels * 2). Behind an NVSwitch (``switched``)
-    the GPUs' NVLinks carry every such channel, so it is 2 per NIC whatever one node alone runs (OCI's 16 NICs: 32,
-    where one node runs 24); elsewhere the node's own channels ``nch`` bound it too. Then MAXCHANNELS,
-    NCCL_MAX_NCHANNELS and NCCL_MAX_CTAS, then NCCL_MIN_NCHANNELS and NCCL_MIN_CTAS (connect.cc: nChannels =
-    min(ncclMaxNchannels(), nChannels, maxCTAs), the rings copied up to max(ncclMinNchannels(), minCTAs)).
+    """Across nodes the network search's channels ``net_nch`` (:func:`net_ring_channels`: 2 per NIC on 8 NICs of
+    200 or 400 Gb/s, 4 on 4 or fewer of 400 Gb/s). Behind an NVSwitch (``switched``) the GPUs' NVLinks carry every
+    such channel whatever one node alone runs (OCI's 16 NICs: 32, where one node runs 24); elsewhere the node's own
+    channels ``nch`` bound them too. Then MAXCHANNELS, NCCL_MAX_NCHANNELS and NCCL_MAX_CTAS, then NCCL_MIN_NCHANNELS
+    and NCCL_MIN_CTAS (connect.cc: nChannels = min(ncclMaxNchannels(), nChannels, maxCTAs), the rings copied up to
+    max(ncclMinNchannels(), minCTAs)).
 
     >>> from types import SimpleNamespace
     >>> consts = SimpleNamespace(max_channels=32)
-    >>> [_channel_count(24, n, 2, NcclOptions(), consts, True) for n in (4, 8, 16)]  # type: ignore[arg-type]
-    [8, 16, 32]
-    >>> _channel_count(4, 8, 2, NcclOptions(), consts)  # type: ignore[arg-type]
+    >>> [_channel_count(24, n, 2, NcclOptions(), consts, True) for n in (8, 16, 32, 64)]  # type: ignore[arg-type]
+    [8, 16, 32, 32]
+    >>> _channel_count(4, 16, 2, NcclOptions(), consts)  # type: ignore[arg-type]
     4
     """
     if nnodes > 1:
-        nch = 2 * nics_used if switched else min(nch, 2 * nics_used)
+        nch = net_nch if switched else min(nch, net_nch)
     nch = min(nch, consts.max_channels)
     min_ctas, max_ctas = opts.cta_bounds(consts.max_channels)
     if opts.max_channels is not None:
@@ -958,7 +958,9 @@ def plan_nccl(
         if not nics_used:
             raise BackendError("several nodes but node 0 has no NIC")
     switched = bool(topo.devices("nvswitch", 0))
-    nch = _channel_count(intra.channels, nics_used, nnodes, opts, consts, switched)
+    sm = int(topo.device(gpus[0]).spec.get("sm", 0))
+    net_nch = net_ring_channels(topo, node0, sm, opts, consts) if nnodes > 1 else 0
+    nch = _channel_count(intra.channels, net_nch, nnodes, opts, consts, switched)
     rings, hops = _rings(topo, cat, nch, nnodes, opts, consts, fabric)
     notes = list(intra.notes)
     bus_bw = min(intra.capacity, nch * intra.channel_bw)
@@ -969,7 +971,6 @@ def plan_nccl(
         bus_bw = min(bus_bw, nics_used * nic_bw, nch * min(nic_bw, first_net.max_rate))
         transports = sorted({h.transport for h in hops.values() if h.hw == "NET"})
         notes.append(f"inter-node transport: {', '.join(transports)}")
-    sm = int(topo.device(gpus[0]).spec.get("sm", 0))
     switch = next(iter(topo.devices("nvswitch", 0)), None)
     multicast = bool(switch.spec.get("multicast", False)) if switch is not None else False
     # the latency the network plugin reports to NCCL (NIC preset nccl_net_latency), priced on network steps only
@@ -1111,15 +1112,35 @@ def nvls_sm100_tuning(
     bws, worst = [], 0
     for g in node0:
         nic = heads[g]
-        links = [ln.bandwidth for ln in topo.pcie_route(g, nic)]
-        speed = float(topo.device(nic).spec.get("speed") or math.inf)
-        bws.append(min([*links, speed]) / 1e9)  # bytes/s to GB/s (GB = 1e9 B)
+        bws.append(nic_path_bw(topo, g, nic))
         worst = max(worst, NCCL_PATHS.index(topo.path_class(g, nic)))
-    nic_bw = round(min(bws), 6)  # NCCL's figures are whole or tenths of GB/s: no float noise at the thresholds
+    nic_bw = min(bws)
     for rule in consts.nvls_sm100_rules:
         if rule.matches(nnodes, nic_bw, len(node0), worst, NCCL_PATHS.index):
             return rule.channels, rule.chunk, rule.tree_max
     return None, None, None
+
+
+def nic_path_bw(topo: Topology, gpu: str, nic: str) -> float:
+    """A GPU's path to a NIC in NCCL's figures, GB/s: the least of its PCIe links' ``bandwidth`` (NCCL's own numbers,
+    48 on Gen5 x16) and the NIC's port ``speed`` (topo.cc, the NET node's bandwidth), rounded to 1e-6 (NCCL's
+    figures are whole or tenths of GB/s: no float noise at thresholds)."""
+    links = [ln.bandwidth for ln in topo.pcie_route(gpu, nic)]
+    speed = float(topo.device(nic).spec.get("speed") or math.inf)
+    return round(min([*links, speed]) / 1e9, 6)  # bytes/s to GB/s (GB = 1e9 B)
+
+
+def net_ring_channels(
+    topo: Topology, node0: Sequence[str], sm: int, opts: NcclOptions, consts: NcclConstants
+) -> int:
+    """NCCL's ring channels across nodes (:meth:`~collsim.backends.nccl.constants.RingSearch.channels`): a channel
+    per NIC of node 0 at the speed its best GPU-NIC path allows (search.cc ``system->maxBw``: the largest
+    :func:`nic_path_bw`), copied as NCCL copies them; 2 per NIC where a node has no ``ring_search`` constants."""
+    nics = list(dict.fromkeys(topo.nic_slots(0)))
+    if consts.ring_search is None:
+        return 2 * len(nics)
+    best = max((nic_path_bw(topo, g, n) for g in node0 for n in nics), default=0.0)
+    return consts.ring_search.channels(len(topo.nic_slots(0)), best, sm, opts.version)
 
 
 def type_inter(topo: Topology, hops: Mapping[tuple[int, int], Hop], nnodes: int, gdr_level: str) -> str | None:
