@@ -1135,11 +1135,12 @@ def net_ring_channels(
 ) -> int:
     """NCCL's ring channels across nodes (:meth:`~collsim.backends.nccl.constants.RingSearch.channels`): a channel
     per NIC of node 0 at the speed its best GPU-NIC path allows (search.cc ``system->maxBw``: the largest
-    :func:`nic_path_bw`), copied as NCCL copies them; 2 per NIC where a node has no ``ring_search`` constants."""
+    :func:`nic_path_bw`, a NIC's from the GPUs closest to it), copied as NCCL copies them; 2 per NIC where a node
+    has no ``ring_search`` constants."""
     nics = list(dict.fromkeys(topo.nic_slots(0)))
     if consts.ring_search is None:
         return 2 * len(nics)
-    best = max((nic_path_bw(topo, g, n) for g in node0 for n in nics), default=0.0)
+    best = max((nic_path_bw(topo, g, n) for n in nics for g in _closest(topo, n, list(node0))), default=0.0)
     return consts.ring_search.channels(len(topo.nic_slots(0)), best, sm, opts.version)
 
 
