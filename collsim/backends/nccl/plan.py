@@ -183,9 +183,9 @@ def p2p_send_slots(
     (3, 3)
     """
     recv = p2p_net_slot(topo, b, channel)
-    node = topo.device(a).node
-    nic = topo.nic_slots(node)[recv]
-    if opts.cross_nic == 0 or nic in _closest(topo, a, topo.nic_slots(node)):
+    slots = topo.nic_slots(topo.device(a).node)
+    nic = slots[recv]
+    if opts.cross_nic == 0 or nic in _closest(topo, a, slots):
         return recv, recv
     gdr_level = opts.gdr_level or consts.default_gdr_level
     if not opts.pxn_disable and _pxn_proxy(topo, a, nic, gdr_level) is not None:
@@ -957,10 +957,10 @@ def plan_nccl(
         nics_used = len(topo.nic_slots(0))  # with a NIC down, the healthy count: its channels moved, not dropped
         if not nics_used:
             raise BackendError("several nodes but node 0 has no NIC")
-    switched = bool(topo.devices("nvswitch", 0))
+    switch = next(iter(topo.devices("nvswitch", 0)), None)
     sm = int(topo.device(gpus[0]).spec.get("sm", 0))
-    net_nch = net_ring_channels(topo, node0, sm, opts, consts) if nnodes > 1 else 0
-    nch = _channel_count(intra.channels, net_nch, nnodes, opts, consts, switched)
+    net_nch = net_ring_channels(topo, node0, nics_used, sm, opts, consts) if nnodes > 1 else 0
+    nch = _channel_count(intra.channels, net_nch, nnodes, opts, consts, switch is not None)
     rings, hops = _rings(topo, cat, nch, nnodes, opts, consts, fabric)
     notes = list(intra.notes)
     bus_bw = min(intra.capacity, nch * intra.channel_bw)
@@ -971,7 +971,6 @@ def plan_nccl(
         bus_bw = min(bus_bw, nics_used * nic_bw, nch * min(nic_bw, first_net.max_rate))
         transports = sorted({h.transport for h in hops.values() if h.hw == "NET"})
         notes.append(f"inter-node transport: {', '.join(transports)}")
-    switch = next(iter(topo.devices("nvswitch", 0)), None)
     multicast = bool(switch.spec.get("multicast", False)) if switch is not None else False
     # the latency the network plugin reports to NCCL (NIC preset nccl_net_latency), priced on network steps only
     net_latency = max((float(d.spec.get("nccl_net_latency") or 0.0) for d in topo.nics()), default=0.0)
@@ -1131,17 +1130,17 @@ def nic_path_bw(topo: Topology, gpu: str, nic: str) -> float:
 
 
 def net_ring_channels(
-    topo: Topology, node0: Sequence[str], sm: int, opts: NcclOptions, consts: NcclConstants
+    topo: Topology, node0: Sequence[str], nics_used: int, sm: int, opts: NcclOptions, consts: NcclConstants
 ) -> int:
     """NCCL's ring channels across nodes (:meth:`~collsim.backends.nccl.constants.RingSearch.channels`): a channel
-    per NIC of node 0 at the speed its best GPU-NIC path allows (search.cc ``system->maxBw``: the largest
-    :func:`nic_path_bw`, a NIC's from the GPUs closest to it), copied as NCCL copies them; 2 per NIC where a node
-    has no ``ring_search`` constants."""
-    nics = list(dict.fromkeys(topo.nic_slots(0)))
+    per NIC slot of node 0 (``nics_used``) at the speed its best GPU-NIC path allows (search.cc ``system->maxBw``:
+    the largest :func:`nic_path_bw`, a NIC's from the GPUs closest to it), copied as NCCL copies them; 2 per NIC
+    with constants that carry no ``ring_search`` (built by hand)."""
     if consts.ring_search is None:
-        return 2 * len(nics)
+        return 2 * nics_used
+    nics = dict.fromkeys(topo.nic_slots(0))
     best = max((nic_path_bw(topo, g, n) for n in nics for g in _closest(topo, n, list(node0))), default=0.0)
-    return consts.ring_search.channels(len(topo.nic_slots(0)), best, sm, opts.version)
+    return consts.ring_search.channels(nics_used, best, sm, opts.version)
 
 
 def type_inter(topo: Topology, hops: Mapping[tuple[int, int], Hop], nnodes: int, gdr_level: str) -> str | None:

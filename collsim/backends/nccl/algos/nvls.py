@@ -254,16 +254,14 @@ class NVLS(NcclAlgorithm):
                     out.roles[(c, g)] = dict(ag_rs[g])
             return out
         shares: list[float] | None = None
+        k = plan.nvls_nheads  # NCCL's heads: every GPU up to NCCL_MAX_NVLS_ARITY (plan.nvls_head_count)
         if ctx.opts.before(consts.nvls_split_since):
             assert consts.chunk_rules is not None
-            heads = plan.nvls_nheads
             start = nvls_chunk_start(consts, ctx.opts, self.name)[0]  # before 2.20: the Simple step, at most 128 KiB
-            chunk = nvls_chunk(consts.chunk_rules, self.name, ctx.nbytes, ctx.nc * heads, start)
-            shares = interleaved_channel_bytes(ctx.nbytes, ctx.nc, heads * chunk)
-        # a GPU's roles are the same on every channel: built once per GPU, copied per channel. NCCL's heads are the
-        # node's first nHeads GPUs (plan.nvls_head_count: every GPU up to NCCL_MAX_NVLS_ARITY); the others only
-        # contribute to the switch's sums and receive the multicast
-        k = plan.nvls_nheads
+            chunk = nvls_chunk(consts.chunk_rules, self.name, ctx.nbytes, ctx.nc * k, start)
+            shares = interleaved_channel_bytes(ctx.nbytes, ctx.nc, k * chunk)
+        # a GPU's roles are the same on every channel: built once per GPU, copied per channel. The heads are the
+        # node's first k GPUs; the others only contribute to the switch's sums and receive the multicast
         roles = {
             g: _nvls_roles(ctx, g, plan.nvswitch, k, head=i < k) | _copy_roles(ctx, g, False)
             for i, g in enumerate(plan.ranks)
