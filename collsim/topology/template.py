@@ -447,7 +447,8 @@ def topology_from_template(
 
     if cfg is not None:
         assert population is not None
-        _apply_fabric_to_node(layout, cfg, presets, file, population)
+        takes_nic = "nic" in (data.get("params") or {})
+        _apply_fabric_to_node(layout, cfg, presets, file, population, takes_nic)
 
     g: nx.DiGraph = nx.DiGraph()
     for n in range(nodes):
@@ -480,7 +481,12 @@ def topology_from_template(
 
 
 def _apply_fabric_to_node(
-    layout: NodeLayout, cfg: dict[str, Any], presets: PresetLibrary, file: Any, population: list[NicSlot]
+    layout: NodeLayout,
+    cfg: dict[str, Any],
+    presets: PresetLibrary,
+    file: Any,
+    population: list[NicSlot],
+    takes_nic: bool = False,
 ) -> None:
     """Apply fabric.nic, fabric.nic_speed and the NIC selection (fabric.nics, nics_per_node, nics_per_switch,
     nics_per_socket, in the template's population order) to the node's NICs.
@@ -490,8 +496,13 @@ def _apply_fabric_to_node(
     """
     nics = sorted((d for d in layout.devices.values() if d.kind == "nic"), key=lambda d: d.index)
     if not nics:
+        hint = (
+            "this template takes one: set cluster.node_params.nic to a NIC preset (nics.yaml), e.g. connectx-7-ndr"
+            if takes_nic
+            else "pcie-workstation, l40s-8gpu, rtx5090-4gpu and cpu-host take a 'nic' param"
+        )
         raise TopologyError(
-            "the node template has no NIC to attach to the fabric (pcie-workstation and cpu-host take a 'nic' param)",
+            f"the node template has no NIC to attach to the fabric ({hint})",
             file=file,
             field="fabric",
         )

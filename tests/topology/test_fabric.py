@@ -132,6 +132,10 @@ def test_fabric_needs_a_nic() -> None:
     with pytest.raises(TopologyError) as ei:
         load_topology("pcie-workstation", nodes=2, fabric={"topology": "single_switch"})
     assert ei.value.field == "fabric" and "no NIC" in ei.value.message
+    # the template's own 'nic' parameter is named, for every template that has one
+    for name in ("pcie-workstation", "l40s-8gpu", "rtx5090-4gpu"):
+        with pytest.raises(TopologyError, match=r"set cluster\.node_params\.nic"):
+            load_topology(name, nodes=2, fabric={"topology": "single_switch"})
     ok = load_topology(
         "pcie-workstation",
         nodes=2,
