@@ -243,16 +243,38 @@ def _is_union(annotation: Any) -> bool:
 
 
 def _model_fields_at(loc: Sequence[int | str]) -> list[str] | None:
-    """Field names of the model found by walking ``loc`` from Scenario, or None when not a model."""
+    """Field names of the model found by walking ``loc`` from Scenario (list indices step into a list's items), or
+    None when not a model.
+
+    >>> _model_fields_at(("perturb", "links", 0))
+    ['device', 'scale', 'kind', 'choose']
+    """
     model: type[BaseModel] = Scenario
+    annotation: Any = None
     for part in loc:
-        if not isinstance(part, str) or part not in model.model_fields:
+        if isinstance(part, int):
+            if annotation is None:
+                return None
+            options = typing.get_args(annotation) if _is_union(annotation) else (annotation,)
+            nested = next((m for m in map(_item_model, options) if m is not None), None)
+        elif part in model.model_fields:
+            annotation = model.model_fields[part].annotation
+            nested = _model_in(annotation)
+            if nested is None:
+                continue  # a list of models: the index that follows steps in
+        else:
             return None
-        nested = _model_in(model.model_fields[part].annotation)
         if nested is None:
             return None
-        model = nested
-    return list(model.model_fields)
+        model, annotation = nested, None
+    return list(model.model_fields) if annotation is None else None
+
+
+def _item_model(annotation: Any) -> type[BaseModel] | None:
+    """The model a list (or tuple) annotation holds, if any."""
+    if typing.get_origin(annotation) in (list, tuple):
+        return next((m for m in map(_model_in, typing.get_args(annotation)) if m is not None), None)
+    return None
 
 
 def _model_in(annotation: Any) -> type[BaseModel] | None:
@@ -282,7 +304,7 @@ def _error_message(err: Mapping[str, Any]) -> str:
         allowed = _model_fields_at(loc[:-1]) or []
         near = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
         hint = f" (did you mean {near[0]!r}?)" if near else ""
-        return f"unknown field{hint}, expected one of: {', '.join(allowed)}"
+        return f"unknown field{hint}, expected one of: {', '.join(allowed)}" if allowed else f"unknown field{hint}"
     if kind in ("model_type", "model_attributes_type", "dict_type"):
         fields = _model_fields_at(loc)
         what = f"a mapping with fields {', '.join(fields)}" if fields else "a mapping"

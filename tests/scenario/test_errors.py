@@ -82,6 +82,17 @@ def test_unknown_key_suggests(write: Write) -> None:
     )
 
 
+def test_unknown_key_in_a_list_item(write: Write) -> None:
+    # a field of an item of a list of mappings (perturb.links) names the item's fields, as a mapping's field does
+    links = "perturb:\n  links:\n    - {device: n0/nic0, scale: 0.5, factr: 1}\n"
+    path = write("l.yaml", "name: t\ncluster: {node: node.yaml}\n" + links)
+    err = error_of(path)
+    assert (err.field, err.message) == (
+        "perturb.links[0].factr",
+        "unknown field, expected one of: device, scale, kind, choose",
+    )
+
+
 def test_unknown_top_level_key(write: Write) -> None:
     path = scenario_with(write, "workloads: {}\n")
     err = error_of(path)
