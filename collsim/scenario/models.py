@@ -1023,7 +1023,7 @@ class Scenario(BaseModel):
         layer's ``TopologyError``.
         """
         from collsim.topology import TopologyError, topologies_dir, topology_from_template
-        from collsim.topology.errors import display_path
+        from collsim.topology.errors import TopologyWarning, display_path
         from collsim.topology.presets import read_yaml
 
         library = self.preset_library()
@@ -1039,15 +1039,25 @@ class Scenario(BaseModel):
             data = read_yaml(path)
         fabric = self.cluster.fabric
         try:
-            return topology_from_template(
-                data,
-                nodes=self.cluster.nodes,
-                fabric=None if fabric is None else fabric.to_topology_dict(),
-                node_params=dict(self.cluster.node_params),
-                file=file,
-                presets=library,
-                ranks_per_gpu=self.cluster.ranks_per_gpu,
-            )
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", TopologyWarning)
+                topology = topology_from_template(
+                    data,
+                    nodes=self.cluster.nodes,
+                    fabric=None if fabric is None else fabric.to_topology_dict(),
+                    node_params=dict(self.cluster.node_params),
+                    file=file,
+                    presets=library,
+                    ranks_per_gpu=self.cluster.ranks_per_gpu,
+                )
+            # the template's warnings as the scenario's: what the user set (node_params) decides them
+            where = f"{self.source_file}: " + ("cluster.node_params: " if self.cluster.node_params else "")
+            for w in caught:
+                if issubclass(w.category, TopologyWarning):
+                    warnings.warn(f"{where}{w.message}", ScenarioWarning, stacklevel=2)
+                else:
+                    warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+            return topology
         except TopologyError as err:
             if err.field == "ranks_per_gpu":
                 raise ScenarioError(err.message, file=self.source_file, field="cluster.ranks_per_gpu") from None

@@ -15,7 +15,8 @@ backends; it imports ``api``, ``results``, ``scenario`` and ``parallel`` and is 
 Examples
 --------
 >>> from collsim.sweep import grid_from_mapping, run_sweep
->>> out = run_sweep(grid_from_mapping({"base": "pcie-2gpu-nop2p", "backends": ["nccl"], "sizes": "1MiB",
+>>> gen4 = ["cluster.node_params.gpu=rtx-4090", "cluster.node_params.cpu=epyc-7742"]  # a GPU and a host of Gen4
+>>> out = run_sweep(grid_from_mapping({"base": "pcie-2gpu-nop2p", "backends": ["nccl"], "sizes": "1MiB", "set": gen4,
 ...                                    "axes": {"cluster.node_params.pcie_gen": [3, 4]}}), jobs=1)
 >>> df = out.dataframe()
 >>> df["cluster.node_params.pcie_gen"].tolist(), df["busbw_gbps"].round(1).tolist()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["TopologyError", "display_path"]
+__all__ = ["TopologyError", "TopologyWarning", "display_path"]
 
 
 def display_path(path: str | Path | None) -> str | None:
@@ -64,3 +64,9 @@ class TopologyError(ValueError):
 
     def __reduce__(self) -> tuple[type[TopologyError], tuple[str, str | None, str | None]]:
         return (TopologyError, (self.message, self.file, self.field))
+
+
+class TopologyWarning(UserWarning):
+    """A template that builds but not as written: a number the hardware described cannot reach (e.g. a PCIe link
+    faster than one of its ends). The message names the file and the devices; the scenario layer re-issues it as a
+    scenario warning."""

@@ -139,7 +139,7 @@ def _positive_size(value: Any) -> int:
     return nbytes
 
 
-#: PCIe generations a GPU preset may name (``pcie_gen``).
+#: PCIe generations a GPU or CPU preset may name (``pcie_gen``).
 PCIE_GENERATIONS: tuple[int, ...] = (3, 4, 5, 6)
 #: PCIe link widths a GPU preset may name (``pcie_lanes``).
 PCIE_LANE_COUNTS: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
@@ -311,6 +311,7 @@ CPU_SCHEMA: dict[str, tuple[str, bool]] = {
     # Optional host-memory facts (None when a preset leaves them out; collsim bench --host-memory measures them)
     "copy_bw_per_core": ("bandwidth", False),  # bytes one thread copies per second (torch's copy_); absent: reduce's
     "first_touch_bw": ("bandwidth", False),  # bytes/s one thread faults fresh pages in at; absent: not charged
+    "pcie_gen": ("pcie_gen", False),  # PCIe generation of the socket's root ports; absent: no limit
 }
 NIC_SCHEMA: dict[str, tuple[str, bool]] = {
     "model": ("text", True),

@@ -26,7 +26,10 @@ Device kinds: gpu, cpu, pcie_switch, nic, nvswitch, switch. ``gpu``, ``cpu`` and
 entry may give ``ib_names``, one verbs device name per NIC of the entry (what ``NCCL_IB_HCA`` matches; default
 ``mlx5_<its slot>``, :func:`~collsim.topology.ib_device_name`).
 A link entry names a links.yaml ``preset`` and may override ``count`` (parallel links, default 1),
-``bandwidth`` (raw per link), ``efficiency``, ``latency``, ``kind`` and ``source``.
+``bandwidth`` (raw per link), ``efficiency``, ``latency``, ``kind`` and ``source``. A PCIe link (preset
+``pcie<gen>``, no ``bandwidth`` of its own) runs at the highest generation both ends support, as PCIe link training
+sets it: a GPU or CPU preset's ``pcie_gen`` and a PCIe switch's ``spec.gen`` cap it, with a
+:class:`~collsim.topology.errors.TopologyWarning` (:func:`_trained_pcie`).
 
 Parameter types: ``int``, ``bool``, ``str``, ``gpu`` / ``cpu`` / ``nic`` (a preset name of that library); ``choices``,
 ``min``, ``max`` restrict values; a ``default`` of null makes the parameter optional (null = not set).
@@ -36,13 +39,14 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import networkx as nx
 
-from collsim.topology.errors import TopologyError
+from collsim.topology.errors import TopologyError, TopologyWarning, display_path
 from collsim.topology.layout import NodeLayout
 from collsim.topology.model import Device, FrozenMap, Link, Topology
 from collsim.topology.names import expand_names
@@ -276,6 +280,7 @@ def _build_layout(data: Mapping[str, Any], presets: PresetLibrary, file: str | P
     if not isinstance(raw_links, list):
         raise TopologyError("expected a list of links", file=file, field="links")
     nvlinks_used: dict[str, int] = {}
+    slowed: dict[tuple[str, int, int], list[str]] = {}
     for i, entry in enumerate(raw_links):
         field = f"links.{i}"
         _check_entry(entry, _LINK_KEYS, "a, b and preset", file, field)
@@ -307,11 +312,65 @@ def _build_layout(data: Mapping[str, Any], presets: PresetLibrary, file: str | P
         kind = base["kind"]
         for a in a_list:
             for b in b_list:
-                _add_layout_link(layout, a, b, kind, base, count, file, field, nvlinks_used)
+                trained = base if "bandwidth" in entry else _trained_pcie(layout, a, b, entry, base, presets, slowed)
+                _add_layout_link(layout, a, b, kind, trained, count, file, field, nvlinks_used)
     for name, dev in layout.devices.items():
         if dev.kind == "gpu" and not any(name in pair for pair in layout.links):
             raise TopologyError(f"GPU {name!r} is connected to nothing; add a link", file=file, field=first_entry[name])
+    where = display_path(file)
+    for (limit, gen, cap), ends in slowed.items():
+        warnings.warn(
+            f"{where + ': ' if where else ''}the PCIe links of {', '.join(ends)} run at Gen{cap}, not Gen{gen} "
+            f"(pcie{gen}): {limit} supports PCIe Gen{cap}, and a link trains to the highest generation both ends "
+            "support",
+            TopologyWarning,
+            stacklevel=2,
+        )
     return layout
+
+
+_PCIE_PRESET = re.compile(r"pcie(\d)")
+
+
+def _pcie_gen_of(dev: Device) -> tuple[int | None, str]:
+    """The highest PCIe generation a device's ports support (None: not known) and how to name that limit."""
+    if dev.kind == "pcie_switch":
+        gen = dev.spec.get("gen")
+        return (int(gen) if gen is not None else None), f"PCIe switch {dev.name}"
+    gen = dev.spec.get("pcie_gen") if dev.kind in ("gpu", "cpu") else None
+    return (int(gen) if gen is not None else None), f"the {dev.kind} preset {dev.spec.get('preset', dev.name)}"
+
+
+def _trained_pcie(
+    layout: NodeLayout,
+    a: str,
+    b: str,
+    entry: Mapping[str, Any],
+    base: Mapping[str, Any],
+    presets: PresetLibrary,
+    slowed: dict[tuple[str, int, int], list[str]],
+) -> Mapping[str, Any]:
+    """``base`` (a link preset with the entry's overrides), or the ``pcie<gen>`` preset of the lower generation
+    where an end of the ``a``-``b`` link supports less than the link's: a PCIe link trains to the highest
+    generation both ends support (PCI Express Base Specification, link training). Ends: a GPU's or CPU's preset
+    ``pcie_gen``, a PCIe switch's ``spec.gen``; NICs and ends without a generation do not limit. Each slowed link is
+    recorded in ``slowed`` under (the limiting end, the link's generation, the generation it runs at)."""
+    m = _PCIE_PRESET.fullmatch(str(entry.get("preset")))
+    if base.get("kind") != "pcie" or m is None:
+        return base
+    gen = int(m.group(1))
+    ends = [_pcie_gen_of(layout.devices[n]) for n in (a, b)]
+    known = [(g, who) for g, who in ends if g is not None and g < gen]
+    if not known:
+        return base
+    cap, who = min(known)
+    lower = f"pcie{cap}"
+    if lower not in presets.links:
+        return base
+    trained = dict(presets.links[lower])
+    trained.update({k: v for k, v in base.items() if k in ("latency", "source") and k in entry})
+    slowed.setdefault((who, gen, cap), []).append(f"{a}-{b}")
+    return trained
 
 
 def _add_layout_link(

@@ -16,6 +16,7 @@ from collsim.sweep.output import ProgressLine
 GRID = """\
 name: demo
 base: pcie-2gpu-nop2p
+set: [cluster.node_params.gpu=rtx-4090, cluster.node_params.cpu=epyc-7742]  # a GPU and a host of PCIe Gen4
 backends: [nccl]
 axes:
   cluster.node_params.pcie_gen: [3, 4]

@@ -22,6 +22,7 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the wrappers belo
 
 GRID = {
     "base": "pcie-2gpu-nop2p",
+    "set": ["cluster.node_params.gpu=rtx-4090", "cluster.node_params.cpu=epyc-7742"],  # PCIe Gen4 GPU and host
     "sizes": "8B,64KiB,4MiB",
     "axes": {"backends.nccl.env.NCCL_PROTO": ["LL", "Simple"], "cluster.node_params.pcie_gen": [3, 4]},
 }

@@ -1,0 +1,67 @@
+"""A PCIe link runs at the highest generation both of its ends support (PCIe link training): the CPU presets'
+``pcie_gen``, the GPU presets' and a PCIe switch's ``gen`` cap a template's ``pcie<gen>`` link, with a warning."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import pytest
+
+from collsim.cli import main
+from collsim.topology import load_presets, load_topology
+from collsim.topology.errors import TopologyWarning
+
+RAW = {g: float(load_presets().links[f"pcie{g}"]["bandwidth"]) for g in (3, 4, 5)}  # bytes/s, one direction
+
+
+def _load(name: str, **params: object) -> tuple[object, list[str]]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        topo = load_topology(name, node_params=params or None)
+    return topo, [str(w.message) for w in caught if issubclass(w.category, TopologyWarning)]
+
+
+def test_a_cpu_with_older_root_ports_slows_its_links_and_says_so() -> None:
+    # pcie-workstation's default CPU is a Broadwell Xeon (PCIe 3.0): a Gen5 box's switch uplinks train at Gen3
+    topo, said = _load("pcie-workstation", gpus=8, gpu="h100-pcie-80gb", pcie_gen=5, sockets=2)
+    assert topo.link("n0/pcie0", "n0/cpu0").raw_bandwidth == RAW[3]
+    assert topo.link("n0/gpu0", "n0/pcie0").raw_bandwidth == RAW[5]  # GPU and switch both Gen5
+    assert said == [
+        "topologies/nodes/pcie-workstation.yaml: the PCIe links of pcie0-cpu0, pcie1-cpu1 run at Gen3, not Gen5 "
+        "(pcie5): the cpu preset xeon-e5-2680v4 supports PCIe Gen3, and a link trains to the highest generation both "
+        "ends support"
+    ]
+    # with a Gen5 host nothing is slowed and nothing is said
+    topo, said = _load("pcie-workstation", gpus=8, gpu="h100-pcie-80gb", pcie_gen=5, sockets=2, cpu="xeon-8480")
+    assert topo.link("n0/pcie0", "n0/cpu0").raw_bandwidth == RAW[5] and said == []
+
+
+def test_a_gpu_of_an_older_generation_slows_its_own_links() -> None:
+    topo, said = _load("pcie-workstation", gpus=2, gpu="rtx-2080ti", pcie_gen=4, cpu="epyc-7742")
+    assert topo.link("n0/gpu0", "n0/pcie0").raw_bandwidth == RAW[3]  # the 2080 Ti is a Gen3 card
+    assert topo.link("n0/pcie0", "n0/cpu0").raw_bandwidth == RAW[4]  # the switch and the EPYC are Gen4
+    assert len(said) == 1 and "gpu0-pcie0, gpu1-pcie0 run at Gen3, not Gen4" in said[0] and "rtx-2080ti" in said[0]
+
+
+def test_links_with_their_own_bandwidth_and_consistent_templates_are_left_alone() -> None:
+    p5, said = _load("aws-p5")
+    assert p5.link("n0/nic0", "n0/pcie0").raw_bandwidth == pytest.approx(63.0153846154e9) and said == []
+    # AWS p4de: its switches' uplinks are Gen3 in the template itself (Cascade Lake), so no warning
+    p4de, said = _load("aws-p4de")
+    assert p4de.link("n0/pcie0", "n0/cpu0").raw_bandwidth == RAW[3] and said == []
+    assert p4de.link("n0/gpu0", "n0/pcie0").raw_bandwidth == RAW[4]
+    for name in ("hgx-h100", "hgx-b200", "dgx-a100", "dgx1-v100", "rtx5090-4gpu", "l40s-8gpu", "pcie-workstation"):
+        assert _load(name)[1] == [], name
+
+
+def test_the_cli_warns_once_naming_the_scenario(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "box.yaml"
+    path.write_text(
+        "name: box\ncluster:\n  node: pcie-workstation\n  node_params: {gpus: 4, gpu: rtx-4090, pcie_gen: 4}\n"
+        "workload: {collective: allreduce, sizes: 1MiB}\nbackends: {nccl: {enabled: true}, gloo: {enabled: false}}\n"
+    )
+    assert main(["run", str(path), "--quiet"]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"collsim: warning: {path}: cluster.node_params: ")
+    assert "run at Gen3, not Gen4 (pcie4): the cpu preset xeon-e5-2680v4 supports PCIe Gen3" in err[0]
