@@ -180,3 +180,18 @@ def test_ring_channels_across_nodes_follow_nccls_network_search(nics: int, chann
     assert sim.nccl_plan.channels == channels
     counts = collections.Counter(sim.nccl_plan.nic_for(sim.topology, 0, c) for c in range(channels))
     assert sorted(counts.values()) == [channels // nics] * nics
+
+
+def test_one_gpu_a_node_takes_the_network_searchs_channels() -> None:
+    """One GPU a node (ppn=1): NCCL's ring search has no path inside the node (typeIntra LOC), so the network
+    search alone sets the channels, 4 on one NDR NIC as on an HGX node (1 channel at 48 GB/s, doubled by
+    ncclTopoDupChannels, copied by connect.cc), and a ring reaches the NIC's rate. Before, a one-GPU node's own
+    default of 2 bounded them and the H100 PCIe's 20 GB/s channels held the ring at 40 GB/s busbw."""
+    sim = _sim("pcie-workstation", nodes=8, gpus=1, gpu="h100-pcie-80gb", pcie_gen=5, cpu="xeon-8480",
+               nic="connectx-7-ndr")  # fmt: skip
+    plan = sim.nccl_plan
+    assert (plan.ppn, plan.channels) == (1, 4)
+    t = sim.simulate_one("nccl", 1 << 30, choice=("Ring", "Simple")).time_s
+    n = len(plan.ranks)
+    busbw = (1 << 30) / t * 2 * (n - 1) / n
+    assert 0.97 * plan.nic_bw < busbw <= plan.nic_bw, (busbw, plan.nic_bw)

@@ -822,10 +822,11 @@ def _channel_count(
 ) -> int:
     """Across nodes the network search's channels ``net_nch`` (:func:`net_ring_channels`: 2 per NIC on 8 NICs of
     200 or 400 Gb/s, 4 on 4 or fewer of 400 Gb/s). Behind an NVSwitch (``switched``) the GPUs' NVLinks carry every
-    such channel whatever one node alone runs (OCI's 16 NICs: 32, where one node runs 24); elsewhere the node's own
-    channels ``nch`` bound them too. Then MAXCHANNELS, NCCL_MAX_NCHANNELS and NCCL_MAX_CTAS, then NCCL_MIN_NCHANNELS
-    and NCCL_MIN_CTAS (connect.cc: nChannels = min(ncclMaxNchannels(), nChannels, maxCTAs), the rings copied up to
-    max(ncclMinNchannels(), minCTAs)).
+    such channel whatever one node alone runs (OCI's 16 NICs: 32, where one node runs 24), and with one GPU a node
+    (``switched`` too: NCCL's search has no path inside the node, typeIntra LOC, search.cc) nothing inside the node
+    bounds them; elsewhere the node's own channels ``nch`` bound them too. Then MAXCHANNELS, NCCL_MAX_NCHANNELS and
+    NCCL_MAX_CTAS, then NCCL_MIN_NCHANNELS and NCCL_MIN_CTAS (connect.cc: nChannels = min(ncclMaxNchannels(),
+    nChannels, maxCTAs), the rings copied up to max(ncclMinNchannels(), minCTAs)).
 
     >>> from types import SimpleNamespace
     >>> consts = SimpleNamespace(max_channels=32)
@@ -960,7 +961,7 @@ def plan_nccl(
     switch = next(iter(topo.devices("nvswitch", 0)), None)
     sm = int(topo.device(gpus[0]).spec.get("sm", 0))
     net_nch = net_ring_channels(topo, node0, nics_used, sm, opts, consts) if nnodes > 1 else 0
-    nch = _channel_count(intra.channels, net_nch, nnodes, opts, consts, switch is not None)
+    nch = _channel_count(intra.channels, net_nch, nnodes, opts, consts, switch is not None or len(node0) == 1)
     rings, hops = _rings(topo, cat, nch, nnodes, opts, consts, fabric)
     notes = list(intra.notes)
     bus_bw = min(intra.capacity, nch * intra.channel_bw)
