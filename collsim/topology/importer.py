@@ -140,6 +140,11 @@ _CHILDREN: dict[str, tuple[str, ...]] = {
 #: NCCL class -> (preset, why).
 _CPU_BY_NCCL_CLASS: dict[str, tuple[str, str]] = {
     "amd": ("epyc-7742", "AMD: NCCL AMD_BW 16 GB/s between sockets = amd-if"),
+    "amd-gen5": (
+        "epyc-9654",
+        "AMD with PCIe Gen5 links in the dump (Zen 4 and later; the EPYC 7742 is Gen4): NCCL AMD_BW 16 GB/s between "
+        "sockets = amd-if; the EPYC 9654 stands in: pass --cpu for your part",
+    ),
     "intel-erp": (
         "xeon-8480",
         "Intel Emerald Rapids (family 6, model >= 0xCF): NCCL ERP_QPI_BW 40 GB/s; no preset, the Sapphire Rapids "
@@ -994,6 +999,12 @@ def _xml_nic_devices(
     return devices
 
 
+def _max_link_gen(tree: _XmlTree) -> int:
+    """The highest PCIe generation among the dump's GPU, NIC and switch links (0 when none gives one)."""
+    rates = [n.link[0] for n in (*tree.gpus, *tree.nics, *tree.switches) if n.link]
+    return max((_GEN_OF_RATE[r] for r in rates), default=0)
+
+
 def _xml_cpu_devices(
     tree: _XmlTree, cpu: str | None, presets: PresetLibrary, file: str | Path | None, notes: list[str]
 ) -> tuple[list[_Device], list[int]]:
@@ -1011,6 +1022,8 @@ def _xml_cpu_devices(
             preset, why = cpu, "--cpu"
         else:
             cls = _nccl_cpu_class(c.el, c.path, file)
+            if cls == "amd" and _max_link_gen(tree) >= 5:  # Gen5 root ports: a Zen 4 or later part
+                cls = "amd-gen5"
             preset, why = _CPU_BY_NCCL_CLASS[cls]
             _preset(presets, "cpus", preset, file, c.path)
         cpu_devs.append(_Device(c.name, "cpu", preset, notes=f"<cpu numaid={c.el.get('numaid')}>; preset: {why}"))

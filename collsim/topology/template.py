@@ -28,8 +28,8 @@ entry may give ``ib_names``, one verbs device name per NIC of the entry (what ``
 A link entry names a links.yaml ``preset`` and may override ``count`` (parallel links, default 1),
 ``bandwidth`` (raw per link), ``efficiency``, ``latency``, ``kind`` and ``source``. A PCIe link (preset
 ``pcie<gen>``, no ``bandwidth`` of its own) runs at the highest generation both ends support, as PCIe link training
-sets it: a GPU or CPU preset's ``pcie_gen`` and a PCIe switch's ``spec.gen`` cap it, with a
-:class:`~collsim.topology.errors.TopologyWarning` (:func:`_trained_pcie`).
+sets it: a GPU or CPU preset's ``pcie_gen`` caps it, with a :class:`~collsim.topology.errors.TopologyWarning`
+(:func:`_trained_pcie`).
 
 Parameter types: ``int``, ``bool``, ``str``, ``gpu`` / ``cpu`` / ``nic`` (a preset name of that library); ``choices``,
 ``min``, ``max`` restrict values; a ``default`` of null makes the parameter optional (null = not set).
@@ -333,10 +333,9 @@ _PCIE_PRESET = re.compile(r"pcie(\d)")
 
 
 def _pcie_gen_of(dev: Device) -> tuple[int | None, str]:
-    """The highest PCIe generation a device's ports support (None: not known) and how to name that limit."""
-    if dev.kind == "pcie_switch":
-        gen = dev.spec.get("gen")
-        return (int(gen) if gen is not None else None), f"PCIe switch {dev.name}"
+    """The highest PCIe generation a GPU's or CPU's preset gives its ports (None: not known, or another kind of
+    device) and how to name that limit. A PCIe switch's ``gen`` is not one: an imported template gives a switch the
+    generation of its own uplink, while its ports towards the GPUs may run faster (a Gen4 switch on a Gen3 socket)."""
     gen = dev.spec.get("pcie_gen") if dev.kind in ("gpu", "cpu") else None
     return (int(gen) if gen is not None else None), f"the {dev.kind} preset {dev.spec.get('preset', dev.name)}"
 
@@ -353,7 +352,7 @@ def _trained_pcie(
     """``base`` (a link preset with the entry's overrides), or the ``pcie<gen>`` preset of the lower generation
     where an end of the ``a``-``b`` link supports less than the link's: a PCIe link trains to the highest
     generation both ends support (PCI Express Base Specification, link training). Ends: a GPU's or CPU's preset
-    ``pcie_gen``, a PCIe switch's ``spec.gen``; NICs and ends without a generation do not limit. Each slowed link is
+    ``pcie_gen``; PCIe switches, NICs and ends without a generation do not limit. Each slowed link is
     recorded in ``slowed`` under (the limiting end, the link's generation, the generation it runs at)."""
     m = _PCIE_PRESET.fullmatch(str(entry.get("preset")))
     if base.get("kind") != "pcie" or m is None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from collsim.topology import (
     load_topology,
     topology_from_template,
 )
+from collsim.topology.errors import TopologyWarning
 from collsim.topology.importer import (
     format_template,
     template_from_nccl_xml,
@@ -121,6 +123,22 @@ def test_inferred_presets_and_their_sources() -> None:
     assert nvl[0]["count"] == 18 and "summed: 18" in nvl[0]["notes"]  # 5 + 4 + 4 + 5 NVLinks over 4 NVSwitches
     pcie = [lk for lk in h["links"] if lk["preset"] == "pcie5"]
     assert pcie and all("16 x 240 / 80 = 48 GB/s" in lk["notes"] for lk in pcie)
+
+
+def test_an_amd_host_with_gen5_links_gets_a_gen5_amd_preset() -> None:
+    # NCCL's CPU class for AMD has no generation; the dump's Gen5 links say the root ports are Zen 4 or later, so the
+    # EPYC 9654 stands in (the EPYC 7742 is Gen4, and its ports would train the links down: test_pcie_training.py)
+    path = DATA / CASES["hgx-h100"][0]
+    text = path.read_text().replace('vendor="GenuineIntel" familyid="6" modelid="143"',
+                                    'vendor="AuthenticAMD" familyid="25" modelid="17"')  # fmt: skip
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        t = template_from_nccl_xml(text, file=path)
+        topo = topology_from_template(t)
+    assert {d["preset"] for d in t["devices"] if d["kind"] == "cpu"} == {"epyc-9654"}
+    assert topo.link("n0/pcie0", "n0/cpu0").preset == "pcie5"
+    assert not [w for w in caught if issubclass(w.category, TopologyWarning)]
+    assert {d["preset"] for d in _import_xml("dgx-a100")["devices"] if d["kind"] == "cpu"} == {"epyc-7742"}  # Gen4
 
 
 def test_without_flattening_nccl_would_see_pxb() -> None:
