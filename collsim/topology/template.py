@@ -367,7 +367,7 @@ def _trained_pcie(
     if lower not in presets.links:
         return base
     trained = dict(presets.links[lower])
-    trained.update({k: v for k, v in base.items() if k in ("latency", "source") and k in entry})
+    trained.update({k: v for k, v in base.items() if k in ("efficiency", "latency", "kind", "source") and k in entry})
     slowed.setdefault((who, gen, cap), []).append(f"{a}-{b}")
     return trained
 

@@ -65,3 +65,22 @@ def test_the_cli_warns_once_naming_the_scenario(tmp_path: Path, capsys: pytest.C
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"collsim: warning: {path}: cluster.node_params: ")
     assert "run at Gen3, not Gen4 (pcie4): the cpu preset xeon-e5-2680v4 supports PCIe Gen3" in err[0]
+
+
+def test_a_slowed_link_keeps_the_entrys_own_efficiency_and_latency() -> None:
+    from collsim.topology import topology_from_template
+
+    template = {
+        "name": "t",
+        "devices": [{"name": "gpu", "count": 1, "kind": "gpu", "preset": "rtx-2080ti"},
+                    {"name": "cpu", "count": 1, "kind": "cpu", "preset": "xeon-8480"}],
+        "links": [{"a": "gpu0", "b": "cpu0", "preset": "pcie5", "efficiency": 0.5, "latency": "2us"}],
+    }  # fmt: skip
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        link = topology_from_template(template).link("n0/gpu0", "n0/cpu0")
+    assert (link.preset, link.raw_bandwidth, link.efficiency, link.latency) == ("pcie3", RAW[3], 0.5, 2e-6)
+    assert [str(w.message) for w in caught if issubclass(w.category, TopologyWarning)] == [
+        "the PCIe links of gpu0-cpu0 run at Gen3, not Gen5 (pcie5): the gpu preset rtx-2080ti supports PCIe Gen3, "
+        "and a link trains to the highest generation both ends support"
+    ]
