@@ -362,9 +362,17 @@ class Simulator:
         return self._rank(peers[0], "workload.peers[0]"), self._rank(peers[1], "workload.peers[1]")
 
     def _check_gpus_per_process(self) -> None:
-        """``workload.gpus_per_process`` is at most the ranks of one node."""
+        """``workload.gpus_per_process`` is at most the ranks of one node, and above 1 only where there are GPUs."""
+        g = self.scenario.workload.gpus_per_process
+        if g > 1 and not self.topology.gpus():
+            raise ScenarioError(
+                f"{g} GPUs a process (nccl-tests -g {g}), but the cluster has no GPUs; a CPU-only node's processes "
+                "per node are its 'processes' parameter",
+                file=self.scenario.source_file,
+                field="workload.gpus_per_process",
+            )
         per_node = sum(1 for d in self.topology.rank_devices() if d.node == 0)
-        if self.scenario.workload.gpus_per_process > per_node:
+        if g > per_node:
             raise ScenarioError(
                 f"expected at most the {per_node} ranks of one node, got {self.scenario.workload.gpus_per_process}",
                 file=self.scenario.source_file,

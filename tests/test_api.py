@@ -257,6 +257,9 @@ def test_gpus_per_process_adds_one_launch_gap_per_extra_gpu() -> None:
 def test_gpus_per_process_beyond_one_node_is_an_error() -> None:
     with pytest.raises(ScenarioError, match=r"workload.gpus_per_process: expected at most the 8 ranks of one node"):
         Simulator.from_source("dgx-a100", ["workload.gpus_per_process=9"])
+    # a CPU-only cluster (Gloo on CPU tensors) has no GPUs for nccl-tests' -g to launch
+    with pytest.raises(ScenarioError, match=r"workload.gpus_per_process: 2 GPUs a process .* has no GPUs"):
+        Simulator.from_source("loopback-gloo-cpu", ["workload.gpus_per_process=2"])
 
 
 def test_network_plugin_env_applies_unless_the_scenario_sets_it() -> None:
