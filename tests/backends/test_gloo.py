@@ -506,3 +506,12 @@ def test_reduce_scatter_with_cuda_tensors_stages_the_whole_clone_both_ways() -> 
     sim = Simulator.from_source("hgx-h100", ["cluster.nodes=1"])
     rs, ar = (sim.simulate_one("gloo", 8 << 20, collective=c).time_s for c in ("reduce_scatter", "allreduce"))
     assert rs == pytest.approx(ar, rel=1e-12)
+
+
+def test_gloo_between_hosts_of_one_nvlink_domain_is_refused_by_name() -> None:
+    # a GB200 NVL72 rack is one collsim node whose compute trays are separate hosts (no socket link between their
+    # CPUs): Gloo's TCP between trays would need their network, so the error says so instead of a missing route
+    sim = Simulator.from_source({"name": "x", "cluster": {"node": "gb200-nvl72", "nodes": 1},
+                                 "backends": {"nccl": {"enabled": False}, "gloo": {"enabled": True}}})  # fmt: skip
+    with pytest.raises(ScenarioError, match=r"backends\.gloo: ranks on n0/gpu3 and n0/gpu4 .* joined by no socket"):
+        sim.simulate_one("gloo", 1 << 20)

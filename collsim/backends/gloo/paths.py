@@ -19,7 +19,7 @@ from collsim.backends.gloo.tags import (
     TCP_NETWORK_TAG,
 )
 from collsim.engine import Tag
-from collsim.topology import Device, Topology, path_class_rank
+from collsim.topology import Device, Topology, TopologyError, path_class_rank
 from collsim.vocab import COLLECTIVES, GLOO_ALGORITHMS, GLOO_TRANSPORTS, TENSOR_DEVICES
 
 
@@ -32,7 +32,16 @@ def _tcp_path(topo: Topology, cat: ResourceCatalog, a: str, b: str) -> tuple[Pat
         # loopback: the sender copies user->kernel (read + write), the receiver kernel->user (read + write)
         path = cat.cores(da.node, 2.0 / per_core) + cat.mem(ca.name, 4.0)
         if ca.name != cb.name:
-            path = path + link_uses(topo.route(ca.name, cb.name, kinds=("upi",)))
+            try:
+                between = topo.route(ca.name, cb.name, kinds=("upi",))
+            except TopologyError:
+                raise BackendError(
+                    f"ranks on {a} and {b} sit under CPUs {ca.name} and {cb.name} joined by no socket link "
+                    "(separate hosts inside one node, as a GB200 NVL72 rack's compute trays, joined only by NVLink): "
+                    "Gloo's TCP between them would cross the hosts' network, which a one-node scenario does not "
+                    "have; disable backends.gloo, or describe the hosts as nodes of a fabric"
+                ) from None
+            path = path + link_uses(between)
         lat = float(ca.spec["tcp_message_latency"])
         return path, lat, per_core, TCP_LOOPBACK_TAG
     nics_a, nics_b = topo.nics(da.node), topo.nics(db.node)
