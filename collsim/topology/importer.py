@@ -1016,13 +1016,14 @@ def _xml_cpu_devices(
     )
     cpu_devs: list[_Device] = []
     cpu_hosts: list[int] = []
+    gen5 = _max_link_gen(tree) >= 5  # Gen5 root ports: an AMD host of Zen 4 or later
     for i, c in enumerate(cpus):
         c.name = f"cpu{i}"
         if cpu is not None:
             preset, why = cpu, "--cpu"
         else:
             cls = _nccl_cpu_class(c.el, c.path, file)
-            if cls == "amd" and _max_link_gen(tree) >= 5:  # Gen5 root ports: a Zen 4 or later part
+            if cls == "amd" and gen5:
                 cls = "amd-gen5"
             preset, why = _CPU_BY_NCCL_CLASS[cls]
             _preset(presets, "cpus", preset, file, c.path)

@@ -221,10 +221,35 @@ def _ib_names(entry: Mapping[str, Any], kind: str, count: int, file: str | Path 
 
 
 def _build_layout(data: Mapping[str, Any], presets: PresetLibrary, file: str | Path | None) -> NodeLayout:
+    """One node's devices and links from a template's ``devices`` and ``links`` entries (generated or written)."""
     layout = NodeLayout()
     raw_devices = data.get("devices")
     if not isinstance(raw_devices, list) or not raw_devices:
         raise TopologyError("expected a non-empty list of devices", file=file, field="devices")
+    first_entry = _add_devices(layout, raw_devices, presets, file)
+    raw_links = data.get("links")
+    if not isinstance(raw_links, list):
+        raise TopologyError("expected a list of links", file=file, field="links")
+    slowed = _add_links(layout, raw_links, presets, file)
+    for name, dev in layout.devices.items():
+        if dev.kind == "gpu" and not any(name in pair for pair in layout.links):
+            raise TopologyError(f"GPU {name!r} is connected to nothing; add a link", file=file, field=first_entry[name])
+    where = display_path(file)
+    for (limit, gen, cap), ends in slowed.items():
+        warnings.warn(
+            f"{where + ': ' if where else ''}the PCIe links of {', '.join(ends)} run at Gen{cap}, not Gen{gen} "
+            f"(pcie{gen}): {limit} supports PCIe Gen{cap}, and a link trains to the highest generation both ends "
+            "support",
+            TopologyWarning,
+            stacklevel=2,
+        )
+    return layout
+
+
+def _add_devices(
+    layout: NodeLayout, raw_devices: list[Any], presets: PresetLibrary, file: str | Path | None
+) -> dict[str, str]:
+    """Add every device entry's devices to ``layout``; returns each device's entry field (``devices.<i>``)."""
     first_entry: dict[str, str] = {}
     for i, entry in enumerate(raw_devices):
         field = f"devices.{i}"
@@ -275,10 +300,14 @@ def _build_layout(data: Mapping[str, Any], presets: PresetLibrary, file: str | P
             first_entry[n] = field
             own = FrozenMap({**spec, "ib_name": ib_names[k]}) if ib_names else FrozenMap(spec)
             layout.devices[n] = Device(n, str(kind), 0, layout.kind_count(str(kind)), own)
+    return first_entry
 
-    raw_links = data.get("links")
-    if not isinstance(raw_links, list):
-        raise TopologyError("expected a list of links", file=file, field="links")
+
+def _add_links(
+    layout: NodeLayout, raw_links: list[Any], presets: PresetLibrary, file: str | Path | None
+) -> dict[tuple[str, int, int], list[str]]:
+    """Add every link entry's links to ``layout``; returns the PCIe links slowed by an end's generation
+    (:func:`_trained_pcie`)."""
     nvlinks_used: dict[str, int] = {}
     slowed: dict[tuple[str, int, int], list[str]] = {}
     for i, entry in enumerate(raw_links):
@@ -314,19 +343,7 @@ def _build_layout(data: Mapping[str, Any], presets: PresetLibrary, file: str | P
             for b in b_list:
                 trained = base if "bandwidth" in entry else _trained_pcie(layout, a, b, entry, base, presets, slowed)
                 _add_layout_link(layout, a, b, kind, trained, count, file, field, nvlinks_used)
-    for name, dev in layout.devices.items():
-        if dev.kind == "gpu" and not any(name in pair for pair in layout.links):
-            raise TopologyError(f"GPU {name!r} is connected to nothing; add a link", file=file, field=first_entry[name])
-    where = display_path(file)
-    for (limit, gen, cap), ends in slowed.items():
-        warnings.warn(
-            f"{where + ': ' if where else ''}the PCIe links of {', '.join(ends)} run at Gen{cap}, not Gen{gen} "
-            f"(pcie{gen}): {limit} supports PCIe Gen{cap}, and a link trains to the highest generation both ends "
-            "support",
-            TopologyWarning,
-            stacklevel=2,
-        )
-    return layout
+    return slowed
 
 
 _PCIE_PRESET = re.compile(r"pcie(\d)")

@@ -818,13 +818,13 @@ def _intra_node(
 
 
 def _channel_count(
-    nch: int, net_nch: int, nnodes: int, opts: NcclOptions, consts: NcclConstants, switched: bool = False
+    nch: int, net_nch: int, nnodes: int, opts: NcclOptions, consts: NcclConstants, node_unbound: bool = False
 ) -> int:
     """Across nodes the network search's channels ``net_nch`` (:func:`net_ring_channels`: 2 per NIC on 8 NICs of
-    200 or 400 Gb/s, 4 on 4 or fewer of 400 Gb/s). Behind an NVSwitch (``switched``) the GPUs' NVLinks carry every
-    such channel whatever one node alone runs (OCI's 16 NICs: 32, where one node runs 24), and with one GPU a node
-    (``switched`` too: NCCL's search has no path inside the node, typeIntra LOC, search.cc) nothing inside the node
-    bounds them; elsewhere the node's own channels ``nch`` bound them too. Then MAXCHANNELS, NCCL_MAX_NCHANNELS and
+    200 or 400 Gb/s, 4 on 4 or fewer of 400 Gb/s). Where nothing inside the node bounds them (``node_unbound``):
+    behind an NVSwitch, whose NVLinks carry every such channel whatever one node alone runs (OCI's 16 NICs: 32, where
+    one node runs 24), and with one GPU a node (NCCL's search has no path inside the node, typeIntra LOC,
+    search.cc); elsewhere the node's own channels ``nch`` bound them too. Then MAXCHANNELS, NCCL_MAX_NCHANNELS and
     NCCL_MAX_CTAS, then NCCL_MIN_NCHANNELS and NCCL_MIN_CTAS (connect.cc: nChannels = min(ncclMaxNchannels(),
     nChannels, maxCTAs), the rings copied up to max(ncclMinNchannels(), minCTAs)).
 
@@ -836,7 +836,7 @@ def _channel_count(
     4
     """
     if nnodes > 1:
-        nch = net_nch if switched else min(nch, net_nch)
+        nch = net_nch if node_unbound else min(nch, net_nch)
     nch = min(nch, consts.max_channels)
     min_ctas, max_ctas = opts.cta_bounds(consts.max_channels)
     if opts.max_channels is not None:
