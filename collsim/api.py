@@ -284,7 +284,13 @@ class Simulator:
             )
         gloo = scenario.backends.gloo
         self.gloo_options = (
-            GlooOptions(algorithm=gloo.algorithm, device=gloo.device, transport=gloo.transport, threads=gloo.threads)
+            GlooOptions(
+                algorithm=gloo.algorithm,
+                device=gloo.device,
+                transport=gloo.transport,
+                threads=gloo.threads,
+                cores_per_process=scenario.workload.cores_per_process,
+            )
             if gloo
             else GlooOptions()
         )
@@ -871,9 +877,10 @@ class Simulator:
     def _cpu_compute(self, spec: Mapping[str, Any], sharing: int) -> GpuCompute:
         """CPU ranks: the layers' measured times (required: no FLOP model of a CPU), the socket's memory bandwidth
         and cores shared by the ``sharing`` ranks on it (DDP's copies and the optimizer; the compute thread and
-        Gloo's worker threads), no SMs. Where the preset gives ``copy_bw_per_core`` a rank's memory passes stream
-        at most at its intra-op threads' copy rate (as traffic: 3 bytes per byte copied); where it gives
-        ``first_touch_bw`` allocations from ``gloo.yaml``'s ``fresh_mapping_bytes`` fault in at that rate."""
+        Gloo's worker threads; at most ``workload.cores_per_process`` cores), no SMs. Where the preset gives
+        ``copy_bw_per_core`` a rank's memory passes stream at most at its intra-op threads' copy rate (as traffic:
+        3 bytes per byte copied); where it gives ``first_touch_bw`` allocations from ``gloo.yaml``'s
+        ``fresh_mapping_bytes`` fault in at that rate."""
         model = self.training_model
         missing = [ly.name for ly in model.layers if ly.fwd_time_s is None or ly.bwd_time_s is None]
         if missing:
@@ -895,6 +902,9 @@ class Simulator:
         if copy_rate > 0:  # one thread streams no faster than it copies: (2 + write-allocate) bytes per byte copied
             bandwidth = min(bandwidth, copy_rate * (2.0 + write_allocate) * tr.intra_op_threads)
         cores = float(spec.get("cores") or 0) / max(1, sharing)
+        confined = self.scenario.workload.cores_per_process
+        if confined is not None:  # taskset, a container's CPU limit: the process runs on no more
+            cores = min(cores, confined) if cores > 0 else 0.0
         if cores <= 0:
             where, fld = self._preset_field("cpus", spec, "cores")
             raise ScenarioError("the CPU preset has no cores, which a training step on CPU ranks needs", file=where,

@@ -267,6 +267,8 @@ def _bench_command(sub: _Sub) -> None:
     real.add_argument("--root", type=int, default=0, help="root rank of broadcast and reduce (default: 0)")
     real.add_argument("--no-check", action="store_true", help="skip the data check after each size")
     real.add_argument("--timeout", type=float, default=300.0, help="torch.distributed timeout, seconds")
+    real.add_argument("--cores-per-rank", type=int, metavar="N",
+                      help="pin each local rank to its own N CPUs, as taskset would (default: not pinned)")
     real.add_argument("-o", "--output", metavar="FILE", help="write the collsim measurement (.json or .csv)")
     real.add_argument("--text", metavar="FILE", help="write the nccl-tests style text to FILE instead of stdout")
     real.add_argument("--probe", action="store_true", help="measure this machine's GPU (copies, launch, NCCL, Gloo)")

@@ -100,14 +100,15 @@ def resource_name(key: Hashable) -> str:
 
     Keys: ``("link", src, dst)`` (a link direction), ``("mem", cpu)`` (a CPU socket's memory), ``("hbm", gpu)`` (a
     GPU's memory), ``("cores", node)`` (a node's CPU cores), ``("proxy", gpu)`` (the CPU thread that progresses a
-    GPU's NCCL network connections).
+    GPU's NCCL network connections), ``("process", rank)`` (the cores one rank's process may run on, where
+    :meth:`ResourceCatalog.confine` limits them).
 
     Examples
     --------
     >>> [resource_name(k) for k in [("link", "n0/gpu0", "n0/nvswitch"), ("mem", "n0/cpu0"), ("cores", 1)]]
     ['n0/gpu0->n0/nvswitch', 'n0/cpu0 memory', 'n1 CPU cores']
-    >>> resource_name(("hbm", "n0/gpu3")), resource_name(("proxy", "n1/gpu0"))
-    ('n0/gpu3 HBM', 'n1/gpu0 proxy thread')
+    >>> resource_name(("hbm", "n0/gpu3")), resource_name(("proxy", "n1/gpu0")), resource_name(("process", 3))
+    ('n0/gpu3 HBM', 'n1/gpu0 proxy thread', 'rank 3 process cores')
     """
     match key:
         case ("link", str(src), str(dst)):
@@ -120,6 +121,8 @@ def resource_name(key: Hashable) -> str:
             return f"n{node} CPU cores"
         case ("proxy", str(gpu)):
             return f"{gpu} proxy thread"
+        case ("process", int(rank)):
+            return f"rank {rank} process cores"
     raise ValueError(f"not a resource key: {key!r}")
 
 
@@ -140,7 +143,8 @@ class ResourceCatalog:
 
     Keys: ``("link", src, dst)``, ``("mem", cpu)``, ``("hbm", gpu)`` (bytes/s), ``("cores", node)``
     (core-seconds/s = cores), ``("proxy", gpu)`` (thread-seconds/s = 1: NCCL runs one proxy thread per GPU, and
-    with its socket transport's defaults that thread moves the bytes of every network connection of the GPU).
+    with its socket transport's defaults that thread moves the bytes of every network connection of the GPU), and
+    after :meth:`confine` ``("process", rank)`` (core-seconds/s: the cores a rank's process may run on).
     """
 
     def __init__(self, topo: Topology) -> None:
@@ -174,6 +178,21 @@ class ResourceCatalog:
     def cores(self, node: int, seconds_per_byte: float) -> Path:
         """CPU time on ``node``'s cores: ``seconds_per_byte`` core-seconds per data byte."""
         return Path(((("cores", node), seconds_per_byte),), 0.0, ("cpu",))
+
+    def confine(self, ranks: int, cores: float) -> None:
+        """Confine each of ``ranks`` processes to ``cores`` cores (taskset, a container's CPU limit, Slurm's
+        ``--cpus-per-task``): every CPU cost charged to a rank's process (:meth:`process`) is then also charged to
+        its own ``("process", rank)`` resource of that capacity, besides its node's cores."""
+        for r in range(ranks):
+            self._add(("process", r), cores, "cpu")
+
+    def process(self, rank: int | None, seconds_per_byte: float) -> Path:
+        """CPU time of rank ``rank``'s own process: ``seconds_per_byte`` core-seconds per data byte of its
+        ``("process", rank)`` resource where :meth:`confine` limited its cores; else (or ``rank`` None) nothing.
+        Charged beside the node's :meth:`cores`, which every process shares."""
+        if rank is None or ("process", rank) not in self.specs:
+            return Path((), 0.0, ())
+        return Path(((("process", rank), seconds_per_byte),), 0.0, ("cpu",))
 
     def proxy(self, gpu: str, seconds_per_byte: float) -> Path:
         """Time of ``gpu``'s proxy thread: ``seconds_per_byte`` thread-seconds per data byte."""

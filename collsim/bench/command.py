@@ -121,6 +121,7 @@ def _resolve_config(args: argparse.Namespace, torch: Any) -> BenchConfig:
         nprocs=nprocs,
         root=args.root,
         timeout_s=args.timeout,
+        cores_per_rank=args.cores_per_rank,
     )
     if ids is None and device == "cuda":
         gpus = torch.cuda.device_count()
@@ -143,6 +144,8 @@ def _command(cfg: BenchConfig, args: argparse.Namespace, under_torchrun: bool) -
         parts += ["--nprocs", str(cfg.nprocs)]
     if cfg.collective in ROOTED_COLLECTIVES:
         parts += ["--root", str(cfg.root)]
+    if cfg.cores_per_rank is not None:
+        parts += ["--cores-per-rank", str(cfg.cores_per_rank)]
     if not cfg.check:
         parts.append("--no-check")
     if args.output:

@@ -106,6 +106,9 @@ class BenchConfig:
         Root rank of broadcast and reduce.
     timeout_s : float
         torch.distributed timeout for setup and each collective, seconds.
+    cores_per_rank : int or None
+        Pin each local rank's process to its own ``cores_per_rank`` CPUs (local rank r: the r-th block of that many
+        of the CPUs the launcher may use, ``os.sched_setaffinity``), as ``taskset`` would; None: not pinned.
     """
 
     collective: str = "allreduce"
@@ -121,6 +124,7 @@ class BenchConfig:
     device_index: int | None = None
     root: int = 0
     timeout_s: float = 300.0
+    cores_per_rank: int | None = None
 
     def __post_init__(self) -> None:
         try:
@@ -156,6 +160,9 @@ class BenchConfig:
             raise BenchError("device_index: expected a CUDA device number >= 0 with device cuda")
         if not self.timeout_s > 0:
             raise BenchError(f"--timeout: expected a positive number of seconds, got {self.timeout_s!r}")
+        k = self.cores_per_rank
+        if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
+            raise BenchError(f"--cores-per-rank: expected an integer >= 1, got {k!r}")
 
     @property
     def typesize(self) -> int:

@@ -168,6 +168,8 @@ class SweepOutput:
 def _timing_note(out: SweepOutput) -> str:
     cfg = out.config
     data = "zero-filled buffers" + (", then one checked run on known values per size" if cfg.check else "")
+    if cfg.cores_per_rank is not None:  # the pinning, as the text says it, since the machine's CPUs do not show it
+        data += f"; each local rank pinned to its own {cfg.cores_per_rank} CPU(s) (--cores-per-rank)"
     if cfg.timing == "block":
         return (
             f"torch.distributed {cfg.backend}, {cfg.device} tensors, {out.nranks} ranks; per size {cfg.warmup} warm-up "

@@ -148,6 +148,19 @@ def _versions(torch: Any, dist: Any, cfg: BenchConfig) -> dict[str, Any]:
     return sw
 
 
+def _pin(cores: int, local_rank: int) -> None:
+    """Pin this process, and the threads it starts afterwards (Gloo's, torch's), to the ``local_rank``-th block of
+    ``cores`` CPUs among those it may use (Linux ``sched_setaffinity``, as ``taskset`` does)."""
+    if not hasattr(os, "sched_setaffinity"):
+        raise BenchError("--cores-per-rank: this platform cannot pin processes (no os.sched_setaffinity)")
+    allowed = sorted(os.sched_getaffinity(0))
+    block = allowed[local_rank * cores : (local_rank + 1) * cores]
+    if len(block) < cores:
+        raise BenchError(f"--cores-per-rank {cores}: local rank {local_rank} needs CPUs {local_rank * cores}-"
+                         f"{(local_rank + 1) * cores - 1} of the {len(allowed)} this process may use")
+    os.sched_setaffinity(0, block)
+
+
 def run_rank(cfg: BenchConfig, *, progress: Progress | None = None, launcher: str = "torchrun") -> SweepOutput | None:
     """Run the sweep as this process's rank; return the result on rank 0, None on the others.
 
@@ -166,6 +179,8 @@ def run_rank(cfg: BenchConfig, *, progress: Progress | None = None, launcher: st
     if ids is None:
         raise BenchError("RANK, WORLD_SIZE and LOCAL_RANK must be set (torchrun sets them)")
     rank, world, local_rank = ids
+    if cfg.cores_per_rank is not None:
+        _pin(cfg.cores_per_rank, local_rank)
     if not dist.is_available():
         raise BenchError(f"this torch ({torch.__version__}) was built without torch.distributed")
     if cfg.backend == "nccl" and not dist.is_nccl_available():
@@ -211,6 +226,8 @@ def run_rank(cfg: BenchConfig, *, progress: Progress | None = None, launcher: st
         "ranks_per_node": world // len(hosts) if world % len(hosts) == 0 else None,
         "os": facts["os"],
     }
+    if hasattr(os, "sched_getaffinity"):  # taskset around the launcher, or --cores-per-rank, show here
+        hardware["rank0_cpus_allowed"] = sorted(os.sched_getaffinity(0))
     if cfg.device == "cuda":
         hardware["gpus_per_node"] = len({i.device for i in ranks if i.hostname == facts["hostname"]})
     if cfg.backend == "gloo" and len(hosts) == 1:

@@ -289,6 +289,13 @@ class WorkloadConfig(BaseModel):
         ge=1,
         description="GPUs one process drives (nccl-tests -g): their kernels launch one after another from one thread.",
     )
+    cores_per_process: float | None = Field(
+        None,
+        gt=0,
+        description="CPU cores each rank's process may run on (taskset -c, a container's CPU limit, Slurm's "
+        "--cpus-per-task; fractions allowed): Gloo's TCP sends and receives, reductions and copies of a rank, and a "
+        "CPU rank's training step, share them. Unset: no limit but the node's cores, which its processes share.",
+    )
     host_overhead: str = Field(
         "none",
         description="The host's per-call work inside each timed NCCL collective: 'none' (calls queued back to back, "

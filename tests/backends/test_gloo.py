@@ -515,3 +515,67 @@ def test_gloo_between_hosts_of_one_nvlink_domain_is_refused_by_name() -> None:
                                  "backends": {"nccl": {"enabled": False}, "gloo": {"enabled": True}}})  # fmt: skip
     with pytest.raises(ScenarioError, match=r"backends\.gloo: ranks on n0/gpu3 and n0/gpu4 .* joined by no socket"):
         sim.simulate_one("gloo", 1 << 20)
+
+
+# ------------------------------------------------------------------ a rank's process confined to some cores
+@cache
+def cpu2x1() -> Topology:
+    """Two CPU hosts, one rank each, on 100 GbE: the NIC (12.5 GB/s) is far above one TCP stream's 2.5 GB/s."""
+    return load_topology(
+        "cpu-host", nodes=2, node_params={"processes": 1, "nic": "eth-100g"},
+        fabric={"topology": "single_switch", "transport": "tcp"},
+    )  # fmt: skip
+
+
+def test_a_rank_on_one_core_pays_its_sends_receives_and_reductions_on_it() -> None:
+    # PyTorch's ring on 2 ranks: each rank sends S and receives S over TCP (1 / tcp_bw_per_core core-seconds a byte
+    # at each end: generic-x86's 2.5 GB/s) and reduces S / 2 (1 / reduce_bw_per_core: 15 GB/s). On one core they
+    # add up; unconfined, each end has a core of the node's own.
+    size = 256 * 10**6
+    opts = GlooOptions(algorithm="ring", device="cpu", cores_per_process=1)
+    t1 = simulate_gloo(cpu2x1(), opts, consts(), size).time_s
+    core_seconds = 2 * size / 2.5e9 + size / 2 / 15e9
+    assert core_seconds <= t1 <= 1.005 * core_seconds
+    half = simulate_gloo(cpu2x1(), dataclasses.replace(opts, cores_per_process=0.5), consts(), size).time_s
+    assert half == pytest.approx(2 * t1, rel=2e-3)  # CPU-bound: half the core, twice the time
+    free = simulate_gloo(cpu2x1(), dataclasses.replace(opts, cores_per_process=None), consts(), size).time_s
+    assert free < 0.5 * t1  # one stream each way at 2.5 GB/s: the sends and receives overlap on separate cores
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "collective"),
+    [(a, "allreduce") for a in ALGORITHMS] + [("ring", c) for c in ("allgather", "alltoall", "broadcast")],
+)
+def test_more_cores_per_process_never_slow_a_collective_and_enough_change_nothing(
+    algorithm: str, collective: str
+) -> None:
+    opts = GlooOptions(algorithm=algorithm, device="cpu")
+    times = []
+    for c in (0.25, 0.5, 1.0, 2.0, 1000.0, None):
+        confined = dataclasses.replace(opts, cores_per_process=c)
+        times.append(simulate_gloo(cpu4(), confined, consts(), 8 * MiB, collective=collective).time_s)
+    assert times == sorted(times, reverse=True)
+    assert times[-2] == times[-1]  # more cores than a rank can use: the same run, to the bit
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_confined_processes_symmetry_on_equals_off(algorithm: str) -> None:
+    opts = GlooOptions(algorithm=algorithm, device="cpu", cores_per_process=0.5)
+    on = simulate_gloo(cpu4(), opts, consts(), 4 * MiB, symmetry=True).time_s
+    off = simulate_gloo(cpu4(), opts, consts(), 4 * MiB, symmetry=False).time_s
+    assert on == pytest.approx(off, rel=1e-12)
+
+
+@pytest.mark.parametrize("cores", [0, -1.0])
+def test_cores_per_process_must_be_positive(cores: float) -> None:
+    with pytest.raises(BackendError, match="cores_per_process must be above 0"):
+        simulate_gloo(cpu4(), GlooOptions(device="cpu", cores_per_process=cores), consts(), MiB)
+
+
+def test_a_scenarios_cores_per_process_reaches_gloo_and_is_checked() -> None:
+    src = "scenarios/published/gloo_cpu_2node_40gbe_pinned_issue248.yaml"
+    pinned = Simulator.from_source(src).simulate_one("gloo", 20 * 10**6).time_s
+    free = Simulator.from_source(src, ["workload.cores_per_process=null"]).simulate_one("gloo", 20 * 10**6).time_s
+    assert pinned > 2 * free  # one core for both ends of both streams (2 x 20 MB at 2.0 GB/s) against one each
+    with pytest.raises(ScenarioError, match=r"workload\.cores_per_process"):
+        Simulator.from_source(src, ["workload.cores_per_process=0"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -62,6 +63,7 @@ def test_config_defaults_and_aliases() -> None:
         ({"nprocs": 0}, r"--nprocs: expected an integer >= 1"),
         ({"timing": "avg"}, r"--timing: expected one of iteration, block"),
         ({"timeout_s": 0}, r"--timeout"),
+        ({"cores_per_rank": 0}, r"--cores-per-rank: expected an integer >= 1, got 0"),
     ],
 )
 def test_config_errors_name_the_option(kwargs: dict[str, object], match: str) -> None:
@@ -296,3 +298,17 @@ def test_probe_object_with_a_fake_gpu(nccl: bool, monkeypatch: pytest.MonkeyPatc
     assert lines[:5] == [f"probe: {k} copies, 2 sizes" for k in doc["copies"]]
     assert lines[-2:] == ["probe: gloo allreduce, 3 rank(s) with CPU tensors, 2 sizes",
                           "probe: gloo allreduce, 4 rank(s) with CPU tensors, 2 sizes"]
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="Linux only (os.sched_setaffinity)")
+def test_pinning_takes_each_local_ranks_own_block_of_cpus() -> None:
+    from collsim.bench.worker import _pin
+
+    allowed = os.sched_getaffinity(0)
+    with pytest.raises(BenchError, match=r"--cores-per-rank 1: local rank .* needs CPUs"):
+        _pin(1, len(allowed))  # one rank more than there are CPUs
+    try:
+        _pin(1, len(allowed) - 1)  # the last rank takes the last CPU
+        assert os.sched_getaffinity(0) == {max(allowed)}
+    finally:
+        os.sched_setaffinity(0, allowed)

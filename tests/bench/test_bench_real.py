@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -50,6 +51,17 @@ def test_gloo_cpu_two_processes_json_and_text_round_trip(tmp_path: Path, capsys:
     for row, mrow in zip(log.rows, m.rows, strict=True):
         assert row.time_us == pytest.approx(mrow.time_us, abs=0.006 if mrow.time_us < 1e4 else 0.6)  # printed %.2f/%.1f
     assert out_text.read_text().count(" ok\n") == 3  # the data check passed at every size
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="two ranks on a CPU each need two CPUs")
+def test_cores_per_rank_pins_each_rank_and_the_file_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "m.json"
+    rc = main(["bench", "--backend", "gloo", "--device", "cpu", "--nprocs", "2", "--sizes", "64KiB", "-w", "1",
+               "-n", "2", "--cores-per-rank", "1", "--quiet", "-o", str(out)])
+    assert rc == 0, capsys.readouterr().err
+    m = read_measurement(out)
+    assert m.hardware["rank0_cpus_allowed"] == [min(os.sched_getaffinity(0))]
+    assert "pinned to its own 1 CPU(s)" in m.notes and "--cores-per-rank 1" in m.source["command"]
 
 
 def test_gloo_cpu_alltoall_csv_through_the_api(tmp_path: Path) -> None:

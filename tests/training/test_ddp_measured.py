@@ -55,3 +55,13 @@ def test_a_step_with_processes_sharing_a_gpu_is_refused() -> None:
     )
     with pytest.raises(ScenarioError, match=r"cluster\.ranks_per_gpu: a training step with 2 processes sharing"):
         sim.step()
+
+
+def test_a_cpu_rank_confined_to_half_a_core_takes_twice_as_long() -> None:
+    # this VM's 2 cores over its 2 processes give each rank one core: confining it to one changes nothing, to half
+    # a core halves every rate of its computation, copies and Gloo's CPU work alike
+    base = Simulator.from_source(SCENARIO).step()[0].iteration_s
+    one = Simulator.from_source(SCENARIO, ["workload.cores_per_process=1"]).step()[0].iteration_s
+    half = Simulator.from_source(SCENARIO, ["workload.cores_per_process=0.5"]).step()[0].iteration_s
+    assert one == base
+    assert half == pytest.approx(2 * base, rel=0.01)

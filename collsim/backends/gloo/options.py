@@ -88,12 +88,17 @@ class GlooOptions:
         Worker threads of each rank's process group, >= 1. PyTorch's default is 2:
         ``ProcessGroupGloo::Options::Options(std::chrono::milliseconds timeout) : Backend::Options(GLOO_BACKEND_NAME,
         timeout), threads(2) {}`` in pytorch/pytorch ``torch/csrc/distributed/c10d/ProcessGroupGloo.cpp``.
+    cores_per_process : float or None
+        Cores each rank's process may run on (``taskset``, a container's CPU limit, Slurm's ``--cpus-per-task``;
+        scenario ``workload.cores_per_process``): its TCP sends and receives, reductions and copies share them.
+        None: no limit but the node's cores, which all its processes share.
     """
 
     algorithm: str = "ring"
     device: str = "cuda"
     transport: str = "tcp"
     threads: int = 2
+    cores_per_process: float | None = None
     #: (rank, seconds) pairs: ranks that issue every collective that late (stragglers; scenario perturb.ranks)
     launch_delay: tuple[tuple[int, float], ...] = ()
     #: mean extra latency of each message between ranks, seconds (scenario noise.jitter); 0: none

@@ -23,14 +23,24 @@ from collsim.topology import Device, Topology, TopologyError, path_class_rank
 from collsim.vocab import COLLECTIVES, GLOO_ALGORITHMS, GLOO_TRANSPORTS, TENSOR_DEVICES
 
 
-def _tcp_path(topo: Topology, cat: ResourceCatalog, a: str, b: str) -> tuple[Path, float, float, Tag]:
-    """TCP send from rank device ``a`` to ``b``: resources, latency, one stream's cap, and its tag."""
+def _tcp_path(
+    topo: Topology, cat: ResourceCatalog, a: str, b: str, procs: tuple[int | None, int | None] = (None, None)
+) -> tuple[Path, float, float, Tag]:
+    """TCP send from rank device ``a`` to ``b``: resources, latency, one stream's cap, and its tag.
+
+    ``procs``: the sending and receiving ranks, whose processes' own cores pay each end's CPU time where
+    :meth:`~collsim.backends.common.ResourceCatalog.confine` limits them: Gloo's TCP pair writes from the calling
+    thread and reads on its device's event-loop thread, both threads of the rank's process (gloo/transport/tcp
+    ``pair.cc``, ``device.cc``), and the kernel's copies to and from socket buffers run in their system calls.
+    """
+    pa, pb = procs
     ca, cb = topo.host_cpu(a), topo.host_cpu(b)
     da, db = topo.device(a), topo.device(b)
     if da.node == db.node:
         per_core = float(ca.spec["tcp_loopback_bw_per_core"])
         # loopback: the sender copies user->kernel (read + write), the receiver kernel->user (read + write)
         path = cat.cores(da.node, 2.0 / per_core) + cat.mem(ca.name, 4.0)
+        path = path + cat.process(pa, 1.0 / per_core) + cat.process(pb, 1.0 / per_core)
         if ca.name != cb.name:
             try:
                 between = topo.route(ca.name, cb.name, kinds=("upi",))
@@ -59,6 +69,8 @@ def _tcp_path(topo: Topology, cat: ResourceCatalog, a: str, b: str) -> tuple[Pat
         + cat.cores(db.node, 1.0 / float(cb.spec["tcp_bw_per_core"]))
     )
     lat = float(ca.spec["tcp_message_latency"]) + path.latency
+    path = path + cat.process(pa, 1.0 / float(ca.spec["tcp_bw_per_core"]))
+    path = path + cat.process(pb, 1.0 / float(cb.spec["tcp_bw_per_core"]))
     return path, lat, per_core, TCP_NETWORK_TAG
 
 
@@ -111,6 +123,8 @@ def _check(topo: Topology, opts: GlooOptions, collective: str) -> list[str]:
             raise BackendError(f"gloo: unknown {what} {value!r}; valid: {', '.join(valid)}")
     if isinstance(opts.threads, bool) or not isinstance(opts.threads, int) or opts.threads < 1:
         raise BackendError(f"gloo: threads must be an integer >= 1 (worker threads per rank), got {opts.threads!r}")
+    if opts.cores_per_process is not None and not opts.cores_per_process > 0:
+        raise BackendError(f"gloo: cores_per_process must be above 0 (cores), got {opts.cores_per_process!r}")
     if opts.device == "cuda" and not topo.gpus():
         raise BackendError("gloo device 'cuda' needs GPUs; this topology has none (use device: cpu)")
     ranks = [d.name for d in topo.rank_devices()]  # the GPUs (each ranks_per_gpu times), else the CPU process slots

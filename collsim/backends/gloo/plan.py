@@ -114,21 +114,23 @@ def _staging_roles(topo: Topology, cat: ResourceCatalog, r: str) -> dict[str, Us
 
 
 def _link(
-    topo: Topology, cat: ResourceCatalog, opts: GlooOptions, a: str, b: str, gpu_resident: bool
+    topo: Topology, cat: ResourceCatalog, opts: GlooOptions, ranks: list[str], i: int, p: int, gpu_resident: bool
 ) -> tuple[Path, LinkCost]:
-    """The connection from rank device ``a`` to ``b``: TCP (one stream's rate cap) or an RDMA write (no cap)."""
+    """The connection from rank ``i`` to rank ``p`` (devices in ``ranks``): TCP (one stream's rate cap) or an RDMA
+    write (no cap)."""
+    a, b = ranks[i], ranks[p]
     if opts.transport == "tcp":
-        path, lat, cap, tag = _tcp_path(topo, cat, a, b)
+        path, lat, cap, tag = _tcp_path(topo, cat, a, b, (i, p))
         return path, (lat, cap, tag)
     path, lat, tag = _rdma_path(topo, cat, a, b, gpu_resident)
     return path, (lat, math.inf, tag)
 
 
 def _compute_roles(
-    topo: Topology, cat: ResourceCatalog, r: str, gpu_resident: bool, write_allocate: float
+    topo: Topology, cat: ResourceCatalog, r: str, gpu_resident: bool, write_allocate: float, rank: int | None = None
 ) -> tuple[dict[str, Uses], _Compute]:
-    """Reductions and copies of rank device ``r``: on the GPU's HBM (the catalogue's ``("hbm", r)``) or by one CPU
-    thread.
+    """Reductions and copies of rank ``rank`` on device ``r``: on the GPU's HBM (the catalogue's ``("hbm", r)``)
+    or by one CPU thread of the rank's process (its node's cores and, where confined, the process's own).
 
     Returns the roles ``reduce`` and ``copy`` and their costs.
     """
@@ -145,14 +147,23 @@ def _compute_roles(
     copy_rate = float(cpu.spec.get("copy_bw_per_core") or red_rate)
     touch_rate = float(cpu.spec.get("first_touch_bw") or 0.0)
     roles = {
-        "reduce": list((cat.cores(cpu.node, 1.0 / red_rate) + cat.mem(cpu.name, 3.0)).uses),
+        "reduce": list(
+            (cat.cores(cpu.node, 1.0 / red_rate) + cat.mem(cpu.name, 3.0) + cat.process(rank, 1.0 / red_rate)).uses
+        ),
         # a copy out of a receive buffer: the read, the write and the write-allocate read of the destination's
         # lines (training.yaml cpu_write_allocate_bytes_per_byte: 3 bytes of traffic per byte; a reduction's
         # destination is one of its operands, read anyway)
-        "copy": list((cat.cores(cpu.node, 1.0 / copy_rate) + cat.mem(cpu.name, 2.0 + write_allocate)).uses),
+        "copy": list(
+            (
+                cat.cores(cpu.node, 1.0 / copy_rate)
+                + cat.mem(cpu.name, 2.0 + write_allocate)
+                + cat.process(rank, 1.0 / copy_rate)
+            ).uses
+        ),
     }
     if touch_rate > 0:  # the kernel's page faults: the faulting thread's core, and the zeroed page written once
-        roles["touch"] = list((cat.cores(cpu.node, 1.0 / touch_rate) + cat.mem(cpu.name, 1.0)).uses)
+        touch = cat.cores(cpu.node, 1.0 / touch_rate) + cat.mem(cpu.name, 1.0) + cat.process(rank, 1.0 / touch_rate)
+        roles["touch"] = list(touch.uses)
     return roles, _Compute(red_rate, 0.0, CPU_REDUCTION_TAG, CPU_COPY_TAG, copy_rate, touch_rate)
 
 
@@ -170,14 +181,16 @@ def _plan(
     staged = opts.device == "cuda" and opts.transport == "tcp"
     gpu_resident = opts.device == "cuda" and opts.transport == "ibverbs"
     cat = ResourceCatalog(topo)
+    if opts.cores_per_process is not None:
+        cat.confine(len(ranks), opts.cores_per_process)
     plan = _Plan(usage={}, specs=cat.specs, costs={}, staging=[])
     for i, r in enumerate(ranks):
         roles = _staging_roles(topo, cat, r) if staged else {}
         links: dict[str, LinkCost] = {}
         for label, p in sorted({lab: p for s in scheds for lab, p in s.peers[i].items()}.items()):
-            path, links[label] = _link(topo, cat, opts, r, ranks[p], gpu_resident)
+            path, links[label] = _link(topo, cat, opts, ranks, i, p, gpu_resident)
             roles["send:" + label] = list(path.uses)
-        compute_roles, compute = _compute_roles(topo, cat, r, gpu_resident, write_allocate)
+        compute_roles, compute = _compute_roles(topo, cat, r, gpu_resident, write_allocate, i)
         roles.update(compute_roles)
         cpu = topo.host_cpu(r)
         if opts.transport == "tcp":
