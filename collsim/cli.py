@@ -469,6 +469,9 @@ def _nccl_notes(sim: Simulator) -> list[str]:
     if host > 0:
         out.append(f"times include {format_time(host)} of host work per call (workload.host_overhead: "
                    f"{workload.host_overhead})")
+    if workload.cores_per_process is not None and "nccl" in sim.backends():
+        out.append(f"workload.cores_per_process ({workload.cores_per_process:g}) confines Gloo's CPU work only: "
+                   "NCCL's kernels and proxy threads are not charged to the process's cores")
     if opts.decouple and sim.topology.perturbed_links():
         out.append("engine.decouple: the channels that cross a slowed link (or a NIC standing in for one down) leave "
                    "out their traffic on the links they share with the others (an approximation: "

@@ -607,6 +607,15 @@ def test_run_and_explain_say_what_of_the_harness_the_times_hold(
     assert "# times include" not in capsys.readouterr().out  # nccl-tests' own harness: nothing to add
 
 
+def test_cores_per_process_says_nccl_is_not_confined(capsys: pytest.CaptureFixture[str]) -> None:
+    note = ("# workload.cores_per_process (2) confines Gloo's CPU work only: NCCL's kernels and proxy threads are not "
+            "charged to the process's cores")
+    assert main(["run", "hgx-h100", "--set", "workload.cores_per_process=2", "--sizes", "8B", "--quiet"]) == 0
+    assert note in capsys.readouterr().out.splitlines()
+    assert main(["run", "hgx-h100", "--sizes", "8B", "--quiet"]) == 0
+    assert "cores_per_process" not in capsys.readouterr().out
+
+
 def test_compare_a_perturbed_scenario_against_the_healthy_one(capsys: pytest.CaptureFixture[str]) -> None:
     # issue 13: compare shows the perturbed cluster and, next to it, the same sweep without perturb
     late = ["--set", "perturb.ranks=[{rank: 3, launch_delay: 20us}]", "--sizes", "8B,1MiB", "--quiet"]
