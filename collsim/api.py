@@ -288,7 +288,8 @@ class Simulator:
                 algorithm=gloo.algorithm,
                 device=gloo.device,
                 transport=gloo.transport,
-                threads=gloo.threads,
+                threads=gloo.worker_threads(),
+                interfaces=gloo.interfaces,
                 cores_per_process=scenario.workload.cores_per_process,
             )
             if gloo

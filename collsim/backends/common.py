@@ -101,7 +101,8 @@ def resource_name(key: Hashable) -> str:
     Keys: ``("link", src, dst)`` (a link direction), ``("mem", cpu)`` (a CPU socket's memory), ``("hbm", gpu)`` (a
     GPU's memory), ``("cores", node)`` (a node's CPU cores), ``("proxy", gpu)`` (the CPU thread that progresses a
     GPU's NCCL network connections), ``("process", rank)`` (the cores one rank's process may run on, where
-    :meth:`ResourceCatalog.confine` limits them).
+    :meth:`ResourceCatalog.confine` limits them), ``("io", rank, context)`` (the event-loop thread of one of a
+    rank's Gloo contexts, :meth:`ResourceCatalog.io_threads`).
 
     Examples
     --------
@@ -109,6 +110,8 @@ def resource_name(key: Hashable) -> str:
     ['n0/gpu0->n0/nvswitch', 'n0/cpu0 memory', 'n1 CPU cores']
     >>> resource_name(("hbm", "n0/gpu3")), resource_name(("proxy", "n1/gpu0")), resource_name(("process", 3))
     ('n0/gpu3 HBM', 'n1/gpu0 proxy thread', 'rank 3 process cores')
+    >>> resource_name(("io", 2, 0))
+    'rank 2 Gloo I/O thread 0'
     """
     match key:
         case ("link", str(src), str(dst)):
@@ -123,6 +126,8 @@ def resource_name(key: Hashable) -> str:
             return f"{gpu} proxy thread"
         case ("process", int(rank)):
             return f"rank {rank} process cores"
+        case ("io", int(rank), int(context)):
+            return f"rank {rank} Gloo I/O thread {context}"
     raise ValueError(f"not a resource key: {key!r}")
 
 
@@ -144,7 +149,8 @@ class ResourceCatalog:
     Keys: ``("link", src, dst)``, ``("mem", cpu)``, ``("hbm", gpu)`` (bytes/s), ``("cores", node)``
     (core-seconds/s = cores), ``("proxy", gpu)`` (thread-seconds/s = 1: NCCL runs one proxy thread per GPU, and
     with its socket transport's defaults that thread moves the bytes of every network connection of the GPU), and
-    after :meth:`confine` ``("process", rank)`` (core-seconds/s: the cores a rank's process may run on).
+    after :meth:`confine` ``("process", rank)`` (core-seconds/s: the cores a rank's process may run on), after
+    :meth:`io_threads` ``("io", rank, context)`` (thread-seconds/s = 1: one Gloo event-loop thread).
     """
 
     def __init__(self, topo: Topology) -> None:
@@ -193,6 +199,21 @@ class ResourceCatalog:
         if rank is None or ("process", rank) not in self.specs:
             return Path((), 0.0, ())
         return Path(((("process", rank), seconds_per_byte),), 0.0, ("cpu",))
+
+    def io_threads(self, ranks: int, contexts: int) -> None:
+        """One event-loop thread per Gloo context of each of ``ranks`` ranks: ``("io", rank, context)``, one
+        thread-second a second."""
+        for r in range(ranks):
+            for c in range(contexts):
+                self._add(("io", r, c), 1.0, "cpu")
+
+    def io_thread(self, rank: int | None, context: int, seconds_per_byte: float) -> Path:
+        """Time of rank ``rank``'s event-loop thread of ``context``: ``seconds_per_byte`` thread-seconds per data
+        byte where :meth:`io_threads` declared it; else (or ``rank`` None) nothing."""
+        key = ("io", rank, context)
+        if rank is None or key not in self.specs:
+            return Path((), 0.0, ())
+        return Path(((key, seconds_per_byte),), 0.0, ("cpu",))
 
     def proxy(self, gpu: str, seconds_per_byte: float) -> Path:
         """Time of ``gpu``'s proxy thread: ``seconds_per_byte`` thread-seconds per data byte."""

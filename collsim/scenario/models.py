@@ -545,7 +545,23 @@ class GlooConfig(BaseModel):
             "ibverbs (RDMA; with device cuda GPUDirect and reductions on the GPU, no host copies; needs RDMA NICs)."
         ),
     )
-    threads: StrictInt = Field(2, ge=1, description="Worker threads per device (PyTorch default 2).")
+    threads: StrictInt | None = Field(
+        None,
+        ge=1,
+        description="ProcessGroupGloo's worker threads; unset: PyTorch's default, 2 per interface "
+        "(torch/csrc/distributed/c10d/init.cpp: options->threads = options->devices.size() * 2).",
+    )
+    interfaces: StrictInt = Field(
+        1,
+        ge=1,
+        description="Entries of GLOO_SOCKET_IFNAME (eth0,eth0 is 2; unset is 1): one Gloo context per entry, each "
+        "with its own connection to every peer and its own receiving (event-loop) thread; collectives go to them "
+        "round robin (ProcessGroupGloo::getContext).",
+    )
+
+    def worker_threads(self) -> int:
+        """``threads``, or PyTorch's default for ``interfaces``: 2 worker threads per interface."""
+        return self.threads if self.threads is not None else 2 * self.interfaces
 
 
 class BackendsConfig(BaseModel):

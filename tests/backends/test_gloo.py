@@ -315,14 +315,28 @@ def test_on_one_thread_the_copy_back_overlaps_the_next_collective() -> None:
 
 
 @pytest.mark.parametrize(("topo", "device"), [(cpu4, "cpu"), (hgx, "cuda")])
-@pytest.mark.parametrize("size", [64 * 1024, 16 * MiB])
-def test_two_threads_overlap_two_collectives(topo: Callable[[], Topology], device: str, size: int) -> None:
+def test_two_threads_overlap_two_small_collectives(topo: Callable[[], Topology], device: str) -> None:
     def time(threads: int, count: int) -> float:
         opts = GlooOptions(device=device, threads=threads)
-        return simulate_gloo_many(topo(), opts, consts(), [size] * count).time_s
+        return simulate_gloo_many(topo(), opts, consts(), [64 * 1024] * count).time_s
 
     one, serial, both = time(2, 1), time(1, 2), time(2, 2)
-    assert one < both < serial <= 2 * one * (1 + 1e-12)
+    assert one < both < serial <= 2 * one * (1 + 1e-12)  # their latencies overlap
+
+
+@pytest.mark.parametrize(("topo", "device"), [(cpu4, "cpu"), (hgx, "cuda")])
+def test_two_large_collectives_overlap_only_on_two_contexts(topo: Callable[[], Topology], device: str) -> None:
+    # one Gloo context (GLOO_SOCKET_IFNAME unset): one connection to each peer and one event-loop thread reading
+    # them all, so two collectives on two worker threads share each rank's receiving thread and take about as long
+    # as one after the other; with two interfaces (eth0,eth0: two contexts, four worker threads, round robin) each
+    # has a connection and a receiving thread of its own
+    def time(threads: int, count: int, interfaces: int = 1) -> float:
+        opts = GlooOptions(device=device, threads=threads, interfaces=interfaces)
+        return simulate_gloo_many(topo(), opts, consts(), [16 * MiB] * count).time_s
+
+    one, serial, both = time(2, 1), time(1, 2), time(2, 2)
+    assert serial == pytest.approx(both, rel=0.05)
+    assert one < time(4, 2, interfaces=2) < 0.85 * serial
 
 
 @pytest.mark.parametrize("count", [2, 3])
@@ -579,3 +593,54 @@ def test_a_scenarios_cores_per_process_reaches_gloo_and_is_checked() -> None:
     assert pinned > 2 * free  # one core for both ends of both streams (2 x 20 MB at 2.0 GB/s) against one each
     with pytest.raises(ScenarioError, match=r"workload\.cores_per_process"):
         Simulator.from_source(src, ["workload.cores_per_process=0"])
+
+
+# ------------------------------------------------------------------ Gloo contexts: connections and receiving threads
+@cache
+def cpu4x1() -> Topology:
+    """Four CPU hosts, one rank each, on 100 GbE (12.5 GB/s: far above one TCP stream's 2.5 GB/s)."""
+    return load_topology(
+        "cpu-host", nodes=4, node_params={"processes": 1, "nic": "eth-100g"},
+        fabric={"topology": "single_switch", "transport": "tcp"},
+    )  # fmt: skip
+
+
+def test_an_alltoalls_receives_share_the_ranks_one_receiving_thread() -> None:
+    # each rank receives 3 blocks of S/4 at once, all read by its context's one event-loop thread at generic-x86's
+    # 2.5 GB/s a byte: about 3 S/4 / 2.5 GB/s, where three streams of their own would take a third of it
+    size = 128 * 10**6
+    t = simulate_gloo(cpu4x1(), GlooOptions(device="cpu"), consts(), size, collective="alltoall").time_s
+    alone = 3 * size / 4 / 2.5e9
+    assert alone <= t <= 1.1 * alone
+
+
+@pytest.mark.parametrize("count", [2, 3])
+def test_collectives_take_the_interfaces_contexts_round_robin(count: int) -> None:
+    size = 64 * 10**6
+
+    def time(interfaces: int, n: int) -> float:
+        opts = GlooOptions(device="cpu", threads=2 * interfaces, interfaces=interfaces)
+        return simulate_gloo_many(cpu4x1(), opts, consts(), [size] * n).time_s
+
+    one = time(1, 1)
+    assert time(1, count) == pytest.approx(count * one, rel=0.01)  # one context: one connection, one reader
+    assert time(count, count) == pytest.approx(one, rel=0.01)  # a context each: as if alone (the host still shared)
+    if count == 3:  # two contexts: the first and third collectives share context 0
+        assert time(2, 3) == pytest.approx(2 * one, rel=0.01)
+
+
+@pytest.mark.parametrize("interfaces", [0, -1, True])
+def test_interfaces_must_be_a_positive_integer(interfaces: object) -> None:
+    with pytest.raises(BackendError, match="interfaces must be an integer >= 1"):
+        simulate_gloo(cpu4(), GlooOptions(device="cpu", interfaces=interfaces), consts(), MiB)  # type: ignore[arg-type]
+
+
+def test_a_scenarios_interfaces_set_pytorchs_worker_threads() -> None:
+    src = "scenarios/loopback-gloo-cpu.yaml"
+    assert Simulator.from_source(src).gloo_options.threads == 2  # the shipped scenario names none: PyTorch's 2
+    two = Simulator.from_source(src, ["backends.gloo.interfaces=2", "backends.gloo.threads=null"]).gloo_options
+    assert (two.interfaces, two.threads) == (2, 4)  # options->threads = devices.size() * 2
+    mine = Simulator.from_source(src, ["backends.gloo.interfaces=2", "backends.gloo.threads=3"]).gloo_options
+    assert mine.threads == 3
+    with pytest.raises(ScenarioError, match=r"backends\.gloo\.interfaces"):
+        Simulator.from_source(src, ["backends.gloo.interfaces=0"])

@@ -9,10 +9,12 @@ Allreduce algorithms (``backends.gloo.algorithm``): ``ring`` (PyTorch's segmente
 :mod:`collsim.algorithms.gloo_algos`. With ``transport: ibverbs`` the tensors stay on the GPU (GPUDirect RDMA,
 Gloo's ``CudaAllreduceRingChunked`` for allreduce): no host copies, reductions on the GPU at HBM speed.
 
-Every rank runs its collectives on a pool of ``backends.gloo.threads`` worker threads (PyTorch's default 2): a
-collective holds one thread from the hand-off to the end of its Gloo algorithm, and collectives issued together
-queue for a free thread in the order they were issued (:func:`simulate_gloo_many`). Constants come from
-``topologies/software/gloo.yaml`` and the device presets.
+Every rank runs its collectives on a pool of ``backends.gloo.threads`` worker threads (PyTorch's default 2 per
+interface): a collective holds one thread from the hand-off to the end of its Gloo algorithm, and collectives issued
+together queue for a free thread in the order they were issued (:func:`simulate_gloo_many`). Over TCP each rank has
+one Gloo context per ``backends.gloo.interfaces`` (GLOO_SOCKET_IFNAME's entries), collectives taking them round
+robin; a context's receives, from every peer and every collective on it, are read by its one event-loop thread.
+Constants come from ``topologies/software/gloo.yaml`` and the device presets.
 """
 
 from __future__ import annotations

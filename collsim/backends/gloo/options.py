@@ -88,6 +88,13 @@ class GlooOptions:
         Worker threads of each rank's process group, >= 1. PyTorch's default is 2:
         ``ProcessGroupGloo::Options::Options(std::chrono::milliseconds timeout) : Backend::Options(GLOO_BACKEND_NAME,
         timeout), threads(2) {}`` in pytorch/pytorch ``torch/csrc/distributed/c10d/ProcessGroupGloo.cpp``.
+    interfaces : int
+        Entries of ``GLOO_SOCKET_IFNAME`` (``eth0,eth0`` is 2; unset is 1): ProcessGroupGloo makes one Gloo device
+        and context per entry, each with its own connection to every peer and its own event-loop thread, and gives
+        the collectives to the contexts round robin (``getContext``: ``contexts_[tag % contexts_.size()]``,
+        ``nextTag`` counting collectives; pytorch/pytorch ``ProcessGroupGloo.cpp``). PyTorch then starts 2 worker
+        threads per entry (``options->threads = options->devices.size() * 2``, ``torch/csrc/distributed/c10d/
+        init.cpp``): set ``threads`` to match.
     cores_per_process : float or None
         Cores each rank's process may run on (``taskset``, a container's CPU limit, Slurm's ``--cpus-per-task``;
         scenario ``workload.cores_per_process``): its TCP sends and receives, reductions and copies share them.
@@ -98,6 +105,7 @@ class GlooOptions:
     device: str = "cuda"
     transport: str = "tcp"
     threads: int = 2
+    interfaces: int = 1
     cores_per_process: float | None = None
     #: (rank, seconds) pairs: ranks that issue every collective that late (stragglers; scenario perturb.ranks)
     launch_delay: tuple[tuple[int, float], ...] = ()

@@ -24,14 +24,23 @@ from collsim.vocab import COLLECTIVES, GLOO_ALGORITHMS, GLOO_TRANSPORTS, TENSOR_
 
 
 def _tcp_path(
-    topo: Topology, cat: ResourceCatalog, a: str, b: str, procs: tuple[int | None, int | None] = (None, None)
+    topo: Topology,
+    cat: ResourceCatalog,
+    a: str,
+    b: str,
+    procs: tuple[int | None, int | None] = (None, None),
+    context: int = 0,
 ) -> tuple[Path, float, float, Tag]:
-    """TCP send from rank device ``a`` to ``b``: resources, latency, one stream's cap, and its tag.
+    """TCP send from rank device ``a`` to ``b`` on Gloo context ``context``: resources, latency, one stream's cap,
+    and its tag.
 
-    ``procs``: the sending and receiving ranks, whose processes' own cores pay each end's CPU time where
-    :meth:`~collsim.backends.common.ResourceCatalog.confine` limits them: Gloo's TCP pair writes from the calling
-    thread and reads on its device's event-loop thread, both threads of the rank's process (gloo/transport/tcp
-    ``pair.cc``, ``device.cc``), and the kernel's copies to and from socket buffers run in their system calls.
+    ``procs``: the sending and receiving ranks. Gloo's TCP pair writes from the calling thread and reads on its
+    device's event-loop thread (gloo ``transport/tcp/pair.cc`` lines 279-286 and 466-473; one loop thread per
+    device, ``device.cc`` line 226 and ``loop.cc`` line 106), and the kernel's copies to and from socket buffers
+    run in those system calls. So the receiver's end costs its loop thread of ``context`` too
+    (:meth:`~collsim.backends.common.ResourceCatalog.io_thread`, where declared: every connection and collective of
+    that context shares it), and where :meth:`~collsim.backends.common.ResourceCatalog.confine` limits a process's
+    cores each end's CPU time is charged to its process as well.
     """
     pa, pb = procs
     ca, cb = topo.host_cpu(a), topo.host_cpu(b)
@@ -41,6 +50,7 @@ def _tcp_path(
         # loopback: the sender copies user->kernel (read + write), the receiver kernel->user (read + write)
         path = cat.cores(da.node, 2.0 / per_core) + cat.mem(ca.name, 4.0)
         path = path + cat.process(pa, 1.0 / per_core) + cat.process(pb, 1.0 / per_core)
+        path = path + cat.io_thread(pb, context, 1.0 / per_core)
         if ca.name != cb.name:
             try:
                 between = topo.route(ca.name, cb.name, kinds=("upi",))
@@ -71,6 +81,7 @@ def _tcp_path(
     lat = float(ca.spec["tcp_message_latency"]) + path.latency
     path = path + cat.process(pa, 1.0 / float(ca.spec["tcp_bw_per_core"]))
     path = path + cat.process(pb, 1.0 / float(cb.spec["tcp_bw_per_core"]))
+    path = path + cat.io_thread(pb, context, 1.0 / float(cb.spec["tcp_bw_per_core"]))
     return path, lat, per_core, TCP_NETWORK_TAG
 
 
@@ -123,6 +134,9 @@ def _check(topo: Topology, opts: GlooOptions, collective: str) -> list[str]:
             raise BackendError(f"gloo: unknown {what} {value!r}; valid: {', '.join(valid)}")
     if isinstance(opts.threads, bool) or not isinstance(opts.threads, int) or opts.threads < 1:
         raise BackendError(f"gloo: threads must be an integer >= 1 (worker threads per rank), got {opts.threads!r}")
+    if isinstance(opts.interfaces, bool) or not isinstance(opts.interfaces, int) or opts.interfaces < 1:
+        raise BackendError(f"gloo: interfaces must be an integer >= 1 (GLOO_SOCKET_IFNAME's entries), got "
+                           f"{opts.interfaces!r}")
     if opts.cores_per_process is not None and not opts.cores_per_process > 0:
         raise BackendError(f"gloo: cores_per_process must be above 0 (cores), got {opts.cores_per_process!r}")
     if opts.device == "cuda" and not topo.gpus():

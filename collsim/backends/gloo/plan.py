@@ -113,14 +113,27 @@ def _staging_roles(topo: Topology, cat: ResourceCatalog, r: str) -> dict[str, Us
     return {"d2h": d2h, "h2d": h2d}
 
 
+def send_role(label: str, context: int) -> str:
+    """The role of a message on connection ``label`` of Gloo context ``context`` (each context its own
+    connection and receiving thread)."""
+    return f"send:{label}@{context}"
+
+
 def _link(
-    topo: Topology, cat: ResourceCatalog, opts: GlooOptions, ranks: list[str], i: int, p: int, gpu_resident: bool
+    topo: Topology,
+    cat: ResourceCatalog,
+    opts: GlooOptions,
+    ranks: list[str],
+    i: int,
+    p: int,
+    gpu_resident: bool,
+    context: int = 0,
 ) -> tuple[Path, LinkCost]:
-    """The connection from rank ``i`` to rank ``p`` (devices in ``ranks``): TCP (one stream's rate cap) or an RDMA
-    write (no cap)."""
+    """The connection from rank ``i`` to rank ``p`` (devices in ``ranks``) of Gloo context ``context``: TCP (one
+    stream's rate cap; the receiver's loop thread of that context) or an RDMA write (no cap)."""
     a, b = ranks[i], ranks[p]
     if opts.transport == "tcp":
-        path, lat, cap, tag = _tcp_path(topo, cat, a, b, (i, p))
+        path, lat, cap, tag = _tcp_path(topo, cat, a, b, (i, p), context)
         return path, (lat, cap, tag)
     path, lat, tag = _rdma_path(topo, cat, a, b, gpu_resident)
     return path, (lat, math.inf, tag)
@@ -183,13 +196,16 @@ def _plan(
     cat = ResourceCatalog(topo)
     if opts.cores_per_process is not None:
         cat.confine(len(ranks), opts.cores_per_process)
+    if opts.transport == "tcp":
+        cat.io_threads(len(ranks), opts.interfaces)
     plan = _Plan(usage={}, specs=cat.specs, costs={}, staging=[])
     for i, r in enumerate(ranks):
         roles = _staging_roles(topo, cat, r) if staged else {}
         links: dict[str, LinkCost] = {}
         for label, p in sorted({lab: p for s in scheds for lab, p in s.peers[i].items()}.items()):
-            path, links[label] = _link(topo, cat, opts, ranks, i, p, gpu_resident)
-            roles["send:" + label] = list(path.uses)
+            for c in range(opts.interfaces):
+                path, links[label] = _link(topo, cat, opts, ranks, i, p, gpu_resident, c)
+                roles[send_role(label, c)] = list(path.uses)
         compute_roles, compute = _compute_roles(topo, cat, r, gpu_resident, write_allocate, i)
         roles.update(compute_roles)
         cpu = topo.host_cpu(r)

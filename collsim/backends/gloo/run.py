@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 import simpy
 from simpy.events import Event
@@ -16,7 +18,7 @@ from collsim.backends.common import (
     run_until_done,
 )
 from collsim.backends.gloo.options import _US, GlooConstants, GlooOptions
-from collsim.backends.gloo.plan import _Plan, _RankCosts
+from collsim.backends.gloo.plan import _Plan, _RankCosts, send_role
 from collsim.backends.gloo.tags import (
     BREAKDOWN_PRIORITY,
     D2H_TAG,
@@ -54,6 +56,8 @@ class _RankOps:
     opts: GlooOptions | None = None
     #: allocations of at least this many bytes are fresh mappings (gloo.yaml ``fresh_mapping_bytes``)
     fresh_mapping: float = math.inf
+    #: the Gloo context (of ``opts.interfaces``) the collective runs on: its connections and receiving thread
+    gloo_context: int = 0
     _streams: dict[str, Callable[[], float]] = field(default_factory=dict)
 
     def _jitter(self, what: str) -> float:
@@ -101,7 +105,8 @@ class _RankOps:
         """One message of ``nbytes`` on connection ``label`` (Gloo's TCP transport puts a preamble in front)."""
         lat, cap, tag = self.costs.links[label]
         lat += self._jitter("send:" + label)
-        return self._flow(nbytes + self.preamble, "send:" + label, latency=lat, max_rate=cap, tag=tag)
+        role = send_role(label, self.gloo_context)
+        return self._flow(nbytes + self.preamble, role, latency=lat, max_rate=cap, tag=tag)
 
     def reduce(self, nbytes: float) -> Event:
         """Reduce ``nbytes`` of a receive buffer into the local one; fires when done."""
@@ -219,7 +224,7 @@ def _run(
     ]
     for k, sched in enumerate(scheds):
         board = EventBoard(env)
-        for rank_ops in ops:
+        for rank_ops in map(partial(dataclasses.replace, gloo_context=k % opts.interfaces), ops):  # round robin
             rep = rank_ops.me
             late = delays.get(rep, 0.0)
             job = _rank_job(
