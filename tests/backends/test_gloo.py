@@ -533,12 +533,20 @@ def test_gloo_between_hosts_of_one_nvlink_domain_is_refused_by_name() -> None:
 
 # ------------------------------------------------------------------ a rank's process confined to some cores
 @cache
-def cpu2x1() -> Topology:
-    """Two CPU hosts, one rank each, on 100 GbE: the NIC (12.5 GB/s) is far above one TCP stream's 2.5 GB/s."""
+def hosts(nodes: int) -> Topology:
+    """CPU hosts of one rank each on 100 GbE: the NIC (12.5 GB/s) is far above one TCP stream's 2.5 GB/s."""
     return load_topology(
-        "cpu-host", nodes=2, node_params={"processes": 1, "nic": "eth-100g"},
+        "cpu-host", nodes=nodes, node_params={"processes": 1, "nic": "eth-100g"},
         fabric={"topology": "single_switch", "transport": "tcp"},
     )  # fmt: skip
+
+
+def cpu2x1() -> Topology:
+    return hosts(2)
+
+
+def cpu4x1() -> Topology:
+    return hosts(4)
 
 
 def test_a_rank_on_one_core_pays_its_sends_receives_and_reductions_on_it() -> None:
@@ -596,13 +604,6 @@ def test_a_scenarios_cores_per_process_reaches_gloo_and_is_checked() -> None:
 
 
 # ------------------------------------------------------------------ Gloo contexts: connections and receiving threads
-@cache
-def cpu4x1() -> Topology:
-    """Four CPU hosts, one rank each, on 100 GbE (12.5 GB/s: far above one TCP stream's 2.5 GB/s)."""
-    return load_topology(
-        "cpu-host", nodes=4, node_params={"processes": 1, "nic": "eth-100g"},
-        fabric={"topology": "single_switch", "transport": "tcp"},
-    )  # fmt: skip
 
 
 def test_an_alltoalls_receives_share_the_ranks_one_receiving_thread() -> None:
