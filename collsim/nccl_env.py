@@ -560,6 +560,8 @@ class NcclOptions:
         NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD: sockets one network connection spreads over.
     socket_nthreads : int or None
         NCCL_SOCKET_NTHREADS as set (helper threads per socket connection), None when unset.
+    socket_nsocks : int or None
+        NCCL_NSOCKS_PERTHREAD as set (sockets per helper thread), None when unset.
     nthreads, ll128_nthreads : int or None
         NCCL_NTHREADS and NCCL_LL128_NTHREADS as set (threads per channel; 0 or unset: None, NCCL's default).
         NCCL corrects a value it rejects as :meth:`collsim.backends.nccl.constants.ThreadLimits.resolve` says.
@@ -639,6 +641,7 @@ class NcclOptions:
     buffsize: int | None = None
     socket_threads: int = 1
     socket_nthreads: int | None = None
+    socket_nsocks: int | None = None
     nthreads: int | None = None
     ll128_nthreads: int | None = None
     thread_thresholds: tuple[int, ...] = ()
@@ -757,6 +760,7 @@ class NcclOptions:
             buffsize=buffsize,
             socket_threads=max(1, threads),
             socket_nthreads=as_int("NCCL_SOCKET_NTHREADS"),
+            socket_nsocks=as_int("NCCL_NSOCKS_PERTHREAD"),
             nthreads=positive("NCCL_NTHREADS"),
             ll128_nthreads=positive("NCCL_LL128_NTHREADS"),
             thread_thresholds=parsed("NCCL_THREAD_THRESHOLDS", _thread_thresholds) or (),

@@ -206,6 +206,16 @@ def _pci_device_ids(value: Any) -> tuple[str, ...]:
     return tuple(out)
 
 
+_PCI_VENDOR = re.compile(r"^0x[0-9a-f]{4}$")
+
+
+def _pci_vendor(value: Any) -> str:
+    """A PCI vendor id as Linux's sysfs ``device/vendor`` file holds it (``0x1d0f``), lower-case hex."""
+    if not isinstance(value, str) or not _PCI_VENDOR.match(value.lower()):
+        raise ValueError(f"expected a PCI vendor id such as '0x1d0f' (sysfs device/vendor), got {short_repr(value)}")
+    return value.lower()
+
+
 def _bool(value: Any) -> bool:
     if not isinstance(value, bool):
         raise ValueError(f"expected true or false, got {short_repr(value)}")
@@ -259,6 +269,7 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "pcie_lanes": _int_choice(PCIE_LANE_COUNTS, "a PCIe link width"),
     "peak_tflops": _peak_tflops,
     "pci_device_ids": _pci_device_ids,
+    "pci_vendor": _pci_vendor,
     "link_preset": _text,  # checked against links.yaml after loading
     "optional_link_preset": lambda v: None if v is None else _text(v),
 }
@@ -330,6 +341,12 @@ NIC_SCHEMA: dict[str, tuple[str, bool]] = {
     "message_overhead": ("time", False),
     # one device's name in the IB verbs library (what NCCL_IB_HCA matches; a template's ib_names sets it per NIC)
     "ib_name": ("text", False),
+    # the rate one TCP or UDP flow (a 5-tuple) may reach through this NIC where its provider caps flows (clouds);
+    # absent: no cap beyond the port's speed
+    "flow_bw": ("bandwidth", False),
+    # the PCI vendor id Linux shows for the NIC (sysfs device/vendor): NCCL's socket transport picks its default
+    # threads and sockets by it (topologies/software/nccl.yaml socket_vendor_defaults)
+    "pci_vendor": ("pci_vendor", False),
 }
 FABRIC_SCHEMA: dict[str, tuple[str, bool]] = {
     "radix": ("positive_int", True),

@@ -645,3 +645,16 @@ def test_a_scenarios_interfaces_set_pytorchs_worker_threads() -> None:
     assert mine.threads == 3
     with pytest.raises(ScenarioError, match=r"backends\.gloo\.interfaces"):
         Simulator.from_source(src, ["backends.gloo.interfaces=0"])
+
+
+@pytest.mark.parametrize(("nic", "flow"), [("aws-ena-100g", 1.25e9), ("aws-ena-100g-no-pg", 0.625e9)])
+def test_gloos_one_socket_a_peer_runs_at_the_clouds_flow_cap(nic: str, flow: float) -> None:
+    # AWS caps a TCP flow at 10 Gb/s in a cluster placement group, 5 Gb/s outside one (NIC preset flow_bw), below
+    # one core's 2.5 GB/s stream: Gloo's ring of 2 hosts sends S each way on one socket
+    topo = load_topology(
+        "cpu-host", nodes=2, node_params={"processes": 1, "nic": nic},
+        fabric={"topology": "single_switch", "transport": "tcp"},
+    )  # fmt: skip
+    size = 256 * 10**6
+    t = simulate_gloo(topo, GlooOptions(device="cpu"), consts(), size).time_s
+    assert size / flow <= t <= 1.01 * size / flow

@@ -193,3 +193,32 @@ def test_socket_memory_traffic_is_four_bytes_per_byte_on_each_host() -> None:
     mem = [c for k, c in net.path.uses if k[0] == "mem"]
     proxies = {k[1] for k, _ in net.path.uses if k[0] == "proxy"}
     assert mem == [4.0, 4.0] and proxies == {net.src, net.dst}
+
+
+@pytest.mark.parametrize(
+    ("nic", "env", "layout"),
+    [
+        ("aws-ena-100g", [], (2, 8)),  # net_socket.cc: AWS's vendor id 0x1d0f, 2 threads x 8 sockets
+        ("aws-ena-100g-no-pg", ["NCCL_SOCKET_NTHREADS=4"], (4, 8)),  # a variable set keeps the other's default
+        ("aws-ena-100g", ["NCCL_NSOCKS_PERTHREAD=64"], (2, 32)),  # at most 64 sockets a connection
+        ("eth-100g", [], (0, 1)),  # no vendor id: the proxy thread, the control socket
+    ],
+)
+def test_a_socket_connection_on_a_cloud_nic_spreads_over_ncclS_threads_and_sockets(
+    nic: str, env: list[str], layout: tuple[int, int]
+) -> None:
+    # each TCP flow is capped at the NIC preset's flow_bw (AWS: 10 Gb/s in a cluster placement group, 5 outside),
+    # so a connection reaches min(threads x one core's TCP rate, sockets x the flow cap); without helper threads the
+    # one control socket, at most one core's rate and one flow
+    sets = [f"cluster.fabric.nic={nic}", *(f"backends.nccl.env.{e}" for e in env)]
+    sim = Simulator.from_source("2node-a100-tcp", sets)
+    net = next(h for h in sim.nccl_plan.hops.values() if h.transport == "NET/socket")
+    tcp = float(sim.topology.host_cpu(net.src).spec["tcp_bw_per_core"])
+    flow = float(sim.topology.nics()[0].spec.get("flow_bw") or float("inf"))
+    threads, per_thread = layout
+    expected = min(tcp, flow) if threads == 0 else min(threads * tcp, threads * per_thread * flow)
+    assert net.max_rate == pytest.approx(expected, rel=1e-12)
+    assert sim.nccl_constants.host_paths.socket_layout(
+        sim.topology.nics()[0].spec.get("pci_vendor"), sim.nccl_options.socket_nthreads,
+        sim.nccl_options.socket_nsocks,
+    ) == layout  # fmt: skip

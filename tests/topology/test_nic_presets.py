@@ -39,6 +39,8 @@ NICS: dict[str, tuple[int, str, bool]] = {
     "eth-25g": (25, "eth", False),
     "gcp-tcpx": (200, "roce", True),  # TCP on the wire; roce is the modelling approximation (see its notes)
     "gcp-tcpxo": (200, "roce", True),
+    "aws-ena-100g": (100, "eth", False),  # AWS's 10 Gb/s cap on a TCP flow (flow_bw)
+    "aws-ena-100g-no-pg": (100, "eth", False),  # 5 Gb/s a flow outside a cluster placement group
 }
 NEW_NICS = list(NICS)[6:]
 

@@ -69,6 +69,9 @@ def _tcp_path(
         raise BackendError(f"gloo: no NIC to reach {b} from {a}")
     na, nb = nics_a[0].name, nics_b[0].name
     per_core = min(float(ca.spec["tcp_bw_per_core"]), float(cb.spec["tcp_bw_per_core"]))
+    for nic in (nics_a[0], nics_b[0]):  # a provider's cap on each TCP flow (NIC preset flow_bw): Gloo's one socket
+        if nic.spec.get("flow_bw"):
+            per_core = min(per_core, float(nic.spec["flow_bw"]))
     path = (
         cat.cores(da.node, 1.0 / float(ca.spec["tcp_bw_per_core"]))
         + cat.mem(ca.name, 2.0)

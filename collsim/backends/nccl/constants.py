@@ -139,6 +139,10 @@ class HostPathConstants:
         NIC's DMA.
     socket_default_threads : int
         net_socket.cc's default NCCL_SOCKET_NTHREADS off AWS and GCP NICs: 0, the proxy thread moves the data.
+    socket_vendor_defaults : tuple of (str, int, int)
+        net_socket.cc's defaults by the NIC's PCI vendor id: (vendor, threads, sockets per thread).
+    socket_max_threads, socket_max_sockets : int
+        net_socket.cc MAX_THREADS and MAX_SOCKETS: NCCL clamps the threads and the sockets per connection to them.
     """
 
     shm_buffer_on_receiver: bool
@@ -151,6 +155,29 @@ class HostPathConstants:
     staged_memory_traffic: float
     socket_memory_traffic: float
     socket_default_threads: int
+    socket_vendor_defaults: tuple[tuple[str, int, int], ...] = ()
+    socket_max_threads: int = 16
+    socket_max_sockets: int = 64
+
+    def socket_layout(self, vendor: str | None, nthreads: int | None, nsocks: int | None) -> tuple[int, int]:
+        """NCCL's (helper threads, sockets per thread) for a socket connection whose listening NIC has PCI vendor
+        ``vendor``, given NCCL_SOCKET_NTHREADS and NCCL_NSOCKS_PERTHREAD as set (None: unset), as
+        ``ncclNetSocketGetNsockNthread`` picks them: the unset ones from the vendor's defaults, threads clamped to
+        MAX_THREADS, sockets per thread cut so that the connection has at most MAX_SOCKETS.
+
+        >>> hp = HostPathConstants(True, 2.0, 512, 256, 12e9, ((0, 4),), 16, 2.0, 4.0, 0, (("0x1d0f", 2, 8),))
+        >>> hp.socket_layout("0x1d0f", None, None), hp.socket_layout(None, None, None), hp.socket_layout(None, 4, 32)
+        ((2, 8), (0, 1), (4, 16))
+        """
+        auto_nt, auto_ns = self.socket_default_threads, 1
+        for v, nt, ns in self.socket_vendor_defaults:
+            if v == vendor:
+                auto_nt, auto_ns = nt, ns
+        threads = min(auto_nt if nthreads is None else nthreads, self.socket_max_threads)
+        per_thread = auto_ns if nsocks is None else nsocks
+        if threads > 0 and threads * per_thread > self.socket_max_sockets:
+            per_thread = self.socket_max_sockets // threads
+        return max(0, threads), max(1, per_thread)
 
     def unroll(self, sm: int) -> int:
         """Loads per thread in flight on a GPU of compute capability ``sm`` (x 10, e.g. 75, 89, 120).
@@ -819,6 +846,11 @@ def _host_paths(h: Mapping[str, Any]) -> HostPathConstants:
         staged_memory_traffic=float(h["staged_memory_traffic"]),
         socket_memory_traffic=float(h["socket_memory_traffic"]),
         socket_default_threads=int(h["socket_default_threads"]),
+        socket_vendor_defaults=tuple(
+            (str(v).lower(), int(t), int(n)) for v, (t, n) in dict(h.get("socket_vendor_defaults") or {}).items()
+        ),
+        socket_max_threads=int(h.get("socket_max_threads", 16)),
+        socket_max_sockets=int(h.get("socket_max_sockets", 64)),
     )
 
 

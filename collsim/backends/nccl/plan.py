@@ -707,8 +707,10 @@ def _net_hop(
     TCP stream per connection costs 1 / ``tcp_bw_per_core`` core-seconds per byte at each end (the CPU preset).
     With NCCL_SOCKET_NTHREADS unset (net_socket.cc's default off AWS and GCP NICs: no helper threads) that time is
     spent by the proxy thread of the sending GPU and of the receiving GPU, one thread shared by all the GPU's
-    network connections; with helper threads set, a connection spreads over its own NCCL_SOCKET_NTHREADS threads
-    (capped at that many cores' rate) and the node's cores.
+    network connections; with helper threads (set, or NCCL's defaults for AWS and GCP NICs by the NIC preset's
+    ``pci_vendor``), a connection spreads over its own threads (capped at that many cores' rate) and the node's
+    cores. Where the NIC preset caps a TCP flow (``flow_bw``: clouds), a connection reaches at most that times its
+    sockets (threads x sockets per thread; one without helper threads).
     """
     nic_a, nic_b = nics
     rdma = bool(topo.device(nic_a).spec.get("rdma", False)) and fabric.get("transport", "rdma") == "rdma"
@@ -744,13 +746,22 @@ def _net_hop(
         + cat.cores(da.node, 1.0 / per_core_a)
         + cat.cores(db.node, 1.0 / per_core_b)
     )
-    # helper threads per connection: NCCL_SOCKET_NTHREADS as set, else net_socket.cc's default (0: none)
-    helpers = hp.socket_default_threads if opts.socket_nthreads is None else opts.socket_nthreads
+    # helper threads and sockets per connection: NCCL_SOCKET_NTHREADS and NCCL_NSOCKS_PERTHREAD as set, else
+    # net_socket.cc's defaults by the listening (receiving) NIC's PCI vendor (none: no helper threads)
+    vendor = topo.device(nic_b).spec.get("pci_vendor")
+    helpers, per_thread = hp.socket_layout(vendor, opts.socket_nthreads, opts.socket_nsocks)
     stream = min(per_core_a, per_core_b)
-    if helpers == 0:  # the proxy threads of both GPUs move the bytes
+    flow = min(_flow_cap(topo, nic_a), _flow_cap(topo, nic_b))  # a provider's cap on each TCP flow (5-tuple)
+    if helpers == 0:  # the proxy threads of both GPUs move the bytes, over the one control socket
         sock = sock + cat.proxy(a, 1.0 / per_core_a) + cat.proxy(b, 1.0 / per_core_b)
-        return Hop(a, b, "NET/socket", "NET", sock, stream)
-    return Hop(a, b, "NET/socket", "NET", sock, stream * helpers)
+        return Hop(a, b, "NET/socket", "NET", sock, min(stream, flow))
+    return Hop(a, b, "NET/socket", "NET", sock, min(stream * helpers, flow * helpers * per_thread))
+
+
+def _flow_cap(topo: Topology, nic: str) -> float:
+    """The rate one TCP flow may reach through ``nic`` (NIC preset ``flow_bw``, bytes/s); infinite without one."""
+    cap = topo.device(nic).spec.get("flow_bw")
+    return float(cap) if cap else math.inf
 
 
 def _with_message_overhead(topo: Topology, hop: Hop, nic_a: str, nic_b: str) -> Hop:
