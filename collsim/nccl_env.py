@@ -556,8 +556,6 @@ class NcclOptions:
         NCCL_NVLS_NCHANNELS: the NVLS channel count instead of NCCL's default by GPU; 0 or less is unset.
     buffsize : int or None
         NCCL_BUFFSIZE in bytes.
-    socket_threads : int
-        NCCL_SOCKET_NTHREADS x NCCL_NSOCKS_PERTHREAD: sockets one network connection spreads over.
     socket_nthreads : int or None
         NCCL_SOCKET_NTHREADS as set (helper threads per socket connection), None when unset.
     socket_nsocks : int or None
@@ -639,7 +637,6 @@ class NcclOptions:
     max_ctas: int | None = None
     nvls_channels: int | None = None
     buffsize: int | None = None
-    socket_threads: int = 1
     socket_nthreads: int | None = None
     socket_nsocks: int | None = None
     nthreads: int | None = None
@@ -738,7 +735,6 @@ class NcclOptions:
         algos = parsed("NCCL_ALGO", lambda v: parse_function_list(v, NCCL_ALGORITHMS, NCCL_ALGO_GROUPS, "algorithm"))
         protos = parsed("NCCL_PROTO", lambda v: parse_function_list(v, NCCL_PROTOCOLS, None, "protocol"))
         algos, protos = algos or {}, protos or {}
-        threads = (as_int("NCCL_SOCKET_NTHREADS") or 1) * (as_int("NCCL_NSOCKS_PERTHREAD") or 1)
         nvls = as_int("NCCL_NVLS_ENABLE")
         return cls(
             algorithms=frozenset(algos[None]) if None in algos else None,
@@ -758,7 +754,6 @@ class NcclOptions:
             max_ctas=positive("NCCL_MAX_CTAS"),
             nvls_channels=positive("NCCL_NVLS_NCHANNELS"),
             buffsize=buffsize,
-            socket_threads=max(1, threads),
             socket_nthreads=as_int("NCCL_SOCKET_NTHREADS"),
             socket_nsocks=as_int("NCCL_NSOCKS_PERTHREAD"),
             nthreads=positive("NCCL_NTHREADS"),

@@ -55,7 +55,7 @@ def test_options_from_env() -> None:
     )  # fmt: skip
     assert opts.algorithms == {"CollNetDirect", "CollNetChain"}
     assert opts.protocols == {"LL128", "Simple"}
-    assert opts.socket_threads == 8
+    assert (opts.socket_nthreads, opts.socket_nsocks) == (4, 2)
     assert not opts.nvls_enable
     assert opts.buffsize is None  # empty means unset
     with pytest.raises(NcclEnvError, match=r"NCCL_MAX_NCHANNELS='x': expected an integer"):
