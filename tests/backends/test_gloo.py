@@ -658,3 +658,26 @@ def test_gloos_one_socket_a_peer_runs_at_the_clouds_flow_cap(nic: str, flow: flo
     size = 256 * 10**6
     t = simulate_gloo(topo, GlooOptions(device="cpu"), consts(), size).time_s
     assert size / flow <= t <= 1.01 * size / flow
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    cores=st.one_of(st.none(), st.floats(0.1, 4.0)),
+    interfaces=st.integers(1, 3),
+    count=st.integers(1, 4),
+    size=st.integers(1, 16 * MiB),
+    collective=st.sampled_from(["allreduce", "allgather", "alltoall", "broadcast"]),
+)
+def test_confined_processes_and_contexts_keep_the_engines_invariants(
+    cores: float | None, interfaces: int, count: int, size: int, collective: str
+) -> None:
+    # check=True: no resource above its capacity, every flow's bytes delivered; the quotient equals the full run;
+    # a process given fewer cores never finishes sooner
+    opts = GlooOptions(device="cpu", threads=2 * interfaces, interfaces=interfaces, cores_per_process=cores)
+    topo = hosts(2) if count % 2 else cpu4()
+    on = simulate_gloo_many(topo, opts, consts(), [size] * count, collective=collective, check=True)
+    off = simulate_gloo_many(topo, opts, consts(), [size] * count, collective=collective, symmetry=False, check=True)
+    assert on.time_s == pytest.approx(off.time_s, rel=1e-9)
+    if cores is not None:
+        fewer = dataclasses.replace(opts, cores_per_process=cores / 2)
+        assert simulate_gloo_many(topo, fewer, consts(), [size] * count, collective=collective).time_s >= on.time_s
