@@ -27,13 +27,16 @@ def _table(rows: list[list[str]]) -> list[str]:
 
 def _nic_line(n: Device) -> str:
     """One NIC of the legend: its preset, speed, and its NCCL network plugin, or the name NCCL's IB transport lists
-    it as (NCCL_IB_HCA matches it, as nvidia-smi's legend names it), and its per-message cost where it has one."""
+    it as (NCCL_IB_HCA matches it, as nvidia-smi's legend names it), and its per-message cost and its provider's cap
+    on a TCP flow where it has them."""
     speed = float(n.spec.get("speed", 0.0)) * 8 / 1e9  # bytes/s to Gb/s (8 bits per byte, 1e9)
     plugin = n.spec.get("nccl_net_plugin")
     via = f", NCCL network plugin {plugin}" if plugin else ""
     via = f", {ib_device_name(n)}" if not plugin and n.spec.get("rdma") else via
     per_msg = float(n.spec.get("message_overhead") or 0.0)  # seconds
     via += f", {per_msg * 1e6:g} us a message (message_overhead)" if per_msg else ""  # s to us
+    flow = float(n.spec.get("flow_bw") or 0.0) * 8 / 1e9  # bytes/s to Gb/s
+    via += f", {flow:g} Gb/s a TCP flow (flow_bw)" if flow else ""
     return f"  NIC{n.index}: {n.local_name} ({n.spec.get('preset', '?')}, {speed:g} Gb/s{via})"
 
 

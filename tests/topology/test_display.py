@@ -47,6 +47,9 @@ def test_cpu_host_and_other_node() -> None:
     eth = next(ln.split() for ln in text.splitlines() if ln.strip().startswith("eth"))
     assert eth == ["eth", "4", "11.75", "47.00"]  # 12.5e9 B/s * 0.94 per direction, 4 directed links
     assert "no devices on node 5" in format_topo_matrix(topo, node=5)
+    aws = load_topology("cpu-host", nodes=2, fabric={"topology": "single_switch", "transport": "tcp"},
+                        node_params={"nic": "aws-ena-100g"})  # fmt: skip
+    assert "  NIC0: nic0 (aws-ena-100g, 100 Gb/s, 10 Gb/s a TCP flow (flow_bw))" in format_topo_matrix(aws)
 
 
 def test_new_node_matrices() -> None:
