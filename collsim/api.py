@@ -905,7 +905,7 @@ class Simulator:
         cores = float(spec.get("cores") or 0) / max(1, sharing)
         confined = self.scenario.workload.cores_per_process
         if confined is not None:  # taskset, a container's CPU limit: the process runs on no more
-            cores = min(cores, confined) if cores > 0 else 0.0
+            cores = min(cores, confined)
         if cores <= 0:
             where, fld = self._preset_field("cpus", spec, "cores")
             raise ScenarioError("the CPU preset has no cores, which a training step on CPU ranks needs", file=where,

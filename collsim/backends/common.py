@@ -11,13 +11,14 @@ import simpy
 
 from collsim.engine import FlowRecord, FluidNetwork, Quotient, ResourceSpec
 from collsim.engine.gcpause import gc_relaxed
-from collsim.topology import Link, Topology
+from collsim.topology import Device, Link, Topology
 
 __all__ = [
     "BackendError",
     "Outcome",
     "Path",
     "ResourceCatalog",
+    "flow_cap",
     "link_end",
     "link_uses",
     "resource_name",
@@ -93,6 +94,13 @@ def link_uses(links: Sequence[Link]) -> Path:
         sum(ln.latency for ln in links),
         tuple(ln.kind for ln in links),
     )
+
+
+def flow_cap(nic: Device) -> float:
+    """The rate one TCP flow may reach through ``nic``, bytes/s: its preset's ``flow_bw`` (a provider's cap on a
+    5-tuple), infinite without one."""
+    cap = nic.spec.get("flow_bw")
+    return float(cap) if cap else math.inf
 
 
 def resource_name(key: Hashable) -> str:
@@ -192,13 +200,17 @@ class ResourceCatalog:
         for r in range(ranks):
             self._add(("process", r), cores, "cpu")
 
+    def _declared(self, key: Hashable | None, seconds_per_byte: float) -> Path:
+        """``seconds_per_byte`` of resource ``key`` where it was declared; else (or ``key`` None) an empty path."""
+        if key is None or key not in self.specs:
+            return Path((), 0.0, ())
+        return Path(((key, seconds_per_byte),), 0.0, ("cpu",))
+
     def process(self, rank: int | None, seconds_per_byte: float) -> Path:
         """CPU time of rank ``rank``'s own process: ``seconds_per_byte`` core-seconds per data byte of its
         ``("process", rank)`` resource where :meth:`confine` limited its cores; else (or ``rank`` None) nothing.
         Charged beside the node's :meth:`cores`, which every process shares."""
-        if rank is None or ("process", rank) not in self.specs:
-            return Path((), 0.0, ())
-        return Path(((("process", rank), seconds_per_byte),), 0.0, ("cpu",))
+        return self._declared(None if rank is None else ("process", rank), seconds_per_byte)
 
     def io_threads(self, ranks: int, contexts: int) -> None:
         """One event-loop thread per Gloo context of each of ``ranks`` ranks: ``("io", rank, context)``, one
@@ -210,10 +222,7 @@ class ResourceCatalog:
     def io_thread(self, rank: int | None, context: int, seconds_per_byte: float) -> Path:
         """Time of rank ``rank``'s event-loop thread of ``context``: ``seconds_per_byte`` thread-seconds per data
         byte where :meth:`io_threads` declared it; else (or ``rank`` None) nothing."""
-        key = ("io", rank, context)
-        if rank is None or key not in self.specs:
-            return Path((), 0.0, ())
-        return Path(((key, seconds_per_byte),), 0.0, ("cpu",))
+        return self._declared(None if rank is None else ("io", rank, context), seconds_per_byte)
 
     def proxy(self, gpu: str, seconds_per_byte: float) -> Path:
         """Time of ``gpu``'s proxy thread: ``seconds_per_byte`` thread-seconds per data byte."""

@@ -541,26 +541,18 @@ def hosts(nodes: int) -> Topology:
     )  # fmt: skip
 
 
-def cpu2x1() -> Topology:
-    return hosts(2)
-
-
-def cpu4x1() -> Topology:
-    return hosts(4)
-
-
 def test_a_rank_on_one_core_pays_its_sends_receives_and_reductions_on_it() -> None:
     # PyTorch's ring on 2 ranks: each rank sends S and receives S over TCP (1 / tcp_bw_per_core core-seconds a byte
     # at each end: generic-x86's 2.5 GB/s) and reduces S / 2 (1 / reduce_bw_per_core: 15 GB/s). On one core they
     # add up; unconfined, each end has a core of the node's own.
     size = 256 * 10**6
     opts = GlooOptions(algorithm="ring", device="cpu", cores_per_process=1)
-    t1 = simulate_gloo(cpu2x1(), opts, consts(), size).time_s
+    t1 = simulate_gloo(hosts(2), opts, consts(), size).time_s
     core_seconds = 2 * size / 2.5e9 + size / 2 / 15e9
     assert core_seconds <= t1 <= 1.005 * core_seconds
-    half = simulate_gloo(cpu2x1(), dataclasses.replace(opts, cores_per_process=0.5), consts(), size).time_s
+    half = simulate_gloo(hosts(2), dataclasses.replace(opts, cores_per_process=0.5), consts(), size).time_s
     assert half == pytest.approx(2 * t1, rel=2e-3)  # CPU-bound: half the core, twice the time
-    free = simulate_gloo(cpu2x1(), dataclasses.replace(opts, cores_per_process=None), consts(), size).time_s
+    free = simulate_gloo(hosts(2), dataclasses.replace(opts, cores_per_process=None), consts(), size).time_s
     assert free < 0.5 * t1  # one stream each way at 2.5 GB/s: the sends and receives overlap on separate cores
 
 
@@ -610,7 +602,7 @@ def test_an_alltoalls_receives_share_the_ranks_one_receiving_thread() -> None:
     # each rank receives 3 blocks of S/4 at once, all read by its context's one event-loop thread at generic-x86's
     # 2.5 GB/s a byte: about 3 S/4 / 2.5 GB/s, where three streams of their own would take a third of it
     size = 128 * 10**6
-    t = simulate_gloo(cpu4x1(), GlooOptions(device="cpu"), consts(), size, collective="alltoall").time_s
+    t = simulate_gloo(hosts(4), GlooOptions(device="cpu"), consts(), size, collective="alltoall").time_s
     alone = 3 * size / 4 / 2.5e9
     assert alone <= t <= 1.1 * alone
 
@@ -621,7 +613,7 @@ def test_collectives_take_the_interfaces_contexts_round_robin(count: int) -> Non
 
     def time(interfaces: int, n: int) -> float:
         opts = GlooOptions(device="cpu", threads=2 * interfaces, interfaces=interfaces)
-        return simulate_gloo_many(cpu4x1(), opts, consts(), [size] * n).time_s
+        return simulate_gloo_many(hosts(4), opts, consts(), [size] * n).time_s
 
     one = time(1, 1)
     assert time(1, count) == pytest.approx(count * one, rel=0.01)  # one context: one connection, one reader

@@ -10,6 +10,7 @@ from collsim.backends.common import (
     BackendError,
     Path,
     ResourceCatalog,
+    flow_cap,
     link_uses,
 )
 from collsim.backends.gloo.options import GlooConstants, GlooOptions
@@ -42,15 +43,13 @@ def _tcp_path(
     that context shares it), and where :meth:`~collsim.backends.common.ResourceCatalog.confine` limits a process's
     cores each end's CPU time is charged to its process as well.
     """
-    pa, pb = procs
     ca, cb = topo.host_cpu(a), topo.host_cpu(b)
     da, db = topo.device(a), topo.device(b)
     if da.node == db.node:
         per_core = float(ca.spec["tcp_loopback_bw_per_core"])
         # loopback: the sender copies user->kernel (read + write), the receiver kernel->user (read + write)
         path = cat.cores(da.node, 2.0 / per_core) + cat.mem(ca.name, 4.0)
-        path = path + cat.process(pa, 1.0 / per_core) + cat.process(pb, 1.0 / per_core)
-        path = path + cat.io_thread(pb, context, 1.0 / per_core)
+        path = path + _process_ends(cat, procs, context, 1.0 / per_core, 1.0 / per_core)
         if ca.name != cb.name:
             try:
                 between = topo.route(ca.name, cb.name, kinds=("upi",))
@@ -68,24 +67,30 @@ def _tcp_path(
     if not nics_a or not nics_b:
         raise BackendError(f"gloo: no NIC to reach {b} from {a}")
     na, nb = nics_a[0].name, nics_b[0].name
-    per_core = min(float(ca.spec["tcp_bw_per_core"]), float(cb.spec["tcp_bw_per_core"]))
-    for nic in (nics_a[0], nics_b[0]):  # a provider's cap on each TCP flow (NIC preset flow_bw): Gloo's one socket
-        if nic.spec.get("flow_bw"):
-            per_core = min(per_core, float(nic.spec["flow_bw"]))
+    rate_a, rate_b = float(ca.spec["tcp_bw_per_core"]), float(cb.spec["tcp_bw_per_core"])
+    # one stream: one core at each end, and a provider's cap on the flow (Gloo keeps one socket a peer)
+    cap = min(rate_a, rate_b, flow_cap(nics_a[0]), flow_cap(nics_b[0]))
     path = (
-        cat.cores(da.node, 1.0 / float(ca.spec["tcp_bw_per_core"]))
+        cat.cores(da.node, 1.0 / rate_a)
         + cat.mem(ca.name, 2.0)
         + link_uses(topo.pcie_route(ca.name, na))
         + link_uses(topo.route(na, nb))
         + link_uses(topo.pcie_route(nb, cb.name))
         + cat.mem(cb.name, 2.0)
-        + cat.cores(db.node, 1.0 / float(cb.spec["tcp_bw_per_core"]))
+        + cat.cores(db.node, 1.0 / rate_b)
     )
     lat = float(ca.spec["tcp_message_latency"]) + path.latency
-    path = path + cat.process(pa, 1.0 / float(ca.spec["tcp_bw_per_core"]))
-    path = path + cat.process(pb, 1.0 / float(cb.spec["tcp_bw_per_core"]))
-    path = path + cat.io_thread(pb, context, 1.0 / float(cb.spec["tcp_bw_per_core"]))
-    return path, lat, per_core, TCP_NETWORK_TAG
+    path = path + _process_ends(cat, procs, context, 1.0 / rate_a, 1.0 / rate_b)
+    return path, lat, cap, TCP_NETWORK_TAG
+
+
+def _process_ends(
+    cat: ResourceCatalog, procs: tuple[int | None, int | None], context: int, send_s: float, recv_s: float
+) -> Path:
+    """What the two ranks' processes pay for a TCP stream beyond the node's cores: each end's CPU time (seconds per
+    byte) on its process where confined, and the receiver's on its event-loop thread of ``context``."""
+    sender, receiver = procs
+    return cat.process(sender, send_s) + cat.process(receiver, recv_s) + cat.io_thread(receiver, context, recv_s)
 
 
 def _rdma_nic(topo: Topology, dev: str) -> Device:

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from collsim.backends.common import BackendError, Path, ResourceCatalog, link_uses
+from collsim.backends.common import BackendError, Path, ResourceCatalog, flow_cap, link_uses
 from collsim.backends.nccl.constants import NcclConstants, ring_simple_threads
 from collsim.backends.nccl.p2p_sched import P2pChannels, local_peer_channels, p2p_channels, reverse_bits
 from collsim.backends.nccl.plugin_tuner import ActiveTuner, resolve_tuner
@@ -751,17 +751,12 @@ def _net_hop(
     vendor = topo.device(nic_b).spec.get("pci_vendor")
     helpers, per_thread = hp.socket_layout(vendor, opts.socket_nthreads, opts.socket_nsocks)
     stream = min(per_core_a, per_core_b)
-    flow = min(_flow_cap(topo, nic_a), _flow_cap(topo, nic_b))  # a provider's cap on each TCP flow (5-tuple)
+    flow = min(flow_cap(topo.device(nic_a)), flow_cap(topo.device(nic_b)))  # a provider's cap on each TCP flow
     if helpers == 0:  # the proxy threads of both GPUs move the bytes, over the one control socket
         sock = sock + cat.proxy(a, 1.0 / per_core_a) + cat.proxy(b, 1.0 / per_core_b)
         return Hop(a, b, "NET/socket", "NET", sock, min(stream, flow))
     return Hop(a, b, "NET/socket", "NET", sock, min(stream * helpers, flow * helpers * per_thread))
 
-
-def _flow_cap(topo: Topology, nic: str) -> float:
-    """The rate one TCP flow may reach through ``nic`` (NIC preset ``flow_bw``, bytes/s); infinite without one."""
-    cap = topo.device(nic).spec.get("flow_bw")
-    return float(cap) if cap else math.inf
 
 
 def _with_message_overhead(topo: Topology, hop: Hop, nic_a: str, nic_b: str) -> Hop:
