@@ -73,3 +73,19 @@ def test_p2p_across_the_host_bridge_for_a_pair_on_amd(cpu: str, gpus: int, trans
     assert {h.transport for h in sim.nccl_plan.hops.values()} == {transport}
     pinned = {**scenario, "backends": {"nccl": {"env": {"NCCL_P2P_LEVEL": "PXB"}}}}
     assert {h.transport for h in Simulator.from_source(pinned).nccl_plan.hops.values()} == {"SHM"}
+
+
+@pytest.mark.parametrize(("level", "across"), [(None, "SHM"), ("SYS", "P2P/PCIe")])
+def test_rtx_pro_6000_box_of_two_switches(level: str | None, across: str) -> None:
+    """Four RTX PRO 6000 (P2P-capable) under two PCIe switches of one AMD socket: at NCCL's default P2P level (PXB
+    with more than two GPUs) the pairs inside a switch (PIX) talk P2P and the pairs across the switches (PHB) through
+    host memory, as the ASUS ESC8000A-E13P's NCCL log shows ('via SHM/direct/direct' for NODE pairs); with
+    NCCL_P2P_LEVEL=SYS every pair talks P2P ('via P2P/direct pointer')."""
+    box = {"gpus": 4, "gpu": "rtx-pro-6000-blackwell", "pcie_gen": 5, "gpus_per_switch": 2, "cpu": "epyc-9654"}
+    env = {"NCCL_P2P_LEVEL": level} if level else {}
+    scenario = {"name": "box", "cluster": {"node": "pcie-workstation", "node_params": box}}
+    sim = Simulator.from_source({**scenario, "backends": {"nccl": {"env": env}}})
+    by_class: dict[str, set[str]] = {}
+    for h in sim.nccl_plan.hops.values():
+        by_class.setdefault(sim.topology.path_class(h.src, h.dst), set()).add(h.transport)
+    assert by_class == {"PIX": {"P2P/PCIe"}, "PHB": {across}}

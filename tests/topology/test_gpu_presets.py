@@ -293,3 +293,27 @@ def test_spec_override_of_optional_field(build: Any) -> None:
 def test_pcie_workstation_builds_with_new_presets(gpu: str) -> None:
     topo = load_topology("pcie-workstation", node_params={"gpu": gpu, "gpus": 2, "pcie_gen": 4})
     assert [g.spec["preset"] for g in topo.gpus()] == [gpu, gpu]
+
+
+def test_rtx_pro_6000_blackwell() -> None:
+    """The RTX PRO 6000 Blackwell: the RTX 5090's sm120 GPU with 188 SMs, 96 GB and P2P over PCIe Gen5 x16 (no
+    NVLink); its dense tensor peaks follow from NVIDIA's FP4 figure, each doubling of the width halving the rate."""
+    gpus = load_presets().gpus
+    pro, geforce = gpus["rtx-pro-6000-blackwell"], gpus["rtx-5090"]
+    assert (pro["sm"], pro["arch"]) == (geforce["sm"], geforce["arch"]) == (120, "blackwell")
+    assert pro["p2p"] and not geforce["p2p"] and pro["gpudirect_rdma"]
+    assert (pro["nvlinks"], pro["nvlink"], pro["pcie_gen"], pro["pcie_lanes"]) == (0, None, 5, 16)
+    assert pro["sm_count"] == 188 and pro["hbm_capacity"] == 96 * 10**9
+    assert pro["hbm_bandwidth"] == pytest.approx(512 / 8 * 28e9)  # 512-bit GDDR7 at 28 Gb/s a pin
+    peak = pro["peak_tflops"]
+    assert peak["fp8"] == 2 * peak["bfloat16"] == 2 * peak["float16"] == 4 * peak["tf32"] == 1000.0
+    assert tuple(pro["pci_device_ids"]) == ("10de:2bb5",)
+
+
+def test_pcie_workstation_builds_with_the_rtx_pro_6000() -> None:
+    topo = load_topology(
+        "pcie-workstation",
+        node_params={"gpu": "rtx-pro-6000-blackwell", "gpus": 4, "pcie_gen": 5, "gpus_per_switch": 2},
+    )
+    assert [g.spec["p2p"] for g in topo.gpus()] == [True] * 4
+    assert topo.path_class("n0/gpu0", "n0/gpu1") == "PIX" and topo.path_class("n0/gpu0", "n0/gpu2") == "PHB"
