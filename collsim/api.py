@@ -369,7 +369,7 @@ class Simulator:
         return self._rank(peers[0], "workload.peers[0]"), self._rank(peers[1], "workload.peers[1]")
 
     def _check_gpus_per_process(self) -> None:
-        """``workload.gpus_per_process`` is at most the ranks of one node, and above 1 only where there are GPUs."""
+        """``workload.gpus_per_process`` divides the ranks of one node, and is above 1 only where there are GPUs."""
         g = self.scenario.workload.gpus_per_process
         if g > 1 and not self.topology.gpus():
             raise ScenarioError(
@@ -382,6 +382,13 @@ class Simulator:
         if g > per_node:
             raise ScenarioError(
                 f"expected at most the {per_node} ranks of one node, got {self.scenario.workload.gpus_per_process}",
+                file=self.scenario.source_file,
+                field="workload.gpus_per_process",
+            )
+        if per_node % g:
+            raise ScenarioError(
+                f"expected a divisor of the {per_node} ranks of one node (a process drives GPUs of its own node, and "
+                f"the node's processes drive all of them), got {g}",
                 file=self.scenario.source_file,
                 field="workload.gpus_per_process",
             )
