@@ -51,7 +51,7 @@ from collsim.calibration.nccltests import parse_nccl_tests
 from collsim.files import FileReadError, read_text_file, write_atomic
 from collsim.results import busbw_factor
 from collsim.safeyaml import short_repr
-from collsim.vocab import BACKENDS, canonical_collective
+from collsim.vocab import BACKENDS, MEASURED_COLLECTIVES, canonical_collective
 
 __all__ = [
     "FORMAT",
@@ -365,8 +365,11 @@ def _from_mapping(data: Any, file: str) -> Measurement:
     fmt = data.get("format")
     if fmt is not None and fmt != FORMAT:
         raise MeasurementError(f"expected {FORMAT!r}, got {short_repr(fmt)}", file=file, field="format")
+    if not data.get("collective"):
+        names = ", ".join(MEASURED_COLLECTIVES)
+        raise MeasurementError(f"required field is missing; expected one of: {names}", file=file, field="collective")
     try:
-        collective = canonical_collective(data.get("collective") or "")
+        collective = canonical_collective(data["collective"])
     except ValueError as exc:
         raise MeasurementError(str(exc), file=file, field="collective") from None
     nranks = _infer_nranks(data, file)

@@ -95,6 +95,10 @@ def test_bad_json_and_missing_file(tmp_path: Path) -> None:
         read_measurement(tmp_path / "absent.json")
     with pytest.raises(MeasurementError, match="line 1"):
         parse_measurement_csv("# nranks: {bad\nsize_bytes,time_us\n8,1\n", file="m.csv")
+    # a JSON object without its collective names the missing field, not an unknown collective ''
+    rows = [{"size_bytes": 8, "time_us": 1.0}]
+    with pytest.raises(MeasurementError, match=r"^m.json: collective: required field is missing; expected one of: all"):
+        parse_measurement_json(json.dumps({"nranks": 2, "rows": rows}), file="m.json")
 
 
 def test_time_derived_from_busbw_when_only_bandwidth_is_published() -> None:
