@@ -260,8 +260,8 @@ def test_gpus_per_process_beyond_or_not_dividing_one_node_is_an_error() -> None:
     # nccl-tests -g 3 on 8-GPU nodes: no set of processes of 3 GPUs each drives a node's 8
     with pytest.raises(ScenarioError, match=r"gpus_per_process: expected a divisor of the 8 ranks of one node"):
         Simulator.from_source("dgx-a100", ["workload.gpus_per_process=3"])
-    for g in (1, 2, 4, 8):
-        Simulator.from_source("dgx-a100", [f"workload.gpus_per_process={g}"])._check_gpus_per_process()
+    for g in (1, 2, 4, 8):  # every divisor is accepted
+        assert Simulator.from_source("dgx-a100", [f"workload.gpus_per_process={g}"]).nccl_options.gpus_per_process == g
     # a CPU-only cluster (Gloo on CPU tensors) has no GPUs for nccl-tests' -g to launch
     with pytest.raises(ScenarioError, match=r"workload.gpus_per_process: 2 GPUs a process .* has no GPUs"):
         Simulator.from_source("loopback-gloo-cpu", ["workload.gpus_per_process=2"])

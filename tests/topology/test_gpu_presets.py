@@ -311,9 +311,7 @@ def test_rtx_pro_6000_blackwell() -> None:
 
 
 def test_pcie_workstation_builds_with_the_rtx_pro_6000() -> None:
-    topo = load_topology(
-        "pcie-workstation",
-        node_params={"gpu": "rtx-pro-6000-blackwell", "gpus": 4, "pcie_gen": 5, "gpus_per_switch": 2},
-    )
+    box = {"gpu": "rtx-pro-6000-blackwell", "gpus": 4, "pcie_gen": 5, "gpus_per_switch": 2, "cpu": "epyc-9654"}
+    topo = load_topology("pcie-workstation", node_params=box)
     assert [g.spec["p2p"] for g in topo.gpus()] == [True] * 4
     assert topo.path_class("n0/gpu0", "n0/gpu1") == "PIX" and topo.path_class("n0/gpu0", "n0/gpu2") == "PHB"
