@@ -38,6 +38,7 @@ from collsim.backends import (
     simulate_nccl,
 )
 from collsim.backends.nccl import NcclPlan, choose, enabled_pairs, release_notes, tuner_times
+from collsim.backends.nccl.algos import NVLS
 from collsim.backends.nccl.ib_hca import ib_hca_selection
 from collsim.engine.budget import WorkLimitExceeded, work_budget
 from collsim.nccl_env import NcclEnvError, NcclOptions
@@ -420,6 +421,27 @@ class Simulator:
         self._check_gpu_arch()
         with self._errors("backends.nccl"):
             return plan_nccl(self.topology, self.nccl_options, self.nccl_constants, self.fabric)
+
+    def nccl_plan_facts(self) -> dict[str, object]:
+        """What collsim's NCCL plan says about the facts NCCL prints at init with ``NCCL_DEBUG=INFO``: the release
+        (``backends.nccl.version``, None for the latest tables), ranks, nodes, ranks per node, the ring/tree
+        channels, NVLS's channels (0 where NVLS cannot run), the transports of every hop and the NICs per node
+        (:func:`collsim.calibration.nccllog.check_plan` sets them beside the log's)."""
+        plan, opts, consts = self.nccl_plan, self.nccl_options, self.nccl_constants
+        nvls = NVLS()
+        nccl = self.scenario.backends.nccl
+        version = nccl.version if nccl else None
+        return {
+            "version": str(version) if version else None,
+            "nranks": len(plan.ranks),
+            "nnodes": plan.nnodes,
+            "local_ranks": plan.ppn,
+            "ring_channels": plan.channels,
+            "nvls_channels": 0 if nvls.refusal(plan, opts) else nvls.channels(plan, opts, consts),
+            "transports": {h.transport for h in plan.hops.values()},
+            # NCCL lists the node's network devices whether or not one node's collectives use them
+            "nics": plan.nic_count or sum(1 for d in self.topology.nics() if d.node == 0),
+        }
 
     def nccl_release_notes(self, collective: str | None = None) -> list[str]:
         """What NCCL's defaults and the scenario's release (``backends.nccl.version``) change for ``collective``

@@ -10,6 +10,7 @@ default sweeps).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import signal
 import sys
@@ -152,6 +153,9 @@ def _simulation_commands(sub: _Sub) -> None:
     exp.add_argument("--jobs", type=int, default=0, metavar="N", help=_JOBS_HELP)
     exp.add_argument("--dask", metavar="local|ADDRESS",
                      help="one size per task on Dask: 'local' (a LocalCluster) or a scheduler address")
+    exp.add_argument("--nccl-log", metavar="LOG",
+                     help="an NCCL_DEBUG=INFO log of a run on the cluster: collsim's plan (ranks, channels, "
+                          "transports, NICs) set beside what NCCL printed, with what to change where they differ")
     step = sub.add_parser(
         "step", help="one DDP training iteration per backend: iteration time, overlap, scaling, bucket by bucket"
     )
@@ -550,6 +554,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 def _cmd_explain(args: argparse.Namespace) -> int:
     sim = Simulator.from_source(args.scenario, args.overrides)
+    checks = _plan_checks(sim, args.nccl_log) if args.nccl_log else None
     if "nccl" not in sim.backends() and sim.backends():  # no cost model to explain: Gloo's algorithms, simulated
         note = _one_backend_note(sim) + "; Gloo has no cost model: every algorithm is simulated"
         return _compare_algorithms(args, sim, note)
@@ -572,17 +577,29 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     total, done = _planned(sim, ["nccl"], _sizes(args.sizes)), len(rows)  # one row per collective and size
     if args.format == "json":
         part = partial_fields(interrupted, done, total)
+        if checks is not None:
+            part["nccl_log"] = {"file": args.nccl_log, "checks": [dataclasses.asdict(c) for c in checks[1]]}
         text = explanations_to_json(rows, sim.scenario.to_dict(), interrupted, agreement(rows), **part)
     else:
         text = format_explanation(
             rows, name=sim.scenario.name, nranks=len(sim.nccl_plan.ranks), notes=_nccl_notes(sim), all_pairs=args.all
         )
+        if checks is not None:
+            text = checks[0] + "\n" + text
         if sim.perturbations() and not interrupted:  # NCCL's choice and time on the healthy cluster too
             healthy, interrupted = sim.healthy().explain(_sizes(args.sizes), progress=prog, jobs=_jobs(args.jobs))
             prog.done()
             total, done = 2 * total, done + len(healthy)
             text += "\n" + format_explain_perturbation(rows, healthy, sim.perturbations())
     return _finish(text, args, interrupted, done, total)
+
+
+def _plan_checks(sim: Simulator, path: str) -> tuple[str, list[Any]]:
+    """``explain --nccl-log``: the rendered comparison of collsim's plan with an NCCL_DEBUG=INFO log, and its rows."""
+    from collsim.calibration.nccllog import check_plan, read_nccl_log, render_checks
+
+    checks = check_plan(read_nccl_log(path), sim.nccl_plan_facts())
+    return render_checks(checks, path), checks
 
 
 def _measurement_args(p: argparse.ArgumentParser) -> None:

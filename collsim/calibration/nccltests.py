@@ -391,7 +391,7 @@ def parse_nccl_tests(text: str, *, source: str = "<text>", collective: str | Non
         for value in _NRANKS.findall(stripped):
             explicit_nranks = max(int(value), explicit_nranks or 0)
         if version is None:
-            version = _nccl_version(stripped)
+            version = nccl_version(stripped)
         rank = _RANK_LINE.match(stripped)
         if rank:
             ranks.add(int(rank.group(1)))
@@ -407,12 +407,12 @@ def parse_nccl_tests(text: str, *, source: str = "<text>", collective: str | Non
     return NcclTestsLog(collective=detected or given, nranks=nranks, rows=rows, source=source, nccl_version=version)
 
 
-def _nccl_version(line: str) -> str | None:
+def nccl_version(line: str) -> str | None:
     """The NCCL release a line prints, as ``"major.minor.patch"``, or None.
 
-    >>> _nccl_version("node1:123:123 [0] NCCL INFO NCCL version 2.26.2+cuda12.8")
+    >>> nccl_version("node1:123:123 [0] NCCL INFO NCCL version 2.26.2+cuda12.8")
     '2.26.2'
-    >>> _nccl_version("# nccl-tests version 2.15.0 nccl-headers=22602 nccl-library=22602")
+    >>> nccl_version("# nccl-tests version 2.15.0 nccl-headers=22602 nccl-library=22602")
     '2.26.2'
     """
     found = _NCCL_VERSION.search(line)

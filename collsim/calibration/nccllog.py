@@ -1,0 +1,331 @@
+"""NCCL's own account of a communicator (its ``NCCL_DEBUG=INFO`` lines), and collsim's plan set beside it.
+
+A run with ``NCCL_DEBUG=INFO`` prints, at init, what NCCL built: the ranks and nodes, the ring channels and their
+order, every connection's transport, the network devices and the search's graphs. Those lines are the quickest check
+that a scenario describes the cluster the way NCCL saw it. The formats are NCCL's ``INFO`` strings (v2.30.7-1; the
+same in 2.18-2.29 where noted):
+
+================================  ===================================================================================
+what                              line (source)
+================================  ===================================================================================
+release                           ``NCCL version 2.26.2+cuda12.8`` (init.cc)
+ranks, nodes, ranks per node      ``comm 0x.. rank 0 nRanks 16 nNodes 2 localRanks 8 localRank 0 MNNVL 0`` (init.cc,
+                                  from 2.19; 2.18 prints no nNodes)
+channels                          ``24 coll channels, 0 collnet channels, 16 nvls channels, 32 p2p channels, ...``
+                                  (init.cc; 2.18 without the collnet count)
+ring order                        ``Channel 00/24 :    0   1   2 ...`` (graph/rings.cc, rank 0 only); the trees,
+                                  one ``[c]`` entry a channel: ``Trees [0] 1/-1/-1->0->-1 [1] ...`` (init.cc)
+a connection's transport          ``Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read`` (transport/p2p.cc),
+                                  ``Channel 00 : 1[1] -> 2[2] via SHM/direct/direct`` (transport/shm.cc),
+                                  ``Channel 00/0 : 7[7] -> 8[0] [send] via NET/IB/0/GDRDMA`` (transport/net.cc)
+network                           ``Using network IB`` (init.cc), ``NET/IB : Using [0]mlx5_0:1/IB [1]... ; OOB ..``
+                                  (transport/net_ib/init.cc)
+================================  ===================================================================================
+
+Lines keep whatever prefix the launcher and NCCL put before ``NCCL INFO`` (``host:pid:tid [dev]``); other lines
+are ignored. A log from several ranks repeats the same facts; they are read once each.
+
+Examples
+--------
+>>> log = parse_nccl_log('''
+... n1:42:42 [0] NCCL INFO NCCL version 2.26.2+cuda12.8
+... n1:42:60 [0] NCCL INFO comm 0x5a rank 0 nRanks 16 nNodes 2 localRanks 8 localRank 0 MNNVL 0
+... n1:42:60 [0] NCCL INFO Channel 00/16 :    0   1   2   3   4   5   6   7   8   9  10  11  12  13  14  15
+... n1:42:60 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read
+... n1:42:61 [0] NCCL INFO Channel 00/0 : 15[7] -> 0[0] [receive] via NET/IB/0/GDRDMA
+... n1:42:61 [7] NCCL INFO Channel 00/0 : 7[7] -> 8[0] [send] via NET/IB/7/GDRDMA
+... [0] NCCL INFO 16 coll channels, 0 collnet channels, 16 nvls channels, 32 p2p channels, 2 p2p channels per peer
+... ''')
+>>> log.version, log.nranks, log.nnodes, log.local_ranks, log.ring_channels, log.nvls_channels
+('2.26.2', 16, 2, 8, 16, 16)
+>>> sorted(log.transports)
+['NET/GDR', 'P2P']
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from collsim.calibration.measurement import MeasurementError
+from collsim.calibration.nccltests import nccl_version
+from collsim.files import FileReadError, read_text_file
+
+__all__ = [
+    "HINTS",
+    "NcclInitLog",
+    "PlanCheck",
+    "check_plan",
+    "parse_nccl_log",
+    "read_nccl_log",
+    "render_checks",
+    "transport_class",
+]
+
+_INFO = re.compile(r"NCCL INFO (.*)$")
+_COMM = re.compile(r"comm \S+ rank (\d+) nRanks (\d+)(?: nNodes (\d+) localRanks (\d+) localRank (\d+))?")
+_CHANNELS = re.compile(r"(\d+) coll channels, (?:(\d+) collnet channels, )?(\d+) nvls channels, (\d+) p2p channels")
+_RING = re.compile(r"^Channel (\d+)/(\d+) :((?:\s+\d+)+)\s*$")
+_CONN = re.compile(r"^Channel (\d+)(?:/\d+)? : (\d+)\[\w+\] -> (\d+)\[\w+\] (?:\[(send|receive)\] )?via (.+?)\s*$")
+_TREES = re.compile(r"^Trees((?: \[\d+\] -?\d+/-?\d+/-?\d+->-?\d+->-?\d+)+)\s*$")
+_NETWORK = re.compile(r"^Using network (.+?)\s*$")
+_NET_DEVICES = re.compile(r"^NET/(\S+) : Using((?: \[\d+\]\S+)+)")
+_DEVICE = re.compile(r"\[\d+\](\S+)")
+
+
+def transport_class(via: str) -> str:
+    """collsim's transport name for what follows ``via`` in NCCL's connection line: ``P2P`` (any P2P: NVLink or
+    PCIe, direct, IPC, cuMem, through an intermediate GPU), ``SHM``, ``NET/GDR`` (the NIC reads or writes GPU memory:
+    ``/GDRDMA``), ``NET/socket`` (NCCL's socket transport) or ``NET/staged`` (any other network path, through host
+    memory).
+
+    >>> [transport_class(v) for v in ("P2P/CUMEM/read", "P2P/indirect/4[4]", "SHM/direct/direct", "NET/IB/0/GDRDMA",
+    ...  "NET/IB/3(7)/GDRDMA/Shared", "NET/Socket/0", "NET/AWS Libfabric/0/GDRDMA", "NET/IB/1")]
+    ['P2P', 'P2P', 'SHM', 'NET/GDR', 'NET/GDR', 'NET/socket', 'NET/GDR', 'NET/staged']
+    """
+    if via.startswith("P2P/"):
+        return "P2P"
+    if via.startswith("SHM/"):
+        return "SHM"
+    if "/GDRDMA" in via:
+        return "NET/GDR"
+    if via.startswith("NET/Socket/"):
+        return "NET/socket"
+    return "NET/staged"
+
+
+@dataclass
+class NcclInitLog:
+    """What one NCCL communicator's ``INFO`` lines say about it; None (or empty) where the log does not say.
+
+    Attributes
+    ----------
+    version : str or None
+        The release, ``"major.minor.patch"``.
+    nranks, nnodes, local_ranks : int or None
+        Ranks, nodes, and ranks on rank 0's node.
+    ring_channels, nvls_channels : int or None
+        NCCL's ring (and tree) channels, and its NVLS channels (0 where NVLS is off).
+    transports : Counter
+        Connections by collsim's transport name (:func:`transport_class`): P2P and SHM lines and the network's
+        ``[send]`` lines (each network connection's ``[receive]`` line is its other end).
+    network : str or None
+        The network plugin NCCL uses (``IB``, ``Socket``, a plugin's name).
+    net_devices : list of str
+        The devices the IB transport lists (``mlx5_0:1/IB``); empty for other networks or when not printed.
+    """
+
+    version: str | None = None
+    nranks: int | None = None
+    nnodes: int | None = None
+    local_ranks: int | None = None
+    ring_channels: int | None = None
+    nvls_channels: int | None = None
+    transports: Counter[str] = field(default_factory=Counter)
+    network: str | None = None
+    net_devices: list[str] = field(default_factory=list)
+    source: str = "<text>"
+
+    @property
+    def empty(self) -> bool:
+        """True when no line the parser knows was found."""
+        return not (self.version or self.nranks or self.ring_channels or self.transports or self.network)
+
+
+def parse_nccl_log(text: str, *, source: str = "<text>") -> NcclInitLog:
+    """Read NCCL's ``INFO`` lines from ``text`` (a whole job's output is fine: other lines are skipped).
+
+    Parameters
+    ----------
+    text : str
+        Log text, with or without launcher prefixes.
+    source : str
+        Its name, for messages.
+
+    Returns
+    -------
+    NcclInitLog
+        The first value of each fact (rank 0's where rank 0 prints it); connections counted once per line.
+    """
+    log = NcclInitLog(source=source)
+    seen: set[tuple[str, str, str, str]] = set()
+    for raw in text.splitlines():
+        if log.version is None:
+            log.version = nccl_version(raw)
+        found = _INFO.search(raw)
+        if not found:
+            continue
+        line = found.group(1).strip()
+        _read_line(log, line, seen)
+    return log
+
+
+def _read_line(log: NcclInitLog, line: str, seen: set[tuple[str, str, str, str]]) -> None:
+    if comm := _COMM.search(line):
+        if log.nranks is None:
+            log.nranks = int(comm.group(2))
+        if comm.group(3) is not None and log.nnodes is None:
+            log.nnodes, log.local_ranks = int(comm.group(3)), int(comm.group(4))
+    elif counts := _CHANNELS.search(line):
+        if log.ring_channels is None:
+            log.ring_channels = int(counts.group(1))
+        if log.nvls_channels is None:
+            log.nvls_channels = int(counts.group(3))
+    elif conn := _CONN.match(line):
+        channel, src, dst, side, via = conn.groups()
+        if side == "receive":
+            return
+        key = (channel, src, dst, via)
+        if key not in seen:
+            seen.add(key)
+            log.transports[transport_class(via)] += 1
+    elif ring := _RING.match(line):
+        if log.ring_channels is None:
+            log.ring_channels = int(ring.group(2))
+    elif trees := _TREES.match(line):  # one [c] entry per channel (init.cc: "Trees [0] 1/-1/-1->0->-1 [1] ...")
+        if log.ring_channels is None:
+            log.ring_channels = trees.group(1).count("[")
+    elif network := _NETWORK.match(line):
+        log.network = log.network or network.group(1)
+    elif (devices := _NET_DEVICES.match(line)) and not log.net_devices:
+        log.net_devices = _DEVICE.findall(devices.group(2))
+
+
+def read_nccl_log(path: str | Path) -> NcclInitLog:
+    """Read and parse an ``NCCL_DEBUG=INFO`` log file (:func:`parse_nccl_log`).
+
+    Raises
+    ------
+    MeasurementError
+        For a missing or unreadable file, or one without any NCCL ``INFO`` line collsim reads.
+    """
+    file = str(path)
+    try:
+        text = read_text_file(Path(path))
+    except FileReadError as exc:
+        raise MeasurementError(str(exc).removeprefix(f"{file}: "), file=file) from None
+    log = parse_nccl_log(text, source=file)
+    if log.empty:
+        raise MeasurementError(
+            "no NCCL INFO line collsim reads (NCCL version, comm ... nRanks, channels, 'via' connections, "
+            "'Using network'); run with NCCL_DEBUG=INFO",
+            file=file,
+        )
+    return log
+
+
+@dataclass(frozen=True)
+class PlanCheck:
+    """One fact as NCCL's log gives it and as collsim plans it.
+
+    ``agree`` is None where the log does not say; ``hint`` says what to change in the scenario when they differ.
+    """
+
+    what: str
+    log: str
+    collsim: str
+    agree: bool | None
+    hint: str = ""
+
+
+#: What to look at in a scenario where collsim's plan and NCCL's log differ, by fact.
+HINTS: dict[str, str] = {
+    "version": "set backends.nccl.version to the log's release (NCCL's tuner tables and defaults differ by release)",
+    "nranks": "cluster.nodes and the node template's GPUs (node_params.gpus), as the job ran",
+    "nnodes": "cluster.nodes",
+    "local_ranks": "the node template's GPUs (node_params.gpus), or CUDA_VISIBLE_DEVICES in the job",
+    "ring_channels": (
+        "NCCL's search found another count: the GPUs' links (the template's NVLink and PCIe), the NICs per node, "
+        "NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS / NCCL_MIN_CTAS in backends.nccl.env, backends.nccl.version"
+    ),
+    "nvls_channels": (
+        "NVLS needs Hopper or newer and an NVSwitch with multicast; NCCL_NVLS_ENABLE / NCCL_NVLS_NCHANNELS in "
+        "backends.nccl.env; backends.nccl.version"
+    ),
+    "transports": (
+        "P2P or SHM: the GPU preset's p2p (node_params.p2p), NCCL_P2P_LEVEL / NCCL_P2P_DISABLE; NET/GDR or staged: "
+        "cluster.fabric.gpudirect, the GPU's gpudirect_rdma, NCCL_NET_GDR_LEVEL; sockets: cluster.fabric.transport"
+    ),
+    "nics": "the node template's NICs (node_params.nic, nics_per_gpu) or NCCL_IB_HCA in backends.nccl.env",
+}
+
+
+def check_plan(
+    log: NcclInitLog, planned: Mapping[str, object], hints: Mapping[str, str] | None = None
+) -> list[PlanCheck]:
+    """Set collsim's plan beside NCCL's log, fact by fact.
+
+    Parameters
+    ----------
+    log : NcclInitLog
+        What NCCL printed.
+    planned : mapping
+        collsim's values under the keys ``version`` (str or None: the latest tables), ``nranks``, ``nnodes``,
+        ``local_ranks``, ``ring_channels``, ``nvls_channels`` (int), ``transports`` (a set of transport names,
+        :data:`~collsim.vocab.NCCL_TRANSPORTS`) and ``nics`` (int, per node).
+    hints : mapping
+        What to change in the scenario, by the same keys, shown where the two differ (default :data:`HINTS`).
+
+    Returns
+    -------
+    list of PlanCheck
+        In the order above.
+    """
+    rows: list[PlanCheck] = []
+    hints = HINTS if hints is None else hints
+
+    def add(key: str, what: str, theirs: object, ours: object, same: bool | None = None) -> None:
+        agree = None if theirs is None else (theirs == ours if same is None else same)
+        shown = "-" if theirs is None else str(theirs)
+        rows.append(PlanCheck(what, shown, str(ours), agree, hints.get(key, "") if agree is False else ""))
+
+    ours_version = planned.get("version")
+    same_release = None if log.version is None else _same_release(log.version, ours_version)
+    add("version", "NCCL release", log.version, ours_version or "latest tables", same_release)
+    add("nranks", "ranks", log.nranks, planned.get("nranks"))
+    add("nnodes", "nodes", log.nnodes, planned.get("nnodes"))
+    add("local_ranks", "ranks per node", log.local_ranks, planned.get("local_ranks"))
+    add("ring_channels", "ring/tree channels", log.ring_channels, planned.get("ring_channels"))
+    add("nvls_channels", "NVLS channels", log.nvls_channels, planned.get("nvls_channels"))
+    ours = _classes(planned.get("transports"))
+    theirs = sorted(log.transports) if log.transports else None
+    add("transports", "transports", ", ".join(theirs) if theirs else None, ", ".join(ours),
+        None if theirs is None else set(theirs) == set(ours))  # fmt: skip
+    nics = len(log.net_devices) if log.net_devices else None
+    add("nics", "NICs NCCL lists (per node)", nics, planned.get("nics"))
+    return rows
+
+
+def _same_release(theirs: str, ours: object) -> bool:
+    """The log's release against ``backends.nccl.version``, which may leave out the patch (``2.26`` is 2.26.x).
+
+    >>> _same_release("2.26.2", "2.26"), _same_release("2.26.2", "2.26.2"), _same_release("2.26.2", None)
+    (True, True, False)
+    """
+    if not ours:
+        return False
+    mine = str(ours).split(".")
+    return theirs.split(".")[: len(mine)] == mine
+
+
+def _classes(transports: object) -> list[str]:
+    """collsim's hop transports as the log's classes (P2P over NVLink or PCIe is one class there)."""
+    names = transports if isinstance(transports, (set, frozenset, list, tuple)) else ()
+    return sorted({"P2P" if str(t).startswith("P2P/") else str(t) for t in names})
+
+
+def render_checks(rows: Sequence[PlanCheck], source: str) -> str:
+    """The checks as a table with a header naming the log, then the hints where they differ."""
+    width = max(len(r.what) for r in rows)
+    head = f"# {'':{width}}  {'NCCL log':>24}  {'collsim':>24}  same"
+    lines = [f"# collsim's plan against NCCL's log {source}", head]
+    for r in rows:
+        mark = "-" if r.agree is None else ("yes" if r.agree else "NO")
+        lines.append(f"  {r.what:{width}}  {r.log:>24}  {r.collsim:>24}  {mark}")
+    hints = [f"  {r.what}: {r.hint}" for r in rows if r.hint]
+    if hints:
+        lines += ["# where they differ:", *hints]
+    return "\n".join(lines)

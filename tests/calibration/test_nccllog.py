@@ -1,0 +1,119 @@
+"""NCCL's INFO lines (collsim.calibration.nccllog) and `collsim explain --nccl-log`.
+
+The sample lines follow NCCL's format strings (v2.30.7-1: init.cc, graph/rings.cc, transport/p2p.cc, shm.cc, net.cc,
+net_ib/init.cc; 2.18's variants where they differ), with the prefixes launchers put before them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from collsim.api import Simulator
+from collsim.calibration.measurement import MeasurementError
+from collsim.calibration.nccllog import HINTS, check_plan, parse_nccl_log, read_nccl_log, render_checks
+from collsim.cli import main
+
+#: NCCL 2.26's lines for two HGX H100 nodes over 8 NDR NICs, from two of the 16 ranks (lines repeat across ranks);
+#: the formats are NCCL's, the values illustrative.
+TWO_NODES = """\
+[1,0]<stdout>:n1:42:42 [0] NCCL INFO NCCL version 2.26.2+cuda12.8
+n1:42:60 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_3:1/IB [2]mlx5_4:1/IB [3]mlx5_5:1/IB [4]mlx5_6:1/IB \
+[5]mlx5_9:1/IB [6]mlx5_10:1/IB [7]mlx5_11:1/IB [RO]; OOB ibp0:10.0.0.1<0>
+n1:42:60 [0] NCCL INFO Using network IB
+n1:42:60 [0] NCCL INFO comm 0x5a1 rank 0 nRanks 16 nNodes 2 localRanks 8 localRank 0 MNNVL 0
+n1:43:61 [1] NCCL INFO comm 0x5b2 rank 1 nRanks 16 nNodes 2 localRanks 8 localRank 1 MNNVL 0
+n1:42:60 [0] NCCL INFO Channel 00/16 :    0   1   2   3   4   5   6   7   8   9  10  11  12  13  14  15
+n1:42:60 [0] NCCL INFO Trees [0] 8/-1/-1->0->-1 [1] -1/-1/-1->0->8
+n1:42:62 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read
+n1:43:63 [1] NCCL INFO Channel 00/0 : 1[1] -> 2[2] via P2P/CUMEM/read
+n1:42:62 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read
+n1:42:64 [0] NCCL INFO Channel 00/0 : 15[7] -> 0[0] [receive] via NET/IB/0/GDRDMA
+n1:49:65 [7] NCCL INFO Channel 00/0 : 7[7] -> 8[0] [send] via NET/IB/7/GDRDMA
+n1:42:60 [0] NCCL INFO 16 coll channels, 0 collnet channels, 16 nvls channels, 32 p2p channels, 2 p2p channels per peer
+#  Rank  0 Group  0 Pid     42 on n1 device  0 [0x18] NVIDIA H100 80GB HBM3
+"""
+
+
+def test_the_facts_an_info_log_gives() -> None:
+    log = parse_nccl_log(TWO_NODES, source="run.log")
+    assert (log.version, log.nranks, log.nnodes, log.local_ranks) == ("2.26.2", 16, 2, 8)
+    assert (log.ring_channels, log.nvls_channels) == (16, 16)
+    # the repeated P2P line counts once, the network connection by its [send] line only
+    assert dict(log.transports) == {"P2P": 2, "NET/GDR": 1}
+    assert log.network == "IB" and len(log.net_devices) == 8 and log.net_devices[0] == "mlx5_0:1/IB"
+    assert not log.empty and parse_nccl_log("no NCCL here\n").empty
+
+
+def test_nccl_2_18_lines_and_the_trees_channel_count() -> None:
+    """2.18 prints no nNodes and no collnet count; a log with only the trees line still gives the channels (one
+    ``[c]`` entry each: the 2 x H100 PCIe bridge log of NVIDIA/nccl#1161 has [0] .. [23]); busIds in brackets."""
+    trees = " ".join(f"[{c}] 1/-1/-1->0->-1" for c in range(24))
+    text = (
+        "h:1:1 [0] NCCL INFO NCCL version 2.18.5+cuda12.2\n"
+        f"h:1:2 [0] NCCL INFO Trees {trees}\n"
+        "h:1:3 [1] NCCL INFO Channel 00/0 : 1[21000] -> 0[1000] via P2P/direct pointer\n"
+        "h:1:2 [0] NCCL INFO 24 coll channels, 0 nvls channels, 32 p2p channels, 32 p2p channels per peer\n"
+    )
+    log = parse_nccl_log(text)
+    assert (log.version, log.ring_channels, log.nvls_channels, log.nnodes) == ("2.18.5", 24, 0, None)
+    assert dict(log.transports) == {"P2P": 1}
+    only_trees = parse_nccl_log(f"h:1:2 [0] NCCL INFO Trees {trees}\n")
+    assert only_trees.ring_channels == 24
+    # that log's facts (24 channels, P2P between the two) are what the h100-pcie-nvlink-pair template plans
+    pair = {"name": "pair", "cluster": {"node": "h100-pcie-nvlink-pair", "nodes": 1}, "backends": {"nccl": {}}}
+    checks = {c.what: c for c in check_plan(log, Simulator.from_source(pair).nccl_plan_facts())}
+    assert checks["ring/tree channels"].agree and checks["transports"].agree and checks["NVLS channels"].agree
+
+
+def test_every_fact_agrees_with_the_shipped_two_node_scenario() -> None:
+    sim = Simulator.from_source("2node-h100-ib", ["backends.nccl.version='2.26'"])  # the patch left out
+    checks = check_plan(parse_nccl_log(TWO_NODES), sim.nccl_plan_facts())
+    assert [c.what for c in checks] == [
+        "NCCL release", "ranks", "nodes", "ranks per node", "ring/tree channels", "NVLS channels", "transports",
+        "NICs NCCL lists (per node)",
+    ]  # fmt: skip
+    assert all(c.agree for c in checks), [c for c in checks if not c.agree]
+    assert not any(c.hint for c in checks)
+
+
+def test_differences_are_flagged_with_what_to_change() -> None:
+    # the scenario left at the latest tables, and P2P turned off: the log's P2P hops are SHM in collsim's plan
+    sim = Simulator.from_source("2node-h100-ib", ["backends.nccl.env.NCCL_P2P_DISABLE=1"])
+    checks = {c.what: c for c in check_plan(parse_nccl_log(TWO_NODES), sim.nccl_plan_facts())}
+    assert checks["NCCL release"].agree is False and checks["NCCL release"].hint == HINTS["version"]
+    assert (checks["transports"].log, checks["transports"].collsim) == ("NET/GDR, P2P", "NET/GDR, SHM")
+    assert checks["transports"].agree is False and "NCCL_P2P_DISABLE" in checks["transports"].hint
+    assert checks["ranks"].agree and checks["ranks"].hint == ""
+    # a fact the log does not give is neither agreement nor difference
+    bare = check_plan(parse_nccl_log("h [0] NCCL INFO NCCL version 2.26.2\n"), sim.nccl_plan_facts())
+    assert [c.agree for c in bare][1:] == [None] * 7
+    text = render_checks(list(checks.values()), "run.log")
+    assert text.splitlines()[0] == "# collsim's plan against NCCL's log run.log"
+    assert "# where they differ:" in text and "  transports: P2P or SHM" in text
+
+
+def test_read_nccl_log_errors(tmp_path: Path) -> None:
+    with pytest.raises(MeasurementError, match=r"absent.log: file not found"):
+        read_nccl_log(tmp_path / "absent.log")
+    path = tmp_path / "nothing.log"
+    path.write_text("# nThread 1 nGpus 8\n")
+    with pytest.raises(MeasurementError, match=r"nothing.log: no NCCL INFO line collsim reads .* NCCL_DEBUG=INFO"):
+        read_nccl_log(path)
+
+
+def test_explain_with_an_nccl_log(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log = tmp_path / "run.log"
+    log.write_text(TWO_NODES)
+    args = ["explain", "2node-h100-ib", "--sizes", "1GiB", "--quiet", "--nccl-log", str(log)]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"# collsim's plan against NCCL's log {log}")
+    assert "  NCCL release" in out and "# collsim explain: 2node-h100-ib" in out
+    assert main([*args, "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["nccl_log"]["file"] == str(log)
+    assert {c["what"]: c["agree"] for c in doc["nccl_log"]["checks"]}["ranks"] is True
+    assert main(["explain", "2node-h100-ib", "--quiet", "--nccl-log", str(tmp_path / "absent.log")]) == 2
+    assert "absent.log: file not found" in capsys.readouterr().err
