@@ -575,17 +575,24 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         rows, interrupted = sim.explain(_sizes(args.sizes), all_pairs=args.all, progress=prog, jobs=_jobs(args.jobs))
     prog.done()
     total, done = _planned(sim, ["nccl"], _sizes(args.sizes)), len(rows)  # one row per collective and size
+    choices = _choice_checks(sim, checks[2], rows) if checks is not None else []
     if args.format == "json":
         part = partial_fields(interrupted, done, total)
         if checks is not None:
-            part["nccl_log"] = {"file": args.nccl_log, "checks": [dataclasses.asdict(c) for c in checks[1]]}
+            part["nccl_log"] = {
+                "file": args.nccl_log,
+                "checks": [dataclasses.asdict(c) for c in checks[1]],
+                "choices": {coll: [dataclasses.asdict(c) for c in rs] for coll, rs in choices},
+            }
         text = explanations_to_json(rows, sim.scenario.to_dict(), interrupted, agreement(rows), **part)
     else:
         text = format_explanation(
             rows, name=sim.scenario.name, nranks=len(sim.nccl_plan.ranks), notes=_nccl_notes(sim), all_pairs=args.all
         )
         if checks is not None:
-            text = checks[0] + "\n" + text
+            from collsim.calibration.nccllog import render_choices
+
+            text = "\n".join([checks[0], *(render_choices(rs, coll) for coll, rs in choices if rs), text])
         if sim.perturbations() and not interrupted:  # NCCL's choice and time on the healthy cluster too
             healthy, interrupted = sim.healthy().explain(_sizes(args.sizes), progress=prog, jobs=_jobs(args.jobs))
             prog.done()
@@ -594,12 +601,26 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     return _finish(text, args, interrupted, done, total)
 
 
-def _plan_checks(sim: Simulator, path: str) -> tuple[str, list[Any]]:
-    """``explain --nccl-log``: the rendered comparison of collsim's plan with an NCCL_DEBUG=INFO log, and its rows."""
+def _plan_checks(sim: Simulator, path: str) -> tuple[str, list[Any], Any]:
+    """``explain --nccl-log``: the rendered comparison of collsim's plan with an NCCL_DEBUG=INFO log, its rows and
+    the log."""
     from collsim.calibration.nccllog import check_plan, read_nccl_log, render_checks
 
-    checks = check_plan(read_nccl_log(path), sim.nccl_plan_facts())
-    return render_checks(checks, path), checks
+    log = read_nccl_log(path)
+    checks = check_plan(log, sim.nccl_plan_facts())
+    return render_checks(checks, path), checks, log
+
+
+def _choice_checks(sim: Simulator, log: Any, rows: Sequence[Any]) -> list[tuple[str, list[Any]]]:
+    """Per collective explained, NCCL's choice in the log against collsim's at the sizes both have."""
+    from collsim.calibration.nccllog import check_choices
+
+    nranks = len(sim.nccl_plan.ranks)
+    out: list[tuple[str, list[Any]]] = []
+    for coll in dict.fromkeys(r.collective for r in rows):
+        picks = {r.size_bytes: r.choice for r in rows if r.collective == coll}
+        out.append((coll, check_choices(log, coll, nranks, picks)))
+    return out
 
 
 def _measurement_args(p: argparse.ArgumentParser) -> None:

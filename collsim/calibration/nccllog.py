@@ -20,6 +20,9 @@ a connection's transport          ``Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/re
                                   ``Channel 00/0 : 7[7] -> 8[0] [send] via NET/IB/0/GDRDMA`` (transport/net.cc)
 network                           ``Using network IB`` (init.cc), ``NET/IB : Using [0]mlx5_0:1/IB [1]... ; OOB ..``
                                   (transport/net_ib/init.cc)
+a call's algorithm and protocol   ``AllReduce: 1048576 Bytes -> Algo RING proto LL128 channel{Lo..Hi}={0..7}``
+                                  (``NCCL_DEBUG_SUBSYS=TUNING``, rank 0; enqueue.cc from 2.26; 2.21-2.25:
+                                  ``1048576 Bytes -> Algo 1 proto 1 time 81.0``, indices and no name)
 ================================  ===================================================================================
 
 Lines keep whatever prefix the launcher and NCCL put before ``NCCL INFO`` (``host:pid:tid [dev]``); other lines
@@ -53,15 +56,21 @@ from pathlib import Path
 from collsim.calibration.measurement import MeasurementError
 from collsim.calibration.nccltests import nccl_version
 from collsim.files import FileReadError, read_text_file
+from collsim.units import format_size
+from collsim.vocab import PER_RANK_COUNT_COLLECTIVES, canonical_collective
 
 __all__ = [
     "HINTS",
+    "Choice",
+    "ChoiceCheck",
     "NcclInitLog",
     "PlanCheck",
+    "check_choices",
     "check_plan",
     "parse_nccl_log",
     "read_nccl_log",
     "render_checks",
+    "render_choices",
     "transport_class",
 ]
 
@@ -72,6 +81,18 @@ _RING = re.compile(r"^Channel (\d+)/(\d+) :((?:\s+\d+)+)\s*$")
 _CONN = re.compile(r"^Channel (\d+)(?:/\d+)? : (\d+)\[\w+\] -> (\d+)\[\w+\] (?:\[(send|receive)\] )?via (.+?)\s*$")
 _TREES = re.compile(r"^Trees((?: \[\d+\] -?\d+/-?\d+/-?\d+->-?\d+->-?\d+)+)\s*$")
 _NETWORK = re.compile(r"^Using network (.+?)\s*$")
+#: NCCL_DEBUG_SUBSYS=TUNING, rank 0, per collective: from 2.26 (enqueue.cc) with its name, algorithm, protocol and
+#: channels; 2.21-2.25 with the algorithm's and protocol's indices and the model's time, and no name
+_CHOICE = re.compile(
+    r"^(?:(\w+): )?(\d+) Bytes -> Algo (\w+) proto (\w+)(?: channel\{Lo\.\.Hi\}=\{(\d+)\.\.(\d+)\})?"
+)
+#: NCCL's algorithm and protocol names and indices (src/include/device.h NCCL_ALGO_*, NCCL_PROTO_*; collectives.cc
+#: ncclAlgoToString, ncclProtoToString) as collsim names them
+_ALGOS = ("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT")
+_ALGO_NAMES = {"TREE": "Tree", "RING": "Ring", "COLLNET_DIRECT": "CollNetDirect", "COLLNET_CHAIN": "CollNetChain",
+               "NVLS": "NVLS", "NVLS_TREE": "NVLSTree", "PAT": "PAT"}  # fmt: skip
+_PROTOS = ("LL", "LL128", "Simple")
+_PROTO_NAMES = {"LL": "LL", "LL128": "LL128", "SIMPLE": "Simple"}
 _NET_DEVICES = re.compile(r"^NET/(\S+) : Using((?: \[\d+\]\S+)+)")
 _DEVICE = re.compile(r"\[\d+\](\S+)")
 
@@ -97,6 +118,22 @@ def transport_class(via: str) -> str:
     return "NET/staged"
 
 
+@dataclass(frozen=True)
+class Choice:
+    """One collective call's (algorithm, protocol) from NCCL's ``TUNING`` line.
+
+    ``collective`` is collsim's name, None where the line does not say (NCCL 2.21-2.25); ``nbytes`` the bytes NCCL
+    prints (a rank's send count for all-gather and reduce-scatter from 2.26, the whole buffer for allreduce);
+    ``channels`` the channels it ran on (from 2.26), else None.
+    """
+
+    collective: str | None
+    nbytes: int
+    algorithm: str
+    protocol: str
+    channels: int | None
+
+
 @dataclass
 class NcclInitLog:
     """What one NCCL communicator's ``INFO`` lines say about it; None (or empty) where the log does not say.
@@ -116,6 +153,9 @@ class NcclInitLog:
         The network plugin NCCL uses (``IB``, ``Socket``, a plugin's name).
     net_devices : list of str
         The devices the IB transport lists (``mlx5_0:1/IB``); empty for other networks or when not printed.
+    choices : list of Choice
+        The (algorithm, protocol) NCCL ran each collective with (``NCCL_DEBUG_SUBSYS=TUNING``), one per collective
+        and size (the first of its calls).
     """
 
     version: str | None = None
@@ -127,12 +167,15 @@ class NcclInitLog:
     transports: Counter[str] = field(default_factory=Counter)
     network: str | None = None
     net_devices: list[str] = field(default_factory=list)
+    choices: list[Choice] = field(default_factory=list)
     source: str = "<text>"
 
     @property
     def empty(self) -> bool:
         """True when no line the parser knows was found."""
-        return not (self.version or self.nranks or self.ring_channels or self.transports or self.network)
+        return not (
+            self.version or self.nranks or self.ring_channels or self.transports or self.network or self.choices
+        )
 
 
 def parse_nccl_log(text: str, *, source: str = "<text>") -> NcclInitLog:
@@ -192,6 +235,31 @@ def _read_line(log: NcclInitLog, line: str, seen: set[tuple[str, str, str, str]]
         log.network = log.network or network.group(1)
     elif (devices := _NET_DEVICES.match(line)) and not log.net_devices:
         log.net_devices = _DEVICE.findall(devices.group(2))
+    elif choice := _CHOICE.match(line):
+        parsed = _choice(choice)
+        if parsed is not None and not any(
+            (c.collective, c.nbytes) == (parsed.collective, parsed.nbytes) for c in log.choices
+        ):
+            log.choices.append(parsed)
+
+
+def _choice(found: re.Match[str]) -> Choice | None:
+    """A TUNING line's choice in collsim's names; None for names or indices collsim does not know."""
+    func, nbytes, algo, proto, lo, hi = found.groups()
+    if algo.isdigit() and proto.isdigit():
+        a, p = int(algo), int(proto)
+        algorithm = _ALGOS[a] if a < len(_ALGOS) else None
+        protocol = _PROTOS[p] if p < len(_PROTOS) else None
+    else:
+        algorithm, protocol = _ALGO_NAMES.get(algo), _PROTO_NAMES.get(proto)
+    if algorithm is None or protocol is None:
+        return None
+    try:
+        collective = canonical_collective(func) if func else None
+    except ValueError:
+        return None
+    channels = int(hi) - int(lo) + 1 if lo is not None else None
+    return Choice(collective, int(nbytes), algorithm, protocol, channels)
 
 
 def read_nccl_log(path: str | Path) -> NcclInitLog:
@@ -328,4 +396,50 @@ def render_checks(rows: Sequence[PlanCheck], source: str) -> str:
     hints = [f"  {r.what}: {r.hint}" for r in rows if r.hint]
     if hints:
         lines += ["# where they differ:", *hints]
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class ChoiceCheck:
+    """NCCL's (algorithm, protocol) at one size, as its log says and as collsim picks it."""
+
+    size_bytes: int
+    log: str
+    collsim: str
+    agree: bool
+
+
+def check_choices(
+    log: NcclInitLog, collective: str, nranks: int, picks: Mapping[int, tuple[str, str]]
+) -> list[ChoiceCheck]:
+    """The log's choice for ``collective`` at each size collsim also explained (``picks``: size in nccl-tests'
+    convention, bytes -> collsim's (algorithm, protocol)), in size order.
+
+    nccl-tests' size of an all-gather or reduce-scatter is the whole buffer, NCCL's TUNING line (from 2.26) prints a
+    rank's part: the line's bytes x ``nranks``. A line without the collective's name (2.21-2.25) is taken for the
+    scenario's collective only when that is an allreduce, whose bytes read the same either way.
+    """
+    rows: list[ChoiceCheck] = []
+    for c in log.choices:
+        if c.collective is None and collective != "allreduce":
+            continue
+        if c.collective is not None and c.collective != collective:
+            continue
+        size = c.nbytes * nranks if c.collective in PER_RANK_COUNT_COLLECTIVES else c.nbytes
+        if size not in picks:
+            continue
+        ours = picks[size]
+        theirs = f"{c.algorithm}/{c.protocol}" + (f" ({c.channels} ch)" if c.channels else "")
+        rows.append(ChoiceCheck(size, theirs, "/".join(ours), (c.algorithm, c.protocol) == tuple(ours)))
+    return sorted(rows, key=lambda r: r.size_bytes)
+
+
+def render_choices(rows: Sequence[ChoiceCheck], collective: str) -> str:
+    """The per-size choices of ``collective`` as a table, with how many agree."""
+    lines = [f"# NCCL's choice for {collective} in the log (NCCL_DEBUG_SUBSYS=TUNING) against collsim's",
+             f"# {'size':>10}  {'NCCL log':>26}  {'collsim':>18}  same"]  # fmt: skip
+    for r in rows:
+        lines.append(f"  {format_size(r.size_bytes):>10}  {r.log:>26}  {r.collsim:>18}  {'yes' if r.agree else 'NO'}")
+    same = sum(r.agree for r in rows)
+    lines.append(f"# the same pair at {same} of {len(rows)} sizes")
     return "\n".join(lines)

@@ -12,7 +12,15 @@ import pytest
 
 from collsim.api import Simulator
 from collsim.calibration.measurement import MeasurementError
-from collsim.calibration.nccllog import HINTS, check_plan, parse_nccl_log, read_nccl_log, render_checks
+from collsim.calibration.nccllog import (
+    HINTS,
+    check_choices,
+    check_plan,
+    parse_nccl_log,
+    read_nccl_log,
+    render_checks,
+    render_choices,
+)
 from collsim.cli import main
 
 #: NCCL 2.26's lines for two HGX H100 nodes over 8 NDR NICs, from two of the 16 ranks (lines repeat across ranks);
@@ -117,3 +125,57 @@ def test_explain_with_an_nccl_log(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert {c["what"]: c["agree"] for c in doc["nccl_log"]["checks"]}["ranks"] is True
     assert main(["explain", "2node-h100-ib", "--quiet", "--nccl-log", str(tmp_path / "absent.log")]) == 2
     assert "absent.log: file not found" in capsys.readouterr().err
+
+
+#: NCCL_DEBUG_SUBSYS=TUNING lines (rank 0, one per call): 2.26's with the name and channels, 2.21's with indices.
+TUNING = """\
+n1:42:42 [0] NCCL INFO AllReduce: 1073741824 Bytes -> Algo NVLS_TREE proto SIMPLE channel{Lo..Hi}={0..15}
+n1:42:42 [0] NCCL INFO AllReduce: 1073741824 Bytes -> Algo NVLS_TREE proto SIMPLE channel{Lo..Hi}={0..15}
+n1:42:42 [0] NCCL INFO AllReduce: 1048576 Bytes -> Algo RING proto LL128 channel{Lo..Hi}={0..7}
+n1:42:42 [0] NCCL INFO AllGather: 65536 Bytes -> Algo RING proto LL128 channel{Lo..Hi}={0..15}
+n1:42:42 [0] NCCL INFO AllReduce: 8 Bytes -> Algo BOGUS proto LL channel{Lo..Hi}={0..0}
+"""
+
+
+def test_the_choices_a_tuning_log_gives() -> None:
+    log = parse_nccl_log(TUNING)
+    # one per collective and size (the repeated call once); an algorithm NCCL does not name is skipped
+    assert [(c.collective, c.nbytes, c.algorithm, c.protocol, c.channels) for c in log.choices] == [
+        ("allreduce", 1 << 30, "NVLSTree", "Simple", 16),
+        ("allreduce", 1 << 20, "Ring", "LL128", 8),
+        ("allgather", 65536, "Ring", "LL128", 16),
+    ]
+    old = parse_nccl_log("h [0] NCCL INFO 1073741824 Bytes -> Algo 5 proto 2 time 3473.600098\n")
+    assert [(c.collective, c.algorithm, c.protocol, c.channels) for c in old.choices] == [
+        (None, "NVLSTree", "Simple", None)
+    ]
+
+
+def test_choices_against_collsims_picks() -> None:
+    log = parse_nccl_log(TUNING)
+    picks = {1 << 30: ("NVLSTree", "Simple"), 1 << 20: ("Tree", "LL128"), 8: ("Tree", "LL")}
+    rows = check_choices(log, "allreduce", 16, picks)
+    assert [(r.size_bytes, r.log, r.collsim, r.agree) for r in rows] == [
+        (1 << 20, "Ring/LL128 (8 ch)", "Tree/LL128", False),
+        (1 << 30, "NVLSTree/Simple (16 ch)", "NVLSTree/Simple", True),
+    ]
+    # all-gather: NCCL prints a rank's bytes, nccl-tests' size is the whole buffer (x 16 ranks)
+    gather = check_choices(log, "allgather", 16, {1 << 20: ("Ring", "LL128")})
+    assert [(r.size_bytes, r.agree) for r in gather] == [(1 << 20, True)]
+    # 2.21's lines name no collective: read as the scenario's only when it is an allreduce
+    old = parse_nccl_log("h [0] NCCL INFO 1073741824 Bytes -> Algo 5 proto 2 time 3473.6\n")
+    assert len(check_choices(old, "allreduce", 16, picks)) == 1 and not check_choices(old, "allgather", 16, picks)
+    assert render_choices(rows, "allreduce").splitlines()[-1] == "# the same pair at 1 of 2 sizes"
+
+
+def test_explain_sets_the_logs_choices_beside_its_own(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log = tmp_path / "run.log"
+    log.write_text(TWO_NODES + TUNING)
+    args = ["explain", "2node-h100-ib", "--sizes", "1MiB,1GiB", "--quiet", "--nccl-log", str(log)]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "# NCCL's choice for allreduce in the log (NCCL_DEBUG_SUBSYS=TUNING) against collsim's" in out
+    assert main([*args, "--format", "json"]) == 0
+    choices = json.loads(capsys.readouterr().out)["nccl_log"]["choices"]["allreduce"]
+    expected = {1 << 20: "Ring/LL128 (8 ch)", 1 << 30: "NVLSTree/Simple (16 ch)"}
+    assert {c["size_bytes"]: c["log"] for c in choices} == expected
