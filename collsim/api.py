@@ -37,7 +37,7 @@ from collsim.backends import (
     simulate_gloo_many,
     simulate_nccl,
 )
-from collsim.backends.nccl import NcclPlan, choose, enabled_pairs, release_notes, tuner_times
+from collsim.backends.nccl import NcclPlan, choose, enabled_pairs, release_notes, tuner_table, tuner_times
 from collsim.backends.nccl.algos import NVLS
 from collsim.backends.nccl.ib_hca import ib_hca_selection
 from collsim.engine.budget import WorkLimitExceeded, work_budget
@@ -442,6 +442,15 @@ class Simulator:
             # NCCL lists the node's network devices whether or not one node's collectives use them
             "nics": plan.nic_count or sum(1 for d in self.topology.nics() if d.node == 0),
         }
+
+    def nccl_tuner_table(self, collective: str) -> dict[tuple[str, str], tuple[float, float, bool]]:
+        """NCCL's cost model for ``collective`` as NCCL prints it with ``NCCL_DEBUG_SUBSYS=TUNING``: per modelled
+        (algorithm, protocol), the latency (seconds), the algorithm bandwidth (bytes/s) and whether the pair is
+        enabled here (NCCL prints a disabled pair's bandwidth as 0) (:func:`~collsim.backends.nccl.tuner_table`)."""
+        plan, opts = self.nccl_plan, self.nccl_options
+        enabled = set(enabled_pairs(plan, opts, collective))
+        table = tuner_table(plan, self.nccl_constants, collective, opts)
+        return {pair: (lat, bw, pair in enabled) for pair, (lat, bw) in table.items()}
 
     def nccl_release_notes(self, collective: str | None = None) -> list[str]:
         """What NCCL's defaults and the scenario's release (``backends.nccl.version``) change for ``collective``

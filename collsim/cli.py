@@ -576,12 +576,14 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     prog.done()
     total, done = _planned(sim, ["nccl"], _sizes(args.sizes)), len(rows)  # one row per collective and size
     choices = _choice_checks(sim, checks[2], rows) if checks is not None else []
+    tuner = _tuner_checks(sim, checks[2], rows) if checks is not None else []
     if args.format == "json":
         part = partial_fields(interrupted, done, total)
         if checks is not None:
             part["nccl_log"] = {
                 "file": args.nccl_log,
                 "checks": [dataclasses.asdict(c) for c in checks[1]],
+                "tuner": {coll: [dataclasses.asdict(c) for c in rs] for coll, rs in tuner},
                 "choices": {coll: [dataclasses.asdict(c) for c in rs] for coll, rs in choices},
             }
         text = explanations_to_json(rows, sim.scenario.to_dict(), interrupted, agreement(rows), **part)
@@ -590,9 +592,10 @@ def _cmd_explain(args: argparse.Namespace) -> int:
             rows, name=sim.scenario.name, nranks=len(sim.nccl_plan.ranks), notes=_nccl_notes(sim), all_pairs=args.all
         )
         if checks is not None:
-            from collsim.calibration.nccllog import render_choices
+            from collsim.calibration.nccllog import render_choices, render_tuner
 
-            text = "\n".join([checks[0], *(render_choices(rs, coll) for coll, rs in choices if rs), text])
+            parts = [checks[0], *(render_tuner(rs, coll) for coll, rs in tuner if rs)]
+            text = "\n".join([*parts, *(render_choices(rs, coll) for coll, rs in choices if rs), text])
         if sim.perturbations() and not interrupted:  # NCCL's choice and time on the healthy cluster too
             healthy, interrupted = sim.healthy().explain(_sizes(args.sizes), progress=prog, jobs=_jobs(args.jobs))
             prog.done()
@@ -609,6 +612,13 @@ def _plan_checks(sim: Simulator, path: str) -> tuple[str, list[Any], Any]:
     log = read_nccl_log(path)
     checks = check_plan(log, sim.nccl_plan_facts())
     return render_checks(checks, path), checks, log
+
+
+def _tuner_checks(sim: Simulator, log: Any, rows: Sequence[Any]) -> list[tuple[str, list[Any]]]:
+    """Per collective explained, NCCL's printed cost model in the log against collsim's."""
+    from collsim.calibration.nccllog import check_tuner
+
+    return [(c, check_tuner(log, c, sim.nccl_tuner_table(c))) for c in dict.fromkeys(r.collective for r in rows)]
 
 
 def _choice_checks(sim: Simulator, log: Any, rows: Sequence[Any]) -> list[tuple[str, list[Any]]]:

@@ -20,6 +20,9 @@ a connection's transport          ``Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/re
                                   ``Channel 00/0 : 7[7] -> 8[0] [send] via NET/IB/0/GDRDMA`` (transport/net.cc)
 network                           ``Using network IB`` (init.cc), ``NET/IB : Using [0]mlx5_0:1/IB [1]... ; OOB ..``
                                   (transport/net_ib/init.cc)
+NCCL's cost model                 ``  Algorithm   |  Tree  Ring  CollNetDirect |``, then per function
+                                  ``    AllReduce |    15.2/  44.9 |    31.5/ 132.7 | ...`` (latency us / algorithm
+                                  bandwidth GB/s per algorithm's LL, LL128, Simple; tuning.cc, TUNING, rank 0)
 a call's algorithm and protocol   ``AllReduce: 1048576 Bytes -> Algo RING proto LL128 channel{Lo..Hi}={0..7}``
                                   (``NCCL_DEBUG_SUBSYS=TUNING``, rank 0; enqueue.cc from 2.26; 2.21-2.25:
                                   ``1048576 Bytes -> Algo 1 proto 1 time 81.0``, indices and no name)
@@ -65,12 +68,15 @@ __all__ = [
     "ChoiceCheck",
     "NcclInitLog",
     "PlanCheck",
+    "TunerCheck",
     "check_choices",
     "check_plan",
+    "check_tuner",
     "parse_nccl_log",
     "read_nccl_log",
     "render_checks",
     "render_choices",
+    "render_tuner",
     "transport_class",
 ]
 
@@ -92,6 +98,12 @@ _ALGOS = ("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "
 _ALGO_NAMES = {"TREE": "Tree", "RING": "Ring", "COLLNET_DIRECT": "CollNetDirect", "COLLNET_CHAIN": "CollNetChain",
                "NVLS": "NVLS", "NVLS_TREE": "NVLSTree", "PAT": "PAT"}  # fmt: skip
 _PROTOS = ("LL", "LL128", "Simple")
+#: tuning.cc's table (NCCL_DEBUG_SUBSYS=TUNING, rank 0, at init): a header of up to three algorithms (ncclAlgoStr),
+#: then per function (ncclFuncStr) "latency/bandwidth" for each algorithm's LL, LL128 and Simple
+_TABLE_ALGOS = re.compile(r"^Algorithm\s*\|(.*)$")
+_ALGO_WORD = re.compile(r"\b(Tree|Ring|CollNetDirect|CollNetChain|NVLSTree|NVLS|PAT)\b")
+_TABLE_ROW = re.compile(r"^(Broadcast|Reduce|AllGather|ReduceScatter|AllReduce)\s*\|(.*)$")
+_CELL = re.compile(r"(-?\d+(?:\.\d+)?)/\s*(-?\d+(?:\.\d+)?)")
 _PROTO_NAMES = {"LL": "LL", "LL128": "LL128", "SIMPLE": "Simple"}
 _NET_DEVICES = re.compile(r"^NET/(\S+) : Using((?: \[\d+\]\S+)+)")
 _DEVICE = re.compile(r"\[\d+\](\S+)")
@@ -156,6 +168,9 @@ class NcclInitLog:
     choices : list of Choice
         The (algorithm, protocol) NCCL ran each collective with (``NCCL_DEBUG_SUBSYS=TUNING``), one per collective
         and size (the first of its calls).
+    tuner : dict
+        NCCL's cost model as it prints it at init (``NCCL_DEBUG_SUBSYS=TUNING``): (collective, algorithm, protocol)
+        -> (latency in us, algorithm bandwidth in GB/s, GB = 1e9 bytes), 0 bandwidth where the pair is off.
     """
 
     version: str | None = None
@@ -168,13 +183,21 @@ class NcclInitLog:
     network: str | None = None
     net_devices: list[str] = field(default_factory=list)
     choices: list[Choice] = field(default_factory=list)
+    tuner: dict[tuple[str, str, str], tuple[float, float]] = field(default_factory=dict)
     source: str = "<text>"
+    _table_algos: list[str] = field(default_factory=list, repr=False)
 
     @property
     def empty(self) -> bool:
         """True when no line the parser knows was found."""
         return not (
-            self.version or self.nranks or self.ring_channels or self.transports or self.network or self.choices
+            self.version
+            or self.nranks
+            or self.ring_channels
+            or self.transports
+            or self.network
+            or self.choices
+            or self.tuner
         )
 
 
@@ -235,6 +258,14 @@ def _read_line(log: NcclInitLog, line: str, seen: set[tuple[str, str, str, str]]
         log.network = log.network or network.group(1)
     elif (devices := _NET_DEVICES.match(line)) and not log.net_devices:
         log.net_devices = _DEVICE.findall(devices.group(2))
+    elif header := _TABLE_ALGOS.match(line):
+        log._table_algos = _ALGO_WORD.findall(header.group(1))
+    elif (row := _TABLE_ROW.match(line)) and log._table_algos:
+        func = canonical_collective(row.group(1))
+        for i, (lat, bw) in enumerate(_CELL.findall(row.group(2))):
+            if i // 3 < len(log._table_algos):
+                entry = (func, log._table_algos[i // 3], _PROTOS[i % 3])
+                log.tuner.setdefault(entry, (float(lat), float(bw)))
     elif choice := _CHOICE.match(line):
         parsed = _choice(choice)
         if parsed is not None and not any(
@@ -442,4 +473,60 @@ def render_choices(rows: Sequence[ChoiceCheck], collective: str) -> str:
         lines.append(f"  {format_size(r.size_bytes):>10}  {r.log:>26}  {r.collsim:>18}  {'yes' if r.agree else 'NO'}")
     same = sum(r.agree for r in rows)
     lines.append(f"# the same pair at {same} of {len(rows)} sizes")
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class TunerCheck:
+    """One (algorithm, protocol) of NCCL's cost model: latency (us) and algorithm bandwidth (GB/s) as NCCL printed
+    them and as collsim computes them, None where a pair is off (NCCL prints its bandwidth as 0)."""
+
+    pair: str
+    log: tuple[float, float] | None
+    collsim: tuple[float, float] | None
+    agree: bool
+
+
+def check_tuner(
+    log: NcclInitLog, collective: str, table: Mapping[tuple[str, str], tuple[float, float, bool]],
+    tolerance: float = 0.05,
+) -> list[TunerCheck]:  # fmt: skip
+    """NCCL's printed cost model for ``collective`` against collsim's (``table``: (algorithm, protocol) ->
+    (latency s, algorithm bandwidth bytes/s, enabled), :meth:`collsim.api.Simulator.nccl_tuner_table`).
+
+    A pair on for both agrees when latency and bandwidth are within ``tolerance`` of NCCL's (or 0.15 of its printed
+    unit: NCCL prints one decimal); a pair on for one side only differs; one off for both is left out. Empty when
+    the log has no table for the collective.
+    """
+    theirs = {(a, p): v for (c, a, p), v in log.tuner.items() if c == collective}
+    if not theirs:
+        return []
+    rows: list[TunerCheck] = []
+    for pair in dict.fromkeys([*theirs, *table]):
+        t = theirs.get(pair)
+        t_on = t if t is not None and t[1] > 0 else None
+        o = table.get(pair)
+        o_on = (o[0] * 1e6, o[1] / 1e9) if o is not None and o[2] else None  # s -> us; bytes/s -> GB/s (1e9)
+        if t_on is None and o_on is None:  # off on both sides: nothing to compare
+            continue
+        if t_on is None or o_on is None:
+            agree = False
+        else:
+            agree = all(abs(x - y) <= max(0.15, tolerance * abs(x)) for x, y in zip(t_on, o_on, strict=True))
+        rows.append(TunerCheck("/".join(pair), t_on, o_on, agree))
+    return rows
+
+
+def render_tuner(rows: Sequence[TunerCheck], collective: str) -> str:
+    """NCCL's printed cost model against collsim's for ``collective``, with how many pairs agree."""
+
+    def cell(v: tuple[float, float] | None) -> str:
+        return "off" if v is None else f"{v[0]:.1f} us / {v[1]:.1f} GB/s"
+
+    lines = [f"# NCCL's cost model for {collective} in the log (NCCL_DEBUG_SUBSYS=TUNING) against collsim's: "
+             "latency / algorithm bandwidth",
+             f"# {'pair':>20}  {'NCCL log':>24}  {'collsim':>24}  same"]  # fmt: skip
+    for r in rows:
+        lines.append(f"  {r.pair:>20}  {cell(r.log):>24}  {cell(r.collsim):>24}  {'yes' if r.agree else 'NO'}")
+    lines.append(f"# the same at {sum(r.agree for r in rows)} of {len(rows)} pairs")
     return "\n".join(lines)

@@ -11,15 +11,18 @@ from pathlib import Path
 import pytest
 
 from collsim.api import Simulator
+from collsim.backends.nccl import tuner_times
 from collsim.calibration.measurement import MeasurementError
 from collsim.calibration.nccllog import (
     HINTS,
     check_choices,
     check_plan,
+    check_tuner,
     parse_nccl_log,
     read_nccl_log,
     render_checks,
     render_choices,
+    render_tuner,
 )
 from collsim.cli import main
 
@@ -176,6 +179,72 @@ def test_explain_sets_the_logs_choices_beside_its_own(tmp_path: Path, capsys: py
     out = capsys.readouterr().out
     assert "# NCCL's choice for allreduce in the log (NCCL_DEBUG_SUBSYS=TUNING) against collsim's" in out
     assert main([*args, "--format", "json"]) == 0
-    choices = json.loads(capsys.readouterr().out)["nccl_log"]["choices"]["allreduce"]
+    doc = json.loads(capsys.readouterr().out)["nccl_log"]
+    assert doc["tuner"] == {"allreduce": []}  # this log prints no cost-model table
+    choices = doc["choices"]["allreduce"]
     expected = {1 << 20: "Ring/LL128 (8 ch)", 1 << 30: "NVLSTree/Simple (16 ch)"}
     assert {c["size_bytes"]: c["log"] for c in choices} == expected
+
+
+def _cells(values: list[tuple[float, float]]) -> str:
+    """A function row's cells as tuning.cc prints them ("%8.1f/%6.1f |")."""
+    return "".join(f"{lat:8.1f}/{bw:6.1f} |" for lat, bw in values)
+
+
+def _tuner_lines(sim: Simulator, collective: str, nvls: tuple[float, float]) -> str:
+    """tuning.cc's table for ``collective`` (its first two blocks of three algorithms), with collsim's own numbers
+    for Tree and Ring, CollNet off, and ``nvls`` for NVLS/Simple."""
+    table = sim.nccl_tuner_table(collective)
+
+    def values(algo: str) -> list[tuple[float, float]]:
+        out = []
+        for proto in ("LL", "LL128", "Simple"):
+            lat, bw, on = table.get((algo, proto), (0.0, 0.0, False))
+            out.append((lat * 1e6, bw / 1e9) if on else (0.0, 0.0))
+        return out
+
+    name = {"allreduce": "AllReduce", "allgather": "AllGather"}[collective]
+
+    def header(algos: tuple[str, str, str]) -> str:
+        return "Algorithm   |" + "".join(f" {'':>14}   {a:>14}   {'':>14} |" for a in algos)
+
+    protos = "Protocol    |" + " " + " | ".join(f"{p:>14}" for p in ("LL", "LL128", "Simple") * 3) + " |"
+    off = [(0.0, 0.0)] * 3
+    row1 = f"{name:>13} |" + _cells(values("Tree") + values("Ring") + off)
+    row2 = f"{name:>13} |" + _cells([*off, (0.0, 0.0), (0.0, 0.0), nvls, *off])
+    lines = (header(("Tree", "Ring", "CollNetDirect")), protos, row1, header(("CollNetChain", "NVLS", "NVLSTree")),
+             protos, row2)  # fmt: skip
+    return "".join(f"h:1:1 [0] NCCL INFO   {line}\n" for line in lines)
+
+
+def test_nccls_printed_cost_model_against_collsims() -> None:
+    sim = Simulator.from_source("hgx-h100")
+    lat, bw, _ = sim.nccl_tuner_table("allreduce")[("NVLS", "Simple")]
+    same = parse_nccl_log(_tuner_lines(sim, "allreduce", (lat * 1e6, bw / 1e9)))
+    assert ("allreduce", "Ring", "Simple") in same.tuner and ("allreduce", "CollNetDirect", "LL") in same.tuner
+    rows = check_tuner(same, "allreduce", sim.nccl_tuner_table("allreduce"))
+    # every pair on in collsim's table is printed by NCCL and agrees; CollNet, off on both sides, is left out
+    assert [r.pair for r in rows] == [
+        "Tree/LL", "Tree/LL128", "Tree/Simple", "Ring/LL", "Ring/LL128", "Ring/Simple", "NVLS/Simple"
+    ]  # fmt: skip
+    assert all(r.agree for r in rows)
+    # NVLS priced 10% faster in the log: that pair differs, and NVLS printed off while collsim has it on differs too
+    faster = parse_nccl_log(_tuner_lines(sim, "allreduce", (lat * 1e6, 1.1 * bw / 1e9)))
+    assert [r.pair for r in check_tuner(faster, "allreduce", sim.nccl_tuner_table("allreduce")) if not r.agree] == [
+        "NVLS/Simple"
+    ]
+    off = parse_nccl_log(_tuner_lines(sim, "allreduce", (0.0, 0.0)))
+    nvls = [r for r in check_tuner(off, "allreduce", sim.nccl_tuner_table("allreduce")) if r.pair == "NVLS/Simple"]
+    assert nvls[0].log is None and nvls[0].collsim is not None and not nvls[0].agree
+    assert check_tuner(same, "allgather", sim.nccl_tuner_table("allgather")) == []  # no table for it in the log
+    assert render_tuner(rows, "allreduce").splitlines()[-1] == "# the same at 7 of 7 pairs"
+
+
+def test_the_tuner_table_is_size_independent_as_nccl_prints_it() -> None:
+    """tuning.cc's table holds no size: the latency without the multi-node ring's plateau factor (1.4 from sm80 at
+    sizes where each rank's channel part reaches 64 bytes), the tree's bandwidth without its correction factor."""
+    sim = Simulator.from_source("2node-h100-ib")
+    table = sim.nccl_tuner_table("allreduce")
+    times = tuner_times(sim.nccl_plan, sim.nccl_constants, "allreduce", 1 << 30, sim.nccl_options)
+    lat, bw, on = table[("Ring", "Simple")]
+    assert on and times[("Ring", "Simple")] == pytest.approx(1.4 * lat + (1 << 30) / bw)

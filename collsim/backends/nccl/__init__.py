@@ -22,6 +22,7 @@ from collsim.backends.nccl.tuner import (
     enabled_pairs,
     ll128_enabled,
     release_notes,
+    tuner_table,
     tuner_times,
     withheld,
 )
@@ -45,6 +46,7 @@ __all__ = [
     "plan_nccl",
     "release_notes",
     "simulate_nccl",
+    "tuner_table",
     "tuner_times",
     "withheld",
 ]

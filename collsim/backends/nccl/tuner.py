@@ -175,6 +175,28 @@ def tuner_times(
     return out
 
 
+def tuner_table(
+    plan: NcclPlan, consts: NcclConstants, collective: str, opts: NcclOptions | None = None
+) -> dict[tuple[str, str], tuple[float, float]]:
+    """NCCL's cost model as it prints it at init with ``NCCL_DEBUG_SUBSYS=TUNING`` (tuning.cc, rank 0: every
+    function's ``comm->latencies`` and ``comm->bandwidths``): per modelled (algorithm, protocol), the latency in
+    seconds and the algorithm bandwidth in bytes/s, before the corrections NCCL applies by size when it prices a call
+    (ncclTopoGetAlgoTime: the tree's correction factor, the multi-node ring's plateau). The latency is the model's at
+    8 bytes, where neither applies, the bandwidth its at 1 GiB, where the tree's factor is 1."""
+    check_collective(collective)
+    opts = opts or NcclOptions()
+    consts = consts.for_tuner(opts.version)
+    out: dict[tuple[str, str], tuple[float, float]] = {}
+    if collective in P2P_COLLECTIVES or len(plan.ranks) == 1:
+        return out
+    for algo, proto in candidates(plan, opts, collective):
+        alg = REGISTRY[algo]
+        lat, _ = alg.model(_inputs(plan, opts, consts, collective, 8, algo, proto))
+        _, algbw = alg.model(_inputs(plan, opts, consts, collective, 1 << 30, algo, proto))
+        out[(algo, proto)] = (lat, algbw)
+    return out
+
+
 def _inputs(
     plan: NcclPlan, opts: NcclOptions, consts: NcclConstants, collective: str, nbytes: int, algo: str, proto: str
 ) -> ModelInputs:
