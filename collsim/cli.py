@@ -554,7 +554,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 def _cmd_explain(args: argparse.Namespace) -> int:
     sim = Simulator.from_source(args.scenario, args.overrides)
-    checks = _plan_checks(sim, args.nccl_log) if args.nccl_log else None
+    nccl_log = _read_nccl_log(sim, args.nccl_log) if args.nccl_log else None  # a bad log fails before simulating
     if "nccl" not in sim.backends() and sim.backends():  # no cost model to explain: Gloo's algorithms, simulated
         note = _one_backend_note(sim) + "; Gloo has no cost model: every algorithm is simulated"
         return _compare_algorithms(args, sim, note)
@@ -575,27 +575,18 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         rows, interrupted = sim.explain(_sizes(args.sizes), all_pairs=args.all, progress=prog, jobs=_jobs(args.jobs))
     prog.done()
     total, done = _planned(sim, ["nccl"], _sizes(args.sizes)), len(rows)  # one row per collective and size
-    choices = _choice_checks(sim, checks[2], rows) if checks is not None else []
-    tuner = _tuner_checks(sim, checks[2], rows) if checks is not None else []
+    report = _nccl_log_report(sim, nccl_log, args.nccl_log, rows) if nccl_log is not None else None
     if args.format == "json":
         part = partial_fields(interrupted, done, total)
-        if checks is not None:
-            part["nccl_log"] = {
-                "file": args.nccl_log,
-                "checks": [dataclasses.asdict(c) for c in checks[1]],
-                "tuner": {coll: [dataclasses.asdict(c) for c in rs] for coll, rs in tuner},
-                "choices": {coll: [dataclasses.asdict(c) for c in rs] for coll, rs in choices},
-            }
+        if report is not None:
+            part["nccl_log"] = report[1]
         text = explanations_to_json(rows, sim.scenario.to_dict(), interrupted, agreement(rows), **part)
     else:
         text = format_explanation(
             rows, name=sim.scenario.name, nranks=len(sim.nccl_plan.ranks), notes=_nccl_notes(sim), all_pairs=args.all
         )
-        if checks is not None:
-            from collsim.calibration.nccllog import render_choices, render_tuner
-
-            parts = [checks[0], *(render_tuner(rs, coll) for coll, rs in tuner if rs)]
-            text = "\n".join([*parts, *(render_choices(rs, coll) for coll, rs in choices if rs), text])
+        if report is not None:
+            text = report[0] + "\n" + text
         if sim.perturbations() and not interrupted:  # NCCL's choice and time on the healthy cluster too
             healthy, interrupted = sim.healthy().explain(_sizes(args.sizes), progress=prog, jobs=_jobs(args.jobs))
             prog.done()
@@ -604,33 +595,38 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     return _finish(text, args, interrupted, done, total)
 
 
-def _plan_checks(sim: Simulator, path: str) -> tuple[str, list[Any], Any]:
-    """``explain --nccl-log``: the rendered comparison of collsim's plan with an NCCL_DEBUG=INFO log, its rows and
-    the log."""
-    from collsim.calibration.nccllog import check_plan, read_nccl_log, render_checks
+def _read_nccl_log(sim: Simulator, path: str) -> Any:
+    """``explain --nccl-log``: the log, read (an error names the file); it needs the NCCL backend."""
+    from collsim.calibration.nccllog import read_nccl_log
 
-    log = read_nccl_log(path)
-    checks = check_plan(log, sim.nccl_plan_facts())
-    return render_checks(checks, path), checks, log
-
-
-def _tuner_checks(sim: Simulator, log: Any, rows: Sequence[Any]) -> list[tuple[str, list[Any]]]:
-    """Per collective explained, NCCL's printed cost model in the log against collsim's."""
-    from collsim.calibration.nccllog import check_tuner
-
-    return [(c, check_tuner(log, c, sim.nccl_tuner_table(c))) for c in dict.fromkeys(r.collective for r in rows)]
+    if "nccl" not in sim.backends():
+        raise ScenarioError("--nccl-log: the scenario's NCCL backend is disabled (backends.nccl.enabled: false)")
+    return read_nccl_log(path)
 
 
-def _choice_checks(sim: Simulator, log: Any, rows: Sequence[Any]) -> list[tuple[str, list[Any]]]:
-    """Per collective explained, NCCL's choice in the log against collsim's at the sizes both have."""
-    from collsim.calibration.nccllog import check_choices
+def _nccl_log_report(sim: Simulator, log: Any, path: str, rows: Sequence[Any]) -> tuple[str, dict[str, Any]]:
+    """``explain --nccl-log``: collsim's plan, cost model and choices beside the log's (text sections, and the JSON
+    object ``nccl_log``), per collective explained."""
+    from collsim.calibration import nccllog
 
+    checks = nccllog.check_plan(log, sim.nccl_plan_facts())
     nranks = len(sim.nccl_plan.ranks)
-    out: list[tuple[str, list[Any]]] = []
-    for coll in dict.fromkeys(r.collective for r in rows):
-        picks = {r.size_bytes: r.choice for r in rows if r.collective == coll}
-        out.append((coll, check_choices(log, coll, nranks, picks)))
-    return out
+    colls = list(dict.fromkeys(r.collective for r in rows))
+    tuner = {c: nccllog.check_tuner(log, c, sim.nccl_tuner_table(c)) for c in colls}
+    picks = {c: {r.size_bytes: r.choice for r in rows if r.collective == c} for c in colls}
+    choices = {c: nccllog.check_choices(log, c, nranks, picks[c]) for c in colls}
+    text = "\n".join([
+        nccllog.render_checks(checks, path),
+        *(nccllog.render_tuner(rs, c) for c, rs in tuner.items() if rs),
+        *(nccllog.render_choices(rs, c) for c, rs in choices.items() if rs),
+    ])  # fmt: skip
+    doc = {
+        "file": path,
+        "checks": [dataclasses.asdict(c) for c in checks],
+        "tuner": {c: [dataclasses.asdict(r) for r in rs] for c, rs in tuner.items()},
+        "choices": {c: [dataclasses.asdict(r) for r in rs] for c, rs in choices.items()},
+    }
+    return text, doc
 
 
 def _measurement_args(p: argparse.ArgumentParser) -> None:

@@ -128,6 +128,9 @@ def test_explain_with_an_nccl_log(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert {c["what"]: c["agree"] for c in doc["nccl_log"]["checks"]}["ranks"] is True
     assert main(["explain", "2node-h100-ib", "--quiet", "--nccl-log", str(tmp_path / "absent.log")]) == 2
     assert "absent.log: file not found" in capsys.readouterr().err
+    # without NCCL there is no plan to set beside the log: an error, not the log silently left out
+    assert main([*args, "--set", "backends.nccl.enabled=false"]) == 2
+    assert "--nccl-log: the scenario's NCCL backend is disabled" in capsys.readouterr().err
 
 
 #: NCCL_DEBUG_SUBSYS=TUNING lines (rank 0, one per call): 2.26's with the name and channels, 2.21's with indices.
