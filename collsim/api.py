@@ -40,6 +40,7 @@ from collsim.backends import (
 from collsim.backends.nccl import NcclPlan, choose, enabled_pairs, release_notes, tuner_table, tuner_times
 from collsim.backends.nccl.algos import NVLS
 from collsim.backends.nccl.ib_hca import ib_hca_selection
+from collsim.backends.nccl.plan import nvls_heads
 from collsim.engine.budget import WorkLimitExceeded, work_budget
 from collsim.nccl_env import NcclEnvError, NcclOptions
 from collsim.noise import add_delays, launch_skews, repetition_seed
@@ -425,8 +426,8 @@ class Simulator:
     def nccl_plan_facts(self) -> dict[str, object]:
         """What collsim's NCCL plan says about the facts NCCL prints at init with ``NCCL_DEBUG=INFO``: the release
         (``backends.nccl.version``, None for the latest tables), ranks, nodes, ranks per node, the ring/tree
-        channels, NVLS's channels (0 where NVLS cannot run), the transports of every hop and the NICs per node
-        (:func:`collsim.calibration.nccllog.check_plan` sets them beside the log's)."""
+        channels, NVLS's channels (0 where NVLS cannot run), the transports of every hop, the NICs per node and node
+        0's NVLS head ranks (:func:`collsim.calibration.nccllog.check_plan` sets them beside the log's)."""
         plan, opts, consts = self.nccl_plan, self.nccl_options, self.nccl_constants
         nvls = NVLS()
         nccl = self.scenario.backends.nccl
@@ -441,7 +442,14 @@ class Simulator:
             "transports": {h.transport for h in plan.hops.values()},
             # NCCL lists the node's network devices whether or not one node's collectives use them
             "nics": plan.nic_count or sum(1 for d in self.topology.nics() if d.node == 0),
+            "nvls_heads": [] if nvls.refusal(plan, opts) else self._nvls_head_ranks(),
         }
+
+    def _nvls_head_ranks(self) -> list[int]:
+        """Node 0's ranks that NCCL makes NVLS heads (:func:`~collsim.backends.nccl.plan.nvls_heads`), in order."""
+        heads = nvls_heads(self.topology, 0, self.nccl_constants.nvls_max_arity)
+        ranks = self.nccl_plan.ranks
+        return sorted(ranks.index(g) for g in heads if g in ranks)
 
     def nccl_tuner_table(self, collective: str) -> dict[tuple[str, str], tuple[float, float, bool]]:
         """NCCL's cost model for ``collective`` as NCCL prints it with ``NCCL_DEBUG_SUBSYS=TUNING``: per modelled

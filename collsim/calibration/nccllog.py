@@ -15,6 +15,7 @@ channels                          ``24 coll channels, 0 collnet channels, 16 nvl
                                   (init.cc; 2.18 without the collnet count)
 ring order                        ``Channel 00/24 :    0   1   2 ...`` (graph/rings.cc, rank 0 only); the trees,
                                   one ``[c]`` entry a channel: ``Trees [0] 1/-1/-1->0->-1 [1] ...`` (init.cc)
+NVLS heads                        ``NVLS Head  0:  0  8`` (graph/connect.cc: a head's rank on each node)
 a connection's transport          ``Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read`` (transport/p2p.cc),
                                   ``Channel 00 : 1[1] -> 2[2] via SHM/direct/direct`` (transport/shm.cc),
                                   ``Channel 00/0 : 7[7] -> 8[0] [send] via NET/IB/0/GDRDMA`` (transport/net.cc)
@@ -85,6 +86,7 @@ _COMM = re.compile(r"comm \S+ rank (\d+) nRanks (\d+)(?: nNodes (\d+) localRanks
 _CHANNELS = re.compile(r"(\d+) coll channels, (?:(\d+) collnet channels, )?(\d+) nvls channels, (\d+) p2p channels")
 _RING = re.compile(r"^Channel (\d+)/(\d+) :((?:\s+\d+)+)\s*$")
 _CONN = re.compile(r"^Channel (\d+)(?:/\d+)? : (\d+)\[\w+\] -> (\d+)\[\w+\] (?:\[(send|receive)\] )?via (.+?)\s*$")
+_NVLS_HEAD = re.compile(r"^NVLS Head\s+(\d+):((?:\s+\d+)+)\s*$")
 _TREES = re.compile(r"^Trees((?: \[\d+\] -?\d+/-?\d+/-?\d+->-?\d+->-?\d+)+)\s*$")
 _NETWORK = re.compile(r"^Using network (.+?)\s*$")
 #: NCCL_DEBUG_SUBSYS=TUNING, rank 0, per collective: from 2.26 (enqueue.cc) with its name, algorithm, protocol and
@@ -168,6 +170,8 @@ class NcclInitLog:
     choices : list of Choice
         The (algorithm, protocol) NCCL ran each collective with (``NCCL_DEBUG_SUBSYS=TUNING``), one per collective
         and size (the first of its calls).
+    nvls_heads : dict
+        NVLS head -> its rank on node 0 (``NVLS Head  0:  0  8``: connect.cc, printed across nodes).
     tuner : dict
         NCCL's cost model as it prints it at init (``NCCL_DEBUG_SUBSYS=TUNING``): (collective, algorithm, protocol)
         -> (latency in us, algorithm bandwidth in GB/s, GB = 1e9 bytes), 0 bandwidth where the pair is off.
@@ -183,6 +187,7 @@ class NcclInitLog:
     network: str | None = None
     net_devices: list[str] = field(default_factory=list)
     choices: list[Choice] = field(default_factory=list)
+    nvls_heads: dict[int, int] = field(default_factory=dict)
     tuner: dict[tuple[str, str, str], tuple[float, float]] = field(default_factory=dict)
     source: str = "<text>"
     _table_algos: list[str] = field(default_factory=list, repr=False)
@@ -251,6 +256,8 @@ def _read_line(log: NcclInitLog, line: str, seen: set[tuple[str, str, str, str]]
     elif ring := _RING.match(line):
         if log.ring_channels is None:
             log.ring_channels = int(ring.group(2))
+    elif head := _NVLS_HEAD.match(line):
+        log.nvls_heads.setdefault(int(head.group(1)), int(head.group(2).split()[0]))
     elif trees := _TREES.match(line):  # one [c] entry per channel (init.cc: "Trees [0] 1/-1/-1->0->-1 [1] ...")
         if log.ring_channels is None:
             log.ring_channels = trees.group(1).count("[")
@@ -349,6 +356,10 @@ HINTS: dict[str, str] = {
         "cluster.fabric.gpudirect, the GPU's gpudirect_rdma, NCCL_NET_GDR_LEVEL; sockets: cluster.fabric.transport"
     ),
     "nics": "the node template's NICs (node_params.nic, nics_per_gpu) or NCCL_IB_HCA in backends.nccl.env",
+    "nvls_heads": (
+        "NVLS takes a head GPU per NIC, the GPU nearest it: where the NICs sit (the template's PCIe switches, "
+        "cluster.fabric.nics_per_node, NCCL_IB_HCA)"
+    ),
 }
 
 
@@ -364,7 +375,8 @@ def check_plan(
     planned : mapping
         collsim's values under the keys ``version`` (str or None: the latest tables), ``nranks``, ``nnodes``,
         ``local_ranks``, ``ring_channels``, ``nvls_channels`` (int), ``transports`` (a set of transport names,
-        :data:`~collsim.vocab.NCCL_TRANSPORTS`) and ``nics`` (int, per node).
+        :data:`~collsim.vocab.NCCL_TRANSPORTS`), ``nics`` (int, per node) and ``nvls_heads`` (node 0's ranks that
+        are NVLS heads, in head order; empty where NVLS cannot run).
     hints : mapping
         What to change in the scenario, by the same keys, shown where the two differ (default :data:`HINTS`).
 
@@ -395,6 +407,10 @@ def check_plan(
         None if theirs is None else set(theirs) == set(ours))  # fmt: skip
     nics = len(log.net_devices) if log.net_devices else None
     add("nics", "NICs NCCL lists (per node)", nics, planned.get("nics"))
+    heads = " ".join(str(r) for _, r in sorted(log.nvls_heads.items())) if log.nvls_heads else None
+    planned_heads = planned.get("nvls_heads")
+    ours_heads = " ".join(str(r) for r in planned_heads) if isinstance(planned_heads, list) and planned_heads else "-"
+    add("nvls_heads", "NVLS heads (node 0's ranks)", heads, ours_heads)
     return rows
 
 

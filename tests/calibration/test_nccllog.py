@@ -36,6 +36,14 @@ n1:42:60 [0] NCCL INFO Using network IB
 n1:42:60 [0] NCCL INFO comm 0x5a1 rank 0 nRanks 16 nNodes 2 localRanks 8 localRank 0 MNNVL 0
 n1:43:61 [1] NCCL INFO comm 0x5b2 rank 1 nRanks 16 nNodes 2 localRanks 8 localRank 1 MNNVL 0
 n1:42:60 [0] NCCL INFO Channel 00/16 :    0   1   2   3   4   5   6   7   8   9  10  11  12  13  14  15
+n1:42:60 [0] NCCL INFO NVLS Head  0:  0  8
+n1:42:60 [0] NCCL INFO NVLS Head  1:  1  9
+n1:42:60 [0] NCCL INFO NVLS Head  2:  2 10
+n1:42:60 [0] NCCL INFO NVLS Head  3:  3 11
+n1:42:60 [0] NCCL INFO NVLS Head  4:  4 12
+n1:42:60 [0] NCCL INFO NVLS Head  5:  5 13
+n1:42:60 [0] NCCL INFO NVLS Head  6:  6 14
+n1:42:60 [0] NCCL INFO NVLS Head  7:  7 15
 n1:42:60 [0] NCCL INFO Trees [0] 8/-1/-1->0->-1 [1] -1/-1/-1->0->8
 n1:42:62 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read
 n1:43:63 [1] NCCL INFO Channel 00/0 : 1[1] -> 2[2] via P2P/CUMEM/read
@@ -83,7 +91,7 @@ def test_every_fact_agrees_with_the_shipped_two_node_scenario() -> None:
     checks = check_plan(parse_nccl_log(TWO_NODES), sim.nccl_plan_facts())
     assert [c.what for c in checks] == [
         "NCCL release", "ranks", "nodes", "ranks per node", "ring/tree channels", "NVLS channels", "transports",
-        "NICs NCCL lists (per node)",
+        "NICs NCCL lists (per node)", "NVLS heads (node 0's ranks)",
     ]  # fmt: skip
     assert all(c.agree for c in checks), [c for c in checks if not c.agree]
     assert not any(c.hint for c in checks)
@@ -99,10 +107,37 @@ def test_differences_are_flagged_with_what_to_change() -> None:
     assert checks["ranks"].agree and checks["ranks"].hint == ""
     # a fact the log does not give is neither agreement nor difference
     bare = check_plan(parse_nccl_log("h [0] NCCL INFO NCCL version 2.26.2\n"), sim.nccl_plan_facts())
-    assert [c.agree for c in bare][1:] == [None] * 7
+    assert [c.agree for c in bare][1:] == [None] * 8
     text = render_checks(list(checks.values()), "run.log")
     assert text.splitlines()[0] == "# collsim's plan against NCCL's log run.log"
     assert "# where they differ:" in text and "  transports: P2P or SHM" in text
+
+
+def test_published_logs_of_h100_clusters_agree_with_collsims_plan() -> None:
+    """Lines as two NCCL issues print them (facts only): NVIDIA/nccl#1453, 3 x 8 H100 on 8 NICs a node (16 ring
+    channels, a NVLS head on every GPU), and NVIDIA/nccl#1357, 2 x 8 H100 on 4 NICs a node (16 channels, the NVLS
+    heads on GPUs 0, 2, 4, 6: the GPU nearest each NIC). collsim's `hgx-h100` plans the same."""
+    p1 = "[0] h100clust-worker-1:227602:227667 [0] NCCL INFO "
+    three = "\n".join(
+        [p1 + "comm 0x5639e9f0e8c0 rank 0 nRanks 24 nNodes 3 localRanks 8 localRank 0 MNNVL 0"]
+        + [p1 + f"NVLS Head  {h}:  {h} {h + 8:2d} {h + 16:2d}" for h in range(8)]
+        + [p1 + "Channel 00/16 :    0   7   6   5   4   3   2   1   8  15  14  13  12  11  10   9  16  23  22  21  20"
+           "  19  18  17"]
+    )  # fmt: skip
+    p2 = "qh100-gpu19:49357:49418 [3] NCCL INFO "
+    four_nics = "\n".join(
+        [p2 + "comm 0x5555e0b324c0 rank 3 nRanks 16 nNodes 2 localRanks 8 localRank 3 MNNVL 0"]
+        + [p2 + f"NVLS Head  {h}:  {2 * h} {2 * h + 8:2d}" for h in range(4)]
+        + [p2 + "Trees " + " ".join(f"[{c}] 4/-1/-1->3->1" for c in range(16))]
+    )
+    fabric = {"topology": "rail_optimized", "transport": "rdma"}
+    for text, nodes, nics in ((three, 3, None), (four_nics, 2, 4)):
+        cluster = {"node": "hgx-h100", "nodes": nodes, "fabric": {**fabric, "nics_per_node": nics}}
+        sim = Simulator.from_source({"name": "h100", "cluster": cluster, "backends": {"nccl": {}}})
+        checks = {c.what: c for c in check_plan(parse_nccl_log(text), sim.nccl_plan_facts())}
+        for what in ("ranks", "nodes", "ranks per node", "ring/tree channels", "NVLS heads (node 0's ranks)"):
+            assert checks[what].agree, (nodes, checks[what])
+    assert parse_nccl_log(four_nics).nvls_heads == {0: 0, 1: 2, 2: 4, 3: 6}
 
 
 def test_read_nccl_log_errors(tmp_path: Path) -> None:
