@@ -199,6 +199,9 @@ def _measurement_commands(sub: _Sub) -> None:
     val.add_argument("--pairs", action="store_true",
                      help="also simulate every (algorithm, protocol) NCCL may pick (Gloo: every allreduce algorithm) "
                      "at each size and show the one nearest the measurement")
+    val.add_argument("--nccl-log", metavar="LOG",
+                     help="an NCCL_DEBUG_SUBSYS=TUNING log of the measured run: simulate each size with the "
+                     "(algorithm, protocol) NCCL says it ran, not collsim's pick")
     cal = sub.add_parser("calibrate", help="fit a calibration profile to measurements (held-out sizes validate it)")
     cal.add_argument("scenario", help="scenario YAML file, or a built-in name")
     _measurement_args(cal)
@@ -654,9 +657,15 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
     profile = load_profile(args.profile) if args.profile else None
     sim = Simulator.from_source(args.scenario, args.overrides, profile=profile)
+    log = _read_nccl_log(sim, args.nccl_log) if args.nccl_log else None
     vals = []
     for m in _read_measurements(args):
-        vals.append(validate(sim, m, pairs=args.pairs))
+        logged = None
+        if log is not None:
+            from collsim.calibration.nccllog import logged_pairs
+
+            logged = logged_pairs(log, m.collective, len(sim.topology.rank_devices()))
+        vals.append(validate(sim, m, pairs=args.pairs, logged=logged))
     if args.format == "json":
         _emit(json.dumps([v.to_dict() for v in vals], indent=2) + "\n", args.output)
     else:

@@ -73,6 +73,7 @@ __all__ = [
     "check_choices",
     "check_plan",
     "check_tuner",
+    "logged_pairs",
     "parse_nccl_log",
     "read_nccl_log",
     "render_checks",
@@ -456,6 +457,24 @@ class ChoiceCheck:
     agree: bool
 
 
+def logged_pairs(log: NcclInitLog, collective: str, nranks: int) -> dict[int, tuple[str, str]]:
+    """The (algorithm, protocol) NCCL's log says each call of ``collective`` ran with, by size in nccl-tests'
+    convention (all-gather and reduce-scatter: the line's bytes x ``nranks``; a line without the collective's name,
+    2.21-2.25, only for an allreduce), as :func:`check_choices` reads them.
+
+    >>> log = parse_nccl_log("[0] NCCL INFO AllGather: 65536 Bytes -> Algo RING proto LL128 channel{Lo..Hi}={0..15}")
+    >>> logged_pairs(log, "allgather", 16)
+    {1048576: ('Ring', 'LL128')}
+    """
+    out: dict[int, tuple[str, str]] = {}
+    for c in log.choices:
+        if (c.collective is None and collective != "allreduce") or (c.collective not in (None, collective)):
+            continue
+        size = c.nbytes * nranks if c.collective in PER_RANK_COUNT_COLLECTIVES else c.nbytes
+        out.setdefault(size, (c.algorithm, c.protocol))
+    return out
+
+
 def check_choices(
     log: NcclInitLog, collective: str, nranks: int, picks: Mapping[int, tuple[str, str]]
 ) -> list[ChoiceCheck]:
@@ -466,18 +485,19 @@ def check_choices(
     rank's part: the line's bytes x ``nranks``. A line without the collective's name (2.21-2.25) is taken for the
     scenario's collective only when that is an allreduce, whose bytes read the same either way.
     """
+    channels = {
+        (c.nbytes * nranks if c.collective in PER_RANK_COUNT_COLLECTIVES else c.nbytes): c.channels
+        for c in log.choices
+        if c.collective in (None, collective)
+    }
     rows: list[ChoiceCheck] = []
-    for c in log.choices:
-        if c.collective is None and collective != "allreduce":
-            continue
-        if c.collective is not None and c.collective != collective:
-            continue
-        size = c.nbytes * nranks if c.collective in PER_RANK_COUNT_COLLECTIVES else c.nbytes
+    for size, pair in logged_pairs(log, collective, nranks).items():
         if size not in picks:
             continue
         ours = picks[size]
-        theirs = f"{c.algorithm}/{c.protocol}" + (f" ({c.channels} ch)" if c.channels else "")
-        rows.append(ChoiceCheck(size, theirs, "/".join(ours), (c.algorithm, c.protocol) == tuple(ours)))
+        ch = channels.get(size)
+        theirs = "/".join(pair) + (f" ({ch} ch)" if ch else "")
+        rows.append(ChoiceCheck(size, theirs, "/".join(ours), pair == tuple(ours)))
     return sorted(rows, key=lambda r: r.size_bytes)
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import re
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -306,6 +306,26 @@ def nearest_pair(
     return min(runs, key=lambda r: abs(math.log(r[2] / measured_us)))
 
 
+def _logged_run(
+    sim: Simulator, m: Measurement, size: int, logged: Mapping[int, tuple[str, str]], refused: set[str]
+) -> tuple[float, str, str, float | None] | None:
+    """The size simulated with the pair NCCL's log says it ran, as :func:`predict_times` gives a row; None where
+    the log says nothing at this size or the scenario cannot run that pair (then ``refused`` gets a note why)."""
+    from collsim.backends.nccl import enabled_pairs
+
+    pair = logged.get(size)
+    if pair is None:
+        return None
+    if pair not in enabled_pairs(sim.nccl_plan, sim.nccl_options, m.collective):
+        why = "its hardware, NCCL_ALGO/NCCL_PROTO, backends.nccl.version"
+        refused.add(f"the log's {'/'.join(pair)} is not a pair collsim's NCCL offers for {m.collective} on this "
+                    f"scenario ({why}): collsim's pick there")  # fmt: skip
+        return None
+    o = sim.simulate_one("nccl", size, collective=m.collective, choice=pair)
+    model = o.predicted_s if o.predicted_s is not None and math.isfinite(o.predicted_s) else None
+    return o.time_s, o.algorithm, o.protocol, model
+
+
 def validate(
     sim: Simulator,
     m: Measurement,
@@ -313,6 +333,7 @@ def validate(
     sizes: Sequence[int] | None = None,
     progress: Callable[[int, int], None] | None = None,
     pairs: bool = False,
+    logged: Mapping[int, tuple[str, str]] | None = None,
 ) -> Validation:
     """Simulate every measured size of ``m`` on ``sim`` and compare.
 
@@ -330,16 +351,24 @@ def validate(
         Also simulate every pair NCCL may pick (Gloo: every allreduce algorithm) at each size and keep the one
         nearest the measurement (:func:`nearest_pair`; the ``nearest_*`` fields of each row). Costs one
         simulation per pair and size.
+    logged : mapping, optional
+        NCCL's own (algorithm, protocol) by size, from an ``NCCL_DEBUG_SUBSYS=TUNING`` log of the run
+        (:func:`~collsim.calibration.nccllog.logged_pairs`): those sizes simulate the pair NCCL ran instead of the
+        one collsim's copy of its tuner picks, and a note says how many; a pair the scenario cannot run is noted and
+        left to collsim's pick.
     """
     backend = measurement_backend(sim, m)
     nranks = len(sim.topology.rank_devices())
     factor = busbw_factor(m.collective, nranks)
     rows = [r for r in m.rows if sizes is None or r.size_bytes in set(sizes)]
     out: list[ValidationRow] = []
+    ran_logged, refused = 0, set[str]()
     for i, r in enumerate(rows):
         if progress:
             progress(i, len(rows))
-        ((t, algo, proto, model_s),) = predict_times(sim, m, [r.size_bytes], backend)
+        forced = _logged_run(sim, m, r.size_bytes, logged, refused) if backend == "nccl" and logged else None
+        ((t, algo, proto, model_s),) = [forced] if forced else predict_times(sim, m, [r.size_bytes], backend)
+        ran_logged += forced is not None
         pred_us = t * 1e6  # seconds to microseconds
         near = nearest_pair(sim, m, r.size_bytes, r.time_us, backend, (algo, proto, pred_us)) if pairs else None
         out.append(
@@ -362,6 +391,10 @@ def validate(
     if backend == "nccl":
         notes.append(version_note(m, sim.nccl_options.version))
         notes += sim.nccl_release_notes(m.collective)
+    if logged:
+        notes.append(f"{ran_logged} of {len(out)} sizes simulated with the (algorithm, protocol) NCCL's log says it "
+                     "ran; the others with collsim's pick")  # fmt: skip
+        notes += sorted(refused)
     return Validation(
         scenario=sim.scenario.name,
         measurement=m.file,

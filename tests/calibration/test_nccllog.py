@@ -12,7 +12,7 @@ import pytest
 
 from collsim.api import Simulator
 from collsim.backends.nccl import tuner_times
-from collsim.calibration.measurement import MeasurementError
+from collsim.calibration.measurement import Measurement, MeasurementError, MeasurementRow
 from collsim.calibration.nccllog import (
     HINTS,
     check_choices,
@@ -24,6 +24,7 @@ from collsim.calibration.nccllog import (
     render_choices,
     render_tuner,
 )
+from collsim.calibration.validate import validate
 from collsim.cli import main
 
 #: NCCL 2.26's lines for two HGX H100 nodes over 8 NDR NICs, from two of the 16 ranks (lines repeat across ranks);
@@ -286,3 +287,28 @@ def test_the_tuner_table_is_size_independent_as_nccl_prints_it() -> None:
     times = tuner_times(sim.nccl_plan, sim.nccl_constants, "allreduce", 1 << 30, sim.nccl_options)
     lat, bw, on = table[("Ring", "Simple")]
     assert on and times[("Ring", "Simple")] == pytest.approx(1.4 * lat + (1 << 30) / bw)
+
+
+def test_validate_simulates_the_pair_the_log_says_nccl_ran(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """validate --nccl-log: a size the TUNING lines cover runs NCCL's pair (forced), the others collsim's pick; a
+    pair collsim's NCCL does not offer there (NVLS for a two-node all-gather) is noted and left to collsim's pick."""
+    sim = Simulator.from_source("2node-h100-ib", ["workload.collective=allgather"])
+    sizes = (1 << 20, 1 << 22, 1 << 24)
+    m = Measurement("allgather", nranks=16, rows=[MeasurementRow(s, 100.0, "mean") for s in sizes])
+    picked = {r.size_bytes: (r.algorithm, r.protocol) for r in validate(sim, m).rows}
+    logged = {1 << 20: ("Ring", "Simple"), 1 << 22: ("NVLS", "Simple")}
+    v = validate(sim, m, logged=logged)
+    rows = {r.size_bytes: (r.algorithm, r.protocol) for r in v.rows}
+    assert rows[1 << 20] == ("Ring", "Simple") and picked[1 << 20] != ("Ring", "Simple")
+    assert rows[1 << 22] == picked[1 << 22] and rows[1 << 24] == picked[1 << 24]
+    assert "1 of 3 sizes simulated with the (algorithm, protocol) NCCL's log says it ran" in " ".join(v.notes)
+    assert any("NVLS/Simple is not a pair collsim's NCCL offers for allgather" in n for n in v.notes)
+    # through the command line: the log's per-rank bytes (65536 x 16 ranks = 1 MiB)
+    log = tmp_path / "tuning.log"
+    log.write_text("[0] NCCL INFO AllGather: 65536 Bytes -> Algo RING proto SIMPLE channel{Lo..Hi}={0..15}\n")
+    meas = tmp_path / "m.json"
+    meas.write_text(json.dumps({"collective": "allgather", "nranks": 16,
+                                "rows": [{"size_bytes": 1 << 20, "time_us": 100.0}]}))  # fmt: skip
+    assert main(["validate", "2node-h100-ib", str(meas), "--nccl-log", str(log)]) == 0
+    out = capsys.readouterr().out
+    assert "Ring/Simple" in out and "1 of 1 sizes simulated with the (algorithm, protocol) NCCL's log" in out
