@@ -191,7 +191,6 @@ class NcclInitLog:
     nvls_heads: dict[int, int] = field(default_factory=dict)
     tuner: dict[tuple[str, str, str], tuple[float, float]] = field(default_factory=dict)
     source: str = "<text>"
-    _table_algos: list[str] = field(default_factory=list, repr=False)
 
     @property
     def empty(self) -> bool:
@@ -204,6 +203,8 @@ class NcclInitLog:
             or self.network
             or self.choices
             or self.tuner
+            or self.nvls_heads
+            or self.net_devices
         )
 
 
@@ -223,7 +224,7 @@ def parse_nccl_log(text: str, *, source: str = "<text>") -> NcclInitLog:
         The first value of each fact (rank 0's where rank 0 prints it); connections counted once per line.
     """
     log = NcclInitLog(source=source)
-    seen: set[tuple[str, str, str, str]] = set()
+    state = _Reading()
     for raw in text.splitlines():
         if log.version is None:
             log.version = nccl_version(raw)
@@ -231,11 +232,21 @@ def parse_nccl_log(text: str, *, source: str = "<text>") -> NcclInitLog:
         if not found:
             continue
         line = found.group(1).strip()
-        _read_line(log, line, seen)
+        _read_line(log, line, state)
     return log
 
 
-def _read_line(log: NcclInitLog, line: str, seen: set[tuple[str, str, str, str]]) -> None:
+@dataclass
+class _Reading:
+    """What reading a log keeps between lines: the connections and calls already counted, and the algorithms of
+    the cost-model table's current block."""
+
+    connections: set[tuple[str, str, str, str]] = field(default_factory=set)
+    calls: set[tuple[str | None, int]] = field(default_factory=set)
+    table_algos: list[str] = field(default_factory=list)
+
+
+def _read_line(log: NcclInitLog, line: str, state: _Reading) -> None:
     if comm := _COMM.search(line):
         if log.nranks is None:
             log.nranks = int(comm.group(2))
@@ -251,8 +262,8 @@ def _read_line(log: NcclInitLog, line: str, seen: set[tuple[str, str, str, str]]
         if side == "receive":
             return
         key = (channel, src, dst, via)
-        if key not in seen:
-            seen.add(key)
+        if key not in state.connections:
+            state.connections.add(key)
             log.transports[transport_class(via)] += 1
     elif ring := _RING.match(line):
         if log.ring_channels is None:
@@ -267,18 +278,17 @@ def _read_line(log: NcclInitLog, line: str, seen: set[tuple[str, str, str, str]]
     elif (devices := _NET_DEVICES.match(line)) and not log.net_devices:
         log.net_devices = _DEVICE.findall(devices.group(2))
     elif header := _TABLE_ALGOS.match(line):
-        log._table_algos = _ALGO_WORD.findall(header.group(1))
-    elif (row := _TABLE_ROW.match(line)) and log._table_algos:
+        state.table_algos = _ALGO_WORD.findall(header.group(1))
+    elif (row := _TABLE_ROW.match(line)) and state.table_algos:
         func = canonical_collective(row.group(1))
         for i, (lat, bw) in enumerate(_CELL.findall(row.group(2))):
-            if i // 3 < len(log._table_algos):
-                entry = (func, log._table_algos[i // 3], _PROTOS[i % 3])
+            if i // 3 < len(state.table_algos):
+                entry = (func, state.table_algos[i // 3], _PROTOS[i % 3])
                 log.tuner.setdefault(entry, (float(lat), float(bw)))
     elif choice := _CHOICE.match(line):
         parsed = _choice(choice)
-        if parsed is not None and not any(
-            (c.collective, c.nbytes) == (parsed.collective, parsed.nbytes) for c in log.choices
-        ):
+        if parsed is not None and (parsed.collective, parsed.nbytes) not in state.calls:
+            state.calls.add((parsed.collective, parsed.nbytes))
             log.choices.append(parsed)
 
 
