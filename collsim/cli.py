@@ -619,12 +619,13 @@ def _nccl_log_report(sim: Simulator, log: Any, path: str, rows: Sequence[Any]) -
     picks = {c: {r.size_bytes: r.choice for r in rows if r.collective == c} for c in colls}
     choices = {c: nccllog.check_choices(log, c, nranks, picks[c]) for c in colls}
     text = "\n".join([
-        nccllog.render_checks(checks, path),
+        nccllog.render_checks(checks, path, log.notes()),
         *(nccllog.render_tuner(rs, c) for c, rs in tuner.items() if rs),
         *(nccllog.render_choices(rs, c) for c, rs in choices.items() if rs),
     ])  # fmt: skip
     doc = {
         "file": path,
+        "notes": log.notes(),
         "checks": [dataclasses.asdict(c) for c in checks],
         "tuner": {c: [dataclasses.asdict(r) for r in rs] for c, rs in tuner.items()},
         "choices": {c: [dataclasses.asdict(r) for r in rs] for c, rs in choices.items()},

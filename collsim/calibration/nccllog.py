@@ -173,6 +173,10 @@ class NcclInitLog:
         and size (the first of its calls).
     nvls_heads : dict
         NVLS head -> its rank on node 0 (``NVLS Head  0:  0  8``: connect.cc, printed across nodes).
+    communicators : list of int
+        The rank counts of the communicators whose ``comm ... nRanks`` lines the log holds, each once, in order: a
+        job's log may hold several (PyTorch's process groups), whose other lines cannot be told apart; the facts
+        above are the first's where a line names it, and :meth:`notes` says so.
     tuner : dict
         NCCL's cost model as it prints it at init (``NCCL_DEBUG_SUBSYS=TUNING``): (collective, algorithm, protocol)
         -> (latency in us, algorithm bandwidth in GB/s, GB = 1e9 bytes), 0 bandwidth where the pair is off.
@@ -190,7 +194,16 @@ class NcclInitLog:
     choices: list[Choice] = field(default_factory=list)
     nvls_heads: dict[int, int] = field(default_factory=dict)
     tuner: dict[tuple[str, str, str], tuple[float, float]] = field(default_factory=dict)
+    communicators: list[int] = field(default_factory=list)
     source: str = "<text>"
+
+    def notes(self) -> list[str]:
+        """What to keep in mind when comparing: several communicators in one log."""
+        if len(self.communicators) < 2:
+            return []
+        sizes = ", ".join(str(n) for n in self.communicators)
+        return [f"the log holds communicators of {sizes} ranks; lines that do not name theirs (channels, "
+                "connections, choices) may mix them: a log of one communicator compares cleanly"]  # fmt: skip
 
     @property
     def empty(self) -> bool:
@@ -248,6 +261,8 @@ class _Reading:
 
 def _read_line(log: NcclInitLog, line: str, state: _Reading) -> None:
     if comm := _COMM.search(line):
+        if int(comm.group(2)) not in log.communicators:
+            log.communicators.append(int(comm.group(2)))
         if log.nranks is None:
             log.nranks = int(comm.group(2))
         if comm.group(3) is not None and log.nnodes is None:
@@ -443,8 +458,8 @@ def _classes(transports: object) -> list[str]:
     return sorted({"P2P" if str(t).startswith("P2P/") else str(t) for t in names})
 
 
-def render_checks(rows: Sequence[PlanCheck], source: str) -> str:
-    """The checks as a table with a header naming the log, then the hints where they differ."""
+def render_checks(rows: Sequence[PlanCheck], source: str, notes: Sequence[str] = ()) -> str:
+    """The checks as a table with a header naming the log, then the hints where they differ and ``notes``."""
     width = max(len(r.what) for r in rows)
     head = f"# {'':{width}}  {'NCCL log':>24}  {'collsim':>24}  same"
     lines = [f"# collsim's plan against NCCL's log {source}", head]
@@ -454,6 +469,7 @@ def render_checks(rows: Sequence[PlanCheck], source: str) -> str:
     hints = [f"  {r.what}: {r.hint}" for r in rows if r.hint]
     if hints:
         lines += ["# where they differ:", *hints]
+    lines += [f"# note: {n}" for n in notes]
     return "\n".join(lines)
 
 

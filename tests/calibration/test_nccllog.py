@@ -66,6 +66,20 @@ def test_the_facts_an_info_log_gives() -> None:
     assert not log.empty and parse_nccl_log("no NCCL here\n").empty
 
 
+def test_a_log_of_several_communicators_says_so() -> None:
+    """PyTorch jobs make several communicators (the world, subgroups); their channel and connection lines do not name
+    which, so a log of more than one is compared with a note."""
+    one = parse_nccl_log(TWO_NODES)
+    assert one.communicators == [16] and one.notes() == []
+    extra = "n1:42:70 [0] NCCL INFO comm 0x7f rank 0 nRanks 8 nNodes 1 localRanks 8 localRank 0 MNNVL 0\n"
+    both = parse_nccl_log(TWO_NODES + extra)
+    assert both.communicators == [16, 8] and both.nranks == 16
+    (note,) = both.notes()
+    assert note.startswith("the log holds communicators of 16, 8 ranks")
+    text = render_checks(check_plan(both, {"nranks": 16}), "job.log", both.notes())
+    assert text.splitlines()[-1] == f"# note: {note}"
+
+
 def test_nccl_2_18_lines_and_the_trees_channel_count() -> None:
     """2.18 prints no nNodes and no collnet count; a log with only the trees line still gives the channels (one
     ``[c]`` entry each: the 2 x H100 PCIe bridge log of NVIDIA/nccl#1161 has [0] .. [23]); busIds in brackets."""
