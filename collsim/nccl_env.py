@@ -71,6 +71,8 @@ INT_NCCL_ENV: frozenset[str] = frozenset(
         "NCCL_NVLS_CHUNKSIZE",
         "NCCL_NVLSTREE_MAX_CHUNKSIZE",
         "NCCL_NET_FORCE_FLUSH",
+        "NCCL_NET_GDR_C2C",
+        "NCCL_PXN_C2C",
         "NCCL_PAT_ENABLE",
         "NCCL_NET_GDR_READ",
         "NCCL_P2P_NVL_CHUNKSIZE",
@@ -192,12 +194,12 @@ KNOWN_NCCL_ENV: dict[str, str] = {
     "NCCL_PROTO": "Protocols NCCL may use: comma-separated from LL, LL128, Simple; a leading ^ excludes them; per "
     "collective as NCCL_ALGO ('^LL128;allreduce:LL128').",
     "NCCL_P2P_DISABLE": "1 disables the P2P transport (GPU-to-GPU over NVLink/PCIe).",
-    "NCCL_P2P_LEVEL": "Farthest path on which P2P is used: LOC, NVL, NVB, PIX, PXB, PHB, SYS, NET "
+    "NCCL_P2P_LEVEL": "Farthest path on which P2P is used: LOC, NVL, NVB, C2C, PIX, PXB, P2C, PHB, SYS, NET "
     "(or legacy 0 LOC .. 4 SYS).",
     "NCCL_SHM_DISABLE": "1 disables the shared-host-memory transport.",
     "NCCL_IB_DISABLE": "1 disables InfiniBand/RoCE verbs; NCCL falls back to sockets (TCP).",
-    "NCCL_NET_GDR_LEVEL": "Farthest GPU-NIC path on which GPUDirect RDMA is used: LOC, NVL, NVB, PIX, PXB, PHB, SYS, "
-    "NET (or legacy 0 LOC .. 4 SYS).",
+    "NCCL_NET_GDR_LEVEL": "Farthest GPU-NIC path on which GPUDirect RDMA is used: LOC, NVL, NVB, C2C, PIX, PXB, P2C, "
+    "PHB, SYS, NET (or legacy 0 LOC .. 4 SYS).",
     "NCCL_PXN_DISABLE": "1 disables PXN (sending through an NVLink peer's NIC).",
     "NCCL_MIN_NCHANNELS": "Minimum number of channels (integer).",
     "NCCL_MAX_NCHANNELS": "Maximum number of channels (integer).",
@@ -224,6 +226,10 @@ KNOWN_NCCL_ENV: dict[str, str] = {
     "0: the default).",
     "NCCL_NET_FORCE_FLUSH": "1 flushes every GPUDirect RDMA receive (Simple) on any GPU; 0 (default from 2.19) "
     "flushes on GPUs before Hopper only.",
+    "NCCL_NET_GDR_C2C": "1 runs GPUDirect RDMA between a GPU and a NIC on its Grace CPU's PCIe (NVLink-C2C, GH200 "
+    "and GB200: NCCL's P2C path), 0 stages it in host memory; from 2.26, its default 1 from 2.27.",
+    "NCCL_PXN_C2C": "1 lets PXN relay through a GPU whose NIC path is P2C (through its Grace CPU); from 2.27, its "
+    "default 1 from 2.28.",
     "NCCL_NET_GDR_READ": "1 lets the NIC read send buffers from GPU memory (GPUDirect RDMA reads), 0 stages sends "
     "in host memory; NCCL's default allows it from compute capability 8.0, and before only on NVLink-connected GPUs.",
     "NCCL_PAT_ENABLE": "0 disables PAT (all-gather and reduce-scatter with one GPU per node); NCCL's default 2 runs "
@@ -586,6 +592,9 @@ class NcclOptions:
         NCCL_NET_GDR_READ (None when unset: NCCL's default by compute capability and NVLink, paths.cc).
     net_force_flush : bool or None
         NCCL_NET_FORCE_FLUSH (None when unset: NCCL's default for its version).
+    net_gdr_c2c, pxn_c2c : bool or None
+        NCCL_NET_GDR_C2C and NCCL_PXN_C2C (None when unset: NCCL's default for its version,
+        :class:`~collsim.backends.nccl.constants.C2cReleases`).
     nvls_chunksize, nvlstree_max_chunksize : int or None
         NCCL_NVLS_CHUNKSIZE and NCCL_NVLSTREE_MAX_CHUNKSIZE in bytes (transport/nvls.cc, enqueue.cc); None (or 0)
         for NCCL's defaults.
@@ -647,6 +656,8 @@ class NcclOptions:
     pat_enable: bool = True
     net_gdr_read: int | None = None
     net_force_flush: bool | None = None
+    net_gdr_c2c: bool | None = None
+    pxn_c2c: bool | None = None
     nvls_chunksize: int | None = None
     nvlstree_max_chunksize: int | None = None
     p2p_nvl_chunksize: int | None = None
@@ -764,6 +775,8 @@ class NcclOptions:
             pat_enable=as_int("NCCL_PAT_ENABLE") != 0,  # tuning.cc ncclPatEnable: 0 off; 2 (default) and 1 on
             net_gdr_read=as_int("NCCL_NET_GDR_READ"),
             net_force_flush=None if "NCCL_NET_FORCE_FLUSH" not in text else bool(as_int("NCCL_NET_FORCE_FLUSH")),
+            net_gdr_c2c=None if "NCCL_NET_GDR_C2C" not in text else bool(as_int("NCCL_NET_GDR_C2C")),
+            pxn_c2c=None if "NCCL_PXN_C2C" not in text else bool(as_int("NCCL_PXN_C2C")),
             nvls_chunksize=positive("NCCL_NVLS_CHUNKSIZE"),
             nvlstree_max_chunksize=positive("NCCL_NVLSTREE_MAX_CHUNKSIZE"),
             p2p_nvl_chunksize=positive("NCCL_P2P_NVL_CHUNKSIZE"),

@@ -82,12 +82,14 @@ BACKENDS: tuple[str, ...] = ("nccl", "gloo")
 TENSOR_DEVICES: tuple[str, ...] = ("cuda", "cpu")
 
 #: Link kinds, best-known first.
-LINK_KINDS: tuple[str, ...] = ("nvlink", "pcie", "upi", "ib", "roce", "eth")
+#: ``c2c`` is NVLink-C2C, the coherent link between a Grace CPU and its Hopper or Blackwell GPU (GH200, GB200).
+LINK_KINDS: tuple[str, ...] = ("nvlink", "pcie", "upi", "c2c", "ib", "roce", "eth")
 #: Device kinds of a topology.
 DEVICE_KINDS: tuple[str, ...] = ("gpu", "cpu", "pcie_switch", "nic", "nvswitch", "switch")
 #: Path classes between two devices, nearest first, as ``nvidia-smi topo -m`` and NCCL name them (NCCL's
-#: NCCL_P2P_LEVEL and NCCL_NET_GDR_LEVEL take these names).
-PATH_CLASS_ORDER: tuple[str, ...] = ("LOC", "NVL", "NVB", "PIX", "PXB", "PHB", "SYS", "NET")
+#: NCCL_P2P_LEVEL and NCCL_NET_GDR_LEVEL take these names). ``C2C``: a GPU and its own CPU over NVLink-C2C; ``P2C``:
+#: a GPU and a NIC on that CPU's PCIe (C2C then PCIe), NCCL's order from 2.28 (src/graph/topo.h, v2.30.7-1).
+PATH_CLASS_ORDER: tuple[str, ...] = ("LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PHB", "SYS", "NET")
 #: Fabric shapes the cluster generators build.
 FABRIC_TOPOLOGIES: tuple[str, ...] = ("single_switch", "rail_optimized", "fat_tree")
 #: How a fabric carries data: RDMA verbs (InfiniBand/RoCE) or TCP sockets.

@@ -30,6 +30,7 @@ Examples
 from __future__ import annotations
 
 import dataclasses
+import re
 import statistics
 from collections.abc import Mapping
 from pathlib import Path
@@ -111,15 +112,18 @@ class ProbeCheck:
 
 
 def gpu_preset_for(probe_gpu: str, presets: PresetLibrary) -> str:
-    """The one GPU preset whose ``model`` names the probe's GPU (``NVIDIA H200`` -> ``h200-sxm-141gb``).
+    """The one GPU preset whose ``model`` names the probe's GPU (``NVIDIA H200`` -> ``h200-sxm-141gb``): every word
+    of the probe's name but ``NVIDIA`` is a word of the model (so ``H200`` is not ``GH200``).
 
     Raises
     ------
     BenchError
         When none or several match: ``--gpu`` must name it.
     """
-    words = [w for w in probe_gpu.lower().split() if w != "nvidia"]
-    hits = sorted(n for n, rec in presets.gpus.items() if words and all(w in str(rec["model"]).lower() for w in words))
+    words = {w for w in probe_gpu.lower().split() if w != "nvidia"}
+    hits = sorted(
+        n for n, rec in presets.gpus.items() if words and words <= set(re.findall(r"\w+", str(rec["model"]).lower()))
+    )  # fmt: skip
     if len(hits) != 1:
         found = f"several match ({', '.join(hits)})" if hits else "none matches"
         raise BenchError(f"--probe-check: the probe's GPU is {probe_gpu!r} and {found}; name the preset with --gpu")

@@ -103,6 +103,11 @@ def format_topo_matrix(topo: Topology, node: int = 0, given: Mapping[str, Any] |
     out.append("Legend:")
     for key, text in _LEGEND:
         out.append(f"  {key:<4} = {text}")
+    if any(lk.kind == "c2c" for lk in topo.links()):
+        out.append(
+            "  (a GPU on NVLink-C2C to a NIC on its Grace CPU is PHB here, as nvidia-smi prints it; NCCL's class is "
+            "P2C, GPUDirect RDMA by default from NCCL 2.27)"
+        )
     if nics:
         out.append("")
         out.append("NIC Legend:")

@@ -14,7 +14,9 @@ from typing import Any
 from collsim.topology.errors import TopologyError
 from collsim.topology.presets import PresetLibrary
 
-__all__ = ["GENERATORS", "NVSWITCH_BY_NVLINK", "cpu_host", "hgx_board", "nvlink_rack", "pcie_workstation"]
+__all__ = [
+    "GENERATORS", "NVSWITCH_BY_NVLINK", "cpu_host", "grace_superchips", "hgx_board", "nvlink_rack", "pcie_workstation",
+]  # fmt: skip
 
 #: The NVSwitch fabric of an 8-GPU HGX board by the GPUs' NVLink generation (the GPU preset's ``nvlink``): the
 #: ``spec`` of the aggregated ``nvswitch`` device and where it comes from. ``multicast`` (NVLink SHARP) decides
@@ -169,10 +171,11 @@ def nvlink_rack(params: Mapping[str, Any], presets: PresetLibrary) -> dict[str, 
     """Build one rack-scale NVLink domain (GB200 NVL72 / NVL36) as one node.
 
     ``gpus`` GPUs on one aggregated ``nvswitch`` (the rack's NVLink switch trays), each GPU with all its
-    ``nvlinks``; compute trays of 4 GPUs and 2 CPUs, each CPU holding 2 GPUs and ``nics_per_gpu`` NICs per GPU
-    over ``pcie{pcie_gen}`` (NVLink-C2C between Grace and Blackwell has no link preset: PCIe stands in), the
-    tray's 2 CPUs joined by the CPU preset's ``socket_link``. Trays are separate hosts: no link joins them
-    except the NVLink domain, so devices of different trays have no PCIe path (path type NET).
+    ``nvlinks``; compute trays of 4 GPUs and 2 CPUs, each CPU (Grace) holding 2 GPUs over NVLink-C2C
+    (``nvlink-c2c``, one link each) and ``nics_per_gpu`` NICs per GPU over ``pcie{pcie_gen}``, the tray's 2 CPUs
+    joined by the CPU preset's ``socket_link``. A GPU reaches its NICs through its Grace (NCCL's P2C path). Trays
+    are separate hosts: no link joins them except the NVLink domain, so devices of different trays have no PCIe
+    path (path type NET).
     """
     ngpu = params["gpus"]
     nvlinks, nvlink = _gpu_nvlinks(params, presets, "gpu")
@@ -195,10 +198,46 @@ def nvlink_rack(params: Mapping[str, Any], presets: PresetLibrary) -> dict[str, 
     links: list[dict[str, Any]] = [{"a": f"gpu[0-{ngpu - 1}]", "b": "nvswitch", "preset": nvlink, "count": nvlinks}]
     socket_link = presets.cpus[params["cpu"]]["socket_link"]
     for c in range(ncpu):
+        links.append({"a": [f"gpu{2 * c}", f"gpu{2 * c + 1}"], "b": f"cpu{c}", "preset": "nvlink-c2c"})
         nics = [f"nic{k}" for k in range(2 * c * npg, 2 * (c + 1) * npg)]
-        links.append({"a": [f"gpu{2 * c}", f"gpu{2 * c + 1}", *nics], "b": f"cpu{c}", "preset": pcie})
+        if nics:
+            links.append({"a": nics, "b": f"cpu{c}", "preset": pcie})
         if c % 2 == 1:
             links.append({"a": f"cpu{c - 1}", "b": f"cpu{c}", "preset": socket_link})
+    return {"devices": devices, "links": links}
+
+
+def grace_superchips(params: Mapping[str, Any], presets: PresetLibrary) -> dict[str, Any]:
+    """Build a node of 1, 2 or 4 Grace superchips (GH200): each GPU on its own Grace CPU over NVLink-C2C
+    (``nvlink-c2c``), ``nics_per_superchip`` NICs on each Grace's PCIe (``pcie{pcie_gen}``), every pair of Graces
+    joined by the CPU preset's ``socket_link``. GPUs: 2 superchips with ``nvlink: true`` (GH200 NVL2) or 4 (a
+    quad-GH200 blade) are joined pairwise by ``nvlinks // (superchips - 1)`` NVLinks each (NV18, NV6); without
+    NVLink the GPUs reach each other only through their CPUs (SYS), as on a dual-GH200 workstation.
+    """
+    n = params["superchips"]
+    npc = params["nics_per_superchip"]
+    pcie = f"pcie{params['pcie_gen']}"
+    devices: list[dict[str, Any]] = [
+        {"name": "gpu", "kind": "gpu", "count": n, "preset": params["gpu"]},
+        {"name": "cpu", "kind": "cpu", "count": n, "preset": params["cpu"]},
+    ]
+    if npc:
+        devices.append({"name": "nic", "kind": "nic", "count": n * npc, "preset": params["nic"]})
+    links: list[dict[str, Any]] = []
+    socket_link = presets.cpus[params["cpu"]]["socket_link"]
+    for c in range(n):
+        links.append({"a": f"gpu{c}", "b": f"cpu{c}", "preset": "nvlink-c2c"})
+        if npc:
+            links.append({"a": [f"nic{k}" for k in range(c * npc, (c + 1) * npc)], "b": f"cpu{c}", "preset": pcie})
+        links.extend({"a": f"cpu{o}", "b": f"cpu{c}", "preset": socket_link} for o in range(c))
+    if n > 1 and params["nvlink"]:
+        nvlinks, nvlink = _gpu_nvlinks(params, presets, "nvlink")
+        per_pair = nvlinks // (n - 1)
+        links.extend(
+            {"a": f"gpu{a}", "b": f"gpu{b}", "preset": nvlink, "count": per_pair}
+            for a in range(n)
+            for b in range(a + 1, n)
+        )
     return {"devices": devices, "links": links}
 
 
@@ -219,4 +258,5 @@ GENERATORS: dict[str, Callable[[Mapping[str, Any], PresetLibrary], dict[str, Any
     "cpu_host": cpu_host,
     "hgx_board": hgx_board,
     "nvlink_rack": nvlink_rack,
+    "grace_superchips": grace_superchips,
 }

@@ -153,6 +153,8 @@ _CPU_BY_NCCL_CLASS: dict[str, tuple[str, str]] = {
     "intel-srp": ("xeon-8480", "Intel Sapphire Rapids (family 6, model >= 0x8F): NCCL SRP_QPI_BW 22 GB/s = upi-spr"),
     "intel-skl": ("generic-x86", "Intel Skylake class (family 6, model >= 0x55): NCCL SKL_QPI_BW 10 GB/s = upi-skl"),
     "intel-bdw": ("xeon-e5-2680v4", "Intel Broadwell class (older models): NCCL BDW_QPI_BW 6 GB/s = qpi-bdw"),
+    "arm": ("grace", "Arm (arch arm64): NCCL ARM_BW 6 GB/s between sockets = grace-socket; the grace preset (GH200, "
+            "GB200) stands in for any Arm host: pass --cpu for another part"),
 }
 #: The CPU preset standing in where nvidia-smi names no CPU and --cpu is not given.
 _DEFAULT_SMI_CPU = "generic-x86"
@@ -593,10 +595,12 @@ def _nccl_cpu_class(el: ET.Element, path: str, file: str | Path | None) -> str:
     """NCCL's CPU class of a <cpu> (ncclTopoAddCpu, topo.cc lines 738-751) for the preset table."""
     why = "to infer the CPU preset; or give --cpu"
     arch = _attr(el, "arch", path, file, why).strip()
+    if arch.startswith("arm64"):
+        return "arm"
     if not arch.startswith("x86_64"):
         raise TopologyError(
-            f"arch={_q(arch)}: collsim has CPU presets for x86_64 only (NCCL's kvDictCpuArch: x86_64, arm64, "
-            "ppc64); give --cpu PRESET",
+            f"arch={_q(arch)}: collsim has CPU presets for x86_64 and arm64 only (NCCL's kvDictCpuArch: x86_64, "
+            "arm64, ppc64); give --cpu PRESET",
             file=file,
             field=path,
         )
@@ -834,8 +838,7 @@ def _xml_nvlink_targets(
     pairs: dict[tuple[str, str], dict[str, int]] = {}
     for g in gpus:
         for li, nvel in enumerate(g.el):
-            if nvel.tag != "nvlink":
-                notes.append(f"{g.path}: <{nvel.tag}> (Grace-Hopper C2C) is not modelled")
+            if nvel.tag != "nvlink":  # <c2c>: the GPU's link to its CPU (_xml_pcie)
                 continue
             lpath = _el_path(g.path, nvel, li)
             count = _int_attr(nvel, "count", lpath, file, lo=1)
@@ -1068,6 +1071,18 @@ def _xml_pcie(tree: _XmlTree, presets: PresetLibrary, notes: list[str]) -> tuple
                 stack2.extend(reversed(node.children))
     for node in [*gpus, *nics, *(s for s in switches if s.name)]:
         assert node.parent is not None
+        c2c = next((el for el in node.el if el.tag == "c2c"), None) if node.kind == "gpu" else None
+        if c2c is not None and node.parent.kind == "cpu":
+            links.append(
+                _Link(
+                    node.name,
+                    node.parent.name,
+                    "nvlink-c2c",
+                    notes=f"<c2c count={_q(c2c.get('count'))} bw={_q(c2c.get('bw'))}>: the GPU's NVLink-C2C to its "
+                    "CPU (topo.cc ncclTopoAddC2c), the nvlink-c2c preset (NCCL's P2C paths to the CPU's NICs)",
+                )
+            )
+            continue
         if node.link is None:
             links.append(
                 _Link(

@@ -17,6 +17,8 @@ __all__ = ["Device", "FrozenMap", "Link", "Topology", "path_class_rank"]
 
 # Devices a route may start or end at but never pass through.
 _NO_TRANSIT = frozenset({"gpu", "nic"})
+# Link kinds of a host's own paths (pcie_route, path classes): PCIe, inter-socket links, NVLink-C2C.
+_HOST_KINDS = frozenset({"pcie", "upi", "c2c"})
 # Order of device kinds in listings.
 _KIND_ORDER = {k: i for i, k in enumerate(("gpu", "cpu", "pcie_switch", "nic", "nvswitch", "switch"))}
 _PS_PER_S = 1e12  # route latencies are compared in integer picoseconds so that float sums tie exactly
@@ -458,11 +460,13 @@ class Topology:
         return self._search(a, b, frozenset({"nvlink"}))
 
     def pcie_route(self, a: str, b: str) -> list[Link]:
-        """Return the route over PCIe and inter-socket links only (through PCIe switches and CPU sockets)."""
-        return self.route(a, b, kinds=("pcie", "upi"))
+        """Return the route over the host's links only: PCIe, inter-socket links and NVLink-C2C (a Grace CPU's own
+        GPU), through PCIe switches and CPU sockets."""
+        return self.route(a, b, kinds=_HOST_KINDS)
 
     def host_cpu(self, dev: str) -> Device:
-        """Return the CPU socket whose PCIe tree holds ``dev`` (its root complex); a CPU returns itself.
+        """Return the CPU socket whose PCIe tree holds ``dev`` (its root complex, or the Grace CPU a GPU's
+        NVLink-C2C joins); a CPU returns itself.
 
         Raises
         ------
@@ -480,7 +484,7 @@ class Topology:
                 if u != dev and self.graph.nodes[u]["device"].kind in _NO_TRANSIT:
                     continue
                 for v in sorted(self.graph.successors(u)):
-                    if v in seen or self.graph.edges[u, v]["link"].kind != "pcie":
+                    if v in seen or self.graph.edges[u, v]["link"].kind not in ("pcie", "c2c"):
                         continue
                     seen.add(v)
                     vdev: Device = self.graph.nodes[v]["device"]
@@ -492,7 +496,7 @@ class Topology:
 
     # ---------------------------------------------------------------------------------------------- path classes
     def _pcie_class(self, a: str, b: str) -> str:
-        hops = self._search(a, b, frozenset({"pcie", "upi"}))
+        hops = self._search(a, b, _HOST_KINDS)
         if hops is None:  # separate hosts of one NVLink domain (a GB200 NVL72 rack's compute trays)
             return "NET"
         names = [a] + [lk.dst for lk in hops]
@@ -503,6 +507,19 @@ class Topology:
         if cpus == 1:
             return "PHB"
         return "PXB" if kinds.count("pcie_switch") > 1 else "PIX"
+
+    def _c2c_class(self, a: str, b: str) -> str | None:
+        """NCCL's class of a path through one CPU that starts or ends on a GPU's NVLink-C2C: ``"C2C"`` between the
+        GPU and its CPU, ``"P2C"`` between the GPU and a NIC under that CPU (paths.cc mergePathType: PHB joined to
+        C2C; v2.30.7-1 lines 203-208); None for any other path (two GPUs through their CPUs stay PHB)."""
+        hops = self._search(a, b, _HOST_KINDS) or []
+        ends = {self.device(a).kind, self.device(b).kind}
+        if not hops or "gpu" not in ends or ends == {"gpu"}:
+            return None
+        gpu_link = hops[0] if self.device(a).kind == "gpu" else hops[-1]
+        if gpu_link.kind != "c2c":
+            return None
+        return "C2C" if "cpu" in ends else ("P2C" if "nic" in ends else None)
 
     def _nvb(self, a: str, b: str) -> bool:
         da, db = self.device(a), self.device(b)
@@ -553,6 +570,8 @@ class Topology:
             pt = "NVL"
         elif pt != "NET" and self._nvb(a, b):
             pt = "NVB"
+        elif pt == "PHB":
+            pt = self._c2c_class(a, b) or pt
         self._class_cache[(a, b)] = pt
         return pt
 

@@ -234,9 +234,14 @@ def _link_kind(value: Any) -> str:
     return str(value)
 
 
+#: CPU vendors as NCCL tells hosts apart (src/graph/topo.cc: the CPU's arch, then on x86 its vendor): Intel and AMD
+#: are x86; ``arm`` is an Arm host (NVIDIA Grace), NCCL_TOPO_CPU_ARCH_ARM.
+CPU_VENDORS: tuple[str, ...] = ("intel", "amd", "arm")
+
+
 def _vendor(value: Any) -> str:
-    if value not in ("intel", "amd"):
-        raise ValueError(f"expected 'intel' or 'amd', got {short_repr(value)}")
+    if value not in CPU_VENDORS:
+        raise ValueError(f"expected one of {', '.join(map(repr, CPU_VENDORS))}, got {short_repr(value)}")
     return str(value)
 
 

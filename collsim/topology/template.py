@@ -76,6 +76,7 @@ _LINK_ENDS: dict[str, frozenset[str]] = {
     "nvlink": frozenset({"gpu", "nvswitch"}),
     "pcie": frozenset({"gpu", "nic", "pcie_switch", "cpu", "nvswitch"}),
     "upi": frozenset({"cpu"}),
+    "c2c": frozenset({"gpu", "cpu"}),  # NVLink-C2C: a GPU and its Grace CPU (checked: one of each)
     "ib": frozenset({"nic", "switch"}),
     "roce": frozenset({"nic", "switch"}),
     "eth": frozenset({"nic", "switch"}),
@@ -411,6 +412,13 @@ def _add_layout_link(
         if dk not in _LINK_ENDS[kind]:
             raise TopologyError(
                 f"a {kind} link cannot attach to {n!r} (a {dk}); it joins: {', '.join(sorted(_LINK_ENDS[kind]))}",
+                file=file,
+                field=field,
+            )
+        if kind == "c2c" and {layout.devices[a].kind, layout.devices[b].kind} != {"gpu", "cpu"}:
+            raise TopologyError(
+                f"a c2c link (NVLink-C2C) joins a GPU to its CPU; {a!r} and {b!r} are a {layout.devices[a].kind} and "
+                f"a {layout.devices[b].kind}",
                 file=file,
                 field=field,
             )

@@ -788,7 +788,7 @@ def _layout(topology: Topology, nodes: Sequence[int]) -> dict[str, tuple[float, 
             # order GPUs and NICs under their PCIe switch, switches under their CPU
             for nb in sorted(g.predecessors(d.name)):
                 nd = topology.device(nb)
-                if nd.kind in ("pcie_switch", "cpu") and g.edges[nb, d.name]["link"].kind == "pcie":
+                if nd.kind in ("pcie_switch", "cpu") and g.edges[nb, d.name]["link"].kind in ("pcie", "c2c"):
                     return (nd.index, 0 if d.kind == "gpu" else 1, d.index)
             return (99, 0 if d.kind == "gpu" else 1, d.index)
 

@@ -322,3 +322,16 @@ def test_p6_run_names_the_channels_the_plugin_sets() -> None:
     assert any("sets nChannels=24" in n for n in out.notes)
     assert out.channels <= sim.nccl_plan.channels
     assert not any("nChannels" in n for n in sim.simulate_one("nccl", 64 << 20).notes)  # above 32 MiB: none
+
+
+def test_p5en_template_takes_the_p5en_tables() -> None:
+    """The aws-p5en template names its instance type, so aws-ofi-nccl's p5en tables pick from 3 nodes on (the 35 us
+    latency of its platform block beside them); on 2 nodes NCCL's own model does."""
+    p5en = ["cluster.node=aws-p5en", "backends.gloo.enabled=false"]
+    sim = Simulator.from_source("2node-h100-ib", [*p5en, "cluster.nodes=4"])
+    assert sim.topology.instance_type == "p5en.48xlarge"
+    out = sim.simulate_one("nccl", 1 << 30)
+    assert any("region tuner (p5en.48xlarge, allreduce, 8 ranks per node" in n for n in out.notes)
+    assert (out.algorithm, out.protocol) == ("Ring", "Simple")
+    two = Simulator.from_source("2node-h100-ib", p5en).simulate_one("nccl", 1 << 30)
+    assert not any("region tuner (p5en.48xlarge, allreduce" in n for n in two.notes)  # a pick's note

@@ -281,14 +281,14 @@ def test_backend_and_engine_fields(write: Write, body: str, field: str) -> None:
         (
             "{NCCL_P2P_LEVEL: NODE}",
             "backends.nccl.env.NCCL_P2P_LEVEL",
-            "expected a path type from LOC, NVL, NVB, PIX, PXB, PHB, SYS, NET or a legacy integer (0 LOC .. 4 SYS), "
-            "got 'NODE'",
+            "expected a path type from LOC, NVL, NVB, C2C, PIX, PXB, P2C, PHB, SYS, NET or a legacy integer "
+            "(0 LOC .. 4 SYS), got 'NODE'",
         ),
         (
             "{NCCL_NET_GDR_LEVEL: -1}",
             "backends.nccl.env.NCCL_NET_GDR_LEVEL",
-            "expected a path type from LOC, NVL, NVB, PIX, PXB, PHB, SYS, NET or a legacy integer (0 LOC .. 4 SYS), "
-            "got '-1'",
+            "expected a path type from LOC, NVL, NVB, C2C, PIX, PXB, P2C, PHB, SYS, NET or a legacy integer "
+            "(0 LOC .. 4 SYS), got '-1'",
         ),
         ("{NCCL_ALGO: [Ring]}", "backends.nccl.env.NCCL_ALGO", "expected a string, number or boolean, got ['Ring']"),
         ("[NCCL_ALGO]", "backends.nccl.env", "expected a mapping of NCCL_* variables to values, got ['NCCL_ALGO']"),

@@ -362,12 +362,13 @@ _SOCKET_CPUID = {  # CPU preset's socket link -> (vendor, family, model) NCCL cl
     "upi-skl": ("GenuineIntel", 6, 0x55),
     "upi": ("GenuineIntel", 6, 0x8F),
     "qpi-bdw": ("GenuineIntel", 6, 0x4F),
+    "grace-socket": ("", 0, 0),  # arm64: NCCL reads no vendor, family or model
 }
 
 
 def _pcie_children(topo: Topology, node: str, parent: str | None) -> list[str]:
     g = topo.graph
-    return sorted(v for v in g.successors(node) if v != parent and g.edges[node, v]["link"].kind == "pcie")
+    return sorted(v for v in g.successors(node) if v != parent and g.edges[node, v]["link"].kind in ("pcie", "c2c"))
 
 
 def xml_from_topology(topo: Topology) -> str:
@@ -382,6 +383,8 @@ def xml_from_topology(topo: Topology) -> str:
 
     def link_attrs(a: str, b: str) -> str:
         lk = topo.link(a, b)
+        if lk.kind == "c2c":  # a GPU on its Grace: no PCIe link of its own (the <c2c> element says what it has)
+            return 'link_speed="" link_width="0"'
         gen = int(lk.preset[4:])
         width = round(16 * lk.raw_bandwidth / presets.links[lk.preset]["bandwidth"])
         speed = {3: "8.0", 4: "16.0", 5: "32.0"}[gen]
@@ -403,6 +406,8 @@ def xml_from_topology(topo: Topology) -> str:
             nv = []
             for other in sorted(topo.graph.successors(name)):
                 lk = topo.link(name, other)
+                if lk.kind == "c2c":  # NVML's C2C link count and per-link bandwidth (MB/s), as NCCL dumps them
+                    nv.append('<c2c bw="45000" count="10"/>')
                 if lk.kind != "nvlink":
                     continue
                 if topo.device(other).kind == "nvswitch":
@@ -441,10 +446,8 @@ def xml_from_topology(topo: Topology) -> str:
     out = ['<system version="1">']
     for c in cpus:
         vendor, fam, model = _SOCKET_CPUID[str(c.spec["socket_link"])]
-        out.append(
-            f'<cpu host_hash="0x{host[c.name] + 1:x}" numaid="{c.index}" arch="x86_64" vendor="{vendor}" '
-            f'familyid="{fam}" modelid="{model}">'
-        )
+        cpuid = f'arch="x86_64" vendor="{vendor}" familyid="{fam}" modelid="{model}"' if vendor else 'arch="arm64"'
+        out.append(f'<cpu host_hash="0x{host[c.name] + 1:x}" numaid="{c.index}" {cpuid}>')
         for child in _pcie_children(topo, c.name, None):
             emit(child, c.name, out)
         out.append("</cpu>")
@@ -487,7 +490,10 @@ SHIPPED = [t for t in available_templates() if t != "cpu-host"]  # cpu-host has 
 def test_every_shipped_node_round_trips_through_nccl_xml(name: str) -> None:
     ref = load_topology(name)
     t = template_from_nccl_xml(xml_from_topology(ref), file=f"{name}.xml")
-    assert _matrix(topology_from_template(t)) == _matrix(ref)
+    got = topology_from_template(t)
+    assert _matrix(got) == _matrix(ref)
+    gpu = ref.gpus()[0].name
+    assert [got.path_class(gpu, n.name) for n in got.nics(0)] == [ref.path_class(gpu, n.name) for n in ref.nics(0)]
 
 
 @pytest.mark.parametrize("name", [t for t in SHIPPED if t != "gb200-nvl72"])  # NET cells: no nvidia-smi view
@@ -738,7 +744,7 @@ BAD: list[tuple[str, Any, list[str], str, str]] = [
         "",
         "nested deeper than 64",
     ),
-    ("nccl-xml", lambda s: s.replace('arch="x86_64"', 'arch="arm64"', 1), [], "cpu[numaid=0]", "give --cpu PRESET"),
+    ("nccl-xml", lambda s: s.replace('arch="x86_64"', 'arch="ppc64"', 1), [], "cpu[numaid=0]", "give --cpu PRESET"),
     ("nvidia-smi", "", _SMI_OPTS, "line 1", "no `nvidia-smi topo -m` matrix"),
     ("nvidia-smi", "GPU0\tGPU1\nhello\n", _SMI_OPTS, "line 2", "row 'hello'; expected GPU0"),
     ("nvidia-smi", "\tGPU0\tGPU1\nGPU0\t X \tPIX\n\nLegend:\n", ["--gpu", "l40s"], "line 3", "1 rows for 2 columns"),

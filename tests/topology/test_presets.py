@@ -61,7 +61,7 @@ def test_unknown_link_kind_lists_valid(topo_dir: Path) -> None:
     err = ei.value
     assert err.file is not None and err.file.endswith("links.yaml")
     assert err.field == "nvlink3.kind"
-    assert "warp" in err.message and "nvlink, pcie, upi, ib, roce, eth" in err.message
+    assert "warp" in err.message and "nvlink, pcie, upi, c2c, ib, roce, eth" in err.message
 
 
 def test_missing_bandwidth(topo_dir: Path) -> None:

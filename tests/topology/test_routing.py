@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from collsim.topology import PATH_CLASS_ORDER, Topology, TopologyError, path_class_rank
+from collsim.topology import PATH_CLASS_ORDER, Topology, TopologyError, load_topology, path_class_rank
 
 
 def _names(route: list[Any]) -> list[str]:
@@ -89,10 +89,25 @@ def test_path_classes(dgx: Topology) -> None:
     assert dgx.path_class("n0/gpu0", "n0/nic0") == "PIX"
     assert dgx.path_class("n0/gpu0", "n0/nic3") == "PHB"
     assert dgx.path_class("n0/gpu0", "n0/nic4") == "SYS"
-    assert PATH_CLASS_ORDER == ("LOC", "NVL", "NVB", "PIX", "PXB", "PHB", "SYS", "NET")
-    assert path_class_rank("PIX") == 3
+    assert PATH_CLASS_ORDER == ("LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PHB", "SYS", "NET")
+    assert path_class_rank("PIX") == 4
     with pytest.raises(TopologyError):
         path_class_rank("C2X")
+
+
+def test_c2c_path_classes() -> None:
+    """A GB200 tray: each GPU on its Grace over NVLink-C2C, the NICs on the Grace's PCIe. NCCL's classes: C2C to the
+    CPU, P2C to the CPU's NICs (nvidia-smi's PHB), SYS to the other Grace's; the host CPU is found over C2C."""
+    rack = load_topology("gb200-nvl72", node_params={"gpus": 36})
+    g0 = "n0/gpu0"
+    assert rack.link(g0, "n0/cpu0").kind == "c2c" and rack.host_cpu(g0).name == "n0/cpu0"
+    assert rack.path_class(g0, "n0/cpu0") == "C2C" and rack.path_class("n0/cpu0", g0) == "C2C"
+    assert rack.path_class(g0, "n0/nic0") == "P2C" and rack.path_class("n0/nic1", g0) == "P2C"
+    assert rack.path_type(g0, "n0/nic0") == "PHB"  # nvidia-smi has no C2C or P2C
+    assert rack.path_class(g0, "n0/nic2") == "SYS" and rack.path_class(g0, "n0/gpu1") == "NVL"
+    assert rack.path_class("n0/nic0", "n0/nic1") == "PHB"  # no GPU end: an ordinary host path
+    assert [lk.kind for lk in rack.pcie_route(g0, "n0/nic0")] == ["c2c", "pcie"]
+    assert path_class_rank("PXB") < path_class_rank("P2C") < path_class_rank("PHB")
 
 
 def test_host_cpu(dgx: Topology) -> None:

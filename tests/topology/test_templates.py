@@ -13,11 +13,13 @@ from collsim.topology.perturb import LinkRule, perturb_links
 TEMPLATES = [
     "aws-p4de",
     "aws-p5",
+    "aws-p5en",
     "cpu-host",
     "dgx-a100",
     "dgx1-v100",
     "gb200-nvl72",
     "gcp-a3-high",
+    "gh200",
     "h100-pcie-nvlink-pair",
     "hgx",
     "hgx-b200",
@@ -232,7 +234,9 @@ def test_template_errors() -> None:
     e = _err([GPU, CPU], [{"a": ["gpu0", "gpu1"], "b": "cpu9", "preset": "pcie4"}])
     assert e.field == "links.0.b" and "'cpu9' is not a device" in e.message
     e = _err([GPU, CPU], [{"a": ["gpu0", "gpu1"], "b": "cpu0", "preset": "pcie4", "kind": "optical"}])
-    assert e.field == "links.0.kind" and "valid kinds: nvlink, pcie, upi, ib, roce, eth" in e.message
+    assert e.field == "links.0.kind" and "valid kinds: nvlink, pcie, upi, c2c, ib, roce, eth" in e.message
+    e = _err([GPU, {**CPU, "count": 2}], [*OK_LINKS, {"a": "cpu0", "b": "cpu1", "preset": "nvlink-c2c"}])
+    assert e.field == "links.1" and "joins a GPU to its CPU; 'cpu0' and 'cpu1' are a cpu and a cpu" in e.message
     e = _err([GPU, CPU], [{"a": ["gpu0", "gpu1"], "b": "cpu0", "preset": "pcie4", "bandwidth": "0GB/s"}])
     assert e.field == "links.0.bandwidth" and "positive" in e.message
     e = _err([{**GPU, "kind": "tpu"}, CPU], OK_LINKS)

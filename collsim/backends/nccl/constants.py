@@ -14,8 +14,8 @@ from typing import Any
 from collsim.backends.common import BackendError
 
 __all__ = [
-    "ChunkRules", "HostPathConstants", "Ll128Default", "NcclConstants", "NvlsChunkHistory", "NvlsTuneRule", "NvlsWarps",
-    "P2pConstants", "ProtocolConstants", "ThreadLimits", "ring_simple_threads",
+    "C2cReleases", "ChunkRules", "HostPathConstants", "Ll128Default", "NcclConstants", "NvlsChunkHistory",
+    "NvlsTuneRule", "NvlsWarps", "P2pConstants", "ProtocolConstants", "ThreadLimits", "ring_simple_threads",
 ]  # fmt: skip
 
 _US = 1e-6  # microseconds to seconds
@@ -315,6 +315,49 @@ class Ll128Default:
         return None
 
 
+def _from(version: tuple[int, ...] | None, since: tuple[int, int]) -> bool:
+    """Whether release ``version`` (None: the latest) is ``since`` (major, minor) or later."""
+    return version is None or tuple(version[:2]) >= since
+
+
+@dataclass(frozen=True)
+class C2cReleases:
+    """How NCCL reads a GPU-NIC path through NVLink-C2C (a GH200 or GB200 GPU, the NIC on its Grace's PCIe;
+    ``c2c`` in ``nccl.yaml``, paths.cc by release): NCCL_NET_GDR_C2C from ``gdr_param_since`` (default on from
+    ``gdr_default_since``), the P2C path class from ``p2c_since`` (before it such a path is PHB), NCCL_PXN_C2C from
+    ``pxn_param_since`` (default on from ``pxn_default_since``); each (major, minor).
+
+    >>> rel = C2cReleases()
+    >>> [rel.gdr(v, None) for v in ((2, 25, 1), (2, 26, 2), (2, 27, 3), None)], rel.gdr((2, 26, 2), True)
+    ([False, False, True, True], True)
+    >>> rel.gdr((2, 25, 1), True), rel.gdr(None, False), rel.p2c((2, 26, 2)), rel.pxn((2, 27, 3), None)
+    (False, False, False, False)
+    """
+
+    gdr_param_since: tuple[int, int] = (2, 26)
+    gdr_default_since: tuple[int, int] = (2, 27)
+    p2c_since: tuple[int, int] = (2, 27)
+    pxn_param_since: tuple[int, int] = (2, 27)
+    pxn_default_since: tuple[int, int] = (2, 28)
+
+    def gdr(self, version: tuple[int, ...] | None, setting: bool | None) -> bool:
+        """Whether GPUDirect RDMA runs over a C2C-then-PCIe path under NCCL_NET_GDR_C2C ``setting`` (None:
+        unset)."""
+        if setting is not None and _from(version, self.gdr_param_since):
+            return setting
+        return _from(version, self.gdr_default_since)
+
+    def p2c(self, version: tuple[int, ...] | None) -> bool:
+        """Whether the release has the P2C path class (earlier: such a path is PHB)."""
+        return _from(version, self.p2c_since)
+
+    def pxn(self, version: tuple[int, ...] | None, setting: bool | None = None) -> bool:
+        """Whether PXN may relay through a GPU whose path to the NIC is P2C (NCCL_PXN_C2C ``setting``)."""
+        if setting is not None and _from(version, self.pxn_param_since):
+            return setting
+        return _from(version, self.pxn_default_since)
+
+
 @dataclass(frozen=True)
 class NvlsWarps:
     """How the NVLS and NVLSTree allreduce kernels split one channel's warps into groups (``nccl.yaml``
@@ -505,6 +548,8 @@ class NcclConstants:
     tuner_formulas_since: Mapping[str, tuple[int, int]] = field(default_factory=dict)
     #: the factors of those earlier formulas (``tuner_formulas_before``), by name
     tuner_formulas_before: Mapping[str, float] = field(default_factory=dict)
+    #: NVLink-C2C hosts (GH200, GB200): the releases that read GPU-NIC paths through C2C (``c2c`` in nccl.yaml)
+    c2c: C2cReleases = field(default_factory=lambda: C2cReleases())
     #: NCCL_MAX_NVLS_ARITY: the most NVLS heads per node (the GPUs that load the switch's sums and multicast them),
     #: and the most GPUs NVLS all-gather and reduce-scatter run on
     nvls_max_arity: int = 32
@@ -795,6 +840,7 @@ class NcclConstants:
             algorithms_since={str(a): _major_minor(v) for a, v in data["algorithms_since"].items()},
             protocols_since={str(p): _major_minor(v) for p, v in data["protocols_since"].items()},
             p2p=_p2p(data["p2p"]),
+            c2c=C2cReleases(**{k: _major_minor(v) for k, v in data["c2c"].items()}),
         )
 
 

@@ -174,7 +174,8 @@ def p2p_send_slots(
     >>> from types import SimpleNamespace
     >>> from collsim.topology import load_topology
     >>> two = load_topology("dgx1-v100", nodes=2, fabric={"topology": "rail_optimized"})
-    >>> consts = SimpleNamespace(default_gdr_level="PXB")
+    >>> from collsim.backends.nccl.constants import C2cReleases
+    >>> consts = SimpleNamespace(default_gdr_level="PXB", c2c=C2cReleases())
     >>> p2p_send_slots(two, "n0/gpu0", "n1/gpu1", 0, NcclOptions(), consts)  # type: ignore[arg-type]
     (0, 0)
     >>> p2p_send_slots(two, "n0/gpu3", "n1/gpu6", 0, NcclOptions(), consts)  # type: ignore[arg-type]
@@ -187,8 +188,7 @@ def p2p_send_slots(
     nic = slots[recv]
     if opts.cross_nic == 0 or nic in _closest(topo, a, slots):
         return recv, recv
-    gdr_level = opts.gdr_level or consts.default_gdr_level
-    if not opts.pxn_disable and _pxn_proxy(topo, a, nic, gdr_level) is not None:
+    if not opts.pxn_disable and _pxn_proxy(topo, a, nic, opts, consts) is not None:
         return recv, recv
     return p2p_net_slot(topo, a, channel), recv
 
@@ -516,16 +516,40 @@ def gdr_read(topo: Topology, gpu: str, opts: NcclOptions) -> bool:
     return not peers or any(topo.path_class(gpu, p) == "NVL" for p in peers)
 
 
-def _pxn_proxy(topo: Topology, gpu: str, nic: str, gdr_level: str) -> str | None:
+def _pxn_proxy(topo: Topology, gpu: str, nic: str, opts: NcclOptions, consts: NcclConstants) -> str | None:
     """The GPU NCCL relays ``gpu``'s sends to ``nic`` through (PXN): the NIC's own local GPU (:func:`nic_local_gpu`)
-    when it is another GPU of the node, reachable over NVLink, close enough to the NIC for GPUDirect and able to do
-    it (:func:`gdr_capable`); else None (graph/paths.cc ncclTopoComputePaths, "Check whether we can access the NIC
-    through another NVLink-connected GPU (PXN)", v2.30.7-1)."""
+    when it is another GPU of the node, reachable over NVLink, within PXB of the NIC (P2C where NCCL_PXN_C2C is on:
+    :class:`~collsim.backends.nccl.constants.C2cReleases`), able to do GPUDirect (:func:`gdr_capable`) and close
+    enough for it (:func:`gdr_near`); else None (graph/paths.cc ncclTopoComputePaths, "Check whether we can access
+    the NIC through another NVLink-connected GPU (PXN)", v2.30.7-1 lines 815-840)."""
     local = nic_local_gpu(topo, nic)
     if local is None or local == gpu or not gdr_capable(topo, local):
         return None
-    close = path_class_rank(topo.path_class(local, nic)) <= path_class_rank(gdr_level)
+    pxn_type = "P2C" if consts.c2c.pxn(opts.version, opts.pxn_c2c) else "PXB"
+    within = path_class_rank(nic_path_class(topo, local, nic, opts, consts)) <= path_class_rank(pxn_type)
+    close = within and gdr_near(topo, local, nic, opts, consts)
     return local if close and topo.nvlink_route(gpu, local) else None
+
+
+def nic_path_class(topo: Topology, gpu: str, nic: str, opts: NcclOptions, consts: NcclConstants) -> str:
+    """NCCL's class of the path from ``gpu`` to ``nic`` in the run's release: a GPU reaching a NIC through its Grace
+    CPU (NVLink-C2C then PCIe) is P2C from NCCL 2.27 and PHB before (``c2c`` in nccl.yaml)."""
+    cls = topo.path_class(gpu, nic)
+    return "PHB" if cls == "P2C" and not consts.c2c.p2c(opts.version) else cls
+
+
+def gdr_near(topo: Topology, gpu: str, nic: str, opts: NcclOptions, consts: NcclConstants) -> bool:
+    """Whether ``gpu`` is close enough to ``nic`` for GPUDirect RDMA (paths.cc ncclTopoCheckGdr's distance test):
+    its path class within NCCL_NET_GDR_LEVEL (default PXB). A path through the GPU's Grace CPU (P2C) passes where
+    NCCL_NET_GDR_C2C is on (its default from 2.27; settable from 2.26), which makes the default level P2C (2.27 on)
+    or counts the path as C2C (2.26); off, it is compared as P2C (PHB before 2.27) with the level."""
+    level = opts.gdr_level or consts.default_gdr_level
+    cls = nic_path_class(topo, gpu, nic, opts, consts)
+    if topo.path_class(gpu, nic) == "P2C" and consts.c2c.gdr(opts.version, opts.net_gdr_c2c):
+        if opts.gdr_level is None:
+            return True
+        cls = "P2C" if consts.c2c.p2c(opts.version) else "C2C"
+    return path_class_rank(cls) <= path_class_rank(level)
 
 
 def _closest(topo: Topology, src: str, targets: Sequence[str]) -> list[str]:
@@ -647,25 +671,22 @@ def _gdr_hop(
     nic_a: str,
     nic_b: str,
     opts: NcclOptions,
-    gdr_level: str,
-    staged_traffic: float,
+    consts: NcclConstants,
 ) -> Hop | None:
-    """A network hop with GPUDirect RDMA: both GPUs able to (:func:`gdr_capable`) and within NCCL_NET_GDR_LEVEL of
-    their NICs, or (PXN) the receiver is and the sender hands the data over NVLink to a GPU near its NIC; None when
-    neither holds. A sender NCCL keeps from GDR reads (:func:`gdr_read`) stages its side in host memory
-    (``staged_traffic`` bytes of memory traffic per byte, as a staged hop) and the receiver's NIC still writes the
-    GPU: a NET/staged hop."""
+    """A network hop with GPUDirect RDMA: both GPUs able to (:func:`gdr_capable`) and close enough to their NICs
+    (:func:`gdr_near`), or (PXN) the receiver is and the sender hands the data over NVLink to a GPU near its NIC;
+    None when neither holds. A sender NCCL keeps from GDR reads (:func:`gdr_read`) stages its side in host memory
+    (``staged_memory_traffic`` bytes of memory traffic per byte, as a staged hop) and the receiver's NIC still
+    writes the GPU: a NET/staged hop."""
     if not (gdr_capable(topo, a) and gdr_capable(topo, b)):
         return None
     fabric_path = link_uses(topo.route(nic_a, nic_b))
-    near = all(
-        path_class_rank(topo.path_class(g, n)) <= path_class_rank(gdr_level) for g, n in ((a, nic_a), (b, nic_b))
-    )
+    near = all(gdr_near(topo, g, n, opts, consts) for g, n in ((a, nic_a), (b, nic_b)))
     if near and not gdr_read(topo, a, opts):
         ca = topo.host_cpu(a).name
         path = (
             link_uses(topo.pcie_route(a, ca))
-            + cat.mem(ca, staged_traffic)
+            + cat.mem(ca, consts.host_paths.staged_memory_traffic)
             + link_uses(topo.pcie_route(ca, nic_a))
             + fabric_path
             + link_uses(topo.pcie_route(nic_b, b))
@@ -674,9 +695,8 @@ def _gdr_hop(
     if near:
         path = link_uses(topo.pcie_route(a, nic_a)) + fabric_path + link_uses(topo.pcie_route(nic_b, b))
         return Hop(a, b, "NET/GDR", "NET", path, math.inf)
-    recv_near = path_class_rank(topo.path_class(b, nic_b)) <= path_class_rank(gdr_level)
-    if recv_near and not opts.pxn_disable:
-        proxy = _pxn_proxy(topo, a, nic_a, gdr_level)
+    if gdr_near(topo, b, nic_b, opts, consts) and not opts.pxn_disable:
+        proxy = _pxn_proxy(topo, a, nic_a, opts, consts)
         if proxy is not None:
             path = (
                 link_uses(topo.nvlink_route(a, proxy) or [])
@@ -715,10 +735,7 @@ def _net_hop(
     nic_a, nic_b = nics
     rdma = bool(topo.device(nic_a).spec.get("rdma", False)) and fabric.get("transport", "rdma") == "rdma"
     if rdma and not opts.ib_disable and bool(fabric.get("gpudirect", True)):
-        gdr = _gdr_hop(
-            topo, cat, a, b, nic_a, nic_b, opts, opts.gdr_level or consts.default_gdr_level,
-            consts.host_paths.staged_memory_traffic,
-        )  # fmt: skip
+        gdr = _gdr_hop(topo, cat, a, b, nic_a, nic_b, opts, consts)
         if gdr is not None:
             return _with_message_overhead(topo, gdr, nic_a, nic_b)
     hp = consts.host_paths
@@ -1064,7 +1081,7 @@ def _p2p_channels(
         all_nvlink=intra_hw == "NVLINK", nics_per_gpu=max(1, nics_used // ppn), nic_bw=nic_bw,
         version=opts.version[:2] if opts.version else None, chunk_override=override,
         net_peer_channels=opts.nchannels_per_net_peer, min_p2p=opts.min_p2p_channels, max_p2p=opts.max_p2p_channels,
-        simple_step=int(step),
+        simple_step=int(step), arm_blackwell=sm >= 100 and cpu_vendor(topo, list(node0)) == "arm",
     )  # fmt: skip
 
 def _check_release_knobs(opts: NcclOptions, consts: NcclConstants) -> None:
@@ -1150,10 +1167,12 @@ def net_ring_channels(
     return consts.ring_search.channels(nics_used, best, sm, opts.version)
 
 
-def type_inter(topo: Topology, hops: Mapping[tuple[int, int], Hop], nnodes: int, gdr_level: str) -> str | None:
+def type_inter(
+    topo: Topology, hops: Mapping[tuple[int, int], Hop], nnodes: int, opts: NcclOptions, consts: NcclConstants
+) -> str | None:
     """The worst path between a GPU and its channel's NIC over the channels' network hops, by NCCL's path names (its
-    graphs' ``typeInter``): each end's path class, PXN where a GPUDirect hop leaves through a GPU nearer the NIC
-    (:func:`_gdr_hop`); None on one node."""
+    graphs' ``typeInter``): each end's path class in the run's release (:func:`nic_path_class`), PXN where a
+    GPUDirect hop leaves through a GPU nearer the NIC (:func:`_gdr_hop`); None on one node."""
     worst: str | None = None
     for (c, _i), hop in hops.items():
         if hop.hw != "NET":
@@ -1162,8 +1181,8 @@ def type_inter(topo: Topology, hops: Mapping[tuple[int, int], Hop], nnodes: int,
             nic = channel_nic(topo, topo.device(g).node, c, nnodes)
             if nic is None:
                 continue
-            cls = topo.path_class(g, nic)
-            if hop.transport == "NET/GDR" and path_class_rank(cls) > path_class_rank(gdr_level):
+            cls = nic_path_class(topo, g, nic, opts, consts)
+            if hop.transport == "NET/GDR" and not gdr_near(topo, g, nic, opts, consts):
                 cls = "PXN"  # the sender hands the data over NVLink to a GPU within NCCL_NET_GDR_LEVEL of the NIC
             if worst is None or NCCL_PATHS.index(cls) > NCCL_PATHS.index(worst):
                 worst = cls
@@ -1194,7 +1213,7 @@ def ll128_refusal(
     why = rule.sm_refusal((min(sms), max(sms)), opts.version)
     if why is not None:
         return why
-    inter = type_inter(topo, hops, nnodes, opts.gdr_level or consts.default_gdr_level)
+    inter = type_inter(topo, hops, nnodes, opts, consts)
     limit = rule.max_inter_path_sm90 if min(sms) >= 90 else rule.max_inter_path
     if inter is not None and NCCL_PATHS.index(inter) > NCCL_PATHS.index(limit):
         return f"GPU-NIC paths through {inter} (NCCL's graph typeInter past {limit})"
@@ -1251,6 +1270,7 @@ def _tuner(topo: Topology, opts: NcclOptions, consts: NcclConstants) -> tuple[Ac
 
 def cpu_vendor(topo: Topology, gpus: Sequence[str]) -> str:
     """The CPU vendor NCCL's tuner sees for ranks ``gpus``: their host CPUs' preset ``vendor`` when they agree,
-    ``"mixed"`` when they differ (init.cc: a rank whose allgathered cpuVendor differs from its own sets MIXED)."""
+    ``"mixed"`` when they differ (init.cc: a rank whose allgathered cpuVendor differs from its own sets MIXED);
+    ``"arm"`` is an Arm host (NCCL's cpuArch ARM: Grace), the others x86."""
     vendors = {str(topo.host_cpu(g).spec.get("vendor", "intel")) for g in gpus}
     return vendors.pop() if len(vendors) == 1 else "mixed"

@@ -222,7 +222,7 @@ def _inputs(
         plan, consts, collective, nbytes, proto,
         n, nsteps, ninter, intra, inter, lat, plan.bus_bw, node_index(plan.nnodes),
         consts.tree_pattern_factor if plain_tree else 1.0,
-        plan.arch == "blackwell" and not opts.before(consts.nvlstree_correction_since),
+        plan.arch == "blackwell" and plan.cpu_vendor != "arm" and not opts.before(consts.nvlstree_correction_since),
         frozenset(k for k, since in consts.tuner_formulas_since.items() if opts.before(since)),
     )  # fmt: skip
 
