@@ -141,6 +141,11 @@ _PUBLISHED_BIG = {
     "dgx1_v100_8gpu_g8": 5.3,
     # 24.1% -> 25.5% with NVLS's 32-head limit (NCCL_MAX_NVLS_ARITY, 2026-12-06): the source moved it away
     "gb200_nvl72_1rack_coreweave": 26.5,
+    # two and twenty racks of the same README, added 2026-12-06 once GB200's NVLink-C2C and NCCL's P2C path were
+    # modelled: two racks carry the one rack's NVLS error (31.0%); twenty are 2.5x slower than simulated, with a
+    # fixed cost of about 4.6 ms no modelled algorithm has (docs/accuracy.md, "GB200 across racks")
+    "gb200_nvl72_2rack_coreweave": 32.0,
+    "gb200_nvl72_20rack_coreweave": 174.6,
     # ten more, the first of other collectives than allreduce, added 2026-12-05: a cluster-acceptance report's HGX
     # B200 sweeps on one node and on two over InfiniBand, and Google's all_gather examples on A4 (B200, RoCE) and
     # A3 Mega (TCPXO). At >= 16 MiB within 12% but the two-node all_gather / reduce_scatter (28-29%: a 305-308 GB/s
