@@ -430,6 +430,7 @@ class Simulator:
         0's NVLS head ranks (:func:`collsim.calibration.nccllog.check_plan` sets them beside the log's)."""
         plan, opts, consts = self.nccl_plan, self.nccl_options, self.nccl_constants
         nvls = NVLS()
+        refused = nvls.refusal(plan, opts) is not None
         nccl = self.scenario.backends.nccl
         version = nccl.version if nccl else None
         return {
@@ -438,11 +439,11 @@ class Simulator:
             "nnodes": plan.nnodes,
             "local_ranks": plan.ppn,
             "ring_channels": plan.channels,
-            "nvls_channels": 0 if nvls.refusal(plan, opts) else nvls.channels(plan, opts, consts),
+            "nvls_channels": 0 if refused else nvls.channels(plan, opts, consts),
             "transports": {h.transport for h in plan.hops.values()},
             # NCCL lists the node's network devices whether or not one node's collectives use them
             "nics": plan.nic_count or sum(1 for d in self.topology.nics() if d.node == 0),
-            "nvls_heads": [] if nvls.refusal(plan, opts) else self._nvls_head_ranks(),
+            "nvls_heads": [] if refused else self._nvls_head_ranks(),
         }
 
     def _nvls_head_ranks(self) -> list[int]:

@@ -659,13 +659,11 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     profile = load_profile(args.profile) if args.profile else None
     sim = Simulator.from_source(args.scenario, args.overrides, profile=profile)
     log = _read_nccl_log(sim, args.nccl_log) if args.nccl_log else None
+    if log is not None:
+        from collsim.calibration.nccllog import logged_pairs
     vals = []
     for m in _read_measurements(args):
-        logged = None
-        if log is not None:
-            from collsim.calibration.nccllog import logged_pairs
-
-            logged = logged_pairs(log, m.collective, len(sim.topology.rank_devices()))
+        logged = None if log is None else logged_pairs(log, m.collective, len(sim.topology.rank_devices()))
         vals.append(validate(sim, m, pairs=args.pairs, logged=logged))
     if args.format == "json":
         _emit(json.dumps([v.to_dict() for v in vals], indent=2) + "\n", args.output)

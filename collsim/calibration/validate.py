@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import re
 import statistics
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -307,16 +307,20 @@ def nearest_pair(
 
 
 def _logged_run(
-    sim: Simulator, m: Measurement, size: int, logged: Mapping[int, tuple[str, str]], refused: set[str]
+    sim: Simulator,
+    m: Measurement,
+    size: int,
+    logged: Mapping[int, tuple[str, str]],
+    offered: Collection[tuple[str, str]],
+    refused: set[str],
 ) -> tuple[float, str, str, float | None] | None:
     """The size simulated with the pair NCCL's log says it ran, as :func:`predict_times` gives a row; None where
-    the log says nothing at this size or the scenario cannot run that pair (then ``refused`` gets a note why)."""
-    from collsim.backends.nccl import enabled_pairs
-
+    the log says nothing at this size or the scenario cannot run that pair (not among ``offered``, the pairs
+    collsim's NCCL enables for the collective; then ``refused`` gets a note why)."""
     pair = logged.get(size)
     if pair is None:
         return None
-    if pair not in enabled_pairs(sim.nccl_plan, sim.nccl_options, m.collective):
+    if pair not in offered:
         why = "its hardware, NCCL_ALGO/NCCL_PROTO, backends.nccl.version"
         refused.add(f"the log's {'/'.join(pair)} is not a pair collsim's NCCL offers for {m.collective} on this "
                     f"scenario ({why}): collsim's pick there")  # fmt: skip
@@ -363,10 +367,15 @@ def validate(
     rows = [r for r in m.rows if sizes is None or r.size_bytes in set(sizes)]
     out: list[ValidationRow] = []
     ran_logged, refused = 0, set[str]()
+    offered: set[tuple[str, str]] = set()
+    if backend == "nccl" and logged:
+        from collsim.backends.nccl import enabled_pairs
+
+        offered = set(enabled_pairs(sim.nccl_plan, sim.nccl_options, m.collective))
     for i, r in enumerate(rows):
         if progress:
             progress(i, len(rows))
-        forced = _logged_run(sim, m, r.size_bytes, logged, refused) if backend == "nccl" and logged else None
+        forced = _logged_run(sim, m, r.size_bytes, logged, offered, refused) if backend == "nccl" and logged else None
         ((t, algo, proto, model_s),) = [forced] if forced else predict_times(sim, m, [r.size_bytes], backend)
         ran_logged += forced is not None
         pred_us = t * 1e6  # seconds to microseconds

@@ -17,8 +17,10 @@ __all__ = ["Device", "FrozenMap", "Link", "Topology", "path_class_rank"]
 
 # Devices a route may start or end at but never pass through.
 _NO_TRANSIT = frozenset({"gpu", "nic"})
-# Link kinds of a host's own paths (pcie_route, path classes): PCIe, inter-socket links, NVLink-C2C.
+# Link kinds of a host's own paths (pcie_route, path classes): PCIe, inter-socket links, NVLink-C2C; the first and
+# last hang a device under its CPU (host_cpu).
 _HOST_KINDS = frozenset({"pcie", "upi", "c2c"})
+_UNDER_CPU_KINDS = frozenset({"pcie", "c2c"})
 # Order of device kinds in listings.
 _KIND_ORDER = {k: i for i, k in enumerate(("gpu", "cpu", "pcie_switch", "nic", "nvswitch", "switch"))}
 _PS_PER_S = 1e12  # route latencies are compared in integer picoseconds so that float sums tie exactly
@@ -484,7 +486,7 @@ class Topology:
                 if u != dev and self.graph.nodes[u]["device"].kind in _NO_TRANSIT:
                     continue
                 for v in sorted(self.graph.successors(u)):
-                    if v in seen or self.graph.edges[u, v]["link"].kind not in ("pcie", "c2c"):
+                    if v in seen or self.graph.edges[u, v]["link"].kind not in _UNDER_CPU_KINDS:
                         continue
                     seen.add(v)
                     vdev: Device = self.graph.nodes[v]["device"]

@@ -1002,6 +1002,7 @@ def plan_nccl(
     tuner, tuner_note = _tuner(topo, opts, consts)
     if tuner_note:
         notes.append(tuner_note)
+    vendor = cpu_vendor(topo, gpus)
     return NcclPlan(
         ranks=gpus,
         nnodes=nnodes,
@@ -1023,7 +1024,7 @@ def plan_nccl(
         notes=notes,
         multicast=multicast,
         nvls_refusal=nvls_refusal(arch, switch.name if switch is not None else None, multicast, consts),
-        cpu_vendor=cpu_vendor(topo, gpus),
+        cpu_vendor=vendor,
         tuner=tuner,
         tuner_note=tuner_note,
         net_latency=net_latency,
@@ -1034,7 +1035,9 @@ def plan_nccl(
         nvls_tuned=nvls_sm100_tuning(topo, node0, nnodes, opts, consts),
         nvls_collectives=_nvls_collectives(len(gpus), nnodes, opts, consts),
         sm=sm,
-        p2p=_p2p_channels(topo, node0, sm, nvl_bw, intra.hw, nch, len(gpus), nnodes, nics_used, nic_bw, opts, consts),
+        p2p=_p2p_channels(
+            topo, node0, sm, nvl_bw, intra.hw, nch, len(gpus), nnodes, nics_used, nic_bw, vendor == "arm", opts, consts
+        ),
         nvls_head_count=nvls_head_count(topo, nnodes, len(node0), consts),
     )
 
@@ -1050,11 +1053,13 @@ def _p2p_channels(
     nnodes: int,
     nics_used: int,
     nic_bw: float,
+    arm_host: bool,
     opts: NcclOptions,
     consts: NcclConstants,
 ) -> P2pChannels | None:
     """NCCL's point-to-point channels for this system (:func:`~collsim.backends.nccl.p2p_sched.p2p_channels`);
-    ``nvl_bw``: one GPU's NVLink bandwidth (bytes/s, :attr:`NcclPlan.nvl_bw`).
+    ``nvl_bw``: one GPU's NVLink bandwidth (bytes/s, :attr:`NcclPlan.nvl_bw`); ``arm_host``: the ranks' CPUs are
+    Arm (NCCL's cpuArch ARM: the net chunk doubles with Blackwell).
 
     A peer inside the node gets 2 channels per NVLink's worth of path bandwidth: on an NVSwitch node the GPU's NVLink
     bandwidth over NCCL's rate of one NVLink (ncclTopoNVLinkBw), on an NVLink mesh the fewest direct links between
@@ -1081,7 +1086,7 @@ def _p2p_channels(
         all_nvlink=intra_hw == "NVLINK", nics_per_gpu=max(1, nics_used // ppn), nic_bw=nic_bw,
         version=opts.version[:2] if opts.version else None, chunk_override=override,
         net_peer_channels=opts.nchannels_per_net_peer, min_p2p=opts.min_p2p_channels, max_p2p=opts.max_p2p_channels,
-        simple_step=int(step), arm_blackwell=sm >= 100 and cpu_vendor(topo, list(node0)) == "arm",
+        simple_step=int(step), arm_blackwell=sm >= 100 and arm_host,
     )  # fmt: skip
 
 def _check_release_knobs(opts: NcclOptions, consts: NcclConstants) -> None:
