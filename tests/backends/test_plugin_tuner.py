@@ -305,23 +305,19 @@ def test_p6_channel_rule_as_the_plugin() -> None:
 
 
 def test_p6_run_names_the_channels_the_plugin_sets() -> None:
-    """4 x p6-b200 (hgx-b200 with the instance type, 8 x EFA v3 grouped): Tree/LL128 by the plugin at 8 MiB, which
-    also sets 24 channels; the schedule keeps at most the communicator's."""
-    import yaml
-
-    tmpl = yaml.safe_load((topologies_dir() / "nodes" / "hgx-b200.yaml").read_text())
-    tmpl.update(name="p6-test", instance_type="p6-b200.48xlarge")
-    fabric = {"topology": "single_switch", "transport": "rdma", "nic": "efa-v3-p5en"}
-    sim = Simulator.from_source({
-        "name": "p6", "cluster": {"node": "p6-test", "nodes": 4, "fabric": fabric},
-        "workload": {"collective": "allreduce"}, "backends": {"nccl": {"version": "2.27.7"}},
-        "presets": {"nodes": {"p6-test": tmpl}},
-    })  # fmt: skip
+    """4 x p6-b200 (the aws-p6-b200 template: its instance type, 8 x EFA v4): Tree/LL128 by the plugin at 8 MiB,
+    which also sets 24 channels; the schedule keeps at most the communicator's. On 2 nodes NCCL's own model picks."""
+    p6 = ["cluster.node=aws-p6-b200", "backends.gloo.enabled=false", "backends.nccl.version=2.27.7"]
+    sim = Simulator.from_source("2node-h100-ib", [*p6, "cluster.nodes=4"])
+    assert sim.topology.instance_type == "p6-b200.48xlarge"
     out = sim.simulate_one("nccl", 8 << 20)
     assert (out.algorithm, out.protocol) == ("Tree", "LL128")
+    assert any("region tuner (p6-b200.48xlarge, allreduce, 8 ranks per node" in n for n in out.notes)
     assert any("sets nChannels=24" in n for n in out.notes)
     assert out.channels <= sim.nccl_plan.channels
     assert not any("nChannels" in n for n in sim.simulate_one("nccl", 64 << 20).notes)  # above 32 MiB: none
+    two = Simulator.from_source("2node-h100-ib", p6).simulate_one("nccl", 8 << 20)
+    assert not any("region tuner (p6-b200.48xlarge, allreduce" in n for n in two.notes)
 
 
 def test_p5en_template_takes_the_p5en_tables() -> None:

@@ -41,6 +41,7 @@ NICS: dict[str, tuple[int, str, bool]] = {
     "gcp-tcpxo": (200, "roce", True),
     "aws-ena-100g": (100, "eth", False),  # AWS's 10 Gb/s cap on a TCP flow (flow_bw)
     "aws-ena-100g-no-pg": (100, "eth", False),  # 5 Gb/s a flow outside a cluster placement group
+    "efa-v4": (400, "roce", True),  # p6-b200: one device per GPU, not grouped
 }
 NEW_NICS = list(NICS)[6:]
 
@@ -166,12 +167,15 @@ def test_plugin_env_is_valid_nccl(name: str) -> None:
 
 def test_efa_generations_protocols() -> None:
     nics = load_presets().nics
-    # p4d/p4de: aws-ofi-nccl forces Simple; p5 (EFA reports in-order 128-byte writes) and p5en (check skipped with
-    # the RDMA protocol) keep LL and LL128; all set the 8 MiB buffer of platform-aws.cpp's env tables.
+    # p4d/p4de: aws-ofi-nccl forces Simple; p5 (EFA reports in-order 128-byte writes), p5en (check skipped with
+    # the RDMA protocol) and p6-b200 (its tuner tables pick LL128) keep LL and LL128; all set the 8 MiB buffer of
+    # platform-aws.cpp's env tables, and p5en/p6-b200 report 35 us to NCCL's tuner where p4d/p5 report 75.
     assert nics["efa-100g"]["nccl_plugin_env"]["NCCL_PROTO"] == "Simple"
-    for name in ("efa-v2", "efa-v2-p5", "efa-v3", "efa-v3-p5en"):
+    for name in ("efa-v2", "efa-v2-p5", "efa-v3", "efa-v3-p5en", "efa-v4"):
         env = nics[name]["nccl_plugin_env"]
         assert "NCCL_PROTO" not in env and env["NCCL_BUFFSIZE"] == str(8 * 1024 * 1024), name
+    latency = {n: nics[n]["nccl_net_latency"] for n in ("efa-100g", "efa-v2-p5", "efa-v3-p5en", "efa-v4")}
+    assert latency == pytest.approx({"efa-100g": 75e-6, "efa-v2-p5": 75e-6, "efa-v3-p5en": 35e-6, "efa-v4": 35e-6})
 
 
 @pytest.mark.parametrize(("name", "documented"), [("gcp-tcpx", GCP_TCPX_ENV), ("gcp-tcpxo", GCP_TCPXO_ENV)])

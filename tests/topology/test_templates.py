@@ -14,6 +14,7 @@ TEMPLATES = [
     "aws-p4de",
     "aws-p5",
     "aws-p5en",
+    "aws-p6-b200",
     "cpu-host",
     "dgx-a100",
     "dgx1-v100",
@@ -446,6 +447,23 @@ def test_aws_p5_one_grouped_efa_device_per_gpu() -> None:
     assert topo.link("n0/pcie1", "n0/cpu0").bandwidth == pytest.approx(24e9, rel=1e-9)  # Gen4 x16 uplink
     assert topo.link("n0/gpu1", "n0/pcie1").bandwidth == pytest.approx(48e9, rel=1e-9)  # Gen5 x16
     assert topo.nearest_nic("n0/gpu7") == topo.device("n0/nic7")
+
+
+def test_aws_p6_b200_one_efa_v4_device_per_gpu() -> None:
+    # p6-b200: 8 EFA v4 devices of 400 Gb/s, one per GPU, 2 GPUs and 2 NICs per PCIe switch (aws-ofi-nccl's note),
+    # each GPU's own NIC on channel 0 as NCCL_NETDEVS_POLICY=max:1 (the plugin's env) asks
+    from collsim.backends.nccl.plan import local_net_index
+
+    topo = load_topology("aws-p6-b200")
+    assert topo.instance_type == "p6-b200.48xlarge"
+    assert len(topo.gpus()) == 8 and len(topo.nics()) == 8 and len(topo.devices("pcie_switch")) == 4
+    assert topo.device("n0/nic3").spec["speed"] == 50e9  # 400 Gb/s / 8
+    assert topo.device("n0/nic3").spec["preset"] == "efa-v4"
+    assert _row(topo, 2)[8:] == ["PHB", "PHB", "PIX", "PIX", "SYS", "SYS", "SYS", "SYS"]
+    lk = topo.link("n0/gpu5", "n0/nvswitch")
+    assert (lk.preset, lk.count) == ("nvlink5", 18)
+    nics = topo.nic_slots(0)
+    assert [local_net_index(topo, f"n0/gpu{g}", 0, nics) for g in range(8)] == list(range(8))
 
 
 def test_oci_h100_two_roce_nics_per_gpu() -> None:
