@@ -255,6 +255,30 @@ def test_ibverbs_needs_rdma_nics() -> None:
         simulate_gloo(tcp_fabric, GlooOptions(transport="ibverbs"), consts(), MiB)
 
 
+def test_a_rank_leaves_by_its_own_hosts_nic() -> None:
+    """A node of several hosts (GB200 NVL72's compute trays): a rank's TCP socket leaves by its own host's first NIC,
+    not the node's first NIC, which sits on another tray; on a one-host node it is the first NIC, as before."""
+    from collsim.backends.gloo.paths import _tcp_nic
+
+    nvl = load_topology("gb200-nvl72")
+    gpu = "n0/gpu71"
+    # the last tray holds GPUs 68-71 under Graces 34 and 35 (one host): its first NIC, not the rack's
+    assert nvl.host_cpu(gpu).name == "n0/cpu35"
+    assert _tcp_nic(nvl, gpu, nvl.host_cpu(gpu)).name == "n0/nic68"
+    two = load_topology("hgx-h100", nodes=2, fabric={"topology": "single_switch", "transport": "tcp"})
+    assert _tcp_nic(two, "n1/gpu7", two.host_cpu("n1/gpu7")).name == "n1/nic0"
+
+
+@pytest.mark.parametrize(("nodes", "collective"), [(1, "allreduce"), (2, "reduce"), (2, "allreduce")])
+def test_gloo_between_hosts_of_one_node_is_a_clear_error(nodes: int, collective: str) -> None:
+    # two NVL72 racks: ranks on different compute trays of one rack meet the same error whatever the collective
+    # (a reduce on two racks once stopped at 'no route from n1/nic0 to n1/cpu35')
+    fabric = {"topology": "single_switch", "transport": "tcp"} if nodes > 1 else None
+    topo = load_topology("gb200-nvl72", nodes=nodes, fabric=fabric)
+    with pytest.raises(BackendError, match=r"joined by no socket link .*describe each host as a node of a fabric"):
+        simulate_gloo(topo, GlooOptions(), consts(), MiB, collective=collective)
+
+
 def test_unknown_collective_and_algorithm_name_the_valid_ones() -> None:
     with pytest.raises(BackendError, match=r"'gather'.*valid: allreduce, allgather, reduce_scatter, broadcast"):
         simulate_gloo(hgx(), GlooOptions(), consts(), MiB, collective="gather")

@@ -57,19 +57,17 @@ def _tcp_path(
                 raise BackendError(
                     f"ranks on {a} and {b} sit under CPUs {ca.name} and {cb.name} joined by no socket link "
                     "(separate hosts inside one node, as a GB200 NVL72 rack's compute trays, joined only by NVLink): "
-                    "Gloo's TCP between them would cross the hosts' network, which a one-node scenario does not "
-                    "have; disable backends.gloo, or describe the hosts as nodes of a fabric"
+                    "Gloo's TCP between them would cross the hosts' network, which collsim does not route inside "
+                    "a node; disable backends.gloo, or describe each host as a node of a fabric"
                 ) from None
             path = path + link_uses(between)
         lat = float(ca.spec["tcp_message_latency"])
         return path, lat, per_core, TCP_LOOPBACK_TAG
-    nics_a, nics_b = topo.nics(da.node), topo.nics(db.node)
-    if not nics_a or not nics_b:
-        raise BackendError(f"gloo: no NIC to reach {b} from {a}")
-    na, nb = nics_a[0].name, nics_b[0].name
+    nic_a, nic_b = _tcp_nic(topo, a, ca), _tcp_nic(topo, b, cb)
+    na, nb = nic_a.name, nic_b.name
     rate_a, rate_b = float(ca.spec["tcp_bw_per_core"]), float(cb.spec["tcp_bw_per_core"])
     # one stream: one core at each end, and a provider's cap on the flow (Gloo keeps one socket a peer)
-    cap = min(rate_a, rate_b, flow_cap(nics_a[0]), flow_cap(nics_b[0]))
+    cap = min(rate_a, rate_b, flow_cap(nic_a), flow_cap(nic_b))
     path = (
         cat.cores(da.node, 1.0 / rate_a)
         + cat.mem(ca.name, 2.0)
@@ -82,6 +80,32 @@ def _tcp_path(
     lat = float(ca.spec["tcp_message_latency"]) + path.latency
     path = path + _process_ends(cat, procs, context, 1.0 / rate_a, 1.0 / rate_b)
     return path, lat, cap, TCP_NETWORK_TAG
+
+
+def _tcp_nic(topo: Topology, dev: str, cpu: Device) -> Device:
+    """The NIC a rank's TCP socket leaves its node by: the node's first NIC that the rank's host CPU ``cpu`` reaches
+    over its own links (PCIe, socket links, NVLink-C2C). On a node of one host that is the first NIC; on a node of
+    several hosts (a GB200 NVL72 rack's compute trays) it is the rank's own host's, as its kernel routes it.
+
+    Raises
+    ------
+    BackendError
+        When the node has no NIC, or none on the rank's host.
+    """
+    node = topo.device(dev).node
+    nics = topo.nics(node)
+    if not nics:
+        raise BackendError(f"gloo: node {node} has no NIC, so the rank on {dev} cannot reach another node")
+    for nic in nics:
+        try:
+            topo.pcie_route(cpu.name, nic.name)
+        except TopologyError:
+            continue
+        return nic
+    raise BackendError(
+        f"gloo: no NIC of node {node} hangs off the host of {dev} (CPU {cpu.name}); give that host a NIC in the "
+        "node template, or disable backends.gloo"
+    )
 
 
 def _process_ends(
