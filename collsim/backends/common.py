@@ -18,6 +18,7 @@ __all__ = [
     "Outcome",
     "Path",
     "ResourceCatalog",
+    "fabric_uses",
     "flow_cap",
     "link_end",
     "link_uses",
@@ -94,6 +95,42 @@ def link_uses(links: Sequence[Link]) -> Path:
         sum(ln.latency for ln in links),
         tuple(ln.kind for ln in links),
     )
+
+
+def fabric_uses(topo: Topology, src: str, dst: str) -> Path:
+    """The path from ``src`` to ``dst`` (NICs, or a NIC and a fabric switch) over the fabric, as :func:`link_uses`
+    of :meth:`~collsim.topology.Topology.route`, except that a crossing leaf -> spine -> leaf is spread evenly over
+    every spine joining the two leaves (:meth:`~collsim.topology.Topology.equal_cost_spines`): 1/k of each byte on
+    each of the k leaf-spine links up and spine-leaf links down, as equal-cost multipath (InfiniBand's adaptive
+    routing, RoCE's ECMP, EFA's SRD multipathing) spreads a fabric's flows in the fluid limit. The latency is the
+    route's (every spine is one switch away).
+
+    Examples
+    --------
+    >>> from collsim.topology import load_topology
+    >>> fab = {"topology": "rail_optimized", "transport": "rdma", "switch": {"radix": 8}}
+    >>> topo = load_topology("hgx-h100", nodes=2, fabric=fab)  # 8 rails x 2 nodes / 8: two spines
+    >>> [(k[1], k[2], w) for k, w in fabric_uses(topo, "n0/nic0", "n1/nic3").uses]  # doctest: +NORMALIZE_WHITESPACE
+    [('n0/nic0', 'fabric/rail0', 1.0), ('fabric/rail0', 'fabric/spine0', 0.5), ('fabric/spine0', 'fabric/rail3', 0.5),
+     ('fabric/rail0', 'fabric/spine1', 0.5), ('fabric/spine1', 'fabric/rail3', 0.5), ('fabric/rail3', 'n1/nic3', 1.0)]
+    """
+    links = topo.route(src, dst)
+    uses: list[tuple[Hashable, float]] = []
+    i = 0
+    while i < len(links):
+        ln = links[i]
+        dev = topo.device(ln.dst)
+        if i + 1 < len(links) and dev.kind == "switch" and dev.spec.get("tier") == "spine":
+            down = links[i + 1]
+            spines = topo.equal_cost_spines(ln.src, down.dst)
+            w = 1.0 / len(spines)
+            for sp in spines:
+                uses += [(("link", ln.src, sp), w), (("link", sp, down.dst), w)]
+            i += 2
+            continue
+        uses.append((("link", ln.src, ln.dst), 1.0))
+        i += 1
+    return Path(tuple(uses), sum(ln.latency for ln in links), tuple(ln.kind for ln in links))
 
 
 def flow_cap(nic: Device) -> float:

@@ -33,6 +33,10 @@ fat_tree
     NICs, node-major, fill leaves ``fabric/leaf{k}`` with ``radix / 2`` ports each; with several leaves every leaf
     joins every spine (``ceil(NICs / radix)`` spines) with its down-port capacity divided by ``oversubscription``.
 
+A route through a spine is one of several equal-cost paths: the backends spread a crossing between two leaves over
+every spine joining them (:func:`collsim.backends.common.fabric_uses`), so the spines together carry a leaf's
+uplink capacity.
+
 Fabric links: kind ``ib`` or ``roce`` (the NIC port's preset) for rdma, ``eth`` for tcp (the NIC's Ethernet
 preset, or the IPoIB preset of presets/fabric.yaml on an InfiniBand or RoCE NIC). Their raw rate per port is the NIC
 speed, capped at the switch preset's ``port_speed`` when ``switch.preset`` names one (a port runs at the slower

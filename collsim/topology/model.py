@@ -354,6 +354,17 @@ class Topology:
             raise TopologyError(f"no link from {src!r} to {dst!r}") from None
         return lk
 
+    def equal_cost_spines(self, leaf_a: str, leaf_b: str) -> list[str]:
+        """Return, by name, the spine switches that join fabric leaves ``leaf_a`` and ``leaf_b`` with a link each way
+        they are crossed (``leaf_a -> spine -> leaf_b``): the equal-cost paths a crossing between the two leaves
+        spreads over. A spine or uplink taken down (``perturb.down``) has no link and is left out."""
+        out = []
+        for s in self.graph.successors(leaf_a):
+            dev: Device = self.graph.nodes[s]["device"]
+            if dev.kind == "switch" and dev.spec.get("tier") == "spine" and self.graph.has_edge(s, leaf_b):
+                out.append(s)
+        return sorted(out)
+
     def links(self) -> list[Link]:
         """Return every directed link, sorted by (src, dst)."""
         return sorted((d["link"] for _, _, d in self.graph.edges(data=True)), key=lambda lk: (lk.src, lk.dst))

@@ -10,6 +10,7 @@ from collsim.backends.common import (
     BackendError,
     Path,
     ResourceCatalog,
+    fabric_uses,
     flow_cap,
     link_uses,
 )
@@ -72,7 +73,7 @@ def _tcp_path(
         cat.cores(da.node, 1.0 / rate_a)
         + cat.mem(ca.name, 2.0)
         + link_uses(topo.pcie_route(ca.name, na))
-        + link_uses(topo.route(na, nb))
+        + fabric_uses(topo, na, nb)
         + link_uses(topo.pcie_route(nb, cb.name))
         + cat.mem(cb.name, 2.0)
         + cat.cores(db.node, 1.0 / rate_b)
@@ -145,7 +146,7 @@ def _rdma_path(topo: Topology, cat: ResourceCatalog, a: str, b: str, gpu: bool) 
     if da.node == db.node:
         path = path + link_uses(topo.pcie_route(na, b))
     else:
-        path = path + link_uses(topo.route(na, nb)) + link_uses(topo.pcie_route(nb, b))
+        path = path + fabric_uses(topo, na, nb) + link_uses(topo.pcie_route(nb, b))
     tag = RDMA_TAG[(da.node != db.node, gpu)]
     if not gpu:
         path = cat.mem(ca.name, 1.0) + path + cat.mem(cb.name, 1.0)

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from collsim.backends.common import BackendError, Path, ResourceCatalog, flow_cap, link_uses
+from collsim.backends.common import BackendError, Path, ResourceCatalog, fabric_uses, flow_cap, link_uses
 from collsim.backends.nccl.constants import NcclConstants, ring_simple_threads
 from collsim.backends.nccl.p2p_sched import P2pChannels, local_peer_channels, p2p_channels, reverse_bits
 from collsim.backends.nccl.plugin_tuner import ActiveTuner, resolve_tuner
@@ -680,7 +680,7 @@ def _gdr_hop(
     writes the GPU: a NET/staged hop."""
     if not (gdr_capable(topo, a) and gdr_capable(topo, b)):
         return None
-    fabric_path = link_uses(topo.route(nic_a, nic_b))
+    fabric_path = fabric_uses(topo, nic_a, nic_b)
     near = all(gdr_near(topo, g, n, opts, consts) for g, n in ((a, nic_a), (b, nic_b)))
     if near and not gdr_read(topo, a, opts):
         ca = topo.host_cpu(a).name
@@ -746,7 +746,7 @@ def _net_hop(
             link_uses(topo.pcie_route(a, ca))
             + cat.mem(ca, copies)
             + link_uses(topo.pcie_route(ca, nic_a))
-            + link_uses(topo.route(nic_a, nic_b))
+            + fabric_uses(topo, nic_a, nic_b)
             + link_uses(topo.pcie_route(nic_b, cb))
             + cat.mem(cb, copies)
             + link_uses(topo.pcie_route(cb, b))
@@ -782,7 +782,7 @@ def _with_message_overhead(topo: Topology, hop: Hop, nic_a: str, nic_b: str) -> 
     t_a, t_b = (float(topo.device(n).spec.get("message_overhead") or 0.0) for n in (nic_a, nic_b))
     if not (t_a or t_b):
         return hop
-    ports = link_uses(topo.route(nic_a, nic_b)).uses
+    ports = fabric_uses(topo, nic_a, nic_b).uses
     first, last = ports[0][0], ports[-1][0]
     per = ((first, max(t_a, t_b)),) if first == last else ((first, t_a), (last, t_b))
     return dataclasses.replace(hop, per_message=tuple((k, t) for k, t in per if t > 0))
