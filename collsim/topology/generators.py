@@ -175,9 +175,14 @@ def nvlink_rack(params: Mapping[str, Any], presets: PresetLibrary) -> dict[str, 
     (``nvlink-c2c``, one link each) and ``nics_per_gpu`` NICs per GPU over ``pcie{pcie_gen}``, the tray's 2 CPUs
     joined by the CPU preset's ``socket_link``. A GPU reaches its NICs through its Grace (NCCL's P2C path). Trays
     are separate hosts: no link joins them except the NVLink domain, so devices of different trays have no PCIe
-    path (path type NET).
+    path (path type NET). ``gpus`` is any whole number of trays (4 to 72 GPUs): a rack partly populated, or a
+    partition of it (OCI's GPU memory clusters of 16 trays).
     """
     ngpu = params["gpus"]
+    if ngpu % 4:
+        raise TopologyError(
+            f"gpus must be a whole number of compute trays of 4 GPUs (4, 8, ..., 72); got {ngpu}", field="params.gpus"
+        )
     nvlinks, nvlink = _gpu_nvlinks(params, presets, "gpu")
     pcie = f"pcie{params['pcie_gen']}"
     ncpu = ngpu // 2

@@ -162,6 +162,20 @@ _PUBLISHED_BIG = {
     "vultr_b200_2node_ib_reduce_scatter": 28.9,
     "gcp_a4_b200_2node_roce_allgather": 13.0,
     "gcp_a3mega_h100_2node_tcpxo_allgather": 11.0,
+    # OCI's GB200 quick start (NCCL 2.27.3; two rows each, 4-16 GiB), added 2026-12-06 with gb200-nvl72 partitions
+    # of any whole number of trays and fabric crossings spread over every spine: all-to-all on 1, 2 and 16 trays and
+    # 2 and 3 racks within 2.9-16.1%, all-reduce on one tray (-g 4) and 16 trays 11.8-11.9%, on 2 and 3 racks
+    # 25.1% and 32.8% (the simulated NVLSTree keeps one rack's rate, the runs lose 10% and 16%: docs/accuracy.md,
+    # "GB200 racks at OCI")
+    "oci_gb200_1tray_allreduce_g4": 12.8,
+    "oci_gb200_16tray_allreduce": 12.9,
+    "oci_gb200_2rack_allreduce": 26.1,
+    "oci_gb200_3rack_allreduce": 33.8,
+    "oci_gb200_1tray_alltoall_g4": 5.3,
+    "oci_gb200_2tray_alltoall": 3.9,
+    "oci_gb200_16tray_alltoall": 7.3,
+    "oci_gb200_2rack_alltoall": 7.8,
+    "oci_gb200_3rack_alltoall": 17.1,
     # Gloo on CPU, added 2026-12-06 with workload.cores_per_process (each process pinned to one core): 21.8% (63.6%
     # with the pinning left out: the sends, receives and reduction of a rank each on a core of their own)
     "gloo_cpu_2node_40gbe_pinned_issue248": 22.8,

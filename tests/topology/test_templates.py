@@ -486,6 +486,12 @@ def test_gb200_nvl72_one_nvlink_domain() -> None:
     assert [topo.path_type("n0/gpu0", f"n0/nic{k}") for k in range(5)] == ["PHB", "PHB", "SYS", "SYS", "NET"]
     assert topo.nearest_nic("n0/gpu70") == topo.device("n0/nic70")
     assert len(load_topology("gb200-nvl72", node_params={"gpus": 36}).gpus()) == 36
+    # a partition of 16 trays (OCI's GPU memory clusters): 64 GPUs, 32 Graces, trays still separate hosts
+    part = load_topology("gb200-nvl72", node_params={"gpus": 64})
+    assert (len(part.gpus()), len(part.devices("cpu")), len(part.nics())) == (64, 32, 64)
+    assert [part.path_type("n0/gpu60", f"n0/nic{k}") for k in (61, 63, 59)] == ["PHB", "SYS", "NET"]
+    with pytest.raises(TopologyError, match=r"params.gpus: gpus must be a whole number of compute trays of 4"):
+        load_topology("gb200-nvl72", node_params={"gpus": 10})
 
 
 def test_gcp_a3_high_one_tcpx_nic_per_gpu_pair() -> None:
