@@ -119,8 +119,7 @@ def fabric_uses(topo: Topology, src: str, dst: str) -> Path:
     i = 0
     while i < len(links):
         ln = links[i]
-        dev = topo.device(ln.dst)
-        if i + 1 < len(links) and dev.kind == "switch" and dev.spec.get("tier") == "spine":
+        if i + 1 < len(links) and topo.is_spine(ln.dst):
             down = links[i + 1]
             spines = topo.equal_cost_spines(ln.src, down.dst)
             w = 1.0 / len(spines)

@@ -358,12 +358,12 @@ class Topology:
         """Return, by name, the spine switches that join fabric leaves ``leaf_a`` and ``leaf_b`` with a link each way
         they are crossed (``leaf_a -> spine -> leaf_b``): the equal-cost paths a crossing between the two leaves
         spreads over. A spine or uplink taken down (``perturb.down``) has no link and is left out."""
-        out = []
-        for s in self.graph.successors(leaf_a):
-            dev: Device = self.graph.nodes[s]["device"]
-            if dev.kind == "switch" and dev.spec.get("tier") == "spine" and self.graph.has_edge(s, leaf_b):
-                out.append(s)
-        return sorted(out)
+        return sorted(s for s in self.graph.successors(leaf_a) if self.is_spine(s) and self.graph.has_edge(s, leaf_b))
+
+    def is_spine(self, name: str) -> bool:
+        """Whether device ``name`` is a fabric spine switch (a leaf-to-leaf crossing's middle hop)."""
+        dev: Device = self.graph.nodes[name]["device"]
+        return dev.kind == "switch" and dev.spec.get("tier") == "spine"
 
     def links(self) -> list[Link]:
         """Return every directed link, sorted by (src, dst)."""

@@ -782,7 +782,7 @@ def _with_message_overhead(topo: Topology, hop: Hop, nic_a: str, nic_b: str) -> 
     t_a, t_b = (float(topo.device(n).spec.get("message_overhead") or 0.0) for n in (nic_a, nic_b))
     if not (t_a or t_b):
         return hop
-    ports = fabric_uses(topo, nic_a, nic_b).uses
+    ports = link_uses(topo.route(nic_a, nic_b)).uses  # only its first and last link (the NIC ports) count here
     first, last = ports[0][0], ports[-1][0]
     per = ((first, max(t_a, t_b)),) if first == last else ((first, t_a), (last, t_b))
     return dataclasses.replace(hop, per_message=tuple((k, t) for k, t in per if t > 0))
