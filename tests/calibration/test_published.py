@@ -118,10 +118,11 @@ _PUBLISHED_BIG = {
     "aws_p5_2node_efa": 7.6,
     "nebius_h100_2node_ib": 8.9,
     "crusoe_a100_2node_ib": 13.2,  # 14.7% -> 12.2% with the tree's thread split (2026-12-05)
-    # NCCL 2.26.2's own NVLSTree formula (before 2.28.3: min(NVLink, NICs) x 5/6) moves its pick to Tree/Simple from
-    # 512 MiB, which the simulation runs 10-19% slower than the run measured (2026-12-05: 5.5% -> 9.4%); NCCL's tree
-    # layout (a NIC's two channels on the two trees, connect.cc) 14-15% slower at 1-2 GiB (9.4% -> 12.9%)
-    "lambda_b200_2node_ib": 13.9,
+    # NCCL 2.26.2's own NVLSTree formula (before 2.28.3: min(NVLink, NICs) x 5/6) had moved its pick to Tree/Simple
+    # from 512 MiB, 10-19% slower than the run measured (2026-12-05: 5.5% -> 9.4%; 12.9% with NCCL's tree layout);
+    # 12.7% -> 4.9% once the tree is priced at its search's bwIntra, 48 GB/s on 2.26.2's Blackwell ladder
+    # (2026-12-06, tests/backends/test_tree_search.py): NVLSTree again from 1 MiB up
+    "lambda_b200_2node_ib": 5.9,
     "gcp_a4_b200_2node_roce": 7.0,
     # with the GCP profile NCCL 2.21.5 shipped with (Ring,Tree, Simple, no NVLS: 2026-12-05; 36.8% with the current one)
     "gcp_a3mega_h100_2node_tcpxo": 17.0,  # 13.8% -> 16.0% with the tree's thread split (2026-12-05)

@@ -425,22 +425,50 @@ class NvlsChunkHistory:
 
 @dataclass(frozen=True)
 class RingSearch:
-    """NCCL's network ring search and its copies (``ring_search`` in nccl.yaml): the speed ladders by the GPUs'
-    compute capability (GB/s, best first), and the rules that double the channels."""
+    """NCCL's network graph search and its copies (``ring_search`` in nccl.yaml): the speed ladders by the GPUs'
+    compute capability (GB/s, best first) and by release, and the rules that double the channels."""
 
-    #: (least compute capability x 10, its ladder), highest first
+    #: (least compute capability x 10, its ladder), highest first: the latest release's
     speeds: tuple[tuple[int, tuple[float, ...]], ...]
     dup_min_bw: float
     dup_skip: tuple[int, float, int]  # sm above, bandwidth below (GB/s), channels above
     compute_copy: tuple[int, float, int, tuple[int, int]]  # sm at least, bandwidth above, channels below, any sm since
+    #: earlier ladders: (the first release without it (major, minor, patch), least compute capability x 10, its
+    #: ladder), oldest release first; a release before ``until`` reads the first entry it is before
+    history: tuple[tuple[tuple[int, int, int], int, tuple[float, ...]], ...] = ()
+
+    def ladder(self, sm: int, version: tuple[int, ...] | None) -> tuple[float, ...]:
+        """The speeds NCCL's search tries on GPUs of compute capability ``sm`` in release ``version`` (None: the
+        latest).
+
+        >>> rs = RingSearch(((100, (96.0, 48.0)), (0, (48.0, 24.0))), 25.0, (80, 50.0, 4), (90, 45.0, 16, (2, 26)),
+        ...                 (((2, 27, 6), 100, (48.0, 24.0)),))
+        >>> rs.ladder(100, (2, 26, 2)), rs.ladder(100, (2, 27, 6)), rs.ladder(100, None), rs.ladder(90, (2, 26, 2))
+        ((48.0, 24.0), (96.0, 48.0), (96.0, 48.0), (48.0, 24.0))
+        """
+        if version is not None:
+            v = tuple(version[:3]) + (0,) * (3 - len(version[:3]))
+            for until, least, ladder in self.history:
+                if sm >= least and v < until:
+                    return ladder
+        return next(sp for least, sp in self.speeds if sm >= least)
+
+    def _search(self, nics: int, best_bw: float, sm: int, version: tuple[int, ...] | None) -> tuple[int, float]:
+        """The search's channels and their bandwidth (GB/s) after ncclTopoDupChannels: a channel per NIC at the
+        ladder's first speed at most ``best_bw``, doubled (the speed halved) where that speed is at least
+        ``dup_min_bw``, but not on GPUs newer than sm80 below 50 GB/s with more than 4 channels."""
+        speed = next((v for v in self.ladder(sm, version) if v <= best_bw), self.ladder(sm, version)[-1])
+        search = max(1, nics)
+        skip_sm, skip_bw, skip_channels = self.dup_skip
+        if speed >= self.dup_min_bw and not (sm > skip_sm and speed < skip_bw and search > skip_channels):
+            search, speed = 2 * search, speed / 2
+        return search, speed
 
     def channels(self, nics: int, best_bw: float, sm: int, version: tuple[int, ...] | None) -> int:
         """NCCL's ring channels across nodes for ``nics`` NICs whose best GPU-NIC path carries ``best_bw`` GB/s.
 
-        A channel per NIC at the ladder's first speed at most ``best_bw``; ncclTopoDupChannels doubles them where
-        that speed is at least ``dup_min_bw`` (not on GPUs newer than sm80 below 50 GB/s with more than 4 channels);
-        connect.cc copies them once, and on sm90 and newer once more while the speed is above 45 GB/s and the
-        channels fewer than 16.
+        The search's channels (:meth:`_search`); connect.cc copies them once, and on sm90 and newer once more while
+        the speed is above 45 GB/s and the channels fewer than 16.
 
         >>> rs = RingSearch(((100, (96.0, 48.0, 24.0)), (90, (48.0, 24.0)), (0, (48.0, 24.0, 12.0))), 25.0,
         ...                 (80, 50.0, 4), (90, 45.0, 16, (2, 26)))
@@ -449,18 +477,41 @@ class RingSearch:
         >>> [rs.channels(8, bw, 80, None) for bw in (25.0, 12.5)], rs.channels(8, 100.0, 100, None)  # 200G, 100G; 800G
         ([16, 16], 32)
         """
-        ladder = next(sp for least, sp in self.speeds if sm >= least)
-        speed = next((v for v in ladder if v <= best_bw), ladder[-1])
-        search = max(1, nics)
-        skip_sm, skip_bw, skip_channels = self.dup_skip
-        if speed >= self.dup_min_bw and not (sm > skip_sm and speed < skip_bw and search > skip_channels):
-            search, speed = 2 * search, speed / 2
+        search, speed = self._search(nics, best_bw, sm, version)
         nch = 2 * search
         least_sm, bw_above, below, any_since = self.compute_copy
         newer = version is None or tuple(version[:2]) >= any_since
         if (sm >= least_sm if newer else sm == least_sm) and speed > bw_above and nch < below:
             nch *= 2
         return nch
+
+    def tree_bw(self, nics: int, best_bw: float, nvlink_bw: float, sm: int, version: tuple[int, ...] | None) -> float:
+        """What NCCL's tree graph carries on two nodes in its own figures (GB/s): its channels x bwIntra, the number
+        tuning.cc prices a tree with on at most two nodes (``nNodes <= 2 ? bwIntra``).
+
+        The search's channels and speed (:meth:`_search`, the ring's), then search.cc's second pass raises bwIntra
+        rung by rung up the release's ladder ("increase bwIntra for trees (2 nodes or collnet)") while it is below
+        twice bwInter and every channel still fits on a GPU's NVLinks (``nvlink_bw`` GB/s per direction, NCCL's
+        figure): where the NIC's speed is the ladder's top, there is no rung to climb.
+
+        >>> rs = RingSearch(((100, (96.0, 86.0, 80.0, 48.0, 24.0)), (90, (48.0, 24.0)),
+        ...                  (0, (48.0, 30.0, 28.0, 24.0, 12.0))), 25.0, (80, 50.0, 4), (90, 45.0, 16, (2, 26)),
+        ...                 (((2, 27, 6), 100, (48.0, 24.0)),))
+        >>> rs.tree_bw(8, 25.0, 240.0, 80, None)  # DGX A100, 8 x HDR: 24 -> 28 -> 30 (8 x 48 > 240)
+        240.0
+        >>> rs.tree_bw(8, 48.0, 370.8, 90, None), rs.tree_bw(8, 48.0, 721.8, 100, (2, 26, 2))  # 8 x NDR: no rung
+        (384.0, 384.0)
+        >>> rs.tree_bw(8, 48.0, 721.8, 100, None)  # 2.27.6 on, Blackwell: 80, 86 (8 x 96 > 721.8)
+        688.0
+        """
+        ladder = self.ladder(sm, version)
+        search, speed = self._search(nics, best_bw, sm, version)
+        i = next((k for k, v in enumerate(ladder) if v <= speed), len(ladder) - 1)
+        bw = ladder[i]
+        while bw < 2 * speed and i > 0 and search * ladder[i - 1] <= nvlink_bw + 1e-9:
+            i -= 1
+            bw = ladder[i]
+        return search * bw
 
 
 @dataclass(frozen=True)
@@ -1004,11 +1055,16 @@ def _ring_search(d: Mapping[str, Any]) -> RingSearch:
                     reverse=True)  # fmt: skip
     speeds[-1] = (0, speeds[-1][1])  # the oldest ladder serves every older GPU
     skip, copy = d["dup_skip"], d["compute_copy"]
+    history = tuple(
+        (_release(h["until"]), int(str(h["sm"]).removeprefix("sm")), tuple(float(v) for v in h["speeds"]))
+        for h in d.get("speeds_before", ())
+    )
     return RingSearch(
         tuple(speeds),
         float(d["dup_min_bw"]),
         (int(skip["sm_above"]), float(skip["bw_below"]), int(skip["channels_above"])),
         (int(copy["sm_min"]), float(copy["bw_above"]), int(copy["channels_below"]), _major_minor(copy["any_sm_since"])),
+        history,
     )
 
 

@@ -100,6 +100,9 @@ class NcclPlan:
     p2p: P2pChannels | None = None
     #: NCCL's NVLS heads per node (nvls_head_count()); 0 in hand-built plans, read as every GPU of the node
     nvls_head_count: int = 0
+    #: what NCCL's tree graph carries on two nodes, its channels x bwIntra (bytes/s, net_tree_bw()); 0.0 on one node,
+    #: on more than two and in hand-built plans
+    tree_bw: float = 0.0
 
     @property
     def nvls_nheads(self) -> int:
@@ -1034,6 +1037,7 @@ def plan_nccl(
         ll128_refusal=ll128_refusal(topo, gpus, intra.hw, len(node0), hops, nnodes, opts, consts),
         nvls_tuned=nvls_sm100_tuning(topo, node0, nnodes, opts, consts),
         nvls_collectives=_nvls_collectives(len(gpus), nnodes, opts, consts),
+        tree_bw=net_tree_bw(topo, node0, nics_used, sm, nvl_bw, opts, consts) if nnodes == 2 else 0.0,
         sm=sm,
         p2p=_p2p_channels(
             topo, node0, sm, nvl_bw, intra.hw, nch, len(gpus), nnodes, nics_used, nic_bw, vendor == "arm", opts, consts
@@ -1167,9 +1171,27 @@ def net_ring_channels(
     with constants that carry no ``ring_search`` (built by hand)."""
     if consts.ring_search is None:
         return 2 * nics_used
+    return consts.ring_search.channels(nics_used, _best_nic_path(topo, node0), sm, opts.version)
+
+
+def _best_nic_path(topo: Topology, node0: Sequence[str]) -> float:
+    """search.cc ``system->maxBw`` across nodes (GB/s): the largest :func:`nic_path_bw`, a NIC's from the GPUs
+    closest to it."""
     nics = dict.fromkeys(topo.nic_slots(0))
-    best = max((nic_path_bw(topo, g, n) for n in nics for g in _closest(topo, n, list(node0))), default=0.0)
-    return consts.ring_search.channels(nics_used, best, sm, opts.version)
+    return max((nic_path_bw(topo, g, n) for n in nics for g in _closest(topo, n, list(node0))), default=0.0)
+
+
+def net_tree_bw(
+    topo: Topology, node0: Sequence[str], nics_used: int, sm: int, nvl_bw: float, opts: NcclOptions,
+    consts: NcclConstants,
+) -> float:
+    """What NCCL's tree graph carries across two nodes in its own figures (bytes/s): its channels x bwIntra
+    (:meth:`~collsim.backends.nccl.constants.RingSearch.tree_bw`), ``nvl_bw`` one GPU's NVLink bandwidth (bytes/s);
+    0.0 with constants that carry no ``ring_search`` (built by hand)."""
+    if consts.ring_search is None:
+        return 0.0
+    best = _best_nic_path(topo, node0)
+    return consts.ring_search.tree_bw(nics_used, best, nvl_bw / 1e9, sm, opts.version) * 1e9  # GB/s <-> bytes/s
 
 
 def type_inter(

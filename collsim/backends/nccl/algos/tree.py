@@ -125,8 +125,9 @@ class Tree(NcclAlgorithm):
         bus = m.bus
         if plan.nnodes == 2:
             # two nodes are a special case (NCCL maintainers, NVIDIA/nccl#946 and nccl-tests#196): a tree sends half
-            # the ring's traffic over the network, so it can reach ~2x the network speed
-            bus = min(plan.intra_bw, 2 * plan.bus_bw)
+            # the ring's traffic over the network, so it can reach ~2x the network speed, as far as NCCL's search
+            # raised the tree's bwIntra (plan.tree_bw: not at all where the NIC's speed tops the release's ladder)
+            bus = min(plan.intra_bw, plan.tree_bw or 2 * plan.bus_bw)
         if m.collective == "allreduce":  # tuning.cc: "AllReduce pipelines two operations", every protocol
             bus = min(consts.tree_allreduce_efficiency * bus, nch * consts.per_channel_max_tree_bw[arch][idx])
         if proto == "LL":
