@@ -216,6 +216,14 @@ def _pci_vendor(value: Any) -> str:
     return value.lower()
 
 
+def _release(value: Any) -> tuple[int, int]:
+    """An NCCL release as [major, minor] (``[2, 20]``)."""
+    ok = isinstance(value, (list, tuple)) and len(value) == 2 and all(isinstance(v, int) and v >= 0 for v in value)
+    if not ok:
+        raise ValueError(f"expected an NCCL release as [major, minor] such as [2, 20], got {short_repr(value)}")
+    return int(value[0]), int(value[1])
+
+
 def _bool(value: Any) -> bool:
     if not isinstance(value, bool):
         raise ValueError(f"expected true or false, got {short_repr(value)}")
@@ -275,6 +283,7 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "peak_tflops": _peak_tflops,
     "pci_device_ids": _pci_device_ids,
     "pci_vendor": _pci_vendor,
+    "release": _release,
     "link_preset": _text,  # checked against links.yaml after loading
     "optional_link_preset": lambda v: None if v is None else _text(v),
 }
@@ -352,6 +361,9 @@ NIC_SCHEMA: dict[str, tuple[str, bool]] = {
     # the PCI vendor id Linux shows for the NIC (sysfs device/vendor): NCCL's socket transport picks its default
     # threads and sockets by it (topologies/software/nccl.yaml socket_vendor_defaults)
     "pci_vendor": ("pci_vendor", False),
+    # a card of several ports that NCCL opens as one device from this release (NCCL_IB_MERGE_NICS, net_ib.cc); the
+    # preset is that merged device; a run on an older release says so (NCCL_IB_MERGE_NICS=0 warns as unmodelled)
+    "nccl_merged_since": ("release", False),
 }
 FABRIC_SCHEMA: dict[str, tuple[str, bool]] = {
     "radix": ("positive_int", True),

@@ -191,7 +191,8 @@ def test_nvls_tree_across_h100_nodes() -> None:
     [
         ("hgx-h100", [0, 1, 2, 3, 4, 5, 6, 7]),  # a NIC per GPU, two GPUs and two NICs per PCIe switch
         ("aws-p5", [0, 1, 2, 3, 4, 5, 6, 7]),  # one grouped EFA device per GPU
-        ("oci-bm-gpu-h100-8", [0, 1, 4, 5, 8, 9, 12, 13]),  # 16 NICs, 4 per switch of 2 GPUs: one each
+        ("oci-ports", [0, 1, 4, 5, 8, 9, 12, 13]),  # 16 NICs, 4 per switch of 2 GPUs: one each
+        ("oci-bm-gpu-h100-8", [0, 1, 2, 3, 4, 5, 6, 7]),  # one merged dual-port card per GPU (NCCL from 2.20)
         # 4 NICs, one per switch of 2 GPUs: a head per NIC, its local GPU; GPUs 1, 3, 5, 7 send nothing across
         ("gcp-a3-high", {0: 0, 2: 1, 4: 2, 6: 3}),
     ],
@@ -199,11 +200,10 @@ def test_nvls_tree_across_h100_nodes() -> None:
 def test_nvls_tree_sends_through_each_gpus_own_nic(node: str, heads: list[int] | dict[int, int]) -> None:
     # NCCL's NVLS search pairs each head GPU with a NIC of its own (search.cc ncclTopoSearchRecNet): one head per
     # NIC, its local GPU; never a NIC behind another GPU's PCIe switch while one of its own is free
-    scenario = {
-        "name": "heads",
-        "cluster": {"node": node, "nodes": 2, "fabric": {"topology": "single_switch", "transport": "rdma"}},
-        "workload": {"collective": "allreduce"},
-    }
+    cluster: dict[str, Any] = {"node": node, "nodes": 2, "fabric": {"topology": "single_switch", "transport": "rdma"}}
+    if node == "oci-ports":  # OCI's BM.GPU.H100.8 as NCCL 2.19 sees it: a device per port
+        cluster |= {"node": "oci-bm-gpu-h100-8", "node_params": {"nic": "connectx-6-roce", "nics_per_gpu": 2}}
+    scenario = {"name": "heads", "cluster": cluster, "workload": {"collective": "allreduce"}}
     sim = Simulator.from_source(scenario)
     out = sim.simulate_one("nccl", 8 * MiB, choice=("NVLSTree", "Simple"), record=True, symmetry=False)
     used: dict[int, set[int]] = {}
@@ -221,10 +221,14 @@ def test_many_nics_per_gpu_reach_the_nvls_tree_plateau() -> None:
     # 200 Gb/s (NCCL's tuner: nChannels x bwInter, one channel per head), a bit below; neither through the CPU.
     # p5 with NCCL's own NVLS chunk (128 KiB) and without EFA's per-message cost (a user preset), so that only the
     # NICs' grouping differs from the H100 with NDR
-    def busbw(node: str, env: dict[str, str] | None = None, presets: dict[str, Any] | None = None) -> float:
+    def busbw(
+        node: str, env: dict[str, str] | None = None, presets: dict[str, Any] | None = None,
+        params: dict[str, Any] | None = None,
+    ) -> float:
         scenario = {
             "name": node,
-            "cluster": {"node": node, "nodes": 2, "fabric": {"topology": "single_switch", "transport": "rdma"}},
+            "cluster": {"node": node, "nodes": 2, "fabric": {"topology": "single_switch", "transport": "rdma"},
+                        **({"node_params": params} if params else {})},
             "workload": {"collective": "allreduce"},
             "backends": {"nccl": {"env": env or {}}},
             **({"presets": presets} if presets else {}),
@@ -233,7 +237,9 @@ def test_many_nics_per_gpu_reach_the_nvls_tree_plateau() -> None:
 
     nic = yaml.safe_load((ROOT / "topologies" / "presets" / "nics.yaml").read_text())["efa-v2-p5"]
     del nic["message_overhead"], nic["message_overhead_source"]
-    h100, oci = busbw("hgx-h100"), busbw("oci-bm-gpu-h100-8")
+    # OCI's 16 ports as NCCL 2.19 sees them (a device each); from 2.20 a merged card per GPU: the HGX H100's plateau
+    h100, oci = busbw("hgx-h100"), busbw("oci-bm-gpu-h100-8", params={"nic": "connectx-6-roce", "nics_per_gpu": 2})
+    assert busbw("oci-bm-gpu-h100-8") == pytest.approx(h100, rel=0.02)
     small = {"NCCL_NVLS_CHUNKSIZE": "131072"}
     assert busbw("aws-p5", small, {"nics": {"efa-v2-p5": nic}}) == pytest.approx(h100, rel=0.02)
     # with it, EFA pays 3.55 us a message on each port: NCCL's 128 KiB chunks fall far below the plugin's 512 KiB

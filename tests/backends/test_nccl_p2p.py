@@ -160,7 +160,7 @@ def test_pxn_relays_through_the_nics_own_gpu_and_alltoall_reaches_the_nics() -> 
     ("node", "nics"),
     [
         ("hgx-h100", {0: [0], 1: [1], 5: [5]}),  # a NIC per GPU: its own, on every channel
-        ("oci-bm-gpu-h100-8", {0: [0, 1], 1: [2, 3], 2: [4, 5], 7: [14, 15]}),  # 4 NICs, 2 GPUs a switch: 2 each
+        ("oci-ports", {0: [0, 1], 1: [2, 3], 2: [4, 5], 7: [14, 15]}),  # 4 NICs, 2 GPUs a switch: 2 each
         ("gcp-a3-high", {0: [0], 1: [0], 2: [1], 7: [3]}),  # a NIC for 2 GPUs: both use it
     ],
 )
@@ -173,7 +173,8 @@ def test_a_network_peer_is_reached_through_its_gpus_own_nics(node: str, nics: di
     from collsim.backends.nccl.plan import p2p_net_slot
     from collsim.topology import load_topology
 
-    topo = load_topology(node)
+    ports = {"nic": "connectx-6-roce", "nics_per_gpu": 2}  # OCI's BM.GPU.H100.8 as NCCL 2.19 sees it
+    topo = load_topology("oci-bm-gpu-h100-8", node_params=ports) if node == "oci-ports" else load_topology(node)
     got = {g: sorted({p2p_net_slot(topo, f"n0/gpu{g}", c) for c in range(4)}) for g in nics}
     assert got == nics
 
@@ -182,8 +183,8 @@ def test_alltoall_across_oci_nodes_reaches_its_sixteen_nics() -> None:
     """16 x 200 Gb/s is 8 x 400 Gb/s per node: a 2-node all-to-all moves as much as on HGX H100's 8 NDR NICs, and
     every NIC carries the same share (before: 10 GB/s busbw, staged through host memory across the CPUs)."""
 
-    def run(node: str) -> tuple[float, list[float]]:
-        sim = _sim("2node-h100-ib", f"cluster.node={node}", "workload.collective=alltoall")
+    def run(node: str, *params: str) -> tuple[float, list[float]]:
+        sim = _sim("2node-h100-ib", f"cluster.node={node}", "workload.collective=alltoall", *params)
         out = sim.simulate_one("nccl", GiB, record=True, symmetry=False)
         per_nic: dict[str, float] = {}
         for r in out.records:
@@ -195,7 +196,9 @@ def test_alltoall_across_oci_nodes_reaches_its_sixteen_nics() -> None:
         busbw = GiB / out.time_s * (out.nranks - 1) / out.nranks / 1e9
         return busbw, sorted(per_nic.values())
 
-    oci, loads = run("oci-bm-gpu-h100-8")
+    # OCI's 16 RDMA ports as NCCL 2.19 sees them, a device each
+    ports = ("cluster.node_params.nic=connectx-6-roce", "cluster.node_params.nics_per_gpu=2")
+    oci, loads = run("oci-bm-gpu-h100-8", *ports)
     hgx, _ = run("hgx-h100")
     assert len(loads) == 16 and loads[-1] == pytest.approx(loads[0], rel=1e-9)
     assert oci == pytest.approx(hgx, rel=0.02)

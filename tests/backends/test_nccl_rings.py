@@ -136,11 +136,12 @@ def test_mesh_chains_fall_back_when_links_are_exhausted() -> None:
 
 
 def test_more_nics_than_gpus_per_switch_spread_the_rings_over_nics_and_pcie_links() -> None:
-    """OCI's BM.GPU.H100.8: 4 PCIe switches of 2 GPUs and 4 NICs of 200 Gb/s. NCCL's network ring search takes a
+    """OCI's BM.GPU.H100.8 as NCCL 2.19 sees it (a device per port): 4 PCIe switches of 2 GPUs and 4 NICs of 200
+    Gb/s. NCCL's network ring search takes a
     channel per NIC, charging its bandwidth to the NIC -> GPU and GPU -> NIC PCIe paths, and connect.cc copies the
     channels once: 32 channels, 2 per NIC, every GPU entering and leaving 4 of them. So a ring reaches the NICs' rate
     (16 x 200 Gb/s per direction) where one GPU's link carrying most of a switch's channels would halve it."""
-    sim = _sim("oci-bm-gpu-h100-8", nodes=4)
+    sim = _sim("oci-bm-gpu-h100-8", nodes=4, nic="connectx-6-roce", nics_per_gpu=2)
     plan, topo = sim.nccl_plan, sim.topology
     assert plan.channels == 32
     nics = collections.Counter(plan.nic_for(topo, 0, c) for c in range(plan.channels))

@@ -180,6 +180,10 @@ _PUBLISHED_BIG = {
     # Gloo on CPU, added 2026-12-06 with workload.cores_per_process (each process pinned to one core): 21.8% (63.6%
     # with the pinning left out: the sends, receives and reduction of a rank each on a core of their own)
     "gloo_cpu_2node_40gbe_pinned_issue248": 22.8,
+    # OCI's BM.GPU.H100.8 tutorial (NCCL 2.21.5, 1-16 GiB), added 2026-12-06 with the template's dual-port cards as
+    # NCCL merges them (one 400 Gb/s device per GPU): 6.8%; 18.1% with a device per 200 Gb/s port (rings, 380 GB/s
+    # against 464 measured: no graph of NCCL's reaches the measured rate on 16 separate ports)
+    "oci_h100_2node_roce": 7.8,
 }
 
 

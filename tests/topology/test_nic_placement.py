@@ -17,9 +17,10 @@ from hypothesis import strategies as st
 from collsim.api import Simulator
 from collsim.scenario import ScenarioError
 from collsim.topology import Topology, TopologyError, load_presets, load_topology, topology_from_template
+from collsim.topology.generators import GENERATORS
 from collsim.topology.nic_placement import nic_slots_of, population_order, select_nics
 from collsim.topology.presets import read_yaml
-from collsim.topology.template import _build_layout, _template_path
+from collsim.topology.template import _build_layout, _template_path, resolve_params
 
 MiB = 2**20
 RAIL: dict[str, Any] = {"topology": "rail_optimized"}
@@ -71,15 +72,16 @@ def test_dgx_a100_with_four_nics_has_a_nic_next_to_every_gpu() -> None:
 
 
 def test_one_nic_per_pcie_switch_then_the_second_of_each() -> None:
-    for template, k, per_switch in (
-        ("dgx-a100", 4, 1),
-        ("hgx-h100", 4, 1),
-        ("hgx-b200", 4, 1),
-        ("aws-p5", 4, 1),  # 8 switches of one grouped EFA device each: 4 of them on 4 switches
-        ("oci-bm-gpu-h100-8", 8, 2),  # 4 switches of 4 NICs: two each
-        ("dgx-a100", 6, None),  # 4 switches, then one more on a switch of each socket
+    ports = {"nic": "connectx-6-roce", "nics_per_gpu": 2}  # OCI's 16 RDMA ports as NCCL 2.19 sees them
+    for template, k, per_switch, params in (
+        ("dgx-a100", 4, 1, None),
+        ("hgx-h100", 4, 1, None),
+        ("hgx-b200", 4, 1, None),
+        ("aws-p5", 4, 1, None),  # 8 switches of one grouped EFA device each: 4 of them on 4 switches
+        ("oci-bm-gpu-h100-8", 8, 2, ports),  # 4 switches of 4 NICs: two each
+        ("dgx-a100", 6, None, None),  # 4 switches, then one more on a switch of each socket
     ):
-        topo = load_topology(template, nodes=2, fabric={**RAIL, "nics_per_node": k})
+        topo = load_topology(template, nodes=2, fabric={**RAIL, "nics_per_node": k}, node_params=params)
         nics = topo.nics(0)
         assert len(nics) == k
         counts: dict[str, int] = {}
@@ -279,8 +281,22 @@ def test_nccl_alltoall_is_faster_with_the_spread_placement() -> None:
 
 
 # ---------------------------------------------------------------------------------------------- properties
-_TEMPLATES = ("dgx-a100", "hgx-h100", "aws-p4de", "aws-p5", "oci-bm-gpu-h100-8", "dgx1-v100")
-_LAYOUTS = {t: _build_layout(read_yaml(_template_path(t)), load_presets(), None) for t in _TEMPLATES}
+#: template -> node_params; OCI's BM.GPU.H100.8 as NCCL 2.19 sees it: 16 NICs, 4 per PCIe switch
+_TEMPLATES_PARAMS: dict[str, dict[str, Any] | None] = {
+    "dgx-a100": None, "hgx-h100": None, "aws-p4de": None, "aws-p5": None,
+    "oci-bm-gpu-h100-8": {"nic": "connectx-6-roce", "nics_per_gpu": 2}, "dgx1-v100": None,
+}
+_TEMPLATES = tuple(_TEMPLATES_PARAMS)
+
+
+def _layout(template: str, params: dict[str, Any] | None) -> Any:
+    presets, data = load_presets(), read_yaml(_template_path(template))
+    if data.get("generator"):
+        data = GENERATORS[data["generator"]](resolve_params(data.get("params"), params, presets, None), presets)
+    return _build_layout(data, presets, None)
+
+
+_LAYOUTS = {t: _layout(t, p) for t, p in _TEMPLATES_PARAMS.items()}
 
 
 @settings(max_examples=60, deadline=None)

@@ -42,6 +42,7 @@ NICS: dict[str, tuple[int, str, bool]] = {
     "aws-ena-100g": (100, "eth", False),  # AWS's 10 Gb/s cap on a TCP flow (flow_bw)
     "aws-ena-100g-no-pg": (100, "eth", False),  # 5 Gb/s a flow outside a cluster placement group
     "efa-v4": (400, "roce", True),  # p6-b200: one device per GPU, not grouped
+    "connectx-7-2x200g-roce": (400, "roce", True),  # a dual-port card's 2 x 200 GbE, merged by NCCL from 2.20
 }
 NEW_NICS = list(NICS)[6:]
 
@@ -126,6 +127,8 @@ def test_bit_byte_conversions() -> None:
     nics = load_presets().nics
     assert nics["connectx-8-xdr"]["speed"] == 100e9  # 800 Gb/s / 8
     assert nics["connectx-7-roce-400g"]["speed"] == 50e9  # 400 Gb/s / 8
+    assert nics["connectx-7-2x200g-roce"]["speed"] == 50e9  # 2 ports x 200 Gb/s / 8
+    assert nics["connectx-7-2x200g-roce"]["nccl_merged_since"] == (2, 20)
     assert nics["eth-25g"]["speed"] == 3.125e9  # 25 Gb/s / 8
     assert nics["eth-10g"]["speed"] == 1.25e9  # 10 Gb/s / 8
 

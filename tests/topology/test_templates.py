@@ -466,12 +466,19 @@ def test_aws_p6_b200_one_efa_v4_device_per_gpu() -> None:
     assert [local_net_index(topo, f"n0/gpu{g}", 0, nics) for g in range(8)] == list(range(8))
 
 
-def test_oci_h100_two_roce_nics_per_gpu() -> None:
+def test_oci_h100_a_dual_port_card_per_gpu_or_a_device_per_port() -> None:
+    # as NCCL from 2.20 sees the shape: a card's two 200 Gb/s ports merged into one device of 400 Gb/s
     topo = load_topology("oci-bm-gpu-h100-8")
-    assert len(topo.nics()) == 16 and topo.device("n0/nic9").spec["speed"] == 25e9  # 200 Gb/s
-    assert _row(topo, 4)[8:] == ["SYS"] * 8 + ["PIX"] * 4 + ["PHB"] * 4
-    assert topo.nearest_nic("n0/gpu5") == topo.device("n0/nic8")
-    assert topo.link("n0/nic0", "n0/pcie0").kind == "pcie"
+    assert len(topo.nics()) == 8 and topo.device("n0/nic5").spec["speed"] == 50e9  # 400 Gb/s
+    assert topo.device("n0/nic5").spec["nccl_merged_since"] == (2, 20)
+    assert _row(topo, 4)[8:] == ["SYS"] * 4 + ["PIX"] * 2 + ["PHB"] * 2
+    assert topo.nearest_nic("n0/gpu5") == topo.device("n0/nic4")
+    # as NCCL 2.19 sees it (or NCCL_IB_MERGE_NICS=0): a device per port, two per GPU on its PCIe switch
+    ports = load_topology("oci-bm-gpu-h100-8", node_params={"nic": "connectx-6-roce", "nics_per_gpu": 2})
+    assert len(ports.nics()) == 16 and ports.device("n0/nic9").spec["speed"] == 25e9  # 200 Gb/s
+    assert _row(ports, 4)[8:] == ["SYS"] * 8 + ["PIX"] * 4 + ["PHB"] * 4
+    assert ports.nearest_nic("n0/gpu5") == ports.device("n0/nic8")
+    assert ports.link("n0/nic0", "n0/pcie0").kind == "pcie"
 
 
 def test_gb200_nvl72_one_nvlink_domain() -> None:

@@ -103,6 +103,8 @@ class NcclPlan:
     #: what NCCL's tree graph carries on two nodes, its channels x bwIntra (bytes/s, net_tree_bw()); 0.0 on one node,
     #: on more than two and in hand-built plans
     tree_bw: float = 0.0
+    #: NIC presets of multi-port cards NCCL merges from a later release than the run's, a line each (_unmerged_ports)
+    unmerged_ports: tuple[str, ...] = ()
 
     @property
     def nvls_nheads(self) -> int:
@@ -135,7 +137,8 @@ def local_net_index(topo: Topology, gpu: str, channel: int, nics: Sequence[str])
     >>> hgx = load_topology("hgx-h100")  # a NIC per GPU: its own
     >>> [local_net_index(hgx, f"n0/gpu{g}", 0, hgx.nic_slots(0)) for g in range(8)]
     [0, 1, 2, 3, 4, 5, 6, 7]
-    >>> oci = load_topology("oci-bm-gpu-h100-8")  # 4 NICs and 2 GPUs per switch: 2 NICs each
+    >>> oci = load_topology("oci-bm-gpu-h100-8", node_params={"nic": "connectx-6-roce", "nics_per_gpu": 2})
+    >>> # OCI's 16 ports a device each (NCCL 2.19): 4 NICs and 2 GPUs per switch, 2 NICs each
     >>> [[local_net_index(oci, f"n0/gpu{g}", c, oci.nic_slots(0)) for c in (0, 1)] for g in range(4)]
     [[0, 1], [2, 3], [4, 5], [6, 7]]
     """
@@ -1038,6 +1041,7 @@ def plan_nccl(
         nvls_tuned=nvls_sm100_tuning(topo, node0, nnodes, opts, consts),
         nvls_collectives=_nvls_collectives(len(gpus), nnodes, opts, consts),
         tree_bw=net_tree_bw(topo, node0, nics_used, sm, nvl_bw, opts, consts) if nnodes == 2 else 0.0,
+        unmerged_ports=tuple(_unmerged_ports(topo, opts)) if nnodes > 1 else (),
         sm=sm,
         p2p=_p2p_channels(
             topo, node0, sm, nvl_bw, intra.hw, nch, len(gpus), nnodes, nics_used, nic_bw, vendor == "arm", opts, consts
@@ -1092,6 +1096,22 @@ def _p2p_channels(
         net_peer_channels=opts.nchannels_per_net_peer, min_p2p=opts.min_p2p_channels, max_p2p=opts.max_p2p_channels,
         simple_step=int(step), arm_blackwell=sm >= 100 and arm_host,
     )  # fmt: skip
+
+def _unmerged_ports(topo: Topology, opts: NcclOptions) -> list[str]:
+    """A note for each NIC preset of node 0 that is a multi-port card as NCCL merges it (``nccl_merged_since``)
+    where the run's release is older than that: NCCL then opens every port as its own device, which the preset
+    does not model."""
+    out = []
+    for preset, spec in {d.spec.get("preset"): d.spec for d in topo.nics(0) if d.spec.get("nccl_merged_since")}.items():
+        since = tuple(spec["nccl_merged_since"])
+        if opts.before((since[0], since[1])):
+            out.append(
+                f"NIC preset {preset}: NCCL merges the card's ports into one device from {since[0]}.{since[1]} "
+                f"(NCCL_IB_MERGE_NICS); this release opens each port as its own, which the preset does not model "
+                "(describe the node with one NIC per port)"
+            )
+    return out
+
 
 def _check_release_knobs(opts: NcclOptions, consts: NcclConstants) -> None:
     """Refuse NCCL_ALGO / NCCL_PROTO entries for one collective before the release that reads them (2.24)."""

@@ -86,7 +86,8 @@ def release_notes(plan: NcclPlan, opts: NcclOptions, consts: NcclConstants, coll
     NCCL's NVLS tuning on Blackwell across nodes (``plan.nvls_tuned``), then for the scenario's release
     (``backends.nccl.version``; nothing more when unset) one outside the tuner tables collsim holds, a GPU
     generation it did not know, the algorithms and protocols it does not have yet, the one-node NVLS split before
-    2.20 and the release's tuner tables."""
+    2.20 and the release's tuner tables; a NIC preset of a card the release does not merge yet
+    (``plan.unmerged_ports``)."""
     t = consts.threads
     out = [
         note
@@ -107,6 +108,7 @@ def release_notes(plan: NcclPlan, opts: NcclOptions, consts: NcclConstants, coll
                  f"NVLSTree's chunk at most {cap // 1024} KiB" if cap else ""]  # fmt: skip
         out.append("NCCL's NVLS tuning on Blackwell across nodes (2.30.3 on, by the GPUs' network bandwidth): "
                    + ", ".join(p for p in parts if p))  # fmt: skip
+    out.extend(plan.unmerged_ports)
     if opts.version is None:
         return out
     head = f"NCCL {'.'.join(map(str, opts.version))} (backends.nccl.version)"
