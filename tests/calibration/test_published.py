@@ -184,6 +184,11 @@ _PUBLISHED_BIG = {
     # NCCL merges them (one 400 Gb/s device per GPU): 6.8%; 18.1% with a device per 200 Gb/s port (rings, 380 GB/s
     # against 464 measured: no graph of NCCL's reaches the measured rate on 16 separate ports)
     "oci_h100_2node_roce": 7.8,
+    # two more the same day: p4d (A100 40GB) on the shared p4de run's EFA fabric, NCCL 2.23.4 and aws-ofi-nccl 1.13.2
+    # (3.1%), and Google's all_gather on two A3 Ultra (H200, 8 x 400 Gb/s RoCE, NCCL 2.26.6: 22.6%, a plateau of 325
+    # against 380 GB/s simulated, as Vultr's B200 pair: docs/accuracy.md, "More published two-node runs")
+    "aws_p4d_2node_efa_nccl2234": 4.1,
+    "gcp_a3ultra_h200_2node_roce_allgather": 23.6,
 }
 
 
