@@ -118,18 +118,23 @@ def test_tuner_prediction_close_to_simulation_at_large_sizes() -> None:
 
 
 def test_tree_allreduce_model_follows_tuning_cc() -> None:
-    # tuning.cc, two nodes: busBw = bwIntra (capped at twice the network's), x0.92 for a tree allreduce in every
-    # protocol ("AllReduce pipelines two operations"), LL128 x120/128 across nodes, algBw = busBw / 2; the tree
-    # correction factor applies below 512 MiB only (tuning.cc: Tree for logSize = log2(bytes / 64) < 23)
+    # tuning.cc, two nodes: busBw = the graph's channels x bwIntra (plan.tree_bw, within the NVLinks), x0.92 for a
+    # tree allreduce in every protocol ("AllReduce pipelines two operations") and at most the graph's channels x
+    # perChMaxTreeBw, LL128 x120/128 across nodes and at most channels x perChMaxTreeLL128Bw, algBw = busBw / 2; the
+    # tree correction factor applies below 512 MiB only (tuning.cc: Tree for logSize = log2(bytes / 64) < 23)
     from collsim.backends.nccl import tuner_times
 
     sim = Simulator.from_source("2node-a100-ib")
     plan, consts = sim.nccl_plan, sim.nccl_constants
     size = 4 * 1024 * MiB
     times = tuner_times(plan, consts, "allreduce", size, sim.nccl_options)
-    bus = min(plan.intra_bw, 2 * plan.bus_bw) * 0.92
-    for proto, frac in (("Simple", 1.0), ("LL128", 120 / 128)):
-        lat = times[("Tree", proto)] - size / (bus * frac * 0.5)
+    assert (plan.tuner_channels, plan.tree_bw) == (8, 240e9)  # 8 HDR NICs: 8 graph channels, bwIntra 24 -> 30 GB/s
+    nch, idx = plan.tuner_channels, 1  # the tuner tables' two-node column
+    bus = min(min(plan.intra_bw, plan.tree_bw) * 0.92, nch * consts.per_channel_max_tree_bw["ampere"][idx])
+    assert bus == pytest.approx(8 * 23.6e9)  # Ampere's perChMaxTreeBw on two nodes binds: 188.8 GB/s
+    ll128 = min(bus * 120 / 128, nch * consts.per_channel_max_tree_ll128_bw["ampere"][idx])
+    for proto, b in (("Simple", bus), ("LL128", ll128)):
+        lat = times[("Tree", proto)] - size / (b * 0.5)
         assert 0 < lat < 100e-6  # what is left is the tree's latency, tens of us
     small = tuner_times(plan, consts, "allreduce", 64 * 2**9, sim.nccl_options)  # bucket 9: LL128 factor 0.7
     big = tuner_times(plan, consts, "allreduce", 64 * 2**23, sim.nccl_options)  # 512 MiB, bucket 23: factor 1

@@ -213,14 +213,14 @@ def test_p5_run_takes_the_plugins_picks() -> None:
 )
 def test_p5_without_the_plugins_pick(override: str) -> None:
     """Turned off, before NCCL 2.21 (not loaded unless named) or on two nodes: NCCL's cost model picks (the pair it
-    prices fastest; the plugin's would be Ring/LL128 at 1 GiB on 8 nodes). With NCCL 2.27.7's own NVLSTree formula
-    (before 2.28.3: min(NVLink, the NICs halved from three nodes) x 5/6) that is Tree on 8 nodes, NVLSTree on 2; the
-    latest formula would price NVLSTree first on 8 nodes too."""
+    prices fastest; the plugin's would be Ring/LL128 at 1 GiB on 8 nodes): NVLSTree on 8 nodes and on 2. (Tree on 8
+    nodes until 2026-12-06, when the tree's cap was still priced at the channels NCCL runs, 16, not at its graph's
+    8: tuning.cc's nChannels x perChMaxTreeBw.)"""
     sim = Simulator.from_source(P5_8NODE, [override])
     out = sim.simulate_one("nccl", 1 << 30)
     model = tuner_times(sim.nccl_plan, sim.nccl_constants, "allreduce", 1 << 30, sim.nccl_options)
     assert (out.algorithm, out.protocol) == min(model, key=model.__getitem__)
-    assert out.algorithm == ("NVLSTree" if sim.nccl_plan.nnodes == 2 else "Tree")
+    assert out.algorithm == "NVLSTree"
     assert not any("region tuner (p5.48xlarge, allreduce" in n for n in out.notes)  # the note of a plugin's pick
 
 

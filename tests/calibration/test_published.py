@@ -117,7 +117,9 @@ _PUBLISHED_BIG = {
     # whole step and the EFA link latency at 16.36 us, the same day)
     "aws_p5_2node_efa": 7.6,
     "nebius_h100_2node_ib": 8.9,
-    "crusoe_a100_2node_ib": 13.2,  # 14.7% -> 12.2% with the tree's thread split (2026-12-05)
+    # 14.7% -> 12.2% with the tree's thread split (2026-12-05); 12.2% -> 6.2% with NCCL's caps priced per graph channel
+    # (2026-12-06: Ring/LL128 at 16-64 MiB and Ring/Simple from 128 MiB, as the run's curve says)
+    "crusoe_a100_2node_ib": 7.2,
     # NCCL 2.26.2's own NVLSTree formula (before 2.28.3: min(NVLink, NICs) x 5/6) had moved its pick to Tree/Simple
     # from 512 MiB, 10-19% slower than the run measured (2026-12-05: 5.5% -> 9.4%; 12.9% with NCCL's tree layout);
     # 12.7% -> 4.9% once the tree is priced at its search's bwIntra, 48 GB/s on 2.26.2's Blackwell ladder
@@ -138,7 +140,7 @@ _PUBLISHED_BIG = {
     "aws_p5_16node_efa_nccl2277": 2.4,
     # four more, added after NVLS's local copies were modelled and checked with them unchanged (2026-12-04)
     "h200_2node_roce_spectrumx": 3.9,
-    "h100_8node_ib_issue309": 18.5,
+    "h100_8node_ib_issue309": 17.8,  # 18.3% -> 16.8% with NCCL's caps priced per graph channel (2026-12-06)
     "dgx1_v100_8gpu_g8": 5.3,
     # 24.1% -> 25.5% with NVLS's 32-head limit (NCCL_MAX_NVLS_ARITY, 2026-12-06): the source moved it away
     "gb200_nvl72_1rack_coreweave": 26.5,
@@ -154,7 +156,7 @@ _PUBLISHED_BIG = {
     # (docs/accuracy.md, "Other collectives and B200 acceptance sweeps")
     "vultr_b200_8gpu_allreduce": 7.5,
     "vultr_b200_8gpu_allgather": 6.6,
-    "vultr_b200_8gpu_reduce_scatter": 6.0,
+    "vultr_b200_8gpu_reduce_scatter": 5.8,
     # 26.8% before NCCL's point-to-point schedule was modelled (2026-12-05, the same day); sendrecv added with it
     "vultr_b200_8gpu_alltoall": 8.1,
     "vultr_b200_8gpu_sendrecv": 4.3,

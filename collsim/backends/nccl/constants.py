@@ -453,10 +453,16 @@ class RingSearch:
                     return ladder
         return next(sp for least, sp in self.speeds if sm >= least)
 
-    def _search(self, nics: int, best_bw: float, sm: int, version: tuple[int, ...] | None) -> tuple[int, float]:
+    def search(self, nics: int, best_bw: float, sm: int, version: tuple[int, ...] | None) -> tuple[int, float]:
         """The search's channels and their bandwidth (GB/s) after ncclTopoDupChannels: a channel per NIC at the
         ladder's first speed at most ``best_bw``, doubled (the speed halved) where that speed is at least
-        ``dup_min_bw``, but not on GPUs newer than sm80 below 50 GB/s with more than 4 channels."""
+        ``dup_min_bw``, but not on GPUs newer than sm80 below 50 GB/s with more than 4 channels. The channels are the
+        graph's ``nChannels``, which tuning.cc prices with; connect.cc's copies (:meth:`channels`) are not.
+
+        >>> rs = RingSearch(((90, (48.0, 24.0)), (0, (48.0, 24.0, 12.0))), 25.0, (80, 50.0, 4), (90, 45.0, 16, (2, 26)))
+        >>> rs.search(8, 50.0, 90, None), rs.search(8, 25.0, 80, None), rs.search(4, 50.0, 80, None)
+        ((8, 48.0), (8, 24.0), (8, 24.0))
+        """
         speed = next((v for v in self.ladder(sm, version) if v <= best_bw), self.ladder(sm, version)[-1])
         search = max(1, nics)
         skip_sm, skip_bw, skip_channels = self.dup_skip
@@ -467,7 +473,7 @@ class RingSearch:
     def channels(self, nics: int, best_bw: float, sm: int, version: tuple[int, ...] | None) -> int:
         """NCCL's ring channels across nodes for ``nics`` NICs whose best GPU-NIC path carries ``best_bw`` GB/s.
 
-        The search's channels (:meth:`_search`); connect.cc copies them once, and on sm90 and newer once more while
+        The search's channels (:meth:`search`); connect.cc copies them once, and on sm90 and newer once more while
         the speed is above 45 GB/s and the channels fewer than 16.
 
         >>> rs = RingSearch(((100, (96.0, 48.0, 24.0)), (90, (48.0, 24.0)), (0, (48.0, 24.0, 12.0))), 25.0,
@@ -477,7 +483,7 @@ class RingSearch:
         >>> [rs.channels(8, bw, 80, None) for bw in (25.0, 12.5)], rs.channels(8, 100.0, 100, None)  # 200G, 100G; 800G
         ([16, 16], 32)
         """
-        search, speed = self._search(nics, best_bw, sm, version)
+        search, speed = self.search(nics, best_bw, sm, version)
         nch = 2 * search
         least_sm, bw_above, below, any_since = self.compute_copy
         newer = version is None or tuple(version[:2]) >= any_since
@@ -489,7 +495,7 @@ class RingSearch:
         """What NCCL's tree graph carries on two nodes in its own figures (GB/s): its channels x bwIntra, the number
         tuning.cc prices a tree with on at most two nodes (``nNodes <= 2 ? bwIntra``).
 
-        The search's channels and speed (:meth:`_search`, the ring's), then search.cc's second pass raises bwIntra
+        The search's channels and speed (:meth:`search`, the ring's), then search.cc's second pass raises bwIntra
         rung by rung up the release's ladder ("increase bwIntra for trees (2 nodes or collnet)") while it is below
         twice bwInter and every channel still fits on a GPU's NVLinks (``nvlink_bw`` GB/s per direction, NCCL's
         figure): where the NIC's speed is the ladder's top, there is no rung to climb.
@@ -505,7 +511,7 @@ class RingSearch:
         688.0
         """
         ladder = self.ladder(sm, version)
-        search, speed = self._search(nics, best_bw, sm, version)
+        search, speed = self.search(nics, best_bw, sm, version)
         i = next((k for k, v in enumerate(ladder) if v <= speed), len(ladder) - 1)
         bw = ladder[i]
         while bw < 2 * speed and i > 0 and search * ladder[i - 1] <= nvlink_bw + 1e-9:

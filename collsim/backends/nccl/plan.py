@@ -105,6 +105,14 @@ class NcclPlan:
     tree_bw: float = 0.0
     #: NIC presets of multi-port cards NCCL merges from a later release than the run's, a line each (_unmerged_ports)
     unmerged_ports: tuple[str, ...] = ()
+    #: the ring and tree graphs' channels as NCCL's search leaves them, before connect.cc copies them: tuning.cc
+    #: prices with graphs[a]->nChannels (net_graph_channels()); 0 in hand-built plans, read as channels // 2
+    graph_channels: int = 0
+
+    @property
+    def tuner_channels(self) -> int:
+        """The channels NCCL's cost model multiplies its per-channel caps by (:attr:`graph_channels`)."""
+        return self.graph_channels or max(1, self.channels // 2)
 
     @property
     def nvls_nheads(self) -> int:
@@ -1041,6 +1049,9 @@ def plan_nccl(
         nvls_tuned=nvls_sm100_tuning(topo, node0, nnodes, opts, consts),
         nvls_collectives=_nvls_collectives(len(gpus), nnodes, opts, consts),
         tree_bw=net_tree_bw(topo, node0, nics_used, sm, nvl_bw, opts, consts) if nnodes == 2 else 0.0,
+        graph_channels=(
+            net_graph_channels(topo, node0, nics_used, sm, opts, consts) if nnodes > 1 else 0
+        ) or max(1, intra.channels // 2),
         unmerged_ports=tuple(_unmerged_ports(topo, opts)) if nnodes > 1 else (),
         sm=sm,
         p2p=_p2p_channels(
@@ -1199,6 +1210,26 @@ def _best_nic_path(topo: Topology, node0: Sequence[str]) -> float:
     closest to it."""
     nics = dict.fromkeys(topo.nic_slots(0))
     return max((nic_path_bw(topo, g, n) for n in nics for g in _closest(topo, n, list(node0))), default=0.0)
+
+
+def net_graph_channels(
+    topo: Topology, node0: Sequence[str], nics_used: int, sm: int, opts: NcclOptions, consts: NcclConstants
+) -> int:
+    """The ring and tree graphs' channels across nodes as NCCL's search leaves them (its ``nChannels``: a channel per
+    NIC, doubled by ncclTopoDupChannels where it applies,
+    :meth:`~collsim.backends.nccl.constants.RingSearch.search`), before connect.cc copies them into the channels
+    NCCL runs. init.cc sets ``treeGraph->nChannels = ringGraph->nChannels`` to the smaller (v2.26.2-1 line 1010) and
+    tuning.cc multiplies its per-channel caps by it (``graphs[a]->nChannels``); 0 with constants that carry no
+    ``ring_search``.
+
+    >>> from collsim.api import Simulator
+    >>> sim = Simulator.from_source("scenarios/2node-h100-ib.yaml")
+    >>> sim.nccl_plan.channels, sim.nccl_plan.graph_channels  # 8 NDR NICs: 8 searched, copied to 16
+    (16, 8)
+    """
+    if consts.ring_search is None:
+        return 0
+    return consts.ring_search.search(nics_used, _best_nic_path(topo, node0), sm, opts.version)[0]
 
 
 def net_tree_bw(

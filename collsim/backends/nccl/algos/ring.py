@@ -79,7 +79,7 @@ class Ring(NcclAlgorithm):
 
     def model(self, m: ModelInputs) -> tuple[float, float]:
         """LL: llMaxBw and x0.5 (LL's lines carry 8 data bytes in 16; x 1/4 before 2.21); LL128: 92% (70% with one
-        GPU per node before 2.23) and a per-channel cap; latency
+        GPU per node before 2.23) and a per-channel cap x the graph's channels (``plan.tuner_channels``); latency
         = baseLat + per-step hwLat (intra-node steps >= netOverhead across nodes) x the ring's plateau factor;
         broadcast and reduce, chains: baseLat + one hwLat."""
         plan, consts, proto = m.plan, m.consts, m.proto
@@ -91,7 +91,7 @@ class Ring(NcclAlgorithm):
                 frac = before["ring_ll_fraction_one_node" if gather else "ring_ll_fraction"]
             bus = min(consts.ll_bw(plan.arch, plan.cpu_vendor, m.idx), bus * frac)
         elif proto == "LL128":
-            cap = plan.channels * consts.per_channel_max_ring_ll128_bw[plan.arch][m.idx]
+            cap = plan.tuner_channels * consts.per_channel_max_ring_ll128_bw[plan.arch][m.idx]
             eff = consts.ll128_tuner_efficiency
             if "ring_ll128_ppn" in m.older and plan.ppn < 2:  # before 2.23: "ppn < 2 ? 0.7 : 0.92"
                 eff = before["ring_ll128_one_ppn"]

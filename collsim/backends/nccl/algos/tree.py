@@ -121,7 +121,7 @@ class Tree(NcclAlgorithm):
         x the tree correction factor. Latency: baseLat +
         2 x (chain steps x intra + tree depth x inter)."""
         plan, consts, proto = m.plan, m.consts, m.proto
-        arch, idx, nch = plan.arch, m.idx, plan.channels
+        arch, idx, nch = plan.arch, m.idx, plan.tuner_channels  # graphs[TREE]->nChannels, before connect.cc's copies
         bus = m.bus
         if plan.nnodes == 2:
             # two nodes are a special case (NCCL maintainers, NVIDIA/nccl#946 and nccl-tests#196): a tree sends half
