@@ -1108,6 +1108,7 @@ def _p2p_channels(
         simple_step=int(step), arm_blackwell=sm >= 100 and arm_host,
     )  # fmt: skip
 
+
 def _unmerged_ports(topo: Topology, opts: NcclOptions) -> list[str]:
     """A note for each NIC preset of node 0 that is a multi-port card as NCCL merges it (``nccl_merged_since``)
     where the run's release is older than that: NCCL then opens every port as its own device, which the preset
