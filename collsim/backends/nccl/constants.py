@@ -463,7 +463,8 @@ class RingSearch:
         >>> rs.search(8, 50.0, 90, None), rs.search(8, 25.0, 80, None), rs.search(4, 50.0, 80, None)
         ((8, 48.0), (8, 24.0), (8, 24.0))
         """
-        speed = next((v for v in self.ladder(sm, version) if v <= best_bw), self.ladder(sm, version)[-1])
+        ladder = self.ladder(sm, version)
+        speed = next((v for v in ladder if v <= best_bw), ladder[-1])
         search = max(1, nics)
         skip_sm, skip_bw, skip_channels = self.dup_skip
         if speed >= self.dup_min_bw and not (sm > skip_sm and speed < skip_bw and search > skip_channels):

@@ -100,13 +100,13 @@ class NcclPlan:
     p2p: P2pChannels | None = None
     #: NCCL's NVLS heads per node (nvls_head_count()); 0 in hand-built plans, read as every GPU of the node
     nvls_head_count: int = 0
-    #: what NCCL's tree graph carries on two nodes, its channels x bwIntra (bytes/s, net_tree_bw()); 0.0 on one node,
+    #: what NCCL's tree graph carries on two nodes, its channels x bwIntra (bytes/s, net_search()); 0.0 on one node,
     #: on more than two and in hand-built plans
     tree_bw: float = 0.0
     #: NIC presets of multi-port cards NCCL merges from a later release than the run's, a line each (_unmerged_ports)
     unmerged_ports: tuple[str, ...] = ()
     #: the ring and tree graphs' channels as NCCL's search leaves them, before connect.cc copies them: tuning.cc
-    #: prices with graphs[a]->nChannels (net_graph_channels()); 0 in hand-built plans, read as channels // 2
+    #: prices with graphs[a]->nChannels (net_search()); 0 in hand-built plans, read as channels // 2
     graph_channels: int = 0
 
     @property
@@ -857,7 +857,7 @@ def _intra_node(
 def _channel_count(
     nch: int, net_nch: int, nnodes: int, opts: NcclOptions, consts: NcclConstants, node_unbound: bool = False
 ) -> int:
-    """Across nodes the network search's channels ``net_nch`` (:func:`net_ring_channels`: 2 per NIC on 8 NICs of
+    """Across nodes the network search's channels ``net_nch`` (:func:`net_search`: 2 per NIC on 8 NICs of
     200 or 400 Gb/s, 4 on 4 or fewer of 400 Gb/s). Where nothing inside the node bounds them (``node_unbound``):
     behind an NVSwitch, whose NVLinks carry every such channel whatever one node alone runs (OCI's 16 NICs: 32, where
     one node runs 24), and with one GPU a node (NCCL's search has no path inside the node, typeIntra LOC,
@@ -974,14 +974,7 @@ def plan_nccl(
         NCCL_PROTO entries for one collective before the release that reads them.
     """
     fabric = dict(fabric or {})
-    gpus = [d.name for d in topo.gpus()]
-    if len(gpus) < 1:
-        raise BackendError("the topology has no GPUs: NCCL needs GPUs (use the gloo backend with device: cpu)")
-    if topo.ranks_per_gpu > 1:  # NVIDIA/nccl src/init.cc lines 736-739 (v2.27.7-1): ncclInvalidUsage
-        raise BackendError(
-            f"NCCL runs one rank per GPU ('Duplicate GPU detected' when two share one); this cluster has "
-            f"{topo.ranks_per_gpu} ranks per GPU (cluster.ranks_per_gpu): use the gloo backend"
-        )
+    gpus = _nccl_gpus(topo)
     _check_release_knobs(opts, consts)
     cat = ResourceCatalog(topo)
     arch = str(topo.device(gpus[0]).spec.get("arch", "ampere"))
@@ -997,11 +990,11 @@ def plan_nccl(
             raise BackendError("several nodes but node 0 has no NIC")
     switch = next(iter(topo.devices("nvswitch", 0)), None)
     sm = int(topo.device(gpus[0]).spec.get("sm", 0))
-    net_nch = net_ring_channels(topo, node0, nics_used, sm, opts, consts) if nnodes > 1 else 0
-    nch = _channel_count(intra.channels, net_nch, nnodes, opts, consts, switch is not None or len(node0) == 1)
+    net = net_search(topo, node0, nics_used, nnodes, sm, nvl_bw, opts, consts)
+    nch = _channel_count(intra.channels, net.channels, nnodes, opts, consts, switch is not None or len(node0) == 1)
     rings, hops = _rings(topo, cat, nch, nnodes, opts, consts, fabric)
     notes = list(intra.notes)
-    bus_bw = min(intra.capacity, nch * intra.channel_bw)
+    intra_bw = bus_bw = min(intra.capacity, nch * intra.channel_bw)
     nic_bw = 0.0
     if nnodes > 1:
         first_net = next(h for h in hops.values() if h.hw == "NET")
@@ -1032,7 +1025,7 @@ def plan_nccl(
         nvswitch=switch.name if switch is not None else None,
         ppn=len(node0),
         fabric=fabric,
-        intra_bw=min(intra.capacity, nch * intra.channel_bw),
+        intra_bw=intra_bw,
         nic_count=nics_used,
         nic_bw=nic_bw,
         notes=notes,
@@ -1048,10 +1041,8 @@ def plan_nccl(
         ll128_refusal=ll128_refusal(topo, gpus, intra.hw, len(node0), hops, nnodes, opts, consts),
         nvls_tuned=nvls_sm100_tuning(topo, node0, nnodes, opts, consts),
         nvls_collectives=_nvls_collectives(len(gpus), nnodes, opts, consts),
-        tree_bw=net_tree_bw(topo, node0, nics_used, sm, nvl_bw, opts, consts) if nnodes == 2 else 0.0,
-        graph_channels=(
-            net_graph_channels(topo, node0, nics_used, sm, opts, consts) if nnodes > 1 else 0
-        ) or max(1, intra.channels // 2),
+        tree_bw=net.tree_bw,
+        graph_channels=net.graph_channels or max(1, intra.channels // 2),
         unmerged_ports=tuple(_unmerged_ports(topo, opts)) if nnodes > 1 else (),
         sm=sm,
         p2p=_p2p_channels(
@@ -1059,6 +1050,19 @@ def plan_nccl(
         ),
         nvls_head_count=nvls_head_count(topo, nnodes, len(node0), consts),
     )
+
+
+def _nccl_gpus(topo: Topology) -> list[str]:
+    """The GPUs NCCL's ranks run on, one rank each; a BackendError where there are none or ranks share a GPU."""
+    gpus = [d.name for d in topo.gpus()]
+    if len(gpus) < 1:
+        raise BackendError("the topology has no GPUs: NCCL needs GPUs (use the gloo backend with device: cpu)")
+    if topo.ranks_per_gpu > 1:  # NVIDIA/nccl src/init.cc lines 736-739 (v2.27.7-1): ncclInvalidUsage
+        raise BackendError(
+            f"NCCL runs one rank per GPU ('Duplicate GPU detected' when two share one); this cluster has "
+            f"{topo.ranks_per_gpu} ranks per GPU (cluster.ranks_per_gpu): use the gloo backend"
+        )
+    return gpus
 
 
 def _p2p_channels(
@@ -1115,10 +1119,10 @@ def _unmerged_ports(topo: Topology, opts: NcclOptions) -> list[str]:
     does not model."""
     out = []
     for preset, spec in {d.spec.get("preset"): d.spec for d in topo.nics(0) if d.spec.get("nccl_merged_since")}.items():
-        since = tuple(spec["nccl_merged_since"])
-        if opts.before((since[0], since[1])):
+        major, minor = spec["nccl_merged_since"]
+        if opts.before((major, minor)):
             out.append(
-                f"NIC preset {preset}: NCCL merges the card's ports into one device from {since[0]}.{since[1]} "
+                f"NIC preset {preset}: NCCL merges the card's ports into one device from {major}.{minor} "
                 f"(NCCL_IB_MERGE_NICS); this release opens each port as its own, which the preset does not model "
                 "(describe the node with one NIC per port)"
             )
@@ -1194,56 +1198,54 @@ def nic_path_bw(topo: Topology, gpu: str, nic: str) -> float:
     return round(min([*links, speed]) / 1e9, 6)  # bytes/s to GB/s (GB = 1e9 B)
 
 
-def net_ring_channels(
-    topo: Topology, node0: Sequence[str], nics_used: int, sm: int, opts: NcclOptions, consts: NcclConstants
-) -> int:
-    """NCCL's ring channels across nodes (:meth:`~collsim.backends.nccl.constants.RingSearch.channels`): a channel
-    per NIC slot of node 0 (``nics_used``) at the speed its best GPU-NIC path allows (search.cc ``system->maxBw``:
-    the largest :func:`nic_path_bw`, a NIC's from the GPUs closest to it), copied as NCCL copies them; 2 per NIC
-    with constants that carry no ``ring_search`` (built by hand)."""
-    if consts.ring_search is None:
-        return 2 * nics_used
-    return consts.ring_search.channels(nics_used, _best_nic_path(topo, node0), sm, opts.version)
+@dataclass(frozen=True)
+class NetSearch:
+    """What NCCL's network graph search gives across nodes (:func:`net_search`)."""
+
+    #: the ring channels NCCL runs across nodes, connect.cc's copies included (0 on one node)
+    channels: int = 0
+    #: the ring and tree graphs' ``nChannels``, before those copies (0 on one node or without ``ring_search``)
+    graph_channels: int = 0
+    #: the tree graph's channels x bwIntra on two nodes, bytes/s (0.0 elsewhere)
+    tree_bw: float = 0.0
 
 
-def _best_nic_path(topo: Topology, node0: Sequence[str]) -> float:
-    """search.cc ``system->maxBw`` across nodes (GB/s): the largest :func:`nic_path_bw`, a NIC's from the GPUs
-    closest to it."""
-    nics = dict.fromkeys(topo.nic_slots(0))
-    return max((nic_path_bw(topo, g, n) for n in nics for g in _closest(topo, n, list(node0))), default=0.0)
+def net_search(
+    topo: Topology, node0: Sequence[str], nics_used: int, nnodes: int, sm: int, nvl_bw: float, opts: NcclOptions,
+    consts: NcclConstants,
+) -> NetSearch:
+    """NCCL's network search across nodes, from ``nics_used`` NICs of node 0 and the best GPU-NIC path (search.cc
+    ``system->maxBw``: the largest :func:`nic_path_bw`, a NIC's from the GPUs closest to it):
 
-
-def net_graph_channels(
-    topo: Topology, node0: Sequence[str], nics_used: int, sm: int, opts: NcclOptions, consts: NcclConstants
-) -> int:
-    """The ring and tree graphs' channels across nodes as NCCL's search leaves them (its ``nChannels``: a channel per
-    NIC, doubled by ncclTopoDupChannels where it applies,
-    :meth:`~collsim.backends.nccl.constants.RingSearch.search`), before connect.cc copies them into the channels
-    NCCL runs. init.cc sets ``treeGraph->nChannels = ringGraph->nChannels`` to the smaller (v2.26.2-1 line 1010) and
-    tuning.cc multiplies its per-channel caps by it (``graphs[a]->nChannels``); 0 with constants that carry no
-    ``ring_search``.
+    - ``channels``: the ring channels (:meth:`~collsim.backends.nccl.constants.RingSearch.channels`: 2 per NIC on 8
+      NICs of 200 or 400 Gb/s, 4 on 4 or fewer of 400 Gb/s or on 800 Gb/s; 2 per NIC with constants that carry no
+      ``ring_search``, built by hand);
+    - ``graph_channels``: the ring and tree graphs' ``nChannels``
+      (:meth:`~collsim.backends.nccl.constants.RingSearch.search`: a channel per NIC, doubled by
+      ncclTopoDupChannels where it applies), before connect.cc copies them. init.cc sets ``treeGraph->nChannels =
+      ringGraph->nChannels`` to the smaller (v2.26.2-1 line 1010) and tuning.cc multiplies its per-channel caps by
+      it (``graphs[a]->nChannels``);
+    - ``tree_bw`` on two nodes: the tree graph's channels x bwIntra in NCCL's figures
+      (:meth:`~collsim.backends.nccl.constants.RingSearch.tree_bw`, ``nvl_bw`` one GPU's NVLink bandwidth), bytes/s.
 
     >>> from collsim.api import Simulator
-    >>> sim = Simulator.from_source("scenarios/2node-h100-ib.yaml")
-    >>> sim.nccl_plan.channels, sim.nccl_plan.graph_channels  # 8 NDR NICs: 8 searched, copied to 16
-    (16, 8)
+    >>> plan = Simulator.from_source("scenarios/2node-h100-ib.yaml").nccl_plan
+    >>> plan.channels, plan.graph_channels, plan.tree_bw / 1e9  # 8 NDR NICs: 8 searched, copied to 16; 8 x 48 GB/s
+    (16, 8, 384.0)
     """
-    if consts.ring_search is None:
-        return 0
-    return consts.ring_search.search(nics_used, _best_nic_path(topo, node0), sm, opts.version)[0]
-
-
-def net_tree_bw(
-    topo: Topology, node0: Sequence[str], nics_used: int, sm: int, nvl_bw: float, opts: NcclOptions,
-    consts: NcclConstants,
-) -> float:
-    """What NCCL's tree graph carries across two nodes in its own figures (bytes/s): its channels x bwIntra
-    (:meth:`~collsim.backends.nccl.constants.RingSearch.tree_bw`), ``nvl_bw`` one GPU's NVLink bandwidth (bytes/s);
-    0.0 with constants that carry no ``ring_search`` (built by hand)."""
-    if consts.ring_search is None:
-        return 0.0
-    best = _best_nic_path(topo, node0)
-    return consts.ring_search.tree_bw(nics_used, best, nvl_bw / 1e9, sm, opts.version) * 1e9  # GB/s <-> bytes/s
+    if nnodes <= 1:
+        return NetSearch()
+    rs = consts.ring_search
+    if rs is None:
+        return NetSearch(channels=2 * nics_used)
+    nics = dict.fromkeys(topo.nic_slots(0))
+    best = max((nic_path_bw(topo, g, n) for n in nics for g in _closest(topo, n, list(node0))), default=0.0)
+    tree_bw = rs.tree_bw(nics_used, best, nvl_bw / 1e9, sm, opts.version) * 1e9 if nnodes == 2 else 0.0  # GB/s
+    return NetSearch(
+        channels=rs.channels(nics_used, best, sm, opts.version),
+        graph_channels=rs.search(nics_used, best, sm, opts.version)[0],
+        tree_bw=tree_bw,
+    )
 
 
 def type_inter(
