@@ -531,7 +531,8 @@ def topology_from_template(
     if cfg is not None:
         assert population is not None
         takes_nic = "nic" in (data.get("params") or {})
-        _apply_fabric_to_node(layout, cfg, presets, file, population, takes_nic)
+        no_nics = [k for k in (data.get("params") or {}) if k.startswith("nics_per") and params.get(k) == 0]
+        _apply_fabric_to_node(layout, cfg, presets, file, population, takes_nic, no_nics)
 
     g: nx.DiGraph = nx.DiGraph()
     for n in range(nodes):
@@ -570,6 +571,7 @@ def _apply_fabric_to_node(
     file: Any,
     population: list[NicSlot],
     takes_nic: bool = False,
+    no_nics: Sequence[str] = (),
 ) -> None:
     """Apply fabric.nic, fabric.nic_speed and the NIC selection (fabric.nics, nics_per_node, nics_per_switch,
     nics_per_socket, in the template's population order) to the node's NICs.
@@ -579,11 +581,14 @@ def _apply_fabric_to_node(
     """
     nics = sorted((d for d in layout.devices.values() if d.kind == "nic"), key=lambda d: d.index)
     if not nics:
-        hint = (
-            "this template takes one: set cluster.node_params.nic to a NIC preset (nics.yaml), e.g. connectx-7-ndr"
-            if takes_nic
-            else "pcie-workstation, l40s-8gpu, rtx5090-4gpu and cpu-host take a 'nic' param"
-        )
+        if no_nics:  # the user's count of NICs is 0 (nics_per_gpu: 0 and the like)
+            hint = " and ".join(f"cluster.node_params.{k} is 0" for k in no_nics) + ": set it to 1 or more"
+        elif takes_nic:
+            hint = (
+                "this template takes one: set cluster.node_params.nic to a NIC preset (nics.yaml), e.g. connectx-7-ndr"
+            )
+        else:
+            hint = "pcie-workstation, l40s-8gpu, rtx5090-4gpu and cpu-host take a 'nic' param"
         raise TopologyError(
             f"the node template has no NIC to attach to the fabric ({hint})",
             file=file,

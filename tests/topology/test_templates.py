@@ -148,6 +148,24 @@ def test_ranks_per_gpu_needs_gpus_and_a_positive_count() -> None:
 
 
 @pytest.mark.parametrize(
+    ("node", "params", "hint"),
+    [
+        ("pcie-workstation", {}, "this template takes one: set cluster.node_params.nic to a NIC preset"),
+        ("hgx", {"nics_per_gpu": 0}, "cluster.node_params.nics_per_gpu is 0: set it to 1 or more"),
+        ("gb200-nvl72", {"gpus": 4, "nics_per_gpu": 0}, "cluster.node_params.nics_per_gpu is 0: set it to 1 or more"),
+        ("gh200", {"nics_per_superchip": 0}, "cluster.node_params.nics_per_superchip is 0: set it to 1 or more"),
+    ],
+)
+def test_fabric_on_a_node_without_nics_says_which_param(node: str, params: dict[str, Any], hint: str) -> None:
+    fabric = {"topology": "rail_optimized", "transport": "rdma"}
+    with pytest.raises(TopologyError) as ei:
+        load_topology(node, nodes=2, fabric=fabric, node_params=params)
+    assert ei.value.field == "fabric"
+    assert ei.value.file is not None and ei.value.file.endswith(f"{node}.yaml")
+    assert f"the node template has no NIC to attach to the fabric ({hint}" in ei.value.message
+
+
+@pytest.mark.parametrize(
     ("params", "field", "text"),
     [
         ({"gpus": 0}, "params.gpus", "from 1 to 8"),
