@@ -3,6 +3,7 @@ times they give, against closed forms and the published B200 sweeps (docs/modell
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 from collsim.api import Simulator
 from collsim.backends.nccl.algos.p2p import channel_rate, p2p_sends
 from collsim.backends.nccl.p2p_sched import P2pChannels, p2p_rounds, round_base
+from collsim.nccl_env import NcclOptions
 from collsim.scenario import scenarios_dir
 
 MiB, GiB = 2**20, 2**30
@@ -154,6 +156,29 @@ def test_pxn_relays_through_the_nics_own_gpu_and_alltoall_reaches_the_nics() -> 
 
     assert 80 < busbw(2) < 96
     assert 45 < busbw(16) < 52
+
+
+def test_no_pxn_without_gpudirect_so_sockets_leave_through_the_senders_own_nic() -> None:
+    """search.cc ncclTopoGetNetDev relays by PXN only where ncclTopoCheckGdr allows GPUDirect to the NIC; NCCL's
+    socket transport offers host memory only, so over TCP a send leaves through the sender's own NIC (before, it
+    took the peer's rail through another GPU's NIC, and on a GB200 rack's other tray found no route at all)."""
+    from collsim.backends.nccl.plan import p2p_send_slots
+
+    sim = _sim("2node-h100-ib")
+    topo, opts, consts = sim.topology, sim.options("nccl"), sim.nccl_constants
+    tcp = {"topology": "rail_optimized", "transport": "tcp"}
+    assert isinstance(opts, NcclOptions)
+    assert p2p_send_slots(topo, "n0/gpu1", "n1/gpu6", 0, opts, consts) == (6, 6)  # PXN through GPU 6's NIC
+    assert p2p_send_slots(topo, "n0/gpu1", "n1/gpu6", 0, opts, consts, tcp) == (1, 6)
+    # NCCL_CROSS_NIC=0 keeps the rail without PXN: staged through the CPUs to NIC 6
+    assert p2p_send_slots(topo, "n0/gpu1", "n1/gpu6", 0, dataclasses.replace(opts, cross_nic=0), consts, tcp) == (6, 6)
+
+    # a GB200 rack of two trays over TCP: every tray's sends leave through its own NICs
+    fabric = "cluster.fabric={topology: single_switch, transport: tcp}"
+    rack = _sim("2node-h100-ib", "cluster.node=gb200-nvl72", "cluster.node_params={gpus: 8}", fabric)
+    for coll in ("alltoall", "sendrecv"):
+        out = rack.simulate_one("nccl", 64 * MiB, collective=coll)
+        assert out.time_s > 0
 
 
 @pytest.mark.parametrize(

@@ -176,14 +176,24 @@ def p2p_net_slot(topo: Topology, gpu: str, channel: int) -> int:
 
 
 def p2p_send_slots(
-    topo: Topology, a: str, b: str, channel: int, opts: NcclOptions, consts: NcclConstants
+    topo: Topology,
+    a: str,
+    b: str,
+    channel: int,
+    opts: NcclOptions,
+    consts: NcclConstants,
+    fabric: Mapping[str, Any] | None = None,
 ) -> tuple[int, int]:
     """The NIC slots a point-to-point send from ``a`` to ``b`` on another node leaves and arrives through (search.cc
     ``ncclTopoGetNetDev`` without a graph, v2.30.7-1 lines 1400-1475): the receiver its own (:func:`p2p_net_slot`;
     its receive connection asks for itself), the sender the slot its GPU of the receiver's index would use (the
     receiver's rail) where NCCL_CROSS_NIC=0 asks for it or PXN reaches it (NCCL_P2P_PXN_LEVEL's default 2: the NIC's
     local GPU is the sender or a GPU it reaches over NVLink, within PXB of the NIC and able to do GPUDirect,
-    :func:`_pxn_proxy`), else its own (NCCL_CROSS_NIC's default 2 lets the two rails differ).
+    :func:`_pxn_proxy`), else its own (NCCL_CROSS_NIC's default 2 lets the two rails differ). PXN needs GPUDirect
+    RDMA on the NIC (ncclTopoGetNetDev checks ncclTopoCheckGdr's mode, v2.30.7-1 lines 1455-1461): on a ``fabric``
+    where the hop cannot be GPUDirect (:func:`gdr_fabric`: sockets, host-staged) the sender keeps its own NIC, and
+    so it does where NCCL_CROSS_NIC=0 names a NIC of another host of the node (a GB200 rack's other tray: NCCL picks
+    the rail's NIC among its own host's GPUs).
 
     >>> from types import SimpleNamespace
     >>> from collsim.topology import load_topology
@@ -196,13 +206,19 @@ def p2p_send_slots(
     (1, 3)
     >>> p2p_send_slots(two, "n0/gpu3", "n1/gpu6", 0, NcclOptions(cross_nic=0), consts)  # type: ignore[arg-type]
     (3, 3)
+    >>> p2p_send_slots(two, "n0/gpu0", "n1/gpu2", 0, NcclOptions(), consts)  # type: ignore[arg-type]
+    (1, 1)
+    >>> tcp = {"topology": "rail_optimized", "transport": "tcp"}  # sockets: no GPUDirect, so no PXN
+    >>> p2p_send_slots(two, "n0/gpu0", "n1/gpu2", 0, NcclOptions(), consts, tcp)  # type: ignore[arg-type]
+    (0, 1)
     """
     recv = p2p_net_slot(topo, b, channel)
     slots = topo.nic_slots(topo.device(a).node)
     nic = slots[recv]
-    if opts.cross_nic == 0 or nic in _closest(topo, a, slots):
+    if nic in _closest(topo, a, slots) or (opts.cross_nic == 0 and topo.path_class(a, nic) != "NET"):
         return recv, recv
-    if not opts.pxn_disable and _pxn_proxy(topo, a, nic, opts, consts) is not None:
+    gdr = gdr_fabric(topo, nic, opts, topo.fabric if fabric is None else fabric)
+    if gdr and not opts.pxn_disable and _pxn_proxy(topo, a, nic, opts, consts) is not None:
         return recv, recv
     return p2p_net_slot(topo, a, channel), recv
 
@@ -530,6 +546,16 @@ def gdr_read(topo: Topology, gpu: str, opts: NcclOptions) -> bool:
     return not peers or any(topo.path_class(gpu, p) == "NVL" for p in peers)
 
 
+def gdr_fabric(topo: Topology, nic: str, opts: NcclOptions, fabric: Mapping[str, Any] | None) -> bool:
+    """Whether a network hop through ``nic`` may use GPUDirect RDMA as far as the network goes: an RDMA NIC on an
+    RDMA ``fabric`` (``transport``, default rdma) with ``gpudirect`` on (default) and NCCL's IB transport enabled
+    (NCCL_IB_DISABLE unset). NCCL's socket transport offers host memory only (net_socket.cc: NCCL_PTR_HOST), so
+    ncclTopoCheckGdr's mode is off there; the GPUs' side (:func:`gdr_capable`, :func:`gdr_near`) is checked apart."""
+    fabric = fabric or {}
+    rdma = bool(topo.device(nic).spec.get("rdma", False)) and fabric.get("transport", "rdma") == "rdma"
+    return rdma and not opts.ib_disable and bool(fabric.get("gpudirect", True))
+
+
 def _pxn_proxy(topo: Topology, gpu: str, nic: str, opts: NcclOptions, consts: NcclConstants) -> str | None:
     """The GPU NCCL relays ``gpu``'s sends to ``nic`` through (PXN): the NIC's own local GPU (:func:`nic_local_gpu`)
     when it is another GPU of the node, reachable over NVLink, within PXB of the NIC (P2C where NCCL_PXN_C2C is on:
@@ -748,7 +774,7 @@ def _net_hop(
     """
     nic_a, nic_b = nics
     rdma = bool(topo.device(nic_a).spec.get("rdma", False)) and fabric.get("transport", "rdma") == "rdma"
-    if rdma and not opts.ib_disable and bool(fabric.get("gpudirect", True)):
+    if gdr_fabric(topo, nic_a, opts, fabric):
         gdr = _gdr_hop(topo, cat, a, b, nic_a, nic_b, opts, consts)
         if gdr is not None:
             return _with_message_overhead(topo, gdr, nic_a, nic_b)

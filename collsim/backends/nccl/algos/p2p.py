@@ -131,7 +131,7 @@ class P2P(NcclAlgorithm):
                     # through the same rail where PXN reaches it, else through the sender's own (p2p_send_slots);
                     # inside a node the channel's path
                     if s.network:
-                        sa, sb = p2p_send_slots(ctx.topo, g, h, ch, ctx.opts, ctx.consts)
+                        sa, sb = p2p_send_slots(ctx.topo, g, h, ch, ctx.opts, ctx.consts, plan.fabric)
                         hop = ctx.hop_via(g, h, slots[node[g]][sa], slots[node[h]][sb])
                     else:
                         hop = ctx.hop(g, h, ch % max(1, plan.channels))
