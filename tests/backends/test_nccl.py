@@ -96,9 +96,10 @@ def test_nvls_channels_follow_the_cta_bounds_not_the_channel_graphs() -> None:
     assert ring.nccl_plan.channels == 6
 
 
-def test_algorithm_not_modelled_is_a_clear_error() -> None:
+def test_an_algorithm_nccl_lacks_for_the_collective_is_a_clear_error() -> None:
     sim = Simulator.from_source("hgx-h100", ["backends.nccl.env.NCCL_ALGO=PAT"])
-    with pytest.raises(ScenarioError, match=r"backends\.nccl.*PAT not modelled"):
+    no_pat = r"backends\.nccl: NCCL_ALGO=PAT: NCCL has no algorithm left .*: NCCL has no PAT allreduce$"
+    with pytest.raises(ScenarioError, match=no_pat):
         sim.simulate_one("nccl", MiB)
 
 

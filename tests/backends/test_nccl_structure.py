@@ -98,6 +98,28 @@ def test_nvls_needs_the_nvswitch_multicast_its_preset_declares(tmp_path: Path) -
         enabled_pairs(off.nccl_plan, forced, "allreduce")
 
 
+@pytest.mark.parametrize(
+    ("scenario", "collective", "algo", "why"),
+    [
+        ("hgx-h100", "allgather", "Tree", "NCCL runs allgather with PAT, Ring, NVLS or CollNetDirect only"),
+        ("hgx-h100", "reduce", "NVLS", "NCCL runs reduce with Ring only"),
+        ("hgx-h100", "allreduce", "NVLSTree", "NCCL disables NVLSTree on one node"),
+        ("hgx-h100", "reduce_scatter", "PAT", "NCCL runs PAT with one GPU per node only"),
+        ("2node-h100-ib", "allreduce", "NVLS", "NCCL runs NVLS across nodes only with NCCL_COLLNET_ENABLE=1"),
+    ],
+)
+def test_an_algorithm_nccl_never_runs_there_says_nccls_rule(
+    scenario: str, collective: str, algo: str, why: str
+) -> None:
+    """NCCL_ALGO naming only algorithms NCCL's tuner skips for the collective (tuning.cc) is NCCL's own "No
+    algorithm/protocol available" (enqueue.cc), not something collsim lacks: the error says NCCL's rule."""
+    sim = Simulator.from_source(scenario, [f"workload.collective={collective}", f"backends.nccl.env.NCCL_ALGO={algo}"])
+    with pytest.raises(ScenarioError) as ei:
+        sim.simulate_one("nccl", 1 << 20)
+    assert f"NCCL_ALGO={algo}: NCCL has no algorithm left for {collective} here and stops" in str(ei.value)
+    assert why in str(ei.value)
+
+
 def test_a_deadline_stops_a_slower_pair_without_changing_a_faster_one() -> None:
     sim = Simulator.from_source("dgx-a100")
     args = (sim.topology, sim.nccl_options, sim.nccl_constants, 256 * MiB)

@@ -13,8 +13,8 @@ from collsim.nccl_env import NcclOptions
 from collsim.vocab import COLLECTIVES, NCCL_ALGORITHMS, NCCL_PROTOCOLS, P2P_COLLECTIVES
 
 __all__ = [
-    "candidates", "check_collective", "choose", "decide", "enabled_pairs", "ll128_enabled", "plugin_choice",
-    "release_notes", "tuner_times", "withheld",
+    "candidates", "check_collective", "choose", "decide", "enabled_pairs", "ll128_enabled", "nccl_lacks",
+    "plugin_choice", "release_notes", "tuner_times", "withheld",
 ]  # fmt: skip
 
 
@@ -229,6 +229,31 @@ def _inputs(
     )  # fmt: skip
 
 
+def nccl_lacks(algo: str, collective: str, nnodes: int, ppn: int, collnet: bool) -> str | None:
+    """Why NCCL never runs ``algo`` for ``collective`` on ``nnodes`` nodes of ``ppn`` ranks, or None where it may
+    (graph/tuning.cc ncclTopoTuneModel, v2.30.7-1 lines 216-223, 294-298 and 502-505; ``collnet``:
+    NCCL_COLLNET_ENABLE=1). Hardware NCCL would refuse an algorithm on is the algorithm's ``refusal``.
+
+    >>> nccl_lacks("Tree", "allgather", 2, 8, False)
+    'NCCL runs allgather with PAT, Ring, NVLS or CollNetDirect only'
+    >>> nccl_lacks("NVLS", "allreduce", 2, 8, False) is not None, nccl_lacks("NVLS", "allreduce", 2, 8, True)
+    (True, None)
+    """
+    if collective in ("broadcast", "reduce") and algo != "Ring":
+        return f"NCCL runs {collective} with Ring only"
+    if collective in ("allgather", "reduce_scatter") and algo not in ("PAT", "Ring", "NVLS", "CollNetDirect"):
+        return f"NCCL runs {collective} with PAT, Ring, NVLS or CollNetDirect only"
+    if collective == "allreduce" and algo == "PAT":
+        return "NCCL has no PAT allreduce"
+    if algo == "PAT" and ppn > 1:
+        return "NCCL runs PAT with one GPU per node only (ncclPatEnable)"
+    if algo == "NVLSTree" and nnodes == 1:
+        return "NCCL disables NVLSTree on one node (NVLS is its one-node form)"
+    if not collnet and (algo in ("CollNetDirect", "CollNetChain") or (algo == "NVLS" and nnodes > 1)):
+        return f"NCCL runs {algo} {'across nodes ' if algo == 'NVLS' else ''}only with NCCL_COLLNET_ENABLE=1"
+    return None
+
+
 def enabled_pairs(plan: NcclPlan, opts: NcclOptions, collective: str) -> list[tuple[str, str]]:
     """The (algorithm, protocol) pairs NCCL may pick here after NCCL_ALGO and NCCL_PROTO.
 
@@ -251,10 +276,14 @@ def enabled_pairs(plan: NcclPlan, opts: NcclOptions, collective: str) -> list[tu
             raise BackendError(f"NCCL_ALGO={opts.env.get('NCCL_ALGO')}: NCCL would refuse it here: {refusals[0]}")
         pairs = [(a, p) for a, p in pairs if a in wanted]
         if not pairs:
+            reasons = [
+                nccl_lacks(a, collective, plan.nnodes, plan.ppn, opts.collnet_enable)
+                or f"{a} is not offered for {collective} on this cluster"
+                for a in sorted(wanted)
+            ]
             raise BackendError(
-                f"NCCL_ALGO={opts.env.get('NCCL_ALGO')}: no modelled algorithm left for {collective} "
-                f"(collsim models Ring, Tree, and NVLS on one Hopper NVSwitch node or NVLSTree across them; "
-                f"{', '.join(sorted(wanted))} not modelled here)"
+                f"NCCL_ALGO={opts.env.get('NCCL_ALGO')}: NCCL has no algorithm left for {collective} here and stops "
+                f"('No algorithm/protocol available', enqueue.cc): {'; '.join(reasons)}"
             )
     protocols = opts.protocols_for(collective)
     protos = set(protocols) if protocols is not None else set(NCCL_PROTOCOLS)
