@@ -152,6 +152,24 @@ def test_compare_api() -> None:
         assert [f for _, f in shares] == sorted((f for _, f in shares), reverse=True)
 
 
+def test_compare_past_max_records_keeps_the_times_and_says_the_breakdown_is_missing() -> None:
+    """A thousand GPUs with one slow NIC records millions of flows: compare gives the times without the breakdown
+    (and a note) instead of stopping; the times are those of the recorded run. A trace still stops."""
+    from collsim.results.text import share_text
+
+    full, _ = Simulator.from_source("hgx-h100").compare([1 * MiB])
+    small = Simulator.from_source("hgx-h100", ["engine.max_records=10"])
+    rows, interrupted = small.compare([1 * MiB])
+    assert not interrupted
+    for rec, ref in ((rows[0].nccl, full[0].nccl), (rows[0].gloo, full[0].gloo)):
+        assert rec.time_us == ref.time_us and rec.breakdown == {} and ref.breakdown
+        why = "no time breakdown: recording it passes engine.max_records (10 flows"
+        assert any(n.startswith(why) for n in rec.notes)
+        assert share_text(rec) == "not recorded: more flows than engine.max_records (raise it to see it)"
+    with pytest.raises(ScenarioError, match=r"engine\.max_records"):
+        small.recorded("nccl", 1 * MiB)
+
+
 def test_run_interrupted_keeps_rows(monkeypatch: pytest.MonkeyPatch) -> None:
     original = Simulator.simulate_one
     calls = []

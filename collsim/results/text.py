@@ -169,6 +169,9 @@ def share_text(rec: Record) -> str:
     '70% tcp, 30% d2h, 0.2% other'
     """
     shares = Comparison.shares(rec)
+    if not shares:  # not recorded: Simulator._with_breakdown's note says why
+        too_many = any(n.startswith("no time breakdown") for n in rec.notes)
+        return "not recorded" + (": more flows than engine.max_records (raise it to see it)" if too_many else "")
     shown = [(k, f) for k, f in shares if f >= 0.005]
     other = 1.0 - sum(f for _, f in shown)
     text = ", ".join(f"{100 * f:.0f}% {k}" for k, f in shown)

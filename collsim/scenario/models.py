@@ -606,8 +606,8 @@ class EngineConfig(BaseModel):
     max_records: StrictInt | None = Field(
         DEFAULT_MAX_RECORDS,
         ge=1,
-        description="Flows one recorded simulation (trace, timeline, report) may keep, about 1.5 KB each. null: no "
-        "limit.",
+        description="Flows one recorded simulation (trace, timeline, report) may keep, about 1.5 KB each; compare's "
+        "time breakdown past it is left out (the times stay). null: no limit.",
     )
 
 
