@@ -232,7 +232,7 @@ def _inputs(
 def nccl_lacks(algo: str, collective: str, nnodes: int, ppn: int, collnet: bool) -> str | None:
     """Why NCCL never runs ``algo`` for ``collective`` on ``nnodes`` nodes of ``ppn`` ranks, or None where it may
     (graph/tuning.cc ncclTopoTuneModel, v2.30.7-1 lines 216-223, 294-298 and 502-505; ``collnet``:
-    NCCL_COLLNET_ENABLE=1). Hardware NCCL would refuse an algorithm on is the algorithm's ``refusal``.
+    NCCL_COLLNET_ENABLE=1). The hardware an algorithm needs (NVLS: an NVSwitch) is its ``refusal``'s concern.
 
     >>> nccl_lacks("Tree", "allgather", 2, 8, False)
     'NCCL runs allgather with PAT, Ring, NVLS or CollNetDirect only'
