@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from tests_support import edit_file
 
-from collsim.topology import TopologyError, load_presets, load_topology
+from collsim.topology import TopologyError, load_presets, load_topology, topologies_dir
 
 
 def test_link_numbers_match_nccl() -> None:
@@ -52,6 +52,32 @@ def test_device_presets_in_si() -> None:
     for library in ("links", "gpus", "cpus", "nics"):
         for name, rec in lib.library(library).items():
             assert rec["source"], f"{library}.{name} has no source"
+
+
+def test_every_cpu_number_has_a_source_and_nccls_net_overhead_follows_the_vendor() -> None:
+    """Each number of a CPU preset says where it comes from (``<field>_source``); NCCL's tuner net overhead is
+    tuning.cc getNetOverhead's: 2 us on an x86 AMD host, 1 us on Intel and elsewhere (v2.30.7-1 lines 228-233)."""
+    import yaml
+
+    from collsim.topology.presets import CPU_SCHEMA
+
+    raw = yaml.safe_load((topologies_dir() / "presets" / "cpus.yaml").read_text())
+    numbers = [k for k, (kind, _) in CPU_SCHEMA.items() if kind in ("positive_int", "bandwidth", "time", "pcie_gen")]
+    for name, rec in raw.items():
+        missing = [k for k in numbers if k in rec and not str(rec.get(f"{k}_source", "")).strip()]
+        assert not missing, f"cpus.{name}: no source for {missing}"
+    for name, cpu in load_presets().cpus.items():
+        assert cpu["nccl_net_overhead"] == pytest.approx(2e-6 if cpu["vendor"] == "amd" else 1e-6), name
+
+
+def test_every_link_number_has_a_source() -> None:
+    import yaml
+
+    raw = yaml.safe_load((topologies_dir() / "presets" / "links.yaml").read_text())
+    for name, rec in raw.items():
+        numbers = ("bandwidth", "efficiency", "latency", "dma_efficiency")
+        missing = [k for k in numbers if k in rec and not rec.get(f"{k}_source")]
+        assert not missing, f"links.{name}: no source for {missing}"
 
 
 def test_unknown_link_kind_lists_valid(topo_dir: Path) -> None:
