@@ -46,6 +46,7 @@ from collsim.nccl_env import NcclEnvError, NcclOptions
 from collsim.noise import add_delays, launch_skews, repetition_seed
 from collsim.profile import Profile, load_profile
 from collsim.results import (
+    NO_BREAKDOWN,
     AlgorithmComparison,
     Comparison,
     Explanation,
@@ -784,7 +785,7 @@ class Simulator:
                 raise
         out = self.simulate_one(backend, size, record=False, **kwargs)
         limit = self.scenario.engine.max_records
-        note = (f"no time breakdown: recording it passes engine.max_records ({limit} flows; --set "
+        note = (f"{NO_BREAKDOWN}: recording it passes engine.max_records ({limit} flows; --set "
                 "engine.max_records=N or null records more, 1.5 KB a flow); the time does not hang on it")  # fmt: skip
         out.notes = [*out.notes, note]
         return out

@@ -50,6 +50,7 @@ from collsim.results.repeat import (
     repeated_to_csv,
 )
 from collsim.results.text import (
+    NO_BREAKDOWN,
     agreement,
     format_algorithm_comparison,
     format_comparison,
@@ -71,6 +72,7 @@ __all__ = [
     "BUSBW_FACTORS",
     "COLLECTIVE_ALIASES",
     "FLAT_FIELDS",
+    "NO_BREAKDOWN",
     "PER_RANK_COUNT_COLLECTIVES",
     "REDUCING_COLLECTIVES",
     "REPEAT_FIELDS",

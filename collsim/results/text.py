@@ -15,7 +15,11 @@ from collsim.units import NCCL_TESTS_TYPE_NAMES, format_size
 
 R = TypeVar("R", bound=Record)
 
+#: How a record's note starts where its time breakdown was left out (more flows than ``engine.max_records``)
+NO_BREAKDOWN = "no time breakdown"
+
 __all__ = [
+    "NO_BREAKDOWN",
     "agreement",
     "format_algorithm_comparison",
     "format_comparison",
@@ -170,7 +174,7 @@ def share_text(rec: Record) -> str:
     """
     shares = Comparison.shares(rec)
     if not shares:  # not recorded: Simulator._with_breakdown's note says why
-        too_many = any(n.startswith("no time breakdown") for n in rec.notes)
+        too_many = any(n.startswith(NO_BREAKDOWN) for n in rec.notes)
         return "not recorded" + (": more flows than engine.max_records (raise it to see it)" if too_many else "")
     shown = [(k, f) for k, f in shares if f >= 0.005]
     other = 1.0 - sum(f for _, f in shown)

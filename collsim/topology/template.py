@@ -494,7 +494,6 @@ def topology_from_template(
     Topology
     """
     from collsim.topology.fabric import add_fabric, parse_fabric
-    from collsim.topology.generators import GENERATORS
 
     presets = load_presets() if presets is None else presets
     data = _check_template(data, file)
@@ -506,23 +505,7 @@ def topology_from_template(
             field="fabric",
         )
     params = resolve_params(data.get("params"), node_params, presets, file)
-    gen = data.get("generator")
-    if gen is not None:
-        if gen not in GENERATORS:
-            raise TopologyError(
-                f"unknown generator {gen!r}; known: {', '.join(sorted(GENERATORS))}", file=file, field="generator"
-            )
-        if "devices" in data or "links" in data:
-            raise TopologyError("a template with a generator lists no devices or links", file=file, field="generator")
-        try:
-            built = GENERATORS[gen](params, presets)
-        except TopologyError as err:
-            if err.file is not None:
-                raise
-            raise TopologyError(err.message, file=file, field=err.field) from None
-        layout = _build_layout(built, presets, file)
-    else:
-        layout = _build_layout(data, presets, file)
+    layout = _node_layout(data, params, presets, file)
     cfg = parse_fabric(fabric, presets) if fabric is not None else None
     population = None
     if data.get("nic_population") is not None or cfg is not None:
@@ -530,9 +513,7 @@ def topology_from_template(
 
     if cfg is not None:
         assert population is not None
-        takes_nic = "nic" in (data.get("params") or {})
-        no_nics = [k for k in (data.get("params") or {}) if k.startswith("nics_per") and params.get(k) == 0]
-        _apply_fabric_to_node(layout, cfg, presets, file, population, takes_nic, no_nics)
+        _apply_fabric_to_node(layout, cfg, presets, file, population, data.get("params") or {}, params)
 
     g: nx.DiGraph = nx.DiGraph()
     for n in range(nodes):
@@ -564,26 +545,54 @@ def topology_from_template(
     )  # fmt: skip
 
 
+def _node_layout(
+    data: Mapping[str, Any], params: Mapping[str, Any], presets: PresetLibrary, file: str | Path | None
+) -> NodeLayout:
+    """One node's devices and links: its generator's output for ``params`` (a generator template) or the
+    template's own lists."""
+    from collsim.topology.generators import GENERATORS
+
+    gen = data.get("generator")
+    if gen is None:
+        return _build_layout(data, presets, file)
+    if gen not in GENERATORS:
+        raise TopologyError(
+            f"unknown generator {gen!r}; known: {', '.join(sorted(GENERATORS))}", file=file, field="generator"
+        )
+    if "devices" in data or "links" in data:
+        raise TopologyError("a template with a generator lists no devices or links", file=file, field="generator")
+    try:
+        built = GENERATORS[gen](params, presets)
+    except TopologyError as err:
+        if err.file is not None:
+            raise
+        raise TopologyError(err.message, file=file, field=err.field) from None
+    return _build_layout(built, presets, file)
+
+
 def _apply_fabric_to_node(
     layout: NodeLayout,
     cfg: dict[str, Any],
     presets: PresetLibrary,
     file: Any,
     population: list[NicSlot],
-    takes_nic: bool = False,
-    no_nics: Sequence[str] = (),
+    declared: Mapping[str, Any] | None = None,
+    params: Mapping[str, Any] | None = None,
 ) -> None:
     """Apply fabric.nic, fabric.nic_speed and the NIC selection (fabric.nics, nics_per_node, nics_per_switch,
-    nics_per_socket, in the template's population order) to the node's NICs.
+    nics_per_socket, in the template's population order) to the node's NICs. ``declared``: the template's
+    parameter declarations, ``params`` their values (for the message when the node has no NIC).
 
     The NICs not kept are removed with their links; the kept ones keep their names and are renumbered 0 .. k-1
     in template order (:mod:`collsim.topology.nic_placement`).
     """
     nics = sorted((d for d in layout.devices.values() if d.kind == "nic"), key=lambda d: d.index)
     if not nics:
-        if no_nics:  # the user's count of NICs is 0 (nics_per_gpu: 0 and the like)
+        declared, params = declared or {}, params or {}
+        no_nics = [k for k in declared if k.startswith("nics_per") and params.get(k) == 0]  # a count set to 0
+        if no_nics:
             hint = " and ".join(f"cluster.node_params.{k} is 0" for k in no_nics) + ": set it to 1 or more"
-        elif takes_nic:
+        elif "nic" in declared:
             hint = (
                 "this template takes one: set cluster.node_params.nic to a NIC preset (nics.yaml), e.g. connectx-7-ndr"
             )
