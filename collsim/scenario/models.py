@@ -851,7 +851,10 @@ class TrainingConfig(BaseModel):
         return self.model
 
 
-_PRESET_ENTRIES = "Preset name to its fields, in the schema of topologies/presets/{file} (topologies/README.md)."
+_PRESET_ENTRIES = (
+    "Preset name to its fields, in the schema of topologies/presets/{file} (topologies/README.md); with "
+    "base: <preset> an entry starts from that preset and replaces the fields it gives."
+)
 
 
 class PresetsConfig(BaseModel):

@@ -723,7 +723,9 @@ def merge_presets(base: PresetLibrary, sources: Sequence[PresetSource]) -> Prese
 
     Every entry is parsed and checked as a shipped one is (the schemas of this module; the links a GPU, CPU or NIC
     names must exist and be of the right kind); an entry replaces a shipped (or earlier) entry of the same name
-    whole. Node templates are kept as given and checked when built (:func:`collsim.topology.topology_from_template`).
+    whole. A GPU, CPU, NIC or link entry with ``base: <preset>`` starts from that preset and replaces only the
+    fields it gives (:func:`_user_record`). Node templates are kept as given and checked when built
+    (:func:`collsim.topology.topology_from_template`).
 
     Parameters
     ----------
@@ -781,18 +783,19 @@ def merge_presets(base: PresetLibrary, sources: Sequence[PresetSource]) -> Prese
                     file=src.file,
                     field=src.field(section),
                 )
-            for name, raw in entries.items():
-                fld = src.field(section, str(name))
+            for name in entries:
                 if not isinstance(name, str) or not _PRESET_NAME.match(name):
                     raise TopologyError(
                         f"expected a preset name of letters, digits, '_', '-', '.' or '+', got {short_repr(name)}",
                         file=src.file,
-                        field=fld,
+                        field=src.field(section, str(name)),
                     )
+            for name, raw in _in_base_order(entries, section, src):
+                fld = src.field(section, name)
                 if section == "nodes":
                     nodes[name] = _node_entry(raw, name, src.file, fld)
                 else:
-                    rec = parse_record(raw, _LIBRARY_SCHEMAS[section], src.file, fld)
+                    rec = _user_record(raw, section, name, libs[section], src.file, fld)
                     rec["preset"] = name
                     libs[section][name] = rec
                 origins[(section, name)] = (src.file, fld)
@@ -812,6 +815,79 @@ def merge_presets(base: PresetLibrary, sources: Sequence[PresetSource]) -> Prese
     return lib
 
 
+#: The key of a user preset that names the preset it starts from (:func:`_user_record`).
+BASE_KEY = "base"
+
+
+def _base_of(raw: Any) -> Any:
+    return raw.get(BASE_KEY) if isinstance(raw, Mapping) else None
+
+
+def _in_base_order(entries: Mapping[str, Any], section: str, src: PresetSource) -> list[tuple[str, Any]]:
+    """The entries of one section of one source, each after the entry of the same source its ``base`` names (a base
+    of another name defined further down the same file comes first; a base of the entry's own name is the preset
+    it replaces). A chain of bases that closes on itself is an error naming the first entry on it."""
+    here = {str(n) for n in entries}
+    pending = [(str(n), raw) for n, raw in entries.items()]
+    done: set[str] = set()
+    out: list[tuple[str, Any]] = []
+    while pending:
+        waiting = []
+        for name, raw in pending:
+            base = _base_of(raw)
+            if isinstance(base, str) and base != name and base in here and base not in done:
+                waiting.append((name, raw))
+            else:
+                out.append((name, raw))
+                done.add(name)
+        if len(waiting) == len(pending):
+            name, raw = waiting[0]
+            raise TopologyError(
+                f"the bases of {', '.join(n for n, _ in waiting)} name each other in a circle; a base must be a "
+                f"shipped {section[:-1]} preset or one defined without it",
+                file=src.file,
+                field=src.field(section, name, BASE_KEY),
+            )
+        pending = waiting
+    return out
+
+
+def _user_record(
+    raw: Any, section: str, name: str, known: Mapping[str, dict[str, Any]], file: str, field: str
+) -> dict[str, Any]:
+    """A user's GPU, CPU, NIC or link preset ``name``, parsed; with ``base: <preset>`` it is that preset (shipped,
+    or defined earlier) with the fields given replaced whole (a mapping such as ``peak_tflops`` too).
+
+    A replaced field's ``<field>_source`` goes with it (the user's own, if given, takes its place); the fields kept
+    keep theirs. ``source`` is required as for any preset: where the fields given come from. Without a ``model``
+    of its own the entry's model says it is the base's, changed. The record names the preset it started from
+    under ``base``.
+    """
+    schema = _LIBRARY_SCHEMAS[section]
+    if not (isinstance(raw, Mapping) and BASE_KEY in raw):
+        return parse_record(raw, schema, file, field)
+    base = raw[BASE_KEY]
+    if not isinstance(base, str) or base not in known:
+        raise TopologyError(
+            f"unknown {section[:-1]} preset {short_repr(base)} to start from; known: {', '.join(sorted(known))}",
+            file=file,
+            field=f"{field}.{BASE_KEY}",
+        )
+    own = parse_record({k: v for k, v in raw.items() if k != BASE_KEY}, schema, file, field, partial=True)
+    if own.get("source") is None:
+        raise TopologyError(
+            f"missing required field (text): where the fields replacing those of {base!r} come from", file=file,
+            field=f"{field}.source",
+        )
+    suffix = "_source"
+    rec = {k: v for k, v in known[base].items() if not (k.endswith(suffix) and k[: -len(suffix)] in own)}
+    rec.update(own)
+    if "model" in schema and "model" not in own:
+        rec["model"] = f"{known[base]['model']}, changed (user preset {name!r} from {base!r})"
+    rec[BASE_KEY] = base
+    return rec
+
+
 def _node_entry(raw: Any, name: str, file: str, field: str) -> dict[str, Any]:
     """A user node template: a mapping with the keys of a template file (``name`` defaults to the entry's)."""
     if not isinstance(raw, Mapping):
@@ -822,8 +898,14 @@ def _node_entry(raw: Any, name: str, file: str, field: str) -> dict[str, Any]:
         )
     for key, value in raw.items():
         if key not in NODE_TEMPLATE_KEYS:
+            hint = (
+                " (a node template has no base: its params, set in cluster.node_params, change its GPUs, NICs and "
+                "counts; or copy the template's file)"
+                if key == BASE_KEY
+                else ""
+            )
             raise TopologyError(
-                f"unknown key {short_repr(key)}; valid: {', '.join(NODE_TEMPLATE_KEYS)}",
+                f"unknown key {short_repr(key)}; valid: {', '.join(NODE_TEMPLATE_KEYS)}{hint}",
                 file=file,
                 field=f"{field}.{key}",
             )
