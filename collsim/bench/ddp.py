@@ -19,7 +19,7 @@ these models, all alive at once (identical initial weights, seed ``cfg.seed``):
   otherwise (``gradient_as_bucket_view=False``, ``find_unused_parameters=False``; the MLP has no buffers, so
   ``broadcast_buffers`` sends nothing); ``ddp_capC_kK``: ``--no-sync K`` at ``--no-sync-cap-mb C``: ``K - 1``
   micro-steps under ``ddp.no_sync()`` and one synchronised, then the optimizer.
-* ``fsdp_S`` for each ``--fsdp S`` (``full_shard``, ``shard_grad_op``): ``FullyShardedDataParallel(model,
+* ``fsdp_S`` for each ``--fsdp S`` (``full_shard``, ``shard_grad_op``, ``no_shard``): ``FullyShardedDataParallel(model,
   auto_wrap_policy=ModuleWrapPolicy({nn.Linear}), sharding_strategy=S, device_id=<the rank's device>)``, FSDP1's
   defaults otherwise (``BACKWARD_PRE`` prefetch, ``limit_all_gathers=True``, no mixed precision): every ``fcN`` is a
   unit (collsim's ``training.fsdp.wrap: "fc*"``), the ReLUs and the loss are the root's. FSDP's collectives on the
@@ -146,7 +146,7 @@ __all__ = [
 ]
 
 #: FSDP sharding strategies ``--fsdp`` runs (``torch.distributed.fsdp.ShardingStrategy`` members, lower case).
-FSDP_SHARDINGS = ("full_shard", "shard_grad_op")
+FSDP_SHARDINGS = ("full_shard", "shard_grad_op", "no_shard")
 #: ``format`` of the measurement JSON ``collsim bench --ddp -o`` writes.
 FORMAT = "collsim-ddp-measurement/1"
 #: ``--bucket-cap-mb`` without a value, MiB.
@@ -267,7 +267,8 @@ class DdpBenchConfig:
     device : str
         ``cpu`` or ``cuda`` (tensors and models on the rank's GPU; see the module docstring).
     fsdp : tuple of str
-        ``--fsdp``: one FSDP configuration per sharding strategy (``full_shard``, ``shard_grad_op``); none: not run.
+        ``--fsdp``: one FSDP configuration per sharding strategy (``full_shard``, ``shard_grad_op``,
+        ``no_shard``); none: not run.
     """
 
     bucket_caps_mb: tuple[float, ...] = DEFAULT_BUCKET_CAPS_MB
@@ -356,7 +357,7 @@ class DdpRun:
     accumulation : int
         Micro-steps per optimizer step (all but the last under ``no_sync`` with DDP).
     sharding : str or None
-        FSDP's sharding strategy (``full_shard``, ``shard_grad_op``); None without FSDP.
+        FSDP's sharding strategy (``full_shard``, ``shard_grad_op``, ``no_shard``); None without FSDP.
     """
 
     name: str

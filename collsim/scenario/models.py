@@ -770,10 +770,11 @@ class FsdpTrainingConfig(BaseModel):
 
     model_config = _STRICT
 
-    sharding: Literal["full_shard", "shard_grad_op"] = Field(
+    sharding: Literal["full_shard", "shard_grad_op", "no_shard"] = Field(
         "full_shard",
-        description="ShardingStrategy: full_shard (freed after forward, all-gathered again in backward) or "
-        "shard_grad_op (kept from forward to backward).",
+        description="ShardingStrategy: full_shard (freed after forward, all-gathered again in backward), "
+        "shard_grad_op (kept from forward to backward) or no_shard (never sharded: each unit's gradient "
+        "all-reduced after its backward).",
     )
     backward_prefetch: Literal["backward_pre", "backward_post", "none"] = Field(
         "backward_pre", description="BackwardPrefetch (FSDP's default: BACKWARD_PRE)."

@@ -62,6 +62,12 @@ then idles. What each call does:
   paid on the lane that first writes them (:meth:`GpuCompute.fault_seconds`). A GPU's come from the caching
   allocator.
 
+**NO_SHARD** (``ShardingStrategy.NO_SHARD``): each rank keeps whole flat parameters (not padded:
+``FlatParamHandle.shard`` keeps the flat parameter when the strategy does not shard), so nothing is all-gathered or
+freed, and the post-backward hook all-reduces the unit's flat gradient on the post-backward stream
+(``_reduce_grad_no_shard``: pre-divide, ``dist.all_reduce``, post-divide, all of the whole gradient; with Gloo a
+blocking CUDA allreduce staged through the host, no clone and no chunk copy); the optimizer updates every parameter.
+
 Not modelled: mixed-precision casts (``MixedPrecision``: give ``param_dtype`` for the collectives' bytes), CPU
 offload, HYBRID_SHARD, ``no_sync``, FSDP2 (``fully_shard``), the CPU's own time (a CPU-bound step).
 """
@@ -105,11 +111,15 @@ NcclCollective = Callable[[str, int], tuple[float, int]]
 #: ranks).
 GlooCollective = Callable[[str, int], tuple[float, float]]
 
-SHARDINGS = ("full_shard", "shard_grad_op")
+SHARDINGS = ("full_shard", "shard_grad_op", "no_shard")
 PREFETCHES = ("backward_pre", "backward_post", "none")
+#: what the timeline calls each collective
+_KIND_LABELS = {"allgather": "all-gather", "reduce_scatter": "reduce-scatter", "allreduce": "allreduce"}
 #: the timeline's lanes of the all-gathers and the reduce-scatters, per backend
 _LANES = {"nccl": ("NCCL all-gather stream", "NCCL reduce-scatter stream"),
           "gloo": ("Gloo all-gather (blocking)", "Gloo reduce-scatter (blocking)")}
+#: NO_SHARD's post-backward lane, per backend (it all-reduces)
+_NO_SHARD_LANES = {"nccl": "NCCL allreduce stream", "gloo": "Gloo allreduce (blocking)"}
 
 
 @dataclass(frozen=True)
@@ -121,8 +131,9 @@ class FsdpConfig:
     batch_size : int
         Samples per GPU.
     sharding : str
-        ``full_shard`` (FSDP's default: parameters freed after forward, all-gathered again in backward) or
-        ``shard_grad_op`` (kept from forward to backward).
+        ``full_shard`` (FSDP's default: parameters freed after forward, all-gathered again in backward),
+        ``shard_grad_op`` (kept from forward to backward) or ``no_shard`` (never sharded: each unit's gradient is
+        all-reduced after its backward, as DDP does per bucket).
     backward_prefetch : str
         ``backward_pre`` (default), ``backward_post`` or ``none``.
     forward_prefetch : bool
@@ -300,7 +311,8 @@ def simulate_fsdp_step(
         raise ValueError(f"unknown optimizer {cfg.optimizer!r}; expected one of {', '.join(consts.optimizer_traffic)}")
     if cfg.batch_size < 1 or world < 1:
         raise ValueError("batch_size and world must be at least 1")
-    units = fsdp_units(model, world, cfg.wrap, cfg.comm_dtype)
+    # NO_SHARD's flat parameters are not padded to a multiple of the world size (they are not split)
+    units = fsdp_units(model, 1 if cfg.sharding == "no_shard" else world, cfg.wrap, cfg.comm_dtype)
     base = _Plan.build(model, DdpConfig(cfg.batch_size, optimizer=cfg.optimizer), consts)
     compute_s = _run_compute_only(gpu, base)
     return _Fsdp(model, cfg, gpu, consts, world, nccl, gloo, units).run(compute_s)
@@ -326,6 +338,8 @@ class _Fsdp:
         self.nccl, self.gloo = nccl, gloo
         self.backend = "nccl" if nccl is not None else "gloo"
         self.ag_lane, self.rs_lane = _LANES[self.backend]
+        if cfg.sharding == "no_shard":
+            self.rs_lane = _NO_SHARD_LANES[self.backend]
         self.blocking = gloo is not None  # a Gloo call's wait() holds the calling thread until the work is done
         self.cpu_rank = gpu.cores > 0  # the layers run on the calling thread: every kernel blocks it
         self.env = simpy.Environment()
@@ -372,7 +386,7 @@ class _Fsdp:
     # ------------------------------------------------------------------------------------------------------ ops
     def _collective(self, kind: str, u: FsdpUnit, lane: str) -> Callable[[], Proc]:
         def op() -> Proc:
-            label = f"{'all-gather' if kind == 'allgather' else 'reduce-scatter'} unit {u.index}"
+            label = f"{_KIND_LABELS[kind]} unit {u.index}"
             start = self.env.now
             seconds = 0.0
             if self.nccl is not None:
@@ -386,7 +400,7 @@ class _Fsdp:
                 seconds, core_s = self.gloo(gloo_kind, u.nbytes) if self.world > 1 and u.nbytes else (0.0, 0.0)
                 self.durations.append(seconds)
                 yield from self.g.gloo_thread(label, lane, seconds, core_s, u.index)
-            if kind == "reduce_scatter":
+            if kind != "allgather":  # the post-backward reduction
                 self.rs[u.index][1:] = [start, self.env.now, seconds]
 
         return op
@@ -425,13 +439,21 @@ class _Fsdp:
         buckets = tuple(  # in the order the reduce-scatters were issued (backward order)
             BucketTiming(u, len(self.units[u].params), self.units[u].nbytes, *self.rs[u]) for u in self.rs
         )
+        sharded = self.cfg.sharding != "no_shard"
+        optimizer = "the optimizer updates the 1/world shard" if sharded else "the optimizer updates every parameter"
+        if not sharded:
+            how = ("no all-gathers; each unit's flat gradient is all-reduced after its backward" if not self.blocking
+                   else "Gloo: each unit's all-reduce blocks the thread issuing it until it is done (one in flight)")
+        elif not self.blocking:
+            how = "the CPU issues ahead of the GPU"
+        else:
+            how = ("Gloo: every all-gather and reduce-scatter blocks the thread issuing it until it is done (one in "
+                   "flight); a reduce-scatter is a clone, an allreduce of the whole buffer and a copy of this rank's "
+                   "chunk")
         notes = (
             f"FSDP {self.cfg.sharding}, {len(self.units) - 1} wrapped unit(s) + root, backward_prefetch "
             f"{self.cfg.backward_prefetch}" + (", limit_all_gathers" if self.cfg.limit_all_gathers else ""),
-            "the CPU issues ahead of the GPU; the optimizer updates the 1/world shard" if not self.blocking else
-            "Gloo: every all-gather and reduce-scatter blocks the thread issuing it until it is done (one in flight); "
-            "a reduce-scatter is a clone, an allreduce of the whole buffer and a copy of this rank's chunk; the "
-            "optimizer updates the 1/world shard",
+            f"{how}; {optimizer}",
         )
         return StepResult(self.backend, self.world, iteration, compute_s, sum(self.durations), buckets,
                           tuple(self.spans), notes)  # fmt: skip
@@ -441,6 +463,7 @@ class _Fsdp:
         model, cfg = self.model, self.cfg
         units = self.units
         batch = cfg.batch_size
+        sharded = cfg.sharding != "no_shard"  # NO_SHARD: whole parameters, nothing to gather or free
         free_queue: deque[simpy.Event] = deque()
         unsharded: set[int] = set()
         prefetched: set[int] = set()
@@ -479,7 +502,8 @@ class _Fsdp:
         # ---- forward: the root's all-gather, then each unit's before its first layer
         fwd_units = [0] + [self.unit_of[i] for i in range(len(model.layers)) if self.unit_of[i] != 0]
         fwd_order = list(dict.fromkeys(fwd_units))
-        yield from unshard(0)
+        if sharded:
+            yield from unshard(0)
         wait_unshard()
         current = 0
         for i, layer in enumerate(model.layers):
@@ -487,10 +511,10 @@ class _Fsdp:
             if u != current:
                 if current != 0 and cfg.sharding == "full_shard":
                     reshard(current)  # post-forward of the unit just left (the root is never freed after forward)
-                if u != 0 and u not in prefetched:
+                if sharded and u != 0 and u not in prefetched:
                     yield from unshard(u)
                 wait_unshard()
-                if u != 0 and cfg.forward_prefetch:
+                if sharded and u != 0 and cfg.forward_prefetch:
                     nxt = fwd_order.index(u) + 1
                     if nxt < len(fwd_order) and fwd_order[nxt] != 0:
                         yield from unshard(fwd_order[nxt])
@@ -520,14 +544,16 @@ class _Fsdp:
                     self._fresh("compute", f"flat gradient unit {u}", units[u].nbytes)  # torch.cat's new tensor
                     yield from compute(f"flat gradient unit {u}", (0.0, self.g.gpu.copy_bytes(units[u].nbytes), None))
                 # the post-backward hook, on the flat parameter's AccumulateGrad
-                reshard(u)  # _should_free_in_backward: every sharded strategy frees after backward
+                if sharded:
+                    reshard(u)  # _should_free_in_backward: every sharded strategy frees after backward
                 yield from self._reduce_scatter(units[u])
                 if cfg.backward_prefetch == "backward_post":
                     yield from self._prefetch(bwd_order, u, unshard, prefetched)
         # ---- the end of backward: wait for the post-backward stream, then the optimizer on the shard
-        shard = 1.0 / self.world
+        shard = 1.0 / self.world if sharded else 1.0
         opt = _optimizer_bytes(model, self.consts, cfg.optimizer) * shard
-        self._issue("compute", self._kernel("optimizer (shard)", 0.0, opt), self._wait_stream(self.rs_lane))
+        label = "optimizer (shard)" if sharded else "optimizer"
+        self._issue("compute", self._kernel(label, 0.0, opt), self._wait_stream(self.rs_lane))
         yield self.tail["compute"]
 
     def _prefetch(self, order: list[int], u: int, unshard: Callable[[int], Proc], prefetched: set[int]) -> Proc:
@@ -540,8 +566,12 @@ class _Fsdp:
     def _reduce_scatter(self, u: FsdpUnit) -> Proc:
         """The post-backward stream waits for the compute stream, pre-divides the unit's gradient, reduce-scatters
         it and post-divides the shard (``_post_backward_hook`` / ``_reduce_grad``). With Gloo the call clones the
-        gradient first, returns when the allreduce is done, and then copies this rank's chunk out (in ``wait``)."""
+        gradient first, returns when the allreduce is done, and then copies this rank's chunk out (in ``wait``).
+        NO_SHARD all-reduces the whole gradient instead and post-divides all of it (``_reduce_grad_no_shard``;
+        with Gloo no clone and no chunk copy)."""
         lane = self.rs_lane
+        sharded = self.cfg.sharding != "no_shard"
+        kept = u.nbytes / self.world if sharded else u.nbytes  # what the post-division touches
         after = self._wait_stream("compute")
         timing = self.rs[u.index] = [math.nan, math.nan, math.nan, 0.0]
 
@@ -549,18 +579,21 @@ class _Fsdp:
             timing[0] = self.env.now
 
         for event in after:
-            event.callbacks.append(ready)
+            if event.callbacks is None:  # already processed (a CPU rank waited for it): ready now
+                ready(event)
+            else:
+                event.callbacks.append(ready)
         pre = predivide_factor(self.world)
         first = self._kernel(f"pre-divide unit {u.index}", 0.0, 2.0 * u.nbytes, lane=lane) if pre > 1 else None
         done = self._issue(lane, first or self._marker(), after)
         yield from self._blocked(done, self.cpu_rank)
-        gloo_copies = self.blocking and self.world > 1 and u.nbytes > 0
+        gloo_copies = sharded and self.blocking and self.world > 1 and u.nbytes > 0
         if gloo_copies:  # reduce_scatter_tensor_coalesced: inputTensors[i].clone() on the calling stream
             self._fresh(lane, f"clone unit {u.index}", u.nbytes)
             clone = self.g.gpu.copy_bytes(u.nbytes)
             done = self._issue(lane, self._kernel(f"clone unit {u.index}", 0.0, clone, lane=lane))
             yield from self._blocked(done, self.cpu_rank)
-        done = self._issue(lane, self._collective("reduce_scatter", u, lane))
+        done = self._issue(lane, self._collective("reduce_scatter" if sharded else "allreduce", u, lane))
         yield from self._blocked(done, self.blocking)
         if gloo_copies:  # LambdaWork's wait: outputTensors[i].copy_(buffers[i].chunk(world)[rank])
             # the output, _get_reduce_scatter_tensors' torch.empty_like(chunks[0]), a fresh tensor every call
@@ -569,6 +602,5 @@ class _Fsdp:
             done = self._issue(lane, self._kernel(f"chunk copy unit {u.index}", 0.0, chunk, lane=lane))
             yield from self._blocked(done, self.cpu_rank)
         if self.world / pre > 1:
-            done = self._issue(lane, self._kernel(f"post-divide unit {u.index}", 0.0, 2.0 * u.nbytes / self.world,
-                                                  lane=lane))  # fmt: skip
+            done = self._issue(lane, self._kernel(f"post-divide unit {u.index}", 0.0, 2.0 * kept, lane=lane))
             yield from self._blocked(done, self.cpu_rank)

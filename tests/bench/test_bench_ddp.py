@@ -81,7 +81,8 @@ def test_planned_runs() -> None:
                                                                 ("fsdp_shard_grad_op", "fsdp", "shard_grad_op")]
     cfg = DdpBenchConfig(fsdp=("shard_grad_op",))
     assert DdpBenchConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
-    with pytest.raises(BenchError, match=r"^--fsdp: expected distinct strategies among full_shard, shard_grad_op"):
+    with pytest.raises(BenchError, match=r"^--fsdp: expected distinct strategies among full_shard, shard_grad_op, "
+                                         r"no_shard"):
         DdpBenchConfig(fsdp=("hybrid_shard",))
 
 
@@ -190,7 +191,7 @@ def test_model_yaml_round_trips_through_load_model(tmp_path: Path) -> None:
     (["-w", "0"], "-w/--warmup: expected an integer >= 1, got 0 (DDP's first iteration runs before its buckets "
                   "are rebuilt)"),
     (["--fsdp", "full_shard,full_shard"], "--fsdp: expected distinct strategies among full_shard, shard_grad_op, "
-                                          "got 'full_shard,full_shard'"),
+                                          "no_shard, got 'full_shard,full_shard'"),
 ])
 def test_cli_errors_are_one_line(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "--ddp", *argv]) == 2

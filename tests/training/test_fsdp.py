@@ -155,3 +155,41 @@ def test_bounds_and_monotone_in_collective_time(blocks: int, ag: float, rs: floa
     assert slower.iteration_s >= r.iteration_s - 1e-12
     # every collective and kernel serialised is an upper bound (sharing the network never beats running alone)
     assert r.iteration_s <= layers + 2 * r.comm_s + 1e-3
+
+
+def test_no_shard_all_reduces_each_units_gradient_and_gathers_nothing() -> None:
+    # NO_SHARD: no all-gather; after each unit's backward its flat gradient is pre-divided, all-reduced whole and
+    # post-divided whole on the post-backward stream; with instant allreduces only the root's tail is exposed
+    m = _model(2)
+    calls: list[tuple[str, int]] = []
+
+    def nccl(kind: str, nbytes: int) -> tuple[float, int]:
+        calls.append((kind, nbytes))
+        return (0.3e-3, 0)
+
+    r = simulate_fsdp_step(m, FsdpConfig(batch_size=1, optimizer="none", sharding="no_shard"), GPU, BARE, 4, nccl)
+    root, block = 2 * 4 * MB4, 4 * MB4
+    assert calls == [("allreduce", block), ("allreduce", block), ("allreduce", root)]  # backward order, whole
+    assert not _spans(r, "NCCL all-gather stream")
+    lane = _spans(r, "NCCL allreduce stream")
+    assert [s.label for s in lane if s.label.startswith("allreduce")] == ["allreduce unit 2", "allreduce unit 1",
+                                                                          "allreduce unit 0"]  # fmt: skip
+    # world 4: pre-divide by 2 and post-divide by 2, each a read + write of the whole gradient
+    flats = 2 * (2 * block / 1e12) + 2 * root / 1e12
+    tail = 2 * root / 1e12 + 0.3e-3 + 2 * root / 1e12
+    assert r.iteration_s == pytest.approx(4 * 3e-3 + flats + tail, rel=1e-9)
+    assert [b.index for b in r.buckets] == [2, 1, 0] and all(b.nbytes for b in r.buckets)
+
+
+def test_no_shard_keeps_whole_flat_parameters_and_updates_every_parameter() -> None:
+    consts = StepConstants(0.0, 0.0, {"sgd": (3.0, 0.0)}, 0.0)
+    odd = ModelSpec("odd", (Param("w", 5),), (Layer("l", (0,), 0.0, 0.0, 0.0, fwd_time_s=1.0, bwd_time_s=1.0),), "t")
+    seen: list[int] = []
+    simulate_fsdp_step(odd, FsdpConfig(batch_size=1, sharding="no_shard"), GPU, consts, 4,
+                       lambda kind, n: (seen.append(n), (0.0, 0))[1])  # fmt: skip
+    assert seen == [5 * 4]  # not padded to 8 elements as a sharded flat parameter over 4 ranks is
+    m = _model(1)
+    shard = simulate_fsdp_step(m, FsdpConfig(batch_size=1), GPU, consts, 4, _nccl(0.0, 0.0))
+    whole = simulate_fsdp_step(m, FsdpConfig(batch_size=1, sharding="no_shard"), GPU, consts, 4, _nccl(0.0, 0.0))
+    opt = {r.spans[-1].label: r.spans[-1].end - r.spans[-1].start for r in (shard, whole)}
+    assert opt["optimizer"] == pytest.approx(4 * opt["optimizer (shard)"], rel=1e-9)

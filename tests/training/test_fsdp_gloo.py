@@ -51,6 +51,13 @@ def _cpu_closed_form(
     units = fsdp_units(model, world, cfg.wrap)
     layers = sum(ly.fwd_time_s + ly.bwd_time_s for ly in model.layers)  # type: ignore[operator]
     total = layers
+    if cfg.sharding == "no_shard":  # no all-gather, no clone, no chunk: the whole gradient all-reduced and divided
+        for u in units:
+            n = u.nbytes
+            total += faults(n) + (2 + wa) * n / bw  # the flat gradient, a new tensor
+            total += 2 * n / bw if predivide_factor(world) > 1 else 0.0  # pre-divide
+            total += ar + (2 * n / bw if world / predivide_factor(world) > 1 else 0.0)  # allreduce, post-divide
+        return total
     for u in units:
         n = u.nbytes
         # all-gathers: every unit in forward; the blocks again in backward (FULL_SHARD frees them after forward)
@@ -67,7 +74,7 @@ def _cpu_closed_form(
 
 
 @pytest.mark.parametrize("world", [2, 4, 8])
-@pytest.mark.parametrize("sharding", ["full_shard", "shard_grad_op"])
+@pytest.mark.parametrize("sharding", ["full_shard", "shard_grad_op", "no_shard"])
 @pytest.mark.parametrize(("wa", "touch"), [(0.0, 0.0), (1.0, 0.0), (1.0, 2e9)])
 def test_on_cpu_ranks_the_iteration_is_the_sum_of_everything(world: int, sharding: str, wa: float,
                                                               touch: float) -> None:  # fmt: skip
@@ -82,7 +89,9 @@ def test_on_cpu_ranks_the_iteration_is_the_sum_of_everything(world: int, shardin
     assert r.compute_s == pytest.approx(5 * 3e-3, rel=1e-12)
     faults = [s for s in r.spans if s.label.startswith("page faults")]
     assert bool(faults) == (touch > 0)
-    if touch:  # per unit: one per all-gather, the flat gradient, the clone, and the shard where it is 2 MiB or more
+    if touch and sharding == "no_shard":  # per unit: the flat gradient only
+        assert len(faults) == len(fsdp_units(m, world, cfg.wrap))
+    elif touch:  # per unit: one per all-gather, the flat gradient, the clone, and the shard where it is 2 MiB or more
         units = fsdp_units(m, world, cfg.wrap)
         gathers = len(units) + (len(units) - 1 if sharding == "full_shard" else 0)
         assert len(faults) == gathers + sum(2 + (u.nbytes / world >= 2 * 2**20) for u in units)
