@@ -945,12 +945,21 @@ def _xml_nvlinks(
                     f"summed: {n} (NCCL joins all NVSwitches into one node); {nvl}: the GPU preset's nvlink",
                 )
             )
+    fewer: dict[tuple[str, int, int], list[str]] = {}  # (preset, used, have) -> GPUs
     for gname, used in nvlinks_used.items():
         have = int(presets.gpus[gpu_presets[gname]]["nvlinks"])
         if used > have:
             raise TopologyError(
                 f"{used} NVLinks, but GPU preset {gpu_presets[gname]} has {have}", file=file, field=g_path[gname]
             )
+        if used < have:
+            fewer.setdefault((gpu_presets[gname], used, have), []).append(gname)
+    for (preset, used, have), names in fewer.items():
+        notes.append(
+            f"{', '.join(names)}: {used} NVLinks in the dump where GPU preset {preset} has {have}: the template wires "
+            f"{used} (an export part such as the H800 has 8 of the H100's 18; a bridged pair; or links down). A GPU "
+            f"preset of your own says so: base: {preset}, nvlinks: {used} (README, 'User presets')."
+        )
     return devices, links
 
 
@@ -1782,6 +1791,13 @@ def template_from_nvidia_smi(
         pnotes.append(f"GPU preset {gpu} has no pcie_gen: PCIe Gen4 assumed")
     pl = _pcie_link(_RATE_OF_GEN[int(gen)], int(lanes), presets, f"{gpu}'s pcie_gen {gen} and pcie_lanes {lanes}")
     switch_devices, links = _smi_nvlinks(m, gpu, grec, dev_name, file)
+    if switch_devices and links and links[0].count < int(grec["nvlinks"]):
+        k, have = links[0].count, int(grec["nvlinks"])
+        pnotes.append(
+            f"Every GPU has NV{k} to the NVSwitch where GPU preset {gpu} has {have} NVLinks: the template wires {k} "
+            f"(an export part such as the H800 has 8 of the H100's 18; or links down). A GPU preset of your own "
+            f"says so: base: {gpu}, nvlinks: {k} (README, 'User presets')."
+        )
     devices += switch_devices
     cpu_devs, pcie_devices, pcie_links = _smi_pcie(m, sockets, known, dev_name, pl, int(gen), cpu_preset, cpu)
     devices += pcie_devices + cpu_devs

@@ -40,6 +40,7 @@ from collsim.topology.importer import (
     template_from_nvidia_smi,
     write_template,
 )
+from collsim.topology.presets import PresetSource, merge_presets
 
 DATA = Path(__file__).resolve().parent / "data"
 REPO = Path(__file__).resolve().parents[2]
@@ -901,3 +902,28 @@ def test_pci_device_ids_are_unique_and_well_formed() -> None:
     for name, rec in raw.items():
         if "pci_device_ids" in rec:
             assert "pci.ids" in rec["pci_device_ids_source"], name
+
+
+def _h800_presets() -> Any:
+    h800 = {"base": "h100-sxm5-80gb", "nvlinks": 8, "source": "test: the H100 SXM5 with 8 NVLinks"}
+    return merge_presets(load_presets(), [PresetSource({"gpus": {"h800": h800}}, "h800.yaml")])
+
+
+def test_fewer_nvlinks_than_the_gpu_preset_are_wired_and_noted() -> None:
+    """An HGX board whose GPUs show NV8 (an H800 node, NVIDIA/nccl#933's matrix) imported with the H100 preset: the
+    template wires 8 NVLinks per GPU and says how to describe the part; with a preset of 8 it says nothing."""
+    smi = (DATA / CASES["hgx-h100"][1]).read_text().replace("NV18", "NV8")
+    t = template_from_nvidia_smi(smi, file="h800.txt", gpu="h100-sxm5-80gb", nic="connectx-7-ndr", cpu="xeon-8480")
+    assert "Every GPU has NV8 to the NVSwitch where GPU preset h100-sxm5-80gb has 18 NVLinks" in t["notes"]
+    assert "base: h100-sxm5-80gb, nvlinks: 8" in t["notes"]
+    assert topology_from_template(t).link("n0/gpu0", "n0/nvswitch").count == 8
+    own = template_from_nvidia_smi(smi, file="h800.txt", gpu="h800", nic="connectx-7-ndr", cpu="xeon-8480",
+                                   presets=_h800_presets())  # fmt: skip
+    assert "Every GPU has" not in own["notes"]
+    assert "Every GPU has" not in _import_smi("hgx-h100")["notes"]
+    # the same from NCCL's dump: each GPU's <nvlink> counts (5 + 4 + 4 + 5) cut to 2 + 2 + 2 + 2
+    xml = (DATA / CASES["hgx-h100"][0]).read_text().replace('count="5"', 'count="2"').replace('count="4"', 'count="2"')
+    tx = template_from_nccl_xml(xml, file="h800.xml", gpu="h100-sxm5-80gb")
+    assert "8 NVLinks in the dump where GPU preset h100-sxm5-80gb has 18" in tx["notes"]
+    assert "gpu0, gpu1, gpu2, gpu3, gpu4, gpu5, gpu6, gpu7" in tx["notes"]  # one note for the eight
+    assert "NVLinks in the dump" not in _import_xml("hgx-h100")["notes"]
