@@ -225,6 +225,16 @@ class ReportData:
     seconds: float = 0.0
 
 
+def _hsdp_costs(shard: Callable[[str, int], Any], replicas: Callable[[str, int], Any]) -> Callable[[str, int], Any]:
+    """One collective-cost callable for HSDP: its all-reduce across the replica groups (``allreduce_replicas``) on
+    ``replicas``' group, everything else on ``shard``'s."""
+
+    def cost(kind: str, nbytes: int) -> Any:
+        return replicas("allreduce", nbytes) if kind == "allreduce_replicas" else shard(kind, nbytes)
+
+    return cost
+
+
 class Simulator:
     """A scenario made ready to simulate: its topology, each backend's options, constants and plan.
 
@@ -1026,6 +1036,8 @@ class Simulator:
                          None, tr.optimizer, f.wrap)  # fmt: skip
         world = len(self.topology.rank_devices())
         model, gpu, consts = self.training_model, self.gpu_compute(), self.step_constants
+        groups = self._hsdp_groups() if f.sharding == "hybrid_shard" else None
+        shard_world = len(groups[0].topology.rank_devices()) if groups else None
         out = []
         for backend in backends or self.backends():
             with self._errors(f"backends.{backend}"):
@@ -1033,11 +1045,53 @@ class Simulator:
                     if gpu.cores > 0:
                         raise ScenarioError("NCCL needs GPU ranks; this cluster's ranks are CPUs (disable NCCL)",
                                             file=self.scenario.source_file, field="backends.nccl")  # fmt: skip
-                    result = simulate_fsdp_step(model, cfg, gpu, consts, world, self._nccl_step_costs())
-                    out.append(dataclasses.replace(result, notes=(*result.notes, *self._harness_notes())))
+                    nccl = self._nccl_step_costs() if groups is None else _hsdp_costs(
+                        groups[0]._nccl_step_costs(), groups[1]._nccl_step_costs())  # fmt: skip
+                    result = simulate_fsdp_step(model, cfg, gpu, consts, world, nccl, shard_world=shard_world)
+                    notes = (*result.notes, *self._harness_notes(), *self._hsdp_notes(groups))
+                    out.append(dataclasses.replace(result, notes=notes))
                 elif backend == "gloo":
-                    out.append(simulate_fsdp_step(model, cfg, gpu, consts, world, gloo=self._gloo_fsdp_costs()))
+                    gloo = self._gloo_fsdp_costs() if groups is None else _hsdp_costs(
+                        groups[0]._gloo_fsdp_costs(), groups[1]._gloo_fsdp_costs())  # fmt: skip
+                    result = simulate_fsdp_step(model, cfg, gpu, consts, world, gloo=gloo, shard_world=shard_world)
+                    out.append(dataclasses.replace(result, notes=(*result.notes, *self._hsdp_notes(groups))))
         return out
+
+    def _hsdp_groups(self) -> tuple[Simulator, Simulator]:
+        """HSDP's process groups as FSDP1 makes them (``_init_intra_and_inter_node_groups``: a shard group of each
+        node's GPUs, ``dist.new_subgroups(torch.cuda.device_count())``, and replica groups of the GPUs of one local
+        index across the nodes): a simulator over node 0's GPUs and one over every node's first GPU, each on the
+        topology NCCL (or Gloo) sees for that group (:meth:`collsim.topology.Topology.restricted`)."""
+        where = {"file": self.scenario.source_file, "field": "training.fsdp.sharding"}
+        ranks = self.topology.rank_devices()
+        if not ranks or ranks[0].kind != "gpu" or self.topology.ranks_per_gpu != 1:
+            raise ScenarioError("hybrid_shard needs one rank per GPU (its groups are made of a node's GPUs)", **where)
+        per_node = [sum(1 for d in ranks if d.node == n) for n in range(self.topology.nodes)]
+        if len(set(per_node)) != 1:
+            raise ScenarioError(f"hybrid_shard needs the same number of GPUs on every node, got {per_node}", **where)
+        if self.scenario.perturb is not None and self.scenario.perturb.ranks:
+            raise ScenarioError("hybrid_shard with perturb.ranks (per-rank launch delays) is not modelled", **where)
+        with self._errors("training.fsdp.sharding"):
+            shard = self._on_topology(self.topology.restricted([d.name for d in ranks if d.node == 0]))
+            local = ranks[0].index
+            replicas = self._on_topology(self.topology.restricted([d.name for d in ranks if d.index == local]))
+        return shard, replicas
+
+    def _on_topology(self, topology: Topology) -> Simulator:
+        """This simulator on ``topology`` (a sub-communicator's view of the cluster): the same scenario, options and
+        constants, the NCCL plan made again for it."""
+        sub = object.__new__(Simulator)
+        sub.__dict__.update({k: v for k, v in self.__dict__.items() if k != "nccl_plan"})  # the plan is per topology
+        sub.topology = topology
+        return sub
+
+    def _hsdp_notes(self, groups: tuple[Simulator, Simulator] | None) -> tuple[str, ...]:
+        if groups is None:
+            return ()
+        shard, replicas = (len(g.topology.rank_devices()) for g in groups)
+        return (f"HSDP groups: all-gathers and reduce-scatters within a node's {shard} GPU(s); the all-reduce across "
+                f"the {replicas} node(s) simulated for one replica group (the nodes' first GPUs) alone, as if the "
+                "other local ranks' groups, which run at the same time, took other NICs and links",)  # fmt: skip
 
     def _nccl_step_costs(self) -> Callable[[str, int], tuple[float, int]]:
         """A training step's NCCL collective of n bytes -> (seconds, channels), simulated once per (collective, size)

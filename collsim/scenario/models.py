@@ -770,11 +770,12 @@ class FsdpTrainingConfig(BaseModel):
 
     model_config = _STRICT
 
-    sharding: Literal["full_shard", "shard_grad_op", "no_shard"] = Field(
+    sharding: Literal["full_shard", "shard_grad_op", "no_shard", "hybrid_shard"] = Field(
         "full_shard",
         description="ShardingStrategy: full_shard (freed after forward, all-gathered again in backward), "
-        "shard_grad_op (kept from forward to backward) or no_shard (never sharded: each unit's gradient "
-        "all-reduced after its backward).",
+        "shard_grad_op (kept from forward to backward), no_shard (never sharded: each unit's gradient "
+        "all-reduced after its backward) or hybrid_shard (HSDP: full_shard within each node, each shard's "
+        "gradient then all-reduced across the nodes).",
     )
     backward_prefetch: Literal["backward_pre", "backward_post", "none"] = Field(
         "backward_pre", description="BackwardPrefetch (FSDP's default: BACKWARD_PRE)."

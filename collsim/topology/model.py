@@ -263,6 +263,43 @@ class Topology:
         kwargs.update(changes)
         return Topology(self.name, self.graph if graph is None else graph, **kwargs)
 
+    def restricted(self, gpus: Collection[str]) -> Topology:
+        """The topology a communicator over ``gpus`` sees: every other GPU and its links left out, the NICs,
+        switches and CPUs kept. NCCL builds its topology from the communicator's own GPUs (each rank detects its GPU
+        and the local ranks' XMLs are fused; the NICs are all detected: ``src/graph/topo.cc`` v2.30.7-1 lines
+        1800-1803 and 1896), so a sub-communicator such as HSDP's group of one GPU per node plans as on a cluster of
+        those GPUs. When every GPU kept is on node 0 of several, the other nodes and the fabric are left out too (a
+        one-node topology; a one-node group elsewhere is refused: take node 0's, the nodes being alike).
+
+        Parameters
+        ----------
+        gpus : collection of str
+            GPU device names (``"n0/gpu3"``), at least one.
+
+        Raises
+        ------
+        TopologyError
+            A name that is not a GPU of this topology, or none given.
+        """
+        keep = set(gpus)
+        if not keep:
+            raise TopologyError("a sub-communicator needs at least one GPU")
+        mine = {d.name for d in self.gpus()}
+        unknown = sorted(keep - mine)
+        if unknown:
+            raise TopologyError(f"not GPUs of topology {self.name!r}: {', '.join(unknown[:4])}")
+        nodes = {self.device(g).node for g in keep}
+        if len(nodes) == 1 and self.nodes > 1:
+            if nodes != {0}:
+                raise TopologyError("a one-node sub-communicator is taken on node 0 (name node 0's GPUs)")
+            drop = [n for n, d in self.graph.nodes(data=True) if d["device"].node != 0 or n in mine - keep]
+            graph = self.graph.copy()
+            graph.remove_nodes_from(drop)
+            return self.replaced(graph, nodes=1, fabric=None)
+        graph = self.graph.copy()
+        graph.remove_nodes_from(mine - keep)
+        return self.replaced(graph)
+
     def __repr__(self) -> str:
         return (
             f"Topology({self.name!r}, nodes={self.nodes}, devices={self.graph.number_of_nodes()}, "

@@ -68,8 +68,15 @@ freed, and the post-backward hook all-reduces the unit's flat gradient on the po
 (``_reduce_grad_no_shard``: pre-divide, ``dist.all_reduce``, post-divide, all of the whole gradient; with Gloo a
 blocking CUDA allreduce staged through the host, no clone and no chunk copy); the optimizer updates every parameter.
 
+**HYBRID_SHARD** (HSDP, ``ShardingStrategy.HYBRID_SHARD``): FULL_SHARD within a shard group of ``shard_world``
+ranks (FSDP1's intra-node group), flat parameters padded to a multiple of it; after each unit's reduce-scatter its
+``_all_reduce_stream`` waits for the post-backward stream, all-reduces the shard across the replica groups and
+post-divides it (``_reduce_grad``); the division factors are the whole world's; the end of backward waits for both
+streams; the optimizer updates the group's shard. The caller's collective callable gets ``allreduce_replicas`` for
+the all-reduce across the groups (and simulates it on that group).
+
 Not modelled: mixed-precision casts (``MixedPrecision``: give ``param_dtype`` for the collectives' bytes), CPU
-offload, HYBRID_SHARD, ``no_sync``, FSDP2 (``fully_shard``), the CPU's own time (a CPU-bound step).
+offload, ``no_sync``, FSDP2 (``fully_shard``), the CPU's own time (a CPU-bound step).
 """
 
 from __future__ import annotations
@@ -111,15 +118,21 @@ NcclCollective = Callable[[str, int], tuple[float, int]]
 #: ranks).
 GlooCollective = Callable[[str, int], tuple[float, float]]
 
-SHARDINGS = ("full_shard", "shard_grad_op", "no_shard")
+SHARDINGS = ("full_shard", "shard_grad_op", "no_shard", "hybrid_shard")
+#: the strategies that free a unit after its forward and all-gather it again in backward (torch's
+#: NO_RESHARD_AFTER_FORWARD_STRATEGIES are the others)
+_RESHARD_AFTER_FORWARD = ("full_shard", "hybrid_shard")
 PREFETCHES = ("backward_pre", "backward_post", "none")
 #: what the timeline calls each collective
-_KIND_LABELS = {"allgather": "all-gather", "reduce_scatter": "reduce-scatter", "allreduce": "allreduce"}
+_KIND_LABELS = {"allgather": "all-gather", "reduce_scatter": "reduce-scatter", "allreduce": "allreduce",
+                "allreduce_replicas": "allreduce across groups"}
 #: the timeline's lanes of the all-gathers and the reduce-scatters, per backend
 _LANES = {"nccl": ("NCCL all-gather stream", "NCCL reduce-scatter stream"),
           "gloo": ("Gloo all-gather (blocking)", "Gloo reduce-scatter (blocking)")}
 #: NO_SHARD's post-backward lane, per backend (it all-reduces)
 _NO_SHARD_LANES = {"nccl": "NCCL allreduce stream", "gloo": "Gloo allreduce (blocking)"}
+#: HYBRID_SHARD's lane of the all-reduces across the replica groups, per backend
+_HSDP_LANES = {"nccl": "NCCL allreduce stream (HSDP)", "gloo": "Gloo allreduce across groups (blocking)"}
 
 
 @dataclass(frozen=True)
@@ -132,8 +145,10 @@ class FsdpConfig:
         Samples per GPU.
     sharding : str
         ``full_shard`` (FSDP's default: parameters freed after forward, all-gathered again in backward),
-        ``shard_grad_op`` (kept from forward to backward) or ``no_shard`` (never sharded: each unit's gradient is
-        all-reduced after its backward, as DDP does per bucket).
+        ``shard_grad_op`` (kept from forward to backward), ``no_shard`` (never sharded: each unit's gradient is
+        all-reduced after its backward, as DDP does per bucket) or ``hybrid_shard`` (HSDP: ``full_shard`` within
+        a shard group, each sharded gradient then all-reduced across the groups; :func:`simulate_fsdp_step`'s
+        ``shard_world``).
     backward_prefetch : str
         ``backward_pre`` (default), ``backward_post`` or ``none``.
     forward_prefetch : bool
@@ -271,6 +286,7 @@ def simulate_fsdp_step(
     nccl: NcclCollective | None = None,
     *,
     gloo: GlooCollective | None = None,
+    shard_world: int | None = None,
 ) -> StepResult:
     """Simulate one FSDP iteration with NCCL or with Gloo (exactly one of ``nccl``, ``gloo``).
 
@@ -287,10 +303,14 @@ def simulate_fsdp_step(
     world : int
         Ranks.
     nccl : NcclCollective, optional
-        NCCL's time and channels for an all-gather or reduce-scatter of n bytes.
+        NCCL's time and channels for an all-gather or reduce-scatter of n bytes (with ``hybrid_shard`` within a
+        shard group), or an allreduce (``no_shard``: of all ranks; ``hybrid_shard``: of one replica group).
     gloo : GlooCollective, optional
         Gloo's time (and a CPU rank's core-seconds) for an all-gather or an allreduce of n bytes: each call blocks
-        the thread issuing it (see the module docstring).
+        the thread issuing it (see the module docstring); with ``hybrid_shard`` as for ``nccl``.
+    shard_world : int, optional
+        ``hybrid_shard``: ranks of a shard group (FSDP's intra-node group: a node's GPUs), dividing ``world``;
+        the replica groups have ``world / shard_world`` ranks. Default (and for the other strategies): ``world``.
 
     Returns
     -------
@@ -311,11 +331,14 @@ def simulate_fsdp_step(
         raise ValueError(f"unknown optimizer {cfg.optimizer!r}; expected one of {', '.join(consts.optimizer_traffic)}")
     if cfg.batch_size < 1 or world < 1:
         raise ValueError("batch_size and world must be at least 1")
-    # NO_SHARD's flat parameters are not padded to a multiple of the world size (they are not split)
-    units = fsdp_units(model, 1 if cfg.sharding == "no_shard" else world, cfg.wrap, cfg.comm_dtype)
+    shard = world if shard_world is None or cfg.sharding != "hybrid_shard" else shard_world
+    if shard < 1 or world % shard:
+        raise ValueError(f"shard_world must divide world ({world}), got {shard_world}")
+    # the flat parameters are padded to a multiple of the ranks they are sharded over (NO_SHARD: not split, not padded)
+    units = fsdp_units(model, 1 if cfg.sharding == "no_shard" else shard, cfg.wrap, cfg.comm_dtype)
     base = _Plan.build(model, DdpConfig(cfg.batch_size, optimizer=cfg.optimizer), consts)
     compute_s = _run_compute_only(gpu, base)
-    return _Fsdp(model, cfg, gpu, consts, world, nccl, gloo, units).run(compute_s)
+    return _Fsdp(model, cfg, gpu, consts, world, nccl, gloo, units, shard).run(compute_s)
 
 
 class _Fsdp:
@@ -333,27 +356,30 @@ class _Fsdp:
         nccl: NcclCollective | None,
         gloo: GlooCollective | None,
         units: list[FsdpUnit],
+        shard_world: int,
     ) -> None:
         self.model, self.cfg, self.consts, self.world, self.units = model, cfg, consts, world, units
+        self.shard_world = shard_world  # ranks a unit is sharded over (a shard group with HSDP, else every rank)
+        self.hybrid = cfg.sharding == "hybrid_shard"
         self.nccl, self.gloo = nccl, gloo
         self.backend = "nccl" if nccl is not None else "gloo"
         self.ag_lane, self.rs_lane = _LANES[self.backend]
         if cfg.sharding == "no_shard":
             self.rs_lane = _NO_SHARD_LANES[self.backend]
+        # HSDP's all-reduce of each sharded gradient across the replica groups: its own stream (_all_reduce_stream);
+        # with Gloo the calling thread waits for it like every Gloo call
+        self.ar_lane = _HSDP_LANES[self.backend]
         self.blocking = gloo is not None  # a Gloo call's wait() holds the calling thread until the work is done
         self.cpu_rank = gpu.cores > 0  # the layers run on the calling thread: every kernel blocks it
         self.env = simpy.Environment()
         self.spans: list[Span] = []
         self.g = _Gpu(self.env, gpu, self.spans)
         self.unit_of = {i: u.index for u in units for i in u.layers}
-        self.streams: dict[str, simpy.Store] = {
-            name: simpy.Store(self.env) for name in ("compute", self.ag_lane, self.rs_lane)
-        }
+        lanes = ("compute", self.ag_lane, self.rs_lane) + ((self.ar_lane,) if self.hybrid else ())
+        self.streams: dict[str, simpy.Store] = {name: simpy.Store(self.env) for name in lanes}
         self.tail: dict[str, simpy.Event] = {}  # the last op issued on each stream: what wait_stream waits for
         self.durations: list[float] = []
         self.rs: dict[int, list[float]] = {}  # unit -> [ready, start, end, seconds]
-        steps = (world - 1) / world if world > 1 else 0.0  # one ring phase: (n-1)/n of the buffer per rank
-        self.hbm_per_byte = consts.nccl_hbm_bytes_per_step_byte * steps
 
     # -------------------------------------------------------------------------------------------------- streams
     def _issue(self, stream: str, op: Callable[[], Proc], after: Sequence[simpy.Event] = ()) -> simpy.Event:
@@ -385,22 +411,36 @@ class _Fsdp:
 
     # ------------------------------------------------------------------------------------------------------ ops
     def _collective(self, kind: str, u: FsdpUnit, lane: str) -> Callable[[], Proc]:
+        """One collective of unit ``u``: ``allgather``, ``reduce_scatter`` (both within the shard group),
+        ``allreduce`` (NO_SHARD: of every rank) or ``allreduce_replicas`` (HSDP: the sharded gradient, 1/shard_world
+        of the unit, across the replica groups)."""
+        replicas = kind == "allreduce_replicas"
+        nbytes = u.nbytes / self.shard_world if replicas else u.nbytes
+        group = self.world // self.shard_world if replicas else self.shard_world if kind != "allreduce" else self.world
+        phases = 2 if kind.startswith("allreduce") else 1  # ring phases of (group-1)/group of the buffer each
+        hbm = self.consts.nccl_hbm_bytes_per_step_byte * phases * (group - 1) / group * nbytes
+
         def op() -> Proc:
             label = f"{_KIND_LABELS[kind]} unit {u.index}"
             start = self.env.now
             seconds = 0.0
+            size = int(nbytes)
             if self.nccl is not None:
-                seconds, channels = self.nccl(kind, u.nbytes) if self.world > 1 and u.nbytes else (0.0, 0)
+                seconds, channels = self.nccl(kind, size) if group > 1 and size else (0.0, 0)
                 self.durations.append(seconds)
-                yield from self.g.nccl(label, seconds, channels, self.hbm_per_byte * u.nbytes, u.index, lane, True)
+                # all-gathers and reduce-scatters ride the same links; HSDP's all-reduce those across the groups
+                yield from self.g.nccl(label, seconds, channels, hbm, u.index, lane, not replicas)
             else:
                 assert self.gloo is not None
                 # ProcessGroupGloo's reduce_scatter_tensor all-reduces the whole (cloned) input
-                gloo_kind = "allgather" if kind == "allgather" else "allreduce"
-                seconds, core_s = self.gloo(gloo_kind, u.nbytes) if self.world > 1 and u.nbytes else (0.0, 0.0)
+                gloo_kind = kind if kind in ("allgather", "allreduce_replicas") else "allreduce"
+                seconds, core_s = self.gloo(gloo_kind, size) if group > 1 and size else (0.0, 0.0)
                 self.durations.append(seconds)
                 yield from self.g.gloo_thread(label, lane, seconds, core_s, u.index)
-            if kind != "allgather":  # the post-backward reduction
+            timing = self.rs.get(u.index)
+            if replicas and timing is not None:  # the reduction ends with the all-reduce across the groups
+                timing[2], timing[3] = self.env.now, timing[3] + seconds
+            elif kind != "allgather":  # the post-backward reduction
                 self.rs[u.index][1:] = [start, self.env.now, seconds]
 
         return op
@@ -441,6 +481,10 @@ class _Fsdp:
         )
         sharded = self.cfg.sharding != "no_shard"
         optimizer = "the optimizer updates the 1/world shard" if sharded else "the optimizer updates every parameter"
+        if self.hybrid:
+            optimizer = (f"HSDP: shard groups of {self.shard_world} rank(s), each unit's shard all-reduced across "
+                         f"{self.world // self.shard_world} group(s) on its own stream; the optimizer updates the "
+                         f"1/{self.shard_world} shard")
         if not sharded:
             how = ("no all-gathers; each unit's flat gradient is all-reduced after its backward" if not self.blocking
                    else "Gloo: each unit's all-reduce blocks the thread issuing it until it is done (one in flight)")
@@ -509,7 +553,7 @@ class _Fsdp:
         for i, layer in enumerate(model.layers):
             u = self.unit_of[i]
             if u != current:
-                if current != 0 and cfg.sharding == "full_shard":
+                if current != 0 and cfg.sharding in _RESHARD_AFTER_FORWARD:
                     reshard(current)  # post-forward of the unit just left (the root is never freed after forward)
                 if sharded and u != 0 and u not in prefetched:
                     yield from unshard(u)
@@ -521,7 +565,7 @@ class _Fsdp:
                         prefetched.add(fwd_order[nxt])
                 current = u
             yield from compute(f"fwd {layer.name}", _layer_costs(model, i, batch, False))
-        if current != 0 and cfg.sharding == "full_shard":
+        if current != 0 and cfg.sharding in _RESHARD_AFTER_FORWARD:
             reshard(current)
         # ---- backward: units in reverse order of their last layer
         bwd_order = list(dict.fromkeys(self.unit_of[i] for i in reversed(range(len(model.layers)))))
@@ -531,9 +575,9 @@ class _Fsdp:
             u = self.unit_of[i]
             if u not in started:  # the unit's pre-backward hook
                 started.add(u)
-                if u != 0 and cfg.sharding == "full_shard" and u not in prefetched:
+                if u != 0 and cfg.sharding in _RESHARD_AFTER_FORWARD and u not in prefetched:
                     yield from unshard(u)
-                if u != 0 and cfg.sharding == "full_shard":
+                if u != 0 and cfg.sharding in _RESHARD_AFTER_FORWARD:
                     wait_unshard()
                 if cfg.backward_prefetch == "backward_pre":
                     yield from self._prefetch(bwd_order, u, unshard, prefetched)
@@ -549,17 +593,19 @@ class _Fsdp:
                 yield from self._reduce_scatter(units[u])
                 if cfg.backward_prefetch == "backward_post":
                     yield from self._prefetch(bwd_order, u, unshard, prefetched)
-        # ---- the end of backward: wait for the post-backward stream, then the optimizer on the shard
-        shard = 1.0 / self.world if sharded else 1.0
+        # ---- the end of backward: wait for the post-backward stream (and HSDP's all-reduce stream), then the
+        # optimizer on the shard
+        shard = 1.0 / self.shard_world if sharded else 1.0
         opt = _optimizer_bytes(model, self.consts, cfg.optimizer) * shard
         label = "optimizer (shard)" if sharded else "optimizer"
-        self._issue("compute", self._kernel(label, 0.0, opt), self._wait_stream(self.rs_lane))
+        ends = self._wait_stream(self.rs_lane) + (self._wait_stream(self.ar_lane) if self.hybrid else ())
+        self._issue("compute", self._kernel(label, 0.0, opt), ends)
         yield self.tail["compute"]
 
     def _prefetch(self, order: list[int], u: int, unshard: Callable[[int], Proc], prefetched: set[int]) -> Proc:
         """``_prefetch_handle``: the unit after ``u`` in backward order, if it needs an all-gather."""
         k = order.index(u) + 1
-        if k < len(order) and self.cfg.sharding == "full_shard" and order[k] != 0:
+        if k < len(order) and self.cfg.sharding in _RESHARD_AFTER_FORWARD and order[k] != 0:
             yield from unshard(order[k])
             prefetched.add(order[k])
 
@@ -568,10 +614,14 @@ class _Fsdp:
         it and post-divides the shard (``_post_backward_hook`` / ``_reduce_grad``). With Gloo the call clones the
         gradient first, returns when the allreduce is done, and then copies this rank's chunk out (in ``wait``).
         NO_SHARD all-reduces the whole gradient instead and post-divides all of it (``_reduce_grad_no_shard``;
-        with Gloo no clone and no chunk copy)."""
+        with Gloo no clone and no chunk copy). HYBRID_SHARD reduce-scatters within the shard group, then, on its
+        all-reduce stream once the post-backward stream is there, all-reduces the shard across the replica groups
+        and post-divides it (``_reduce_grad``: ``_all_reduce_stream``); the division factors are the whole world's
+        (``_init_utils.py``: ``data_parallel_world_size *= _inter_node_pg.size()``)."""
         lane = self.rs_lane
         sharded = self.cfg.sharding != "no_shard"
-        kept = u.nbytes / self.world if sharded else u.nbytes  # what the post-division touches
+        shard = self.shard_world
+        kept = u.nbytes / shard if sharded else u.nbytes  # what the post-division touches
         after = self._wait_stream("compute")
         timing = self.rs[u.index] = [math.nan, math.nan, math.nan, 0.0]
 
@@ -587,7 +637,7 @@ class _Fsdp:
         first = self._kernel(f"pre-divide unit {u.index}", 0.0, 2.0 * u.nbytes, lane=lane) if pre > 1 else None
         done = self._issue(lane, first or self._marker(), after)
         yield from self._blocked(done, self.cpu_rank)
-        gloo_copies = sharded and self.blocking and self.world > 1 and u.nbytes > 0
+        gloo_copies = sharded and self.blocking and shard > 1 and u.nbytes > 0
         if gloo_copies:  # reduce_scatter_tensor_coalesced: inputTensors[i].clone() on the calling stream
             self._fresh(lane, f"clone unit {u.index}", u.nbytes)
             clone = self.g.gpu.copy_bytes(u.nbytes)
@@ -597,10 +647,14 @@ class _Fsdp:
         yield from self._blocked(done, self.blocking)
         if gloo_copies:  # LambdaWork's wait: outputTensors[i].copy_(buffers[i].chunk(world)[rank])
             # the output, _get_reduce_scatter_tensors' torch.empty_like(chunks[0]), a fresh tensor every call
-            self._fresh(lane, f"sharded gradient unit {u.index}", u.nbytes / self.world)
-            chunk = self.g.gpu.copy_bytes(u.nbytes / self.world)
+            self._fresh(lane, f"sharded gradient unit {u.index}", u.nbytes / shard)
+            chunk = self.g.gpu.copy_bytes(u.nbytes / shard)
             done = self._issue(lane, self._kernel(f"chunk copy unit {u.index}", 0.0, chunk, lane=lane))
             yield from self._blocked(done, self.cpu_rank)
+        if self.hybrid:  # the all-reduce stream waits for the post-backward stream
+            lane = self.ar_lane
+            done = self._issue(lane, self._collective("allreduce_replicas", u, lane), self._wait_stream(self.rs_lane))
+            yield from self._blocked(done, self.blocking)
         if self.world / pre > 1:
             done = self._issue(lane, self._kernel(f"post-divide unit {u.index}", 0.0, 2.0 * kept, lane=lane))
             yield from self._blocked(done, self.cpu_rank)

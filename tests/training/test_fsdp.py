@@ -193,3 +193,54 @@ def test_no_shard_keeps_whole_flat_parameters_and_updates_every_parameter() -> N
     whole = simulate_fsdp_step(m, FsdpConfig(batch_size=1, sharding="no_shard"), GPU, consts, 4, _nccl(0.0, 0.0))
     opt = {r.spans[-1].label: r.spans[-1].end - r.spans[-1].start for r in (shard, whole)}
     assert opt["optimizer"] == pytest.approx(4 * opt["optimizer (shard)"], rel=1e-9)
+
+
+def test_hybrid_shard_reduce_scatters_in_the_group_then_all_reduces_the_shard_across_groups() -> None:
+    # 8 ranks in 2 shard groups of 4, nothing wrapped (one unit, the root): the all-gather and reduce-scatter of the
+    # unit's 16 MiB in the group, then on the all-reduce stream the 4 MiB shard's all-reduce across the 2 groups and
+    # its post-division; the pre-division factor is the whole world's (8: 4, post-division 2)
+    m = _model(2)
+    calls: list[tuple[str, int]] = []
+
+    def nccl(kind: str, nbytes: int) -> tuple[float, int]:
+        calls.append((kind, nbytes))
+        return ({"allgather": 0.5e-3, "reduce_scatter": 0.7e-3, "allreduce_replicas": 0.9e-3}[kind], 0)
+
+    cfg = FsdpConfig(batch_size=1, optimizer="none", wrap="nothing.*", sharding="hybrid_shard")
+    r = simulate_fsdp_step(m, cfg, GPU, BARE, 8, nccl, shard_world=4)
+    unit = 4 * 4 * MB4
+    assert calls == [("allgather", unit), ("reduce_scatter", unit), ("allreduce_replicas", unit // 4)]
+    layers = 4 * (1e-3 + 2e-3)
+    flat = divide = 2 * unit / 1e12
+    post = 2 * (unit / 4) / 1e12
+    assert r.iteration_s == pytest.approx(0.5e-3 + layers + flat + divide + 0.7e-3 + 0.9e-3 + post, rel=1e-9)
+    (ar,) = [s for s in r.spans if s.label.startswith("allreduce across groups")]
+    assert ar.lane == "NCCL allreduce stream (HSDP)"
+    assert [s.label for s in _spans(r, "NCCL allreduce stream (HSDP)")][-1] == "post-divide unit 0"
+    (b,) = r.buckets
+    assert b.comm_s == pytest.approx(0.7e-3 + 0.9e-3, rel=1e-12)  # the reduction: reduce-scatter and all-reduce
+
+
+def test_hybrid_shard_overlaps_the_all_reduce_with_the_next_reduce_scatter_and_shards_over_the_group() -> None:
+    m = _model(3)
+    consts = StepConstants(0.0, 0.0, {"sgd": (3.0, 0.0)}, 0.0)
+
+    def nccl(kind: str, nbytes: int) -> tuple[float, int]:
+        return (2e-3 if kind == "allreduce_replicas" else 1e-5, 0)
+
+    r = simulate_fsdp_step(m, FsdpConfig(batch_size=1, sharding="hybrid_shard"), GPU, consts, 16, nccl,
+                           shard_world=8)  # fmt: skip
+    ars = _spans(r, "NCCL allreduce stream (HSDP)")
+    rss = [s for s in _spans(r, "NCCL reduce-scatter stream") if s.label.startswith("reduce-scatter")]
+    # the all-reduce stream is its own: a unit's all-reduce runs while the next unit's reduce-scatter does
+    assert any(a.start < b.end and b.start < a.end for a in ars if a.label.startswith("allreduce") for b in rss)
+    # the optimizer after the last all-reduce, on 1/8 (the shard group) of the parameters, as full_shard on 8 ranks
+    opt = next(s for s in r.spans if s.label.startswith("optimizer"))
+    assert opt.start >= max(a.end for a in ars) - 1e-12
+    eight = simulate_fsdp_step(m, FsdpConfig(batch_size=1), GPU, consts, 8, _nccl(0.0, 0.0))
+    opt8 = next(s for s in eight.spans if s.label.startswith("optimizer"))
+    assert opt.end - opt.start == pytest.approx(opt8.end - opt8.start, rel=1e-12)
+    # full_shard's all-gathers again in backward; the same count as full_shard
+    assert len(_spans(r, "NCCL all-gather stream")) == 1 + 2 * 3
+    with pytest.raises(ValueError, match="shard_world must divide world"):
+        simulate_fsdp_step(m, FsdpConfig(batch_size=1, sharding="hybrid_shard"), GPU, consts, 16, nccl, shard_world=6)

@@ -1,0 +1,48 @@
+"""A sub-communicator's view of a cluster (:meth:`Topology.restricted`): the communicator's GPUs, every NIC, switch
+and CPU, as NCCL's topology holds them."""
+
+from __future__ import annotations
+
+import pytest
+
+from collsim.topology import TopologyError, load_topology
+
+FABRIC = {"topology": "rail_optimized", "transport": "rdma", "gpudirect": True}
+
+
+def test_node_zeros_gpus_are_a_one_node_topology() -> None:
+    four = load_topology("hgx-h100", nodes=4, fabric=FABRIC)
+    one = load_topology("hgx-h100", nodes=1)
+    view = four.restricted([g.name for g in four.gpus() if g.node == 0])
+    assert view.nodes == 1 and view.fabric is None
+    assert {d.name for d in view.devices()} == {d.name for d in one.devices()}
+    assert sorted((a, b) for a, b in view.graph.edges) == sorted((a, b) for a, b in one.graph.edges)
+    assert four.nodes == 4 and len(four.gpus()) == 32  # the cluster itself is unchanged
+
+
+def test_one_gpu_a_node_keeps_every_nic_switch_and_the_fabric() -> None:
+    four = load_topology("hgx-h100", nodes=4, fabric=FABRIC)
+    view = four.restricted([f"n{n}/gpu3" for n in range(4)])
+    assert [d.name for d in view.rank_devices()] == ["n0/gpu3", "n1/gpu3", "n2/gpu3", "n3/gpu3"]
+    assert view.nodes == 4 and view.fabric == four.fabric
+    assert len(view.nics()) == len(four.nics()) == 32
+    assert {d.name for d in view.devices()} == {d.name for d in four.devices()} - {
+        g.name for g in four.gpus() if g.index != 3
+    }
+    assert not [e for e in view.graph.edges if "gpu0" in e[0] or "gpu0" in e[1]]  # the others' links are gone
+    # the route from the GPU to its own NIC is the cluster's
+    assert view.route("n1/gpu3", "n1/nic3") == four.route("n1/gpu3", "n1/nic3")
+
+
+@pytest.mark.parametrize(
+    ("gpus", "message"),
+    [
+        ([], "at least one GPU"),
+        (["n0/gpu9"], "not GPUs of topology"),
+        (["n0/nic0"], "not GPUs of topology"),
+        (["n1/gpu0", "n1/gpu1"], "taken on node 0"),
+    ],
+)
+def test_bad_groups_are_refused(gpus: list[str], message: str) -> None:
+    with pytest.raises(TopologyError, match=message):
+        load_topology("hgx-h100", nodes=2, fabric=FABRIC).restricted(gpus)
