@@ -225,12 +225,17 @@ class ReportData:
     seconds: float = 0.0
 
 
-def _hsdp_costs(shard: Callable[[str, int], Any], replicas: Callable[[str, int], Any]) -> Callable[[str, int], Any]:
-    """One collective-cost callable for HSDP: its all-reduce across the replica groups (``allreduce_replicas``) on
-    ``replicas``' group, everything else on ``shard``'s."""
+def _hsdp_costs(
+    shard: Callable[[str, int], Any], replicas: Sequence[Callable[[str, int], Any]]
+) -> Callable[[str, int], Any]:
+    """One collective-cost callable for HSDP: its all-reduce across the replica groups (``allreduce_replicas``) at
+    the slowest group's (the ranks of a shard group wait for each other at the next all-gather), everything else on
+    ``shard``'s group. Each cost is ``(seconds, ...)``."""
 
     def cost(kind: str, nbytes: int) -> Any:
-        return replicas("allreduce", nbytes) if kind == "allreduce_replicas" else shard(kind, nbytes)
+        if kind == "allreduce_replicas":
+            return max((r("allreduce", nbytes) for r in replicas), key=lambda c: c[0])
+        return shard(kind, nbytes)
 
     return cost
 
@@ -1046,22 +1051,23 @@ class Simulator:
                         raise ScenarioError("NCCL needs GPU ranks; this cluster's ranks are CPUs (disable NCCL)",
                                             file=self.scenario.source_file, field="backends.nccl")  # fmt: skip
                     nccl = self._nccl_step_costs() if groups is None else _hsdp_costs(
-                        groups[0]._nccl_step_costs(), groups[1]._nccl_step_costs())  # fmt: skip
+                        groups[0]._nccl_step_costs(), [g._nccl_step_costs() for g in groups[1]])  # fmt: skip
                     result = simulate_fsdp_step(model, cfg, gpu, consts, world, nccl, shard_world=shard_world)
                     notes = (*result.notes, *self._harness_notes(), *self._hsdp_notes(groups))
                     out.append(dataclasses.replace(result, notes=notes))
                 elif backend == "gloo":
                     gloo = self._gloo_fsdp_costs() if groups is None else _hsdp_costs(
-                        groups[0]._gloo_fsdp_costs(), groups[1]._gloo_fsdp_costs())  # fmt: skip
+                        groups[0]._gloo_fsdp_costs(), [g._gloo_fsdp_costs() for g in groups[1]])  # fmt: skip
                     result = simulate_fsdp_step(model, cfg, gpu, consts, world, gloo=gloo, shard_world=shard_world)
                     out.append(dataclasses.replace(result, notes=(*result.notes, *self._hsdp_notes(groups))))
         return out
 
-    def _hsdp_groups(self) -> tuple[Simulator, Simulator]:
+    def _hsdp_groups(self) -> tuple[Simulator, list[Simulator]]:
         """HSDP's process groups as FSDP1 makes them (``_init_intra_and_inter_node_groups``: a shard group of each
         node's GPUs, ``dist.new_subgroups(torch.cuda.device_count())``, and replica groups of the GPUs of one local
-        index across the nodes): a simulator over node 0's GPUs and one over every node's first GPU, each on the
-        topology NCCL (or Gloo) sees for that group (:meth:`collsim.topology.Topology.restricted`)."""
+        index across the nodes): a simulator over node 0's GPUs and one per local index over that GPU of every
+        node, each on the topology NCCL (or Gloo) sees for that group (:meth:`collsim.topology.Topology.restricted`;
+        a slow NIC or link of the cluster slows the groups that cross it)."""
         where = {"file": self.scenario.source_file, "field": "training.fsdp.sharding"}
         ranks = self.topology.rank_devices()
         if not ranks or ranks[0].kind != "gpu" or self.topology.ranks_per_gpu != 1:
@@ -1073,8 +1079,10 @@ class Simulator:
             raise ScenarioError("hybrid_shard with perturb.ranks (per-rank launch delays) is not modelled", **where)
         with self._errors("training.fsdp.sharding"):
             shard = self._on_topology(self.topology.restricted([d.name for d in ranks if d.node == 0]))
-            local = ranks[0].index
-            replicas = self._on_topology(self.topology.restricted([d.name for d in ranks if d.index == local]))
+            replicas = [
+                self._on_topology(self.topology.restricted([d.name for d in ranks if d.index == local.index]))
+                for local in ranks[: per_node[0]]
+            ]
         return shard, replicas
 
     def _on_topology(self, topology: Topology) -> Simulator:
@@ -1085,13 +1093,14 @@ class Simulator:
         sub.topology = topology
         return sub
 
-    def _hsdp_notes(self, groups: tuple[Simulator, Simulator] | None) -> tuple[str, ...]:
+    def _hsdp_notes(self, groups: tuple[Simulator, list[Simulator]] | None) -> tuple[str, ...]:
         if groups is None:
             return ()
-        shard, replicas = (len(g.topology.rank_devices()) for g in groups)
-        return (f"HSDP groups: all-gathers and reduce-scatters within a node's {shard} GPU(s); the all-reduce across "
-                f"the {replicas} node(s) simulated for one replica group (the nodes' first GPUs) alone, as if the "
-                "other local ranks' groups, which run at the same time, took other NICs and links",)  # fmt: skip
+        shard, replicas = len(groups[0].topology.rank_devices()), len(groups[1][0].topology.rank_devices())
+        return (f"HSDP groups: all-gathers and reduce-scatters within a node's {shard} GPU(s); each all-reduce across "
+                f"the {replicas} node(s) takes the slowest of the {len(groups[1])} replica groups (one per local "
+                "rank), each simulated alone, as if the groups, which run at the same time, took different NICs and "
+                "links",)  # fmt: skip
 
     def _nccl_step_costs(self) -> Callable[[str, int], tuple[float, int]]:
         """A training step's NCCL collective of n bytes -> (seconds, channels), simulated once per (collective, size)

@@ -268,8 +268,11 @@ class Topology:
         switches and CPUs kept. NCCL builds its topology from the communicator's own GPUs (each rank detects its GPU
         and the local ranks' XMLs are fused; the NICs are all detected: ``src/graph/topo.cc`` v2.30.7-1 lines
         1800-1803 and 1896), so a sub-communicator such as HSDP's group of one GPU per node plans as on a cluster of
-        those GPUs. When every GPU kept is on node 0 of several, the other nodes and the fabric are left out too (a
-        one-node topology; a one-node group elsewhere is refused: take node 0's, the nodes being alike).
+        those GPUs. Of each node's NICs only those within P2C of a kept GPU stay, where there are any: NCCL's search
+        takes farther ones only when the nearer give no solution (``ncclTopoCompute`` relaxes ``typeInter`` past
+        PXN only without a channel), and PXN needs another of the communicator's GPUs near the NIC. When every GPU
+        kept is on node 0 of several, the other nodes and the fabric are left out too (a one-node topology; a
+        one-node group elsewhere is refused: take node 0's, the nodes being alike).
 
         Parameters
         ----------
@@ -296,9 +299,24 @@ class Topology:
             graph = self.graph.copy()
             graph.remove_nodes_from(drop)
             return self.replaced(graph, nodes=1, fabric=None)
+        # NICs: NCCL's search takes a NIC farther than PXN from every GPU of the communicator only when no nearer one
+        # gives a solution (search.cc ncclTopoCompute relaxes typeInter past PATH_PXN only while it has no channel;
+        # ncclTopoSelectNets lists a GPU's NICs by path type), and PXN needs another GPU of the communicator near the
+        # NIC: a node keeps the NICs within P2C of one of its kept GPUs, all of them where none is
+        near_enough = path_class_rank("P2C")
+        far: set[str] = set()
+        for node in range(self.nodes):
+            kept = [g for g in keep if self.device(g).node == node]
+            nics = [n.name for n in self.nics(node)]
+            best = {n: min((path_class_rank(self.path_class(g, n)) for g in kept), default=len(PATH_CLASS_ORDER))
+                    for n in nics}  # fmt: skip
+            near = [n for n in nics if best[n] <= near_enough]
+            if near:
+                far.update(set(nics) - set(near))
         graph = self.graph.copy()
-        graph.remove_nodes_from(mine - keep)
-        return self.replaced(graph)
+        graph.remove_nodes_from((mine - keep) | far)
+        subs = {k: v for k, v in self.nic_substitutes.items() if v[1] not in far}
+        return self.replaced(graph, nic_substitutes=subs)
 
     def __repr__(self) -> str:
         return (

@@ -17,14 +17,15 @@ def test_the_groups_are_a_node_and_one_gpu_a_node() -> None:
     shard, replicas = sim._hsdp_groups()
     assert [d.name for d in shard.topology.rank_devices()] == [f"n0/gpu{i}" for i in range(8)]
     assert shard.topology.nodes == 1
-    assert [d.name for d in replicas.topology.rank_devices()] == [f"n{n}/gpu0" for n in range(4)]
+    assert len(replicas) == 8
+    assert [d.name for d in replicas[3].topology.rank_devices()] == [f"n{n}/gpu3" for n in range(4)]
     # a node's all-gather is what a one-node cluster's is, exactly
     one = Simulator.from_source(SCENARIO, [*HYBRID, "cluster.nodes=1"])
     for kind in ("allgather", "reduce_scatter"):
         got = shard.simulate_one("nccl", 64 << 20, collective=kind, harness=False).time_s
         assert got == one.simulate_one("nccl", 64 << 20, collective=kind, harness=False).time_s
     # one GPU a node all-reduces through its own NIC: a ring's busbw is at most one 400 Gb/s port (50e9 B/s)
-    ar = replicas.simulate_one("nccl", 256 << 20, collective="allreduce", harness=False)
+    ar = replicas[0].simulate_one("nccl", 256 << 20, collective="allreduce", harness=False)
     busbw = 2 * 3 / 4 * (256 << 20) / ar.time_s
     assert 0.8 * 50e9 < busbw <= 50e9
 
@@ -39,6 +40,21 @@ def test_hybrid_shard_runs_both_backends_and_says_what_its_groups_are() -> None:
     # FULL_SHARD's all-gathers and reduce-scatters cross it in full
     assert len(nccl.buckets) == len(full_nccl.buckets)
     assert {s.lane for s in nccl.spans} >= {"NCCL allreduce stream (HSDP)", "NCCL all-gather stream"}
+
+
+def test_a_slow_nic_slows_the_all_reduce_of_the_group_that_crosses_it() -> None:
+    """Each all-reduce across the groups costs the slowest replica group's: a NIC at a quarter of its rate on node 1
+    slows the group of the GPU it serves (GPU 3 runs its channels over its switch's two NICs, 2 and 3, behind its
+    48 GB/s PCIe link: at half rate NIC 3 would still keep up), and with it every unit's all-reduce."""
+
+    def ar_seconds(sets: list[str]) -> list[float]:
+        (nccl,) = Simulator.from_source(SCENARIO, [*HYBRID, *sets]).step(["nccl"])
+        return [s.end - s.start for s in nccl.spans if s.label.startswith("allreduce across groups")]
+
+    healthy = ar_seconds([])
+    slow = ar_seconds(["perturb={links: [{device: n1/nic3, kind: ib, scale: 0.25}]}"])
+    assert len(slow) == len(healthy) and all(b >= a for a, b in zip(healthy, slow, strict=True))
+    assert sum(slow) > 1.2 * sum(healthy)
 
 
 CPU_RANKS = "scenarios/measurements/fsdp-cpu-2proc-mlp.scenario.yaml"
