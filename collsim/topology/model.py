@@ -243,6 +243,7 @@ class Topology:
         self._route_cache: dict[tuple[str, str, frozenset[str] | None], list[Link] | None] = {}
         self._onward_cache: dict[str, list[tuple[str, Link]]] = {}
         self._class_cache: dict[tuple[str, str], str] = {}  # path_class by device pair (the graph is not changed)
+        self._slots_cache: dict[int, list[str]] = {}  # nic_slots by node
         self._index: dict[tuple[str | None, int | None], list[Device]] = {}
         self._sorted: list[Device] = sorted(
             (d["device"] for _, d in graph.nodes(data=True)),
@@ -299,20 +300,9 @@ class Topology:
             graph = self.graph.copy()
             graph.remove_nodes_from(drop)
             return self.replaced(graph, nodes=1, fabric=None)
-        # NICs: NCCL's search takes a NIC farther than PXN from every GPU of the communicator only when no nearer one
-        # gives a solution (search.cc ncclTopoCompute relaxes typeInter past PATH_PXN only while it has no channel;
-        # ncclTopoSelectNets lists a GPU's NICs by path type), and PXN needs another GPU of the communicator near the
-        # NIC: a node keeps the NICs within P2C of one of its kept GPUs, all of them where none is
-        near_enough = path_class_rank("P2C")
-        far: set[str] = set()
+        far: set[str] = set()  # the NICs NCCL's search would not take for these GPUs (:meth:`far_nics`)
         for node in range(self.nodes):
-            kept = [g for g in keep if self.device(g).node == node]
-            nics = [n.name for n in self.nics(node)]
-            best = {n: min((path_class_rank(self.path_class(g, n)) for g in kept), default=len(PATH_CLASS_ORDER))
-                    for n in nics}  # fmt: skip
-            near = [n for n in nics if best[n] <= near_enough]
-            if near:
-                far.update(set(nics) - set(near))
+            far.update(self.far_nics(node, [g for g in keep if self.device(g).node == node]))
         graph = self.graph.copy()
         graph.remove_nodes_from((mine - keep) | far)
         subs = {k: v for k, v in self.nic_substitutes.items() if v[1] not in far}
@@ -382,12 +372,32 @@ class Topology:
         """Return NICs (of one node, or all) sorted by (node, index)."""
         return self.devices("nic", node)
 
+    def far_nics(self, node: int, gpus: Sequence[str] | None = None) -> list[str]:
+        """The NICs of ``node`` NCCL's network search leaves out for ``gpus`` (default: the node's GPUs): those
+        farther than P2C from every one of them, where some NIC is within P2C of one (else none: NCCL then takes
+        what it finds farther). ``ncclTopoCompute`` (src/graph/search.cc) relaxes ``typeInter`` past PATH_PXN only
+        while it has no channel, ``ncclTopoSelectNets`` lists a GPU's NICs by path type, and PXN reaches a NIC only
+        through another GPU near it; so a storage NIC on the CPU (PHB, NODE or SYS from every GPU) carries none of
+        NCCL's channels on a node whose GPUs have NICs on their PCIe switches."""
+        gpus = [g.name for g in self.devices("gpu", node)] if gpus is None else list(gpus)
+        nics = [n.name for n in self.nics(node)]
+        if not gpus:
+            return []
+        limit = path_class_rank("P2C")
+        near = {n for n in nics if min(path_class_rank(self.path_class(g, n)) for g in gpus) <= limit}
+        return [n for n in nics if n not in near] if near else []
+
     def nic_slots(self, node: int) -> list[str]:
         """The NICs NCCL's channels use on ``node``, one per NIC of the healthy node in index order: a NIC taken down
-        (:attr:`nic_substitutes`) is replaced by the NIC that carries its channels; without downs, :meth:`nics`."""
-        nics = [(d.index, d.name) for d in self.nics(node)]
-        nics += [(d.index, sub) for d, sub in self.nic_substitutes.values() if d.node == node]
-        return [name for _, name in sorted(nics)]
+        (:attr:`nic_substitutes`) is replaced by the NIC that carries its channels; without downs, :meth:`nics`,
+        less the NICs NCCL's search leaves out (:meth:`far_nics`)."""
+        cached = self._slots_cache.get(node)
+        if cached is None:
+            far = set(self.far_nics(node))
+            nics = [(d.index, d.name) for d in self.nics(node) if d.name not in far]
+            nics += [(d.index, sub) for d, sub in self.nic_substitutes.values() if d.node == node and sub not in far]
+            cached = self._slots_cache[node] = [name for _, name in sorted(nics)]
+        return list(cached)
 
     def perturbed_links(self) -> frozenset[tuple[str, str]]:
         """The directed links whose rate or load a perturbation changed: those ``perturb.links`` slowed

@@ -3,9 +3,12 @@ and CPU, as NCCL's topology holds them."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from collsim.topology import TopologyError, load_topology
+from collsim.topology import TopologyError, load_topology, topology_from_template
+from collsim.topology.importer import template_from_nvidia_smi
 
 FABRIC = {"topology": "rail_optimized", "transport": "rdma", "gpudirect": True}
 
@@ -50,3 +53,16 @@ def test_one_gpu_a_node_keeps_its_near_nics_the_switches_and_the_fabric() -> Non
 def test_bad_groups_are_refused(gpus: list[str], message: str) -> None:
     with pytest.raises(TopologyError, match=message):
         load_topology("hgx-h100", nodes=2, fabric=FABRIC).restricted(gpus)
+
+
+def test_a_nic_far_from_every_gpu_carries_no_channel() -> None:
+    """NVIDIA/nccl#933's 8 x H800 node: eight NICs PIX to one GPU each and mlx5_0 on the CPU (NODE or SYS from every
+    GPU). NCCL's search takes a NIC past PXN only without a nearer solution, so NCCL's channels use the eight."""
+    path = Path(__file__).parent / "data" / "h800-9nic.nvidia-smi-topo.txt"
+    t = template_from_nvidia_smi(path.read_text(), file=path, gpu="h100-sxm5-80gb", nic="connectx-7-ndr",
+                                 cpu="xeon-8480")  # fmt: skip
+    node = topology_from_template(t)
+    assert node.far_nics(0) == ["n0/nic0"]
+    assert node.nic_slots(0) == [f"n0/nic{i}" for i in range(1, 9)]
+    assert node.far_nics(0, ["n0/gpu0"]) == [f"n0/nic{i}" for i in range(9) if i != 2]  # GPU 0 alone: its own NIC
+    assert load_topology("hgx-h100").far_nics(0) == []  # every NIC of the shipped nodes is near a GPU
