@@ -87,7 +87,9 @@ def format_step(
         for row in rows:
             r = row.result
             head = f"{row.label + ': ' if row.label else ''}{r.backend}"
-            table, coll = ("units' reduce-scatters", "reduce-scatter") if fsdp else ("buckets", "allreduce")
+            coll = r.reduction or ("reduce-scatter" if fsdp else "allreduce")
+            table = "units' reduce-scatters" if coll == "reduce-scatter" else "units' reductions"
+            table = table if fsdp else "buckets"
             out += ["", f"# {table}, {head} (ms from the iteration's start; comm: the {coll} alone)"]
             out.append(f"# {'unit' if fsdp else 'bucket':>6} {'params':>7} {'bytes':>12} {'ready':>10} {'start':>10} "
                        f"{'end':>10} {'comm':>10}")  # fmt: skip

@@ -499,8 +499,10 @@ class _Fsdp:
             f"{self.cfg.backward_prefetch}" + (", limit_all_gathers" if self.cfg.limit_all_gathers else ""),
             f"{how}; {optimizer}",
         )
+        reduction = {"no_shard": "allreduce", "hybrid_shard": "reduce-scatter and allreduce across groups"}.get(
+            self.cfg.sharding, "reduce-scatter")
         return StepResult(self.backend, self.world, iteration, compute_s, sum(self.durations), buckets,
-                          tuple(self.spans), notes)  # fmt: skip
+                          tuple(self.spans), notes, reduction)  # fmt: skip
 
     def _program(self) -> Proc:
         """The CPU thread: forward and backward in program order, issuing kernels and collectives."""

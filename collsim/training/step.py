@@ -246,6 +246,9 @@ class StepResult:
         Share of ``comm_s`` hidden behind computation: ``1 - exposed_s / comm_s`` clipped to [0, 1].
     scaling_efficiency : float
         ``compute_s / iteration_s``: throughput per GPU against one GPU without DDP (weak scaling).
+    reduction : str
+        What each bucket's ``comm_s`` times (``"allreduce"``, FSDP's ``"reduce-scatter"``, ...); empty: the
+        style's usual one.
     """
 
     backend: str
@@ -256,6 +259,7 @@ class StepResult:
     buckets: tuple[BucketTiming, ...]
     spans: tuple[Span, ...]
     notes: tuple[str, ...] = field(default=())
+    reduction: str = ""
 
     @property
     def exposed_s(self) -> float:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from collsim.api import Simulator
+from collsim.results.step import StepRow, format_step
 from collsim.scenario import ScenarioError
 
 SCENARIO = "fsdp-gpt2xl-2node-h100"
@@ -40,6 +41,11 @@ def test_hybrid_shard_runs_both_backends_and_says_what_its_groups_are() -> None:
     # FULL_SHARD's all-gathers and reduce-scatters cross it in full
     assert len(nccl.buckets) == len(full_nccl.buckets)
     assert {s.lane for s in nccl.spans} >= {"NCCL allreduce stream (HSDP)", "NCCL all-gather stream"}
+    # the unit table says what its comm column times
+    text = format_step([StepRow("", nccl)], name="x", model="gpt2-xl", style="fsdp")
+    assert "# units' reductions, nccl (ms from the iteration's start; comm: the reduce-scatter and allreduce across " \
+        "groups alone)" in text
+    assert "comm: the reduce-scatter alone" in format_step([StepRow("", full_nccl)], name="x", model="m", style="fsdp")
 
 
 def test_a_slow_nic_slows_the_all_reduce_of_the_group_that_crosses_it() -> None:
