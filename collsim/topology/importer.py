@@ -956,11 +956,18 @@ def _xml_nvlinks(
             fewer.setdefault((gpu_presets[gname], used, have), []).append(gname)
     for (preset, used, have), names in fewer.items():
         notes.append(
-            f"{', '.join(names)}: {used} NVLinks in the dump where GPU preset {preset} has {have}: the template wires "
-            f"{used} (an export part such as the H800 has 8 of the H100's 18; a bridged pair; or links down). A GPU "
-            f"preset of your own says so: base: {preset}, nvlinks: {used} (README, 'User presets')."
+            f"{', '.join(names)}: {used} NVLinks in the dump where GPU preset {preset} has {have}: "
+            + _fewer_nvlinks(preset, used, "a bridged pair; ")
         )
     return devices, links
+
+
+def _fewer_nvlinks(preset: str, used: int, other_cause: str = "") -> str:
+    """The end of the note on GPUs with fewer NVLinks than ``preset`` has: what the template does and how to say so."""
+    return (
+        f"the template wires {used} (an export part such as the H800 has 8 of the H100's 18; {other_cause}or links "
+        f"down). A GPU preset of your own says so: base: {preset}, nvlinks: {used} (README, 'User presets')."
+    )
 
 
 def _xml_nic_devices(
@@ -1794,9 +1801,7 @@ def template_from_nvidia_smi(
     if switch_devices and links and links[0].count < int(grec["nvlinks"]):
         k, have = links[0].count, int(grec["nvlinks"])
         pnotes.append(
-            f"Every GPU has NV{k} to the NVSwitch where GPU preset {gpu} has {have} NVLinks: the template wires {k} "
-            f"(an export part such as the H800 has 8 of the H100's 18; or links down). A GPU preset of your own "
-            f"says so: base: {gpu}, nvlinks: {k} (README, 'User presets')."
+            f"Every GPU has NV{k} to the NVSwitch where GPU preset {gpu} has {have} NVLinks: " + _fewer_nvlinks(gpu, k)
         )
     devices += switch_devices
     cpu_devs, pcie_devices, pcie_links = _smi_pcie(m, sockets, known, dev_name, pl, int(gen), cpu_preset, cpu)

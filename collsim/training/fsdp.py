@@ -361,6 +361,7 @@ class _Fsdp:
         self.model, self.cfg, self.consts, self.world, self.units = model, cfg, consts, world, units
         self.shard_world = shard_world  # ranks a unit is sharded over (a shard group with HSDP, else every rank)
         self.hybrid = cfg.sharding == "hybrid_shard"
+        self.sharded = cfg.sharding != "no_shard"  # NO_SHARD: whole parameters, nothing to gather or free
         self.nccl, self.gloo = nccl, gloo
         self.backend = "nccl" if nccl is not None else "gloo"
         self.ag_lane, self.rs_lane = _LANES[self.backend]
@@ -416,7 +417,9 @@ class _Fsdp:
         of the unit, across the replica groups)."""
         replicas = kind == "allreduce_replicas"
         nbytes = u.nbytes / self.shard_world if replicas else u.nbytes
-        group = self.world // self.shard_world if replicas else self.shard_world if kind != "allreduce" else self.world
+        # the ranks it spans: one per HSDP group across them, every rank for NO_SHARD's allreduce, else a shard group
+        spans = {"allreduce_replicas": self.world // self.shard_world, "allreduce": self.world}
+        group = spans.get(kind, self.shard_world)
         phases = 2 if kind.startswith("allreduce") else 1  # ring phases of (group-1)/group of the buffer each
         hbm = self.consts.nccl_hbm_bytes_per_step_byte * phases * (group - 1) / group * nbytes
 
@@ -479,13 +482,12 @@ class _Fsdp:
         buckets = tuple(  # in the order the reduce-scatters were issued (backward order)
             BucketTiming(u, len(self.units[u].params), self.units[u].nbytes, *self.rs[u]) for u in self.rs
         )
-        sharded = self.cfg.sharding != "no_shard"
-        optimizer = "the optimizer updates the 1/world shard" if sharded else "the optimizer updates every parameter"
+        optimizer = "the optimizer updates " + ("the 1/world shard" if self.sharded else "every parameter")
         if self.hybrid:
             optimizer = (f"HSDP: shard groups of {self.shard_world} rank(s), each unit's shard all-reduced across "
                          f"{self.world // self.shard_world} group(s) on its own stream; the optimizer updates the "
                          f"1/{self.shard_world} shard")
-        if not sharded:
+        if not self.sharded:
             how = ("no all-gathers; each unit's flat gradient is all-reduced after its backward" if not self.blocking
                    else "Gloo: each unit's all-reduce blocks the thread issuing it until it is done (one in flight)")
         elif not self.blocking:
@@ -509,7 +511,7 @@ class _Fsdp:
         model, cfg = self.model, self.cfg
         units = self.units
         batch = cfg.batch_size
-        sharded = cfg.sharding != "no_shard"  # NO_SHARD: whole parameters, nothing to gather or free
+        sharded = self.sharded
         free_queue: deque[simpy.Event] = deque()
         unsharded: set[int] = set()
         prefetched: set[int] = set()
@@ -621,9 +623,8 @@ class _Fsdp:
         and post-divides it (``_reduce_grad``: ``_all_reduce_stream``); the division factors are the whole world's
         (``_init_utils.py``: ``data_parallel_world_size *= _inter_node_pg.size()``)."""
         lane = self.rs_lane
-        sharded = self.cfg.sharding != "no_shard"
         shard = self.shard_world
-        kept = u.nbytes / shard if sharded else u.nbytes  # what the post-division touches
+        kept = u.nbytes / shard if self.sharded else u.nbytes  # what the post-division touches
         after = self._wait_stream("compute")
         timing = self.rs[u.index] = [math.nan, math.nan, math.nan, 0.0]
 
@@ -639,13 +640,13 @@ class _Fsdp:
         first = self._kernel(f"pre-divide unit {u.index}", 0.0, 2.0 * u.nbytes, lane=lane) if pre > 1 else None
         done = self._issue(lane, first or self._marker(), after)
         yield from self._blocked(done, self.cpu_rank)
-        gloo_copies = sharded and self.blocking and shard > 1 and u.nbytes > 0
+        gloo_copies = self.sharded and self.blocking and shard > 1 and u.nbytes > 0
         if gloo_copies:  # reduce_scatter_tensor_coalesced: inputTensors[i].clone() on the calling stream
             self._fresh(lane, f"clone unit {u.index}", u.nbytes)
             clone = self.g.gpu.copy_bytes(u.nbytes)
             done = self._issue(lane, self._kernel(f"clone unit {u.index}", 0.0, clone, lane=lane))
             yield from self._blocked(done, self.cpu_rank)
-        done = self._issue(lane, self._collective("reduce_scatter" if sharded else "allreduce", u, lane))
+        done = self._issue(lane, self._collective("reduce_scatter" if self.sharded else "allreduce", u, lane))
         yield from self._blocked(done, self.blocking)
         if gloo_copies:  # LambdaWork's wait: outputTensors[i].copy_(buffers[i].chunk(world)[rank])
             # the output, _get_reduce_scatter_tensors' torch.empty_like(chunks[0]), a fresh tensor every call
