@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
@@ -37,6 +38,7 @@ from collsim.backends import (
     simulate_gloo_many,
     simulate_nccl,
 )
+from collsim.backends.common import ResourceCatalog
 from collsim.backends.nccl import NcclPlan, choose, enabled_pairs, release_notes, tuner_table, tuner_times
 from collsim.backends.nccl.algos import NVLS
 from collsim.backends.nccl.ib_hca import ib_hca_selection
@@ -223,6 +225,47 @@ class ReportData:
     outcomes: list[Outcome] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class _Hsdp:
+    """HSDP's groups for one backend: node 0's shard group, the replica groups (one per local rank, each with its
+    share of what they cross together) and how many of node 0's resources k replica groups share, by k."""
+
+    shard: Simulator
+    replicas: list[Simulator]
+    shared: dict[int, int]
+
+
+def _hsdp_notes(hsdp: _Hsdp | None) -> tuple[str, ...]:
+    """What a step's notes say of HSDP's groups (nothing without them)."""
+    if hsdp is None:
+        return ()
+    shard, replicas = len(hsdp.shard.topology.rank_devices()), len(hsdp.replicas[0].topology.rank_devices())
+    shared = "; ".join(f"{n} resource(s) of node 0 shared by {k} groups" for k, n in sorted(hsdp.shared.items()))
+    return (f"HSDP groups: all-gathers and reduce-scatters within a node's {shard} GPU(s); each all-reduce across "
+            f"the {replicas} node(s) takes the slowest of the {len(hsdp.replicas)} replica groups (one per local "
+            "rank), which run at the same time: each gets 1/k of a NIC, link, socket's memory or node's cores that "
+            f"k of them cross ({shared or 'none shared'}; fabric switches' links not shared out)",)  # fmt: skip
+
+
+def _node_name(name: str, node: int) -> str:
+    """Node 0's device ``name`` (``"n0/cpu1"``) on ``node`` (``"n3/cpu1"``); a fabric device's name unchanged."""
+    return f"n{node}/{name[3:]}" if name.startswith("n0/") else name
+
+
+def _on_node(topo: Topology, src: str, dst: str, node: int) -> list[tuple[str, str]]:
+    """Node 0's link ``src -> dst`` on ``node``: the same link between the node's devices of those names, or, for a
+    link between a device and the fabric, every link of the node's device to or from the fabric (a node may hang
+    off another leaf)."""
+    a, b = _node_name(src, node), _node_name(dst, node)
+    if topo.graph.has_edge(a, b):
+        return [(a, b)]
+    if b != dst:  # fabric -> node device
+        return [(u, b) for u in topo.graph.predecessors(b) if topo.device(u).node < 0] if b in topo.graph else []
+    if a != src:  # node device -> fabric
+        return [(a, v) for v in topo.graph.successors(a) if topo.device(v).node < 0] if a in topo.graph else []
+    return []
 
 
 def _hsdp_costs(
@@ -1041,33 +1084,36 @@ class Simulator:
                          None, tr.optimizer, f.wrap)  # fmt: skip
         world = len(self.topology.rank_devices())
         model, gpu, consts = self.training_model, self.gpu_compute(), self.step_constants
-        groups = self._hsdp_groups() if f.sharding == "hybrid_shard" else None
-        shard_world = len(groups[0].topology.rank_devices()) if groups else None
+        hybrid = f.sharding == "hybrid_shard"
         out = []
         for backend in backends or self.backends():
             with self._errors(f"backends.{backend}"):
+                hsdp = self._hsdp_groups(backend) if hybrid else None
+                shard_world = len(hsdp.shard.topology.rank_devices()) if hsdp else None
                 if backend == "nccl":
                     if gpu.cores > 0:
                         raise ScenarioError("NCCL needs GPU ranks; this cluster's ranks are CPUs (disable NCCL)",
                                             file=self.scenario.source_file, field="backends.nccl")  # fmt: skip
-                    nccl = self._nccl_step_costs() if groups is None else _hsdp_costs(
-                        groups[0]._nccl_step_costs(), [g._nccl_step_costs() for g in groups[1]])  # fmt: skip
+                    nccl = self._nccl_step_costs() if hsdp is None else _hsdp_costs(
+                        hsdp.shard._nccl_step_costs(), [g._nccl_step_costs() for g in hsdp.replicas])  # fmt: skip
                     result = simulate_fsdp_step(model, cfg, gpu, consts, world, nccl, shard_world=shard_world)
-                    notes = (*result.notes, *self._harness_notes(), *self._hsdp_notes(groups))
+                    notes = (*result.notes, *self._harness_notes(), *_hsdp_notes(hsdp))
                     out.append(dataclasses.replace(result, notes=notes))
                 elif backend == "gloo":
-                    gloo = self._gloo_fsdp_costs() if groups is None else _hsdp_costs(
-                        groups[0]._gloo_fsdp_costs(), [g._gloo_fsdp_costs() for g in groups[1]])  # fmt: skip
+                    gloo = self._gloo_fsdp_costs() if hsdp is None else _hsdp_costs(
+                        hsdp.shard._gloo_fsdp_costs(), [g._gloo_fsdp_costs() for g in hsdp.replicas])  # fmt: skip
                     result = simulate_fsdp_step(model, cfg, gpu, consts, world, gloo=gloo, shard_world=shard_world)
-                    out.append(dataclasses.replace(result, notes=(*result.notes, *self._hsdp_notes(groups))))
+                    out.append(dataclasses.replace(result, notes=(*result.notes, *_hsdp_notes(hsdp))))
         return out
 
-    def _hsdp_groups(self) -> tuple[Simulator, list[Simulator]]:
+    def _hsdp_groups(self, backend: str) -> _Hsdp:
         """HSDP's process groups as FSDP1 makes them (``_init_intra_and_inter_node_groups``: a shard group of each
         node's GPUs, ``dist.new_subgroups(torch.cuda.device_count())``, and replica groups of the GPUs of one local
         index across the nodes): a simulator over node 0's GPUs and one per local index over that GPU of every
-        node, each on the topology NCCL (or Gloo) sees for that group (:meth:`collsim.topology.Topology.restricted`;
-        a slow NIC or link of the cluster slows the groups that cross it)."""
+        node, each on the topology ``backend`` sees for that group (:meth:`collsim.topology.Topology.restricted`:
+        NCCL's search keeps the NICs near the group's GPUs, Gloo's sockets choose among all; a slow NIC or link of
+        the cluster slows the groups that cross it). The replica groups all-reduce at the same time; each gets its
+        share of what they cross together (:meth:`_concurrent`)."""
         where = {"file": self.scenario.source_file, "field": "training.fsdp.sharding"}
         ranks = self.topology.rank_devices()
         if not ranks or ranks[0].kind != "gpu" or self.topology.ranks_per_gpu != 1:
@@ -1077,13 +1123,81 @@ class Simulator:
             raise ScenarioError(f"hybrid_shard needs the same number of GPUs on every node, got {per_node}", **where)
         if self.scenario.perturb is not None and self.scenario.perturb.ranks:
             raise ScenarioError("hybrid_shard with perturb.ranks (per-rank launch delays) is not modelled", **where)
+        gloo = backend == "gloo"
         with self._errors("training.fsdp.sharding"):
-            shard = self._on_topology(self.topology.restricted([d.name for d in ranks if d.node == 0]))
-            replicas = [
-                self._on_topology(self.topology.restricted([d.name for d in ranks if d.index == local.index]))
-                for local in ranks[: per_node[0]]
-            ]
-        return shard, replicas
+            shard = self._on_topology(self.topology.restricted([d.name for d in ranks if d.node == 0], all_nics=gloo))
+            groups = [[d.name for d in ranks if d.index == local.index] for local in ranks[: per_node[0]]]
+            replicas, shared = self._concurrent(backend, groups)
+        return _Hsdp(shard, replicas, shared)
+
+    def _concurrent(self, backend: str, groups: Sequence[Sequence[str]]) -> tuple[list[Simulator], dict[int, int]]:
+        """Simulators of communicators over ``groups`` (GPU names, one GPU a node each, alike on every node) that
+        run the same collective at the same time, as HSDP's replica groups all-reduce a unit's gradient together.
+
+        Each group is simulated alone, on its view of the cluster, with its share of what several groups cross:
+        a resource that k groups use (a NIC two GPUs' groups both take, the PCIe switch's link to it, a socket's
+        memory and cores that every Gloo group's copies and sockets use) gives each 1/k of its rate
+        (:meth:`~collsim.topology.Topology.shared`): the engine's max-min fair share of k equal flows that could
+        each fill it, exact while the groups run in step (they are images of one another and start together). Which
+        resources a group uses is read from one recorded all-reduce of 64 MiB across nodes 0 and 1 (symmetry off),
+        and node 0's sharing holds on every node. NCCL plans each group on the nominal rates, as its search sees the
+        NICs' speeds (its plan is kept); only the simulation runs at the share. Fabric links between switches are
+        not shared out (rails keep the groups apart; on a fat tree the groups' crossings of the spines would share
+        them). Also returns how many of node 0's resources k groups share, by k."""
+        gloo = backend == "gloo"
+        topos = [self.topology.restricted(g, all_nics=gloo) for g in groups]
+        alone = [self._on_topology(t) for t in topos]
+        kinds: dict[int, int] = {}
+        if self.topology.nodes < 2 or len(groups) < 2:
+            return alone, kinds
+        used = [self._resources_used(backend, [g for g in group if self.topology.device(g).node < 2])
+                for group in groups]  # fmt: skip
+        count = Counter(key for keys in used for key in keys)
+        kinds.update(Counter(k for k in count.values() if k > 1))
+        out = []
+        for sim, topo, keys in zip(alone, topos, used, strict=True):
+            share = {key: count[key] for key in keys if count[key] > 1}
+            if not share:
+                out.append(sim)
+                continue
+            links: dict[tuple[str, str], int] = {}
+            memory: dict[str, int] = {}
+            cores: dict[int, int] = {}
+            for key, k in share.items():
+                for node in range(topo.nodes):
+                    if key[0] == "link":
+                        links.update(dict.fromkeys(_on_node(topo, key[1], key[2], node), k))
+                    elif key[0] == "mem":
+                        memory[_node_name(key[1], node)] = k
+                    else:
+                        cores[node] = k
+            sub = self._on_topology(topo.shared(links, memory, cores))
+            if not gloo:
+                sub.__dict__["nccl_plan"] = sim.nccl_plan  # NCCL's search and tuner see the nominal rates
+            out.append(sub)
+        return out, kinds
+
+    def _resources_used(self, backend: str, gpus: Sequence[str]) -> set[tuple[Any, ...]]:
+        """The links, socket memories and cores of node 0 that one recorded all-reduce of 64 MiB over ``gpus``
+        (symmetry off, no harness) moves bytes or spends time on: resource keys of
+        :class:`~collsim.backends.common.ResourceCatalog` (per-rank resources, a process's cores or a Gloo
+        thread, left out: they are no other group's)."""
+        topo = self.topology.restricted(gpus, all_nics=backend == "gloo")
+        probe = self._on_topology(topo).simulate_one(backend, 64 << 20, collective="allreduce", record=True,
+                                                     symmetry=False, harness=False)  # fmt: skip
+        keys = {spec.name: key for key, spec in ResourceCatalog(topo).specs.items()}
+        used: set[tuple[Any, ...]] = set()
+        for rec in probe.records:
+            if rec.size <= 0:
+                continue
+            for name in rec.resources:
+                key = keys.get(name)
+                if not isinstance(key, tuple):
+                    continue
+                link = key[0] == "link" and 0 in {topo.device(key[1]).node, topo.device(key[2]).node}
+                if link or (key[0] == "mem" and topo.device(key[1]).node == 0) or key == ("cores", 0):
+                    used.add(key)
+        return used
 
     def _on_topology(self, topology: Topology) -> Simulator:
         """This simulator on ``topology`` (a sub-communicator's view of the cluster): the same scenario, options and
@@ -1092,15 +1206,6 @@ class Simulator:
         sub.__dict__.update({k: v for k, v in self.__dict__.items() if k != "nccl_plan"})  # the plan is per topology
         sub.topology = topology
         return sub
-
-    def _hsdp_notes(self, groups: tuple[Simulator, list[Simulator]] | None) -> tuple[str, ...]:
-        if groups is None:
-            return ()
-        shard, replicas = len(groups[0].topology.rank_devices()), len(groups[1][0].topology.rank_devices())
-        return (f"HSDP groups: all-gathers and reduce-scatters within a node's {shard} GPU(s); each all-reduce across "
-                f"the {replicas} node(s) takes the slowest of the {len(groups[1])} replica groups (one per local "
-                "rank), each simulated alone, as if the groups, which run at the same time, took different NICs and "
-                "links",)  # fmt: skip
 
     def _nccl_step_costs(self) -> Callable[[str, int], tuple[float, int]]:
         """A training step's NCCL collective of n bytes -> (seconds, channels), simulated once per (collective, size)

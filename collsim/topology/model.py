@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import itertools
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
@@ -121,6 +122,13 @@ class Device:
     def local_name(self) -> str:
         """The name without the ``n{node}/`` prefix (``"gpu3"``)."""
         return self.name.split("/", 1)[-1]
+
+
+def _share_count(k: int) -> int:
+    """``k`` communicators on one resource, checked (an integer >= 1)."""
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise TopologyError(f"expected a number of communicators sharing a resource >= 1, got {k!r}")
+    return k
 
 
 @dataclass(frozen=True)
@@ -264,7 +272,7 @@ class Topology:
         kwargs.update(changes)
         return Topology(self.name, self.graph if graph is None else graph, **kwargs)
 
-    def restricted(self, gpus: Collection[str]) -> Topology:
+    def restricted(self, gpus: Collection[str], *, all_nics: bool = False) -> Topology:
         """The topology a communicator over ``gpus`` sees: every other GPU and its links left out, the NICs,
         switches and CPUs kept. NCCL builds its topology from the communicator's own GPUs (each rank detects its GPU
         and the local ranks' XMLs are fused; the NICs are all detected: ``src/graph/topo.cc`` v2.30.7-1 lines
@@ -279,6 +287,9 @@ class Topology:
         ----------
         gpus : collection of str
             GPU device names (``"n0/gpu3"``), at least one.
+        all_nics : bool
+            Keep every NIC: Gloo's view, whose sockets and verbs contexts pick among all of a node's NICs as they do
+            on the whole cluster (the host's route, the nearest RDMA NIC), not by NCCL's search.
 
         Raises
         ------
@@ -301,12 +312,66 @@ class Topology:
             graph.remove_nodes_from(drop)
             return self.replaced(graph, nodes=1, fabric=None)
         far: set[str] = set()  # the NICs NCCL's search would not take for these GPUs (:meth:`far_nics`)
-        for node in range(self.nodes):
+        for node in range(self.nodes) if not all_nics else ():
             far.update(self.far_nics(node, [g for g in keep if self.device(g).node == node]))
         graph = self.graph.copy()
         graph.remove_nodes_from((mine - keep) | far)
         subs = {k: v for k, v in self.nic_substitutes.items() if v[1] not in far}
         return self.replaced(graph, nic_substitutes=subs)
+
+    def shared(
+        self,
+        links: Mapping[tuple[str, str], int] | None = None,
+        memory: Mapping[str, int] | None = None,
+        cores: Mapping[int, int] | None = None,
+    ) -> Topology:
+        """The share of this topology one of k identical communicators gets while the others run the same
+        collective at the same time (HSDP's replica groups, one per local rank, all-reducing together): each listed
+        directed link's bandwidth, CPU socket's memory bandwidth and node's cores divided by its k, as the engine's
+        max-min fair sharing divides a resource among k equal flows that each could fill it. Links stay unmarked
+        (not :attr:`scaled`): the sharing is the same on every node, not a perturbation.
+
+        Parameters
+        ----------
+        links : mapping of (str, str) to int, optional
+            Directed link ``(src, dst)`` to k >= 1, the communicators crossing it.
+        memory : mapping of str to int, optional
+            CPU socket device name to k: its ``memory_bandwidth`` (bytes/s) divided by k.
+        cores : mapping of int to int, optional
+            Node index to k: the ``cores`` of each of its CPU sockets divided by k.
+
+        Raises
+        ------
+        TopologyError
+            A link or CPU that is not in this topology, or a k below 1.
+
+        Examples
+        --------
+        >>> from collsim.topology import load_topology
+        >>> topo = load_topology("hgx-h100", nodes=2, fabric={"topology": "rail_optimized"})
+        >>> half = topo.shared(links={("n0/nic0", "fabric/rail0"): 2})
+        >>> half.link("n0/nic0", "fabric/rail0").bandwidth / topo.link("n0/nic0", "fabric/rail0").bandwidth
+        0.5
+        """
+        graph = self.graph.copy()
+        for (u, v), k in (links or {}).items():
+            if not graph.has_edge(u, v):
+                raise TopologyError(f"no link {u} -> {v} to share in topology {self.name!r}")
+            ln = graph.edges[u, v]["link"]
+            graph.edges[u, v]["link"] = dataclasses.replace(ln, bandwidth=ln.bandwidth / _share_count(k))
+        per_cpu: dict[str, dict[str, float]] = {}
+        for socket, k in (memory or {}).items():
+            if self.device(socket).kind != "cpu":
+                raise TopologyError(f"{socket!r} is not a CPU socket of topology {self.name!r}")
+            bw = float(self.device(socket).spec["memory_bandwidth"])
+            per_cpu.setdefault(socket, {})["memory_bandwidth"] = bw / _share_count(k)
+        for node, k in (cores or {}).items():
+            for cpu in self.devices("cpu", node):
+                per_cpu.setdefault(cpu.name, {})["cores"] = float(cpu.spec["cores"]) / _share_count(k)
+        for name, changes in per_cpu.items():
+            dev = self.device(name)
+            graph.nodes[name]["device"] = dataclasses.replace(dev, spec=FrozenMap({**dev.spec, **changes}))
+        return self.replaced(graph)
 
     def __repr__(self) -> str:
         return (

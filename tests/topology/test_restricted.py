@@ -41,6 +41,35 @@ def test_one_gpu_a_node_keeps_its_near_nics_the_switches_and_the_fabric() -> Non
     assert box.restricted(["n0/gpu1", "n1/gpu1"]).nic_slots(0) == box.nic_slots(0)
 
 
+def test_gloos_view_keeps_every_nic() -> None:
+    """Gloo's sockets leave by the host's route and its verbs contexts by the nearest RDMA NIC, not by NCCL's
+    search: its view of a group keeps all of a node's NICs."""
+    four = load_topology("hgx-h100", nodes=4, fabric=FABRIC)
+    view = four.restricted([f"n{n}/gpu3" for n in range(4)], all_nics=True)
+    assert [d.name for d in view.nics(1)] == [d.name for d in four.nics(1)]
+    assert [d.name for d in view.rank_devices()] == [f"n{n}/gpu3" for n in range(4)]
+
+
+def test_a_share_divides_links_memory_and_cores_and_nothing_else() -> None:
+    """k communicators running the same collective at once: each sees 1/k of what they cross together."""
+    two = load_topology("hgx-h100", nodes=2, fabric=FABRIC)
+    nic = ("n0/nic0", "fabric/rail0")
+    got = two.shared(links={nic: 2}, memory={"n1/cpu0": 8}, cores={0: 4})
+    assert got.link(*nic).bandwidth == two.link(*nic).bandwidth / 2
+    assert got.link("fabric/rail0", "n0/nic0") == two.link("fabric/rail0", "n0/nic0")  # one direction only
+    assert got.device("n1/cpu0").spec["memory_bandwidth"] == two.device("n1/cpu0").spec["memory_bandwidth"] / 8
+    assert got.device("n1/cpu1").spec == two.device("n1/cpu1").spec
+    for cpu in ("n0/cpu0", "n0/cpu1"):
+        assert got.device(cpu).spec["cores"] == two.device(cpu).spec["cores"] / 4
+        assert got.device(cpu).spec["memory_bandwidth"] == two.device(cpu).spec["memory_bandwidth"]
+    assert not got.scaled  # the same on every node: no perturbation for the engine to decouple
+    assert two.link(*nic).bandwidth == 48e9  # the cluster itself is unchanged
+    for bad, message in [({"links": {("n0/gpu0", "n1/gpu0"): 2}}, "no link"), ({"links": {nic: 0}}, ">= 1"),
+                         ({"memory": {"n0/gpu0": 2}}, "not a CPU socket")]:  # fmt: skip
+        with pytest.raises(TopologyError, match=message):
+            two.shared(**bad)  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize(
     ("gpus", "message"),
     [

@@ -15,7 +15,8 @@ HYBRID = ["training.fsdp.sharding=hybrid_shard"]
 
 def test_the_groups_are_a_node_and_one_gpu_a_node() -> None:
     sim = Simulator.from_source(SCENARIO, [*HYBRID, "cluster.nodes=4"])
-    shard, replicas = sim._hsdp_groups()
+    groups = sim._hsdp_groups("nccl")
+    shard, replicas = groups.shard, groups.replicas
     assert [d.name for d in shard.topology.rank_devices()] == [f"n0/gpu{i}" for i in range(8)]
     assert shard.topology.nodes == 1
     assert len(replicas) == 8
@@ -25,10 +26,12 @@ def test_the_groups_are_a_node_and_one_gpu_a_node() -> None:
     for kind in ("allgather", "reduce_scatter"):
         got = shard.simulate_one("nccl", 64 << 20, collective=kind, harness=False).time_s
         assert got == one.simulate_one("nccl", 64 << 20, collective=kind, harness=False).time_s
-    # one GPU a node all-reduces through its own NIC: a ring's busbw is at most one 400 Gb/s port (50e9 B/s)
+    # one GPU a node all-reduces through its switch's two NICs, which the switch's other GPU's group crosses too
+    # (each group gets half of each): a ring's busbw is at most the GPU's 48 GB/s PCIe link, which binds first
     ar = replicas[0].simulate_one("nccl", 256 << 20, collective="allreduce", harness=False)
     busbw = 2 * 3 / 4 * (256 << 20) / ar.time_s
-    assert 0.8 * 50e9 < busbw <= 50e9
+    assert 0.8 * 48e9 < busbw <= 48e9
+    assert groups.shared == {2: 32}  # per pair of groups: 2 NICs x (fabric, PCIe) x 2 directions = 8; 4 pairs
 
 
 def test_hybrid_shard_runs_both_backends_and_says_what_its_groups_are() -> None:
@@ -46,6 +49,40 @@ def test_hybrid_shard_runs_both_backends_and_says_what_its_groups_are() -> None:
     assert "# units' reductions, nccl (ms from the iteration's start; comm: the reduce-scatter and allreduce across " \
         "groups alone)" in text
     assert "comm: the reduce-scatter alone" in format_step([StepRow("", full_nccl)], name="x", model="m", style="fsdp")
+
+
+def test_groups_that_share_a_nic_get_half_of_it_each() -> None:
+    """With one NIC a PCIe switch (fabric.nics_per_switch 1) the groups of the switch's two GPUs all-reduce
+    through the same NIC at the same time: each gets half of its 48 GB/s. Two ranks' ring all-reduce moves the
+    whole buffer each way over the NIC (algbw = the NIC's rate), so algbw is 24 GB/s; alone it would be 48."""
+    sim = Simulator.from_source(SCENARIO, [*HYBRID, "cluster.fabric.nics_per_switch=1"])
+    groups = sim._hsdp_groups("nccl")
+    nbytes = 256 << 20
+    algbw = [nbytes / g.simulate_one("nccl", nbytes, collective="allreduce", harness=False).time_s
+             for g in groups.replicas]  # fmt: skip
+    assert all(0.97 * 24e9 < bw <= 24e9 for bw in algbw)
+    alone = sim._on_topology(sim.topology.restricted(["n0/gpu0", "n1/gpu0"]))
+    assert nbytes / alone.simulate_one("nccl", nbytes, collective="allreduce", harness=False).time_s > 0.97 * 48e9
+    # NCCL plans on the NIC's nominal rate: 4 ring channels as alone (planned on the halved NIC it would take 2)
+    assert groups.replicas[0].nccl_plan_facts() == alone.nccl_plan_facts()
+    assert groups.replicas[0].nccl_plan_facts()["ring_channels"] == 4
+    assert sim._on_topology(groups.replicas[0].topology).nccl_plan_facts()["ring_channels"] == 2
+
+
+def test_gloos_groups_all_leave_by_the_nodes_first_nic() -> None:
+    """Gloo's sockets take the host's route, the node's first NIC, for every process: all 8 replica groups cross
+    it, and each node's socket memory and cores their copies and sockets use."""
+    sim = Simulator.from_source(SCENARIO, HYBRID)
+    groups = sim._hsdp_groups("gloo")
+    cores = sim.topology.device("n1/cpu0").spec["cores"]
+    for g in groups.replicas:
+        assert g.topology.link("n1/nic0", "fabric/rail0").bandwidth == 48e9 / 8
+        assert g.topology.device("n1/cpu0").spec["cores"] == cores / 8
+    # GPUs 0-3 stage through socket 0's memory, 4-7 through socket 1's (4 groups each), and 4-7 cross to NIC 0 over
+    # the sockets' link; a PCIe switch's link to its socket carries its two GPUs' copies (2)
+    assert groups.shared == {8: 7, 4: 4, 2: 6}
+    (gloo,) = Simulator.from_source(SCENARIO, HYBRID).step(["gloo"])
+    assert any("shared by 8 groups" in n for n in gloo.notes)
 
 
 def test_a_slow_nic_slows_the_all_reduce_of_the_group_that_crosses_it() -> None:
