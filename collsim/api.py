@@ -242,11 +242,12 @@ def _hsdp_notes(hsdp: _Hsdp | None) -> tuple[str, ...]:
     if hsdp is None:
         return ()
     shard, replicas = len(hsdp.shard.topology.rank_devices()), len(hsdp.replicas[0].topology.rank_devices())
-    shared = "; ".join(f"{n} resource(s) of node 0 shared by {k} groups" for k, n in sorted(hsdp.shared.items()))
+    shared = "; ".join(f"{n} shared by {k} groups" for k, n in sorted(hsdp.shared.items()))
     return (f"HSDP groups: all-gathers and reduce-scatters within a node's {shard} GPU(s); each all-reduce across "
             f"the {replicas} node(s) takes the slowest of the {len(hsdp.replicas)} replica groups (one per local "
-            "rank), which run at the same time: each gets 1/k of a NIC, link, socket's memory or node's cores that "
-            f"k of them cross ({shared or 'none shared'}; fabric switches' links not shared out)",)  # fmt: skip
+            "rank), which run at the same time: each gets 1/k of a NIC, link, socket's memory, node's cores or "
+            f"leaf's uplink that k of them cross (of node 0's resources and the fabric's uplinks: "
+            f"{shared or 'none shared'})",)  # fmt: skip
 
 
 def _node_name(name: str, node: int) -> str:
@@ -1140,10 +1141,11 @@ class Simulator:
         (:meth:`~collsim.topology.Topology.shared`): the engine's max-min fair share of k equal flows that could
         each fill it, exact while the groups run in step (they are images of one another and start together). Which
         resources a group uses is read from one recorded all-reduce of 64 MiB across nodes 0 and 1 (symmetry off),
-        and node 0's sharing holds on every node. NCCL plans each group on the nominal rates, as its search sees the
-        NICs' speeds (its plan is kept); only the simulation runs at the share. Fabric links between switches are
-        not shared out (rails keep the groups apart; on a fat tree the groups' crossings of the spines would share
-        them). Also returns how many of node 0's resources k groups share, by k."""
+        and node 0's sharing holds on every node. A fabric leaf's links to its spines are shared by the groups
+        whose NICs (those the probe used, on every node) hang off that leaf and another: a fat tree's groups all
+        cross them; rails keep the groups apart. NCCL plans each group on the nominal rates, as its search sees the
+        NICs' speeds (its plan is kept); only the simulation runs at the share. Also returns how many of node 0's
+        resources and of the fabric's switch-to-switch links k groups share, by k."""
         gloo = backend == "gloo"
         topos = [self.topology.restricted(g, all_nics=gloo) for g in groups]
         alone = [self._on_topology(t) for t in topos]
@@ -1153,14 +1155,22 @@ class Simulator:
         used = [self._resources_used(backend, [g for g in group if self.topology.device(g).node < 2])
                 for group in groups]  # fmt: skip
         count = Counter(key for keys in used for key in keys)
-        kinds.update(Counter(k for k in count.values() if k > 1))
+        leaves = [self._leaves_crossed(keys) for keys in used]
+        per_leaf = Counter(leaf for crossed in leaves for leaf in crossed)
+        uplinks = {leaf: self._uplinks(leaf) for leaf in per_leaf}
+        shared_counts = Counter(k for k in count.values() if k > 1)
+        shared_counts.update(k for leaf, k in per_leaf.items() if k > 1 for _ in uplinks[leaf])
+        kinds.update(shared_counts)
         out = []
-        for sim, topo, keys in zip(alone, topos, used, strict=True):
+        for sim, topo, keys, crossed in zip(alone, topos, used, leaves, strict=True):
             share = {key: count[key] for key in keys if count[key] > 1}
-            if not share:
+            links: dict[tuple[str, str], int] = {}
+            for leaf in crossed:
+                if per_leaf[leaf] > 1:
+                    links.update(dict.fromkeys(uplinks[leaf], per_leaf[leaf]))
+            if not share and not links:
                 out.append(sim)
                 continue
-            links: dict[tuple[str, str], int] = {}
             memory: dict[str, int] = {}
             cores: dict[int, int] = {}
             for key, k in share.items():
@@ -1176,6 +1186,27 @@ class Simulator:
                 sub.__dict__["nccl_plan"] = sim.nccl_plan  # NCCL's search and tuner see the nominal rates
             out.append(sub)
         return out, kinds
+
+    def _leaves_crossed(self, used: set[tuple[Any, ...]]) -> set[str]:
+        """The fabric leaves whose links to the spines a group's traffic crosses. Its channels run between the
+        same NIC slot of every node (NCCL's graph is the same on every node; Gloo's socket takes the first NIC),
+        so each NIC of node 0 that ``used`` (:meth:`_resources_used`) holds counts on every node: where that slot's
+        NICs hang off two or more leaves, the traffic between them crosses the spines (one leaf: it turns there)."""
+        topo = self.topology
+        nics = {topo.device(end).local_name for key in used if key[0] == "link" for end in key[1:]
+                if topo.device(end).kind == "nic"}  # fmt: skip
+        crossed: set[str] = set()
+        for nic in nics:
+            leaves = {w for node in range(topo.nodes) if f"n{node}/{nic}" in topo.graph
+                      for w in topo.graph.successors(f"n{node}/{nic}") if topo.device(w).node < 0}  # fmt: skip
+            crossed |= leaves if len(leaves) > 1 else set()
+        return crossed
+
+    def _uplinks(self, leaf: str) -> list[tuple[str, str]]:
+        """A fabric leaf's links to the switches above it and back (both directions)."""
+        g = self.topology.graph
+        above = [s for s in g.successors(leaf) if self.topology.device(s).node < 0]
+        return [(leaf, s) for s in above] + [(s, leaf) for s in above if g.has_edge(s, leaf)]
 
     def _resources_used(self, backend: str, gpus: Sequence[str]) -> set[tuple[Any, ...]]:
         """The links, socket memories and cores of node 0 that one recorded all-reduce of 64 MiB over ``gpus``

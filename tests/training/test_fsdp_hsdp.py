@@ -69,6 +69,22 @@ def test_groups_that_share_a_nic_get_half_of_it_each() -> None:
     assert sim._on_topology(groups.replicas[0].topology).nccl_plan_facts()["ring_channels"] == 2
 
 
+def test_groups_crossing_an_oversubscribed_fat_tree_share_its_spine() -> None:
+    """A fat tree of 16-port leaves (8 NICs each: one node a leaf) at 4:1 has 8 x 48 / 4 = 96 GB/s from a leaf to
+    its spine. Alone a group would cross it at its NICs' rate; the 8 groups crossing together get 12 GB/s each, and a
+    two-rank ring all-reduce's algbw is that rate."""
+    fabric = "cluster.fabric={topology: fat_tree, transport: rdma, switch: {radix: 16}, oversubscription: 4}"
+    sim = Simulator.from_source(SCENARIO, [*HYBRID, fabric])
+    assert sim.topology.link("fabric/leaf0", "fabric/spine0").bandwidth == 96e9
+    groups = sim._hsdp_groups("nccl")
+    nbytes = 256 << 20
+    for g in groups.replicas:
+        assert g.topology.link("fabric/leaf0", "fabric/spine0").bandwidth == 96e9 / 8
+        seconds = g.simulate_one("nccl", nbytes, collective="allreduce", harness=False).time_s
+        assert 0.97 * 12e9 < nbytes / seconds <= 12e9
+    assert groups.shared == {2: 32, 8: 4}  # 2 leaves x 2 directions of switch-to-switch links, by all 8 groups
+
+
 def test_gloos_groups_all_leave_by_the_nodes_first_nic() -> None:
     """Gloo's sockets take the host's route, the node's first NIC, for every process: all 8 replica groups cross
     it, and each node's socket memory and cores their copies and sockets use."""
