@@ -241,12 +241,13 @@ def _hsdp_notes(hsdp: _Hsdp | None) -> tuple[str, ...]:
     """What a step's notes say of HSDP's groups (nothing without them)."""
     if hsdp is None:
         return ()
-    shard, replicas = len(hsdp.shard.topology.rank_devices()), len(hsdp.replicas[0].topology.rank_devices())
+    shard, replica = hsdp.shard.topology, hsdp.replicas[0].topology
     shared = "; ".join(f"{n} shared by {k} groups" for k, n in sorted(hsdp.shared.items()))
-    return (f"HSDP groups: all-gathers and reduce-scatters within a node's {shard} GPU(s); each all-reduce across "
-            f"the {replicas} node(s) takes the slowest of the {len(hsdp.replicas)} replica groups (one per local "
-            "rank), which run at the same time: each gets 1/k of a NIC, link, socket's memory, node's cores or "
-            f"leaf's uplink that k of them cross (of node 0's resources and the fabric's uplinks: "
+    return (f"HSDP groups: all-gathers and reduce-scatters within shard groups of {len(shard.rank_devices())} "
+            f"GPU(s) on {shard.nodes} node(s); each all-reduce across the {len(replica.rank_devices())} GPU(s) of a "
+            f"replica group ({replica.nodes} node(s)) takes the slowest of the {len(hsdp.replicas)} replica groups, "
+            "which run at the same time: each gets 1/k of a NIC, link, socket's memory, node's cores or leaf's "
+            f"uplink that k of them cross (of a node's resources and the fabric's uplinks: "
             f"{shared or 'none shared'})",)  # fmt: skip
 
 
@@ -1086,6 +1087,9 @@ class Simulator:
         world = len(self.topology.rank_devices())
         model, gpu, consts = self.training_model, self.gpu_compute(), self.step_constants
         hybrid = f.sharding == "hybrid_shard"
+        if f.shard_group is not None and not hybrid:
+            raise ScenarioError(f"shard_group applies to hybrid_shard only (sharding is {f.sharding})",
+                                file=self.scenario.source_file, field="training.fsdp.shard_group")  # fmt: skip
         out = []
         for backend in backends or self.backends():
             with self._errors(f"backends.{backend}"):
@@ -1108,13 +1112,16 @@ class Simulator:
         return out
 
     def _hsdp_groups(self, backend: str) -> _Hsdp:
-        """HSDP's process groups as FSDP1 makes them (``_init_intra_and_inter_node_groups``: a shard group of each
-        node's GPUs, ``dist.new_subgroups(torch.cuda.device_count())``, and replica groups of the GPUs of one local
-        index across the nodes): a simulator over node 0's GPUs and one per local index over that GPU of every
-        node, each on the topology ``backend`` sees for that group (:meth:`collsim.topology.Topology.restricted`:
-        NCCL's search keeps the NICs near the group's GPUs, Gloo's sockets choose among all; a slow NIC or link of
-        the cluster slows the groups that cross it). The replica groups all-reduce at the same time; each gets its
-        share of what they cross together (:meth:`_concurrent`)."""
+        """HSDP's process groups: by default as FSDP1 makes them (``_init_intra_and_inter_node_groups``: shard
+        groups of ``torch.cuda.device_count()`` consecutive ranks, a node's GPUs, and replica groups of the ranks of
+        one local index); with ``training.fsdp.shard_group`` n as a 2-D DeviceMesh (replicate, shard) of shape
+        (world / n, n) makes them (``device_mesh.get_group(1)`` shards: ranks i*n .. i*n+n-1; ``get_group(0)``
+        replicates: ranks j, j+n, ...). A simulator over the first shard group and one per replica group, each on
+        the topology ``backend`` sees for it (:meth:`collsim.topology.Topology.restricted`: NCCL's search keeps the
+        NICs near the group's GPUs, Gloo's sockets choose among all; a slow NIC or link of the cluster slows the
+        groups that cross it). The replica groups all-reduce at the same time; each gets its share of what they
+        cross together (:meth:`_concurrent`). Shard groups spanning nodes are simulated alone (on rails they share
+        nothing)."""
         where = {"file": self.scenario.source_file, "field": "training.fsdp.sharding"}
         ranks = self.topology.rank_devices()
         if not ranks or ranks[0].kind != "gpu" or self.topology.ranks_per_gpu != 1:
@@ -1124,46 +1131,59 @@ class Simulator:
             raise ScenarioError(f"hybrid_shard needs the same number of GPUs on every node, got {per_node}", **where)
         if self.scenario.perturb is not None and self.scenario.perturb.ranks:
             raise ScenarioError("hybrid_shard with perturb.ranks (per-rank launch delays) is not modelled", **where)
+        size = self._training().fsdp.shard_group or per_node[0]
+        if len(ranks) % size or (size % per_node[0] and per_node[0] % size):
+            raise ScenarioError(
+                f"a shard group of {size} GPU(s) must divide the world ({len(ranks)} GPUs) and divide or be a "
+                f"multiple of the GPUs of a node ({per_node[0]})",
+                file=self.scenario.source_file, field="training.fsdp.shard_group",
+            )  # fmt: skip
         gloo = backend == "gloo"
+        names = [d.name for d in ranks]
         with self._errors("training.fsdp.sharding"):
-            shard = self._on_topology(self.topology.restricted([d.name for d in ranks if d.node == 0], all_nics=gloo))
-            groups = [[d.name for d in ranks if d.index == local.index] for local in ranks[: per_node[0]]]
-            replicas, shared = self._concurrent(backend, groups)
+            shard = self._on_topology(self.topology.restricted(names[:size], all_nics=gloo))
+            replicas, shared = self._concurrent(backend, [names[j::size] for j in range(size)])
         return _Hsdp(shard, replicas, shared)
 
     def _concurrent(self, backend: str, groups: Sequence[Sequence[str]]) -> tuple[list[Simulator], dict[int, int]]:
-        """Simulators of communicators over ``groups`` (GPU names, one GPU a node each, alike on every node) that
-        run the same collective at the same time, as HSDP's replica groups all-reduce a unit's gradient together.
+        """Simulators of communicators over ``groups`` (GPU names, alike on each of their nodes: the same local
+        GPUs on every node they span) that run the same collective at the same time, as HSDP's replica groups
+        all-reduce a unit's gradient together.
 
         Each group is simulated alone, on its view of the cluster, with its share of what several groups cross:
         a resource that k groups use (a NIC two GPUs' groups both take, the PCIe switch's link to it, a socket's
         memory and cores that every Gloo group's copies and sockets use) gives each 1/k of its rate
         (:meth:`~collsim.topology.Topology.shared`): the engine's max-min fair share of k equal flows that could
         each fill it, exact while the groups run in step (they are images of one another and start together). Which
-        resources a group uses is read from one recorded all-reduce of 64 MiB across nodes 0 and 1 (symmetry off),
-        and node 0's sharing holds on every node. A fabric leaf's links to its spines are shared by the groups
-        whose NICs (those the probe used, on every node) hang off that leaf and another: a fat tree's groups all
-        cross them; rails keep the groups apart. NCCL plans each group on the nominal rates, as its search sees the
-        NICs' speeds (its plan is kept); only the simulation runs at the share. Also returns how many of node 0's
-        resources and of the fabric's switch-to-switch links k groups share, by k."""
+        resources a group uses is read from one recorded all-reduce of 64 MiB across its first two nodes (symmetry
+        off); groups on the same nodes share them, and the sharing holds on each of their nodes. A fabric leaf's
+        links to its spines are shared by the groups whose NICs (those the probe used, on every node) hang off that
+        leaf and another: a fat tree's groups all cross them; rails keep the groups apart. NCCL plans each group on
+        the nominal rates, as its search sees the NICs' speeds (its plan is kept); only the simulation runs at the
+        share. Also returns how many of a node's resources and of the fabric's switch-to-switch links k groups
+        share, by k."""
         gloo = backend == "gloo"
         topos = [self.topology.restricted(g, all_nics=gloo) for g in groups]
         alone = [self._on_topology(t) for t in topos]
         kinds: dict[int, int] = {}
-        if self.topology.nodes < 2 or len(groups) < 2:
+        if min(t.nodes for t in topos) < 2 or len(groups) < 2:
             return alone, kinds
-        used = [self._resources_used(backend, [g for g in group if self.topology.device(g).node < 2])
-                for group in groups]  # fmt: skip
-        count = Counter(key for keys in used for key in keys)
-        leaves = [self._leaves_crossed(keys) for keys in used]
+        nodes = [sorted({self.topology.device(g).node for g in group}) for group in groups]
+        used = [self._resources_used(backend, [g for g in group if self.topology.device(g).node in on[:2]])
+                for group, on in zip(groups, nodes, strict=True)]  # fmt: skip
+        # keys name the probe's first node n0 (the group's first node, renumbered): groups on other nodes share
+        # nothing of it
+        count = Counter((on[0], key) for keys, on in zip(used, nodes, strict=True) for key in keys)
+        leaves = [self._leaves_crossed(topo, keys) for topo, keys in zip(topos, used, strict=True)]
         per_leaf = Counter(leaf for crossed in leaves for leaf in crossed)
         uplinks = {leaf: self._uplinks(leaf) for leaf in per_leaf}
-        shared_counts = Counter(k for k in count.values() if k > 1)
+        first = min(on[0] for on in nodes)
+        shared_counts = Counter(k for (node, _), k in count.items() if k > 1 and node == first)
         shared_counts.update(k for leaf, k in per_leaf.items() if k > 1 for _ in uplinks[leaf])
         kinds.update(shared_counts)
         out = []
-        for sim, topo, keys, crossed in zip(alone, topos, used, leaves, strict=True):
-            share = {key: count[key] for key in keys if count[key] > 1}
+        for sim, topo, keys, crossed, on in zip(alone, topos, used, leaves, nodes, strict=True):
+            share = {key: count[on[0], key] for key in keys if count[on[0], key] > 1}
             links: dict[tuple[str, str], int] = {}
             for leaf in crossed:
                 if per_leaf[leaf] > 1:
@@ -1187,12 +1207,13 @@ class Simulator:
             out.append(sub)
         return out, kinds
 
-    def _leaves_crossed(self, used: set[tuple[Any, ...]]) -> set[str]:
-        """The fabric leaves whose links to the spines a group's traffic crosses. Its channels run between the
-        same NIC slot of every node (NCCL's graph is the same on every node; Gloo's socket takes the first NIC),
-        so each NIC of node 0 that ``used`` (:meth:`_resources_used`) holds counts on every node: where that slot's
-        NICs hang off two or more leaves, the traffic between them crosses the spines (one leaf: it turns there)."""
-        topo = self.topology
+    @staticmethod
+    def _leaves_crossed(topo: Topology, used: set[tuple[Any, ...]]) -> set[str]:
+        """The fabric leaves whose links to the spines a group's traffic crosses, on the group's view ``topo``. Its
+        channels run between the same NIC slot of every node (NCCL's graph is the same on every node; Gloo's
+        socket takes the first NIC), so each NIC of node 0 that ``used`` (:meth:`_resources_used`) holds counts on
+        every node: where that slot's NICs hang off two or more leaves, the traffic between them crosses the
+        spines (one leaf: it turns there)."""
         nics = {topo.device(end).local_name for key in used if key[0] == "link" for end in key[1:]
                 if topo.device(end).kind == "nic"}  # fmt: skip
         crossed: set[str] = set()
@@ -1209,8 +1230,9 @@ class Simulator:
         return [(leaf, s) for s in above] + [(s, leaf) for s in above if g.has_edge(s, leaf)]
 
     def _resources_used(self, backend: str, gpus: Sequence[str]) -> set[tuple[Any, ...]]:
-        """The links, socket memories and cores of node 0 that one recorded all-reduce of 64 MiB over ``gpus``
-        (symmetry off, no harness) moves bytes or spends time on: resource keys of
+        """The links, socket memories and cores of the first node of ``gpus`` (named on their view, where it is
+        node 0) that one recorded all-reduce of 64 MiB over ``gpus`` (symmetry off, no harness) moves bytes or
+        spends time on: resource keys of
         :class:`~collsim.backends.common.ResourceCatalog` (per-rank resources, a process's cores or a Gloo
         thread, left out: they are no other group's)."""
         topo = self.topology.restricted(gpus, all_nics=backend == "gloo")

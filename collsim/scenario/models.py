@@ -777,6 +777,14 @@ class FsdpTrainingConfig(BaseModel):
         "all-reduced after its backward) or hybrid_shard (HSDP: full_shard within each node, each shard's "
         "gradient then all-reduced across the nodes).",
     )
+    shard_group: int | None = Field(
+        None,
+        ge=1,
+        description="hybrid_shard only: GPUs per shard group, as a 2-D DeviceMesh (replicate, shard) of shape "
+        "(world / n, n) makes them (init_device_mesh('cuda', (world // n, n)) passed as device_mesh): ranks "
+        "i*n .. i*n+n-1 shard together, ranks j, j+n, ... all-reduce each shard. A divisor or a multiple of the GPUs "
+        "of a node. Default: a node's GPUs (FSDP's own groups without a mesh).",
+    )
     backward_prefetch: Literal["backward_pre", "backward_post", "none"] = Field(
         "backward_pre", description="BackwardPrefetch (FSDP's default: BACKWARD_PRE)."
     )

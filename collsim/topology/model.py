@@ -279,9 +279,10 @@ class Topology:
         1800-1803 and 1896), so a sub-communicator such as HSDP's group of one GPU per node plans as on a cluster of
         those GPUs. Of each node's NICs only those within P2C of a kept GPU stay, where there are any: NCCL's search
         takes farther ones only when the nearer give no solution (``ncclTopoCompute`` relaxes ``typeInter`` past
-        PXN only without a channel), and PXN needs another of the communicator's GPUs near the NIC. When every GPU
-        kept is on node 0 of several, the other nodes and the fabric are left out too (a one-node topology; a
-        one-node group elsewhere is refused: take node 0's, the nodes being alike).
+        PXN only without a channel), and PXN needs another of the communicator's GPUs near the NIC. Nodes without a
+        kept GPU are left out and the others renumbered 0, 1, ... in order (``n3/gpu0`` of a group on nodes 1 and 3
+        is ``n1/gpu0`` in its view), as NCCL numbers a communicator's nodes among its own ranks; a group on one node
+        is a one-node topology, without the fabric.
 
         Parameters
         ----------
@@ -303,21 +304,43 @@ class Topology:
         unknown = sorted(keep - mine)
         if unknown:
             raise TopologyError(f"not GPUs of topology {self.name!r}: {', '.join(unknown[:4])}")
-        nodes = {self.device(g).node for g in keep}
-        if len(nodes) == 1 and self.nodes > 1:
-            if nodes != {0}:
-                raise TopologyError("a one-node sub-communicator is taken on node 0 (name node 0's GPUs)")
-            drop = [n for n, d in self.graph.nodes(data=True) if d["device"].node != 0 or n in mine - keep]
-            graph = self.graph.copy()
-            graph.remove_nodes_from(drop)
-            return self.replaced(graph, nodes=1, fabric=None)
+        nodes = sorted({self.device(g).node for g in keep})
         far: set[str] = set()  # the NICs NCCL's search would not take for these GPUs (:meth:`far_nics`)
-        for node in range(self.nodes) if not all_nics else ():
+        for node in nodes if not all_nics else ():
             far.update(self.far_nics(node, [g for g in keep if self.device(g).node == node]))
+        one = len(nodes) == 1
+        gone = {n for n, d in self.graph.nodes(data=True)  # other nodes' devices; the fabric's too for one node
+                if d["device"].node not in nodes and (one or d["device"].node >= 0)}  # fmt: skip
         graph = self.graph.copy()
-        graph.remove_nodes_from((mine - keep) | far)
-        subs = {k: v for k, v in self.nic_substitutes.items() if v[1] not in far}
-        return self.replaced(graph, nic_substitutes=subs)
+        graph.remove_nodes_from((mine - keep) | far | gone)
+        subs = {k: v for k, v in self.nic_substitutes.items() if v[1] in graph}
+        if nodes == list(range(self.nodes)):
+            return self.replaced(graph, nic_substitutes=subs)
+        number = {old: new for new, old in enumerate(nodes)}
+
+        def name(old: str) -> str:
+            dev = self.device(old) if old in self.graph else None
+            if dev is None or dev.node < 0:
+                return old
+            return f"n{number[dev.node]}/{dev.local_name}"
+
+        def moved(dev: Device) -> Device:
+            return dev if dev.node < 0 else dataclasses.replace(dev, name=name(dev.name), node=number[dev.node])
+
+        renamed: nx.DiGraph = nx.DiGraph()
+        for n, data in graph.nodes(data=True):
+            renamed.add_node(name(n), **{**data, "device": moved(data["device"])})
+        for u, v, data in graph.edges(data=True):
+            ln = data["link"]
+            renamed.add_edge(name(u), name(v), **{**data, "link": dataclasses.replace(ln, src=name(u), dst=name(v))})
+        return self.replaced(
+            renamed,
+            nodes=len(nodes),
+            fabric=None if one else self.fabric,
+            nic_substitutes={name(k): (moved(d), name(sub)) for k, (d, sub) in subs.items()},
+            background=[(name(a), name(b), r) for a, b, r in self.background if graph.has_edge(a, b)],
+            scaled=[(name(a), name(b)) for a, b in self.scaled if graph.has_edge(a, b)],
+        )
 
     def shared(
         self,

@@ -41,6 +41,28 @@ def test_one_gpu_a_node_keeps_its_near_nics_the_switches_and_the_fabric() -> Non
     assert box.restricted(["n0/gpu1", "n1/gpu1"]).nic_slots(0) == box.nic_slots(0)
 
 
+def test_nodes_without_a_gpu_of_the_group_are_left_out_and_the_rest_renumbered() -> None:
+    """A group on nodes 1 and 3 of four (HSDP's replica group when a shard group spans two nodes): a two-node
+    cluster of nodes n0 (was n1) and n1 (was n3), with what was slowed on them."""
+    from collsim.topology import LinkRule, perturb_links
+
+    four = perturb_links(load_topology("hgx-h100", nodes=4, fabric=FABRIC), [LinkRule("n3/nic3", 0.25, kind="ib")])
+    view = four.restricted(["n1/gpu3", "n3/gpu3"])
+    assert view.nodes == 2 and view.fabric == four.fabric
+    assert [(d.name, d.node) for d in view.rank_devices()] == [("n0/gpu3", 0), ("n1/gpu3", 1)]
+    assert {d.node for d in view.devices()} == {-1, 0, 1}
+    assert view.link("n1/nic3", "fabric/rail3").bandwidth == four.link("n3/nic3", "fabric/rail3").bandwidth
+    assert view.link("n0/nic3", "fabric/rail3").bandwidth == four.link("n1/nic3", "fabric/rail3").bandwidth
+    assert ("n1/nic3", "fabric/rail3") in view.scaled and ("n3/nic3", "fabric/rail3") not in view.scaled
+    assert all(ln.src in view.graph and ln.dst in view.graph for ln in view.links())
+    assert [ln.src for ln in view.route("n0/nic3", "n1/nic3")] == ["n0/nic3", "fabric/rail3"]
+    # one node elsewhere is a one-node topology like node 0's
+    alone = four.restricted([f"n2/gpu{i}" for i in range(8)])
+    node0 = four.restricted([f"n0/gpu{i}" for i in range(8)])
+    assert alone.nodes == 1 and alone.fabric is None
+    assert sorted(alone.graph.edges) == sorted(node0.graph.edges)
+
+
 def test_gloos_view_keeps_every_nic() -> None:
     """Gloo's sockets leave by the host's route and its verbs contexts by the nearest RDMA NIC, not by NCCL's
     search: its view of a group keeps all of a node's NICs."""
@@ -76,7 +98,6 @@ def test_a_share_divides_links_memory_and_cores_and_nothing_else() -> None:
         ([], "at least one GPU"),
         (["n0/gpu9"], "not GPUs of topology"),
         (["n0/nic0"], "not GPUs of topology"),
-        (["n1/gpu0", "n1/gpu1"], "taken on node 0"),
     ],
 )
 def test_bad_groups_are_refused(gpus: list[str], message: str) -> None:

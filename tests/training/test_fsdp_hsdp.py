@@ -39,7 +39,9 @@ def test_hybrid_shard_runs_both_backends_and_says_what_its_groups_are() -> None:
     nccl, gloo = sim.step()
     full_nccl, _ = Simulator.from_source(SCENARIO).step()
     assert nccl.iteration_s > 0 and gloo.iteration_s > nccl.iteration_s
-    assert any("HSDP groups: all-gathers and reduce-scatters within a node's 8 GPU(s)" in n for n in nccl.notes)
+    assert any("HSDP groups: all-gathers and reduce-scatters within shard groups of 8 GPU(s) on 1 node(s); each "
+               "all-reduce across the 2 GPU(s) of a replica group (2 node(s)) takes the slowest of the 8" in n
+               for n in nccl.notes)  # fmt: skip
     # the same units; with 2 nodes each all-reduce across the groups moves a node's shard over the network, where
     # FULL_SHARD's all-gathers and reduce-scatters cross it in full
     assert len(nccl.buckets) == len(full_nccl.buckets)
@@ -114,6 +116,48 @@ def test_a_slow_nic_slows_the_all_reduce_of_the_group_that_crosses_it() -> None:
     slow = ar_seconds(["perturb={links: [{device: n1/nic3, kind: ib, scale: 0.25}]}"])
     assert len(slow) == len(healthy) and all(b >= a for a, b in zip(healthy, slow, strict=True))
     assert sum(slow) > 1.2 * sum(healthy)
+
+
+def test_a_device_mesh_makes_shard_groups_of_any_whole_nodes_or_part_of_one() -> None:
+    """training.fsdp.shard_group n: DeviceMesh (world / n, n), shard groups of n consecutive ranks and replica
+    groups of ranks j, j+n, ... Sixteen on four HGX H100 nodes: shard groups of two nodes, and replica groups of one
+    GPU on every other node, each on a view of its two nodes; such a group all-reduces as a two-node cluster's
+    does, in the same company (every node holds 8 replica groups sharing its NICs two by two)."""
+    four = Simulator.from_source(SCENARIO, [*HYBRID, "cluster.nodes=4", "training.fsdp.shard_group=16"])
+    groups = four._hsdp_groups("nccl")
+    assert groups.shard.topology.nodes == 2 and len(groups.shard.topology.rank_devices()) == 16
+    assert len(groups.replicas) == 16
+    view = groups.replicas[9].topology  # ranks 9 and 25: n1/gpu1 and n3/gpu1, renumbered
+    assert view.nodes == 2 and [d.name for d in view.rank_devices()] == ["n0/gpu1", "n1/gpu1"]
+    two = Simulator.from_source(SCENARIO, HYBRID)._hsdp_groups("nccl")
+    for size in (1 << 20, 64 << 20):
+        got = {g.simulate_one("nccl", size, collective="allreduce", harness=False).time_s for g in groups.replicas}
+        assert got == {g.simulate_one("nccl", size, collective="allreduce", harness=False).time_s
+                       for g in two.replicas}  # fmt: skip
+    assert groups.shared == two.shared == {2: 32}
+    # four GPUs: half a node shards, and each replica group holds two GPUs of every node
+    half = Simulator.from_source(SCENARIO, [*HYBRID, "cluster.nodes=4", "training.fsdp.shard_group=4"])
+    groups = half._hsdp_groups("nccl")
+    assert [d.name for d in groups.shard.topology.rank_devices()] == [f"n0/gpu{i}" for i in range(4)]
+    assert [d.name for d in groups.replicas[1].topology.rank_devices()] == [
+        f"n{n}/gpu{i}" for n in range(4) for i in (1, 5)
+    ]
+    (nccl,) = half.step(["nccl"])
+    assert any("within shard groups of 4 GPU(s) on 1 node(s)" in n for n in nccl.notes)
+
+
+@pytest.mark.parametrize(
+    ("sets", "message"),
+    [
+        (["training.fsdp.shard_group=3"], "must divide the world"),
+        (["training.fsdp.shard_group=12", "cluster.nodes=3"], "divide or be a multiple of the GPUs of a node"),
+        (["training.fsdp.sharding=full_shard", "training.fsdp.shard_group=8"], "applies to hybrid_shard only"),
+    ],
+)
+def test_a_shard_group_that_no_mesh_makes_is_refused(sets: list[str], message: str) -> None:
+    with pytest.raises(ScenarioError, match=message) as err:
+        Simulator.from_source(SCENARIO, [*HYBRID, *sets]).step()
+    assert err.value.field == "training.fsdp.shard_group"
 
 
 CPU_RANKS = "scenarios/measurements/fsdp-cpu-2proc-mlp.scenario.yaml"
