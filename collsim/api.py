@@ -69,6 +69,7 @@ from collsim.topology import (
     take_down,
     topologies_dir,
 )
+from collsim.topology.groups import counterparts, leaves_crossed, node_name, uplinks
 from collsim.training import (
     DdpConfig,
     GpuCompute,
@@ -249,25 +250,6 @@ def _hsdp_notes(hsdp: _Hsdp | None) -> tuple[str, ...]:
             "which run at the same time: each gets 1/k of a NIC, link, socket's memory, node's cores or leaf's "
             f"uplink that k of them cross (of a node's resources and the fabric's uplinks: "
             f"{shared or 'none shared'})",)  # fmt: skip
-
-
-def _node_name(name: str, node: int) -> str:
-    """Node 0's device ``name`` (``"n0/cpu1"``) on ``node`` (``"n3/cpu1"``); a fabric device's name unchanged."""
-    return f"n{node}/{name[3:]}" if name.startswith("n0/") else name
-
-
-def _on_node(topo: Topology, src: str, dst: str, node: int) -> list[tuple[str, str]]:
-    """Node 0's link ``src -> dst`` on ``node``: the same link between the node's devices of those names, or, for a
-    link between a device and the fabric, every link of the node's device to or from the fabric (a node may hang
-    off another leaf)."""
-    a, b = _node_name(src, node), _node_name(dst, node)
-    if topo.graph.has_edge(a, b):
-        return [(a, b)]
-    if b != dst:  # fabric -> node device
-        return [(u, b) for u in topo.graph.predecessors(b) if topo.device(u).node < 0] if b in topo.graph else []
-    if a != src:  # node device -> fabric
-        return [(a, v) for v in topo.graph.successors(a) if topo.device(v).node < 0] if a in topo.graph else []
-    return []
 
 
 def _hsdp_costs(
@@ -1174,12 +1156,15 @@ class Simulator:
         # keys name the probe's first node n0 (the group's first node, renumbered): groups on other nodes share
         # nothing of it
         count = Counter((on[0], key) for keys, on in zip(used, nodes, strict=True) for key in keys)
-        leaves = [self._leaves_crossed(topo, keys) for topo, keys in zip(topos, used, strict=True)]
+        # a group's channels run between the same NIC slots of its nodes: those its probe used on the first
+        nic = {d.name: d.local_name for d in self.topology.nics(0)}  # the probes name their first node n0
+        leaves = [leaves_crossed(topo, {nic[end] for key in keys if key[0] == "link" for end in key[1:] if end in nic})
+                  for topo, keys in zip(topos, used, strict=True)]  # fmt: skip
         per_leaf = Counter(leaf for crossed in leaves for leaf in crossed)
-        uplinks = {leaf: self._uplinks(leaf) for leaf in per_leaf}
+        ups = {leaf: uplinks(self.topology, leaf) for leaf in per_leaf}
         first = min(on[0] for on in nodes)
         shared_counts = Counter(k for (node, _), k in count.items() if k > 1 and node == first)
-        shared_counts.update(k for leaf, k in per_leaf.items() if k > 1 for _ in uplinks[leaf])
+        shared_counts.update(k for leaf, k in per_leaf.items() if k > 1 for _ in ups[leaf])
         kinds.update(shared_counts)
         out = []
         for sim, topo, keys, crossed, on in zip(alone, topos, used, leaves, nodes, strict=True):
@@ -1187,7 +1172,7 @@ class Simulator:
             links: dict[tuple[str, str], int] = {}
             for leaf in crossed:
                 if per_leaf[leaf] > 1:
-                    links.update(dict.fromkeys(uplinks[leaf], per_leaf[leaf]))
+                    links.update(dict.fromkeys(ups[leaf], per_leaf[leaf]))
             if not share and not links:
                 out.append(sim)
                 continue
@@ -1196,9 +1181,9 @@ class Simulator:
             for key, k in share.items():
                 for node in range(topo.nodes):
                     if key[0] == "link":
-                        links.update(dict.fromkeys(_on_node(topo, key[1], key[2], node), k))
+                        links.update(dict.fromkeys(counterparts(topo, key[1], key[2], node), k))
                     elif key[0] == "mem":
-                        memory[_node_name(key[1], node)] = k
+                        memory[node_name(key[1], node)] = k
                     else:
                         cores[node] = k
             sub = self._on_topology(topo.shared(links, memory, cores))
@@ -1206,28 +1191,6 @@ class Simulator:
                 sub.__dict__["nccl_plan"] = sim.nccl_plan  # NCCL's search and tuner see the nominal rates
             out.append(sub)
         return out, kinds
-
-    @staticmethod
-    def _leaves_crossed(topo: Topology, used: set[tuple[Any, ...]]) -> set[str]:
-        """The fabric leaves whose links to the spines a group's traffic crosses, on the group's view ``topo``. Its
-        channels run between the same NIC slot of every node (NCCL's graph is the same on every node; Gloo's
-        socket takes the first NIC), so each NIC of node 0 that ``used`` (:meth:`_resources_used`) holds counts on
-        every node: where that slot's NICs hang off two or more leaves, the traffic between them crosses the
-        spines (one leaf: it turns there)."""
-        nics = {topo.device(end).local_name for key in used if key[0] == "link" for end in key[1:]
-                if topo.device(end).kind == "nic"}  # fmt: skip
-        crossed: set[str] = set()
-        for nic in nics:
-            leaves = {w for node in range(topo.nodes) if f"n{node}/{nic}" in topo.graph
-                      for w in topo.graph.successors(f"n{node}/{nic}") if topo.device(w).node < 0}  # fmt: skip
-            crossed |= leaves if len(leaves) > 1 else set()
-        return crossed
-
-    def _uplinks(self, leaf: str) -> list[tuple[str, str]]:
-        """A fabric leaf's links to the switches above it and back (both directions)."""
-        g = self.topology.graph
-        above = [s for s in g.successors(leaf) if self.topology.device(s).node < 0]
-        return [(leaf, s) for s in above] + [(s, leaf) for s in above if g.has_edge(s, leaf)]
 
     def _resources_used(self, backend: str, gpus: Sequence[str]) -> set[tuple[Any, ...]]:
         """The links, socket memories and cores of the first node of ``gpus`` (named on their view, where it is

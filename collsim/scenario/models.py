@@ -777,7 +777,7 @@ class FsdpTrainingConfig(BaseModel):
         "all-reduced after its backward) or hybrid_shard (HSDP: full_shard within each node, each shard's "
         "gradient then all-reduced across the nodes).",
     )
-    shard_group: int | None = Field(
+    shard_group: StrictInt | None = Field(
         None,
         ge=1,
         description="hybrid_shard only: GPUs per shard group, as a 2-D DeviceMesh (replicate, shard) of shape "
