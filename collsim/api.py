@@ -230,8 +230,8 @@ class ReportData:
 
 @dataclass(frozen=True)
 class _Hsdp:
-    """HSDP's groups for one backend: node 0's shard group, the replica groups (one per local rank, each with its
-    share of what they cross together) and how many of node 0's resources k replica groups share, by k."""
+    """HSDP's groups for one backend: the first shard group, the replica groups (each with its share of what they
+    cross together) and how many of a node's resources and of the fabric's uplinks k replica groups share, by k."""
 
     shard: Simulator
     replicas: list[Simulator]
