@@ -957,11 +957,16 @@ def _rings(
     return rings, hops
 
 
-def nvls_refusal(arch: str, switch: str | None, multicast: bool, consts: NcclConstants) -> str | None:
+def nvls_refusal(
+    arch: str, switch: str | None, multicast: bool, consts: NcclConstants, gpus: int = 2
+) -> str | None:
     """Why this hardware cannot run NVLS, or None when it can. The one place that decides it: the GPU generation
     must be one NCCL runs NVLS on (those with an ``nvls_efficiency`` in ``topologies/software/nccl.yaml``: tuning.cc
-    defines it from sm90 on), and the node's NVSwitch must say ``multicast: true`` in its preset (NVLink SHARP).
-    NCCL_NVLS_ENABLE=0 is checked with the other knobs (:class:`~collsim.backends.nccl.algos.NVLS`).
+    defines it from sm90 on), the node's NVSwitch must say ``multicast: true`` in its preset (NVLink SHARP), and the
+    communicator must have ``gpus`` >= 2 on the node (``ncclNvlsInit``, ``src/transport/nvls.cc`` v2.30.7-1 line
+    262: ``if (!ncclParamNvlsEnable() || gpuCount < 2) return ncclSuccess;``, NVLS support left off; one GPU a node
+    of a multi-GPU board, as a network check runs it). NCCL_NVLS_ENABLE=0 is checked with the other knobs
+    (:class:`~collsim.backends.nccl.algos.NVLS`).
 
     >>> from types import SimpleNamespace
     >>> consts = SimpleNamespace(nvls_efficiency={"hopper": 0.85, "blackwell": 0.74})
@@ -971,12 +976,16 @@ def nvls_refusal(arch: str, switch: str | None, multicast: bool, consts: NcclCon
     'NVLS needs an NVSwitch with multicast (NVLink SHARP); n0/nvswitch has multicast: false'
     >>> nvls_refusal("ampere", "n0/nvswitch", True, consts)  # type: ignore[arg-type]
     'NVLS needs Hopper or newer GPUs (this is ampere; NCCL runs NVLS on hopper, blackwell)'
+    >>> nvls_refusal("hopper", "n0/nvswitch", True, consts, gpus=1)  # type: ignore[arg-type]
+    'NVLS needs two or more GPUs of the communicator on a node (this one has 1)'
     """
     if arch not in consts.nvls_efficiency:
         archs = ", ".join(consts.nvls_efficiency)
         return f"NVLS needs Hopper or newer GPUs (this is {arch}; NCCL runs NVLS on {archs})"
     if switch is None:
         return "NVLS needs an NVSwitch"
+    if gpus < 2:
+        return f"NVLS needs two or more GPUs of the communicator on a node (this one has {gpus})"
     if not multicast:
         return f"NVLS needs an NVSwitch with multicast (NVLink SHARP); {switch} has multicast: false"
     return None
@@ -1056,7 +1065,7 @@ def plan_nccl(
         nic_bw=nic_bw,
         notes=notes,
         multicast=multicast,
-        nvls_refusal=nvls_refusal(arch, switch.name if switch is not None else None, multicast, consts),
+        nvls_refusal=nvls_refusal(arch, switch.name if switch is not None else None, multicast, consts, len(node0)),
         cpu_vendor=vendor,
         tuner=tuner,
         tuner_note=tuner_note,
