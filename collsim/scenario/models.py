@@ -230,6 +230,14 @@ class ClusterConfig(BaseModel):
         "gpu, p2p.",
     )
     fabric: FabricConfig | None = Field(None, validate_default=True, description="Required when nodes > 1.")
+    visible_gpus: list[StrictInt] | None = Field(
+        None,
+        min_length=1,
+        description="The GPUs of each node the job runs on, by local index, as CUDA_VISIBLE_DEVICES lists them "
+        "(e.g. [0] for one GPU a node, as a network check with one process a node runs); the others are left out "
+        "of the cluster as NCCL's topology leaves them out (it holds its communicator's GPUs and every NIC). "
+        "Default: every GPU.",
+    )
     ranks_per_gpu: StrictInt = Field(
         1,
         ge=1,
@@ -1050,6 +1058,24 @@ class Scenario(BaseModel):
             "node_params": dict(self.cluster.node_params),
         }
 
+    def _visible(self, topology: Any) -> Any:
+        """``topology`` with only ``cluster.visible_gpus`` of each node (:meth:`Topology.restricted`, every NIC
+        kept: NCCL's search itself leaves out the NICs far from the GPUs left, and Gloo's sockets choose as on the
+        whole node)."""
+        chosen = self.cluster.visible_gpus
+        if chosen is None:
+            return topology
+        where = {"file": self.source_file, "field": "cluster.visible_gpus"}
+        have = sorted(d.index for d in topology.gpus() if d.node == 0)
+        if not have:
+            raise ScenarioError("the node template has no GPUs to choose from", **where)
+        wrong = sorted(set(chosen) - set(have))
+        if wrong or len(set(chosen)) != len(chosen):
+            what = f"no GPU {wrong[0]} on the node" if wrong else "a GPU listed twice"
+            raise ScenarioError(f"{what}: expected distinct local indices among {have}, got {chosen}", **where)
+        keep = set(chosen)
+        return topology.restricted([d.name for d in topology.gpus() if d.index in keep], all_nics=True)
+
     def build_topology(self) -> Any:
         """Build the cluster with ``collsim.topology.topology_from_template`` and :meth:`preset_library`.
 
@@ -1093,7 +1119,7 @@ class Scenario(BaseModel):
                     warnings.warn(f"{where}{w.message}", ScenarioWarning, stacklevel=2)
                 else:
                     warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-            return topology
+            return self._visible(topology)
         except TopologyError as err:
             if err.field == "ranks_per_gpu":
                 raise ScenarioError(err.message, file=self.source_file, field="cluster.ranks_per_gpu") from None

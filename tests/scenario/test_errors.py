@@ -78,7 +78,7 @@ def test_unknown_key_suggests(write: Write) -> None:
     path = scenario_with(write, "  nods: 2\n")
     assert str(error_of(path)) == (
         f"{path}: cluster.nods: unknown field (did you mean 'nodes'?), expected one of: node, nodes, node_params, "
-        "fabric, ranks_per_gpu"
+        "fabric, visible_gpus, ranks_per_gpu"
     )
 
 
@@ -121,8 +121,8 @@ def test_nodes_must_be_positive(write: Write) -> None:
 def test_section_not_mapping(write: Write) -> None:
     path = write("s.yaml", "name: t\ncluster: dgx-a100\n")
     assert str(error_of(path)) == (
-        f"{path}: cluster: expected a mapping with fields node, nodes, node_params, fabric, ranks_per_gpu, got "
-        "'dgx-a100'"
+        f"{path}: cluster: expected a mapping with fields node, nodes, node_params, fabric, visible_gpus, "
+        "ranks_per_gpu, got 'dgx-a100'"
     )
 
 
