@@ -1102,8 +1102,8 @@ class Simulator:
         the topology ``backend`` sees for it (:meth:`collsim.topology.Topology.restricted`: NCCL's search keeps the
         NICs near the group's GPUs, Gloo's sockets choose among all; a slow NIC or link of the cluster slows the
         groups that cross it). The replica groups all-reduce at the same time; each gets its share of what they
-        cross together (:meth:`_concurrent`). Shard groups spanning nodes are simulated alone (on rails they share
-        nothing)."""
+        cross together (:meth:`_concurrent`); shard groups spanning nodes, their share of the fabric's uplinks
+        (:meth:`_shard_group`)."""
         where = {"file": self.scenario.source_file, "field": "training.fsdp.sharding"}
         ranks = self.topology.rank_devices()
         if not ranks or ranks[0].kind != "gpu" or self.topology.ranks_per_gpu != 1:
@@ -1120,12 +1120,36 @@ class Simulator:
                 f"multiple of the GPUs of a node ({per_node[0]})",
                 file=self.scenario.source_file, field="training.fsdp.shard_group",
             )  # fmt: skip
-        gloo = backend == "gloo"
         names = [d.name for d in ranks]
         with self._errors("training.fsdp.sharding"):
-            shard = self._on_topology(self.topology.restricted(names[:size], all_nics=gloo))
+            shard = self._shard_group(backend, [names[i : i + size] for i in range(0, len(names), size)])
             replicas, shared = self._concurrent(backend, [names[j::size] for j in range(size)])
         return _Hsdp(shard, replicas, shared)
+
+    def _shard_group(self, backend: str, groups: Sequence[Sequence[str]]) -> Simulator:
+        """A simulator of the first of HSDP's shard ``groups`` (GPU names, whole nodes or part of one), which all
+        gather and reduce-scatter at the same time. Within a node they share nothing a collective of theirs crosses
+        (each has its own GPUs, and a node's NICs serve one group). Across nodes they meet on the fabric: a leaf's
+        links to the spines carry every group whose NIC slots hang off that leaf and another
+        (:func:`~collsim.topology.groups.leaves_crossed`: NCCL's NIC slots, Gloo's first NIC), and the first group
+        gets 1/k of each of its leaves' uplinks that k groups cross, as :meth:`_concurrent` gives replica groups."""
+        gloo = backend == "gloo"
+        views = [self.topology.restricted(g, all_nics=gloo) for g in groups]
+        first = self._on_topology(views[0])
+        if views[0].nodes < 2:
+            return first
+        crossed = []
+        for view in views:
+            nics = view.nics(0)[:1] if gloo else [view.device(n) for n in view.nic_slots(0)]
+            crossed.append(leaves_crossed(view, {d.local_name for d in nics}))
+        per_leaf = Counter(leaf for leaves in crossed for leaf in leaves)
+        links = {pair: per_leaf[leaf] for leaf in crossed[0] if per_leaf[leaf] > 1 for pair in uplinks(views[0], leaf)}
+        if not links:
+            return first
+        sub = self._on_topology(views[0].shared(links))
+        if not gloo:
+            sub.__dict__["nccl_plan"] = first.nccl_plan  # NCCL's search and tuner see the nominal rates
+        return sub
 
     def _concurrent(self, backend: str, groups: Sequence[Sequence[str]]) -> tuple[list[Simulator], dict[int, int]]:
         """Simulators of communicators over ``groups`` (GPU names, alike on each of their nodes: the same local

@@ -146,6 +146,28 @@ def test_a_device_mesh_makes_shard_groups_of_any_whole_nodes_or_part_of_one() ->
     assert any("within shard groups of 4 GPU(s) on 1 node(s)" in n for n in nccl.notes)
 
 
+def test_shard_groups_across_nodes_share_the_leaves_they_both_cross() -> None:
+    """Fat-tree leaves of 24 ports (12 NICs) at 4:1, 144 GB/s up each (72 to each of 2 spines): node 0 and NICs 0-3
+    of node 1 on leaf 0, NICs 4-7 of node 1 and node 2 on leaf 1, node 3 on leaf 2. Shard groups of two nodes: the
+    first (nodes 0, 1) crosses between leaves 0 and 1 on NIC slots 4-7, the second (nodes 2, 3) between leaves 1
+    and 2, so each gets half of leaf 1's uplinks. A two-node ring all-gather sends half its busbw through them
+    (4 of 8 slots, 2 channels each): alone busbw <= 2 x 144 = 288 GB/s, shared 2 x 72 = 144."""
+    fabric = "cluster.fabric={topology: fat_tree, transport: rdma, switch: {radix: 24}, oversubscription: 4}"
+    sim = Simulator.from_source(SCENARIO, [*HYBRID, "cluster.nodes=4", "training.fsdp.shard_group=16", fabric])
+    shard = sim._hsdp_groups("nccl").shard
+    assert [shard.topology.link("fabric/leaf1", f"fabric/spine{i}").bandwidth for i in (0, 1)] == [36e9, 36e9]
+    assert shard.topology.link("fabric/leaf0", "fabric/spine0").bandwidth == 72e9
+    alone = sim._on_topology(sim.topology.restricted([d.name for d in sim.topology.rank_devices()][:16]))
+    nbytes = 256 << 20
+
+    def busbw(s: Simulator) -> float:
+        return 15 / 16 * nbytes / s.simulate_one("nccl", nbytes, collective="allgather", harness=False).time_s
+
+    assert 0.95 * 288e9 < busbw(alone) <= 288e9
+    assert 0.95 * 144e9 < busbw(shard) <= 144e9
+    assert shard.nccl_plan_facts() == alone.nccl_plan_facts()
+
+
 @pytest.mark.parametrize(
     ("sets", "message"),
     [
