@@ -318,11 +318,11 @@ class Topology:
             return self.replaced(graph, nic_substitutes=subs)
         number = {old: new for new, old in enumerate(nodes)}
 
-        def name(old: str) -> str:
-            dev = self.device(old) if old in self.graph else None
-            if dev is None or dev.node < 0:
-                return old
-            return f"n{number[dev.node]}/{dev.local_name}"
+        def name(old: str) -> str:  # by the name's node prefix: a NIC taken down is no longer in the graph
+            head, sep, rest = old.partition("/")
+            if sep and head[:1] == "n" and head[1:].isdigit() and int(head[1:]) in number:
+                return f"n{number[int(head[1:])]}/{rest}"
+            return old
 
         def moved(dev: Device) -> Device:
             return dev if dev.node < 0 else dataclasses.replace(dev, name=name(dev.name), node=number[dev.node])

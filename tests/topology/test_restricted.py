@@ -56,6 +56,14 @@ def test_nodes_without_a_gpu_of_the_group_are_left_out_and_the_rest_renumbered()
     assert ("n1/nic3", "fabric/rail3") in view.scaled and ("n3/nic3", "fabric/rail3") not in view.scaled
     assert all(ln.src in view.graph and ln.dst in view.graph for ln in view.links())
     assert [ln.src for ln in view.route("n0/nic3", "n1/nic3")] == ["n0/nic3", "fabric/rail3"]
+    # a NIC taken down on node 3 is node 1's in the view, its channels on the NIC standing in for it
+    from collsim.topology import DownRule, take_down
+
+    down = take_down(four, [DownRule("n3/nic3")]).restricted(["n1/gpu3", "n3/gpu3"])
+    assert set(down.nic_substitutes) == {"n1/nic3"}
+    dev, sub = down.nic_substitutes["n1/nic3"]
+    assert dev.name == "n1/nic3" and dev.node == 1 and sub in down.graph and sub.startswith("n1/")
+    assert "n1/nic3" in down.nic_slots(1) or sub in down.nic_slots(1)
     # one node elsewhere is a one-node topology like node 0's
     alone = four.restricted([f"n2/gpu{i}" for i in range(8)])
     node0 = four.restricted([f"n0/gpu{i}" for i in range(8)])
