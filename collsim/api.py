@@ -1083,7 +1083,9 @@ class Simulator:
                                             file=self.scenario.source_file, field="backends.nccl")  # fmt: skip
                     nccl = self._nccl_step_costs() if hsdp is None else _hsdp_costs(
                         hsdp.shard._nccl_step_costs(), [g._nccl_step_costs() for g in hsdp.replicas])  # fmt: skip
-                    result = simulate_fsdp_step(model, cfg, gpu, consts, world, nccl, shard_world=shard_world)
+                    crosses = hsdp is not None and hsdp.shard.topology.nodes > 1
+                    result = simulate_fsdp_step(model, cfg, gpu, consts, world, nccl, shard_world=shard_world,
+                                                shard_crosses_network=crosses)  # fmt: skip
                     notes = (*result.notes, *self._harness_notes(), *_hsdp_notes(hsdp))
                     out.append(dataclasses.replace(result, notes=notes))
                 elif backend == "gloo":

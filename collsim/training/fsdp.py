@@ -72,8 +72,10 @@ blocking CUDA allreduce staged through the host, no clone and no chunk copy); th
 ranks (FSDP1's intra-node group), flat parameters padded to a multiple of it; after each unit's reduce-scatter its
 ``_all_reduce_stream`` waits for the post-backward stream, all-reduces the shard across the replica groups and
 post-divides it (``_reduce_grad``); the division factors are the whole world's; the end of backward waits for both
-streams; the optimizer updates the group's shard. The caller's collective callable gets ``allreduce_replicas`` for
-the all-reduce across the groups (and simulates it on that group).
+streams; the optimizer updates the group's shard. Shard groups spanning nodes (a device mesh's) cross the NICs the
+all-reduce takes: with ``shard_crosses_network`` it shares the "NCCL network" resource with their collectives.
+The caller's collective callable gets ``allreduce_replicas`` for the all-reduce across the groups (and simulates it
+on that group).
 
 Not modelled: mixed-precision casts (``MixedPrecision``: give ``param_dtype`` for the collectives' bytes), CPU
 offload, ``no_sync``, FSDP2 (``fully_shard``), the CPU's own time (a CPU-bound step).
@@ -287,6 +289,7 @@ def simulate_fsdp_step(
     *,
     gloo: GlooCollective | None = None,
     shard_world: int | None = None,
+    shard_crosses_network: bool = False,
 ) -> StepResult:
     """Simulate one FSDP iteration with NCCL or with Gloo (exactly one of ``nccl``, ``gloo``).
 
@@ -311,6 +314,10 @@ def simulate_fsdp_step(
     shard_world : int, optional
         ``hybrid_shard``: ranks of a shard group (FSDP's intra-node group: a node's GPUs), dividing ``world``;
         the replica groups have ``world / shard_world`` ranks. Default (and for the other strategies): ``world``.
+    shard_crosses_network : bool
+        ``hybrid_shard`` with NCCL: the shard groups span nodes (a device mesh's), so their all-gathers and
+        reduce-scatters cross the NICs the all-reduce across the replica groups takes, and it shares the "NCCL
+        network" resource with them as they share it with each other. Default: within a node (NVLink), apart.
 
     Returns
     -------
@@ -338,7 +345,7 @@ def simulate_fsdp_step(
     units = fsdp_units(model, 1 if cfg.sharding == "no_shard" else shard, cfg.wrap, cfg.comm_dtype)
     base = _Plan.build(model, DdpConfig(cfg.batch_size, optimizer=cfg.optimizer), consts)
     compute_s = _run_compute_only(gpu, base)
-    return _Fsdp(model, cfg, gpu, consts, world, nccl, gloo, units, shard).run(compute_s)
+    return _Fsdp(model, cfg, gpu, consts, world, nccl, gloo, units, shard, shard_crosses_network).run(compute_s)
 
 
 class _Fsdp:
@@ -357,9 +364,11 @@ class _Fsdp:
         gloo: GlooCollective | None,
         units: list[FsdpUnit],
         shard_world: int,
+        shard_crosses_network: bool = False,
     ) -> None:
         self.model, self.cfg, self.consts, self.world, self.units = model, cfg, consts, world, units
         self.shard_world = shard_world  # ranks a unit is sharded over (a shard group with HSDP, else every rank)
+        self.shard_crosses = shard_crosses_network  # HSDP: shard groups across nodes share the NICs
         self.hybrid = cfg.sharding == "hybrid_shard"
         self.sharded = cfg.sharding != "no_shard"  # NO_SHARD: whole parameters, nothing to gather or free
         self.nccl, self.gloo = nccl, gloo
@@ -431,8 +440,9 @@ class _Fsdp:
             if self.nccl is not None:
                 seconds, channels = self.nccl(kind, size) if group > 1 and size else (0.0, 0)
                 self.durations.append(seconds)
-                # all-gathers and reduce-scatters ride the same links; HSDP's all-reduce those across the groups
-                yield from self.g.nccl(label, seconds, channels, hbm, u.index, lane, not replicas)
+                # all-gathers and reduce-scatters ride the same links; HSDP's all-reduce those across the groups,
+                # which are the same NICs where the shard groups span nodes
+                yield from self.g.nccl(label, seconds, channels, hbm, u.index, lane, not replicas or self.shard_crosses)
             else:
                 assert self.gloo is not None
                 # ProcessGroupGloo's reduce_scatter_tensor all-reduces the whole (cloned) input

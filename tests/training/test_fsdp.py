@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from collsim.training import GpuCompute, Layer, ModelSpec, Param, StepConstants, load_model
+from collsim.training import GpuCompute, Layer, ModelSpec, Param, StepConstants, StepResult, load_model
 from collsim.training.fsdp import FsdpConfig, fsdp_units, predivide_factor, simulate_fsdp_step
 
 MB4 = 1 << 20  # float32 elements of a 4 MiB parameter
@@ -219,6 +219,32 @@ def test_hybrid_shard_reduce_scatters_in_the_group_then_all_reduces_the_shard_ac
     assert [s.label for s in _spans(r, "NCCL allreduce stream (HSDP)")][-1] == "post-divide unit 0"
     (b,) = r.buckets
     assert b.comm_s == pytest.approx(0.7e-3 + 0.9e-3, rel=1e-12)  # the reduction: reduce-scatter and all-reduce
+
+
+def test_shard_groups_across_nodes_share_the_network_with_the_all_reduce_across_groups() -> None:
+    # a device mesh's shard groups spanning nodes: a unit's all-reduce across the groups and the next unit's
+    # reduce-scatter both cross the NICs, so while they overlap each runs at half speed (the "NCCL network"
+    # resource); within a node (the default) the reduce-scatter keeps its time
+    m = _model(3)
+    consts = StepConstants(0.0, 0.0, {"sgd": (3.0, 0.0)}, 0.0)
+
+    def nccl(kind: str, nbytes: int) -> tuple[float, int]:
+        return ({"allgather": 1e-6, "reduce_scatter": 1e-3, "allreduce_replicas": 2e-3}[kind], 0)
+
+    cfg = FsdpConfig(batch_size=1, sharding="hybrid_shard")
+    runs = {c: simulate_fsdp_step(m, cfg, GPU, consts, 16, nccl, shard_world=8, shard_crosses_network=c)
+            for c in (False, True)}  # fmt: skip
+
+    def busy(r: StepResult, lane: str, label: str) -> float:
+        return sum(s.end - s.start for s in _spans(r, lane) if s.label.startswith(label))
+
+    rs = {c: busy(r, "NCCL reduce-scatter stream", "reduce-scatter") for c, r in runs.items()}
+    ar = {c: busy(r, "NCCL allreduce stream (HSDP)", "allreduce") for c, r in runs.items()}
+    units = len(runs[False].buckets)  # 3 blocks and the root
+    assert units == 4
+    assert rs[False] == pytest.approx(units * 1e-3, rel=1e-3) and ar[False] == pytest.approx(units * 2e-3, rel=1e-3)
+    assert rs[True] > rs[False] + 0.5e-3 and ar[True] > ar[False]
+    assert runs[True].iteration_s > runs[False].iteration_s
 
 
 def test_hybrid_shard_overlaps_the_all_reduce_with_the_next_reduce_scatter_and_shards_over_the_group() -> None:
