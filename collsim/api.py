@@ -1136,19 +1136,25 @@ class Simulator:
         (:func:`~collsim.topology.groups.leaves_crossed`: NCCL's NIC slots, Gloo's first NIC), and the first group
         gets 1/k of each of its leaves' uplinks that k groups cross, as :meth:`_concurrent` gives replica groups."""
         gloo = backend == "gloo"
-        views = [self.topology.restricted(g, all_nics=gloo) for g in groups]
-        first = self._on_topology(views[0])
-        if views[0].nodes < 2:
+        view = self.topology.restricted(groups[0], all_nics=gloo)
+        first = self._on_topology(view)
+        if view.nodes < 2:
             return first
+        topo = self.topology
         crossed = []
-        for view in views:
-            nics = view.nics(0)[:1] if gloo else [view.device(n) for n in view.nic_slots(0)]
-            crossed.append(leaves_crossed(view, {d.local_name for d in nics}))
+        for group in groups:  # on the cluster itself: a view per group would copy the whole graph each time
+            nodes = sorted({topo.device(g).node for g in group})
+            if gloo:
+                nics = topo.nics(nodes[0])[:1]
+            else:
+                far = set(topo.far_nics(nodes[0], [g for g in group if topo.device(g).node == nodes[0]]))
+                nics = [d for d in topo.nics(nodes[0]) if d.name not in far]
+            crossed.append(leaves_crossed(topo, {d.local_name for d in nics}, nodes))
         per_leaf = Counter(leaf for leaves in crossed for leaf in leaves)
-        links = {pair: per_leaf[leaf] for leaf in crossed[0] if per_leaf[leaf] > 1 for pair in uplinks(views[0], leaf)}
+        links = {pair: per_leaf[leaf] for leaf in crossed[0] if per_leaf[leaf] > 1 for pair in uplinks(view, leaf)}
         if not links:
             return first
-        sub = self._on_topology(views[0].shared(links))
+        sub = self._on_topology(view.shared(links))
         if not gloo:
             sub.__dict__["nccl_plan"] = first.nccl_plan  # NCCL's search and tuner see the nominal rates
         return sub

@@ -58,11 +58,12 @@ def counterparts(topo: Topology, src: str, dst: str, node: int) -> list[tuple[st
     return []
 
 
-def leaves_crossed(topo: Topology, nics: Collection[str]) -> set[str]:
+def leaves_crossed(topo: Topology, nics: Collection[str], nodes: Collection[int] | None = None) -> set[str]:
     """The fabric switches whose links up to the spines carry a communicator's traffic between nodes, when its
-    channels run between the same NIC slots (local names, ``"nic2"``) of every node, as NCCL's graph, the same on
-    every node, has them, and Gloo's socket on each node's first NIC: for each slot whose NICs hang off two or more
-    switches, those switches (on one switch the traffic turns there and reaches no spine).
+    channels run between the same NIC slots (local names, ``"nic2"``) of each of its ``nodes`` (default every
+    node), as NCCL's graph, the same on every node, has them, and Gloo's socket on each node's first NIC: for each
+    slot whose NICs hang off two or more switches, those switches (on one switch the traffic turns there and
+    reaches no spine).
 
     Examples
     --------
@@ -70,12 +71,14 @@ def leaves_crossed(topo: Topology, nics: Collection[str]) -> set[str]:
     >>> tree = load_topology("hgx-h100", nodes=2, fabric={"topology": "fat_tree", "switch": {"radix": 16}})
     >>> sorted(leaves_crossed(tree, ["nic0"]))
     ['fabric/leaf0', 'fabric/leaf1']
+    >>> sorted(leaves_crossed(tree, ["nic0"], nodes=[1]))  # one node: one leaf
+    []
     """
     crossed: set[str] = set()
     for nic in nics:
         leaves = {
             w
-            for node in range(topo.nodes)
+            for node in (range(topo.nodes) if nodes is None else nodes)
             if f"n{node}/{nic}" in topo.graph
             for w in topo.graph.successors(f"n{node}/{nic}")
             if topo.device(w).node < 0
