@@ -163,7 +163,8 @@ def _simulation_commands(sub: _Sub) -> None:
     step.add_argument("--backend", choices=[*BACKENDS, "all"], default="all", help="backend(s) (default: all enabled)")
     step.add_argument("--sweep", metavar="FIELD=V1,V2,...",
                       help="one step per value, e.g. bucket_cap_mb=1,5,25,100 (a training field) or "
-                      "cluster.nodes=1,2,4 (any scenario field)")  # fmt: skip
+                      "cluster.nodes=1,2,4 (any scenario field; lists in YAML: "
+                      "cluster.visible_gpus=[0],[0,1])")  # fmt: skip
     step.add_argument("--no-buckets", action="store_true", help="leave out the bucket tables")
     topo = sub.add_parser("topo", help="GPU x GPU and GPU x NIC path matrix like nvidia-smi topo -m")
     _common(topo, ("table",))
@@ -726,11 +727,27 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _top_level_split(values: str) -> list[str]:
+    """``values`` split at the commas outside brackets and braces, so that a sweep can list YAML lists and mappings.
+
+    >>> _top_level_split("[0],[0, 1],{a: 1, b: 2},4")
+    ['[0]', '[0, 1]', '{a: 1, b: 2}', '4']
+    """
+    out, depth, start = [], 0, 0
+    for i, ch in enumerate(values):
+        depth += (ch in "[{") - (ch in "]}")
+        if ch == "," and depth == 0:
+            out.append(values[start:i])
+            start = i + 1
+    out.append(values[start:])
+    return out
+
+
 def _cmd_step(args: argparse.Namespace) -> int:
     points: list[tuple[str, list[str]]] = [("", list(args.overrides))]
     if args.sweep:
         key, sep, values = args.sweep.partition("=")
-        items = [v.strip() for v in values.split(",") if v.strip()]
+        items = [v.strip() for v in _top_level_split(values) if v.strip()]
         if not sep or not key.strip() or not items:
             raise ScenarioError(f"expected FIELD=V1,V2,..., got {args.sweep!r}", file="--sweep")
         path = key.strip() if "." in key else f"training.{key.strip()}"

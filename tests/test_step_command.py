@@ -92,6 +92,14 @@ def test_sweep_bucket_cap_gives_one_row_per_value_and_backend(capsys: pytest.Cap
     assert int(rows[0]["buckets"]) > int(rows[2]["buckets"])
 
 
+def test_a_sweep_lists_yaml_lists_whole(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = _run(capsys, "step", str(SCENARIO), "--sweep", "cluster.visible_gpus=[0],[0, 1]", "--format", "csv",
+                      "--backend", "nccl")  # fmt: skip
+    assert rc == 0
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert [(r["label"], r["world"]) for r in rows] == [("visible_gpus=[0]", "2"), ("visible_gpus=[0, 1]", "4")]
+
+
 def test_json_has_timeline_and_bucket_table(capsys: pytest.CaptureFixture[str]) -> None:
     rc, out, _ = _run(capsys, "step", str(SCENARIO), *ONE_NODE, "--format", "json", "--backend", "nccl")
     assert rc == 0
