@@ -782,8 +782,8 @@ class FsdpTrainingConfig(BaseModel):
         "full_shard",
         description="ShardingStrategy: full_shard (freed after forward, all-gathered again in backward), "
         "shard_grad_op (kept from forward to backward), no_shard (never sharded: each unit's gradient "
-        "all-reduced after its backward) or hybrid_shard (HSDP: full_shard within each node, each shard's "
-        "gradient then all-reduced across the nodes).",
+        "all-reduced after its backward) or hybrid_shard (HSDP: full_shard within each node, or each shard_group, "
+        "each shard's gradient then all-reduced across the groups).",
     )
     shard_group: StrictInt | None = Field(
         None,
