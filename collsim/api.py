@@ -1154,10 +1154,7 @@ class Simulator:
         links = {pair: per_leaf[leaf] for leaf in crossed[0] if per_leaf[leaf] > 1 for pair in uplinks(view, leaf)}
         if not links:
             return first
-        sub = self._on_topology(view.shared(links))
-        if not gloo:
-            sub.__dict__["nccl_plan"] = first.nccl_plan  # NCCL's search and tuner see the nominal rates
-        return sub
+        return first._at_share(view.shared(links), backend)
 
     def _concurrent(self, backend: str, groups: Sequence[Sequence[str]]) -> tuple[list[Simulator], dict[int, int]]:
         """Simulators of communicators over ``groups`` (GPU names, alike on each of their nodes: the same local
@@ -1179,9 +1176,8 @@ class Simulator:
         gloo = backend == "gloo"
         topos = [self.topology.restricted(g, all_nics=gloo) for g in groups]
         alone = [self._on_topology(t) for t in topos]
-        kinds: dict[int, int] = {}
         if min(t.nodes for t in topos) < 2 or len(groups) < 2:
-            return alone, kinds
+            return alone, {}
         nodes = [sorted({self.topology.device(g).node for g in group}) for group in groups]
         used = [self._resources_used(backend, [g for g in group if self.topology.device(g).node in on[:2]])
                 for group, on in zip(groups, nodes, strict=True)]  # fmt: skip
@@ -1197,7 +1193,6 @@ class Simulator:
         first = min(on[0] for on in nodes)
         shared_counts = Counter(k for (node, _), k in count.items() if k > 1 and node == first)
         shared_counts.update(k for leaf, k in per_leaf.items() if k > 1 for _ in ups[leaf])
-        kinds.update(shared_counts)
         out = []
         for sim, topo, keys, crossed, on in zip(alone, topos, used, leaves, nodes, strict=True):
             share = {key: count[on[0], key] for key in keys if count[on[0], key] > 1}
@@ -1218,11 +1213,8 @@ class Simulator:
                         memory[node_name(key[1], node)] = k
                     else:
                         cores[node] = k
-            sub = self._on_topology(topo.shared(links, memory, cores))
-            if not gloo:
-                sub.__dict__["nccl_plan"] = sim.nccl_plan  # NCCL's search and tuner see the nominal rates
-            out.append(sub)
-        return out, kinds
+            out.append(sim._at_share(topo.shared(links, memory, cores), backend))
+        return out, dict(shared_counts)
 
     def _resources_used(self, backend: str, gpus: Sequence[str]) -> set[tuple[Any, ...]]:
         """The links, socket memories and cores of the first node of ``gpus`` (named on their view, where it is
@@ -1246,6 +1238,15 @@ class Simulator:
                 if link or (key[0] == "mem" and topo.device(key[1]).node == 0) or key == ("cores", 0):
                     used.add(key)
         return used
+
+    def _at_share(self, shared: Topology, backend: str) -> Simulator:
+        """This sub-communicator simulated on ``shared``, its view with the shares of what concurrent groups cross
+        (:meth:`~collsim.topology.Topology.shared`); for NCCL with the plan made on the nominal rates: NCCL's search
+        and tuner see the NICs' speeds, not the other groups' traffic."""
+        sub = self._on_topology(shared)
+        if backend == "nccl":
+            sub.__dict__["nccl_plan"] = self.nccl_plan
+        return sub
 
     def _on_topology(self, topology: Topology) -> Simulator:
         """This simulator on ``topology`` (a sub-communicator's view of the cluster): the same scenario, options and
