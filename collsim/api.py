@@ -60,7 +60,7 @@ from collsim.results import (
     whole_element_bytes,
 )
 from collsim.scenario import Scenario, ScenarioError, load_scenario
-from collsim.scenario.models import TrainingConfig
+from collsim.scenario.models import FsdpTrainingConfig, TrainingConfig
 from collsim.topology import (
     Topology,
     TopologyError,
@@ -1064,8 +1064,20 @@ class Simulator:
         if tr.accumulation > 1 or tr.compression != "none":
             raise ScenarioError("FSDP with accumulation (no_sync) or a compression hook is not modelled",
                                 file=self.scenario.source_file, field="training.style")  # fmt: skip
+        if f.version == 2:  # fully_shard has none of FullyShardedDataParallel's prefetch and limiter arguments
+            defaults = FsdpTrainingConfig.model_validate({})
+            for knob in ("backward_prefetch", "forward_prefetch", "limit_all_gathers"):
+                if getattr(f, knob) != getattr(defaults, knob):  # FSDP1's defaults are what FSDP2 does anyway
+                    raise ScenarioError(f"{knob}: {getattr(f, knob)!r} is FSDP1's (FullyShardedDataParallel); FSDP2 "
+                                        "(version: 2) prefetches one module implicitly and limits its all-gathers on "
+                                        f"the GPU's streams; expected the default, {getattr(defaults, knob)!r}",
+                                        file=self.scenario.source_file, field=f"training.fsdp.{knob}")  # fmt: skip
+            if f.sharding == "no_shard":
+                raise ScenarioError("FSDP2 (version: 2) has no no_shard (use style: ddp); expected full_shard, "
+                                    "shard_grad_op or hybrid_shard", file=self.scenario.source_file,
+                                    field="training.fsdp.sharding")  # fmt: skip
         cfg = FsdpConfig(tr.batch_size, f.sharding, f.backward_prefetch, f.forward_prefetch, f.limit_all_gathers,
-                         None, tr.optimizer, f.wrap)  # fmt: skip
+                         None, tr.optimizer, f.wrap, f.version)  # fmt: skip
         world = len(self.topology.rank_devices())
         model, gpu, consts = self.training_model, self.gpu_compute(), self.step_constants
         hybrid = f.sharding == "hybrid_shard"

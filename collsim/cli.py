@@ -311,7 +311,8 @@ def _bench_command(sub: _Sub) -> None:
                      help="bucket cap of the --no-sync run, MiB (default: %(default)g)")
     ddp.add_argument("--fsdp", metavar="STRATEGY,...",
                      help="also time FullyShardedDataParallel (every Linear a unit) with these sharding strategies: "
-                          "full_shard, shard_grad_op, no_shard (default: not run)")
+                          "full_shard, shard_grad_op, no_shard; FSDP2 (fully_shard on every Linear and the model): "
+                          "fsdp2_full_shard, fsdp2_shard_grad_op (default: not run)")
     ddp.add_argument("--mlp", metavar="WIDTHS", help="MLP widths, input first (default: 1024,2048x9,1024)")
     ddp.add_argument("--batch", type=int, default=32, help="samples per rank per micro-step (default: %(default)s)")
     ddp.add_argument("--threads", type=int, default=1, help="intra-op threads per rank (default: %(default)s)")

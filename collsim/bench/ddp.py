@@ -24,6 +24,11 @@ these models, all alive at once (identical initial weights, seed ``cfg.seed``):
   defaults otherwise (``BACKWARD_PRE`` prefetch, ``limit_all_gathers=True``, no mixed precision): every ``fcN`` is a
   unit (collsim's ``training.fsdp.wrap: "fc*"``), the ReLUs and the loss are the root's. FSDP's collectives on the
   Gloo group are synchronous calls that return when the worker thread is done (``collsim.training.fsdp``).
+* ``fsdp2_full_shard`` and ``fsdp2_shard_grad_op`` (``--fsdp fsdp2_full_shard``): FSDP2, ``fully_shard(linear,
+  mesh=mesh, reshard_after_forward=True or False)`` on every ``nn.Linear``, then ``fully_shard(model, mesh=mesh)``
+  on the MLP (the root, which ``fully_shard`` does not reshard after forward), ``mesh`` a 1-D DeviceMesh of every
+  rank (``init_device_mesh``); defaults otherwise (implicit prefetching, no mixed precision: ``ReduceOp.AVG``, which
+  ProcessGroupGloo accepts for its reduce-scatter in torch 2.13). collsim's ``training.fsdp.version: 2``.
 
 DDP behaviours this relies on (torch 2.13 source):
 
@@ -145,8 +150,10 @@ __all__ = [
     "to_json",
 ]
 
-#: FSDP sharding strategies ``--fsdp`` runs (``torch.distributed.fsdp.ShardingStrategy`` members, lower case).
-FSDP_SHARDINGS = ("full_shard", "shard_grad_op", "no_shard")
+#: FSDP sharding strategies ``--fsdp`` runs: ``torch.distributed.fsdp.ShardingStrategy`` members, lower case, for
+#: FSDP1; ``fsdp2_full_shard`` and ``fsdp2_shard_grad_op`` for FSDP2 (``fully_shard`` with ``reshard_after_forward``
+#: True and False).
+FSDP_SHARDINGS = ("full_shard", "shard_grad_op", "no_shard", "fsdp2_full_shard", "fsdp2_shard_grad_op")
 #: ``format`` of the measurement JSON ``collsim bench --ddp -o`` writes.
 FORMAT = "collsim-ddp-measurement/1"
 #: ``--bucket-cap-mb`` without a value, MiB.
@@ -268,7 +275,7 @@ class DdpBenchConfig:
         ``cpu`` or ``cuda`` (tensors and models on the rank's GPU; see the module docstring).
     fsdp : tuple of str
         ``--fsdp``: one FSDP configuration per sharding strategy (``full_shard``, ``shard_grad_op``,
-        ``no_shard``); none: not run.
+        ``no_shard``; FSDP2's ``fsdp2_full_shard``, ``fsdp2_shard_grad_op``); none: not run.
     """
 
     bucket_caps_mb: tuple[float, ...] = DEFAULT_BUCKET_CAPS_MB
@@ -377,7 +384,7 @@ def planned_runs(cfg: DdpBenchConfig) -> list[DdpRun]:
     runs += [DdpRun(f"ddp_cap{_fmt_num(c)}", "ddp", c) for c in cfg.bucket_caps_mb]
     if k > 1:
         runs.append(DdpRun(f"ddp_cap{_fmt_num(cfg.accumulation_cap_mb)}_k{k}", "ddp", cfg.accumulation_cap_mb, k))
-    runs += [DdpRun(f"fsdp_{x}", "fsdp", None, sharding=x) for x in cfg.fsdp]
+    runs += [DdpRun(x if x.startswith("fsdp2_") else f"fsdp_{x}", "fsdp", None, sharding=x) for x in cfg.fsdp]
     return runs
 
 
@@ -971,11 +978,20 @@ def _build_models(
 
 
 def _fsdp_wrapper(torch: Any, device: Any) -> Callable[[Any, str], Any]:
-    """``(model, sharding) -> FullyShardedDataParallel``: every ``nn.Linear`` a unit, on ``device``."""
-    from torch.distributed.fsdp import FullyShardedDataParallel, ShardingStrategy
+    """``(model, sharding) -> FullyShardedDataParallel``, every ``nn.Linear`` a unit, on ``device``; for
+    ``fsdp2_*`` the model with ``fully_shard`` applied to every ``nn.Linear`` and then to the model (FSDP2)."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import FullyShardedDataParallel, ShardingStrategy, fully_shard
     from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
     def wrap(model: Any, sharding: str) -> Any:
+        if sharding.startswith("fsdp2_"):
+            mesh = init_device_mesh(device.type, (torch.distributed.get_world_size(),))
+            reshard = sharding == "fsdp2_full_shard"
+            for module in model.modules():
+                if isinstance(module, torch.nn.Linear):
+                    fully_shard(module, mesh=mesh, reshard_after_forward=reshard)
+            return fully_shard(model, mesh=mesh)
         return FullyShardedDataParallel(model, auto_wrap_policy=ModuleWrapPolicy({torch.nn.Linear}),
                                         sharding_strategy=getattr(ShardingStrategy, sharding.upper()),
                                         device_id=device)  # fmt: skip

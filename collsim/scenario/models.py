@@ -774,9 +774,19 @@ class NoiseConfig(BaseModel):
 
 
 class FsdpTrainingConfig(BaseModel):
-    """PyTorch ``FullyShardedDataParallel``'s knobs for ``training.style: fsdp`` (:mod:`collsim.training.fsdp`)."""
+    """PyTorch FSDP's knobs for ``training.style: fsdp`` (:mod:`collsim.training.fsdp`): ``FullyShardedDataParallel``
+    (FSDP1) or, with ``version: 2``, ``fully_shard`` (FSDP2)."""
 
     model_config = _STRICT
+
+    version: Literal[1, 2] = Field(
+        1,
+        description="1: FullyShardedDataParallel (FSDP1); 2: fully_shard (FSDP2: per-parameter sharding, copy-in and "
+        "copy-out around each all-gather, ReduceOp.AVG, stream-side limits: all-gathers at most two modules ahead in "
+        "forward and one in backward, each reduce-scatter's copy-in after the previous reduce-scatter). With 2, "
+        "sharding full_shard is reshard_after_forward=True, shard_grad_op False, hybrid_shard a 2-D mesh; no_shard, "
+        "backward_prefetch, forward_prefetch and limit_all_gathers are FSDP1's only.",
+    )
 
     sharding: Literal["full_shard", "shard_grad_op", "no_shard", "hybrid_shard"] = Field(
         "full_shard",

@@ -77,8 +77,19 @@ all-reduce takes: with ``shard_crosses_network`` it shares the "NCCL network" re
 The caller's collective callable gets ``allreduce_replicas`` for the all-reduce across the groups (and simulates it
 on that group).
 
+**FSDP2** (``FsdpConfig.version`` 2: ``fully_shard``, torch 2.13 ``torch/distributed/fsdp/_fully_shard/``;
+:meth:`_Fsdp._program2`): the same units, each parameter padded on its own. An all-gather is a copy of the shard into
+a new output on the copy-in stream (``foreach_all_gather``), the all-gather on its stream, and a copy of the output
+into the parameters on the compute stream (``foreach_all_gather_copy_out``); nothing blocks the CPU, but in forward
+the copy-in and all-gather streams wait for the copy-out two modules back (``AllGatherState``), in backward for the
+current module's copy-out before the one module ``_backward_prefetch`` gathers. The root keeps its parameters after
+forward. After a module's backward the compute stream waits for the previous reduce-scatter
+(``reduce_scatter_max_input_buffers`` 1), copies the gradients into a new reduce-scatter input (``chunk_cat``), and
+the reduce-scatter stream reduces it with ``ReduceOp.AVG`` (no division kernels but for float16 gradients).
+
 Not modelled: mixed-precision casts (``MixedPrecision``: give ``param_dtype`` for the collectives' bytes), CPU
-offload, ``no_sync``, FSDP2 (``fully_shard``), the CPU's own time (a CPU-bound step).
+offload, ``no_sync``, FSDP2's explicit prefetching and integer ``reshard_after_forward``, the CPU's own time (a
+CPU-bound step).
 """
 
 from __future__ import annotations
@@ -135,6 +146,8 @@ _LANES = {"nccl": ("NCCL all-gather stream", "NCCL reduce-scatter stream"),
 _NO_SHARD_LANES = {"nccl": "NCCL allreduce stream", "gloo": "Gloo allreduce (blocking)"}
 #: HYBRID_SHARD's lane of the all-reduces across the replica groups, per backend
 _HSDP_LANES = {"nccl": "NCCL allreduce stream (HSDP)", "gloo": "Gloo allreduce across groups (blocking)"}
+#: FSDP2's all-gather copy-in stream (``FSDPCommContext.all_gather_copy_in_stream``)
+_COPY_IN_LANE = "FSDP2 all-gather copy-in stream"
 
 
 @dataclass(frozen=True)
@@ -165,6 +178,12 @@ class FsdpConfig:
     wrap : str, optional
         The wrapped modules, as a layer-name pattern with ``*`` for the block index (``transformer.h.*``,
         ``fc*``); default: the most common ``prefix.N`` in the layer names (:func:`fsdp_units`).
+    version : int
+        1: ``FullyShardedDataParallel`` (FSDP1, the default); 2: ``fully_shard`` (FSDP2: per-parameter sharding,
+        copy-in and copy-out around each all-gather, stream-side limits instead of the CPU-side rate limiter; see
+        the module docstring). With 2, ``sharding`` is ``full_shard`` (``reshard_after_forward=True``),
+        ``shard_grad_op`` (``False``) or ``hybrid_shard`` (a 2-D mesh), and the FSDP1 knobs
+        ``backward_prefetch``, ``forward_prefetch`` and ``limit_all_gathers`` must keep their defaults.
     """
 
     batch_size: int = 32
@@ -175,6 +194,7 @@ class FsdpConfig:
     comm_dtype: str | None = None
     optimizer: str = "sgd"
     wrap: str | None = None
+    version: int = 1
 
 
 @dataclass(frozen=True)
@@ -206,7 +226,9 @@ def _auto_prefix(names: Sequence[str]) -> str | None:
     return best[0]
 
 
-def fsdp_units(model: ModelSpec, world: int, wrap: str | None = None, comm_dtype: str | None = None) -> list[FsdpUnit]:
+def fsdp_units(
+    model: ModelSpec, world: int, wrap: str | None = None, comm_dtype: str | None = None, *, per_param: bool = False
+) -> list[FsdpUnit]:
     """Cut ``model`` into FSDP units: one per block matched by ``wrap``, the rest in the root unit (index 0).
 
     Parameters
@@ -223,6 +245,10 @@ def fsdp_units(model: ModelSpec, world: int, wrap: str | None = None, comm_dtype
         unit.
     comm_dtype : str, optional
         dtype of the flat parameter in the collectives (default: each parameter's own).
+    per_param : bool
+        FSDP2 (``fully_shard``): each parameter is padded to a multiple of ``world`` on its own
+        (``_get_dim0_padded_size``; the model gives no shapes, so each is padded as if one-dimensional), where FSDP1
+        pads the unit's flat parameter once.
 
     Returns
     -------
@@ -258,8 +284,11 @@ def fsdp_units(model: ModelSpec, world: int, wrap: str | None = None, comm_dtype
     for u, key in enumerate(order):
         params = tuple(p for p in range(len(model.params)) if owner.get(p, "") == key)
         layers = tuple(i for i, k in enumerate(block_of) if k == key)
-        elems = sum(model.params[p].numel for p in params)
-        padded = math.ceil(elems / world) * world if elems else 0
+        if per_param:
+            padded = sum(math.ceil(model.params[p].numel / world) * world for p in params)
+        else:
+            elems = sum(model.params[p].numel for p in params)
+            padded = math.ceil(elems / world) * world if elems else 0
         item = DTYPE_BYTES[comm_dtype] if comm_dtype else (DTYPE_BYTES[model.params[params[0]].dtype] if params else 4)
         units.append(FsdpUnit(u, key, layers, params, padded * item))
     return units
@@ -338,11 +367,17 @@ def simulate_fsdp_step(
         raise ValueError(f"unknown optimizer {cfg.optimizer!r}; expected one of {', '.join(consts.optimizer_traffic)}")
     if cfg.batch_size < 1 or world < 1:
         raise ValueError("batch_size and world must be at least 1")
+    if cfg.version not in (1, 2):
+        raise ValueError(f"unknown FSDP version {cfg.version!r}; expected 1 (FullyShardedDataParallel) or 2 "
+                         "(fully_shard)")  # fmt: skip
+    if cfg.version == 2 and cfg.sharding == "no_shard":
+        raise ValueError("FSDP2 (fully_shard) has no no_shard; DDP is the unsharded data parallelism")
     shard = world if shard_world is None or cfg.sharding != "hybrid_shard" else shard_world
     if shard < 1 or world % shard:
         raise ValueError(f"shard_world must divide world ({world}), got {shard_world}")
     # the flat parameters are padded to a multiple of the ranks they are sharded over (NO_SHARD: not split, not padded)
-    units = fsdp_units(model, 1 if cfg.sharding == "no_shard" else shard, cfg.wrap, cfg.comm_dtype)
+    units = fsdp_units(model, 1 if cfg.sharding == "no_shard" else shard, cfg.wrap, cfg.comm_dtype,
+                       per_param=cfg.version == 2)  # fmt: skip
     base = _Plan.build(model, DdpConfig(cfg.batch_size, optimizer=cfg.optimizer), consts)
     compute_s = _run_compute_only(gpu, base)
     return _Fsdp(model, cfg, gpu, consts, world, nccl, gloo, units, shard, shard_crosses_network).run(compute_s)
@@ -385,7 +420,10 @@ class _Fsdp:
         self.spans: list[Span] = []
         self.g = _Gpu(self.env, gpu, self.spans)
         self.unit_of = {i: u.index for u in units for i in u.layers}
+        self.v2 = cfg.version == 2
+        self.copy_in_lane = _COPY_IN_LANE  # FSDP2's all_gather_copy_in_stream
         lanes = ("compute", self.ag_lane, self.rs_lane) + ((self.ar_lane,) if self.hybrid else ())
+        lanes += (self.copy_in_lane,) if self.v2 else ()
         self.streams: dict[str, simpy.Store] = {name: simpy.Store(self.env) for name in lanes}
         self.tail: dict[str, simpy.Event] = {}  # the last op issued on each stream: what wait_stream waits for
         self.durations: list[float] = []
@@ -487,7 +525,7 @@ class _Fsdp:
         env = self.env
         for name in self.streams:
             env.process(self._stream(name))
-        env.run(env.process(self._program()))
+        env.run(env.process(self._program2() if self.v2 else self._program()))
         iteration = float(env.now)
         buckets = tuple(  # in the order the reduce-scatters were issued (backward order)
             BucketTiming(u, len(self.units[u].params), self.units[u].nbytes, *self.rs[u]) for u in self.rs
@@ -511,6 +549,18 @@ class _Fsdp:
             f"{self.cfg.backward_prefetch}" + (", limit_all_gathers" if self.cfg.limit_all_gathers else ""),
             f"{how}; {optimizer}",
         )
+        if self.v2:
+            strategy = {"full_shard": "reshard_after_forward=True", "shard_grad_op": "reshard_after_forward=False",
+                        "hybrid_shard": "a 2-D mesh (replicate, shard), reshard_after_forward=True"}[self.cfg.sharding]
+            divide = ("ReduceOp.AVG (no division kernels)" if not self._divides() else
+                      "gradient division kernels around the reduce-scatter (float16: pre- and post-divide)")
+            notes = (
+                f"FSDP2 fully_shard, {strategy}, {len(self.units) - 1} wrapped module(s) + root (not resharded after "
+                f"forward); implicit prefetching: all-gathers at most two modules ahead in forward, one in backward; "
+                f"the compute stream waits for the previous reduce-scatter before the next copy-in "
+                f"(reduce_scatter_max_input_buffers 1); {divide}",
+                f"{how}; {optimizer}",
+            )  # fmt: skip
         reduction = {"no_shard": "allreduce", "hybrid_shard": "reduce-scatter and allreduce across groups"}.get(
             self.cfg.sharding, "reduce-scatter")
         return StepResult(self.backend, self.world, iteration, compute_s, sum(self.durations), buckets,
@@ -615,6 +665,179 @@ class _Fsdp:
         ends = self._wait_stream(self.rs_lane) + (self._wait_stream(self.ar_lane) if self.hybrid else ())
         self._issue("compute", self._kernel(label, 0.0, opt), ends)
         yield self.tail["compute"]
+
+    # ------------------------------------------------------------------------------------------------ FSDP2
+    def _divides(self) -> bool:
+        """FSDP2's gradient division kernels (``_get_gradient_divide_factors``): only where the reduce dtype risks
+        overflow (float16); float32 and bfloat16 reduce with ``ReduceOp.AVG`` and no kernel of FSDP's own."""
+        dtype = self.cfg.comm_dtype or (self.model.params[0].dtype if self.model.params else "float32")
+        return dtype == "float16"
+
+    def _param_faults(self, u: FsdpUnit) -> float:
+        """Bytes of a CPU rank's unsharded parameters of ``u`` that are fresh mappings: FSDP2 allocates each
+        parameter's own tensor (``alloc_all_gather_outputs``), so each is compared with the threshold alone."""
+        if not self.cpu_rank:
+            return 0.0
+        params = self.model.params
+        item = {p: DTYPE_BYTES[self.cfg.comm_dtype or params[p].dtype] for p in u.params}
+        return sum(self.g.gpu.fault_seconds(math.ceil(params[p].numel / self.shard_world) * self.shard_world * item[p])
+                   for p in u.params)  # fmt: skip
+
+    def _program2(self) -> Proc:
+        """The CPU thread under FSDP2 (``fully_shard``, torch 2.13 ``torch/distributed/fsdp/_fully_shard/``):
+        forward and backward in program order. Waits for: the GPU only where a Gloo call or a CPU rank's kernel
+        blocks the thread; FSDP2 itself never synchronises the CPU. Pays: per all-gather a copy-in of the shard
+        (copy-in stream) and a copy-out of the module's bytes (compute stream); per reduce-scatter a copy-in of the
+        module's gradients (compute stream, after the previous reduce-scatter); see :meth:`_reduce_scatter2`."""
+        model, units = self.model, self.units
+        batch = self.cfg.batch_size
+        reshard_fwd = self.cfg.sharding in _RESHARD_AFTER_FORWARD
+        gate: list[simpy.Event] = []  # events the all-gather streams wait on before their next op (wait_event)
+        pending: dict[int, simpy.Event] = {}  # module -> its all-gather's end, until wait_for_unshard
+        unsharded: set[int] = set()
+        state: list[simpy.Event] = []  # AllGatherState: the last forward copy-out, freed by the next module's wait
+        rs_state: list[simpy.Event] = []  # reduce_scatter_states: the last reduce-scatter's end
+
+        def unshard(u: int) -> Proc:
+            """``FSDPParamGroup.unshard`` -> ``foreach_all_gather``: on the copy-in stream (after the events the
+            all-gather streams were told to wait on) a new output of the module's bytes and a copy of this rank's
+            shard into it; the all-gather stream waits for the copy-in stream and all-gathers."""
+            if u in unsharded or u in pending or units[u].nbytes == 0:
+                return
+            nbytes = units[u].nbytes
+            self._fresh(self.copy_in_lane, f"all-gather output unit {u}", nbytes)
+            copy_in = self._kernel(f"all-gather copy-in unit {u}", 0.0,
+                                   self.g.gpu.copy_bytes(nbytes / self.shard_world), lane=self.copy_in_lane)
+            done = self._issue(self.copy_in_lane, copy_in, tuple(gate))
+            gate.clear()
+            yield from self._blocked(done, self.cpu_rank)
+            done = self._issue(self.ag_lane, self._collective("allgather", units[u], self.ag_lane),
+                               self._wait_stream(self.copy_in_lane))
+            pending[u] = done
+            yield from self._blocked(done, self.blocking)
+
+        def wait_for_unshard(u: int, forward: bool) -> Proc:
+            """``wait_for_unshard``: in forward the all-gather streams first wait for the previous module's
+            copy-out (the saved ``AllGatherState``); the compute stream waits for the all-gather and copies the
+            output into the parameters (``split_with_sizes_copy``); in forward that copy-out becomes the saved
+            state, in backward the all-gather streams wait for it at once."""
+            done = pending.pop(u, None)
+            if done is None:
+                return
+            if forward and state:
+                gate.extend(state)
+                state.clear()
+            seconds = self._param_faults(units[u])
+            if seconds > 0:
+                self._issue("compute", self._kernel(f"page faults: parameters unit {u}", 0.0, 0.0, seconds))
+            out = self._issue("compute", self._kernel(f"all-gather copy-out unit {u}", 0.0,
+                                                      self.g.gpu.copy_bytes(units[u].nbytes)), (done,))  # fmt: skip
+            unsharded.add(u)
+            (state if forward else gate).append(out)
+            yield from self._blocked(out, self.cpu_rank)
+
+        def compute(label: str, costs: tuple[float, float, float | None]) -> Proc:
+            done = self._issue("compute", self._kernel(label, *costs))
+            yield from self._blocked(done, self.cpu_rank)
+
+        # ---- forward: the root's pre-forward all-gathers it first; each module's pre-forward its own
+        yield from unshard(0)
+        yield from wait_for_unshard(0, True)
+        current = 0
+        for i, layer in enumerate(model.layers):
+            u = self.unit_of[i]
+            if u != current:
+                if current != 0 and reshard_fwd:
+                    unsharded.discard(current)  # post_forward: reshard (FSDP2 records no event for it)
+                if u != 0:
+                    yield from unshard(u)
+                    yield from wait_for_unshard(u, True)
+                current = u
+            yield from compute(f"fwd {layer.name}", _layer_costs(model, i, batch, False))
+        if current != 0 and reshard_fwd:
+            unsharded.discard(current)
+        gate.extend(state)  # the root's post-forward frees the last all-gather result after its copy-out
+        state.clear()
+        # ---- backward: each module's pre-backward all-gathers it (unless prefetched), waits, and prefetches the
+        # module before it in post-forward order (_backward_prefetch); its post-backward reduces its gradients
+        bwd_order = list(dict.fromkeys(self.unit_of[i] for i in reversed(range(len(model.layers)))))
+        remaining = {u.index: len(u.layers) for u in units}
+        started: set[int] = set()
+        for i in reversed(range(len(model.layers))):
+            u = self.unit_of[i]
+            if u not in started:  # pre_backward
+                started.add(u)
+                if u != 0 and reshard_fwd:
+                    yield from unshard(u)
+                yield from wait_for_unshard(u, False)
+                k = bwd_order.index(u) + 1
+                if reshard_fwd and k < len(bwd_order) and bwd_order[k] != 0:
+                    yield from unshard(bwd_order[k])
+            yield from compute(f"bwd {model.layers[i].name}", _layer_costs(model, i, batch, True))
+            remaining[u] -= 1
+            if remaining[u] == 0:  # post_backward: reshard, then reduce
+                unsharded.discard(u)
+                yield from self._reduce_scatter2(units[u], rs_state)
+        # ---- finalize_backward: the compute stream waits for the last post-reduce events; the optimizer
+        opt = _optimizer_bytes(model, self.consts, self.cfg.optimizer) / self.shard_world
+        ends = self._wait_stream(self.rs_lane) + (self._wait_stream(self.ar_lane) if self.hybrid else ())
+        self._issue("compute", self._kernel("optimizer (shard)", 0.0, opt), ends)
+        yield self.tail["compute"]
+
+    def _reduce_scatter2(self, u: FsdpUnit, rs_state: list[simpy.Event]) -> Proc:
+        """FSDP2's ``post_backward`` -> ``foreach_reduce``. Waits for: the previous module's reduce-scatter (the
+        compute stream waits for it before this copy-in: ``reduce_scatter_max_input_buffers`` 1), then the
+        compute stream. Pays: on the compute stream a new reduce-scatter input of the module's bytes and
+        ``chunk_cat`` of the gradients into it (the reduce dtype); on the reduce-scatter stream a pre-division
+        (float16 only), the reduce-scatter (``ReduceOp.AVG`` for float32 and bfloat16), with HSDP the all-reduce
+        across the groups on the all-reduce stream after it, then the post-division (float16 only) on whichever
+        stream reduced last. With Gloo each call blocks the thread, and ProcessGroupGloo's reduce-scatter is its
+        clone, all-reduce and chunk copy (as for FSDP1)."""
+        if u.nbytes == 0:
+            return
+        lane = self.rs_lane
+        waits = tuple(rs_state)
+        rs_state.clear()
+        self._fresh("compute", f"reduce-scatter input unit {u.index}", u.nbytes)
+        copy_in = self._kernel(f"reduce-scatter copy-in unit {u.index}", 0.0, self.g.gpu.copy_bytes(u.nbytes))
+        done = self._issue("compute", copy_in, waits)
+        yield from self._blocked(done, self.cpu_rank)
+        timing = self.rs[u.index] = [math.nan, math.nan, math.nan, 0.0]
+
+        def ready(event: simpy.Event) -> None:
+            timing[0] = self.env.now
+
+        if done.callbacks is None:
+            ready(done)
+        else:
+            done.callbacks.append(ready)
+        divides = self._divides()
+        pre = predivide_factor(self.world) if divides else 1.0
+        first = self._kernel(f"pre-divide unit {u.index}", 0.0, 2.0 * u.nbytes, lane=lane) if pre > 1 else None
+        done = self._issue(lane, first or self._marker(), self._wait_stream("compute"))
+        yield from self._blocked(done, self.cpu_rank)
+        self._fresh(lane, f"reduce-scatter output unit {u.index}", u.nbytes / self.shard_world)
+        gloo_copies = self.blocking and self.shard_world > 1
+        if gloo_copies:  # reduce_scatter_tensor_coalesced: inputTensors[i].clone() on the calling stream
+            self._fresh(lane, f"clone unit {u.index}", u.nbytes)
+            done = self._issue(lane, self._kernel(f"clone unit {u.index}", 0.0, self.g.gpu.copy_bytes(u.nbytes),
+                                                  lane=lane))  # fmt: skip
+            yield from self._blocked(done, self.cpu_rank)
+        done = self._issue(lane, self._collective("reduce_scatter", u, lane))
+        rs_state.append(done)
+        yield from self._blocked(done, self.blocking)
+        if gloo_copies:  # LambdaWork's wait: the rank's chunk into the output
+            chunk = self.g.gpu.copy_bytes(u.nbytes / self.shard_world)
+            done = self._issue(lane, self._kernel(f"chunk copy unit {u.index}", 0.0, chunk, lane=lane))
+            yield from self._blocked(done, self.cpu_rank)
+        if self.hybrid:  # the all-reduce stream waits for the reduce-scatter stream
+            lane = self.ar_lane
+            done = self._issue(lane, self._collective("allreduce_replicas", u, lane), self._wait_stream(self.rs_lane))
+            yield from self._blocked(done, self.blocking)
+        if divides and self.world / pre > 1:
+            kept = u.nbytes / self.shard_world
+            done = self._issue(lane, self._kernel(f"post-divide unit {u.index}", 0.0, 2.0 * kept, lane=lane))
+            yield from self._blocked(done, self.cpu_rank)
 
     def _prefetch(self, order: list[int], u: int, unshard: Callable[[int], Proc], prefetched: set[int]) -> Proc:
         """``_prefetch_handle``: the unit after ``u`` in backward order, if it needs an all-gather."""

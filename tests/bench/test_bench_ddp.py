@@ -79,6 +79,9 @@ def test_planned_runs() -> None:
     fsdp = planned_runs(DdpBenchConfig(bucket_caps_mb=(25,), fsdp=("full_shard", "shard_grad_op")))
     assert [(r.name, r.kind, r.sharding) for r in fsdp[-2:]] == [("fsdp_full_shard", "fsdp", "full_shard"),
                                                                 ("fsdp_shard_grad_op", "fsdp", "shard_grad_op")]
+    fsdp2 = planned_runs(DdpBenchConfig(bucket_caps_mb=(25,), fsdp=("fsdp2_full_shard", "fsdp2_shard_grad_op")))
+    assert [(r.name, r.kind, r.sharding) for r in fsdp2[-2:]] == [
+        ("fsdp2_full_shard", "fsdp", "fsdp2_full_shard"), ("fsdp2_shard_grad_op", "fsdp", "fsdp2_shard_grad_op")]
     cfg = DdpBenchConfig(fsdp=("shard_grad_op",))
     assert DdpBenchConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
     with pytest.raises(BenchError, match=r"^--fsdp: expected distinct strategies among full_shard, shard_grad_op, "
@@ -191,7 +194,8 @@ def test_model_yaml_round_trips_through_load_model(tmp_path: Path) -> None:
     (["-w", "0"], "-w/--warmup: expected an integer >= 1, got 0 (DDP's first iteration runs before its buckets "
                   "are rebuilt)"),
     (["--fsdp", "full_shard,full_shard"], "--fsdp: expected distinct strategies among full_shard, shard_grad_op, "
-                                          "no_shard, got 'full_shard,full_shard'"),
+                                          "no_shard, fsdp2_full_shard, fsdp2_shard_grad_op, got "
+                                          "'full_shard,full_shard'"),
 ])
 def test_cli_errors_are_one_line(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "--ddp", *argv]) == 2
@@ -292,8 +296,8 @@ def test_two_ranks_for_real(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     pytest.importorskip("torch", reason="collsim bench needs torch: pip install -e '.[bench]'")
     js, ym, txt = tmp_path / "d.json", tmp_path / "d.yaml", tmp_path / "d.txt"
     rc = main(["bench", "--ddp", "--nprocs", "2", "--mlp", "16,64x2,8", "--batch", "4", "--bucket-cap-mb",
-               "0.01,1", "--no-sync", "2", "--no-sync-cap-mb", "0.01", "--fsdp", "full_shard", "-w", "1", "-n", "2",
-               "--rounds", "2", "-o", str(js), "--model-out", str(ym), "--text", str(txt)])
+               "0.01,1", "--no-sync", "2", "--no-sync-cap-mb", "0.01", "--fsdp", "full_shard,fsdp2_full_shard",
+               "-w", "1", "-n", "2", "--rounds", "2", "-o", str(js), "--model-out", str(ym), "--text", str(txt)])
     stdout, stderr = capsys.readouterr()
     assert rc == 0, stderr
     assert stdout == "" and "round 2/2: compute" in stderr
@@ -304,8 +308,10 @@ def test_two_ranks_for_real(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert [t["OMP_NUM_THREADS"] for t in doc["threads"]] == ["1", "1"]
     runs = {r["name"]: r for r in doc["runs"]}
     assert list(runs) == ["compute", "compute_k2", "layers", "ddp_cap0.01", "ddp_cap1", "ddp_cap0.01_k2",
-                          "fsdp_full_shard"]
-    assert runs["fsdp_full_shard"]["sharding"] == "full_shard" and "--fsdp full_shard" in doc["source"]["command"]
+                          "fsdp_full_shard", "fsdp2_full_shard"]
+    assert runs["fsdp_full_shard"]["sharding"] == "full_shard"
+    assert runs["fsdp2_full_shard"]["sharding"] == "fsdp2_full_shard"  # fully_shard on every Linear and the model
+    assert "--fsdp full_shard,fsdp2_full_shard" in doc["source"]["command"]
     assert all(len(r["times_s"]) == 2 and r["median_s"] > 0 for r in runs.values())
     # DDP's rebuilt buckets, as torch reported them, are what collsim's Reducer model gives.
     sizes = [(p["numel"] * 4, "float32") for p in doc["model"]["params"]]  # float32: 4 B per element

@@ -118,3 +118,35 @@ def test_no_shard_is_the_cheapest_fsdp_strategy_as_measured_and_under_predicted_
     assert [predicted_1206[n] for n in order] == sorted(predicted_1206.values(), reverse=True)
     ratio = predicted_1206["fsdp_no_shard"] / RUNS_1206["fsdp_no_shard"]["median_s"]
     assert -0.40 <= ratio - 1 < 0.0, ratio
+
+
+FSDP2 = {r["name"]: r for r in json.loads((DATA / "fsdp2-cpu-2proc-mlp.json").read_text(encoding="utf-8"))["runs"]}
+
+
+@pytest.fixture(scope="module")
+def predicted2() -> dict[str, float]:
+    """FSDP1 and FSDP2 (``training.fsdp.version``) on the 2026-12-06 run's model (fsdp2-cpu-2proc-mlp.*: both in
+    one sitting, interleaved)."""
+    out = {}
+    for version, prefix in ((1, "fsdp_"), (2, "fsdp2_")):
+        for sharding in ("full_shard", "shard_grad_op"):
+            sets = ["training.model=fsdp2-cpu-2proc-mlp.model.yaml", f"training.fsdp.sharding={sharding}",
+                    f"training.fsdp.version={version}"]  # fmt: skip
+            (gloo,) = Simulator.from_source(SCENARIO, sets).step()
+            out[prefix + sharding] = gloo.iteration_s
+    return out
+
+
+@pytest.mark.parametrize("sharding", ["full_shard", "shard_grad_op"])
+def test_fsdp2_costs_more_than_fsdp1_here_and_is_under_predicted_as_fsdp1_is(predicted2: dict[str, float],
+                                                                            sharding: str) -> None:
+    # fully_shard's copy-in and copy-out around every all-gather and its gradients' copy-in cost a CPU rank more
+    # than FSDP1's flat gradient and divisions: measured 1.166x (full_shard) and 1.083x (shard_grad_op) FSDP1's
+    # iteration, simulated 1.052x and 1.022x. Both are under-predicted by what FSDP1 misses here (its CPU work and
+    # copies at the contended rate: docs/training.md), FSDP2 a few points more as it copies twice as often
+    # (torch.profiler: 161 aten::copy_ an iteration against 81): -47.4% and -37.2% against -41.7% and -33.5%.
+    v1, v2 = FSDP2[f"fsdp_{sharding}"]["median_s"], FSDP2[f"fsdp2_{sharding}"]["median_s"]
+    p1, p2 = predicted2[f"fsdp_{sharding}"], predicted2[f"fsdp2_{sharding}"]
+    assert v2 > v1 and p2 > p1
+    assert 1.0 < p2 / p1 < v2 / v1
+    assert -0.50 <= p2 / v2 - 1 <= p1 / v1 - 1 < 0.0, (sharding, p1, v1, p2, v2)
