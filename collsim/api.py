@@ -1077,7 +1077,7 @@ class Simulator:
                                     "shard_grad_op or hybrid_shard", file=self.scenario.source_file,
                                     field="training.fsdp.sharding")  # fmt: skip
         cfg = FsdpConfig(tr.batch_size, f.sharding, f.backward_prefetch, f.forward_prefetch, f.limit_all_gathers,
-                         None, tr.optimizer, f.wrap, f.version)  # fmt: skip
+                         f.param_dtype, tr.optimizer, f.wrap, f.version, f.reduce_dtype)  # fmt: skip
         world = len(self.topology.rank_devices())
         model, gpu, consts = self.training_model, self.gpu_compute(), self.step_constants
         hybrid = f.sharding == "hybrid_shard"

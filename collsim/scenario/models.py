@@ -803,6 +803,18 @@ class FsdpTrainingConfig(BaseModel):
         "i*n .. i*n+n-1 shard together, ranks j, j+n, ... all-reduce each shard. A divisor or a multiple of the GPUs "
         "of a node. Default: a node's GPUs (FSDP's own groups without a mesh).",
     )
+    param_dtype: Literal["float32", "bfloat16", "float16"] | None = Field(
+        None,
+        description="Mixed precision's param_dtype (MixedPrecision, FSDP2's MixedPrecisionPolicy): each shard is cast "
+        "to it before its all-gather, which moves it, and the gradients come in it; the parameters and the optimizer "
+        "keep training.param_dtype. Default: no casting.",
+    )
+    reduce_dtype: Literal["float32", "bfloat16", "float16"] | None = Field(
+        None,
+        description="Mixed precision's reduce_dtype: the gradients are cast to it before their reduce-scatter (or "
+        "all-reduce), which moves it, and the reduced shard back to training.param_dtype. Default: param_dtype where "
+        "given, else training.param_dtype.",
+    )
     backward_prefetch: Literal["backward_pre", "backward_post", "none"] = Field(
         "backward_pre", description="BackwardPrefetch (FSDP's default: BACKWARD_PRE)."
     )
@@ -839,7 +851,8 @@ class TrainingConfig(BaseModel):
         description="The dtype of the matmuls and convolutions, the GPU preset's peak_tflops key (AMP: bfloat16).",
     )
     param_dtype: Literal["float32", "bfloat16", "float16"] = Field(
-        "float32", description="Parameters and gradients (AMP keeps them float32)."
+        "float32", description="Parameters and gradients (AMP keeps them float32); with FSDP the parameters the "
+        "optimizer updates (fsdp.param_dtype and fsdp.reduce_dtype give FSDP's mixed precision)."
     )
     bucket_cap_mb: float | None = Field(
         None,

@@ -87,9 +87,15 @@ forward. After a module's backward the compute stream waits for the previous red
 (``reduce_scatter_max_input_buffers`` 1), copies the gradients into a new reduce-scatter input (``chunk_cat``), and
 the reduce-scatter stream reduces it with ``ReduceOp.AVG`` (no division kernels but for float16 gradients).
 
-Not modelled: mixed-precision casts (``MixedPrecision``: give ``param_dtype`` for the collectives' bytes), CPU
-offload, ``no_sync``, FSDP2's explicit prefetching and integer ``reshard_after_forward``, the CPU's own time (a
-CPU-bound step).
+**Mixed precision** (``FsdpConfig.param_dtype``, ``reduce_dtype``; FSDP1 ``MixedPrecision``, FSDP2
+``MixedPrecisionPolicy``): the parameters (and the optimizer) keep the model's dtype; each shard is cast to
+``param_dtype`` before its all-gather (FSDP1 ``_use_low_precision_shard``, FSDP2's foreach cast before the copy-in),
+the all-gather and the gradients are in ``param_dtype``, the gradients are cast to ``reduce_dtype`` before the
+reduction (FSDP1 ``flat_param.grad.to(_reduce_dtype)`` on the post-backward stream; FSDP2 in ``chunk_cat``), which
+moves ``reduce_dtype``, and the reduced shard is cast back to the parameters' dtype where they differ.
+
+Not modelled: CPU offload, ``no_sync``, FSDP2's explicit prefetching and integer ``reshard_after_forward``, the
+CPU's own time (a CPU-bound step).
 """
 
 from __future__ import annotations
@@ -170,9 +176,10 @@ class FsdpConfig:
         FSDP's ``forward_prefetch`` (default False).
     limit_all_gathers : bool
         FSDP's rate limiter (default True): at most two freed-but-not-yet-synchronised units.
-    comm_dtype : str, optional
-        dtype of the all-gathered parameters and reduce-scattered gradients (``MixedPrecision``); default: each
-        parameter's own.
+    param_dtype : str, optional
+        Mixed precision's ``param_dtype`` (FSDP1 ``MixedPrecision``, FSDP2 ``MixedPrecisionPolicy``): the dtype the
+        shard is cast to before each all-gather, of the all-gathered parameters and of the gradients; default:
+        the parameters' own (the model's dtype, which the optimizer keeps).
     optimizer : str
         A key of the step constants' ``optimizer_traffic``.
     wrap : str, optional
@@ -184,6 +191,11 @@ class FsdpConfig:
         the module docstring). With 2, ``sharding`` is ``full_shard`` (``reshard_after_forward=True``),
         ``shard_grad_op`` (``False``) or ``hybrid_shard`` (a 2-D mesh), and the FSDP1 knobs
         ``backward_prefetch``, ``forward_prefetch`` and ``limit_all_gathers`` must keep their defaults.
+    reduce_dtype : str, optional
+        Mixed precision's ``reduce_dtype``: the gradients are cast to it before the reduce-scatter (FSDP1 on the
+        post-backward stream, FSDP2 in the ``chunk_cat`` copy-in) and the reduced shard back to the parameters'
+        dtype after it; default: ``param_dtype`` where given, else the parameters' own (both versions:
+        ``FlatParamHandle._init_param_reduce_dtypes``, ``MixedPrecisionPolicy``).
     """
 
     batch_size: int = 32
@@ -191,10 +203,11 @@ class FsdpConfig:
     backward_prefetch: str = "backward_pre"
     forward_prefetch: bool = False
     limit_all_gathers: bool = True
-    comm_dtype: str | None = None
+    param_dtype: str | None = None
     optimizer: str = "sgd"
     wrap: str | None = None
     version: int = 1
+    reduce_dtype: str | None = None
 
 
 @dataclass(frozen=True)
@@ -376,7 +389,10 @@ def simulate_fsdp_step(
     if shard < 1 or world % shard:
         raise ValueError(f"shard_world must divide world ({world}), got {shard_world}")
     # the flat parameters are padded to a multiple of the ranks they are sharded over (NO_SHARD: not split, not padded)
-    units = fsdp_units(model, 1 if cfg.sharding == "no_shard" else shard, cfg.wrap, cfg.comm_dtype,
+    for name, dtype in (("param_dtype", cfg.param_dtype), ("reduce_dtype", cfg.reduce_dtype)):
+        if dtype is not None and dtype not in DTYPE_BYTES:
+            raise ValueError(f"unknown {name} {dtype!r}; expected one of {', '.join(DTYPE_BYTES)}")
+    units = fsdp_units(model, 1 if cfg.sharding == "no_shard" else shard, cfg.wrap, cfg.param_dtype,
                        per_param=cfg.version == 2)  # fmt: skip
     base = _Plan.build(model, DdpConfig(cfg.batch_size, optimizer=cfg.optimizer), consts)
     compute_s = _run_compute_only(gpu, base)
@@ -420,6 +436,13 @@ class _Fsdp:
         self.spans: list[Span] = []
         self.g = _Gpu(self.env, gpu, self.spans)
         self.unit_of = {i: u.index for u in units for i in u.layers}
+        # mixed precision: the parameters' own dtype (the optimizer's), the all-gather's and the reduction's
+        self.orig_dtype = model.params[0].dtype if model.params else "float32"
+        self.ag_dtype = cfg.param_dtype or self.orig_dtype
+        self.reduce_dtype = cfg.reduce_dtype or self.ag_dtype
+        #: a unit's reduced bytes per all-gathered byte, and the parameters' bytes per all-gathered byte
+        self.rs_scale = DTYPE_BYTES[self.reduce_dtype] / DTYPE_BYTES[self.ag_dtype]
+        self.orig_scale = DTYPE_BYTES[self.orig_dtype] / DTYPE_BYTES[self.ag_dtype]
         self.v2 = cfg.version == 2
         self.copy_in_lane = _COPY_IN_LANE  # FSDP2's all_gather_copy_in_stream
         lanes = ("compute", self.ag_lane, self.rs_lane) + ((self.ar_lane,) if self.hybrid else ())
@@ -463,7 +486,8 @@ class _Fsdp:
         ``allreduce`` (NO_SHARD: of every rank) or ``allreduce_replicas`` (HSDP: the sharded gradient, 1/shard_world
         of the unit, across the replica groups)."""
         replicas = kind == "allreduce_replicas"
-        nbytes = u.nbytes / self.shard_world if replicas else u.nbytes
+        nbytes = u.nbytes if kind == "allgather" else u.nbytes * self.rs_scale  # the reduction's in reduce_dtype
+        nbytes = nbytes / self.shard_world if replicas else nbytes
         # the ranks it spans: one per HSDP group across them, every rank for NO_SHARD's allreduce, else a shard group
         spans = {"allreduce_replicas": self.world // self.shard_world, "allreduce": self.world}
         group = spans.get(kind, self.shard_world)
@@ -503,6 +527,11 @@ class _Fsdp:
 
         return op
 
+    def _cast(self, label: str, read: float, write: float, lane: str) -> Callable[[], Proc]:
+        """A kernel that reads ``read`` bytes and writes ``write`` bytes (a dtype cast, ``Tensor.to``): the write's
+        destination lines are read first where the rank's memory write-allocates (as :meth:`GpuCompute.copy_bytes`)."""
+        return self._kernel(label, 0.0, read + (1.0 + self.g.gpu.write_allocate) * write, lane=lane)
+
     def _fresh(self, lane: str, what: str, nbytes: float) -> None:
         """A CPU rank's new allocation of ``nbytes`` that is a fresh mapping (:meth:`GpuCompute.fault_seconds`):
         its page faults as one op on ``lane`` before the op that first writes it, blocking the calling thread like
@@ -528,7 +557,8 @@ class _Fsdp:
         env.run(env.process(self._program2() if self.v2 else self._program()))
         iteration = float(env.now)
         buckets = tuple(  # in the order the reduce-scatters were issued (backward order)
-            BucketTiming(u, len(self.units[u].params), self.units[u].nbytes, *self.rs[u]) for u in self.rs
+            BucketTiming(u, len(self.units[u].params), round(self.units[u].nbytes * self.rs_scale), *self.rs[u])
+            for u in self.rs
         )
         optimizer = "the optimizer updates " + ("the 1/world shard" if self.sharded else "every parameter")
         if self.hybrid:
@@ -586,6 +616,13 @@ class _Fsdp:
                 if not event.processed:
                     yield event
             self._fresh(self.ag_lane, f"unsharded unit {u}", units[u].nbytes)  # _alloc_storage: filled by the gather
+            if self.ag_dtype != self.orig_dtype and units[u].nbytes:
+                # pre_unshard -> _use_low_precision_shard: _mp_shard.copy_(_local_shard), a cast of the shard on the
+                # pre-unshard stream, which the all-gather waits for
+                shard = units[u].nbytes / self.shard_world
+                cast = self._cast(f"cast shard unit {u}", shard * self.orig_scale, shard, self.ag_lane)
+                done = self._issue(self.ag_lane, cast)
+                yield from self._blocked(done, self.cpu_rank)
             done = self._issue(self.ag_lane, self._collective("allgather", units[u], self.ag_lane))
             unsharded.add(u)
             yield from self._blocked(done, self.blocking)
@@ -670,8 +707,7 @@ class _Fsdp:
     def _divides(self) -> bool:
         """FSDP2's gradient division kernels (``_get_gradient_divide_factors``): only where the reduce dtype risks
         overflow (float16); float32 and bfloat16 reduce with ``ReduceOp.AVG`` and no kernel of FSDP's own."""
-        dtype = self.cfg.comm_dtype or (self.model.params[0].dtype if self.model.params else "float32")
-        return dtype == "float16"
+        return self.reduce_dtype == "float16"
 
     def _param_faults(self, u: FsdpUnit) -> float:
         """Bytes of a CPU rank's unsharded parameters of ``u`` that are fresh mappings: FSDP2 allocates each
@@ -679,7 +715,7 @@ class _Fsdp:
         if not self.cpu_rank:
             return 0.0
         params = self.model.params
-        item = {p: DTYPE_BYTES[self.cfg.comm_dtype or params[p].dtype] for p in u.params}
+        item = {p: DTYPE_BYTES[self.cfg.param_dtype or params[p].dtype] for p in u.params}
         return sum(self.g.gpu.fault_seconds(math.ceil(params[p].numel / self.shard_world) * self.shard_world * item[p])
                    for p in u.params)  # fmt: skip
 
@@ -705,9 +741,15 @@ class _Fsdp:
             if u in unsharded or u in pending or units[u].nbytes == 0:
                 return
             nbytes = units[u].nbytes
+            shard = nbytes / self.shard_world
+            if self.ag_dtype != self.orig_dtype:  # _get_param_all_gather_inputs: a foreach copy casting the shards
+                cast = self._cast(f"cast shard unit {u}", shard * self.orig_scale, shard, self.copy_in_lane)
+                done = self._issue(self.copy_in_lane, cast, tuple(gate))
+                gate.clear()
+                yield from self._blocked(done, self.cpu_rank)
             self._fresh(self.copy_in_lane, f"all-gather output unit {u}", nbytes)
-            copy_in = self._kernel(f"all-gather copy-in unit {u}", 0.0,
-                                   self.g.gpu.copy_bytes(nbytes / self.shard_world), lane=self.copy_in_lane)
+            copy_in = self._kernel(f"all-gather copy-in unit {u}", 0.0, self.g.gpu.copy_bytes(shard),
+                                   lane=self.copy_in_lane)  # fmt: skip
             done = self._issue(self.copy_in_lane, copy_in, tuple(gate))
             gate.clear()
             yield from self._blocked(done, self.cpu_rank)
@@ -798,8 +840,10 @@ class _Fsdp:
         lane = self.rs_lane
         waits = tuple(rs_state)
         rs_state.clear()
-        self._fresh("compute", f"reduce-scatter input unit {u.index}", u.nbytes)
-        copy_in = self._kernel(f"reduce-scatter copy-in unit {u.index}", 0.0, self.g.gpu.copy_bytes(u.nbytes))
+        reduced = u.nbytes * self.rs_scale  # the reduce-scatter's input, in reduce_dtype
+        self._fresh("compute", f"reduce-scatter input unit {u.index}", reduced)
+        # chunk_cat reads the gradients (param_dtype) and writes the input, casting where the dtypes differ
+        copy_in = self._cast(f"reduce-scatter copy-in unit {u.index}", u.nbytes, reduced, "compute")
         done = self._issue("compute", copy_in, waits)
         yield from self._blocked(done, self.cpu_rank)
         timing = self.rs[u.index] = [math.nan, math.nan, math.nan, 0.0]
@@ -813,21 +857,22 @@ class _Fsdp:
             done.callbacks.append(ready)
         divides = self._divides()
         pre = predivide_factor(self.world) if divides else 1.0
-        first = self._kernel(f"pre-divide unit {u.index}", 0.0, 2.0 * u.nbytes, lane=lane) if pre > 1 else None
+        first = self._kernel(f"pre-divide unit {u.index}", 0.0, 2.0 * reduced, lane=lane) if pre > 1 else None
         done = self._issue(lane, first or self._marker(), self._wait_stream("compute"))
         yield from self._blocked(done, self.cpu_rank)
-        self._fresh(lane, f"reduce-scatter output unit {u.index}", u.nbytes / self.shard_world)
+        kept = reduced / self.shard_world
+        self._fresh(lane, f"reduce-scatter output unit {u.index}", kept)
         gloo_copies = self.blocking and self.shard_world > 1
         if gloo_copies:  # reduce_scatter_tensor_coalesced: inputTensors[i].clone() on the calling stream
-            self._fresh(lane, f"clone unit {u.index}", u.nbytes)
-            done = self._issue(lane, self._kernel(f"clone unit {u.index}", 0.0, self.g.gpu.copy_bytes(u.nbytes),
+            self._fresh(lane, f"clone unit {u.index}", reduced)
+            done = self._issue(lane, self._kernel(f"clone unit {u.index}", 0.0, self.g.gpu.copy_bytes(reduced),
                                                   lane=lane))  # fmt: skip
             yield from self._blocked(done, self.cpu_rank)
         done = self._issue(lane, self._collective("reduce_scatter", u, lane))
         rs_state.append(done)
         yield from self._blocked(done, self.blocking)
         if gloo_copies:  # LambdaWork's wait: the rank's chunk into the output
-            chunk = self.g.gpu.copy_bytes(u.nbytes / self.shard_world)
+            chunk = self.g.gpu.copy_bytes(kept)
             done = self._issue(lane, self._kernel(f"chunk copy unit {u.index}", 0.0, chunk, lane=lane))
             yield from self._blocked(done, self.cpu_rank)
         if self.hybrid:  # the all-reduce stream waits for the reduce-scatter stream
@@ -835,9 +880,9 @@ class _Fsdp:
             done = self._issue(lane, self._collective("allreduce_replicas", u, lane), self._wait_stream(self.rs_lane))
             yield from self._blocked(done, self.blocking)
         if divides and self.world / pre > 1:
-            kept = u.nbytes / self.shard_world
             done = self._issue(lane, self._kernel(f"post-divide unit {u.index}", 0.0, 2.0 * kept, lane=lane))
             yield from self._blocked(done, self.cpu_rank)
+        yield from self._cast_back(u, kept, lane)
 
     def _prefetch(self, order: list[int], u: int, unshard: Callable[[int], Proc], prefetched: set[int]) -> Proc:
         """``_prefetch_handle``: the unit after ``u`` in backward order, if it needs an all-gather."""
@@ -857,7 +902,8 @@ class _Fsdp:
         (``_init_utils.py``: ``data_parallel_world_size *= _inter_node_pg.size()``)."""
         lane = self.rs_lane
         shard = self.shard_world
-        kept = u.nbytes / shard if self.sharded else u.nbytes  # what the post-division touches
+        reduced = u.nbytes * self.rs_scale  # the gradient in reduce_dtype
+        kept = reduced / shard if self.sharded else reduced  # what the post-division touches
         after = self._wait_stream("compute")
         timing = self.rs[u.index] = [math.nan, math.nan, math.nan, 0.0]
 
@@ -869,22 +915,26 @@ class _Fsdp:
                 ready(event)
             else:
                 event.callbacks.append(ready)
+        if self.reduce_dtype != self.ag_dtype and u.nbytes:  # _post_backward_hook: flat_param.grad.to(_reduce_dtype)
+            done = self._issue(lane, self._cast(f"cast gradient unit {u.index}", u.nbytes, reduced, lane), after)
+            after = ()
+            yield from self._blocked(done, self.cpu_rank)
         pre = predivide_factor(self.world)
-        first = self._kernel(f"pre-divide unit {u.index}", 0.0, 2.0 * u.nbytes, lane=lane) if pre > 1 else None
+        first = self._kernel(f"pre-divide unit {u.index}", 0.0, 2.0 * reduced, lane=lane) if pre > 1 else None
         done = self._issue(lane, first or self._marker(), after)
         yield from self._blocked(done, self.cpu_rank)
         gloo_copies = self.sharded and self.blocking and shard > 1 and u.nbytes > 0
         if gloo_copies:  # reduce_scatter_tensor_coalesced: inputTensors[i].clone() on the calling stream
-            self._fresh(lane, f"clone unit {u.index}", u.nbytes)
-            clone = self.g.gpu.copy_bytes(u.nbytes)
+            self._fresh(lane, f"clone unit {u.index}", reduced)
+            clone = self.g.gpu.copy_bytes(reduced)
             done = self._issue(lane, self._kernel(f"clone unit {u.index}", 0.0, clone, lane=lane))
             yield from self._blocked(done, self.cpu_rank)
         done = self._issue(lane, self._collective("reduce_scatter" if self.sharded else "allreduce", u, lane))
         yield from self._blocked(done, self.blocking)
         if gloo_copies:  # LambdaWork's wait: outputTensors[i].copy_(buffers[i].chunk(world)[rank])
             # the output, _get_reduce_scatter_tensors' torch.empty_like(chunks[0]), a fresh tensor every call
-            self._fresh(lane, f"sharded gradient unit {u.index}", u.nbytes / shard)
-            chunk = self.g.gpu.copy_bytes(u.nbytes / shard)
+            self._fresh(lane, f"sharded gradient unit {u.index}", reduced / shard)
+            chunk = self.g.gpu.copy_bytes(reduced / shard)
             done = self._issue(lane, self._kernel(f"chunk copy unit {u.index}", 0.0, chunk, lane=lane))
             yield from self._blocked(done, self.cpu_rank)
         if self.hybrid:  # the all-reduce stream waits for the post-backward stream
@@ -893,4 +943,14 @@ class _Fsdp:
             yield from self._blocked(done, self.blocking)
         if self.world / pre > 1:
             done = self._issue(lane, self._kernel(f"post-divide unit {u.index}", 0.0, 2.0 * kept, lane=lane))
+            yield from self._blocked(done, self.cpu_rank)
+        yield from self._cast_back(u, kept, lane)
+
+    def _cast_back(self, u: FsdpUnit, kept: float, lane: str) -> Proc:
+        """The reduced gradient (``kept`` bytes in reduce_dtype) cast to the parameters' dtype for the optimizer
+        where they differ (FSDP1 ``_cast_grad_to_param_dtype``, FSDP2 ``_to_dtype_if_needed(reduce_output,
+        orig_dtype)``), on the stream that reduced last."""
+        if self.reduce_dtype != self.orig_dtype and kept > 0:
+            write = kept * DTYPE_BYTES[self.orig_dtype] / DTYPE_BYTES[self.reduce_dtype]
+            done = self._issue(lane, self._cast(f"cast gradient back unit {u.index}", kept, write, lane))
             yield from self._blocked(done, self.cpu_rank)
