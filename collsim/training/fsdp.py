@@ -647,8 +647,16 @@ class _Fsdp:
         # ---- forward: the root's all-gather, then each unit's before its first layer
         fwd_units = [0] + [self.unit_of[i] for i in range(len(model.layers)) if self.unit_of[i] != 0]
         fwd_order = list(dict.fromkeys(fwd_units))
-        if sharded:
-            yield from unshard(0)
+        def cast_whole(u: int) -> Proc:
+            """NO_SHARD with mixed precision: ``_unshard`` still runs ``pre_unshard`` before each forward, which
+            casts the whole flat parameter (``_use_low_precision_shard``) on the pre-unshard stream."""
+            if self.ag_dtype != self.orig_dtype and units[u].nbytes:
+                nbytes = units[u].nbytes
+                done = self._issue(self.ag_lane, self._cast(f"cast parameters unit {u}", nbytes * self.orig_scale,
+                                                            nbytes, self.ag_lane))  # fmt: skip
+                yield from self._blocked(done, self.cpu_rank)
+
+        yield from unshard(0) if sharded else cast_whole(0)
         wait_unshard()
         current = 0
         for i, layer in enumerate(model.layers):
@@ -658,6 +666,8 @@ class _Fsdp:
                     reshard(current)  # post-forward of the unit just left (the root is never freed after forward)
                 if sharded and u != 0 and u not in prefetched:
                     yield from unshard(u)
+                elif not sharded and u != 0:
+                    yield from cast_whole(u)
                 wait_unshard()
                 if sharded and u != 0 and cfg.forward_prefetch:
                     nxt = fwd_order.index(u) + 1

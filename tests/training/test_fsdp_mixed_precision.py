@@ -111,3 +111,16 @@ def test_the_scenario_takes_them_and_a_float32_reduction_doubles_the_reduce_scat
     with pytest.raises(ScenarioError) as err:
         Simulator.from_source("fsdp-gpt2xl-2node-h100", ["training.fsdp.reduce_dtype=float8"])
     assert err.value.field is not None and "reduce_dtype" in err.value.field
+
+
+def test_fsdp1_no_shard_casts_the_whole_parameters_before_each_forward() -> None:
+    # NO_SHARD keeps whole flat parameters, but _unshard still runs pre_unshard before each unit's forward: a cast of
+    # the whole unit (read 16 MiB float32, write 8 MiB bf16), which the compute stream waits for; the gradients are
+    # all-reduced in bf16 and cast back whole
+    r, calls = _run(1, sharding="no_shard", param_dtype="bfloat16")
+    assert calls == [("allreduce", B16)]
+    (cast,) = [s for s in r.spans if s.label.startswith("cast parameters")]
+    assert cast.end - cast.start == pytest.approx((F32 + B16) / 1e12, rel=1e-9)
+    first = min(s.start for s in r.spans if s.label.startswith("fwd "))
+    assert first == pytest.approx(cast.end, abs=1e-12)
+    assert _moved(r, "cast gradient back") == pytest.approx((B16 + F32) / 1e12, rel=1e-9)
