@@ -574,7 +574,7 @@ class _Fsdp:
             how = ("Gloo: every all-gather and reduce-scatter blocks the thread issuing it until it is done (one in "
                    "flight); a reduce-scatter is a clone, an allreduce of the whole buffer and a copy of this rank's "
                    "chunk")
-        notes = (
+        notes: tuple[str, ...] = (
             f"FSDP {self.cfg.sharding}, {len(self.units) - 1} wrapped unit(s) + root, backward_prefetch "
             f"{self.cfg.backward_prefetch}" + (", limit_all_gathers" if self.cfg.limit_all_gathers else ""),
             f"{how}; {optimizer}",
@@ -591,6 +591,9 @@ class _Fsdp:
                 f"(reduce_scatter_max_input_buffers 1); {divide}",
                 f"{how}; {optimizer}",
             )  # fmt: skip
+        if (self.ag_dtype, self.reduce_dtype) != (self.orig_dtype, self.orig_dtype):
+            notes += (f"mixed precision: parameters (and the optimizer) in {self.orig_dtype}, all-gathers and "
+                      f"gradients in {self.ag_dtype}, reductions in {self.reduce_dtype}",)  # fmt: skip
         reduction = {"no_shard": "allreduce", "hybrid_shard": "reduce-scatter and allreduce across groups"}.get(
             self.cfg.sharding, "reduce-scatter")
         return StepResult(self.backend, self.world, iteration, compute_s, sum(self.durations), buckets,
@@ -720,8 +723,9 @@ class _Fsdp:
         return self.reduce_dtype == "float16"
 
     def _param_faults(self, u: FsdpUnit) -> float:
-        """Bytes of a CPU rank's unsharded parameters of ``u`` that are fresh mappings: FSDP2 allocates each
-        parameter's own tensor (``alloc_all_gather_outputs``), so each is compared with the threshold alone."""
+        """Seconds a CPU rank spends faulting in the unsharded parameters of ``u`` that are fresh mappings: FSDP2
+        allocates each parameter's own tensor (``alloc_all_gather_outputs``), so each is compared with the threshold
+        alone."""
         if not self.cpu_rank:
             return 0.0
         params = self.model.params
