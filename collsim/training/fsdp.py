@@ -876,23 +876,7 @@ class _Fsdp:
         yield from self._blocked(done, self.cpu_rank)
         kept = reduced / self.shard_world
         self._fresh(lane, f"reduce-scatter output unit {u.index}", kept)
-        gloo_copies = self.blocking and self.shard_world > 1
-        if gloo_copies:  # reduce_scatter_tensor_coalesced: inputTensors[i].clone() on the calling stream
-            self._fresh(lane, f"clone unit {u.index}", reduced)
-            done = self._issue(lane, self._kernel(f"clone unit {u.index}", 0.0, self.g.gpu.copy_bytes(reduced),
-                                                  lane=lane))  # fmt: skip
-            yield from self._blocked(done, self.cpu_rank)
-        done = self._issue(lane, self._collective("reduce_scatter", u, lane))
-        rs_state.append(done)
-        yield from self._blocked(done, self.blocking)
-        if gloo_copies:  # LambdaWork's wait: the rank's chunk into the output
-            chunk = self.g.gpu.copy_bytes(kept)
-            done = self._issue(lane, self._kernel(f"chunk copy unit {u.index}", 0.0, chunk, lane=lane))
-            yield from self._blocked(done, self.cpu_rank)
-        if self.hybrid:  # the all-reduce stream waits for the reduce-scatter stream
-            lane = self.ar_lane
-            done = self._issue(lane, self._collective("allreduce_replicas", u, lane), self._wait_stream(self.rs_lane))
-            yield from self._blocked(done, self.blocking)
+        lane = yield from self._reduce(u, reduced, lane, self.blocking and self.shard_world > 1, False, rs_state)
         if divides and self.world / pre > 1:
             done = self._issue(lane, self._kernel(f"post-divide unit {u.index}", 0.0, 2.0 * kept, lane=lane))
             yield from self._blocked(done, self.cpu_rank)
@@ -938,27 +922,42 @@ class _Fsdp:
         done = self._issue(lane, first or self._marker(), after)
         yield from self._blocked(done, self.cpu_rank)
         gloo_copies = self.sharded and self.blocking and shard > 1 and u.nbytes > 0
-        if gloo_copies:  # reduce_scatter_tensor_coalesced: inputTensors[i].clone() on the calling stream
-            self._fresh(lane, f"clone unit {u.index}", reduced)
-            clone = self.g.gpu.copy_bytes(reduced)
-            done = self._issue(lane, self._kernel(f"clone unit {u.index}", 0.0, clone, lane=lane))
-            yield from self._blocked(done, self.cpu_rank)
-        done = self._issue(lane, self._collective("reduce_scatter" if self.sharded else "allreduce", u, lane))
-        yield from self._blocked(done, self.blocking)
-        if gloo_copies:  # LambdaWork's wait: outputTensors[i].copy_(buffers[i].chunk(world)[rank])
-            # the output, _get_reduce_scatter_tensors' torch.empty_like(chunks[0]), a fresh tensor every call
-            self._fresh(lane, f"sharded gradient unit {u.index}", reduced / shard)
-            chunk = self.g.gpu.copy_bytes(reduced / shard)
-            done = self._issue(lane, self._kernel(f"chunk copy unit {u.index}", 0.0, chunk, lane=lane))
-            yield from self._blocked(done, self.cpu_rank)
-        if self.hybrid:  # the all-reduce stream waits for the post-backward stream
-            lane = self.ar_lane
-            done = self._issue(lane, self._collective("allreduce_replicas", u, lane), self._wait_stream(self.rs_lane))
-            yield from self._blocked(done, self.blocking)
+        lane = yield from self._reduce(u, reduced, lane, gloo_copies, True)
         if self.world / pre > 1:
             done = self._issue(lane, self._kernel(f"post-divide unit {u.index}", 0.0, 2.0 * kept, lane=lane))
             yield from self._blocked(done, self.cpu_rank)
         yield from self._cast_back(u, kept, lane)
+
+    def _reduce(self, u: FsdpUnit, reduced: float, lane: str, gloo_copies: bool, fresh_output: bool,
+                rs_state: list[simpy.Event] | None = None) -> Generator[simpy.Event, Any, str]:
+        """The reduction of ``u``'s gradient (``reduced`` bytes) issued on ``lane``; returns the lane that reduces
+        last. With ``gloo_copies`` (ProcessGroupGloo's ``reduce_scatter_tensor_coalesced``) the call clones the
+        input on the calling stream first and, in ``wait``, copies this rank's chunk out (``fresh_output``: into a
+        new tensor, FSDP1's ``_get_reduce_scatter_tensors``); then the reduce-scatter (NO_SHARD: the all-reduce),
+        whose end joins ``rs_state`` where given (FSDP2's ``reduce_scatter_states``); with HSDP the all-reduce
+        stream waits for this one and all-reduces the shard across the replica groups. Waits for: each Gloo call and
+        each of a CPU rank's kernels (the calling thread). Pays: the copies and the collectives' simulated times."""
+        kept = reduced / self.shard_world if self.sharded else reduced
+        if gloo_copies:  # reduce_scatter_tensor_coalesced: inputTensors[i].clone() on the calling stream
+            self._fresh(lane, f"clone unit {u.index}", reduced)
+            done = self._issue(lane, self._kernel(f"clone unit {u.index}", 0.0, self.g.gpu.copy_bytes(reduced),
+                                                  lane=lane))  # fmt: skip
+            yield from self._blocked(done, self.cpu_rank)
+        done = self._issue(lane, self._collective("reduce_scatter" if self.sharded else "allreduce", u, lane))
+        if rs_state is not None:
+            rs_state.append(done)
+        yield from self._blocked(done, self.blocking)
+        if gloo_copies:  # LambdaWork's wait: outputTensors[i].copy_(buffers[i].chunk(world)[rank])
+            if fresh_output:
+                self._fresh(lane, f"sharded gradient unit {u.index}", kept)
+            done = self._issue(lane, self._kernel(f"chunk copy unit {u.index}", 0.0, self.g.gpu.copy_bytes(kept),
+                                                  lane=lane))  # fmt: skip
+            yield from self._blocked(done, self.cpu_rank)
+        if self.hybrid:  # the all-reduce stream waits for the reduce-scatter (post-backward) stream
+            lane = self.ar_lane
+            done = self._issue(lane, self._collective("allreduce_replicas", u, lane), self._wait_stream(self.rs_lane))
+            yield from self._blocked(done, self.blocking)
+        return lane
 
     def _cast_back(self, u: FsdpUnit, kept: float, lane: str) -> Proc:
         """The reduced gradient (``kept`` bytes in reduce_dtype) cast to the parameters' dtype for the optimizer
