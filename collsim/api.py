@@ -1061,9 +1061,9 @@ class Simulator:
         Gloo's, each blocking the thread that issues it."""
         tr = self._training()
         f = tr.fsdp
-        if tr.accumulation > 1 or tr.compression != "none":
-            raise ScenarioError("FSDP with accumulation (no_sync) or a compression hook is not modelled",
-                                file=self.scenario.source_file, field="training.style")  # fmt: skip
+        if tr.compression != "none":
+            raise ScenarioError("FSDP with a compression hook is not modelled (DDP's comm hooks)",
+                                file=self.scenario.source_file, field="training.compression")  # fmt: skip
         if f.version == 2:  # fully_shard has none of FullyShardedDataParallel's prefetch and limiter arguments
             defaults = FsdpTrainingConfig.model_validate({})
             for knob in ("backward_prefetch", "forward_prefetch", "limit_all_gathers"):
@@ -1077,7 +1077,7 @@ class Simulator:
                                     "shard_grad_op or hybrid_shard", file=self.scenario.source_file,
                                     field="training.fsdp.sharding")  # fmt: skip
         cfg = FsdpConfig(tr.batch_size, f.sharding, f.backward_prefetch, f.forward_prefetch, f.limit_all_gathers,
-                         f.param_dtype, tr.optimizer, f.wrap, f.version, f.reduce_dtype)  # fmt: skip
+                         f.param_dtype, tr.optimizer, f.wrap, f.version, f.reduce_dtype, tr.accumulation)  # fmt: skip
         world = len(self.topology.rank_devices())
         model, gpu, consts = self.training_model, self.gpu_compute(), self.step_constants
         hybrid = f.sharding == "hybrid_shard"

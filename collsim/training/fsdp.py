@@ -196,6 +196,10 @@ class FsdpConfig:
         post-backward stream, FSDP2 in the ``chunk_cat`` copy-in) and the reduced shard back to the parameters'
         dtype after it; default: ``param_dtype`` where given, else the parameters' own (both versions:
         ``FlatParamHandle._init_param_reduce_dtypes``, ``MixedPrecisionPolicy``).
+    accumulation : int
+        Micro-steps per optimizer step (gradient accumulation): the first ``accumulation - 1`` without gradient
+        synchronisation (FSDP1 ``no_sync()``, FSDP2 ``set_requires_gradient_sync(False)``), the last reducing
+        what they accumulated.
     """
 
     batch_size: int = 32
@@ -208,6 +212,7 @@ class FsdpConfig:
     wrap: str | None = None
     version: int = 1
     reduce_dtype: str | None = None
+    accumulation: int = 1
 
 
 @dataclass(frozen=True)
@@ -378,8 +383,8 @@ def simulate_fsdp_step(
         )
     if cfg.optimizer not in consts.optimizer_traffic:
         raise ValueError(f"unknown optimizer {cfg.optimizer!r}; expected one of {', '.join(consts.optimizer_traffic)}")
-    if cfg.batch_size < 1 or world < 1:
-        raise ValueError("batch_size and world must be at least 1")
+    if cfg.batch_size < 1 or world < 1 or cfg.accumulation < 1:
+        raise ValueError("batch_size, accumulation and world must be at least 1")
     if cfg.version not in (1, 2):
         raise ValueError(f"unknown FSDP version {cfg.version!r}; expected 1 (FullyShardedDataParallel) or 2 "
                          "(fully_shard)")  # fmt: skip
@@ -394,7 +399,7 @@ def simulate_fsdp_step(
             raise ValueError(f"unknown {name} {dtype!r}; expected one of {', '.join(DTYPE_BYTES)}")
     units = fsdp_units(model, 1 if cfg.sharding == "no_shard" else shard, cfg.wrap, cfg.param_dtype,
                        per_param=cfg.version == 2)  # fmt: skip
-    base = _Plan.build(model, DdpConfig(cfg.batch_size, optimizer=cfg.optimizer), consts)
+    base = _Plan.build(model, DdpConfig(cfg.batch_size, accumulation=cfg.accumulation, optimizer=cfg.optimizer), consts)
     compute_s = _run_compute_only(gpu, base)
     return _Fsdp(model, cfg, gpu, consts, world, nccl, gloo, units, shard, shard_crosses_network).run(compute_s)
 
@@ -591,6 +596,10 @@ class _Fsdp:
                 f"(reduce_scatter_max_input_buffers 1); {divide}",
                 f"{how}; {optimizer}",
             )  # fmt: skip
+        if self.cfg.accumulation > 1:
+            how_not = "no_sync()" if not self.v2 else "set_requires_gradient_sync(False)"
+            notes += (f"gradient accumulation: {self.cfg.accumulation - 1} micro-step(s) under {how_not} (no "
+                      "reduction; all-gathers as the strategy frees) before the one that reduces",)  # fmt: skip
         if (self.ag_dtype, self.reduce_dtype) != (self.orig_dtype, self.orig_dtype):
             notes += (f"mixed precision: parameters (and the optimizer) in {self.orig_dtype}, all-gathers and "
                       f"gradients in {self.ag_dtype}, reductions in {self.reduce_dtype}",)  # fmt: skip
@@ -647,9 +656,6 @@ class _Fsdp:
             waits.clear()
             yield from self._blocked(done, self.cpu_rank)
 
-        # ---- forward: the root's all-gather, then each unit's before its first layer
-        fwd_units = [0] + [self.unit_of[i] for i in range(len(model.layers)) if self.unit_of[i] != 0]
-        fwd_order = list(dict.fromkeys(fwd_units))
         def cast_whole(u: int) -> Proc:
             """NO_SHARD with mixed precision: ``_unshard`` still runs ``pre_unshard`` before each forward, which
             casts the whole flat parameter (``_use_low_precision_shard``) on the pre-unshard stream."""
@@ -659,54 +665,74 @@ class _Fsdp:
                                                             nbytes, self.ag_lane))  # fmt: skip
                 yield from self._blocked(done, self.cpu_rank)
 
-        yield from unshard(0) if sharded else cast_whole(0)
-        wait_unshard()
-        current = 0
-        for i, layer in enumerate(model.layers):
-            u = self.unit_of[i]
-            if u != current:
-                if current != 0 and cfg.sharding in _RESHARD_AFTER_FORWARD:
-                    reshard(current)  # post-forward of the unit just left (the root is never freed after forward)
-                if sharded and u != 0 and u not in prefetched:
-                    yield from unshard(u)
-                elif not sharded and u != 0:
-                    yield from cast_whole(u)
-                wait_unshard()
-                if sharded and u != 0 and cfg.forward_prefetch:
-                    nxt = fwd_order.index(u) + 1
-                    if nxt < len(fwd_order) and fwd_order[nxt] != 0:
-                        yield from unshard(fwd_order[nxt])
-                        prefetched.add(fwd_order[nxt])
-                current = u
-            yield from compute(f"fwd {layer.name}", _layer_costs(model, i, batch, False))
-        if current != 0 and cfg.sharding in _RESHARD_AFTER_FORWARD:
-            reshard(current)
-        # ---- backward: units in reverse order of their last layer
-        bwd_order = list(dict.fromkeys(self.unit_of[i] for i in reversed(range(len(model.layers)))))
-        remaining = {u.index: len(u.layers) for u in units}
-        started: set[int] = set()
-        for i in reversed(range(len(model.layers))):
-            u = self.unit_of[i]
-            if u not in started:  # the unit's pre-backward hook
-                started.add(u)
-                if u != 0 and cfg.sharding in _RESHARD_AFTER_FORWARD and u not in prefetched:
-                    yield from unshard(u)
-                if u != 0 and cfg.sharding in _RESHARD_AFTER_FORWARD:
+        fwd_units = [0] + [self.unit_of[i] for i in range(len(model.layers)) if self.unit_of[i] != 0]
+        fwd_order = list(dict.fromkeys(fwd_units))
+
+        def micro_step(first: bool, sync: bool) -> Proc:
+            """One forward and backward: the last of ``cfg.accumulation`` reduces (``sync``); the others run under
+            ``no_sync()`` (``_sync_gradients`` false: the post-backward hook frees as ``_should_free_in_backward``
+            says and returns, the flat gradient accumulates)."""
+            # ---- forward: the root's all-gather, then each unit's before its first layer; from the second
+            # micro-step the root's pre-forward first makes the (pre-)unshard stream wait for the compute stream
+            # (_root_pre_forward: _wait_for_computation_stream)
+            if not first:
+                self._issue(self.ag_lane, self._marker(), self._wait_stream("compute"))
+            yield from unshard(0) if sharded else cast_whole(0)
+            wait_unshard()
+            current = 0
+            for i, layer in enumerate(model.layers):
+                u = self.unit_of[i]
+                if u != current:
+                    if current != 0 and cfg.sharding in _RESHARD_AFTER_FORWARD:
+                        reshard(current)  # post-forward of the unit just left (the root is never freed after forward)
+                    if sharded and u != 0 and u not in prefetched:
+                        yield from unshard(u)
+                    elif not sharded and u != 0:
+                        yield from cast_whole(u)
                     wait_unshard()
-                if cfg.backward_prefetch == "backward_pre":
-                    yield from self._prefetch(bwd_order, u, unshard, prefetched)
-            yield from compute(f"bwd {model.layers[i].name}", _layer_costs(model, i, batch, True))
-            remaining[u] -= 1
-            if remaining[u] == 0:  # all of the unit's gradients are ready
-                if units[u].nbytes > 0:  # SplitWithSizesBackward: the views' gradients into one flat gradient
-                    self._fresh("compute", f"flat gradient unit {u}", units[u].nbytes)  # torch.cat's new tensor
-                    yield from compute(f"flat gradient unit {u}", (0.0, self.g.gpu.copy_bytes(units[u].nbytes), None))
-                # the post-backward hook, on the flat parameter's AccumulateGrad
-                if sharded:
-                    reshard(u)  # _should_free_in_backward: every sharded strategy frees after backward
-                yield from self._reduce_scatter(units[u])
-                if cfg.backward_prefetch == "backward_post":
-                    yield from self._prefetch(bwd_order, u, unshard, prefetched)
+                    if sharded and u != 0 and cfg.forward_prefetch:
+                        nxt = fwd_order.index(u) + 1
+                        if nxt < len(fwd_order) and fwd_order[nxt] != 0:
+                            yield from unshard(fwd_order[nxt])
+                            prefetched.add(fwd_order[nxt])
+                    current = u
+                yield from compute(f"fwd {layer.name}", _layer_costs(model, i, batch, False))
+            if current != 0 and cfg.sharding in _RESHARD_AFTER_FORWARD:
+                reshard(current)
+            # ---- backward: units in reverse order of their last layer
+            bwd_order = list(dict.fromkeys(self.unit_of[i] for i in reversed(range(len(model.layers)))))
+            remaining = {u.index: len(u.layers) for u in units}
+            started: set[int] = set()
+            for i in reversed(range(len(model.layers))):
+                u = self.unit_of[i]
+                if u not in started:  # the unit's pre-backward hook
+                    started.add(u)
+                    if u != 0 and cfg.sharding in _RESHARD_AFTER_FORWARD and u not in prefetched:
+                        yield from unshard(u)
+                    if u != 0 and cfg.sharding in _RESHARD_AFTER_FORWARD:
+                        wait_unshard()
+                    if cfg.backward_prefetch == "backward_pre":
+                        yield from self._prefetch(bwd_order, u, unshard, prefetched)
+                yield from compute(f"bwd {model.layers[i].name}", _layer_costs(model, i, batch, True))
+                remaining[u] -= 1
+                if remaining[u] == 0:  # all of the unit's gradients are ready
+                    if units[u].nbytes > 0:  # SplitWithSizesBackward: the views' gradients into one flat gradient
+                        self._fresh("compute", f"flat gradient unit {u}", units[u].nbytes)  # torch.cat's new tensor
+                        flat = self.g.gpu.copy_bytes(units[u].nbytes)
+                        yield from compute(f"flat gradient unit {u}", (0.0, flat, None))
+                        if not first:  # AccumulateGrad: the flat parameter has no_sync's gradient: grad += new
+                            add = 3.0 * units[u].nbytes  # read both, write one in place
+                            yield from compute(f"accumulate gradient unit {u}", (0.0, add, None))
+                    # the post-backward hook, on the flat parameter's AccumulateGrad
+                    if sharded and (sync or cfg.sharding in _RESHARD_AFTER_FORWARD):
+                        reshard(u)  # _should_free_in_backward: under no_sync only the strategies freed after forward
+                    if sync:  # no_sync's hook returns after the reshard: no reduction
+                        yield from self._reduce_scatter(units[u])
+                    if cfg.backward_prefetch == "backward_post":
+                        yield from self._prefetch(bwd_order, u, unshard, prefetched)
+
+        for step in range(cfg.accumulation):
+            yield from micro_step(step == 0, step == cfg.accumulation - 1)
         # ---- the end of backward: wait for the post-backward stream (and HSDP's all-reduce stream), then the
         # optimizer on the shard
         shard = 1.0 / self.shard_world if sharded else 1.0
@@ -796,51 +822,73 @@ class _Fsdp:
             done = self._issue("compute", self._kernel(label, *costs))
             yield from self._blocked(done, self.cpu_rank)
 
-        # ---- forward: the root's pre-forward all-gathers it first; each module's pre-forward its own
-        yield from unshard(0)
-        yield from wait_for_unshard(0, True)
-        current = 0
-        for i, layer in enumerate(model.layers):
-            u = self.unit_of[i]
-            if u != current:
-                if current != 0 and reshard_fwd:
-                    unsharded.discard(current)  # post_forward: reshard (FSDP2 records no event for it)
-                if u != 0:
-                    yield from unshard(u)
-                    yield from wait_for_unshard(u, True)
-                current = u
-            yield from compute(f"fwd {layer.name}", _layer_costs(model, i, batch, False))
-        if current != 0 and reshard_fwd:
-            unsharded.discard(current)
-        gate.extend(state)  # the root's post-forward frees the last all-gather result after its copy-out
-        state.clear()
-        # ---- backward: each module's pre-backward all-gathers it (unless prefetched), waits, and prefetches the
-        # module before it in post-forward order (_backward_prefetch); its post-backward reduces its gradients
-        bwd_order = list(dict.fromkeys(self.unit_of[i] for i in reversed(range(len(model.layers)))))
-        remaining = {u.index: len(u.layers) for u in units}
-        started: set[int] = set()
-        for i in reversed(range(len(model.layers))):
-            u = self.unit_of[i]
-            if u not in started:  # pre_backward
-                started.add(u)
-                if u != 0 and reshard_fwd:
-                    yield from unshard(u)
-                yield from wait_for_unshard(u, False)
-                k = bwd_order.index(u) + 1
-                if reshard_fwd and k < len(bwd_order) and bwd_order[k] != 0:
-                    yield from unshard(bwd_order[k])
-            yield from compute(f"bwd {model.layers[i].name}", _layer_costs(model, i, batch, True))
-            remaining[u] -= 1
-            if remaining[u] == 0:  # post_backward: reshard, then reduce
-                unsharded.discard(u)
-                yield from self._reduce_scatter2(units[u], rs_state)
+        def micro_step(first: bool, sync: bool) -> Proc:
+            """One forward and backward: the last of ``cfg.accumulation`` reduces (``sync``); before it,
+            ``set_requires_gradient_sync(False)`` (``reduce_grads`` false: the post-backward reshards and keeps the
+            gradients, from the second micro-step adding to them)."""
+            # ---- forward: the root's pre-forward all-gathers it first; each module's pre-forward its own; from
+            # the second micro-step the all-gather streams first wait for the compute stream (_root_pre_forward)
+            if not first:
+                after = self._wait_stream("compute")
+                self._issue(self.copy_in_lane, self._marker(), after)
+                self._issue(self.ag_lane, self._marker(), after)
+            yield from unshard(0)
+            yield from wait_for_unshard(0, True)
+            current = 0
+            for i, layer in enumerate(model.layers):
+                u = self.unit_of[i]
+                if u != current:
+                    if current != 0 and reshard_fwd:
+                        unsharded.discard(current)  # post_forward: reshard (FSDP2 records no event for it)
+                    if u != 0:
+                        yield from unshard(u)
+                        yield from wait_for_unshard(u, True)
+                    current = u
+                yield from compute(f"fwd {layer.name}", _layer_costs(model, i, batch, False))
+            if current != 0 and reshard_fwd:
+                unsharded.discard(current)
+            gate.extend(state)  # the root's post-forward frees the last all-gather result after its copy-out
+            state.clear()
+            # ---- backward: each module's pre-backward all-gathers it (unless prefetched), waits, and prefetches the
+            # module before it in post-forward order (_backward_prefetch); its post-backward reduces its gradients
+            bwd_order = list(dict.fromkeys(self.unit_of[i] for i in reversed(range(len(model.layers)))))
+            remaining = {u.index: len(u.layers) for u in units}
+            started: set[int] = set()
+            for i in reversed(range(len(model.layers))):
+                u = self.unit_of[i]
+                if u not in started:  # pre_backward
+                    started.add(u)
+                    if u != 0 and reshard_fwd:
+                        yield from unshard(u)
+                    yield from wait_for_unshard(u, False)
+                    k = bwd_order.index(u) + 1
+                    if reshard_fwd and k < len(bwd_order) and bwd_order[k] != 0:
+                        yield from unshard(bwd_order[k])
+                yield from compute(f"bwd {model.layers[i].name}", _layer_costs(model, i, batch, True))
+                remaining[u] -= 1
+                if remaining[u] == 0:  # post_backward: reshard (reshard_after_backward), then reduce
+                    unsharded.discard(u)
+                    nbytes = units[u].nbytes
+                    # gradients kept between micro-steps: in reduce_dtype where it differs (unsharded_accumulated_grad),
+                    # else in the parameter's .grad, where autograd accumulates
+                    kept = nbytes * self.rs_scale if self.reduce_dtype != self.ag_dtype else nbytes
+                    if not first and nbytes:  # accumulate_unsharded_grad_if_needed, or AccumulateGrad: kept += new
+                        yield from compute(f"accumulate gradient unit {u}", (0.0, 2.0 * kept + nbytes, None))
+                    elif not sync and kept != nbytes:  # to_accumulated_grad_if_needed: grad.to(reduce_dtype)
+                        cast = nbytes + (1.0 + self.g.gpu.write_allocate) * kept
+                        yield from compute(f"cast gradient unit {u}", (0.0, cast, None))
+                    if sync:  # set_requires_gradient_sync(False): no reduction
+                        yield from self._reduce_scatter2(units[u], rs_state, nbytes if first else kept)
+
+        for step in range(self.cfg.accumulation):
+            yield from micro_step(step == 0, step == self.cfg.accumulation - 1)
         # ---- finalize_backward: the compute stream waits for the last post-reduce events; the optimizer
         opt = _optimizer_bytes(model, self.consts, self.cfg.optimizer) / self.shard_world
         ends = self._wait_stream(self.rs_lane) + (self._wait_stream(self.ar_lane) if self.hybrid else ())
         self._issue("compute", self._kernel("optimizer (shard)", 0.0, opt), ends)
         yield self.tail["compute"]
 
-    def _reduce_scatter2(self, u: FsdpUnit, rs_state: list[simpy.Event]) -> Proc:
+    def _reduce_scatter2(self, u: FsdpUnit, rs_state: list[simpy.Event], grads: float | None = None) -> Proc:
         """FSDP2's ``post_backward`` -> ``foreach_reduce``. Waits for: the previous module's reduce-scatter (the
         compute stream waits for it before this copy-in: ``reduce_scatter_max_input_buffers`` 1), then the
         compute stream. Pays: on the compute stream a new reduce-scatter input of the module's bytes and
@@ -848,7 +896,8 @@ class _Fsdp:
         (float16 only), the reduce-scatter (``ReduceOp.AVG`` for float32 and bfloat16), with HSDP the all-reduce
         across the groups on the all-reduce stream after it, then the post-division (float16 only) on whichever
         stream reduced last. With Gloo each call blocks the thread, and ProcessGroupGloo's reduce-scatter is its
-        clone, all-reduce and chunk copy (as for FSDP1)."""
+        clone, all-reduce and chunk copy (as for FSDP1). ``grads``: the bytes ``chunk_cat`` reads (accumulated
+        gradients in reduce_dtype; default the module's bytes in param_dtype)."""
         if u.nbytes == 0:
             return
         lane = self.rs_lane
@@ -857,7 +906,8 @@ class _Fsdp:
         reduced = u.nbytes * self.rs_scale  # the reduce-scatter's input, in reduce_dtype
         self._fresh("compute", f"reduce-scatter input unit {u.index}", reduced)
         # chunk_cat reads the gradients (param_dtype) and writes the input, casting where the dtypes differ
-        copy_in = self._cast(f"reduce-scatter copy-in unit {u.index}", u.nbytes, reduced, "compute")
+        copy_in = self._cast(f"reduce-scatter copy-in unit {u.index}", u.nbytes if grads is None else grads, reduced,
+                             "compute")  # fmt: skip
         done = self._issue("compute", copy_in, waits)
         yield from self._blocked(done, self.cpu_rank)
         timing = self.rs[u.index] = [math.nan, math.nan, math.nan, 0.0]
