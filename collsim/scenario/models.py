@@ -862,7 +862,10 @@ class TrainingConfig(BaseModel):
     )
     gradient_as_bucket_view: bool = Field(False, description="DDP's gradient_as_bucket_view.")
     accumulation: StrictInt = Field(
-        1, ge=1, description="Micro-steps per optimizer step; all but the last under no_sync (no communication)."
+        1,
+        ge=1,
+        description="Micro-steps per optimizer step; all but the last without gradient synchronisation (DDP's and "
+        "FSDP1's no_sync, FSDP2's set_requires_gradient_sync(False): no reduction; FSDP still all-gathers).",
     )
     compression: Literal["none", "fp16", "bf16"] = Field(
         "none", description="DDP comm hook: none, fp16 (fp16_compress_hook) or bf16 (bf16_compress_hook)."
