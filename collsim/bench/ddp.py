@@ -29,6 +29,9 @@ these models, all alive at once (identical initial weights, seed ``cfg.seed``):
   on the MLP (the root, which ``fully_shard`` does not reshard after forward), ``mesh`` a 1-D DeviceMesh of every
   rank (``init_device_mesh``); defaults otherwise (implicit prefetching, no mixed precision: ``ReduceOp.AVG``, which
   ProcessGroupGloo accepts for its reduce-scatter in torch 2.13). collsim's ``training.fsdp.version: 2``.
+* ``fsdp_S_kK`` and ``fsdp2_S_kK`` with ``--no-sync K``: each FSDP configuration again with ``K`` micro-steps per
+  step, the first ``K - 1`` under FSDP1's ``no_sync()`` or after FSDP2's ``set_requires_gradient_sync(False)``
+  (``True`` again for the last): collsim's ``training.accumulation`` with FSDP.
 
 DDP behaviours this relies on (torch 2.13 source):
 
@@ -362,7 +365,8 @@ class DdpRun:
     bucket_cap_mb : float or None
         DDP's ``bucket_cap_mb``, MiB (None without DDP).
     accumulation : int
-        Micro-steps per optimizer step (all but the last under ``no_sync`` with DDP).
+        Micro-steps per optimizer step (all but the last under ``no_sync`` with DDP and FSDP1, without gradient
+        sync with FSDP2).
     sharding : str or None
         FSDP's sharding strategy (``full_shard``, ``shard_grad_op``, ``no_shard``); None without FSDP.
     """
@@ -384,7 +388,10 @@ def planned_runs(cfg: DdpBenchConfig) -> list[DdpRun]:
     runs += [DdpRun(f"ddp_cap{_fmt_num(c)}", "ddp", c) for c in cfg.bucket_caps_mb]
     if k > 1:
         runs.append(DdpRun(f"ddp_cap{_fmt_num(cfg.accumulation_cap_mb)}_k{k}", "ddp", cfg.accumulation_cap_mb, k))
-    runs += [DdpRun(x if x.startswith("fsdp2_") else f"fsdp_{x}", "fsdp", None, sharding=x) for x in cfg.fsdp]
+    fsdp = [(x if x.startswith("fsdp2_") else f"fsdp_{x}", x) for x in cfg.fsdp]
+    runs += [DdpRun(name, "fsdp", None, sharding=x) for name, x in fsdp]
+    if k > 1:  # the same FSDP configurations with k micro-steps, all but the last without gradient sync
+        runs += [DdpRun(f"{name}_k{k}", "fsdp", None, k, sharding=x) for name, x in fsdp]
     return runs
 
 
@@ -861,12 +868,18 @@ def run_ddp_rank(cfg: DdpBenchConfig, *, say: SayFn | None = None, launcher: str
 
         def iteration(r: DdpRun) -> None:
             model, opt = models[r.name], opts[id(models[r.name])]
+            fsdp2 = r.kind == "fsdp" and r.sharding is not None and r.sharding.startswith("fsdp2_")
             for _ in range(r.accumulation - 1):
-                if r.kind == "ddp":
+                if r.kind == "ddp" or (r.kind == "fsdp" and not fsdp2):  # DDP's and FSDP1's no_sync()
                     with model.no_sync():
                         mse_loss(model(x), y).backward()
+                elif fsdp2:  # FSDP2: set_requires_gradient_sync(False) for all but the last micro-step
+                    model.set_requires_gradient_sync(False)
+                    mse_loss(model(x), y).backward()
                 else:
                     mse_loss(model(x), y).backward()
+            if fsdp2 and r.accumulation > 1:
+                model.set_requires_gradient_sync(True)
             mse_loss(model(x), y).backward()
             opt.step()
             opt.zero_grad()

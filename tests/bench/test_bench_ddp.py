@@ -79,6 +79,9 @@ def test_planned_runs() -> None:
     fsdp = planned_runs(DdpBenchConfig(bucket_caps_mb=(25,), fsdp=("full_shard", "shard_grad_op")))
     assert [(r.name, r.kind, r.sharding) for r in fsdp[-2:]] == [("fsdp_full_shard", "fsdp", "full_shard"),
                                                                 ("fsdp_shard_grad_op", "fsdp", "shard_grad_op")]
+    with_k = planned_runs(DdpBenchConfig(bucket_caps_mb=(25,), accumulation=4, fsdp=("full_shard", "fsdp2_full_shard")))
+    assert [(r.name, r.accumulation) for r in with_k[-4:]] == [("fsdp_full_shard", 1), ("fsdp2_full_shard", 1),
+                                                              ("fsdp_full_shard_k4", 4), ("fsdp2_full_shard_k4", 4)]
     fsdp2 = planned_runs(DdpBenchConfig(bucket_caps_mb=(25,), fsdp=("fsdp2_full_shard", "fsdp2_shard_grad_op")))
     assert [(r.name, r.kind, r.sharding) for r in fsdp2[-2:]] == [
         ("fsdp2_full_shard", "fsdp", "fsdp2_full_shard"), ("fsdp2_shard_grad_op", "fsdp", "fsdp2_shard_grad_op")]
@@ -308,7 +311,8 @@ def test_two_ranks_for_real(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert [t["OMP_NUM_THREADS"] for t in doc["threads"]] == ["1", "1"]
     runs = {r["name"]: r for r in doc["runs"]}
     assert list(runs) == ["compute", "compute_k2", "layers", "ddp_cap0.01", "ddp_cap1", "ddp_cap0.01_k2",
-                          "fsdp_full_shard", "fsdp2_full_shard"]
+                          "fsdp_full_shard", "fsdp2_full_shard", "fsdp_full_shard_k2", "fsdp2_full_shard_k2"]
+    assert runs["fsdp2_full_shard_k2"]["accumulation"] == 2
     assert runs["fsdp_full_shard"]["sharding"] == "full_shard"
     assert runs["fsdp2_full_shard"]["sharding"] == "fsdp2_full_shard"  # fully_shard on every Linear and the model
     assert "--fsdp full_shard,fsdp2_full_shard" in doc["source"]["command"]
