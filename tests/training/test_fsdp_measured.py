@@ -150,3 +150,45 @@ def test_fsdp2_costs_more_than_fsdp1_here_and_is_under_predicted_as_fsdp1_is(pre
     assert v2 > v1 and p2 > p1
     assert 1.0 < p2 / p1 < v2 / v1
     assert -0.50 <= p2 / v2 - 1 <= p1 / v1 - 1 < 0.0, (sharding, p1, v1, p2, v2)
+
+
+ACC = {r["name"]: r for r in json.loads((DATA / "fsdp-accumulation-cpu-2proc-mlp.json").read_text(encoding="utf-8"))
+       ["runs"]}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def predicted_acc() -> dict[str, float]:
+    """The four FSDP configurations at 1 and 4 micro-steps on the run's model (fsdp-accumulation-cpu-2proc-mlp.*,
+    2026-12-06: all in one sitting)."""
+    out = {}
+    for version, prefix in ((1, "fsdp_"), (2, "fsdp2_")):
+        for sharding in ("full_shard", "shard_grad_op"):
+            for k, suffix in ((1, ""), (4, "_k4")):
+                sets = ["training.model=fsdp-accumulation-cpu-2proc-mlp.model.yaml", f"training.fsdp.version={version}",
+                        f"training.fsdp.sharding={sharding}", f"training.accumulation={k}"]  # fmt: skip
+                (gloo,) = Simulator.from_source(SCENARIO, sets).step()
+                out[prefix + sharding + suffix] = gloo.iteration_s
+    return out
+
+
+@pytest.mark.parametrize("name", ["fsdp_full_shard", "fsdp_shard_grad_op", "fsdp2_full_shard", "fsdp2_shard_grad_op"])
+def test_four_micro_steps_cost_what_they_measured_against_one(predicted_acc: dict[str, float], name: str) -> None:
+    # What 4 micro-steps cost against 1 (measured 3.46 / 2.21 / 3.03 / 2.82, simulated 3.10 / 2.39 / 3.13 / 2.93):
+    # within 12% of the measured ratio each; the absolute times are under-predicted as FSDP is here (-29% to -48%
+    # at 4 micro-steps: docs/training.md, "Gradient accumulation").
+    measured = ACC[f"{name}_k4"]["median_s"] / ACC[name]["median_s"]
+    simulated = predicted_acc[f"{name}_k4"] / predicted_acc[name]
+    assert abs(simulated / measured - 1) <= 0.12, (name, simulated, measured)
+    assert -0.50 <= predicted_acc[f"{name}_k4"] / ACC[f"{name}_k4"]["median_s"] - 1 < 0.0
+
+
+def test_fsdp1_shard_grad_op_gathers_once_under_no_sync_and_fsdp2_does_not(predicted_acc: dict[str, float]) -> None:
+    # FSDP1's no_sync keeps shard_grad_op's parameters from one micro-step to the next (_should_free_in_backward);
+    # FSDP2 reshards after every backward: 4 micro-steps cost FSDP1 2.21x one step and FSDP2 2.82x, measured
+    def ratio(runs: dict[str, float], name: str) -> float:
+        return runs[f"{name}_k4"] / runs[name]
+
+    measured = {n: r["median_s"] for n, r in ACC.items()}
+    for runs in (measured, predicted_acc):
+        assert ratio(runs, "fsdp_shard_grad_op") < ratio(runs, "fsdp2_shard_grad_op") - 0.3
+        assert runs["fsdp_shard_grad_op_k4"] < runs["fsdp2_shard_grad_op_k4"]
