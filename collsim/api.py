@@ -1076,8 +1076,10 @@ class Simulator:
                 raise ScenarioError("FSDP2 (version: 2) has no no_shard (use style: ddp); expected full_shard, "
                                     "shard_grad_op or hybrid_shard", file=self.scenario.source_file,
                                     field="training.fsdp.sharding")  # fmt: skip
-        cfg = FsdpConfig(tr.batch_size, f.sharding, f.backward_prefetch, f.forward_prefetch, f.limit_all_gathers,
-                         f.param_dtype, tr.optimizer, f.wrap, f.version, f.reduce_dtype, tr.accumulation)  # fmt: skip
+        cfg = FsdpConfig(batch_size=tr.batch_size, sharding=f.sharding, backward_prefetch=f.backward_prefetch,
+                         forward_prefetch=f.forward_prefetch, limit_all_gathers=f.limit_all_gathers,
+                         param_dtype=f.param_dtype, optimizer=tr.optimizer, wrap=f.wrap, version=f.version,
+                         reduce_dtype=f.reduce_dtype, accumulation=tr.accumulation)  # fmt: skip
         world = len(self.topology.rank_devices())
         model, gpu, consts = self.training_model, self.gpu_compute(), self.step_constants
         hybrid = f.sharding == "hybrid_shard"
