@@ -306,7 +306,8 @@ def _bench_command(sub: _Sub) -> None:
                      help="time DistributedDataParallel iterations of an MLP (Gloo, CPU tensors) instead")
     ddp.add_argument("--bucket-cap-mb", metavar="MIB,...", help="DDP bucket caps, MiB (default: 1,25,100)")
     ddp.add_argument("--no-sync", type=int, default=1, metavar="K",
-                     help="also run K micro-steps per step, K-1 under no_sync() (default: 1, not run)")
+                     help="also run K micro-steps per step, K-1 under no_sync() (DDP, and every --fsdp "
+                          "configuration; FSDP2: set_requires_gradient_sync(False)) (default: 1, not run)")
     ddp.add_argument("--no-sync-cap-mb", type=float, default=25.0, metavar="MIB",
                      help="bucket cap of the --no-sync run, MiB (default: %(default)g)")
     ddp.add_argument("--fsdp", metavar="STRATEGY,...",
