@@ -267,6 +267,16 @@ def _hsdp_costs(
     return cost
 
 
+def _with_post_forward(costs: Callable[[str, int], Any], post: Callable[[str, int], Any]) -> Callable[[str, int], Any]:
+    """One collective-cost callable for FSDP2 with an integer ``reshard_after_forward``: the backward all-gathers
+    within the post-forward mesh (``allgather_post``) on ``post``'s group, everything else on ``costs``."""
+
+    def cost(kind: str, nbytes: int) -> Any:
+        return post("allgather", nbytes) if kind == "allgather_post" else costs(kind, nbytes)
+
+    return cost
+
+
 class Simulator:
     """A scenario made ready to simulate: its topology, each backend's options, constants and plan.
 
@@ -1076,10 +1086,18 @@ class Simulator:
                 raise ScenarioError("FSDP2 (version: 2) has no no_shard (use style: ddp); expected full_shard, "
                                     "shard_grad_op or hybrid_shard", file=self.scenario.source_file,
                                     field="training.fsdp.sharding")  # fmt: skip
+        post = f.reshard_after_forward
+        if post is not None and (f.version != 2 or f.sharding not in ("full_shard", "hybrid_shard")):
+            raise ScenarioError(
+                f"an integer reshard_after_forward is FSDP2's (version: 2) with full_shard or hybrid_shard; got "
+                f"version {f.version}, sharding {f.sharding}",
+                file=self.scenario.source_file, field="training.fsdp.reshard_after_forward",
+            )  # fmt: skip
         cfg = FsdpConfig(batch_size=tr.batch_size, sharding=f.sharding, backward_prefetch=f.backward_prefetch,
                          forward_prefetch=f.forward_prefetch, limit_all_gathers=f.limit_all_gathers,
                          param_dtype=f.param_dtype, optimizer=tr.optimizer, wrap=f.wrap, version=f.version,
-                         reduce_dtype=f.reduce_dtype, accumulation=tr.accumulation)  # fmt: skip
+                         reduce_dtype=f.reduce_dtype, accumulation=tr.accumulation,
+                         reshard_after_forward=post)  # fmt: skip
         world = len(self.topology.rank_devices())
         model, gpu, consts = self.training_model, self.gpu_compute(), self.step_constants
         hybrid = f.sharding == "hybrid_shard"
@@ -1097,6 +1115,9 @@ class Simulator:
                                             file=self.scenario.source_file, field="backends.nccl")  # fmt: skip
                     nccl = self._nccl_step_costs() if hsdp is None else _hsdp_costs(
                         hsdp.shard._nccl_step_costs(), [g._nccl_step_costs() for g in hsdp.replicas])  # fmt: skip
+                    if post is not None:
+                        nccl = _with_post_forward(nccl, self._post_forward_group(backend, post, shard_world)
+                                                  ._nccl_step_costs())  # fmt: skip
                     crosses = hsdp is not None and hsdp.shard.topology.nodes > 1
                     result = simulate_fsdp_step(model, cfg, gpu, consts, world, nccl, shard_world=shard_world,
                                                 shard_crosses_network=crosses)  # fmt: skip
@@ -1105,9 +1126,28 @@ class Simulator:
                 elif backend == "gloo":
                     gloo = self._gloo_fsdp_costs() if hsdp is None else _hsdp_costs(
                         hsdp.shard._gloo_fsdp_costs(), [g._gloo_fsdp_costs() for g in hsdp.replicas])  # fmt: skip
+                    if post is not None:
+                        gloo = _with_post_forward(gloo, self._post_forward_group(backend, post, shard_world)
+                                                  ._gloo_fsdp_costs())  # fmt: skip
                     result = simulate_fsdp_step(model, cfg, gpu, consts, world, gloo=gloo, shard_world=shard_world)
                     out.append(dataclasses.replace(result, notes=(*result.notes, *_hsdp_notes(hsdp))))
         return out
+
+    def _post_forward_group(self, backend: str, size: int, shard_world: int | None) -> Simulator:
+        """FSDP2's post-forward mesh for an integer ``reshard_after_forward`` (``_get_post_forward_mesh_info``: the
+        shard dimension split into groups of ``size`` consecutive ranks): a simulator of the first group, sharing
+        the fabric with the others as HSDP's shard groups do (:meth:`_shard_group`). Needs one rank per GPU."""
+        where = {"file": self.scenario.source_file, "field": "training.fsdp.reshard_after_forward"}
+        ranks = self.topology.rank_devices()
+        if not ranks or ranks[0].kind != "gpu" or self.topology.ranks_per_gpu != 1:
+            raise ScenarioError("an integer reshard_after_forward needs one rank per GPU", **where)
+        sharded = shard_world or len(ranks)
+        if sharded % size or size >= sharded:
+            raise ScenarioError(f"reshard_after_forward {size} must divide the {sharded} ranks a block is sharded "
+                                "over and be fewer than all of them", **where)  # fmt: skip
+        names = [d.name for d in ranks]
+        with self._errors("training.fsdp.reshard_after_forward"):
+            return self._shard_group(backend, [names[i : i + size] for i in range(0, len(names), size)])
 
     def _hsdp_groups(self, backend: str) -> _Hsdp:
         """HSDP's process groups: by default as FSDP1 makes them (``_init_intra_and_inter_node_groups``: shard

@@ -815,6 +815,14 @@ class FsdpTrainingConfig(BaseModel):
         "all-reduce), which moves it, and the reduced shard back to training.param_dtype. Default: param_dtype where "
         "given, else training.param_dtype.",
     )
+    reshard_after_forward: StrictInt | None = Field(
+        None,
+        ge=2,
+        description="FSDP2 (version: 2) with full_shard or hybrid_shard: fully_shard's integer reshard_after_forward "
+        "n. After each block's forward every rank keeps 1/n of it, and its backward all-gather runs within groups of "
+        "n consecutive ranks (n = a node's GPUs keeps it on NVLink). A divisor of the ranks a block is sharded over, "
+        "other than all of them. Default: reshard fully (True).",
+    )
     backward_prefetch: Literal["backward_pre", "backward_post", "none"] = Field(
         "backward_pre", description="BackwardPrefetch (FSDP's default: BACKWARD_PRE)."
     )

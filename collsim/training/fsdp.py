@@ -94,8 +94,10 @@ the all-gather and the gradients are in ``param_dtype``, the gradients are cast 
 reduction (FSDP1 ``flat_param.grad.to(_reduce_dtype)`` on the post-backward stream; FSDP2 in ``chunk_cat``), which
 moves ``reduce_dtype``, and the reduced shard is cast back to the parameters' dtype where they differ.
 
-Not modelled: CPU offload, ``no_sync``, FSDP2's explicit prefetching and integer ``reshard_after_forward``, the
-CPU's own time (a CPU-bound step).
+With an integer ``reshard_after_forward`` n each block keeps 1/n of itself after forward (a copy) and is gathered
+back within its n-rank post-forward mesh in backward (the collective callable's ``allgather_post``).
+
+Not modelled: CPU offload, FSDP2's explicit prefetching, the CPU's own time (a CPU-bound step).
 """
 
 from __future__ import annotations
@@ -143,7 +145,8 @@ SHARDINGS = ("full_shard", "shard_grad_op", "no_shard", "hybrid_shard")
 _RESHARD_AFTER_FORWARD = ("full_shard", "hybrid_shard")
 PREFETCHES = ("backward_pre", "backward_post", "none")
 #: what the timeline calls each collective
-_KIND_LABELS = {"allgather": "all-gather", "reduce_scatter": "reduce-scatter", "allreduce": "allreduce",
+_KIND_LABELS = {"allgather": "all-gather", "allgather_post": "all-gather (post-forward mesh)",
+                "reduce_scatter": "reduce-scatter", "allreduce": "allreduce",
                 "allreduce_replicas": "allreduce across groups"}
 #: the timeline's lanes of the all-gathers and the reduce-scatters, per backend
 _LANES = {"nccl": ("NCCL all-gather stream", "NCCL reduce-scatter stream"),
@@ -200,6 +203,11 @@ class FsdpConfig:
         Micro-steps per optimizer step (gradient accumulation): the first ``accumulation - 1`` without gradient
         synchronisation (FSDP1 ``no_sync()``, FSDP2 ``set_requires_gradient_sync(False)``), the last reducing
         what they accumulated.
+    reshard_after_forward : int, optional
+        FSDP2 only, with ``full_shard`` or ``hybrid_shard``: ``fully_shard(..., reshard_after_forward=n)``. After a
+        module's forward each rank keeps 1/n of it (``_to_sharded_post_forward``: a copy of that slice), and its
+        backward all-gather runs within the n consecutive ranks of the post-forward mesh (the collective callable's
+        ``allgather_post``). A divisor of the shard group other than 1 and the group itself.
     """
 
     batch_size: int = 32
@@ -213,6 +221,7 @@ class FsdpConfig:
     version: int = 1
     reduce_dtype: str | None = None
     accumulation: int = 1
+    reshard_after_forward: int | None = None
 
 
 @dataclass(frozen=True)
@@ -390,6 +399,14 @@ def simulate_fsdp_step(
                          "(fully_shard)")  # fmt: skip
     if cfg.version == 2 and cfg.sharding == "no_shard":
         raise ValueError("FSDP2 (fully_shard) has no no_shard; DDP is the unsharded data parallelism")
+    post = cfg.reshard_after_forward
+    if post is not None:
+        shard_ranks = world if shard_world is None or cfg.sharding != "hybrid_shard" else shard_world
+        if cfg.version != 2 or cfg.sharding not in _RESHARD_AFTER_FORWARD:
+            raise ValueError("an integer reshard_after_forward is FSDP2's (version 2) with full_shard or hybrid_shard")
+        if not 1 < post < shard_ranks or shard_ranks % post:
+            raise ValueError(f"reshard_after_forward {post} must divide the {shard_ranks} ranks a module is sharded "
+                             "over and be neither 1 nor all of them")  # fmt: skip
     shard = world if shard_world is None or cfg.sharding != "hybrid_shard" else shard_world
     if shard < 1 or world % shard:
         raise ValueError(f"shard_world must divide world ({world}), got {shard_world}")
@@ -491,10 +508,12 @@ class _Fsdp:
         ``allreduce`` (NO_SHARD: of every rank) or ``allreduce_replicas`` (HSDP: the sharded gradient, 1/shard_world
         of the unit, across the replica groups)."""
         replicas = kind == "allreduce_replicas"
-        nbytes = u.nbytes if kind == "allgather" else u.nbytes * self.rs_scale  # the reduction's in reduce_dtype
+        gathers = kind in ("allgather", "allgather_post")
+        nbytes = u.nbytes if gathers else u.nbytes * self.rs_scale  # the reduction's in reduce_dtype
         nbytes = nbytes / self.shard_world if replicas else nbytes
         # the ranks it spans: one per HSDP group across them, every rank for NO_SHARD's allreduce, else a shard group
-        spans = {"allreduce_replicas": self.world // self.shard_world, "allreduce": self.world}
+        spans = {"allreduce_replicas": self.world // self.shard_world, "allreduce": self.world,
+                 "allgather_post": self.cfg.reshard_after_forward or self.shard_world}
         group = spans.get(kind, self.shard_world)
         phases = 2 if kind.startswith("allreduce") else 1  # ring phases of (group-1)/group of the buffer each
         hbm = self.consts.nccl_hbm_bytes_per_step_byte * phases * (group - 1) / group * nbytes
@@ -513,14 +532,14 @@ class _Fsdp:
             else:
                 assert self.gloo is not None
                 # ProcessGroupGloo's reduce_scatter_tensor all-reduces the whole (cloned) input
-                gloo_kind = kind if kind in ("allgather", "allreduce_replicas") else "allreduce"
+                gloo_kind = kind if kind in ("allgather", "allgather_post", "allreduce_replicas") else "allreduce"
                 seconds, core_s = self.gloo(gloo_kind, size) if group > 1 and size else (0.0, 0.0)
                 self.durations.append(seconds)
                 yield from self.g.gloo_thread(label, lane, seconds, core_s, u.index)
             timing = self.rs.get(u.index)
             if replicas and timing is not None:  # the reduction ends with the all-reduce across the groups
                 timing[2], timing[3] = self.env.now, timing[3] + seconds
-            elif kind != "allgather":  # the post-backward reduction
+            elif not gathers:  # the post-backward reduction
                 self.rs[u.index][1:] = [start, self.env.now, seconds]
 
         return op
@@ -587,6 +606,10 @@ class _Fsdp:
         if self.v2:
             strategy = {"full_shard": "reshard_after_forward=True", "shard_grad_op": "reshard_after_forward=False",
                         "hybrid_shard": "a 2-D mesh (replicate, shard), reshard_after_forward=True"}[self.cfg.sharding]
+            if self.cfg.reshard_after_forward:
+                n = self.cfg.reshard_after_forward
+                strategy = strategy.replace("reshard_after_forward=True", f"reshard_after_forward={n} (each block "
+                                            f"kept 1/{n} after forward, gathered in backward within {n} ranks)")
             divide = ("ReduceOp.AVG (no division kernels)" if not self._divides() else
                       "gradient division kernels around the reduce-scatter (float16: pre- and post-divide)")
             notes = (
@@ -773,6 +796,8 @@ class _Fsdp:
         unsharded: set[int] = set()
         state: list[simpy.Event] = []  # AllGatherState: the last forward copy-out, freed by the next module's wait
         rs_state: list[simpy.Event] = []  # reduce_scatter_states: the last reduce-scatter's end
+        post_world = self.cfg.reshard_after_forward or 0  # ranks of the post-forward mesh (0: none)
+        post_sharded: dict[int, simpy.Event] = {}  # module -> its post-forward slice's copy (reshard event)
 
         def unshard(u: int) -> Proc:
             """``FSDPParamGroup.unshard`` -> ``foreach_all_gather``: on the copy-in stream (after the events the
@@ -782,7 +807,12 @@ class _Fsdp:
                 return
             nbytes = units[u].nbytes
             shard = nbytes / self.shard_world
-            if self.ag_dtype != self.orig_dtype:  # _get_param_all_gather_inputs: a foreach copy casting the shards
+            kind = "allgather"
+            if u in post_sharded:  # resharded to the post-forward mesh: gathered within it, from its slice (kept in
+                # param_dtype) once the slice's copy is done (_reshard_after_forward_event)
+                gate.append(post_sharded.pop(u))
+                shard, kind = nbytes / post_world, "allgather_post"
+            elif self.ag_dtype != self.orig_dtype:  # _get_param_all_gather_inputs: a foreach copy casting the shards
                 cast = self._cast(f"cast shard unit {u}", shard * self.orig_scale, shard, self.copy_in_lane)
                 done = self._issue(self.copy_in_lane, cast, tuple(gate))
                 gate.clear()
@@ -793,7 +823,7 @@ class _Fsdp:
             done = self._issue(self.copy_in_lane, copy_in, tuple(gate))
             gate.clear()
             yield from self._blocked(done, self.cpu_rank)
-            done = self._issue(self.ag_lane, self._collective("allgather", units[u], self.ag_lane),
+            done = self._issue(self.ag_lane, self._collective(kind, units[u], self.ag_lane),
                                self._wait_stream(self.copy_in_lane))
             pending[u] = done
             yield from self._blocked(done, self.blocking)
@@ -822,6 +852,18 @@ class _Fsdp:
             done = self._issue("compute", self._kernel(label, *costs))
             yield from self._blocked(done, self.cpu_rank)
 
+        def post_forward(u: int) -> Proc:
+            """``post_forward`` -> ``reshard``: free the module, or with an integer ``reshard_after_forward`` keep
+            this rank's slice of the post-forward mesh (``_to_sharded_post_forward``: a copy of 1/n of the module
+            on the compute stream, whose end the all-gather streams wait for before gathering it again)."""
+            unsharded.discard(u)
+            if post_world and units[u].nbytes:
+                part = units[u].nbytes / post_world
+                self._fresh("compute", f"post-forward shard unit {u}", part)
+                copy = self._kernel(f"post-forward shard unit {u}", 0.0, self.g.gpu.copy_bytes(part))
+                post_sharded[u] = done = self._issue("compute", copy)
+                yield from self._blocked(done, self.cpu_rank)
+
         def micro_step(first: bool, sync: bool) -> Proc:
             """One forward and backward: the last of ``cfg.accumulation`` reduces (``sync``); before it,
             ``set_requires_gradient_sync(False)`` (``reduce_grads`` false: the post-backward reshards and keeps the
@@ -839,14 +881,14 @@ class _Fsdp:
                 u = self.unit_of[i]
                 if u != current:
                     if current != 0 and reshard_fwd:
-                        unsharded.discard(current)  # post_forward: reshard (FSDP2 records no event for it)
+                        yield from post_forward(current)  # post_forward: reshard (no event, but to a smaller mesh)
                     if u != 0:
                         yield from unshard(u)
                         yield from wait_for_unshard(u, True)
                     current = u
                 yield from compute(f"fwd {layer.name}", _layer_costs(model, i, batch, False))
             if current != 0 and reshard_fwd:
-                unsharded.discard(current)
+                yield from post_forward(current)
             gate.extend(state)  # the root's post-forward frees the last all-gather result after its copy-out
             state.clear()
             # ---- backward: each module's pre-backward all-gathers it (unless prefetched), waits, and prefetches the

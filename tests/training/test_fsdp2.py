@@ -224,3 +224,47 @@ def test_what_fsdp2_does_not_have_is_refused_with_its_field(sets: list[str], fie
     with pytest.raises(ScenarioError, match=message) as err:
         Simulator.from_source(SCENARIO, ["training.fsdp.version=2", *sets]).step()
     assert err.value.field == field
+
+
+# ---- an integer reshard_after_forward: the post-forward mesh
+def test_an_integer_reshard_after_forward_keeps_a_slice_and_gathers_it_within_its_group() -> None:
+    # 4 ranks, reshard_after_forward=2: after each block's forward a copy of its half (2 MiB of 4) on the compute
+    # stream; in backward the copy-in of that half and the all-gather within the 2-rank post-forward mesh
+    # (allgather_post), which waits for the slice's copy; the forward all-gathers stay on all 4 ranks
+    calls: list[tuple[str, int]] = []
+    r = simulate_fsdp_step(_model(2), _v2(reshard_after_forward=2), GPU, BARE, 4, _nccl(1e-6, 1e-6, calls))
+    block = 4 * MB4
+    assert [k for k, _ in calls if k.startswith("allgather")] == ["allgather"] * 3 + ["allgather_post"] * 2
+    slices = _spans(r, "compute", "post-forward shard")
+    assert [s.end - s.start for s in slices] == pytest.approx([_copy(block / 2)] * 2, rel=1e-9)
+    backward_ins = _spans(r, COPY_IN)[3:]
+    assert [s.end - s.start for s in backward_ins] == pytest.approx([_copy(block / 2)] * 2, rel=1e-9)
+    post = [s for s in r.spans if s.label.startswith("all-gather (post-forward mesh)")]
+    assert len(post) == 2 and all(p.start >= max(x.end for x in slices) - 1e-12 for p in post[:1])
+    assert "reshard_after_forward=2" in r.notes[0]
+
+
+@pytest.mark.parametrize(("cfg", "world", "message"), [
+    (FsdpConfig(reshard_after_forward=2), 4, "FSDP2's"),
+    (FsdpConfig(version=2, sharding="shard_grad_op", reshard_after_forward=2), 4, "full_shard or hybrid_shard"),
+    (FsdpConfig(version=2, reshard_after_forward=3), 4, "must divide"),
+    (FsdpConfig(version=2, reshard_after_forward=4), 4, "neither 1 nor all"),
+])
+def test_an_integer_reshard_after_forward_that_fully_shard_refuses_is_refused(cfg: FsdpConfig, world: int,
+                                                                              message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        simulate_fsdp_step(_model(), cfg, GPU, BARE, world, _nccl(0, 0))
+
+
+def test_the_scenario_gathers_backward_within_a_node() -> None:
+    sets = ["training.fsdp.version=2", "training.fsdp.reshard_after_forward=8"]
+    nccl, gloo = Simulator.from_source(SCENARIO, sets).step()
+    full_nccl, full_gloo = Simulator.from_source(SCENARIO, ["training.fsdp.version=2"]).step()
+    # GPT-2 XL on 2 x HGX H100: the 48 blocks' backward all-gathers run on one node's NVLink instead of across both
+    assert len([s for s in nccl.spans if s.label.startswith("all-gather (post-forward mesh)")]) == 48
+    assert nccl.comm_s < full_nccl.comm_s and gloo.iteration_s < full_gloo.iteration_s
+    with pytest.raises(ScenarioError) as err:
+        Simulator.from_source(SCENARIO, ["training.fsdp.reshard_after_forward=8"]).step()
+    assert err.value.field == "training.fsdp.reshard_after_forward"
+    with pytest.raises(ScenarioError, match="must divide the 16 ranks"):
+        Simulator.from_source(SCENARIO, [*sets[:1], "training.fsdp.reshard_after_forward=6"]).step()
