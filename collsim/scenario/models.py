@@ -823,6 +823,18 @@ class FsdpTrainingConfig(BaseModel):
         "n consecutive ranks (n = a node's GPUs keeps it on NVLink). A divisor of the ranks a block is sharded over, "
         "other than all of them. Default: reshard fully (True).",
     )
+    modules_to_forward_prefetch: StrictInt = Field(
+        0,
+        ge=0,
+        description="FSDP2 (version: 2): each block's set_modules_to_forward_prefetch with the next n blocks "
+        "(explicit forward prefetching). Default 0: implicit prefetching only.",
+    )
+    modules_to_backward_prefetch: StrictInt | None = Field(
+        None,
+        ge=1,
+        description="FSDP2 (version: 2): each block's set_modules_to_backward_prefetch with the n blocks before it "
+        "(explicit backward prefetching). Default: the implicit one.",
+    )
     backward_prefetch: Literal["backward_pre", "backward_post", "none"] = Field(
         "backward_pre", description="BackwardPrefetch (FSDP's default: BACKWARD_PRE)."
     )

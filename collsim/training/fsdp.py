@@ -97,7 +97,10 @@ moves ``reduce_dtype``, and the reduced shard is cast back to the parameters' dt
 With an integer ``reshard_after_forward`` n each block keeps 1/n of itself after forward (a copy) and is gathered
 back within its n-rank post-forward mesh in backward (the collective callable's ``allgather_post``).
 
-Not modelled: CPU offload, FSDP2's explicit prefetching, the CPU's own time (a CPU-bound step).
+FSDP2's explicit prefetching (``modules_to_forward_prefetch``, ``modules_to_backward_prefetch``) gathers the next
+n blocks from each block's pre-forward, and the n before it from its pre-backward.
+
+Not modelled: CPU offload, the CPU's own time (a CPU-bound step).
 """
 
 from __future__ import annotations
@@ -208,6 +211,10 @@ class FsdpConfig:
         module's forward each rank keeps 1/n of it (``_to_sharded_post_forward``: a copy of that slice), and its
         backward all-gather runs within the n consecutive ranks of the post-forward mesh (the collective callable's
         ``allgather_post``). A divisor of the shard group other than 1 and the group itself.
+    modules_to_forward_prefetch, modules_to_backward_prefetch : int
+        FSDP2 only: explicit prefetching, as ``block.set_modules_to_forward_prefetch(next n blocks)`` and
+        ``set_modules_to_backward_prefetch(previous n blocks)`` on every block give it; default none forward and
+        the implicit one module backward.
     """
 
     batch_size: int = 32
@@ -222,6 +229,8 @@ class FsdpConfig:
     reduce_dtype: str | None = None
     accumulation: int = 1
     reshard_after_forward: int | None = None
+    modules_to_forward_prefetch: int = 0
+    modules_to_backward_prefetch: int | None = None
 
 
 @dataclass(frozen=True)
@@ -399,6 +408,11 @@ def simulate_fsdp_step(
                          "(fully_shard)")  # fmt: skip
     if cfg.version == 2 and cfg.sharding == "no_shard":
         raise ValueError("FSDP2 (fully_shard) has no no_shard; DDP is the unsharded data parallelism")
+    explicit = cfg.modules_to_forward_prefetch or cfg.modules_to_backward_prefetch is not None
+    if explicit and cfg.version != 2:
+        raise ValueError("modules_to_forward_prefetch and modules_to_backward_prefetch are FSDP2's (version 2)")
+    if cfg.modules_to_forward_prefetch < 0 or (cfg.modules_to_backward_prefetch or 0) < 0:
+        raise ValueError("modules_to_forward_prefetch and modules_to_backward_prefetch must be at least 0")
     post = cfg.reshard_after_forward
     if post is not None:
         shard_ranks = world if shard_world is None or cfg.sharding != "hybrid_shard" else shard_world
@@ -797,6 +811,7 @@ class _Fsdp:
         state: list[simpy.Event] = []  # AllGatherState: the last forward copy-out, freed by the next module's wait
         rs_state: list[simpy.Event] = []  # reduce_scatter_states: the last reduce-scatter's end
         post_world = self.cfg.reshard_after_forward or 0  # ranks of the post-forward mesh (0: none)
+        blocks = [u for u in dict.fromkeys(self.unit_of[i] for i in range(len(model.layers))) if u != 0]
         post_sharded: dict[int, simpy.Event] = {}  # module -> its post-forward slice's copy (reshard event)
 
         def unshard(u: int) -> Proc:
@@ -885,6 +900,10 @@ class _Fsdp:
                     if u != 0:
                         yield from unshard(u)
                         yield from wait_for_unshard(u, True)
+                        # set_modules_to_forward_prefetch: FSDPState._pre_forward unshards the next n blocks
+                        k = blocks.index(u) + 1
+                        for target in blocks[k : k + self.cfg.modules_to_forward_prefetch]:
+                            yield from unshard(target)
                     current = u
                 yield from compute(f"fwd {layer.name}", _layer_costs(model, i, batch, False))
             if current != 0 and reshard_fwd:
@@ -904,8 +923,13 @@ class _Fsdp:
                         yield from unshard(u)
                     yield from wait_for_unshard(u, False)
                     k = bwd_order.index(u) + 1
-                    if reshard_fwd and k < len(bwd_order) and bwd_order[k] != 0:
-                        yield from unshard(bwd_order[k])
+                    # _backward_prefetch: the module before it (default_prefetch), or the blocks
+                    # set_modules_to_backward_prefetch names (the next n in backward; the root keeps the default)
+                    n = self.cfg.modules_to_backward_prefetch
+                    n = 1 if u == 0 or not n else n  # an empty list leaves the default (default_prefetch)
+                    for target in bwd_order[k : k + n] if reshard_fwd else ():
+                        if target != 0:
+                            yield from unshard(target)
                 yield from compute(f"bwd {model.layers[i].name}", _layer_costs(model, i, batch, True))
                 remaining[u] -= 1
                 if remaining[u] == 0:  # post_backward: reshard (reshard_after_backward), then reduce

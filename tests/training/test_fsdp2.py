@@ -268,3 +268,52 @@ def test_the_scenario_gathers_backward_within_a_node() -> None:
     assert err.value.field == "training.fsdp.reshard_after_forward"
     with pytest.raises(ScenarioError, match="must divide the 16 ranks"):
         Simulator.from_source(SCENARIO, [*sets[:1], "training.fsdp.reshard_after_forward=6"]).step()
+
+
+# ---- explicit prefetching
+def _by_unit(spans: list) -> dict[int, object]:  # type: ignore[type-arg]
+    """The first span of each unit, by the unit index that ends its label."""
+    out: dict[int, object] = {}
+    for s in spans:
+        out.setdefault(int(s.label.split()[-1]), s)
+    return out
+
+
+def test_explicit_forward_prefetch_gathers_further_ahead() -> None:
+    # set_modules_to_forward_prefetch(next 2): block j's copy-in is issued in block j-2's pre-forward, after the
+    # all-gather streams were told to wait for block j-3's copy-out: three modules ahead, where implicit
+    # prefetching waits for block j-2's copy-out
+    m = _model(6, fwd=1e-3)
+    r = simulate_fsdp_step(m, _v2(modules_to_forward_prefetch=2), GPU, BARE, 4, _nccl(1e-6, 1e-6))
+    outs = _by_unit(_spans(r, "compute", "all-gather copy-out"))  # forward's come first
+    ins = _by_unit(_spans(r, COPY_IN))
+    for j in range(4, 7):
+        assert ins[j].start >= outs[j - 3].end - 1e-12  # type: ignore[attr-defined]
+        assert ins[j].start < outs[j - 2].end  # type: ignore[attr-defined]
+    with pytest.raises(ValueError, match="FSDP2's"):
+        simulate_fsdp_step(m, FsdpConfig(modules_to_forward_prefetch=1), GPU, BARE, 4, _nccl(0, 0))
+
+
+def test_explicit_backward_prefetch_gathers_two_modules_ahead() -> None:
+    # set_modules_to_backward_prefetch(previous 2): in block j's pre-backward, after its copy-out, blocks j-1 and
+    # j-2 are gathered; implicit prefetching gathers j-1 only
+    m = _model(5, bwd=2e-3)
+    r = simulate_fsdp_step(m, _v2(modules_to_backward_prefetch=2), GPU, BARE, 4, _nccl(1e-6, 1e-6))
+    bwd_outs = _by_unit(list(reversed(_spans(r, "compute", "all-gather copy-out"))))  # backward's: the last ones
+    bwd_ins = _by_unit(list(reversed(_spans(r, COPY_IN))))
+    # block h.1 (unit 2) is gathered by h.3's (unit 4) pre-backward: after h.3's copy-out, before h.2's
+    assert bwd_ins[2].start >= bwd_outs[4].end - 1e-12  # type: ignore[attr-defined]
+    assert bwd_ins[2].start < bwd_outs[3].end  # type: ignore[attr-defined]
+    implicit = simulate_fsdp_step(m, _v2(), GPU, BARE, 4, _nccl(1e-6, 1e-6))
+    imp_outs = _by_unit(list(reversed(_spans(implicit, "compute", "all-gather copy-out"))))
+    imp_ins = _by_unit(list(reversed(_spans(implicit, COPY_IN))))
+    assert imp_ins[2].start >= imp_outs[3].end - 1e-12  # type: ignore[attr-defined]
+
+
+def test_explicit_prefetching_is_fsdp2s_in_the_scenario() -> None:
+    with pytest.raises(ScenarioError) as err:
+        Simulator.from_source(SCENARIO, ["training.fsdp.modules_to_backward_prefetch=2"]).step()
+    assert err.value.field == "training.fsdp.modules_to_backward_prefetch"
+    (r,) = Simulator.from_source(SCENARIO, ["training.fsdp.version=2", "training.fsdp.modules_to_forward_prefetch=2",
+                                            "training.fsdp.modules_to_backward_prefetch=2"]).step(["nccl"])  # fmt: skip
+    assert r.iteration_s > 0
