@@ -1086,10 +1086,13 @@ class Simulator:
                 raise ScenarioError("FSDP2 (version: 2) has no no_shard (use style: ddp); expected full_shard, "
                                     "shard_grad_op or hybrid_shard", file=self.scenario.source_file,
                                     field="training.fsdp.sharding")  # fmt: skip
-        if f.version != 2 and (f.modules_to_forward_prefetch or f.modules_to_backward_prefetch is not None):
-            knob = "modules_to_forward_prefetch" if f.modules_to_forward_prefetch else "modules_to_backward_prefetch"
-            raise ScenarioError(f"{knob} is FSDP2's explicit prefetching (version: 2); FSDP1 has backward_prefetch "
-                                "and forward_prefetch", file=self.scenario.source_file,
+        fsdp2_only = {"modules_to_forward_prefetch": f.modules_to_forward_prefetch != 0,
+                      "modules_to_backward_prefetch": f.modules_to_backward_prefetch is not None,
+                      "reduce_scatter_max_input_buffers": f.reduce_scatter_max_input_buffers != 1}
+        if f.version != 2 and any(fsdp2_only.values()):
+            knob = next(k for k, given in fsdp2_only.items() if given)
+            raise ScenarioError(f"{knob} is FSDP2's (version: 2); FSDP1 has backward_prefetch, forward_prefetch and "
+                                "limit_all_gathers", file=self.scenario.source_file,
                                 field=f"training.fsdp.{knob}")  # fmt: skip
         post = f.reshard_after_forward
         if post is not None and (f.version != 2 or f.sharding not in ("full_shard", "hybrid_shard")):
@@ -1103,7 +1106,8 @@ class Simulator:
                          param_dtype=f.param_dtype, optimizer=tr.optimizer, wrap=f.wrap, version=f.version,
                          reduce_dtype=f.reduce_dtype, accumulation=tr.accumulation,
                          reshard_after_forward=post, modules_to_forward_prefetch=f.modules_to_forward_prefetch,
-                         modules_to_backward_prefetch=f.modules_to_backward_prefetch)  # fmt: skip
+                         modules_to_backward_prefetch=f.modules_to_backward_prefetch,
+                         reduce_scatter_max_input_buffers=f.reduce_scatter_max_input_buffers)  # fmt: skip
         world = len(self.topology.rank_devices())
         model, gpu, consts = self.training_model, self.gpu_compute(), self.step_constants
         hybrid = f.sharding == "hybrid_shard"

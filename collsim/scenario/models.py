@@ -835,6 +835,13 @@ class FsdpTrainingConfig(BaseModel):
         description="FSDP2 (version: 2): each block's set_modules_to_backward_prefetch with the n blocks before it "
         "(explicit backward prefetching). Default: the implicit one.",
     )
+    reduce_scatter_max_input_buffers: StrictInt = Field(
+        1,
+        ge=1,
+        description="FSDP2 (version: 2): set_reduce_scatter_max_input_buffers, the reduce-scatter inputs kept in "
+        "flight. With 1 (the default) each block's gradient copy-in waits for the previous block's reduce-scatter, "
+        "which stalls backward where reduce-scatters are slower than a block's backward.",
+    )
     backward_prefetch: Literal["backward_pre", "backward_post", "none"] = Field(
         "backward_pre", description="BackwardPrefetch (FSDP's default: BACKWARD_PRE)."
     )

@@ -84,8 +84,9 @@ into the parameters on the compute stream (``foreach_all_gather_copy_out``); not
 the copy-in and all-gather streams wait for the copy-out two modules back (``AllGatherState``), in backward for the
 current module's copy-out before the one module ``_backward_prefetch`` gathers. The root keeps its parameters after
 forward. After a module's backward the compute stream waits for the previous reduce-scatter
-(``reduce_scatter_max_input_buffers`` 1), copies the gradients into a new reduce-scatter input (``chunk_cat``), and
-the reduce-scatter stream reduces it with ``ReduceOp.AVG`` (no division kernels but for float16 gradients).
+(``reduce_scatter_max_input_buffers``, 1 by default; with k, for the one k modules back), copies the gradients into
+a new reduce-scatter input (``chunk_cat``), and the reduce-scatter stream reduces it with ``ReduceOp.AVG`` (no
+division kernels but for float16 gradients).
 
 **Mixed precision** (``FsdpConfig.param_dtype``, ``reduce_dtype``; FSDP1 ``MixedPrecision``, FSDP2
 ``MixedPrecisionPolicy``): the parameters (and the optimizer) keep the model's dtype; each shard is cast to
@@ -215,6 +216,9 @@ class FsdpConfig:
         FSDP2 only: explicit prefetching, as ``block.set_modules_to_forward_prefetch(next n blocks)`` and
         ``set_modules_to_backward_prefetch(previous n blocks)`` on every block give it; default none forward and
         the implicit one module backward.
+    reduce_scatter_max_input_buffers : int
+        FSDP2: ``set_reduce_scatter_max_input_buffers``, the reduce-scatter inputs kept in flight (default 1): before
+        a module's copy-in the compute stream waits for the oldest reduce-scatters until fewer than this remain.
     """
 
     batch_size: int = 32
@@ -231,6 +235,7 @@ class FsdpConfig:
     reshard_after_forward: int | None = None
     modules_to_forward_prefetch: int = 0
     modules_to_backward_prefetch: int | None = None
+    reduce_scatter_max_input_buffers: int = 1
 
 
 @dataclass(frozen=True)
@@ -411,6 +416,8 @@ def simulate_fsdp_step(
     explicit = cfg.modules_to_forward_prefetch or cfg.modules_to_backward_prefetch is not None
     if explicit and cfg.version != 2:
         raise ValueError("modules_to_forward_prefetch and modules_to_backward_prefetch are FSDP2's (version 2)")
+    if cfg.reduce_scatter_max_input_buffers < 1:
+        raise ValueError("reduce_scatter_max_input_buffers must be at least 1")
     if cfg.modules_to_forward_prefetch < 0 or (cfg.modules_to_backward_prefetch or 0) < 0:
         raise ValueError("modules_to_forward_prefetch and modules_to_backward_prefetch must be at least 0")
     post = cfg.reshard_after_forward
@@ -629,8 +636,8 @@ class _Fsdp:
             notes = (
                 f"FSDP2 fully_shard, {strategy}, {len(self.units) - 1} wrapped module(s) + root (not resharded after "
                 f"forward); implicit prefetching: all-gathers at most two modules ahead in forward, one in backward; "
-                f"the compute stream waits for the previous reduce-scatter before the next copy-in "
-                f"(reduce_scatter_max_input_buffers 1); {divide}",
+                f"the compute stream waits for the oldest reduce-scatters before the next copy-in "
+                f"(reduce_scatter_max_input_buffers {self.cfg.reduce_scatter_max_input_buffers}); {divide}",
                 f"{how}; {optimizer}",
             )  # fmt: skip
         if self.cfg.accumulation > 1:
@@ -967,14 +974,17 @@ class _Fsdp:
         if u.nbytes == 0:
             return
         lane = self.rs_lane
-        waits = tuple(rs_state)
-        rs_state.clear()
+        # reclaim the oldest reduce-scatter inputs until fewer than max_input_buffers remain: the compute stream
+        # waits for their reduce-scatters
+        waits = []
+        while rs_state and len(rs_state) >= self.cfg.reduce_scatter_max_input_buffers:
+            waits.append(rs_state.pop(0))
         reduced = u.nbytes * self.rs_scale  # the reduce-scatter's input, in reduce_dtype
         self._fresh("compute", f"reduce-scatter input unit {u.index}", reduced)
         # chunk_cat reads the gradients (param_dtype) and writes the input, casting where the dtypes differ
         copy_in = self._cast(f"reduce-scatter copy-in unit {u.index}", u.nbytes if grads is None else grads, reduced,
                              "compute")  # fmt: skip
-        done = self._issue("compute", copy_in, waits)
+        done = self._issue("compute", copy_in, tuple(waits))
         yield from self._blocked(done, self.cpu_rank)
         timing = self.rs[u.index] = [math.nan, math.nan, math.nan, 0.0]
 

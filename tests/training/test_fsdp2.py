@@ -317,3 +317,24 @@ def test_explicit_prefetching_is_fsdp2s_in_the_scenario() -> None:
     (r,) = Simulator.from_source(SCENARIO, ["training.fsdp.version=2", "training.fsdp.modules_to_forward_prefetch=2",
                                             "training.fsdp.modules_to_backward_prefetch=2"]).step(["nccl"])  # fmt: skip
     assert r.iteration_s > 0
+
+
+def test_more_reduce_scatter_buffers_let_backward_run_on() -> None:
+    # set_reduce_scatter_max_input_buffers(2): a block's gradient copy-in waits only for the reduce-scatter two
+    # blocks back, so 5 ms reduce-scatters behind 2 ms blocks no longer stall the next block's backward (with 1 they
+    # do: test_the_compute_stream_waits_for_the_previous_reduce_scatter); the reduce-scatters themselves still run
+    # one after another
+    m = _model(3)
+    one = simulate_fsdp_step(m, _v2(), GPU, BARE, 4, _nccl(1e-6, 5e-3))
+    two = simulate_fsdp_step(m, _v2(reduce_scatter_max_input_buffers=2), GPU, BARE, 4, _nccl(1e-6, 5e-3))
+    copy_ins = _spans(two, "compute", "reduce-scatter copy-in")
+    rss = _spans(two, RS_LANE, "reduce-scatter unit")
+    assert copy_ins[1].start < rss[0].end  # h.1's copy-in does not wait for h.2's reduce-scatter
+    assert copy_ins[2].start >= rss[0].end - 1e-12  # h.0's waits for h.2's (two back)
+    end = {r: max(s.end for s in r.spans if s.label.startswith("bwd ")) for r in (one, two)}
+    assert end[two] < end[one] - 3e-3
+    assert two.iteration_s <= one.iteration_s + 1e-12
+    assert "reduce_scatter_max_input_buffers 2" in two.notes[0]
+    with pytest.raises(ScenarioError) as err:
+        Simulator.from_source(SCENARIO, ["training.fsdp.reduce_scatter_max_input_buffers=2"]).step()
+    assert err.value.field == "training.fsdp.reduce_scatter_max_input_buffers"
