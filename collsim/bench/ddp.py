@@ -867,22 +867,7 @@ def run_ddp_rank(cfg: DdpBenchConfig, *, say: SayFn | None = None, launcher: str
         clock = _LayerClock(layers_model, sync)
 
         def iteration(r: DdpRun) -> None:
-            model, opt = models[r.name], opts[id(models[r.name])]
-            fsdp2 = r.kind == "fsdp" and r.sharding is not None and r.sharding.startswith("fsdp2_")
-            for _ in range(r.accumulation - 1):
-                if r.kind == "ddp" or (r.kind == "fsdp" and not fsdp2):  # DDP's and FSDP1's no_sync()
-                    with model.no_sync():
-                        mse_loss(model(x), y).backward()
-                elif fsdp2:  # FSDP2: set_requires_gradient_sync(False) for all but the last micro-step
-                    model.set_requires_gradient_sync(False)
-                    mse_loss(model(x), y).backward()
-                else:
-                    mse_loss(model(x), y).backward()
-            if fsdp2 and r.accumulation > 1:
-                model.set_requires_gradient_sync(True)
-            mse_loss(model(x), y).backward()
-            opt.step()
-            opt.zero_grad()
+            _train_step(r, models[r.name], opts[id(models[r.name])], lambda m: mse_loss(m(x), y))
 
         times: dict[str, list[float]] = {r.name: [] for r in runs}
         layer_fwd: list[list[float]] = []
@@ -988,6 +973,27 @@ def _build_models(
         if id(model) not in opts:
             opts[id(model)] = torch.optim.SGD(model.parameters(), lr=cfg.lr)
     return plain, layers_model, models, opts
+
+
+def _train_step(r: DdpRun, model: Any, opt: Any, loss: Callable[[Any], Any]) -> None:
+    """One optimizer step of configuration ``r``: ``r.accumulation`` forwards and backwards of ``loss(model)``, all
+    but the last without gradient sync (DDP's and FSDP1's ``no_sync()``, FSDP2's
+    ``set_requires_gradient_sync(False)``; the plain model has none to skip), then the optimizer."""
+    fsdp2 = r.kind == "fsdp" and r.sharding is not None and r.sharding.startswith("fsdp2_")
+    no_sync = r.kind == "ddp" or (r.kind == "fsdp" and not fsdp2)
+    for _ in range(r.accumulation - 1):
+        if no_sync:
+            with model.no_sync():
+                loss(model).backward()
+        else:
+            if fsdp2:
+                model.set_requires_gradient_sync(False)
+            loss(model).backward()
+    if fsdp2 and r.accumulation > 1:
+        model.set_requires_gradient_sync(True)
+    loss(model).backward()
+    opt.step()
+    opt.zero_grad()
 
 
 def _fsdp_wrapper(torch: Any, device: Any) -> Callable[[Any, str], Any]:

@@ -760,13 +760,7 @@ class _Fsdp:
                 yield from compute(f"bwd {model.layers[i].name}", _layer_costs(model, i, batch, True))
                 remaining[u] -= 1
                 if remaining[u] == 0:  # all of the unit's gradients are ready
-                    if units[u].nbytes > 0:  # SplitWithSizesBackward: the views' gradients into one flat gradient
-                        self._fresh("compute", f"flat gradient unit {u}", units[u].nbytes)  # torch.cat's new tensor
-                        flat = self.g.gpu.copy_bytes(units[u].nbytes)
-                        yield from compute(f"flat gradient unit {u}", (0.0, flat, None))
-                        if not first:  # AccumulateGrad: the flat parameter has no_sync's gradient: grad += new
-                            add = 3.0 * units[u].nbytes  # read both, write one in place
-                            yield from compute(f"accumulate gradient unit {u}", (0.0, add, None))
+                    yield from self._flat_gradient(units[u], first)
                     # the post-backward hook, on the flat parameter's AccumulateGrad
                     if sharded and (sync or cfg.sharding in _RESHARD_AFTER_FORWARD):
                         reshard(u)  # _should_free_in_backward: under no_sync only the strategies freed after forward
@@ -777,11 +771,44 @@ class _Fsdp:
 
         for step in range(cfg.accumulation):
             yield from micro_step(step == 0, step == cfg.accumulation - 1)
-        # ---- the end of backward: wait for the post-backward stream (and HSDP's all-reduce stream), then the
-        # optimizer on the shard
-        shard = 1.0 / self.shard_world if sharded else 1.0
-        opt = _optimizer_bytes(model, self.consts, cfg.optimizer) * shard
-        label = "optimizer (shard)" if sharded else "optimizer"
+        yield from self._optimizer_step()
+
+    def _compute(self, label: str, nbytes: float) -> Proc:
+        """A memory-bound kernel of ``nbytes`` bytes on the compute stream; a CPU rank's thread waits for it."""
+        done = self._issue("compute", self._kernel(label, 0.0, nbytes))
+        yield from self._blocked(done, self.cpu_rank)
+
+    def _flat_gradient(self, u: FsdpUnit, first: bool) -> Proc:
+        """FSDP1: autograd's ``SplitWithSizesBackward`` concatenates the views' gradients into a new flat gradient
+        (a copy of the unit's bytes; a fresh mapping on a CPU rank from its threshold), and from the second
+        micro-step ``AccumulateGrad`` adds it to the one ``no_sync`` kept (read both, write one in place)."""
+        if u.nbytes > 0:
+            self._fresh("compute", f"flat gradient unit {u.index}", u.nbytes)  # torch.cat's new tensor
+            yield from self._compute(f"flat gradient unit {u.index}", self.g.gpu.copy_bytes(u.nbytes))
+            if not first:
+                yield from self._compute(f"accumulate gradient unit {u.index}", 3.0 * u.nbytes)
+
+    def _post_backward2(self, u: FsdpUnit, first: bool, sync: bool, rs_state: list[simpy.Event]) -> Proc:
+        """FSDP2's ``post_backward`` after the reshard: the gradients kept between micro-steps (in reduce_dtype
+        where it differs, ``unsharded_accumulated_grad``; else in the parameter's ``.grad``) get the new ones added
+        from the second micro-step (``accumulate_unsharded_grad_if_needed`` or ``AccumulateGrad``), or are cast to
+        reduce_dtype in the first of several (``to_accumulated_grad_if_needed``); the micro-step that syncs
+        reduces them (:meth:`_reduce_scatter2`)."""
+        nbytes = u.nbytes
+        kept = nbytes * self.rs_scale if self.reduce_dtype != self.ag_dtype else nbytes
+        if not first and nbytes:
+            yield from self._compute(f"accumulate gradient unit {u.index}", 2.0 * kept + nbytes)
+        elif not sync and kept != nbytes:
+            yield from self._compute(f"cast gradient unit {u.index}", nbytes + (1.0 + self.g.gpu.write_allocate) * kept)
+        if sync:  # set_requires_gradient_sync(False): no reduction
+            yield from self._reduce_scatter2(u, rs_state, nbytes if first else kept)
+
+    def _optimizer_step(self) -> Proc:
+        """The end of backward: the compute stream waits for the reduce-scatter (post-backward) stream and HSDP's
+        all-reduce stream, then the optimizer updates the rank's shard (every parameter without sharding)."""
+        shard = 1.0 / self.shard_world if self.sharded else 1.0
+        opt = _optimizer_bytes(self.model, self.consts, self.cfg.optimizer) * shard
+        label = "optimizer (shard)" if self.sharded else "optimizer"
         ends = self._wait_stream(self.rs_lane) + (self._wait_stream(self.ar_lane) if self.hybrid else ())
         self._issue("compute", self._kernel(label, 0.0, opt), ends)
         yield self.tail["compute"]
@@ -941,25 +968,11 @@ class _Fsdp:
                 remaining[u] -= 1
                 if remaining[u] == 0:  # post_backward: reshard (reshard_after_backward), then reduce
                     unsharded.discard(u)
-                    nbytes = units[u].nbytes
-                    # gradients kept between micro-steps: in reduce_dtype where it differs (unsharded_accumulated_grad),
-                    # else in the parameter's .grad, where autograd accumulates
-                    kept = nbytes * self.rs_scale if self.reduce_dtype != self.ag_dtype else nbytes
-                    if not first and nbytes:  # accumulate_unsharded_grad_if_needed, or AccumulateGrad: kept += new
-                        yield from compute(f"accumulate gradient unit {u}", (0.0, 2.0 * kept + nbytes, None))
-                    elif not sync and kept != nbytes:  # to_accumulated_grad_if_needed: grad.to(reduce_dtype)
-                        cast = nbytes + (1.0 + self.g.gpu.write_allocate) * kept
-                        yield from compute(f"cast gradient unit {u}", (0.0, cast, None))
-                    if sync:  # set_requires_gradient_sync(False): no reduction
-                        yield from self._reduce_scatter2(units[u], rs_state, nbytes if first else kept)
+                    yield from self._post_backward2(units[u], first, sync, rs_state)
 
         for step in range(self.cfg.accumulation):
             yield from micro_step(step == 0, step == self.cfg.accumulation - 1)
-        # ---- finalize_backward: the compute stream waits for the last post-reduce events; the optimizer
-        opt = _optimizer_bytes(model, self.consts, self.cfg.optimizer) / self.shard_world
-        ends = self._wait_stream(self.rs_lane) + (self._wait_stream(self.ar_lane) if self.hybrid else ())
-        self._issue("compute", self._kernel("optimizer (shard)", 0.0, opt), ends)
-        yield self.tail["compute"]
+        yield from self._optimizer_step()  # finalize_backward waits for the last post-reduce events
 
     def _reduce_scatter2(self, u: FsdpUnit, rs_state: list[simpy.Event], grads: float | None = None) -> Proc:
         """FSDP2's ``post_backward`` -> ``foreach_reduce``. Waits for: the previous module's reduce-scatter (the
