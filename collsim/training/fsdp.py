@@ -839,79 +839,14 @@ class _Fsdp:
         model, units = self.model, self.units
         batch = self.cfg.batch_size
         reshard_fwd = self.cfg.sharding in _RESHARD_AFTER_FORWARD
-        gate: list[simpy.Event] = []  # events the all-gather streams wait on before their next op (wait_event)
-        pending: dict[int, simpy.Event] = {}  # module -> its all-gather's end, until wait_for_unshard
-        unsharded: set[int] = set()
-        state: list[simpy.Event] = []  # AllGatherState: the last forward copy-out, freed by the next module's wait
+        gathers = _Gathers2(self)
+        unshard, wait_for_unshard, post_forward = gathers.unshard, gathers.wait_for_unshard, gathers.post_forward
         rs_state: list[simpy.Event] = []  # reduce_scatter_states: the last reduce-scatter's end
-        post_world = self.cfg.reshard_after_forward or 0  # ranks of the post-forward mesh (0: none)
         blocks = [u for u in dict.fromkeys(self.unit_of[i] for i in range(len(model.layers))) if u != 0]
-        post_sharded: dict[int, simpy.Event] = {}  # module -> its post-forward slice's copy (reshard event)
-
-        def unshard(u: int) -> Proc:
-            """``FSDPParamGroup.unshard`` -> ``foreach_all_gather``: on the copy-in stream (after the events the
-            all-gather streams were told to wait on) a new output of the module's bytes and a copy of this rank's
-            shard into it; the all-gather stream waits for the copy-in stream and all-gathers."""
-            if u in unsharded or u in pending or units[u].nbytes == 0:
-                return
-            nbytes = units[u].nbytes
-            shard = nbytes / self.shard_world
-            kind = "allgather"
-            if u in post_sharded:  # resharded to the post-forward mesh: gathered within it, from its slice (kept in
-                # param_dtype) once the slice's copy is done (_reshard_after_forward_event)
-                gate.append(post_sharded.pop(u))
-                shard, kind = nbytes / post_world, "allgather_post"
-            elif self.ag_dtype != self.orig_dtype:  # _get_param_all_gather_inputs: a foreach copy casting the shards
-                cast = self._cast(f"cast shard unit {u}", shard * self.orig_scale, shard, self.copy_in_lane)
-                done = self._issue(self.copy_in_lane, cast, tuple(gate))
-                gate.clear()
-                yield from self._blocked(done, self.cpu_rank)
-            self._fresh(self.copy_in_lane, f"all-gather output unit {u}", nbytes)
-            copy_in = self._kernel(f"all-gather copy-in unit {u}", 0.0, self.g.gpu.copy_bytes(shard),
-                                   lane=self.copy_in_lane)  # fmt: skip
-            done = self._issue(self.copy_in_lane, copy_in, tuple(gate))
-            gate.clear()
-            yield from self._blocked(done, self.cpu_rank)
-            done = self._issue(self.ag_lane, self._collective(kind, units[u], self.ag_lane),
-                               self._wait_stream(self.copy_in_lane))
-            pending[u] = done
-            yield from self._blocked(done, self.blocking)
-
-        def wait_for_unshard(u: int, forward: bool) -> Proc:
-            """``wait_for_unshard``: in forward the all-gather streams first wait for the previous module's
-            copy-out (the saved ``AllGatherState``); the compute stream waits for the all-gather and copies the
-            output into the parameters (``split_with_sizes_copy``); in forward that copy-out becomes the saved
-            state, in backward the all-gather streams wait for it at once."""
-            done = pending.pop(u, None)
-            if done is None:
-                return
-            if forward and state:
-                gate.extend(state)
-                state.clear()
-            seconds = self._param_faults(units[u])
-            if seconds > 0:
-                self._issue("compute", self._kernel(f"page faults: parameters unit {u}", 0.0, 0.0, seconds))
-            out = self._issue("compute", self._kernel(f"all-gather copy-out unit {u}", 0.0,
-                                                      self.g.gpu.copy_bytes(units[u].nbytes)), (done,))  # fmt: skip
-            unsharded.add(u)
-            (state if forward else gate).append(out)
-            yield from self._blocked(out, self.cpu_rank)
 
         def compute(label: str, costs: tuple[float, float, float | None]) -> Proc:
             done = self._issue("compute", self._kernel(label, *costs))
             yield from self._blocked(done, self.cpu_rank)
-
-        def post_forward(u: int) -> Proc:
-            """``post_forward`` -> ``reshard``: free the module, or with an integer ``reshard_after_forward`` keep
-            this rank's slice of the post-forward mesh (``_to_sharded_post_forward``: a copy of 1/n of the module
-            on the compute stream, whose end the all-gather streams wait for before gathering it again)."""
-            unsharded.discard(u)
-            if post_world and units[u].nbytes:
-                part = units[u].nbytes / post_world
-                self._fresh("compute", f"post-forward shard unit {u}", part)
-                copy = self._kernel(f"post-forward shard unit {u}", 0.0, self.g.gpu.copy_bytes(part))
-                post_sharded[u] = done = self._issue("compute", copy)
-                yield from self._blocked(done, self.cpu_rank)
 
         def micro_step(first: bool, sync: bool) -> Proc:
             """One forward and backward: the last of ``cfg.accumulation`` reduces (``sync``); before it,
@@ -942,8 +877,7 @@ class _Fsdp:
                 yield from compute(f"fwd {layer.name}", _layer_costs(model, i, batch, False))
             if current != 0 and reshard_fwd:
                 yield from post_forward(current)
-            gate.extend(state)  # the root's post-forward frees the last all-gather result after its copy-out
-            state.clear()
+            gathers.end_forward()
             # ---- backward: each module's pre-backward all-gathers it (unless prefetched), waits, and prefetches the
             # module before it in post-forward order (_backward_prefetch); its post-backward reduces its gradients
             bwd_order = list(dict.fromkeys(self.unit_of[i] for i in reversed(range(len(model.layers)))))
@@ -967,7 +901,7 @@ class _Fsdp:
                 yield from compute(f"bwd {model.layers[i].name}", _layer_costs(model, i, batch, True))
                 remaining[u] -= 1
                 if remaining[u] == 0:  # post_backward: reshard (reshard_after_backward), then reduce
-                    unsharded.discard(u)
+                    gathers.unsharded.discard(u)
                     yield from self._post_backward2(units[u], first, sync, rs_state)
 
         for step in range(self.cfg.accumulation):
@@ -1106,3 +1040,86 @@ class _Fsdp:
             write = kept * DTYPE_BYTES[self.orig_dtype] / DTYPE_BYTES[self.reduce_dtype]
             done = self._issue(lane, self._cast(f"cast gradient back unit {u.index}", kept, write, lane))
             yield from self._blocked(done, self.cpu_rank)
+
+class _Gathers2:
+    """FSDP2's all-gathers for one iteration of :class:`_Fsdp` (``FSDPParamGroup.unshard``, ``wait_for_unshard``,
+    ``reshard``): which modules are unsharded or being gathered, and the events the copy-in and all-gather streams
+    were told to wait on (``wait_event``), applied to the next op issued there (the streams run in order)."""
+
+    def __init__(self, fsdp: _Fsdp) -> None:
+        self.f = fsdp
+        self.gate: list[simpy.Event] = []  # events the all-gather streams wait on before their next op
+        self.pending: dict[int, simpy.Event] = {}  # module -> its all-gather's end, until wait_for_unshard
+        self.unsharded: set[int] = set()
+        self.state: list[simpy.Event] = []  # AllGatherState: the last forward copy-out, freed by the next wait
+        self.post_world = fsdp.cfg.reshard_after_forward or 0  # ranks of the post-forward mesh (0: none)
+        self.post_sharded: dict[int, simpy.Event] = {}  # module -> its post-forward slice's copy (reshard event)
+
+    def unshard(self, u: int) -> Proc:
+        """``FSDPParamGroup.unshard`` -> ``foreach_all_gather``: on the copy-in stream (after the events the
+        all-gather streams were told to wait on) a new output of the module's bytes and a copy of this rank's
+        shard into it; the all-gather stream waits for the copy-in stream and all-gathers."""
+        f, gate = self.f, self.gate
+        unit = f.units[u]
+        if u in self.unsharded or u in self.pending or unit.nbytes == 0:
+            return
+        nbytes = unit.nbytes
+        shard = nbytes / f.shard_world
+        kind = "allgather"
+        if u in self.post_sharded:  # resharded to the post-forward mesh: gathered within it, from its slice (kept in
+            # param_dtype) once the slice's copy is done (_reshard_after_forward_event)
+            gate.append(self.post_sharded.pop(u))
+            shard, kind = nbytes / self.post_world, "allgather_post"
+        elif f.ag_dtype != f.orig_dtype:  # _get_param_all_gather_inputs: a foreach copy casting the shards
+            cast = f._cast(f"cast shard unit {u}", shard * f.orig_scale, shard, f.copy_in_lane)
+            done = f._issue(f.copy_in_lane, cast, tuple(gate))
+            gate.clear()
+            yield from f._blocked(done, f.cpu_rank)
+        f._fresh(f.copy_in_lane, f"all-gather output unit {u}", nbytes)
+        copy_in = f._kernel(f"all-gather copy-in unit {u}", 0.0, f.g.gpu.copy_bytes(shard), lane=f.copy_in_lane)
+        done = f._issue(f.copy_in_lane, copy_in, tuple(gate))
+        gate.clear()
+        yield from f._blocked(done, f.cpu_rank)
+        done = f._issue(f.ag_lane, f._collective(kind, unit, f.ag_lane), f._wait_stream(f.copy_in_lane))
+        self.pending[u] = done
+        yield from f._blocked(done, f.blocking)
+
+    def wait_for_unshard(self, u: int, forward: bool) -> Proc:
+        """``wait_for_unshard``: in forward the all-gather streams first wait for the previous module's
+        copy-out (the saved ``AllGatherState``); the compute stream waits for the all-gather and copies the
+        output into the parameters (``split_with_sizes_copy``); in forward that copy-out becomes the saved
+        state, in backward the all-gather streams wait for it at once."""
+        f = self.f
+        done = self.pending.pop(u, None)
+        if done is None:
+            return
+        if forward and self.state:
+            self.gate.extend(self.state)
+            self.state.clear()
+        seconds = f._param_faults(f.units[u])
+        if seconds > 0:
+            f._issue("compute", f._kernel(f"page faults: parameters unit {u}", 0.0, 0.0, seconds))
+        copy_out = f._kernel(f"all-gather copy-out unit {u}", 0.0, f.g.gpu.copy_bytes(f.units[u].nbytes))
+        out = f._issue("compute", copy_out, (done,))
+        self.unsharded.add(u)
+        (self.state if forward else self.gate).append(out)
+        yield from f._blocked(out, f.cpu_rank)
+
+    def post_forward(self, u: int) -> Proc:
+        """``post_forward`` -> ``reshard``: free the module, or with an integer ``reshard_after_forward`` keep
+        this rank's slice of the post-forward mesh (``_to_sharded_post_forward``: a copy of 1/n of the module
+        on the compute stream, whose end the all-gather streams wait for before gathering it again)."""
+        f = self.f
+        self.unsharded.discard(u)
+        if self.post_world and f.units[u].nbytes:
+            part = f.units[u].nbytes / self.post_world
+            f._fresh("compute", f"post-forward shard unit {u}", part)
+            copy = f._kernel(f"post-forward shard unit {u}", 0.0, f.g.gpu.copy_bytes(part))
+            self.post_sharded[u] = done = f._issue("compute", copy)
+            yield from f._blocked(done, f.cpu_rank)
+
+    def end_forward(self) -> None:
+        """The root's post-forward frees the last all-gather result after its copy-out: the all-gather streams
+        wait for it."""
+        self.gate.extend(self.state)
+        self.state.clear()
