@@ -112,6 +112,15 @@ _DTYPE_ALIASES: dict[str, str] = {v: k for k, v in NCCL_TESTS_TYPE_NAMES.items()
 #: Unknown keys are errors; ``.inf`` and ``.nan`` are refused where a number is expected (a finite one always is).
 _STRICT = ConfigDict(extra="forbid", validate_default=False, allow_inf_nan=False)
 
+#: names users try for the NCCL release under backends.nccl.env (it is backends.nccl.version)
+_RELEASE_NAMES = frozenset({"NCCL_VERSION", "NCCL_VERSION_CODE", "NCCL_RELEASE"})
+
+
+def _release_in(raw: Any) -> str:
+    """The release in a value such as '2.21.5+cuda12.4' (as NCCL_DEBUG=INFO prints it), for an error's hint."""
+    found = re.search(r"\d+\.\d+(?:\.\d+)?", str(raw))
+    return found.group(0) if found else "2.21.5"
+
 
 def custom_error(message: str, subfield: str | None = None) -> PydanticCustomError:
     """A pydantic error whose text is exactly ``message``; ``subfield`` is appended to the field path by the loader."""
@@ -477,6 +486,12 @@ class NcclConfig(BaseModel):
                 raise custom_error(
                     f"not an NCCL variable (names start with NCCL_; of a network plugin's, collsim reads "
                     f"{', '.join(sorted(PLUGIN_ENV))}); known: {', '.join(KNOWN_NCCL_ENV)}",
+                    subfield=skey,
+                )
+            if skey in _RELEASE_NAMES:  # not a variable NCCL reads: ignoring it would simulate the latest release
+                raise custom_error(
+                    "NCCL reads no such variable; the release a run used goes in backends.nccl.version "
+                    f"(version: '{_release_in(raw)}')",
                     subfield=skey,
                 )
             text = _env_value_str(raw)

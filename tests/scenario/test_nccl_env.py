@@ -139,6 +139,21 @@ def test_unknown_nccl_var_without_close_match_warns() -> None:
         NcclConfig.model_validate({"env": {"NCCL_FROBNICATE": "1"}})
 
 
+def test_release_as_a_variable_is_an_error_naming_the_field(write: Callable[[str, str], Path]) -> None:
+    """NCCL_VERSION is no variable NCCL reads: a warning would leave the run on the latest release, so it is an error
+    pointing at backends.nccl.version with the release taken from the value (as NCCL_DEBUG=INFO prints it)."""
+    path = write("s.yaml", "name: t\ncluster: {node: node.yaml}\n"
+                           "backends: {nccl: {env: {NCCL_VERSION: 2.21.5+cuda12.4}}}\n")  # fmt: skip
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(path)
+    assert str(info.value) == (
+        f"{path}: backends.nccl.env.NCCL_VERSION: NCCL reads no such variable; the release a run used goes in "
+        "backends.nccl.version (version: '2.21.5')"
+    )
+    fixed = load_scenario(write("v.yaml", "name: t\ncluster: {node: node.yaml}\nbackends: {nccl: {version: 2.21.5}}\n"))
+    assert fixed.backends.nccl is not None and fixed.backends.nccl.version == "2.21.5"
+
+
 def test_nccl_variables_collsim_does_not_model_warn_as_such() -> None:
     """A variable NCCL reads (its sources' NCCL_PARAM names) that collsim does not model is named as that, not as
     unknown; one that changes no collective's time (logging, interface names, timeouts; PyTorch's NCCL_* names) is
