@@ -653,125 +653,80 @@ class _Fsdp:
                           tuple(self.spans), notes, reduction)  # fmt: skip
 
     def _program(self) -> Proc:
-        """The CPU thread: forward and backward in program order, issuing kernels and collectives."""
-        model, cfg = self.model, self.cfg
-        units = self.units
-        batch = cfg.batch_size
-        sharded = self.sharded
-        free_queue: deque[simpy.Event] = deque()
-        unsharded: set[int] = set()
-        prefetched: set[int] = set()
-
-        def unshard(u: int) -> Generator[simpy.Event, Any, None]:
-            """``_unshard``: the rate limiter (the CPU blocks on the oldest free when two are queued), then the
-            all-gather on the unshard stream (with Gloo, the call returns when it is done)."""
-            if u in unsharded:
-                return
-            if cfg.limit_all_gathers and len(free_queue) >= 2:
-                event = free_queue.popleft()
-                if not event.processed:
-                    yield event
-            self._fresh(self.ag_lane, f"unsharded unit {u}", units[u].nbytes)  # _alloc_storage: filled by the gather
-            if self.ag_dtype != self.orig_dtype and units[u].nbytes:
-                # pre_unshard -> _use_low_precision_shard: _mp_shard.copy_(_local_shard), a cast of the shard on the
-                # pre-unshard stream, which the all-gather waits for
-                shard = units[u].nbytes / self.shard_world
-                cast = self._cast(f"cast shard unit {u}", shard * self.orig_scale, shard, self.ag_lane)
-                done = self._issue(self.ag_lane, cast)
-                yield from self._blocked(done, self.cpu_rank)
-            done = self._issue(self.ag_lane, self._collective("allgather", units[u], self.ag_lane))
-            unsharded.add(u)
-            yield from self._blocked(done, self.blocking)
-
-        def reshard(u: int) -> None:
-            unsharded.discard(u)
-            prefetched.discard(u)
-            marker = self._issue("compute", self._marker())
-            if cfg.limit_all_gathers:
-                free_queue.append(marker)
-
-        waits: list[simpy.Event] = []  # a hook's wait_stream(unshard stream), applied to the next kernel issued
-
-        def wait_unshard() -> None:
-            waits[:] = list(self._wait_stream(self.ag_lane))
-
-        def compute(label: str, costs: tuple[float, float, float | None]) -> Proc:
-            done = self._issue("compute", self._kernel(label, *costs), tuple(waits))
-            waits.clear()
-            yield from self._blocked(done, self.cpu_rank)
-
-        def cast_whole(u: int) -> Proc:
-            """NO_SHARD with mixed precision: ``_unshard`` still runs ``pre_unshard`` before each forward, which
-            casts the whole flat parameter (``_use_low_precision_shard``) on the pre-unshard stream."""
-            if self.ag_dtype != self.orig_dtype and units[u].nbytes:
-                nbytes = units[u].nbytes
-                done = self._issue(self.ag_lane, self._cast(f"cast parameters unit {u}", nbytes * self.orig_scale,
-                                                            nbytes, self.ag_lane))  # fmt: skip
-                yield from self._blocked(done, self.cpu_rank)
-
-        fwd_units = [0] + [self.unit_of[i] for i in range(len(model.layers)) if self.unit_of[i] != 0]
+        """The CPU thread: forward and backward in program order, issuing kernels and collectives, once per
+        micro-step of ``cfg.accumulation``, then the optimizer step."""
+        gathers = _Gathers1(self)
+        fwd_units = [0] + [self.unit_of[i] for i in range(len(self.model.layers)) if self.unit_of[i] != 0]
         fwd_order = list(dict.fromkeys(fwd_units))
-
-        def micro_step(first: bool, sync: bool) -> Proc:
-            """One forward and backward: the last of ``cfg.accumulation`` reduces (``sync``); the others run under
-            ``no_sync()`` (``_sync_gradients`` false: the post-backward hook frees as ``_should_free_in_backward``
-            says and returns, the flat gradient accumulates)."""
-            # ---- forward: the root's all-gather, then each unit's before its first layer; from the second
-            # micro-step the root's pre-forward first makes the (pre-)unshard stream wait for the compute stream
-            # (_root_pre_forward: _wait_for_computation_stream)
-            if not first:
-                self._issue(self.ag_lane, self._marker(), self._wait_stream("compute"))
-            yield from unshard(0) if sharded else cast_whole(0)
-            wait_unshard()
-            current = 0
-            for i, layer in enumerate(model.layers):
-                u = self.unit_of[i]
-                if u != current:
-                    if current != 0 and cfg.sharding in _RESHARD_AFTER_FORWARD:
-                        reshard(current)  # post-forward of the unit just left (the root is never freed after forward)
-                    if sharded and u != 0 and u not in prefetched:
-                        yield from unshard(u)
-                    elif not sharded and u != 0:
-                        yield from cast_whole(u)
-                    wait_unshard()
-                    if sharded and u != 0 and cfg.forward_prefetch:
-                        nxt = fwd_order.index(u) + 1
-                        if nxt < len(fwd_order) and fwd_order[nxt] != 0:
-                            yield from unshard(fwd_order[nxt])
-                            prefetched.add(fwd_order[nxt])
-                    current = u
-                yield from compute(f"fwd {layer.name}", _layer_costs(model, i, batch, False))
-            if current != 0 and cfg.sharding in _RESHARD_AFTER_FORWARD:
-                reshard(current)
-            # ---- backward: units in reverse order of their last layer
-            bwd_order = list(dict.fromkeys(self.unit_of[i] for i in reversed(range(len(model.layers)))))
-            remaining = {u.index: len(u.layers) for u in units}
-            started: set[int] = set()
-            for i in reversed(range(len(model.layers))):
-                u = self.unit_of[i]
-                if u not in started:  # the unit's pre-backward hook
-                    started.add(u)
-                    if u != 0 and cfg.sharding in _RESHARD_AFTER_FORWARD and u not in prefetched:
-                        yield from unshard(u)
-                    if u != 0 and cfg.sharding in _RESHARD_AFTER_FORWARD:
-                        wait_unshard()
-                    if cfg.backward_prefetch == "backward_pre":
-                        yield from self._prefetch(bwd_order, u, unshard, prefetched)
-                yield from compute(f"bwd {model.layers[i].name}", _layer_costs(model, i, batch, True))
-                remaining[u] -= 1
-                if remaining[u] == 0:  # all of the unit's gradients are ready
-                    yield from self._flat_gradient(units[u], first)
-                    # the post-backward hook, on the flat parameter's AccumulateGrad
-                    if sharded and (sync or cfg.sharding in _RESHARD_AFTER_FORWARD):
-                        reshard(u)  # _should_free_in_backward: under no_sync only the strategies freed after forward
-                    if sync:  # no_sync's hook returns after the reshard: no reduction
-                        yield from self._reduce_scatter(units[u])
-                    if cfg.backward_prefetch == "backward_post":
-                        yield from self._prefetch(bwd_order, u, unshard, prefetched)
-
-        for step in range(cfg.accumulation):
-            yield from micro_step(step == 0, step == cfg.accumulation - 1)
+        for step in range(self.cfg.accumulation):
+            first, sync = step == 0, step == self.cfg.accumulation - 1
+            yield from self._forward1(gathers, fwd_order, first)
+            yield from self._backward1(gathers, first, sync)
         yield from self._optimizer_step()
+
+    def _forward1(self, g: _Gathers1, fwd_order: list[int], first: bool) -> Proc:
+        """FSDP1's forward of one micro-step: the root's all-gather, then each unit's before its first layer (or
+        the forward prefetch's), each unit freed after its forward where the strategy says; from the second
+        micro-step the root's pre-forward first makes the (pre-)unshard stream wait for the compute stream
+        (``_root_pre_forward``: ``_wait_for_computation_stream``)."""
+        model, cfg, sharded = self.model, self.cfg, self.sharded
+        if not first:
+            self._issue(self.ag_lane, self._marker(), self._wait_stream("compute"))
+        yield from g.unshard(0) if sharded else g.cast_whole(0)
+        g.wait_unshard()
+        current = 0
+        for i, layer in enumerate(model.layers):
+            u = self.unit_of[i]
+            if u != current:
+                if current != 0 and cfg.sharding in _RESHARD_AFTER_FORWARD:
+                    g.reshard(current)  # post-forward of the unit just left (the root is never freed after forward)
+                if sharded and u != 0 and u not in g.prefetched:
+                    yield from g.unshard(u)
+                elif not sharded and u != 0:
+                    yield from g.cast_whole(u)
+                g.wait_unshard()
+                if sharded and u != 0 and cfg.forward_prefetch:
+                    nxt = fwd_order.index(u) + 1
+                    if nxt < len(fwd_order) and fwd_order[nxt] != 0:
+                        yield from g.unshard(fwd_order[nxt])
+                        g.prefetched.add(fwd_order[nxt])
+                current = u
+            yield from g.compute(f"fwd {layer.name}", _layer_costs(model, i, cfg.batch_size, False))
+        if current != 0 and cfg.sharding in _RESHARD_AFTER_FORWARD:
+            g.reshard(current)
+
+    def _backward1(self, g: _Gathers1, first: bool, sync: bool) -> Proc:
+        """FSDP1's backward of one micro-step, units in reverse order of their last layer: each unit's
+        pre-backward hook gathers it (unless prefetched) and prefetches as ``backward_prefetch`` says; once all its
+        gradients are ready, the flat gradient and the post-backward hook. The last of ``cfg.accumulation``
+        micro-steps reduces (``sync``); the others run under ``no_sync()`` (``_sync_gradients`` false: the hook
+        frees as ``_should_free_in_backward`` says and returns, the flat gradient accumulates)."""
+        model, cfg, units = self.model, self.cfg, self.units
+        reshard_fwd = cfg.sharding in _RESHARD_AFTER_FORWARD
+        bwd_order = list(dict.fromkeys(self.unit_of[i] for i in reversed(range(len(model.layers)))))
+        remaining = {u.index: len(u.layers) for u in units}
+        started: set[int] = set()
+        for i in reversed(range(len(model.layers))):
+            u = self.unit_of[i]
+            if u not in started:  # the unit's pre-backward hook
+                started.add(u)
+                if u != 0 and reshard_fwd and u not in g.prefetched:
+                    yield from g.unshard(u)
+                if u != 0 and reshard_fwd:
+                    g.wait_unshard()
+                if cfg.backward_prefetch == "backward_pre":
+                    yield from g.prefetch(bwd_order, u)
+            yield from g.compute(f"bwd {model.layers[i].name}", _layer_costs(model, i, cfg.batch_size, True))
+            remaining[u] -= 1
+            if remaining[u] == 0:  # all of the unit's gradients are ready
+                yield from self._flat_gradient(units[u], first)
+                # the post-backward hook, on the flat parameter's AccumulateGrad
+                if self.sharded and (sync or reshard_fwd):
+                    g.reshard(u)  # _should_free_in_backward: under no_sync only the strategies freed after forward
+                if sync:  # no_sync's hook returns after the reshard: no reduction
+                    yield from self._reduce_scatter(units[u])
+                if cfg.backward_prefetch == "backward_post":
+                    yield from g.prefetch(bwd_order, u)
 
     def _compute(self, label: str, nbytes: float) -> Proc:
         """A memory-bound kernel of ``nbytes`` bytes on the compute stream; a CPU rank's thread waits for it."""
@@ -955,13 +910,6 @@ class _Fsdp:
             yield from self._blocked(done, self.cpu_rank)
         yield from self._cast_back(u, kept, lane)
 
-    def _prefetch(self, order: list[int], u: int, unshard: Callable[[int], Proc], prefetched: set[int]) -> Proc:
-        """``_prefetch_handle``: the unit after ``u`` in backward order, if it needs an all-gather."""
-        k = order.index(u) + 1
-        if k < len(order) and self.cfg.sharding in _RESHARD_AFTER_FORWARD and order[k] != 0:
-            yield from unshard(order[k])
-            prefetched.add(order[k])
-
     def _reduce_scatter(self, u: FsdpUnit) -> Proc:
         """The post-backward stream waits for the compute stream, pre-divides the unit's gradient, reduce-scatters
         it and post-divides the shard (``_post_backward_hook`` / ``_reduce_grad``). With Gloo the call clones the
@@ -1040,6 +988,76 @@ class _Fsdp:
             write = kept * DTYPE_BYTES[self.orig_dtype] / DTYPE_BYTES[self.reduce_dtype]
             done = self._issue(lane, self._cast(f"cast gradient back unit {u.index}", kept, write, lane))
             yield from self._blocked(done, self.cpu_rank)
+
+class _Gathers1:
+    """FSDP1's all-gathers for one iteration of :class:`_Fsdp` (``_unshard``, ``_reshard``, the rate limiter,
+    ``_prefetch_handle`` and the hooks' ``wait_stream``): which units are unsharded or prefetched, the free events
+    the rate limiter holds, and the events the next kernel on the compute stream waits for."""
+
+    def __init__(self, fsdp: _Fsdp) -> None:
+        self.f = fsdp
+        self.free_queue: deque[simpy.Event] = deque()  # the rate limiter's free events, oldest first
+        self.unsharded: set[int] = set()
+        self.prefetched: set[int] = set()
+        self.waits: list[simpy.Event] = []  # a hook's wait_stream(unshard stream), applied to the next kernel issued
+
+    def unshard(self, u: int) -> Proc:
+        """``_unshard``: the rate limiter (the CPU blocks on the oldest free when two are queued), then the
+        all-gather on the unshard stream (with Gloo, the call returns when it is done)."""
+        f = self.f
+        if u in self.unsharded:
+            return
+        if f.cfg.limit_all_gathers and len(self.free_queue) >= 2:
+            event = self.free_queue.popleft()
+            if not event.processed:
+                yield event
+        unit = f.units[u]
+        f._fresh(f.ag_lane, f"unsharded unit {u}", unit.nbytes)  # _alloc_storage: filled by the gather
+        if f.ag_dtype != f.orig_dtype and unit.nbytes:
+            # pre_unshard -> _use_low_precision_shard: _mp_shard.copy_(_local_shard), a cast of the shard on the
+            # pre-unshard stream, which the all-gather waits for
+            shard = unit.nbytes / f.shard_world
+            done = f._issue(f.ag_lane, f._cast(f"cast shard unit {u}", shard * f.orig_scale, shard, f.ag_lane))
+            yield from f._blocked(done, f.cpu_rank)
+        done = f._issue(f.ag_lane, f._collective("allgather", unit, f.ag_lane))
+        self.unsharded.add(u)
+        yield from f._blocked(done, f.blocking)
+
+    def reshard(self, u: int) -> None:
+        """``_reshard``: the unit's parameters freed, an event on the compute stream the rate limiter holds."""
+        self.unsharded.discard(u)
+        self.prefetched.discard(u)
+        marker = self.f._issue("compute", self.f._marker())
+        if self.f.cfg.limit_all_gathers:
+            self.free_queue.append(marker)
+
+    def wait_unshard(self) -> None:
+        """A hook's ``current_stream().wait_stream(unshard stream)``: the next kernel issued waits for it."""
+        self.waits[:] = list(self.f._wait_stream(self.f.ag_lane))
+
+    def compute(self, label: str, costs: tuple[float, float, float | None]) -> Proc:
+        """A layer's kernel on the compute stream, after the waits a hook set; a CPU rank's thread waits for it."""
+        f = self.f
+        done = f._issue("compute", f._kernel(label, *costs), tuple(self.waits))
+        self.waits.clear()
+        yield from f._blocked(done, f.cpu_rank)
+
+    def cast_whole(self, u: int) -> Proc:
+        """NO_SHARD with mixed precision: ``_unshard`` still runs ``pre_unshard`` before each forward, which
+        casts the whole flat parameter (``_use_low_precision_shard``) on the pre-unshard stream."""
+        f = self.f
+        nbytes = f.units[u].nbytes
+        if f.ag_dtype != f.orig_dtype and nbytes:
+            done = f._issue(f.ag_lane, f._cast(f"cast parameters unit {u}", nbytes * f.orig_scale, nbytes, f.ag_lane))
+            yield from f._blocked(done, f.cpu_rank)
+
+    def prefetch(self, order: list[int], u: int) -> Proc:
+        """``_prefetch_handle``: the unit after ``u`` in backward order, if it needs an all-gather."""
+        k = order.index(u) + 1
+        if k < len(order) and self.f.cfg.sharding in _RESHARD_AFTER_FORWARD and order[k] != 0:
+            yield from self.unshard(order[k])
+            self.prefetched.add(order[k])
+
 
 class _Gathers2:
     """FSDP2's all-gathers for one iteration of :class:`_Fsdp` (``FSDPParamGroup.unshard``, ``wait_for_unshard``,
