@@ -77,6 +77,8 @@ from collsim.training import (
     ModelSpec,
     StepConstants,
     StepResult,
+    checkpoint_regions,
+    fsdp_units,
     load_model,
     simulate_ddp_step,
 )
@@ -1049,8 +1051,9 @@ class Simulator:
         if tr.style == "fsdp":
             return self._fsdp_step(backends)
         model, gpu = self.training_model, self.gpu_compute()
+        checkpointing, blocks = self._checkpointing()
         cfg = DdpConfig(tr.batch_size, tr.bucket_cap_mb, tr.gradient_as_bucket_view, tr.accumulation,
-                        tr.compression, tr.optimizer, tr.first_iteration)  # fmt: skip
+                        tr.compression, tr.optimizer, tr.first_iteration, checkpointing, blocks)  # fmt: skip
         world = len(self.topology.rank_devices())
         out = []
         for backend in backends or self.backends():
@@ -1065,6 +1068,20 @@ class Simulator:
                     out.append(simulate_ddp_step(model, cfg, gpu, self.step_constants, world, gloo=runner,
                                                  gloo_threads=threads, gloo_cpu=cpu))  # fmt: skip
         return out
+
+    def _checkpointing(self) -> tuple[bool, str | None]:
+        """``training.activation_checkpointing`` as (on, block pattern or None for the default blocks), checked
+        against the model: a pattern that matches no layer is an error naming the field."""
+        value = self._training().activation_checkpointing
+        if value is False:
+            return False, None
+        blocks = None if value is True else str(value)
+        try:
+            checkpoint_regions(self.training_model, blocks)
+        except ValueError as exc:
+            raise ScenarioError(str(exc).removeprefix("activation checkpointing: "), file=self.scenario.source_file,
+                                field="training.activation_checkpointing") from None  # fmt: skip
+        return True, blocks
 
     def _fsdp_step(self, backends: Sequence[str] | None) -> list[StepResult]:
         """One FSDP iteration per backend (:mod:`collsim.training.fsdp`): NCCL's collectives on their streams, or
@@ -1094,6 +1111,17 @@ class Simulator:
             raise ScenarioError(f"{knob} is FSDP2's (version: 2); FSDP1 has backward_prefetch, forward_prefetch and "
                                 "limit_all_gathers", file=self.scenario.source_file,
                                 field=f"training.fsdp.{knob}")  # fmt: skip
+        checkpointing, blocks = self._checkpointing()
+        if checkpointing:  # each checkpointed block within one wrapped module (the units' layers at any world)
+            regions = checkpoint_regions(self.training_model, blocks)
+            unit_of = {i: u.index for u in fsdp_units(self.training_model, 1, f.wrap) for i in u.layers}
+            for layers in regions.values():
+                if len({unit_of[i] for i in layers}) > 1:
+                    raise ScenarioError(
+                        f"the checkpointed block of {self.training_model.layers[layers[0]].name!r} spans several FSDP "
+                        f"units (training.fsdp.wrap {f.wrap or 'default'}); expected blocks within one wrapped module",
+                        file=self.scenario.source_file, field="training.activation_checkpointing",
+                    )  # fmt: skip
         post = f.reshard_after_forward
         if post is not None and (f.version != 2 or f.sharding not in ("full_shard", "hybrid_shard")):
             raise ScenarioError(
@@ -1107,7 +1135,8 @@ class Simulator:
                          reduce_dtype=f.reduce_dtype, accumulation=tr.accumulation,
                          reshard_after_forward=post, modules_to_forward_prefetch=f.modules_to_forward_prefetch,
                          modules_to_backward_prefetch=f.modules_to_backward_prefetch,
-                         reduce_scatter_max_input_buffers=f.reduce_scatter_max_input_buffers)  # fmt: skip
+                         reduce_scatter_max_input_buffers=f.reduce_scatter_max_input_buffers,
+                         activation_checkpointing=checkpointing, checkpoint_blocks=blocks)  # fmt: skip
         world = len(self.topology.rank_devices())
         model, gpu, consts = self.training_model, self.gpu_compute(), self.step_constants
         hybrid = f.sharding == "hybrid_shard"

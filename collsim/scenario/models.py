@@ -912,6 +912,12 @@ class TrainingConfig(BaseModel):
     compression: Literal["none", "fp16", "bf16"] = Field(
         "none", description="DDP comm hook: none, fp16 (fp16_compress_hook) or bf16 (bf16_compress_hook)."
     )
+    activation_checkpointing: bool | str = Field(
+        False,
+        description="Blocks run under torch.utils.checkpoint (apply_activation_checkpointing): each one's forward "
+        "runs again in the backward, right before its first backward kernel. true: the most common prefix.N blocks "
+        "of the layer names; or a layer-name pattern with * for the block index (transformer.h.*); false: none.",
+    )
     optimizer: Literal["none", "sgd", "momentum", "adam"] = Field("sgd", description="Optimizer step (memory-bound).")
     first_iteration: bool = Field(
         False, description="Simulate DDP's first iteration (one bucket, no overlap) instead of a steady one."

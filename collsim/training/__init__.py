@@ -20,6 +20,7 @@ from collsim.training.model import (
     ModelSpec,
     Param,
     builtin_models,
+    layer_blocks,
     load_model,
     model_from_module,
 )
@@ -31,6 +32,7 @@ from collsim.training.step import (
     Span,
     StepConstants,
     StepResult,
+    checkpoint_regions,
     simulate_ddp_step,
 )
 
@@ -50,8 +52,10 @@ __all__ = [
     "StepConstants",
     "StepResult",
     "builtin_models",
+    "checkpoint_regions",
     "ddp_buckets",
     "fsdp_units",
+    "layer_blocks",
     "load_model",
     "model_from_module",
     "simulate_ddp_step",

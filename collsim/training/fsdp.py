@@ -107,15 +107,14 @@ Not modelled: CPU offload, the CPU's own time (a CPU-bound step).
 from __future__ import annotations
 
 import math
-import re
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import simpy
 
-from collsim.training.model import DTYPE_BYTES, ModelSpec
+from collsim.training.model import DTYPE_BYTES, ModelSpec, layer_blocks
 from collsim.training.step import (
     BucketTiming,
     DdpConfig,
@@ -128,6 +127,7 @@ from collsim.training.step import (
     _optimizer_bytes,
     _Plan,
     _run_compute_only,
+    checkpoint_note,
 )
 
 __all__ = ["FsdpConfig", "FsdpUnit", "GlooCollective", "NcclCollective", "fsdp_units", "simulate_fsdp_step"]
@@ -219,6 +219,13 @@ class FsdpConfig:
     reduce_scatter_max_input_buffers : int
         FSDP2: ``set_reduce_scatter_max_input_buffers``, the reduce-scatter inputs kept in flight (default 1): before
         a module's copy-in the compute stream waits for the oldest reduce-scatters until fewer than this remain.
+    activation_checkpointing : bool
+        The blocks ``checkpoint_blocks`` names run under ``torch.utils.checkpoint`` (``apply_activation_checkpointing``
+        before wrapping): each block's forward runs again in the backward, on its unit's gathered parameters, right
+        before its first backward kernel (:func:`~collsim.training.step.checkpoint_regions`). Each block must lie
+        within one unit.
+    checkpoint_blocks : str, optional
+        The checkpointed blocks as a layer-name pattern; default the most common ``prefix.N`` blocks.
     """
 
     batch_size: int = 32
@@ -236,6 +243,8 @@ class FsdpConfig:
     modules_to_forward_prefetch: int = 0
     modules_to_backward_prefetch: int | None = None
     reduce_scatter_max_input_buffers: int = 1
+    activation_checkpointing: bool = False
+    checkpoint_blocks: str | None = None
 
 
 @dataclass(frozen=True)
@@ -249,22 +258,6 @@ class FsdpUnit:
     layers: tuple[int, ...]
     params: tuple[int, ...]
     nbytes: int
-
-
-_BLOCK = re.compile(r"^(.*?)\.(\d+)(?:[.:]|$)")
-
-
-def _auto_prefix(names: Sequence[str]) -> str | None:
-    """The most common ``prefix`` of ``prefix.N...`` layer names (``transformer.h``, ``model.layers``), or None."""
-    counts: Counter[str] = Counter()
-    for name in names:
-        m = _BLOCK.match(name)
-        if m:
-            counts[m.group(1)] += 1
-    if not counts:
-        return None
-    best = max(counts.items(), key=lambda kv: (len({n for n in names if n.startswith(kv[0] + ".")}), kv[1]))
-    return best[0]
 
 
 def fsdp_units(
@@ -304,18 +297,7 @@ def fsdp_units(
     >>> len(units), units[1].name, units[0].name
     (49, 'transformer.h.0', '')
     """
-    names = [ly.name for ly in model.layers]
-    if wrap is None:
-        auto = _auto_prefix(names)
-        wrap = f"{auto}.*" if auto else None
-    elif "*" not in wrap:
-        wrap = f"{wrap}.*"  # a bare prefix, as before patterns
-    # every ``*`` stands for a block index; a layer belongs to the block its name starts with
-    block = re.compile(re.escape(wrap).replace(r"\*", r"\d+") + r"(?=[.:]|$)") if wrap else None
-    block_of: list[str] = []
-    for name in names:
-        m = block.match(name) if block else None
-        block_of.append(m.group(0) if m else "")
+    block_of = layer_blocks([ly.name for ly in model.layers], wrap)
     order = ["", *dict.fromkeys(k for k in block_of if k)]
     owner: dict[int, str] = {}
     for i, layer in enumerate(model.layers):
@@ -437,9 +419,19 @@ def simulate_fsdp_step(
             raise ValueError(f"unknown {name} {dtype!r}; expected one of {', '.join(DTYPE_BYTES)}")
     units = fsdp_units(model, 1 if cfg.sharding == "no_shard" else shard, cfg.wrap, cfg.param_dtype,
                        per_param=cfg.version == 2)  # fmt: skip
-    base = _Plan.build(model, DdpConfig(cfg.batch_size, accumulation=cfg.accumulation, optimizer=cfg.optimizer), consts)
+    base = _Plan.build(model, DdpConfig(cfg.batch_size, accumulation=cfg.accumulation, optimizer=cfg.optimizer,
+                                        activation_checkpointing=cfg.activation_checkpointing,
+                                        checkpoint_blocks=cfg.checkpoint_blocks), consts)  # fmt: skip
+    unit_of = {i: u.index for u in units for i in u.layers}
+    for layers in base.regions.values():
+        if len({unit_of[i] for i in layers}) > 1:
+            names = sorted({units[unit_of[i]].name or "(root)" for i in layers})
+            raise ValueError(f"activation checkpointing: block {model.layers[layers[0]].name!r}.. spans FSDP units "
+                             f"{', '.join(names)}; checkpoint blocks that lie within one wrapped module (or wrap "
+                             "the checkpointed blocks)")  # fmt: skip
     compute_s = _run_compute_only(gpu, base)
-    return _Fsdp(model, cfg, gpu, consts, world, nccl, gloo, units, shard, shard_crosses_network).run(compute_s)
+    return _Fsdp(model, cfg, gpu, consts, world, nccl, gloo, units, shard, shard_crosses_network,
+                 base.regions).run(compute_s)  # fmt: skip
 
 
 class _Fsdp:
@@ -459,8 +451,10 @@ class _Fsdp:
         units: list[FsdpUnit],
         shard_world: int,
         shard_crosses_network: bool = False,
+        regions: dict[int, tuple[int, ...]] | None = None,
     ) -> None:
         self.model, self.cfg, self.consts, self.world, self.units = model, cfg, consts, world, units
+        self.regions = regions or {}  # activation checkpointing: a block's last layer -> its layers, recomputed
         self.shard_world = shard_world  # ranks a unit is sharded over (a shard group with HSDP, else every rank)
         self.shard_crosses = shard_crosses_network  # HSDP: shard groups across nodes share the NICs
         self.hybrid = cfg.sharding == "hybrid_shard"
@@ -644,6 +638,8 @@ class _Fsdp:
             how_not = "no_sync()" if not self.v2 else "set_requires_gradient_sync(False)"
             notes += (f"gradient accumulation: {self.cfg.accumulation - 1} micro-step(s) under {how_not} (no "
                       "reduction; all-gathers as the strategy frees) before the one that reduces",)  # fmt: skip
+        if self.regions:
+            notes += (checkpoint_note(self.model, self.regions) + " (on the unit's gathered parameters)",)
         if (self.ag_dtype, self.reduce_dtype) != (self.orig_dtype, self.orig_dtype):
             notes += (f"mixed precision: parameters (and the optimizer) in {self.orig_dtype}, all-gathers and "
                       f"gradients in {self.ag_dtype}, reductions in {self.reduce_dtype}",)  # fmt: skip
@@ -716,6 +712,8 @@ class _Fsdp:
                     g.wait_unshard()
                 if cfg.backward_prefetch == "backward_pre":
                     yield from g.prefetch(bwd_order, u)
+            for j in self.regions.get(i, ()):  # activation checkpointing: the block's forward again
+                yield from g.compute(f"recompute {model.layers[j].name}", _layer_costs(model, j, cfg.batch_size, False))
             yield from g.compute(f"bwd {model.layers[i].name}", _layer_costs(model, i, cfg.batch_size, True))
             remaining[u] -= 1
             if remaining[u] == 0:  # all of the unit's gradients are ready
@@ -853,6 +851,8 @@ class _Fsdp:
                     for target in bwd_order[k : k + n] if reshard_fwd else ():
                         if target != 0:
                             yield from unshard(target)
+                for j in self.regions.get(i, ()):  # activation checkpointing: the block's forward again
+                    yield from compute(f"recompute {model.layers[j].name}", _layer_costs(model, j, batch, False))
                 yield from compute(f"bwd {model.layers[i].name}", _layer_costs(model, i, batch, True))
                 remaining[u] -= 1
                 if remaining[u] == 0:  # post_backward: reshard (reshard_after_backward), then reduce

@@ -60,7 +60,8 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections.abc import Callable, Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -80,6 +81,7 @@ __all__ = [
     "ModelSpec",
     "Param",
     "builtin_models",
+    "layer_blocks",
     "load_model",
     "model_from_module",
 ]
@@ -88,6 +90,64 @@ __all__ = [
 DTYPE_BYTES: dict[str, int] = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
 
 MODELS_DIR = Path(__file__).resolve().parent / "models"
+
+
+_BLOCK = re.compile(r"^(.*?)\.(\d+)(?:[.:]|$)")
+
+
+def _auto_prefix(names: Sequence[str]) -> str | None:
+    """The most common ``prefix`` of ``prefix.N...`` layer names (``transformer.h``, ``model.layers``), or None."""
+    counts: Counter[str] = Counter()
+    for name in names:
+        m = _BLOCK.match(name)
+        if m:
+            counts[m.group(1)] += 1
+    if not counts:
+        return None
+    best = max(counts.items(), key=lambda kv: (len({n for n in names if n.startswith(kv[0] + ".")}), kv[1]))
+    return best[0]
+
+
+def layer_blocks(names: Sequence[str], pattern: str | None = None) -> list[str]:
+    """The block each layer belongs to, as a module-wrapping policy matches blocks by name.
+
+    Parameters
+    ----------
+    names : sequence of str
+        The layers' names, forward order.
+    pattern : str, optional
+        A layer-name pattern whose ``*`` stands for a block index: with ``prefix.*`` every layer named ``prefix.N``
+        or ``prefix.N.<...>`` (or ``prefix.N:op``) belongs to block ``prefix.N`` (as ``transformer_auto_wrap_policy``
+        or an ``isinstance(module, Block)`` check picks each block); with ``fc*`` every layer ``fcN`` is a block
+        of its own. A pattern without ``*`` is a prefix (``prefix`` means ``prefix.*``). Default: the most common
+        ``prefix.N`` prefix of the names.
+
+    Returns
+    -------
+    list of str
+        Per layer, its block's name, ``""`` for a layer in none.
+
+    Examples
+    --------
+    >>> layer_blocks(["emb", "h.0.attn", "h.0:add", "h.1.attn", "head"])
+    ['', 'h.0', 'h.0', 'h.1', '']
+    >>> layer_blocks(["fc1", "relu1", "fc2"], "fc*")
+    ['fc1', '', 'fc2']
+    """
+    if pattern is None:
+        auto = _auto_prefix(names)
+        pattern = f"{auto}.*" if auto else None
+    elif "*" not in pattern:
+        pattern = f"{pattern}.*"  # a bare prefix
+    if not pattern:
+        return ["" for _ in names]
+    # every ``*`` stands for a block index; a layer belongs to the block its name starts with
+    block = re.compile(re.escape(pattern).replace(r"\*", r"\d+") + r"(?=[.:]|$)")
+    out = []
+    for name in names:
+        m = block.match(name)
+        out.append(m.group(0) if m else "")
+    return out
 
 
 class ModelError(ValueError):

@@ -22,8 +22,12 @@ What runs, after PyTorch (``torch/nn/parallel/distributed.py`` and ``torch/csrc/
 * at the end of backward ``finalize_backward`` waits for every bucket, then copies the reduced buckets back into
   the gradients (not with ``gradient_as_bucket_view``); then the optimizer step (memory-bound, per element).
 
+Activation checkpointing (``DdpConfig.activation_checkpointing``): each checkpointed block's forward runs again on
+the compute stream right before its first backward kernel (:func:`checkpoint_regions`), which moves every later
+bucket's readiness by it.
+
 Not modelled: data loading, the forward's buffer broadcast (``broadcast_buffers``, BatchNorm statistics), the
-autograd engine's CPU overheads, kernel launch gaps between layers, activation checkpointing, unused parameters.
+autograd engine's CPU overheads, kernel launch gaps between layers, unused parameters.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from typing import Any
 import simpy
 
 from collsim.engine import FluidNetwork, Owner, Resource, Tag
-from collsim.training.model import DTYPE_BYTES, ModelSpec
+from collsim.training.model import DTYPE_BYTES, ModelSpec, layer_blocks
 from collsim.training.reducer import Bucket, ddp_buckets
 
 __all__ = [
@@ -50,6 +54,8 @@ __all__ = [
     "Span",
     "StepConstants",
     "StepResult",
+    "checkpoint_note",
+    "checkpoint_regions",
     "simulate_ddp_step",
 ]
 
@@ -180,6 +186,12 @@ class DdpConfig:
         A key of the constants' ``optimizer_traffic``: ``none``, ``sgd``, ``momentum``, ``adam``.
     first_iteration : bool
         Simulate DDP's first iteration (one bucket: no overlap) instead of a steady one (rebuilt buckets).
+    activation_checkpointing : bool
+        The blocks ``checkpoint_blocks`` names run under ``torch.utils.checkpoint``: their forward is recomputed in
+        the backward (:func:`checkpoint_regions`).
+    checkpoint_blocks : str, optional
+        The checkpointed blocks as a layer-name pattern (:func:`~collsim.training.model.layer_blocks`); default the
+        most common ``prefix.N`` blocks.
     """
 
     batch_size: int = 32
@@ -189,6 +201,8 @@ class DdpConfig:
     compression: str = "none"
     optimizer: str = "sgd"
     first_iteration: bool = False
+    activation_checkpointing: bool = False
+    checkpoint_blocks: str | None = None
 
 
 #: An NCCL allreduce of ``nbytes`` (per rank) on the cluster -> (seconds, channels), as NCCL's simulation says.
@@ -395,6 +409,7 @@ class _Plan:
     buckets: list[Bucket]
     bucket_of: dict[int, int]  # param index -> bucket index
     wire_bytes: list[int]  # per bucket: bytes all-reduced (compressed)
+    regions: dict[int, tuple[int, ...]]  # activation checkpointing: a region's last layer -> its layers
 
     @classmethod
     def build(cls, model: ModelSpec, cfg: DdpConfig, consts: StepConstants) -> _Plan:
@@ -410,7 +425,8 @@ class _Plan:
             else:
                 elems = sum(model.params[i].numel for i in b.params)
                 wire.append(elems * min(DTYPE_BYTES[target], DTYPE_BYTES[b.dtype]))
-        return cls(model, cfg, consts, buckets, bucket_of, wire)
+        regions = checkpoint_regions(model, cfg.checkpoint_blocks) if cfg.activation_checkpointing else {}
+        return cls(model, cfg, consts, buckets, bucket_of, wire, regions)
 
 
 def _ready_order(model: ModelSpec) -> list[int]:
@@ -432,6 +448,62 @@ def _layer_costs(model: ModelSpec, i: int, batch: int, backward: bool) -> tuple[
     return batch * layer.fwd_flops, weights + batch * layer.act_bytes, layer.fwd_time_s
 
 
+def checkpoint_regions(model: ModelSpec, blocks: str | None = None) -> dict[int, tuple[int, ...]]:
+    """Activation checkpointing's recomputation: for each checkpointed block, its last layer (forward order) and
+    the layers whose forward the backward runs again right before that layer's backward.
+
+    ``torch.utils.checkpoint`` (torch 2.13 ``torch/utils/checkpoint.py``; ``checkpoint_wrapper`` and
+    ``apply_activation_checkpointing`` use it, non-reentrant by default) keeps only a block's inputs in the
+    forward; when the backward reaches the block (its output's gradient arrives, i.e. before the backward of its
+    last layer), the reentrant variant reruns the block's forward in full, the non-reentrant one reruns it until
+    every tensor the backward needs is saved again (``early_stop``), then the block's backward runs. The whole
+    forward is charged: early stop saves only the tail of a block whose last operations save nothing (a residual
+    add), a small part of it.
+
+    Parameters
+    ----------
+    model : ModelSpec
+        The layers.
+    blocks : str, optional
+        The checkpointed blocks, a layer-name pattern (:func:`~collsim.training.model.layer_blocks`); default the
+        most common ``prefix.N`` blocks.
+
+    Returns
+    -------
+    dict of int to tuple of int
+        The last layer of each block -> the block's layers in forward order.
+
+    Raises
+    ------
+    ValueError
+        When the pattern names no layer of the model.
+
+    Examples
+    --------
+    >>> from collsim.training import load_model
+    >>> regions = checkpoint_regions(load_model("gpt2-xl"))
+    >>> len(regions), [load_model("gpt2-xl").layers[i].name for i in regions[min(regions)]][:2]
+    (48, ['transformer.h.0.ln_1', 'transformer.h.0.attn.c_attn'])
+    """
+    keys = layer_blocks([ly.name for ly in model.layers], blocks)
+    members: dict[str, list[int]] = {}
+    for i, key in enumerate(keys):
+        if key:
+            members.setdefault(key, []).append(i)
+    if not members:
+        what = f"pattern {blocks!r}" if blocks is not None else "no prefix.N blocks in its layer names; the default"
+        raise ValueError(f"activation checkpointing: {what} matches no layer of model {model.name!r}")
+    return {layers[-1]: tuple(layers) for layers in members.values()}
+
+
+def _recompute(gpu: _Gpu, plan: _Plan, i: int) -> Proc:
+    """The forward of layer ``i``'s checkpointed block again, on the compute stream, if ``i`` ends one (the backward
+    reaches it next)."""
+    for j in plan.regions.get(i, ()):
+        costs = _layer_costs(plan.model, j, plan.cfg.batch_size, False)
+        yield from gpu.kernel("compute", f"recompute {plan.model.layers[j].name}", *costs)
+
+
 def _optimizer_bytes(model: ModelSpec, consts: StepConstants, optimizer: str) -> float:
     """HBM bytes of one optimizer step over every parameter."""
     per_param, per_state = consts.optimizer_traffic[optimizer]
@@ -445,6 +517,7 @@ def _compute_only(env: simpy.Environment, gpu: _Gpu, plan: _Plan, micro_steps: i
         for i, layer in enumerate(model.layers):
             yield from gpu.kernel("compute", f"fwd {layer.name}", *_layer_costs(model, i, batch, False))
         for i in reversed(range(len(model.layers))):
+            yield from _recompute(gpu, plan, i)
             yield from gpu.kernel("compute", f"bwd {model.layers[i].name}", *_layer_costs(model, i, batch, True))
     yield from gpu.kernel("compute", "optimizer", 0.0, _optimizer_bytes(model, plan.consts, plan.cfg.optimizer))
 
@@ -470,6 +543,7 @@ def _ddp_iteration(
         for i, layer in enumerate(model.layers):
             yield from gpu.kernel("compute", f"fwd {layer.name}", *_layer_costs(model, i, batch, False))
         for i in reversed(range(len(model.layers))):
+            yield from _recompute(gpu, plan, i)
             yield from gpu.kernel("compute", f"bwd {model.layers[i].name}", *_layer_costs(model, i, batch, True))
     for i, layer in enumerate(model.layers):
         yield from gpu.kernel("compute", f"fwd {layer.name}", *_layer_costs(model, i, batch, False))
@@ -478,6 +552,7 @@ def _ddp_iteration(
     compress = COMPRESSIONS[cfg.compression]
     for i in reversed(range(len(model.layers))):
         layer = model.layers[i]
+        yield from _recompute(gpu, plan, i)
         yield from gpu.kernel("compute", f"bwd {layer.name}", *_layer_costs(model, i, batch, True))
         for p in sorted(layer.params, reverse=True):
             nbytes = model.params[p].nbytes
@@ -763,4 +838,15 @@ def _notes(plan: _Plan) -> tuple[str, ...]:
         out.append(f"{cfg.accumulation - 1} no_sync micro-step(s) before the synchronised one")
     if cfg.compression != "none":
         out.append(f"{cfg.compression} compression hook: allreduce of half the bytes, a cast each way")
+    if plan.regions:
+        out.append(checkpoint_note(plan.model, plan.regions))
     return tuple(out)
+
+
+def checkpoint_note(model: ModelSpec, regions: dict[int, tuple[int, ...]]) -> str:
+    """What a step's note says of activation checkpointing: the blocks and the share of the forward run again."""
+    again = sum(model.layers[j].fwd_flops for layers in regions.values() for j in layers)
+    total = sum(layer.fwd_flops for layer in model.layers)
+    share = f" ({again / total:.0%} of the forward's FLOPs)" if total > 0 else ""
+    return (f"activation checkpointing: {len(regions)} block(s) run their forward again in the backward{share}, "
+            "before their first backward kernel")  # fmt: skip

@@ -1,0 +1,123 @@
+"""Activation checkpointing (``training.activation_checkpointing``): each checkpointed block's forward runs again
+right before its first backward kernel, in DDP and in both FSDP versions; checked on a model of two blocks of two
+layers with measured times (every time exact)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from collsim.api import Simulator
+from collsim.scenario import ScenarioError
+from collsim.training import (
+    DdpConfig,
+    GpuCompute,
+    Layer,
+    ModelSpec,
+    Param,
+    StepConstants,
+    StepResult,
+    checkpoint_regions,
+    layer_blocks,
+    simulate_ddp_step,
+)
+from collsim.training.fsdp import FsdpConfig, simulate_fsdp_step
+
+MB4 = 1 << 20  # elements of one 4 MiB float32 parameter
+BARE = StepConstants(0.0, 0.0, {"none": (0.0, 0.0)}, 0.0)
+GPU = GpuCompute("test", 1e14, 1e12, 10**9, 1.0, 1.0)
+NAMES = ["embed", "h.0.a", "h.0.b", "h.1.a", "h.1.b", "head"]
+FWD, BWD = 1e-3, 2e-3
+
+
+def _model() -> ModelSpec:
+    params = tuple(Param(f"{n}.weight", MB4) for n in NAMES)
+    layers = tuple(Layer(n, (i,), 0.0, 0.0, 0.0, fwd_time_s=FWD, bwd_time_s=BWD) for i, n in enumerate(NAMES))
+    return ModelSpec("tiny", params, layers, "test")
+
+
+def _compute_labels(r: StepResult) -> list[str]:
+    spans = sorted((s for s in r.spans if s.lane == "compute"), key=lambda s: (s.start, s.end))
+    return [s.label for s in spans if s.label.split()[0] in ("fwd", "bwd", "recompute")]
+
+
+def test_blocks_and_regions_follow_the_pattern() -> None:
+    assert layer_blocks(NAMES) == ["", "h.0", "h.0", "h.1", "h.1", ""]
+    assert layer_blocks(NAMES, "h.*.a") == ["", "h.0.a", "", "h.1.a", "", ""]
+    assert layer_blocks(NAMES, "h") == layer_blocks(NAMES)  # a bare prefix
+    assert checkpoint_regions(_model()) == {2: (1, 2), 4: (3, 4)}  # a block's last layer -> its layers
+    assert checkpoint_regions(_model(), "h.*.a") == {1: (1,), 3: (3,)}
+    with pytest.raises(ValueError, match=re.escape("pattern 'x.*' matches no layer of model 'tiny'")):
+        checkpoint_regions(_model(), "x.*")
+
+
+def test_ddp_recomputes_each_block_before_its_first_backward_kernel() -> None:
+    # one bucket (first iteration) launched after the last gradient: every layer twice (3 ms) and each block's two
+    # forwards again (4 x 1 ms), then the 1 ms allreduce
+    cfg = DdpConfig(batch_size=1, first_iteration=True, optimizer="none", activation_checkpointing=True)
+    r = simulate_ddp_step(_model(), cfg, GPU, BARE, 8, nccl=lambda nbytes: (1e-3, 0))
+    assert r.compute_s == pytest.approx(6 * (FWD + BWD) + 4 * FWD, rel=1e-12)
+    assert r.iteration_s == pytest.approx(r.compute_s + 1e-3, rel=1e-12)
+    backward = _compute_labels(r)[6:]
+    assert backward == ["bwd head", "recompute h.1.a", "recompute h.1.b", "bwd h.1.b", "bwd h.1.a",
+                        "recompute h.0.a", "recompute h.0.b", "bwd h.0.b", "bwd h.0.a", "bwd embed"]  # fmt: skip
+    assert any("activation checkpointing: 2 block(s)" in n for n in r.notes)
+    plain = simulate_ddp_step(_model(), DdpConfig(batch_size=1, first_iteration=True, optimizer="none"), GPU, BARE,
+                              8, nccl=lambda nbytes: (1e-3, 0))  # fmt: skip
+    assert r.iteration_s - plain.iteration_s == pytest.approx(4 * FWD, rel=1e-9)
+    assert not any("checkpointing" in n for n in plain.notes)
+
+
+def test_ddp_buckets_become_ready_later_by_the_recomputation_before_them() -> None:
+    # a bucket per parameter: the head's gradient is ready after its backward (no recomputation before it); h.1.b's
+    # after h.1's two forwards again and its backward
+    cfg = DdpConfig(batch_size=1, bucket_cap_mb=1, optimizer="none", activation_checkpointing=True)
+    r = simulate_ddp_step(_model(), cfg, GPU, BARE, 8, nccl=lambda nbytes: (0.0, 0))
+    forward = 6 * FWD
+    ready = sorted(b.ready_s for b in r.buckets)
+    assert ready[0] == pytest.approx(forward + BWD, rel=1e-9)
+    assert ready[1] == pytest.approx(forward + BWD + 2 * FWD + BWD, rel=1e-9)
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_fsdp_recomputes_on_the_units_gathered_parameters(version: int) -> None:
+    # world 2, long all-gathers (5 ms): each block's backward all-gather ends before its recomputation starts, and
+    # the recomputation directly precedes the block's first backward kernel
+    cfg = FsdpConfig(batch_size=1, optimizer="none", version=version, activation_checkpointing=True)
+    r = simulate_fsdp_step(_model(), cfg, GPU, BARE, 2, lambda kind, nbytes: (5e-3 if kind == "allgather" else 0.0, 0))
+    plain = simulate_fsdp_step(_model(), FsdpConfig(batch_size=1, optimizer="none", version=version), GPU, BARE, 2,
+                               lambda kind, nbytes: (5e-3 if kind == "allgather" else 0.0, 0))  # fmt: skip
+    assert r.compute_s - plain.compute_s == pytest.approx(4 * FWD, rel=1e-9)
+    labels = _compute_labels(r)
+    for block in ("h.1", "h.0"):
+        k = labels.index(f"recompute {block}.a")
+        assert labels[k : k + 3] == [f"recompute {block}.a", f"recompute {block}.b", f"bwd {block}.b"]
+    gathers = sorted((s for s in r.spans if s.lane == "NCCL all-gather stream"), key=lambda s: s.start)
+    recompute = sorted(s.start for s in r.spans if s.label == "recompute h.1.a")
+    assert len(gathers) == 5 and gathers[3].bucket == 2  # root, h.0, h.1 forward; h.1, h.0 backward
+    assert recompute[0] >= gathers[3].end - 1e-12
+    assert any("activation checkpointing: 2 block(s)" in n for n in r.notes)
+
+
+def test_fsdp_refuses_a_checkpointed_block_across_units() -> None:
+    cfg = FsdpConfig(batch_size=1, optimizer="none", wrap="h.*.b", activation_checkpointing=True)
+    with pytest.raises(ValueError, match=re.escape("block 'h.0.a'.. spans FSDP units")):
+        simulate_fsdp_step(_model(), cfg, GPU, BARE, 2, lambda kind, nbytes: (0.0, 0))
+
+
+def test_the_scenario_field_turns_it_on_and_names_itself_in_errors() -> None:
+    base = Simulator.from_source("fsdp-gpt2xl-2node-h100").step(["nccl"])[0]
+    on = Simulator.from_source("fsdp-gpt2xl-2node-h100", ["training.activation_checkpointing=true"]).step(["nccl"])[0]
+    # the 48 blocks' forward again: about a third more compute (less the embeddings and the LM head)
+    assert 1.2 * base.compute_s < on.compute_s < 1.34 * base.compute_s
+    with pytest.raises(ScenarioError) as info:
+        Simulator.from_source("fsdp-gpt2xl-2node-h100", ["training.activation_checkpointing='nope.*'"]).step(["nccl"])
+    assert info.value.field == "training.activation_checkpointing"
+    assert "pattern 'nope.*' matches no layer of model 'gpt2-xl'" in str(info.value)
+    spans = ["training.activation_checkpointing='transformer.h.*'", "training.fsdp.wrap='transformer.h.*.mlp'"]
+    with pytest.raises(ScenarioError, match="spans several FSDP units") as info:
+        Simulator.from_source("fsdp-gpt2xl-2node-h100", spans).step(["nccl"])
+    assert info.value.field == "training.activation_checkpointing"
+    ddp = Simulator.from_source("ddp-resnet50-dgx1-v100", ["training.activation_checkpointing='layer*.*'"])
+    assert ddp.step(["nccl"])[0].compute_s > Simulator.from_source("ddp-resnet50-dgx1-v100").step(["nccl"])[0].compute_s
