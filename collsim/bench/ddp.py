@@ -32,6 +32,12 @@ these models, all alive at once (identical initial weights, seed ``cfg.seed``):
 * ``fsdp_S_kK`` and ``fsdp2_S_kK`` with ``--no-sync K``: each FSDP configuration again with ``K`` micro-steps per
   step, the first ``K - 1`` under FSDP1's ``no_sync()`` or after FSDP2's ``set_requires_gradient_sync(False)``
   (``True`` again for the last): collsim's ``training.accumulation`` with FSDP.
+* ``compute_ac``, ``ddp_capC_ac``, ``fsdp_S_ac``, ``fsdp2_S_ac`` with ``--checkpoint``: the computation, each DDP cap
+  and each FSDP configuration again (one micro-step) with activation checkpointing on every ``nn.Linear``
+  (``apply_activation_checkpointing`` with the non-reentrant ``checkpoint_wrapper``, ``check_fn`` an
+  ``isinstance(module, nn.Linear)``): on the MLP before DDP wraps it; with FSDP1 after the wrapping, so each
+  checkpointed ``Linear`` sits inside its unit; with FSDP2 before ``fully_shard``, which then shards each
+  ``CheckpointWrapper`` (torchtitan's order). collsim's ``training.activation_checkpointing: "fc*"``.
 
 DDP behaviours this relies on (torch 2.13 source):
 
@@ -115,7 +121,7 @@ import sys
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import timedelta
 from functools import partial
 from itertools import pairwise
@@ -279,6 +285,9 @@ class DdpBenchConfig:
     fsdp : tuple of str
         ``--fsdp``: one FSDP configuration per sharding strategy (``full_shard``, ``shard_grad_op``,
         ``no_shard``; FSDP2's ``fsdp2_full_shard``, ``fsdp2_shard_grad_op``); none: not run.
+    checkpoint : bool
+        ``--checkpoint``: also run the computation, each DDP cap and each FSDP configuration with activation
+        checkpointing on every ``nn.Linear`` (one micro-step).
     """
 
     bucket_caps_mb: tuple[float, ...] = DEFAULT_BUCKET_CAPS_MB
@@ -296,6 +305,7 @@ class DdpBenchConfig:
     timeout_s: float = 300.0
     device: str = "cpu"
     fsdp: tuple[str, ...] = ()
+    checkpoint: bool = False
 
     def __post_init__(self) -> None:
         if self.device not in ("cpu", "cuda"):
@@ -369,6 +379,8 @@ class DdpRun:
         sync with FSDP2).
     sharding : str or None
         FSDP's sharding strategy (``full_shard``, ``shard_grad_op``, ``no_shard``); None without FSDP.
+    checkpoint : bool
+        Activation checkpointing on every ``nn.Linear`` (``--checkpoint``).
     """
 
     name: str
@@ -376,6 +388,7 @@ class DdpRun:
     bucket_cap_mb: float | None
     accumulation: int = 1
     sharding: str | None = None
+    checkpoint: bool = False
 
 
 def planned_runs(cfg: DdpBenchConfig) -> list[DdpRun]:
@@ -392,6 +405,9 @@ def planned_runs(cfg: DdpBenchConfig) -> list[DdpRun]:
     runs += [DdpRun(name, "fsdp", None, sharding=x) for name, x in fsdp]
     if k > 1:  # the same FSDP configurations with k micro-steps, all but the last without gradient sync
         runs += [DdpRun(f"{name}_k{k}", "fsdp", None, k, sharding=x) for name, x in fsdp]
+    if cfg.checkpoint:  # one micro-step each, with activation checkpointing on every Linear
+        runs += [replace(r, name=f"{r.name}_ac", checkpoint=True) for r in list(runs)
+                 if r.kind != "layers" and r.accumulation == 1]  # fmt: skip
     return runs
 
 
@@ -620,6 +636,7 @@ def to_json(out: DdpBenchOutput, *, command: str, argv: str | None = None,
             "bucket_cap_mb": r.run.bucket_cap_mb,
             "accumulation": r.run.accumulation,
             "sharding": r.run.sharding,
+            "checkpoint": r.run.checkpoint,
             "buckets": len(r.buckets) if r.buckets is not None else None,
             "bucket_bytes": [b["bytes"] for b in r.buckets] if r.buckets is not None else None,
             "bucket_params": [b["params"] for b in r.buckets] if r.buckets is not None else None,
@@ -711,12 +728,12 @@ def format_summary(out: DdpBenchOutput, *, command: str | None = None) -> str:
     w = max(16, *(len(r.run.name) for r in out.runs))
     lines += ["#", f"# {'configuration':<{w}} {'cap MiB':>7} {'K':>2} {'buckets':>7} {'median':>9} {'p10':>9} "
                    f"{'p90':>9} {'vs compute':>10}"]
-    base = {r.run.accumulation: r.stats["median_s"] for r in out.runs if r.run.kind == "compute"}
+    base = {(r.run.accumulation, r.run.checkpoint): r.stats["median_s"] for r in out.runs if r.run.kind == "compute"}
     for r in out.runs:
         st = r.stats
         cap = _fmt_num(r.run.bucket_cap_mb) if r.run.bucket_cap_mb is not None else "-"
         nb = str(len(r.buckets)) if r.buckets is not None else "-"
-        ref = base.get(r.run.accumulation)
+        ref = base.get((r.run.accumulation, r.run.checkpoint))
         rel = f"{st['median_s'] / ref:.3f}x" if ref and r.run.kind != "compute" else "-"
         lines.append(f"  {r.run.name:<{w}} {cap:>7} {r.run.accumulation:>2} {nb:>7} {st['median_s'] * 1e3:>9.2f} "
                      f"{st['p10_s'] * 1e3:>9.2f} {st['p90_s'] * 1e3:>9.2f} {rel:>10}")
@@ -960,12 +977,16 @@ def _build_models(
     for r in runs:
         if r.kind == "ddp":
             torch.manual_seed(cfg.seed)
-            models[r.name] = DistributedDataParallel(build_mlp(cfg.widths).to(device), device_ids=ids,
-                                                     bucket_cap_mb=r.bucket_cap_mb)
+            mlp = build_mlp(cfg.widths).to(device)
+            models[r.name] = DistributedDataParallel(_checkpointed(torch, mlp) if r.checkpoint else mlp,
+                                                     device_ids=ids, bucket_cap_mb=r.bucket_cap_mb)  # fmt: skip
         elif r.kind == "fsdp":
             assert fsdp_wrap is not None and r.sharding is not None
             torch.manual_seed(cfg.seed)
-            models[r.name] = fsdp_wrap(build_mlp(cfg.widths).to(device), r.sharding)
+            models[r.name] = fsdp_wrap(build_mlp(cfg.widths).to(device), r.sharding, r.checkpoint)
+        elif r.checkpoint:
+            torch.manual_seed(cfg.seed)
+            models[r.name] = _checkpointed(torch, build_mlp(cfg.widths).to(device))
         else:
             models[r.name] = layers_model if r.kind == "layers" else plain
     opts: dict[int, Any] = {}
@@ -996,24 +1017,48 @@ def _train_step(r: DdpRun, model: Any, opt: Any, loss: Callable[[Any], Any]) -> 
     opt.zero_grad()
 
 
-def _fsdp_wrapper(torch: Any, device: Any) -> Callable[[Any, str], Any]:
-    """``(model, sharding) -> FullyShardedDataParallel``, every ``nn.Linear`` a unit, on ``device``; for
-    ``fsdp2_*`` the model with ``fully_shard`` applied to every ``nn.Linear`` and then to the model (FSDP2)."""
+def _checkpointed(torch: Any, model: Any) -> Any:
+    """``model`` with every ``nn.Linear`` under the non-reentrant ``checkpoint_wrapper``
+    (``apply_activation_checkpointing``, in place); returned for chaining."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+        CheckpointImpl,
+        apply_activation_checkpointing,
+        checkpoint_wrapper,
+    )
+
+    def wrapper(module: Any) -> Any:
+        return checkpoint_wrapper(module, checkpoint_impl=CheckpointImpl.NO_REENTRANT)
+
+    apply_activation_checkpointing(model, checkpoint_wrapper_fn=wrapper,
+                                   check_fn=lambda m: isinstance(m, torch.nn.Linear))  # fmt: skip
+    return model
+
+
+def _fsdp_wrapper(torch: Any, device: Any) -> Callable[[Any, str, bool], Any]:
+    """``(model, sharding, checkpoint) -> FullyShardedDataParallel``, every ``nn.Linear`` a unit, on ``device``;
+    for ``fsdp2_*`` the model with ``fully_shard`` applied to every ``nn.Linear`` and then to the model (FSDP2). With
+    ``checkpoint`` every ``nn.Linear`` is checkpointed (:func:`_checkpointed`): FSDP1 after the wrapping (the
+    checkpoint inside each unit), FSDP2 before it (``fully_shard`` on each ``CheckpointWrapper``)."""
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import FullyShardedDataParallel, ShardingStrategy, fully_shard
     from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
-    def wrap(model: Any, sharding: str) -> Any:
+    def wrap(model: Any, sharding: str, checkpoint: bool = False) -> Any:
         if sharding.startswith("fsdp2_"):
             mesh = init_device_mesh(device.type, (torch.distributed.get_world_size(),))
             reshard = sharding == "fsdp2_full_shard"
-            for module in model.modules():
-                if isinstance(module, torch.nn.Linear):
+            block = CheckpointWrapper if checkpoint else torch.nn.Linear
+            if checkpoint:
+                _checkpointed(torch, model)
+            for module in list(model.modules()):
+                if isinstance(module, block):
                     fully_shard(module, mesh=mesh, reshard_after_forward=reshard)
             return fully_shard(model, mesh=mesh)
-        return FullyShardedDataParallel(model, auto_wrap_policy=ModuleWrapPolicy({torch.nn.Linear}),
+        fsdp = FullyShardedDataParallel(model, auto_wrap_policy=ModuleWrapPolicy({torch.nn.Linear}),
                                         sharding_strategy=getattr(ShardingStrategy, sharding.upper()),
                                         device_id=device)  # fmt: skip
+        return _checkpointed(torch, fsdp) if checkpoint else fsdp
 
     return wrap
 
@@ -1106,7 +1151,8 @@ def _config_from_args(args: Any) -> DdpBenchConfig:
     fsdp = tuple(x.strip() for x in args.fsdp.split(",")) if getattr(args, "fsdp", None) else ()
     return DdpBenchConfig(bucket_caps_mb=caps, accumulation=args.no_sync, accumulation_cap_mb=args.no_sync_cap_mb,
                           widths=widths, batch=args.batch, warmup=args.warmup, iters=args.iters, rounds=args.rounds,
-                          nprocs=nprocs, threads=args.threads, timeout_s=args.timeout, device=device, fsdp=fsdp)
+                          nprocs=nprocs, threads=args.threads, timeout_s=args.timeout, device=device, fsdp=fsdp,
+                          checkpoint=bool(getattr(args, "checkpoint", False)))
 
 
 def _command(cfg: DdpBenchConfig, args: Any, under_torchrun: bool) -> str:
@@ -1120,6 +1166,8 @@ def _command(cfg: DdpBenchConfig, args: Any, under_torchrun: bool) -> str:
         parts += ["--no-sync", str(cfg.accumulation), "--no-sync-cap-mb", _fmt_num(cfg.accumulation_cap_mb)]
     if cfg.fsdp:
         parts += ["--fsdp", ",".join(cfg.fsdp)]
+    if cfg.checkpoint:
+        parts += ["--checkpoint"]
     parts += ["--mlp", _widths_text(cfg.widths), "--batch", str(cfg.batch), "--threads", str(cfg.threads),
               "-w", str(cfg.warmup), "-n", str(cfg.iters), "--rounds", str(cfg.rounds)]
     for flag, value in (("-o", args.output), ("--model-out", args.model_out), ("--text", args.text)):

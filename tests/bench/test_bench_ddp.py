@@ -7,6 +7,10 @@ ranks on a tiny MLP and takes a few seconds.
 from __future__ import annotations
 
 import json
+import os
+import socket
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -87,9 +91,56 @@ def test_planned_runs() -> None:
         ("fsdp2_full_shard", "fsdp", "fsdp2_full_shard"), ("fsdp2_shard_grad_op", "fsdp", "fsdp2_shard_grad_op")]
     cfg = DdpBenchConfig(fsdp=("shard_grad_op",))
     assert DdpBenchConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
+    # --checkpoint: every one-micro-step configuration but the layer clocks again, checkpointed
+    ac = planned_runs(DdpBenchConfig(bucket_caps_mb=(25,), accumulation=2, fsdp=("full_shard",), checkpoint=True))
+    assert [(r.name, r.checkpoint) for r in ac if r.checkpoint] == [
+        ("compute_ac", True), ("ddp_cap25_ac", True), ("fsdp_full_shard_ac", True)]
+    assert next(r for r in ac if r.name == "ddp_cap25_ac").bucket_cap_mb == 25.0
+    cfg = DdpBenchConfig(checkpoint=True)
+    assert DdpBenchConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
     with pytest.raises(BenchError, match=r"^--fsdp: expected distinct strategies among full_shard, shard_grad_op, "
                                          r"no_shard"):
         DdpBenchConfig(fsdp=("hybrid_shard",))
+
+
+_RECOMPUTE = """
+import os, torch, torch.distributed as dist
+from collsim.bench.ddp import build_mlp, _checkpointed, _fsdp_wrapper
+calls = [0]
+forward = torch.nn.Linear.forward
+def counted(self, x):
+    calls[0] += 1
+    return forward(self, x)
+torch.nn.Linear.forward = counted
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:" + os.environ["PORT"], rank=0, world_size=1)
+wrap = _fsdp_wrapper(torch, torch.device("cpu"))
+x = torch.randn(4, 8)
+models = {"plain": build_mlp((8, 16, 16, 8)), "ac": _checkpointed(torch, build_mlp((8, 16, 16, 8)))}
+for s in ("full_shard", "fsdp2_full_shard"):
+    models[s] = wrap(build_mlp((8, 16, 16, 8)), s)
+    models[s + "_ac"] = wrap(build_mlp((8, 16, 16, 8)), s, True)
+for name, m in models.items():
+    calls[0] = 0
+    m(x).sum().backward()
+    print(name, calls[0])
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.bench
+def test_checkpointed_models_run_each_linear_forward_again_in_backward() -> None:
+    """The ``_ac`` models recompute: three Linears, three forward calls without checkpointing and six with it
+    (FSDP1 checkpointed inside its units, FSDP2 before fully_shard)."""
+    pytest.importorskip("torch", reason="collsim bench needs torch: pip install -e '.[bench]'")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {**os.environ, "PORT": str(port)}
+    out = subprocess.run([sys.executable, "-c", _RECOMPUTE], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    counts = dict(line.split() for line in out.stdout.splitlines())
+    assert counts == {"plain": "3", "ac": "6", "full_shard": "3", "full_shard_ac": "6", "fsdp2_full_shard": "3",
+                      "fsdp2_full_shard_ac": "6"}  # fmt: skip
 
 
 def test_mlp_layers_flops_and_bytes() -> None:
@@ -300,7 +351,8 @@ def test_two_ranks_for_real(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     js, ym, txt = tmp_path / "d.json", tmp_path / "d.yaml", tmp_path / "d.txt"
     rc = main(["bench", "--ddp", "--nprocs", "2", "--mlp", "16,64x2,8", "--batch", "4", "--bucket-cap-mb",
                "0.01,1", "--no-sync", "2", "--no-sync-cap-mb", "0.01", "--fsdp", "full_shard,fsdp2_full_shard",
-               "-w", "1", "-n", "2", "--rounds", "2", "-o", str(js), "--model-out", str(ym), "--text", str(txt)])
+               "--checkpoint", "-w", "1", "-n", "2", "--rounds", "2", "-o", str(js), "--model-out", str(ym),
+               "--text", str(txt)])
     stdout, stderr = capsys.readouterr()
     assert rc == 0, stderr
     assert stdout == "" and "round 2/2: compute" in stderr
@@ -311,7 +363,11 @@ def test_two_ranks_for_real(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert [t["OMP_NUM_THREADS"] for t in doc["threads"]] == ["1", "1"]
     runs = {r["name"]: r for r in doc["runs"]}
     assert list(runs) == ["compute", "compute_k2", "layers", "ddp_cap0.01", "ddp_cap1", "ddp_cap0.01_k2",
-                          "fsdp_full_shard", "fsdp2_full_shard", "fsdp_full_shard_k2", "fsdp2_full_shard_k2"]
+                          "fsdp_full_shard", "fsdp2_full_shard", "fsdp_full_shard_k2", "fsdp2_full_shard_k2",
+                          "compute_ac", "ddp_cap0.01_ac", "ddp_cap1_ac", "fsdp_full_shard_ac", "fsdp2_full_shard_ac"]
+    assert runs["fsdp_full_shard_ac"]["checkpoint"] and not runs["fsdp_full_shard"]["checkpoint"]
+    assert runs["ddp_cap1_ac"]["bucket_bytes"] == runs["ddp_cap1"]["bucket_bytes"]  # the same parameters
+    assert "--checkpoint" in doc["source"]["command"]
     assert runs["fsdp2_full_shard_k2"]["accumulation"] == 2
     assert runs["fsdp_full_shard"]["sharding"] == "full_shard"
     assert runs["fsdp2_full_shard"]["sharding"] == "fsdp2_full_shard"  # fully_shard on every Linear and the model
