@@ -1053,7 +1053,8 @@ class Simulator:
         model, gpu = self.training_model, self.gpu_compute()
         checkpointing, blocks = self._checkpointing()
         cfg = DdpConfig(tr.batch_size, tr.bucket_cap_mb, tr.gradient_as_bucket_view, tr.accumulation,
-                        tr.compression, tr.optimizer, tr.first_iteration, checkpointing, blocks)  # fmt: skip
+                        tr.compression, tr.optimizer, tr.first_iteration, checkpointing, blocks,
+                        tr.checkpoint_early_stop)  # fmt: skip
         world = len(self.topology.rank_devices())
         out = []
         for backend in backends or self.backends():
@@ -1136,7 +1137,8 @@ class Simulator:
                          reshard_after_forward=post, modules_to_forward_prefetch=f.modules_to_forward_prefetch,
                          modules_to_backward_prefetch=f.modules_to_backward_prefetch,
                          reduce_scatter_max_input_buffers=f.reduce_scatter_max_input_buffers,
-                         activation_checkpointing=checkpointing, checkpoint_blocks=blocks)  # fmt: skip
+                         activation_checkpointing=checkpointing, checkpoint_blocks=blocks,
+                         checkpoint_early_stop=tr.checkpoint_early_stop)  # fmt: skip
         world = len(self.topology.rank_devices())
         model, gpu, consts = self.training_model, self.gpu_compute(), self.step_constants
         hybrid = f.sharding == "hybrid_shard"

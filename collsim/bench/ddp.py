@@ -478,6 +478,9 @@ class LayerTiming:
         Per sample, bytes of the activations the forward reads and writes (float32: 4 B per element).
     rank_fwd_s, rank_bwd_s : list of list of float
         Per rank, per timed iteration, seconds for the whole batch.
+    saves : str
+        What its backward keeps from the forward (:attr:`collsim.training.Layer.saves`): ``inputs`` for a
+        ``Linear`` (``addmm`` saves the input and the weight), ``outputs`` for a ReLU (its result) and the loss.
     """
 
     name: str
@@ -487,6 +490,7 @@ class LayerTiming:
     act_bytes: float
     rank_fwd_s: list[list[float]] = field(default_factory=list)
     rank_bwd_s: list[list[float]] = field(default_factory=list)
+    saves: str = "outputs"
 
     @staticmethod
     def _median_of_rank_mean(rank_times: list[list[float]]) -> float:
@@ -510,7 +514,7 @@ def _mlp_layers(widths: tuple[int, ...]) -> list[LayerTiming]:
     for i, (a, b) in enumerate(pairwise(widths), start=1):
         flops = 2.0 * a * b  # one multiply-add per weight and sample
         out.append(LayerTiming(f"fc{i}", [f"fc{i}.weight", f"fc{i}.bias"], flops, flops if i == 1 else 2 * flops,
-                               float((a + b) * _F32)))  # reads the input, writes the output
+                               float((a + b) * _F32), saves="inputs"))  # reads the input, writes the output
         if i < n:
             out.append(LayerTiming(f"relu{i}", [], 0.0, 0.0, float(2 * b * _F32)))
     out.append(LayerTiming("loss", [], 0.0, 0.0, float(2 * widths[-1] * _F32)))  # output and target read
@@ -647,7 +651,7 @@ def to_json(out: DdpBenchOutput, *, command: str, argv: str | None = None,
         runs.append(entry)
     layers = [{"name": x.name, "params": x.params, "fwd_flops": x.fwd_flops, "bwd_flops": x.bwd_flops,
                "act_bytes": x.act_bytes, "fwd_time_s": x.fwd_time_s, "bwd_time_s": x.bwd_time_s,
-               "rank_fwd_s": x.rank_fwd_s, "rank_bwd_s": x.rank_bwd_s} for x in out.layers]
+               "rank_fwd_s": x.rank_fwd_s, "rank_bwd_s": x.rank_bwd_s, "saves": x.saves} for x in out.layers]
     return {
         "format": FORMAT,
         "source": {"command": command, "argv": argv, "machine": machine, "date": out.started,
@@ -698,7 +702,7 @@ def model_yaml(out: DdpBenchOutput, *, command: str | None = None) -> str:
         "params": [{"name": n, "numel": k} for n, k in out.params],
         "layers": [{"name": x.name, "params": x.params, "fwd_flops": x.fwd_flops, "bwd_flops": x.bwd_flops,
                     "act_bytes": x.act_bytes, "fwd_time_s": float(f"{x.fwd_time_s:.6g}"),
-                    "bwd_time_s": float(f"{x.bwd_time_s:.6g}")} for x in out.layers],
+                    "bwd_time_s": float(f"{x.bwd_time_s:.6g}"), "saves": x.saves} for x in out.layers],
     }
     head = [f"# collsim model: {data['name']}, per-layer times measured by collsim bench --ddp",
             f"# batch {cfg.batch}; optimizer SGD (step + zero_grad, not a layer): {out.optimizer_s:.6g} s"]

@@ -918,6 +918,13 @@ class TrainingConfig(BaseModel):
         "runs again in the backward, right before its first backward kernel. true: the most common prefix.N blocks "
         "of the layer names; or a layer-name pattern with * for the block index (transformer.h.*); false: none.",
     )
+    checkpoint_early_stop: bool = Field(
+        True,
+        description="Activation checkpointing's recomputation stops at a block's last layer that saves a tensor "
+        "(torch's non-reentrant checkpoint, early_stop=True, the default); false: the whole block again "
+        "(use_reentrant=True, as Hugging Face's gradient_checkpointing_enable() passes by default, or "
+        "set_checkpoint_early_stop(False)).",
+    )
     optimizer: Literal["none", "sgd", "momentum", "adam"] = Field("sgd", description="Optimizer step (memory-bound).")
     first_iteration: bool = Field(
         False, description="Simulate DDP's first iteration (one bucket, no overlap) instead of a steady one."

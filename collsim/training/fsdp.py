@@ -226,6 +226,8 @@ class FsdpConfig:
         within one unit.
     checkpoint_blocks : str, optional
         The checkpointed blocks as a layer-name pattern; default the most common ``prefix.N`` blocks.
+    checkpoint_early_stop : bool
+        The non-reentrant checkpoint's early stop (torch's default); False: each block's whole forward again.
     """
 
     batch_size: int = 32
@@ -245,6 +247,7 @@ class FsdpConfig:
     reduce_scatter_max_input_buffers: int = 1
     activation_checkpointing: bool = False
     checkpoint_blocks: str | None = None
+    checkpoint_early_stop: bool = True
 
 
 @dataclass(frozen=True)
@@ -421,7 +424,8 @@ def simulate_fsdp_step(
                        per_param=cfg.version == 2)  # fmt: skip
     base = _Plan.build(model, DdpConfig(cfg.batch_size, accumulation=cfg.accumulation, optimizer=cfg.optimizer,
                                         activation_checkpointing=cfg.activation_checkpointing,
-                                        checkpoint_blocks=cfg.checkpoint_blocks), consts)  # fmt: skip
+                                        checkpoint_blocks=cfg.checkpoint_blocks,
+                                        checkpoint_early_stop=cfg.checkpoint_early_stop), consts)  # fmt: skip
     unit_of = {i: u.index for u in units for i in u.layers}
     for layers in base.regions.values():
         if len({unit_of[i] for i in layers}) > 1:

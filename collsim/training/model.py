@@ -31,8 +31,10 @@ default ``dtype``), then exactly one of the two forms below. Any field ``X`` may
    Convolutions have no bias; BatchNorm has weight and bias (running statistics are buffers); ``fc`` has a bias.
 
 2. ``params: [{name, numel, dtype?}]`` and ``layers: [{name, params: [names], fwd_flops, bwd_flops?, act_bytes?,
-   fwd_time_s?, bwd_time_s?}]`` for user models and measured profiles (``bwd_flops`` defaults to 2 x ``fwd_flops``
-   for a layer with parameters and 1 x otherwise; ``act_bytes`` to 0; times are for the whole batch, seconds).
+   fwd_time_s?, bwd_time_s?, saves?}]`` for user models and measured profiles (``bwd_flops`` defaults to 2 x
+   ``fwd_flops`` for a layer with parameters and 1 x otherwise; ``act_bytes`` to 0; times are for the whole batch,
+   seconds; ``saves``: ``inputs``, ``outputs`` (default) or ``nothing``, what the layer's backward keeps from its
+   forward, :attr:`Layer.saves`).
 
 Conventions of the built-in builders
 ------------------------------------
@@ -85,6 +87,9 @@ __all__ = [
     "load_model",
     "model_from_module",
 ]
+
+#: What a layer's backward keeps from its forward (:attr:`Layer.saves`).
+SAVES = ("inputs", "outputs", "nothing")
 
 #: Bytes per element of the storage dtypes a parameter or activation can have (TF32 is a compute mode, not one).
 DTYPE_BYTES: dict[str, int] = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
@@ -216,6 +221,12 @@ class Layer:
         HBM bytes per sample the forward reads and writes for activations (an estimate; backward: 2 x this).
     fwd_time_s, bwd_time_s : float or None
         Measured seconds for the whole batch; when set they override the FLOP model.
+    saves : str
+        What its backward keeps from the forward (autograd's saved tensors): ``inputs`` (only its inputs and
+        parameters: a linear, a convolution, GELU or SiLU, an embedding, a product), ``outputs`` (something it
+        computes: ReLU's result, a norm's statistics, attention's output and log-sum-exp, pooling indices, the
+        loss's softmax; the default), ``nothing`` (a residual add). Activation checkpointing's early stop follows
+        it (:func:`collsim.training.step.checkpoint_regions`).
     """
 
     name: str
@@ -225,6 +236,11 @@ class Layer:
     act_bytes: float
     fwd_time_s: float | None = None
     bwd_time_s: float | None = None
+    saves: str = "outputs"
+
+    def __post_init__(self) -> None:
+        if self.saves not in SAVES:
+            raise ModelError(f"saves: expected one of {', '.join(SAVES)}, got {self.saves!r}", field=self.name)
 
 
 @dataclass(frozen=True)
@@ -423,8 +439,8 @@ class _Fields:
 # Builders
 
 _Params = list[tuple[str, int]]
-# name, parameter names, fwd FLOPs, bwd FLOPs, activation bytes, fwd seconds, bwd seconds
-_RawLayer = tuple[str, list[str], float, float, float, float | None, float | None]
+# name, parameter names, fwd FLOPs, bwd FLOPs, activation bytes, fwd seconds, bwd seconds, what it saves
+_RawLayer = tuple[str, list[str], float, float, float, float | None, float | None, str]
 
 
 class _Net:
@@ -438,20 +454,29 @@ class _Net:
     def register(self, params: _Params) -> None:
         self.params += params
 
-    def op(self, name: str, params: _Params, fwd: float, act_elems: float, bwd: float | None = None) -> _Params:
+    def op(self, name: str, params: _Params, fwd: float, act_elems: float, bwd: float | None = None,
+           saves: str = "outputs") -> _Params:
+        """A layer; ``saves``: what autograd keeps for its backward (:attr:`Layer.saves`)."""
         bwd = 2 * fwd if bwd is None else bwd
-        self.layers.append((name, [n for n, _ in params], fwd, bwd, act_elems * self.b, None, None))
+        self.layers.append((name, [n for n, _ in params], fwd, bwd, act_elems * self.b, None, None, saves))
         return params
 
+    def add(self, name: str, act_elems: float) -> None:
+        """A residual (or embedding) sum: its backward passes the gradient through, it saves nothing."""
+        self.op(name, [], 0, act_elems, saves="nothing")
+
     def lin(self, name: str, din: int, dout: int, tokens: int, bias: bool, weight: bool = True) -> _Params:
+        """A linear layer (``addmm``/``mm`` save the input and the weight)."""
         params = ([(f"{name}.weight", din * dout)] if weight else []) + ([(f"{name}.bias", dout)] if bias else [])
-        return self.op(name, params, 2.0 * tokens * din * dout, tokens * (din + dout))
+        return self.op(name, params, 2.0 * tokens * din * dout, tokens * (din + dout), saves="inputs")
 
     def norm(self, name: str, h: int, tokens: int, bias: bool) -> _Params:
+        """A LayerNorm, RMSNorm or BatchNorm (they save the statistics they compute)."""
         return self.op(name, [(f"{name}.weight", h)] + ([(f"{name}.bias", h)] if bias else []), 0, 2 * tokens * h)
 
     def embedding(self, name: str, rows: int, h: int, tokens: int) -> _Params:
-        return self.op(name, [(f"{name}.weight", rows * h)], 0, 2 * tokens * h)
+        """An embedding lookup (it saves the indices, an input)."""
+        return self.op(name, [(f"{name}.weight", rows * h)], 0, 2 * tokens * h, saves="inputs")
 
 
 _STYLES = {
@@ -490,17 +515,17 @@ def _transformer(a: _Fields, net: _Net) -> None:
     regs: _Params = []
     if style == "gpt2":
         regs += net.embedding("transformer.wte", vocab, h, s) + net.embedding("transformer.wpe", max_pos, h, s)
-        net.op("transformer:add", [], 0, 3 * s * h)
+        net.add("transformer:add", 3 * s * h)
         for i in range(n_layers):
             p = f"transformer.h.{i}."
             regs += net.norm(p + "ln_1", h, s, True) + net.lin(p + "attn.c_attn", h, 3 * h, s, True)
             net.op(p + "attn:attention", [], attn_fwd, attn_act)
             regs += net.lin(p + "attn.c_proj", h, h, s, True)
-            net.op(p[:-1] + ":add1", [], 0, 3 * s * h)
+            net.add(p[:-1] + ":add1", 3 * s * h)
             regs += net.norm(p + "ln_2", h, s, True) + net.lin(p + "mlp.c_fc", h, f, s, True)
-            net.op(p + "mlp.act", [], 0, 2 * s * f)
+            net.op(p + "mlp.act", [], 0, 2 * s * f, saves="inputs")  # GELU's backward reads its input
             regs += net.lin(p + "mlp.c_proj", f, h, s, True)
-            net.op(p[:-1] + ":add2", [], 0, 3 * s * h)
+            net.add(p[:-1] + ":add2", 3 * s * h)
         regs += net.norm("transformer.ln_f", h, s, True)
         regs += net.lin("lm_head", h, vocab, s, False, weight=not tied)
     elif style == "llama":
@@ -510,15 +535,15 @@ def _transformer(a: _Fields, net: _Net) -> None:
             ln1 = net.norm(p + "input_layernorm", h, s, False)
             qkv = net.lin(p + "self_attn.q_proj", h, h, s, False) + net.lin(p + "self_attn.k_proj", h, hkv, s, False)
             qkv += net.lin(p + "self_attn.v_proj", h, hkv, s, False)
-            net.op(p + "self_attn:rotary", [], 0, 2 * s * (h + hkv))
+            net.op(p + "self_attn:rotary", [], 0, 2 * s * (h + hkv), saves="inputs")  # products with cos, sin
             net.op(p + "self_attn:attention", [], attn_fwd, attn_act)
             o = net.lin(p + "self_attn.o_proj", h, h, s, False)
-            net.op(p[:-1] + ":add1", [], 0, 3 * s * h)
+            net.add(p[:-1] + ":add1", 3 * s * h)
             ln2 = net.norm(p + "post_attention_layernorm", h, s, False)
             mlp = net.lin(p + "mlp.gate_proj", h, f, s, False) + net.lin(p + "mlp.up_proj", h, f, s, False)
-            net.op(p + "mlp.act_fn", [], 0, 3 * s * f)  # silu(gate) * up
+            net.op(p + "mlp.act_fn", [], 0, 3 * s * f, saves="inputs")  # silu(gate) * up: both save their inputs
             mlp += net.lin(p + "mlp.down_proj", f, h, s, False)
-            net.op(p[:-1] + ":add2", [], 0, 3 * s * h)
+            net.add(p[:-1] + ":add2", 3 * s * h)
             regs += qkv + o + mlp + ln1 + ln2  # LlamaDecoderLayer registers self_attn, mlp, then the two norms
         regs += net.norm("model.norm", h, s, False)
         regs += net.lin("lm_head", h, vocab, s, False, weight=not tied)
@@ -529,7 +554,7 @@ def _transformer(a: _Fields, net: _Net) -> None:
         word = net.embedding(e + "word_embeddings", vocab, h, s)
         types = net.embedding(e + "token_type_embeddings", type_vocab, h, s)
         pos = net.embedding(e + "position_embeddings", max_pos, h, s)
-        net.op(e[:-1] + ":add", [], 0, 6 * s * h)
+        net.add(e[:-1] + ":add", 6 * s * h)
         regs += word + pos + types + net.norm(e + "LayerNorm", h, s, True)
         b = e[: -len("embeddings.")]
         for i in range(n_layers):
@@ -538,12 +563,12 @@ def _transformer(a: _Fields, net: _Net) -> None:
                 regs += net.lin(f"{p}attention.self.{proj}", h, h, s, True)
             net.op(p + "attention.self:attention", [], attn_fwd, attn_act)
             regs += net.lin(p + "attention.output.dense", h, h, s, True)
-            net.op(p + "attention.output:add", [], 0, 3 * s * h)
+            net.add(p + "attention.output:add", 3 * s * h)
             regs += net.norm(p + "attention.output.LayerNorm", h, s, True)
             regs += net.lin(p + "intermediate.dense", h, f, s, True)
-            net.op(p + "intermediate.intermediate_act_fn", [], 0, 2 * s * f)
+            net.op(p + "intermediate.intermediate_act_fn", [], 0, 2 * s * f, saves="inputs")  # GELU
             regs += net.lin(p + "output.dense", f, h, s, True)
-            net.op(p + "output:add", [], 0, 3 * s * h)
+            net.add(p + "output:add", 3 * s * h)
             regs += net.norm(p + "output.LayerNorm", h, s, True)
         if head != "none":  # the pooler reads the first token only
             regs += net.lin(b + "pooler.dense", h, h, 1, True)
@@ -551,9 +576,9 @@ def _transformer(a: _Fields, net: _Net) -> None:
         if head == "pretraining":  # HF computes the MLM logits at every position
             c = "cls.predictions."
             regs += [(c + "bias", vocab), *net.lin(c + "transform.dense", h, h, s, True)]
-            net.op(c + "transform.transform_act_fn", [], 0, 2 * s * h)
+            net.op(c + "transform.transform_act_fn", [], 0, 2 * s * h, saves="inputs")  # GELU
             regs += net.norm(c + "transform.LayerNorm", h, s, True)
-            net.op(c + "decoder", [(c + "bias", vocab)], 2.0 * s * h * vocab, s * (h + vocab))
+            net.op(c + "decoder", [(c + "bias", vocab)], 2.0 * s * h * vocab, s * (h + vocab), saves="inputs")
             regs += net.lin("cls.seq_relationship", h, 2, 1, True)
     if style != "bert" or head == "pretraining":
         net.op("loss", [], 0, 2 * s * vocab)  # softmax cross-entropy reads the logits, writes their gradient
@@ -584,7 +609,7 @@ def _resnet(a: _Fields, net: _Net) -> None:
         fwd = 2.0 * k * k * (c_in // g) * c_out * out * out
         bn = name[:-1] + "1" if name.endswith(".0") else name.replace("conv", "bn")
         regs.extend(net.op(name, [(f"{name}.weight", k * k * (c_in // g) * c_out)], fwd,
-                           c_in * size * size + c_out * out * out, bwd=bwd_x * fwd))
+                           c_in * size * size + c_out * out * out, bwd=bwd_x * fwd, saves="inputs"))
         regs.extend(net.norm(bn, c_out, out * out, True))
         return out
 
@@ -611,9 +636,9 @@ def _resnet(a: _Fields, net: _Net) -> None:
             if stride != 1 or inplanes != planes * expansion:
                 conv(f"{p}downsample.0", inplanes, c, 1, stride, hw)
             hw, inplanes = size, c
-            net.op(f"{p[:-1]}:add", [], 0, 3 * c * hw * hw)
+            net.add(f"{p[:-1]}:add", 3 * c * hw * hw)
             net.op(f"{p}relu:{len(convs)}", [], 0, 2 * c * hw * hw)
-    net.op("avgpool", [], 0, inplanes * (hw * hw + 1))
+    net.op("avgpool", [], 0, inplanes * (hw * hw + 1), saves="inputs")  # adaptive pooling's backward: the input
     regs += net.lin("fc", inplanes, classes, 1, True)
     net.register(regs)
 
@@ -692,8 +717,8 @@ def _read(path: Path) -> ModelSpec:
     index = {p.name: i for i, p in enumerate(params)}
     try:
         return ModelSpec(name, tuple(params), tuple(
-            Layer(n, tuple(index[k] for k in ps), fwd, bwd, act, t_fwd, t_bwd)
-            for n, ps, fwd, bwd, act, t_fwd, t_bwd in layers), source, act_dtype)
+            Layer(n, tuple(index[k] for k in ps), fwd, bwd, act, t_fwd, t_bwd, saves)
+            for n, ps, fwd, bwd, act, t_fwd, t_bwd, saves in layers), source, act_dtype)
     except ModelError as exc:
         raise ModelError(exc.message, path, exc.field) from None
 
@@ -714,14 +739,14 @@ def _explicit(top: _Fields, dtype: str) -> tuple[list[Param], list[_RawLayer]]:
     layers: list[_RawLayer] = []
     for j, item in _list(top, "layers"):
         f = _Fields(item, top.file, f"layers.{j}", {"name", "params", "fwd_flops", "bwd_flops", "act_bytes",
-                                                    "fwd_time_s", "bwd_time_s"})
+                                                    "fwd_time_s", "bwd_time_s", "saves"})
         refs = f.get("params", lambda v: v, [])
         if not isinstance(refs, list) or any(r not in names for r in refs):
             raise f.fail("params", f"expected a list of names from params, got {refs!r}")
         fwd = f.get("fwd_flops", _number)
         layers.append((f.get("name", _string), refs, fwd, f.get("bwd_flops", _number, 2 * fwd if refs else fwd),
                        f.get("act_bytes", _number, 0.0), f.get("fwd_time_s", _number, None),
-                       f.get("bwd_time_s", _number, None)))
+                       f.get("bwd_time_s", _number, None), f.get("saves", _choice(*SAVES), "outputs")))
     return params, layers
 
 
@@ -788,6 +813,9 @@ def model_from_module(module: torch.nn.Module, example_input: Any, name: str | N
         pid[id(p)] = len(params)
         params.append(Param(pname, p.numel(), dtype))
     keys: dict[torch.nn.Module, str] = {}  # the names FlopCounterMode's ModuleTracker gives
+    nn = torch.nn
+    # modules whose backward keeps only their inputs and parameters (the rest: ``outputs``, the safe side)
+    saves_inputs = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Embedding, nn.GELU, nn.SiLU)
 
     def walk(mod: torch.nn.Module, key: str) -> None:
         keys[mod] = key
@@ -825,8 +853,9 @@ def model_from_module(module: torch.nn.Module, example_input: Any, name: str | N
             continue
         mine = tuple(pid[id(p)] for p in own if id(p) not in owned)
         owned.update(id(p) for p in own)
+        saves = "inputs" if isinstance(mod, saves_inputs) else "outputs"
         layers.append(Layer(fqn[mod] or type(mod).__name__, mine, flops / batch, flops / batch * (2 if own else 1),
-                            called.get(mod, 0.0) / batch))
+                            called.get(mod, 0.0) / batch, saves=saves))
     return ModelSpec(name or type(module).__name__, tuple(params), tuple(layers),
                      f"torch {torch.__version__} FlopCounterMode and forward hooks on {type(module).__name__}, "
                      f"batch {batch}", params[0].dtype if params else "float32")

@@ -192,6 +192,8 @@ class DdpConfig:
     checkpoint_blocks : str, optional
         The checkpointed blocks as a layer-name pattern (:func:`~collsim.training.model.layer_blocks`); default the
         most common ``prefix.N`` blocks.
+    checkpoint_early_stop : bool
+        The non-reentrant checkpoint's early stop (torch's default); False: each block's whole forward again.
     """
 
     batch_size: int = 32
@@ -203,6 +205,7 @@ class DdpConfig:
     first_iteration: bool = False
     activation_checkpointing: bool = False
     checkpoint_blocks: str | None = None
+    checkpoint_early_stop: bool = True
 
 
 #: An NCCL allreduce of ``nbytes`` (per rank) on the cluster -> (seconds, channels), as NCCL's simulation says.
@@ -425,7 +428,8 @@ class _Plan:
             else:
                 elems = sum(model.params[i].numel for i in b.params)
                 wire.append(elems * min(DTYPE_BYTES[target], DTYPE_BYTES[b.dtype]))
-        regions = checkpoint_regions(model, cfg.checkpoint_blocks) if cfg.activation_checkpointing else {}
+        regions = (checkpoint_regions(model, cfg.checkpoint_blocks, cfg.checkpoint_early_stop)
+                   if cfg.activation_checkpointing else {})  # fmt: skip
         return cls(model, cfg, consts, buckets, bucket_of, wire, regions)
 
 
@@ -448,17 +452,22 @@ def _layer_costs(model: ModelSpec, i: int, batch: int, backward: bool) -> tuple[
     return batch * layer.fwd_flops, weights + batch * layer.act_bytes, layer.fwd_time_s
 
 
-def checkpoint_regions(model: ModelSpec, blocks: str | None = None) -> dict[int, tuple[int, ...]]:
+def checkpoint_regions(
+    model: ModelSpec, blocks: str | None = None, early_stop: bool = True
+) -> dict[int, tuple[int, ...]]:
     """Activation checkpointing's recomputation: for each checkpointed block, its last layer (forward order) and
     the layers whose forward the backward runs again right before that layer's backward.
 
     ``torch.utils.checkpoint`` (torch 2.13 ``torch/utils/checkpoint.py``; ``checkpoint_wrapper`` and
     ``apply_activation_checkpointing`` use it, non-reentrant by default) keeps only a block's inputs in the
-    forward; when the backward reaches the block (its output's gradient arrives, i.e. before the backward of its
-    last layer), the reentrant variant reruns the block's forward in full, the non-reentrant one reruns it until
-    every tensor the backward needs is saved again (``early_stop``), then the block's backward runs. The whole
-    forward is charged: early stop saves only the tail of a block whose last operations save nothing (a residual
-    add), a small part of it.
+    forward; when the backward reaches the block (its output's gradient arrives, before the backward of its last
+    layer) the block's forward runs again, then its backward. The reentrant variant (``use_reentrant=True``) reruns
+    the whole forward. The non-reentrant one with ``early_stop`` (its default) stops as soon as every tensor the
+    block saved has been saved again: its recomputation hook raises ``_StopRecomputationError`` from the pack hook
+    of the last one, and autograd packs an operation's saved inputs before running its kernel, its saved outputs
+    after. So the recomputation ends at the block's last layer that saves anything (:attr:`Layer.saves`): before
+    its kernel when it saves only inputs (a linear: a GPT-2 block's ``mlp.c_proj``, its largest matmul but one, is
+    not run again), after it when it saves outputs; the layers after it, which save nothing, are not run again.
 
     Parameters
     ----------
@@ -467,11 +476,14 @@ def checkpoint_regions(model: ModelSpec, blocks: str | None = None) -> dict[int,
     blocks : str, optional
         The checkpointed blocks, a layer-name pattern (:func:`~collsim.training.model.layer_blocks`); default the
         most common ``prefix.N`` blocks.
+    early_stop : bool
+        The non-reentrant checkpoint's early stop (torch's default); False: the whole block again (the reentrant
+        variant, or ``set_checkpoint_early_stop(False)``).
 
     Returns
     -------
     dict of int to tuple of int
-        The last layer of each block -> the block's layers in forward order.
+        The last layer of each block -> the layers run again, forward order (empty where nothing needs to be).
 
     Raises
     ------
@@ -481,9 +493,12 @@ def checkpoint_regions(model: ModelSpec, blocks: str | None = None) -> dict[int,
     Examples
     --------
     >>> from collsim.training import load_model
-    >>> regions = checkpoint_regions(load_model("gpt2-xl"))
-    >>> len(regions), [load_model("gpt2-xl").layers[i].name for i in regions[min(regions)]][:2]
-    (48, ['transformer.h.0.ln_1', 'transformer.h.0.attn.c_attn'])
+    >>> gpt = load_model("gpt2-xl")
+    >>> regions = checkpoint_regions(gpt)
+    >>> len(regions), [gpt.layers[i].name for i in regions[min(regions)]][-2:]
+    (48, ['transformer.h.0.mlp.c_fc', 'transformer.h.0.mlp.act'])
+    >>> [gpt.layers[i].name for i in checkpoint_regions(gpt, early_stop=False)[min(regions)]][-1]
+    'transformer.h.0:add2'
     """
     keys = layer_blocks([ly.name for ly in model.layers], blocks)
     members: dict[str, list[int]] = {}
@@ -493,7 +508,18 @@ def checkpoint_regions(model: ModelSpec, blocks: str | None = None) -> dict[int,
     if not members:
         what = f"pattern {blocks!r}" if blocks is not None else "no prefix.N blocks in its layer names; the default"
         raise ValueError(f"activation checkpointing: {what} matches no layer of model {model.name!r}")
-    return {layers[-1]: tuple(layers) for layers in members.values()}
+    out = {}
+    for layers in members.values():
+        again = layers
+        if early_stop:  # up to the last layer that saves anything: its kernel too if it saves what it computes
+            saving = [k for k, i in enumerate(layers) if model.layers[i].saves != "nothing"]
+            if not saving:
+                again = []
+            else:
+                last = saving[-1]
+                again = layers[: last + 1] if model.layers[layers[last]].saves == "outputs" else layers[:last]
+        out[layers[-1]] = tuple(again)
+    return out
 
 
 def _recompute(gpu: _Gpu, plan: _Plan, i: int) -> Proc:

@@ -20,6 +20,7 @@ from collsim.training import (
     StepResult,
     checkpoint_regions,
     layer_blocks,
+    load_model,
     simulate_ddp_step,
 )
 from collsim.training.fsdp import FsdpConfig, simulate_fsdp_step
@@ -50,6 +51,46 @@ def test_blocks_and_regions_follow_the_pattern() -> None:
     assert checkpoint_regions(_model(), "h.*.a") == {1: (1,), 3: (3,)}
     with pytest.raises(ValueError, match=re.escape("pattern 'x.*' matches no layer of model 'tiny'")):
         checkpoint_regions(_model(), "x.*")
+
+
+def _saving(saves: list[str]) -> ModelSpec:
+    """One block ``h.0`` of len(saves) layers saving what ``saves`` says, between an embedding and a head."""
+    names = ["embed", *[f"h.0.l{k}" for k in range(len(saves))], "head"]
+    kinds = ["inputs", *saves, "inputs"]
+    params = tuple(Param(f"{n}.weight", MB4) for n in names)
+    layers = tuple(Layer(n, (i,), 0.0, 0.0, 0.0, fwd_time_s=FWD, bwd_time_s=BWD, saves=kind)
+                   for i, (n, kind) in enumerate(zip(names, kinds, strict=True)))  # fmt: skip
+    return ModelSpec("saving", params, layers, "test")
+
+
+@pytest.mark.parametrize(("saves", "again"), [
+    (["outputs", "inputs", "nothing"], (1,)),  # a norm, a linear (packs before its kernel), an add: the norm only
+    (["inputs", "outputs", "nothing"], (1, 2)),  # a linear, a ReLU (packs its result): both
+    (["inputs", "inputs"], (1,)),  # two linears: the second's inputs are the first's output
+    (["inputs"], ()),  # one linear: its saved tensors are the block's input and its weight, nothing runs again
+    (["nothing", "nothing"], ()),
+])  # fmt: skip
+def test_early_stop_ends_at_the_last_layer_that_saves_a_tensor(saves: list[str], again: tuple[int, ...]) -> None:
+    model = _saving(saves)
+    last = len(saves)
+    assert checkpoint_regions(model, "h.*") == {last: again}
+    assert checkpoint_regions(model, "h.*", early_stop=False) == {last: tuple(range(1, last + 1))}
+    cfg = DdpConfig(batch_size=1, first_iteration=True, optimizer="none", activation_checkpointing=True)
+    r = simulate_ddp_step(model, cfg, GPU, BARE, 8, nccl=lambda nbytes: (0.0, 0))
+    assert r.compute_s == pytest.approx((len(saves) + 2) * (FWD + BWD) + len(again) * FWD, rel=1e-12)
+
+
+def test_the_built_in_blocks_stop_where_their_last_saved_tensor_is() -> None:
+    gpt = load_model("gpt2-xl")  # ... mlp.c_fc, mlp.act (GELU), mlp.c_proj (a linear), :add2
+    regions = checkpoint_regions(gpt)
+    block = min(regions)
+    assert [gpt.layers[i].name.split(".", 3)[-1] for i in regions[block]][-2:] == ["mlp.c_fc", "mlp.act"]
+    full = checkpoint_regions(gpt, early_stop=False)[block]
+    assert len(full) == len(regions[block]) + 2  # mlp.c_proj and the residual add are not run again
+    bert = load_model("bert-large")  # each layer ends with output.LayerNorm, which saves its statistics
+    assert checkpoint_regions(bert) == checkpoint_regions(bert, early_stop=False)
+    resnet = load_model("resnet50")  # each bottleneck ends with a ReLU, which saves its result
+    assert checkpoint_regions(resnet, "layer*.*") == checkpoint_regions(resnet, "layer*.*", early_stop=False)
 
 
 def test_ddp_recomputes_each_block_before_its_first_backward_kernel() -> None:
@@ -109,8 +150,12 @@ def test_fsdp_refuses_a_checkpointed_block_across_units() -> None:
 def test_the_scenario_field_turns_it_on_and_names_itself_in_errors() -> None:
     base = Simulator.from_source("fsdp-gpt2xl-2node-h100").step(["nccl"])[0]
     on = Simulator.from_source("fsdp-gpt2xl-2node-h100", ["training.activation_checkpointing=true"]).step(["nccl"])[0]
-    # the 48 blocks' forward again: about a third more compute (less the embeddings and the LM head)
-    assert 1.2 * base.compute_s < on.compute_s < 1.34 * base.compute_s
+    full = Simulator.from_source("fsdp-gpt2xl-2node-h100", ["training.activation_checkpointing=true",
+                                                             "training.checkpoint_early_stop=false"]).step(["nccl"])[0]
+    # the 48 blocks' forward again: about a third more compute (less the embeddings and the LM head), a fifth with
+    # early stop (each block's mlp.c_proj, a third of its matmuls, not run again)
+    assert 1.25 * base.compute_s < full.compute_s < 1.34 * base.compute_s
+    assert 1.17 * base.compute_s < on.compute_s < 1.25 * base.compute_s
     with pytest.raises(ScenarioError) as info:
         Simulator.from_source("fsdp-gpt2xl-2node-h100", ["training.activation_checkpointing='nope.*'"]).step(["nccl"])
     assert info.value.field == "training.activation_checkpointing"

@@ -198,6 +198,19 @@ def test_explicit_form_defaults(tmp_path: Path) -> None:
     assert spec.params == (Param("a.weight", 6), Param("a.bias", 3, "float16"))
     assert spec.param_bytes == 6 * 4 + 3 * 2 and spec.layer_param_bytes(0) == 30
     assert spec.layers == (Layer("a", (0, 1), 36.0, 72.0, 0.0), Layer("act", (), 0.0, 0.0, 24.0, 1e-6, None))
+    assert spec.layers[0].saves == "outputs"  # the default: the recomputation runs a layer's kernel
+    with pytest.raises(ModelError, match="saves: expected one of inputs, outputs, nothing, got 'all'"):
+        Layer("x", (), 0.0, 0.0, 0.0, saves="all")
+
+
+def test_built_in_layers_say_what_they_save() -> None:
+    gpt = {layer.name: layer.saves for layer in load_model("gpt2-xl").layers}
+    assert [gpt[f"transformer.h.0.{k}"] for k in ("ln_1", "attn.c_attn", "attn:attention", "mlp.act", "mlp.c_proj")] \
+        == ["outputs", "inputs", "outputs", "inputs", "inputs"]
+    assert gpt["transformer.h.0:add2"] == "nothing" and gpt["transformer.wte"] == "inputs"
+    resnet = {layer.name: layer.saves for layer in load_model("resnet50").layers}
+    assert (resnet["layer1.0.conv1"], resnet["layer1.0.bn1"], resnet["layer1.0:add"], resnet["layer1.0.relu:3"]) \
+        == ("inputs", "outputs", "nothing", "outputs")
 
 
 @pytest.mark.parametrize(
@@ -214,6 +227,9 @@ def test_explicit_form_defaults(tmp_path: Path) -> None:
         ("name: act,", "name: a,", "layers.1.name: layer 'a' listed twice"),
         ("name: tiny", "name: tiny\narchitecture: {kind: resnet}", "architecture: expected either architecture"),
         ("name: act, fwd", "name: act, params: [], fwd", ""),  # fine
+        ("name: act, fwd", "name: act, saves: weights, fwd",
+         "layers.1.saves: expected one of inputs, outputs, nothing, got 'weights'"),
+        ("name: act, fwd", "name: act, saves: nothing, fwd", ""),  # fine
     ],
 )
 def test_explicit_errors_name_file_and_field(tmp_path: Path, old: str, new: str, where: str) -> None:
@@ -300,6 +316,8 @@ def test_from_module_mlp() -> None:
     assert last.fwd_flops == 2 * 32 * 8 and relu.fwd_flops == 0 and relu.params == ()
     assert first.params == (0, 1) and first.act_bytes == 4 * (16 + 32)
     assert spec.with_dtype("float16").param_bytes == 2 * spec.n_params
+    # what each keeps for its backward: addmm its input and weight, ReLU its result
+    assert [layer.saves for layer in spec.layers] == ["inputs", "outputs", "inputs"]
 
 
 @pytest.mark.bench
