@@ -4,7 +4,9 @@ layers with measured times (every time exact)."""
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -166,3 +168,23 @@ def test_the_scenario_field_turns_it_on_and_names_itself_in_errors() -> None:
     assert info.value.field == "training.activation_checkpointing"
     ddp = Simulator.from_source("ddp-resnet50-dgx1-v100", ["training.activation_checkpointing='layer*.*'"])
     assert ddp.step(["nccl"])[0].compute_s > Simulator.from_source("ddp-resnet50-dgx1-v100").step(["nccl"])[0].compute_s
+
+
+def test_the_measured_per_linear_checkpointing_costs_what_early_stop_says() -> None:
+    """The bench's MLP checkpointed Linear by Linear on this VM (scenarios/measurements/checkpointing-cpu-2proc-mlp.*):
+    with early stop nothing runs again, and the measured differences stay well under the forward (41.6 ms) that
+    whole blocks would add."""
+    data = Path(__file__).resolve().parents[2] / "scenarios" / "measurements"
+    doc = json.loads((data / "checkpointing-cpu-2proc-mlp.json").read_text())
+    runs = {r["name"]: r["median_s"] for r in doc["runs"]}
+    forward = sum(layer["fwd_time_s"] for layer in doc["layers"] if layer["name"].startswith("fc"))
+    for name in ("compute", "ddp_cap25"):
+        assert abs(runs[f"{name}_ac"] - runs[name]) < 0.5 * forward, (name, runs[f"{name}_ac"], runs[name])
+    scenario = data / "ddp-cpu-2proc-mlp.scenario.yaml"
+    sets = ["training.model=checkpointing-cpu-2proc-mlp.model.yaml", "training.bucket_cap_mb=25"]
+    ac = [*sets, "training.activation_checkpointing='fc*'"]
+    sims = (Simulator.from_source(scenario, sets), Simulator.from_source(scenario, ac),
+            Simulator.from_source(scenario, [*ac, "training.checkpoint_early_stop=false"]))  # fmt: skip
+    plain, early, whole = (sim.step(["gloo"])[0] for sim in sims)
+    assert early.iteration_s == plain.iteration_s and early.compute_s == plain.compute_s
+    assert whole.compute_s - plain.compute_s == pytest.approx(forward, rel=1e-3)
