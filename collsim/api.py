@@ -82,7 +82,7 @@ from collsim.training import (
     load_model,
     simulate_ddp_step,
 )
-from collsim.training.fsdp import FsdpConfig, simulate_fsdp_step
+from collsim.training.fsdp import FsdpConfig, check_checkpoint_blocks, simulate_fsdp_step
 from collsim.units import DTYPE_SIZES, format_size
 from collsim.vocab import BACKENDS, GLOO_ALGORITHMS, REDUCING_COLLECTIVES, ROOTED_COLLECTIVES
 
@@ -1114,15 +1114,12 @@ class Simulator:
                                 field=f"training.fsdp.{knob}")  # fmt: skip
         checkpointing, blocks = self._checkpointing()
         if checkpointing:  # each checkpointed block within one wrapped module (the units' layers at any world)
-            regions = checkpoint_regions(self.training_model, blocks)
-            unit_of = {i: u.index for u in fsdp_units(self.training_model, 1, f.wrap) for i in u.layers}
-            for layers in regions.values():
-                if len({unit_of[i] for i in layers}) > 1:
-                    raise ScenarioError(
-                        f"the checkpointed block of {self.training_model.layers[layers[0]].name!r} spans several FSDP "
-                        f"units (training.fsdp.wrap {f.wrap or 'default'}); expected blocks within one wrapped module",
-                        file=self.scenario.source_file, field="training.activation_checkpointing",
-                    )  # fmt: skip
+            try:
+                check_checkpoint_blocks(self.training_model, fsdp_units(self.training_model, 1, f.wrap), blocks)
+            except ValueError as exc:
+                raise ScenarioError(f"{str(exc).removeprefix('activation checkpointing: ')} (training.fsdp.wrap: "
+                                    f"{f.wrap or 'the default'})", file=self.scenario.source_file,
+                                    field="training.activation_checkpointing") from None  # fmt: skip
         post = f.reshard_after_forward
         if post is not None and (f.version != 2 or f.sharding not in ("full_shard", "hybrid_shard")):
             raise ScenarioError(

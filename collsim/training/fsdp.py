@@ -128,9 +128,11 @@ from collsim.training.step import (
     _Plan,
     _run_compute_only,
     checkpoint_note,
+    checkpoint_regions,
 )
 
-__all__ = ["FsdpConfig", "FsdpUnit", "GlooCollective", "NcclCollective", "fsdp_units", "simulate_fsdp_step"]
+__all__ = ["FsdpConfig", "FsdpUnit", "GlooCollective", "NcclCollective", "check_checkpoint_blocks", "fsdp_units",
+           "simulate_fsdp_step"]
 
 Proc = Generator[simpy.Event, Any, None]
 
@@ -426,16 +428,24 @@ def simulate_fsdp_step(
                                         activation_checkpointing=cfg.activation_checkpointing,
                                         checkpoint_blocks=cfg.checkpoint_blocks,
                                         checkpoint_early_stop=cfg.checkpoint_early_stop), consts)  # fmt: skip
+    if cfg.activation_checkpointing:
+        check_checkpoint_blocks(model, units, cfg.checkpoint_blocks)
+    compute_s = _run_compute_only(gpu, base)
+    return _Fsdp(model, cfg, gpu, consts, world, nccl, gloo, units, shard, shard_crosses_network,
+                 base.regions).run(compute_s)  # fmt: skip
+
+
+def check_checkpoint_blocks(model: ModelSpec, units: Sequence[FsdpUnit], blocks: str | None) -> None:
+    """Raise ValueError when a checkpointed block (``blocks``, a layer-name pattern; None: the default blocks) has
+    layers in more than one FSDP unit: collsim models checkpointing inside the wrapped modules, where FSDP's hooks do
+    not run again in the recomputation."""
     unit_of = {i: u.index for u in units for i in u.layers}
-    for layers in base.regions.values():
+    for layers in checkpoint_regions(model, blocks, early_stop=False).values():
         if len({unit_of[i] for i in layers}) > 1:
             names = sorted({units[unit_of[i]].name or "(root)" for i in layers})
             raise ValueError(f"activation checkpointing: block {model.layers[layers[0]].name!r}.. spans FSDP units "
                              f"{', '.join(names)}; checkpoint blocks that lie within one wrapped module (or wrap "
                              "the checkpointed blocks)")  # fmt: skip
-    compute_s = _run_compute_only(gpu, base)
-    return _Fsdp(model, cfg, gpu, consts, world, nccl, gloo, units, shard, shard_crosses_network,
-                 base.regions).run(compute_s)  # fmt: skip
 
 
 class _Fsdp:

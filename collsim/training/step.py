@@ -466,8 +466,8 @@ def checkpoint_regions(
     block saved has been saved again: its recomputation hook raises ``_StopRecomputationError`` from the pack hook
     of the last one, and autograd packs an operation's saved inputs before running its kernel, its saved outputs
     after. So the recomputation ends at the block's last layer that saves anything (:attr:`Layer.saves`): before
-    its kernel when it saves only inputs (a linear: a GPT-2 block's ``mlp.c_proj``, its largest matmul but one, is
-    not run again), after it when it saves outputs; the layers after it, which save nothing, are not run again.
+    its kernel when it saves only inputs (a linear: a GPT-2 block's ``mlp.c_proj``, one of its two largest matmuls,
+    is not run again), after it when it saves outputs; the layers after it, which save nothing, are not run again.
 
     Parameters
     ----------

@@ -147,6 +147,11 @@ def test_fsdp_refuses_a_checkpointed_block_across_units() -> None:
     cfg = FsdpConfig(batch_size=1, optimizer="none", wrap="h.*.b", activation_checkpointing=True)
     with pytest.raises(ValueError, match=re.escape("block 'h.0.a'.. spans FSDP units")):
         simulate_fsdp_step(_model(), cfg, GPU, BARE, 2, lambda kind, nbytes: (0.0, 0))
+    # the whole block counts, not what early stop runs again (here only h.0.l0, in the root unit)
+    two = FsdpConfig(batch_size=1, optimizer="none", wrap="h.*.l1", activation_checkpointing=True)
+    assert checkpoint_regions(_saving(["inputs", "inputs"]), "h.*") == {2: (1,)}
+    with pytest.raises(ValueError, match=re.escape("block 'h.0.l0'.. spans FSDP units (root), h.0.l1")):
+        simulate_fsdp_step(_saving(["inputs", "inputs"]), two, GPU, BARE, 2, lambda kind, nbytes: (0.0, 0))
 
 
 def test_the_scenario_field_turns_it_on_and_names_itself_in_errors() -> None:
@@ -163,7 +168,7 @@ def test_the_scenario_field_turns_it_on_and_names_itself_in_errors() -> None:
     assert info.value.field == "training.activation_checkpointing"
     assert "pattern 'nope.*' matches no layer of model 'gpt2-xl'" in str(info.value)
     spans = ["training.activation_checkpointing='transformer.h.*'", "training.fsdp.wrap='transformer.h.*.mlp'"]
-    with pytest.raises(ScenarioError, match="spans several FSDP units") as info:
+    with pytest.raises(ScenarioError, match="spans FSDP units") as info:
         Simulator.from_source("fsdp-gpt2xl-2node-h100", spans).step(["nccl"])
     assert info.value.field == "training.activation_checkpointing"
     ddp = Simulator.from_source("ddp-resnet50-dgx1-v100", ["training.activation_checkpointing='layer*.*'"])
