@@ -46,6 +46,7 @@ COPIES_ROW = "compute stream: DDP copies"
 STEP_CATEGORY_COLORS: dict[str, str] = {
     "forward": "#c7c7c7",
     "backward": "#7f7f7f",
+    "recompute (activation checkpointing)": "#98df8a",
     "DDP copy": "#d62728",
     "optimizer": "#ff7f0e",
     "NCCL allreduce": BACKEND_COLORS["nccl"],
@@ -79,12 +80,16 @@ def span_category(span: Span) -> str:
     'FSDP copy'
     >>> span_category(Span("compute", "page faults: flat gradient unit 1", 0.0, 1e-2))
     'CPU page faults (fresh allocation)'
+    >>> span_category(Span("compute", "recompute transformer.h.3.mlp.c_fc", 0.0, 1e-3))
+    'recompute (activation checkpointing)'
     """
     label = span.label
     if label.startswith("fwd "):
         return "forward"
     if label.startswith("bwd "):
         return "backward"
+    if label.startswith("recompute "):
+        return "recompute (activation checkpointing)"
     if label in ("optimizer", "optimizer (shard)"):
         return "optimizer"
     if label.startswith(("copy-in", "copy-out", "compress", "decompress")):
