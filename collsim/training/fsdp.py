@@ -101,6 +101,9 @@ back within its n-rank post-forward mesh in backward (the collective callable's 
 FSDP2's explicit prefetching (``modules_to_forward_prefetch``, ``modules_to_backward_prefetch``) gathers the next
 n blocks from each block's pre-forward, and the n before it from its pre-backward.
 
+Activation checkpointing (``FsdpConfig.activation_checkpointing``): a checkpointed block's forward runs again on the
+compute stream after its unit's pre-backward hook, right before the block's first backward kernel (both versions).
+
 Not modelled: CPU offload, the CPU's own time (a CPU-bound step).
 """
 
@@ -223,9 +226,10 @@ class FsdpConfig:
         a module's copy-in the compute stream waits for the oldest reduce-scatters until fewer than this remain.
     activation_checkpointing : bool
         The blocks ``checkpoint_blocks`` names run under ``torch.utils.checkpoint`` (``apply_activation_checkpointing``
-        before wrapping): each block's forward runs again in the backward, on its unit's gathered parameters, right
-        before its first backward kernel (:func:`~collsim.training.step.checkpoint_regions`). Each block must lie
-        within one unit.
+        on blocks inside the wrapped modules: FSDP's hooks outside the checkpoint): each block's forward runs again
+        in the backward, on its unit's gathered parameters, right before its first backward kernel
+        (:func:`~collsim.training.step.checkpoint_regions`). Each block must lie within one unit
+        (:func:`check_checkpoint_blocks`).
     checkpoint_blocks : str, optional
         The checkpointed blocks as a layer-name pattern; default the most common ``prefix.N`` blocks.
     checkpoint_early_stop : bool
