@@ -1054,7 +1054,7 @@ class Simulator:
         checkpointing, blocks = self._checkpointing()
         cfg = DdpConfig(tr.batch_size, tr.bucket_cap_mb, tr.gradient_as_bucket_view, tr.accumulation,
                         tr.compression, tr.optimizer, tr.first_iteration, checkpointing, blocks,
-                        tr.checkpoint_early_stop)  # fmt: skip
+                        tr.checkpoint_early_stop, tr.gradient_clipping)  # fmt: skip
         world = len(self.topology.rank_devices())
         out = []
         for backend in backends or self.backends():
@@ -1135,7 +1135,8 @@ class Simulator:
                          modules_to_backward_prefetch=f.modules_to_backward_prefetch,
                          reduce_scatter_max_input_buffers=f.reduce_scatter_max_input_buffers,
                          activation_checkpointing=checkpointing, checkpoint_blocks=blocks,
-                         checkpoint_early_stop=tr.checkpoint_early_stop)  # fmt: skip
+                         checkpoint_early_stop=tr.checkpoint_early_stop,
+                         gradient_clipping=tr.gradient_clipping)  # fmt: skip
         world = len(self.topology.rank_devices())
         model, gpu, consts = self.training_model, self.gpu_compute(), self.step_constants
         hybrid = f.sharding == "hybrid_shard"

@@ -918,6 +918,12 @@ class TrainingConfig(BaseModel):
         "runs again in the backward, right before its first backward kernel. true: the most common prefix.N blocks "
         "of the layer names; or a layer-name pattern with * for the block index (transformer.h.*); false: none.",
     )
+    gradient_clipping: bool = Field(
+        False,
+        description="clip_grad_norm_ after the backward, before the optimizer: a read of the local gradients (the "
+        "norm), with FSDP's sharding an all-reduce of the norm (one float32) within the shard group, then a read and "
+        "write of the gradients (the scaling).",
+    )
     checkpoint_early_stop: bool = Field(
         True,
         description="Activation checkpointing's recomputation stops at a block's last layer that saves a tensor "

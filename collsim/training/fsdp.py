@@ -132,6 +132,7 @@ from collsim.training.step import (
     _run_compute_only,
     checkpoint_note,
     checkpoint_regions,
+    clip_costs,
 )
 
 __all__ = ["FsdpConfig", "FsdpUnit", "GlooCollective", "NcclCollective", "check_checkpoint_blocks", "fsdp_units",
@@ -234,6 +235,9 @@ class FsdpConfig:
         The checkpointed blocks as a layer-name pattern; default the most common ``prefix.N`` blocks.
     checkpoint_early_stop : bool
         The non-reentrant checkpoint's early stop (torch's default); False: each block's whole forward again.
+    gradient_clipping : bool
+        Gradient-norm clipping after the backward, before the optimizer: FSDP1's ``clip_grad_norm_``, FSDP2's
+        ``torch.nn.utils.clip_grad_norm_`` on DTensor gradients (:meth:`_Fsdp._clip`).
     """
 
     batch_size: int = 32
@@ -254,6 +258,7 @@ class FsdpConfig:
     activation_checkpointing: bool = False
     checkpoint_blocks: str | None = None
     checkpoint_early_stop: bool = True
+    gradient_clipping: bool = False
 
 
 @dataclass(frozen=True)
@@ -431,7 +436,8 @@ def simulate_fsdp_step(
     base = _Plan.build(model, DdpConfig(cfg.batch_size, accumulation=cfg.accumulation, optimizer=cfg.optimizer,
                                         activation_checkpointing=cfg.activation_checkpointing,
                                         checkpoint_blocks=cfg.checkpoint_blocks,
-                                        checkpoint_early_stop=cfg.checkpoint_early_stop), consts)  # fmt: skip
+                                        checkpoint_early_stop=cfg.checkpoint_early_stop,
+                                        gradient_clipping=cfg.gradient_clipping), consts)  # fmt: skip
     if cfg.activation_checkpointing:
         check_checkpoint_blocks(model, units, cfg.checkpoint_blocks)
     compute_s = _run_compute_only(gpu, base)
@@ -658,6 +664,11 @@ class _Fsdp:
                       "reduction; all-gathers as the strategy frees) before the one that reduces",)  # fmt: skip
         if self.regions:
             notes += (checkpoint_note(self.model, self.regions) + " (on the unit's gathered parameters)",)
+        if self.cfg.gradient_clipping:
+            what = "an all-reduce of the norm (4 bytes) between" if self.sharded and self.shard_world > 1 else (
+                "no collective")
+            notes += (f"clip_grad_norm_ before the optimizer: the local gradients read (the norm), {what}, then "
+                      "read and written (the scaling)",)  # fmt: skip
         if (self.ag_dtype, self.reduce_dtype) != (self.orig_dtype, self.orig_dtype):
             notes += (f"mixed precision: parameters (and the optimizer) in {self.orig_dtype}, all-gathers and "
                       f"gradients in {self.ag_dtype}, reductions in {self.reduce_dtype}",)  # fmt: skip
@@ -776,13 +787,58 @@ class _Fsdp:
 
     def _optimizer_step(self) -> Proc:
         """The end of backward: the compute stream waits for the reduce-scatter (post-backward) stream and HSDP's
-        all-reduce stream, then the optimizer updates the rank's shard (every parameter without sharding)."""
+        all-reduce stream, then (with ``gradient_clipping``, :meth:`_clip`) the gradients are clipped, then the
+        optimizer updates the rank's shard (every parameter without sharding)."""
         shard = 1.0 / self.shard_world if self.sharded else 1.0
         opt = _optimizer_bytes(self.model, self.consts, self.cfg.optimizer) * shard
         label = "optimizer (shard)" if self.sharded else "optimizer"
         ends = self._wait_stream(self.rs_lane) + (self._wait_stream(self.ar_lane) if self.hybrid else ())
+        if self.cfg.gradient_clipping:
+            yield from self._clip(ends, shard)
+            ends = ()
         self._issue("compute", self._kernel(label, 0.0, opt), ends)
         yield self.tail["compute"]
+
+    def _clip(self, after: tuple[simpy.Event, ...], shard: float) -> Proc:
+        """Gradient-norm clipping of the local gradients (the rank's shards; whole gradients without sharding).
+        FSDP1's ``FullyShardedDataParallel.clip_grad_norm_`` (torch 2.13 ``fully_sharded_data_parallel.py``): the
+        local norm (``_get_grad_norm``: each gradient read once), ``dist.all_reduce`` of that one float32 over the
+        process group (the shard group with HSDP, whose replicas hold the same shards), then ``grad.mul_`` by the
+        clamped coefficient on each (a read and a write); with NO_SHARD everywhere it is
+        ``torch.nn.utils.clip_grad_norm_``, no collective. FSDP2: ``torch.nn.utils.clip_grad_norm_`` on the
+        DTensor gradients, whose norm is partial over the mesh's shard dimension until the coefficient's arithmetic
+        redistributes it (one all-reduce of a scalar); the same costs. Waits for: ``after`` (the reductions), then
+        the compute stream; with NCCL the all-reduce runs on the process group's stream (the reduce-scatters'),
+        which the compute stream waits for before scaling (``work.wait()`` makes the stream, not the thread, wait);
+        with Gloo the call blocks the thread until it returns. Pays: the two passes over the gradients at HBM rate,
+        the all-reduce of 4 bytes as the backend's simulation says."""
+        grads = sum(u.nbytes for u in self.units) * self.orig_scale * shard  # the local gradients, the params' dtype
+        norm, scale = clip_costs(grads)
+        self._issue("compute", self._kernel("clip: gradient norm", 0.0, norm), after)
+        if self.sharded and self.shard_world > 1:
+            done = self._issue(self.rs_lane, self._norm_allreduce(), self._wait_stream("compute"))
+            yield from self._blocked(done, self.blocking)
+        waits = self._wait_stream(self.rs_lane) if self.sharded else ()
+        done = self._issue("compute", self._kernel("clip: scale gradients", 0.0, scale), waits)
+        yield from self._blocked(done, self.cpu_rank)
+
+    def _norm_allreduce(self) -> Callable[[], Proc]:
+        """The all-reduce of the gradient norm (one float32) within the shard group, on the reduce-scatters' lane."""
+        size = DTYPE_BYTES["float32"]
+
+        def op() -> Proc:
+            label = "allreduce gradient norm"
+            if self.nccl is not None:
+                seconds, channels = self.nccl("allreduce", size)
+                self.durations.append(seconds)
+                yield from self.g.nccl(label, seconds, channels, 0.0, None, self.rs_lane, True)
+            else:
+                assert self.gloo is not None
+                seconds, core_s = self.gloo("allreduce", size)
+                self.durations.append(seconds)
+                yield from self.g.gloo_thread(label, self.rs_lane, seconds, core_s)
+
+        return op
 
     # ------------------------------------------------------------------------------------------------ FSDP2
     def _divides(self) -> bool:

@@ -56,6 +56,7 @@ __all__ = [
     "StepResult",
     "checkpoint_note",
     "checkpoint_regions",
+    "clip_costs",
     "simulate_ddp_step",
 ]
 
@@ -194,6 +195,8 @@ class DdpConfig:
         most common ``prefix.N`` blocks.
     checkpoint_early_stop : bool
         The non-reentrant checkpoint's early stop (torch's default); False: each block's whole forward again.
+    gradient_clipping : bool
+        ``torch.nn.utils.clip_grad_norm_`` after the backward, before the optimizer (:func:`clip_costs`).
     """
 
     batch_size: int = 32
@@ -206,6 +209,7 @@ class DdpConfig:
     activation_checkpointing: bool = False
     checkpoint_blocks: str | None = None
     checkpoint_early_stop: bool = True
+    gradient_clipping: bool = False
 
 
 #: An NCCL allreduce of ``nbytes`` (per rank) on the cluster -> (seconds, channels), as NCCL's simulation says.
@@ -530,6 +534,29 @@ def _recompute(gpu: _Gpu, plan: _Plan, i: int) -> Proc:
         yield from gpu.kernel("compute", f"recompute {plan.model.layers[j].name}", *costs)
 
 
+def clip_costs(grad_bytes: float) -> tuple[float, float]:
+    """Memory traffic of ``clip_grad_norm_`` over ``grad_bytes`` bytes of gradients, bytes: (the norm, the scaling).
+
+    torch 2.13 ``torch/nn/utils/clip_grad.py``: ``_get_total_norm`` reads every gradient once
+    (``torch._foreach_norm``, then the norm of the per-tensor norms), ``_clip_grads_with_norm_`` multiplies each in
+    place by the clamped coefficient (``torch._foreach_mul_``: a read and a write), with no host synchronisation
+    (the clamp avoids ``if clip_coef < 1``). FSDP's own ``clip_grad_norm_`` does the same on the local shards, with
+    an all-reduce of the norm between (:mod:`collsim.training.fsdp`).
+
+    >>> clip_costs(100.0)
+    (100.0, 200.0)
+    """
+    return grad_bytes, 2.0 * grad_bytes
+
+
+def _clip_kernels(gpu: _Gpu, model: ModelSpec) -> Proc:
+    """``clip_grad_norm_`` over every gradient on the compute stream (DDP, or one GPU): the norm, then the scaling
+    (:func:`clip_costs`); no collective, DDP's gradients being the same on every rank."""
+    norm, scale = clip_costs(sum(p.nbytes for p in model.params))
+    yield from gpu.kernel("compute", "clip: gradient norm", 0.0, norm)
+    yield from gpu.kernel("compute", "clip: scale gradients", 0.0, scale)
+
+
 def _optimizer_bytes(model: ModelSpec, consts: StepConstants, optimizer: str) -> float:
     """HBM bytes of one optimizer step over every parameter."""
     per_param, per_state = consts.optimizer_traffic[optimizer]
@@ -545,6 +572,8 @@ def _compute_only(env: simpy.Environment, gpu: _Gpu, plan: _Plan, micro_steps: i
         for i in reversed(range(len(model.layers))):
             yield from _recompute(gpu, plan, i)
             yield from gpu.kernel("compute", f"bwd {model.layers[i].name}", *_layer_costs(model, i, batch, True))
+    if plan.cfg.gradient_clipping:  # one GPU clips its own gradients too: the two passes, no collective
+        yield from _clip_kernels(gpu, model)
     yield from gpu.kernel("compute", "optimizer", 0.0, _optimizer_bytes(model, plan.consts, plan.cfg.optimizer))
 
 
@@ -604,6 +633,8 @@ def _ddp_iteration(
         grads = sum(p.nbytes for p in model.params)
         copy_out = (consts.copy_out_bytes_per_byte + gpu.gpu.write_allocate) * grads  # param.grad: stored, not read
         yield from gpu.kernel("compute", "copy-out", 0.0, copy_out)
+    if cfg.gradient_clipping:
+        yield from _clip_kernels(gpu, model)
     yield from gpu.kernel("compute", "optimizer", 0.0, _optimizer_bytes(model, consts, cfg.optimizer))
 
 
@@ -866,6 +897,9 @@ def _notes(plan: _Plan) -> tuple[str, ...]:
         out.append(f"{cfg.compression} compression hook: allreduce of half the bytes, a cast each way")
     if plan.regions:
         out.append(checkpoint_note(plan.model, plan.regions))
+    if cfg.gradient_clipping:
+        out.append("clip_grad_norm_ before the optimizer: a read of every gradient (the norm), a read and write (the "
+                   "scaling); no collective, the gradients are the same on every rank")
     return tuple(out)
 
 

@@ -49,6 +49,7 @@ STEP_CATEGORY_COLORS: dict[str, str] = {
     "recompute (activation checkpointing)": "#98df8a",
     "DDP copy": "#d62728",
     "optimizer": "#ff7f0e",
+    "gradient clipping": "#ffbb78",
     "NCCL allreduce": BACKEND_COLORS["nccl"],
     "Gloo allreduce (D2H, CPU ring, H2D)": BACKEND_COLORS["gloo"],
     "FSDP copy": "#9467bd",
@@ -82,6 +83,8 @@ def span_category(span: Span) -> str:
     'CPU page faults (fresh allocation)'
     >>> span_category(Span("compute", "recompute transformer.h.3.mlp.c_fc", 0.0, 1e-3))
     'recompute (activation checkpointing)'
+    >>> span_category(Span("compute", "clip: gradient norm", 0.0, 1e-4))
+    'gradient clipping'
     """
     label = span.label
     if label.startswith("fwd "):
@@ -92,6 +95,8 @@ def span_category(span: Span) -> str:
         return "recompute (activation checkpointing)"
     if label in ("optimizer", "optimizer (shard)"):
         return "optimizer"
+    if label.startswith("clip: "):
+        return "gradient clipping"
     if label.startswith(("copy-in", "copy-out", "compress", "decompress")):
         return "DDP copy"
     if label.startswith(("pre-divide", "post-divide", "clone", "chunk copy", "flat gradient")):
