@@ -317,6 +317,9 @@ def _bench_command(sub: _Sub) -> None:
     ddp.add_argument("--checkpoint", action="store_true",
                      help="also run the computation, each DDP cap and each --fsdp configuration with activation "
                           "checkpointing on every Linear (non-reentrant checkpoint_wrapper) (default: not run)")
+    ddp.add_argument("--clip", action="store_true",
+                     help="also run the computation, each DDP cap and each --fsdp configuration with gradient-norm "
+                          "clipping before the optimizer (clip_grad_norm_) (default: not run)")
     ddp.add_argument("--mlp", metavar="WIDTHS", help="MLP widths, input first (default: 1024,2048x9,1024)")
     ddp.add_argument("--batch", type=int, default=32, help="samples per rank per micro-step (default: %(default)s)")
     ddp.add_argument("--threads", type=int, default=1, help="intra-op threads per rank (default: %(default)s)")

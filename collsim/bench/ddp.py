@@ -38,6 +38,10 @@ these models, all alive at once (identical initial weights, seed ``cfg.seed``):
   ``isinstance(module, nn.Linear)``): on the MLP before DDP wraps it; with FSDP1 after the wrapping, so each
   checkpointed ``Linear`` sits inside its unit; with FSDP2 before ``fully_shard``, which then shards each
   ``CheckpointWrapper`` (torchtitan's order). collsim's ``training.activation_checkpointing: "fc*"``.
+* ``compute_clip``, ``ddp_capC_clip``, ``fsdp_S_clip``, ``fsdp2_S_clip`` with ``--clip``: the same configurations
+  with gradient-norm clipping before ``optimizer.step()``: FSDP1's ``model.clip_grad_norm_(1.0)``, else
+  ``torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)`` (FSDP2's DTensor gradients included). collsim's
+  ``training.gradient_clipping: true``.
 
 DDP behaviours this relies on (torch 2.13 source):
 
@@ -288,6 +292,8 @@ class DdpBenchConfig:
     checkpoint : bool
         ``--checkpoint``: also run the computation, each DDP cap and each FSDP configuration with activation
         checkpointing on every ``nn.Linear`` (one micro-step).
+    clip : bool
+        ``--clip``: also run them with gradient-norm clipping before the optimizer (one micro-step).
     """
 
     bucket_caps_mb: tuple[float, ...] = DEFAULT_BUCKET_CAPS_MB
@@ -306,6 +312,7 @@ class DdpBenchConfig:
     device: str = "cpu"
     fsdp: tuple[str, ...] = ()
     checkpoint: bool = False
+    clip: bool = False
 
     def __post_init__(self) -> None:
         if self.device not in ("cpu", "cuda"):
@@ -381,6 +388,8 @@ class DdpRun:
         FSDP's sharding strategy (``full_shard``, ``shard_grad_op``, ``no_shard``); None without FSDP.
     checkpoint : bool
         Activation checkpointing on every ``nn.Linear`` (``--checkpoint``).
+    clip : bool
+        Gradient-norm clipping before the optimizer (``--clip``).
     """
 
     name: str
@@ -389,6 +398,7 @@ class DdpRun:
     accumulation: int = 1
     sharding: str | None = None
     checkpoint: bool = False
+    clip: bool = False
 
 
 def planned_runs(cfg: DdpBenchConfig) -> list[DdpRun]:
@@ -405,9 +415,11 @@ def planned_runs(cfg: DdpBenchConfig) -> list[DdpRun]:
     runs += [DdpRun(name, "fsdp", None, sharding=x) for name, x in fsdp]
     if k > 1:  # the same FSDP configurations with k micro-steps, all but the last without gradient sync
         runs += [DdpRun(f"{name}_k{k}", "fsdp", None, k, sharding=x) for name, x in fsdp]
+    plain = [r for r in runs if r.kind != "layers" and r.accumulation == 1]
     if cfg.checkpoint:  # one micro-step each, with activation checkpointing on every Linear
-        runs += [replace(r, name=f"{r.name}_ac", checkpoint=True) for r in list(runs)
-                 if r.kind != "layers" and r.accumulation == 1]  # fmt: skip
+        runs += [replace(r, name=f"{r.name}_ac", checkpoint=True) for r in plain]
+    if cfg.clip:  # one micro-step each, clipping the gradients' norm before the optimizer
+        runs += [replace(r, name=f"{r.name}_clip", clip=True) for r in plain]
     return runs
 
 
@@ -641,6 +653,7 @@ def to_json(out: DdpBenchOutput, *, command: str, argv: str | None = None,
             "accumulation": r.run.accumulation,
             "sharding": r.run.sharding,
             "checkpoint": r.run.checkpoint,
+            "clip": r.run.clip,
             "buckets": len(r.buckets) if r.buckets is not None else None,
             "bucket_bytes": [b["bytes"] for b in r.buckets] if r.buckets is not None else None,
             "bucket_params": [b["params"] for b in r.buckets] if r.buckets is not None else None,
@@ -732,12 +745,13 @@ def format_summary(out: DdpBenchOutput, *, command: str | None = None) -> str:
     w = max(16, *(len(r.run.name) for r in out.runs))
     lines += ["#", f"# {'configuration':<{w}} {'cap MiB':>7} {'K':>2} {'buckets':>7} {'median':>9} {'p10':>9} "
                    f"{'p90':>9} {'vs compute':>10}"]
-    base = {(r.run.accumulation, r.run.checkpoint): r.stats["median_s"] for r in out.runs if r.run.kind == "compute"}
+    base = {(r.run.accumulation, r.run.checkpoint, r.run.clip): r.stats["median_s"] for r in out.runs
+            if r.run.kind == "compute"}  # fmt: skip
     for r in out.runs:
         st = r.stats
         cap = _fmt_num(r.run.bucket_cap_mb) if r.run.bucket_cap_mb is not None else "-"
         nb = str(len(r.buckets)) if r.buckets is not None else "-"
-        ref = base.get((r.run.accumulation, r.run.checkpoint))
+        ref = base.get((r.run.accumulation, r.run.checkpoint, r.run.clip))
         rel = f"{st['median_s'] / ref:.3f}x" if ref and r.run.kind != "compute" else "-"
         lines.append(f"  {r.run.name:<{w}} {cap:>7} {r.run.accumulation:>2} {nb:>7} {st['median_s'] * 1e3:>9.2f} "
                      f"{st['p10_s'] * 1e3:>9.2f} {st['p90_s'] * 1e3:>9.2f} {rel:>10}")
@@ -991,6 +1005,9 @@ def _build_models(
         elif r.checkpoint:
             torch.manual_seed(cfg.seed)
             models[r.name] = _checkpointed(torch, build_mlp(cfg.widths).to(device))
+        elif r.clip:
+            torch.manual_seed(cfg.seed)
+            models[r.name] = build_mlp(cfg.widths).to(device)  # its own: clipping changes the weights' path
         else:
             models[r.name] = layers_model if r.kind == "layers" else plain
     opts: dict[int, Any] = {}
@@ -1017,6 +1034,13 @@ def _train_step(r: DdpRun, model: Any, opt: Any, loss: Callable[[Any], Any]) -> 
     if fsdp2 and r.accumulation > 1:
         model.set_requires_gradient_sync(True)
     loss(model).backward()
+    if r.clip:  # FSDP1 all-reduces the local norms itself; elsewhere torch's (FSDP2: on DTensor gradients)
+        if r.kind == "fsdp" and not fsdp2:
+            model.clip_grad_norm_(1.0)
+        else:
+            import torch
+
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     opt.step()
     opt.zero_grad()
 
@@ -1156,7 +1180,7 @@ def _config_from_args(args: Any) -> DdpBenchConfig:
     return DdpBenchConfig(bucket_caps_mb=caps, accumulation=args.no_sync, accumulation_cap_mb=args.no_sync_cap_mb,
                           widths=widths, batch=args.batch, warmup=args.warmup, iters=args.iters, rounds=args.rounds,
                           nprocs=nprocs, threads=args.threads, timeout_s=args.timeout, device=device, fsdp=fsdp,
-                          checkpoint=bool(getattr(args, "checkpoint", False)))
+                          checkpoint=bool(getattr(args, "checkpoint", False)), clip=bool(getattr(args, "clip", False)))
 
 
 def _command(cfg: DdpBenchConfig, args: Any, under_torchrun: bool) -> str:
@@ -1172,6 +1196,8 @@ def _command(cfg: DdpBenchConfig, args: Any, under_torchrun: bool) -> str:
         parts += ["--fsdp", ",".join(cfg.fsdp)]
     if cfg.checkpoint:
         parts += ["--checkpoint"]
+    if cfg.clip:
+        parts += ["--clip"]
     parts += ["--mlp", _widths_text(cfg.widths), "--batch", str(cfg.batch), "--threads", str(cfg.threads),
               "-w", str(cfg.warmup), "-n", str(cfg.iters), "--rounds", str(cfg.rounds)]
     for flag, value in (("-o", args.output), ("--model-out", args.model_out), ("--text", args.text)):

@@ -98,6 +98,10 @@ def test_planned_runs() -> None:
     assert next(r for r in ac if r.name == "ddp_cap25_ac").bucket_cap_mb == 25.0
     cfg = DdpBenchConfig(checkpoint=True)
     assert DdpBenchConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
+    # --clip: the same one-micro-step configurations again, clipping the gradients' norm
+    clip = planned_runs(DdpBenchConfig(bucket_caps_mb=(25,), fsdp=("fsdp2_full_shard",), checkpoint=True, clip=True))
+    assert [r.name for r in clip if r.clip] == ["compute_clip", "ddp_cap25_clip", "fsdp2_full_shard_clip"]
+    assert not any(r.clip and r.checkpoint for r in clip)
     with pytest.raises(BenchError, match=r"^--fsdp: expected distinct strategies among full_shard, shard_grad_op, "
                                          r"no_shard"):
         DdpBenchConfig(fsdp=("hybrid_shard",))
@@ -352,7 +356,7 @@ def test_two_ranks_for_real(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     js, ym, txt = tmp_path / "d.json", tmp_path / "d.yaml", tmp_path / "d.txt"
     rc = main(["bench", "--ddp", "--nprocs", "2", "--mlp", "16,64x2,8", "--batch", "4", "--bucket-cap-mb",
                "0.01,1", "--no-sync", "2", "--no-sync-cap-mb", "0.01", "--fsdp", "full_shard,fsdp2_full_shard",
-               "--checkpoint", "-w", "1", "-n", "2", "--rounds", "2", "-o", str(js), "--model-out", str(ym),
+               "--checkpoint", "--clip", "-w", "1", "-n", "2", "--rounds", "2", "-o", str(js), "--model-out", str(ym),
                "--text", str(txt)])
     stdout, stderr = capsys.readouterr()
     assert rc == 0, stderr
@@ -365,10 +369,13 @@ def test_two_ranks_for_real(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     runs = {r["name"]: r for r in doc["runs"]}
     assert list(runs) == ["compute", "compute_k2", "layers", "ddp_cap0.01", "ddp_cap1", "ddp_cap0.01_k2",
                           "fsdp_full_shard", "fsdp2_full_shard", "fsdp_full_shard_k2", "fsdp2_full_shard_k2",
-                          "compute_ac", "ddp_cap0.01_ac", "ddp_cap1_ac", "fsdp_full_shard_ac", "fsdp2_full_shard_ac"]
+                          "compute_ac", "ddp_cap0.01_ac", "ddp_cap1_ac", "fsdp_full_shard_ac", "fsdp2_full_shard_ac",
+                          "compute_clip", "ddp_cap0.01_clip", "ddp_cap1_clip", "fsdp_full_shard_clip",
+                          "fsdp2_full_shard_clip"]
+    assert runs["fsdp_full_shard_clip"]["clip"] and not runs["fsdp_full_shard_ac"]["clip"]
     assert runs["fsdp_full_shard_ac"]["checkpoint"] and not runs["fsdp_full_shard"]["checkpoint"]
     assert runs["ddp_cap1_ac"]["bucket_bytes"] == runs["ddp_cap1"]["bucket_bytes"]  # the same parameters
-    assert "--checkpoint" in doc["source"]["command"]
+    assert "--checkpoint --clip" in doc["source"]["command"]
     assert runs["fsdp2_full_shard_k2"]["accumulation"] == 2
     assert runs["fsdp_full_shard"]["sharding"] == "full_shard"
     assert runs["fsdp2_full_shard"]["sharding"] == "fsdp2_full_shard"  # fully_shard on every Linear and the model
