@@ -1084,9 +1084,9 @@ class Simulator:
                                 field="training.activation_checkpointing") from None  # fmt: skip
         return True, blocks
 
-    def _fsdp_step(self, backends: Sequence[str] | None) -> list[StepResult]:
-        """One FSDP iteration per backend (:mod:`collsim.training.fsdp`): NCCL's collectives on their streams, or
-        Gloo's, each blocking the thread that issues it."""
+    def _fsdp_config(self) -> FsdpConfig:
+        """``training.fsdp`` (and the step's other fields) as :class:`FsdpConfig`, each knob checked against the
+        version and strategy it needs, an error naming the field where the scenario asks for what FSDP cannot do."""
         tr = self._training()
         f = tr.fsdp
         if tr.compression != "none":
@@ -1137,6 +1137,15 @@ class Simulator:
                          activation_checkpointing=checkpointing, checkpoint_blocks=blocks,
                          checkpoint_early_stop=tr.checkpoint_early_stop,
                          gradient_clipping=tr.gradient_clipping)  # fmt: skip
+        return cfg
+
+    def _fsdp_step(self, backends: Sequence[str] | None) -> list[StepResult]:
+        """One FSDP iteration per backend (:mod:`collsim.training.fsdp`): NCCL's collectives on their streams, or
+        Gloo's, each blocking the thread that issues it."""
+        tr = self._training()
+        f = tr.fsdp
+        cfg = self._fsdp_config()
+        post = cfg.reshard_after_forward
         world = len(self.topology.rank_devices())
         model, gpu, consts = self.training_model, self.gpu_compute(), self.step_constants
         hybrid = f.sharding == "hybrid_shard"

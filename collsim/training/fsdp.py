@@ -133,6 +133,7 @@ from collsim.training.step import (
     checkpoint_note,
     checkpoint_regions,
     clip_costs,
+    recompute_kernels,
 )
 
 __all__ = ["FsdpConfig", "FsdpUnit", "GlooCollective", "NcclCollective", "check_checkpoint_blocks", "fsdp_units",
@@ -558,23 +559,12 @@ class _Fsdp:
         hbm = self.consts.nccl_hbm_bytes_per_step_byte * phases * (group - 1) / group * nbytes
 
         def op() -> Proc:
-            label = f"{_KIND_LABELS[kind]} unit {u.index}"
             start = self.env.now
-            seconds = 0.0
-            size = int(nbytes)
-            if self.nccl is not None:
-                seconds, channels = self.nccl(kind, size) if group > 1 and size else (0.0, 0)
-                self.durations.append(seconds)
-                # all-gathers and reduce-scatters ride the same links; HSDP's all-reduce those across the groups,
-                # which are the same NICs where the shard groups span nodes
-                yield from self.g.nccl(label, seconds, channels, hbm, u.index, lane, not replicas or self.shard_crosses)
-            else:
-                assert self.gloo is not None
-                # ProcessGroupGloo's reduce_scatter_tensor all-reduces the whole (cloned) input
-                gloo_kind = kind if kind in ("allgather", "allgather_post", "allreduce_replicas") else "allreduce"
-                seconds, core_s = self.gloo(gloo_kind, size) if group > 1 and size else (0.0, 0.0)
-                self.durations.append(seconds)
-                yield from self.g.gloo_thread(label, lane, seconds, core_s, u.index)
+            # all-gathers and reduce-scatters ride the same links; HSDP's all-reduce those across the groups, which
+            # are the same NICs where the shard groups span nodes
+            seconds = yield from self._on_backend(f"{_KIND_LABELS[kind]} unit {u.index}", lane, kind,
+                                                  int(nbytes) if group > 1 else 0, hbm, u.index,
+                                                  not replicas or self.shard_crosses)  # fmt: skip
             timing = self.rs.get(u.index)
             if replicas and timing is not None:  # the reduction ends with the all-reduce across the groups
                 timing[2], timing[3] = self.env.now, timing[3] + seconds
@@ -582,6 +572,23 @@ class _Fsdp:
                 self.rs[u.index][1:] = [start, self.env.now, seconds]
 
         return op
+
+    def _on_backend(self, label: str, lane: str, kind: str, size: int, hbm: float, bucket: int | None,
+                    shares_network: bool) -> Generator[simpy.Event, Any, float]:  # fmt: skip
+        """One collective of ``size`` bytes (0: none, a bar of no length) on ``lane``, as the backend's simulation
+        prices it: NCCL's kernel holding its channels' SMs and ``hbm`` bytes, or Gloo's call on a worker thread
+        (ProcessGroupGloo's reduce_scatter_tensor all-reduces the whole cloned input). Returns its seconds."""
+        if self.nccl is not None:
+            seconds, channels = self.nccl(kind, size) if size else (0.0, 0)
+            self.durations.append(seconds)
+            yield from self.g.nccl(label, seconds, channels, hbm, bucket, lane, shares_network)
+            return seconds
+        assert self.gloo is not None
+        gloo_kind = kind if kind in ("allgather", "allgather_post", "allreduce_replicas") else "allreduce"
+        seconds, core_s = self.gloo(gloo_kind, size) if size else (0.0, 0.0)
+        self.durations.append(seconds)
+        yield from self.g.gloo_thread(label, lane, seconds, core_s, bucket)
+        return seconds
 
     def _kernel(self, label: str, flops: float, nbytes: float, seconds: float | None = None,
                 lane: str = "compute") -> Callable[[], Proc]:  # fmt: skip
@@ -741,8 +748,8 @@ class _Fsdp:
                     g.wait_unshard()
                 if cfg.backward_prefetch == "backward_pre":
                     yield from g.prefetch(bwd_order, u)
-            for j in self.regions.get(i, ()):  # activation checkpointing: the block's forward again
-                yield from g.compute(f"recompute {model.layers[j].name}", _layer_costs(model, j, cfg.batch_size, False))
+            for label, costs in recompute_kernels(model, self.regions, i, cfg.batch_size):  # checkpointing
+                yield from g.compute(label, costs)
             yield from g.compute(f"bwd {model.layers[i].name}", _layer_costs(model, i, cfg.batch_size, True))
             remaining[u] -= 1
             if remaining[u] == 0:  # all of the unit's gradients are ready
@@ -824,19 +831,10 @@ class _Fsdp:
 
     def _norm_allreduce(self) -> Callable[[], Proc]:
         """The all-reduce of the gradient norm (one float32) within the shard group, on the reduce-scatters' lane."""
-        size = DTYPE_BYTES["float32"]
 
         def op() -> Proc:
-            label = "allreduce gradient norm"
-            if self.nccl is not None:
-                seconds, channels = self.nccl("allreduce", size)
-                self.durations.append(seconds)
-                yield from self.g.nccl(label, seconds, channels, 0.0, None, self.rs_lane, True)
-            else:
-                assert self.gloo is not None
-                seconds, core_s = self.gloo("allreduce", size)
-                self.durations.append(seconds)
-                yield from self.g.gloo_thread(label, self.rs_lane, seconds, core_s)
+            yield from self._on_backend("allreduce gradient norm", self.rs_lane, "allreduce", DTYPE_BYTES["float32"],
+                                        0.0, None, True)  # fmt: skip
 
         return op
 
@@ -925,8 +923,8 @@ class _Fsdp:
                     for target in bwd_order[k : k + n] if reshard_fwd else ():
                         if target != 0:
                             yield from unshard(target)
-                for j in self.regions.get(i, ()):  # activation checkpointing: the block's forward again
-                    yield from compute(f"recompute {model.layers[j].name}", _layer_costs(model, j, batch, False))
+                for label, costs in recompute_kernels(model, self.regions, i, batch):  # checkpointing
+                    yield from compute(label, costs)
                 yield from compute(f"bwd {model.layers[i].name}", _layer_costs(model, i, batch, True))
                 remaining[u] -= 1
                 if remaining[u] == 0:  # post_backward: reshard (reshard_after_backward), then reduce
@@ -1062,6 +1060,7 @@ class _Fsdp:
             write = kept * DTYPE_BYTES[self.orig_dtype] / DTYPE_BYTES[self.reduce_dtype]
             done = self._issue(lane, self._cast(f"cast gradient back unit {u.index}", kept, write, lane))
             yield from self._blocked(done, self.cpu_rank)
+
 
 class _Gathers1:
     """FSDP1's all-gathers for one iteration of :class:`_Fsdp` (``_unshard``, ``_reshard``, the rate limiter,

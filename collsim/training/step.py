@@ -526,12 +526,19 @@ def checkpoint_regions(
     return out
 
 
+def recompute_kernels(
+    model: ModelSpec, regions: dict[int, tuple[int, ...]], i: int, batch: int
+) -> list[tuple[str, tuple[float, float, float | None]]]:
+    """The kernels activation checkpointing runs right before layer ``i``'s backward, as (label, costs of
+    :func:`_layer_costs`): the forward again of the block ``i`` ends (:func:`checkpoint_regions`), none otherwise."""
+    return [(f"recompute {model.layers[j].name}", _layer_costs(model, j, batch, False)) for j in regions.get(i, ())]
+
+
 def _recompute(gpu: _Gpu, plan: _Plan, i: int) -> Proc:
     """The forward of layer ``i``'s checkpointed block again, on the compute stream, if ``i`` ends one (the backward
     reaches it next)."""
-    for j in plan.regions.get(i, ()):
-        costs = _layer_costs(plan.model, j, plan.cfg.batch_size, False)
-        yield from gpu.kernel("compute", f"recompute {plan.model.layers[j].name}", *costs)
+    for label, costs in recompute_kernels(plan.model, plan.regions, i, plan.cfg.batch_size):
+        yield from gpu.kernel("compute", label, *costs)
 
 
 def clip_costs(grad_bytes: float) -> tuple[float, float]:
