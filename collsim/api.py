@@ -449,6 +449,30 @@ class Simulator:
                 file=self.scenario.source_file,
                 field="workload.gpus_per_process",
             )
+        self._check_process_hosts(g)
+
+    def _check_process_hosts(self, g: int) -> None:
+        """Each process's ``g`` GPUs (ranks in blocks of ``g``) sit on one host: a process runs on one operating
+        system, which sees only its own host's GPUs. A node template can hold several hosts (a GB200 NVL72 rack's 18
+        compute trays of 4 GPUs, joined only by NVLink), told apart by having no host link (PCIe, socket link,
+        NVLink-C2C) between them."""
+        if g == 1:
+            return
+        devs = [d for d in self.topology.rank_devices() if d.node == 0]
+        for start in range(0, len(devs), g):
+            first = devs[start]
+            for k in range(start + 1, start + g):
+                try:
+                    self.topology.pcie_route(first.name, devs[k].name)
+                except TopologyError:
+                    raise ScenarioError(
+                        f"{g} GPUs a process, but ranks {start} and {k} ({first.name}, {devs[k].name}) sit on "
+                        f"separate hosts of node template {self.scenario.cluster.node!r} (joined by no PCIe, socket "
+                        "or NVLink-C2C link, as a GB200 NVL72 rack's compute trays of 4 GPUs are): a process drives "
+                        "GPUs of its own host only; expected a divisor of the GPUs of one host",
+                        file=self.scenario.source_file,
+                        field="workload.gpus_per_process",
+                    ) from None
 
     @classmethod
     def from_source(

@@ -304,7 +304,8 @@ class WorkloadConfig(BaseModel):
     gpus_per_process: StrictInt = Field(
         1,
         ge=1,
-        description="GPUs one process drives (nccl-tests -g): their kernels launch one after another from one thread.",
+        description="GPUs one process drives (nccl-tests -g): their kernels launch one after another from one thread; "
+        "ranks in blocks of this many, each block on one host (a GB200 NVL72 rack's tray holds 4).",
     )
     cores_per_process: float | None = Field(
         None,

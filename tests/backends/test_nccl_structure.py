@@ -16,7 +16,7 @@ from collsim.backends import BackendError
 from collsim.backends.nccl import REGISTRY, NcclConstants, algorithm, enabled_pairs, plan_nccl, simulate_nccl
 from collsim.backends.nccl.base import NcclAlgorithm
 from collsim.scenario import ScenarioError
-from collsim.topology import available_templates, topologies_dir
+from collsim.topology import TopologyError, available_templates, topologies_dir
 from collsim.vocab import NCCL_ALGORITHMS
 
 MiB = 2**20
@@ -153,13 +153,34 @@ GPU_TEMPLATES = [t for t in available_templates() if t != "cpu-host"]
 
 @pytest.mark.parametrize("template", GPU_TEMPLATES)
 def test_one_process_per_node_composes_with_every_gpu_template(template: str) -> None:
-    # nccl-tests -g N (issue 12): one thread launching a node's N GPUs adds (N - 1) launch gaps, on any node template
+    # nccl-tests -g N (issue 12): one thread launching a host's N GPUs adds (N - 1) launch gaps, on any node template
+    # (a host: the GPUs joined by PCIe, socket links or NVLink-C2C; a GB200 NVL72 rack holds 18 hosts of 4)
     scenario = {"name": "g", "cluster": {"node": template}, "backends": {"nccl": {}}}
     one = Simulator.from_source(scenario)
-    ppn = sum(1 for d in one.topology.rank_devices() if d.node == 0)
+    devs = [d for d in one.topology.rank_devices() if d.node == 0]
+    ppn = sum(1 for d in devs if _same_host(one, devs[0].name, d.name))
+    assert len(devs) % ppn == 0 and (ppn == len(devs)) == (template != "gb200-nvl72")
     many = Simulator.from_source({**scenario, "workload": {"gpus_per_process": ppn}})
     gap = one.nccl_constants.group_launch_gap
     assert many.simulate_one("nccl", 8).time_s - one.simulate_one("nccl", 8).time_s == pytest.approx((ppn - 1) * gap)
+
+
+def _same_host(sim: Simulator, a: str, b: str) -> bool:
+    try:
+        sim.topology.pcie_route(a, b)
+    except TopologyError:
+        return False
+    return True
+
+
+def test_a_process_drives_gpus_of_its_own_host_only() -> None:
+    # a GB200 NVL72 rack is one node of 18 compute trays, each its own host of 4 GPUs joined to the others by NVLink
+    # alone: -g 4 is one process a tray; -g 8 would have one process drive two hosts' GPUs, which no process can
+    scenario = {"name": "g", "cluster": {"node": "gb200-nvl72"}, "backends": {"nccl": {}}}
+    assert Simulator.from_source({**scenario, "workload": {"gpus_per_process": 4}}).simulate_one("nccl", 8).time_s > 0
+    with pytest.raises(ScenarioError, match=r"workload.gpus_per_process: 8 GPUs a process, but ranks 0 and 4 "
+                       r"\(n0/gpu0, n0/gpu4\) sit on separate hosts of node template 'gb200-nvl72'"):
+        Simulator.from_source({**scenario, "workload": {"gpus_per_process": 8}}).simulate_one("nccl", 8)
 
 
 @pytest.mark.parametrize("size", [8, 32 << 10, 4 << 20, 1 << 30])
