@@ -172,3 +172,51 @@ def test_the_1024_gpu_ring_at_8_kib_sends_each_step_whole() -> None:
     out = sim.simulate_one("nccl", 8 * 2**10)
     assert (out.channels, out.classes, out.protocol) == (2, 8, "LL")
     assert out.flows == 8 * 2 * 1023
+
+
+@pytest.mark.parametrize(
+    ("collective", "chunk", "slices", "slots", "per_post"),
+    [
+        # collectives.h: ALLREDUCE_, ALLGATHER_, REDUCESCATTER_CHUNKSTEPS NCCL_STEPS/2 and _SLICESTEPS NCCL_STEPS/4;
+        # BROADCAST_ and REDUCE_CHUNKSTEPS and _SLICESTEPS 1 (a step: NCCL_BUFFSIZE / NCCL_STEPS = 512 KiB)
+        ("allreduce", 2 * MiB, 2, 4, 0.5),
+        ("allgather", 2 * MiB, 2, 4, 0.5),
+        ("reduce_scatter", 2 * MiB, 2, 4, 0.5),
+        ("broadcast", MiB // 2, 1, 8, 1.0),
+        ("reduce", MiB // 2, 1, 8, 1.0),
+    ],
+)
+def test_ring_simple_chunk_and_slice_are_the_collectives_own(
+    collective: str, chunk: int, slices: int, slots: int, per_post: float
+) -> None:
+    sim = Simulator.from_source("hgx-h100")
+    ch = step_chunking(sim.nccl_plan, sim.nccl_constants, "Ring", "Simple", collective, 64 * MiB, 24)
+    assert (ch.chunk_bytes, ch.slices_per_chunk, ch.slots, ch.slices_per_post) == (chunk, slices, slots, 1)
+    assert ch.steps_per_post == per_post
+
+
+def _chain(n: int, collective: str, buffsize: int) -> Simulator:
+    env = {"NCCL_ALGO": "Ring", "NCCL_PROTO": "Simple", "NCCL_MIN_NCHANNELS": 1, "NCCL_MAX_NCHANNELS": 1}
+    env["NCCL_BUFFSIZE"] = buffsize
+    return Simulator.from_source(
+        {
+            "name": "chain",
+            "cluster": {"node": "hgx-h100", "visible_gpus": list(range(n))},
+            "workload": {"collective": collective},
+            "backends": {"nccl": {"env": env}},
+        }
+    )
+
+
+@pytest.mark.parametrize("collective", ["broadcast", "reduce"])
+@pytest.mark.parametrize("buffsize", [4 * MiB, 2 * MiB])
+def test_a_chain_forwards_one_step_at_a_time(collective: str, buffsize: int) -> None:
+    # a chain (broadcast, reduce) stores and forwards one slice of one step (NCCL_BUFFSIZE / 8) at each hop: with k
+    # slices on n ranks t = c + (n - 2 + k) x T, T = slice / r + the step's latency. So each added rank costs one T
+    # (hop) and each added byte T / slice (slope), whence slice = hop / slope, whatever r and the latency are. (The
+    # allreduce's 2-step slices gave 1,071 KiB here.)
+    t8, t4 = _chain(8, collective, buffsize), _chain(4, collective, buffsize)
+    hop = (t8.simulate_one("nccl", 4 * MiB).time_s - t4.simulate_one("nccl", 4 * MiB).time_s) / 4
+    slope = (t8.simulate_one("nccl", 64 * MiB).time_s - t8.simulate_one("nccl", 32 * MiB).time_s) / (32 * MiB)
+    assert t8.simulate_one("nccl", 4 * MiB).channels == 1
+    assert hop / slope == pytest.approx(buffsize / 8, rel=1e-9)

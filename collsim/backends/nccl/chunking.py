@@ -315,7 +315,8 @@ def step_chunking(
 ) -> RingChunking:
     """The chunking one simulated channel of ``algo``/``proto`` uses for ``nbytes`` on ``nc`` channels.
 
-    Ring/Simple: chunks of NCCL_STEPS/2 steps cut in 2 slices, every other pair one step (enqueue.cc). Others: one
+    Ring/Simple: chunks of NCCL_STEPS/2 steps cut in 2 slices, every other pair one step (enqueue.cc); broadcast
+    and reduce one step in one slice (collectives.h, :meth:`ProtocolConstants.steps_for`). Others: one
     step per chunk (NVLS, NVLSTree, Tree/Simple and Tree/LL128 with NCCL's own chunk sizes), an LL/LL128 step cut
     into up to ``sim_max_pieces`` pieces when a channel has too few steps to fill its pipeline (collsim's modelling
     choice: LL lines carry flags, so receivers forward data as it arrives, one grain at a time,
@@ -331,10 +332,13 @@ def step_chunking(
     buffer = buffsize if (buffsize and proto == "Simple") else pc.buffer_bytes
     step_data = buffer / consts.steps * pc.data_per_wire
     if algo == "Ring" and proto == "Simple":
-        slices = pc.chunk_steps // pc.slice_steps
+        # the collective's own chunk and slice: allreduce, all-gather and reduce-scatter 4 steps in 2 slices,
+        # broadcast and reduce one step in one (collectives.h)
+        chunk_steps, slice_steps = pc.steps_for(collective)
+        slices = chunk_steps // slice_steps
         # NCCL's hwLat is per ring step (a chunk's hop, tuning.cc's nsteps x hwLat); a Simple ring step posts once
         # per slice, so each post is 1/slices of it
-        return RingChunking(step_data * pc.chunk_steps, slices, consts.steps // pc.slice_steps, 1, 1.0 / slices)
+        return RingChunking(step_data * chunk_steps, slices, consts.steps // slice_steps, 1, 1.0 / slices)
     rules = consts.chunk_rules
     assert rules is not None, "NcclConstants without chunk_rules"
     n = len(plan.ranks)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from collsim.backends.common import BackendError
+from collsim.vocab import COLLECTIVES
 
 __all__ = [
     "C2cReleases", "ChunkRules", "HostPathConstants", "Ll128Default", "NcclConstants", "NvlsChunkHistory",
@@ -43,6 +44,22 @@ class ProtocolConstants:
     #: data bytes a receiver forwards at once, once all of them are in (LL 8: a thread's 16-byte line; LL128 1,920:
     #: a warp's slice of 16 lines, prims_ll128.h); None for Simple (it posts whole slices)
     forward_grain: int | None = None
+    #: collectives whose chunk and slice differ from :attr:`chunk_steps` and :attr:`slice_steps`: (collective,
+    #: chunk steps, slice steps) (Simple: broadcast and reduce, one step each, collectives.h)
+    steps_by_collective: tuple[tuple[str, int, int], ...] = ()
+
+    def steps_for(self, collective: str) -> tuple[int, int]:
+        """Chunk and slice, in steps, of ``collective`` (what collectives.cc passes as ncclInfo's chunkSteps and
+        sliceSteps; enqueue.cc's calcCollChunking uses them for Ring/Simple only).
+
+        >>> p = ProtocolConstants("Simple", 4 << 20, 1.0, 4, 2, 64, steps_by_collective=(("broadcast", 1, 1),))
+        >>> p.steps_for("allreduce"), p.steps_for("broadcast")
+        ((4, 2), (1, 1))
+        """
+        for name, chunk, slice_ in self.steps_by_collective:
+            if name == collective:
+                return chunk, slice_
+        return self.chunk_steps, self.slice_steps
 
 
 @dataclass(frozen=True)
@@ -932,7 +949,23 @@ def _protocol(name: str, p: Mapping[str, Any]) -> ProtocolConstants:
         float(p["net_latency_factor"]),
         float(p["ring_net_overhead_factor"]),
         int(p["forward_grain_bytes"]) if "forward_grain_bytes" in p else None,
+        _steps_by_collective(name, p.get("steps_by_collective") or {}),
     )
+
+
+def _steps_by_collective(proto: str, table: Mapping[str, Any]) -> tuple[tuple[str, int, int], ...]:
+    """``protocols.<proto>.steps_by_collective``: collective -> [chunk steps, slice steps], the slice dividing the
+    chunk."""
+    out: list[tuple[str, int, int]] = []
+    for coll, pair in table.items():
+        chunk, slice_ = (int(x) for x in pair)
+        if str(coll) not in COLLECTIVES or slice_ < 1 or chunk % slice_:
+            raise ValueError(
+                f"protocols.{proto}.steps_by_collective.{coll}: expected a collective and [chunk, slice] steps with "
+                f"the slice dividing the chunk, got {pair!r}"
+            )
+        out.append((str(coll), chunk, slice_))
+    return tuple(out)
 
 
 def _host_paths(h: Mapping[str, Any]) -> HostPathConstants:
