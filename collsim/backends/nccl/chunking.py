@@ -336,9 +336,11 @@ def step_chunking(
         # broadcast and reduce one step in one (collectives.h)
         chunk_steps, slice_steps = pc.steps_for(collective)
         slices = chunk_steps // slice_steps
-        # NCCL's hwLat is per ring step (a chunk's hop, tuning.cc's nsteps x hwLat); a Simple ring step posts once
-        # per slice, so each post is 1/slices of it
-        return RingChunking(step_data * chunk_steps, slices, consts.steps // slice_steps, 1, 1.0 / slices)
+        # NCCL's hwLat is per ring step (an allreduce chunk's hop, tuning.cc's nsteps x hwLat), and such a step posts
+        # once per slice, so each post is 1/slices of it; a chain's slice is posted by the same code (prims_simple.h
+        # postPeer after every slice), so it costs the same, whatever the collective's own slice
+        post = pc.slice_steps / pc.chunk_steps
+        return RingChunking(step_data * chunk_steps, slices, consts.steps // slice_steps, 1, post)
     rules = consts.chunk_rules
     assert rules is not None, "NcclConstants without chunk_rules"
     n = len(plan.ranks)
