@@ -9,13 +9,17 @@ beyond its post hides behind a step's streaming, fewer pieces give the same time
 from __future__ import annotations
 
 import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from collsim.algorithms import RingChunking
 from collsim.api import Simulator
+from collsim.backends import BackendError
+from collsim.backends.nccl import NcclConstants
 from collsim.backends.nccl.algos.ring import Ring
 from collsim.backends.nccl.chunking import fewest_pieces, merge_ring_loops, step_chunking
+from collsim.topology import topologies_dir
 
 MiB = 1 << 20
 
@@ -228,3 +232,15 @@ def test_a_chain_forwards_one_step_at_a_time(collective: str, buffsize: int) -> 
     consts = t8.nccl_constants
     lat = consts.hw_latency["NVLINK"]["Ring"]["Simple"] * consts.sim_step_latency_scale
     assert hop - more == pytest.approx(lat / 2, rel=1e-6)
+
+
+@pytest.mark.parametrize("value", ["1", "[1]", "[2, 3]", "[1.5, 1]"])
+def test_a_malformed_steps_by_collective_names_the_field(value: str) -> None:
+    path = topologies_dir() / "software" / "nccl.yaml"
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    data["protocols"]["Simple"]["steps_by_collective"] = {"broadcast": yaml.safe_load(value)}
+    with pytest.raises(BackendError, match=r"protocols.Simple.steps_by_collective.broadcast: expected a collective"):
+        NcclConstants.from_mapping(data)
+    data["protocols"]["Simple"]["steps_by_collective"] = {"gather": [1, 1]}
+    with pytest.raises(BackendError, match=r"steps_by_collective.gather: expected a collective"):
+        NcclConstants.from_mapping(data)

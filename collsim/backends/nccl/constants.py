@@ -958,8 +958,9 @@ def _steps_by_collective(proto: str, table: Mapping[str, Any]) -> tuple[tuple[st
     chunk."""
     out: list[tuple[str, int, int]] = []
     for coll, pair in table.items():
-        chunk, slice_ = (int(x) for x in pair)
-        if str(coll) not in COLLECTIVES or slice_ < 1 or chunk % slice_:
+        ok = isinstance(pair, (list, tuple)) and len(pair) == 2 and all(isinstance(x, int) for x in pair)
+        chunk, slice_ = (int(pair[0]), int(pair[1])) if ok else (0, 0)
+        if not ok or str(coll) not in COLLECTIVES or slice_ < 1 or chunk % slice_:
             raise ValueError(
                 f"protocols.{proto}.steps_by_collective.{coll}: expected a collective and [chunk, slice] steps with "
                 f"the slice dividing the chunk, got {pair!r}"
