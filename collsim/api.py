@@ -338,6 +338,8 @@ class Simulator:
                 version=nccl.version_tuple() if nccl else None,
                 sendrecv_peers=peers,
                 root=root,
+                op=scenario.workload.op,
+                dtype=scenario.workload.dtype,
             )
         gloo = scenario.backends.gloo
         self.gloo_options = (
@@ -594,6 +596,7 @@ class Simulator:
         repetition: int = 0,
         gloo_algorithm: str | None = None,
         harness: bool = True,
+        op: str | None = None,
     ) -> Outcome:
         """Simulate one collective of ``size`` bytes with ``backend`` ("nccl" or "gloo").
 
@@ -620,6 +623,9 @@ class Simulator:
             Include what of the benchmark's harness the scenario's workload says its times hold
             (``workload.gpus_per_process``' serial launches, ``workload.host_overhead``); False: the collective as a
             program issues it (a training step).
+        op : str, optional
+            NCCL's reduction instead of ``workload.op`` (what NVLS can run depends on it: a training step's
+            reduce-scatter with ``ReduceOp.AVG``).
         """
         coll = collective or self.scenario.collectives()[0]
         sym = self.scenario.engine.symmetry if symmetry is None else symmetry
@@ -629,7 +635,7 @@ class Simulator:
             with self._errors(f"backends.{backend}"), work_budget(
                 max_flows=eng.max_flows, max_records=eng.max_records, label=label
             ):
-                out = self._simulate(backend, size, coll, record, choice, sym, repetition, gloo_algorithm, harness)
+                out = self._simulate(backend, size, coll, record, choice, sym, repetition, gloo_algorithm, harness, op)
         except WorkLimitExceeded as exc:
             how = "every rank simulated" if not sym else "symmetry on"
             raise ScenarioError(
@@ -660,6 +666,7 @@ class Simulator:
         repetition: int,
         gloo_algorithm: str | None,
         harness: bool,
+        op: str | None = None,
     ) -> Outcome:
         """:meth:`simulate_one`'s simulation of the whole elements of ``size`` (:func:`whole_element_bytes`: sizes
         round down to whole elements, as nccl-tests passes a count; a note says so when it cuts any bytes)."""
@@ -673,6 +680,8 @@ class Simulator:
             assert isinstance(nccl_options, NcclOptions)
             if not harness:
                 nccl_options = dataclasses.replace(nccl_options, gpus_per_process=1, host_overhead=0.0)
+            if op is not None:
+                nccl_options = dataclasses.replace(nccl_options, op=op)
             out = simulate_nccl(
                 self.topology,
                 nccl_options,
@@ -1185,8 +1194,12 @@ class Simulator:
                     if gpu.cores > 0:
                         raise ScenarioError("NCCL needs GPU ranks; this cluster's ranks are CPUs (disable NCCL)",
                                             file=self.scenario.source_file, field="backends.nccl")  # fmt: skip
-                    nccl = self._nccl_step_costs() if hsdp is None else _hsdp_costs(
-                        hsdp.shard._nccl_step_costs(), [g._nccl_step_costs() for g in hsdp.replicas])  # fmt: skip
+                    # FSDP2 reduces float32 and bfloat16 gradients with ReduceOp.AVG (NVLS cannot run it)
+                    avg = self._fsdp_averages(cfg, model, world)
+                    rs_ops, ar_ops = ({"reduce_scatter": "avg"}, {"allreduce": "avg"}) if avg else (None, None)
+                    nccl = self._nccl_step_costs(rs_ops) if hsdp is None else _hsdp_costs(
+                        hsdp.shard._nccl_step_costs(rs_ops),
+                        [g._nccl_step_costs(ar_ops) for g in hsdp.replicas])  # fmt: skip
                     if post is not None:
                         nccl = _with_post_forward(nccl, self._post_forward_group(backend, post, shard_world)
                                                   ._nccl_step_costs())  # fmt: skip
@@ -1204,6 +1217,16 @@ class Simulator:
                     result = simulate_fsdp_step(model, cfg, gpu, consts, world, gloo=gloo, shard_world=shard_world)
                     out.append(dataclasses.replace(result, notes=(*result.notes, *_hsdp_notes(hsdp))))
         return out
+
+    @staticmethod
+    def _fsdp_averages(cfg: FsdpConfig, model: ModelSpec, world: int) -> bool:
+        """Whether FSDP's reduce-scatter (and HSDP's all-reduce) run NCCL's ``ReduceOp.AVG``: FSDP2 in torch 2.13
+        does for a float32 or bfloat16 reduce dtype on more than one rank (``_get_gradient_divide_factors`` in
+        ``_fsdp_collectives.py``: "we use NCCL's built-in division"); float16 and FSDP1 divide with kernels of their
+        own and sum."""
+        orig = model.params[0].dtype if model.params else "float32"
+        reduce_dtype = cfg.reduce_dtype or cfg.param_dtype or orig
+        return cfg.version == 2 and reduce_dtype in ("float32", "bfloat16") and world > 1
 
     def _post_forward_group(self, backend: str, size: int, shard_world: int | None) -> Simulator:
         """FSDP2's post-forward mesh for an integer ``reshard_after_forward`` (``_get_post_forward_mesh_info``: the
@@ -1382,14 +1405,16 @@ class Simulator:
         sub.topology = topology
         return sub
 
-    def _nccl_step_costs(self) -> Callable[[str, int], tuple[float, int]]:
+    def _nccl_step_costs(self, ops: Mapping[str, str] | None = None) -> Callable[[str, int], tuple[float, int]]:
         """A training step's NCCL collective of n bytes -> (seconds, channels), simulated once per (collective, size)
-        without the benchmark's harness."""
+        without the benchmark's harness; ``ops``: the reduction of a collective where it is not ``workload.op``
+        (FSDP2's ``ReduceOp.AVG``)."""
         costs: dict[tuple[str, int], tuple[float, int]] = {}
+        op_of = dict(ops or {})
 
         def nccl(collective: str, nbytes: int) -> tuple[float, int]:
             if (collective, nbytes) not in costs:
-                o = self.simulate_one("nccl", nbytes, collective=collective, harness=False)
+                o = self.simulate_one("nccl", nbytes, collective=collective, harness=False, op=op_of.get(collective))
                 costs[(collective, nbytes)] = (o.time_s, o.channels or 1)
             return costs[(collective, nbytes)]
 

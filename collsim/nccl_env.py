@@ -681,6 +681,9 @@ class NcclOptions:
     sendrecv_peers: tuple[int, int] | None = None
     #: broadcast's and reduce's root rank (scenario workload.root)
     root: int = 0
+    #: the reduction and element type (scenario workload.op, workload.dtype): NVLS reduces only some of them
+    op: str = "sum"
+    dtype: str = "float32"
 
     def cta_bounds(self, most: int) -> tuple[int, int]:
         """(minCTAs, maxCTAs) as NCCL settles them (init.cc): each capped at ``most`` (MAXCHANNELS), and the

@@ -213,6 +213,31 @@ def test_the_scenarios_version_2_runs_both_backends_and_says_so() -> None:
 
 
 @pytest.mark.parametrize(
+    ("sets", "ops"),
+    [
+        (["training.fsdp.version=2"], {("reduce_scatter", "avg")}),  # bfloat16 gradients: ReduceOp.AVG
+        (["training.fsdp.version=2", "training.fsdp.reduce_dtype=float16"], {("reduce_scatter", None)}),
+        ([], {("reduce_scatter", None)}),  # FSDP1 sums after its own division kernels
+    ],
+)
+def test_fsdp2_reduces_with_nccls_average(
+    monkeypatch: pytest.MonkeyPatch, sets: list[str], ops: set[tuple[str, str | None]]
+) -> None:
+    # torch 2.13 _get_gradient_divide_factors: float32 and bfloat16 reduce with ReduceOp.AVG, which NCCL runs as a
+    # scaled sum that NVLS cannot (device.h ncclNvlsSupported): the step's reduce-scatters are simulated with it
+    seen: set[tuple[str, str | None]] = set()
+    run = Simulator.simulate_one
+
+    def spy(self: Simulator, backend: str, size: int, **kw: object) -> object:
+        seen.add((str(kw.get("collective")), kw.get("op")))  # type: ignore[arg-type]
+        return run(self, backend, size, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Simulator, "simulate_one", spy)
+    Simulator.from_source(SCENARIO, sets).step(["nccl"])
+    assert {c for c in seen if c[0] == "reduce_scatter"} == ops
+
+
+@pytest.mark.parametrize(
     ("sets", "field", "message"),
     [
         (["training.fsdp.sharding=no_shard"], "training.fsdp.sharding", "has no no_shard"),

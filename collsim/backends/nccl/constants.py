@@ -649,6 +649,11 @@ class NcclConstants:
     ll128_default: Ll128Default | None = None
     #: the releases whose tuner tables collsim holds, (oldest, latest), each (major, minor, patch)
     tuner_tables_span: tuple[tuple[int, int, int], tuple[int, int, int]] = ((2, 18, 3), (2, 30, 7))
+    #: the reductions NVLS runs: op -> the element types it runs it on (``nvls_reductions`` in nccl.yaml; device.h
+    #: ncclNvlsSupported); None: every one (hand-built constants)
+    nvls_reductions: Mapping[str, frozenset[str]] | None = None
+    #: the release from which NVLS all-gathers any element type (enqueue.cc: ``|| func == ncclFuncAllGather``)
+    nvls_allgather_any_reduction_since: tuple[int, int] = (2, 22)
     #: the release (major, minor) that brought each algorithm and protocol (absent: every release, as Ring, Simple)
     algorithms_since: Mapping[str, tuple[int, int]] = field(default_factory=dict)
     protocols_since: Mapping[str, tuple[int, int]] = field(default_factory=dict)
@@ -859,6 +864,8 @@ class NcclConstants:
             nvls_channels=int(data["nvls_channels"]),
             nvls_ctas={k: (int(v[0]), int(v[1])) for k, v in data["nvls_ctas"].items()},
             nvls_ctas_one_node_since=_major_minor(data["nvls_ctas_one_node_since"]),
+            nvls_reductions={str(k): frozenset(str(t) for t in v) for k, v in data["nvls_reductions"].items()},
+            nvls_allgather_any_reduction_since=_major_minor(data["nvls_allgather_any_reduction_since"]),
             nvls_chunk_bytes=int(data["nvls_chunk_bytes"]),
             nvls_split_since=_major_minor(data["nvls_split_since"]),
             nvls_chunk_history=NvlsChunkHistory(

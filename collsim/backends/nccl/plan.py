@@ -26,7 +26,7 @@ from collsim.topology.presets import topologies_dir
 
 __all__ = [
     "NCCL_PATHS", "Hop", "NcclPlan", "cpu_vendor", "gdr_capable", "gdr_flush", "gdr_read", "hop_between",
-    "ll128_refusal", "node_chain", "nvls_refusal", "plan_nccl", "type_inter",
+    "ll128_refusal", "node_chain", "nvls_refusal", "nvls_unreduced", "plan_nccl", "type_inter",
 ]  # fmt: skip
 
 
@@ -91,6 +91,10 @@ class NcclPlan:
     #: the collectives NVLS runs here: allreduce, and all-gather and reduce-scatter on one node of at most 32 GPUs
     #: from NCCL 2.19 (``nvls_allgather_reduce_scatter`` in nccl.yaml); the hardware's own checks are nvls_refusal
     nvls_collectives: frozenset[str] = frozenset({"allreduce"})
+    #: the reductions NVLink SHARP runs: op -> element types (``nvls_reductions`` in nccl.yaml), and the release
+    #: (major, minor) from which NVLS all-gathers any type; None: every reduction (hand-built plans).
+    #: :func:`nvls_unreduced` reads them with the run's op and type
+    nvls_reductions: tuple[Mapping[str, frozenset[str]], tuple[int, int]] | None = None
     #: NCCL's NVLS tuning on Blackwell across nodes (2.30.3 on): (channels, chunk bytes, tree cap bytes), None each
     #: where it keeps NCCL's default; nvls_sm100_tuning()
     nvls_tuned: tuple[int | None, int | None, int | None] = (None, None, None)
@@ -1076,6 +1080,11 @@ def plan_nccl(
         ll128_refusal=ll128_refusal(topo, gpus, intra.hw, len(node0), hops, nnodes, opts, consts),
         nvls_tuned=nvls_sm100_tuning(topo, node0, nnodes, opts, consts),
         nvls_collectives=_nvls_collectives(len(gpus), nnodes, opts, consts),
+        nvls_reductions=(
+            None
+            if consts.nvls_reductions is None
+            else (consts.nvls_reductions, consts.nvls_allgather_any_reduction_since)
+        ),
         tree_bw=net.tree_bw,
         graph_channels=net.graph_channels or max(1, intra.channels // 2),
         unmerged_ports=tuple(_unmerged_ports(topo, opts)) if nnodes > 1 else (),
@@ -1190,6 +1199,36 @@ def _nvls_collectives(nranks: int, nnodes: int, opts: NcclOptions, consts: NcclC
     (every GPU a head) from ``nvls_ag_rs_since`` on (``nvls_allgather_reduce_scatter`` in nccl.yaml)."""
     ag_rs = nnodes == 1 and nranks <= consts.nvls_max_arity and not opts.before(consts.nvls_ag_rs_since)
     return frozenset({"allreduce", "allgather", "reduce_scatter"} if ag_rs else {"allreduce"})
+
+
+def nvls_unreduced(plan: NcclPlan, opts: NcclOptions, collective: str) -> str | None:
+    """Why NCCL runs ``collective`` without NVLS (and NVLSTree) for ``opts.op`` on ``opts.dtype``, or None: enqueue.cc
+    offers NVLS only where NVLink SHARP reduces that type with that operation (device.h ncclNvlsSupported,
+    ``plan.nvls_reductions``), but for an all-gather from 2.22 on (before, an all-gather's type had to be one NVLS
+    sums).
+
+    >>> from types import SimpleNamespace as NS
+    >>> plan = NS(nvls_reductions=({"sum": frozenset({"float32", "bfloat16"}), "max": frozenset({"bfloat16"})},
+    ...                            (2, 22)))
+    >>> nvls_unreduced(plan, NcclOptions(), "allreduce") is None
+    True
+    >>> [nvls_unreduced(plan, NcclOptions(op="avg"), c) is None for c in ("allreduce", "reduce_scatter", "allgather")]
+    [False, False, True]
+    >>> [nvls_unreduced(plan, NcclOptions(dtype="int8", version=v), "allgather") is None for v in [(2, 21, 5), None]]
+    [False, True]
+    """
+    if plan.nvls_reductions is None:
+        return None
+    table, allgather_any_since = plan.nvls_reductions
+    if collective == "allgather":
+        if not opts.before(allgather_any_since) or opts.dtype in table.get("sum", frozenset()):
+            return None
+    elif opts.dtype in table.get(opts.op, frozenset()):
+        return None
+    op = "sum" if collective == "allgather" else opts.op
+    ops = ", ".join(f"{o} on {len(t)} types" for o, t in table.items()) or "nothing"
+    return (f"NVLink SHARP has no {op} on {opts.dtype} (NCCL's ncclNvlsSupported: {ops}; avg runs as a scaled sum, "
+            "prod not at all), so NCCL offers no NVLS or NVLSTree for it")  # fmt: skip
 
 
 #: NCCL's path types, best first (src/include/graph.h lines 117-154, v2.30.7-1: PATH_LOC 0 .. PATH_DIS 11)

@@ -7,7 +7,7 @@ from collsim.backends.nccl.algos import P2P_ALGORITHM, REGISTRY
 from collsim.backends.nccl.base import ModelInputs, node_index
 from collsim.backends.nccl.chunking import nvls_chunk_start
 from collsim.backends.nccl.constants import NcclConstants
-from collsim.backends.nccl.plan import NcclPlan
+from collsim.backends.nccl.plan import NcclPlan, nvls_unreduced
 from collsim.backends.nccl.plugin_tuner import PluginPick
 from collsim.nccl_env import NcclOptions
 from collsim.vocab import COLLECTIVES, NCCL_ALGORITHMS, NCCL_PROTOCOLS, P2P_COLLECTIVES
@@ -278,6 +278,7 @@ def enabled_pairs(plan: NcclPlan, opts: NcclOptions, collective: str) -> list[tu
         if not pairs:
             reasons = [
                 nccl_lacks(a, collective, plan.nnodes, plan.ppn, opts.collnet_enable)
+                or (nvls_unreduced(plan, opts, collective) if a in ("NVLS", "NVLSTree") else None)
                 or f"{a} is not offered for {collective} on this cluster"
                 for a in sorted(wanted)
             ]

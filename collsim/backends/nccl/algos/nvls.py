@@ -34,7 +34,7 @@ from collsim.backends.nccl.base import (
 )
 from collsim.backends.nccl.chunking import interleaved_channel_bytes, nvls_chunk, nvls_chunk_start
 from collsim.backends.nccl.constants import NcclConstants
-from collsim.backends.nccl.plan import NcclPlan, nvls_heads
+from collsim.backends.nccl.plan import NcclPlan, nvls_heads, nvls_unreduced
 from collsim.backends.nccl.tags import NVLS_COPY_TAG, NVLS_TAG
 from collsim.backends.nccl.trees import binary_tree
 from collsim.nccl_env import NcclOptions
@@ -171,8 +171,10 @@ class NVLS(NcclAlgorithm):
 
     def protocols(self, plan: NcclPlan, opts: NcclOptions, collective: str) -> tuple[str, ...]:
         """Simple, for allreduce (NVLS on one node, NVLSTree across nodes), and NVLS's all-gather and reduce-scatter
-        on one node where the release has them (``plan.nvls_collectives``)."""
+        on one node where the release has them (``plan.nvls_collectives``); none where NVLink SHARP cannot run the
+        reduction on the element type (:func:`~collsim.backends.nccl.plan.nvls_unreduced`)."""
         runs = collective == "allreduce" or (not self.across_nodes and collective in plan.nvls_collectives)
+        runs = runs and nvls_unreduced(plan, opts, collective) is None  # a reduction NVLink SHARP cannot run
         ok = runs and len(plan.ranks) > 1 and (plan.nnodes > 1) == self.across_nodes
         return ("Simple",) if ok and self.refusal(plan, opts) is None else ()
 
