@@ -84,7 +84,7 @@ from collsim.training import (
 )
 from collsim.training.fsdp import FsdpConfig, check_checkpoint_blocks, simulate_fsdp_step
 from collsim.units import DTYPE_SIZES, format_size
-from collsim.vocab import BACKENDS, GLOO_ALGORITHMS, REDUCING_COLLECTIVES, ROOTED_COLLECTIVES
+from collsim.vocab import BACKENDS, GLOO_ALGORITHMS, REDUCE_OPS, REDUCING_COLLECTIVES, ROOTED_COLLECTIVES
 
 __all__ = [
     "BACKENDS",
@@ -681,6 +681,10 @@ class Simulator:
             if not harness:
                 nccl_options = dataclasses.replace(nccl_options, gpus_per_process=1, host_overhead=0.0)
             if op is not None:
+                if op not in REDUCE_OPS:
+                    raise ScenarioError(
+                        f"unknown reduction {op!r}; expected one of {', '.join(REDUCE_OPS)}", field="op"
+                    )
                 nccl_options = dataclasses.replace(nccl_options, op=op)
             out = simulate_nccl(
                 self.topology,

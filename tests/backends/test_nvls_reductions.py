@@ -60,3 +60,11 @@ def test_an_int8_all_gather_takes_nvls_from_2_22_3() -> None:
 
     assert "NVLS" in algos("2.22.3") and "NVLS" in algos("2.26.2")
     assert "NVLS" not in algos("2.21.5") and "Ring" in algos("2.21.5")
+
+
+def test_a_step_can_ask_for_another_reduction_and_an_unknown_one_is_an_error() -> None:
+    sim = _sim("hgx-h100", 1, "allreduce", "sum", "bfloat16")
+    assert sim.simulate_one("nccl", 256 << 20, op="avg").algorithm == "Ring"
+    assert sim.simulate_one("nccl", 256 << 20).algorithm == "NVLS"
+    with pytest.raises(ScenarioError, match=r"unknown reduction 'mean'; expected one of sum, prod, max, min, avg"):
+        sim.simulate_one("nccl", 256 << 20, op="mean")
