@@ -82,7 +82,7 @@ from collsim.training import (
     load_model,
     simulate_ddp_step,
 )
-from collsim.training.fsdp import FsdpConfig, check_checkpoint_blocks, simulate_fsdp_step
+from collsim.training.fsdp import FsdpConfig, check_checkpoint_blocks, reduces_with_average, simulate_fsdp_step
 from collsim.units import DTYPE_SIZES, format_size
 from collsim.vocab import BACKENDS, GLOO_ALGORITHMS, REDUCE_OPS, REDUCING_COLLECTIVES, ROOTED_COLLECTIVES
 
@@ -1199,7 +1199,7 @@ class Simulator:
                         raise ScenarioError("NCCL needs GPU ranks; this cluster's ranks are CPUs (disable NCCL)",
                                             file=self.scenario.source_file, field="backends.nccl")  # fmt: skip
                     # FSDP2 reduces float32 and bfloat16 gradients with ReduceOp.AVG (NVLS cannot run it)
-                    avg = self._fsdp_averages(cfg, model, world)
+                    avg = reduces_with_average(model, cfg, world)
                     rs_ops, ar_ops = ({"reduce_scatter": "avg"}, {"allreduce": "avg"}) if avg else (None, None)
                     nccl = self._nccl_step_costs(rs_ops) if hsdp is None else _hsdp_costs(
                         hsdp.shard._nccl_step_costs(rs_ops),
@@ -1221,16 +1221,6 @@ class Simulator:
                     result = simulate_fsdp_step(model, cfg, gpu, consts, world, gloo=gloo, shard_world=shard_world)
                     out.append(dataclasses.replace(result, notes=(*result.notes, *_hsdp_notes(hsdp))))
         return out
-
-    @staticmethod
-    def _fsdp_averages(cfg: FsdpConfig, model: ModelSpec, world: int) -> bool:
-        """Whether FSDP's reduce-scatter (and HSDP's all-reduce) run NCCL's ``ReduceOp.AVG``: FSDP2 in torch 2.13
-        does for a float32 or bfloat16 reduce dtype on more than one rank (``_get_gradient_divide_factors`` in
-        ``_fsdp_collectives.py``: "we use NCCL's built-in division"); float16 and FSDP1 divide with kernels of their
-        own and sum."""
-        orig = model.params[0].dtype if model.params else "float32"
-        reduce_dtype = cfg.reduce_dtype or cfg.param_dtype or orig
-        return cfg.version == 2 and reduce_dtype in ("float32", "bfloat16") and world > 1
 
     def _post_forward_group(self, backend: str, size: int, shard_world: int | None) -> Simulator:
         """FSDP2's post-forward mesh for an integer ``reshard_after_forward`` (``_get_post_forward_mesh_info``: the

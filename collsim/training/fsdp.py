@@ -136,8 +136,8 @@ from collsim.training.step import (
     recompute_kernels,
 )
 
-__all__ = ["FsdpConfig", "FsdpUnit", "GlooCollective", "NcclCollective", "check_checkpoint_blocks", "fsdp_units",
-           "simulate_fsdp_step"]
+__all__ = ["FsdpConfig", "FsdpUnit", "GlooCollective", "NcclCollective", "check_checkpoint_blocks", "fsdp_dtypes",
+           "fsdp_units", "reduces_with_average", "simulate_fsdp_step"]
 
 Proc = Generator[simpy.Event, Any, None]
 
@@ -446,6 +446,22 @@ def simulate_fsdp_step(
                  base.regions).run(compute_s)  # fmt: skip
 
 
+def fsdp_dtypes(model: ModelSpec, cfg: FsdpConfig) -> tuple[str, str, str]:
+    """Mixed precision's dtypes: (the parameters' own, the optimizer's; the all-gathers' and gradients',
+    ``param_dtype``; the reductions', ``reduce_dtype``), each defaulting to the one before."""
+    orig = model.params[0].dtype if model.params else "float32"
+    gathered = cfg.param_dtype or orig
+    return orig, gathered, cfg.reduce_dtype or gathered
+
+
+def reduces_with_average(model: ModelSpec, cfg: FsdpConfig, world: int) -> bool:
+    """Whether FSDP's reduce-scatter (and HSDP's all-reduce) run ``ReduceOp.AVG``: FSDP2 in torch 2.13 does for a
+    float32 or bfloat16 reduce dtype on more than one rank (``_get_gradient_divide_factors`` in
+    ``_fsdp_collectives.py``: "we use NCCL's built-in division"); float16 and FSDP1 divide with kernels of their
+    own and sum."""
+    return cfg.version == 2 and fsdp_dtypes(model, cfg)[2] in ("float32", "bfloat16") and world > 1
+
+
 def check_checkpoint_blocks(model: ModelSpec, units: Sequence[FsdpUnit], blocks: str | None) -> None:
     """Raise ValueError when a checkpointed block (``blocks``, a layer-name pattern; None: the default blocks) has
     layers in more than one FSDP unit: collsim models checkpointing inside the wrapped modules, where FSDP's hooks do
@@ -499,9 +515,7 @@ class _Fsdp:
         self.g = _Gpu(self.env, gpu, self.spans)
         self.unit_of = {i: u.index for u in units for i in u.layers}
         # mixed precision: the parameters' own dtype (the optimizer's), the all-gather's and the reduction's
-        self.orig_dtype = model.params[0].dtype if model.params else "float32"
-        self.ag_dtype = cfg.param_dtype or self.orig_dtype
-        self.reduce_dtype = cfg.reduce_dtype or self.ag_dtype
+        self.orig_dtype, self.ag_dtype, self.reduce_dtype = fsdp_dtypes(model, cfg)
         #: a unit's reduced bytes per all-gathered byte, and the parameters' bytes per all-gathered byte
         self.rs_scale = DTYPE_BYTES[self.reduce_dtype] / DTYPE_BYTES[self.ag_dtype]
         self.orig_scale = DTYPE_BYTES[self.orig_dtype] / DTYPE_BYTES[self.ag_dtype]
