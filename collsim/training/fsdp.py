@@ -86,7 +86,7 @@ current module's copy-out before the one module ``_backward_prefetch`` gathers. 
 forward. After a module's backward the compute stream waits for the previous reduce-scatter
 (``reduce_scatter_max_input_buffers``, 1 by default; with k, for the one k modules back), copies the gradients into
 a new reduce-scatter input (``chunk_cat``), and the reduce-scatter stream reduces it with ``ReduceOp.AVG`` (no
-division kernels but for float16 gradients).
+division kernels but for float16 and float64 gradients).
 
 **Mixed precision** (``FsdpConfig.param_dtype``, ``reduce_dtype``; FSDP1 ``MixedPrecision``, FSDP2
 ``MixedPrecisionPolicy``): the parameters (and the optimizer) keep the model's dtype; each shard is cast to
@@ -154,6 +154,9 @@ SHARDINGS = ("full_shard", "shard_grad_op", "no_shard", "hybrid_shard")
 #: the strategies that free a unit after its forward and all-gather it again in backward (torch's
 #: NO_RESHARD_AFTER_FORWARD_STRATEGIES are the others)
 _RESHARD_AFTER_FORWARD = ("full_shard", "hybrid_shard")
+# FSDP2's reduce dtypes without overflow risk, reduced with ReduceOp.AVG and no division kernels (torch 2.13
+# _fsdp_collectives.py _get_gradient_divide_factors: overflow_risk = reduce_dtype not in (float32, bfloat16)).
+_AVG_DTYPES = ("float32", "bfloat16")
 PREFETCHES = ("backward_pre", "backward_post", "none")
 #: what the timeline calls each collective
 _KIND_LABELS = {"allgather": "all-gather", "allgather_post": "all-gather (post-forward mesh)",
@@ -457,9 +460,9 @@ def fsdp_dtypes(model: ModelSpec, cfg: FsdpConfig) -> tuple[str, str, str]:
 def reduces_with_average(model: ModelSpec, cfg: FsdpConfig, world: int) -> bool:
     """Whether FSDP's reduce-scatter (and HSDP's all-reduce) run ``ReduceOp.AVG``: FSDP2 in torch 2.13 does for a
     float32 or bfloat16 reduce dtype on more than one rank (``_get_gradient_divide_factors`` in
-    ``_fsdp_collectives.py``: "we use NCCL's built-in division"); float16 and FSDP1 divide with kernels of their
-    own and sum."""
-    return cfg.version == 2 and fsdp_dtypes(model, cfg)[2] in ("float32", "bfloat16") and world > 1
+    ``_fsdp_collectives.py``: "we use NCCL's built-in division"); float16, float64 and FSDP1 divide with kernels of
+    their own and sum."""
+    return cfg.version == 2 and fsdp_dtypes(model, cfg)[2] in _AVG_DTYPES and world > 1
 
 
 def check_checkpoint_blocks(model: ModelSpec, units: Sequence[FsdpUnit], blocks: str | None) -> None:
@@ -671,7 +674,7 @@ class _Fsdp:
                 strategy = strategy.replace("reshard_after_forward=True", f"reshard_after_forward={n} (each block "
                                             f"kept 1/{n} after forward, gathered in backward within {n} ranks)")
             divide = ("ReduceOp.AVG (no division kernels)" if not self._divides() else
-                      "gradient division kernels around the reduce-scatter (float16: pre- and post-divide)")
+                      "gradient division kernels around the reduce-scatter (float16, float64: pre- and post-divide)")
             notes = (
                 f"FSDP2 fully_shard, {strategy}, {len(self.units) - 1} wrapped module(s) + root (not resharded after "
                 f"forward); implicit prefetching: all-gathers at most two modules ahead in forward, one in backward; "
@@ -854,9 +857,11 @@ class _Fsdp:
 
     # ------------------------------------------------------------------------------------------------ FSDP2
     def _divides(self) -> bool:
-        """FSDP2's gradient division kernels (``_get_gradient_divide_factors``): only where the reduce dtype risks
-        overflow (float16); float32 and bfloat16 reduce with ``ReduceOp.AVG`` and no kernel of FSDP's own."""
-        return self.reduce_dtype == "float16"
+        """FSDP2's gradient division kernels (``_get_gradient_divide_factors``, torch 2.13
+        ``_fsdp_collectives.py``: ``overflow_risk = reduce_dtype not in (torch.float32, torch.bfloat16)``): every
+        reduce dtype but float32 and bfloat16 (float16, float64) pre- and post-divides around a ``ReduceOp.SUM``;
+        float32 and bfloat16 reduce with ``ReduceOp.AVG`` and no kernel of FSDP's own."""
+        return self.reduce_dtype not in _AVG_DTYPES
 
     def _param_faults(self, u: FsdpUnit) -> float:
         """Seconds a CPU rank spends faulting in the unsharded parameters of ``u`` that are fresh mappings: FSDP2
@@ -954,8 +959,8 @@ class _Fsdp:
         compute stream waits for it before this copy-in: ``reduce_scatter_max_input_buffers`` 1), then the
         compute stream. Pays: on the compute stream a new reduce-scatter input of the module's bytes and
         ``chunk_cat`` of the gradients into it (the reduce dtype); on the reduce-scatter stream a pre-division
-        (float16 only), the reduce-scatter (``ReduceOp.AVG`` for float32 and bfloat16), with HSDP the all-reduce
-        across the groups on the all-reduce stream after it, then the post-division (float16 only) on whichever
+        (float16 and float64), the reduce-scatter (``ReduceOp.AVG`` for float32 and bfloat16), with HSDP the all-reduce
+        across the groups on the all-reduce stream after it, then the post-division (float16 and float64) on whichever
         stream reduced last. With Gloo each call blocks the thread, and ProcessGroupGloo's reduce-scatter is its
         clone, all-reduce and chunk copy (as for FSDP1). ``grads``: the bytes ``chunk_cat`` reads (accumulated
         gradients in reduce_dtype; default the module's bytes in param_dtype)."""

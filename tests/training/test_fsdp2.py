@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from collsim.api import Simulator
 from collsim.scenario import ScenarioError
 from collsim.training import GpuCompute, Layer, ModelSpec, Param, StepConstants, StepResult
-from collsim.training.fsdp import FsdpConfig, fsdp_units, simulate_fsdp_step
+from collsim.training.fsdp import FsdpConfig, fsdp_units, reduces_with_average, simulate_fsdp_step
 
 MB4 = 1 << 20  # float32 elements of a 4 MiB parameter
 BARE = StepConstants(0.0, 0.0, {"none": (0.0, 0.0), "sgd": (3.0, 0.0)}, 0.0)
@@ -82,6 +82,18 @@ def test_float16_gradients_are_divided_before_and_after() -> None:
     assert [s.label for s in _spans(r, RS_LANE)] == ["pre-divide unit 0", "reduce-scatter unit 0", "post-divide unit 0"]
     bf16 = simulate_fsdp_step(_model(1, dtype="bfloat16"), _v2(wrap="nothing.*"), GPU, BARE, 4, _nccl(0.0, 0.0))
     assert [s.label for s in _spans(bf16, RS_LANE)] == ["reduce-scatter unit 0"]
+
+
+def test_float64_gradients_are_divided_like_float16() -> None:
+    # torch 2.13's overflow_risk is "reduce dtype not float32 or bfloat16": float64 gradients (or a float64
+    # reduce_dtype) take the pre- and post-division around a ReduceOp.SUM too, each a read and a write of float64
+    m = _model(1, dtype="float64")
+    r = simulate_fsdp_step(m, _v2(wrap="nothing.*"), GPU, BARE, 4, _nccl(0.0, 0.0))
+    assert [s.label for s in _spans(r, RS_LANE)] == ["pre-divide unit 0", "reduce-scatter unit 0", "post-divide unit 0"]
+    assert not reduces_with_average(m, _v2(), 4)
+    assert reduces_with_average(_model(1), _v2(), 4)
+    assert not reduces_with_average(_model(1), _v2(reduce_dtype="float64"), 4)
+    assert not reduces_with_average(_model(1), _v2(), 1)  # one rank: ReduceOp.SUM, nothing to divide
 
 
 def test_forward_all_gathers_run_at_most_two_modules_ahead() -> None:
