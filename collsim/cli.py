@@ -52,6 +52,7 @@ from collsim.results.step import StepRow, format_step, step_rows_to_csv, step_ro
 from collsim.scenario import ScenarioError, ScenarioWarning, scenario_json_schema
 from collsim.sweep.command import add_arguments as _sweep_arguments
 from collsim.topology import TopologyError, format_topo_matrix
+from collsim.topology.errors import TopologyWarning
 from collsim.units import UnitError, format_size, format_time, parse_size, parse_size_range
 from collsim.vocab import TENSOR_DEVICES
 
@@ -175,7 +176,9 @@ def _import_command(sub: _Sub) -> None:
     """``import``: a node template from NCCL's topology dump or ``nvidia-smi topo -m``."""
     imp = sub.add_parser("import", help="a node template from NCCL's topology dump or nvidia-smi topo -m")
     imp.add_argument("kind", choices=("nccl-xml", "nvidia-smi"),
-                     help="nccl-xml: the file NCCL_TOPO_DUMP_FILE wrote; nvidia-smi: the output of nvidia-smi topo -m")
+                     help="nccl-xml: the file NCCL_TOPO_DUMP_FILE wrote, or a static NCCL_TOPO_FILE (a cloud's: the "
+                     "PCIe tree only; give --gpu, --nic and for NVLink --nvswitch); nvidia-smi: the output of "
+                     "nvidia-smi topo -m")
     imp.add_argument("file", metavar="FILE", help="the file to read")
     imp.add_argument("-o", "--output", metavar="TEMPLATE.yaml",
                      help="write the template there (atomically) and print its path matrix; default: print the YAML")
@@ -186,6 +189,9 @@ def _import_command(sub: _Sub) -> None:
     imp.add_argument("--cpu", metavar="PRESET", help="CPU preset of every socket (nccl-xml: default by NCCL's CPU "
                      "class; nvidia-smi: default generic-x86)")
     imp.add_argument("--name", metavar="NAME", help="the template's name (default: the file's stem)")
+    imp.add_argument("--nvswitch", action="store_true",
+                     help="nccl-xml whose GPUs list no NVLink (a static NCCL_TOPO_FILE: NCCL asks NVML at run time): "
+                     "wire every GPU's NVLinks (its preset's count) to one NVSwitch, as on HGX and DGX boards")
     imp.add_argument("--presets", dest="import_presets", action="append", default=[], metavar="FILE",
                      help="user presets file or folder the presets named may come from (repeatable)")  # fmt: skip
 
@@ -815,8 +821,14 @@ def _cmd_import(args: argparse.Namespace) -> int:
     sources = [src for item in args.import_presets for src in read_preset_files(item)]
     if sources:
         presets = merge_presets(presets, sources)
-    reader = template_from_nccl_xml if args.kind == "nccl-xml" else template_from_nvidia_smi
-    template = reader(text, file=path, gpu=args.gpu, nic=args.nic, cpu=args.cpu, name=args.name, presets=presets)
+    if args.kind == "nccl-xml":
+        template = template_from_nccl_xml(text, file=path, gpu=args.gpu, nic=args.nic, cpu=args.cpu, name=args.name,
+                                          presets=presets, nvswitch=args.nvswitch)  # fmt: skip
+    elif args.nvswitch:
+        raise TopologyError("--nvswitch is for nccl-xml (nvidia-smi's NV# cells say where the NVLinks go)", file=path)
+    else:
+        template = template_from_nvidia_smi(text, file=path, gpu=args.gpu, nic=args.nic, cpu=args.cpu,
+                                            name=args.name, presets=presets)  # fmt: skip
     if not args.output:
         sys.stdout.write(write_template(template))
         return 0
@@ -943,7 +955,7 @@ def _show_warning(
     """Print collsim's own input warnings as ``collsim: warning: ...`` (they name the file and field themselves),
     not with the Python source line that raised them; other warnings keep Python's format."""
     out = sys.stderr if file is None else file
-    if issubclass(category, (ScenarioWarning, ParseWarning)):
+    if issubclass(category, (ScenarioWarning, ParseWarning, TopologyWarning)):
         print(f"collsim: warning: {_one_line(str(message))}", file=out)
     else:
         out.write(warnings.formatwarning(message, category, filename, lineno, line))

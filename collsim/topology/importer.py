@@ -45,6 +45,12 @@ pci | nic; pci > pci | gpu | nic | pcilink; gpu > nvlink | c2c; nic > net. ``ver
   744-751) and with it the inter-socket bandwidth NCCL assumes (topo.cc lines 60-84, topo.h lines 25-34); every two
   CPUs of one host are joined (``ncclTopoConnectCpus``, topo.cc lines 270-283).
 
+Static topology files (``NCCL_TOPO_FILE``, as clouds ship them) hold the PCIe tree for NCCL to fill in at run time:
+GPUs and NICs may be bare ``<pci>`` of class 0x03 and 0x02, and GPUs list no NVLink (NVML gives them). Their devices
+are numbered in bus-id order with the ``--gpu`` and ``--nic`` models, and ``--nvswitch`` wires the NVLinks
+(:func:`_static_endpoints`, :func:`_unlisted_nvlinks`). A NIC's protocol comes from rdma-core's device names or
+Amazon's PCI vendor id, and EFA devices are grouped per GPU as aws-ofi-nccl presents them (:func:`_group_efa_nics`).
+
 ``nvidia-smi topo -m``
 ----------------------
 The text matrix: a header of ``GPU0 .. GPUn NIC0 .. NICm CPU Affinity NUMA Affinity GPU NUMA ID`` (older drivers
@@ -59,6 +65,7 @@ from __future__ import annotations
 
 import re
 import textwrap
+import warnings
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -66,7 +73,7 @@ from pathlib import Path
 from typing import Any
 
 from collsim.files import write_atomic
-from collsim.topology.errors import TopologyError
+from collsim.topology.errors import TopologyError, TopologyWarning
 from collsim.topology.generators import NVSWITCH_BY_NVLINK
 from collsim.topology.presets import PresetLibrary, load_presets
 from collsim.topology.template import topology_from_template
@@ -387,8 +394,8 @@ class _XNode:
     children: list[_XNode] = field(default_factory=list)
     link: tuple[int, int, str] | None = None  # (rate, width, what) of the link to the parent; None: CPU-local
     name: str = ""
-    busid: str = ""  # of the <pci> (GPUs)
-    pci_id: str = ""  # vendor:device of the <pci> (GPUs)
+    busid: str = ""  # of the <pci> (GPUs; bare GPUs and NICs of a static file)
+    pci_id: str = ""  # vendor:device of the <pci> (GPUs, NICs)
 
 
 def _check_tree(root: ET.Element, file: str | Path | None) -> None:
@@ -624,24 +631,56 @@ def _nccl_cpu_class(el: ET.Element, path: str, file: str | Path | None) -> str:
     return "intel-bdw"
 
 
-def _nic_preset_for(speed: float, gdr: bool, presets: PresetLibrary, file: str | Path | None, path: str) -> str:
-    """The one shipped NIC preset of the XML's speed: link kind ``ib`` when the NIC does GPUDirect RDMA, else
-    ``eth`` (the dump does not tell InfiniBand from RoCE, nor a NIC's model)."""
-    kind = "ib" if gdr else "eth"
-    found = [
-        name
-        for name, rec in sorted(presets.nics.items())
-        if presets.links[rec["link"]]["kind"] == kind and abs(float(rec["speed"]) - speed) <= 1e-9 * speed
-    ]
+#: RDMA device names by rdma-core's persistent naming (udev ``rdma_rename``, kernel-boot/rdma-persistent-naming.rules:
+#: "Infiniband - ib*, RoCE - roce*, iWARP - iw*, OPA - opa*, Default (unknown protocol) - rdma*", then o/s/p/v
+#: for onboard, slot, PCI path and guid names): the protocol the prefix says. ``mlx5_0`` (the kernel's name) says none.
+_RDMA_NAME = re.compile(r"^(ib|roce|iw|opa|rdma)[ospvg][0-9a-f]")
+#: Amazon's PCI vendor id, which EFA devices carry (the id NCCL's net_socket.cc tests for AWS).
+_AMAZON_PCI_VENDOR = "1d0f"
+
+
+def _nic_protocol(name: str, pci_id: str) -> str | None:
+    """What a NIC's <net name> (rdma-core's persistent names) or its PCI vendor says of its protocol: ``ib``,
+    ``roce``, ``efa`` (an ``rdma*`` name, no protocol the kernel knows, or Amazon's vendor id) or None."""
+    if pci_id.split(":")[0] == _AMAZON_PCI_VENDOR:
+        return "efa"
+    m = _RDMA_NAME.match(name)
+    if m is None:
+        return None
+    return {"ib": "ib", "roce": "roce", "rdma": "efa"}.get(m.group(1))
+
+
+def _nic_preset_for(
+    speed: float, gdr: bool, presets: PresetLibrary, file: str | Path | None, path: str, protocol: str | None = None
+) -> tuple[str, str]:
+    """The one shipped NIC preset of the XML's speed, and why: with ``protocol`` (:func:`_nic_protocol`) among
+    that protocol's RDMA presets (``efa``: those reached through aws-ofi-nccl); otherwise link kind ``ib`` when the
+    NIC does GPUDirect RDMA, else ``eth`` (the dump does not tell InfiniBand from RoCE, nor a NIC's model)."""
+
+    def kind_of(rec: Mapping[str, Any]) -> str:
+        return str(presets.links[rec["link"]]["kind"])
+
+    if protocol == "efa":
+        match = [n for n, r in presets.nics.items() if r.get("nccl_net_plugin") == "aws-ofi-nccl"]
+        what = "EFA (an rdma* device name, rdma-core's name for a protocol it does not know, or Amazon's PCI vendor)"
+    elif protocol in ("ib", "roce"):
+        match = [n for n, r in presets.nics.items()
+                 if kind_of(r) == protocol and r.get("rdma") and not r.get("nccl_net_plugin")]  # fmt: skip
+        what = f"{'InfiniBand' if protocol == 'ib' else 'RoCE'} (the device name's prefix, rdma-core's naming)"
+    else:
+        kind = "ib" if gdr else "eth"
+        match = [n for n, r in presets.nics.items() if kind_of(r) == kind]
+        what = kind
+    found = sorted(n for n in match if abs(float(presets.nics[n]["speed"]) - speed) <= 1e-9 * speed)
     if len(found) != 1:
-        what = "none" if not found else ", ".join(found)
+        said = f"{' with GPUDirect RDMA' if gdr else ''}: shipped {what}" if protocol is None else f", {what}: shipped"
         raise TopologyError(
-            f"NIC of {speed * 8 / 1e9:g} Gb/s{' with GPUDirect RDMA' if gdr else ''}: shipped {kind} NIC presets of "
-            f"that speed: {what}; give --nic PRESET",  # bytes/s x 8 bits / 1e9 = Gb/s
+            f"NIC of {speed * 8 / 1e9:g} Gb/s{said} NIC presets of that speed: {', '.join(found) or 'none'}; "
+            "give --nic PRESET",  # bytes/s x 8 bits / 1e9 = Gb/s
             file=file,
             field=path,
         )
-    return found[0]
+    return found[0], f"the shipped {what} NIC preset of that speed"
 
 
 @dataclass
@@ -654,6 +693,9 @@ class _XmlTree:
     nics: list[_XNode]
     switches: list[_XNode]
     hosts: dict[str, int]
+    #: <pci> of GPU (0x03) or NIC (0x02) class without a <gpu> or <nic>, not attached to their parents: the devices of
+    #: a static topology file (NCCL_TOPO_FILE), which NCCL fills in at run time; see :func:`_static_endpoints`
+    bare: list[_XNode] = field(default_factory=list)
 
 
 def _pci_busid(el: ET.Element, path: str, file: str | Path | None, busids: dict[str, str]) -> str:
@@ -706,18 +748,22 @@ def _xml_endpoint(
             "card's PCIe link (the shared link is not modelled)"
         )
     for ni, net in enumerate(nets):
-        nnode = _XNode("nic", _el_path(path, net, ni), net, parent, link=link)
+        nnode = _XNode("nic", _el_path(path, net, ni), net, parent, link=link,
+                       pci_id=f"{_hexid(el, 'vendor')}:{_hexid(el, 'device')}")  # fmt: skip
         parent.children.append(nnode)
         nics.append(nnode)
 
 
 def _walk_nccl_xml(root: ET.Element, file: str | Path | None, notes: list[str]) -> _XmlTree:
     """The CPUs of an NCCL dump and the PCIe tree under each, depth first; duplicate numaids and bus ids, bad bus
-    ids, a <pci> holding more than one GPU or NIC and a dump without GPUs are errors naming the element."""
+    ids and a <pci> holding more than one GPU or NIC are errors naming the element. GPU- and NIC-class <pci> without
+    a <gpu> or <nic> are kept apart (``bare``) where the file has no <gpu> at all (a static topology file), else
+    ignored as NCCL ignores them."""
     cpus: list[_XNode] = []
     gpus: list[_XNode] = []
     nics: list[_XNode] = []
     switches: list[_XNode] = []
+    bare: list[_XNode] = []
     busids: dict[str, str] = {}
     hosts: dict[str, int] = {}
     cpu_keys: dict[tuple[int, int], str] = {}
@@ -756,6 +802,10 @@ def _walk_nccl_xml(root: ET.Element, file: str | Path | None, notes: list[str]) 
             if "gpu" in tags or "nic" in tags:
                 _xml_endpoint(el, path, parent, link, busid, file, notes, gpus, nics)
                 continue
+            if kind in ("gpu", "nic") and not subs:
+                bare.append(_XNode(kind, path, el, parent, link=link, busid=busid,
+                                   pci_id=f"{_hexid(el, 'vendor')}:{_hexid(el, 'device')}"))  # fmt: skip
+                continue
             if kind != "pci":
                 notes.append(
                     f"{path}: a <pci> of class {el.get('class')} without <gpu> or <nic> is ignored, as NCCL "
@@ -767,13 +817,133 @@ def _walk_nccl_xml(root: ET.Element, file: str | Path | None, notes: list[str]) 
             switches.append(snode)
             kids = [(s, _el_path(path, s, i), snode) for i, s in enumerate(subs)]
             stack.extend(reversed(kids))
-    if not gpus:
+    if gpus:
+        for b in bare:
+            notes.append(
+                f"{b.path}: a <pci> of class {b.el.get('class')} without <{b.kind}> is ignored, as NCCL does "
+                "(topo.cc ncclTopoAddPci, lines 636-701)"
+            )
+        bare = []
+    return _XmlTree(cpus, gpus, nics, switches, hosts, bare)
+
+
+def _static_endpoints(
+    tree: _XmlTree, gpu: str | None, gpu_opt: Mapping[str, Any] | None, nic: str | None, presets: PresetLibrary,
+    file: str | Path | None, notes: list[str],
+) -> bool:
+    """Make the GPUs and NICs of a static topology file (NCCL_TOPO_FILE, as clouds ship it: the PCIe tree with bare
+    ``<pci>`` of class 0x03 and 0x02, no ``<gpu>``) out of ``tree.bare``, as NCCL does at run time: each GPU it
+    finds by bus id and fills from NVML (``ncclTopoFillGpu``, xml.cc lines 1065-1073; ``dev`` is NVML's index, in
+    bus id order), each NIC its network plugin reports (``ncclTopoFillNet``, topo.cc line 1632). The file names no
+    GPU or NIC model, so ``--gpu`` and (with NICs) ``--nic`` are required. Returns whether the file is one; a file
+    with neither ``<gpu>`` nor GPU-class ``<pci>`` is an error."""
+    if tree.gpus:
+        return False
+    bare_gpus = sorted((b for b in tree.bare if b.kind == "gpu"), key=lambda b: _busid_key(b.busid))
+    bare_nics = sorted((b for b in tree.bare if b.kind == "nic"), key=lambda b: _busid_key(b.busid))
+    if not bare_gpus:
         raise TopologyError(
-            "no <gpu> in the file: nothing to import (NCCL dumps the GPUs of the communicator)",
+            "no <gpu> and no <pci> of a GPU's class (0x03) in the file: nothing to import (NCCL dumps the GPUs of "
+            "the communicator)",
             file=file,
             field="system",
         )
-    return _XmlTree(cpus, gpus, nics, switches, hosts)
+    static = "a static topology file (NCCL_TOPO_FILE: the PCIe tree, no <gpu>; NCCL fills the devices in at run time)"
+    if gpu_opt is None:
+        raise TopologyError(f"{static} names no GPU model: give --gpu PRESET", file=file, field="system")
+    if bare_nics and nic is None:
+        raise TopologyError(
+            f"{static} names no NIC model or speed for its {len(bare_nics)} NIC(s): give --nic PRESET",
+            file=file,
+            field=bare_nics[0].path,
+        )
+    for i, b in enumerate(bare_gpus):
+        b.el = ET.Element("gpu", {"dev": str(i), "sm": str(gpu_opt["sm"])})
+    for i, b in enumerate(bare_nics):
+        assert nic is not None
+        rec = presets.nics[nic]
+        mbps = round(float(rec["speed"]) * 8 / 1e6)  # bytes/s x 8 bits / 1e6 = Mb/s, the unit of <net speed>
+        b.el = ET.Element("net", {"dev": str(i), "speed": str(mbps), "gdr": "1" if rec.get("rdma") else "0"})
+    for b in (*bare_gpus, *bare_nics):
+        assert b.parent is not None
+        b.parent.children.append(b)
+    tree.gpus, tree.nics, tree.bare = bare_gpus, bare_nics, []
+    notes.append(
+        f"{static}: its {len(bare_gpus)} <pci> of class 0x03 are the GPUs and its {len(bare_nics)} of class 0x02 "
+        "the NICs, numbered in bus id order (NVML's, which NCCL's dev follows: xml.cc ncclTopoFillGpu, lines "
+        f"1065-1073); GPU model {gpu} (--gpu){f', NIC model {nic} (--nic)' if bare_nics else ''}"
+    )
+    return True
+
+
+def _group_efa_nics(tree: _XmlTree, nic: str | None, presets: PresetLibrary, notes: list[str]) -> None:
+    """Group EFA devices as AWS's network plugin presents them to NCCL (aws-ofi-nccl ``nccl_ofi_topo_group``,
+    src/nccl_ofi_topo.cpp): each GPU counts one group at its nearest ancestor with NICs below it, the NICs go up to
+    their nearest ancestor with groups and are split there into that many groups (sizes differing by at most one),
+    and NCCL sees each group as one device of the members' summed speed (src/nccl_ofi_rdma.cpp: port speed x group
+    size). A group's members sharing one parent give it their links in parallel. Applies where every NIC is EFA
+    (:func:`_nic_protocol`, or ``--nic`` an aws-ofi-nccl preset); ``tree.nics`` is replaced in place."""
+    if not tree.nics:
+        return
+    if nic is not None:
+        efa = presets.nics[nic].get("nccl_net_plugin") == "aws-ofi-nccl"
+    else:
+        efa = all(_nic_protocol(n.el.get("name", ""), n.pci_id) == "efa" for n in tree.nics)
+    if not efa:
+        return
+
+    def has_nic(node: _XNode) -> bool:
+        return node.kind == "nic" or any(has_nic(c) for c in node.children)
+
+    groups: dict[int, int] = {}  # id(ancestor) -> GPUs counted there
+    for g in tree.gpus:
+        up = g.parent
+        while up is not None and not has_nic(up):
+            up = up.parent
+        if up is not None:
+            groups[id(up)] = groups.get(id(up), 0) + 1
+    lists: dict[int, tuple[_XNode, list[_XNode]]] = {}
+    for n in sorted(tree.nics, key=lambda n: int(n.el.get("dev", "0"))):
+        up = n.parent
+        while up is not None and id(up) not in groups:
+            up = up.parent
+        key = id(up) if up is not None else id(n)
+        lists.setdefault(key, (up or n, []))[1].append(n)
+    out: list[_XNode] = []
+    grouped = 0
+    for key, (_anc, members) in lists.items():
+        k = min(groups.get(key, len(members)), len(members))
+        sizes = [len(members) // k + (1 if i < len(members) % k else 0) for i in range(k)]
+        start = 0
+        for size in sizes:
+            part, start = members[start:start + size], start + size
+            if size == 1:
+                out.append(part[0])
+                continue
+            grouped += 1
+            lead = part[0]
+            mbps = sum(int(m.el.get("speed", "0") or 0) for m in part)
+            el = ET.Element("net", {**lead.el.attrib, "speed": str(mbps)})
+            link = lead.link
+            if link is not None and all(m.parent is lead.parent and m.link and m.link[0] == link[0] for m in part):
+                width = sum(m.link[1] for m in part if m.link)
+                link = (link[0], width, f"{size} links in parallel ({link[2]} each)")
+            node = _XNode("nic", lead.path, el, lead.parent, link=link, pci_id=lead.pci_id)
+            assert lead.parent is not None
+            lead.parent.children = [c for c in lead.parent.children if c not in part] + [node]
+            out.append(node)
+    if grouped:
+        notes.append(
+            f"EFA: the {len(tree.nics)} devices grouped into {len(out)} NCCL devices as AWS's plugin groups them "
+            "(aws-ofi-nccl nccl_ofi_topo_group: each GPU's nearest EFA devices are one device of their summed "
+            "speed; NCCL's channels, trees and NVLS heads see the groups)"
+        )
+        tree.nics = out
+
+
+def _busid_key(busid: str) -> tuple[int, ...]:
+    """A bus id as numbers (domain, bus, device, function), for NVML's order."""
+    return tuple(int(x, 16) for x in re.split(r"[:.]", busid))
 
 
 def _xml_gpu_devices(
@@ -962,6 +1132,61 @@ def _xml_nvlinks(
     return devices, links
 
 
+def _unlisted_nvlinks(
+    gpus: list[_XNode], gpu_presets: Mapping[str, str], presets: PresetLibrary, file: str | Path | None,
+    notes: list[str], nvswitch: bool, listed: list[_Link],
+) -> tuple[list[_Device], list[_Link]]:
+    """NVLinks the file does not list. NCCL reads a GPU's NVLinks from NVML when its <gpu> has no <nvlink>
+    (``ncclTopoGetXmlFromGpu``, xml.cc lines 930-933), so a static topology file leaves them out. With ``nvswitch``
+    every GPU's NVLinks (its preset's ``nvlinks``, at its ``nvlink`` preset) go to one NVSwitch (an HGX or DGX
+    board); without it none are wired, and GPUs whose preset has NVLinks get a warning saying how to wire them."""
+    if nvswitch and listed:
+        raise TopologyError(
+            f"--nvswitch: the file lists NVLinks ({listed[0].a} to {listed[0].b}); it is for files that list none "
+            "(static topology files)",
+            file=file,
+            field="system",
+        )
+    capable = {g.name: gpu_presets[g.name] for g in gpus
+               if int(presets.gpus[gpu_presets[g.name]].get("nvlinks") or 0) > 0
+               and presets.gpus[gpu_presets[g.name]].get("nvlink")}  # fmt: skip
+    if not nvswitch:
+        if capable and len(gpus) > 1:
+            names = sorted(set(capable.values()))
+            msg = (f"{file or 'the file'}: no <nvlink> in the file, but GPU preset(s) {', '.join(names)} have "
+                   "NVLinks: the template wires none (the GPUs talk over PCIe). A static topology file "
+                   "(NCCL_TOPO_FILE) leaves NVLinks to NVML at run time (xml.cc lines 930-933); for an HGX or DGX "
+                   "board give --nvswitch, or import NCCL_TOPO_DUMP_FILE's dump of the machine")  # fmt: skip
+            warnings.warn(msg, TopologyWarning, stacklevel=3)
+            notes.append(msg)
+        return [], listed
+    missing = [g.name for g in gpus if g.name not in capable]
+    if missing:
+        raise TopologyError(
+            f"--nvswitch: {missing[0]}'s GPU preset {gpu_presets[missing[0]]} has no NVLinks", file=file, field="system"
+        )
+    nvls = {str(presets.gpus[p]["nvlink"]) for p in capable.values()}
+    if len(nvls) > 1:
+        raise TopologyError(
+            f"--nvswitch: GPUs of different NVLink generations ({', '.join(sorted(nvls))}) on one NVSwitch",
+            file=file,
+            field="system",
+        )
+    nvl = nvls.pop()
+    first = gpus[0].name
+    spec, why = _nvswitch_spec(nvl, None, gpu_presets[first])
+    note = f"--nvswitch (the file lists no NVLink; NVML gives them to NCCL); {why}"
+    device = _Device("nvswitch", "nvswitch", spec=spec, notes=note)
+    links = [
+        _Link(g.name, "nvswitch", nvl, count=int(presets.gpus[gpu_presets[g.name]]["nvlinks"]),
+              notes=f"--nvswitch: every NVLink of GPU preset {gpu_presets[g.name]} to the NVSwitch; {nvl}: its nvlink")
+        for g in gpus
+    ]  # fmt: skip
+    notes.append(f"--nvswitch: each GPU's NVLinks (its preset's count) wired to one NVSwitch ({spec}); the file "
+                 "lists none (NCCL reads them from NVML at run time, xml.cc lines 930-933)")  # fmt: skip
+    return [device], links
+
+
 def _fewer_nvlinks(preset: str, used: int, other_cause: str = "") -> str:
     """The end of the note on GPUs with fewer NVLinks than ``preset`` has: what the template does and how to say so."""
     return (
@@ -996,8 +1221,8 @@ def _xml_nic_devices(
         if nic is not None:
             preset, why = nic, "--nic"
         else:
-            preset = _nic_preset_for(speed, gdr, presets, file, nn.path)
-            why = f"the shipped {'ib' if gdr else 'eth'} NIC preset of that speed ({'gdr=1' if gdr else 'no gdr'})"
+            preset, why = _nic_preset_for(speed, gdr, presets, file, nn.path, _nic_protocol(label, nn.pci_id))
+            why += f" ({'gdr=1' if gdr else 'no gdr'})"
         nic_spec: dict[str, Any] | None = None
         pspeed = float(presets.nics[preset]["speed"])
         if abs(pspeed - speed) > 1e-9 * speed:
@@ -1125,8 +1350,10 @@ def template_from_nccl_xml(
     cpu: str | None = None,
     name: str | None = None,
     presets: PresetLibrary | None = None,
+    nvswitch: bool = False,
 ) -> dict[str, Any]:
-    """Build a node template from NCCL's topology dump (``NCCL_TOPO_DUMP_FILE``).
+    """Build a node template from NCCL's topology dump (``NCCL_TOPO_DUMP_FILE``) or a static topology file
+    (``NCCL_TOPO_FILE``, as clouds ship them: the PCIe tree only).
 
     Parameters
     ----------
@@ -1141,12 +1368,31 @@ def template_from_nccl_xml(
         The template's name (default: the ``<system name>`` or the file's stem).
     presets : PresetLibrary, optional
         Presets to use (default :func:`load_presets`; user presets merged in by the caller).
+    nvswitch : bool
+        The file lists no NVLink (a static file: NCCL asks NVML for NVLinks at run time, xml.cc lines 930-933):
+        wire every NVLink of each GPU (its preset's ``nvlinks``) to one NVSwitch, as on HGX and DGX boards. Without
+        it such a file gives GPUs without NVLink, with a :class:`TopologyWarning` where their preset has NVLinks.
 
     Returns
     -------
     dict
         A node template (``name``, ``description``, ``source``, ``notes``, ``devices``, ``links``); each device and
         link entry carries ``notes`` saying where its numbers come from (the template builder ignores ``notes``).
+
+    Examples
+    --------
+    A static file of the kind a cloud ships (one PCIe switch holding a GPU and an InfiniBand card; no ``<gpu>``):
+
+    >>> sw = ('<pci busid="ffff:ff:0{i}.0" class="0x060400" link_speed="32.0 GT/s PCIe" link_width="16">'
+    ...       '<pci busid="000{i}:00:00.0" class="0x030200" link_speed="32.0 GT/s PCIe" link_width="16"/>'
+    ...       '<pci busid="010{i}:00:00.0" class="0x020700" link_speed="32.0 GT/s PCIe" link_width="16"/></pci>')
+    >>> xml = ('<system version="1"><cpu numaid="0" arch="x86_64" vendor="GenuineIntel" familyid="6" '
+    ...        'modelid="143">' + sw.format(i=1) + sw.format(i=2) + "</cpu></system>")
+    >>> t = template_from_nccl_xml(xml, gpu="h100-sxm5-80gb", nic="connectx-7-ndr", nvswitch=True)
+    >>> sorted(d["kind"] for d in t["devices"])
+    ['cpu', 'gpu', 'gpu', 'nic', 'nic', 'nvswitch', 'pcie_switch', 'pcie_switch']
+    >>> [(x["a"], x["b"], x["count"]) for x in t["links"] if x["b"] == "nvswitch"]
+    [(['gpu0', 'gpu1'], 'nvswitch', 18)]
 
     Raises
     ------
@@ -1173,10 +1419,14 @@ def template_from_nccl_xml(
         _preset(presets, "cpus", cpu, file, "--cpu")
 
     tree = _walk_nccl_xml(root, file, notes)
+    static = _static_endpoints(tree, gpu, gpu_opt, nic, presets, file, notes)
+    _group_efa_nics(tree, nic, presets, notes)
     for c in tree.cpus:
         _flatten_bcm(c, notes)
     devices, gpu_presets = _xml_gpu_devices(tree.gpus, gpu, gpu_opt, presets, file)
     switch_devices, links = _xml_nvlinks(tree.gpus, gpu_presets, presets, file, notes)
+    if nvswitch or not links:
+        switch_devices, links = _unlisted_nvlinks(tree.gpus, gpu_presets, presets, file, notes, nvswitch, links)
     devices += switch_devices
     devices += _xml_nic_devices(tree.nics, nic, presets, file)
     cpu_devs, cpu_hosts = _xml_cpu_devices(tree, cpu, presets, file, notes)
@@ -1189,13 +1439,16 @@ def template_from_nccl_xml(
     src_name = Path(file).name if file is not None else "NCCL topology XML"
     tname = name or (root.get("name") or "").strip() or (Path(file).stem if file is not None else "imported")
     gp = sorted(set(gpu_presets.values()))
+    kind_of_file = "static NCCL topology file" if static else "NCCL topology dump"
     description = (
-        f"Imported from {src_name} (NCCL topology dump): {len(tree.gpus)} GPU(s) ({', '.join(gp)}), "
+        f"Imported from {src_name} ({kind_of_file}): {len(tree.gpus)} GPU(s) ({', '.join(gp)}), "
         f"{'an NVSwitch, ' if switch_devices else ''}{len(pcie_devices)} PCIe switch(es), {len(tree.nics)} NIC(s), "
         f"{len(tree.cpus)} CPU socket(s)"
     )
     source = (
-        f"collsim import nccl-xml {src_name}: NCCL's topology dump (NCCL_TOPO_DUMP_FILE), read as {NCCL_SOURCE} "
+        f"collsim import nccl-xml {src_name}: "
+        + ("a static NCCL topology file (NCCL_TOPO_FILE)" if static else "NCCL's topology dump (NCCL_TOPO_DUMP_FILE)")
+        + f", read as {NCCL_SOURCE} "
         "src/graph/xml.cc and topo.cc read it; device numbers from the presets named"
     )
     header = [
