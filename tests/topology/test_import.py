@@ -609,6 +609,18 @@ def test_random_pcie_trees_survive_nccl_xml(tree: dict[str, Any]) -> None:
     assert data["links"] == [{k: v for k, v in lk.items() if k != "notes"} for lk in t["links"]]
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pcie_trees())
+def test_random_pcie_trees_survive_as_static_topology_files(tree: dict[str, Any]) -> None:
+    """The same trees as a cloud's NCCL_TOPO_FILE gives them (bare GPU- and NIC-class <pci>, no models): with --gpu
+    and --nic every class between endpoints is the original's, the endpoints numbered in bus-id order."""
+    ref = topology_from_template(_tree_template(tree))
+    static = re.sub(r"<gpu [^>]*/>|<nic>.*?</nic>", "", _tree_xml(tree))
+    assert "<gpu" not in static and "<nic" not in static
+    t = template_from_nccl_xml(static, file="tree.xml", gpu="l40s", nic="connectx-5-edr")
+    assert _endpoint_types(topology_from_template(t)) == _endpoint_types(ref)
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(pcie_trees(), st.lists(st.sampled_from(["NODE", "PHB"]), min_size=1, max_size=8))
 def test_random_pcie_trees_survive_nvidia_smi(tree: dict[str, Any], words: list[str]) -> None:
