@@ -1139,7 +1139,8 @@ def _unlisted_nvlinks(
     """NVLinks the file does not list. NCCL reads a GPU's NVLinks from NVML when its <gpu> has no <nvlink>
     (``ncclTopoGetXmlFromGpu``, xml.cc lines 930-933), so a static topology file leaves them out. With ``nvswitch``
     every GPU's NVLinks (its preset's ``nvlinks``, at its ``nvlink`` preset) go to one NVSwitch (an HGX or DGX
-    board); without it none are wired, and GPUs whose preset has NVLinks get a warning saying how to wire them."""
+    board); without it none are wired, and GPUs whose preset has NVLinks and whose <pci> has no PCI ids (no NCCL
+    dump: a static file) get a warning saying how to wire them."""
     if nvswitch and listed:
         raise TopologyError(
             f"--nvswitch: the file lists NVLinks ({listed[0].a} to {listed[0].b}); it is for files that list none "
@@ -1151,7 +1152,10 @@ def _unlisted_nvlinks(
                if int(presets.gpus[gpu_presets[g.name]].get("nvlinks") or 0) > 0
                and presets.gpus[gpu_presets[g.name]].get("nvlink")}  # fmt: skip
     if not nvswitch:
-        if capable and len(gpus) > 1:
+        # NCCL's own dump gives every <pci> its vendor and device (xml.cc ncclTopoGetXmlFromSys), so a GPU without
+        # them is from a hand-written or static file, whose missing NVLinks NVML would have filled in
+        unlisted = any(g.pci_id.startswith("None") for g in gpus)
+        if capable and len(gpus) > 1 and unlisted:
             names = sorted(set(capable.values()))
             msg = (f"{file or 'the file'}: no <nvlink> in the file, but GPU preset(s) {', '.join(names)} have "
                    "NVLinks: the template wires none (the GPUs talk over PCIe). A static topology file "

@@ -11,6 +11,8 @@ holding one GPU and four 100 Gb/s EFA devices named `rdmapNNs0`); imported, they
 from __future__ import annotations
 
 import json
+import re
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +85,17 @@ def test_a_static_file_without_nvswitch_warns_that_its_gpus_have_no_nvlink() -> 
     assert not [d for d in t["devices"] if d["kind"] == "nvswitch"]
     topo = topology_from_template(t)
     assert topo.path_type("n0/gpu0", "n0/gpu1") == "PHB" and topo.path_type("n0/gpu0", "n0/gpu4") == "SYS"
+
+
+def test_nccls_own_dump_without_nvlinks_is_taken_at_its_word() -> None:
+    """NCCL's dump gives every <pci> its PCI ids; a dump whose GPUs list no NVLink is GPUs without NVLink (PCIe
+    cards, or bridges absent), so no warning."""
+    text = (Path(__file__).resolve().parent / "data" / "hgx-h100.nccl-topo.xml").read_text()
+    text = re.sub(r"<nvlink [^>]*/>", "", text)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TopologyWarning)
+        t = template_from_nccl_xml(text, file="h.xml")
+    assert not [d for d in t["devices"] if d["kind"] == "nvswitch"]
 
 
 def test_a_static_file_with_nvswitch_wires_every_gpu_and_numbers_them_by_bus_id() -> None:
