@@ -485,7 +485,11 @@ _BUSID = re.compile(r"^[0-9a-fA-F]{1,8}:[0-9a-fA-F]{1,2}:[0-9a-fA-F]{1,2}\.[0-7]
 
 def _pci_class(el: ET.Element, path: str, file: str | Path | None) -> str:
     """NCCL's device type of a <pci> by its class (kvDictPciClass prefixes): pci, nvswitch, cpu, gpu or nic."""
-    cls = _attr(el, "class", path, file).strip().lower()
+    why = ""
+    if el.get("class") is None and not list(el):  # NCCL fills the class in from sysfs (xml.cc ncclTopoGetXmlFromSys)
+        why = ("a file that only places PCI addresses on NUMA nodes, as some NCCL_TOPO_FILEs do, names no devices to "
+               "import: dump the machine's own view with NCCL_TOPO_DUMP_FILE, or use nvidia-smi topo -m")  # fmt: skip
+    cls = _attr(el, "class", path, file, why).strip().lower()
     if not _HEX.match(cls):
         raise TopologyError(f"class={_q(cls)}: expected a PCI class such as 0x060400", file=file, field=path)
     for prefix, kind in _NCCL_PCI_CLASS:

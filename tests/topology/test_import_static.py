@@ -232,3 +232,13 @@ def test_cli_warns_and_refuses_nvswitch_for_nvidia_smi(tmp_path: Path, capsys: p
     assert main(["import", "nvidia-smi", str(smi), "--gpu", "h100-sxm5-80gb", "--nic", "connectx-7-ndr",
                  "--nvswitch"]) == 2  # fmt: skip
     assert "--nvswitch is for nccl-xml" in capsys.readouterr().err
+
+
+def test_a_file_that_only_places_root_ports_says_what_to_import_instead() -> None:
+    """Some NCCL_TOPO_FILEs only put PCI addresses on NUMA nodes (<pci busid=...> alone; NCCL reads the rest from
+    sysfs): nothing to import, and the error says what would do."""
+    text = '<system version="1"><cpu numaid="0"><pci busid="0000:00:16.0"/></cpu></system>'
+    with pytest.raises(TopologyError, match=r"missing attribute 'class' \(a file that only places PCI addresses on "
+                       r"NUMA nodes.*NCCL_TOPO_DUMP_FILE, or use nvidia-smi topo -m\)") as e:  # fmt: skip
+        template_from_nccl_xml(text, file="g5.xml", gpu="l40s")
+    assert "system/cpu[numaid=0]/pci[busid=0000:00:16.0]" in str(e.value)
