@@ -637,8 +637,9 @@ def _nccl_cpu_class(el: ET.Element, path: str, file: str | Path | None) -> str:
 
 #: RDMA device names by rdma-core's persistent naming (udev ``rdma_rename``, kernel-boot/rdma-persistent-naming.rules:
 #: "Infiniband - ib*, RoCE - roce*, iWARP - iw*, OPA - opa*, Default (unknown protocol) - rdma*", then o/s/p/v
-#: for onboard, slot, PCI path and guid names): the protocol the prefix says. ``mlx5_0`` (the kernel's name) says none.
-_RDMA_NAME = re.compile(r"^(ib|roce|iw|opa|rdma)[ospvg][0-9a-f]")
+#: for onboard, slot, PCI path and guid names, P<domain> before p for a PCI domain other than 0, as Azure's):
+#: the protocol the prefix says. ``mlx5_0`` (the kernel's name) says none.
+_RDMA_NAME = re.compile(r"^(ib|roce|iw|opa|rdma)[ospvgP][0-9a-f]")
 #: Amazon's PCI vendor id, which EFA devices carry (the id NCCL's net_socket.cc tests for AWS).
 _AMAZON_PCI_VENDOR = "1d0f"
 

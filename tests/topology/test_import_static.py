@@ -135,6 +135,8 @@ def test_a_dump_with_bare_pci_devices_still_ignores_them() -> None:
     ("name", "vendor", "expected"),
     [
         ("ibp12s0", None, "connectx-7-ndr"),  # rdma-core: "Infiniband - ib*"
+        ("ibP257p0s0", None, "connectx-7-ndr"),  # the same with a PCI domain (P<domain>p<bus>s<slot>)
+        ("rdmaP1p0s0", None, "EFA"),  # "Default (unknown protocol) - rdma*", with a domain
         ("mlx5_0", None, "connectx-7-ndr"),  # the kernel's name says nothing: gdr=1 -> the ib preset, as before
         ("rocep12s0f0", None, "RoCE"),  # "RoCE - roce*": more than one RoCE preset at 400 Gb/s -> an error naming them
         ("eth0", "0x1d0f", "EFA"),  # Amazon's PCI vendor id
