@@ -340,6 +340,7 @@ class Simulator:
                 root=root,
                 op=scenario.workload.op,
                 dtype=scenario.workload.dtype,
+                tuner_config_base=str(scenario.base_dir),
             )
         gloo = scenario.backends.gloo
         self.gloo_options = (

@@ -250,7 +250,11 @@ KNOWN_NCCL_ENV: dict[str, str] = {
     "device names, each with an optional ':port' ('mlx5_0:1,mlx5_3'); '=' first matches whole names only, '^' first "
     "excludes them instead. A NIC's device name is its template's ib_names entry, else mlx5_<its template slot>.",
     "NCCL_TUNER_PLUGIN": "The tuner plugin library (a path, or a name NCCL opens as libnccl-tuner-<name>.so); unset or "
-    "not found: NCCL 2.21+ uses the network plugin's bundled tuner (aws-ofi-nccl's on EFA), else its own.",
+    "not found: NCCL 2.21+ uses the network plugin's bundled tuner (aws-ofi-nccl's on EFA), else its own. "
+    "libnccl-tuner-example.so is NVIDIA's example tuner (plugins/tuner/example), which reads NCCL_TUNER_CONFIG_FILE.",
+    "NCCL_TUNER_CONFIG_FILE": "The CSV NVIDIA's example tuner plugin reads (NCCL_TUNER_PLUGIN="
+    "libnccl-tuner-example.so; default nccl_tuner.conf); a relative path is taken from the scenario's folder. Lines: "
+    "collective_type, min_bytes, max_bytes, algorithm, protocol, channels, nNodes, nRanks[, numPipeOps[, regBuff]].",
     "OFI_NCCL_TUNER_TYPE": "aws-ofi-nccl's tuner: Internal leaves the choice to NCCL's own tuner; Region (its "
     "default on p5/p5e/p5en/p6-b200) picks from its regions. Model (its model tuner) is not modelled.",
 }
@@ -606,6 +610,11 @@ class NcclOptions:
         NCCL_NCHANNELS_PER_NET_PEER, NCCL_MIN_P2P_NCHANNELS, NCCL_MAX_P2P_NCHANNELS; None (or 0): the defaults.
     tuner_plugin : str or None
         NCCL_TUNER_PLUGIN as set (a library path or name); None when unset.
+    tuner_config_file : str or None
+        NCCL_TUNER_CONFIG_FILE as set (NVIDIA's example tuner's CSV); None when unset (the plugin's nccl_tuner.conf).
+    tuner_config_base : str or None
+        Not an environment variable: the folder a relative ``tuner_config_file`` is taken from (the scenario's,
+        standing for the job's working directory); None: the current folder.
     ofi_tuner_type : str or None
         OFI_NCCL_TUNER_TYPE (Internal or Region; aws-ofi-nccl's tuner), None when unset.
     decouple : bool
@@ -668,6 +677,8 @@ class NcclOptions:
     min_p2p_channels: int | None = None
     max_p2p_channels: int | None = None
     tuner_plugin: str | None = None
+    tuner_config_file: str | None = None
+    tuner_config_base: str | None = None
     ofi_tuner_type: str | None = None
     env: Mapping[str, str] = field(default_factory=dict)
     gpus_per_process: int = 1
@@ -790,6 +801,7 @@ class NcclOptions:
             min_p2p_channels=positive("NCCL_MIN_P2P_NCHANNELS"),
             max_p2p_channels=positive("NCCL_MAX_P2P_NCHANNELS"),
             tuner_plugin=text.get("NCCL_TUNER_PLUGIN"),
+            tuner_config_file=text.get("NCCL_TUNER_CONFIG_FILE"),
             ofi_tuner_type=parsed("OFI_NCCL_TUNER_TYPE", _ofi_tuner_type),
             env={k: str(v) for k, v in env.items()},
         )

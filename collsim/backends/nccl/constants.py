@@ -15,8 +15,9 @@ from collsim.backends.common import BackendError
 from collsim.vocab import COLLECTIVES
 
 __all__ = [
-    "C2cReleases", "ChunkRules", "HostPathConstants", "Ll128Default", "NcclConstants", "NvlsChunkHistory",
-    "NvlsTuneRule", "NvlsWarps", "P2pConstants", "ProtocolConstants", "ThreadLimits", "ring_simple_threads",
+    "C2cReleases", "ChunkRules", "ExampleTunerReleases", "HostPathConstants", "Ll128Default", "NcclConstants",
+    "NvlsChunkHistory", "NvlsTuneRule", "NvlsWarps", "P2pConstants", "ProtocolConstants", "ThreadLimits",
+    "ring_simple_threads",
 ]  # fmt: skip
 
 _US = 1e-6  # microseconds to seconds
@@ -25,6 +26,20 @@ _GBPS = 1e9  # GB/s (GB = 1e9 bytes) to bytes/s
 #: (times, floor): while ``bytes < times x concurrency x chunk`` and ``chunk > floor``, the chunk drops to the floor
 #: (or halves towards it); see :mod:`collsim.backends.nccl.chunking`.
 Steps = tuple[tuple[float, int], ...]
+
+
+@dataclass(frozen=True)
+class ExampleTunerReleases:
+    """NVIDIA's example tuner plugin by NCCL release (``topologies/software/nccl.yaml`` ``example_tuner``): the word
+    NCCL_TUNER_PLUGIN names it by, the first version (major, minor, patch) of the plugin, of its one-channel
+    default, of its CSV and of its edits to NCCL's tuner constants, and the CSV's default file name."""
+
+    env_word: str
+    since: tuple[int, int, int]
+    one_channel_since: tuple[int, int, int]
+    csv_since: tuple[int, int, int]
+    edits_constants_since: tuple[int, int, int]
+    default_config_file: str
 
 
 @dataclass(frozen=True)
@@ -609,6 +624,10 @@ class NcclConstants:
     #: NCCL_TUNER_PLUGIN value names it by); the first NCCL version that loads the network plugin's bundled tuner
     tuner_plugins: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     tuner_from_net_plugin_since: tuple[int, int] = (2, 21)
+    #: NVIDIA's example tuner plugin by release (nccl.yaml ``example_tuner``): the word NCCL_TUNER_PLUGIN names it
+    #: by, and the first (major, minor, patch) of: the plugin at all, its one-channel default, its CSV, its edits of
+    #: NCCL's constants; the CSV's default file name
+    example_tuner: ExampleTunerReleases | None = None
     #: NCCL's tuner constants of earlier releases, latest first (:meth:`for_tuner`)
     tuner_history: tuple[TunerChange, ...] = ()
     #: the first version whose tuner prices a one-rank-per-node network step at Tree's hwLat[NET] (tuning.cc)
@@ -896,6 +915,7 @@ class NcclConstants:
             sim_max_pieces=int(data["sim_max_pieces_per_step"]),
             tuner_plugins={str(k): (str(v["file"]), str(v["env_word"])) for k, v in data["tuner_plugins"].items()},
             tuner_from_net_plugin_since=_major_minor(data["tuner_from_net_plugin_since"]),
+            example_tuner=_example_tuner(data["example_tuner"]),
             tuner_history=_tuner_history(data["tuner_history"], us, gbps3),
             tuner_ppn1_tree_net_since=_major_minor(data["tuner_ppn1_tree_net_latency_since"]),
             tuner_tables_span=_span(data["tuner_tables_span"]),
@@ -1122,6 +1142,23 @@ def _span(value: Any) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
     if oldest > latest:
         raise ValueError(f"tuner_tables_span: the oldest release {list(oldest)} is after the latest {list(latest)}")
     return oldest, latest
+
+
+def _example_tuner(data: Mapping[str, Any]) -> ExampleTunerReleases:
+    """nccl.yaml's ``example_tuner``: versions as [major, minor, patch]."""
+
+    def version(key: str) -> tuple[int, int, int]:
+        v = data[key]
+        return int(v[0]), int(v[1]), int(v[2])
+
+    return ExampleTunerReleases(
+        env_word=str(data["env_word"]),
+        since=version("since"),
+        one_channel_since=version("one_channel_since"),
+        csv_since=version("csv_since"),
+        edits_constants_since=version("edits_constants_since"),
+        default_config_file=str(data["default_config_file"]),
+    )
 
 
 def _major_minor(value: Any) -> tuple[int, int]:

@@ -18,7 +18,7 @@ from typing import Any
 from collsim.backends.common import BackendError, Path, ResourceCatalog, fabric_uses, flow_cap, link_uses
 from collsim.backends.nccl.constants import NcclConstants, ring_simple_threads
 from collsim.backends.nccl.p2p_sched import P2pChannels, local_peer_channels, p2p_channels, reverse_bits
-from collsim.backends.nccl.plugin_tuner import ActiveTuner, resolve_tuner
+from collsim.backends.nccl.plugin_tuner import ActiveTuner, ExampleTuner, example_tuner, resolve_tuner
 from collsim.nccl_env import NcclOptions
 from collsim.topology import Topology
 from collsim.topology.model import gpu_nearness, path_class_rank
@@ -77,7 +77,7 @@ class NcclPlan:
     multicast: bool = False  # the NVSwitch can reduce and multicast (NVLink SHARP), as its preset says
     nvls_refusal: str | None = None  # why the hardware cannot run NVLS (None: it can); see nvls_refusal()
     cpu_vendor: str = "intel"  # the ranks' host CPUs' vendor as NCCL sees it ("mixed" where they differ); cpu_vendor()
-    tuner: ActiveTuner | None = None  # a tuner plugin that picks before NCCL's cost model (plugin_tuner)
+    tuner: ActiveTuner | ExampleTuner | None = None  # a tuner plugin that picks before NCCL's cost model (plugin_tuner)
     tuner_note: str | None = None  # which tuner picks, when a plugin is involved (also in notes)
     net_latency: float = 0.0  # seconds the network plugin reports to NCCL's cost model (latencyInter), 0 for IB
     gdr_flush: bool = True  # NCCL flushes a GPUDirect RDMA receive before the GPU reads it (Simple); gdr_flush()
@@ -1407,10 +1407,16 @@ def gdr_flush(sm: int, opts: NcclOptions) -> bool:
     return opts.before((2, 19))
 
 
-def _tuner(topo: Topology, opts: NcclOptions, consts: NcclConstants) -> tuple[ActiveTuner | None, str | None]:
+def _tuner(
+    topo: Topology, opts: NcclOptions, consts: NcclConstants
+) -> tuple[ActiveTuner | ExampleTuner | None, str | None]:
     """The tuner plugin NCCL loads here and a note (:func:`~collsim.backends.nccl.plugin_tuner.resolve_tuner`):
     the network plugin's bundled tuner from ``consts.tuner_from_net_plugin_since`` on (the current NCCL when the
-    version is unset), or the one NCCL_TUNER_PLUGIN names."""
+    version is unset), or the one NCCL_TUNER_PLUGIN names: NVIDIA's example tuner
+    (:func:`~collsim.backends.nccl.plugin_tuner.example_tuner`) where its library name says so."""
+    ex = consts.example_tuner
+    if opts.tuner_plugin and ex is not None and ex.env_word in opts.tuner_plugin.rsplit("/", 1)[-1].lower():
+        return example_tuner(ex, opts.version, opts.tuner_config_file, opts.tuner_config_base, topo.nodes)
     net_plugins = sorted({str(p) for d in topo.nics() if (p := d.spec.get("nccl_net_plugin"))})
     return resolve_tuner(
         consts.tuner_plugins,

@@ -13,6 +13,11 @@ on two nodes or fewer, NCCL's own cost model decides.
 
 The polygons are data (transcribed with their source lines); this module holds the geometry, in exact rational
 arithmetic: a point on an edge is inside, otherwise even-odd ray casting.
+
+NVIDIA's example tuner (``NCCL_TUNER_PLUGIN=libnccl-tuner-example.so``, :class:`ExampleTuner`) reads a CSV
+(``NCCL_TUNER_CONFIG_FILE``) and zeroes the cost of the first matching line's pair; it sets one channel for every
+collective no line (or a line with channels -1) gives a count for (``topologies/software/nccl.yaml``
+``example_tuner`` has the releases and source lines).
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from collsim.backends.common import BackendError
+from collsim.backends.nccl.constants import ExampleTunerReleases
+from collsim.files import FileReadError, read_text_file
 from collsim.topology.errors import TopologyError
 from collsim.topology.presets import read_yaml
 from collsim.vocab import COLLECTIVES, NCCL_ALGORITHMS, NCCL_PROTOCOLS
@@ -31,6 +38,8 @@ from collsim.vocab import COLLECTIVES, NCCL_ALGORITHMS, NCCL_PROTOCOLS
 __all__ = [
     "ActiveTuner",
     "ChannelRule",
+    "CsvTunerLine",
+    "ExampleTuner",
     "PluginPick",
     "RegionTable",
     "RegionTuner",
@@ -38,6 +47,7 @@ __all__ = [
     "extend_region",
     "in_polygon",
     "load_region_tuner",
+    "read_tuner_csv",
     "resolve_tuner",
 ]
 
@@ -341,23 +351,29 @@ def load_region_tuner(path: str | Path) -> RegionTuner:
 
 @dataclass(frozen=True)
 class PluginPick:
-    """What a tuner plugin decides for one collective: the pair, where in its tables, and the channel count it sets
-    with it (None: NCCL's own)."""
+    """What a tuner plugin decides for one collective: the pair (None: NCCL's cost model picks), where in its
+    tables, and the channel count it sets (None: NCCL's own), with that pair only or (``every_pair``) with whatever
+    pair NCCL runs."""
 
-    algorithm: str
-    protocol: str
+    algorithm: str | None
+    protocol: str | None
     where: str
     channels: int | None = None
+    every_pair: bool = False
 
     def channels_for(self, pair: tuple[str, str]) -> int | None:
-        """The channel count the plugin sets when ``pair`` (algorithm, protocol) is its pick, else None (NCCL's)."""
-        return self.channels if (self.algorithm, self.protocol) == pair else None
+        """The channel count the plugin sets when NCCL runs ``pair`` (algorithm, protocol), None for NCCL's own."""
+        return self.channels if self.every_pair or (self.algorithm, self.protocol) == pair else None
 
     def note(self) -> str:
         """The pick in words, for a result's notes."""
-        text = f"{self.algorithm}/{self.protocol} picked by {self.where}"
+        if self.algorithm is None:
+            text = f"NCCL's cost model picks ({self.where} picks no pair)"
+        else:
+            text = f"{self.algorithm}/{self.protocol} picked by {self.where}"
         if self.channels is not None:  # the schedule caps it at the communicator's channels
-            text += f", which also sets nChannels={self.channels} (capped at the communicator's channels)"
+            text += f"{',' if self.algorithm is None else ', which also'} sets nChannels={self.channels} (capped at "
+            text += "the communicator's channels)"
         return text
 
 
@@ -400,6 +416,165 @@ class ActiveTuner:
         if ranks_per_node != rule.ranks_per_node or not rule.min_bytes <= nbytes <= rule.max_bytes:
             return None
         return rule.channels(nbytes, nnodes)
+
+
+#: NVIDIA's example tuner's CSV names (plugin.c parseCollType, parseAlgorithm, parseProtocol) as collsim names them;
+#: a name it does not know it takes as the first entry's (allreduce, ring, simple: the functions' "default").
+_CSV_COLLECTIVES = {"allreduce": "allreduce", "broadcast": "broadcast", "reduce": "reduce", "allgather": "allgather",
+                    "reducescatter": "reduce_scatter"}  # fmt: skip
+_CSV_ALGORITHMS = {"ring": "Ring", "tree": "Tree", "collnet_direct": "CollNetDirect", "collnet_chain": "CollNetChain",
+                   "nvls": "NVLS", "nvls_tree": "NVLSTree", "pat": "PAT"}  # fmt: skip
+_CSV_PROTOCOLS = {"simple": "Simple", "ll": "LL", "ll128": "LL128"}
+#: plugin.c MAX_LINE_LENGTH: fgets reads a line in pieces of at most 255 characters
+_CSV_LINE_CHARS = 255
+
+
+@dataclass(frozen=True)
+class CsvTunerLine:
+    """One line of the example tuner's CSV (1-based ``line`` in its file): ``channels`` -1 keeps the plugin's
+    default (one channel), ``nnodes``, ``nranks``, ``pipe_ops`` and ``reg_buff`` -1 match any."""
+
+    line: int
+    collective: str
+    min_bytes: int
+    max_bytes: int
+    algorithm: str
+    protocol: str
+    channels: int
+    nnodes: int = -1
+    nranks: int = -1
+    pipe_ops: int = -1
+    reg_buff: int = -1
+
+    def matches(self, collective: str, nbytes: int, nnodes: int, nranks: int) -> bool:
+        """Whether the line applies to one collective as nccl-tests issues it (one operation in the group, no
+        registered buffers: numPipeOps 1, regBuff 0)."""
+        return (self.collective == collective and self.min_bytes <= nbytes <= self.max_bytes
+                and self.nnodes in (-1, nnodes) and self.nranks in (-1, nranks)
+                and self.pipe_ops in (-1, 1) and self.reg_buff in (-1, 0))  # fmt: skip
+
+
+def read_tuner_csv(text: str, file: str) -> tuple[tuple[CsvTunerLine, ...], list[str]]:
+    r"""The lines NVIDIA's example tuner loads from its CSV (plugin.c ``loadConfig``), and notes on lines it skips
+    or reads otherwise than they look: a line starting with ``#`` or empty is skipped; fields are split at commas
+    and trimmed; a line of fewer than 8 fields is skipped, fields past the 10th are dropped; an unknown collective,
+    algorithm or protocol is read as allreduce, ring or simple, as the plugin does. Numbers that are not integers,
+    a byte range that is empty, and channels below -1 are errors naming the file and line (the plugin would read
+    them with atoi and strtoull as something else).
+
+    >>> lines, notes = read_tuner_csv("# c\nallreduce,0,65536,tree,ll,-1,1,-1\nallgather,1,2,nvls\n", "t.conf")
+    >>> [(x.line, x.collective, x.algorithm, x.protocol, x.channels) for x in lines]
+    [(2, 'allreduce', 'Tree', 'LL', -1)]
+    >>> notes
+    ['t.conf line 3: 4 fields; the plugin skips a line of fewer than 8']
+    """
+    lines: list[CsvTunerLine] = []
+    notes: list[str] = []
+
+    def integer(value: str, what: str, n: int) -> int:
+        try:
+            return int(value.strip(), 10)  # a line's \r (CRLF files) is not part of the number
+        except ValueError:
+            raise BackendError(f"{file}: line {n}: {what} {value!r}: expected an integer") from None
+
+    for n, raw in enumerate(text.split("\n"), start=1):
+        if not raw or raw.startswith("#"):
+            continue
+        if len(raw) > _CSV_LINE_CHARS:
+            notes.append(f"{file} line {n}: {len(raw)} characters; the plugin reads a line in pieces of "
+                         f"{_CSV_LINE_CHARS}, so its fields past that go to a line of their own")  # fmt: skip
+        # strtok(",") skips empty fields; each field is trimmed of spaces and tabs
+        fields = [f.strip(" \t") for f in raw[:_CSV_LINE_CHARS].split(",") if f]
+        if len(fields) < 8:
+            notes.append(f"{file} line {n}: {len(fields)} fields; the plugin skips a line of fewer than 8")
+            continue
+        fields = fields[:10]
+        coll, algo, proto = fields[0], fields[3], fields[4]
+        for value, table, default, what in ((coll, _CSV_COLLECTIVES, "allreduce", "collective"),
+                                            (algo, _CSV_ALGORITHMS, "ring", "algorithm"),
+                                            (proto, _CSV_PROTOCOLS, "simple", "protocol")):  # fmt: skip
+            if value not in table:
+                notes.append(f"{file} line {n}: {what} {value!r} is not one the plugin knows "
+                             f"({', '.join(table)}): it reads it as {default}")  # fmt: skip
+        lo, hi = integer(fields[1], "min_bytes", n), integer(fields[2], "max_bytes", n)
+        if lo < 0 or hi < lo:
+            raise BackendError(f"{file}: line {n}: bytes {lo}..{hi}: expected 0 <= min_bytes <= max_bytes")
+        channels = integer(fields[5], "channels", n)
+        if channels < -1:
+            raise BackendError(f"{file}: line {n}: channels {channels}: expected a count, 0 (NCCL's own) or -1")
+        names = ("nNodes", "nRanks", "numPipeOps", "regBuff")
+        rest = [integer(v, names[i], n) for i, v in enumerate(fields[6:])]
+        rest += [-1] * (4 - len(rest))
+        lines.append(CsvTunerLine(n, _CSV_COLLECTIVES.get(coll, "allreduce"), lo, hi, _CSV_ALGORITHMS.get(algo, "Ring"),
+                                  _CSV_PROTOCOLS.get(proto, "Simple"), channels, *rest))  # fmt: skip
+    return tuple(lines), notes
+
+
+@dataclass(frozen=True)
+class ExampleTuner:
+    """NVIDIA's example tuner plugin as one NCCL release runs it (``topologies/software/nccl.yaml``
+    ``example_tuner``): from 2.27.5 the first matching line of its CSV (``lines``) whose pair NCCL can run picks
+    that pair, and its channels unless -1; the plugin's default is one channel (``default_channels``) for every
+    collective (matched or not), none before 2.22.3; the stubs of 2.19-2.27.3 (``lines`` empty, ``stub``) zero
+    Ring/Simple's cost wherever NCCL can run it."""
+
+    lines: tuple[CsvTunerLine, ...]
+    where: str
+    default_channels: int | None
+    stub: bool = False
+
+    def pick(
+        self, nnodes: int, ranks_per_node: int, collective: str, nbytes: int, applicable: Callable[[str, str], bool]
+    ) -> PluginPick:
+        """The plugin's answer for one collective: its pair (None: none, NCCL's cost model picks) and the channels
+        it sets, whatever pair NCCL runs."""
+        if self.stub and applicable("Ring", "Simple"):
+            return PluginPick("Ring", "Simple", self.where, self.default_channels, every_pair=True)
+        for ln in self.lines:
+            if ln.matches(collective, nbytes, nnodes, nnodes * ranks_per_node) and applicable(ln.algorithm,
+                                                                                              ln.protocol):
+                channels = self.default_channels if ln.channels == -1 else (ln.channels or None)
+                return PluginPick(ln.algorithm, ln.protocol, f"line {ln.line} of {self.where}", channels, True)
+        return PluginPick(None, None, self.where, self.default_channels, every_pair=True)
+
+
+def example_tuner(
+    releases: ExampleTunerReleases, version: tuple[int, int, int] | None, config: str | None, base: str | None,
+    nnodes: int,
+) -> tuple[ExampleTuner | None, str]:
+    """NVIDIA's example tuner for an NCCL ``version`` (None: the latest) with its CSV ``config``
+    (NCCL_TUNER_CONFIG_FILE; None: the plugin's default file name) relative to ``base``, and a note saying what it
+    does here. A missing or unreadable file is no lines, as the plugin takes it (it then picks nothing and still
+    sets one channel)."""
+    v = version or (99, 0, 0)
+    if v < releases.since:
+        return None, "NCCL_TUNER_PLUGIN: NCCL loads tuner plugins from 2.19 on; its own cost model picks here"
+    default = 1 if v >= releases.one_channel_since else None
+    if v < releases.csv_since:
+        where = "NVIDIA's example tuner (a stub before 2.27.5: Ring/Simple wherever NCCL can run it)"
+        note = where + (", with one channel (its default nChannels)" if default else "")
+        return ExampleTuner((), where, default, stub=True), note
+    path = Path(config or releases.default_config_file)
+    if not path.is_absolute():
+        path = Path(base or ".") / path
+    notes: list[str] = []
+    try:
+        text = read_text_file(path)
+    except FileReadError as exc:
+        text = ""
+        notes.append(f"its file {path} cannot be read ({exc}); the plugin then loads no line")
+    lines, skipped = read_tuner_csv(text, str(path))
+    notes += skipped
+    where = f"{path} (NVIDIA's example tuner)"
+    note = (f"tuner: NVIDIA's example tuner with {len(lines)} line(s) of {path}; every collective runs on the "
+            "channels a matching line gives, else on one channel (the plugin's default nChannels = 1, "
+            "plugin.c v2.30.7-1 line 361, which a line's -1 keeps)")  # fmt: skip
+    if v >= releases.edits_constants_since and nnodes > 1:
+        note += ("; not modelled: its edits to NCCL's tuner constants from 2.28.3 (NVLS hwLat[NET] 24 us; "
+                 "Blackwell's Tree and Ring/LL128 per-channel caps at 4+ nodes)")  # fmt: skip
+    if notes:
+        note += "; " + "; ".join(notes)
+    return ExampleTuner(lines, where, default), note
 
 
 def resolve_tuner(

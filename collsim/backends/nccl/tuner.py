@@ -323,17 +323,17 @@ def _plugin_pick(
 def decide(
     plan: NcclPlan, opts: NcclOptions, consts: NcclConstants, collective: str, nbytes: int
 ) -> tuple[str, str, float, PluginPick | None]:
-    """:func:`choose`'s (algorithm, protocol, cost model time) and the tuner plugin's pick behind it (None when NCCL's
-    cost model chose), from one evaluation of the cost model."""
+    """:func:`choose`'s (algorithm, protocol, cost model time) and the tuner plugin's answer behind it (None without
+    one; its pair None when NCCL's cost model chose), from one evaluation of the cost model."""
     pairs = enabled_pairs(plan, opts, collective)
     times = tuner_times(plan, consts, collective, nbytes, opts)
     plugin = _plugin_pick(plan, collective, nbytes, pairs, times)
-    if plugin is not None:
+    if plugin is not None and plugin.algorithm is not None and plugin.protocol is not None:
         return plugin.algorithm, plugin.protocol, times[(plugin.algorithm, plugin.protocol)], plugin
     cands = [(times[(a, p)], a, p) for a, p in pairs if (a, p) in times]
     order = {a: i for i, a in enumerate(NCCL_ALGORITHMS)}
     t, a, p = min(cands, key=lambda x: (x[0], order.get(x[1], 0), NCCL_PROTOCOLS.index(x[2])))
-    return a, p, t, None
+    return a, p, t, plugin  # a plugin that picks no pair may still set the channels
 
 
 def choose(
