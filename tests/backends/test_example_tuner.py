@@ -151,3 +151,32 @@ def test_the_variable_is_known(tmp_path: Path) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         _sim(tmp_path, "", {"NCCL_TUNER_CONFIG_FILE": "nccl_tuner.conf"})
+
+
+def test_from_2_28_3_its_init_edits_nccls_constants(tmp_path: Path) -> None:
+    """plugin.c lines 304-310 (v2.30.7-1): Blackwell's Tree cap and Ring/LL128 cap from 3 nodes (index 2) to 15 and
+    20 GB/s, hwLat[NET][NVLS][Simple] to 24 us, and nothing else; NCCL prices with them (init.cc: the plugin's init
+    before ncclTopoTuneModel), so Tree/Simple on 4 HGX B200 nodes is priced slower, and not before 2.28.3."""
+    import yaml
+
+    from collsim.backends.nccl.tuner import tuner_times
+
+    base = Simulator.from_source(_scenario({})).nccl_constants.for_tuner(None)
+    edited = base.with_example_tuner_edits()
+    assert edited.per_channel_max_tree_bw["blackwell"] == (base.per_channel_max_tree_bw["blackwell"][:2] + (15e9,))
+    assert edited.per_channel_max_ring_ll128_bw["blackwell"][2] == 20e9
+    assert edited.hw_latency["NET"]["NVLS"]["Simple"] == pytest.approx(24e-6)
+    assert edited.per_channel_max_tree_bw["hopper"] == base.per_channel_max_tree_bw["hopper"]
+    assert edited.hw_latency["NET"]["Tree"] == base.hw_latency["NET"]["Tree"]
+
+    def tree_time(env: dict[str, str], version: str | None = None) -> float:
+        s = _scenario(env, nodes=4, version=version)
+        s["cluster"]["node"] = "hgx-b200"
+        path = tmp_path / "b.yaml"
+        path.write_text(yaml.safe_dump(s))
+        sim = Simulator.from_source(str(path))
+        return tuner_times(sim.nccl_plan, sim.nccl_constants, "allreduce", GIB, sim.nccl_options)[("Tree", "Simple")]
+
+    plugin = {"NCCL_TUNER_PLUGIN": "libnccl-tuner-example.so"}
+    assert tree_time(plugin) > 1.2 * tree_time({})
+    assert tree_time(plugin, "2.27.7") == tree_time({}, "2.27.7")

@@ -40,6 +40,10 @@ class ExampleTunerReleases:
     csv_since: tuple[int, int, int]
     edits_constants_since: tuple[int, int, int]
     default_config_file: str
+    #: its edits of NCCL's tuner constants: hwLat entries (seconds) by hw, algorithm, protocol, and rows of
+    #: :data:`TUNER_TABLES` (bytes/s) by table, architecture, node-count index
+    hw_latency_edits: Mapping[str, Mapping[str, Mapping[str, float]]] = field(default_factory=dict)
+    table_edits: Mapping[str, Mapping[str, Mapping[int, float]]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -735,6 +739,32 @@ class NcclConstants:
             cached = self._tuner_cache[key] = replace(self, base_latency=base, hw_latency=hw, **tables)
         return cached
 
+    def with_example_tuner_edits(self) -> NcclConstants:
+        """These constants with NVIDIA's example tuner's edits (:attr:`ExampleTunerReleases.hw_latency_edits` and
+        ``table_edits``) applied, as its init makes them before NCCL prices anything (2.28.3 on); call it on the
+        release's constants (:meth:`for_tuner`)."""
+        ex = self.example_tuner
+        if ex is None or not (ex.hw_latency_edits or ex.table_edits):
+            return self
+        cached = self._tuner_cache.get(((-1,), ("example-tuner",)))
+        if cached is not None:
+            return cached
+        hw = {h: {a: dict(row) for a, row in table.items()} for h, table in self.hw_latency.items()}
+        for h, table in ex.hw_latency_edits.items():
+            for a, row in table.items():
+                hw.setdefault(h, {}).setdefault(a, {}).update(row)
+        tables: dict[str, Any] = {}
+        for name, rows in ex.table_edits.items():
+            merged = dict(getattr(self, name))
+            for arch, entries in rows.items():
+                values = list(merged[arch])
+                for i, v in entries.items():
+                    values[i] = v
+                merged[arch] = tuple(values)
+            tables[name] = merged
+        out = self._tuner_cache[((-1,), ("example-tuner",))] = replace(self, hw_latency=hw, **tables)
+        return out
+
     def arch_as(self, arch: str, version: tuple[int, ...] | None) -> str:
         """The GPU generation whose rows NCCL release ``version`` reads for ``arch``: ``arch`` itself, or for a
         generation the release did not know yet (``arch_since``) the one before it.
@@ -1151,6 +1181,14 @@ def _example_tuner(data: Mapping[str, Any]) -> ExampleTunerReleases:
         v = data[key]
         return int(v[0]), int(v[1]), int(v[2])
 
+    edits = data.get("constant_edits") or {}
+    known = {"hw_latency_us", *(f"{t}_gbps" for t in TUNER_TABLES)}
+    if set(edits) - known:
+        raise ValueError(f"example_tuner.constant_edits: unknown fields {sorted(set(edits) - known)}")
+    hw = {h: {a: {p: float(v) * _US for p, v in row.items()} for a, row in table.items()}
+          for h, table in (edits.get("hw_latency_us") or {}).items()}  # fmt: skip
+    tables = {t: {arch: {int(i): float(v) * _GBPS for i, v in row.items()} for arch, row in edits[f"{t}_gbps"].items()}
+              for t in TUNER_TABLES if f"{t}_gbps" in edits}  # fmt: skip
     return ExampleTunerReleases(
         env_word=str(data["env_word"]),
         since=version("since"),
@@ -1158,6 +1196,8 @@ def _example_tuner(data: Mapping[str, Any]) -> ExampleTunerReleases:
         csv_since=version("csv_since"),
         edits_constants_since=version("edits_constants_since"),
         default_config_file=str(data["default_config_file"]),
+        hw_latency_edits=hw,
+        table_edits=tables,
     )
 
 

@@ -1416,7 +1416,7 @@ def _tuner(
     (:func:`~collsim.backends.nccl.plugin_tuner.example_tuner`) where its library name says so."""
     ex = consts.example_tuner
     if opts.tuner_plugin and ex is not None and ex.env_word in opts.tuner_plugin.rsplit("/", 1)[-1].lower():
-        return example_tuner(ex, opts.version, opts.tuner_config_file, opts.tuner_config_base, topo.nodes)
+        return example_tuner(ex, opts.version, opts.tuner_config_file, opts.tuner_config_base)
     net_plugins = sorted({str(p) for d in topo.nics() if (p := d.spec.get("nccl_net_plugin"))})
     return resolve_tuner(
         consts.tuner_plugins,

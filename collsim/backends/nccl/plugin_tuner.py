@@ -516,12 +516,15 @@ class ExampleTuner:
     ``example_tuner``): from 2.27.5 the first matching line of its CSV (``lines``) whose pair NCCL can run picks
     that pair, and its channels unless -1; the plugin's default is one channel (``default_channels``) for every
     collective (matched or not), none before 2.22.3; the stubs of 2.19-2.27.3 (``lines`` empty, ``stub``) zero
-    Ring/Simple's cost wherever NCCL can run it."""
+    Ring/Simple's cost wherever NCCL can run it; from 2.28.3 its init edits NCCL's tuner constants
+    (``edits_constants``), which NCCL's cost model then prices with."""
 
     lines: tuple[CsvTunerLine, ...]
     where: str
     default_channels: int | None
     stub: bool = False
+    #: whether its init edits NCCL's tuner constants (2.28.3 on: :meth:`NcclConstants.with_example_tuner_edits`)
+    edits_constants: bool = False
 
     def pick(
         self, nnodes: int, ranks_per_node: int, collective: str, nbytes: int, applicable: Callable[[str, str], bool]
@@ -540,7 +543,6 @@ class ExampleTuner:
 
 def example_tuner(
     releases: ExampleTunerReleases, version: tuple[int, int, int] | None, config: str | None, base: str | None,
-    nnodes: int,
 ) -> tuple[ExampleTuner | None, str]:
     """NVIDIA's example tuner for an NCCL ``version`` (None: the latest) with its CSV ``config``
     (NCCL_TUNER_CONFIG_FILE; None: the plugin's default file name) relative to ``base``, and a note saying what it
@@ -569,12 +571,13 @@ def example_tuner(
     note = (f"tuner: NVIDIA's example tuner with {len(lines)} line(s) of {path}; every collective runs on the "
             "channels a matching line gives, else on one channel (the plugin's default nChannels = 1, "
             "plugin.c v2.30.7-1 line 361, which a line's -1 keeps)")  # fmt: skip
-    if v >= releases.edits_constants_since and nnodes > 1:
-        note += ("; not modelled: its edits to NCCL's tuner constants from 2.28.3 (NVLS hwLat[NET] 24 us; "
-                 "Blackwell's Tree and Ring/LL128 per-channel caps at 4+ nodes)")  # fmt: skip
+    edits = v >= releases.edits_constants_since
+    if edits:
+        note += ("; NCCL's cost model prices with the plugin's edits of its constants (2.28.3 on: NVLS hwLat[NET] "
+                 "24 us; Blackwell's Tree and Ring/LL128 per-channel caps from 3 nodes 15 and 20 GB/s)")  # fmt: skip
     if notes:
         note += "; " + "; ".join(notes)
-    return ExampleTuner(lines, where, default), note
+    return ExampleTuner(lines, where, default, edits_constants=edits), note
 
 
 def resolve_tuner(

@@ -8,7 +8,7 @@ from collsim.backends.nccl.base import ModelInputs, node_index
 from collsim.backends.nccl.chunking import nvls_chunk_start
 from collsim.backends.nccl.constants import NcclConstants
 from collsim.backends.nccl.plan import NcclPlan, nvls_unreduced
-from collsim.backends.nccl.plugin_tuner import PluginPick
+from collsim.backends.nccl.plugin_tuner import ExampleTuner, PluginPick
 from collsim.nccl_env import NcclOptions
 from collsim.vocab import COLLECTIVES, NCCL_ALGORITHMS, NCCL_PROTOCOLS, P2P_COLLECTIVES
 
@@ -150,6 +150,16 @@ def _steps(collective: str, n: int, nnodes: int) -> tuple[int, int]:
     return n, nnodes - 1  # broadcast, reduce: a pipelined chain
 
 
+def _priced_with(plan: NcclPlan, consts: NcclConstants, opts: NcclOptions) -> NcclConstants:
+    """The constants NCCL's cost model prices with: the run's release's (:meth:`NcclConstants.for_tuner`), edited by
+    a tuner plugin's init where it edits them (NVIDIA's example tuner from 2.28.3: init.cc hands the plugin the
+    constants before ncclTopoTuneModel)."""
+    consts = consts.for_tuner(opts.version)  # the tables of the run's NCCL release
+    if isinstance(plan.tuner, ExampleTuner) and plan.tuner.edits_constants:
+        consts = consts.with_example_tuner_edits()
+    return consts
+
+
 def tuner_times(
     plan: NcclPlan, consts: NcclConstants, collective: str, nbytes: int, opts: NcclOptions | None = None
 ) -> dict[tuple[str, str], float]:
@@ -161,7 +171,7 @@ def tuner_times(
     """
     check_collective(collective)
     opts = opts or NcclOptions()
-    consts = consts.for_tuner(opts.version)  # the tables of the run's NCCL release
+    consts = _priced_with(plan, consts, opts)
     n = len(plan.ranks)
     if collective in P2P_COLLECTIVES:  # NCCL's rule picks the protocol (enqueue.cc addP2pToPlan), not a cost model
         proto = P2P_ALGORITHM.pick(plan, opts, consts, collective, nbytes)
@@ -187,7 +197,7 @@ def tuner_table(
     8 bytes, where neither applies, the bandwidth its at 1 GiB, where the tree's factor is 1."""
     check_collective(collective)
     opts = opts or NcclOptions()
-    consts = consts.for_tuner(opts.version)
+    consts = _priced_with(plan, consts, opts)
     out: dict[tuple[str, str], tuple[float, float]] = {}
     if collective in P2P_COLLECTIVES or len(plan.ranks) == 1:
         return out
