@@ -163,7 +163,7 @@ def test_from_2_28_3_its_init_edits_nccls_constants(tmp_path: Path) -> None:
 
     base = Simulator.from_source(_scenario({})).nccl_constants.for_tuner(None)
     edited = base.with_example_tuner_edits()
-    assert edited.per_channel_max_tree_bw["blackwell"] == (base.per_channel_max_tree_bw["blackwell"][:2] + (15e9,))
+    assert edited.per_channel_max_tree_bw["blackwell"] == (*base.per_channel_max_tree_bw["blackwell"][:2], 15e9)
     assert edited.per_channel_max_ring_ll128_bw["blackwell"][2] == 20e9
     assert edited.hw_latency["NET"]["NVLS"]["Simple"] == pytest.approx(24e-6)
     assert edited.per_channel_max_tree_bw["hopper"] == base.per_channel_max_tree_bw["hopper"]
