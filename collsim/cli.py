@@ -564,6 +564,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
             gloo_algorithm=go.algorithm,
             gloo_transport=go.transport,
             gloo_device=go.device,
+            nccl_notes=_nccl_notes(sim),
         )
         if healthy:
             text += "\n" + format_perturbation(rows, healthy, sim.perturbations())

@@ -193,6 +193,7 @@ def format_comparison(
     gloo_algorithm: str,
     gloo_transport: str,
     gloo_device: str,
+    nccl_notes: Sequence[str] = (),
 ) -> str:
     """``collsim compare``'s table: per size NCCL's and Gloo's time (us), busbw (GB/s) and the speedup, then where
     each one's time goes.
@@ -209,6 +210,8 @@ def format_comparison(
         Element type.
     gloo_algorithm, gloo_transport, gloo_device : str
         How Gloo runs (for the header).
+    nccl_notes : sequence of str
+        Lines about NCCL's run for the header (what a network plugin set, which tuner picks), as ``run`` prints them.
     """
     n = rows[0].nccl.nranks if rows else 0
     many = len(collectives) > 1
@@ -222,6 +225,7 @@ def format_comparison(
         f"# collsim compare: {name} ({n} ranks, {', '.join(collectives)} {dtype})",
         f"# NCCL: the (algorithm/protocol) its cost model picks; Gloo: {gloo_algorithm} over {gloo_transport} "
         f"({gloo_device} tensors)",
+        *(f"# {note}" for note in nccl_notes),
         f"# {'size':>{width}} {'nccl us':>12} {'busbw':>7} {'nccl algo':>12} {'gloo us':>12} {'busbw':>7} "
         f"{'speedup':>8}",
     ]

@@ -180,3 +180,14 @@ def test_from_2_28_3_its_init_edits_nccls_constants(tmp_path: Path) -> None:
     plugin = {"NCCL_TUNER_PLUGIN": "libnccl-tuner-example.so"}
     assert tree_time(plugin) > 1.2 * tree_time({})
     assert tree_time(plugin, "2.27.7") == tree_time({}, "2.27.7")
+
+
+def test_run_and_compare_headers_say_which_tuner_picks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from collsim.cli import main
+
+    sim = _sim(tmp_path, "allreduce,0,4294967295,ring,simple,4,-1,-1\n")
+    path = str(sim.scenario.source_file)
+    for command in ("run", "compare"):
+        assert main([command, path, "--sizes", "1MiB", "--set", "backends.gloo.enabled=true", "--jobs", "1"]) == 0
+        out = capsys.readouterr().out
+        assert "# tuner: NVIDIA's example tuner with 1 line(s) of " in out, command
