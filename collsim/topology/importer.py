@@ -572,11 +572,12 @@ def _flatten_bcm(node: _XNode, notes: list[str]) -> None:
         stack.extend(sw.children)
 
 
-def _has_endpoint(node: _XNode) -> bool:
+def _has_endpoint(node: _XNode, kinds: tuple[str, ...] = ("gpu", "nic")) -> bool:
+    """Whether ``node`` or a node below it is of one of ``kinds``."""
     stack = [node]
     while stack:
         n = stack.pop()
-        if n.kind in ("gpu", "nic"):
+        if n.kind in kinds:
             return True
         stack.extend(n.children)
     return False
@@ -897,13 +898,10 @@ def _group_efa_nics(tree: _XmlTree, nic: str | None, presets: PresetLibrary, not
     if not efa:
         return
 
-    def has_nic(node: _XNode) -> bool:
-        return node.kind == "nic" or any(has_nic(c) for c in node.children)
-
     groups: dict[int, int] = {}  # id(ancestor) -> GPUs counted there
     for g in tree.gpus:
         up = g.parent
-        while up is not None and not has_nic(up):
+        while up is not None and not _has_endpoint(up, ("nic",)):
             up = up.parent
         if up is not None:
             groups[id(up)] = groups.get(id(up), 0) + 1
