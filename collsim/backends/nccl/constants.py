@@ -722,14 +722,12 @@ class NcclConstants:
         cached = self._tuner_cache.get(key)
         if cached is None:
             base = {a: dict(row) for a, row in self.base_latency.items()}
-            hw = {h: {a: dict(row) for a, row in table.items()} for h, table in self.hw_latency.items()}
+            hw = _copy_hw_latency(self.hw_latency)
             tables: dict[str, Any] = {}
             for change in changes:  # latest first, so that the earliest release's figure is the one left
                 for a, row in change.base_latency.items():
                     base.setdefault(a, {}).update(row)
-                for h, table in change.hw_latency.items():
-                    for a, row in table.items():
-                        hw.setdefault(h, {}).setdefault(a, {}).update(row)
+                _update_hw_latency(hw, change.hw_latency)
                 for name, rows in change.tables.items():
                     tables.setdefault(name, dict(getattr(self, name))).update(rows)
             for arch in late:  # a generation the release did not know reads its predecessor's rows
@@ -749,10 +747,8 @@ class NcclConstants:
         cached = self._tuner_cache.get(((-1,), ("example-tuner",)))
         if cached is not None:
             return cached
-        hw = {h: {a: dict(row) for a, row in table.items()} for h, table in self.hw_latency.items()}
-        for h, table in ex.hw_latency_edits.items():
-            for a, row in table.items():
-                hw.setdefault(h, {}).setdefault(a, {}).update(row)
+        hw = _copy_hw_latency(self.hw_latency)
+        _update_hw_latency(hw, ex.hw_latency_edits)
         tables: dict[str, Any] = {}
         for name, rows in ex.table_edits.items():
             merged = dict(getattr(self, name))
@@ -1172,6 +1168,20 @@ def _span(value: Any) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
     if oldest > latest:
         raise ValueError(f"tuner_tables_span: the oldest release {list(oldest)} is after the latest {list(latest)}")
     return oldest, latest
+
+
+def _copy_hw_latency(hw: Mapping[str, Mapping[str, Mapping[str, float]]]) -> dict[str, dict[str, dict[str, float]]]:
+    """A copy of an hwLat table (hw -> algorithm -> protocol -> seconds) whose rows can be updated."""
+    return {h: {a: dict(row) for a, row in table.items()} for h, table in hw.items()}
+
+
+def _update_hw_latency(
+    hw: dict[str, dict[str, dict[str, float]]], changes: Mapping[str, Mapping[str, Mapping[str, float]]]
+) -> None:
+    """Overwrite the entries of ``hw`` that ``changes`` (hw -> algorithm -> protocol -> seconds) gives."""
+    for h, table in changes.items():
+        for a, row in table.items():
+            hw.setdefault(h, {}).setdefault(a, {}).update(row)
 
 
 def _example_tuner(data: Mapping[str, Any]) -> ExampleTunerReleases:
