@@ -1408,15 +1408,7 @@ def template_from_nccl_xml(
         no preset matches: naming ``file`` and the element (``system/cpu[numaid=0]/pci[busid=...]/gpu[dev=0]``).
     """
     presets = load_presets() if presets is None else presets
-    root = _parse_xml(text, file)
-    _check_tree(root, file)
-    version = _int_attr(root, "version", "system", file)
-    if version != 1:
-        raise TopologyError(
-            f"version={version}: NCCL reads topology XML version 1 (NCCL_TOPO_XML_VERSION, xml.h line 50)",
-            file=file,
-            field="system",
-        )
+    root = _xml_root(text, file)
     notes: list[str] = []
     # options first: a bad preset name is an error whatever the file holds
     gpu_opt = _preset(presets, "gpus", gpu, file, "--gpu") if gpu is not None else None
@@ -1443,14 +1435,40 @@ def template_from_nccl_xml(
     links += pcie_links
     links.extend(_cpu_links(cpu_devs, cpu_hosts, presets))
 
-    src_name = Path(file).name if file is not None else "NCCL topology XML"
     tname = name or (root.get("name") or "").strip() or (Path(file).stem if file is not None else "imported")
-    gp = sorted(set(gpu_presets.values()))
+    counts = (len(tree.gpus), bool(switch_devices), len(pcie_devices), len(tree.nics), len(tree.cpus))
+    description, source, header = _xml_provenance(file, static, sorted(set(gpu_presets.values())), counts, notes)
+    template = _assemble(tname, description, source, header, devices, links)
+    _check_builds(template, presets, file)
+    return template
+
+
+def _xml_root(text: str, file: str | Path | None) -> ET.Element:
+    """The parsed ``<system>``, its elements where NCCL's loader has them and its ``version`` NCCL's 1."""
+    root = _parse_xml(text, file)
+    _check_tree(root, file)
+    version = _int_attr(root, "version", "system", file)
+    if version != 1:
+        raise TopologyError(
+            f"version={version}: NCCL reads topology XML version 1 (NCCL_TOPO_XML_VERSION, xml.h line 50)",
+            file=file,
+            field="system",
+        )
+    return root
+
+
+def _xml_provenance(
+    file: str | Path | None, static: bool, gpu_presets: Sequence[str], counts: tuple[int, bool, int, int, int],
+    notes: Sequence[str],
+) -> tuple[str, str, list[str]]:
+    """The imported template's description, source and header comment lines (what was read, inferred and not
+    known, then ``notes``); ``counts``: GPUs, whether an NVSwitch, PCIe switches, NICs, CPU sockets."""
+    ngpus, nvswitch, npcie, nnics, ncpus = counts
+    src_name = Path(file).name if file is not None else "NCCL topology XML"
     kind_of_file = "static NCCL topology file" if static else "NCCL topology dump"
     description = (
-        f"Imported from {src_name} ({kind_of_file}): {len(tree.gpus)} GPU(s) ({', '.join(gp)}), "
-        f"{'an NVSwitch, ' if switch_devices else ''}{len(pcie_devices)} PCIe switch(es), {len(tree.nics)} NIC(s), "
-        f"{len(tree.cpus)} CPU socket(s)"
+        f"Imported from {src_name} ({kind_of_file}): {ngpus} GPU(s) ({', '.join(gpu_presets)}), "
+        f"{'an NVSwitch, ' if nvswitch else ''}{npcie} PCIe switch(es), {nnics} NIC(s), {ncpus} CPU socket(s)"
     )
     source = (
         f"collsim import nccl-xml {src_name}: "
@@ -1469,9 +1487,7 @@ def template_from_nccl_xml(
         "RoCE, the PCIe switches' internal bandwidth (only their links).",
         *notes,
     ]
-    template = _assemble(tname, description, source, header, devices, links)
-    _check_builds(template, presets, file)
-    return template
+    return description, source, header
 
 
 # --------------------------------------------------------------------------------------------------------- nvidia-smi
