@@ -146,11 +146,15 @@ def test_before_the_csv_the_plugin_was_a_stub(tmp_path: Path, version: str, expe
 
 
 def test_the_variable_is_known(tmp_path: Path) -> None:
+    """NCCL_TUNER_CONFIG_FILE is read (no "unknown NCCL variable" warning) and reaches NCCL's options as given."""
     import warnings
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        _sim(tmp_path, "", {"NCCL_TUNER_CONFIG_FILE": "nccl_tuner.conf"})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        sim = _sim(tmp_path, "", {"NCCL_TUNER_CONFIG_FILE": "nccl_tuner.conf"})
+    assert [str(w.message) for w in caught if "NCCL_TUNER_CONFIG_FILE" in str(w.message)] == []
+    assert sim.nccl_options.tuner_config_file == "nccl_tuner.conf"
+    assert sim.nccl_options.tuner_config_base == str(tmp_path)
 
 
 def test_from_2_28_3_its_init_edits_nccls_constants(tmp_path: Path) -> None:
