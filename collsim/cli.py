@@ -651,9 +651,11 @@ def _nccl_log_report(sim: Simulator, log: Any, path: str, rows: Sequence[Any]) -
 
 def _measurement_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("measurements", nargs="+", metavar="MEASUREMENT",
-                   help="collsim measurement .json/.csv, a published case .json, or an nccl-tests log")
+                   help="collsim measurement .json/.csv, a published case .json, an nccl-tests JSON report (-J) "
+                        "or an nccl-tests log")
     p.add_argument("--collective", help="for nccl-tests logs that do not name it (e.g. allreduce)")
-    p.add_argument("--nranks", type=int, help="for nccl-tests logs that do not say how many ranks ran")
+    p.add_argument("--nranks", type=int, help="for nccl-tests logs that do not say how many ranks ran (or a report "
+                                              "of several NCCL_TESTS_SPLIT groups)")
 
 
 def _read_measurements(args: argparse.Namespace) -> list[Any]:

@@ -1,4 +1,4 @@
-"""Calibration: read measured collective times (nccl-tests output) to compare with and tune the simulator.
+"""Calibration: read measured collective times (nccl-tests output and reports) to compare with and tune the simulator.
 
 Examples
 --------
@@ -15,23 +15,35 @@ from collsim.calibration.measurement import (
     Measurement,
     MeasurementError,
     MeasurementRow,
+    measurement_from_nccl_tests,
     parse_measurement_csv,
     parse_measurement_json,
     read_measurement,
     summarise_times,
 )
-from collsim.calibration.nccltests import MeasuredRow, NcclTestsLog, ParseWarning, parse_nccl_tests, read_nccl_tests
+from collsim.calibration.nccltests import (
+    MeasuredRow,
+    NcclTestsFormatError,
+    NcclTestsLog,
+    ParseWarning,
+    parse_nccl_tests,
+    parse_nccl_tests_json,
+    read_nccl_tests,
+)
 
 __all__ = [
     "MeasuredRow",
     "Measurement",
     "MeasurementError",
     "MeasurementRow",
+    "NcclTestsFormatError",
     "NcclTestsLog",
     "ParseWarning",
+    "measurement_from_nccl_tests",
     "parse_measurement_csv",
     "parse_measurement_json",
     "parse_nccl_tests",
+    "parse_nccl_tests_json",
     "read_measurement",
     "read_nccl_tests",
     "summarise_times",

@@ -42,15 +42,24 @@ import io
 import json
 import math
 import statistics
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from collsim.calibration.nccltests import parse_nccl_tests
+from collsim.calibration.nccltests import (
+    NcclTestsFormatError,
+    NcclTestsLog,
+    ParseWarning,
+    is_nccl_tests_json,
+    parse_nccl_tests,
+    parse_nccl_tests_json,
+)
 from collsim.files import FileReadError, read_text_file, write_atomic
 from collsim.results import busbw_factor
 from collsim.safeyaml import short_repr
+from collsim.units import NCCL_TESTS_TYPE_NAMES as _NCCL_TYPE
 from collsim.vocab import BACKENDS, MEASURED_COLLECTIVES, canonical_collective
 
 __all__ = [
@@ -58,6 +67,7 @@ __all__ = [
     "Measurement",
     "MeasurementError",
     "MeasurementRow",
+    "measurement_from_nccl_tests",
     "parse_measurement_csv",
     "parse_measurement_json",
     "read_measurement",
@@ -451,14 +461,16 @@ def parse_measurement_csv(text: str, *, file: str = "<text>") -> Measurement:
 
 
 def read_measurement(path: str | Path, *, collective: str | None = None, nranks: int | None = None) -> Measurement:
-    """Read a measurement: collsim JSON or CSV, a published ``calibration-data`` case, or an nccl-tests log.
+    """Read a measurement: collsim JSON or CSV, a published ``calibration-data`` case, an nccl-tests JSON report
+    (``-J``) or an nccl-tests log.
 
     Parameters
     ----------
     path : str or Path
-        ``.json`` and ``.csv`` are collsim's format; anything else is read as nccl-tests output.
+        ``.json`` is collsim's format, a published case or nccl-tests' report (told apart by their keys); ``.csv``
+        collsim's format; anything else is read as nccl-tests output.
     collective, nranks : optional
-        For nccl-tests logs that do not say (a trimmed table): the collective and the rank count.
+        For nccl-tests output that does not say (a trimmed table): the collective and the rank count.
 
     Raises
     ------
@@ -475,28 +487,119 @@ def read_measurement(path: str | Path, *, collective: str | None = None, nranks:
         raise MeasurementError(str(exc), file=file) from None
     suffix = p.suffix.lower()
     if suffix == ".json":
-        return parse_measurement_json(text, file=file)
+        data = _json(text, file, None)
+        if not is_nccl_tests_json(data):
+            return _from_mapping(data, file)
+        try:
+            log = parse_nccl_tests_json(data, source=file, collective=collective)
+        except NcclTestsFormatError as exc:
+            raise MeasurementError(exc.reason, file=file, field=exc.field) from None
+        return measurement_from_nccl_tests(log, collective=collective, nranks=nranks)
     if suffix == ".csv":
         return parse_measurement_csv(text, file=file)
-    log = parse_nccl_tests(text, collective=collective, source=file)
+    return measurement_from_nccl_tests(parse_nccl_tests(text, collective=collective, source=file),
+                                       collective=collective, nranks=nranks)  # fmt: skip
+
+
+def measurement_from_nccl_tests(
+    log: NcclTestsLog, *, collective: str | None = None, nranks: int | None = None
+) -> Measurement:
+    """A :class:`Measurement` of an nccl-tests run: its out-of-place times (nccl-tests' mean over iterations).
+
+    One series is kept: the rows of the first (type, redop, root) the run printed (``-d all``, ``-o all`` and
+    ``-r all`` print several; a :class:`~collsim.calibration.nccltests.ParseWarning` names the others). A size
+    printed more than once in it (``-N`` cycles) becomes the mean of its rows' times, its iterations summed.
+    The run's NCCL release, its ``NCCL_*`` variables (a JSON report records the whole environment:
+    ``software.env_complete``) and how it timed (``software.timing``: ``cputime`` with ``-C 1``) go into
+    ``software``; its hosts and GPU names into ``hardware``.
+
+    Parameters
+    ----------
+    log : NcclTestsLog
+        A parsed log or report (``source`` names its file in messages).
+    collective, nranks : optional
+        Used when the log does not say.
+
+    Raises
+    ------
+    MeasurementError
+        For a log with no rows, no collective, or only rows timed 0 us.
+
+    Examples
+    --------
+    >>> from collsim.calibration.nccltests import parse_nccl_tests
+    >>> log = parse_nccl_tests('''# Collective test starting: all_reduce_perf
+    ...   1024  256  float  sum  -1  10.0  0.10  0.18  0  9.0  0.11  0.20  0
+    ...   1024  256  float  sum  -1  12.0  0.09  0.15  0  9.0  0.11  0.20  0
+    ...   1024  512  half   sum  -1  11.0  0.09  0.16  0  9.0  0.11  0.20  0''', source="ar.txt")
+    >>> import warnings
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     m = measurement_from_nccl_tests(log, nranks=4)
+    >>> [(r.size_bytes, r.time_us) for r in m.rows], m.dtype
+    ([(1024, 11.0)], 'float32')
+    >>> "half sum" in str(caught[0].message)
+    True
+    """
+    file = log.source
     if not log.rows:
         raise MeasurementError("no nccl-tests data rows found", file=file)
     coll = log.collective or collective
     if coll is None:
         raise MeasurementError("the log does not name its collective; give --collective (collective= in Python)",
                                file=file, field="collective")
-    rows = sorted(
-        (MeasurementRow(r.size_bytes, r.time_us, "mean", None, None) for r in log.rows if r.time_us > 0),
-        key=lambda r: r.size_bytes,
-    )
-    if not rows:  # every data row timed 0 us (a size of 0 B, or a run that printed no time): nothing to compare
+    timed = [r for r in log.rows if r.time_us > 0]
+    if not timed:  # every data row timed 0 us (a size of 0 B, or a run that printed no time): nothing to compare
         raise MeasurementError(f"no valid rows: all {len(log.rows)} data rows have a time of 0 us", file=file)
+    series: dict[tuple[str | None, str | None, int | None], list[Any]] = {}
+    for r in timed:
+        series.setdefault((r.dtype, r.redop, r.root), []).append(r)
+    (dtype, redop, root), kept = next(iter(series.items()))
+    if len(series) > 1:
+        def name(key: tuple[str | None, str | None, int | None]) -> str:
+            parts = [_NCCL_TYPE.get(key[0] or "", key[0]), key[1], None if key[2] in (None, -1) else f"root {key[2]}"]
+            return " ".join(str(x) for x in parts if x)
+
+        others = ", ".join(name(k) for k in list(series)[1:])
+        warnings.warn(f"{file}: the run printed {len(series)} series; comparing the first ({name((dtype, redop, root))}"
+                      f"), not {others}: split the file to compare those", ParseWarning, stacklevel=2)  # fmt: skip
+    by_size: dict[int, list[Any]] = {}
+    for r in kept:
+        by_size.setdefault(r.size_bytes, []).append(r)
+    rows = []
+    for size in sorted(by_size):
+        same = by_size[size]
+        iters = [r.iterations for r in same]
+        rows.append(
+            MeasurementRow(
+                size,
+                statistics.fmean(r.time_us for r in same),
+                "mean",
+                None if None in iters else sum(i for i in iters if i is not None),
+                same[0].spread_us if len(same) == 1 else None,
+            )
+        )
+    software: dict[str, Any] = {"benchmark": "NVIDIA/nccl-tests"}  # as the published cases name it
+    if log.nccl_version:
+        software["nccl_version"] = log.nccl_version
+    if log.timing != "gpu":
+        software["timing"] = log.timing
+    if log.env is not None:
+        software["env"] = dict(sorted(log.env.items()))
+        software["env_complete"] = True
+    hardware: dict[str, Any] = {}
+    if log.gpus:
+        hardware["gpu"] = ", ".join(log.gpus)
+    if log.hosts:
+        hardware["hosts"] = list(log.hosts)
     return Measurement(
         collective=coll,
         nranks=log.nranks or nranks,
         rows=rows,
         backend="nccl",
-        software={"benchmark": "nccl-tests", **({"nccl_version": log.nccl_version} if log.nccl_version else {})},
+        dtype=dtype or "float32",
+        hardware=hardware,
+        software=software,
         source={"log": file},
         file=file,
     )

@@ -18,7 +18,15 @@ columns  layout
 8        size count type redop       + one block
 7        size + out-of-place (time algbw busbw) + in-place (time algbw busbw): hand-trimmed tables
 4        size time algbw busbw: hand-trimmed tables
+21       13 with ``i_min i_max i_p99 i_cv%`` after each block (``-I 1``, per-iteration timing, 2.19 on)
 =======  =============================================================================================
+
+A trailing ``YYYY-MM-DD HH:MM:SS`` (``-S 1``, a timestamp on each row) is removed first. A header naming ``cputime``
+(``-C 1``) says the times are the host's, not the GPU's (:attr:`NcclTestsLog.timing`).
+
+nccl-tests' JSON report (``-J results.json``, NVIDIA/nccl-tests from 2.17; JSON versions 1-3, ``src/util.cu``) is
+read by :func:`parse_nccl_tests_json`: the same rows, plus what the text leaves out (the run's ``NCCL_*``
+variables, its hosts and GPU names).
 
 Units are nccl-tests': size in bytes, time in microseconds, algbw and busbw in GB/s with GB = 1e9 bytes.
 
@@ -48,20 +56,43 @@ Examples
 
 from __future__ import annotations
 
+import json
 import math
 import re
+import statistics
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from collsim.units import NCCL_TESTS_TYPE_NAMES
 from collsim.vocab import canonical_collective
 
-__all__ = ["MeasuredRow", "NcclTestsLog", "ParseWarning", "parse_nccl_tests", "read_nccl_tests"]
+__all__ = [
+    "MeasuredRow",
+    "NcclTestsFormatError",
+    "NcclTestsLog",
+    "ParseWarning",
+    "is_nccl_tests_json",
+    "parse_nccl_tests",
+    "parse_nccl_tests_json",
+    "read_nccl_tests",
+]
 
 
 class ParseWarning(UserWarning):
     """A line of nccl-tests text that was skipped or looks suspicious; the message names the source and line."""
+
+
+class NcclTestsFormatError(ValueError):
+    """An nccl-tests JSON report that cannot be read; ``file`` and ``field`` say where, the message what is expected."""
+
+    def __init__(self, message: str, *, file: str, field: str | None = None) -> None:
+        self.file = file
+        self.field = field
+        self.reason = message
+        super().__init__(": ".join(p for p in (file, field, message) if p))
 
 
 @dataclass(frozen=True)
@@ -92,7 +123,12 @@ class MeasuredRow:
     inplace_algbw_gbps, inplace_busbw_gbps : float or None
         In-place bandwidths, GB/s with GB = 1e9 bytes; None when the in-place block is absent.
     line : int
-        1-based line number of the row in the parsed text.
+        1-based line number of the row in the parsed text (in a JSON report: the 1-based index in ``results``).
+    iterations : int or None
+        Timed iterations behind the row (a JSON report's ``actual_iterations``); None when not printed.
+    spread_us : float or None
+        Interquartile range of the per-iteration times, microseconds (a JSON report with ``-I 1``: the
+        out-of-place ``times_us`` after the ``-K`` skipped ones); None otherwise.
     """
 
     size_bytes: int
@@ -107,6 +143,8 @@ class MeasuredRow:
     inplace_algbw_gbps: float | None
     inplace_busbw_gbps: float | None
     line: int
+    iterations: int | None = None
+    spread_us: float | None = None
 
 
 @dataclass
@@ -129,6 +167,17 @@ class NcclTestsLog:
         The NCCL release the run used, ``"2.26.2"``, when the text prints it: NCCL's own line ``NCCL version
         2.26.2+cuda12.8`` (NCCL_DEBUG=VERSION or INFO) or nccl-tests' header ``nccl-library=22602`` (major x 10000 +
         minor x 100 + patch, NCCL_VERSION_CODE); the first one found.
+    timing : str
+        ``"gpu"``: nccl-tests' default, the GPU's time per call (CUDA events); ``"cputime"``: the host's wall time
+        per call (``-C 1``; a column header or JSON key named ``cputime``).
+    env : dict of str to str, or None
+        The run's ``NCCL_*`` and ``OFI_NCCL_*`` variables (a JSON report's ``env``; nothing else of the environment
+        is kept); None when the output does not record the environment (text).
+    hosts : tuple of str
+        Distinct host names of the run's processes, in rank order (a JSON report's ``devices``); empty for text.
+    gpus : tuple of str
+        Distinct GPU names as CUDA reports them (``"NVIDIA H100 80GB HBM3"``), from ``#  Rank`` lines or a JSON
+        report's ``devices``.
     """
 
     collective: str | None
@@ -136,6 +185,10 @@ class NcclTestsLog:
     rows: list[MeasuredRow] = field(default_factory=list)
     source: str = "<text>"
     nccl_version: str | None = None
+    timing: str = "gpu"
+    env: dict[str, str] | None = None
+    hosts: tuple[str, ...] = ()
+    gpus: tuple[str, ...] = ()
 
 
 # nccl-tests type names (``float``, ``half`` ...) to collsim dtype names (``float32``, ``float16`` ...).
@@ -160,14 +213,24 @@ _NCCL_LOG = re.compile(r"\bNCCL (?:INFO|WARN|TRACE|ABORT)\b")
 _PERF_BINARY = re.compile(r"(?<![A-Za-z0-9])([A-Za-z0-9_]+?)_perf(?:_mpi)?(?![A-Za-z0-9])")
 _NRANKS = re.compile(r"\bnranks\s*[:=]?\s*(\d+)", re.IGNORECASE)
 _NCCL_VERSION = re.compile(r"\bNCCL version (\d+\.\d+\.\d+)", re.IGNORECASE)
-_NCCL_LIBRARY = re.compile(r"\bnccl-library=(\d{5,})")
+_NCCL_LIBRARY = re.compile(r"\bnccl-library=(\d{4,})")
 _RANK_LINE = re.compile(r"^#\s*Rank\s+(\d+)\s+(?:Group|Pid)\b")
+#: The GPU name at the end of a ``#  Rank`` line (``device  0 [0000:18:00] NVIDIA H100 80GB HBM3``).
+_RANK_GPU = re.compile(r"\bdevice\s+\d+\s+\[[^\]]*\]\s+(.+?)\s*$")
+#: nccl-tests' ``-S 1`` timestamp after a row (TIME_STRING_FORMAT "%Y-%m-%d %H:%M:%S", src/util.cu).
+_ROW_DATE = re.compile(r"^\d{4}-\d\d-\d\d$")
+_ROW_TIME = re.compile(r"^\d\d:\d\d:\d\d$")
+#: Environment variables a JSON report's ``env`` keeps: NCCL's and AWS's NCCL plugin's, nothing else.
+_ENV_PREFIXES: tuple[str, ...] = ("NCCL_", "OFI_NCCL_")
 _RULE = re.compile(r"^[\s\-=*_~`|:+.]*$")
 _NUMBER = re.compile(r"^[+-]?(?:\d[\d_,]*(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?$")
 #: Words of nccl-tests' column headers; a line made only of these is a header (with or without ``#``).
 _HEADER_WORDS: frozenset[str] = frozenset(
     {"size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "wrong", "error", "errors"}
     | {"out-of-place", "in-place", "(b)", "(elements)", "(us)", "(gb/s)", "#", "bytes", "elements", "|"}
+    # -C 1, -S 1 and -I 1 headers (src/util.cu writeResultHeader)
+    | {"cputime", "timestamp", "%y-%m-%d", "%h:%m:%s", "i_min", "i_max", "i_p99", "i_cv%", "(%)", "(+"}
+    | {"per-iteration)"}
 )
 #: Starts of lines that are known noise (lower-cased), when pasted without their ``#``.
 _NOISE_STARTS: tuple[str, ...] = (
@@ -244,8 +307,26 @@ def _block(tokens: list[str], with_wrong: bool) -> tuple[float, float, float] | 
     return t, a, b
 
 
+def _without_extras(tokens: list[str]) -> list[str] | None:
+    """``tokens`` without a trailing ``-S 1`` timestamp and, on a 21-column ``-I 1`` row, without the four
+    per-iteration columns after each block (``i_min i_max i_p99 i_cv%``, checked to be numbers); None if those
+    columns are not numbers."""
+    if len(tokens) >= 2 and _ROW_DATE.match(tokens[-2]) and _ROW_TIME.match(tokens[-1]):
+        tokens = tokens[:-2]
+    if len(tokens) == 21:
+        blocks = (tokens[5:13], tokens[13:21])
+        if any(_to_float(t) is None for b in blocks for t in b[4:]):
+            return None
+        tokens = tokens[:5] + blocks[0][:4] + blocks[1][:4]
+    return tokens
+
+
 def _parse_row(tokens: list[str], line: int) -> tuple[MeasuredRow, list[str]] | None:
     """Read a data row from its cells by column count; return it with its #wrong cells, or None."""
+    plain = _without_extras(tokens)
+    if plain is None:
+        return None
+    tokens = plain
     n = len(tokens)
     size = _to_int(tokens[0]) if tokens else None
     if size is None or size < 0:
@@ -360,6 +441,8 @@ def parse_nccl_tests(text: str, *, source: str = "<text>", collective: str | Non
     explicit_nranks: int | None = None
     version: str | None = None
     ranks: set[int] = set()
+    gpus: list[str] = []
+    timing = "gpu"
     rows: list[MeasuredRow] = []
 
     for number, raw in enumerate(text.split("\n"), start=1):
@@ -395,6 +478,11 @@ def parse_nccl_tests(text: str, *, source: str = "<text>", collective: str | Non
         rank = _RANK_LINE.match(stripped)
         if rank:
             ranks.add(int(rank.group(1)))
+            gpu = _RANK_GPU.search(stripped)
+            if gpu and gpu.group(1) not in gpus:
+                gpus.append(gpu.group(1))
+        if stripped.startswith("#") and "cputime" in stripped.lower().split():
+            timing = "cputime"  # -C 1: writeResultHeader names the time column "cputime"
         if not _is_noise(stripped):
             shown = raw.strip()
             if len(shown) > _MAX_SHOWN:
@@ -404,7 +492,15 @@ def parse_nccl_tests(text: str, *, source: str = "<text>", collective: str | Non
     if detected is not None and given is not None and given != detected:
         _warn(source, None, f"collective={collective!r} ignored: the text is from {detected!r}")
     nranks = explicit_nranks if explicit_nranks else (len(ranks) or None)
-    return NcclTestsLog(collective=detected or given, nranks=nranks, rows=rows, source=source, nccl_version=version)
+    return NcclTestsLog(
+        collective=detected or given,
+        nranks=nranks,
+        rows=rows,
+        source=source,
+        nccl_version=version,
+        timing=timing,
+        gpus=tuple(gpus),
+    )
 
 
 def nccl_version(line: str) -> str | None:
@@ -419,10 +515,243 @@ def nccl_version(line: str) -> str | None:
     if found:
         return found.group(1)
     code = _NCCL_LIBRARY.search(line)
-    if code:  # NCCL_VERSION_CODE: major x 10000 + minor x 100 + patch (nccl.h, from 2.9)
-        n = int(code.group(1))
-        return f"{n // 10000}.{n % 10000 // 100}.{n % 100}"
+    if code:
+        return _version_from_code(int(code.group(1)))
     return None
+
+
+def _version_from_code(n: int) -> str:
+    """``"2.26.2"`` from NCCL_VERSION_CODE 22602: major x 10000 + minor x 100 + patch from NCCL 2.9 (nccl.h),
+    major x 1000 + minor x 100 + patch before (2.8.4 = 2804)."""
+    if n >= 10000:
+        return f"{n // 10000}.{n % 10000 // 100}.{n % 100}"
+    return f"{n // 1000}.{n % 1000 // 100}.{n % 100}"
+
+
+def is_nccl_tests_json(data: Any) -> bool:
+    """True for a decoded nccl-tests JSON report (``-J``): an object with a ``results`` list and nccl-tests' header
+    keys (``nccl_version``, ``config`` or ``args``), and no ``rows`` (collsim's own measurement format).
+
+    >>> is_nccl_tests_json({"version": 3, "nccl_version": 22602, "results": []})
+    True
+    >>> is_nccl_tests_json({"collective": "allreduce", "rows": []})
+    False
+    """
+    return (
+        isinstance(data, Mapping)
+        and isinstance(data.get("results"), list)
+        and "rows" not in data
+        and any(k in data for k in ("nccl_version", "config", "args"))
+    )
+
+
+def _json_number(value: Any, source: str, where: str) -> float | None:
+    """A result cell as a float: None for ``null`` and nccl-tests' ``"nan"``; a non-number is an error."""
+    if value is None or (isinstance(value, str) and value.strip().lower() == "nan"):
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise NcclTestsFormatError(f"expected a number, got {str(value)[:40]!r}", file=source, field=where)
+    return float(value) if math.isfinite(value) else None
+
+
+def _json_block(block: Any, source: str, where: str) -> tuple[tuple[float, float, float] | None, bool]:
+    """``(time, alg_bw, bus_bw)`` of an ``out_of_place``/``in_place`` object, None for ``null``, a missing block or
+    a ``"nan"`` cell; and whether its time was ``cpu_time`` (``-C 1``)."""
+    if block is None:
+        return None, False
+    if not isinstance(block, Mapping):
+        raise NcclTestsFormatError("expected an object with time, alg_bw and bus_bw", file=source, field=where)
+    cpu = "cpu_time" in block and "time" not in block
+    key = "cpu_time" if cpu else "time"
+    if key not in block:
+        raise NcclTestsFormatError("missing time (us)", file=source, field=where)
+    cells = [_json_number(block.get(k), source, f"{where}.{k}") for k in (key, "alg_bw", "bus_bw")]
+    if any(c is None or c < 0 for c in cells):
+        return None, cpu
+    t, a, b = cells
+    assert t is not None and a is not None and b is not None  # checked above; narrows the types for mypy
+    return (t, a, b), cpu
+
+
+def _json_spread(per_iter: Any) -> float | None:
+    """Interquartile range (us) of a ``*_per_iter`` object's ``times_us`` after its ``skipped_iterations``."""
+    if not isinstance(per_iter, Mapping) or not isinstance(per_iter.get("times_us"), list):
+        return None
+    skip = per_iter.get("skipped_iterations")
+    skip = skip if isinstance(skip, int) and not isinstance(skip, bool) and skip > 0 else 0
+    times = [float(t) for t in per_iter["times_us"][skip:] if isinstance(t, int | float) and not isinstance(t, bool)]
+    if len(times) < 2:
+        return None
+    q = statistics.quantiles(times, n=4, method="inclusive")
+    return q[2] - q[0]
+
+
+def parse_nccl_tests_json(
+    data: str | Mapping[str, Any], *, source: str = "<text>", collective: str | None = None
+) -> NcclTestsLog:
+    """Parse an nccl-tests JSON report (``all_reduce_perf ... -J results.json``).
+
+    The layout is nccl-tests' ``src/util.cu`` (JSON versions 1-3): ``args`` (the command line: its binary names
+    the collective), ``env`` (``KEY=VALUE`` strings), ``nccl_version`` (NCCL_VERSION_CODE), ``config``
+    (``nthreads``, ``ngpus``, iterations ...), ``devices`` (one object per process: the first rank's ``hostname``
+    and ``device_info``), and ``results``: per size ``size``, ``count``, ``type``, ``redop``, ``root`` and the
+    ``out_of_place`` and ``in_place`` objects (``time`` or, with ``-C 1``, ``cpu_time`` in us; ``alg_bw`` and
+    ``bus_bw`` in GB/s, GB = 1e9 bytes; ``"nan"`` where nccl-tests had no value).
+
+    Parameters
+    ----------
+    data : str or mapping
+        The report's text, or the decoded object.
+    source : str, optional
+        Name used in messages, e.g. the file's path.
+    collective : str, optional
+        Collective to assume when ``args`` names no ``*_perf`` binary.
+
+    Returns
+    -------
+    NcclTestsLog
+        Rows as the text parser gives them (a row's ``line`` is its 1-based index in ``results``), with
+        ``iterations`` and, with ``-I 1``, ``spread_us``; ``nranks`` = processes x ``nthreads`` x ``ngpus`` (None
+        when ``NCCL_TESTS_SPLIT`` put the processes in several groups); the run's ``NCCL_*`` and ``OFI_NCCL_*``
+        variables in ``env`` (nothing else of the environment is kept), its hosts and GPU names.
+
+    Raises
+    ------
+    NcclTestsFormatError
+        For invalid JSON or a field of the wrong type; the message names the source and the field.
+
+    Warns
+    -----
+    ParseWarning
+        For a result without a time (``"nan"``, both blocks ``null``): it is skipped; for a row reporting wrong
+        results.
+
+    Examples
+    --------
+    >>> report = {"version": 3, "args": ["./build/all_gather_perf", "-b", "1M"], "env": ["NCCL_ALGO=Ring", "HOME=/x"],
+    ...           "nccl_version": 22602, "config": {"nthreads": 1, "ngpus": 1},
+    ...           "devices": [{"rank": 0, "hostname": "n1", "device_info": "NVIDIA H100 80GB HBM3"},
+    ...                       {"rank": 1, "hostname": "n2", "device_info": "NVIDIA H100 80GB HBM3"}],
+    ...           "results": [{"size": 1048576, "count": 131072, "type": "float", "redop": "none", "root": "    -1",
+    ...                        "out_of_place": {"time": 20.5, "alg_bw": 51.15, "bus_bw": 25.58, "nwrong": 0},
+    ...                        "in_place": {"time": 19.9, "alg_bw": 52.69, "bus_bw": 26.35, "nwrong": None},
+    ...                        "actual_iterations": 20, "experiment_name": ""}]}
+    >>> log = parse_nccl_tests_json(report)
+    >>> log.collective, log.nranks, log.nccl_version, log.env, log.hosts
+    ('allgather', 2, '2.26.2', {'NCCL_ALGO': 'Ring'}, ('n1', 'n2'))
+    >>> row = log.rows[0]
+    >>> row.size_bytes, row.dtype, row.root, row.time_us, row.inplace_time_us, row.iterations
+    (1048576, 'float32', -1, 20.5, 19.9, 20)
+    """
+    if isinstance(data, str):
+        try:
+            data = json.loads(data)
+        except json.JSONDecodeError as exc:
+            raise NcclTestsFormatError(f"invalid JSON: {exc.msg} (line {exc.lineno}); a report nccl-tests did not "
+                                       "finish writing ends early", file=source) from None  # fmt: skip
+        except RecursionError:
+            raise NcclTestsFormatError("invalid JSON: nested too deeply", file=source) from None
+    if not is_nccl_tests_json(data):
+        raise NcclTestsFormatError("expected nccl-tests' JSON report: an object with results and nccl_version",
+                                   file=source)  # fmt: skip
+    assert isinstance(data, Mapping)  # is_nccl_tests_json checked it; narrows the type for mypy
+    given = None if collective is None else canonical_collective(collective)
+    detected: str | None = None
+    args = data.get("args")
+    if isinstance(args, list) and args and isinstance(args[0], str):
+        m = _PERF_BINARY.search(args[0].replace("\\", "/").rsplit("/", 1)[-1])
+        if m:
+            try:
+                detected = canonical_collective(m.group(1))
+            except ValueError:
+                _warn(source, None, f"unknown nccl-tests binary {m.group(1)}_perf; collective not taken from it")
+    if detected is not None and given is not None and given != detected:
+        _warn(source, None, f"collective={collective!r} ignored: the report is from {detected!r}")
+
+    env: dict[str, str] = {}
+    for item in data.get("env") or []:
+        if isinstance(item, str) and "=" in item:
+            key, value = item.split("=", 1)
+            if key.startswith(_ENV_PREFIXES):
+                env[key] = value
+
+    code = data.get("nccl_version")
+    version = _version_from_code(code) if isinstance(code, int) and not isinstance(code, bool) and code > 0 else None
+
+    config = data.get("config") if isinstance(data.get("config"), Mapping) else {}
+    assert isinstance(config, Mapping)
+    devices = [d for d in data.get("devices") or [] if isinstance(d, Mapping)]
+    hosts: list[str] = []
+    gpus: list[str] = []
+    for d in devices:
+        for name, seen in ((d.get("hostname"), hosts), (d.get("device_info"), gpus)):
+            if isinstance(name, str) and name.strip() and name.strip() not in seen:
+                seen.append(name.strip())
+    per_process = 1
+    for key in ("nthreads", "ngpus"):
+        n = config.get(key)
+        per_process *= n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 1
+    groups = {d.get("group") for d in devices}
+    nranks = len(devices) * per_process if devices and len(groups) <= 1 else None
+
+    rows: list[MeasuredRow] = []
+    timing = "gpu"
+    for i, r in enumerate(data["results"]):
+        where = f"results[{i}]"
+        if not isinstance(r, Mapping):
+            raise NcclTestsFormatError("expected an object with size and out_of_place", file=source, field=where)
+        size = r.get("size")
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            raise NcclTestsFormatError(f"expected a size in bytes, got {str(size)[:40]!r}", file=source,
+                                       field=f"{where}.size")  # fmt: skip
+        out, cpu_out = _json_block(r.get("out_of_place"), source, f"{where}.out_of_place")
+        inp, cpu_in = _json_block(r.get("in_place"), source, f"{where}.in_place")
+        timing = "cputime" if cpu_out or cpu_in else timing
+        main = out or inp
+        if main is None:
+            _warn(source, None, f"{where}: size {size} B has no time (nan or null); skipped")
+            continue
+        count = r.get("count")
+        type_name = r.get("type")
+        root = r.get("root")
+        root_int = _to_int(root.strip()) if isinstance(root, str) else root if isinstance(root, int) else None
+        iters = r.get("actual_iterations")
+        wrong = sum(
+            int(b["nwrong"])
+            for b in (r.get("out_of_place"), r.get("in_place"))
+            if isinstance(b, Mapping) and isinstance(b.get("nwrong"), int | float) and b["nwrong"] > 0
+        )
+        if wrong:
+            _warn(source, None, f"{where}: nccl-tests reports {wrong} wrong result(s) for size {size} B")
+        rows.append(
+            MeasuredRow(
+                size_bytes=size,
+                count=count if isinstance(count, int) and not isinstance(count, bool) else None,
+                dtype=_DTYPE_FROM_NCCL.get(type_name, type_name) if isinstance(type_name, str) else None,
+                redop=r.get("redop") if isinstance(r.get("redop"), str) else None,
+                root=root_int,
+                time_us=main[0],
+                algbw_gbps=main[1],
+                busbw_gbps=main[2],
+                inplace_time_us=None if inp is None else inp[0],
+                inplace_algbw_gbps=None if inp is None else inp[1],
+                inplace_busbw_gbps=None if inp is None else inp[2],
+                line=i + 1,
+                iterations=iters if isinstance(iters, int) and not isinstance(iters, bool) and iters > 0 else None,
+                spread_us=_json_spread(r.get("out_of_place_per_iter" if out is not None else "in_place_per_iter")),
+            )
+        )
+    return NcclTestsLog(
+        collective=detected or given,
+        nranks=nranks,
+        rows=rows,
+        source=source,
+        nccl_version=version,
+        timing=timing,
+        env=env,
+        hosts=tuple(hosts),
+        gpus=tuple(gpus),
+    )
 
 
 def read_nccl_tests(path: str | Path, *, collective: str | None = None) -> NcclTestsLog:

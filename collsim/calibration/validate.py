@@ -19,10 +19,11 @@ import math
 import re
 import statistics
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from collsim.calibration.measurement import Measurement, MeasurementError
+from collsim.nccl_env import INERT_NCCL_ENV, KNOWN_NCCL_ENV, PLUGIN_ENV, NcclEnvError, NcclOptions
 from collsim.results import busbw_factor
 from collsim.vocab import GLOO_ALGORITHMS
 
@@ -36,11 +37,14 @@ __all__ = [
     "ValidationRow",
     "band_label",
     "check_ranks",
+    "dtype_note",
+    "env_note",
     "measurement_backend",
     "nearest_pair",
     "predict_times",
     "summarise",
     "summarise_bands",
+    "timing_note",
     "validate",
 ]
 
@@ -396,9 +400,16 @@ def validate(
             )
         )
     prof = sim.profile.file if sim.profile is not None else None
-    notes = [harness_note(m, backend, sim.scenario.workload.host_overhead)]
+    notes = [harness_note(m, backend, sim.scenario.workload.host_overhead), timing_note(m),
+             dtype_note(m, sim.scenario.workload.dtype)]  # fmt: skip
     if backend == "nccl":
         notes.append(version_note(m, sim.nccl_options.version))
+        from collsim.backends.nccl.ib_hca import ib_hca_selection  # the backend only where a note needs it
+
+        env = sim.scenario.backends.nccl.env if sim.scenario.backends.nccl is not None else {}
+        # the simulator's topology keeps only the NICs the scenario's own NCCL_IB_HCA lists: compare text then
+        hcas = None if "NCCL_IB_HCA" in env else (lambda v: ib_hca_selection(sim.topology, v)[0])
+        notes.append(env_note(m, env, sim.nccl_plugin_env, hcas))
         notes += sim.nccl_release_notes(m.collective)
     if logged:
         notes.append(f"{ran_logged} of {len(out)} sizes simulated with the (algorithm, protocol) NCCL's log says it "
@@ -442,6 +453,116 @@ def version_note(m: Measurement, scenario: tuple[int, int, int] | None) -> str |
                 f"set backends.nccl.version: \"{named}\" if that is what ran")  # fmt: skip
     return (f"the measurement names NCCL {named}, the scenario's backends.nccl.version is "
             f"{'.'.join(map(str, scenario))}")  # fmt: skip
+
+
+#: Modelled NCCL variables the simulator reads from the scenario's raw environment, not through
+#: :meth:`~collsim.nccl_env.NcclOptions.from_env` (NCCL_IB_HCA: ``Simulator`` picks the NICs it leaves); compared
+#: as text.
+_RAW_ENV: frozenset[str] = frozenset({"NCCL_IB_HCA"})
+
+
+def env_note(
+    m: Measurement,
+    scenario_env: Mapping[str, Any],
+    plugin_env: Mapping[str, Any] | None = None,
+    nic_selection: Callable[[str], Any] | None = None,
+) -> str | None:
+    """A note when the run's NCCL variables (the measurement's ``software.env``) and the scenario's differ.
+
+    Compared: the variables collsim models (:data:`~collsim.nccl_env.KNOWN_NCCL_ENV`, and the plugin's
+    ``OFI_NCCL_TUNER_TYPE``), value against value (case and surrounding spaces ignored); a variable the NICs'
+    network plugin sets (``plugin_env``: the plugin sets it inside the process, after the environment was
+    recorded) counts as the scenario's. A variable the scenario sets and the run did not is named only when the
+    file records the whole environment (``software.env_complete``: an nccl-tests JSON report). The run's NCCL
+    variables collsim does not model are listed apart. None when nothing differs or the file records no variables.
+    ``nic_selection`` (a value of NCCL_IB_HCA -> the NICs it leaves NCCL, None for all) compares NCCL_IB_HCA by the
+    NICs it selects, so a list of every NIC is the same as leaving it unset; without it the text is compared.
+
+    Examples
+    --------
+    >>> m = Measurement("allreduce", software={"env": {"NCCL_ALGO": "Ring", "NCCL_IB_QPS_PER_CONNECTION": "2",
+    ...                                                "NCCL_DEBUG": "INFO"}, "env_complete": True})
+    >>> note = env_note(m, {"NCCL_PROTO": "Simple"})
+    >>> note.split(": ", 1)[0]
+    "the run's NCCL variables differ from backends.nccl.env"
+    >>> "NCCL_ALGO=Ring in the run, unset in the scenario; NCCL_PROTO unset in the run, Simple in the scenario" in note
+    True
+    >>> note.rsplit("; ", 1)[1]
+    'set in the run, not modelled: NCCL_IB_QPS_PER_CONNECTION=2'
+    >>> run = Measurement("allreduce", software={"env": {"NCCL_ALGO": "Ring", "NCCL_BUFFSIZE": "8388608"}})
+    >>> env_note(run, {"NCCL_ALGO": "ring"}, {"NCCL_BUFFSIZE": 8388608}) is None  # the plugin sets NCCL_BUFFSIZE
+    True
+    >>> env_note(Measurement("allreduce", software={"env": {"NCCL_IB_DISABLE": "0"}}), {}) is None  # NCCL's default
+    True
+    """
+    run = m.software.get("env")
+    if not isinstance(run, Mapping):
+        return None
+    run_env = {str(k): str(v) for k, v in run.items() if str(k).startswith(("NCCL_", "OFI_NCCL_"))}
+    scen = {str(k): str(v) for k, v in (plugin_env or {}).items()}
+    scen.update((str(k), str(v)) for k, v in scenario_env.items())
+    modelled = set(KNOWN_NCCL_ENV) | set(PLUGIN_ENV)
+
+    def same(key: str, a: str | None, b: str | None) -> bool:
+        if a is not None and b is not None and a.strip().lower() == b.strip().lower():
+            return True
+        if key in _RAW_ENV:
+            if nic_selection is None:
+                return a is None and b is None
+            try:
+                return (None if a is None else nic_selection(a)) == (None if b is None else nic_selection(b))
+            except ValueError:  # a list that leaves no NIC (BackendError) or does not parse
+                return False
+        try:  # the settings NCCL reads from each: NCCL_IB_DISABLE=0 is NCCL's default, "ring" is Ring
+            sa, sb = (NcclOptions.from_env({} if v is None else {key: v}) for v in (a, b))
+        except NcclEnvError:
+            return False
+        return replace(sa, env={}) == replace(sb, env={})
+
+    differ = []
+    for key in sorted(set(run_env) | set(scenario_env)):
+        if key not in modelled:
+            continue
+        ran, sim = run_env.get(key), scen.get(key)
+        if ran is None and (not m.software.get("env_complete") or key not in scenario_env):
+            continue
+        if not same(key, ran, sim):
+            differ.append(f"{key}{'=' + ran if ran is not None else ' unset'} in the run, "
+                          f"{'unset' if sim is None else sim} in the scenario")  # fmt: skip
+    other = [f"{k}={v}" for k, v in sorted(run_env.items()) if k not in modelled and k not in INERT_NCCL_ENV]
+    parts = []
+    if differ:
+        parts.append("the run's NCCL variables differ from backends.nccl.env: " + "; ".join(differ)
+                     + " (set them alike with --set backends.nccl.env.NAME=VALUE, or remove one)")  # fmt: skip
+    if other:
+        parts.append("set in the run, not modelled: " + ", ".join(other))
+    return "; ".join(parts) or None
+
+
+def dtype_note(m: Measurement, dtype: str) -> str | None:
+    """A note when an nccl-tests measurement ran another element type than the scenario's ``workload.dtype``
+    (nccl-tests' ``-d``): a reduction's speed and NCCL's LL128 and NVLS rules depend on it. None when they agree
+    or the file is not nccl-tests'.
+
+    >>> dtype_note(Measurement("allreduce", dtype="bfloat16", software={"benchmark": "NVIDIA/nccl-tests"}), "float32")
+    "the run's type is bfloat16, the scenario's workload.dtype float32"
+    """
+    if not str(m.software.get("benchmark", "")).lower().startswith("nvidia/nccl-tests") or m.dtype == dtype:
+        return None
+    return f"the run's type is {m.dtype}, the scenario's workload.dtype {dtype}"
+
+
+def timing_note(m: Measurement) -> str | None:
+    """A note when the measured times are the host's (nccl-tests ``-C 1``, ``software.timing: cputime``): the
+    wall time of the timing loop per call, which counts the launches and the wait; collsim predicts the GPU's.
+
+    >>> timing_note(Measurement("allreduce", software={"timing": "cputime"}))[:40]
+    'the times are the host CPU time per call'
+    """
+    if m.software.get("timing") != "cputime":
+        return None
+    return ("the times are the host CPU time per call (nccl-tests -C 1), not the GPUs'; collsim predicts the GPUs': "
+            "compare a run without -C 1")  # fmt: skip
 
 
 def harness_note(m: Measurement, backend: str, host_overhead: str) -> str | None:
