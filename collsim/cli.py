@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import signal
 import sys
 import warnings
@@ -174,16 +175,24 @@ def _simulation_commands(sub: _Sub) -> None:
 
 def _import_command(sub: _Sub) -> None:
     """``import``: a node template from NCCL's topology dump or ``nvidia-smi topo -m``."""
-    imp = sub.add_parser("import", help="a node template from NCCL's topology dump or nvidia-smi topo -m")
-    imp.add_argument("kind", choices=("nccl-xml", "nvidia-smi"),
+    imp = sub.add_parser("import", help="a node template from NCCL's topology dump or nvidia-smi topo -m; a "
+                         "scenario from an nccl-tests run")
+    imp.add_argument("kind", choices=("nccl-xml", "nvidia-smi", "nccl-tests"),
                      help="nccl-xml: the file NCCL_TOPO_DUMP_FILE wrote, or a static NCCL_TOPO_FILE (a cloud's: the "
                      "PCIe tree only; give --gpu, --nic and for NVLink --nvswitch); nvidia-smi: the output of "
-                     "nvidia-smi topo -m")
+                     "nvidia-smi topo -m; nccl-tests: an nccl-tests log or JSON report (-J), written as the scenario "
+                     "of that run on --node templates")
     imp.add_argument("file", metavar="FILE", help="the file to read")
-    imp.add_argument("-o", "--output", metavar="TEMPLATE.yaml",
-                     help="write the template there (atomically) and print its path matrix; default: print the YAML")
+    imp.add_argument("-o", "--output", metavar="FILE.yaml",
+                     help="write the template (nccl-tests: the scenario) there (atomically) and print its path matrix "
+                     "(nccl-tests: what it took from the run); default: print the YAML")
     imp.add_argument("--gpu", metavar="PRESET", help="GPU preset of every GPU (nccl-xml: default from the PCI id; "
-                     "nvidia-smi: required)")
+                     "nvidia-smi: required; nccl-tests: for a --node template with a gpu parameter, default from the "
+                     "GPU name the run printed)")
+    imp.add_argument("--node", metavar="TEMPLATE", help="nccl-tests: the node template the run's hosts are (a name "
+                     "such as hgx or hgx-b200, or a template file)")
+    imp.add_argument("--collective", help="nccl-tests: for a log that does not name it (e.g. allreduce)")
+    imp.add_argument("--nranks", type=int, help="nccl-tests: for a log that does not say how many ranks ran")
     imp.add_argument("--nic", metavar="PRESET", help="NIC preset of every NIC (nccl-xml: default by speed; "
                      "nvidia-smi: required when it shows NICs)")
     imp.add_argument("--cpu", metavar="PRESET", help="CPU preset of every socket (nccl-xml: default by NCCL's CPU "
@@ -813,6 +822,8 @@ def _cmd_import(args: argparse.Namespace) -> int:
     )
     from collsim.topology.presets import merge_presets, read_preset_files
 
+    if args.kind == "nccl-tests":
+        return _import_nccl_tests(args)
     path = Path(args.file)
     if path.is_file() and path.stat().st_size > MAX_INPUT_CHARS:
         raise TopologyError(f"{path.stat().st_size} bytes; at most {MAX_INPUT_CHARS} are read", file=path)
@@ -845,6 +856,47 @@ def _cmd_import(args: argparse.Namespace) -> int:
           "'/' or ending in .yaml is a template file), then collsim topo / run SCENARIO")  # fmt: skip
     if args.import_presets:
         print(f"The scenario needs the same presets: preset_files: [{', '.join(args.import_presets)}]")
+    return 0
+
+
+def _import_nccl_tests(args: argparse.Namespace) -> int:
+    """``collsim import nccl-tests FILE --node T``: the scenario of a run (collsim.calibration.scenario_from)."""
+    from collsim.calibration import read_measurement
+    from collsim.calibration.measurement import MeasurementError
+    from collsim.calibration.scenario_from import format_scenario, scenario_from_measurement
+    from collsim.files import write_atomic
+
+    for flag, value in (("--nic", args.nic), ("--cpu", args.cpu), ("--nvswitch", args.nvswitch or None)):
+        if value is not None:
+            raise MeasurementError(f"{flag} is for nccl-xml and nvidia-smi; nccl-tests takes the node from --node",
+                                   file=args.file)  # fmt: skip
+    if not args.node:
+        raise MeasurementError("give --node TEMPLATE: the node template the run's hosts are (collsim topo lists "
+                               "them; e.g. hgx, hgx-b200, aws-p5)", file=args.file)  # fmt: skip
+    m = read_measurement(args.file, collective=args.collective, nranks=args.nranks)
+    out = Path(args.output) if args.output else None
+    base = out.parent if out is not None else Path(".")
+    # the run's file as the scenario's folder sees it, for the comment and the validate line
+    shown = os.path.relpath(Path(args.file).resolve(), base.resolve())
+    node = args.node
+    if ("/" in node or node.endswith((".yaml", ".yml"))) and not Path(node).is_absolute():
+        node = os.path.relpath(Path(node).resolve(), base.resolve())  # relative to the scenario's folder
+    presets = [os.path.relpath(Path(f).resolve(), base.resolve()) for f in args.import_presets]
+    imported = scenario_from_measurement(m, node, gpu=args.gpu, name=args.name, preset_files=presets, base=base)
+    text = format_scenario(imported, shown, out.name if out is not None else None)
+    if out is None:
+        sys.stdout.write(text)
+        return 0
+    try:
+        write_atomic(out, text)
+    except OSError as exc:
+        raise MeasurementError(f"cannot write the scenario: {exc.strerror or exc}", file=str(out)) from None
+    print(f"collsim import: wrote {out}: scenario {imported.data['name']!r} ({imported.data['description']})")
+    for label, items in (("from the run", imported.taken), ("assumed", imported.assumed),
+                         ("check", imported.warnings)):  # fmt: skip
+        for item in items:
+            print(f"  {label}: {item}")
+    print(f"Compare: collsim validate {out} {args.file}")
     return 0
 
 

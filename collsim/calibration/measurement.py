@@ -510,8 +510,9 @@ def measurement_from_nccl_tests(
     ``-r all`` print several; a :class:`~collsim.calibration.nccltests.ParseWarning` names the others). A size
     printed more than once in it (``-N`` cycles) becomes the mean of its rows' times, its iterations summed.
     The run's NCCL release, its ``NCCL_*`` variables (a JSON report records the whole environment:
-    ``software.env_complete``) and how it timed (``software.timing``: ``cputime`` with ``-C 1``) go into
-    ``software``; its hosts and GPU names into ``hardware``.
+    ``software.env_complete``), how it timed (``software.timing``: ``cputime`` with ``-C 1``), the series'
+    operator and root (``op``, ``root``) and the GPUs a thread drove (``gpus_per_process``, nccl-tests' ``-g``) go
+    into ``software``; its hosts and GPU names into ``hardware``.
 
     Parameters
     ----------
@@ -582,6 +583,12 @@ def measurement_from_nccl_tests(
     software: dict[str, Any] = {"benchmark": "NVIDIA/nccl-tests"}  # as the published cases name it
     if log.nccl_version:
         software["nccl_version"] = log.nccl_version
+    if redop is not None and redop != "none":
+        software["op"] = redop
+    if root is not None and root >= 0:
+        software["root"] = root
+    if log.gpus_per_thread is not None:
+        software["gpus_per_process"] = log.gpus_per_thread  # nccl-tests -g: GPUs one thread drives
     if log.timing != "gpu":
         software["timing"] = log.timing
     if log.env is not None:

@@ -178,6 +178,9 @@ class NcclTestsLog:
     gpus : tuple of str
         Distinct GPU names as CUDA reports them (``"NVIDIA H100 80GB HBM3"``), from ``#  Rank`` lines or a JSON
         report's ``devices``.
+    gpus_per_thread : int or None
+        GPUs each nccl-tests thread drives (``-g N``: the header's ``nGpus N``, a JSON report's ``config.ngpus``);
+        None when not printed.
     """
 
     collective: str | None
@@ -189,6 +192,7 @@ class NcclTestsLog:
     env: dict[str, str] | None = None
     hosts: tuple[str, ...] = ()
     gpus: tuple[str, ...] = ()
+    gpus_per_thread: int | None = None
 
 
 # nccl-tests type names (``float``, ``half`` ...) to collsim dtype names (``float32``, ``float16`` ...).
@@ -212,6 +216,7 @@ _PREFIXES: tuple[re.Pattern[str], ...] = (
 _NCCL_LOG = re.compile(r"\bNCCL (?:INFO|WARN|TRACE|ABORT)\b")
 _PERF_BINARY = re.compile(r"(?<![A-Za-z0-9])([A-Za-z0-9_]+?)_perf(?:_mpi)?(?![A-Za-z0-9])")
 _NRANKS = re.compile(r"\bnranks\s*[:=]?\s*(\d+)", re.IGNORECASE)
+_NGPUS = re.compile(r"\bnGpus\s+(\d+)")
 _NCCL_VERSION = re.compile(r"\bNCCL version (\d+\.\d+\.\d+)", re.IGNORECASE)
 _NCCL_LIBRARY = re.compile(r"\bnccl-library=(\d{4,})")
 _RANK_LINE = re.compile(r"^#\s*Rank\s+(\d+)\s+(?:Group|Pid)\b")
@@ -443,6 +448,7 @@ def parse_nccl_tests(text: str, *, source: str = "<text>", collective: str | Non
     ranks: set[int] = set()
     gpus: list[str] = []
     timing = "gpu"
+    per_thread: int | None = None
     rows: list[MeasuredRow] = []
 
     for number, raw in enumerate(text.split("\n"), start=1):
@@ -481,6 +487,9 @@ def parse_nccl_tests(text: str, *, source: str = "<text>", collective: str | Non
             gpu = _RANK_GPU.search(stripped)
             if gpu and gpu.group(1) not in gpus:
                 gpus.append(gpu.group(1))
+        ngpus = _NGPUS.search(stripped) if per_thread is None else None
+        if ngpus and int(ngpus.group(1)) > 0:
+            per_thread = int(ngpus.group(1))  # nccl-tests' header: "# nThread 1 nGpus 8 minBytes ..."
         if stripped.startswith("#") and "cputime" in stripped.lower().split():
             timing = "cputime"  # -C 1: writeResultHeader names the time column "cputime"
         if not _is_noise(stripped):
@@ -500,6 +509,7 @@ def parse_nccl_tests(text: str, *, source: str = "<text>", collective: str | Non
         nccl_version=version,
         timing=timing,
         gpus=tuple(gpus),
+        gpus_per_thread=per_thread,
     )
 
 
@@ -687,10 +697,11 @@ def parse_nccl_tests_json(
         for name, seen in ((d.get("hostname"), hosts), (d.get("device_info"), gpus)):
             if isinstance(name, str) and name.strip() and name.strip() not in seen:
                 seen.append(name.strip())
-    per_process = 1
-    for key in ("nthreads", "ngpus"):
-        n = config.get(key)
-        per_process *= n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 1
+    threads, per_thread = (
+        n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
+        for n in (config.get("nthreads"), config.get("ngpus"))
+    )
+    per_process = (threads or 1) * (per_thread or 1)
     groups = {d.get("group") for d in devices}
     nranks = len(devices) * per_process if devices and len(groups) <= 1 else None
 
@@ -751,6 +762,7 @@ def parse_nccl_tests_json(
         env=env,
         hosts=tuple(hosts),
         gpus=tuple(gpus),
+        gpus_per_thread=per_thread,
     )
 
 

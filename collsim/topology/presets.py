@@ -206,6 +206,21 @@ def _pci_device_ids(value: Any) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _cuda_names(value: Any) -> tuple[str, ...]:
+    """The names CUDA and NVML give the part (``cudaDeviceProp.name``, ``nvidia-smi -L``: ``["NVIDIA B200"]``), as
+    nccl-tests prints them on its ``#  Rank`` lines; matched without regard to case."""
+    if not isinstance(value, list) or not value:
+        raise ValueError(f"expected a list of device names such as ['NVIDIA B200'], got {short_repr(value)}")
+    out: list[str] = []
+    for item in value:
+        if not isinstance(item, str) or not item.strip():
+            raise ValueError(f"expected a device name as CUDA prints it, got {short_repr(item)}")
+        if item.strip().lower() in (o.lower() for o in out):
+            raise ValueError(f"device name {item!r} given twice")
+        out.append(item.strip())
+    return tuple(out)
+
+
 _PCI_VENDOR = re.compile(r"^0x[0-9a-f]{4}$")
 
 
@@ -282,6 +297,7 @@ _PARSERS: dict[str, Callable[[Any], Any]] = {
     "pcie_lanes": _int_choice(PCIE_LANE_COUNTS, "a PCIe link width"),
     "peak_tflops": _peak_tflops,
     "pci_device_ids": _pci_device_ids,
+    "cuda_names": _cuda_names,
     "pci_vendor": _pci_vendor,
     "release": _release,
     "link_preset": _text,  # checked against links.yaml after loading
@@ -318,6 +334,7 @@ GPU_SCHEMA: dict[str, tuple[str, bool]] = {
     "hbm_capacity": ("size", False),  # device memory, bytes
     "peak_tflops": ("peak_tflops", False),  # dtype -> dense (no sparsity) peak, TFLOP/s
     "pci_device_ids": ("pci_device_ids", False),  # PCI vendor:device ids of the part (collsim import nccl-xml)
+    "cuda_names": ("cuda_names", False),  # the part's CUDA device names (collsim import nccl-tests)
     "hbm_latency": ("time", False),  # a load from device memory (beyond L2), unloaded: NVLS's local copies' rate
     "gpudirect_rdma": ("bool", False),  # NICs may read and write its memory (GPUDirect RDMA); absent: yes
 }

@@ -122,7 +122,7 @@ def test_nccl_tests_log_through_read_measurement(tmp_path: Path) -> None:
     m = read_measurement(path, collective="allreduce")
     assert [(r.size_bytes, r.time_us, r.statistic) for r in m.rows] == [(8, 10.0, "mean"), (16, 12.0, "mean")]
     assert m.nranks == 2 and m.backend == "nccl"
-    assert m.software == {"benchmark": "NVIDIA/nccl-tests"}  # the log prints no NCCL version
+    assert m.software == {"benchmark": "NVIDIA/nccl-tests", "op": "sum", "gpus_per_process": 1}  # no NCCL version
     path.write_text("h:1:1 [0] NCCL INFO NCCL version 2.21.5+cuda12.4\n" + path.read_text())
     assert read_measurement(path, collective="allreduce").software["nccl_version"] == "2.21.5"
 

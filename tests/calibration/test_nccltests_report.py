@@ -101,8 +101,9 @@ def test_report_reads_as_a_measurement(tmp_path: Path) -> None:
     assert m.collective == "allreduce" and m.nranks == 8 and m.backend == "nccl" and m.dtype == "float32"
     assert [(r.size_bytes, r.time_us, r.statistic, r.iterations) for r in m.rows] == [
         (8, 20.0, "mean", 20), (1 << 20, 30.0, "mean", 20), (1 << 30, 4000.0, "mean", 20)]  # fmt: skip
-    assert m.software == {"benchmark": "NVIDIA/nccl-tests", "nccl_version": "2.27.3",
-                          "env": {"NCCL_ALGO": "Ring", "OFI_NCCL_TUNER_TYPE": "Region"}, "env_complete": True}
+    assert m.software == {"benchmark": "NVIDIA/nccl-tests", "nccl_version": "2.27.3", "op": "sum",
+                          "gpus_per_process": 4, "env": {"NCCL_ALGO": "Ring", "OFI_NCCL_TUNER_TYPE": "Region"},
+                          "env_complete": True}
     assert m.hardware == {"gpu": "NVIDIA H100 80GB HBM3", "hosts": ["node1"]}
 
 

@@ -252,6 +252,9 @@ def test_unknown_peak_tflops_dtype_lists_valid(topo_dir: Path) -> None:
             "PCIe generation",
         ),
         ("sm_count: 80", "sm_count: 0", "v100-sxm2-32gb.sm_count", "positive integer"),
+        ('cuda_names: ["NVIDIA B200"]', 'cuda_names: "NVIDIA B200"', "b200-sxm-180gb.cuda_names", "list of device"),
+        ('cuda_names: ["NVIDIA B200"]', 'cuda_names: ["NVIDIA B200", "nvidia b200"]', "b200-sxm-180gb.cuda_names",
+         "given twice"),
     ],
 )
 def test_bad_optional_field_names_file_and_field(topo_dir: Path, old: str, new: str, field: str, words: str) -> None:

@@ -1,0 +1,177 @@
+"""Tests of collsim.calibration.scenario_from and ``collsim import nccl-tests``: the scenario of a measured run."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from collsim.calibration import Measurement, MeasurementError, MeasurementRow
+from collsim.calibration.scenario_from import format_scenario, gpu_preset_for, scenario_from_measurement
+from collsim.cli import main
+from collsim.scenario import load_scenario
+from collsim.topology import load_presets, topologies_dir
+
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+def _run(ranks: int | None, *, hosts: list[str] | None = None, gpu: str = H100, collective: str = "allreduce",
+         **software: Any) -> Measurement:  # fmt: skip
+    hardware: dict[str, Any] = {"gpu": gpu}
+    if hosts is not None:
+        hardware["hosts"] = hosts
+    return Measurement(collective, ranks, [MeasurementRow(8, 20.0, "mean"), MeasurementRow(1 << 20, 40.0, "mean")],
+                       backend="nccl", hardware=hardware, software={"benchmark": "NVIDIA/nccl-tests", **software},
+                       file="run.json")  # fmt: skip
+
+
+def _ranks(data: dict[str, Any]) -> int:
+    return len(load_scenario(data).build_topology().rank_devices())
+
+
+def test_every_cuda_name_is_one_presets() -> None:
+    presets = load_presets()
+    seen: dict[str, str] = {}
+    for name, spec in presets.gpus.items():
+        for cuda in spec.get("cuda_names") or ():
+            assert cuda.lower() not in seen, f"{cuda} in {seen.get(cuda.lower())} and {name}"
+            seen[cuda.lower()] = name
+            assert spec.get("cuda_names_source"), name
+            assert gpu_preset_for(cuda.upper(), presets) == name
+    assert (seen["nvidia h100 80gb hbm3"], seen["nvidia b200"], seen["nvidia a100-sxm4-40gb"]) == (
+        "h100-sxm5-80gb", "b200-sxm-180gb", "a100-sxm4-40gb")  # fmt: skip
+
+
+def test_a_template_with_a_gpu_parameter_takes_the_runs_gpu() -> None:
+    imported = scenario_from_measurement(_run(16, hosts=["a", "b"], gpu="NVIDIA B200", nccl_version="2.28.3",
+                                              env={"NCCL_PROTO": "Simple", "NCCL_DEBUG": "INFO"}), "hgx")  # fmt: skip
+    c = imported.data["cluster"]
+    assert (c["node"], c["nodes"], c["node_params"]) == ("hgx", 2, {"gpu": "b200-sxm-180gb"})
+    assert "visible_gpus" not in c
+    assert c["fabric"] == {"topology": "single_switch", "transport": "rdma", "gpudirect": True}
+    nccl = {"enabled": True, "version": "2.28.3", "env": {"NCCL_PROTO": "Simple"}}
+    assert imported.data["backends"] == {"nccl": nccl, "gloo": {"enabled": False}}
+    assert imported.data["workload"] == {"collective": "allreduce", "dtype": "float32", "sizes": [8, 1 << 20]}
+    assert _ranks(imported.data) == 16 and not imported.warnings
+
+
+def test_a_fixed_template_with_other_gpus_is_flagged() -> None:
+    imported = scenario_from_measurement(_run(8, hosts=["a"]), "hgx-b200")
+    assert imported.warnings == ["the run's GPUs are NVIDIA H100 80GB HBM3 (h100-sxm5-80gb); node template "
+                                 "'hgx-b200' has b200-sxm-180gb"]  # fmt: skip
+    assert "node_params" not in imported.data["cluster"]
+    with pytest.raises(MeasurementError, match="has no gpu parameter"):
+        scenario_from_measurement(_run(8, hosts=["a"]), "hgx-b200", gpu="h100-sxm5-80gb")
+
+
+def test_an_unknown_gpu_name_keeps_the_templates_gpus() -> None:
+    imported = scenario_from_measurement(_run(8, hosts=["a"], gpu="NVIDIA A10G"), "hgx")
+    assert "node_params" not in imported.data["cluster"]
+    assert any("no GPU preset lists 'NVIDIA A10G'" in a for a in imported.assumed)
+    assert scenario_from_measurement(_run(8, hosts=["a"], gpu="NVIDIA A10G"), "hgx", gpu="h200-sxm-141gb").data[
+        "cluster"]["node_params"] == {"gpu": "h200-sxm-141gb"}  # fmt: skip
+
+
+def test_a_log_without_hosts_fills_nodes() -> None:
+    two = scenario_from_measurement(_run(16), "hgx-h100")
+    assert two.data["cluster"]["nodes"] == 2 and any("2 nodes of 8 GPUs" in a for a in two.assumed)
+    four = scenario_from_measurement(_run(4), "hgx-h100")
+    assert (four.data["cluster"]["nodes"], four.data["cluster"]["visible_gpus"]) == (1, [0, 1, 2, 3])
+    with pytest.raises(MeasurementError, match="12 ranks do not fill nodes of 8 GPUs"):
+        scenario_from_measurement(_run(12), "hgx-h100")
+    with pytest.raises(MeasurementError, match="give --nranks"):
+        scenario_from_measurement(_run(None), "hgx-h100")
+
+
+def test_more_ranks_a_host_than_gpus_is_an_error() -> None:
+    with pytest.raises(MeasurementError, match="16 ranks a host, but node template 'hgx-h100' has 8 GPUs"):
+        scenario_from_measurement(_run(16, hosts=["a"]), "hgx-h100")
+    with pytest.raises(MeasurementError, match="not the same count on every host"):
+        scenario_from_measurement(_run(9, hosts=["a", "b"]), "hgx-h100")
+
+
+def test_workload_fields_follow_the_run() -> None:
+    bcast = scenario_from_measurement(_run(8, hosts=["a"], collective="broadcast", root=3, op="sum",
+                                           gpus_per_process=8), "hgx-h100")  # fmt: skip
+    assert bcast.data["workload"] == {"collective": "broadcast", "dtype": "float32", "root": 3,
+                                      "sizes": [8, 1 << 20], "gpus_per_process": 8}  # fmt: skip
+    rs = _run(8, hosts=["a"], collective="reduce_scatter", op="max", timing="cputime")
+    rs.dtype = "bfloat16"
+    imported = scenario_from_measurement(rs, "hgx-h100")
+    assert (imported.data["workload"]["op"], imported.data["workload"]["dtype"]) == ("max", "bfloat16")
+    assert any("-C 1" in w for w in imported.warnings)
+    with pytest.raises(MeasurementError, match="does not simulate gather"):
+        scenario_from_measurement(_run(8, collective="gather"), "hgx-h100")
+
+
+@settings(max_examples=12, deadline=None)
+@given(hosts=st.integers(1, 3), per_host=st.integers(1, 8))
+def test_the_scenario_has_the_runs_ranks(hosts: int, per_host: int) -> None:
+    """Whatever the hosts and ranks a host, the scenario written runs exactly the measured ranks."""
+    m = _run(hosts * per_host, hosts=[f"h{i}" for i in range(hosts)])
+    imported = scenario_from_measurement(m, "hgx")
+    assert imported.data["cluster"]["nodes"] == hosts
+    assert _ranks(imported.data) == hosts * per_host
+
+
+def _report_file(tmp_path: Path) -> Path:
+    report = {"version": 3, "args": ["./build/all_gather_perf", "-g", "1"], "nccl_version": 22803,
+              "env": ["NCCL_ALGO=Ring", "NCCL_IB_QPS_PER_CONNECTION=2"], "config": {"nthreads": 1, "ngpus": 1},
+              "devices": [{"rank": r, "group": 0, "hostname": f"n{r // 8}", "device_info": "NVIDIA B200"}
+                          for r in range(16)],
+              "results": [{"size": s, "count": s // 64, "type": "float", "redop": "none", "root": "    -1",
+                           "out_of_place": {"time": t, "alg_bw": 1.0, "bus_bw": 1.0, "nwrong": 0},
+                           "in_place": {"time": t, "alg_bw": 1.0, "bus_bw": 1.0, "nwrong": 0},
+                           "actual_iterations": 20} for s, t in ((1 << 20, 60.0), (1 << 28, 900.0))]}  # fmt: skip
+    path = tmp_path / "runs" / "ag.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(report))
+    return path
+
+
+def test_cli_writes_a_scenario_that_validates(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Relative paths given on the command line are written relative to the scenario's folder."""
+    run = _report_file(tmp_path)
+    (tmp_path / "tpl").mkdir()
+    shutil.copy(topologies_dir() / "nodes" / "hgx-b200.yaml", tmp_path / "tpl" / "mine.yaml")
+    (tmp_path / "scen").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert main(["import", "nccl-tests", "runs/ag.json", "--node", "tpl/mine.yaml", "-o", "scen/ag.yaml"]) == 0
+    printed = capsys.readouterr().out
+    assert "from the run: NCCL 2.28.3" in printed and "Compare: collsim validate scen/ag.yaml runs/ag.json" in printed
+    text = (tmp_path / "scen" / "ag.yaml").read_text()
+    assert "node: ../tpl/mine.yaml" in text
+    assert "# Compare (from this folder): collsim validate ag.yaml ../runs/ag.json" in text
+    scenario = load_scenario(tmp_path / "scen" / "ag.yaml")
+    assert scenario.cluster.nodes == 2 and scenario.workload.collective == ["allgather"]
+    assert scenario.backends.nccl is not None and dict(scenario.backends.nccl.env) == {"NCCL_ALGO": "Ring"}
+    assert main(["validate", "scen/ag.yaml", str(run)]) == 0
+    notes = [line for line in capsys.readouterr().out.splitlines() if line.startswith("# note:")]
+    assert notes == ["# note: the run's NCCL variables differ from backends.nccl.env: set in the run, not modelled: "
+                     "NCCL_IB_QPS_PER_CONNECTION=2"] or all("differ" not in n for n in notes)  # fmt: skip
+
+
+def test_cli_needs_a_node(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = _report_file(tmp_path)
+    assert main(["import", "nccl-tests", str(run)]) == 2
+    assert "give --node TEMPLATE" in capsys.readouterr().err
+    assert main(["import", "nccl-tests", str(run), "--node", "hgx", "--nic", "connectx-7-ndr"]) == 2
+    assert "--nic is for nccl-xml and nvidia-smi" in capsys.readouterr().err
+    assert main(["import", "nccl-tests", str(run), "--node", "hgx"]) == 0  # no -o: the YAML on stdout
+    assert load_scenario(__import__("yaml").safe_load(capsys.readouterr().out)).cluster.node_params["gpu"] == (
+        "b200-sxm-180gb")
+
+
+def test_format_scenario_says_where_everything_came_from() -> None:
+    imported = scenario_from_measurement(_run(16), "hgx-h100")
+    text = format_scenario(imported, "run.json", "s.yaml")
+    assert text.startswith("# Scenario of the nccl-tests run run.json")
+    assert "# Assumed: 2 nodes of 8 GPUs: the run names no hosts (16 ranks)." in text
+    assert load_scenario(__import__("yaml").safe_load(text)).name == "run"
