@@ -388,7 +388,7 @@ def xml_from_topology(topo: Topology) -> str:
             return 'link_speed="" link_width="0"'
         gen = int(lk.preset[4:])
         width = round(16 * lk.raw_bandwidth / presets.links[lk.preset]["bandwidth"])
-        speed = {3: "8.0", 4: "16.0", 5: "32.0"}[gen]
+        speed = {3: "8.0", 4: "16.0", 5: "32.0", 6: "64.0"}[gen]
         return f'link_speed="{speed} GT/s PCIe" link_width="{width}"'
 
     switch = next(iter(topo.devices("nvswitch", 0)), None)
@@ -403,7 +403,8 @@ def xml_from_topology(topo: Topology) -> str:
                 emit(child, name, out)
             out.append("</pci>")
         elif dev.kind == "gpu":
-            pid = presets.gpus[dev.spec["preset"]]["pci_device_ids"][0].split(":")
+            ids = presets.gpus[dev.spec["preset"]]["pci_device_ids"] or ("10de:ffff",)  # none known: --gpu names it
+            pid = ids[0].split(":")
             nv = []
             for other in sorted(topo.graph.successors(name)):
                 lk = topo.link(name, other)
@@ -490,7 +491,9 @@ SHIPPED = [t for t in available_templates() if t != "cpu-host"]  # cpu-host has 
 @pytest.mark.parametrize("name", SHIPPED)
 def test_every_shipped_node_round_trips_through_nccl_xml(name: str) -> None:
     ref = load_topology(name)
-    t = template_from_nccl_xml(xml_from_topology(ref), file=f"{name}.xml")
+    preset = ref.gpus()[0].spec["preset"]
+    gpu = None if load_presets().gpus[preset]["pci_device_ids"] else preset  # a GPU without a known PCI id: --gpu
+    t = template_from_nccl_xml(xml_from_topology(ref), file=f"{name}.xml", gpu=gpu)
     got = topology_from_template(t)
     assert _matrix(got) == _matrix(ref)
     gpu = ref.gpus()[0].name

@@ -24,6 +24,7 @@ TEMPLATES = [
     "h100-pcie-nvlink-pair",
     "hgx",
     "hgx-b200",
+    "hgx-b300",
     "hgx-h100",
     "l40s-8gpu",
     "oci-bm-gpu-h100-8",
@@ -43,6 +44,26 @@ def test_each_template_loads(name: str) -> None:
     assert topo.rank_devices()
     for lk in topo.links():
         assert topo.link(lk.dst, lk.src).bandwidth == lk.bandwidth  # full duplex
+
+
+def test_hgx_b300_pairs_each_gpu_with_its_supernic_at_gen6() -> None:
+    """DGX B300: GPU i and ConnectX-8 i on the SuperNIC's own Gen6 switch (NCCL's 96 GB/s, PIX), the switches'
+    host links at the CPU's Gen5 (48 GB/s), 800 Gb/s NICs, NVLink 5 x 18 to the NVSwitch; NCCL's ring search gives
+    4 channels a NIC at 800 Gb/s (nccl.yaml ring_search), 32 on two nodes."""
+    from collsim.api import Simulator
+
+    topo = load_topology("hgx-b300")
+    gpus, nics = topo.gpus(), topo.nics()
+    assert [g.spec["preset"] for g in gpus] == ["b300-sxm-288gb"] * 8 and len(nics) == 8
+    for i in range(8):
+        assert topo.link(f"n0/gpu{i}", f"n0/pcie{i}").bandwidth == pytest.approx(16 * 480 / 80 * 1e9)  # Gen6 x16
+        assert topo.link(f"n0/nic{i}", f"n0/pcie{i}").bandwidth == pytest.approx(96e9)
+        assert topo.link(f"n0/pcie{i}", f"n0/cpu{i // 4}").bandwidth == pytest.approx(48e9)  # Gen5 root port
+        assert topo.link(f"n0/gpu{i}", "n0/nvswitch").bandwidth == pytest.approx(18 * 40.1e9)
+    assert all(n.spec["speed"] == 100e9 for n in nics)  # 800 Gb/s / 8 bits per byte
+    sim = Simulator.from_source({"name": "b300", "cluster": {"node": "hgx-b300", "nodes": 2, "fabric": {
+        "topology": "rail_optimized"}}, "workload": {"collective": "allreduce", "sizes": [1 << 30]}})  # fmt: skip
+    assert sim.nccl_plan.channels == 32 and sim.nccl_plan.intra_hw == "NVLINK"
 
 
 def test_dgx_a100(dgx: Topology) -> None:
