@@ -555,6 +555,11 @@ def is_nccl_tests_json(data: Any) -> bool:
     )
 
 
+def _json_count(value: Any, least: int = 1) -> int | None:
+    """``value`` when it is a JSON integer of at least ``least`` (not a bool), else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= least else None
+
+
 def _json_number(value: Any, source: str, where: str) -> float | None:
     """A result cell as a float: None for ``null`` and nccl-tests' ``"nan"``; a non-number is an error."""
     if value is None or (isinstance(value, str) and value.strip().lower() == "nan"):
@@ -588,7 +593,7 @@ def _json_spread(per_iter: Any) -> float | None:
     if not isinstance(per_iter, Mapping) or not isinstance(per_iter.get("times_us"), list):
         return None
     skip = per_iter.get("skipped_iterations")
-    skip = skip if isinstance(skip, int) and not isinstance(skip, bool) and skip > 0 else 0
+    skip = _json_count(skip) or 0
     times = [float(t) for t in per_iter["times_us"][skip:] if isinstance(t, int | float) and not isinstance(t, bool)]
     if len(times) < 2:
         return None
@@ -685,8 +690,8 @@ def parse_nccl_tests_json(
             if key.startswith(_ENV_PREFIXES):
                 env[key] = value
 
-    code = data.get("nccl_version")
-    version = _version_from_code(code) if isinstance(code, int) and not isinstance(code, bool) and code > 0 else None
+    code = _json_count(data.get("nccl_version"))
+    version = _version_from_code(code) if code is not None else None
 
     config = data.get("config") if isinstance(data.get("config"), Mapping) else {}
     assert isinstance(config, Mapping)
@@ -697,10 +702,7 @@ def parse_nccl_tests_json(
         for name, seen in ((d.get("hostname"), hosts), (d.get("device_info"), gpus)):
             if isinstance(name, str) and name.strip() and name.strip() not in seen:
                 seen.append(name.strip())
-    threads, per_thread = (
-        n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
-        for n in (config.get("nthreads"), config.get("ngpus"))
-    )
+    threads, per_thread = _json_count(config.get("nthreads")), _json_count(config.get("ngpus"))
     per_process = (threads or 1) * (per_thread or 1)
     groups = {d.get("group") for d in devices}
     nranks = len(devices) * per_process if devices and len(groups) <= 1 else None
@@ -737,7 +739,7 @@ def parse_nccl_tests_json(
         rows.append(
             MeasuredRow(
                 size_bytes=size,
-                count=count if isinstance(count, int) and not isinstance(count, bool) else None,
+                count=_json_count(count, 0),
                 dtype=_DTYPE_FROM_NCCL.get(type_name, type_name) if isinstance(type_name, str) else None,
                 redop=r.get("redop") if isinstance(r.get("redop"), str) else None,
                 root=root_int,
@@ -748,7 +750,7 @@ def parse_nccl_tests_json(
                 inplace_algbw_gbps=None if inp is None else inp[1],
                 inplace_busbw_gbps=None if inp is None else inp[2],
                 line=i + 1,
-                iterations=iters if isinstance(iters, int) and not isinstance(iters, bool) and iters > 0 else None,
+                iterations=_json_count(iters),
                 spread_us=_json_spread(r.get("out_of_place_per_iter" if out is not None else "in_place_per_iter")),
             )
         )
