@@ -37,7 +37,7 @@ from typing import Any
 import yaml
 
 from collsim.calibration.measurement import Measurement, MeasurementError
-from collsim.nccl_env import KNOWN_NCCL_ENV, PLUGIN_ENV
+from collsim.nccl_env import INERT_NCCL_ENV, KNOWN_NCCL_ENV, PLUGIN_ENV
 from collsim.units import DTYPE_SIZES
 from collsim.vocab import COLLECTIVES, REDUCING_COLLECTIVES, ROOTED_COLLECTIVES
 
@@ -260,12 +260,12 @@ def scenario_from_measurement(
     assert isinstance(env, Mapping)
     modelled = set(KNOWN_NCCL_ENV) | set(PLUGIN_ENV)
     nccl["env"] = {str(k): str(v) for k, v in sorted(env.items()) if k in modelled}
-    left = sorted(str(k) for k in env if str(k).startswith("NCCL_") and k not in modelled)
+    left = sorted(str(k) for k in env if str(k).startswith("NCCL_") and k not in modelled and k not in INERT_NCCL_ENV)
     if nccl["env"]:
         out.taken.append(f"the run's NCCL variables collsim models: {', '.join(nccl['env'])}")
     if left:
-        out.assumed.append(f"the run's other NCCL variables are left out (not modelled or no effect on time): "
-                           f"{', '.join(left)}")  # fmt: skip
+        out.assumed.append(f"the run's NCCL variables collsim does not model are left out (their effect is not in "
+                           f"the prediction): {', '.join(left)}")  # fmt: skip
     if m.software.get("timing") == "cputime":
         out.warnings.append("the run timed on the host (-C 1); collsim predicts the GPUs' time")
 

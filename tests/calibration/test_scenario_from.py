@@ -49,7 +49,8 @@ def test_every_cuda_name_is_one_presets() -> None:
 
 def test_a_template_with_a_gpu_parameter_takes_the_runs_gpu() -> None:
     imported = scenario_from_measurement(_run(16, hosts=["a", "b"], gpu="NVIDIA B200", nccl_version="2.28.3",
-                                              env={"NCCL_PROTO": "Simple", "NCCL_DEBUG": "INFO"}), "hgx")  # fmt: skip
+                                              env={"NCCL_PROTO": "Simple", "NCCL_DEBUG": "INFO",
+                                                   "NCCL_IB_QPS_PER_CONNECTION": "2"}), "hgx")  # fmt: skip
     c = imported.data["cluster"]
     assert (c["node"], c["nodes"], c["node_params"]) == ("hgx", 2, {"gpu": "b200-sxm-180gb"})
     assert "visible_gpus" not in c
@@ -58,6 +59,9 @@ def test_a_template_with_a_gpu_parameter_takes_the_runs_gpu() -> None:
     assert imported.data["backends"] == {"nccl": nccl, "gloo": {"enabled": False}}
     assert imported.data["workload"] == {"collective": "allreduce", "dtype": "float32", "sizes": [8, 1 << 20]}
     assert _ranks(imported.data) == 16 and not imported.warnings
+    left = [a for a in imported.assumed if "does not model" in a]
+    assert left == ["the run's NCCL variables collsim does not model are left out (their effect is not in the "
+                    "prediction): NCCL_IB_QPS_PER_CONNECTION"]  # NCCL_DEBUG has none: not listed  # fmt: skip
 
 
 def test_a_fixed_template_with_other_gpus_is_flagged() -> None:
