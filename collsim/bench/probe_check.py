@@ -38,7 +38,7 @@ from typing import Any
 
 from collsim.bench.config import BenchError
 from collsim.bench.native import HBM_MIN_BYTES, parse_rows, preset_figures
-from collsim.topology.presets import PresetLibrary, load_presets, read_yaml
+from collsim.topology.presets import PresetLibrary, gpu_preset_for_name, load_presets, read_yaml
 from collsim.units import format_size
 
 __all__ = [
@@ -112,14 +112,18 @@ class ProbeCheck:
 
 
 def gpu_preset_for(probe_gpu: str, presets: PresetLibrary) -> str:
-    """The one GPU preset whose ``model`` names the probe's GPU (``NVIDIA H200`` -> ``h200-sxm-141gb``): every word
-    of the probe's name but ``NVIDIA`` is a word of the model (so ``H200`` is not ``GH200``).
+    """The GPU preset of the probe's GPU: the one whose ``cuda_names`` list its name, else the one whose ``model``
+    names it (``NVIDIA H200`` -> ``h200-sxm-141gb``): every word of the probe's name but ``NVIDIA`` is a word of
+    the model (so ``H200`` is not ``GH200``).
 
     Raises
     ------
     BenchError
         When none or several match: ``--gpu`` must name it.
     """
+    listed = gpu_preset_for_name(presets, probe_gpu)
+    if listed is not None:
+        return listed
     words = {w for w in probe_gpu.lower().split() if w != "nvidia"}
     hits = sorted(
         n for n, rec in presets.gpus.items() if words and words <= set(re.findall(r"\w+", str(rec["model"]).lower()))
@@ -137,11 +141,11 @@ def _section(probe: Mapping[str, Any], key: str, file: str) -> Any:
 
 
 def _pcie_preset(spec: Mapping[str, Any], gpu: str) -> tuple[str, int]:
-    """The links.yaml PCIe preset of a GPU preset's generation (Gen3-5; outside, the nearest) and its lane count."""
+    """The links.yaml PCIe preset of a GPU preset's generation (Gen3-6; outside, the nearest) and its lane count."""
     gen = spec.get("pcie_gen")
     if gen is None:
         raise BenchError(f"--probe-check: GPU preset {gpu} has no pcie_gen; the copy rate cannot be compared")
-    return f"pcie{min(max(int(gen), 3), 5)}", int(spec.get("pcie_lanes") or 16)
+    return f"pcie{min(max(int(gen), 3), 6)}", int(spec.get("pcie_lanes") or 16)
 
 
 def _link_bandwidth(spec: Mapping[str, Any], presets: PresetLibrary, gpu: str) -> tuple[float, str]:

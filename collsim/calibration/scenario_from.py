@@ -41,7 +41,7 @@ from collsim.nccl_env import INERT_NCCL_ENV, KNOWN_NCCL_ENV, PLUGIN_ENV
 from collsim.units import DTYPE_SIZES
 from collsim.vocab import COLLECTIVES, REDUCING_COLLECTIVES, ROOTED_COLLECTIVES
 
-__all__ = ["ImportedScenario", "format_scenario", "gpu_preset_for", "scenario_from_measurement"]
+__all__ = ["ImportedScenario", "format_scenario", "scenario_from_measurement"]
 
 
 @dataclass
@@ -64,20 +64,6 @@ class ImportedScenario:
     taken: list[str] = field(default_factory=list)
     assumed: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-
-
-def gpu_preset_for(name: str, presets: Any) -> str | None:
-    """The GPU preset whose ``cuda_names`` list ``name`` (case and surrounding spaces ignored), or None.
-
-    >>> from collsim.topology import load_presets
-    >>> gpu_preset_for("nvidia b200", load_presets()), gpu_preset_for("NVIDIA A10G", load_presets())
-    ('b200-sxm-180gb', None)
-    """
-    wanted = name.strip().lower()
-    for preset in sorted(presets.gpus):
-        if any(n.lower() == wanted for n in presets.gpus[preset].get("cuda_names") or ()):
-            return str(preset)
-    return None
 
 
 def _template_file(node: str, base: Path) -> Path | None:
@@ -144,6 +130,7 @@ def scenario_from_measurement(
         When the template or a preset named does not load (naming the field).
     """
     from collsim.topology import load_presets
+    from collsim.topology.presets import gpu_preset_for_name
 
     base = Path(base)
     file = m.file
@@ -168,7 +155,7 @@ def scenario_from_measurement(
 
         presets = merge_presets(presets, [s for f in preset_files for s in read_preset_files(base / f)])
     names = [n for n in str(m.hardware.get("gpu") or "").split(", ") if n.strip()]
-    matched = {n: gpu_preset_for(n, presets) for n in names}
+    matched = {n: gpu_preset_for_name(presets, n) for n in names}
     if len(names) > 1:
         out.warnings.append(f"the run printed several GPU names ({', '.join(names)}); the first is used")
     found = matched[names[0]] if names else None

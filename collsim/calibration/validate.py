@@ -39,6 +39,7 @@ __all__ = [
     "check_ranks",
     "dtype_note",
     "env_note",
+    "gpu_note",
     "measurement_backend",
     "nearest_pair",
     "predict_times",
@@ -400,8 +401,9 @@ def validate(
             )
         )
     prof = sim.profile.file if sim.profile is not None else None
+    gpus = {str(g.spec.get("preset")) for g in sim.topology.gpus()}
     notes = [harness_note(m, backend, sim.scenario.workload.host_overhead), timing_note(m),
-             dtype_note(m, sim.scenario.workload.dtype)]  # fmt: skip
+             dtype_note(m, sim.scenario.workload.dtype), gpu_note(m, sim.scenario.preset_library(), gpus)]  # fmt: skip
     if backend == "nccl":
         notes.append(version_note(m, sim.nccl_options.version))
         from collsim.backends.nccl.ib_hca import ib_hca_selection  # the backend only where a note needs it
@@ -537,6 +539,31 @@ def env_note(
     if other:
         parts.append("set in the run, not modelled: " + ", ".join(other))
     return "; ".join(parts) or None
+
+
+def gpu_note(m: Measurement, presets: Any, scenario_gpus: Collection[str]) -> str | None:
+    """A note when the run printed a GPU name (``hardware.gpu``: nccl-tests' ``#  Rank`` lines or report, a
+    published case's exact device name) that a GPU preset's ``cuda_names`` list, and the scenario's GPUs are another
+    preset. None when they agree or no name is known to a preset.
+
+    >>> from collsim.topology import load_presets
+    >>> m = Measurement("allreduce", hardware={"gpu": "NVIDIA B200"})
+    >>> gpu_note(m, load_presets(), {"h100-sxm5-80gb"})
+    "the run's GPUs are NVIDIA B200 (b200-sxm-180gb), the scenario's h100-sxm5-80gb"
+    >>> gpu_note(m, load_presets(), {"b200-sxm-180gb"}) is None
+    True
+    """
+    from collsim.topology.presets import gpu_preset_for_name
+
+    names = [n.strip() for n in str(m.hardware.get("gpu") or "").split(", ") if n.strip()]
+    other = []
+    for name in names:
+        preset = gpu_preset_for_name(presets, name)
+        if preset is not None and preset not in scenario_gpus:
+            other.append(f"{name} ({preset})")
+    if not other:
+        return None
+    return f"the run's GPUs are {', '.join(other)}, the scenario's {', '.join(sorted(scenario_gpus))}"
 
 
 def dtype_note(m: Measurement, dtype: str) -> str | None:

@@ -26,6 +26,7 @@ __all__ = [
     "PRESET_FILE_KEYS",
     "PresetLibrary",
     "PresetSource",
+    "gpu_preset_for_name",
     "load_presets",
     "merge_presets",
     "parse_field",
@@ -402,6 +403,21 @@ def dma_ratio(preset: Mapping[str, Any]) -> float:
     """
     dma = preset.get("dma_efficiency")
     return 1.0 if dma is None else float(dma) / float(preset["efficiency"])
+
+
+def gpu_preset_for_name(library: PresetLibrary, name: str) -> str | None:
+    """The GPU preset whose ``cuda_names`` list ``name`` (the device name CUDA reports, as nccl-tests prints it;
+    case and surrounding spaces ignored), or None.
+
+    >>> lib = load_presets()
+    >>> gpu_preset_for_name(lib, "nvidia b200"), gpu_preset_for_name(lib, "NVIDIA A10G")
+    ('b200-sxm-180gb', None)
+    """
+    wanted = name.strip().lower()
+    for preset in sorted(library.gpus):
+        if any(n.lower() == wanted for n in library.gpus[preset].get("cuda_names") or ()):
+            return str(preset)
+    return None
 
 
 def parse_field(ftype: str, value: Any) -> Any:

@@ -21,7 +21,7 @@ from collsim.bench.probe_check import (
     staging_model_time_s,
 )
 from collsim.cli import main
-from collsim.topology.presets import load_presets, merge_presets, read_preset_files
+from collsim.topology.presets import PresetSource, load_presets, merge_presets, read_preset_files
 
 DATA = Path(__file__).resolve().parents[2] / "scenarios" / "measurements" / "h200-probe"
 
@@ -71,6 +71,11 @@ def test_the_probe_names_its_preset() -> None:
         gpu_preset_for("NVIDIA A100", presets)  # 40 GB and 80 GB
     with pytest.raises(BenchError, match="none matches; name the preset with --gpu"):
         gpu_preset_for("Fake GPU", presets)
+    # a preset's cuda_names come first: the device name as CUDA prints it, whatever the model string says
+    assert gpu_preset_for("NVIDIA A100-SXM4-40GB", presets) == "a100-sxm4-40gb"
+    lab = {"base": "h100-sxm5-80gb", "model": "Lab board", "cuda_names": ["Fake GPU"], "source": "test"}
+    merged = merge_presets(presets, [PresetSource({"gpus": {"lab": lab}}, "lab.yaml")])
+    assert gpu_preset_for("Fake GPU", merged) == "lab"
 
 
 @pytest.mark.parametrize("i", [1, 2, 3])

@@ -398,3 +398,15 @@ def test_nccl_tests_logs_get_the_harness_note(tmp_path: Path) -> None:
     torch = Simulator(load_scenario(SCENARIOS / "hgx-h100.yaml", overrides=["workload.host_overhead=torch"]))
     assert any(n.startswith("nccl-tests queues its calls back to back") for n in validate(torch, m).notes)
     assert not any("queues" in n for n in validate(Simulator(load_scenario(SCENARIOS / "hgx-h100.yaml")), m).notes)
+
+
+def test_validate_notes_a_run_on_other_gpus(tmp_path: Path) -> None:
+    """The run's GPU name, known to a preset's cuda_names, against the scenario's GPU presets."""
+    report = _hgx_report(())
+    for d in report["devices"]:
+        d["device_info"] = "NVIDIA B200"
+    m = read_measurement(_write(tmp_path, report))
+    h100 = Simulator(load_scenario(SCENARIOS / "hgx-h100.yaml"))
+    assert "the run's GPUs are NVIDIA B200 (b200-sxm-180gb), the scenario's h100-sxm5-80gb" in validate(h100, m).notes
+    b200 = Simulator(load_scenario(SCENARIOS / "hgx-h100.yaml", overrides=["cluster.node=hgx-b200"]))
+    assert not any("the run's GPUs" in n for n in validate(b200, m).notes)

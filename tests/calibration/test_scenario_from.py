@@ -12,10 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from collsim.calibration import Measurement, MeasurementError, MeasurementRow
-from collsim.calibration.scenario_from import format_scenario, gpu_preset_for, scenario_from_measurement
+from collsim.calibration.scenario_from import format_scenario, scenario_from_measurement
 from collsim.cli import main
 from collsim.scenario import load_scenario
 from collsim.topology import load_presets, topologies_dir
+from collsim.topology.presets import gpu_preset_for_name
 
 H100 = "NVIDIA H100 80GB HBM3"
 
@@ -42,7 +43,7 @@ def test_every_cuda_name_is_one_presets() -> None:
             assert cuda.lower() not in seen, f"{cuda} in {seen.get(cuda.lower())} and {name}"
             seen[cuda.lower()] = name
             assert spec.get("cuda_names_source"), name
-            assert gpu_preset_for(cuda.upper(), presets) == name
+            assert gpu_preset_for_name(presets, cuda.upper()) == name
     assert (seen["nvidia h100 80gb hbm3"], seen["nvidia b200"], seen["nvidia a100-sxm4-40gb"]) == (
         "h100-sxm5-80gb", "b200-sxm-180gb", "a100-sxm4-40gb")  # fmt: skip
 
