@@ -27,7 +27,6 @@ Examples
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -66,27 +65,122 @@ class ImportedScenario:
     warnings: list[str] = field(default_factory=list)
 
 
-def _template_file(node: str, base: Path) -> Path | None:
-    """The template file a ``cluster.node`` value names (a shipped name or a path), None if there is none."""
-    from collsim.topology import topologies_dir
-
-    if "/" in node or node.endswith((".yaml", ".yml")):
-        path = Path(node) if Path(node).is_absolute() else base / node
-        return path if path.is_file() else None
-    shipped = topologies_dir() / "nodes" / f"{node}.yaml"
-    return shipped if shipped.is_file() else None
-
-
 def _load(data: Mapping[str, Any], base: Path) -> Any:
-    """``load_scenario`` of ``data`` as if it sat in ``base`` (relative paths resolve there)."""
+    """``load_scenario`` of ``data`` as if it were a file in ``base`` (relative paths resolve there)."""
     from collsim.scenario import load_scenario
 
-    cwd = Path.cwd()
-    try:
-        os.chdir(base)  # a mapping's relative paths (cluster.node, preset_files) resolve against the working folder
-        return load_scenario(dict(data))
-    finally:
-        os.chdir(cwd)
+    return load_scenario(dict(data), base_dir=base)
+
+
+def _gpu_choice(
+    m: Measurement, node: str, gpu: str | None, has_gpu_param: bool, library: Any, out: ImportedScenario
+) -> tuple[dict[str, Any], list[str], str | None]:
+    """The template's ``node_params`` for the GPU (``--gpu``, else the preset whose ``cuda_names`` list the name the
+    run printed, on a template with a ``gpu`` parameter), the run's GPU names, and the preset of the first."""
+    from collsim.topology.presets import gpu_preset_for_name
+
+    file = m.file
+    names = [n for n in str(m.hardware.get("gpu") or "").split(", ") if n.strip()]
+    if len(names) > 1:
+        out.warnings.append(f"the run printed several GPU names ({', '.join(names)}); the first is used")
+    found = gpu_preset_for_name(library, names[0]) if names else None
+    if gpu is not None:
+        if not has_gpu_param:
+            raise MeasurementError(f"--gpu {gpu}: node template {node!r} has no gpu parameter; its GPUs are its own "
+                                   "(give a template with one, e.g. hgx or pcie-workstation)", file=file)  # fmt: skip
+        if gpu not in library.gpus:
+            raise MeasurementError(f"--gpu {gpu}: no such GPU preset (gpus.yaml, or --presets)", file=file)
+        out.taken.append(f"GPU preset {gpu} (--gpu)")
+        return {"gpu": gpu}, names, found
+    if found is not None and has_gpu_param:
+        out.taken.append(f"GPU preset {found}: the run's GPUs are {names[0]} (gpus.yaml cuda_names)")
+        return {"gpu": found}, names, found
+    if names and found is None:
+        default = " (its gpu parameter's default; give --gpu PRESET)" if has_gpu_param else ""
+        out.assumed.append(f"no GPU preset lists {names[0]!r} (gpus.yaml cuda_names): the template's GPUs{default}")
+    return {}, names, found
+
+
+def _placement(m: Measurement, node: str, topo: Any, out: ImportedScenario) -> dict[str, Any]:
+    """``cluster`` fields for the run's ranks on ``node`` (built as ``topo``, one node): ``nodes`` from the run's
+    hosts or its rank count, ``visible_gpus`` when a host ran fewer ranks than the node has GPUs, and between nodes
+    an assumed ``fabric``."""
+    file, ranks = m.file, m.nranks
+    assert ranks is not None  # checked by the caller
+    per_node = len(topo.gpus())
+    hosts = [h for h in m.hardware.get("hosts") or [] if isinstance(h, str)]
+    if hosts:
+        nodes = len(hosts)
+        if ranks % nodes:
+            raise MeasurementError(f"{ranks} ranks on {nodes} hosts is not the same count on every host", file=file)
+        shown = f"{', '.join(hosts[:4])}{' ...' if nodes > 4 else ''}"
+        out.taken.append(f"{nodes} node{'s' if nodes > 1 else ''}: the run's hosts ({shown})")
+    elif ranks <= per_node:
+        nodes = 1
+        out.assumed.append("one node: the run names no hosts and has no more ranks than a node has GPUs")
+    else:
+        if ranks % per_node:
+            raise MeasurementError(f"{ranks} ranks do not fill nodes of {per_node} GPUs ({node}); a run that names "
+                                   "its hosts (a JSON report, -J) says how they are spread", file=file)  # fmt: skip
+        nodes = ranks // per_node
+        out.assumed.append(f"{nodes} nodes of {per_node} GPUs: the run names no hosts ({ranks} ranks)")
+    local = ranks // nodes
+    if local > per_node:
+        raise MeasurementError(f"{local} ranks a host, but node template {node!r} has {per_node} GPUs", file=file)
+    placed: dict[str, Any] = {"nodes": nodes}
+    if local < per_node:
+        placed["visible_gpus"] = list(range(local))
+        out.assumed.append(f"{local} of the node's {per_node} GPUs, the first ones (cluster.visible_gpus; set the "
+                           "ones CUDA_VISIBLE_DEVICES listed)")  # fmt: skip
+    if nodes > 1:
+        rdma = all(bool(d.spec.get("rdma", True)) for d in topo.nics())
+        placed["fabric"] = {"topology": "single_switch", "transport": "rdma" if rdma else "tcp", "gpudirect": rdma}
+        out.assumed.append("one non-blocking switch between the nodes (cluster.fabric.topology: single_switch; "
+                           "rail_optimized or fat_tree as the cluster is built)")  # fmt: skip
+    return placed
+
+
+def _workload(m: Measurement, out: ImportedScenario) -> dict[str, Any]:
+    """``workload``: the run's collective, type, operator, root, sizes and GPUs a thread drove (``-g``)."""
+    workload: dict[str, Any] = {"collective": m.collective}
+    if m.dtype in DTYPE_SIZES:
+        workload["dtype"] = m.dtype
+    else:
+        out.assumed.append(f"float32: collsim has no type {m.dtype!r}")
+    op = m.software.get("op")
+    if m.collective in REDUCING_COLLECTIVES - {"sendrecv"} and isinstance(op, str):
+        workload["op"] = op
+    root = m.software.get("root")
+    if m.collective in ROOTED_COLLECTIVES and isinstance(root, int):
+        workload["root"] = root
+    workload["sizes"] = [r.size_bytes for r in m.rows]
+    per_process = m.software.get("gpus_per_process")
+    if isinstance(per_process, int) and per_process > 1:
+        workload["gpus_per_process"] = per_process
+        out.taken.append(f"gpus_per_process {per_process}: the run's threads each drove {per_process} GPUs (-g)")
+    return workload
+
+
+def _nccl_backend(m: Measurement, out: ImportedScenario) -> dict[str, Any]:
+    """``backends.nccl``: the run's release and the NCCL variables it set that collsim models."""
+    nccl: dict[str, Any] = {"enabled": True}
+    found_version = re.search(r"\d+\.\d+\.\d+", str(m.software.get("nccl_version") or ""))
+    if found_version:
+        nccl["version"] = found_version.group(0)
+        out.taken.append(f"NCCL {found_version.group(0)}")
+    else:
+        out.assumed.append("the latest NCCL release collsim holds: the run does not print its own")
+    env = m.software.get("env") if isinstance(m.software.get("env"), Mapping) else {}
+    assert isinstance(env, Mapping)
+    modelled = set(KNOWN_NCCL_ENV) | set(PLUGIN_ENV)
+    nccl["env"] = {str(k): str(v) for k, v in sorted(env.items()) if k in modelled}
+    left = sorted(str(k) for k in env if str(k).startswith("NCCL_") and k not in modelled and k not in INERT_NCCL_ENV)
+    if nccl["env"]:
+        out.taken.append(f"the run's NCCL variables collsim models: {', '.join(nccl['env'])}")
+    if left:
+        out.assumed.append(f"the run's NCCL variables collsim does not model are left out (their effect is not in "
+                           f"the prediction): {', '.join(left)}")  # fmt: skip
+    return nccl
 
 
 def scenario_from_measurement(
@@ -129,9 +223,6 @@ def scenario_from_measurement(
     collsim.scenario.ScenarioError
         When the template or a preset named does not load (naming the field).
     """
-    from collsim.topology import load_presets
-    from collsim.topology.presets import gpu_preset_for_name
-
     base = Path(base)
     file = m.file
     if m.collective not in COLLECTIVES:
@@ -140,132 +231,36 @@ def scenario_from_measurement(
     if m.nranks is None:
         raise MeasurementError("the run does not say how many ranks ran: give --nranks", file=file, field="nranks")
     out = ImportedScenario(data={})
-    template = _template_file(node, base)
-    params: Mapping[str, Any] = {}
-    if template is not None:
-        from collsim.topology.presets import read_yaml
-
-        raw = read_yaml(template)
-        params = raw.get("params") or {} if isinstance(raw, Mapping) else {}
-    gpu_param = isinstance(params.get("gpu"), Mapping) and params["gpu"].get("type") == "gpu"
-
-    presets = load_presets()
-    if preset_files:
-        from collsim.topology.presets import merge_presets, read_preset_files
-
-        presets = merge_presets(presets, [s for f in preset_files for s in read_preset_files(base / f)])
-    names = [n for n in str(m.hardware.get("gpu") or "").split(", ") if n.strip()]
-    matched = {n: gpu_preset_for_name(presets, n) for n in names}
-    if len(names) > 1:
-        out.warnings.append(f"the run printed several GPU names ({', '.join(names)}); the first is used")
-    found = matched[names[0]] if names else None
-    node_params: dict[str, Any] = {}
-    if gpu is not None:
-        if not gpu_param:
-            raise MeasurementError(f"--gpu {gpu}: node template {node!r} has no gpu parameter; its GPUs are its own "
-                                   "(give a template with one, e.g. hgx or pcie-workstation)", file=file)  # fmt: skip
-        if gpu not in presets.gpus:
-            raise MeasurementError(f"--gpu {gpu}: no such GPU preset (gpus.yaml, or --presets)", file=file)
-        node_params["gpu"] = gpu
-        out.taken.append(f"GPU preset {gpu} (--gpu)")
-    elif found is not None and gpu_param:
-        node_params["gpu"] = found
-        out.taken.append(f"GPU preset {found}: the run's GPUs are {names[0]} (gpus.yaml cuda_names)")
-    elif names and found is None:
-        out.assumed.append(f"no GPU preset lists {names[0]!r} (gpus.yaml cuda_names): the template's GPUs"
-                           + (" (its gpu parameter's default; give --gpu PRESET)" if gpu_param else ""))  # fmt: skip
-
     cluster: dict[str, Any] = {"node": node, "nodes": 1}
+    probe_data = {"name": "probe", "cluster": cluster, "preset_files": list(preset_files),
+                  "workload": {"collective": m.collective}}  # fmt: skip
+    probe = _load(probe_data, base)
+    params = probe.node_template_source()[0].get("params") or {}
+    has_gpu_param = isinstance(params.get("gpu"), Mapping) and params["gpu"].get("type") == "gpu"
+    node_params, names, found = _gpu_choice(m, node, gpu, has_gpu_param, probe.preset_library(), out)
     if node_params:
         cluster["node_params"] = node_params
-    probe = _load({"name": "probe", "cluster": cluster, "preset_files": list(preset_files),
-                   "workload": {"collective": m.collective}}, base)  # fmt: skip
+        probe = _load(probe_data, base)
     topo = probe.build_topology()
-    per_node = len(topo.gpus())
     gpu_presets = sorted({str(d.spec.get("preset")) for d in topo.gpus()})
     if found is not None and "gpu" not in node_params and found not in gpu_presets:
         out.warnings.append(f"the run's GPUs are {names[0]} ({found}); node template {node!r} has "
                             f"{', '.join(gpu_presets)}")  # fmt: skip
+    cluster.update(_placement(m, node, topo, out))
 
-    hosts = [h for h in m.hardware.get("hosts") or [] if isinstance(h, str)]
     ranks = m.nranks
-    if hosts:
-        nodes = len(hosts)
-        if ranks % nodes:
-            raise MeasurementError(f"{ranks} ranks on {nodes} hosts is not the same count on every host", file=file)
-        shown = f"{', '.join(hosts[:4])}{' ...' if nodes > 4 else ''}"
-        out.taken.append(f"{nodes} node{'s' if nodes > 1 else ''}: the run's hosts ({shown})")
-    elif ranks <= per_node:
-        nodes = 1
-        out.assumed.append("one node: the run names no hosts and has no more ranks than a node has GPUs")
-    else:
-        if ranks % per_node:
-            raise MeasurementError(f"{ranks} ranks do not fill nodes of {per_node} GPUs ({node}); a run that names "
-                                   "its hosts (a JSON report, -J) says how they are spread", file=file)  # fmt: skip
-        nodes = ranks // per_node
-        out.assumed.append(f"{nodes} nodes of {per_node} GPUs: the run names no hosts ({ranks} ranks)")
-    local = ranks // nodes
-    if local > per_node:
-        raise MeasurementError(f"{local} ranks a host, but node template {node!r} has {per_node} GPUs", file=file)
-    cluster["nodes"] = nodes
-    if local < per_node:
-        cluster["visible_gpus"] = list(range(local))
-        out.assumed.append(f"{local} of the node's {per_node} GPUs, the first ones (cluster.visible_gpus; set the "
-                           "ones CUDA_VISIBLE_DEVICES listed)")  # fmt: skip
-    if nodes > 1:
-        rdma = all(bool(d.spec.get("rdma", True)) for d in topo.nics())
-        cluster["fabric"] = {"topology": "single_switch", "transport": "rdma" if rdma else "tcp", "gpudirect": rdma}
-        out.assumed.append("one non-blocking switch between the nodes (cluster.fabric.topology: single_switch; "
-                           "rail_optimized or fat_tree as the cluster is built)")  # fmt: skip
-
-    workload: dict[str, Any] = {"collective": m.collective}
-    if m.dtype in DTYPE_SIZES:
-        workload["dtype"] = m.dtype
-    else:
-        out.assumed.append(f"float32: collsim has no type {m.dtype!r}")
-    op = m.software.get("op")
-    if m.collective in REDUCING_COLLECTIVES - {"sendrecv"} and isinstance(op, str):
-        workload["op"] = op
-    root = m.software.get("root")
-    if m.collective in ROOTED_COLLECTIVES and isinstance(root, int):
-        workload["root"] = root
-    workload["sizes"] = [r.size_bytes for r in m.rows]
-    per_process = m.software.get("gpus_per_process")
-    if isinstance(per_process, int) and per_process > 1:
-        workload["gpus_per_process"] = per_process
-        out.taken.append(f"gpus_per_process {per_process}: the run's threads each drove {per_process} GPUs (-g)")
-
-    nccl: dict[str, Any] = {"enabled": True}
-    version = m.software.get("nccl_version")
-    found_version = re.search(r"\d+\.\d+\.\d+", str(version or ""))
-    if found_version:
-        nccl["version"] = found_version.group(0)
-        out.taken.append(f"NCCL {found_version.group(0)}")
-    else:
-        out.assumed.append("the latest NCCL release collsim holds: the run does not print its own")
-    env = m.software.get("env") if isinstance(m.software.get("env"), Mapping) else {}
-    assert isinstance(env, Mapping)
-    modelled = set(KNOWN_NCCL_ENV) | set(PLUGIN_ENV)
-    nccl["env"] = {str(k): str(v) for k, v in sorted(env.items()) if k in modelled}
-    left = sorted(str(k) for k in env if str(k).startswith("NCCL_") and k not in modelled and k not in INERT_NCCL_ENV)
-    if nccl["env"]:
-        out.taken.append(f"the run's NCCL variables collsim models: {', '.join(nccl['env'])}")
-    if left:
-        out.assumed.append(f"the run's NCCL variables collsim does not model are left out (their effect is not in "
-                           f"the prediction): {', '.join(left)}")  # fmt: skip
-    if m.software.get("timing") == "cputime":
-        out.warnings.append("the run timed on the host (-C 1); collsim predicts the GPUs' time")
-
     stem = name or re.sub(r"[^A-Za-z0-9_.-]+", "-", Path(file).stem).strip("-") or "imported"
     gpus_text = f" ({names[0]})" if names else ""
-    what = f"{m.collective} on {nodes} x {node}{gpus_text}, {ranks} ranks"
+    what = f"{m.collective} on {cluster['nodes']} x {node}{gpus_text}, {ranks} ranks"
+    if m.software.get("timing") == "cputime":
+        out.warnings.append("the run timed on the host (-C 1); collsim predicts the GPUs' time")
     out.data = {
         "name": stem,
         "description": f"nccl-tests run of {Path(file).name}: {what}",
         **({"preset_files": list(preset_files)} if preset_files else {}),
         "cluster": cluster,
-        "workload": workload,
-        "backends": {"nccl": nccl, "gloo": {"enabled": False}},
+        "workload": _workload(m, out),
+        "backends": {"nccl": _nccl_backend(m, out), "gloo": {"enabled": False}},
     }
     _load(out.data, base)  # the scenario loads as written (a template parameter or preset it does not take fails)
     return out

@@ -385,7 +385,9 @@ def _must_be_file(path: Path, what: str, file: str, field: str) -> None:
         raise ScenarioError(f"{what} not found: {path}", file=file, field=field)
 
 
-def load_scenario(source: str | Path | Mapping[str, Any], overrides: Sequence[str] = ()) -> Scenario:
+def load_scenario(
+    source: str | Path | Mapping[str, Any], overrides: Sequence[str] = (), *, base_dir: str | Path | None = None
+) -> Scenario:
     """Load and validate a scenario.
 
     Parameters
@@ -395,6 +397,9 @@ def load_scenario(source: str | Path | Mapping[str, Any], overrides: Sequence[st
         such file exists), or a dict (e.g. from a notebook; relative paths then resolve against the current folder).
     overrides : sequence of str
         ``KEY=VALUE`` items (``--set``) applied to the raw data before validation; see :func:`apply_overrides`.
+    base_dir : str or Path, optional
+        For a dict: the folder its relative paths (``cluster.node``, ``preset_files``, ``calibration``) resolve
+        against, as if it were a file there (default: the current folder).
 
     Returns
     -------
@@ -408,12 +413,12 @@ def load_scenario(source: str | Path | Mapping[str, Any], overrides: Sequence[st
     """
     if isinstance(source, Mapping):
         file = DICT_SOURCE
-        base_dir = Path.cwd()
+        folder = Path.cwd() if base_dir is None else Path(base_dir).resolve()
         data: Any = copy.deepcopy(dict(source))
     elif isinstance(source, (str, Path)):
         path = _find_source(source)
         file = str(path)
-        base_dir = path.resolve().parent
+        folder = path.resolve().parent
         data = _read_yaml(path)
     else:
         raise ScenarioError(f"expected a file path, a built-in scenario name or a dict, got {_type_name(source)}")
@@ -423,6 +428,6 @@ def load_scenario(source: str | Path | Mapping[str, Any], overrides: Sequence[st
     except ValidationError as exc:
         raise validation_error_to_scenario_error(exc, file) from None
     scenario._source_file = file
-    scenario._base_dir = base_dir
+    scenario._base_dir = folder
     _check_files(scenario, file)
     return scenario

@@ -1164,6 +1164,20 @@ class Scenario(BaseModel):
         keep = set(chosen)
         return topology.restricted([d.name for d in topology.gpus() if d.index in keep], all_nics=True)
 
+    def node_template_source(self) -> tuple[Any, str, str]:
+        """The node template :meth:`build_topology` builds: its data (as read, parameters and all), the file it
+        comes from, and the field prefix of a user's template in that file (``""`` for a template file)."""
+        from collsim.topology import topologies_dir
+        from collsim.topology.presets import read_yaml
+
+        library = self.preset_library()
+        node = self.node_template()
+        if isinstance(node, str) and node in library.nodes:
+            file, prefix = library.origin("nodes", node)
+            return library.nodes[node], file, prefix
+        path = node if isinstance(node, Path) else topologies_dir() / "nodes" / f"{node}.yaml"
+        return read_yaml(path), str(path), ""
+
     def build_topology(self) -> Any:
         """Build the cluster with ``collsim.topology.topology_from_template`` and :meth:`preset_library`.
 
@@ -1172,21 +1186,13 @@ class Scenario(BaseModel):
         (``presets.nodes.<name>.devices.0.preset``). Other problems (a shipped template's) raise the topology
         layer's ``TopologyError``.
         """
-        from collsim.topology import TopologyError, topologies_dir, topology_from_template
+        from collsim.topology import TopologyError, topology_from_template
         from collsim.topology.errors import TopologyWarning, display_path
-        from collsim.topology.presets import read_yaml
 
         library = self.preset_library()
+        data, file, prefix = self.node_template_source()
         node = self.node_template()
         user_node = isinstance(node, str) and node in library.nodes
-        if user_node:
-            assert isinstance(node, str)
-            file, prefix = library.origin("nodes", node)
-            data = library.nodes[node]
-        else:
-            path = node if isinstance(node, Path) else topologies_dir() / "nodes" / f"{node}.yaml"
-            file, prefix = str(path), ""
-            data = read_yaml(path)
         fabric = self.cluster.fabric
         try:
             with warnings.catch_warnings(record=True) as caught:

@@ -145,6 +145,13 @@ def test_dict_source(
     assert minimal == {"name": "t", "cluster": {"node": "./node.yaml"}}  # not modified
 
 
+def test_dict_source_with_a_base_dir(minimal: dict[str, Any], write: Callable[[str, str], Path]) -> None:
+    """``base_dir`` places a dict as if it were a file there: its relative paths resolve in that folder."""
+    folder = write("x.yaml", "").parent
+    s = load_scenario(minimal, base_dir=folder)
+    assert s.base_dir == folder.resolve() and s.node_template() == folder.resolve() / "node.yaml"
+
+
 def test_dict_source_builtin_template(needs_topology: list[str]) -> None:
     s = load_scenario({"name": "t", "cluster": {"node": "dgx-a100"}})
     assert s.node_template() == "dgx-a100"
