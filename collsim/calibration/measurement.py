@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from collsim.calibration.nccltests import (
+    MeasuredRow,
     NcclTestsFormatError,
     NcclTestsLog,
     ParseWarning,
@@ -460,6 +461,49 @@ def parse_measurement_csv(text: str, *, file: str = "<text>") -> Measurement:
     return _from_mapping(meta, file)
 
 
+_Series = tuple[str | None, str | None, int | None]  # (type, redop, root) of an nccl-tests row
+
+
+def _first_series(rows: Sequence[MeasuredRow], file: str) -> tuple[_Series, list[MeasuredRow]]:
+    """The (type, redop, root) of the first series the run printed and its rows; a :class:`ParseWarning` names
+    the others (``-d all``, ``-o all``, ``-r all``)."""
+    series: dict[_Series, list[MeasuredRow]] = {}
+    for r in rows:
+        series.setdefault((r.dtype, r.redop, r.root), []).append(r)
+    first, kept = next(iter(series.items()))
+    if len(series) > 1:
+        def name(key: _Series) -> str:
+            parts = [_NCCL_TYPE.get(key[0] or "", key[0]), key[1], None if key[2] in (None, -1) else f"root {key[2]}"]
+            return " ".join(str(x) for x in parts if x)
+
+        others = ", ".join(name(k) for k in list(series)[1:])
+        warnings.warn(f"{file}: the run printed {len(series)} series; comparing the first ({name(first)}), not "
+                      f"{others}: split the file to compare those", ParseWarning, stacklevel=3)  # fmt: skip
+    return first, kept
+
+
+def _cycle_means(rows: Sequence[MeasuredRow]) -> list[MeasurementRow]:
+    """One row a size, in increasing size: a size printed more than once (``-N`` cycles) is the mean of its rows'
+    times (nccl-tests' means of equal iteration counts: the mean of all), their iterations summed."""
+    by_size: dict[int, list[MeasuredRow]] = {}
+    for r in rows:
+        by_size.setdefault(r.size_bytes, []).append(r)
+    out = []
+    for size in sorted(by_size):
+        same = by_size[size]
+        iters = [r.iterations for r in same]
+        out.append(
+            MeasurementRow(
+                size,
+                statistics.fmean(r.time_us for r in same),
+                "mean",
+                None if None in iters else sum(i for i in iters if i is not None),
+                same[0].spread_us if len(same) == 1 else None,
+            )
+        )
+    return out
+
+
 def read_measurement(path: str | Path, *, collective: str | None = None, nranks: int | None = None) -> Measurement:
     """Read a measurement: collsim JSON or CSV, a published ``calibration-data`` case, an nccl-tests JSON report
     (``-J``) or an nccl-tests log.
@@ -552,34 +596,7 @@ def measurement_from_nccl_tests(
     timed = [r for r in log.rows if r.time_us > 0]
     if not timed:  # every data row timed 0 us (a size of 0 B, or a run that printed no time): nothing to compare
         raise MeasurementError(f"no valid rows: all {len(log.rows)} data rows have a time of 0 us", file=file)
-    series: dict[tuple[str | None, str | None, int | None], list[Any]] = {}
-    for r in timed:
-        series.setdefault((r.dtype, r.redop, r.root), []).append(r)
-    (dtype, redop, root), kept = next(iter(series.items()))
-    if len(series) > 1:
-        def name(key: tuple[str | None, str | None, int | None]) -> str:
-            parts = [_NCCL_TYPE.get(key[0] or "", key[0]), key[1], None if key[2] in (None, -1) else f"root {key[2]}"]
-            return " ".join(str(x) for x in parts if x)
-
-        others = ", ".join(name(k) for k in list(series)[1:])
-        warnings.warn(f"{file}: the run printed {len(series)} series; comparing the first ({name((dtype, redop, root))}"
-                      f"), not {others}: split the file to compare those", ParseWarning, stacklevel=2)  # fmt: skip
-    by_size: dict[int, list[Any]] = {}
-    for r in kept:
-        by_size.setdefault(r.size_bytes, []).append(r)
-    rows = []
-    for size in sorted(by_size):
-        same = by_size[size]
-        iters = [r.iterations for r in same]
-        rows.append(
-            MeasurementRow(
-                size,
-                statistics.fmean(r.time_us for r in same),
-                "mean",
-                None if None in iters else sum(i for i in iters if i is not None),
-                same[0].spread_us if len(same) == 1 else None,
-            )
-        )
+    (dtype, redop, root), kept = _first_series(timed, file)
     software: dict[str, Any] = {"benchmark": "NVIDIA/nccl-tests"}  # as the published cases name it
     if log.nccl_version:
         software["nccl_version"] = log.nccl_version
@@ -602,7 +619,7 @@ def measurement_from_nccl_tests(
     return Measurement(
         collective=coll,
         nranks=log.nranks or nranks,
-        rows=rows,
+        rows=_cycle_means(kept),
         backend="nccl",
         dtype=dtype or "float32",
         hardware=hardware,

@@ -394,6 +394,19 @@ def _is_noise(text: str) -> bool:
     return all(word in _HEADER_WORDS for word in lower.split())
 
 
+def _binary_collective(text: str, source: str, line: int | None) -> str | None:
+    """The collective of the ``*_perf`` binary ``text`` names (``all_gather_perf_mpi`` -> ``allgather``), None when
+    it names none; an unknown binary (``hypercube_perf``) is a warning."""
+    m = _PERF_BINARY.search(text)
+    if m is None:
+        return None
+    try:
+        return canonical_collective(m.group(1))
+    except ValueError:
+        _warn(source, line, f"unknown nccl-tests binary {m.group(1)}_perf; collective not taken from it")
+        return None
+
+
 def _warn(source: str, line: int | None, message: str) -> None:
     where = source if line is None else f"{source}, line {line}"
     warnings.warn(f"{where}: {message}", ParseWarning, stacklevel=3)
@@ -442,13 +455,7 @@ def parse_nccl_tests(text: str, *, source: str = "<text>", collective: str | Non
     if not isinstance(text, str):
         raise TypeError(f"{source}: nccl-tests text must be a str, got {type(text).__name__}")
     given = None if collective is None else canonical_collective(collective)
-    detected: str | None = None
-    explicit_nranks: int | None = None
-    version: str | None = None
-    ranks: set[int] = set()
-    gpus: list[str] = []
-    timing = "gpu"
-    per_thread: int | None = None
+    header = _Header(source)
     rows: list[MeasuredRow] = []
 
     for number, raw in enumerate(text.split("\n"), start=1):
@@ -463,54 +470,63 @@ def parse_nccl_tests(text: str, *, source: str = "<text>", collective: str | Non
             if bad:
                 _warn(source, number, f"nccl-tests reports {bad} wrong result(s) for size {row.size_bytes} B")
             continue
-
-        # Not a data row: harvest the collective and rank count, then decide whether it is known noise.
-        m = _PERF_BINARY.search(stripped)
-        if m:
-            name = m.group(1)
-            try:
-                found = canonical_collective(name)
-            except ValueError:
-                _warn(source, number, f"unknown nccl-tests binary {name}_perf; collective not taken from it")
-            else:
-                if detected is None:
-                    detected = found
-                elif found != detected:
-                    _warn(source, number, f"text names a second collective {found!r}; keeping {detected!r}")
-        for value in _NRANKS.findall(stripped):
-            explicit_nranks = max(int(value), explicit_nranks or 0)
-        if version is None:
-            version = nccl_version(stripped)
-        rank = _RANK_LINE.match(stripped)
-        if rank:
-            ranks.add(int(rank.group(1)))
-            gpu = _RANK_GPU.search(stripped)
-            if gpu and gpu.group(1) not in gpus:
-                gpus.append(gpu.group(1))
-        ngpus = _NGPUS.search(stripped) if per_thread is None else None
-        if ngpus and int(ngpus.group(1)) > 0:
-            per_thread = int(ngpus.group(1))  # nccl-tests' header: "# nThread 1 nGpus 8 minBytes ..."
-        if stripped.startswith("#") and "cputime" in stripped.lower().split():
-            timing = "cputime"  # -C 1: writeResultHeader names the time column "cputime"
+        header.take(stripped, number)  # not a data row: what it says about the run, then is it known noise?
         if not _is_noise(stripped):
             shown = raw.strip()
             if len(shown) > _MAX_SHOWN:
                 shown = shown[:_MAX_SHOWN] + "..."
             _warn(source, number, f"skipped a line that is neither an nccl-tests data row nor a comment: {shown!r}")
 
+    detected = header.collective
     if detected is not None and given is not None and given != detected:
         _warn(source, None, f"collective={collective!r} ignored: the text is from {detected!r}")
-    nranks = explicit_nranks if explicit_nranks else (len(ranks) or None)
     return NcclTestsLog(
         collective=detected or given,
-        nranks=nranks,
+        nranks=header.nranks or (len(header.ranks) or None),
         rows=rows,
         source=source,
-        nccl_version=version,
-        timing=timing,
-        gpus=tuple(gpus),
-        gpus_per_thread=per_thread,
+        nccl_version=header.version,
+        timing=header.timing,
+        gpus=tuple(header.gpus),
+        gpus_per_thread=header.gpus_per_thread,
     )
+
+
+@dataclass
+class _Header:
+    """What the lines of nccl-tests text that are not data rows say about the run, gathered line by line."""
+
+    source: str
+    collective: str | None = None
+    nranks: int | None = None  # the largest "nranks N" printed
+    version: str | None = None
+    ranks: set[int] = field(default_factory=set)  # ranks of "#  Rank" lines
+    gpus: list[str] = field(default_factory=list)
+    gpus_per_thread: int | None = None
+    timing: str = "gpu"
+
+    def take(self, line: str, number: int) -> None:
+        """Gather what ``line`` (line ``number``, launcher prefixes removed) says."""
+        found = _binary_collective(line, self.source, number)
+        if found is not None and self.collective is None:
+            self.collective = found
+        elif found is not None and found != self.collective:
+            _warn(self.source, number, f"text names a second collective {found!r}; keeping {self.collective!r}")
+        for value in _NRANKS.findall(line):
+            self.nranks = max(int(value), self.nranks or 0)
+        if self.version is None:
+            self.version = nccl_version(line)
+        rank = _RANK_LINE.match(line)
+        if rank:
+            self.ranks.add(int(rank.group(1)))
+            gpu = _RANK_GPU.search(line)
+            if gpu and gpu.group(1) not in self.gpus:
+                self.gpus.append(gpu.group(1))
+        ngpus = _NGPUS.search(line) if self.gpus_per_thread is None else None
+        if ngpus and int(ngpus.group(1)) > 0:
+            self.gpus_per_thread = int(ngpus.group(1))  # nccl-tests' header: "# nThread 1 nGpus 8 minBytes ..."
+        if line.startswith("#") and "cputime" in line.lower().split():
+            self.timing = "cputime"  # -C 1: writeResultHeader names the time column "cputime"
 
 
 def nccl_version(line: str) -> str | None:
@@ -671,28 +687,48 @@ def parse_nccl_tests_json(
                                    file=source)  # fmt: skip
     assert isinstance(data, Mapping)  # is_nccl_tests_json checked it; narrows the type for mypy
     given = None if collective is None else canonical_collective(collective)
-    detected: str | None = None
     args = data.get("args")
-    if isinstance(args, list) and args and isinstance(args[0], str):
-        m = _PERF_BINARY.search(args[0].replace("\\", "/").rsplit("/", 1)[-1])
-        if m:
-            try:
-                detected = canonical_collective(m.group(1))
-            except ValueError:
-                _warn(source, None, f"unknown nccl-tests binary {m.group(1)}_perf; collective not taken from it")
+    first = args[0] if isinstance(args, list) and args and isinstance(args[0], str) else ""
+    detected = _binary_collective(first.replace("\\", "/").rsplit("/", 1)[-1], source, None)  # the binary's name
     if detected is not None and given is not None and given != detected:
         _warn(source, None, f"collective={collective!r} ignored: the report is from {detected!r}")
+    code = _json_count(data.get("nccl_version"))
+    hosts, gpus, nranks, per_thread = _json_devices(data)
+    rows: list[MeasuredRow] = []
+    timing = "gpu"
+    for i, r in enumerate(data["results"]):
+        row, cpu = _json_row(r, i, source)
+        timing = "cputime" if cpu else timing
+        if row is not None:
+            rows.append(row)
+    return NcclTestsLog(
+        collective=detected or given,
+        nranks=nranks,
+        rows=rows,
+        source=source,
+        nccl_version=_version_from_code(code) if code is not None else None,
+        timing=timing,
+        env=_json_env(data.get("env")),
+        hosts=tuple(hosts),
+        gpus=tuple(gpus),
+        gpus_per_thread=per_thread,
+    )
 
+
+def _json_env(items: Any) -> dict[str, str]:
+    """The ``NCCL_*`` and ``OFI_NCCL_*`` variables of a report's ``env`` (``KEY=VALUE`` strings); nothing else."""
     env: dict[str, str] = {}
-    for item in data.get("env") or []:
+    for item in items or []:
         if isinstance(item, str) and "=" in item:
             key, value = item.split("=", 1)
             if key.startswith(_ENV_PREFIXES):
                 env[key] = value
+    return env
 
-    code = _json_count(data.get("nccl_version"))
-    version = _version_from_code(code) if code is not None else None
 
+def _json_devices(data: Mapping[str, Any]) -> tuple[list[str], list[str], int | None, int | None]:
+    """A report's distinct hosts and GPU names (``devices``: one object per process), its rank count (processes x
+    ``config.nthreads`` x ``config.ngpus``; None for several ``NCCL_TESTS_SPLIT`` groups) and GPUs per thread."""
     config = data.get("config") if isinstance(data.get("config"), Mapping) else {}
     assert isinstance(config, Mapping)
     devices = [d for d in data.get("devices") or [] if isinstance(d, Mapping)]
@@ -706,66 +742,50 @@ def parse_nccl_tests_json(
     per_process = (threads or 1) * (per_thread or 1)
     groups = {d.get("group") for d in devices}
     nranks = len(devices) * per_process if devices and len(groups) <= 1 else None
+    return hosts, gpus, nranks, per_thread
 
-    rows: list[MeasuredRow] = []
-    timing = "gpu"
-    for i, r in enumerate(data["results"]):
-        where = f"results[{i}]"
-        if not isinstance(r, Mapping):
-            raise NcclTestsFormatError("expected an object with size and out_of_place", file=source, field=where)
-        size = r.get("size")
-        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
-            raise NcclTestsFormatError(f"expected a size in bytes, got {str(size)[:40]!r}", file=source,
-                                       field=f"{where}.size")  # fmt: skip
-        out, cpu_out = _json_block(r.get("out_of_place"), source, f"{where}.out_of_place")
-        inp, cpu_in = _json_block(r.get("in_place"), source, f"{where}.in_place")
-        timing = "cputime" if cpu_out or cpu_in else timing
-        main = out or inp
-        if main is None:
-            _warn(source, None, f"{where}: size {size} B has no time (nan or null); skipped")
-            continue
-        count = r.get("count")
-        type_name = r.get("type")
-        root = r.get("root")
-        root_int = _to_int(root.strip()) if isinstance(root, str) else root if isinstance(root, int) else None
-        iters = r.get("actual_iterations")
-        wrong = sum(
-            int(b["nwrong"])
-            for b in (r.get("out_of_place"), r.get("in_place"))
-            if isinstance(b, Mapping) and isinstance(b.get("nwrong"), int | float) and b["nwrong"] > 0
-        )
-        if wrong:
-            _warn(source, None, f"{where}: nccl-tests reports {wrong} wrong result(s) for size {size} B")
-        rows.append(
-            MeasuredRow(
-                size_bytes=size,
-                count=_json_count(count, 0),
-                dtype=_DTYPE_FROM_NCCL.get(type_name, type_name) if isinstance(type_name, str) else None,
-                redop=r.get("redop") if isinstance(r.get("redop"), str) else None,
-                root=root_int,
-                time_us=main[0],
-                algbw_gbps=main[1],
-                busbw_gbps=main[2],
-                inplace_time_us=None if inp is None else inp[0],
-                inplace_algbw_gbps=None if inp is None else inp[1],
-                inplace_busbw_gbps=None if inp is None else inp[2],
-                line=i + 1,
-                iterations=_json_count(iters),
-                spread_us=_json_spread(r.get("out_of_place_per_iter" if out is not None else "in_place_per_iter")),
-            )
-        )
-    return NcclTestsLog(
-        collective=detected or given,
-        nranks=nranks,
-        rows=rows,
-        source=source,
-        nccl_version=version,
-        timing=timing,
-        env=env,
-        hosts=tuple(hosts),
-        gpus=tuple(gpus),
-        gpus_per_thread=per_thread,
+
+def _json_row(r: Any, i: int, source: str) -> tuple[MeasuredRow | None, bool]:
+    """Result ``i`` of a report as a row (None, with a warning, when it has no time) and whether it was timed on
+    the host (``cpu_time``)."""
+    where = f"results[{i}]"
+    if not isinstance(r, Mapping):
+        raise NcclTestsFormatError("expected an object with size and out_of_place", file=source, field=where)
+    size = r.get("size")
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        raise NcclTestsFormatError(f"expected a size in bytes, got {str(size)[:40]!r}", file=source,
+                                   field=f"{where}.size")  # fmt: skip
+    out, cpu_out = _json_block(r.get("out_of_place"), source, f"{where}.out_of_place")
+    inp, cpu_in = _json_block(r.get("in_place"), source, f"{where}.in_place")
+    main = out or inp
+    if main is None:
+        _warn(source, None, f"{where}: size {size} B has no time (nan or null); skipped")
+        return None, cpu_out or cpu_in
+    type_name, root = r.get("type"), r.get("root")
+    wrong = sum(
+        int(b["nwrong"])
+        for b in (r.get("out_of_place"), r.get("in_place"))
+        if isinstance(b, Mapping) and isinstance(b.get("nwrong"), int | float) and b["nwrong"] > 0
     )
+    if wrong:
+        _warn(source, None, f"{where}: nccl-tests reports {wrong} wrong result(s) for size {size} B")
+    row = MeasuredRow(
+        size_bytes=size,
+        count=_json_count(r.get("count"), 0),
+        dtype=_DTYPE_FROM_NCCL.get(type_name, type_name) if isinstance(type_name, str) else None,
+        redop=r.get("redop") if isinstance(r.get("redop"), str) else None,
+        root=_to_int(root.strip()) if isinstance(root, str) else root if isinstance(root, int) else None,
+        time_us=main[0],
+        algbw_gbps=main[1],
+        busbw_gbps=main[2],
+        inplace_time_us=None if inp is None else inp[0],
+        inplace_algbw_gbps=None if inp is None else inp[1],
+        inplace_busbw_gbps=None if inp is None else inp[2],
+        line=i + 1,
+        iterations=_json_count(r.get("actual_iterations")),
+        spread_us=_json_spread(r.get("out_of_place_per_iter" if out is not None else "in_place_per_iter")),
+    )
+    return row, cpu_out or cpu_in
 
 
 def read_nccl_tests(path: str | Path, *, collective: str | None = None) -> NcclTestsLog:
