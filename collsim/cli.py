@@ -865,6 +865,7 @@ def _import_nccl_tests(args: argparse.Namespace) -> int:
     from collsim.calibration.measurement import MeasurementError
     from collsim.calibration.scenario_from import format_scenario, scenario_from_measurement
     from collsim.files import write_atomic
+    from collsim.scenario.models import is_path_like
 
     for flag, value in (("--nic", args.nic), ("--cpu", args.cpu), ("--nvswitch", args.nvswitch or None)):
         if value is not None:
@@ -879,7 +880,7 @@ def _import_nccl_tests(args: argparse.Namespace) -> int:
     # the run's file as the scenario's folder sees it, for the comment and the validate line
     shown = os.path.relpath(Path(args.file).resolve(), base.resolve())
     node = args.node
-    if ("/" in node or node.endswith((".yaml", ".yml"))) and not Path(node).is_absolute():
+    if is_path_like(node) and not Path(node).is_absolute():
         node = os.path.relpath(Path(node).resolve(), base.resolve())  # relative to the scenario's folder
     presets = [os.path.relpath(Path(f).resolve(), base.resolve()) for f in args.import_presets]
     imported = scenario_from_measurement(m, node, gpu=args.gpu, name=args.name, preset_files=presets, base=base)
