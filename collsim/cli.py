@@ -176,21 +176,26 @@ def _simulation_commands(sub: _Sub) -> None:
 def _import_command(sub: _Sub) -> None:
     """``import``: a node template from NCCL's topology dump or ``nvidia-smi topo -m``."""
     imp = sub.add_parser("import", help="a node template from NCCL's topology dump or nvidia-smi topo -m; a "
-                         "scenario from an nccl-tests run")
-    imp.add_argument("kind", choices=("nccl-xml", "nvidia-smi", "nccl-tests"),
+                         "scenario from an nccl-tests run; measurements from NCCL Inspector logs")
+    imp.add_argument("kind", choices=("nccl-xml", "nvidia-smi", "nccl-tests", "inspector"),
                      help="nccl-xml: the file NCCL_TOPO_DUMP_FILE wrote, or a static NCCL_TOPO_FILE (a cloud's: the "
                      "PCIe tree only; give --gpu, --nic and for NVLink --nvswitch); nvidia-smi: the output of "
                      "nvidia-smi topo -m; nccl-tests: an nccl-tests log or JSON report (-J), written as the scenario "
-                     "of that run on --node templates")
-    imp.add_argument("file", metavar="FILE", help="the file to read")
+                     "of that run on --node templates; inspector: NCCL Inspector logs (a file, or the "
+                     "NCCL_INSPECTOR_DUMP_DIR folder), listed by communicator and collective and written as one "
+                     "measurement each (with --node, a scenario each too)")
+    imp.add_argument("file", metavar="FILE", help="the file to read (inspector: a log or a folder of logs)")
     imp.add_argument("-o", "--output", metavar="FILE.yaml",
                      help="write the template (nccl-tests: the scenario) there (atomically) and print its path matrix "
-                     "(nccl-tests: what it took from the run); default: print the YAML")
+                     "(nccl-tests: what it took from the run; inspector: a folder, made if missing, for the "
+                     "measurements and scenarios); default: print the YAML (inspector: only the table)")
+    imp.add_argument("--pool", action="store_true", help="inspector: one measurement for every communicator of one "
+                     "shape (collective, ranks, nodes), as collsim validate reads a dump, not one a communicator")
     imp.add_argument("--gpu", metavar="PRESET", help="GPU preset of every GPU (nccl-xml: default from the PCI id; "
                      "nvidia-smi: required; nccl-tests: for a --node template with a gpu parameter, default from the "
                      "GPU name the run printed)")
-    imp.add_argument("--node", metavar="TEMPLATE", help="nccl-tests: the node template the run's hosts are (a name "
-                     "such as hgx or hgx-b200, or a template file)")
+    imp.add_argument("--node", metavar="TEMPLATE", help="nccl-tests, inspector: the node template the run's hosts "
+                     "are (a name such as hgx or hgx-b200, or a template file)")
     imp.add_argument("--collective", help="nccl-tests: for a log that does not name it (e.g. allreduce)")
     imp.add_argument("--nranks", type=int, help="nccl-tests: for a log that does not say how many ranks ran")
     imp.add_argument("--nic", metavar="PRESET", help="NIC preset of every NIC (nccl-xml: default by speed; "
@@ -660,11 +665,13 @@ def _nccl_log_report(sim: Simulator, log: Any, path: str, rows: Sequence[Any]) -
 
 def _measurement_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("measurements", nargs="+", metavar="MEASUREMENT",
-                   help="collsim measurement .json/.csv, a published case .json, an nccl-tests JSON report (-J) "
-                        "or an nccl-tests log")
-    p.add_argument("--collective", help="for nccl-tests logs that do not name it (e.g. allreduce)")
+                   help="collsim measurement .json/.csv, a published case .json, an nccl-tests JSON report (-J), "
+                        "an nccl-tests log, or NCCL Inspector output (a log or its folder)")
+    p.add_argument("--collective", help="for nccl-tests logs that do not name it (e.g. allreduce); which of an "
+                                        "Inspector dump's collectives")
     p.add_argument("--nranks", type=int, help="for nccl-tests logs that do not say how many ranks ran (or a report "
-                                              "of several NCCL_TESTS_SPLIT groups)")
+                                              "of several NCCL_TESTS_SPLIT groups); which of an Inspector dump's "
+                                              "communicator sizes")
 
 
 def _read_measurements(args: argparse.Namespace) -> list[Any]:
@@ -824,6 +831,8 @@ def _cmd_import(args: argparse.Namespace) -> int:
 
     if args.kind == "nccl-tests":
         return _import_nccl_tests(args)
+    if args.kind == "inspector":
+        return _import_inspector(args)
     path = Path(args.file)
     if path.is_file() and path.stat().st_size > MAX_INPUT_CHARS:
         raise TopologyError(f"{path.stat().st_size} bytes; at most {MAX_INPUT_CHARS} are read", file=path)
@@ -859,13 +868,21 @@ def _cmd_import(args: argparse.Namespace) -> int:
     return 0
 
 
+def _scenario_paths(base: Path, node: str, presets: Sequence[str]) -> tuple[str, list[str]]:
+    """The node template (when it is a path) and the preset files as a scenario written in ``base`` names them."""
+    from collsim.scenario.models import is_path_like
+
+    if is_path_like(node) and not Path(node).is_absolute():
+        node = os.path.relpath(Path(node).resolve(), base.resolve())  # relative to the scenario's folder
+    return node, [os.path.relpath(Path(f).resolve(), base.resolve()) for f in presets]
+
+
 def _import_nccl_tests(args: argparse.Namespace) -> int:
     """``collsim import nccl-tests FILE --node T``: the scenario of a run (collsim.calibration.scenario_from)."""
     from collsim.calibration import read_measurement
     from collsim.calibration.measurement import MeasurementError
     from collsim.calibration.scenario_from import format_scenario, scenario_from_measurement
     from collsim.files import write_atomic
-    from collsim.scenario.models import is_path_like
 
     for flag, value in (("--nic", args.nic), ("--cpu", args.cpu), ("--nvswitch", args.nvswitch or None)):
         if value is not None:
@@ -879,10 +896,7 @@ def _import_nccl_tests(args: argparse.Namespace) -> int:
     base = out.parent if out is not None else Path(".")
     # the run's file as the scenario's folder sees it, for the comment and the validate line
     shown = os.path.relpath(Path(args.file).resolve(), base.resolve())
-    node = args.node
-    if is_path_like(node) and not Path(node).is_absolute():
-        node = os.path.relpath(Path(node).resolve(), base.resolve())  # relative to the scenario's folder
-    presets = [os.path.relpath(Path(f).resolve(), base.resolve()) for f in args.import_presets]
+    node, presets = _scenario_paths(base, args.node, args.import_presets)
     imported = scenario_from_measurement(m, node, gpu=args.gpu, name=args.name, preset_files=presets, base=base)
     text = format_scenario(imported, shown, out.name if out is not None else None)
     if out is None:
@@ -898,6 +912,66 @@ def _import_nccl_tests(args: argparse.Namespace) -> int:
         for item in items:
             print(f"  {label}: {item}")
     print(f"Compare: collsim validate {out} {args.file}")
+    return 0
+
+
+def _import_inspector(args: argparse.Namespace) -> int:
+    """``collsim import inspector PATH [-o FOLDER] [--node T]``: NCCL Inspector logs listed by communicator and
+    collective, each written as a measurement (and with ``--node`` a scenario) in ``FOLDER``."""
+    from collsim.calibration.inspector import InspectorFormatError, read_inspector
+    from collsim.calibration.measurement import (
+        MeasurementError,
+        format_inspector_groups,
+        inspector_file_stem,
+        inspector_measurements,
+    )
+    from collsim.calibration.scenario_from import format_scenario, scenario_from_measurement
+
+    for flag, value in (("--nic", args.nic), ("--cpu", args.cpu), ("--nvswitch", args.nvswitch or None),
+                        ("--collective", args.collective), ("--nranks", args.nranks)):  # fmt: skip
+        if value is not None:
+            raise MeasurementError(f"{flag} is not an option of import inspector (the logs name their collectives "
+                                   "and ranks)", file=args.file)  # fmt: skip
+    if (args.node or args.gpu) and not args.output:
+        raise MeasurementError("--node writes a scenario a measurement: give -o FOLDER", file=args.file)
+    on = sys.stderr.isatty()
+    try:
+        log = read_inspector(args.file, progress=(lambda i, n: print(f"\rimport: read {i} of {n} files",
+                                                                     end="" if i < n else "\n", file=sys.stderr))
+                             if on else None)  # fmt: skip
+    except InspectorFormatError as exc:
+        raise MeasurementError(exc.reason, file=exc.file, field=exc.field) from None
+    entries = inspector_measurements(log, pool=args.pool)
+    written: dict[int, str] = {}
+    scenarios: list[str] = []
+    if args.output:
+        folder = Path(args.output)
+        if folder.exists() and not folder.is_dir():
+            raise MeasurementError("is a file; inspector writes a folder of measurements", file=args.output)
+        folder.mkdir(exist_ok=True)
+        for i, (group, m, _) in enumerate(entries):
+            if m is None:
+                continue
+            stem = inspector_file_stem(group, args.pool)
+            path = folder / f"{stem}.json"
+            m.file = str(path)
+            m.write(path)
+            written[i] = str(path)
+            if args.node:
+                node, presets = _scenario_paths(folder, args.node, args.import_presets)
+                imported = scenario_from_measurement(m, node, gpu=args.gpu, name=stem, preset_files=presets,
+                                                     base=folder)  # fmt: skip
+                write_atomic(folder / f"{stem}.yaml", format_scenario(imported, path.name, f"{stem}.yaml",
+                                                                     what="NCCL Inspector measurement",
+                                                                     command="import inspector"))  # fmt: skip
+                scenarios.append(str(folder / f"{stem}.yaml"))
+    sys.stdout.write(format_inspector_groups(log, entries, written))
+    for yaml_file in scenarios:
+        print(f"collsim import: wrote {yaml_file}; compare: collsim validate {yaml_file} "
+              f"{Path(yaml_file).with_suffix('.json')}")  # fmt: skip
+    if written and not scenarios:
+        print("Compare one with a scenario of its cluster: collsim validate SCENARIO FILE.json (or write the "
+              "scenarios too: --node TEMPLATE)")  # fmt: skip
     return 0
 
 

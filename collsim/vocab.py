@@ -30,6 +30,8 @@ __all__ = [
     "MEASURED_COLLECTIVES",
     "NCCL_ALGORITHMS",
     "NCCL_ALGO_GROUPS",
+    "NCCL_PRINTED_ALGORITHMS",
+    "NCCL_PRINTED_PROTOCOLS",
     "NCCL_PROTOCOLS",
     "NCCL_TRANSPORTS",
     "P2P_COLLECTIVES",
@@ -102,6 +104,13 @@ NCCL_ALGORITHMS: tuple[str, ...] = ("Tree", "Ring", "CollNetDirect", "CollNetCha
 NCCL_ALGO_GROUPS: dict[str, tuple[str, ...]] = {"CollNet": ("CollNetDirect", "CollNetChain")}
 #: NCCL's protocols in NCCL's enum order.
 NCCL_PROTOCOLS: tuple[str, ...] = ("LL", "LL128", "Simple")
+#: NCCL's algorithm and protocol names as its logs and profiler records print them (src/collectives.cc
+#: ``ncclAlgoToString``, ``ncclProtoToString``), to collsim's.
+NCCL_PRINTED_ALGORITHMS: dict[str, str] = {
+    "TREE": "Tree", "RING": "Ring", "COLLNET_DIRECT": "CollNetDirect", "COLLNET_CHAIN": "CollNetChain", "NVLS": "NVLS",
+    "NVLS_TREE": "NVLSTree", "PAT": "PAT",
+}  # fmt: skip
+NCCL_PRINTED_PROTOCOLS: dict[str, str] = {"LL": "LL", "LL128": "LL128", "SIMPLE": "Simple"}
 #: The transport NCCL picks for one hop, as collsim names it.
 NCCL_TRANSPORTS: tuple[str, ...] = ("P2P/NVLink", "P2P/PCIe", "SHM", "NET/GDR", "NET/staged", "NET/socket")
 

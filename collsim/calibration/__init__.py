@@ -11,6 +11,7 @@ Examples
 
 from __future__ import annotations
 
+from collsim.calibration.inspector import InspectorFormatError, InspectorLog, read_inspector
 from collsim.calibration.measurement import (
     Measurement,
     MeasurementError,
@@ -32,6 +33,8 @@ from collsim.calibration.nccltests import (
 )
 
 __all__ = [
+    "InspectorFormatError",
+    "InspectorLog",
     "MeasuredRow",
     "Measurement",
     "MeasurementError",
@@ -44,6 +47,7 @@ __all__ = [
     "parse_measurement_json",
     "parse_nccl_tests",
     "parse_nccl_tests_json",
+    "read_inspector",
     "read_measurement",
     "read_nccl_tests",
     "summarise_times",

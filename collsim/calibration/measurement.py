@@ -41,13 +41,22 @@ import csv
 import io
 import json
 import math
+import re
 import statistics
 import warnings
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from collsim.calibration.inspector import (
+    InspectorFormatError,
+    InspectorGroup,
+    InspectorLog,
+    read_inspector,
+    starts_like_inspector,
+)
 from collsim.calibration.nccltests import (
     MeasuredRow,
     NcclTestsFormatError,
@@ -61,13 +70,26 @@ from collsim.files import FileReadError, read_text_file, write_atomic
 from collsim.results import busbw_factor
 from collsim.safeyaml import short_repr
 from collsim.units import NCCL_TESTS_TYPE_NAMES as _NCCL_TYPE
-from collsim.vocab import BACKENDS, MEASURED_COLLECTIVES, canonical_collective
+from collsim.units import format_size
+from collsim.vocab import (
+    BACKENDS,
+    COLLECTIVES,
+    MEASURED_COLLECTIVES,
+    NCCL_PRINTED_ALGORITHMS,
+    NCCL_PRINTED_PROTOCOLS,
+    PER_RANK_COUNT_COLLECTIVES,
+    canonical_collective,
+)
 
 __all__ = [
     "FORMAT",
     "Measurement",
     "MeasurementError",
     "MeasurementRow",
+    "format_inspector_groups",
+    "inspector_file_stem",
+    "inspector_measurements",
+    "measurement_from_inspector",
     "measurement_from_nccl_tests",
     "parse_measurement_csv",
     "parse_measurement_json",
@@ -274,13 +296,18 @@ def summarise_times(times_s: Sequence[float]) -> tuple[float, float]:
     >>> summarise_times([1e-6, 2e-6, 3e-6, 4e-6, 100e-6])
     (3.0, 2.0)
     """
-    if not times_s:
+    return _median_iqr([t * 1e6 for t in times_s])  # seconds to microseconds
+
+
+def _median_iqr(values: Sequence[float]) -> tuple[float, float]:
+    """Median and interquartile range (inclusive quartiles) of ``values``, in their unit."""
+    if not values:
         raise ValueError("no times to summarise")
-    us = sorted(t * 1e6 for t in times_s)  # seconds to microseconds
-    if len(us) < 2:
-        return us[0], 0.0
-    q = statistics.quantiles(us, n=4, method="inclusive")
-    return statistics.median(us), q[2] - q[0]
+    ordered = sorted(values)
+    if len(ordered) < 2:
+        return ordered[0], 0.0
+    q = statistics.quantiles(ordered, n=4, method="inclusive")
+    return statistics.median(ordered), q[2] - q[0]
 
 
 # --- reading ----------------------------------------------------------------------------------------------------
@@ -506,15 +533,18 @@ def _cycle_means(rows: Sequence[MeasuredRow]) -> list[MeasurementRow]:
 
 def read_measurement(path: str | Path, *, collective: str | None = None, nranks: int | None = None) -> Measurement:
     """Read a measurement: collsim JSON or CSV, a published ``calibration-data`` case, an nccl-tests JSON report
-    (``-J``) or an nccl-tests log.
+    (``-J``), an nccl-tests log, or an NCCL Inspector log or dump folder.
 
     Parameters
     ----------
     path : str or Path
         ``.json`` is collsim's format, a published case or nccl-tests' report (told apart by their keys); ``.csv``
-        collsim's format; anything else is read as nccl-tests output.
+        collsim's format; a folder, or a file whose first line is an Inspector record, NCCL Inspector output
+        (:func:`inspector_measurements`, communicators of one shape pooled); anything else is read as nccl-tests
+        output.
     collective, nranks : optional
-        For nccl-tests output that does not say (a trimmed table): the collective and the rank count.
+        For nccl-tests output that does not say (a trimmed table): the collective and the rank count. For Inspector
+        output: which of its collectives and communicator sizes to take, where it holds several.
 
     Raises
     ------
@@ -523,6 +553,8 @@ def read_measurement(path: str | Path, *, collective: str | None = None, nranks:
     """
     p = Path(path)
     file = str(path)
+    if p.is_dir() or starts_like_inspector(p):
+        return _inspector_measurement(p, collective, nranks)
     try:
         if p.is_file() and p.stat().st_size > MAX_MEASUREMENT_BYTES:
             raise MeasurementError(f"larger than {MAX_MEASUREMENT_BYTES >> 20} MiB; not a measurement", file=file)
@@ -627,3 +659,193 @@ def measurement_from_nccl_tests(
         source={"log": file},
         file=file,
     )
+
+
+# --- NCCL Inspector -------------------------------------------------------------------------------------------------
+
+#: The Inspector writes whole microseconds rounded down (``execTimeNanosecs / 1000``, inspector.cc at NCCL
+#: v2.30.7-1): a time as read is on average half a microsecond short of the time measured, which is added back.
+INSPECTOR_ROUNDING_US = 0.5
+
+
+def _inspector_collective(operation: str) -> str | None:
+    """collsim's name of an Inspector operation (``AllReduce`` -> ``allreduce``), or None for one it does not
+    simulate (``AllGatherV``, sends and receives)."""
+    try:
+        name = canonical_collective(operation)
+    except ValueError:
+        return None
+    return name if name in COLLECTIVES and name != "sendrecv" else None
+
+
+def measurement_from_inspector(group: InspectorGroup, *, source: str) -> Measurement:
+    """A :class:`Measurement` of one group of an NCCL Inspector log (:meth:`InspectorLog.groups`).
+
+    A call's time is the least of its ranks' times, plus :data:`INSPECTOR_ROUNDING_US` for the plugin's rounding
+    down (the rank that started its kernel last timed the collective; the others waited in theirs); each size's row
+    is the median over its calls (``iterations``: the calls, ``spread_us``: their interquartile range). Sizes are
+    nccl-tests' ``size``: the plugin's one-rank counts of all-gather, reduce-scatter and all-to-all times the ranks.
+    ``software`` records the benchmark (``NCCL Inspector``), the timing (``kernel``: every record on the GPU's
+    clock; ``host`` or ``mixed`` otherwise), the median spread between one call's ranks (``rank_skew_us``) and the
+    group (communicators, ranks that wrote records, calls, calls left out; from format v4.3 NCCL's (algorithm,
+    protocol) by size, the most frequent, in collsim's names, and the records the plugin's rings overwrote);
+    ``hardware`` the nodes, and the hosts when one communicator's every rank wrote records.
+
+    Raises
+    ------
+    MeasurementError
+        For an operation collsim does not simulate, or a group without a call every rank recorded.
+
+    Examples
+    --------
+    >>> from collsim.calibration.inspector import InspectorCall, InspectorComm, InspectorGroup
+    >>> comm = InspectorComm("0x1", "DP", 4, 1, ranks={0, 1, 2, 3}, hosts={"n1"})
+    >>> calls = [InspectorCall(1 << 20, t, t + 30.0, 4) for t in (99.0, 100.0, 104.0)]
+    >>> m = measurement_from_inspector(InspectorGroup("AllGather", [comm], 4, 1, calls, 0, 4), source="dump")
+    >>> m.collective, m.rows[0].size_bytes, m.rows[0].time_us, m.rows[0].iterations, m.software["rank_skew_us"]
+    ('allgather', 4194304, 100.5, 3, 30.0)
+    """
+    coll = _inspector_collective(group.operation)
+    if coll is None:
+        raise MeasurementError(f"collsim does not simulate {group.operation} (it does: "
+                               f"{', '.join(c for c in COLLECTIVES if c != 'sendrecv')})", file=source)  # fmt: skip
+    if not group.calls:
+        raise MeasurementError(f"{group.operation} on {group.label}: no call that every rank recorded "
+                               f"({group.incomplete} recorded by some)", file=source)  # fmt: skip
+    scale = group.nranks if coll in PER_RANK_COUNT_COLLECTIVES else 1
+    by_size: dict[int, list[float]] = {}
+    pairs: dict[int, Counter[str]] = {}
+    for call in group.calls:
+        size = call.size_bytes * scale
+        by_size.setdefault(size, []).append(call.least_us + INSPECTOR_ROUNDING_US)
+        if call.pair is not None:
+            algo, proto = call.pair
+            named = f"{NCCL_PRINTED_ALGORITHMS.get(algo, algo)}/{NCCL_PRINTED_PROTOCOLS.get(proto, proto)}"
+            pairs.setdefault(size, Counter())[named] += 1
+    rows = []
+    for size in sorted(by_size):
+        median, iqr = _median_iqr(by_size[size])
+        rows.append(MeasurementRow(size, median, "median", len(by_size[size]), iqr))
+    timing = group.timing
+    kernel = timing.get("kernel_gpu", 0)
+    software: dict[str, Any] = {
+        "benchmark": "NCCL Inspector",
+        "timing": "kernel" if kernel == sum(timing.values()) else "host" if kernel == 0 else "mixed",
+        "rank_skew_us": round(statistics.median(c.most_us - c.least_us for c in group.calls), 1),
+        "inspector": {
+            "communicators": [c.label for c in group.comms],
+            "ranks_recorded": group.ranks_recorded,
+            "ranks": group.nranks * len(group.comms),
+            "calls": len(group.calls),
+            "calls_left_out": group.incomplete,
+            "timing_sources": dict(sorted(timing.items())),
+        },
+    }
+    if pairs:  # format v4.3 names each call's (algorithm, protocol): the most frequent at each size
+        software["inspector"]["pairs"] = {str(size): c.most_common(1)[0][0] for size, c in sorted(pairs.items())}
+    dropped = sum(sum(c.dropped.values()) for c in group.comms)
+    if dropped:
+        software["inspector"]["records_dropped"] = dropped
+    hardware: dict[str, Any] = {"nodes": group.nnodes}
+    (first,) = group.comms[:1]
+    if len(group.comms) == 1 and len(first.ranks) == group.nranks and len(first.hosts) == group.nnodes:
+        hardware["hosts"] = sorted(first.hosts)
+    return Measurement(
+        collective=coll,
+        nranks=group.nranks,
+        rows=rows,
+        backend="nccl",
+        device="cuda",
+        hardware=hardware,
+        software=software,
+        source={"log": source, "communicator": group.label},
+        notes=f"NCCL Inspector: {group.operation} on {group.label}, {len(group.calls)} calls; the element type is "
+              "not recorded",
+        file=source,
+    )
+
+
+def _group_text(group: InspectorGroup) -> str:
+    return (f"{group.operation} on {group.nranks} ranks ({group.nnodes} node{'s' if group.nnodes > 1 else ''}, "
+            f"{group.label})")  # fmt: skip
+
+
+def inspector_measurements(
+    log: InspectorLog, *, pool: bool = False
+) -> list[tuple[InspectorGroup, Measurement | None, str]]:
+    """Every group of an Inspector log (:meth:`InspectorLog.groups`) with its measurement, or None and why not
+    (an operation collsim does not simulate, no complete call)."""
+    out: list[tuple[InspectorGroup, Measurement | None, str]] = []
+    for group in log.groups(pool=pool):
+        try:
+            out.append((group, measurement_from_inspector(group, source=log.source), ""))
+        except MeasurementError as exc:
+            out.append((group, None, str(exc).removeprefix(f"{log.source}: ")))
+    return out
+
+
+def inspector_file_stem(group: InspectorGroup, pooled: bool) -> str:
+    """A file name stem for a group's measurement: the communicator's name and id (or its shape when pooled) and the
+    collective, e.g. ``DP-0x7f8c-allreduce`` or ``allreduce-16ranks-2nodes``.
+
+    >>> from collsim.calibration.inspector import InspectorComm, InspectorGroup
+    >>> g = InspectorGroup("AllReduce", [InspectorComm("0x7f8c", "DP Group 0", 16, 2)], 16, 2)
+    >>> inspector_file_stem(g, False), inspector_file_stem(g, True)
+    ('DP-Group-0-0x7f8c-allreduce', 'allreduce-16ranks-2nodes')
+    """
+    coll = _inspector_collective(group.operation) or group.operation.lower()
+    if pooled:
+        return f"{coll}-{group.nranks}ranks-{group.nnodes}nodes"
+    comm = group.comms[0]
+    who = f"{comm.name}-{comm.comm_id}" if comm.name else comm.comm_id
+    return "-".join(x for x in (re.sub(r"[^A-Za-z0-9_.]+", "-", who).strip("-"), coll) if x)
+
+
+def format_inspector_groups(
+    log: InspectorLog, entries: Sequence[tuple[InspectorGroup, Measurement | None, str]], written: Mapping[int, str]
+) -> str:
+    """The table ``collsim import inspector`` prints: one line a group (communicator or shape, operation, ranks,
+    nodes, calls, sizes, the ranks' median skew, the median busbw at the largest size) and where it was written, or
+    why not (``written`` maps an entry's index to its file)."""
+    hosts = len(log.hosts)
+    head = (f"# NCCL Inspector: {len(log.files)} file{'s' if len(log.files) != 1 else ''} from {hosts} "
+            f"host{'s' if hosts != 1 else ''}, {len(log.comms)} communicator{'s' if len(log.comms) != 1 else ''}, "
+            f"{log.records:,} records (format {', '.join(sorted(log.versions)) or 'not named'})")  # fmt: skip
+    lines = [head, f"{'communicator':<32} {'operation':<13} {'ranks':>5} {'nodes':>5} {'calls':>7} {'sizes':>5} "
+                   f"{'skew us':>8} {'largest':>9} {'busbw':>8}  written"]  # fmt: skip
+    for i, (group, m, why) in enumerate(entries):
+        label = group.label if len(group.label) <= 32 else group.label[:29] + "..."
+        common = f"{label:<32} {group.operation:<13} {group.nranks:>5} {group.nnodes:>5} {len(group.calls):>7}"
+        if m is None:
+            lines.append(f"{common} {'-':>5} {'-':>8} {'-':>9} {'-':>8}  not written: {why}")
+            continue
+        last = m.rows[-1]
+        busbw = m.busbw_gbps(last)
+        lines.append(f"{common} {len(m.rows):>5} {m.software['rank_skew_us']:>8.1f} {format_size(last.size_bytes):>9} "
+                     f"{busbw if busbw is not None else float('nan'):>8.2f}  {written.get(i, '-')}")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def _inspector_measurement(p: Path, collective: str | None, nranks: int | None) -> Measurement:
+    """The one measurement ``read_measurement`` returns for Inspector output: its communicators of one shape
+    pooled, narrowed by ``collective`` and ``nranks``."""
+    file = str(p)
+    try:
+        log = read_inspector(p)
+    except InspectorFormatError as exc:
+        raise MeasurementError(exc.reason, file=exc.file, field=exc.field) from None
+    found = [(g, m) for g, m, _ in inspector_measurements(log, pool=True) if m is not None]
+    picked = [(g, m) for g, m in found
+              if (collective is None or m.collective == canonical_collective(collective))
+              and (nranks is None or m.nranks == nranks)]  # fmt: skip
+    if len(picked) == 1:
+        return picked[0][1]
+    listed = "; ".join(_group_text(g) for g, _ in found) or "no collective collsim simulates"
+    if not picked:
+        asked = " and ".join(x for x in (collective and f"collective {collective}",
+                                         nranks and f"{nranks} ranks") if x)  # fmt: skip
+        raise MeasurementError(f"no collective {'with ' + asked + ' ' if asked else ''}in this NCCL Inspector "
+                               f"output; it holds: {listed}", file=file)  # fmt: skip
+    raise MeasurementError(f"this NCCL Inspector output holds {len(picked)} collectives ({listed}): pick one with "
+                           f"--collective and --nranks, or write each as a measurement with collsim import "
+                           f"inspector {file} -o FOLDER", file=file)  # fmt: skip

@@ -61,7 +61,14 @@ from collsim.calibration.measurement import MeasurementError
 from collsim.calibration.nccltests import nccl_version
 from collsim.files import FileReadError, read_text_file
 from collsim.units import format_size
-from collsim.vocab import PER_RANK_COUNT_COLLECTIVES, canonical_collective
+from collsim.vocab import (
+    NCCL_ALGORITHMS,
+    NCCL_PRINTED_ALGORITHMS,
+    NCCL_PRINTED_PROTOCOLS,
+    NCCL_PROTOCOLS,
+    PER_RANK_COUNT_COLLECTIVES,
+    canonical_collective,
+)
 
 __all__ = [
     "HINTS",
@@ -95,19 +102,14 @@ _NETWORK = re.compile(r"^Using network (.+?)\s*$")
 _CHOICE = re.compile(
     r"^(?:(\w+): )?(\d+) Bytes -> Algo (\w+) proto (\w+)(?: channel\{Lo\.\.Hi\}=\{(\d+)\.\.(\d+)\})?"
 )
-#: NCCL's algorithm and protocol names and indices (src/include/device.h NCCL_ALGO_*, NCCL_PROTO_*; collectives.cc
-#: ncclAlgoToString, ncclProtoToString) as collsim names them
-_ALGOS = ("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT")
-_ALGO_NAMES = {"TREE": "Tree", "RING": "Ring", "COLLNET_DIRECT": "CollNetDirect", "COLLNET_CHAIN": "CollNetChain",
-               "NVLS": "NVLS", "NVLS_TREE": "NVLSTree", "PAT": "PAT"}  # fmt: skip
-_PROTOS = ("LL", "LL128", "Simple")
+#: NCCL's algorithm and protocol indices (src/include/device.h NCCL_ALGO_*, NCCL_PROTO_*) as collsim names them
+_ALGOS, _PROTOS = NCCL_ALGORITHMS, NCCL_PROTOCOLS
 #: tuning.cc's table (NCCL_DEBUG_SUBSYS=TUNING, rank 0, at init): a header of up to three algorithms (ncclAlgoStr),
 #: then per function (ncclFuncStr) "latency/bandwidth" for each algorithm's LL, LL128 and Simple
 _TABLE_ALGOS = re.compile(r"^Algorithm\s*\|(.*)$")
 _ALGO_WORD = re.compile(r"\b(Tree|Ring|CollNetDirect|CollNetChain|NVLSTree|NVLS|PAT)\b")
 _TABLE_ROW = re.compile(r"^(Broadcast|Reduce|AllGather|ReduceScatter|AllReduce)\s*\|(.*)$")
 _CELL = re.compile(r"(-?\d+(?:\.\d+)?)/\s*(-?\d+(?:\.\d+)?)")
-_PROTO_NAMES = {"LL": "LL", "LL128": "LL128", "SIMPLE": "Simple"}
 _NET_DEVICES = re.compile(r"^NET/(\S+) : Using((?: \[\d+\]\S+)+)")
 _DEVICE = re.compile(r"\[\d+\](\S+)")
 
@@ -315,7 +317,7 @@ def _choice(found: re.Match[str]) -> Choice | None:
         algorithm = _ALGOS[a] if a < len(_ALGOS) else None
         protocol = _PROTOS[p] if p < len(_PROTOS) else None
     else:
-        algorithm, protocol = _ALGO_NAMES.get(algo), _PROTO_NAMES.get(proto)
+        algorithm, protocol = NCCL_PRINTED_ALGORITHMS.get(algo), NCCL_PRINTED_PROTOCOLS.get(proto)
     if algorithm is None or protocol is None:
         return None
     try:

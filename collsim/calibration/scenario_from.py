@@ -115,6 +115,11 @@ def _placement(m: Measurement, node: str, topo: Any, out: ImportedScenario) -> d
             raise MeasurementError(f"{ranks} ranks on {nodes} hosts is not the same count on every host", file=file)
         shown = f"{', '.join(hosts[:4])}{' ...' if nodes > 4 else ''}"
         out.taken.append(f"{nodes} node{'s' if nodes > 1 else ''}: the run's hosts ({shown})")
+    elif isinstance(m.hardware.get("nodes"), int) and m.hardware["nodes"] > 0:
+        nodes = int(m.hardware["nodes"])
+        if ranks % nodes:
+            raise MeasurementError(f"{ranks} ranks on {nodes} nodes is not the same count on every node", file=file)
+        out.taken.append(f"{nodes} node{'s' if nodes > 1 else ''}: the run's record of its nodes")
     elif ranks <= per_node:
         nodes = 1
         out.assumed.append("one node: the run names no hosts and has no more ranks than a node has GPUs")
@@ -143,7 +148,11 @@ def _placement(m: Measurement, node: str, topo: Any, out: ImportedScenario) -> d
 def _workload(m: Measurement, out: ImportedScenario) -> dict[str, Any]:
     """``workload``: the run's collective, type, operator, root, sizes and GPUs a thread drove (``-g``)."""
     workload: dict[str, Any] = {"collective": m.collective}
-    if m.dtype in DTYPE_SIZES:
+    if _run_kind(m) == "NCCL Inspector calls":
+        out.assumed.append("float32: NCCL Inspector does not record the element type (workload.dtype: bfloat16 for "
+                           "a job that communicates in bf16)")  # fmt: skip
+        workload["dtype"] = m.dtype
+    elif m.dtype in DTYPE_SIZES:
         workload["dtype"] = m.dtype
     else:
         out.assumed.append(f"float32: collsim has no type {m.dtype!r}")
@@ -256,7 +265,7 @@ def scenario_from_measurement(
         out.warnings.append("the run timed on the host (-C 1); collsim predicts the GPUs' time")
     out.data = {
         "name": stem,
-        "description": f"nccl-tests run of {Path(file).name}: {what}",
+        "description": f"{_run_kind(m)} of {Path(file).name}: {what}",
         **({"preset_files": list(preset_files)} if preset_files else {}),
         "cluster": cluster,
         "workload": _workload(m, out),
@@ -266,9 +275,22 @@ def scenario_from_measurement(
     return out
 
 
-def format_scenario(imported: ImportedScenario, measurement: str, path: str | None = None) -> str:
+def _run_kind(m: Measurement) -> str:
+    """What the measurement is, for the scenario's description: ``nccl-tests run`` or ``NCCL Inspector calls``."""
+    return "NCCL Inspector calls" if m.software.get("benchmark") == "NCCL Inspector" else "nccl-tests run"
+
+
+def format_scenario(
+    imported: ImportedScenario,
+    measurement: str,
+    path: str | None = None,
+    *,
+    what: str = "nccl-tests run",
+    command: str = "import nccl-tests",
+) -> str:
     """The scenario as YAML, headed by comments saying where each part came from and what to check (``path``: the
-    file it is written to, for the ``collsim validate`` line).
+    file it is written to, for the ``collsim validate`` line; ``what`` the measurement is and the ``command`` that
+    wrote it).
 
     >>> data = {"name": "x", "workload": {"collective": "allreduce", "sizes": [8, 16]}}
     >>> print(format_scenario(ImportedScenario(data, taken=["NCCL 2.27.3"]), "r.json", "x.yaml"))
@@ -281,7 +303,7 @@ def format_scenario(imported: ImportedScenario, measurement: str, path: str | No
       sizes: [8, 16]
     <BLANKLINE>
     """
-    lines = [f"# Scenario of the nccl-tests run {measurement}, written by collsim import nccl-tests."]
+    lines = [f"# Scenario of the {what} {measurement}, written by collsim {command}."]
     for label, items in (("From the run", imported.taken), ("Assumed", imported.assumed),
                          ("Check", imported.warnings)):  # fmt: skip
         lines += [f"# {label}: {item}." for item in items]

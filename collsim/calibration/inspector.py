@@ -1,0 +1,501 @@
+"""NCCL Inspector logs: the collectives a real job ran, call by call.
+
+NCCL's Inspector is a profiler plugin in NCCL's own tree (``ext-profiler/inspector`` from NCCL 2.28.3,
+``plugins/profiler/inspector`` from 2.29.7). Loaded into any NCCL job (``NCCL_PROFILER_PLUGIN=.../
+libnccl-profiler-inspector.so NCCL_INSPECTOR_ENABLE=1``: a training run, not only a benchmark), each process writes
+``<NCCL_INSPECTOR_DUMP_DIR>/<host>-pid<pid>.log``, one JSON object a line for each collective it completed on each
+communicator (output format ``v4.0`` in every release so far)::
+
+    {"header": {"id": "0x7f8c496ae9f661", "comm_name": "DP Group 0", "rank": 2, "n_ranks": 8, "nnodes": 1},
+     "metadata": {"inspector_output_format_version": "v4.0", "hostname": "node1", "pid": 1639453, ...},
+     "coll_perf": {"coll": "AllReduce", "coll_sn": 1407, "coll_msg_size_bytes": 17179869184,
+                   "coll_exec_time_us": 61974, "coll_timing_source": "kernel_gpu", ...}}
+
+What the fields mean, from the plugin's source (``inspector.cc``, ``inspector_plugin.cc`` and ``inspector_json.cc``
+at NCCL v2.30.7-1; ``src/plugin/profiler.cc`` for the descriptor NCCL hands it):
+
+- ``coll_sn`` is NCCL's count of that collective on the communicator (``comm->seqNumber[func]``), the same on every
+  rank: one call is the records of one (``id``, ``coll``, ``coll_sn``).
+- ``coll_msg_size_bytes`` is the call's ``count`` times the type's size: the whole buffer for all-reduce, broadcast
+  and reduce, one rank's share for all-gather (sendcount), reduce-scatter (recvcount) and all-to-all (per peer).
+- ``coll_exec_time_us`` is this rank's time: the longest of its kernel's channels from start to stop on the GPU's
+  global timer (``kernel_gpu``), else host timestamps (``kernel_cpu``, ``collective_cpu``; from 2.30 such records
+  are dropped unless ``NCCL_INSPECTOR_REQUIRE_KERNEL_TIMING=0``), in whole microseconds rounded down
+  (``execTimeNanosecs / 1000``).
+- ``comm_name`` (``ncclConfig_t.commName``) and ``p2p_perf`` records (sends and receives) from 2.30.
+- Calls smaller than ``NCCL_INSPECTOR_DUMP_MIN_SIZE_BYTES`` (8192 by default) are not written.
+
+A rank that starts its kernel early waits inside it for the others, so one call's ranks record different times and
+the last rank to start records the collective itself: :attr:`InspectorCall.least_us` is a call's time, and
+``most_us - least_us`` how far apart its ranks arrived (the ranks' skew).
+
+Examples
+--------
+>>> line = ('{"header": {"id": "0x1", "rank": %d, "n_ranks": 2, "nnodes": 1}, "metadata": {"hostname": "n1"}, '
+...         '"coll_perf": {"coll": "AllReduce", "coll_sn": 0, "coll_msg_size_bytes": 1048576, '
+...         '"coll_exec_time_us": %d, "coll_timing_source": "kernel_gpu"}}')
+>>> log = parse_inspector_lines([line % (0, 40), line % (1, 25)], file="n1-pid1.log")
+>>> comm = log.comms["0x1"]
+>>> comm.nranks, sorted(comm.ranks), comm.hosts
+(2, [0, 1], {'n1'})
+>>> call = comm.calls[("AllReduce", 0)]
+>>> call.size_bytes, call.least_us, call.most_us, call.records
+(1048576, 25.0, 40.0, 2)
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import warnings
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from collsim.calibration.nccltests import ParseWarning
+from collsim.safeyaml import short_repr
+
+__all__ = [
+    "INSPECTOR_FORMAT",
+    "InspectorCall",
+    "InspectorComm",
+    "InspectorFormatError",
+    "InspectorGroup",
+    "InspectorLog",
+    "inspector_files",
+    "is_inspector_record",
+    "parse_inspector_lines",
+    "read_inspector",
+    "starts_like_inspector",
+]
+
+#: The output format the reader follows (``metadata.inspector_output_format_version``, NCCL 2.28.3 to 2.30.7).
+INSPECTOR_FORMAT = "v4.0"
+#: File names the plugin writes (``<host>-pid<pid>.log``) and the ones NVIDIA's exporter example also reads.
+INSPECTOR_SUFFIXES: tuple[str, ...] = (".log", ".jsonl", ".log.gz", ".jsonl.gz")
+
+
+class InspectorFormatError(ValueError):
+    """An Inspector log that cannot be read; ``file`` and ``field`` say where, the message what is expected."""
+
+    def __init__(self, message: str, *, file: str, field: str | None = None) -> None:
+        self.file = file
+        self.field = field
+        self.reason = message
+        super().__init__(f"{file}: {field + ': ' if field else ''}{message}")
+
+
+@dataclass
+class InspectorCall:
+    """One call of one collective on one communicator: the records of the ranks that wrote one.
+
+    Attributes
+    ----------
+    size_bytes : int
+        ``coll_msg_size_bytes`` as written (count x type size; one rank's share for all-gather, reduce-scatter
+        and all-to-all).
+    least_us, most_us : float
+        The shortest and longest of the ranks' times, microseconds, as written (rounded down to whole ones).
+    records : int
+        How many ranks wrote one.
+    pair : tuple of str, optional
+        NCCL's (algorithm, protocol) for the call as the record names them (``RING``, ``SIMPLE``; ``coll_algo``
+        and ``coll_proto``, format v4.3), None when it does not.
+    """
+
+    size_bytes: int
+    least_us: float
+    most_us: float
+    records: int = 1
+    pair: tuple[str, str] | None = None
+
+
+@dataclass(eq=False)
+class InspectorComm:
+    """One communicator as its records describe it.
+
+    Attributes
+    ----------
+    comm_id : str
+        ``header.id`` (NCCL's communicator hash).
+    name : str
+        ``header.comm_name`` (NCCL 2.30 on), ``""`` when not written or ``unknown``.
+    nranks, nnodes : int
+        ``header.n_ranks`` and ``header.nnodes``.
+    ranks : set of int
+        The ranks that wrote records.
+    hosts : set of str
+        ``metadata.hostname`` of those records.
+    calls : dict
+        ``(operation, sequence number) -> InspectorCall``; the operation as the plugin names it (``AllReduce``,
+        ``AllGather``, ``Send`` ...).
+    timing : Counter
+        Records by ``*_timing_source``.
+    dropped : dict
+        Records each rank's ring overwrote before they were written (``dump_stats.coll_dropped_total``, format
+        v4.3), by rank.
+    """
+
+    comm_id: str
+    name: str
+    nranks: int
+    nnodes: int
+    ranks: set[int] = field(default_factory=set)
+    hosts: set[str] = field(default_factory=set)
+    calls: dict[tuple[str, int], InspectorCall] = field(default_factory=dict)
+    timing: Counter[str] = field(default_factory=Counter)
+    dropped: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        """The communicator's name and id (``DP Group 0 (0x7f8c...)``), or its id."""
+        return f"{self.name} ({self.comm_id})" if self.name else self.comm_id
+
+    def operations(self) -> list[str]:
+        """The operations it ran (``AllReduce``, ``Send`` ...), in the order first seen."""
+        return list(dict.fromkeys(op.split(":")[0] for op, _ in self.calls))
+
+
+@dataclass
+class InspectorGroup:
+    """The calls of one operation on one communicator, or pooled on every communicator of one shape.
+
+    Attributes
+    ----------
+    operation : str
+        As the plugin names it (``AllReduce``, ``AllGather``, ``Send`` ...).
+    comms : list of InspectorComm
+        The communicator (several when pooled: same operation, ranks and nodes).
+    nranks, nnodes : int
+        Ranks and nodes of each communicator.
+    calls : list of InspectorCall
+        The calls every rank that wrote records for its communicator recorded (a call some of them lack is left
+        out: its least time may be an early rank's, which waited).
+    incomplete : int
+        Calls left out for that reason.
+    ranks_recorded : int
+        Ranks of the group that wrote records (out of ``nranks`` x ``len(comms)``).
+    """
+
+    operation: str
+    comms: list[InspectorComm]
+    nranks: int
+    nnodes: int
+    calls: list[InspectorCall] = field(default_factory=list)
+    incomplete: int = 0
+    ranks_recorded: int = 0
+
+    @property
+    def label(self) -> str:
+        """The communicator's label, or ``N communicators`` when pooled."""
+        return self.comms[0].label if len(self.comms) == 1 else f"{len(self.comms)} communicators"
+
+    @property
+    def timing(self) -> Counter[str]:
+        """Records by timing source over the group's communicators."""
+        total: Counter[str] = Counter()
+        for c in self.comms:
+            total.update(c.timing)
+        return total
+
+
+@dataclass
+class InspectorLog:
+    """Every communicator of an Inspector dump.
+
+    Attributes
+    ----------
+    source : str
+        The file or folder read (for messages).
+    files : list of str
+        The files read.
+    comms : dict
+        ``comm_id -> InspectorComm``, in the order first seen.
+    records : int
+        Records read.
+    skipped : int
+        Lines skipped (cut short, not a record, no time).
+    versions : set of str
+        ``inspector_output_format_version`` values seen.
+    """
+
+    source: str
+    files: list[str] = field(default_factory=list)
+    comms: dict[str, InspectorComm] = field(default_factory=dict)
+    records: int = 0
+    skipped: int = 0
+    versions: set[str] = field(default_factory=set)
+
+    @property
+    def hosts(self) -> set[str]:
+        """Every host that wrote records."""
+        return {h for c in self.comms.values() for h in c.hosts}
+
+    def groups(self, *, pool: bool = False) -> list[InspectorGroup]:
+        """The calls by communicator and operation; with ``pool``, communicators of the same shape (operation,
+        ranks, nodes) together. Sends and receives are one group (``Send``, ``Recv``) a communicator.
+
+        >>> log = InspectorLog("x", comms={c: InspectorComm(c, "", 8, 1) for c in ("0x1", "0x2")})
+        >>> for c in log.comms.values():
+        ...     c.ranks.update(range(8))
+        ...     c.calls[("AllReduce", 0)] = InspectorCall(1024, 10.0, 12.0, records=8)
+        >>> [(g.label, len(g.calls)) for g in log.groups()], [(g.label, len(g.calls)) for g in log.groups(pool=True)]
+        ([('0x1', 1), ('0x2', 1)], [('2 communicators', 2)])
+        """
+        found: dict[tuple[Any, ...], InspectorGroup] = {}
+        for comm in self.comms.values():
+            for (key, _), call in comm.calls.items():
+                op = key.split(":")[0]
+                gkey = (op, comm.nranks, comm.nnodes) if pool else (op, comm.comm_id)
+                group = found.setdefault(gkey, InspectorGroup(op, [], comm.nranks, comm.nnodes))
+                if comm not in group.comms:
+                    group.comms.append(comm)
+                    group.ranks_recorded += len(comm.ranks)
+                if ":" in key or call.records == len(comm.ranks):
+                    group.calls.append(call)
+                else:
+                    group.incomplete += 1
+        return list(found.values())
+
+
+#: Top-level keys of the plugin's lines: an operation, a v4.3 ``dump_stats`` marker, a network proxy trace.
+_RECORD_KEYS: tuple[str, ...] = ("coll_perf", "p2p_perf", "dump_stats", "proxy_trace")
+
+
+def is_inspector_record(obj: Any) -> bool:
+    """True for one line of an Inspector log: an object with ``coll_perf`` or ``p2p_perf`` (an operation),
+    ``dump_stats`` (format v4.3's marker) or ``proxy_trace``.
+
+    >>> is_inspector_record({"header": {}, "coll_perf": {}}), is_inspector_record({"results": []})
+    (True, False)
+    """
+    return isinstance(obj, Mapping) and any(k in obj for k in _RECORD_KEYS)
+
+
+def _field(obj: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str, file: str) -> Any:
+    value = obj.get(key)
+    if isinstance(value, bool) or not isinstance(value, kind):
+        what = "a string" if kind is str else "a number" if kind == (int, float) else "an integer"
+        got = "nothing" if value is None else short_repr(value)
+        raise InspectorFormatError(f"expected {what}, got {got}", file=file, field=f"{where}.{key}")
+    return value
+
+
+def _count(obj: Mapping[str, Any], key: str, where: str, file: str, *, least: int = 0) -> int:
+    value = _field(obj, key, int, where, file)
+    if value < least:
+        raise InspectorFormatError(f"expected an integer >= {least}, got {value}", file=file, field=f"{where}.{key}")
+    return int(value)
+
+
+def _object(obj: Mapping[str, Any], key: str, file: str) -> Mapping[str, Any]:
+    value = obj.get(key)
+    if not isinstance(value, Mapping):
+        raise InspectorFormatError(f"expected an object, got {short_repr(value)}", file=file, field=key)
+    return value
+
+
+def _comm(log: InspectorLog, context: Mapping[str, Any], file: str) -> tuple[InspectorComm, int, Mapping[str, Any]]:
+    """The communicator, rank and metadata a record's (or its marker's) ``header`` and ``metadata`` name."""
+    header = _object(context, "header", file)
+    meta = context.get("metadata") if isinstance(context.get("metadata"), Mapping) else {}
+    assert isinstance(meta, Mapping)
+    comm_id = str(_field(header, "id", str, "header", file))
+    rank = _count(header, "rank", "header", file)
+    nranks = _count(header, "n_ranks", "header", file, least=1)
+    nnodes = _count(header, "nnodes", "header", file, least=1)
+    if isinstance(meta.get("inspector_output_format_version"), str):
+        log.versions.add(meta["inspector_output_format_version"])
+    name = str(header["comm_name"]) if isinstance(header.get("comm_name"), str) else ""
+    comm = log.comms.setdefault(comm_id, InspectorComm(comm_id, "" if name == "unknown" else name, nranks, nnodes))
+    if (comm.nranks, comm.nnodes) != (nranks, nnodes):
+        raise InspectorFormatError(f"communicator {comm_id} has {comm.nranks} ranks on {comm.nnodes} nodes in "
+                                   f"earlier records, {nranks} on {nnodes} here", file=file,
+                                   field="header")  # fmt: skip
+    return comm, rank, meta
+
+
+def _add_stats(log: InspectorLog, obj: Mapping[str, Any], file: str) -> None:
+    """A ``dump_stats`` marker (format v4.3): the records its rank's ring overwrote before they were written."""
+    comm, rank, _ = _comm(log, obj, file)
+    stats = _object(obj, "dump_stats", file)
+    dropped = stats.get("coll_dropped_total")
+    if isinstance(dropped, int) and not isinstance(dropped, bool):
+        comm.dropped[rank] = max(comm.dropped.get(rank, 0), dropped)
+
+
+def _add_record(log: InspectorLog, obj: Mapping[str, Any], context: Mapping[str, Any], file: str) -> bool:
+    """Fold one operation record into ``log``, its ``header`` and ``metadata`` its own or (format v4.3, records
+    after a ``dump_stats`` marker) ``context``'s; False when it carries no time or size (the plugin writes 0)."""
+    comm, rank, meta = _comm(log, context, file)
+    kind = "coll_perf" if "coll_perf" in obj else "p2p_perf"
+    perf = _object(obj, kind, file)
+    prefix = "coll" if kind == "coll_perf" else "p2p"
+    op = str(_field(perf, prefix, str, kind, file))
+    sn = _count(perf, f"{prefix}_sn", kind, file)
+    size = _count(perf, f"{prefix}_msg_size_bytes", kind, file)
+    time_us = float(_field(perf, f"{prefix}_exec_time_us", (int, float), kind, file))
+    if time_us <= 0 or size <= 0:
+        return False
+    comm.ranks.add(rank)
+    if isinstance(meta.get("hostname"), str):
+        comm.hosts.add(meta["hostname"])
+    source = perf.get(f"{prefix}_timing_source")
+    comm.timing[source if isinstance(source, str) else "unknown"] += 1
+    # a collective's call is one sequence number on every rank; a send or receive is kept per rank and peer (they
+    # are listed, not compared: a log does not say which pattern of sends a job ran)
+    key = (op, sn) if kind == "coll_perf" else (f"{op}:{rank}:{perf.get('p2p_peer')}", sn)
+    algo, proto = perf.get("coll_algo"), perf.get("coll_proto")
+    pair = (algo, proto) if isinstance(algo, str) and isinstance(proto, str) else None
+    call = comm.calls.get(key)
+    if call is None:
+        comm.calls[key] = InspectorCall(size, time_us, time_us, pair=pair)
+        return True
+    if call.size_bytes != size:
+        raise InspectorFormatError(f"{op} call {sn} of communicator {comm.comm_id} is {call.size_bytes} bytes in "
+                                   f"another rank's record, {size} here", file=file, field=kind)  # fmt: skip
+    call.least_us = min(call.least_us, time_us)
+    call.most_us = max(call.most_us, time_us)
+    call.records += 1
+    call.pair = call.pair or pair
+    return True
+
+
+def parse_inspector_lines(lines: Iterable[str], *, file: str, log: InspectorLog | None = None) -> InspectorLog:
+    """Read one Inspector log's lines into ``log`` (a new one by default).
+
+    Format v4.0 (NCCL 2.28-2.30) gives every record its ``header`` and ``metadata``; format v4.3 writes them once, on
+    a ``dump_stats`` marker, and the records after it belong to it, so each file is read in order. ``proxy_trace``
+    records (the network proxy's steps) are passed over. Blank lines are skipped; a line that is not a JSON object (the
+    last one of a job that was stopped while the plugin wrote it), a JSON object that is not a record, and a record
+    without a time are skipped and counted, with one :class:`~collsim.calibration.nccltests.ParseWarning` a file
+    naming the first such line.
+
+    Raises
+    ------
+    InspectorFormatError
+        A record with a field of the wrong type, or an operation record before any header, naming ``file``, the
+        line and the field.
+    """
+    out = log if log is not None else InspectorLog(source=file)
+    out.files.append(file)
+    first_bad: int | None = None
+    bad = 0
+    context: Mapping[str, Any] | None = None  # the last header and metadata seen: the marker records follow
+    for n, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            obj = None
+        if not is_inspector_record(obj):
+            bad += 1
+            first_bad = first_bad or n
+            continue
+        kept = True
+        try:
+            if "header" in obj:
+                context = obj
+            if "coll_perf" in obj or "p2p_perf" in obj:
+                if context is None:
+                    raise InspectorFormatError("an operation before any header: a v4.3 file's records follow their "
+                                               "dump_stats marker; read the file whole", file=file)  # fmt: skip
+                kept = _add_record(out, obj, context, file)
+                out.records += kept
+            elif "dump_stats" in obj:
+                _add_stats(out, obj, file)
+        except InspectorFormatError as exc:
+            raise InspectorFormatError(exc.reason, file=f"{file}, line {n}", field=exc.field) from None
+        if not kept:
+            bad += 1
+            first_bad = first_bad or n
+    out.skipped += bad
+    if bad:
+        warnings.warn(f"{file}: skipped {bad} line{'s' if bad > 1 else ''} that are not Inspector records with a "
+                      f"time (the first: line {first_bad})", ParseWarning, stacklevel=2)  # fmt: skip
+    return out
+
+
+def inspector_files(path: str | Path) -> list[Path]:
+    """The log files under ``path``: the file itself, or every ``*.log``, ``*.jsonl``, ``*.log.gz`` and
+    ``*.jsonl.gz`` below a folder (sorted).
+
+    Raises
+    ------
+    InspectorFormatError
+        A path that does not exist, or a folder without such files.
+    """
+    p = Path(path)
+    if p.is_file():
+        return [p]
+    if not p.is_dir():
+        raise InspectorFormatError("no such file or folder", file=str(path))
+    found = sorted(f for f in p.rglob("*") if f.is_file() and f.name.endswith(INSPECTOR_SUFFIXES))
+    if not found:
+        raise InspectorFormatError(f"no Inspector logs ({', '.join('*' + s for s in INSPECTOR_SUFFIXES)}) in this "
+                                   "folder or below (NCCL_INSPECTOR_DUMP_DIR)", file=str(path))  # fmt: skip
+    return found
+
+
+def _lines(path: Path) -> Iterator[str]:
+    """The text lines of a log, gzip-compressed or not."""
+    try:
+        if path.name.endswith(".gz"):
+            with gzip.open(path, "rt", encoding="utf-8") as fh:
+                yield from fh
+        else:
+            with path.open(encoding="utf-8") as fh:
+                yield from fh
+    except (OSError, EOFError, UnicodeDecodeError) as exc:
+        reason = "not a UTF-8 text file" if isinstance(exc, UnicodeDecodeError) else f"cannot read: {exc}"
+        raise InspectorFormatError(reason, file=str(path)) from None
+
+
+def starts_like_inspector(path: str | Path) -> bool:
+    """True when ``path`` is a file (gzip-compressed or not) whose first non-blank line is an Inspector record
+    (:func:`is_inspector_record`); how :func:`~collsim.calibration.measurement.read_measurement` tells a log from
+    nccl-tests output."""
+    p = Path(path)
+    if not p.is_file():
+        return False
+    try:
+        first = next((line for line in _lines(p) if line.strip()), "")
+        return is_inspector_record(json.loads(first))
+    except (InspectorFormatError, json.JSONDecodeError):
+        return False
+
+
+def read_inspector(
+    path: str | Path, *, progress: Callable[[int, int], None] | None = None
+) -> InspectorLog:
+    """Read an Inspector dump: one log file, or a folder (``NCCL_INSPECTOR_DUMP_DIR``) of every process's logs.
+
+    Parameters
+    ----------
+    path : str or Path
+        A log file or a folder searched recursively (:func:`inspector_files`).
+    progress : callable, optional
+        Called as ``progress(files_done, files_total)`` after each file.
+
+    Raises
+    ------
+    InspectorFormatError
+        No logs, a file that cannot be read, a malformed record, or no record at all.
+    """
+    files = inspector_files(path)
+    log = InspectorLog(source=str(path))
+    for i, f in enumerate(files, start=1):
+        parse_inspector_lines(_lines(f), file=str(f), log=log)
+        if progress is not None:
+            progress(i, len(files))
+    if not log.records:
+        raise InspectorFormatError("no Inspector records with a time (lines with header and coll_perf or p2p_perf)",
+                                   file=str(path))  # fmt: skip
+    odd = sorted(v for v in log.versions if v != INSPECTOR_FORMAT)
+    if odd:
+        warnings.warn(f"{path}: Inspector output format {', '.join(odd)}; read as {INSPECTOR_FORMAT}, the format "
+                      "this reader follows", ParseWarning, stacklevel=2)  # fmt: skip
+    return log
