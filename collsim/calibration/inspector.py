@@ -103,6 +103,8 @@ class InspectorCall:
     pair : tuple of str, optional
         NCCL's (algorithm, protocol) for the call as the record names them (``RING``, ``SIMPLE``; ``coll_algo``
         and ``coll_proto``, format v4.3), None when it does not.
+    last_rank : int
+        The rank that wrote the least time (it started its kernel last), -1 while two or more ranks share it.
     """
 
     size_bytes: int
@@ -110,6 +112,7 @@ class InspectorCall:
     most_us: float
     records: int = 1
     pair: tuple[str, str] | None = None
+    last_rank: int = -1
 
 
 @dataclass(eq=False)
@@ -128,6 +131,8 @@ class InspectorComm:
         The ranks that wrote records.
     hosts : set of str
         ``metadata.hostname`` of those records.
+    rank_hosts : dict
+        The host of each rank that wrote records.
     calls : dict
         ``(operation, sequence number) -> InspectorCall``; the operation as the plugin names it (``AllReduce``,
         ``AllGather``, ``Send`` ...).
@@ -144,6 +149,7 @@ class InspectorComm:
     nnodes: int
     ranks: set[int] = field(default_factory=set)
     hosts: set[str] = field(default_factory=set)
+    rank_hosts: dict[int, str] = field(default_factory=dict)
     calls: dict[tuple[str, int], InspectorCall] = field(default_factory=dict)
     timing: Counter[str] = field(default_factory=Counter)
     dropped: dict[int, int] = field(default_factory=dict)
@@ -191,6 +197,21 @@ class InspectorGroup:
     def label(self) -> str:
         """The communicator's label, or ``N communicators`` when pooled."""
         return self.comms[0].label if len(self.comms) == 1 else f"{len(self.comms)} communicators"
+
+    def last_to_start(self) -> tuple[int, int, int] | None:
+        """The rank that most often started its kernel last (wrote the least time alone), the calls it did, and
+        the calls one rank alone did; None for a pooled group or when no call had one last rank.
+
+        A rank its computation, its host or its input pipeline holds back arrives last at most calls, where chance
+        gives each rank 1 in ``nranks``.
+        """
+        if len(self.comms) != 1:
+            return None
+        last = Counter(c.last_rank for c in self.calls if c.last_rank >= 0)
+        if not last:
+            return None
+        rank, count = last.most_common(1)[0]
+        return rank, count, sum(last.values())
 
     @property
     def timing(self) -> Counter[str]:
@@ -342,6 +363,7 @@ def _add_record(log: InspectorLog, obj: Mapping[str, Any], context: Mapping[str,
     comm.ranks.add(rank)
     if isinstance(meta.get("hostname"), str):
         comm.hosts.add(meta["hostname"])
+        comm.rank_hosts[rank] = meta["hostname"]
     source = perf.get(f"{prefix}_timing_source")
     comm.timing[source if isinstance(source, str) else "unknown"] += 1
     # a collective's call is one sequence number on every rank; a send or receive is kept per rank and peer (they
@@ -351,12 +373,14 @@ def _add_record(log: InspectorLog, obj: Mapping[str, Any], context: Mapping[str,
     pair = (algo, proto) if isinstance(algo, str) and isinstance(proto, str) else None
     call = comm.calls.get(key)
     if call is None:
-        comm.calls[key] = InspectorCall(size, time_us, time_us, pair=pair)
+        comm.calls[key] = InspectorCall(size, time_us, time_us, pair=pair, last_rank=rank)
         return True
     if call.size_bytes != size:
         raise InspectorFormatError(f"{op} call {sn} of communicator {comm.comm_id} is {call.size_bytes} bytes in "
                                    f"another rank's record, {size} here", file=file, field=kind)  # fmt: skip
-    call.least_us = min(call.least_us, time_us)
+    if time_us <= call.least_us:
+        call.last_rank = rank if time_us < call.least_us else -1
+        call.least_us = time_us
     call.most_us = max(call.most_us, time_us)
     call.records += 1
     call.pair = call.pair or pair
@@ -389,7 +413,7 @@ def parse_inspector_lines(lines: Iterable[str], *, file: str, log: InspectorLog 
             continue
         try:
             obj = json.loads(line)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # bad JSON, nested deeper than Python's stack, a 4300-digit integer
             obj = None
         if not is_inspector_record(obj):
             bad += 1
@@ -414,8 +438,9 @@ def parse_inspector_lines(lines: Iterable[str], *, file: str, log: InspectorLog 
             first_bad = first_bad or n
     out.skipped += bad
     if bad:
-        warnings.warn(f"{file}: skipped {bad} line{'s' if bad > 1 else ''} that are not Inspector records with a "
-                      f"time (the first: line {first_bad})", ParseWarning, stacklevel=2)  # fmt: skip
+        what = "lines that are not Inspector records" if bad > 1 else "line that is not an Inspector record"
+        warnings.warn(f"{file}: skipped {bad} {what} with a time (the first: line {first_bad})", ParseWarning,
+                      stacklevel=2)  # fmt: skip
     return out
 
 
@@ -454,6 +479,11 @@ def _lines(path: Path) -> Iterator[str]:
         raise InspectorFormatError(reason, file=str(path)) from None
 
 
+#: Characters of a file's first line read to tell an Inspector log (a record is a few hundred bytes; a verbose one
+#: with every channel's events a few KB); a longer line is no record.
+_FIRST_LINE_CHARS = 1 << 20
+
+
 def starts_like_inspector(path: str | Path) -> bool:
     """True when ``path`` is a file (gzip-compressed or not) whose first non-blank line is an Inspector record
     (:func:`is_inspector_record`); how :func:`~collsim.calibration.measurement.read_measurement` tells a log from
@@ -462,9 +492,12 @@ def starts_like_inspector(path: str | Path) -> bool:
     if not p.is_file():
         return False
     try:
-        first = next((line for line in _lines(p) if line.strip()), "")
+        with gzip.open(p, "rt", encoding="utf-8") if p.name.endswith(".gz") else p.open(encoding="utf-8") as fh:
+            first = fh.readline(_FIRST_LINE_CHARS)
+            while first and not first.strip():
+                first = fh.readline(_FIRST_LINE_CHARS)
         return is_inspector_record(json.loads(first))
-    except (InspectorFormatError, json.JSONDecodeError):
+    except (OSError, EOFError, UnicodeDecodeError, ValueError, RecursionError):  # unreadable, not JSON, too deep
         return False
 
 

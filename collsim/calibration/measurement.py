@@ -94,6 +94,7 @@ __all__ = [
     "parse_measurement_csv",
     "parse_measurement_json",
     "read_measurement",
+    "straggler_text",
     "summarise_times",
 ]
 
@@ -743,6 +744,11 @@ def measurement_from_inspector(group: InspectorGroup, *, source: str) -> Measure
     }
     if pairs:  # format v4.3 names each call's (algorithm, protocol): the most frequent at each size
         software["inspector"]["pairs"] = {str(size): c.most_common(1)[0][0] for size, c in sorted(pairs.items())}
+    last = group.last_to_start()
+    if last is not None:
+        rank, count, calls = last
+        software["inspector"]["last_to_start"] = {"rank": rank, "host": group.comms[0].rank_hosts.get(rank),
+                                                  "calls": count, "of": calls}  # fmt: skip
     dropped = sum(sum(c.dropped.values()) for c in group.comms)
     if dropped:
         software["inspector"]["records_dropped"] = dropped
@@ -823,7 +829,31 @@ def format_inspector_groups(
         busbw = m.busbw_gbps(last)
         lines.append(f"{common} {len(m.rows):>5} {m.software['rank_skew_us']:>8.1f} {format_size(last.size_bytes):>9} "
                      f"{busbw if busbw is not None else float('nan'):>8.2f}  {written.get(i, '-')}")  # fmt: skip
+    lines += [f"# {text}" for group, m, _ in entries if m is not None and (text := straggler_text(m))]
     return "\n".join(lines) + "\n"
+
+
+def straggler_text(m: Measurement) -> str | None:
+    """A line naming the rank that started last at least twice as often as chance gives (1 in ``nranks``) and at
+    least 3 times, from an Inspector measurement's ``software.inspector.last_to_start``; None otherwise.
+
+    >>> m = Measurement("allreduce", 16, software={"inspector": {"communicators": ["DP (0x1)"],
+    ...     "last_to_start": {"rank": 13, "host": "node1", "calls": 30, "of": 40}}})
+    >>> straggler_text(m)
+    'DP (0x1) allreduce: rank 13 (node1) started last in 30 of 40 calls (1 in 16 by chance): a rank held back'
+    """
+    info = m.software.get("inspector") if isinstance(m.software.get("inspector"), Mapping) else {}
+    assert isinstance(info, Mapping)
+    last = info.get("last_to_start")
+    if not isinstance(last, Mapping) or m.nranks is None:
+        return None
+    count, calls = int(last.get("calls", 0)), int(last.get("of", 0))
+    if count < 3 or count * m.nranks < 2 * calls:
+        return None
+    where = f" ({last['host']})" if last.get("host") else ""
+    comm = ", ".join(info.get("communicators") or []) or "the communicator"
+    return (f"{comm} {m.collective}: rank {last['rank']}{where} started last in {count} of {calls} calls (1 in "
+            f"{m.nranks} by chance): a rank held back")  # fmt: skip
 
 
 def _inspector_measurement(p: Path, collective: str | None, nranks: int | None) -> Measurement:

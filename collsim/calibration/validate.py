@@ -22,7 +22,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from collsim.calibration.measurement import Measurement, MeasurementError
+from collsim.calibration.measurement import Measurement, MeasurementError, straggler_text
 from collsim.nccl_env import INERT_NCCL_ENV, KNOWN_NCCL_ENV, PLUGIN_ENV, NcclEnvError, NcclOptions
 from collsim.results import busbw_factor
 from collsim.units import format_size
@@ -621,6 +621,9 @@ def inspector_notes(m: Measurement, rows: Sequence[ValidationRow], dtype: str, h
              f"not recorded (the scenario's {dtype} is used)"]  # fmt: skip
     if host_overhead != "none":
         notes.append(f"workload.host_overhead is {host_overhead}, but the Inspector's times are the kernels' alone")
+    straggler = straggler_text(m)
+    if straggler:
+        notes.append(f"{straggler} (its computation, host or input; the skew is not in the times compared)")
     ranks, recorded = info.get("ranks"), info.get("ranks_recorded")
     if isinstance(ranks, int) and isinstance(recorded, int) and recorded < ranks:
         notes.append(f"only {recorded} of {ranks} ranks wrote records: a call's least time may be a rank's that "

@@ -28,6 +28,7 @@ from collsim.calibration.measurement import (
     INSPECTOR_ROUNDING_US,
     inspector_measurements,
     measurement_from_inspector,
+    straggler_text,
 )
 from collsim.calibration.validate import validate
 from collsim.cli import main
@@ -210,6 +211,34 @@ def test_operations_collsim_does_not_simulate_are_listed() -> None:
     assert [(g.operation, m, why.split(" (")[0]) for g, m, why in entries] == [
         ("AllGatherV", None, "collsim does not simulate AllGatherV"),
         ("Send", None, "collsim does not simulate Send")]  # fmt: skip
+
+
+def test_a_rank_that_starts_last_again_and_again_is_named(tmp_path: Path) -> None:
+    """The rank whose kernel time is least started last; one that does so at most calls is held back (its
+    computation or host), and import and validate name it. A call where ranks tie for least names none."""
+    calls: list[Call] = []
+    for sn in range(10):
+        starts = [float(r) for r in range(8)]
+        starts[5 if sn < 7 else 2] = 20.0  # rank 5 starts last in seven calls, rank 2 in three
+        calls.append(("AllReduce", sn, 1 << 20, _skewed(100.0, starts)))
+    calls.append(("AllReduce", 10, 1 << 20, [100.0] * 8))  # a tie: no last rank
+    _dump(tmp_path / "dump", calls, nranks=8, per_host=4)
+    m = read_measurement(tmp_path / "dump")
+    assert m.software["inspector"]["last_to_start"] == {"rank": 5, "host": "node1", "calls": 7, "of": 10}
+    text = straggler_text(m)
+    assert text == ("DP (0x7f8c) allreduce: rank 5 (node1) started last in 7 of 10 calls (1 in 8 by chance): a rank "
+                    "held back")  # fmt: skip
+    assert any(text in note for note in validate(Simulator.from_source("hgx-h100"), m).notes)
+    m.software["inspector"]["last_to_start"]["calls"] = 2  # twice in ten: chance
+    assert straggler_text(m) is None
+
+
+def test_a_line_nested_too_deeply_is_skipped() -> None:
+    deep = "[" * 100_000 + "]" * 100_000
+    with pytest.warns(ParseWarning, match="skipped 1 line that is not an Inspector record"):
+        log = parse_inspector_lines([deep, json.dumps(_v40("0x1", 0, 1, 1, "n", "AllReduce", 0, 1024, 9.0))],
+                                    file="x.log")  # fmt: skip
+    assert log.records == 1
 
 
 @settings(max_examples=60, deadline=None)
