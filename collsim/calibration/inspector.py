@@ -446,22 +446,32 @@ def parse_inspector_lines(lines: Iterable[str], *, file: str, log: InspectorLog 
 
 def inspector_files(path: str | Path) -> list[Path]:
     """The log files under ``path``: the file itself, or every ``*.log``, ``*.jsonl``, ``*.log.gz`` and
-    ``*.jsonl.gz`` below a folder (sorted).
+    ``*.jsonl.gz`` below a folder (sorted) whose first line is an Inspector record; one
+    :class:`~collsim.calibration.nccltests.ParseWarning` counts the others (a process that completed no collective
+    the plugin writes leaves an empty log; other programs' logs).
 
     Raises
     ------
     InspectorFormatError
-        A path that does not exist, or a folder without such files.
+        A path that does not exist, or a folder without Inspector logs.
     """
     p = Path(path)
     if p.is_file():
         return [p]
     if not p.is_dir():
         raise InspectorFormatError("no such file or folder", file=str(path))
-    found = sorted(f for f in p.rglob("*") if f.is_file() and f.name.endswith(INSPECTOR_SUFFIXES))
+    named = sorted(f for f in p.rglob("*") if f.is_file() and f.name.endswith(INSPECTOR_SUFFIXES))
+    found = [f for f in named if starts_like_inspector(f)]
+    patterns = ", ".join("*" + s for s in INSPECTOR_SUFFIXES)
     if not found:
-        raise InspectorFormatError(f"no Inspector logs ({', '.join('*' + s for s in INSPECTOR_SUFFIXES)}) in this "
-                                   "folder or below (NCCL_INSPECTOR_DUMP_DIR)", file=str(path))  # fmt: skip
+        other = f" ({len(named)} {patterns} files, none one: nccl-tests logs are read a file at a time)"
+        other = other if named else ""
+        raise InspectorFormatError(f"no Inspector logs in this folder or below (NCCL_INSPECTOR_DUMP_DIR){other}",
+                                   file=str(path))  # fmt: skip
+    if len(found) < len(named):
+        warnings.warn(f"{path}: {len(named) - len(found)} of its {len(named)} {patterns} files are empty or not "
+                      f"Inspector logs, e.g. {next(f for f in named if f not in found)}; read the others",
+                      ParseWarning, stacklevel=3)  # fmt: skip
     return found
 
 

@@ -166,6 +166,12 @@ def test_files_folders_and_gzip(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(InspectorFormatError, match="no Inspector logs"):
         read_inspector(tmp_path / "empty")
+    (tmp_path / "empty" / "ar.log").write_text("# Collective test starting: all_reduce_perf\n")
+    with pytest.raises(InspectorFormatError, match=r"\(1 \*.log, .* files, none one: nccl-tests logs are read a file"):
+        read_inspector(tmp_path / "empty")
+    (tmp_path / "job" / "a" / "node2-pid4002.log").write_text("")  # a process that completed no collective
+    with pytest.warns(ParseWarning, match=r"1 of its 3 .* files are empty or not Inspector logs, e.g. .*node2"):
+        assert len(read_inspector(tmp_path / "job").files) == 2
     nccl_tests = tmp_path / "ar.txt"
     nccl_tests.write_text("# Collective test starting: all_reduce_perf\n 1024 256 float sum -1 10.0 0.1 0.2 0\n")
     assert not starts_like_inspector(nccl_tests)
