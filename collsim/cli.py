@@ -223,6 +223,9 @@ def _measurement_commands(sub: _Sub) -> None:
     val.add_argument("--nccl-log", metavar="LOG",
                      help="an NCCL_DEBUG_SUBSYS=TUNING log of the measured run: simulate each size with the "
                      "(algorithm, protocol) NCCL says it ran, not collsim's pick")
+    val.add_argument("--recorded-pairs", action="store_true",
+                     help="simulate each size with the (algorithm, protocol) the measurement records NCCL ran (NCCL "
+                     "Inspector logs of format v4.3), not collsim's pick")
     cal = sub.add_parser("calibrate", help="fit a calibration profile to measurements (held-out sizes validate it)")
     cal.add_argument("scenario", help="scenario YAML file, or a built-in name")
     _measurement_args(cal)
@@ -692,13 +695,23 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
     profile = load_profile(args.profile) if args.profile else None
     sim = Simulator.from_source(args.scenario, args.overrides, profile=profile)
+    if args.nccl_log and args.recorded_pairs:
+        raise ScenarioError("--nccl-log and --recorded-pairs both say which pair NCCL ran: give one")
     log = _read_nccl_log(sim, args.nccl_log) if args.nccl_log else None
     if log is not None:
         from collsim.calibration.nccllog import logged_pairs
     vals = []
     for m in _read_measurements(args):
         logged = None if log is None else logged_pairs(log, m.collective, len(sim.topology.rank_devices()))
-        vals.append(validate(sim, m, pairs=args.pairs, logged=logged))
+        by = "NCCL's log"
+        if args.recorded_pairs:
+            from collsim.calibration.measurement import recorded_pairs
+
+            logged, by = recorded_pairs(m), "the measurement's record"
+            if not logged:
+                raise MeasurementError("--recorded-pairs: the measurement records no (algorithm, protocol) (NCCL "
+                                       "Inspector logs record them from format v4.3)", file=m.file)  # fmt: skip
+        vals.append(validate(sim, m, pairs=args.pairs, logged=logged, logged_by=by))
     if args.format == "json":
         _emit(json.dumps([v.to_dict() for v in vals], indent=2) + "\n", args.output)
     else:

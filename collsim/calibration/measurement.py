@@ -94,6 +94,7 @@ __all__ = [
     "parse_measurement_csv",
     "parse_measurement_json",
     "read_measurement",
+    "recorded_pairs",
     "straggler_text",
     "summarise_times",
 ]
@@ -831,6 +832,26 @@ def format_inspector_groups(
                      f"{busbw if busbw is not None else float('nan'):>8.2f}  {written.get(i, '-')}")  # fmt: skip
     lines += [f"# {text}" for group, m, _ in entries if m is not None and (text := straggler_text(m))]
     return "\n".join(lines) + "\n"
+
+
+def recorded_pairs(m: Measurement) -> dict[int, tuple[str, str]]:
+    """The (algorithm, protocol) NCCL ran at each size, as an NCCL Inspector log of format v4.3 recorded them
+    (``software.inspector.pairs``), in :func:`~collsim.calibration.validate.validate`'s ``logged`` form; empty when
+    the measurement has none.
+
+    >>> recorded_pairs(Measurement("allreduce", software={"inspector": {"pairs": {"1048576": "Ring/LL128"}}}))
+    {1048576: ('Ring', 'LL128')}
+    """
+    info = m.software.get("inspector") if isinstance(m.software.get("inspector"), Mapping) else {}
+    assert isinstance(info, Mapping)
+    pairs = info.get("pairs") if isinstance(info.get("pairs"), Mapping) else {}
+    assert isinstance(pairs, Mapping)
+    out: dict[int, tuple[str, str]] = {}
+    for size, pair in pairs.items():
+        algo, _, proto = str(pair).partition("/")
+        if str(size).isdigit() and algo and proto:
+            out[int(size)] = (algo, proto)
+    return out
 
 
 def straggler_text(m: Measurement) -> str | None:

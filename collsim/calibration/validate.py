@@ -328,7 +328,7 @@ def _logged_run(
         return None
     if pair not in offered:
         why = "its hardware, NCCL_ALGO/NCCL_PROTO, backends.nccl.version"
-        refused.add(f"the log's {'/'.join(pair)} is not a pair collsim's NCCL offers for {m.collective} on this "
+        refused.add(f"the run's {'/'.join(pair)} is not a pair collsim's NCCL offers for {m.collective} on this "
                     f"scenario ({why}): collsim's pick there")  # fmt: skip
         return None
     o = sim.simulate_one("nccl", size, collective=m.collective, choice=pair)
@@ -344,6 +344,7 @@ def validate(
     progress: Callable[[int, int], None] | None = None,
     pairs: bool = False,
     logged: Mapping[int, tuple[str, str]] | None = None,
+    logged_by: str = "NCCL's log",
 ) -> Validation:
     """Simulate every measured size of ``m`` on ``sim`` and compare.
 
@@ -366,6 +367,9 @@ def validate(
         (:func:`~collsim.calibration.nccllog.logged_pairs`): those sizes simulate the pair NCCL ran instead of the
         one collsim's copy of its tuner picks, and a note says how many; a pair the scenario cannot run is noted and
         left to collsim's pick.
+    logged_by : str
+        What ``logged`` came from, for the note (``NCCL's log``; ``the Inspector's record`` for
+        :func:`~collsim.calibration.measurement.recorded_pairs`).
     """
     backend = measurement_backend(sim, m)
     nranks = len(sim.topology.rank_devices())
@@ -417,7 +421,7 @@ def validate(
         notes.append(env_note(m, env, sim.nccl_plugin_env, hcas))
         notes += sim.nccl_release_notes(m.collective)
     if logged:
-        notes.append(f"{ran_logged} of {len(out)} sizes simulated with the (algorithm, protocol) NCCL's log says it "
+        notes.append(f"{ran_logged} of {len(out)} sizes simulated with the (algorithm, protocol) {logged_by} says it "
                      "ran; the others with collsim's pick")  # fmt: skip
         notes += sorted(refused)
     return Validation(

@@ -28,6 +28,7 @@ from collsim.calibration.measurement import (
     INSPECTOR_ROUNDING_US,
     inspector_measurements,
     measurement_from_inspector,
+    recorded_pairs,
     straggler_text,
 )
 from collsim.calibration.validate import validate
@@ -286,6 +287,24 @@ def test_validate_notes_how_the_inspector_timed_and_what_nccl_ran(tmp_path: Path
     assert "16 records were overwritten" in notes
     forced = validate(Simulator.from_source("hgx-h100", ["backends.nccl.env.NCCL_ALGO=Ring"]), m)
     assert "NCCL ran another" not in "\n".join(forced.notes)
+
+
+def test_validate_can_simulate_the_pairs_nccl_recorded(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _dump(tmp_path / "v43", [("AllReduce", 0, 1 << 26, [700.0] * 8)], nranks=8, per_host=8, layout="v4.3",
+          pair=("RING", "SIMPLE"))  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ParseWarning)
+        m = read_measurement(tmp_path / "v43")
+        assert recorded_pairs(m) == {1 << 26: ("Ring", "Simple")}
+        assert main(["validate", "hgx-h100", str(tmp_path / "v43"), "--recorded-pairs", "--format", "json"]) == 0
+    (v,) = json.loads(capsys.readouterr().out)
+    assert (v["rows"][0]["algorithm"], v["rows"][0]["protocol"]) == ("Ring", "Simple")  # collsim alone picks NVLS
+    notes = " ".join(v["notes"])
+    assert "1 of 1 sizes simulated with the (algorithm, protocol) the measurement's record says it ran" in notes
+    assert not any("NCCL ran another" in n for n in v["notes"])
+    _dump(tmp_path / "v40", [("AllReduce", 0, 1 << 26, [700.0] * 8)], nranks=8, per_host=8)
+    assert main(["validate", "hgx-h100", str(tmp_path / "v40"), "--recorded-pairs"]) == 2
+    assert "records no (algorithm, protocol)" in capsys.readouterr().err
 
 
 def test_import_inspector_writes_measurements_and_scenarios(tmp_path: Path, capsys: pytest.CaptureFixture[str]
