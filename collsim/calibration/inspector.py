@@ -4,7 +4,8 @@ NCCL's Inspector is a profiler plugin in NCCL's own tree (``ext-profiler/inspect
 ``plugins/profiler/inspector`` from 2.29.7). Loaded into any NCCL job (``NCCL_PROFILER_PLUGIN=.../
 libnccl-profiler-inspector.so NCCL_INSPECTOR_ENABLE=1``: a training run, not only a benchmark), each process writes
 ``<NCCL_INSPECTOR_DUMP_DIR>/<host>-pid<pid>.log``, one JSON object a line for each collective it completed on each
-communicator (output format ``v4.0`` in every release so far)::
+communicator (output format ``v4.0`` in NCCL 2.28.3-2.30.7; a later ``v4.3``, read too, writes ``header`` and
+``metadata`` once a dump on a ``dump_stats`` marker and adds each call's ``coll_algo`` and ``coll_proto``)::
 
     {"header": {"id": "0x7f8c496ae9f661", "comm_name": "DP Group 0", "rank": 2, "n_ranks": 8, "nnodes": 1},
      "metadata": {"inspector_output_format_version": "v4.0", "hostname": "node1", "pid": 1639453, ...},
@@ -267,11 +268,13 @@ class InspectorLog:
         """
         found: dict[tuple[Any, ...], InspectorGroup] = {}
         for comm in self.comms.values():
+            joined: set[str] = set()  # the operations whose group this communicator has joined
             for (key, _), call in comm.calls.items():
                 op = key.split(":")[0]
                 gkey = (op, comm.nranks, comm.nnodes) if pool else (op, comm.comm_id)
                 group = found.setdefault(gkey, InspectorGroup(op, [], comm.nranks, comm.nnodes))
-                if comm not in group.comms:
+                if op not in joined:
+                    joined.add(op)
                     group.comms.append(comm)
                     group.ranks_recorded += len(comm.ranks)
                 if ":" in key or call.records == len(comm.ranks):
