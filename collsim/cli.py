@@ -177,25 +177,28 @@ def _import_command(sub: _Sub) -> None:
     """``import``: a node template from NCCL's topology dump or ``nvidia-smi topo -m``."""
     imp = sub.add_parser("import", help="a node template from NCCL's topology dump or nvidia-smi topo -m; a "
                          "scenario from an nccl-tests run; measurements from NCCL Inspector logs")
-    imp.add_argument("kind", choices=("nccl-xml", "nvidia-smi", "nccl-tests", "inspector"),
+    imp.add_argument("kind", choices=("nccl-xml", "nvidia-smi", "nccl-tests", "inspector", "torch-trace"),
                      help="nccl-xml: the file NCCL_TOPO_DUMP_FILE wrote, or a static NCCL_TOPO_FILE (a cloud's: the "
                      "PCIe tree only; give --gpu, --nic and for NVLink --nvswitch); nvidia-smi: the output of "
                      "nvidia-smi topo -m; nccl-tests: an nccl-tests log or JSON report (-J), written as the scenario "
                      "of that run on --node templates; inspector: NCCL Inspector logs (a file, or the "
                      "NCCL_INSPECTOR_DUMP_DIR folder), listed by communicator and collective and written as one "
-                     "measurement each (with --node, a scenario each too)")
-    imp.add_argument("file", metavar="FILE", help="the file to read (inspector: a log or a folder of logs)")
+                     "measurement each (with --node, a scenario each too); torch-trace: PyTorch profiler traces with "
+                     "CUDA activities (a trace, or a folder of every rank's), the same way")
+    imp.add_argument("file", metavar="FILE", help="the file to read (inspector: a log or a folder of logs; "
+                     "torch-trace: a trace or a folder of traces)")
     imp.add_argument("-o", "--output", metavar="FILE.yaml",
                      help="write the template (nccl-tests: the scenario) there (atomically) and print its path matrix "
-                     "(nccl-tests: what it took from the run; inspector: a folder, made if missing, for the "
-                     "measurements and scenarios); default: print the YAML (inspector: only the table)")
-    imp.add_argument("--pool", action="store_true", help="inspector: one measurement for every communicator of one "
-                     "shape (collective, ranks, nodes), as collsim validate reads a dump, not one a communicator")
+                     "(nccl-tests: what it took from the run; inspector, torch-trace: a folder, made if missing, for "
+                     "the measurements and scenarios); default: print the YAML (inspector, torch-trace: the table)")
+    imp.add_argument("--pool", action="store_true", help="inspector, torch-trace: one measurement for every "
+                     "communicator of one shape (collective, type, ranks, nodes), as collsim validate reads them, not "
+                     "one a communicator")
     imp.add_argument("--gpu", metavar="PRESET", help="GPU preset of every GPU (nccl-xml: default from the PCI id; "
                      "nvidia-smi: required; nccl-tests: for a --node template with a gpu parameter, default from the "
                      "GPU name the run printed)")
-    imp.add_argument("--node", metavar="TEMPLATE", help="nccl-tests, inspector: the node template the run's hosts "
-                     "are (a name such as hgx or hgx-b200, or a template file)")
+    imp.add_argument("--node", metavar="TEMPLATE", help="nccl-tests, inspector, torch-trace: the node template the "
+                     "run's hosts are (a name such as hgx or hgx-b200, or a template file)")
     imp.add_argument("--collective", help="nccl-tests: for a log that does not name it (e.g. allreduce)")
     imp.add_argument("--nranks", type=int, help="nccl-tests: for a log that does not say how many ranks ran")
     imp.add_argument("--nic", metavar="PRESET", help="NIC preset of every NIC (nccl-xml: default by speed; "
@@ -669,7 +672,8 @@ def _nccl_log_report(sim: Simulator, log: Any, path: str, rows: Sequence[Any]) -
 def _measurement_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("measurements", nargs="+", metavar="MEASUREMENT",
                    help="collsim measurement .json/.csv, a published case .json, an nccl-tests JSON report (-J), "
-                        "an nccl-tests log, or NCCL Inspector output (a log or its folder)")
+                        "an nccl-tests log, NCCL Inspector output (a log or its folder) or PyTorch profiler traces "
+                        "(a trace or a folder)")
     p.add_argument("--collective", help="for nccl-tests logs that do not name it (e.g. allreduce); which of an "
                                         "Inspector dump's collectives")
     p.add_argument("--nranks", type=int, help="for nccl-tests logs that do not say how many ranks ran (or a report "
@@ -844,8 +848,8 @@ def _cmd_import(args: argparse.Namespace) -> int:
 
     if args.kind == "nccl-tests":
         return _import_nccl_tests(args)
-    if args.kind == "inspector":
-        return _import_inspector(args)
+    if args.kind in ("inspector", "torch-trace"):
+        return _import_calls(args)
     path = Path(args.file)
     if path.is_file() and path.stat().st_size > MAX_INPUT_CHARS:
         raise TopologyError(f"{path.stat().st_size} bytes; at most {MAX_INPUT_CHARS} are read", file=path)
@@ -928,44 +932,48 @@ def _import_nccl_tests(args: argparse.Namespace) -> int:
     return 0
 
 
-def _import_inspector(args: argparse.Namespace) -> int:
-    """``collsim import inspector PATH [-o FOLDER] [--node T]``: NCCL Inspector logs listed by communicator and
-    collective, each written as a measurement (and with ``--node`` a scenario) in ``FOLDER``."""
-    from collsim.calibration.inspector import InspectorFormatError, read_inspector
+def _import_calls(args: argparse.Namespace) -> int:
+    """``collsim import {inspector,torch-trace} PATH [-o FOLDER] [--node T]``: a profiler's record of a job's calls
+    (NCCL Inspector logs, PyTorch profiler traces) listed by communicator and collective, each written as a
+    measurement (and with ``--node`` a scenario) in ``FOLDER``."""
+    from collsim.calibration.calls import CallLogError
+    from collsim.calibration.inspector import read_inspector
     from collsim.calibration.measurement import (
         MeasurementError,
-        format_inspector_groups,
-        inspector_file_stem,
-        inspector_measurements,
+        call_file_stem,
+        call_measurements,
+        format_call_groups,
     )
     from collsim.calibration.scenario_from import format_scenario, scenario_from_measurement
+    from collsim.calibration.torchtrace import read_torch_traces
 
     for flag, value in (("--nic", args.nic), ("--cpu", args.cpu), ("--nvswitch", args.nvswitch or None),
                         ("--collective", args.collective), ("--nranks", args.nranks)):  # fmt: skip
         if value is not None:
-            raise MeasurementError(f"{flag} is not an option of import inspector (the logs name their collectives "
-                                   "and ranks)", file=args.file)  # fmt: skip
+            raise MeasurementError(f"{flag} is not an option of import {args.kind} (the records name their "
+                                   "collectives and ranks)", file=args.file)  # fmt: skip
     if (args.node or args.gpu) and not args.output:
         raise MeasurementError("--node writes a scenario a measurement: give -o FOLDER", file=args.file)
     on = sys.stderr.isatty()
+    progress = (lambda i, n: print(f"\rimport: read {i} of {n} files", end="" if i < n else "\n",
+                                   file=sys.stderr)) if on else None  # fmt: skip
+    reader = read_inspector if args.kind == "inspector" else read_torch_traces
     try:
-        log = read_inspector(args.file, progress=(lambda i, n: print(f"\rimport: read {i} of {n} files",
-                                                                     end="" if i < n else "\n", file=sys.stderr))
-                             if on else None)  # fmt: skip
-    except InspectorFormatError as exc:
+        log = reader(args.file, progress=progress)
+    except CallLogError as exc:
         raise MeasurementError(exc.reason, file=exc.file, field=exc.field) from None
-    entries = inspector_measurements(log, pool=args.pool)
+    entries = call_measurements(log, pool=args.pool)
     written: dict[int, str] = {}
     scenarios: list[str] = []
     if args.output:
         folder = Path(args.output)
         if folder.exists() and not folder.is_dir():
-            raise MeasurementError("is a file; inspector writes a folder of measurements", file=args.output)
+            raise MeasurementError(f"is a file; import {args.kind} writes a folder of measurements", file=args.output)
         folder.mkdir(exist_ok=True)
         for i, (group, m, _) in enumerate(entries):
             if m is None:
                 continue
-            stem = inspector_file_stem(group, args.pool)
+            stem = call_file_stem(group, args.pool)
             path = folder / f"{stem}.json"
             m.file = str(path)
             m.write(path)
@@ -975,10 +983,10 @@ def _import_inspector(args: argparse.Namespace) -> int:
                 imported = scenario_from_measurement(m, node, gpu=args.gpu, name=stem, preset_files=presets,
                                                      base=folder)  # fmt: skip
                 write_atomic(folder / f"{stem}.yaml", format_scenario(imported, path.name, f"{stem}.yaml",
-                                                                     what="NCCL Inspector measurement",
-                                                                     command="import inspector"))  # fmt: skip
+                                                                     what=f"{log.kind} measurement",
+                                                                     command=f"import {args.kind}"))  # fmt: skip
                 scenarios.append(str(folder / f"{stem}.yaml"))
-    sys.stdout.write(format_inspector_groups(log, entries, written))
+    sys.stdout.write(format_call_groups(log, entries, written))
     for yaml_file in scenarios:
         print(f"collsim import: wrote {yaml_file}; compare: collsim validate {yaml_file} "
               f"{Path(yaml_file).with_suffix('.json')}")  # fmt: skip

@@ -11,7 +11,8 @@ Examples
 
 from __future__ import annotations
 
-from collsim.calibration.inspector import InspectorFormatError, InspectorLog, read_inspector
+from collsim.calibration.calls import CallLog, CallLogError
+from collsim.calibration.inspector import read_inspector
 from collsim.calibration.measurement import (
     Measurement,
     MeasurementError,
@@ -19,6 +20,7 @@ from collsim.calibration.measurement import (
     measurement_from_nccl_tests,
     parse_measurement_csv,
     parse_measurement_json,
+    read_call_log,
     read_measurement,
     summarise_times,
 )
@@ -31,10 +33,11 @@ from collsim.calibration.nccltests import (
     parse_nccl_tests_json,
     read_nccl_tests,
 )
+from collsim.calibration.torchtrace import read_torch_traces
 
 __all__ = [
-    "InspectorFormatError",
-    "InspectorLog",
+    "CallLog",
+    "CallLogError",
     "MeasuredRow",
     "Measurement",
     "MeasurementError",
@@ -47,8 +50,10 @@ __all__ = [
     "parse_measurement_json",
     "parse_nccl_tests",
     "parse_nccl_tests_json",
+    "read_call_log",
     "read_inspector",
     "read_measurement",
     "read_nccl_tests",
+    "read_torch_traces",
     "summarise_times",
 ]

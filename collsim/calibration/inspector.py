@@ -27,8 +27,7 @@ at NCCL v2.30.7-1; ``src/plugin/profiler.cc`` for the descriptor NCCL hands it):
 - Calls smaller than ``NCCL_INSPECTOR_DUMP_MIN_SIZE_BYTES`` (8192 by default) are not written.
 
 A rank that starts its kernel early waits inside it for the others, so one call's ranks record different times and
-the last rank to start records the collective itself: :attr:`InspectorCall.least_us` is a call's time, and
-``most_us - least_us`` how far apart its ranks arrived (the ranks' skew).
+the last rank to start records the collective itself (:mod:`collsim.calibration.calls`, which holds what is read).
 
 Examples
 --------
@@ -49,22 +48,19 @@ from __future__ import annotations
 import gzip
 import json
 import warnings
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from collsim.calibration.calls import CallLog, CallLogError, Communicator, simulated_collective
 from collsim.calibration.nccltests import ParseWarning
 from collsim.safeyaml import short_repr
+from collsim.vocab import PER_RANK_COUNT_COLLECTIVES
 
 __all__ = [
     "INSPECTOR_FORMAT",
-    "InspectorCall",
-    "InspectorComm",
-    "InspectorFormatError",
-    "InspectorGroup",
-    "InspectorLog",
+    "INSPECTOR_ROUNDING_US",
+    "INSPECTOR_SUFFIXES",
     "inspector_files",
     "is_inspector_record",
     "parse_inspector_lines",
@@ -74,214 +70,11 @@ __all__ = [
 
 #: The output format the reader follows (``metadata.inspector_output_format_version``, NCCL 2.28.3 to 2.30.7).
 INSPECTOR_FORMAT = "v4.0"
+#: The plugin writes whole microseconds rounded down (``execTimeNanosecs / 1000``, inspector.cc at NCCL v2.30.7-1): a
+#: time as read is on average half a microsecond short of the time measured, which is added back.
+INSPECTOR_ROUNDING_US = 0.5
 #: File names the plugin writes (``<host>-pid<pid>.log``) and the ones NVIDIA's exporter example also reads.
 INSPECTOR_SUFFIXES: tuple[str, ...] = (".log", ".jsonl", ".log.gz", ".jsonl.gz")
-
-
-class InspectorFormatError(ValueError):
-    """An Inspector log that cannot be read; ``file`` and ``field`` say where, the message what is expected."""
-
-    def __init__(self, message: str, *, file: str, field: str | None = None) -> None:
-        self.file = file
-        self.field = field
-        self.reason = message
-        super().__init__(f"{file}: {field + ': ' if field else ''}{message}")
-
-
-@dataclass
-class InspectorCall:
-    """One call of one collective on one communicator: the records of the ranks that wrote one.
-
-    Attributes
-    ----------
-    size_bytes : int
-        ``coll_msg_size_bytes`` as written (count x type size; one rank's share for all-gather, reduce-scatter
-        and all-to-all).
-    least_us, most_us : float
-        The shortest and longest of the ranks' times, microseconds, as written (rounded down to whole ones).
-    records : int
-        How many ranks wrote one.
-    pair : tuple of str, optional
-        NCCL's (algorithm, protocol) for the call as the record names them (``RING``, ``SIMPLE``; ``coll_algo``
-        and ``coll_proto``, format v4.3), None when it does not.
-    last_rank : int
-        The rank that wrote the least time (it started its kernel last), -1 while two or more ranks share it.
-    """
-
-    size_bytes: int
-    least_us: float
-    most_us: float
-    records: int = 1
-    pair: tuple[str, str] | None = None
-    last_rank: int = -1
-
-
-@dataclass(eq=False)
-class InspectorComm:
-    """One communicator as its records describe it.
-
-    Attributes
-    ----------
-    comm_id : str
-        ``header.id`` (NCCL's communicator hash).
-    name : str
-        ``header.comm_name`` (NCCL 2.30 on), ``""`` when not written or ``unknown``.
-    nranks, nnodes : int
-        ``header.n_ranks`` and ``header.nnodes``.
-    ranks : set of int
-        The ranks that wrote records.
-    hosts : set of str
-        ``metadata.hostname`` of those records.
-    rank_hosts : dict
-        The host of each rank that wrote records.
-    calls : dict
-        ``(operation, sequence number) -> InspectorCall``; the operation as the plugin names it (``AllReduce``,
-        ``AllGather``, ``Send`` ...).
-    timing : Counter
-        Records by ``*_timing_source``.
-    dropped : dict
-        Records each rank's ring overwrote before they were written (``dump_stats.coll_dropped_total``, format
-        v4.3), by rank.
-    """
-
-    comm_id: str
-    name: str
-    nranks: int
-    nnodes: int
-    ranks: set[int] = field(default_factory=set)
-    hosts: set[str] = field(default_factory=set)
-    rank_hosts: dict[int, str] = field(default_factory=dict)
-    calls: dict[tuple[str, int], InspectorCall] = field(default_factory=dict)
-    timing: Counter[str] = field(default_factory=Counter)
-    dropped: dict[int, int] = field(default_factory=dict)
-
-    @property
-    def label(self) -> str:
-        """The communicator's name and id (``DP Group 0 (0x7f8c...)``), or its id."""
-        return f"{self.name} ({self.comm_id})" if self.name else self.comm_id
-
-    def operations(self) -> list[str]:
-        """The operations it ran (``AllReduce``, ``Send`` ...), in the order first seen."""
-        return list(dict.fromkeys(op.split(":")[0] for op, _ in self.calls))
-
-
-@dataclass
-class InspectorGroup:
-    """The calls of one operation on one communicator, or pooled on every communicator of one shape.
-
-    Attributes
-    ----------
-    operation : str
-        As the plugin names it (``AllReduce``, ``AllGather``, ``Send`` ...).
-    comms : list of InspectorComm
-        The communicator (several when pooled: same operation, ranks and nodes).
-    nranks, nnodes : int
-        Ranks and nodes of each communicator.
-    calls : list of InspectorCall
-        The calls every rank that wrote records for its communicator recorded (a call some of them lack is left
-        out: its least time may be an early rank's, which waited).
-    incomplete : int
-        Calls left out for that reason.
-    ranks_recorded : int
-        Ranks of the group that wrote records (out of ``nranks`` x ``len(comms)``).
-    """
-
-    operation: str
-    comms: list[InspectorComm]
-    nranks: int
-    nnodes: int
-    calls: list[InspectorCall] = field(default_factory=list)
-    incomplete: int = 0
-    ranks_recorded: int = 0
-
-    @property
-    def label(self) -> str:
-        """The communicator's label, or ``N communicators`` when pooled."""
-        return self.comms[0].label if len(self.comms) == 1 else f"{len(self.comms)} communicators"
-
-    def last_to_start(self) -> tuple[int, int, int] | None:
-        """The rank that most often started its kernel last (wrote the least time alone), the calls it did, and
-        the calls one rank alone did; None for a pooled group or when no call had one last rank.
-
-        A rank its computation, its host or its input pipeline holds back arrives last at most calls, where chance
-        gives each rank 1 in ``nranks``.
-        """
-        if len(self.comms) != 1:
-            return None
-        last = Counter(c.last_rank for c in self.calls if c.last_rank >= 0)
-        if not last:
-            return None
-        rank, count = last.most_common(1)[0]
-        return rank, count, sum(last.values())
-
-    @property
-    def timing(self) -> Counter[str]:
-        """Records by timing source over the group's communicators."""
-        total: Counter[str] = Counter()
-        for c in self.comms:
-            total.update(c.timing)
-        return total
-
-
-@dataclass
-class InspectorLog:
-    """Every communicator of an Inspector dump.
-
-    Attributes
-    ----------
-    source : str
-        The file or folder read (for messages).
-    files : list of str
-        The files read.
-    comms : dict
-        ``comm_id -> InspectorComm``, in the order first seen.
-    records : int
-        Records read.
-    skipped : int
-        Lines skipped (cut short, not a record, no time).
-    versions : set of str
-        ``inspector_output_format_version`` values seen.
-    """
-
-    source: str
-    files: list[str] = field(default_factory=list)
-    comms: dict[str, InspectorComm] = field(default_factory=dict)
-    records: int = 0
-    skipped: int = 0
-    versions: set[str] = field(default_factory=set)
-
-    @property
-    def hosts(self) -> set[str]:
-        """Every host that wrote records."""
-        return {h for c in self.comms.values() for h in c.hosts}
-
-    def groups(self, *, pool: bool = False) -> list[InspectorGroup]:
-        """The calls by communicator and operation; with ``pool``, communicators of the same shape (operation,
-        ranks, nodes) together. Sends and receives are one group (``Send``, ``Recv``) a communicator.
-
-        >>> log = InspectorLog("x", comms={c: InspectorComm(c, "", 8, 1) for c in ("0x1", "0x2")})
-        >>> for c in log.comms.values():
-        ...     c.ranks.update(range(8))
-        ...     c.calls[("AllReduce", 0)] = InspectorCall(1024, 10.0, 12.0, records=8)
-        >>> [(g.label, len(g.calls)) for g in log.groups()], [(g.label, len(g.calls)) for g in log.groups(pool=True)]
-        ([('0x1', 1), ('0x2', 1)], [('2 communicators', 2)])
-        """
-        found: dict[tuple[Any, ...], InspectorGroup] = {}
-        for comm in self.comms.values():
-            joined: set[str] = set()  # the operations whose group this communicator has joined
-            for (key, _), call in comm.calls.items():
-                op = key.split(":")[0]
-                gkey = (op, comm.nranks, comm.nnodes) if pool else (op, comm.comm_id)
-                group = found.setdefault(gkey, InspectorGroup(op, [], comm.nranks, comm.nnodes))
-                if op not in joined:
-                    joined.add(op)
-                    group.comms.append(comm)
-                    group.ranks_recorded += len(comm.ranks)
-                if ":" in key or call.records == len(comm.ranks):
-                    group.calls.append(call)
-                else:
-                    group.incomplete += 1
-        return list(found.values())
 
 
 #: Top-level keys of the plugin's lines: an operation, a v4.3 ``dump_stats`` marker, a network proxy trace.
@@ -303,25 +96,25 @@ def _field(obj: Mapping[str, Any], key: str, kind: type | tuple[type, ...], wher
     if isinstance(value, bool) or not isinstance(value, kind):
         what = "a string" if kind is str else "a number" if kind == (int, float) else "an integer"
         got = "nothing" if value is None else short_repr(value)
-        raise InspectorFormatError(f"expected {what}, got {got}", file=file, field=f"{where}.{key}")
+        raise CallLogError(f"expected {what}, got {got}", file=file, field=f"{where}.{key}")
     return value
 
 
 def _count(obj: Mapping[str, Any], key: str, where: str, file: str, *, least: int = 0) -> int:
     value = _field(obj, key, int, where, file)
     if value < least:
-        raise InspectorFormatError(f"expected an integer >= {least}, got {value}", file=file, field=f"{where}.{key}")
+        raise CallLogError(f"expected an integer >= {least}, got {value}", file=file, field=f"{where}.{key}")
     return int(value)
 
 
 def _object(obj: Mapping[str, Any], key: str, file: str) -> Mapping[str, Any]:
     value = obj.get(key)
     if not isinstance(value, Mapping):
-        raise InspectorFormatError(f"expected an object, got {short_repr(value)}", file=file, field=key)
+        raise CallLogError(f"expected an object, got {short_repr(value)}", file=file, field=key)
     return value
 
 
-def _comm(log: InspectorLog, context: Mapping[str, Any], file: str) -> tuple[InspectorComm, int, Mapping[str, Any]]:
+def _comm(log: CallLog, context: Mapping[str, Any], file: str) -> tuple[Communicator, int, Mapping[str, Any]]:
     """The communicator, rank and metadata a record's (or its marker's) ``header`` and ``metadata`` name."""
     header = _object(context, "header", file)
     meta = context.get("metadata") if isinstance(context.get("metadata"), Mapping) else {}
@@ -333,15 +126,15 @@ def _comm(log: InspectorLog, context: Mapping[str, Any], file: str) -> tuple[Ins
     if isinstance(meta.get("inspector_output_format_version"), str):
         log.versions.add(meta["inspector_output_format_version"])
     name = str(header["comm_name"]) if isinstance(header.get("comm_name"), str) else ""
-    comm = log.comms.setdefault(comm_id, InspectorComm(comm_id, "" if name == "unknown" else name, nranks, nnodes))
+    comm = log.comms.setdefault(comm_id, Communicator(comm_id, "" if name == "unknown" else name, nranks, nnodes))
     if (comm.nranks, comm.nnodes) != (nranks, nnodes):
-        raise InspectorFormatError(f"communicator {comm_id} has {comm.nranks} ranks on {comm.nnodes} nodes in "
+        raise CallLogError(f"communicator {comm_id} has {comm.nranks} ranks on {comm.nnodes} nodes in "
                                    f"earlier records, {nranks} on {nnodes} here", file=file,
                                    field="header")  # fmt: skip
     return comm, rank, meta
 
 
-def _add_stats(log: InspectorLog, obj: Mapping[str, Any], file: str) -> None:
+def _add_stats(log: CallLog, obj: Mapping[str, Any], file: str) -> None:
     """A ``dump_stats`` marker (format v4.3): the records its rank's ring overwrote before they were written."""
     comm, rank, _ = _comm(log, obj, file)
     stats = _object(obj, "dump_stats", file)
@@ -350,7 +143,7 @@ def _add_stats(log: InspectorLog, obj: Mapping[str, Any], file: str) -> None:
         comm.dropped[rank] = max(comm.dropped.get(rank, 0), dropped)
 
 
-def _add_record(log: InspectorLog, obj: Mapping[str, Any], context: Mapping[str, Any], file: str) -> bool:
+def _add_record(log: CallLog, obj: Mapping[str, Any], context: Mapping[str, Any], file: str) -> bool:
     """Fold one operation record into ``log``, its ``header`` and ``metadata`` its own or (format v4.3, records
     after a ``dump_stats`` marker) ``context``'s; False when it carries no time or size (the plugin writes 0)."""
     comm, rank, meta = _comm(log, context, file)
@@ -363,34 +156,25 @@ def _add_record(log: InspectorLog, obj: Mapping[str, Any], context: Mapping[str,
     time_us = float(_field(perf, f"{prefix}_exec_time_us", (int, float), kind, file))
     if time_us <= 0 or size <= 0:
         return False
-    comm.ranks.add(rank)
-    if isinstance(meta.get("hostname"), str):
-        comm.hosts.add(meta["hostname"])
-        comm.rank_hosts[rank] = meta["hostname"]
-    source = perf.get(f"{prefix}_timing_source")
-    comm.timing[source if isinstance(source, str) else "unknown"] += 1
     # a collective's call is one sequence number on every rank; a send or receive is kept per rank and peer (they
-    # are listed, not compared: a log does not say which pattern of sends a job ran)
-    key = (op, sn) if kind == "coll_perf" else (f"{op}:{rank}:{perf.get('p2p_peer')}", sn)
+    # are listed, not compared: a log does not say which pattern of sends a job ran). Sizes are nccl-tests': a
+    # one-rank count (all-gather's sendcount, reduce-scatter's recvcount, all-to-all's per peer) times the ranks
+    key = op if kind == "coll_perf" else f"{op}:{rank}:{perf.get('p2p_peer')}"
+    if kind == "coll_perf" and simulated_collective(op) in PER_RANK_COUNT_COLLECTIVES:
+        size *= comm.nranks
     algo, proto = perf.get("coll_algo"), perf.get("coll_proto")
-    pair = (algo, proto) if isinstance(algo, str) and isinstance(proto, str) else None
-    call = comm.calls.get(key)
-    if call is None:
-        comm.calls[key] = InspectorCall(size, time_us, time_us, pair=pair, last_rank=rank)
-        return True
-    if call.size_bytes != size:
-        raise InspectorFormatError(f"{op} call {sn} of communicator {comm.comm_id} is {call.size_bytes} bytes in "
-                                   f"another rank's record, {size} here", file=file, field=kind)  # fmt: skip
-    if time_us <= call.least_us:
-        call.last_rank = rank if time_us < call.least_us else -1
-        call.least_us = time_us
-    call.most_us = max(call.most_us, time_us)
-    call.records += 1
-    call.pair = call.pair or pair
+    source = perf.get(f"{prefix}_timing_source")
+    host = meta.get("hostname")
+    try:
+        comm.add(key, sn, rank=rank, size_bytes=size, time_us=time_us, host=host if isinstance(host, str) else None,
+                 timing=source if isinstance(source, str) else "unknown",
+                 pair=(algo, proto) if isinstance(algo, str) and isinstance(proto, str) else None)  # fmt: skip
+    except ValueError as exc:
+        raise CallLogError(str(exc), file=file, field=kind) from None
     return True
 
 
-def parse_inspector_lines(lines: Iterable[str], *, file: str, log: InspectorLog | None = None) -> InspectorLog:
+def parse_inspector_lines(lines: Iterable[str], *, file: str, log: CallLog | None = None) -> CallLog:
     """Read one Inspector log's lines into ``log`` (a new one by default).
 
     Format v4.0 (NCCL 2.28-2.30) gives every record its ``header`` and ``metadata``; format v4.3 writes them once, on
@@ -402,11 +186,11 @@ def parse_inspector_lines(lines: Iterable[str], *, file: str, log: InspectorLog 
 
     Raises
     ------
-    InspectorFormatError
+    CallLogError
         A record with a field of the wrong type, or an operation record before any header, naming ``file``, the
         line and the field.
     """
-    out = log if log is not None else InspectorLog(source=file)
+    out = log if log is not None else CallLog(source=file, kind="NCCL Inspector", rounding_us=INSPECTOR_ROUNDING_US)
     out.files.append(file)
     first_bad: int | None = None
     bad = 0
@@ -428,14 +212,14 @@ def parse_inspector_lines(lines: Iterable[str], *, file: str, log: InspectorLog 
                 context = obj
             if "coll_perf" in obj or "p2p_perf" in obj:
                 if context is None:
-                    raise InspectorFormatError("an operation before any header: a v4.3 file's records follow their "
+                    raise CallLogError("an operation before any header: a v4.3 file's records follow their "
                                                "dump_stats marker; read the file whole", file=file)  # fmt: skip
                 kept = _add_record(out, obj, context, file)
                 out.records += kept
             elif "dump_stats" in obj:
                 _add_stats(out, obj, file)
-        except InspectorFormatError as exc:
-            raise InspectorFormatError(exc.reason, file=f"{file}, line {n}", field=exc.field) from None
+        except CallLogError as exc:
+            raise CallLogError(exc.reason, file=f"{file}, line {n}", field=exc.field) from None
         if not kept:
             bad += 1
             first_bad = first_bad or n
@@ -455,21 +239,21 @@ def inspector_files(path: str | Path) -> list[Path]:
 
     Raises
     ------
-    InspectorFormatError
+    CallLogError
         A path that does not exist, or a folder without Inspector logs.
     """
     p = Path(path)
     if p.is_file():
         return [p]
     if not p.is_dir():
-        raise InspectorFormatError("no such file or folder", file=str(path))
+        raise CallLogError("no such file or folder", file=str(path))
     named = sorted(f for f in p.rglob("*") if f.is_file() and f.name.endswith(INSPECTOR_SUFFIXES))
     found = [f for f in named if starts_like_inspector(f)]
     patterns = ", ".join("*" + s for s in INSPECTOR_SUFFIXES)
     if not found:
         other = f" ({len(named)} {patterns} files, none one: nccl-tests logs are read a file at a time)"
         other = other if named else ""
-        raise InspectorFormatError(f"no Inspector logs in this folder or below (NCCL_INSPECTOR_DUMP_DIR){other}",
+        raise CallLogError(f"no Inspector logs in this folder or below (NCCL_INSPECTOR_DUMP_DIR){other}",
                                    file=str(path))  # fmt: skip
     if len(found) < len(named):
         warnings.warn(f"{path}: {len(named) - len(found)} of its {len(named)} {patterns} files are empty or not "
@@ -489,7 +273,7 @@ def _lines(path: Path) -> Iterator[str]:
                 yield from fh
     except (OSError, EOFError, UnicodeDecodeError) as exc:
         reason = "not a UTF-8 text file" if isinstance(exc, UnicodeDecodeError) else f"cannot read: {exc}"
-        raise InspectorFormatError(reason, file=str(path)) from None
+        raise CallLogError(reason, file=str(path)) from None
 
 
 #: Characters of a file's first line read to tell an Inspector log (a record is a few hundred bytes; a verbose one
@@ -516,7 +300,7 @@ def starts_like_inspector(path: str | Path) -> bool:
 
 def read_inspector(
     path: str | Path, *, progress: Callable[[int, int], None] | None = None
-) -> InspectorLog:
+) -> CallLog:
     """Read an Inspector dump: one log file, or a folder (``NCCL_INSPECTOR_DUMP_DIR``) of every process's logs.
 
     Parameters
@@ -528,17 +312,17 @@ def read_inspector(
 
     Raises
     ------
-    InspectorFormatError
+    CallLogError
         No logs, a file that cannot be read, a malformed record, or no record at all.
     """
     files = inspector_files(path)
-    log = InspectorLog(source=str(path))
+    log = CallLog(source=str(path), kind="NCCL Inspector", rounding_us=INSPECTOR_ROUNDING_US)
     for i, f in enumerate(files, start=1):
         parse_inspector_lines(_lines(f), file=str(f), log=log)
         if progress is not None:
             progress(i, len(files))
     if not log.records:
-        raise InspectorFormatError("no Inspector records with a time (lines with header and coll_perf or p2p_perf)",
+        raise CallLogError("no Inspector records with a time (lines with header and coll_perf or p2p_perf)",
                                    file=str(path))  # fmt: skip
     odd = sorted(v for v in log.versions if v != INSPECTOR_FORMAT)
     if odd:

@@ -45,18 +45,13 @@ import re
 import statistics
 import warnings
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from collsim.calibration.inspector import (
-    InspectorFormatError,
-    InspectorGroup,
-    InspectorLog,
-    read_inspector,
-    starts_like_inspector,
-)
+from collsim.calibration.calls import CallGroup, CallLog, CallLogError, simulated_collective
+from collsim.calibration.inspector import INSPECTOR_SUFFIXES, read_inspector, starts_like_inspector
 from collsim.calibration.nccltests import (
     MeasuredRow,
     NcclTestsFormatError,
@@ -66,6 +61,7 @@ from collsim.calibration.nccltests import (
     parse_nccl_tests,
     parse_nccl_tests_json,
 )
+from collsim.calibration.torchtrace import read_torch_traces, starts_like_torch_trace
 from collsim.files import FileReadError, read_text_file, write_atomic
 from collsim.results import busbw_factor
 from collsim.safeyaml import short_repr
@@ -77,7 +73,6 @@ from collsim.vocab import (
     MEASURED_COLLECTIVES,
     NCCL_PRINTED_ALGORITHMS,
     NCCL_PRINTED_PROTOCOLS,
-    PER_RANK_COUNT_COLLECTIVES,
     canonical_collective,
 )
 
@@ -86,13 +81,14 @@ __all__ = [
     "Measurement",
     "MeasurementError",
     "MeasurementRow",
-    "format_inspector_groups",
-    "inspector_file_stem",
-    "inspector_measurements",
-    "measurement_from_inspector",
+    "call_file_stem",
+    "call_measurements",
+    "format_call_groups",
+    "measurement_from_calls",
     "measurement_from_nccl_tests",
     "parse_measurement_csv",
     "parse_measurement_json",
+    "read_call_log",
     "read_measurement",
     "recorded_pairs",
     "straggler_text",
@@ -535,18 +531,19 @@ def _cycle_means(rows: Sequence[MeasuredRow]) -> list[MeasurementRow]:
 
 def read_measurement(path: str | Path, *, collective: str | None = None, nranks: int | None = None) -> Measurement:
     """Read a measurement: collsim JSON or CSV, a published ``calibration-data`` case, an nccl-tests JSON report
-    (``-J``), an nccl-tests log, or an NCCL Inspector log or dump folder.
+    (``-J``), an nccl-tests log, an NCCL Inspector log or dump folder, or PyTorch profiler traces.
 
     Parameters
     ----------
     path : str or Path
-        ``.json`` is collsim's format, a published case or nccl-tests' report (told apart by their keys); ``.csv``
-        collsim's format; a folder, or a file whose first line is an Inspector record, NCCL Inspector output
-        (:func:`inspector_measurements`, communicators of one shape pooled); anything else is read as nccl-tests
-        output.
+        A file that opens as a PyTorch profiler trace (``{"traceEvents": ...}``) or whose first line is an
+        Inspector record, or a folder of either: a job's recorded calls (:func:`read_call_log`,
+        :func:`call_measurements` with communicators of one shape pooled); else ``.json`` is collsim's format, a
+        published case or nccl-tests' report (told apart by their keys), ``.csv`` collsim's format, and anything
+        else nccl-tests output.
     collective, nranks : optional
-        For nccl-tests output that does not say (a trimmed table): the collective and the rank count. For Inspector
-        output: which of its collectives and communicator sizes to take, where it holds several.
+        For nccl-tests output that does not say (a trimmed table): the collective and the rank count. For recorded
+        calls: which of their collectives and communicator sizes to take, where they hold several.
 
     Raises
     ------
@@ -555,8 +552,8 @@ def read_measurement(path: str | Path, *, collective: str | None = None, nranks:
     """
     p = Path(path)
     file = str(path)
-    if p.is_dir() or starts_like_inspector(p):
-        return _inspector_measurement(p, collective, nranks)
+    if p.is_dir() or starts_like_inspector(p) or starts_like_torch_trace(p):
+        return _calls_measurement(read_call_log(p), collective, nranks)
     try:
         if p.is_file() and p.stat().st_size > MAX_MEASUREMENT_BYTES:
             raise MeasurementError(f"larger than {MAX_MEASUREMENT_BYTES >> 20} MiB; not a measurement", file=file)
@@ -663,35 +660,23 @@ def measurement_from_nccl_tests(
     )
 
 
-# --- NCCL Inspector -------------------------------------------------------------------------------------------------
-
-#: The Inspector writes whole microseconds rounded down (``execTimeNanosecs / 1000``, inspector.cc at NCCL
-#: v2.30.7-1): a time as read is on average half a microsecond short of the time measured, which is added back.
-INSPECTOR_ROUNDING_US = 0.5
+# --- a profiler's calls (NCCL Inspector, PyTorch profiler) ------------------------------------------------------------
 
 
-def _inspector_collective(operation: str) -> str | None:
-    """collsim's name of an Inspector operation (``AllReduce`` -> ``allreduce``), or None for one it does not
-    simulate (``AllGatherV``, sends and receives)."""
-    try:
-        name = canonical_collective(operation)
-    except ValueError:
-        return None
-    return name if name in COLLECTIVES and name != "sendrecv" else None
+def measurement_from_calls(group: CallGroup, log: CallLog) -> Measurement:
+    """A :class:`Measurement` of one group of recorded calls (:meth:`CallLog.groups`: NCCL Inspector logs, PyTorch
+    profiler traces).
 
-
-def measurement_from_inspector(group: InspectorGroup, *, source: str) -> Measurement:
-    """A :class:`Measurement` of one group of an NCCL Inspector log (:meth:`InspectorLog.groups`).
-
-    A call's time is the least of its ranks' times, plus :data:`INSPECTOR_ROUNDING_US` for the plugin's rounding
-    down (the rank that started its kernel last timed the collective; the others waited in theirs); each size's row
-    is the median over its calls (``iterations``: the calls, ``spread_us``: their interquartile range). Sizes are
-    nccl-tests' ``size``: the plugin's one-rank counts of all-gather, reduce-scatter and all-to-all times the ranks.
-    ``software`` records the benchmark (``NCCL Inspector``), the timing (``kernel``: every record on the GPU's
-    clock; ``host`` or ``mixed`` otherwise), the median spread between one call's ranks (``rank_skew_us``) and the
-    group (communicators, ranks that wrote records, calls, calls left out; from format v4.3 NCCL's (algorithm,
-    protocol) by size, the most frequent, in collsim's names, and the records the plugin's rings overwrote);
-    ``hardware`` the nodes, and the hosts when one communicator's every rank wrote records.
+    A call's time is the least of its ranks' times, plus what the recorder's rounding takes on average
+    (``log.rounding_us``: half a microsecond for the Inspector's whole microseconds) (the rank that started its
+    kernel last timed the collective; the others waited in theirs); each size's row is the median over its calls
+    (``iterations``: the calls, ``spread_us``: their interquartile range). Sizes are nccl-tests' ``size``.
+    ``software`` records the benchmark (``log.kind``), the timing (``kernel``: every record on the GPU's clock;
+    ``host`` or ``mixed`` otherwise), the median spread between one call's ranks (``rank_skew_us``), the NCCL
+    release where the output names it, and under ``calls`` the group (communicators, ranks that wrote records, calls,
+    calls left out; NCCL's (algorithm, protocol) by size where recorded, the most frequent, in collsim's names; the
+    rank that started last most often; records the recorder overwrote); ``hardware`` the nodes where recorded, and
+    the hosts when one communicator's every rank wrote records.
 
     Raises
     ------
@@ -700,62 +685,65 @@ def measurement_from_inspector(group: InspectorGroup, *, source: str) -> Measure
 
     Examples
     --------
-    >>> from collsim.calibration.inspector import InspectorCall, InspectorComm, InspectorGroup
-    >>> comm = InspectorComm("0x1", "DP", 4, 1, ranks={0, 1, 2, 3}, hosts={"n1"})
-    >>> calls = [InspectorCall(1 << 20, t, t + 30.0, 4) for t in (99.0, 100.0, 104.0)]
-    >>> m = measurement_from_inspector(InspectorGroup("AllGather", [comm], 4, 1, calls, 0, 4), source="dump")
+    >>> from collsim.calibration.calls import Call, CallGroup, CallLog, Communicator
+    >>> comm = Communicator("0x1", "DP", 4, 1, ranks={0, 1, 2, 3}, hosts={"n1"})
+    >>> calls = [Call(4 << 20, t, t + 30.0, 4) for t in (99.0, 100.0, 104.0)]
+    >>> log = CallLog("dump", rounding_us=0.5)
+    >>> m = measurement_from_calls(CallGroup("AllGather", None, [comm], 4, 1, calls, 0, 4), log)
     >>> m.collective, m.rows[0].size_bytes, m.rows[0].time_us, m.rows[0].iterations, m.software["rank_skew_us"]
     ('allgather', 4194304, 100.5, 3, 30.0)
     """
-    coll = _inspector_collective(group.operation)
+    source = log.source
+    coll = simulated_collective(group.operation)
     if coll is None:
         raise MeasurementError(f"collsim does not simulate {group.operation} (it does: "
                                f"{', '.join(c for c in COLLECTIVES if c != 'sendrecv')})", file=source)  # fmt: skip
     if not group.calls:
         raise MeasurementError(f"{group.operation} on {group.label}: no call that every rank recorded "
                                f"({group.incomplete} recorded by some)", file=source)  # fmt: skip
-    scale = group.nranks if coll in PER_RANK_COUNT_COLLECTIVES else 1
     by_size: dict[int, list[float]] = {}
     pairs: dict[int, Counter[str]] = {}
     for call in group.calls:
-        size = call.size_bytes * scale
-        by_size.setdefault(size, []).append(call.least_us + INSPECTOR_ROUNDING_US)
+        by_size.setdefault(call.size_bytes, []).append(call.least_us + log.rounding_us)
         if call.pair is not None:
             algo, proto = call.pair
             named = f"{NCCL_PRINTED_ALGORITHMS.get(algo, algo)}/{NCCL_PRINTED_PROTOCOLS.get(proto, proto)}"
-            pairs.setdefault(size, Counter())[named] += 1
+            pairs.setdefault(call.size_bytes, Counter())[named] += 1
     rows = []
     for size in sorted(by_size):
         median, iqr = _median_iqr(by_size[size])
         rows.append(MeasurementRow(size, median, "median", len(by_size[size]), iqr))
     timing = group.timing
     kernel = timing.get("kernel_gpu", 0)
-    software: dict[str, Any] = {
-        "benchmark": "NCCL Inspector",
-        "timing": "kernel" if kernel == sum(timing.values()) else "host" if kernel == 0 else "mixed",
-        "rank_skew_us": round(statistics.median(c.most_us - c.least_us for c in group.calls), 1),
-        "inspector": {
-            "communicators": [c.label for c in group.comms],
-            "ranks_recorded": group.ranks_recorded,
-            "ranks": group.nranks * len(group.comms),
-            "calls": len(group.calls),
-            "calls_left_out": group.incomplete,
-            "timing_sources": dict(sorted(timing.items())),
-        },
+    info: dict[str, Any] = {
+        "communicators": [c.label for c in group.comms],
+        "operation": group.operation,
+        "ranks_recorded": group.ranks_recorded,
+        "ranks": group.nranks * len(group.comms),
+        "calls": len(group.calls),
+        "calls_left_out": group.incomplete,
+        "timing_sources": dict(sorted(timing.items())),
     }
-    if pairs:  # format v4.3 names each call's (algorithm, protocol): the most frequent at each size
-        software["inspector"]["pairs"] = {str(size): c.most_common(1)[0][0] for size, c in sorted(pairs.items())}
+    if pairs:  # the (algorithm, protocol) the records name: the most frequent at each size
+        info["pairs"] = {str(size): c.most_common(1)[0][0] for size, c in sorted(pairs.items())}
     last = group.last_to_start()
     if last is not None:
         rank, count, calls = last
-        software["inspector"]["last_to_start"] = {"rank": rank, "host": group.comms[0].rank_hosts.get(rank),
-                                                  "calls": count, "of": calls}  # fmt: skip
+        info["last_to_start"] = {"rank": rank, "host": group.comms[0].rank_hosts.get(rank), "calls": count,
+                                 "of": calls}  # fmt: skip
     dropped = sum(sum(c.dropped.values()) for c in group.comms)
     if dropped:
-        software["inspector"]["records_dropped"] = dropped
-    hardware: dict[str, Any] = {"nodes": group.nnodes}
+        info["records_dropped"] = dropped
+    software: dict[str, Any] = {
+        "benchmark": log.kind,
+        "timing": "kernel" if kernel == sum(timing.values()) else "host" if kernel == 0 else "mixed",
+        "rank_skew_us": round(statistics.median(c.most_us - c.least_us for c in group.calls), 1),
+        **({"nccl_version": log.nccl_version} if log.nccl_version else {}),
+        "calls": info,
+    }
+    hardware: dict[str, Any] = {"nodes": group.nnodes} if group.nnodes > 0 else {}
     (first,) = group.comms[:1]
-    if len(group.comms) == 1 and len(first.ranks) == group.nranks and len(first.hosts) == group.nnodes:
+    if len(group.comms) == 1 and len(first.ranks) == group.nranks and len(first.hosts) == max(group.nnodes, 1):
         hardware["hosts"] = sorted(first.hosts)
     return Measurement(
         collective=coll,
@@ -763,66 +751,71 @@ def measurement_from_inspector(group: InspectorGroup, *, source: str) -> Measure
         rows=rows,
         backend="nccl",
         device="cuda",
+        dtype=group.dtype or "float32",
         hardware=hardware,
         software=software,
         source={"log": source, "communicator": group.label},
-        notes=f"NCCL Inspector: {group.operation} on {group.label}, {len(group.calls)} calls; the element type is "
-              "not recorded",
+        notes=f"{log.kind}: {group.operation} on {group.label}, {len(group.calls)} calls"
+              + ("" if group.dtype else "; the element type is not recorded"),
         file=source,
     )
 
 
-def _group_text(group: InspectorGroup) -> str:
-    return (f"{group.operation} on {group.nranks} ranks ({group.nnodes} node{'s' if group.nnodes > 1 else ''}, "
-            f"{group.label})")  # fmt: skip
+def _group_text(group: CallGroup) -> str:
+    nodes = f"{group.nnodes} node{'s' if group.nnodes > 1 else ''}, " if group.nnodes else ""
+    return f"{group.operation} on {group.nranks} ranks ({nodes}{group.label})"
 
 
-def inspector_measurements(
-    log: InspectorLog, *, pool: bool = False
-) -> list[tuple[InspectorGroup, Measurement | None, str]]:
-    """Every group of an Inspector log (:meth:`InspectorLog.groups`) with its measurement, or None and why not
-    (an operation collsim does not simulate, no complete call)."""
-    out: list[tuple[InspectorGroup, Measurement | None, str]] = []
+def call_measurements(log: CallLog, *, pool: bool = False) -> list[tuple[CallGroup, Measurement | None, str]]:
+    """Every group of recorded calls (:meth:`CallLog.groups`) with its measurement, or None and why not (an
+    operation collsim does not simulate, no complete call)."""
+    out: list[tuple[CallGroup, Measurement | None, str]] = []
     for group in log.groups(pool=pool):
         try:
-            out.append((group, measurement_from_inspector(group, source=log.source), ""))
+            out.append((group, measurement_from_calls(group, log), ""))
         except MeasurementError as exc:
             out.append((group, None, str(exc).removeprefix(f"{log.source}: ")))
     return out
 
 
-def inspector_file_stem(group: InspectorGroup, pooled: bool) -> str:
-    """A file name stem for a group's measurement: the communicator's name and id (or its shape when pooled) and the
-    collective, e.g. ``DP-0x7f8c-allreduce`` or ``allreduce-16ranks-2nodes``.
+def call_file_stem(group: CallGroup, pooled: bool) -> str:
+    """A file name stem for a group's measurement: the communicator's name and id (or its shape when pooled), the
+    collective and the element type where recorded, e.g. ``DP-0x7f8c-allreduce`` or
+    ``allreduce-bfloat16-16ranks-2nodes``.
 
-    >>> from collsim.calibration.inspector import InspectorComm, InspectorGroup
-    >>> g = InspectorGroup("AllReduce", [InspectorComm("0x7f8c", "DP Group 0", 16, 2)], 16, 2)
-    >>> inspector_file_stem(g, False), inspector_file_stem(g, True)
+    >>> from collsim.calibration.calls import CallGroup, Communicator
+    >>> g = CallGroup("AllReduce", None, [Communicator("0x7f8c", "DP Group 0", 16, 2)], 16, 2)
+    >>> call_file_stem(g, False), call_file_stem(g, True)
     ('DP-Group-0-0x7f8c-allreduce', 'allreduce-16ranks-2nodes')
     """
-    coll = _inspector_collective(group.operation) or group.operation.lower()
+    coll = simulated_collective(group.operation) or group.operation.lower().strip("_")
+    what = "-".join(x for x in (coll, group.dtype) if x)
     if pooled:
-        return f"{coll}-{group.nranks}ranks-{group.nnodes}nodes"
+        nodes = f"-{group.nnodes}nodes" if group.nnodes else ""
+        return f"{what}-{group.nranks}ranks{nodes}"
     comm = group.comms[0]
-    who = f"{comm.name}-{comm.comm_id}" if comm.name else comm.comm_id
-    return "-".join(x for x in (re.sub(r"[^A-Za-z0-9_.]+", "-", who).strip("-"), coll) if x)
+    who = f"{comm.name}-{comm.comm_id}" if comm.name and comm.name != comm.comm_id else comm.comm_id
+    return "-".join(x for x in (re.sub(r"[^A-Za-z0-9_.]+", "-", who).strip("-"), what) if x)
 
 
-def format_inspector_groups(
-    log: InspectorLog, entries: Sequence[tuple[InspectorGroup, Measurement | None, str]], written: Mapping[int, str]
+def format_call_groups(
+    log: CallLog, entries: Sequence[tuple[CallGroup, Measurement | None, str]], written: Mapping[int, str]
 ) -> str:
-    """The table ``collsim import inspector`` prints: one line a group (communicator or shape, operation, ranks,
-    nodes, calls, sizes, the ranks' median skew, the median busbw at the largest size) and where it was written, or
-    why not (``written`` maps an entry's index to its file)."""
+    """The table ``collsim import inspector`` and ``import torch-trace`` print: one line a group (communicator or
+    shape, operation, type, ranks, nodes, calls, sizes, the ranks' median skew, the median busbw at the largest
+    size) and where it was written, or why not (``written`` maps an entry's index to its file); then a line for each
+    rank that started last at most calls (:func:`straggler_text`)."""
     hosts = len(log.hosts)
-    head = (f"# NCCL Inspector: {len(log.files)} file{'s' if len(log.files) != 1 else ''} from {hosts} "
+    head = (f"# {log.kind}: {len(log.files)} file{'s' if len(log.files) != 1 else ''} from {hosts} "
             f"host{'s' if hosts != 1 else ''}, {len(log.comms)} communicator{'s' if len(log.comms) != 1 else ''}, "
-            f"{log.records:,} records (format {', '.join(sorted(log.versions)) or 'not named'})")  # fmt: skip
-    lines = [head, f"{'communicator':<32} {'operation':<13} {'ranks':>5} {'nodes':>5} {'calls':>7} {'sizes':>5} "
+            f"{log.records:,} records{' (format ' + ', '.join(sorted(log.versions)) + ')' if log.versions else ''}")
+    lines = [head, f"{'communicator':<32} {'operation':<17} {'ranks':>5} {'nodes':>5} {'calls':>7} {'sizes':>5} "
                    f"{'skew us':>8} {'largest':>9} {'busbw':>8}  written"]  # fmt: skip
     for i, (group, m, why) in enumerate(entries):
         label = group.label if len(group.label) <= 32 else group.label[:29] + "..."
-        common = f"{label:<32} {group.operation:<13} {group.nranks:>5} {group.nnodes:>5} {len(group.calls):>7}"
+        op = f"{group.operation}{' ' + group.dtype if group.dtype else ''}"
+        nodes = str(group.nnodes) if group.nnodes else "?"
+        common = f"{label:<32} {op:<17} {group.nranks:>5} {nodes:>5} {len(group.calls):>7}"
         if m is None:
             lines.append(f"{common} {'-':>5} {'-':>8} {'-':>9} {'-':>8}  not written: {why}")
             continue
@@ -835,36 +828,38 @@ def format_inspector_groups(
 
 
 def recorded_pairs(m: Measurement) -> dict[int, tuple[str, str]]:
-    """The (algorithm, protocol) NCCL ran at each size, as an NCCL Inspector log of format v4.3 recorded them
-    (``software.inspector.pairs``), in :func:`~collsim.calibration.validate.validate`'s ``logged`` form; empty when
-    the measurement has none.
+    """The (algorithm, protocol) NCCL ran at each size, as a profiler recorded them (``software.calls.pairs``: an
+    NCCL Inspector log of format v4.3), in :func:`~collsim.calibration.validate.validate`'s ``logged`` form; empty
+    when the measurement has none.
 
-    >>> recorded_pairs(Measurement("allreduce", software={"inspector": {"pairs": {"1048576": "Ring/LL128"}}}))
+    >>> recorded_pairs(Measurement("allreduce", software={"calls": {"pairs": {"1048576": "Ring/LL128"}}}))
     {1048576: ('Ring', 'LL128')}
     """
-    info = m.software.get("inspector") if isinstance(m.software.get("inspector"), Mapping) else {}
-    assert isinstance(info, Mapping)
-    pairs = info.get("pairs") if isinstance(info.get("pairs"), Mapping) else {}
-    assert isinstance(pairs, Mapping)
+    pairs = _calls_info(m).get("pairs")
     out: dict[int, tuple[str, str]] = {}
-    for size, pair in pairs.items():
+    for size, pair in (pairs if isinstance(pairs, Mapping) else {}).items():
         algo, _, proto = str(pair).partition("/")
         if str(size).isdigit() and algo and proto:
             out[int(size)] = (algo, proto)
     return out
 
 
+def _calls_info(m: Measurement) -> Mapping[str, Any]:
+    """``software.calls`` of a measurement of recorded calls, or an empty mapping."""
+    info = m.software.get("calls")
+    return info if isinstance(info, Mapping) else {}
+
+
 def straggler_text(m: Measurement) -> str | None:
     """A line naming the rank that started last at least twice as often as chance gives (1 in ``nranks``) and at
-    least 3 times, from an Inspector measurement's ``software.inspector.last_to_start``; None otherwise.
+    least 3 times, from a measurement of recorded calls (``software.calls.last_to_start``); None otherwise.
 
-    >>> m = Measurement("allreduce", 16, software={"inspector": {"communicators": ["DP (0x1)"],
+    >>> m = Measurement("allreduce", 16, software={"calls": {"communicators": ["DP (0x1)"],
     ...     "last_to_start": {"rank": 13, "host": "node1", "calls": 30, "of": 40}}})
     >>> straggler_text(m)
     'DP (0x1) allreduce: rank 13 (node1) started last in 30 of 40 calls (1 in 16 by chance): a rank held back'
     """
-    info = m.software.get("inspector") if isinstance(m.software.get("inspector"), Mapping) else {}
-    assert isinstance(info, Mapping)
+    info = _calls_info(m)
     last = info.get("last_to_start")
     if not isinstance(last, Mapping) or m.nranks is None:
         return None
@@ -877,15 +872,37 @@ def straggler_text(m: Measurement) -> str | None:
             f"{m.nranks} by chance): a rank held back")  # fmt: skip
 
 
-def _inspector_measurement(p: Path, collective: str | None, nranks: int | None) -> Measurement:
-    """The one measurement ``read_measurement`` returns for Inspector output: its communicators of one shape
-    pooled, narrowed by ``collective`` and ``nranks``."""
-    file = str(p)
+def read_call_log(path: str | Path, *, progress: Callable[[int, int], None] | None = None) -> CallLog:
+    """A profiler's record of a job's calls: NCCL Inspector logs (a log, or a folder holding some) or PyTorch
+    profiler traces (a trace, or a folder of them).
+
+    Raises
+    ------
+    MeasurementError
+        Neither kind at ``path``, or output that cannot be read; the message names the file.
+    """
+    p = Path(path)
     try:
-        log = read_inspector(p)
-    except InspectorFormatError as exc:
+        if starts_like_torch_trace(p) or (p.is_dir() and _holds_traces_only(p)):
+            return read_torch_traces(p, progress=progress)
+        return read_inspector(p, progress=progress)
+    except CallLogError as exc:
         raise MeasurementError(exc.reason, file=exc.file, field=exc.field) from None
-    found = [(g, m) for g, m, _ in inspector_measurements(log, pool=True) if m is not None]
+
+
+def _holds_traces_only(folder: Path) -> bool:
+    """True for a folder with PyTorch profiler traces below it and no NCCL Inspector log."""
+    files = [f for f in folder.rglob("*") if f.is_file()]
+    logs = (f for f in files if f.name.endswith(INSPECTOR_SUFFIXES) and starts_like_inspector(f))
+    return not any(logs) and any(starts_like_torch_trace(f) for f in files)
+
+
+def _calls_measurement(log: CallLog, collective: str | None, nranks: int | None) -> Measurement:
+    """The one measurement ``read_measurement`` returns for a profiler's calls: communicators of one shape pooled,
+    narrowed by ``collective`` and ``nranks``."""
+    file = log.source
+    command = "inspector" if log.kind == "NCCL Inspector" else "torch-trace"
+    found = [(g, m) for g, m, _ in call_measurements(log, pool=True) if m is not None]
     picked = [(g, m) for g, m in found
               if (collective is None or m.collective == canonical_collective(collective))
               and (nranks is None or m.nranks == nranks)]  # fmt: skip
@@ -895,8 +912,8 @@ def _inspector_measurement(p: Path, collective: str | None, nranks: int | None) 
     if not picked:
         asked = " and ".join(x for x in (collective and f"collective {collective}",
                                          nranks and f"{nranks} ranks") if x)  # fmt: skip
-        raise MeasurementError(f"no collective {'with ' + asked + ' ' if asked else ''}in this NCCL Inspector "
+        raise MeasurementError(f"no collective {'with ' + asked + ' ' if asked else ''}in this {log.kind} "
                                f"output; it holds: {listed}", file=file)  # fmt: skip
-    raise MeasurementError(f"this NCCL Inspector output holds {len(picked)} collectives ({listed}): pick one with "
+    raise MeasurementError(f"this {log.kind} output holds {len(picked)} collectives ({listed}): pick one with "
                            f"--collective and --nranks, or write each as a measurement with collsim import "
-                           f"inspector {file} -o FOLDER", file=file)  # fmt: skip
+                           f"{command} {file} -o FOLDER", file=file)  # fmt: skip

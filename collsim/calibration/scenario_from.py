@@ -148,7 +148,7 @@ def _placement(m: Measurement, node: str, topo: Any, out: ImportedScenario) -> d
 def _workload(m: Measurement, out: ImportedScenario) -> dict[str, Any]:
     """``workload``: the run's collective, type, operator, root, sizes and GPUs a thread drove (``-g``)."""
     workload: dict[str, Any] = {"collective": m.collective}
-    if _run_kind(m) == "NCCL Inspector calls":
+    if _run_kind(m) == "NCCL Inspector calls" and m.dtype == "float32":
         out.assumed.append("float32: NCCL Inspector does not record the element type (workload.dtype: bfloat16 for "
                            "a job that communicates in bf16)")  # fmt: skip
         workload["dtype"] = m.dtype
@@ -276,8 +276,10 @@ def scenario_from_measurement(
 
 
 def _run_kind(m: Measurement) -> str:
-    """What the measurement is, for the scenario's description: ``nccl-tests run`` or ``NCCL Inspector calls``."""
-    return "NCCL Inspector calls" if m.software.get("benchmark") == "NCCL Inspector" else "nccl-tests run"
+    """What the measurement is, for the scenario's description: ``nccl-tests run``, or a job's calls as NCCL's
+    Inspector or PyTorch's profiler recorded them (``NCCL Inspector calls``)."""
+    recorder = m.software.get("benchmark")
+    return f"{recorder} calls" if recorder in ("NCCL Inspector", "PyTorch profiler") else "nccl-tests run"
 
 
 def format_scenario(

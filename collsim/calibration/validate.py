@@ -410,7 +410,7 @@ def validate(
     workload = sim.scenario.workload
     notes = [harness_note(m, backend, workload.host_overhead), timing_note(m), dtype_note(m, workload.dtype),
              gpu_note(m, sim.scenario.preset_library(), gpus),
-             *inspector_notes(m, out, workload.dtype, workload.host_overhead)]  # fmt: skip
+             *call_notes(m, out, workload.dtype, workload.host_overhead)]  # fmt: skip
     if backend == "nccl":
         notes.append(version_note(m, sim.nccl_options.version))
         from collsim.backends.nccl.ib_hca import ib_hca_selection  # the backend only where a note needs it
@@ -599,39 +599,46 @@ def timing_note(m: Measurement) -> str | None:
             "compare a run without -C 1")  # fmt: skip
 
 
-def inspector_notes(m: Measurement, rows: Sequence[ValidationRow], dtype: str, host_overhead: str) -> list[str]:
-    """Notes for a measurement read from NCCL Inspector output (``software.benchmark: NCCL Inspector``): how it
-    timed and what it leaves out, ranks or calls missing from it, and the sizes where the (algorithm, protocol) it
-    recorded (format v4.3) is not the one simulated. Empty for any other measurement.
+#: What measurements of a job's recorded calls name as their benchmark (``measurement_from_calls``).
+CALL_RECORDERS: tuple[str, ...] = ("NCCL Inspector", "PyTorch profiler")
+
+
+def call_notes(m: Measurement, rows: Sequence[ValidationRow], dtype: str, host_overhead: str) -> list[str]:
+    """Notes for a measurement of a job's recorded calls (``software.benchmark``: ``NCCL Inspector`` or ``PyTorch
+    profiler``): how they were timed and what that leaves out, the rank held back, ranks or calls missing, and the
+    sizes where the (algorithm, protocol) recorded (Inspector format v4.3) is not the one simulated. Empty for any
+    other measurement.
 
     >>> m = Measurement("allreduce", 8, software={"benchmark": "NCCL Inspector", "timing": "kernel",
-    ...                 "rank_skew_us": 3.5, "inspector": {"ranks_recorded": 8, "ranks": 8,
+    ...                 "rank_skew_us": 3.5, "calls": {"ranks_recorded": 8, "ranks": 8,
     ...                 "pairs": {"1048576": "Ring/LL128"}}})
     >>> row = ValidationRow(1048576, 50.0, 45.0, 1.0, 1.0, "Tree", "LL128")
-    >>> for note in inspector_notes(m, [row], "float32", "none"):
+    >>> for note in call_notes(m, [row], "float32", "none"):
     ...     print(note[:57])
     NCCL Inspector timed each call's kernel on the GPU clock,
     NCCL ran another (algorithm, protocol) than collsim's pic
     """
-    if m.software.get("benchmark") != "NCCL Inspector":
+    kind = m.software.get("benchmark")
+    if kind not in CALL_RECORDERS:
         return []
-    info = m.software.get("inspector") if isinstance(m.software.get("inspector"), Mapping) else {}
+    info = m.software.get("calls") if isinstance(m.software.get("calls"), Mapping) else {}
     assert isinstance(info, Mapping)
     timing = m.software.get("timing")
     clock = "on the GPU clock" if timing == "kernel" else "partly on the host's clock (kernel_cpu, collective_cpu)"
-    notes = [f"NCCL Inspector timed each call's kernel {clock}, the least of its ranks' times (ranks that started "
-             f"earlier waited in theirs; its ranks started a median {m.software.get('rank_skew_us', '?')} us apart): "
-             "the launch is not in it, and a job's calls may share the GPU with its computation; the element type is "
-             f"not recorded (the scenario's {dtype} is used)"]  # fmt: skip
+    untyped = kind == "NCCL Inspector"
+    notes = [f"{kind} timed each call's kernel {clock}, the least of its ranks' times (ranks that started earlier "
+             f"waited in theirs; its ranks started a median {m.software.get('rank_skew_us', '?')} us apart): the "
+             "launch is not in it, and a job's calls may share the GPU with its computation"
+             + (f"; the element type is not recorded (the scenario's {dtype} is used)" if untyped else "")]
     if host_overhead != "none":
-        notes.append(f"workload.host_overhead is {host_overhead}, but the Inspector's times are the kernels' alone")
+        notes.append(f"workload.host_overhead is {host_overhead}, but {kind}'s times are the kernels' alone")
     straggler = straggler_text(m)
     if straggler:
         notes.append(f"{straggler} (its computation, host or input; the skew is not in the times compared)")
     ranks, recorded = info.get("ranks"), info.get("ranks_recorded")
     if isinstance(ranks, int) and isinstance(recorded, int) and recorded < ranks:
         notes.append(f"only {recorded} of {ranks} ranks wrote records: a call's least time may be a rank's that "
-                     "waited for the others (read every process's log)")  # fmt: skip
+                     "waited for the others (read every rank's output)")  # fmt: skip
     for key, what in (("calls_left_out", "calls some ranks did not record were left out"),
                       ("records_dropped", "records were overwritten before the plugin wrote them "
                                           "(NCCL_INSPECTOR_DUMP_COLL_RING_SIZE)")):  # fmt: skip
@@ -645,7 +652,7 @@ def inspector_notes(m: Measurement, rows: Sequence[ValidationRow], dtype: str, h
         shown = ", ".join(f"{format_size(r.size_bytes)} {ran} (collsim {r.algorithm}/{r.protocol})"
                           for r, ran in other[:4])  # fmt: skip
         notes.append(f"NCCL ran another (algorithm, protocol) than collsim's pick at {len(other)} of "
-                     f"{sum(str(r.size_bytes) in pairs for r in rows)} sizes the Inspector named: {shown}"
+                     f"{sum(str(r.size_bytes) in pairs for r in rows)} sizes the records name: {shown}"
                      f"{' ...' if len(other) > 4 else ''}")  # fmt: skip
     return notes
 

@@ -18,16 +18,16 @@ from hypothesis import strategies as st
 
 from collsim.api import Simulator
 from collsim.calibration import MeasurementError, ParseWarning, read_measurement
+from collsim.calibration.calls import CallLogError
 from collsim.calibration.inspector import (
-    InspectorFormatError,
+    INSPECTOR_ROUNDING_US,
     parse_inspector_lines,
     read_inspector,
     starts_like_inspector,
 )
 from collsim.calibration.measurement import (
-    INSPECTOR_ROUNDING_US,
-    inspector_measurements,
-    measurement_from_inspector,
+    call_measurements,
+    measurement_from_calls,
     recorded_pairs,
     straggler_text,
 )
@@ -116,9 +116,9 @@ def test_the_v43_marker_layout_reads_as_v40(tmp_path: Path) -> None:
         a, b = read_measurement(tmp_path / "a"), read_measurement(tmp_path / "b")
     assert [(r.size_bytes, r.time_us, r.iterations) for r in a.rows] == [
         (r.size_bytes, r.time_us, r.iterations) for r in b.rows]  # fmt: skip
-    assert "pairs" not in a.software["inspector"]
-    assert b.software["inspector"]["pairs"] == {str(4 << 16): "NVLSTree/LL128"}
-    assert b.software["inspector"]["records_dropped"] == 8  # 2 a rank, from each rank's marker
+    assert "pairs" not in a.software["calls"]
+    assert b.software["calls"]["pairs"] == {str(4 << 16): "NVLSTree/LL128"}
+    assert b.software["calls"]["records_dropped"] == 8  # 2 a rank, from each rank's marker
 
 
 def test_a_line_cut_short_is_skipped_and_said(tmp_path: Path) -> None:
@@ -139,19 +139,19 @@ def test_a_line_cut_short_is_skipped_and_said(tmp_path: Path) -> None:
 def test_a_malformed_record_names_its_file_line_and_field(tmp_path: Path, change: Any, message: str) -> None:
     record = _v40("0x1", 0, 2, 1, "n", "AllReduce", 0, 1024, 12.0)
     change(record)
-    with pytest.raises(InspectorFormatError, match=message):
+    with pytest.raises(CallLogError, match=message):
         parse_inspector_lines([json.dumps(record)], file="x.log")
 
 
 def test_records_that_disagree_are_refused() -> None:
     a = _v40("0x1", 0, 2, 1, "n", "AllReduce", 0, 1024, 12.0)
     b = _v40("0x1", 1, 4, 1, "n", "AllReduce", 0, 1024, 12.0)
-    with pytest.raises(InspectorFormatError, match="communicator 0x1 has 2 ranks on 1 nodes in earlier records, 4"):
+    with pytest.raises(CallLogError, match="communicator 0x1 has 2 ranks on 1 nodes in earlier records, 4"):
         parse_inspector_lines([json.dumps(a), json.dumps(b)], file="x.log")
     c = _v40("0x1", 1, 2, 1, "n", "AllReduce", 0, 2048, 12.0)
-    with pytest.raises(InspectorFormatError, match="AllReduce call 0 of communicator 0x1 is 1024 bytes in another"):
+    with pytest.raises(CallLogError, match="AllReduce call 0 of communicator 0x1 is 1024 bytes in another"):
         parse_inspector_lines([json.dumps(a), json.dumps(c)], file="x.log")
-    with pytest.raises(InspectorFormatError, match="an operation before any header"):
+    with pytest.raises(CallLogError, match="an operation before any header"):
         parse_inspector_lines([json.dumps({"coll_perf": a["coll_perf"]})], file="x.log")
 
 
@@ -165,10 +165,10 @@ def test_files_folders_and_gzip(tmp_path: Path) -> None:
     assert read_measurement(tmp_path / "job").rows[0].iterations == 1  # found below the folder, gzip read
     assert read_inspector(tmp_path / "job" / "a" / "node0-pid4000.log").comms["0x7f8c"].ranks == {0}
     (tmp_path / "empty").mkdir()
-    with pytest.raises(InspectorFormatError, match="no Inspector logs"):
+    with pytest.raises(CallLogError, match="no Inspector logs"):
         read_inspector(tmp_path / "empty")
     (tmp_path / "empty" / "ar.log").write_text("# Collective test starting: all_reduce_perf\n")
-    with pytest.raises(InspectorFormatError, match=r"\(1 \*.log, .* files, none one: nccl-tests logs are read a file"):
+    with pytest.raises(CallLogError, match=r"\(1 \*.log, .* files, none one: nccl-tests logs are read a file"):
         read_inspector(tmp_path / "empty")
     (tmp_path / "job" / "a" / "node2-pid4002.log").write_text("")  # a process that completed no collective
     with pytest.warns(ParseWarning, match=r"1 of its 3 .* files are empty or not Inspector logs, e.g. .*node2"):
@@ -185,8 +185,8 @@ def test_a_call_a_rank_did_not_record_is_left_out(tmp_path: Path) -> None:
     rank1.write_text(rank1.read_text().splitlines()[0] + "\n")  # rank 1 lost call 1 (its ring overflowed)
     (group,) = read_inspector(tmp_path).groups()
     assert (len(group.calls), group.incomplete) == (1, 1)
-    m = measurement_from_inspector(group, source=str(tmp_path))
-    assert m.rows[0].time_us == 50.5 and m.software["inspector"]["calls_left_out"] == 1
+    m = measurement_from_calls(group, read_inspector(tmp_path))
+    assert m.rows[0].time_us == 50.5 and m.software["calls"]["calls_left_out"] == 1
 
 
 def test_several_collectives_must_be_picked(tmp_path: Path) -> None:
@@ -202,7 +202,7 @@ def test_several_collectives_must_be_picked(tmp_path: Path) -> None:
     assert read_measurement(tmp_path / "d", nranks=4).collective == "allreduce"
     with pytest.raises(MeasurementError, match="no collective with collective broadcast in this NCCL Inspector"):
         read_measurement(tmp_path / "d", collective="broadcast")
-    entries = inspector_measurements(read_inspector(tmp_path / "d"))
+    entries = call_measurements(read_inspector(tmp_path / "d"))
     assert [(g.label, m is not None) for g, m, _ in entries] == [("DP (0x1)", True), ("DP (0x2)", True),
                                                                  ("DP (0x3)", True)]
 
@@ -214,7 +214,7 @@ def test_operations_collsim_does_not_simulate_are_listed() -> None:
     p2p["p2p_perf"] = {"p2p": "Send", "p2p_sn": 0, "p2p_peer": 1, "p2p_msg_size_bytes": 4096, "p2p_exec_time_us": 9,
                        "p2p_timing_source": "kernel_gpu"}  # fmt: skip
     log = parse_inspector_lines([*lines, json.dumps(p2p)], file="x.log")
-    entries = inspector_measurements(log)
+    entries = call_measurements(log)
     assert [(g.operation, m, why.split(" (")[0]) for g, m, why in entries] == [
         ("AllGatherV", None, "collsim does not simulate AllGatherV"),
         ("Send", None, "collsim does not simulate Send")]  # fmt: skip
@@ -231,12 +231,12 @@ def test_a_rank_that_starts_last_again_and_again_is_named(tmp_path: Path) -> Non
     calls.append(("AllReduce", 10, 1 << 20, [100.0] * 8))  # a tie: no last rank
     _dump(tmp_path / "dump", calls, nranks=8, per_host=4)
     m = read_measurement(tmp_path / "dump")
-    assert m.software["inspector"]["last_to_start"] == {"rank": 5, "host": "node1", "calls": 7, "of": 10}
+    assert m.software["calls"]["last_to_start"] == {"rank": 5, "host": "node1", "calls": 7, "of": 10}
     text = straggler_text(m)
     assert text == ("DP (0x7f8c) allreduce: rank 5 (node1) started last in 7 of 10 calls (1 in 8 by chance): a rank "
                     "held back")  # fmt: skip
     assert any(text in note for note in validate(Simulator.from_source("hgx-h100"), m).notes)
-    m.software["inspector"]["last_to_start"]["calls"] = 2  # twice in ten: chance
+    m.software["calls"]["last_to_start"]["calls"] = 2  # twice in ten: chance
     assert straggler_text(m) is None
 
 
@@ -260,8 +260,8 @@ def test_the_time_is_the_collectives_whatever_the_skew_and_order(nranks: int, t:
              for sn in range(calls) for r, x in enumerate(_skewed(t, starts[:nranks]))]  # fmt: skip
     shuffled = lines[:]
     rnd.shuffle(shuffled)
-    ms = [measurement_from_inspector(parse_inspector_lines(ls, file="x.log").groups()[0], source="x")
-          for ls in (lines, shuffled)]  # fmt: skip
+    logs = [parse_inspector_lines(ls, file="x.log") for ls in (lines, shuffled)]
+    ms = [measurement_from_calls(log.groups()[0], log) for log in logs]
     assert ms[0].rows == ms[1].rows
     (row,) = ms[0].rows
     assert abs(row.time_us - t) <= INSPECTOR_ROUNDING_US + 1e-9
@@ -282,7 +282,7 @@ def test_validate_notes_how_the_inspector_timed_and_what_nccl_ran(tmp_path: Path
     notes = "\n".join(v.notes)
     assert "NCCL Inspector timed each call's kernel on the GPU clock" in notes
     assert "started a median 9.0 us apart" in notes
-    assert "NCCL ran another (algorithm, protocol) than collsim's pick at 1 of 1 sizes the Inspector named: 64MiB " \
+    assert "NCCL ran another (algorithm, protocol) than collsim's pick at 1 of 1 sizes the records name: 64MiB " \
            "Ring/Simple (collsim NVLS/Simple)" in notes
     assert "16 records were overwritten" in notes
     forced = validate(Simulator.from_source("hgx-h100", ["backends.nccl.env.NCCL_ALGO=Ring"]), m)
