@@ -28,6 +28,7 @@ from typing import Any
 from collsim.vocab import COLLECTIVES, canonical_collective
 
 __all__ = [
+    "RECORDERS",
     "Call",
     "CallGroup",
     "CallLog",
@@ -35,6 +36,10 @@ __all__ = [
     "Communicator",
     "simulated_collective",
 ]
+
+
+#: What records a job's calls, as a measurement of them names its benchmark (``software.benchmark``).
+RECORDERS: tuple[str, ...] = ("NCCL Inspector", "PyTorch profiler")
 
 
 class CallLogError(ValueError):

@@ -35,6 +35,7 @@ from typing import Any
 
 import yaml
 
+from collsim.calibration.calls import RECORDERS
 from collsim.calibration.measurement import Measurement, MeasurementError
 from collsim.nccl_env import INERT_NCCL_ENV, KNOWN_NCCL_ENV, PLUGIN_ENV
 from collsim.units import DTYPE_SIZES
@@ -279,7 +280,7 @@ def _run_kind(m: Measurement) -> str:
     """What the measurement is, for the scenario's description: ``nccl-tests run``, or a job's calls as NCCL's
     Inspector or PyTorch's profiler recorded them (``NCCL Inspector calls``)."""
     recorder = m.software.get("benchmark")
-    return f"{recorder} calls" if recorder in ("NCCL Inspector", "PyTorch profiler") else "nccl-tests run"
+    return f"{recorder} calls" if recorder in RECORDERS else "nccl-tests run"
 
 
 def format_scenario(

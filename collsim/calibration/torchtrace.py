@@ -168,6 +168,12 @@ def _int(value: Any) -> int | None:
     return None
 
 
+def _start(event: Mapping[str, Any]) -> float:
+    """An event's ``ts`` (microseconds), 0 where it has none: the order calls without ``Seq`` are matched in."""
+    ts = event.get("ts")
+    return float(ts) if isinstance(ts, int | float) and not isinstance(ts, bool) else 0.0
+
+
 def _uneven(splits: Any) -> bool:
     """True for an ``In split size`` that lists unequal parts (``"[3, 5]"``): an uneven all-to-all."""
     parts = [int(x) for x in re.findall(r"-?\d+", splits)] if isinstance(splits, str) else []
@@ -195,7 +201,7 @@ def add_trace(log: CallLog, head: Mapping[str, Any], events: Iterable[Mapping[st
     host = head.get("host_name") if isinstance(head.get("host_name"), str) else None
     ordinal: dict[tuple[str, str], int] = {}
     unnumbered = 0
-    for event in sorted(events, key=lambda e: float(e.get("ts") or 0.0)):
+    for event in sorted(events, key=_start):
         args = event["args"]
         name, dtype = args.get("Collective name"), TORCH_DTYPES.get(str(args.get("dtype")))
         nelems = [_int(args.get(k)) for k in ("In msg nelems", "Out msg nelems")]

@@ -22,6 +22,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from collsim.calibration.calls import RECORDERS
 from collsim.calibration.measurement import Measurement, MeasurementError, straggler_text
 from collsim.nccl_env import INERT_NCCL_ENV, KNOWN_NCCL_ENV, PLUGIN_ENV, NcclEnvError, NcclOptions
 from collsim.results import busbw_factor
@@ -368,7 +369,7 @@ def validate(
         one collsim's copy of its tuner picks, and a note says how many; a pair the scenario cannot run is noted and
         left to collsim's pick.
     logged_by : str
-        What ``logged`` came from, for the note (``NCCL's log``; ``the Inspector's record`` for
+        What ``logged`` came from, for the note (``NCCL's log``; ``the measurement's record`` for
         :func:`~collsim.calibration.measurement.recorded_pairs`).
     """
     backend = measurement_backend(sim, m)
@@ -599,10 +600,6 @@ def timing_note(m: Measurement) -> str | None:
             "compare a run without -C 1")  # fmt: skip
 
 
-#: What measurements of a job's recorded calls name as their benchmark (``measurement_from_calls``).
-CALL_RECORDERS: tuple[str, ...] = ("NCCL Inspector", "PyTorch profiler")
-
-
 def call_notes(m: Measurement, rows: Sequence[ValidationRow], dtype: str, host_overhead: str) -> list[str]:
     """Notes for a measurement of a job's recorded calls (``software.benchmark``: ``NCCL Inspector`` or ``PyTorch
     profiler``): how they were timed and what that leaves out, the rank held back, ranks or calls missing, and the
@@ -619,12 +616,13 @@ def call_notes(m: Measurement, rows: Sequence[ValidationRow], dtype: str, host_o
     NCCL ran another (algorithm, protocol) than collsim's pic
     """
     kind = m.software.get("benchmark")
-    if kind not in CALL_RECORDERS:
+    if kind not in RECORDERS:
         return []
     info = m.software.get("calls") if isinstance(m.software.get("calls"), Mapping) else {}
     assert isinstance(info, Mapping)
     timing = m.software.get("timing")
-    clock = "on the GPU clock" if timing == "kernel" else "partly on the host's clock (kernel_cpu, collective_cpu)"
+    clock = {"kernel": "on the GPU clock", "host": "on the host's clock (kernel_cpu, collective_cpu)"}.get(
+        str(timing), "partly on the host's clock (kernel_cpu, collective_cpu)")
     untyped = kind == "NCCL Inspector"
     notes = [f"{kind} timed each call's kernel {clock}, the least of its ranks' times (ranks that started earlier "
              f"waited in theirs; its ranks started a median {m.software.get('rank_skew_us', '?')} us apart): the "
