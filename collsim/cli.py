@@ -201,6 +201,8 @@ def _import_command(sub: _Sub) -> None:
                      "run's hosts are (a name such as hgx or hgx-b200, or a template file)")
     imp.add_argument("--collective", help="nccl-tests: for a log that does not name it (e.g. allreduce)")
     imp.add_argument("--nranks", type=int, help="nccl-tests: for a log that does not say how many ranks ran")
+    imp.add_argument("--series", metavar="WORDS", help="nccl-tests: the series of a run of several (-d all, -o all): "
+                     "by the words of its name (bfloat16, 'half sum'); default the first")
     imp.add_argument("--nic", metavar="PRESET", help="NIC preset of every NIC (nccl-xml: default by speed; "
                      "nvidia-smi: required when it shows NICs)")
     imp.add_argument("--cpu", metavar="PRESET", help="CPU preset of every socket (nccl-xml: default by NCCL's CPU "
@@ -679,6 +681,9 @@ def _measurement_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nranks", type=int, help="for nccl-tests logs that do not say how many ranks ran (or a report "
                                               "of several NCCL_TESTS_SPLIT groups); which of an Inspector dump's "
                                               "communicator sizes")
+    p.add_argument("--series", metavar="WORDS", help="for nccl-tests output of several series (-d all, -o all, -r "
+                   "all): the one to compare, by the words of its name (bfloat16, 'half sum', 'root 2'); default the "
+                   "first")
 
 
 def _read_measurements(args: argparse.Namespace) -> list[Any]:
@@ -690,7 +695,8 @@ def _read_measurements(args: argparse.Namespace) -> list[Any]:
             canonical_collective(args.collective)
         except ValueError as exc:
             raise ScenarioError(str(exc), file="--collective") from None
-    return [read_measurement(f, collective=args.collective, nranks=args.nranks) for f in args.measurements]
+    return [read_measurement(f, collective=args.collective, nranks=args.nranks, series=args.series)
+            for f in args.measurements]  # fmt: skip
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
@@ -908,7 +914,7 @@ def _import_nccl_tests(args: argparse.Namespace) -> int:
     if not args.node:
         raise MeasurementError("give --node TEMPLATE: the node template the run's hosts are (collsim topo lists "
                                "them; e.g. hgx, hgx-b200, aws-p5)", file=args.file)  # fmt: skip
-    m = read_measurement(args.file, collective=args.collective, nranks=args.nranks)
+    m = read_measurement(args.file, collective=args.collective, nranks=args.nranks, series=args.series)
     out = Path(args.output) if args.output else None
     base = out.parent if out is not None else Path(".")
     # the run's file as the scenario's folder sees it, for the comment and the validate line
@@ -947,8 +953,9 @@ def _import_calls(args: argparse.Namespace) -> int:
     from collsim.calibration.scenario_from import format_scenario, scenario_from_measurement
     from collsim.calibration.torchtrace import read_torch_traces
 
-    for flag, value in (("--nic", args.nic), ("--cpu", args.cpu), ("--nvswitch", args.nvswitch or None),
-                        ("--collective", args.collective), ("--nranks", args.nranks)):  # fmt: skip
+    given = (("--nic", args.nic), ("--cpu", args.cpu), ("--nvswitch", args.nvswitch or None),
+             ("--collective", args.collective), ("--nranks", args.nranks), ("--series", args.series))  # fmt: skip
+    for flag, value in given:
         if value is not None:
             raise MeasurementError(f"{flag} is not an option of import {args.kind} (the records name their "
                                    "collectives and ranks)", file=args.file)  # fmt: skip

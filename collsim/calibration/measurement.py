@@ -489,22 +489,44 @@ def parse_measurement_csv(text: str, *, file: str = "<text>") -> Measurement:
 _Series = tuple[str | None, str | None, int | None]  # (type, redop, root) of an nccl-tests row
 
 
-def _first_series(rows: Sequence[MeasuredRow], file: str) -> tuple[_Series, list[MeasuredRow]]:
-    """The (type, redop, root) of the first series the run printed and its rows; a :class:`ParseWarning` names
-    the others (``-d all``, ``-o all``, ``-r all``)."""
+def _series_name(key: _Series) -> str:
+    """A series as the warning and ``series=`` name it: nccl-tests' type, the operator, the root (``half sum``,
+    ``float none root 0``)."""
+    parts = [_NCCL_TYPE.get(key[0] or "", key[0]), key[1], None if key[2] in (None, -1) else f"root {key[2]}"]
+    return " ".join(str(x) for x in parts if x)
+
+
+def _first_series(
+    rows: Sequence[MeasuredRow], file: str, wanted: str | None = None
+) -> tuple[_Series, list[MeasuredRow]]:
+    """The (type, redop, root) of the series compared and its rows: the first the run printed, or the first whose
+    name has every word of ``wanted`` (a type as collsim or nccl-tests names it, an operator, ``root N``); a
+    :class:`ParseWarning` names the others (``-d all``, ``-o all``, ``-r all``).
+
+    Raises
+    ------
+    MeasurementError
+        When no series matches ``wanted`` (the message lists the series).
+    """
     series: dict[_Series, list[MeasuredRow]] = {}
     for r in rows:
         series.setdefault((r.dtype, r.redop, r.root), []).append(r)
-    first, kept = next(iter(series.items()))
+    names = {key: _series_name(key) for key in series}
+    if wanted is None:
+        chosen = next(iter(series))
+    else:
+        words = [_NCCL_TYPE.get(w, w) for w in wanted.lower().replace(",", " ").split()]
+        matching = [key for key in series if all(w in names[key].lower().split() for w in words)]
+        if not matching:
+            raise MeasurementError(f"no series {wanted!r} in this run; it printed: {', '.join(names.values())}",
+                                   file=file, field="series")  # fmt: skip
+        chosen = matching[0]
     if len(series) > 1:
-        def name(key: _Series) -> str:
-            parts = [_NCCL_TYPE.get(key[0] or "", key[0]), key[1], None if key[2] in (None, -1) else f"root {key[2]}"]
-            return " ".join(str(x) for x in parts if x)
-
-        others = ", ".join(name(k) for k in list(series)[1:])
-        warnings.warn(f"{file}: the run printed {len(series)} series; comparing the first ({name(first)}), not "
-                      f"{others}: split the file to compare those", ParseWarning, stacklevel=3)  # fmt: skip
-    return first, kept
+        others = ", ".join(names[k] for k in series if k != chosen)
+        how = "the first" if wanted is None else f"{wanted!r}"
+        warnings.warn(f"{file}: the run printed {len(series)} series; comparing {how} ({names[chosen]}), not "
+                      f"{others}: --series names another", ParseWarning, stacklevel=3)  # fmt: skip
+    return chosen, series[chosen]
 
 
 def _cycle_means(rows: Sequence[MeasuredRow]) -> list[MeasurementRow]:
@@ -529,7 +551,9 @@ def _cycle_means(rows: Sequence[MeasuredRow]) -> list[MeasurementRow]:
     return out
 
 
-def read_measurement(path: str | Path, *, collective: str | None = None, nranks: int | None = None) -> Measurement:
+def read_measurement(
+    path: str | Path, *, collective: str | None = None, nranks: int | None = None, series: str | None = None
+) -> Measurement:
     """Read a measurement: collsim JSON or CSV, a published ``calibration-data`` case, an nccl-tests JSON report
     (``-J``), an nccl-tests log, an NCCL Inspector log or dump folder, or PyTorch profiler traces.
 
@@ -544,6 +568,9 @@ def read_measurement(path: str | Path, *, collective: str | None = None, nranks:
     collective, nranks : optional
         For nccl-tests output that does not say (a trimmed table): the collective and the rank count. For recorded
         calls: which of their collectives and communicator sizes to take, where they hold several.
+    series : str, optional
+        For nccl-tests output of several series (``-d all``, ``-o all``, ``-r all``): the one to compare, by the
+        words of its name (``bfloat16``, ``half sum``, ``root 2``); default the first.
 
     Raises
     ------
@@ -569,20 +596,21 @@ def read_measurement(path: str | Path, *, collective: str | None = None, nranks:
             log = parse_nccl_tests_json(data, source=file, collective=collective)
         except NcclTestsFormatError as exc:
             raise MeasurementError(exc.reason, file=file, field=exc.field) from None
-        return measurement_from_nccl_tests(log, collective=collective, nranks=nranks)
+        return measurement_from_nccl_tests(log, collective=collective, nranks=nranks, series=series)
     if suffix == ".csv":
         return parse_measurement_csv(text, file=file)
     return measurement_from_nccl_tests(parse_nccl_tests(text, collective=collective, source=file),
-                                       collective=collective, nranks=nranks)  # fmt: skip
+                                       collective=collective, nranks=nranks, series=series)  # fmt: skip
 
 
 def measurement_from_nccl_tests(
-    log: NcclTestsLog, *, collective: str | None = None, nranks: int | None = None
+    log: NcclTestsLog, *, collective: str | None = None, nranks: int | None = None, series: str | None = None
 ) -> Measurement:
     """A :class:`Measurement` of an nccl-tests run: its out-of-place times (nccl-tests' mean over iterations).
 
-    One series is kept: the rows of the first (type, redop, root) the run printed (``-d all``, ``-o all`` and
-    ``-r all`` print several; a :class:`~collsim.calibration.nccltests.ParseWarning` names the others). A size
+    One series is kept: the rows of the first (type, redop, root) the run printed, or of the one ``series`` names
+    (``-d all``, ``-o all`` and ``-r all`` print several; a :class:`~collsim.calibration.nccltests.ParseWarning`
+    names the others). A size
     printed more than once in it (``-N`` cycles) becomes the mean of its rows' times, its iterations summed.
     The run's NCCL release, its ``NCCL_*`` variables (a JSON report records the whole environment:
     ``software.env_complete``), how it timed (``software.timing``: ``cputime`` with ``-C 1``), the series'
@@ -595,6 +623,9 @@ def measurement_from_nccl_tests(
         A parsed log or report (``source`` names its file in messages).
     collective, nranks : optional
         Used when the log does not say.
+    series : str, optional
+        The series to compare, by the words of its name: a type (``bfloat16``; collsim's ``float16`` or
+        nccl-tests' ``half``), an operator, ``root N`` (``"half sum"``); default the first.
 
     Raises
     ------
@@ -627,7 +658,7 @@ def measurement_from_nccl_tests(
     timed = [r for r in log.rows if r.time_us > 0]
     if not timed:  # every data row timed 0 us (a size of 0 B, or a run that printed no time): nothing to compare
         raise MeasurementError(f"no valid rows: all {len(log.rows)} data rows have a time of 0 us", file=file)
-    (dtype, redop, root), kept = _first_series(timed, file)
+    (dtype, redop, root), kept = _first_series(timed, file, series)
     software: dict[str, Any] = {"benchmark": "NVIDIA/nccl-tests"}  # as the published cases name it
     if log.nccl_version:
         software["nccl_version"] = log.nccl_version

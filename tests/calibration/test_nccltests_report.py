@@ -315,6 +315,25 @@ def test_first_series_is_kept_and_the_others_named(tmp_path: Path) -> None:
     with pytest.warns(ParseWarning, match=r"2 series; comparing the first \(float sum\), not half max"):
         m = read_measurement(_write(tmp_path, report))
     assert [r.time_us for r in m.rows] == [20.0, 21.0] and m.dtype == "float32"
+    # another series by the words of its name: the type as collsim or nccl-tests names it, the operator
+    for words in ("half", "float16 max", "MAX,half"):
+        with pytest.warns(ParseWarning, match=rf"comparing '{words}' \(half max\), not float sum"):
+            other = read_measurement(_write(tmp_path, report), series=words)
+        assert ([r.time_us for r in other.rows], other.dtype, other.software["op"]) == ([30.0, 31.0], "float16", "max")
+    with pytest.raises(MeasurementError, match=r"series: no series 'bfloat16' in this run; it printed: float sum, "
+                                               r"half max"):  # fmt: skip
+        read_measurement(_write(tmp_path, report), series="bfloat16")
+    # through the command line: validate (8 ranks on one HGX H100) and the scenario import take --series
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ParseWarning)
+        assert main(["validate", "hgx-h100", str(tmp_path / "report.json"), "--series", "half", "--format",
+                     "json", "-o", str(tmp_path / "v.json")]) == 0  # fmt: skip
+        assert main(["import", "nccl-tests", str(tmp_path / "report.json"), "--node", "hgx-h100", "--series", "half",
+                     "-o", str(tmp_path / "s.yaml")]) == 0  # fmt: skip
+    (v,) = json.loads((tmp_path / "v.json").read_text())
+    assert [r["measured_us"] for r in v["rows"]] == [30.0, 31.0]
+    scenario = (tmp_path / "s.yaml").read_text()
+    assert "dtype: float16" in scenario and "op: max" in scenario
 
 
 def test_repeated_cycles_average(tmp_path: Path) -> None:
