@@ -977,6 +977,7 @@ def _import_calls(args: argparse.Namespace) -> int:
         if folder.exists() and not folder.is_dir():
             raise MeasurementError(f"is a file; import {args.kind} writes a folder of measurements", file=args.output)
         folder.mkdir(exist_ok=True)
+        node, presets = _scenario_paths(folder, args.node, args.import_presets) if args.node else ("", [])
         for i, (group, m, _) in enumerate(entries):
             if m is None:
                 continue
@@ -986,7 +987,6 @@ def _import_calls(args: argparse.Namespace) -> int:
             m.write(path)
             written[i] = str(path)
             if args.node:
-                node, presets = _scenario_paths(folder, args.node, args.import_presets)
                 imported = scenario_from_measurement(m, node, gpu=args.gpu, name=stem, preset_files=presets,
                                                      base=folder)  # fmt: skip
                 write_atomic(folder / f"{stem}.yaml", format_scenario(imported, path.name, f"{stem}.yaml",

@@ -157,10 +157,6 @@ class Communicator:
         """The communicator's name and id (``DP Group 0 (0x7f8c...)``), or its id."""
         return f"{self.name} ({self.comm_id})" if self.name and self.name != self.comm_id else self.comm_id
 
-    def operations(self) -> list[str]:
-        """The operations it ran (``AllReduce``, ``Send`` ...), in the order first seen."""
-        return list(dict.fromkeys(op.split(":")[0] for op, _ in self.calls))
-
     def add(
         self,
         operation: str,

@@ -83,6 +83,7 @@ __all__ = [
     "MeasurementRow",
     "call_file_stem",
     "call_measurements",
+    "calls_info",
     "format_call_groups",
     "measurement_from_calls",
     "measurement_from_nccl_tests",
@@ -866,7 +867,7 @@ def recorded_pairs(m: Measurement) -> dict[int, tuple[str, str]]:
     >>> recorded_pairs(Measurement("allreduce", software={"calls": {"pairs": {"1048576": "Ring/LL128"}}}))
     {1048576: ('Ring', 'LL128')}
     """
-    pairs = _calls_info(m).get("pairs")
+    pairs = calls_info(m).get("pairs")
     out: dict[int, tuple[str, str]] = {}
     for size, pair in (pairs if isinstance(pairs, Mapping) else {}).items():
         algo, _, proto = str(pair).partition("/")
@@ -875,8 +876,9 @@ def recorded_pairs(m: Measurement) -> dict[int, tuple[str, str]]:
     return out
 
 
-def _calls_info(m: Measurement) -> Mapping[str, Any]:
-    """``software.calls`` of a measurement of recorded calls, or an empty mapping."""
+def calls_info(m: Measurement) -> Mapping[str, Any]:
+    """``software.calls`` of a measurement of a job's recorded calls (:func:`measurement_from_calls`), or an empty
+    mapping."""
     info = m.software.get("calls")
     return info if isinstance(info, Mapping) else {}
 
@@ -890,7 +892,7 @@ def straggler_text(m: Measurement) -> str | None:
     >>> straggler_text(m)
     'DP (0x1) allreduce: rank 13 (node1) started last in 30 of 40 calls (1 in 16 by chance): a rank held back'
     """
-    info = _calls_info(m)
+    info = calls_info(m)
     last = info.get("last_to_start")
     if not isinstance(last, Mapping) or m.nranks is None:
         return None

@@ -146,6 +146,23 @@ class MeasuredRow:
     iterations: int | None = None
     spread_us: float | None = None
 
+    @classmethod
+    def from_blocks(
+        cls,
+        size_bytes: int,
+        series: tuple[int | None, str | None, str | None, int | None],
+        out: tuple[float, float, float],
+        inp: tuple[float, float, float] | None,
+        line: int,
+        **extra: Any,
+    ) -> MeasuredRow:
+        """A row from its ``(count, dtype, redop, root)``, the ``(time, algbw, busbw)`` of its first block and of
+        the in-place one (None when absent); ``extra``: ``iterations``, ``spread_us``."""
+        count, dtype, redop, root = series
+        in_time, in_alg, in_bus = inp if inp is not None else (None, None, None)
+        return cls(size_bytes, count, dtype, redop, root, out[0], out[1], out[2], in_time, in_alg, in_bus, line,
+                   **extra)  # fmt: skip
+
 
 @dataclass
 class NcclTestsLog:
@@ -365,21 +382,7 @@ def _parse_row(tokens: list[str], line: int) -> tuple[MeasuredRow, list[str]] | 
             return None
     else:
         return None
-    row = MeasuredRow(
-        size_bytes=size,
-        count=count,
-        dtype=dtype,
-        redop=redop,
-        root=root,
-        time_us=out[0],
-        algbw_gbps=out[1],
-        busbw_gbps=out[2],
-        inplace_time_us=None if inp is None else inp[0],
-        inplace_algbw_gbps=None if inp is None else inp[1],
-        inplace_busbw_gbps=None if inp is None else inp[2],
-        line=line,
-    )
-    return row, wrong
+    return MeasuredRow.from_blocks(size, (count, dtype, redop, root), out, inp, line), wrong
 
 
 def _is_noise(text: str) -> bool:
@@ -769,22 +772,16 @@ def _json_row(r: Any, i: int, source: str) -> tuple[MeasuredRow | None, bool]:
     )
     if wrong:
         _warn(source, None, f"{where}: nccl-tests reports {wrong} wrong result(s) for size {size} B")
-    row = MeasuredRow(
-        size_bytes=size,
-        count=_json_count(r.get("count"), 0),
-        dtype=_DTYPE_FROM_NCCL.get(type_name, type_name) if isinstance(type_name, str) else None,
-        redop=r.get("redop") if isinstance(r.get("redop"), str) else None,
-        root=_to_int(root.strip()) if isinstance(root, str) else root if isinstance(root, int) else None,
-        time_us=main[0],
-        algbw_gbps=main[1],
-        busbw_gbps=main[2],
-        inplace_time_us=None if inp is None else inp[0],
-        inplace_algbw_gbps=None if inp is None else inp[1],
-        inplace_busbw_gbps=None if inp is None else inp[2],
-        line=i + 1,
-        iterations=_json_count(r.get("actual_iterations")),
-        spread_us=_json_spread(r.get("out_of_place_per_iter" if out is not None else "in_place_per_iter")),
+    series = (
+        _json_count(r.get("count"), 0),
+        _DTYPE_FROM_NCCL.get(type_name, type_name) if isinstance(type_name, str) else None,
+        r.get("redop") if isinstance(r.get("redop"), str) else None,
+        _to_int(root.strip()) if isinstance(root, str) else root if isinstance(root, int) else None,
     )
+    row = MeasuredRow.from_blocks(
+        size, series, main, inp, i + 1, iterations=_json_count(r.get("actual_iterations")),
+        spread_us=_json_spread(r.get("out_of_place_per_iter" if out is not None else "in_place_per_iter")),
+    )  # fmt: skip
     return row, cpu_out or cpu_in
 
 

@@ -149,7 +149,7 @@ def _placement(m: Measurement, node: str, topo: Any, out: ImportedScenario) -> d
 def _workload(m: Measurement, out: ImportedScenario) -> dict[str, Any]:
     """``workload``: the run's collective, type, operator, root, sizes and GPUs a thread drove (``-g``)."""
     workload: dict[str, Any] = {"collective": m.collective}
-    if _run_kind(m) == "NCCL Inspector calls" and m.dtype == "float32":
+    if m.software.get("benchmark") == "NCCL Inspector":  # its logs record no element type: float32 was assumed
         out.assumed.append("float32: NCCL Inspector does not record the element type (workload.dtype: bfloat16 for "
                            "a job that communicates in bf16)")  # fmt: skip
         workload["dtype"] = m.dtype

@@ -23,7 +23,13 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from collsim.calibration.calls import RECORDERS
-from collsim.calibration.measurement import Measurement, MeasurementError, straggler_text
+from collsim.calibration.measurement import (
+    Measurement,
+    MeasurementError,
+    calls_info,
+    recorded_pairs,
+    straggler_text,
+)
 from collsim.nccl_env import INERT_NCCL_ENV, KNOWN_NCCL_ENV, PLUGIN_ENV, NcclEnvError, NcclOptions
 from collsim.results import busbw_factor
 from collsim.units import format_size
@@ -618,8 +624,7 @@ def call_notes(m: Measurement, rows: Sequence[ValidationRow], dtype: str, host_o
     kind = m.software.get("benchmark")
     if kind not in RECORDERS:
         return []
-    info = m.software.get("calls") if isinstance(m.software.get("calls"), Mapping) else {}
-    assert isinstance(info, Mapping)
+    info = calls_info(m)
     timing = m.software.get("timing")
     clock = {"kernel": "on the GPU clock", "host": "on the host's clock (kernel_cpu, collective_cpu)"}.get(
         str(timing), "partly on the host's clock (kernel_cpu, collective_cpu)")
@@ -642,8 +647,7 @@ def call_notes(m: Measurement, rows: Sequence[ValidationRow], dtype: str, host_o
                                           "(NCCL_INSPECTOR_DUMP_COLL_RING_SIZE)")):  # fmt: skip
         if info.get(key):
             notes.append(f"{info[key]} {what}")
-    pairs = info.get("pairs") if isinstance(info.get("pairs"), Mapping) else {}
-    assert isinstance(pairs, Mapping)
+    pairs = {str(size): "/".join(pair) for size, pair in recorded_pairs(m).items()}
     other = [(r, pairs[str(r.size_bytes)]) for r in rows
              if str(r.size_bytes) in pairs and pairs[str(r.size_bytes)] != f"{r.algorithm}/{r.protocol}"]  # fmt: skip
     if other:
