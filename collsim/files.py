@@ -30,8 +30,16 @@ class FileReadError(ValueError):
     """A file that cannot be read as UTF-8 text; the message says why (the caller names the file)."""
 
 
-def read_text_file(path: Path) -> str:
-    """The text of ``path`` (UTF-8).
+def read_text_file(path: Path, *, replace: bool = False) -> str:
+    """The text of ``path`` (UTF-8; a leading byte-order mark, as Windows editors and Excel write, is dropped).
+
+    Parameters
+    ----------
+    path : Path
+        The file.
+    replace : bool
+        Replace undecodable bytes (U+FFFD) instead of refusing the file: for logs, whose other programs' lines may
+        hold any bytes (a file with NUL bytes is still refused: it is binary).
 
     Raises
     ------
@@ -44,13 +52,16 @@ def read_text_file(path: Path) -> str:
     collsim.files.FileReadError: file not found
     """
     try:
-        return path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig", errors="replace" if replace else "strict")
     except FileNotFoundError:
         raise FileReadError("file not found") from None
     except UnicodeDecodeError:
         raise FileReadError("not a UTF-8 text file") from None
     except OSError as exc:
         raise FileReadError(f"cannot read file: {exc.strerror or exc}") from None
+    if replace and "\x00" in text:  # a binary file: no log holds NUL bytes
+        raise FileReadError("not a UTF-8 text file")
+    return text
 
 
 class OutputPathError(OSError):

@@ -65,8 +65,8 @@ from collsim.calibration.torchtrace import read_torch_traces, starts_like_torch_
 from collsim.files import FileReadError, read_text_file, write_atomic
 from collsim.results import busbw_factor
 from collsim.safeyaml import short_repr
+from collsim.units import DTYPE_SIZES, format_size
 from collsim.units import NCCL_TESTS_TYPE_NAMES as _NCCL_TYPE
-from collsim.units import format_size
 from collsim.vocab import (
     BACKENDS,
     COLLECTIVES,
@@ -146,6 +146,10 @@ class MeasurementRow:
         return self.size_bytes / self.time_us / 1e3  # bytes/us = 1e6 bytes/s = 1e-3 GB/s
 
 
+#: Collectives whose nccl-tests size is every rank's share together (its ``count`` column is one rank's).
+_PER_RANK_SIZES = frozenset({"allgather", "reduce_scatter", "alltoall"})
+
+
 @dataclass
 class Measurement:
     """A measured sweep of one collective on one system.
@@ -197,6 +201,16 @@ class Measurement:
     def sizes(self) -> list[int]:
         """Measured sizes in bytes."""
         return [r.size_bytes for r in self.rows]
+
+    def empty_sizes(self, nranks: int) -> list[int]:
+        """Sizes (bytes) of no elements on ``nranks`` ranks, which NCCL returns from at once: below one element of
+        ``dtype`` (one a rank for all-gather, reduce-scatter and all-to-all, whose size is every rank's).
+
+        >>> Measurement("allgather", rows=[MeasurementRow(16, 5.0), MeasurementRow(64, 9.0)]).empty_sizes(8)
+        [16]
+        """
+        unit = DTYPE_SIZES.get(self.dtype, 1) * (nranks if self.collective in _PER_RANK_SIZES else 1)
+        return [r.size_bytes for r in self.rows if r.size_bytes < unit]
 
     def subset(self, sizes: Sequence[int]) -> Measurement:
         """A copy holding only the rows whose size is in ``sizes`` (for held-out validation)."""
@@ -409,13 +423,27 @@ def _from_mapping(data: Any, file: str) -> Measurement:
         collective = canonical_collective(data["collective"])
     except ValueError as exc:
         raise MeasurementError(str(exc), file=file, field="collective") from None
+    for key in ("hardware", "software", "source"):
+        value = data.get(key)
+        if value is not None and not isinstance(value, Mapping):
+            raise MeasurementError(f"expected a mapping (key: value), got {short_repr(value)}", file=file, field=key)
+    hosts = (data.get("hardware") or {}).get("hosts")
+    if hosts is not None and not (isinstance(hosts, list) and all(isinstance(h, str) and h for h in hosts)):
+        raise MeasurementError(f"expected a list of host names, got {short_repr(hosts)}", file=file,
+                               field="hardware.hosts")  # fmt: skip
     nranks = _infer_nranks(data, file)
     rows_raw = data.get("rows")
     if not isinstance(rows_raw, list) or not rows_raw:
         raise MeasurementError("expected a non-empty list of rows", file=file, field="rows")
-    software = dict(data.get("software") or {}) if isinstance(data.get("software"), Mapping) else {}
+    software = dict(data.get("software") or {})
     default_stat = "median" if fmt else ("mean" if "nccl-tests" in json.dumps(software) else "median")
     rows = [_row_from_mapping(d, i, file, collective, nranks, default_stat) for i, d in enumerate(rows_raw)]
+    first: dict[int, int] = {}
+    for i, r in enumerate(rows):
+        if r.size_bytes in first:
+            raise MeasurementError(f"size {r.size_bytes} B is also rows[{first[r.size_bytes]}]: give one row a size "
+                                   "(its median or mean over runs)", file=file, field=f"rows[{i}]")  # fmt: skip
+        first[r.size_bytes] = i
     rows.sort(key=lambda r: r.size_bytes)
     dtype = data.get("dtype") or software.get("dtype") or "float32"
     return Measurement(
@@ -427,7 +455,7 @@ def _from_mapping(data: Any, file: str) -> Measurement:
         dtype=str(dtype).split()[0],
         hardware=dict(data.get("hardware") or {}),
         software=software,
-        source=dict(data.get("source") or {}) if isinstance(data.get("source"), Mapping) else {},
+        source=dict(data.get("source") or {}),
         notes=str(data.get("notes") or ""),
         file=file,
     )
@@ -585,10 +613,10 @@ def read_measurement(
     try:
         if p.is_file() and p.stat().st_size > MAX_MEASUREMENT_BYTES:
             raise MeasurementError(f"larger than {MAX_MEASUREMENT_BYTES >> 20} MiB; not a measurement", file=file)
-        text = read_text_file(p)
+        suffix = p.suffix.lower()
+        text = read_text_file(p, replace=suffix not in (".json", ".csv"))  # a log's other lines may hold any bytes
     except FileReadError as exc:
         raise MeasurementError(str(exc), file=file) from None
-    suffix = p.suffix.lower()
     if suffix == ".json":
         data = _json(text, file, None)
         if not is_nccl_tests_json(data):
@@ -600,8 +628,11 @@ def read_measurement(
         return measurement_from_nccl_tests(log, collective=collective, nranks=nranks, series=series)
     if suffix == ".csv":
         return parse_measurement_csv(text, file=file)
-    return measurement_from_nccl_tests(parse_nccl_tests(text, collective=collective, source=file),
-                                       collective=collective, nranks=nranks, series=series)  # fmt: skip
+    try:
+        log = parse_nccl_tests(text, collective=collective, source=file)
+    except NcclTestsFormatError as exc:
+        raise MeasurementError(exc.reason, file=file, field=exc.field) from None
+    return measurement_from_nccl_tests(log, collective=collective, nranks=nranks, series=series)
 
 
 def measurement_from_nccl_tests(
@@ -656,9 +687,17 @@ def measurement_from_nccl_tests(
     if coll is None:
         raise MeasurementError("the log does not name its collective; give --collective (collective= in Python)",
                                file=file, field="collective")
-    timed = [r for r in log.rows if r.time_us > 0]
+    # A row of no elements (size 0, or count 0: all_gather_perf's -b below ranks x the type's size, an all-reduce
+    # of 1-3 B floats) times a call NCCL returns from at once: nothing to compare.
+    empty = sorted({r.size_bytes for r in log.rows if r.size_bytes == 0 or r.count == 0})
+    if empty:
+        shown = ", ".join(f"{s} B" for s in empty[:4]) + (" ..." if len(empty) > 4 else "")
+        warnings.warn(f"{file}: skipped the rows of no elements (count 0: {shown}); NCCL moves nothing for them",
+                      ParseWarning, stacklevel=2)  # fmt: skip
+    timed = [r for r in log.rows if r.time_us > 0 and r.size_bytes not in empty]
     if not timed:  # every data row timed 0 us (a size of 0 B, or a run that printed no time): nothing to compare
-        raise MeasurementError(f"no valid rows: all {len(log.rows)} data rows have a time of 0 us", file=file)
+        raise MeasurementError(f"no valid rows: all {len(log.rows)} data rows have a time of 0 us or no elements",
+                               file=file)  # fmt: skip
     (dtype, redop, root), kept = _first_series(timed, file, series)
     software: dict[str, Any] = {"benchmark": "NVIDIA/nccl-tests"}  # as the published cases name it
     if log.nccl_version:

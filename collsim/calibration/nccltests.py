@@ -14,6 +14,8 @@ columns  layout
 =======  =============================================================================================
 13       size count type redop root  + out-of-place (time algbw busbw #wrong) + in-place (same)
 12       size count type redop       + out-of-place + in-place (versions before the ``root`` column)
+11       size count type             + out-of-place + in-place (early versions and rccl-tests of their time,
+         without ``redop``)
 9        size count type redop root  + one block (in-place block cut off)
 8        size count type redop       + one block
 7        size + out-of-place (time algbw busbw) + in-place (time algbw busbw): hand-trimmed tables
@@ -33,9 +35,10 @@ Units are nccl-tests': size in bytes, time in microseconds, algbw and busbw in G
 Rank or time prefixes added by launchers are removed first (``0:`` from ``srun -l``, ``[1,0]<stdout>:`` from
 ``mpirun --tag-output``, ``Thu Jul 18 15:41:05 2024<stdout>:`` from ``mpirun --timestamp-output``, ISO
 timestamps, ``host:`` from pdsh), as are markdown table pipes and code fences. Comments (``#``), ``NCCL INFO``
-lines, command lines and column headers are skipped; they give the collective (``all_reduce_perf`` ...) and the
-number of ranks. Any other line emits a :class:`ParseWarning` naming its line number and is skipped; parsing
-never stops on bad input.
+lines, command lines and column headers are skipped; they give the collective (``all_reduce_perf`` ...), the
+number of ranks and each rank's host. Any other line emits a :class:`ParseWarning` naming its line number and is
+skipped; parsing does not stop on bad lines. Several runs appended to one file are read as one when they agree
+(collective, ranks, hosts, ``-g``, timing, release) and refused when they do not.
 
 Examples
 --------
@@ -191,7 +194,8 @@ class NcclTestsLog:
         The run's ``NCCL_*`` and ``OFI_NCCL_*`` variables (a JSON report's ``env``; nothing else of the environment
         is kept); None when the output does not record the environment (text).
     hosts : tuple of str
-        Distinct host names of the run's processes, in rank order (a JSON report's ``devices``); empty for text.
+        Distinct host names of the run's processes, in rank order (text: the ``#  Rank N ... on HOST`` lines; a JSON
+        report's ``devices``); empty when not printed.
     gpus : tuple of str
         Distinct GPU names as CUDA reports them (``"NVIDIA H100 80GB HBM3"``), from ``#  Rank`` lines or a JSON
         report's ``devices``.
@@ -231,7 +235,9 @@ _PREFIXES: tuple[re.Pattern[str], ...] = (
 )
 
 _NCCL_LOG = re.compile(r"\bNCCL (?:INFO|WARN|TRACE|ABORT)\b")
-_PERF_BINARY = re.compile(r"(?<![A-Za-z0-9])([A-Za-z0-9_]+?)_perf(?:_mpi)?(?![A-Za-z0-9])")
+#: A ``*_perf`` binary name (``all_reduce_perf``, ``./build/alltoall_perf_mpi``): found as a word ending in
+#: ``_perf`` or ``_perf_mpi``, so a long line of word characters costs one pass, not one per underscore.
+_PERF_BINARY = re.compile(r"(?<![A-Za-z0-9_])([A-Za-z0-9_]*?[A-Za-z0-9])_perf(?:_mpi)?(?![A-Za-z0-9])")
 _NRANKS = re.compile(r"\bnranks\s*[:=]?\s*(\d+)", re.IGNORECASE)
 _NGPUS = re.compile(r"\bnGpus\s+(\d+)")
 _NCCL_VERSION = re.compile(r"\bNCCL version (\d+\.\d+\.\d+)", re.IGNORECASE)
@@ -239,6 +245,10 @@ _NCCL_LIBRARY = re.compile(r"\bnccl-library=(\d{4,})")
 _RANK_LINE = re.compile(r"^#\s*Rank\s+(\d+)\s+(?:Group|Pid)\b")
 #: The GPU name at the end of a ``#  Rank`` line (``device  0 [0000:18:00] NVIDIA H100 80GB HBM3``).
 _RANK_GPU = re.compile(r"\bdevice\s+\d+\s+\[[^\]]*\]\s+(.+?)\s*$")
+#: The host of a ``#  Rank`` line (``Pid 4242 on node1 device  0``: src/common.cu prints ``on %10s device``).
+_RANK_HOST = re.compile(r"\bPid\s+\d+\s+on\s+(\S+)\s+device\b")
+#: The line nccl-tests prints once at the start of a run (src/common.cu ``Collective test starting``).
+_RUN_START = re.compile(r"^#?\s*Collective test starting\b", re.IGNORECASE)
 #: nccl-tests' ``-S 1`` timestamp after a row (TIME_STRING_FORMAT "%Y-%m-%d %H:%M:%S", src/util.cu).
 _ROW_DATE = re.compile(r"^\d{4}-\d\d-\d\d$")
 _ROW_TIME = re.compile(r"^\d\d:\d\d:\d\d$")
@@ -310,11 +320,17 @@ def _wrong_ok(token: str) -> bool:
 
 
 def _wrong_count(token: str) -> int:
-    """Number of wrong results in a ``#wrong`` cell; 0 for ``N/A``, words and old float ``error`` values."""
-    if "." in token or "e" in token.lower():
-        return 0  # old nccl-tests printed the maximum relative error as a float here, not a count
-    value = _to_int(token)
-    return value if value is not None and value > 0 else 0
+    """Number of wrong results in a ``#wrong`` cell; 0 for ``N/A``, words and old float ``error`` values below 1.
+
+    nccl-tests prints the count with ``%6g`` (src/util.cu), so a million or more reads ``1.04858e+06``: a value
+    of at least 1 is a count (rounded), in whatever notation. Old releases printed the largest error there
+    (``2e-07``, ``0e+00``): a rounding error below 1 is no wrong result.
+
+    >>> _wrong_count("3"), _wrong_count("1.04858e+06"), _wrong_count("2e-07"), _wrong_count("N/A")
+    (3, 1048580, 0, 0)
+    """
+    value = _to_float(token)
+    return round(value) if value is not None and value >= 1 else 0
 
 
 def _block(tokens: list[str], with_wrong: bool) -> tuple[float, float, float] | None:
@@ -375,6 +391,14 @@ def _parse_row(tokens: list[str], line: int) -> tuple[MeasuredRow, list[str]] | 
         if out is None or (len(rest) == 8 and inp is None):
             return None
         wrong = [rest[3], rest[7]] if len(rest) == 8 else [rest[3]]
+    elif n == 11 and _to_float(tokens[2]) is None:  # no redop column: early nccl-tests and rccl-tests
+        count = _to_int(tokens[1])
+        out = _block(tokens[3:7], with_wrong=True)
+        inp = _block(tokens[7:11], with_wrong=True)
+        if count is None or count < 0 or out is None or inp is None:
+            return None
+        dtype = _DTYPE_FROM_NCCL.get(tokens[2], tokens[2])
+        wrong = [tokens[6], tokens[10]]
     elif n in (4, 7):
         out = _block(tokens[1:4], with_wrong=False)
         inp = _block(tokens[4:7], with_wrong=False) if n == 7 else None
@@ -440,13 +464,17 @@ def parse_nccl_tests(text: str, *, source: str = "<text>", collective: str | Non
         If ``text`` is not a string.
     ValueError
         If ``collective`` is not a known collective name (the message lists the valid ones).
+    NcclTestsFormatError
+        If the text holds several runs (appended with ``tee -a`` or ``cat``: each starts with its ``Collective test
+        starting``, ``nThread`` header or command line) that differ in collective, ranks, hosts, ``-g``, timing or
+        NCCL release; runs of one shape are read as one.
 
     Warns
     -----
     ParseWarning
         For each line that is neither a data row nor a comment or known noise (the message names ``source`` and
         the 1-based line number), for a row reporting wrong results (``#wrong`` > 0), for an unknown ``*_perf``
-        binary and for a text naming two different collectives.
+        binary, for a text naming two different collectives and for several runs of one shape read as one.
 
     Examples
     --------
@@ -459,9 +487,11 @@ def parse_nccl_tests(text: str, *, source: str = "<text>", collective: str | Non
         raise TypeError(f"{source}: nccl-tests text must be a str, got {type(text).__name__}")
     given = None if collective is None else canonical_collective(collective)
     header = _Header(source)
+    runs: list[tuple[int, _Header]] = []  # the runs before the current one: (first line, what they said)
+    run_line, run_rows = 1, 0
     rows: list[MeasuredRow] = []
 
-    for number, raw in enumerate(text.split("\n"), start=1):
+    for number, raw in enumerate(text.removeprefix("\ufeff").split("\n"), start=1):
         stripped = _strip_prefixes(raw.rstrip("\r"))
         if stripped.startswith("|"):  # markdown table row: the pipes separate cells
             stripped = stripped.strip("|").replace("|", " ").strip()
@@ -469,10 +499,14 @@ def parse_nccl_tests(text: str, *, source: str = "<text>", collective: str | Non
         if parsed is not None:
             row, wrong = parsed
             rows.append(row)
+            run_rows += 1
             bad = sum(_wrong_count(w) for w in wrong)
             if bad:
                 _warn(source, number, f"nccl-tests reports {bad} wrong result(s) for size {row.size_bytes} B")
             continue
+        if run_rows and _starts_run(stripped):  # a second run appended to the file (tee -a, cat): keep them apart
+            runs.append((run_line, header))
+            header, run_line, run_rows = _Header(source), number, 0
         header.take(stripped, number)  # not a data row: what it says about the run, then is it known noise?
         if not _is_noise(stripped):
             shown = raw.strip()
@@ -480,6 +514,8 @@ def parse_nccl_tests(text: str, *, source: str = "<text>", collective: str | Non
                 shown = shown[:_MAX_SHOWN] + "..."
             _warn(source, number, f"skipped a line that is neither an nccl-tests data row nor a comment: {shown!r}")
 
+    if runs:
+        header = _one_run([*runs, (run_line, header)], source)
     detected = header.collective
     if detected is not None and given is not None and given != detected:
         _warn(source, None, f"collective={collective!r} ignored: the text is from {detected!r}")
@@ -490,9 +526,65 @@ def parse_nccl_tests(text: str, *, source: str = "<text>", collective: str | Non
         source=source,
         nccl_version=header.version,
         timing=header.timing,
+        hosts=header.hosts,
         gpus=tuple(header.gpus),
         gpus_per_thread=header.gpus_per_thread,
     )
+
+
+def _starts_run(line: str) -> bool:
+    """True for a line nccl-tests prints before a run's rows: its ``Collective test starting``, its ``nThread ..
+    nGpus`` header, or a command line naming a ``*_perf`` binary (not its ``Collective test concluded``)."""
+    if _RUN_START.match(line) or _NGPUS.search(line):
+        return True
+    return "concluded" not in line.lower() and _PERF_BINARY.search(line) is not None
+
+
+def _shown(field_index: int, value: Any) -> str:
+    """A run's shape field as :func:`_one_run`'s error shows it (hosts as counts)."""
+    if field_index == 2:
+        hosts = len(set(dict(value).values()))
+        return f"{len(value)} ranks on {hosts} host{'s' if hosts != 1 else ''}"
+    return str(value)
+
+
+def _one_run(runs: list[tuple[int, _Header]], source: str) -> _Header:
+    """The header of several runs in one text when they agree (a collective, rank count, each rank's host, GPUs a
+    thread drove, timing and release any of them leaves unsaid agree with the others'); their rows are then read
+    as one run's, a size printed by several becoming the mean (a :class:`ParseWarning` says so).
+
+    Raises
+    ------
+    NcclTestsFormatError
+        When two runs differ in one of those: averaging them would describe neither.
+    """
+    first_line, first = runs[0]
+    lines = ", ".join(str(n) for n, _ in runs)
+    fields = ("collective", "ranks", "hosts", "GPUs a thread drove (-g)", "timing", "NCCL release")
+    known: dict[int, Any] = {}
+    for line, h in runs:
+        for i, value in enumerate((*h.shape(), h.version)):
+            if value in (None, ()):
+                continue
+            if i in known and known[i][1] != value:
+                raise NcclTestsFormatError(
+                    f"holds {len(runs)} runs (from lines {lines}) that differ in {fields[i]}: "
+                    f"{_shown(i, known[i][1])} (line {known[i][0]}) against {_shown(i, value)} (line {line}); split "
+                    f"the file, one run each",
+                    file=source,
+                )
+            known.setdefault(i, (line, value))
+    for _, h in runs[1:]:
+        first.collective = first.collective or h.collective
+        first.nranks = first.nranks or h.nranks
+        first.version = first.version or h.version
+        first.gpus_per_thread = first.gpus_per_thread or h.gpus_per_thread
+        first.ranks |= h.ranks
+        first.rank_hosts = first.rank_hosts or h.rank_hosts
+        first.gpus += [g for g in h.gpus if g not in first.gpus]
+    _warn(source, first_line, f"holds {len(runs)} runs of one shape (from lines {lines}): read as one, a size "
+                              f"printed by several the mean of its rows")  # fmt: skip
+    return first
 
 
 @dataclass
@@ -504,6 +596,7 @@ class _Header:
     nranks: int | None = None  # the largest "nranks N" printed
     version: str | None = None
     ranks: set[int] = field(default_factory=set)  # ranks of "#  Rank" lines
+    rank_hosts: dict[int, str] = field(default_factory=dict)  # the host each "#  Rank" line names
     gpus: list[str] = field(default_factory=list)
     gpus_per_thread: int | None = None
     timing: str = "gpu"
@@ -522,6 +615,9 @@ class _Header:
         rank = _RANK_LINE.match(line)
         if rank:
             self.ranks.add(int(rank.group(1)))
+            host = _RANK_HOST.search(line)
+            if host:
+                self.rank_hosts[int(rank.group(1))] = host.group(1)
             gpu = _RANK_GPU.search(line)
             if gpu and gpu.group(1) not in self.gpus:
                 self.gpus.append(gpu.group(1))
@@ -530,6 +626,16 @@ class _Header:
             self.gpus_per_thread = int(ngpus.group(1))  # nccl-tests' header: "# nThread 1 nGpus 8 minBytes ..."
         if line.startswith("#") and "cputime" in line.lower().split():
             self.timing = "cputime"  # -C 1: writeResultHeader names the time column "cputime"
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        """Distinct hosts of the ``#  Rank`` lines, in rank order."""
+        return tuple(dict.fromkeys(self.rank_hosts[r] for r in sorted(self.rank_hosts)))
+
+    def shape(self) -> tuple[Any, ...]:
+        """What tells two runs apart: collective, ranks, each rank's host, GPUs a thread drove, timing."""
+        return (self.collective, self.nranks or len(self.ranks) or None, tuple(sorted(self.rank_hosts.items())),
+                self.gpus_per_thread, self.timing)  # fmt: skip
 
 
 def nccl_version(line: str) -> str | None:

@@ -163,3 +163,53 @@ def test_a_log_whose_rows_all_time_zero_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(MeasurementError, match="no valid rows: all 1 data rows have a time of 0 us"):
         read_measurement(log, collective="allreduce", nranks=8)
     assert main(["validate", "dgx-a100", str(log), "--collective", "allreduce", "--nranks", "8"]) == 2
+
+
+@pytest.mark.parametrize(
+    ("meta", "field", "expected"),
+    [
+        ('"hardware": "8x H100"', "hardware", "expected a mapping"),
+        ('"hardware": ["H100"]', "hardware", "expected a mapping"),
+        ('"software": "nccl 2.26"', "software", "expected a mapping"),
+        ('"hardware": {"hosts": "gpu01"}', "hardware.hosts", "expected a list of host names"),
+    ],
+)
+def test_metadata_of_the_wrong_shape_is_one_clear_error(meta: str, field: str, expected: str) -> None:
+    """A host list given as one string would otherwise be read a character a host."""
+    text = '{"collective": "allreduce", "nranks": 8, ' + meta + ', "rows": [{"size_bytes": 1024, "time_us": 9.0}]}'
+    with pytest.raises(MeasurementError, match=expected) as info:
+        parse_measurement_json(text, file="m.json")
+    assert info.value.field == field
+
+
+def test_a_size_given_twice_is_an_error() -> None:
+    text = '# collective: "allreduce"\nsize_bytes,time_us\n1024,9.0\n2048,12.0\n1024,9.5\n'
+    with pytest.raises(MeasurementError, match=r"size 1024 B is also rows\[0\]"):
+        parse_measurement_csv(text, file="m.csv")
+
+
+def test_a_csv_saved_with_a_byte_order_mark_and_crlf_reads(tmp_path: Path) -> None:
+    """Excel writes a UTF-8 BOM and CRLF line ends; the metadata line after the BOM is still metadata."""
+    path = tmp_path / "excel.csv"
+    path.write_bytes(b"\xef\xbb\xbf# collective: \"allreduce\"\r\n# nranks: 2\r\nsize_bytes,time_us\r\n1024,9.0\r\n")
+    m = read_measurement(path)
+    assert (m.collective, m.nranks, m.rows[0].time_us) == ("allreduce", 2, 9.0)
+
+
+def test_a_log_with_a_stray_byte_reads_it_replaced(tmp_path: Path) -> None:
+    """A log's other programs' lines may hold any bytes (a Latin-1 host name in an NCCL WARN line)."""
+    path = tmp_path / "ar.log"
+    path.write_bytes(b"# all_reduce_perf\nhost\xe9:1:1 [0] NCCL WARN x\n  1024  256  float  sum  -1  9.0  0.1  0.2  0"
+                     b"  9.0  0.1  0.2  0\n")  # fmt: skip
+    m = read_measurement(path, nranks=2)  # the NCCL line is known noise: no warning either
+    assert [r.time_us for r in m.rows] == [9.0]
+
+
+def test_an_nccl_tests_row_of_no_elements_is_skipped_with_a_warning(tmp_path: Path) -> None:
+    """all_gather_perf with nccl-tests' default -b 8 on 8 GPUs prints a row of size 0."""
+    path = tmp_path / "ag.log"
+    path.write_text("# all_gather_perf\n  0  0  float  none  -1  0.06  0.00  0.00  0  0.06  0.00  0.00  0\n"
+                    "  1048576  32768  float  none  -1  25.1  41.7  36.5  0  24.9  42.1  36.9  0\n")  # fmt: skip
+    with pytest.warns(UserWarning, match=r"skipped the rows of no elements \(count 0: 0 B\)"):
+        m = read_measurement(path, nranks=8)
+    assert m.sizes() == [1048576]

@@ -9,7 +9,14 @@ from pathlib import Path
 import pytest
 from tests_support import shared_calibration_dir
 
-from collsim.calibration import MeasuredRow, NcclTestsLog, ParseWarning, parse_nccl_tests, read_nccl_tests
+from collsim.calibration import (
+    MeasuredRow,
+    NcclTestsFormatError,
+    NcclTestsLog,
+    ParseWarning,
+    parse_nccl_tests,
+    read_nccl_tests,
+)
 
 DATA = shared_calibration_dir()
 RAW_FILES = [] if DATA is None else sorted(p for p in (DATA / "raw").iterdir() if p.is_file())
@@ -297,3 +304,79 @@ def test_the_nccl_version_the_text_prints(line: str, version: str | None) -> Non
     log, _ = _parse(line + "\n" + ROW)
     assert log.nccl_version == version
     assert [r.size_bytes for r in log.rows] == [EXPECTED.size_bytes]
+
+
+# --- what a run's header says, runs appended to one file, #wrong in %g, layouts without redop ---------------------
+
+
+def _rank_line(rank: int, host: str) -> str:
+    """A ``#  Rank`` line as nccl-tests prints it (src/common.cu: ``on %10s device %2d``)."""
+    return f"#  Rank {rank:2d} Group  0 Pid {1000 + rank:6d} on {host:>10s} device {rank % 4:2d} [0x18] NVIDIA H100"
+
+
+def _run(hosts: list[str], time_us: float, binary: str = "all_reduce_perf") -> str:
+    ranks = "\n".join(_rank_line(r, h) for r, h in enumerate(hosts))
+    return (f"# Collective test starting: {binary}\n# nThread 1 nGpus 1 minBytes 8 maxBytes 8\n{ranks}\n"
+            f"  1048576  262144  float  sum  -1  {time_us}  1.0  1.0  0  {time_us}  1.0  1.0  0\n"
+            f"# Collective test concluded: {binary}\n")
+
+
+def test_rank_lines_give_the_hosts_in_rank_order() -> None:
+    """nccl-tests prints every rank's host (MPI runs too): a text log says how its ranks spread over nodes."""
+    log, warned = _parse(_run(["node-b", "node-b", "node-a", "node-a"], 30.0))
+    assert warned == []
+    assert (log.nranks, log.hosts) == (4, ("node-b", "node-a"))
+    assert _parse(FULL)[0].hosts == ("node-a",)
+
+
+def test_runs_of_one_shape_in_one_file_are_read_as_one_with_a_warning() -> None:
+    log, warned = _parse(_run(["a", "b"], 10.0) + _run(["a", "b"], 30.0))
+    assert [r.time_us for r in log.rows] == [10.0, 30.0]  # one size twice: averaged as -N cycles are
+    assert warned == ["<text>, line 1: holds 2 runs of one shape (from lines 1, 7): read as one, a size printed by "
+                      "several the mean of its rows"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("second", "field"),
+    [
+        (_run(["a", "b", "c", "d"], 30.0), "differ in ranks: 2 (line 1) against 4 (line 7)"),
+        (_run(["a", "a"], 30.0), "differ in hosts: 2 ranks on 2 hosts (line 1) against 2 ranks on 1 host (line 7)"),
+        (_run(["a", "b"], 30.0, "all_gather_perf"), "differ in collective: allreduce (line 1) against allgather"),
+    ],
+)
+def test_runs_that_differ_in_one_file_are_refused(second: str, field: str) -> None:
+    """Two runs appended with ``tee -a``: averaging a 2-rank and a 4-rank run would describe neither."""
+    with pytest.raises(NcclTestsFormatError, match="holds 2 runs") as info:
+        _parse(_run(["a", "b"], 10.0) + second)
+    assert field in str(info.value)
+    assert "split the file" in str(info.value)
+
+
+def test_a_second_command_line_starts_a_run() -> None:
+    """A pasted command line between two outputs starts the second run (its binary is that run's)."""
+    text = _run(["a", "b"], 10.0) + "$ mpirun -np 2 ./build/all_gather_perf -b 1M\n" + _run(["a", "b"], 30.0,
+                                                                                             "all_gather_perf")
+    with pytest.raises(NcclTestsFormatError, match="differ in collective"):
+        _parse(text)
+
+
+def test_wrong_counts_printed_with_g_warn() -> None:
+    """nccl-tests prints #wrong with %6g: a million wrong results read 1.04858e+06 and still warn."""
+    row = "  4194304  1048576  float  sum  -1  51.9  80.7  141.3  1.04858e+06  51.9  80.7  141.3  1.04858e+06"
+    _, warned = _parse(f"# all_reduce_perf\n{row}\n")
+    assert warned == ["<text>, line 2: nccl-tests reports 2097160 wrong result(s) for size 4194304 B"]
+
+
+def test_eleven_columns_without_redop_are_read() -> None:
+    """Early nccl-tests and rccl-tests of their time (ROCm/rccl#930) printed no redop column."""
+    log, warned = _parse("# all_gather_perf\n#  size  count  type  time  algbw  busbw  error  time  algbw  busbw  "
+                         "error\n  8192  128  float  34.81  0.24  0.22  0e+00  34.78  0.24  0.22  0e+00\n")
+    assert warned == []
+    assert log.rows == [MeasuredRow(8192, 128, "float32", None, None, 34.81, 0.24, 0.22, 34.78, 0.24, 0.22, 3)]
+
+
+def test_a_long_line_of_word_characters_parses_at_once() -> None:
+    """The binary-name pattern starts only at a word's start: a line of 50,000 underscores (quadratic before,
+    about 30 s) is one pass."""
+    log, warned = _parse("# all_reduce_perf\nx" + "_" * 50_000 + "\n" + "a_" * 25_000 + "\n  1024  5.0  0.2  0.3\n")
+    assert len(log.rows) == 1 and len(warned) == 2
