@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from collsim.api import Simulator
-from collsim.calibration.measurement import Measurement
+from collsim.calibration.measurement import Measurement, MeasurementError
 from collsim.calibration.validate import (
     BandSummary,
     Validation,
@@ -466,6 +466,12 @@ def calibrate(
     backends = [measurement_backend(base_sim, m) for m in measurements]
     for m in measurements:
         check_ranks(base_sim, m)
+    nranks = len(base_sim.topology.rank_devices())
+    measurements = [m.subset([s for s in m.sizes() if s not in m.empty_sizes(nranks)]) for m in measurements]
+    for m in measurements:
+        if not m.rows:
+            raise MeasurementError("no size with elements to move to fit (every row is below one element)",
+                                   file=m.file)  # fmt: skip
     fit_sizes, held = split_sizes(sorted({s for m in measurements for s in m.sizes()}), holdout)
     fit = _Fit(base_sim, measurements, backends, fit_sizes, jobs, max_evaluations, evaluate)
     base = fit.predict({})

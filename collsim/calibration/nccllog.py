@@ -207,6 +207,25 @@ class NcclInitLog:
         return [f"the log holds communicators of {sizes} ranks; lines that do not name theirs (channels, "
                 "connections, choices) may mix them: a log of one communicator compares cleanly"]  # fmt: skip
 
+    def run_notes(self, nranks: int, nnodes: int, version: str | None) -> list[str]:
+        """:meth:`notes`, and what says the log may not be of the run compared with it: a communicator of other
+        ranks or nodes than the scenario's (``nranks``, ``nnodes``), another release than the measurement names
+        (``version``, ``"2.26.2"``; None when it names none).
+
+        >>> log = NcclInitLog(version="2.26.2", nranks=8, nnodes=1, communicators=[8])
+        >>> log.run_notes(16, 2, "2.21.5")[0][:64]
+        'the log is of a communicator of 8 ranks on 1 node, the scenario '
+        """
+        out = self.notes()
+        if (self.nranks, self.nnodes) != (nranks, nnodes) and self.nranks is not None:
+            on = "" if self.nnodes is None else f" on {self.nnodes} node{'s' if self.nnodes != 1 else ''}"
+            out.append(f"the log is of a communicator of {self.nranks} ranks{on}, the scenario has {nranks} on "
+                       f"{nnodes}: its choices may not be this run's (all-gather and reduce-scatter sizes are the "
+                       "log's bytes x the ranks)")  # fmt: skip
+        if version and self.version and not version.startswith(self.version):
+            out.append(f"the log is of NCCL {self.version}, the measurement names {version}")
+        return out
+
     @property
     def empty(self) -> bool:
         """True when no line the parser knows was found."""

@@ -55,6 +55,7 @@ __all__ = [
     "summarise_bands",
     "timing_note",
     "validate",
+    "workload_notes",
 ]
 
 _KIB = 1024
@@ -352,6 +353,7 @@ def validate(
     pairs: bool = False,
     logged: Mapping[int, tuple[str, str]] | None = None,
     logged_by: str = "NCCL's log",
+    logged_notes: Sequence[str] = (),
 ) -> Validation:
     """Simulate every measured size of ``m`` on ``sim`` and compare.
 
@@ -377,11 +379,15 @@ def validate(
     logged_by : str
         What ``logged`` came from, for the note (``NCCL's log``; ``the measurement's record`` for
         :func:`~collsim.calibration.measurement.recorded_pairs`).
+    logged_notes : sequence of str
+        Notes on where ``logged`` came from (:meth:`~collsim.calibration.nccllog.NcclInitLog.run_notes`), kept
+        with the validation's.
     """
     backend = measurement_backend(sim, m)
     nranks = len(sim.topology.rank_devices())
     factor = busbw_factor(m.collective, nranks)
-    rows = [r for r in m.rows if sizes is None or r.size_bytes in set(sizes)]
+    empty = m.empty_sizes(nranks)
+    rows = [r for r in m.rows if (sizes is None or r.size_bytes in set(sizes)) and r.size_bytes not in empty]
     out: list[ValidationRow] = []
     ran_logged, refused = 0, set[str]()
     offered: set[tuple[str, str]] = set()
@@ -417,7 +423,12 @@ def validate(
     workload = sim.scenario.workload
     notes = [harness_note(m, backend, workload.host_overhead), timing_note(m), dtype_note(m, workload.dtype),
              gpu_note(m, sim.scenario.preset_library(), gpus),
-             *call_notes(m, out, workload.dtype, workload.host_overhead)]  # fmt: skip
+             *call_notes(m, out, workload.dtype, workload.host_overhead),
+             *workload_notes(m, workload.collective, workload.gpus_per_process)]  # fmt: skip
+    if empty:
+        notes.append(f"left out {len(empty)} size{'s' if len(empty) > 1 else ''} of no elements on {nranks} ranks "
+                     f"({', '.join(format_size(s) for s in empty[:4])}{' ...' if len(empty) > 4 else ''}): NCCL "
+                     "returns at once")  # fmt: skip
     if backend == "nccl":
         notes.append(version_note(m, sim.nccl_options.version))
         from collsim.backends.nccl.ib_hca import ib_hca_selection  # the backend only where a note needs it
@@ -431,6 +442,7 @@ def validate(
         notes.append(f"{ran_logged} of {len(out)} sizes simulated with the (algorithm, protocol) {logged_by} says it "
                      "ran; the others with collsim's pick")  # fmt: skip
         notes += sorted(refused)
+        notes += logged_notes
     return Validation(
         scenario=sim.scenario.name,
         measurement=m.file,
@@ -578,6 +590,28 @@ def gpu_note(m: Measurement, presets: Any, scenario_gpus: Collection[str]) -> st
     if not other:
         return None
     return f"the run's GPUs are {', '.join(other)}, the scenario's {', '.join(sorted(scenario_gpus))}"
+
+
+def workload_notes(m: Measurement, collective: str | Sequence[str], gpus_per_process: int) -> list[str]:
+    """Notes where the measurement ran another collective than the scenario's ``workload.collective`` (the
+    measurement's is simulated), or drove another number of GPUs a process (nccl-tests' ``-g``,
+    ``software.gpus_per_process``) than ``workload.gpus_per_process``, whose serial launches are in the times.
+
+    >>> m = Measurement("allgather", software={"gpus_per_process": 8})
+    >>> [n[:50] for n in workload_notes(m, "allreduce", 1)]
+    ["the measurement is allgather, the scenario's worklo", 'the run drove 8 GPUs a process (nccl-tests -g 8), ']
+    """
+    notes = []
+    named = [collective] if isinstance(collective, str) else list(collective)
+    if m.collective not in named:
+        notes.append(f"the measurement is {m.collective}, the scenario's workload.collective {', '.join(named)}: "
+                     f"{m.collective} simulated")  # fmt: skip
+    ran = m.software.get("gpus_per_process")
+    if isinstance(ran, int) and not isinstance(ran, bool) and ran != gpus_per_process:
+        notes.append(f"the run drove {ran} GPUs a process (nccl-tests -g {ran}), the scenario's "
+                     f"workload.gpus_per_process is {gpus_per_process}: set it to {ran} (one thread launches their "
+                     "kernels one after another)")  # fmt: skip
+    return notes
 
 
 def dtype_note(m: Measurement, dtype: str) -> str | None:

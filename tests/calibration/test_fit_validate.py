@@ -301,3 +301,28 @@ def test_the_fit_says_what_its_measurements_could_not_determine() -> None:
     # independent effects, inside the bounds: nothing to say
     free = SimpleNamespace(jac=np.eye(3), x=np.array([100.0, 40.0, 0.0]))
     assert _confounded(names, free) == []
+
+
+def test_sizes_of_no_elements_are_left_out_with_a_note() -> None:
+    """An all-gather row below one element a rank (nccl-tests' -b 8 on 8 GPUs prints size 0; 16 B of floats on 2
+    ranks is 2 elements, 4 B is none): NCCL returns at once, so nothing to compare and nothing to divide by."""
+    sim = Simulator.from_source(PCIE, ["workload.collective=allgather"])
+    m = Measurement("allgather", 2, [MeasurementRow(4, 3.0), MeasurementRow(1024, 20.0)], backend="nccl",
+                    file="ag.json")  # fmt: skip
+    v = validate(sim, m)
+    assert [r.size_bytes for r in v.rows] == [1024]
+    assert "left out 1 size of no elements on 2 ranks (4B): NCCL returns at once" in v.notes
+    empty = Measurement("allgather", 2, [MeasurementRow(4, 3.0)], backend="nccl", file="ag.json")
+    with pytest.raises(MeasurementError, match="no size with elements to move"):
+        calibrate(sim.scenario, [empty])
+
+
+def test_validate_notes_a_collective_or_gpus_per_process_other_than_the_scenarios() -> None:
+    m = Measurement("allgather", 2, [MeasurementRow(1024, 20.0)], backend="nccl", file="ag.json",
+                    software={"gpus_per_process": 2})  # fmt: skip
+    notes = validate(Simulator.from_source(PCIE), m).notes
+    assert "the measurement is allgather, the scenario's workload.collective allreduce: allgather simulated" in notes
+    assert any(n.startswith("the run drove 2 GPUs a process (nccl-tests -g 2), the scenario's "
+                            "workload.gpus_per_process is 1: set it to 2") for n in notes)  # fmt: skip
+    same = validate(Simulator.from_source(PCIE, ["workload.collective=allgather", "workload.gpus_per_process=2"]), m)
+    assert not any("workload." in n for n in same.notes)

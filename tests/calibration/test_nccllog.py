@@ -326,3 +326,13 @@ def test_validate_simulates_the_pair_the_log_says_nccl_ran(tmp_path: Path, capsy
     assert main(["validate", "2node-h100-ib", str(meas), "--nccl-log", str(log)]) == 0
     out = capsys.readouterr().out
     assert "Ring/Simple" in out and "1 of 1 sizes simulated with the (algorithm, protocol) NCCL's log" in out
+    # a log of another communicator (8 ranks on one node) or release than the run is taken, and said
+    log.write_text("[0] NCCL INFO NCCL version 2.26.2+cuda12.8\n"
+                   "[0] NCCL INFO comm 0x5a1 rank 0 nRanks 8 nNodes 1 localRanks 8 localRank 0 MNNVL 0\n"
+                   + log.read_text())  # fmt: skip
+    meas.write_text(json.dumps({"collective": "allgather", "nranks": 16, "software": {"nccl_version": "2.21.5"},
+                                "rows": [{"size_bytes": 1 << 20, "time_us": 100.0}]}))  # fmt: skip
+    assert main(["validate", "2node-h100-ib", str(meas), "--nccl-log", str(log)]) == 0
+    out = capsys.readouterr().out
+    assert "the log is of a communicator of 8 ranks on 1 node, the scenario has 16 on 2" in out
+    assert "the log is of NCCL 2.26.2, the measurement names 2.21.5" in out
