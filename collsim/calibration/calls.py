@@ -139,6 +139,9 @@ class Communicator:
         Records by how they were timed (``kernel_gpu`` ...).
     dropped : dict
         Records each rank's profiler overwrote before they were written, by rank.
+    duplicates : int
+        Records of a call a rank had already recorded, ignored (a log read twice: a file and its ``.gz`` copy, a
+        copy of the dump below the folder).
     """
 
     comm_id: str
@@ -151,6 +154,8 @@ class Communicator:
     calls: dict[tuple[str, int], Call] = field(default_factory=dict)
     timing: Counter[str] = field(default_factory=Counter)
     dropped: dict[int, int] = field(default_factory=dict)
+    duplicates: int = 0
+    _recorded: set[tuple[str, int, int]] = field(default_factory=set, repr=False)
 
     @property
     def label(self) -> str:
@@ -169,13 +174,18 @@ class Communicator:
         timing: str = "unknown",
         pair: tuple[str, str] | None = None,
     ) -> None:
-        """Fold one rank's record of call ``seq`` of ``operation`` in.
+        """Fold one rank's record of call ``seq`` of ``operation`` in; a second record of it by the same rank is
+        counted in ``duplicates`` and ignored.
 
         Raises
         ------
         ValueError
             When another rank recorded the same call with another size.
         """
+        if (operation, seq, rank) in self._recorded:
+            self.duplicates += 1
+            return
+        self._recorded.add((operation, seq, rank))
         self.ranks.add(rank)
         if host is not None:
             self.hosts.add(host)
@@ -236,12 +246,13 @@ class CallGroup:
 
     def last_to_start(self) -> tuple[int, int, int] | None:
         """The rank that most often started its kernel last (recorded the least time alone), the calls it did, and
-        the calls one rank alone did; None for a pooled group or when no call had one last rank.
+        the calls one rank alone did; None for a pooled group, when some of the communicator's ranks wrote no
+        records (the last of those that did need not be the last of all) or when no call had one last rank.
 
         A rank its computation, its host or its input pipeline holds back arrives last at most calls, where chance
         gives each rank 1 in ``nranks``.
         """
-        if len(self.comms) != 1:
+        if len(self.comms) != 1 or self.ranks_recorded < self.nranks:
             return None
         last = Counter(c.last_rank for c in self.calls if c.last_rank >= 0)
         if not last:
@@ -298,6 +309,15 @@ class CallLog:
     def hosts(self) -> set[str]:
         """Every host that wrote records."""
         return {h for c in self.comms.values() for h in c.hosts}
+
+    def duplicates_text(self) -> str | None:
+        """What was ignored as records of calls a rank had already recorded (:attr:`Communicator.duplicates`), for
+        a warning; None when nothing was."""
+        twice = sum(c.duplicates for c in self.comms.values())
+        if not twice:
+            return None
+        return (f"{self.source}: ignored {twice} records of calls a rank had already recorded (a file read twice: a "
+                "log and its .gz copy, or a copy of the dump below the folder)")  # fmt: skip
 
     def groups(self, *, pool: bool = False) -> list[CallGroup]:
         """The calls by communicator, operation and element type; with ``pool``, communicators of the same shape

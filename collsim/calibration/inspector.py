@@ -328,4 +328,7 @@ def read_inspector(
     if odd:
         warnings.warn(f"{path}: Inspector output format {', '.join(odd)}; read as {INSPECTOR_FORMAT}, the format "
                       "this reader follows", ParseWarning, stacklevel=2)  # fmt: skip
+    twice = log.duplicates_text()
+    if twice:
+        warnings.warn(twice, ParseWarning, stacklevel=2)
     return log

@@ -306,4 +306,7 @@ def read_torch_traces(
     for comm in log.comms.values():  # the nodes, where every rank's trace names its host
         if len(comm.ranks) == comm.nranks and len(comm.rank_hosts) == comm.nranks:
             comm.nnodes = len(comm.hosts)
+    twice = log.duplicates_text()
+    if twice:
+        warnings.warn(twice, ParseWarning, stacklevel=2)
     return log

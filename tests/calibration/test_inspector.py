@@ -326,3 +326,37 @@ def test_import_inspector_writes_measurements_and_scenarios(tmp_path: Path, caps
     assert "16 ranks" in capsys.readouterr().out
     assert main(["import", "inspector", str(tmp_path / "dump"), "--collective", "allreduce"]) == 2
     assert "--collective is not an option of import inspector" in capsys.readouterr().err
+
+
+def test_a_log_read_twice_counts_once_and_is_said(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``gzip -k`` on one rank's log, or a copy of the dump below it, puts that rank's records in twice: each call
+    still counts once (every rank recorded it), and a warning says what was ignored."""
+    _dump(tmp_path / "dump", [("AllReduce", sn, 1 << 20, [50.0, 52.0]) for sn in range(3)], nranks=2, per_host=2)
+    one = tmp_path / "dump" / "node0-pid4001.log"
+    with gzip.open(one.with_suffix(".log.gz"), "wt") as fh:
+        fh.write(one.read_text())
+    with pytest.warns(ParseWarning, match="ignored 3 records of calls a rank had already recorded"):
+        log = read_inspector(tmp_path / "dump")
+    (group,) = log.groups()
+    assert (len(group.calls), group.incomplete) == (3, 0)
+    out = tmp_path / "out"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ParseWarning)
+        for _ in range(2):  # the folder exists the second time: written again, not refused as -o naming a folder
+            assert main(["import", "inspector", str(tmp_path / "dump"), "-o", str(out)]) == 0
+    assert (out / "DP-0x7f8c-allreduce.json").is_file()
+
+
+def test_no_rank_is_named_last_when_some_ranks_wrote_no_records(tmp_path: Path) -> None:
+    """Profiling rank 0 alone (or a few ranks): the last of those that recorded need not be the last of all."""
+    calls: list[Call] = []
+    for sn in range(6):
+        starts = [float(r) for r in range(8)]
+        starts[1] = 20.0
+        calls.append(("AllReduce", sn, 1 << 20, _skewed(100.0, starts)))
+    _dump(tmp_path / "dump", calls, nranks=8, per_host=8)
+    for rank in range(2, 8):
+        (tmp_path / "dump" / f"node0-pid{4000 + rank}.log").unlink()
+    (group,) = read_inspector(tmp_path / "dump").groups()
+    assert group.ranks_recorded == 2 and group.last_to_start() is None
+    assert straggler_text(read_measurement(tmp_path / "dump")) is None
