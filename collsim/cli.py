@@ -13,6 +13,7 @@ import argparse
 import dataclasses
 import json
 import os
+import shlex
 import signal
 import sys
 import warnings
@@ -721,7 +722,9 @@ def _cmd_validate(args: argparse.Namespace) -> int:
             if not logged:
                 raise MeasurementError("--recorded-pairs: the measurement records no (algorithm, protocol) (NCCL "
                                        "Inspector logs record them from format v4.3)", file=m.file)  # fmt: skip
-        vals.append(validate(sim, m, pairs=args.pairs, logged=logged, logged_by=by))
+        about = [] if log is None else log.run_notes(len(sim.nccl_plan.ranks), sim.nccl_plan.nnodes,
+                                                     m.software.get("nccl_version"))  # fmt: skip
+        vals.append(validate(sim, m, pairs=args.pairs, logged=logged, logged_by=by, logged_notes=about))
     if args.format == "json":
         _emit(json.dumps([v.to_dict() for v in vals], indent=2) + "\n", args.output)
     else:
@@ -921,7 +924,11 @@ def _import_nccl_tests(args: argparse.Namespace) -> int:
     shown = os.path.relpath(Path(args.file).resolve(), base.resolve())
     node, presets = _scenario_paths(base, args.node, args.import_presets)
     imported = scenario_from_measurement(m, node, gpu=args.gpu, name=args.name, preset_files=presets, base=base)
-    text = format_scenario(imported, shown, out.name if out is not None else None)
+    # the options that chose what was read, for the validate line: without them it would read another series
+    chosen = " ".join(f"{flag} {shlex.quote(str(value))}" for flag, value in
+                      (("--series", args.series), ("--collective", args.collective), ("--nranks", args.nranks))
+                      if value is not None)  # fmt: skip
+    text = format_scenario(imported, shown, out.name if out is not None else None, options=chosen)
     if out is None:
         sys.stdout.write(text)
         return 0
@@ -934,7 +941,7 @@ def _import_nccl_tests(args: argparse.Namespace) -> int:
                          ("check", imported.warnings)):  # fmt: skip
         for item in items:
             print(f"  {label}: {item}")
-    print(f"Compare: collsim validate {out} {args.file}")
+    print(f"Compare: collsim validate {out} {args.file}{' ' + chosen if chosen else ''}")
     return 0
 
 
@@ -1203,9 +1210,10 @@ _OUTPUT_OPTIONS = (("output", "-o"), ("trace", "--trace"), ("html", "--html"), (
 
 def _check_outputs(args: argparse.Namespace) -> None:
     """Refuse, before any work, an output option that names a folder (or a file in a missing folder)."""
+    folder_out = getattr(args, "kind", None) in ("inspector", "torch-trace")  # their -o names a folder
     for attr, option in _OUTPUT_OPTIONS:
         value = getattr(args, attr, None)
-        if isinstance(value, str):
+        if isinstance(value, str) and not (folder_out and attr == "output"):
             check_output_path(value, option)
 
 

@@ -290,10 +290,11 @@ def format_scenario(
     *,
     what: str = "nccl-tests run",
     command: str = "import nccl-tests",
+    options: str = "",
 ) -> str:
     """The scenario as YAML, headed by comments saying where each part came from and what to check (``path``: the
-    file it is written to, for the ``collsim validate`` line; ``what`` the measurement is and the ``command`` that
-    wrote it).
+    file it is written to, for the ``collsim validate`` line, which ends with ``options``, such as the ``--series``
+    the scenario was written for; ``what`` the measurement is and the ``command`` that wrote it).
 
     >>> data = {"name": "x", "workload": {"collective": "allreduce", "sizes": [8, 16]}}
     >>> print(format_scenario(ImportedScenario(data, taken=["NCCL 2.27.3"]), "r.json", "x.yaml"))
@@ -310,6 +311,7 @@ def format_scenario(
     for label, items in (("From the run", imported.taken), ("Assumed", imported.assumed),
                          ("Check", imported.warnings)):  # fmt: skip
         lines += [f"# {label}: {item}." for item in items]
-    lines.append(f"# Compare (from this folder): collsim validate {path or 'SCENARIO.yaml'} {measurement}")
+    lines.append(f"# Compare (from this folder): collsim validate {path or 'SCENARIO.yaml'} {measurement}"
+                 + (f" {options}" if options else ""))  # fmt: skip
     body = yaml.safe_dump(imported.data, sort_keys=False, default_flow_style=None, width=120)
     return "\n".join(lines) + "\n" + body

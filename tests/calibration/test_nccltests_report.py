@@ -305,7 +305,7 @@ def test_cputime_header_marks_the_times() -> None:
 
 
 # ------------------------------------------------------------------------------ several series in one output
-def test_first_series_is_kept_and_the_others_named(tmp_path: Path) -> None:
+def test_first_series_is_kept_and_the_others_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """``-d all -o all`` prints one series per type and operator; each is its own measurement."""
     report = _report({8: 20.0, 16: 21.0})
     half = _report({8: 30.0, 16: 31.0}, type_name="half")["results"]
@@ -334,6 +334,10 @@ def test_first_series_is_kept_and_the_others_named(tmp_path: Path) -> None:
     assert [r["measured_us"] for r in v["rows"]] == [30.0, 31.0]
     scenario = (tmp_path / "s.yaml").read_text()
     assert "dtype: float16" in scenario and "op: max" in scenario
+    # the validate command it suggests compares the series it was written for
+    assert "# Compare (from this folder): collsim validate s.yaml report.json --series half" in scenario
+    assert f"Compare: collsim validate {tmp_path / 's.yaml'} {tmp_path / 'report.json'} --series half" in (
+        capsys.readouterr().out)  # fmt: skip
 
 
 def test_repeated_cycles_average(tmp_path: Path) -> None:

@@ -163,6 +163,19 @@ def test_cli_writes_a_scenario_that_validates(
                      "NCCL_IB_QPS_PER_CONNECTION=2"] or all("differ" not in n for n in notes)  # fmt: skip
 
 
+def test_a_text_logs_rank_lines_give_the_nodes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """nccl-tests prints every rank's host: 8 ranks on two hosts of 4 are two nodes of 4 GPUs, not one of 8."""
+    ranks = "".join(f"#  Rank {r:2d} Group  0 Pid {100 + r:6d} on {'node-' + 'ab'[r // 4]:>10s} device {r % 4:2d} "
+                    f"[0x18] NVIDIA H100 80GB HBM3\n" for r in range(8))  # fmt: skip
+    run = tmp_path / "ar.txt"
+    run.write_text(f"# Collective test starting: all_reduce_perf\n{ranks}"
+                   "  16777216  4194304  float  sum  -1  185.1  90.6  158.6  0  185.0  90.7  158.7  0\n")  # fmt: skip
+    assert main(["import", "nccl-tests", str(run), "--node", "hgx-h100", "-o", str(tmp_path / "s.yaml")]) == 0
+    assert "2 nodes: the run's hosts (node-a, node-b)" in capsys.readouterr().out
+    scenario = load_scenario(tmp_path / "s.yaml")
+    assert scenario.cluster.nodes == 2 and scenario.cluster.visible_gpus == [0, 1, 2, 3]
+
+
 def test_cli_needs_a_node(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run = _report_file(tmp_path)
     assert main(["import", "nccl-tests", str(run)]) == 2
