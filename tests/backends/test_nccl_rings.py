@@ -158,6 +158,27 @@ def test_more_nics_than_gpus_per_switch_spread_the_rings_over_nics_and_pcie_link
     assert 0.97 * 16 * plan.nic_bw < busbw <= 16 * plan.nic_bw, busbw
 
 
+def test_gpus_of_an_nvlink_mesh_sharing_a_switch_of_more_nics_take_turns() -> None:
+    """A 4-GPU board whose GPUs are joined by direct NVLinks (no NVSwitch: the rings follow NVLinks) with 2 HDR NICs
+    a GPU, two GPUs and four NICs behind each PCIe Gen4 switch: NCCL's search charges each channel to the GPU-NIC
+    PCIe paths, so every GPU enters and leaves as many channels and the ring runs at the GPUs' four PCIe links (4 x
+    24 GB/s a direction: the closed form's bound). Before, a switch's lower GPU entered 3 of its 4 NICs' channels and
+    the ring ran at 59 GB/s busbw."""
+    sim = _sim("hgx", nodes=3, gpus=4, gpu="a100-sxm4-80gb", nic="connectx-6-hdr", nics_per_gpu=2, pcie_gen=4,
+               cpu="epyc-7742")  # fmt: skip
+    plan, topo = sim.nccl_plan, sim.topology
+    assert not topo.devices("nvswitch", 0)
+    node0 = [[g for g in ring if g.startswith("n0/")] for ring in plan.rings]
+    per_gpu = plan.channels // 4
+    assert collections.Counter(r[0] for r in node0) == {f"n0/gpu{i}": per_gpu for i in range(4)}
+    assert collections.Counter(r[-1] for r in node0) == {f"n0/gpu{i}": per_gpu for i in range(4)}
+    t = sim.simulate_one("nccl", 1 << 30, choice=("Ring", "Simple")).time_s
+    n = len(plan.ranks)
+    busbw = (1 << 30) / t * 2 * (n - 1) / n
+    pcie = 24e9  # PCIe Gen4 x16 as NCCL rates it (links.yaml), bytes/s
+    assert 0.97 * 4 * pcie < busbw <= 4 * pcie, busbw
+
+
 def test_gpus_two_nvlinks_apart_talk_through_an_intermediate_gpu() -> None:
     """The DGX-1's GPU 0 and GPU 5 share no NVLink (path NVB): NCCL's P2P/indirect puts the connection's buffer on a
     GPU both reach over NVLink (p2p.cc P2P_INTERMEDIATE), so an all-to-all stays on NVLink; before, those pairs went

@@ -327,14 +327,7 @@ def node_chain(topo: Topology, node: int, nic: str | None, channel: int = 0) -> 
     nic_index = topo.device(nic).index
     ngpu = len(gpus)
     ranked = sorted(gpus, key=gpu_nearness(topo, nic, ngpu))
-    entry, exit_ = ranked[0], ranked[1]
-    near = _closest(topo, nic, gpus)
-    if len(near) > 1 and len(_sharing_nics(topo, node, near)) > len(near):
-        # more NICs than GPUs behind one switch (OCI's 4 NICs and 2 GPUs): NCCL's ring search charges each channel's
-        # bandwidth to the NIC -> GPU and GPU -> NIC PCIe paths (search.cc ncclTopoFollowPath), so the GPUs take
-        # turns entering and leaving the NICs' channels rather than one GPU's link carrying most of them
-        turn = int(topo.device(nic).spec.get("template_index", nic_index))
-        entry, exit_ = near[turn % len(near)], near[(turn + 1) % len(near)]
+    entry, exit_ = _turn_ends(topo, node, nic, gpus) or (ranked[0], ranked[1])
     i = gpus.index(entry)
     rest = [g for g in gpus[i + 1 :] + gpus[:i] if g != exit_]
     if all(topo.path_class(entry, g) == "NVL" for g in rest):
@@ -344,6 +337,19 @@ def node_chain(topo: Topology, node: int, nic: str | None, channel: int = 0) -> 
         e = topo.device(entry).index ^ flip
         rest.sort(key=lambda g: ((topo.device(g).index ^ flip) - e) % ngpu)
     return [entry, *rest, exit_]
+
+
+def _turn_ends(topo: Topology, node: int, nic: str, gpus: list[str]) -> tuple[str, str] | None:
+    """The GPUs a channel on ``nic`` enters and leaves ``node`` by where one PCIe switch holds more NICs than GPUs
+    (OCI's 4 NICs and 2 GPUs; a 4-GPU board with 2 NICs a GPU): NCCL's ring search charges each channel's bandwidth
+    to the NIC -> GPU and GPU -> NIC PCIe paths (search.cc ncclTopoFollowPath), so the GPUs take turns entering and
+    leaving the NICs' channels by the NIC's slot, rather than one GPU's link carrying most of them. None elsewhere."""
+    near = _closest(topo, nic, gpus)
+    if len(near) < 2 or len(_sharing_nics(topo, node, near)) <= len(near):
+        return None
+    dev = topo.device(nic)
+    turn = int(dev.spec.get("template_index", dev.index))
+    return near[turn % len(near)], near[(turn + 1) % len(near)]
 
 
 def _sharing_nics(topo: Topology, node: int, near: Sequence[str]) -> list[str]:
@@ -476,7 +482,8 @@ def mesh_chains(
     remaining links); when no ring fits in what is left, a new round starts from all links, repeating the rings
     of the first (NCCL duplicates its channels the same way). A channel on one node (NIC None) closes its ring
     inside the node, starting at the lowest GPU; a channel across nodes enters at the GPU nearest its NIC and
-    leaves at another GPU as near (as :func:`node_chain`), over an NVLink path between them. Where no ring over
+    leaves at another GPU as near (as :func:`node_chain`: GPUs behind a switch of more NICs than GPUs take turns),
+    over an NVLink path between them. Where no ring over
     NVLinks alone exists, the fewest hops over other paths (PCIe) are used.
 
     Parameters
@@ -507,7 +514,11 @@ def mesh_chains(
             key = gpu_nearness(topo, nic, len(gpus))
             ranked = sorted(gpus, key=key)
             best = key(ranked[1])[0]
-            ends = [(ranked[0], g) for g in ranked[1:] if key(g)[0] == best]
+            turn = _turn_ends(topo, node, nic, gpus)  # GPUs sharing a switch of more NICs take turns (node_chain)
+            entry = turn[0] if turn else ranked[0]
+            ends = [(entry, g) for g in ranked if g != entry and key(g)[0] == best]
+            if turn:
+                ends.sort(key=lambda e: e[1] != turn[1])
 
         walk = _first_walk(gpus, ends, cap, 0, used)
         if walk is None and cap != full:  # this round's links are taken: start a new round
