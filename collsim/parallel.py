@@ -85,6 +85,9 @@ class Terminated(SystemExit):
     def __init__(self, signum: int) -> None:
         super().__init__(128 + signum)
         self.signum = signum
+        # SimPy re-raises a process's exception in the process waiting on it as ``type(exc)(*exc.args)``: the
+        # args must give the signal back, not the exit code (``code`` keeps 128 + signal)
+        self.args = (signum,)
 
 
 def kill_workers() -> int:

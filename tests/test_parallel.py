@@ -102,3 +102,29 @@ def test_a_result_that_does_not_pickle_is_named() -> None:
 def test_worker_count(jobs: int, count: int, expected: Any) -> None:
     assert worker_count(jobs, count) == expected
     assert 1 <= worker_count(0, 100) <= (os.cpu_count() or 1)
+
+
+def test_sigterm_raised_inside_nested_simpy_processes_keeps_its_signal() -> None:
+    """SimPy re-raises a process's exception in the process waiting on it as ``type(exc)(*exc.args)``, once a level:
+    SIGTERM inside a rank's nested processes must still exit 143 (its args were the exit code, so each level added
+    128: 143, 271, 399, and the CLI's ``signal.Signals(399)`` failed)."""
+    import simpy
+
+    from collsim.parallel import Terminated
+
+    env = simpy.Environment()
+
+    def inner() -> Any:
+        yield env.timeout(1)
+        raise Terminated(15)
+
+    def middle() -> Any:
+        yield env.process(inner())
+
+    def outer() -> Any:
+        yield env.process(middle())
+
+    env.process(outer())
+    with pytest.raises(Terminated) as info:
+        env.run()
+    assert (info.value.signum, info.value.code) == (15, 143)

@@ -349,3 +349,12 @@ def test_comparison_and_explanation_formats() -> None:
     assert "2.0*" in table and "1.0+" in table and "same pair at 0 of 1 sizes" in table
     doc = json.loads(explanations_to_json(rows, None, False, agreement(rows)))
     assert doc["agreement"] == {"same_choice": 0, "sizes": 1} and doc["explain"][0]["pairs"][0]["model_us"] == 2.0
+    # several collectives: a table each, with its own pairs (Tree only for allreduce); a pair not priced is "-"
+    ag = Explanation("allgather", 1024, {("Ring", "LL"): 5e-6}, ("Ring", "LL"), {("Ring", "LL"): 6e-6})
+    big = Explanation("allreduce", 2048, {("Ring", "LL"): 3e-6}, ("Ring", "LL"), {("Ring", "LL"): 3e-6})
+    table = format_explanation([*rows, big, ag], name="demo", nranks=8, all_pairs=True)
+    lines = table.splitlines()
+    assert lines[1] == "# allreduce" and "# allgather" in lines
+    allgather = lines[lines.index("# allgather") + 1]
+    assert "Ring/LL" in allgather and "Tree/LL" not in allgather
+    assert [c for c in lines[lines.index("# allreduce") + 4].split()[:3]] == ["2KiB", "3.0*", "-"]

@@ -315,6 +315,14 @@ def agreement(rows: Sequence[Explanation]) -> tuple[int, int]:
     return sum(1 for r in judged if r.simulated_best == r.choice), len(judged)
 
 
+def _cell(seconds: float | None, marked: bool, mark: str) -> str:
+    """A time cell of ``explain``'s table in microseconds, ``mark`` after it when ``marked``; ``-`` for a pair not
+    priced (or simulated) at this size."""
+    if seconds is None:
+        return "- "
+    return f"{seconds * 1e6:.1f}" + (mark if marked else " ")
+
+
 def format_explanation(
     rows: Sequence[Explanation], *, name: str, nranks: int, notes: Sequence[str] = (), all_pairs: bool = False
 ) -> str:
@@ -324,7 +332,8 @@ def format_explanation(
     Parameters
     ----------
     rows : sequence of Explanation
-        As :meth:`collsim.api.Simulator.explain` returns them; the first one's pairs are the columns.
+        As :meth:`collsim.api.Simulator.explain` returns them: a table a collective (headed by its name when there
+        are several), whose columns are the pairs NCCL's model prices at any of its sizes (``-`` where it does not).
     name : str
         Scenario name for the title line.
     nranks : int
@@ -334,26 +343,31 @@ def format_explanation(
     all_pairs : bool
         Every pair was simulated: print the simulated row and the agreement line.
     """
-    pairs = list(rows[0].model_s) if rows else []
-    names = [f"{a}/{p}" for a, p in pairs]
-    width = max([11, *(len(x) + 1 for x in names)])
     lines = [
         f"# collsim explain: {name}, {nranks} ranks, NCCL's cost model in us per "
         "(algorithm/protocol); * = NCCL's choice (a tuner plugin's where a note says so)"
         + ("; simulated times below each row" if all_pairs else ""),
         *[f"# {note}" for note in notes],
-        f"# {'size':>10} " + "".join(f"{x:>{width}}" for x in names) + f" {'choice':>14} {'simulated us':>13}",
     ]
-    for r in rows:
-        cells = "".join(f"{(f'{r.model_s[k] * 1e6:.1f}' + ('*' if k == r.choice else ' ')):>{width}}" for k in pairs)
-        sim_t = r.simulated_s.get(r.choice)
-        lines.append(f"  {format_size(r.size_bytes):>10} {cells} {'/'.join(r.choice):>14} {(sim_t or 0) * 1e6:13.2f}")
-        if all_pairs:
-            best = r.simulated_best
-            simc = "".join(
-                f"{(f'{r.simulated_s[k] * 1e6:.1f}' + ('+' if k == best else ' ')):>{width}}" for k in pairs
-            )
-            lines.append(f"  {'simulated':>10} {simc} {'/'.join(best or ('-',)):>14}")
+    collectives = list(dict.fromkeys(r.collective for r in rows))
+    for coll in collectives:  # one table a collective: each has its own pairs (Tree and NVLSTree only allreduce)
+        mine = [r for r in rows if r.collective == coll]
+        pairs = list(dict.fromkeys(k for r in mine for k in r.model_s))  # a pair NCCL's model prices at any size
+        names = [f"{a}/{p}" for a, p in pairs]
+        width = max([11, *(len(x) + 1 for x in names)])
+        if len(collectives) > 1:
+            lines.append(f"# {coll}")
+        lines.append(f"# {'size':>10} " + "".join(f"{x:>{width}}" for x in names) + f" {'choice':>14} "
+                     f"{'simulated us':>13}")  # fmt: skip
+        for r in mine:
+            cells = "".join(f"{_cell(r.model_s.get(k), k == r.choice, '*'):>{width}}" for k in pairs)
+            sim_t = r.simulated_s.get(r.choice)
+            lines.append(f"  {format_size(r.size_bytes):>10} {cells} {'/'.join(r.choice):>14} "
+                         f"{(sim_t or 0) * 1e6:13.2f}")  # fmt: skip
+            if all_pairs:
+                best = r.simulated_best
+                simc = "".join(f"{_cell(r.simulated_s.get(k), k == best, '+'):>{width}}" for k in pairs)
+                lines.append(f"  {'simulated':>10} {simc} {'/'.join(best or ('-',)):>14}")
     same, judged = agreement(rows)
     if judged:
         lines.append(
