@@ -1076,6 +1076,11 @@ def _write_trace(args: argparse.Namespace, sim: Simulator, backends: Sequence[st
     if not args.quiet:
         print(f"collsim: trace at {format_size(size)}: simulating every rank ...", file=sys.stderr)
     outs = [sim.recorded(b, size, collective=c) for b in backends for c in sim.scenario.collectives()]
+    empty = [f"{o.backend} {o.collective}" for o in outs if not o.records]
+    if empty:  # below one element (one a rank for all-gather): the collective returns at once, nothing to draw
+        raise ScenarioError(f"{format_size(size)} of {sim.scenario.workload.dtype} moves no data for "
+                            f"{', '.join(empty)} on {len(sim.topology.rank_devices())} ranks; give a larger size",
+                            file="--trace-size")  # fmt: skip
     limit = None if args.trace_full else TRACE_MAX_EVENTS
     doc = chrome_trace(outs, sim.topology, title=f"collsim {sim.scenario.name}", max_events=limit)
     write_chrome_trace(args.trace, doc)

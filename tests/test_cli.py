@@ -636,6 +636,12 @@ def test_a_zero_trace_size_is_a_one_line_error(capsys: pytest.CaptureFixture[str
     rc, _, err = _run(capsys, "run", "hgx-h100", "--sizes", "1MiB", "--trace", str(tmp_path / "t.json"),
                       "--trace-size", "0B")  # fmt: skip
     assert rc == 2 and "--trace-size" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    # below one element (one a rank for all-gather): nothing moves, nothing to draw; the same one-line error
+    rc, _, err = _run(capsys, "run", "hgx-h100", "--sizes", "1MiB", "--trace", str(tmp_path / "t.json"),
+                      "--trace-size", "16B", "--set", "workload.collective=allgather", "--backend", "nccl",
+                      "--quiet")  # fmt: skip
+    assert rc == 2 and len(err.strip().splitlines()) == 1
+    assert "--trace-size: 16B of float32 moves no data for nccl allgather on 8 ranks" in err
 
 
 def test_benchmark_of_a_missing_scenario_exits_2_before_its_baselines(capsys: pytest.CaptureFixture[str]) -> None:
