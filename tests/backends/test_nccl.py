@@ -143,3 +143,16 @@ def test_tree_allreduce_model_follows_tuning_cc() -> None:
     lat23 = big[("Tree", "Simple")] - 64 * 2**23 / (bus * 0.5)  # ... and 0.9 at bucket 23, which NCCL skips:
     assert big[("Tree", "Simple")] < 64 * 2**23 / (bus * 0.5 * 0.9)  # with x0.9 the transfer alone takes longer
     assert lat9 == pytest.approx(lat23, rel=1e-9)
+
+
+@pytest.mark.parametrize("collective", ["allreduce", "allgather", "broadcast"])
+def test_one_rank_copies_its_input_to_its_output(collective: str) -> None:
+    """One rank alone: NCCL's ncclLaunchOneRank copies the input to the output buffer (cudaMemcpyAsync, nccl-tests'
+    out-of-place call), each byte read and written once in the GPU's memory: the base latency plus 2 x size at the
+    preset's HBM bandwidth. Before, every size took the base latency alone (1 GiB at 162,688 GB/s)."""
+    sim = Simulator.from_source("hgx-h100", ["cluster.visible_gpus=[0]", f"workload.collective={collective}"])
+    small = sim.simulate_one("nccl", 1024, record=True)
+    big = sim.simulate_one("nccl", 1 << 30, record=True)
+    hbm = 3.35e12  # H100 SXM's HBM3, bytes/s (gpus.yaml)
+    assert big.time_s - small.time_s == pytest.approx(2 * ((1 << 30) - 1024) / hbm, rel=1e-9)
+    assert big.breakdown["one rank: copy to the output (GPU memory)"] == pytest.approx(2 * (1 << 30) / hbm, rel=1e-9)

@@ -7,6 +7,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from simpy.events import Event
+
 from collsim.algorithms import EventBoard
 from collsim.backends.background import background_colors, background_usage, is_background, start_background
 from collsim.backends.common import (
@@ -21,7 +23,7 @@ from collsim.backends.nccl.base import Launcher, Layout, NcclAlgorithm, Proc, Si
 from collsim.backends.nccl.chunking import cell_channel_count, channels_for, nvls_chunk_start, step_chunking
 from collsim.backends.nccl.constants import NcclConstants
 from collsim.backends.nccl.plan import NcclPlan, plan_nccl
-from collsim.backends.nccl.tags import BREAKDOWN_PRIORITY, IDLE_TAG, LATENCY_TAG, LAUNCH_TAG
+from collsim.backends.nccl.tags import BREAKDOWN_PRIORITY, IDLE_TAG, LATENCY_TAG, LAUNCH_TAG, ONE_RANK_COPY_TAG
 from collsim.backends.nccl.tuner import check_collective, decide, plugin_choice, tuner_times
 from collsim.engine import FluidNetwork, Owner, attribute_time, build_quotient, decouple
 from collsim.engine.gcpause import gc_relaxed
@@ -115,7 +117,11 @@ def simulate_nccl(
     run = Launcher(ctx, layout, env, net, EventBoard(env), quotient, reps)
     done = []
     for e in run.reps:
-        ev = env.process(_single(net, ctx.base + ctx.late(e), ctx.owner(e))) if n == 1 else alg.launch(run, e)
+        ev: Event | None
+        if n == 1:
+            ev = env.process(_single(net, ctx.base + ctx.late(e), ctx.owner(e), one_rank_copy_s(topo, plan, nbytes)))
+        else:
+            ev = alg.launch(run, e)
         if ev is not None:
             done.append(ev)
     start_background(env, net, quotient, bg, done)
@@ -263,6 +269,26 @@ def _breakdown(net: FluidNetwork, owner: Owner, t: float) -> dict[str, float]:
     return {k: v for k, v in parts.items() if v > 0}
 
 
-def _single(net: FluidNetwork, base: float, owner: Owner) -> Proc:
-    """One rank alone: it pays the base latency and is done."""
+def one_rank_copy_s(topo: Topology, plan: NcclPlan, nbytes: int) -> float:
+    """Seconds NCCL's one-rank call spends copying ``nbytes`` to the output: ncclLaunchOneRank (src/device/
+    onerank.cu, v2.30.7-1) issues ``cudaMemcpyAsync(dst, src, count x type size)`` when the buffers differ, as
+    nccl-tests' out-of-place call (collsim's tables are) has them, and a kernel of the same reads and writes for a
+    pre-multiplied sum (``avg``); in place it does nothing. Each byte is read and written once in the GPU's memory:
+    2 x ``nbytes`` at its preset's ``hbm_bandwidth`` (0 without one).
+
+    >>> from collsim.api import Simulator
+    >>> sim = Simulator.from_source("hgx-h100", ["cluster.visible_gpus=[0]"])
+    >>> round(one_rank_copy_s(sim.topology, sim.nccl_plan, 1 << 30) * 1e6, 1)  # 2 x 1 GiB at H100's 3.35 TB/s
+    641.0
+    """
+    spec = topo.device(plan.ranks[0]).spec
+    bw = spec.get("hbm_bandwidth")
+    return 2 * nbytes / float(bw) if bw else 0.0
+
+
+def _single(net: FluidNetwork, base: float, owner: Owner, copy_s: float) -> Proc:
+    """One rank alone: it waits for nothing, pays the base latency, then ``copy_s`` seconds of copying its input
+    to its output in its own memory (:func:`one_rank_copy_s`), and is done."""
     yield net.delay(base, tag=LAUNCH_TAG, owner=owner)
+    if copy_s > 0:
+        yield net.delay(copy_s, tag=ONE_RANK_COPY_TAG, owner=owner)

@@ -17,6 +17,7 @@ __all__ = [
     "LAUNCH_TAG",
     "NVLS_COPY_TAG",
     "NVLS_TAG",
+    "ONE_RANK_COPY_TAG",
     "SHARP_TAG",
     "STRAGGLER_TAG",
     "TAGS",
@@ -41,6 +42,8 @@ NVLS_TAG = Tag("NVLink (NVLS)", "send", _NVLINK)
 #: The NVLS kernels' own copies of each slice into and out of the NVLS buffers (scatter and gather warps), in the
 #: GPU's memory; drawn with the GPU's work, as Gloo's GPU copies are.
 NVLS_COPY_TAG = Tag("NVLS buffer copies (GPU memory)", "copy", "GPU reduction")
+#: One rank alone: NCCL copies the input to the output buffer (ncclLaunchOneRank: cudaMemcpyAsync, out of place).
+ONE_RANK_COPY_TAG = Tag("one rank: copy to the output (GPU memory)", "copy", "GPU reduction")
 #: CollNet: the network switch reduces.
 SHARP_TAG = Tag("network (in-network reduction)", "send", _RDMA)
 #: The kernel launch and NCCL's base latency every rank pays first.
@@ -62,11 +65,13 @@ BREAKDOWN_PRIORITY: tuple[Tag, ...] = (
     TRANSPORT_TAG["P2P/PCIe"],
     TRANSPORT_TAG["P2P/NVLink"],
     NVLS_COPY_TAG,
+    ONE_RANK_COPY_TAG,
     LAUNCH_TAG,
     STRAGGLER_TAG,
 )
 
 #: Every tag this backend emits or reports.
 TAGS: tuple[Tag, ...] = (
-    *TRANSPORT_TAG.values(), NVLS_TAG, NVLS_COPY_TAG, SHARP_TAG, LAUNCH_TAG, LATENCY_TAG, STRAGGLER_TAG, IDLE_TAG
+    *TRANSPORT_TAG.values(), NVLS_TAG, NVLS_COPY_TAG, ONE_RANK_COPY_TAG, SHARP_TAG, LAUNCH_TAG, LATENCY_TAG,
+    STRAGGLER_TAG, IDLE_TAG,
 )
