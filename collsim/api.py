@@ -83,6 +83,7 @@ from collsim.training import (
     simulate_ddp_step,
 )
 from collsim.training.fsdp import FsdpConfig, check_checkpoint_blocks, reduces_with_average, simulate_fsdp_step
+from collsim.training.model import layer_blocks
 from collsim.units import DTYPE_SIZES, format_size
 from collsim.vocab import BACKENDS, GLOO_ALGORITHMS, REDUCE_OPS, REDUCING_COLLECTIVES, ROOTED_COLLECTIVES
 
@@ -1150,6 +1151,11 @@ class Simulator:
             raise ScenarioError(f"{knob} is FSDP2's (version: 2); FSDP1 has backward_prefetch, forward_prefetch and "
                                 "limit_all_gathers", file=self.scenario.source_file,
                                 field=f"training.fsdp.{knob}")  # fmt: skip
+        names = [ly.name for ly in self.training_model.layers]
+        if f.wrap is not None and not any(layer_blocks(names, f.wrap)):  # FSDP would wrap nothing but the root
+            raise ScenarioError(f"pattern {f.wrap!r} matches no layer of model {self.training_model.name!r} (its "
+                                f"blocks: e.g. {next((b for b in layer_blocks(names) if b), names[0])!r})",
+                                file=self.scenario.source_file, field="training.fsdp.wrap")  # fmt: skip
         checkpointing, blocks = self._checkpointing()
         if checkpointing:  # each checkpointed block within one wrapped module (the units' layers at any world)
             try:

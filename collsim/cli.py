@@ -387,6 +387,15 @@ def _sizes(arg: str | None) -> list[int] | None:
         raise ScenarioError(str(exc), file="--sizes") from None
 
 
+def _resolved(sim: Simulator, args: argparse.Namespace) -> dict[str, Any]:
+    """The resolved scenario for JSON output, with the sizes ``--sizes`` ran in place of the scenario's."""
+    doc = sim.scenario.to_dict()
+    sizes = _sizes(getattr(args, "sizes", None))
+    if sizes is not None and isinstance(doc.get("workload"), dict):
+        doc["workload"]["sizes"] = sizes
+    return doc
+
+
 def _jobs(n: int) -> int:
     if n < 0:
         raise ScenarioError(f"--jobs must be 0 (one per CPU) or a positive count, got {n}", file="--jobs")
@@ -443,7 +452,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     total = _planned(sim, backends, sizes)
     if args.format == "json":
         part = partial_fields(result.interrupted, len(result.records), total)
-        text = records_to_json(result.records, sim.scenario.to_dict(), interrupted=result.interrupted, **part) + "\n"
+        text = records_to_json(result.records, _resolved(sim, args), interrupted=result.interrupted, **part) + "\n"
     elif args.format == "csv":
         text = records_to_csv(result.records)
     else:
@@ -475,7 +484,7 @@ def _run_repeated(args: argparse.Namespace, sim: Simulator, backends: Sequence[s
     total = _planned(sim, backends, sizes)
     if args.format == "json":
         part = partial_fields(result.interrupted, len(records), total)
-        text = records_to_json(records, sim.scenario.to_dict(), interrupted=result.interrupted, **part) + "\n"
+        text = records_to_json(records, _resolved(sim, args), interrupted=result.interrupted, **part) + "\n"
     elif args.format == "csv":
         text = repeated_to_csv(records)
     else:
@@ -538,7 +547,7 @@ def _compare_algorithms(args: argparse.Namespace, sim: Simulator, note: str) -> 
     total, done = _planned(sim, sim.backends(), _sizes(args.sizes)), len(rows)  # one row per collective and size
     if args.format == "json":
         text = algorithm_comparisons_to_json(
-            rows, sim.scenario.to_dict(), interrupted, **partial_fields(interrupted, done, total)
+            rows, _resolved(sim, args), interrupted, **partial_fields(interrupted, done, total)
         )
     elif args.format == "csv":
         text = algorithm_comparisons_to_csv(rows)
@@ -574,7 +583,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     done = len(rows) + len(healthy)
     if args.format == "json":
         part = partial_fields(interrupted, done, total)
-        text = comparisons_to_json(rows, sim.scenario.to_dict(), interrupted, healthy or None, **part)
+        text = comparisons_to_json(rows, _resolved(sim, args), interrupted, healthy or None, **part)
     elif args.format == "csv":
         text = comparisons_to_csv(rows)
     else:
@@ -622,7 +631,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         part = partial_fields(interrupted, done, total)
         if report is not None:
             part["nccl_log"] = report[1]
-        text = explanations_to_json(rows, sim.scenario.to_dict(), interrupted, agreement(rows), **part)
+        text = explanations_to_json(rows, _resolved(sim, args), interrupted, agreement(rows), **part)
     else:
         text = format_explanation(
             rows, name=sim.scenario.name, nranks=len(sim.nccl_plan.ranks), notes=_nccl_notes(sim), all_pairs=args.all

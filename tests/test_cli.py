@@ -632,6 +632,18 @@ def test_compare_a_perturbed_scenario_against_the_healthy_one(capsys: pytest.Cap
     assert "healthy" not in plain
 
 
+def test_json_says_the_sizes_run_and_has_no_infinity(capsys: pytest.CaptureFixture[str]) -> None:
+    """The scenario in JSON is the one run: --sizes replaces the scenario's sizes. A size of no elements (8 B of an
+    all-gather on 8 ranks) takes NCCL no time: its speedup is null, not the Infinity strict JSON readers refuse."""
+    doc = _json(capsys, "run", "hgx-h100", "--sizes", "1MiB", "--format", "json", "--quiet")
+    assert doc["scenario"]["workload"]["sizes"] == [1 << 20]
+    rc, out, _ = _run(capsys, "compare", "hgx-h100", "--sizes", "8B,1MiB", "--set", "workload.collective=allgather",
+                      "--format", "json", "--quiet")  # fmt: skip
+    assert rc == 0 and "Infinity" not in out and "NaN" not in out
+    rows = json.loads(out)["comparison"]
+    assert rows[0]["speedup"] is None and rows[1]["speedup"] > 1
+
+
 def test_a_zero_trace_size_is_a_one_line_error(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     rc, _, err = _run(capsys, "run", "hgx-h100", "--sizes", "1MiB", "--trace", str(tmp_path / "t.json"),
                       "--trace-size", "0B")  # fmt: skip

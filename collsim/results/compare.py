@@ -60,8 +60,10 @@ class Comparison:
         return sorted(((k, v / total) for k, v in rec.breakdown.items()), key=lambda kv: -kv[1])
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-safe form: ``size_bytes``, ``speedup`` and both records (:meth:`Record.to_dict`)."""
-        return {"size_bytes": self.size_bytes, "speedup": self.speedup, "nccl": self.nccl.to_dict(),
+        """JSON-safe form: ``size_bytes``, ``speedup`` (None where NCCL's time is 0) and both records
+        (:meth:`Record.to_dict`)."""
+        return {"size_bytes": self.size_bytes, "speedup": self.speedup if math.isfinite(self.speedup) else None,
+                "nccl": self.nccl.to_dict(),
                 "gloo": self.gloo.to_dict()}
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
@@ -30,6 +31,19 @@ __all__ = [
     "records_to_dataframe",
     "records_to_json",
 ]
+
+
+def _nulls(obj: Any) -> Any:
+    """``obj`` with every NaN or infinite float replaced by None: strict JSON (RFC 8259) has no ``Infinity``, which
+    JavaScript's, Go's and serde's readers refuse (a comparison's speedup where NCCL's time is 0: a size of no
+    elements)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _nulls(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_nulls(v) for v in obj]
+    return obj
 
 
 def _json_default(obj: Any) -> Any:
@@ -221,7 +235,7 @@ def comparisons_to_json(
     if healthy is not None:
         doc["healthy"] = [r.to_dict() for r in healthy]
     doc.update(extra)
-    return json.dumps(doc, indent=2) + "\n"
+    return json.dumps(_nulls(doc), indent=2, allow_nan=False) + "\n"
 
 
 def comparisons_to_csv(rows: Sequence[Comparison]) -> str:
@@ -261,7 +275,7 @@ def explanations_to_json(
     if agreement and agreement[1]:
         payload["agreement"] = {"same_choice": agreement[0], "sizes": agreement[1]}
     payload.update(extra)
-    return json.dumps(payload, indent=2) + "\n"
+    return json.dumps(_nulls(payload), indent=2, allow_nan=False) + "\n"
 
 
 def algorithm_comparisons_to_json(
@@ -277,7 +291,7 @@ def algorithm_comparisons_to_json(
         "interrupted": interrupted,
     }
     doc.update(extra)
-    return json.dumps(doc, indent=2, default=_json_default) + "\n"
+    return json.dumps(_nulls(doc), indent=2, allow_nan=False, default=_json_default) + "\n"
 
 
 def algorithm_comparisons_to_csv(rows: Sequence[AlgorithmComparison]) -> str:

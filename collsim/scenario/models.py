@@ -724,6 +724,16 @@ class PerturbConfig(BaseModel):
     )
     seed: StrictInt = Field(0, ge=0, description="Seed of the random draws ('choose').")
 
+    @field_validator("ranks")
+    @classmethod
+    def _one_entry_a_rank(cls, value: list[RankPerturbConfig]) -> list[RankPerturbConfig]:
+        seen: set[int] = set()
+        for p in value:
+            if p.rank in seen:  # two delays for one rank would add up silently
+                raise ValueError(f"rank {p.rank} is listed twice; give each straggler one launch_delay")
+            seen.add(p.rank)
+        return value
+
     def link_rules(self) -> list[Any]:
         """The rules as ``collsim.topology.LinkRule`` (imported late: the scenario layer does not need it)."""
         from collsim.topology import LinkRule

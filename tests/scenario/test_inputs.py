@@ -163,6 +163,13 @@ def test_inf_and_nan_where_a_finite_number_is_expected(
     assert f"2node-a100-ib.yaml: {field}: Input should be a finite number" in line
 
 
+def test_a_straggler_listed_twice_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    """Two launch delays for one rank would add up silently (50 us and 5 us made 55)."""
+    line = _refused(capsys, "topo", "hgx-h100", "--set",
+                    "perturb={ranks: [{rank: 3, launch_delay: 50us}, {rank: 3, launch_delay: 5us}]}")  # fmt: skip
+    assert "perturb.ranks: rank 3 is listed twice; give each straggler one launch_delay" in line
+
+
 def test_the_yaml_limits_are_the_documented_ones() -> None:
     assert (LIMITS.max_bytes, LIMITS.max_depth, LIMITS.max_nodes, LIMITS.max_int_digits) == (
         4 * 1024 * 1024,

@@ -167,6 +167,12 @@ def test_the_scenario_field_turns_it_on_and_names_itself_in_errors() -> None:
         Simulator.from_source("fsdp-gpt2xl-2node-h100", ["training.activation_checkpointing='nope.*'"]).step(["nccl"])
     assert info.value.field == "training.activation_checkpointing"
     assert "pattern 'nope.*' matches no layer of model 'gpt2-xl'" in str(info.value)
+    # a wrap pattern that matches no layer (a Llama name on GPT-2) would leave the root unit alone: refused the same
+    with pytest.raises(ScenarioError) as info:
+        Simulator.from_source("fsdp-gpt2xl-2node-h100", ["training.fsdp.wrap='model.layers.*'"]).step(["nccl"])
+    assert info.value.field == "training.fsdp.wrap"
+    assert "pattern 'model.layers.*' matches no layer of model 'gpt2-xl' (its blocks: e.g. 'transformer.h.0')" in str(
+        info.value)  # fmt: skip
     spans = ["training.activation_checkpointing='transformer.h.*'", "training.fsdp.wrap='transformer.h.*.mlp'"]
     with pytest.raises(ScenarioError, match="spans FSDP units") as info:
         Simulator.from_source("fsdp-gpt2xl-2node-h100", spans).step(["nccl"])
