@@ -943,6 +943,13 @@ class Simulator:
         }
         return Explanation(coll, size, model, choice, simulated)
 
+    def _without_stragglers(self) -> Simulator:
+        """The same scenario without ``perturb.ranks`` (its other perturbations kept)."""
+        p = self.scenario.perturb
+        assert p is not None
+        return Simulator(self.scenario.model_copy(update={"perturb": p.model_copy(update={"ranks": []})}),
+                         self.profile)  # fmt: skip
+
     def healthy(self) -> Simulator:
         """The same scenario without its ``perturb`` section (and the same calibration profile): the cluster a
         perturbed run is compared with."""
@@ -1099,8 +1106,11 @@ class Simulator:
         for backend in backends or self.backends():
             with self._errors(f"backends.{backend}"):
                 if backend == "nccl":
-                    nccl = self._nccl_allreduce_costs()
-                    res = simulate_ddp_step(model, cfg, gpu, self.step_constants, world, nccl=nccl)
+                    # a straggler launches each bucket late after it is ready: the buckets priced without it
+                    straggle = max((d for _, d in self._launch_delays()), default=0.0)
+                    costs = self._without_stragglers() if straggle > 0 else self
+                    res = simulate_ddp_step(model, cfg, gpu, self.step_constants, world,
+                                            nccl=costs._nccl_allreduce_costs(), straggle_s=straggle)  # fmt: skip
                     out.append(dataclasses.replace(res, notes=(*res.notes, *self._harness_notes())))
                 elif backend == "gloo":
                     runner, threads = self._gloo_runner()

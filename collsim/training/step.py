@@ -656,6 +656,7 @@ def simulate_ddp_step(
     gloo: GlooRunner | None = None,
     gloo_threads: int = 2,
     gloo_cpu: GlooCpuWork | None = None,
+    straggle_s: float = 0.0,
 ) -> StepResult:
     """Simulate one DDP iteration with NCCL (``nccl`` given) or Gloo (``gloo`` given).
 
@@ -679,6 +680,10 @@ def simulate_ddp_step(
         CPU ranks (``gpu.cores > 0``): core-seconds of one rank's Gloo allreduce of n bytes. Then the compute
         thread and Gloo's worker threads share the rank's cores (:func:`_with_gloo_on_cpu`); without it, or on GPU
         ranks, the computation runs undisturbed by Gloo.
+    straggle_s : float
+        NCCL: the slowest rank's launch delay, seconds (``perturb.ranks``), with ``nccl`` pricing the buckets
+        without it: each bucket launches that late after it is ready (:func:`_with_nccl`). Gloo's runner carries
+        its stragglers itself.
 
     Returns
     -------
@@ -695,7 +700,7 @@ def simulate_ddp_step(
     plan = _Plan.build(model, cfg, consts)
     compute_s = _run_compute_only(gpu, plan)
     if nccl is not None:
-        return _with_nccl(plan, gpu, consts, world, nccl, compute_s)
+        return _with_nccl(plan, gpu, consts, world, nccl, compute_s, straggle_s)
     assert gloo is not None
     if gpu.cores > 0 and gloo_cpu is not None and world > 1:
         return _with_gloo_on_cpu(plan, gpu, world, gloo, gloo_cpu, compute_s, gloo_threads)
@@ -710,9 +715,15 @@ def _run_compute_only(gpu: GpuCompute, plan: _Plan) -> float:
 
 
 def _with_nccl(
-    plan: _Plan, gpu: GpuCompute, consts: StepConstants, world: int, nccl: NcclCosts, compute_s: float
+    plan: _Plan, gpu: GpuCompute, consts: StepConstants, world: int, nccl: NcclCosts, compute_s: float,
+    straggle_s: float = 0.0,
 ) -> StepResult:
-    """The synchronised micro-step with NCCL's stream: kernels in launch order, each holding its SMs and HBM."""
+    """The synchronised micro-step with NCCL's stream: kernels in launch order, each holding its SMs and HBM.
+
+    A straggler (``straggle_s``, the largest rank's launch delay; ``nccl`` then prices each bucket without it)
+    launches each bucket that late after it is ready; the others' kernels, launched on time, wait inside for it: a
+    bucket's kernel ends at max(ready + straggle_s, the previous one's end) + its time, so the delay is paid once
+    where the buckets queue, not once a bucket."""
     env = simpy.Environment()
     spans: list[Span] = []
     g = _Gpu(env, gpu, spans)
@@ -727,6 +738,8 @@ def _with_nccl(
         for b in range(n):
             yield launched[b]
             seconds, channels = nccl(plan.wire_bytes[b]) if world > 1 else (0.0, 0)
+            if world > 1 and straggle_s > 0:  # waiting inside the kernel for the straggler's launch
+                seconds += max(0.0, ready_at[b] + straggle_s - env.now)
             durations[b] = seconds
             starts[b] = env.now
             hbm = consts.nccl_hbm_bytes_per_step_byte * steps * plan.wire_bytes[b]
