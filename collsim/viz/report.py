@@ -171,28 +171,32 @@ class Report:
 
 
 def _table(records: Sequence[Record]) -> str:
-    coll = records[0].collective if records else ""
-    nccl = {r.size_bytes: r for r in records if r.backend == "nccl" and r.collective == coll}
-    gloo = {r.size_bytes: r for r in records if r.backend == "gloo" and r.collective == coll}
-    sizes = sorted(set(nccl) | set(gloo))
+    """NCCL against Gloo by size, a row block per collective (named in a first column when there are several)."""
+    colls = list(dict.fromkeys(r.collective for r in records))
+    several = len(colls) > 1
     head = (
-        "<tr><th>size</th><th>NCCL time (us)</th><th>NCCL busbw (GB/s)</th><th class='l'>NCCL algorithm</th>"
+        ("<tr><th class='l'>collective</th>" if several else "<tr>")
+        + "<th>size</th><th>NCCL time (us)</th><th>NCCL busbw (GB/s)</th><th class='l'>NCCL algorithm</th>"
         "<th>Gloo time (us)</th><th>Gloo busbw (GB/s)</th><th>speedup (Gloo / NCCL)</th></tr>"
     )
     rows = []
-    for s in sizes:
-        n, g = nccl.get(s), gloo.get(s)
-        cells = [f"<td>{format_size(s)}</td>"]
-        if n:
-            cells.append(
-                f"<td>{n.time_us:.2f}</td><td>{n.busbw_gbps:.2f}</td>"
-                f"<td class='l'>{html.escape(n.algorithm)}/{html.escape(n.protocol)}</td>"
-            )
-        else:
-            cells.append("<td>-</td><td>-</td><td class='l'>-</td>")
-        cells.append(f"<td>{g.time_us:.2f}</td><td>{g.busbw_gbps:.2f}</td>" if g else "<td>-</td><td>-</td>")
-        cells.append(f"<td>{g.time_us / n.time_us:.1f}x</td>" if (n and g and n.time_us > 0) else "<td>-</td>")
-        rows.append("<tr>" + "".join(cells) + "</tr>")
+    for coll in colls:
+        nccl = {r.size_bytes: r for r in records if r.backend == "nccl" and r.collective == coll}
+        gloo = {r.size_bytes: r for r in records if r.backend == "gloo" and r.collective == coll}
+        for s in sorted(set(nccl) | set(gloo)):
+            n, g = nccl.get(s), gloo.get(s)
+            cells = [f"<td class='l'>{html.escape(coll)}</td>"] if several else []
+            cells.append(f"<td>{format_size(s)}</td>")
+            if n:
+                cells.append(
+                    f"<td>{n.time_us:.2f}</td><td>{n.busbw_gbps:.2f}</td>"
+                    f"<td class='l'>{html.escape(n.algorithm)}/{html.escape(n.protocol)}</td>"
+                )
+            else:
+                cells.append("<td>-</td><td>-</td><td class='l'>-</td>")
+            cells.append(f"<td>{g.time_us:.2f}</td><td>{g.busbw_gbps:.2f}</td>" if g else "<td>-</td><td>-</td>")
+            cells.append(f"<td>{g.time_us / n.time_us:.1f}x</td>" if (n and g and n.time_us > 0) else "<td>-</td>")
+            rows.append("<tr>" + "".join(cells) + "</tr>")
     return f"<table id='comparison-table'>{head}{''.join(rows)}</table>"
 
 

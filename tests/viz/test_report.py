@@ -62,6 +62,17 @@ def test_report_contents(pcie_report: Report) -> None:
     assert f"<td>{speed:.1f}x</td>" in table
 
 
+def test_the_table_has_every_collective_of_the_workload() -> None:
+    """A workload of several collectives: the table names each and holds all their rows (it showed the first's
+    alone, while the page's header listed them all)."""
+    sim = Simulator.from_source("pcie-2gpu-nop2p", ["workload.collective=[allgather, broadcast]"])
+    html = build_report(sim.report_data([4096, MiB])).html
+    table = html[html.index("<table id='comparison-table'>") : html.index("</table>")]
+    assert "<th class='l'>collective</th>" in table
+    rows = re.findall(r"<tr><td class='l'>(\w+)</td><td>(\w+)</td>", table)
+    assert rows == [("allgather", "4KiB"), ("allgather", "1MiB"), ("broadcast", "4KiB"), ("broadcast", "1MiB")]
+
+
 def test_report_notes_a_backend_it_cannot_run() -> None:
     sim = Simulator.from_source(
         {"name": "cpu", "cluster": {"node": "cpu-host"}, "backends": {"gloo": {"device": "cpu"}}}
