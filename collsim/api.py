@@ -1481,8 +1481,9 @@ class Simulator:
         opts = self._gloo_step_options()
 
         def gloo(sizes: Sequence[int], issue_at: Sequence[float]) -> Sequence[float]:
-            o = simulate_gloo_many(self.topology, opts, self.gloo_constants, list(sizes),
-                                   symmetry=self.scenario.engine.symmetry, issue_at=issue_at)  # fmt: skip
+            with work_budget(label=f"gloo's {len(sizes)} allreduces of the training step"):
+                o = simulate_gloo_many(self.topology, opts, self.gloo_constants, list(sizes),
+                                       symmetry=self.scenario.engine.symmetry, issue_at=issue_at)  # fmt: skip
             return o.ends or (o.time_s,)
 
         return gloo, opts.threads

@@ -169,6 +169,7 @@ def _simulation_commands(sub: _Sub) -> None:
                       "cluster.nodes=1,2,4 (any scenario field; lists in YAML: "
                       "cluster.visible_gpus=[0],[0,1])")  # fmt: skip
     step.add_argument("--no-buckets", action="store_true", help="leave out the bucket tables")
+    step.add_argument("--quiet", action="store_true", help="no progress on stderr")
     topo = sub.add_parser("topo", help="GPU x GPU and GPU x NIC path matrix like nvidia-smi topo -m")
     _common(topo, ("table",))
     topo.add_argument("--node", type=int, default=0, help="which node to show (default 0)")
@@ -1181,8 +1182,8 @@ def _error_text(exc: Exception) -> str:
 def _heartbeat(label: str, flows: int, simulated_s: float, wall_s: float) -> None:
     """A long simulation's sign of life on stderr (collsim.engine.budget), every few seconds."""
     head = "\r\x1b[K" if sys.stderr.isatty() else ""
-    print(f"{head}collsim: still simulating {label}: {flows:,} flows, {simulated_s * 1e6:.6g} us simulated, "
-          f"{wall_s:.0f} s", file=sys.stderr, flush=True)  # fmt: skip
+    print(f"{head}collsim: still simulating {label or 'a collective'}: {flows:,} flows, {simulated_s * 1e6:.6g} us "
+          f"simulated, {wall_s:.0f} s", file=sys.stderr, flush=True)  # fmt: skip
 
 
 def _dispatch(args: argparse.Namespace) -> int:

@@ -700,3 +700,16 @@ def test_a_path_the_system_refuses_is_a_one_line_error_naming_it(
     assert rc == 2 and len(lines) == 1 and "Traceback" not in err and "[Errno" not in err, err
     assert "aaaaaaaaaa" in lines[0] or "/proc/collsim-test.json: " in lines[0]
     assert ".tmp" not in lines[0]  # the temporary file of an atomic write is never named
+
+
+def test_the_heartbeat_names_what_it_simulates(capsys: pytest.CaptureFixture[str]) -> None:
+    """A simulation without a label of its own (a training step's) is "a collective", not an empty name."""
+    from collsim.cli import _heartbeat
+
+    _heartbeat("", 77824, 1e-3, 12.0)
+    _heartbeat("nccl allreduce 1MiB", 10, 1e-6, 3.0)
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["collsim: still simulating a collective: 77,824 flows, 1000 us simulated, 12 s",
+                   "collsim: still simulating nccl allreduce 1MiB: 10 flows, 1 us simulated, 3 s"]  # fmt: skip
+    rc, _, err2 = _run(capsys, "step", "ddp-resnet50-dgx1-v100", "--no-buckets", "--quiet", "--backend", "nccl")
+    assert rc == 0 and err2 == ""
