@@ -297,10 +297,11 @@ def _check_count(count: int, shown: str) -> None:
 def format_size(nbytes: float) -> str:
     """Format bytes with a binary prefix, e.g. ``format_size(1048576) == '1MiB'``.
 
-    >>> format_size(8), format_size(1536), format_size(8 * 1024**3)
-    ('8B', '1.5KiB', '8GiB')
+    >>> format_size(8), format_size(1536), format_size(8 * 1024**3), format_size(1024**5)
+    ('8B', '1.5KiB', '8GiB', '1PiB')
     """
-    for unit, factor in (("GiB", 1024.0**3), ("MiB", 1024.0**2), ("KiB", 1024.0)):
+    for unit, factor in (("PiB", 1024.0**5), ("TiB", 1024.0**4), ("GiB", 1024.0**3), ("MiB", 1024.0**2),
+                         ("KiB", 1024.0)):  # fmt: skip
         if abs(nbytes) >= factor:
             return f"{nbytes / factor:g}{unit}"
     return f"{nbytes:g}B"

@@ -22,6 +22,7 @@ from simpy.events import Event
 
 from collsim.algorithms.board import EventBoard
 from collsim.engine import Callback, SendThen
+from collsim.engine.budget import WorkLimitExceeded, current_budget
 
 __all__ = [
     "GlooParams",
@@ -226,6 +227,9 @@ class NcclRingMachine:
         loops = chunking.loops(nranks, data_bytes)
         self.sizes = [chunk / self.spc for chunk in loops]  # slice bytes of each loop
         self.total = len(loops) * self.nsteps * self.spc
+        limit, field = current_budget().limit(False)
+        if limit is not None and self.total > limit:  # every slice is a flow: stop before allocating its marks
+            raise WorkLimitExceeded(self.total, limit, field, 0.0)
         self.streamed = bytearray(self.total)
         self.arrived = bytearray(self.total)
         self.seq = 0  # index of the next slice to send

@@ -75,3 +75,14 @@ def test_gloo_ring_matches_its_step_structure(n: int) -> None:
     formula = 2 * (n - 1) / n * size / bw + 2 * alpha + notice
     assert t == pytest.approx(formula, rel=0.01)
     assert ideal_gloo_ring_time(n, size, bw=bw, alpha=alpha, notice=notice, symmetric=False) == pytest.approx(t)
+
+
+def test_a_ring_of_more_slices_than_the_flow_limit_stops_before_allocating() -> None:
+    """Every slice is a flow: a size whose slices alone pass engine.max_flows is refused when the ring is built, not
+    after allocating a mark for each (1 PiB on 8 ranks with every rank simulated ran out of 24 GB)."""
+    from collsim.api import Simulator
+    from collsim.scenario import ScenarioError
+
+    sim = Simulator.from_source("hgx-h100", ["backends.nccl.env.NCCL_ALGO=Ring", "engine.max_flows=1000"])
+    with pytest.raises(ScenarioError, match="passed the limit of 1000 flows after 0 us"):
+        sim.simulate_one("nccl", 1 << 40, symmetry=False)
