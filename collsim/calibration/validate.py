@@ -599,7 +599,7 @@ def workload_notes(m: Measurement, collective: str | Sequence[str], gpus_per_pro
 
     >>> m = Measurement("allgather", software={"gpus_per_process": 8})
     >>> [n[:50] for n in workload_notes(m, "allreduce", 1)]
-    ["the measurement is allgather, the scenario's worklo", 'the run drove 8 GPUs a process (nccl-tests -g 8), ']
+    ["the measurement is allgather, the scenario's workl", 'the run drove 8 GPUs a process (nccl-tests -g 8), ']
     """
     notes = []
     named = [collective] if isinstance(collective, str) else list(collective)
