@@ -1207,9 +1207,12 @@ class Simulator:
             raise ScenarioError(f"shard_group applies to hybrid_shard only (sharding is {f.sharding})",
                                 file=self.scenario.source_file, field="training.fsdp.shard_group")  # fmt: skip
         out = []
+        # a straggler launches each NCCL collective late after it is issued: the collectives priced without it
+        straggle = max((d for _, d in self._launch_delays()), default=0.0)
         for backend in backends or self.backends():
             with self._errors(f"backends.{backend}"):
-                hsdp = self._hsdp_groups(backend) if hybrid else None
+                src = self._without_stragglers() if backend == "nccl" and straggle > 0 else self
+                hsdp = src._hsdp_groups(backend) if hybrid else None
                 shard_world = len(hsdp.shard.topology.rank_devices()) if hsdp else None
                 if backend == "nccl":
                     if gpu.cores > 0:
@@ -1218,15 +1221,15 @@ class Simulator:
                     # FSDP2 reduces float32 and bfloat16 gradients with ReduceOp.AVG (NVLS cannot run it)
                     avg = reduces_with_average(model, cfg, world)
                     rs_ops, ar_ops = ({"reduce_scatter": "avg"}, {"allreduce": "avg"}) if avg else (None, None)
-                    nccl = self._nccl_step_costs(rs_ops) if hsdp is None else _hsdp_costs(
+                    nccl = src._nccl_step_costs(rs_ops) if hsdp is None else _hsdp_costs(
                         hsdp.shard._nccl_step_costs(rs_ops),
                         [g._nccl_step_costs(ar_ops) for g in hsdp.replicas])  # fmt: skip
                     if post is not None:
-                        nccl = _with_post_forward(nccl, self._post_forward_group(backend, post, shard_world)
+                        nccl = _with_post_forward(nccl, src._post_forward_group(backend, post, shard_world)
                                                   ._nccl_step_costs())  # fmt: skip
                     crosses = hsdp is not None and hsdp.shard.topology.nodes > 1
                     result = simulate_fsdp_step(model, cfg, gpu, consts, world, nccl, shard_world=shard_world,
-                                                shard_crosses_network=crosses)  # fmt: skip
+                                                shard_crosses_network=crosses, straggle_s=straggle)  # fmt: skip
                     notes = (*result.notes, *self._harness_notes(), *_hsdp_notes(hsdp))
                     out.append(dataclasses.replace(result, notes=notes))
                 elif backend == "gloo":

@@ -360,6 +360,7 @@ def simulate_fsdp_step(
     gloo: GlooCollective | None = None,
     shard_world: int | None = None,
     shard_crosses_network: bool = False,
+    straggle_s: float = 0.0,
 ) -> StepResult:
     """Simulate one FSDP iteration with NCCL or with Gloo (exactly one of ``nccl``, ``gloo``).
 
@@ -446,7 +447,7 @@ def simulate_fsdp_step(
         check_checkpoint_blocks(model, units, cfg.checkpoint_blocks)
     compute_s = _run_compute_only(gpu, base)
     return _Fsdp(model, cfg, gpu, consts, world, nccl, gloo, units, shard, shard_crosses_network,
-                 base.regions).run(compute_s)  # fmt: skip
+                 base.regions, straggle_s).run(compute_s)  # fmt: skip
 
 
 def fsdp_dtypes(model: ModelSpec, cfg: FsdpConfig) -> tuple[str, str, str]:
@@ -496,8 +497,10 @@ class _Fsdp:
         shard_world: int,
         shard_crosses_network: bool = False,
         regions: dict[int, tuple[int, ...]] | None = None,
+        straggle_s: float = 0.0,
     ) -> None:
         self.model, self.cfg, self.consts, self.world, self.units = model, cfg, consts, world, units
+        self.straggle_s = straggle_s  # NCCL: the slowest rank launches each collective this late after its issue
         self.regions = regions or {}  # activation checkpointing: a block's last layer -> its layers, recomputed
         self.shard_world = shard_world  # ranks a unit is sharded over (a shard group with HSDP, else every rank)
         self.shard_crosses = shard_crosses_network  # HSDP: shard groups across nodes share the NICs
@@ -564,6 +567,7 @@ class _Fsdp:
         """One collective of unit ``u``: ``allgather``, ``reduce_scatter`` (both within the shard group),
         ``allreduce`` (NO_SHARD: of every rank) or ``allreduce_replicas`` (HSDP: the sharded gradient, 1/shard_world
         of the unit, across the replica groups)."""
+        issued = self.env.now  # the host issues it now; a straggler's host that much later
         replicas = kind == "allreduce_replicas"
         gathers = kind in ("allgather", "allgather_post")
         nbytes = u.nbytes if gathers else u.nbytes * self.rs_scale  # the reduction's in reduce_dtype
@@ -581,7 +585,7 @@ class _Fsdp:
             # are the same NICs where the shard groups span nodes
             seconds = yield from self._on_backend(f"{_KIND_LABELS[kind]} unit {u.index}", lane, kind,
                                                   int(nbytes) if group > 1 else 0, hbm, u.index,
-                                                  not replicas or self.shard_crosses)  # fmt: skip
+                                                  not replicas or self.shard_crosses, issued)  # fmt: skip
             timing = self.rs.get(u.index)
             if replicas and timing is not None:  # the reduction ends with the all-reduce across the groups
                 timing[2], timing[3] = self.env.now, timing[3] + seconds
@@ -591,12 +595,16 @@ class _Fsdp:
         return op
 
     def _on_backend(self, label: str, lane: str, kind: str, size: int, hbm: float, bucket: int | None,
-                    shares_network: bool) -> Generator[simpy.Event, Any, float]:  # fmt: skip
+                    shares_network: bool, issued: float = -math.inf) -> Generator[simpy.Event, Any, float]:  # fmt: skip
         """One collective of ``size`` bytes (0: none, a bar of no length) on ``lane``, as the backend's simulation
         prices it: NCCL's kernel holding its channels' SMs and ``hbm`` bytes, or Gloo's call on a worker thread
-        (ProcessGroupGloo's reduce_scatter_tensor all-reduces the whole cloned input). Returns its seconds."""
+        (ProcessGroupGloo's reduce_scatter_tensor all-reduces the whole cloned input). Returns its seconds. A
+        straggler (``straggle_s``) launches NCCL's kernel that late after the host issued it (``issued``): the
+        others' kernels wait inside until then, once, not after each collective before."""
         if self.nccl is not None:
             seconds, channels = self.nccl(kind, size) if size else (0.0, 0)
+            if size and self.straggle_s > 0:
+                seconds += max(0.0, issued + self.straggle_s - self.env.now)
             self.durations.append(seconds)
             yield from self.g.nccl(label, seconds, channels, hbm, bucket, lane, shares_network)
             return seconds
@@ -848,10 +856,11 @@ class _Fsdp:
 
     def _norm_allreduce(self) -> Callable[[], Proc]:
         """The all-reduce of the gradient norm (one float32) within the shard group, on the reduce-scatters' lane."""
+        issued = self.env.now
 
         def op() -> Proc:
             yield from self._on_backend("allreduce gradient norm", self.rs_lane, "allreduce", DTYPE_BYTES["float32"],
-                                        0.0, None, True)  # fmt: skip
+                                        0.0, None, True, issued)  # fmt: skip
 
         return op
 
