@@ -387,7 +387,8 @@ def validate(
     nranks = len(sim.topology.rank_devices())
     factor = busbw_factor(m.collective, nranks)
     empty = m.empty_sizes(nranks)
-    rows = [r for r in m.rows if (sizes is None or r.size_bytes in set(sizes)) and r.size_bytes not in empty]
+    wanted = None if sizes is None else set(sizes)
+    rows = [r for r in m.rows if (wanted is None or r.size_bytes in wanted) and r.size_bytes not in empty]
     out: list[ValidationRow] = []
     ran_logged, refused = 0, set[str]()
     offered: set[tuple[str, str]] = set()
@@ -419,25 +420,7 @@ def validate(
             )
         )
     prof = sim.profile.file if sim.profile is not None else None
-    gpus = {str(g.spec.get("preset")) for g in sim.topology.gpus()}
-    workload = sim.scenario.workload
-    notes = [harness_note(m, backend, workload.host_overhead), timing_note(m), dtype_note(m, workload.dtype),
-             gpu_note(m, sim.scenario.preset_library(), gpus),
-             *call_notes(m, out, workload.dtype, workload.host_overhead),
-             *workload_notes(m, workload.collective, workload.gpus_per_process)]  # fmt: skip
-    if empty:
-        notes.append(f"left out {len(empty)} size{'s' if len(empty) > 1 else ''} of no elements on {nranks} ranks "
-                     f"({', '.join(format_size(s) for s in empty[:4])}{' ...' if len(empty) > 4 else ''}): NCCL "
-                     "returns at once")  # fmt: skip
-    if backend == "nccl":
-        notes.append(version_note(m, sim.nccl_options.version))
-        from collsim.backends.nccl.ib_hca import ib_hca_selection  # the backend only where a note needs it
-
-        env = sim.scenario.backends.nccl.env if sim.scenario.backends.nccl is not None else {}
-        # the simulator's topology keeps only the NICs the scenario's own NCCL_IB_HCA lists: compare text then
-        hcas = None if "NCCL_IB_HCA" in env else (lambda v: ib_hca_selection(sim.topology, v)[0])
-        notes.append(env_note(m, env, sim.nccl_plugin_env, hcas))
-        notes += sim.nccl_release_notes(m.collective)
+    notes = _scenario_notes(sim, m, backend, out, empty)
     if logged:
         notes.append(f"{ran_logged} of {len(out)} sizes simulated with the (algorithm, protocol) {logged_by} says it "
                      "ran; the others with collsim's pick")  # fmt: skip
@@ -453,6 +436,34 @@ def validate(
         profile=prof,
         notes=[n for n in notes if n],
     )
+
+
+def _scenario_notes(
+    sim: Simulator, m: Measurement, backend: str, out: Sequence[ValidationRow], empty: Sequence[int]
+) -> list[str | None]:
+    """What the measurement records that the scenario does not say alike (harness, timing, type, GPU, recorded
+    calls, collective and ``-g``; NCCL's release, variables and the release's own notes), and the sizes of no
+    elements left out; None where a note has nothing to say."""
+    gpus = {str(g.spec.get("preset")) for g in sim.topology.gpus()}
+    workload = sim.scenario.workload
+    notes = [harness_note(m, backend, workload.host_overhead), timing_note(m), dtype_note(m, workload.dtype),
+             gpu_note(m, sim.scenario.preset_library(), gpus),
+             *call_notes(m, out, workload.dtype, workload.host_overhead),
+             *workload_notes(m, workload.collective, workload.gpus_per_process)]  # fmt: skip
+    if empty:
+        notes.append(f"left out {len(empty)} size{'s' if len(empty) > 1 else ''} of no elements on "
+                     f"{len(sim.topology.rank_devices())} ranks ({', '.join(format_size(s) for s in empty[:4])}"
+                     f"{' ...' if len(empty) > 4 else ''}): NCCL returns at once")  # fmt: skip
+    if backend == "nccl":
+        notes.append(version_note(m, sim.nccl_options.version))
+        from collsim.backends.nccl.ib_hca import ib_hca_selection  # the backend only where a note needs it
+
+        env = sim.scenario.backends.nccl.env if sim.scenario.backends.nccl is not None else {}
+        # the simulator's topology keeps only the NICs the scenario's own NCCL_IB_HCA lists: compare text then
+        hcas = None if "NCCL_IB_HCA" in env else (lambda v: ib_hca_selection(sim.topology, v)[0])
+        notes.append(env_note(m, env, sim.nccl_plugin_env, hcas))
+        notes += sim.nccl_release_notes(m.collective)
+    return notes
 
 
 _VERSION = re.compile(r"(?<![\d.])(\d+)\.(\d+)\.(\d+)")
