@@ -997,7 +997,8 @@ class Simulator:
 
     @cached_property
     def training_model(self) -> ModelSpec:
-        """The model of the ``training`` section (a built-in name or a model file), in its ``param_dtype``."""
+        """The model of the ``training`` section (a built-in name or a model file), in ``training.param_dtype``
+        where set, else in the dtypes its file gives."""
         tr = self._training()
         with self._errors("training.model"):
             model = load_model(tr.model_path(self.scenario.base_dir))
@@ -1166,6 +1167,15 @@ class Simulator:
             raise ScenarioError(f"pattern {f.wrap!r} matches no layer of model {self.training_model.name!r} (its "
                                 f"blocks: e.g. {next((b for b in layer_blocks(names) if b), names[0])!r})",
                                 file=self.scenario.source_file, field="training.fsdp.wrap")  # fmt: skip
+        model = self.training_model
+        for unit in fsdp_units(model, 1, f.wrap):  # torch flattens (FSDP1) or groups (FSDP2) a unit's parameters
+            dtypes = sorted({model.params[p].dtype for p in unit.params})
+            if len(dtypes) > 1:  # FSDP1 _flat_param.py "Must flatten tensors with uniform dtype"; FSDP2
+                # _fsdp_param_group.py _init_mp_dtypes "FSDP expects uniform original parameter dtype"
+                raise ScenarioError(f"FSDP unit {unit.name or '(root)'!r} of model {model.name!r} mixes parameter "
+                                    f"dtypes {', '.join(dtypes)}, which torch's FSDP refuses (it needs one dtype a "
+                                    "unit); expected training.param_dtype to cast the model to one",
+                                    file=self.scenario.source_file, field="training.param_dtype")  # fmt: skip
         checkpointing, blocks = self._checkpointing()
         if checkpointing:  # each checkpointed block within one wrapped module (the units' layers at any world)
             try:

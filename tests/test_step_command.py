@@ -210,3 +210,41 @@ def test_bucket_size_matters_by_up_to_2x_with_gloo_as_the_ddp_paper_observed() -
         (gloo,) = Simulator.from_source(SCENARIO, [f"training.bucket_cap_mb={cap}"]).step(["gloo"])
         it[cap] = gloo.iteration_s
     assert 1.5 < it[100] / it[1] < 2.5
+
+
+def _mixed_model_scenario(tmp_path: Path, extra: str = "") -> Path:
+    """One HGX H100 training a three-linear model whose file says bfloat16, with fc1.weight in float16."""
+    (tmp_path / "m.model.yaml").write_text(
+        "name: mixed\nsource: test\ndtype: bfloat16\nparams:\n"
+        "- {name: fc0.weight, numel: 1048576}\n- {name: fc1.weight, numel: 4194304, dtype: float16}\n"
+        "- {name: fc2.weight, numel: 4194304}\n"
+        "layers:\n- {name: fc0, params: [fc0.weight], fwd_flops: 1.0e+9}\n"
+        "- {name: fc1, params: [fc1.weight], fwd_flops: 1.0e+9}\n"
+        "- {name: fc2, params: [fc2.weight], fwd_flops: 1.0e+9}\n",
+        encoding="utf-8",
+    )
+    path = tmp_path / "s.yaml"
+    text = f"name: s\ncluster: {{node: hgx-h100}}\ntraining:\n  model: m.model.yaml\n{extra}"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_a_model_files_dtypes_stand_unless_param_dtype_casts_them(tmp_path: Path) -> None:
+    # training.param_dtype unset: the file's bfloat16 and fc1's float16, DDP's Reducer never mixing dtypes in a bucket
+    (own,) = Simulator.from_source(_mixed_model_scenario(tmp_path)).step(["nccl"])
+    # (reverse order: fc2 fills the 1 MiB first bucket, fc1 opens float16's, fc0 a second bfloat16 one)
+    assert [b.nbytes for b in own.buckets] == [4194304 * 2, 4194304 * 2, 1048576 * 2]
+    # set: every tensor cast (model.float()), one dtype, 4 bytes each
+    (cast,) = Simulator.from_source(_mixed_model_scenario(tmp_path, "  param_dtype: float32\n")).step(["nccl"])
+    assert sum(b.nbytes for b in cast.buckets) == (1048576 + 2 * 4194304) * 4
+
+
+def test_fsdp_refuses_a_unit_of_mixed_dtypes_naming_the_field(tmp_path: Path) -> None:
+    # torch's FSDP1 flattens a unit (uniform dtype required) and FSDP2 asserts one original dtype a group
+    sim = Simulator.from_source(_mixed_model_scenario(tmp_path, "  style: fsdp\n"))
+    with pytest.raises(ScenarioError, match=r"training\.param_dtype.*mixes parameter dtypes bfloat16, float16"):
+        sim.step(["nccl"])
+    (ok,) = Simulator.from_source(_mixed_model_scenario(tmp_path, "  style: fsdp\n  param_dtype: bfloat16\n")).step(
+        ["nccl"]
+    )
+    assert ok.comm_s > 0

@@ -833,13 +833,13 @@ class FsdpTrainingConfig(BaseModel):
         None,
         description="Mixed precision's param_dtype (MixedPrecision, FSDP2's MixedPrecisionPolicy): each shard is cast "
         "to it before its all-gather, which moves it, and the gradients come in it; the parameters and the optimizer "
-        "keep training.param_dtype. Default: no casting.",
+        "keep the model's dtype (training.param_dtype where set). Default: no casting.",
     )
     reduce_dtype: Literal["float32", "bfloat16", "float16"] | None = Field(
         None,
         description="Mixed precision's reduce_dtype: the gradients are cast to it before their reduce-scatter (or "
-        "all-reduce), which moves it, and the reduced shard back to training.param_dtype. Default: param_dtype where "
-        "given, else training.param_dtype.",
+        "all-reduce), which moves it, and the reduced shard back to the model's dtype. Default: param_dtype where "
+        "given, else the model's dtype.",
     )
     reshard_after_forward: StrictInt | None = Field(
         None,
@@ -903,9 +903,11 @@ class TrainingConfig(BaseModel):
         "float32",
         description="The dtype of the matmuls and convolutions, the GPU preset's peak_tflops key (AMP: bfloat16).",
     )
-    param_dtype: Literal["float32", "bfloat16", "float16"] = Field(
-        "float32", description="Parameters and gradients (AMP keeps them float32); with FSDP the parameters the "
-        "optimizer updates (fsdp.param_dtype and fsdp.reduce_dtype give FSDP's mixed precision)."
+    param_dtype: Literal["float32", "bfloat16", "float16"] | None = Field(
+        None, description="Parameters and gradients (AMP keeps them float32), every tensor cast to it (model.half()); "
+        "with FSDP the parameters the optimizer updates (fsdp.param_dtype and fsdp.reduce_dtype give FSDP's mixed "
+        "precision). Unset: the model's own dtypes, its file's dtype and each parameter's (float32 for the built-in "
+        "models)."
     )
     bucket_cap_mb: float | None = Field(
         None,

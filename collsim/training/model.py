@@ -328,27 +328,36 @@ class ModelSpec:
         """Forward FLOPs per sample, summed over the layers."""
         return sum(layer.fwd_flops for layer in self.layers)
 
-    def with_dtype(self, dtype: str, act_dtype: str | None = None) -> ModelSpec:
+    def with_dtype(self, dtype: str | None, act_dtype: str | None = None) -> ModelSpec:
         """The same model with every parameter in ``dtype`` (e.g. ``model.half()``).
 
         Parameters
         ----------
-        dtype : str
-            New parameter (and gradient) dtype.
+        dtype : str or None
+            New parameter (and gradient) dtype; None keeps each parameter's own.
         act_dtype : str, optional
-            New activation dtype, ``act_bytes`` rescaled to it; default ``dtype``. Autocast with fp32 master
-            weights: ``with_dtype("float32", act_dtype="bfloat16")``. Measured times are kept as they are.
+            New activation dtype, ``act_bytes`` rescaled to it; default ``dtype`` (None: the model's). Autocast with
+            fp32 master weights: ``with_dtype("float32", act_dtype="bfloat16")``. Measured times are kept as they
+            are.
 
         Returns
         -------
         ModelSpec
+
+        Examples
+        --------
+        >>> layer = Layer("fc", (0, 1), fwd_flops=2e4, bwd_flops=4e4, act_bytes=0.0)
+        >>> m = ModelSpec("m", (Param("w", 1000, "bfloat16"), Param("b", 10)), (layer,), "example")
+        >>> m.with_dtype(None).param_bytes, m.with_dtype("float32").param_bytes
+        (2040, 4040)
         """
-        act = dtype if act_dtype is None else act_dtype
+        act = (self.act_dtype if dtype is None else dtype) if act_dtype is None else act_dtype
         for key, value in (("dtype", dtype), ("act_dtype", act)):
-            if value not in DTYPE_BYTES:
+            if value is not None and value not in DTYPE_BYTES:
                 raise ModelError(f"unknown dtype {value!r}; expected one of {sorted(DTYPE_BYTES)}", None, key)
         scale = DTYPE_BYTES[act] / DTYPE_BYTES[self.act_dtype]
-        return replace(self, params=tuple(replace(p, dtype=dtype) for p in self.params), act_dtype=act,
+        params = self.params if dtype is None else tuple(replace(p, dtype=dtype) for p in self.params)
+        return replace(self, params=params, act_dtype=act,
                        layers=tuple(replace(layer, act_bytes=layer.act_bytes * scale) for layer in self.layers))
 
 
