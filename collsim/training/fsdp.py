@@ -112,7 +112,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import simpy
@@ -421,6 +421,11 @@ def simulate_fsdp_step(
         raise ValueError("reduce_scatter_max_input_buffers must be at least 1")
     if cfg.modules_to_forward_prefetch < 0 or (cfg.modules_to_backward_prefetch or 0) < 0:
         raise ValueError("modules_to_forward_prefetch and modules_to_backward_prefetch must be at least 0")
+    # torch's FSDP1 on one rank (fsdp/_init_utils.py, torch 2.13 line 430): "FSDP is switching to use `NO_SHARD`
+    # instead of ... since the world size is 1"; FSDP2 keeps its strategy and skips its collectives there
+    alone = cfg.version == 1 and world == 1 and cfg.sharding != "no_shard"
+    if alone:
+        cfg = replace(cfg, sharding="no_shard")
     post = cfg.reshard_after_forward
     if post is not None:
         shard_ranks = world if shard_world is None or cfg.sharding != "hybrid_shard" else shard_world
@@ -446,8 +451,11 @@ def simulate_fsdp_step(
     if cfg.activation_checkpointing:
         check_checkpoint_blocks(model, units, cfg.checkpoint_blocks)
     compute_s = _run_compute_only(gpu, base)
-    return _Fsdp(model, cfg, gpu, consts, world, nccl, gloo, units, shard, shard_crosses_network,
-                 base.regions, straggle_s).run(compute_s)  # fmt: skip
+    result = _Fsdp(model, cfg, gpu, consts, world, nccl, gloo, units, shard, shard_crosses_network,
+                   base.regions, straggle_s).run(compute_s)  # fmt: skip
+    if alone:
+        result = replace(result, notes=(*result.notes, "one rank: FSDP1 switches to no_shard, as torch does"))
+    return result
 
 
 def fsdp_dtypes(model: ModelSpec, cfg: FsdpConfig) -> tuple[str, str, str]:
@@ -583,8 +591,13 @@ class _Fsdp:
             start = self.env.now
             # all-gathers and reduce-scatters ride the same links; HSDP's all-reduce those across the groups, which
             # are the same NICs where the shard groups span nodes
+            # torch all-reduces on any group (FSDP1's _reduce_grad_no_shard, FSDP2's HSDP all-reduce): with Gloo
+            # on CUDA tensors one rank still copies to the host and back; NCCL's in-place one-rank call moves
+            # nothing, and FSDP2 skips its all-gathers and reduce-scatters on one rank (_fsdp_param_group.py,
+            # _fsdp_collectives.py: "if world_size > 1")
+            called = group > 1 or (self.nccl is None and kind.startswith("allreduce"))
             seconds = yield from self._on_backend(f"{_KIND_LABELS[kind]} unit {u.index}", lane, kind,
-                                                  int(nbytes) if group > 1 else 0, hbm, u.index,
+                                                  int(nbytes) if called else 0, hbm, u.index,
                                                   not replicas or self.shard_crosses, issued)  # fmt: skip
             timing = self.rs.get(u.index)
             if replicas and timing is not None:  # the reduction ends with the all-reduce across the groups

@@ -170,3 +170,18 @@ def test_the_api_simulates_both_backends_and_gloo_is_slower() -> None:
     assert gloo.iteration_s > nccl.iteration_s
     assert gloo.iteration_s >= gloo.comm_s  # nothing of Gloo's hides: one call at a time, the thread waiting
     assert any("blocks the thread" in n for n in gloo.notes)
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_one_rank_calls_what_torch_calls(version: int) -> None:
+    # torch 2.13: FSDP1 on one rank switches to NO_SHARD and all-reduces each unit's gradient (Gloo on CUDA tensors
+    # copies it to the host and back: the call is priced); FSDP2 skips its all-gathers and reduce-scatters there
+    calls: list[tuple[str, int]] = []
+    cfg = FsdpConfig(batch_size=1, optimizer="none", version=version)
+    r = simulate_fsdp_step(_model(), cfg, GPU, BARE, 1, gloo=_gloo(1e-3, 2e-3, calls))
+    if version == 1:
+        # units h.0 and h.1 (4 MiB each) and the root (embed and head), in backward order
+        assert calls == [("allreduce", 4 * MB4), ("allreduce", 4 * MB4), ("allreduce", 8 * MB4)]
+        assert r.comm_s == pytest.approx(3 * 2e-3) and "switches to no_shard" in r.notes[-1]
+    else:
+        assert calls == [] and r.comm_s == 0.0
