@@ -164,10 +164,10 @@ def _simulation_commands(sub: _Sub) -> None:
     )
     _common(step)
     step.add_argument("--backend", choices=[*BACKENDS, "all"], default="all", help="backend(s) (default: all enabled)")
-    step.add_argument("--sweep", metavar="FIELD=V1,V2,...",
+    step.add_argument("--sweep", metavar="FIELD=V1,V2,...", action="append", default=[],
                       help="one step per value, e.g. bucket_cap_mb=1,5,25,100 (a training field) or "
                       "cluster.nodes=1,2,4 (any scenario field; lists in YAML: "
-                      "cluster.visible_gpus=[0],[0,1])")  # fmt: skip
+                      "cluster.visible_gpus=[0],[0,1]); repeated: every combination")  # fmt: skip
     step.add_argument("--no-buckets", action="store_true", help="leave out the bucket tables")
     step.add_argument("--quiet", action="store_true", help="no progress on stderr")
     topo = sub.add_parser("topo", help="GPU x GPU and GPU x NIC path matrix like nvidia-smi topo -m")
@@ -814,13 +814,18 @@ def _top_level_split(values: str) -> list[str]:
 
 def _cmd_step(args: argparse.Namespace) -> int:
     points: list[tuple[str, list[str]]] = [("", list(args.overrides))]
-    if args.sweep:
-        key, sep, values = args.sweep.partition("=")
+    paths: set[str] = set()
+    for sweep in args.sweep:  # each --sweep an axis, the steps every combination of their values
+        key, sep, values = sweep.partition("=")
         items = [v.strip() for v in _top_level_split(values) if v.strip()]
         if not sep or not key.strip() or not items:
-            raise ScenarioError(f"expected FIELD=V1,V2,..., got {args.sweep!r}", file="--sweep")
+            raise ScenarioError(f"expected FIELD=V1,V2,..., got {sweep!r}", file="--sweep")
         path = key.strip() if "." in key else f"training.{key.strip()}"
-        points = [(f"{path.split('.')[-1]}={v}", [*args.overrides, f"{path}={v}"]) for v in items]
+        if path in paths:
+            raise ScenarioError(f"{path} is swept twice; give its values in one --sweep", file="--sweep")
+        paths.add(path)
+        points = [(f"{label} {path.split('.')[-1]}={v}".strip(), [*over, f"{path}={v}"])
+                  for label, over in points for v in items]  # fmt: skip
     rows: list[StepRow] = []
     sim = None
     for label, overrides in points:

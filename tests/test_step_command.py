@@ -92,6 +92,22 @@ def test_sweep_bucket_cap_gives_one_row_per_value_and_backend(capsys: pytest.Cap
     assert int(rows[0]["buckets"]) > int(rows[2]["buckets"])
 
 
+def test_two_sweeps_give_every_combination(capsys: pytest.CaptureFixture[str]) -> None:
+    # a second --sweep used to replace the first (argparse's last value), with exit status 0
+    rc, out, _ = _run(capsys, "step", str(SCENARIO), *ONE_NODE, "--sweep", "bucket_cap_mb=1,100", "--sweep",
+                      "cluster.nodes=1,2", "--format", "csv", "--backend", "nccl")  # fmt: skip
+    assert rc == 0
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert [(r["label"], r["world"]) for r in rows] == [
+        ("bucket_cap_mb=1 nodes=1", "8"), ("bucket_cap_mb=1 nodes=2", "16"),
+        ("bucket_cap_mb=100 nodes=1", "8"), ("bucket_cap_mb=100 nodes=2", "16"),
+    ]  # fmt: skip
+    assert rows[0]["buckets"] == rows[1]["buckets"] != rows[2]["buckets"] == rows[3]["buckets"]
+    twice = ["--sweep", "bucket_cap_mb=1", "--sweep", "training.bucket_cap_mb=2"]
+    rc, _, err = _run(capsys, "step", str(SCENARIO), *twice)
+    assert rc == 2 and "swept twice" in err
+
+
 def test_a_sweep_lists_yaml_lists_whole(capsys: pytest.CaptureFixture[str]) -> None:
     rc, out, _ = _run(capsys, "step", str(SCENARIO), "--sweep", "cluster.visible_gpus=[0],[0, 1]", "--format", "csv",
                       "--backend", "nccl")  # fmt: skip

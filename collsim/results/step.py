@@ -73,13 +73,14 @@ def format_step(
     fsdp = style == "fsdp"
     what = "FSDP" if fsdp else "DDP"
     out = [f"# collsim step: {name}, model {model}, one {what} iteration per backend (times in ms)"]
-    out.append(f"# {'config':>14} {'backend':>7} {'ranks':>6} {'iteration':>12} {'compute':>12} {'comm':>12} "
-               f"{'exposed':>12} {'overlap':>8} {'scaling':>9} {'buckets':>8}")  # fmt: skip
+    width = max([16, *(len(row.label) for row in rows)])  # the config column fits the longest label
+    out.append(f"# {'config':>{width - 2}} {'backend':>7} {'ranks':>6} {'iteration':>12} {'compute':>12} "
+               f"{'comm':>12} {'exposed':>12} {'overlap':>8} {'scaling':>9} {'buckets':>8}")  # fmt: skip
     out.append("#")
     for row in rows:
         r = row.result
         out.append(
-            f"{row.label:>16} {r.backend:>7} {r.world:>6} {r.iteration_s * _MS:12.3f} {r.compute_s * _MS:12.3f} "
+            f"{row.label:>{width}} {r.backend:>7} {r.world:>6} {r.iteration_s * _MS:12.3f} {r.compute_s * _MS:12.3f} "
             f"{r.comm_s * _MS:12.3f} {r.exposed_s * _MS:12.3f} {r.overlap:8.1%} {r.scaling_efficiency:9.1%} "
             f"{len(r.buckets):8d}"
         )
