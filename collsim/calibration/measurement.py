@@ -699,7 +699,8 @@ def measurement_from_nccl_tests(
         raise MeasurementError(f"no valid rows: all {len(log.rows)} data rows have a time of 0 us or no elements",
                                file=file)  # fmt: skip
     (dtype, redop, root), kept = _first_series(timed, file, series)
-    software: dict[str, Any] = {"benchmark": "NVIDIA/nccl-tests"}  # as the published cases name it
+    bench = log.device is not None  # collsim bench's text: torch.distributed, the backend and device it names
+    software: dict[str, Any] = {"benchmark": "collsim bench" if bench else "NVIDIA/nccl-tests"}  # as the cases say
     if log.nccl_version:
         software["nccl_version"] = log.nccl_version
     if redop is not None and redop != "none":
@@ -722,7 +723,8 @@ def measurement_from_nccl_tests(
         collective=coll,
         nranks=log.nranks or nranks,
         rows=_cycle_means(kept),
-        backend="nccl",
+        backend=log.backend,
+        device=log.device,
         dtype=dtype or "float32",
         hardware=hardware,
         software=software,

@@ -202,6 +202,9 @@ class NcclTestsLog:
     gpus_per_thread : int or None
         GPUs each nccl-tests thread drives (``-g N``: the header's ``nGpus N``, a JSON report's ``config.ngpus``);
         None when not printed.
+    backend, device : str, str or None
+        Who ran the collectives: ``"nccl"`` and None for nccl-tests; the backend and tensor device ``collsim bench``
+        names in its text's first line (``torch.distributed gloo, cpu tensors``).
     """
 
     collective: str | None
@@ -214,6 +217,8 @@ class NcclTestsLog:
     hosts: tuple[str, ...] = ()
     gpus: tuple[str, ...] = ()
     gpus_per_thread: int | None = None
+    backend: str = "nccl"
+    device: str | None = None
 
 
 # nccl-tests type names (``float``, ``half`` ...) to collsim dtype names (``float32``, ``float16`` ...).
@@ -247,6 +252,8 @@ _RANK_LINE = re.compile(r"^#\s*Rank\s+(\d+)\s+(?:Group|Pid)\b")
 _RANK_GPU = re.compile(r"\bdevice\s+\d+\s+\[[^\]]*\]\s+(.+?)\s*$")
 #: The host of a ``#  Rank`` line (``Pid 4242 on node1 device  0``: src/common.cu prints ``on %10s device``).
 _RANK_HOST = re.compile(r"\bPid\s+\d+\s+on\s+(\S+)\s+device\b")
+#: The first line of ``collsim bench --text`` (collsim/bench/report.py ``format_text``): the backend and the device.
+_COLLSIM_BENCH = re.compile(r"^#\s*collsim bench, like nccl-tests' \S+: torch\.distributed (\w+), (\w+) tensors\b")
 #: The line nccl-tests prints once at the start of a run (src/common.cu ``Collective test starting``).
 _RUN_START = re.compile(r"^#?\s*Collective test starting\b", re.IGNORECASE)
 #: nccl-tests' ``-S 1`` timestamp after a row (TIME_STRING_FORMAT "%Y-%m-%d %H:%M:%S", src/util.cu).
@@ -529,6 +536,8 @@ def parse_nccl_tests(text: str, *, source: str = "<text>", collective: str | Non
         hosts=header.hosts,
         gpus=tuple(header.gpus),
         gpus_per_thread=header.gpus_per_thread,
+        backend=header.backend,
+        device=header.device,
     )
 
 
@@ -550,8 +559,8 @@ def _shown(field_index: int, value: Any) -> str:
 
 def _one_run(runs: list[tuple[int, _Header]], source: str) -> _Header:
     """The header of several runs in one text when they agree (a collective, rank count, each rank's host, GPUs a
-    thread drove, timing and release any of them leaves unsaid agree with the others'); their rows are then read
-    as one run's, a size printed by several becoming the mean (a :class:`ParseWarning` says so).
+    thread drove, timing, backend, device and release any of them leaves unsaid agree with the others'); their
+    rows are then read as one run's, a size printed by several becoming the mean (a :class:`ParseWarning` says so).
 
     Raises
     ------
@@ -560,7 +569,8 @@ def _one_run(runs: list[tuple[int, _Header]], source: str) -> _Header:
     """
     first_line, first = runs[0]
     lines = ", ".join(str(n) for n, _ in runs)
-    fields = ("collective", "ranks", "hosts", "GPUs a thread drove (-g)", "timing", "NCCL release")
+    fields = ("collective", "ranks", "hosts", "GPUs a thread drove (-g)", "timing", "backend", "device",
+              "NCCL release")  # fmt: skip
     known: dict[int, Any] = {}
     for line, h in runs:
         for i, value in enumerate((*h.shape(), h.version)):
@@ -600,9 +610,14 @@ class _Header:
     gpus: list[str] = field(default_factory=list)
     gpus_per_thread: int | None = None
     timing: str = "gpu"
+    backend: str = "nccl"
+    device: str | None = None
 
     def take(self, line: str, number: int) -> None:
         """Gather what ``line`` (line ``number``, launcher prefixes removed) says."""
+        bench = _COLLSIM_BENCH.match(line)
+        if bench:
+            self.backend, self.device = bench.group(1), bench.group(2)
         found = _binary_collective(line, self.source, number)
         if found is not None and self.collective is None:
             self.collective = found
@@ -635,7 +650,7 @@ class _Header:
     def shape(self) -> tuple[Any, ...]:
         """What tells two runs apart: collective, ranks, each rank's host, GPUs a thread drove, timing."""
         return (self.collective, self.nranks or len(self.ranks) or None, tuple(sorted(self.rank_hosts.items())),
-                self.gpus_per_thread, self.timing)  # fmt: skip
+                self.gpus_per_thread, self.timing, self.backend, self.device)  # fmt: skip
 
 
 def nccl_version(line: str) -> str | None:

@@ -441,12 +441,15 @@ def validate(
 def _scenario_notes(
     sim: Simulator, m: Measurement, backend: str, out: Sequence[ValidationRow], empty: Sequence[int]
 ) -> list[str | None]:
-    """What the measurement records that the scenario does not say alike (harness, timing, type, GPU, recorded
-    calls, collective and ``-g``; NCCL's release, variables and the release's own notes), and the sizes of no
-    elements left out; None where a note has nothing to say."""
+    """What the measurement records that the scenario does not say alike (harness, timing, type, tensors' device,
+    GPU, recorded calls, collective and ``-g``; NCCL's release, variables and the release's own notes), and the
+    sizes of no elements left out; None where a note has nothing to say."""
     gpus = {str(g.spec.get("preset")) for g in sim.topology.gpus()}
     workload = sim.scenario.workload
+    gloo = sim.scenario.backends.gloo
+    device = (gloo.device if gloo is not None else None) if backend == "gloo" else "cuda"
     notes = [harness_note(m, backend, workload.host_overhead), timing_note(m), dtype_note(m, workload.dtype),
+             device_note(m, backend, device),
              gpu_note(m, sim.scenario.preset_library(), gpus),
              *call_notes(m, out, workload.dtype, workload.host_overhead),
              *workload_notes(m, workload.collective, workload.gpus_per_process)]  # fmt: skip
@@ -636,6 +639,20 @@ def dtype_note(m: Measurement, dtype: str) -> str | None:
     if not str(m.software.get("benchmark", "")).lower().startswith("nvidia/nccl-tests") or m.dtype == dtype:
         return None
     return f"the run's type is {m.dtype}, the scenario's workload.dtype {dtype}"
+
+
+def device_note(m: Measurement, backend: str, device: str | None) -> str | None:
+    """A note when the measurement's tensors were on another device than the ones the scenario's backend moves
+    (``backends.gloo.device``; NCCL's are always CUDA tensors): Gloo on CUDA tensors adds the copies through host
+    memory. None when they agree or the file does not say.
+
+    >>> device_note(Measurement("allreduce", backend="gloo", device="cpu"), "gloo", "cuda")
+    "the run's tensors were on cpu, the scenario's backends.gloo.device is cuda"
+    """
+    if m.device is None or device is None or m.device == device:
+        return None
+    field = "backends.gloo.device" if backend == "gloo" else f"{backend} backend's tensors"
+    return f"the run's tensors were on {m.device}, the scenario's {field} is {device}"
 
 
 def timing_note(m: Measurement) -> str | None:

@@ -17,7 +17,12 @@ from collsim.bench.metadata import cpu_model_from_cpuinfo, relevant_env
 from collsim.bench.probe import copy_rows, run_probe, summarise_copies
 from collsim.bench.report import RankInfo
 from collsim.bench.worker import rank_env
-from collsim.calibration import parse_measurement_csv, parse_measurement_json, parse_nccl_tests
+from collsim.calibration import (
+    measurement_from_nccl_tests,
+    parse_measurement_csv,
+    parse_measurement_json,
+    parse_nccl_tests,
+)
 from collsim.cli import main
 
 
@@ -148,6 +153,16 @@ def test_text_parses_back_as_nccl_tests() -> None:
     # busbw for allgather over 4 ranks: algbw * 3/4; 4096 B / 40 us = 0.1024 GB/s -> 0.0768 printed as 0.08
     assert log.rows[1].algbw_gbps == 0.10 and log.rows[1].busbw_gbps == 0.08
     assert "#       1024       11.50        5.75       10.00       30.00  ok" in text
+
+
+def test_text_read_back_is_the_benchs_backend_and_device_not_nccls() -> None:
+    # the text's first line names them ("torch.distributed gloo, cpu tensors"): a Gloo run read as NCCL's was
+    # refused by the scenario it came from, or compared with NCCL's prediction where a scenario enables both
+    m = measurement_from_nccl_tests(parse_nccl_tests(format_text(_output())))
+    assert (m.backend, m.device, m.software["benchmark"]) == ("gloo", "cpu", "collsim bench")
+    assert (m.backend, m.device) == (to_measurement(_output()).backend, to_measurement(_output()).device)
+    nccl = parse_nccl_tests("# Collective test starting: all_reduce_perf\n 1024 256 float sum -1 9.0 0.1 0.2 0\n")
+    assert (nccl.backend, nccl.device) == ("nccl", None)
 
 
 def test_records_carry_root_for_rooted_collectives() -> None:
