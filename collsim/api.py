@@ -1094,9 +1094,32 @@ class Simulator:
         Gloo's go to its worker threads with CUDA tensors (D2H, CPU ring, H2D), simulated together from the times
         their gradients are ready. See :mod:`collsim.training.step`.
         """
+        notes = self._measured_batch_notes()
+        if self._training().style == "fsdp":
+            return [dataclasses.replace(r, notes=(*r.notes, *notes)) for r in self._fsdp_step(backends)]
+        return [dataclasses.replace(r, notes=(*r.notes, *notes)) for r in self._ddp_step(backends)]
+
+    def _measured_batch_notes(self) -> tuple[str, ...]:
+        """Measured layer times are a batch's: a step at another ``training.batch_size`` than the model file's
+        ``batch_size`` is refused (naming the field); a note where the file does not say its batch."""
+        tr, model = self._training(), self.training_model
+        if not model.measured:
+            return ()
+        if model.measured_batch is None:
+            return (f"model {model.name!r}: its measured layer times are used as they are, at any "
+                    "training.batch_size (its file does not say the batch they were measured at: batch_size)",)
+        if model.measured_batch != tr.batch_size:
+            raise ScenarioError(f"{tr.batch_size}, but the layer times of model {model.name!r} were measured at "
+                                f"batch {model.measured_batch} (its file's batch_size); measure at this batch "
+                                f"(collsim bench --ddp --batch {tr.batch_size} --model-out FILE) or set "
+                                "training.batch_size: "
+                                f"{model.measured_batch}", file=self.scenario.source_file,
+                                field="training.batch_size")  # fmt: skip
+        return ()
+
+    def _ddp_step(self, backends: Sequence[str] | None) -> list[StepResult]:
+        """One DDP iteration per backend (:meth:`step`)."""
         tr = self._training()
-        if tr.style == "fsdp":
-            return self._fsdp_step(backends)
         model, gpu = self.training_model, self.gpu_compute()
         checkpointing, blocks = self._checkpointing()
         cfg = DdpConfig(tr.batch_size, tr.bucket_cap_mb, tr.gradient_as_bucket_view, tr.accumulation,

@@ -156,6 +156,19 @@ def test_cpu_ranks_compute_the_measured_layer_times_and_run_gloo_on_cpu_tensors(
     assert [b.nbytes for b in gloo.buckets] == [(10_240 + 1_048_576 + 1_024) * 4, (1_048_576 + 1_024) * 4]
 
 
+def test_measured_layer_times_are_their_batchs(tmp_path: Path) -> None:
+    # a batch-size sweep on measured times gave every batch the same compute time, with no word: the model file's
+    # batch_size (collsim bench --ddp --model-out writes it) now refuses another batch, naming the field
+    measured = Path(__file__).resolve().parents[1] / "scenarios" / "measurements" / "ddp-cpu-2proc-mlp.scenario.yaml"
+    (at32,) = Simulator.from_source(measured, ["backends.nccl.enabled=false"]).step()
+    assert not any("measured layer times" in n for n in at32.notes)
+    with pytest.raises(ScenarioError, match=r"training\.batch_size: 64, but the layer times .* at batch 32"):
+        Simulator.from_source(measured, ["training.batch_size=64"]).step()
+    # a file that does not say its batch: the times as they are, and a note saying so
+    (gloo,) = Simulator.from_source(CPU_RANKS).step()
+    assert any("used as they are, at any training.batch_size" in n for n in gloo.notes)
+
+
 def test_a_cpu_ranks_memory_passes_stream_no_faster_than_its_threads_copy() -> None:
     # one process alone on a 1 TB/s socket: its one intra-op thread copies 5 GB/s, 15 GB/s of traffic with the
     # write-allocate reads, and that caps its memory passes; a faster copy rate leaves the socket's share

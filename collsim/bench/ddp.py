@@ -709,6 +709,7 @@ def model_yaml(out: DdpBenchOutput, *, command: str | None = None) -> str:
                    f"per-layer times measured {out.started} on {host} with {out.nranks} ranks computing at once "
                    f"(no DDP), {cfg.threads} intra-op thread(s) per rank, batch {cfg.batch}"),
         "dtype": "float32",
+        "batch_size": cfg.batch,  # the batch the times are for: a step at another is refused
         "layers_source": ("fwd_time_s/bwd_time_s: forward hooks and output-gradient hooks in the real iteration, "
                           f"mean over {out.nranks} ranks, median over {cfg.iters} iterations, seconds per batch of "
                           f"{cfg.batch}; FLOPs per sample, 2 per multiply-add"),

@@ -8,7 +8,9 @@ YAML schema (``collsim/training/models/*.yaml``, or any file given to :func:`loa
 ------------------------------------------------------------------------------------------
 Top level: ``name`` (str), ``source`` (str: where the architecture and numbers come from), ``dtype`` (parameter
 dtype, a key of :data:`DTYPE_BYTES`, default ``float32``), ``act_dtype`` (dtype activation bytes are counted in,
-default ``dtype``), then exactly one of the two forms below. Any field ``X`` may be accompanied by ``X_source``
+default ``dtype``), ``batch_size`` (optional: the samples a rank ran per iteration when its layers' times were
+measured; a step at another batch is refused rather than given those times), then exactly one of the two forms
+below. Any field ``X`` may be accompanied by ``X_source``
 (a string saying where that number comes from); unknown fields are errors.
 
 1. ``architecture:`` a mapping that a builder expands deterministically.
@@ -258,6 +260,8 @@ class ModelSpec:
         Where the architecture and the numbers come from.
     act_dtype : str
         Dtype the layers' ``act_bytes`` are counted in.
+    measured_batch : int or None
+        The batch the layers' measured times (``fwd_time_s``, ``bwd_time_s``) are for, where the file says.
 
     Raises
     ------
@@ -270,6 +274,12 @@ class ModelSpec:
     layers: tuple[Layer, ...]
     source: str
     act_dtype: str = "float32"
+    measured_batch: int | None = None
+
+    @property
+    def measured(self) -> bool:
+        """Whether any layer has measured times (which a step takes as they are, whatever its FLOPs)."""
+        return any(ly.fwd_time_s is not None or ly.bwd_time_s is not None for ly in self.layers)
 
     def __post_init__(self) -> None:
         if self.act_dtype not in DTYPE_BYTES:
@@ -706,8 +716,10 @@ def _read(path: Path) -> ModelSpec:
         raise ModelError(str(exc), path) from None
     except yaml.YAMLError as exc:
         raise ModelError(f"broken YAML: {exc}", path) from None
-    top = _Fields(data, path, "", {"name", "source", "dtype", "act_dtype", "architecture", "params", "layers"})
+    top = _Fields(data, path, "", {"name", "source", "dtype", "act_dtype", "architecture", "params", "layers",
+                                   "batch_size"})  # fmt: skip
     name, source = top.get("name", _string), top.get("source", _string)
+    batch = top.get("batch_size", _pos_int, None)
     dtype = top.get("dtype", _dtype, "float32")
     act_dtype = top.get("act_dtype", _dtype, dtype)
     if top.has("architecture") == (top.has("params") or top.has("layers")):
@@ -727,7 +739,7 @@ def _read(path: Path) -> ModelSpec:
     try:
         return ModelSpec(name, tuple(params), tuple(
             Layer(n, tuple(index[k] for k in ps), fwd, bwd, act, t_fwd, t_bwd, saves)
-            for n, ps, fwd, bwd, act, t_fwd, t_bwd, saves in layers), source, act_dtype)
+            for n, ps, fwd, bwd, act, t_fwd, t_bwd, saves in layers), source, act_dtype, batch)
     except ModelError as exc:
         raise ModelError(exc.message, path, exc.field) from None
 

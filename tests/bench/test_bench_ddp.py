@@ -241,6 +241,7 @@ def test_model_yaml_round_trips_through_load_model(tmp_path: Path) -> None:
     assert all(x.bwd_time_s == pytest.approx(5.5e-3) for x in model.layers)
     assert model.layers[0].bwd_flops == 64 and model.layers[2].bwd_flops == 64
     assert [x.saves for x in model.layers] == ["inputs", "outputs", "inputs", "outputs"]  # addmm: its input, weight
+    assert model.measured and model.measured_batch == out.config.batch  # the times are that batch's
 
 
 @pytest.mark.parametrize(("argv", "message"), [

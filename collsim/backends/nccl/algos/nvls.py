@@ -424,6 +424,11 @@ class NVLSTree(NVLS):
                         roles[f"down{k}"] = ctx.hop_role(hop, message_bytes=message)
                 if par is not None:
                     out.relations.append(((c, g), "parent", (c, par)))
+                # every GPU waits for its node's peers (the switch's sums): each tied to its node's first GPU, whose
+                # inverse edges gather them, so a class's peers are one multiset of classes (a straggler's node
+                # kept apart from the others; one relation a GPU, not one a pair)
+                if g != by_node[dev.node][0]:
+                    out.relations.append(((c, g), "node", (c, by_node[dev.node][0])))
                 out.roles[(c, g)] = dict(roles)
                 peers = [(c, h) for h in by_node[dev.node]]
                 out.structure[(c, g)] = NvlsTreeLinks(
