@@ -91,7 +91,8 @@ def test_a_straggler_adds_its_delay_to_a_small_allreduce(backend: str) -> None:
 def test_a_straggler_beside_a_slow_port_keeps_the_symmetry_reduction_exact(algo: str) -> None:
     # NVLSTree's GPUs wait for their node's peers (the switch's sums) without a relation saying so: the quotient
     # merged the straggler's node with the other, and its delay vanished (4 MiB: 129.45 us on, 140.37 us off)
-    rule = {"links": [{"device": "n1/nic2", "kind": "ib", "scale": 0.5}], "ranks": [{"rank": 3, "launch_delay": "20us"}]}
+    slow = [{"device": "n1/nic2", "kind": "ib", "scale": 0.5}]
+    rule = {"links": slow, "ranks": [{"rank": 3, "launch_delay": "20us"}]}
     on, off = _two_nodes(rule), _two_nodes(rule, {"symmetry": False})
     a, b = (sim.simulate_one("nccl", 4 * 2**20, choice=(algo, "Simple")) for sim in (on, off))
     assert a.time_s == pytest.approx(b.time_s, rel=1e-9) and a.classes <= b.classes
