@@ -95,6 +95,7 @@ __all__ = [
     "ReportData",
     "Simulator",
     "SweepResult",
+    "input_files",
     "load",
     "scenario_errors",
     "simulate",
@@ -107,6 +108,40 @@ Progress = Callable[[str, int, int, int], None]
 def load(source: str | Path | Mapping[str, Any], overrides: Sequence[str] = ()) -> Scenario:
     """Load and validate a scenario from a file, a built-in name or a dict (see ``collsim.scenario.load_scenario``)."""
     return load_scenario(source, overrides)
+
+
+def input_files(scenario: Scenario) -> dict[str, list[Path]]:
+    """The files a simulation of ``scenario`` reads besides the scenario and the shipped presets, by the field that
+    names them: the node template (a file), ``calibration``, ``preset_files`` (a folder: its ``*.yaml``/``*.yml``
+    files by name) and, where ``NCCL_TUNER_PLUGIN`` is set, NVIDIA's example tuner's CSV (``NCCL_TUNER_CONFIG_FILE``,
+    else the plugin's default name, from the scenario's folder). A results store keys points on their contents.
+
+    Examples
+    --------
+    >>> input_files(load("hgx-h100"))
+    {}
+    """
+    out: dict[str, list[Path]] = {}
+    node = scenario.node_template()
+    if isinstance(node, Path):
+        out["cluster.node"] = [node]
+    cal = scenario.calibration_path()
+    if cal is not None:
+        out["calibration"] = [cal]
+    presets: list[Path] = []
+    for path in scenario.preset_file_paths():
+        try:
+            presets += sorted(p for p in path.iterdir() if p.suffix in (".yaml", ".yml")) if path.is_dir() else [path]
+        except OSError:
+            presets.append(path)  # the run will say why it cannot be read
+    if presets:
+        out["preset_files"] = presets
+    env = scenario.backends.nccl.env if scenario.backends.nccl is not None else {}
+    if env.get("NCCL_TUNER_PLUGIN"):
+        name = env.get("NCCL_TUNER_CONFIG_FILE") or str(_software("nccl")["example_tuner"]["default_config_file"])
+        path = Path(name).expanduser()
+        out["backends.nccl.env.NCCL_TUNER_CONFIG_FILE"] = [path if path.is_absolute() else scenario.base_dir / path]
+    return out
 
 
 #: Parsed ``topologies/software/*.yaml`` by (file, modification time, size): every Simulator reads them (a fit

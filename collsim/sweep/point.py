@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from collsim.api import Simulator
+from collsim.api import Simulator, input_files
 from collsim.scenario import Scenario, ScenarioError, ScenarioWarning, load_scenario
 
 __all__ = [
@@ -90,11 +90,16 @@ def _key_scenario(scenario: Scenario, backend: str) -> dict[str, Any]:
         data.pop(name, None)
     data.get("workload", {}).pop("sizes", None)
     data["backends"] = {backend: (data.get("backends") or {}).get(backend)}
-    node = scenario.node_template()
-    if isinstance(node, Path):
-        data["cluster"]["node"] = _file_digest(str(node))
-    if data.get("calibration"):
-        data["calibration"] = _file_digest(str(data["calibration"]))
+    # every file the simulation reads enters by its content, not its path: a preset file or tuner CSV edited
+    # between two runs must not find the earlier run's points (and a moved folder finds them still)
+    files = {field: [_file_digest(str(p)) for p in paths] for field, paths in input_files(scenario).items()}
+    if "cluster.node" in files:
+        data["cluster"]["node"] = files.pop("cluster.node")[0]
+    if "calibration" in files:
+        data["calibration"] = files.pop("calibration")[0]
+    if "preset_files" in files:
+        data["preset_files"] = files.pop("preset_files")
+    data.update(files)  # the tuner's CSV, beside the variable naming it
     return data
 
 

@@ -12,6 +12,7 @@ import pandas as pd
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 import pytest
+import yaml
 
 from collsim.api import load
 from collsim.sweep import SCHEMA, ResultStore, grid_from_mapping, point_key, run_sweep
@@ -51,6 +52,28 @@ def test_the_key_reads_a_node_template_file_by_its_content(tmp_path: Path) -> No
     before = point_key(load(data), "nccl", 8, version="1")
     mine.write_text(template.read_text() + "\n# edited\n")
     assert point_key(load(data), "nccl", 8, version="1") != before
+
+
+@pytest.mark.parametrize("kind", ["preset file", "preset folder", "tuner csv"])
+def test_the_key_reads_every_file_the_scenario_names_by_its_content(tmp_path: Path, kind: str) -> None:
+    # a preset file or the example tuner's CSV edited between two sweeps found the first sweep's stored points
+    nic = "nics: {my-nic: {base: connectx-7-ndr, speed: 400Gb/s, source: test}}\n"
+    (tmp_path / "presets").mkdir()
+    edited = tmp_path / ("presets/nic.yaml" if kind == "preset folder" else "nic.yaml")
+    edited.write_text(nic)
+    fabric = {"topology": "rail_optimized", "nic": "my-nic"}
+    data: dict = {"name": "t", "cluster": {"node": "hgx-h100", "nodes": 2, "fabric": fabric},  # type: ignore[type-arg]
+                  "preset_files": ["presets" if kind == "preset folder" else "nic.yaml"], "backends": {"nccl": {}}}
+    if kind == "tuner csv":
+        edited = tmp_path / "nccl_tuner.conf"  # the plugin's default name, from the scenario's folder
+        edited.write_text("allreduce,0,4294967295,ring,simple,16,-1,-1\n")
+        data["backends"]["nccl"]["env"] = {"NCCL_TUNER_PLUGIN": "libnccl-tuner-example.so"}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(data))
+    before = point_key(load(path), "nccl", 8, version="1")
+    assert point_key(load(path), "nccl", 8, version="1") == before
+    edited.write_text(edited.read_text().replace("400Gb/s", "100Gb/s").replace("ring", "tree"))
+    assert point_key(load(path), "nccl", 8, version="1") != before
 
 
 def test_every_file_has_the_schema_and_pandas_pyarrow_read_the_folder(tmp_path: Path) -> None:
