@@ -215,7 +215,8 @@ class ForkPool:
         Raises
         ------
         KeyboardInterrupt
-            On Ctrl-C, or when a task was interrupted; after the running points have finished.
+            On Ctrl-C, or when a task was interrupted; after the running points have finished (a Ctrl-C while
+            waiting for them: after their answers have been yielded; a second one stops them at once).
         Exception
             The first exception a task raised, after the running points have finished.
         WorkerDied
@@ -242,19 +243,29 @@ class ForkPool:
                 there.close()
                 here.send(i)
                 busy.add(here)
+            stopping = False
             while busy:
-                conn, (i, out, error) = _next_answer(busy, workers)
+                try:
+                    conn, (i, out, error) = _next_answer(busy, workers)
+                except KeyboardInterrupt:  # Ctrl-C while waiting: no more points; the running ones answer first
+                    if stopping:  # again: stop them now (handle_signals has killed them already)
+                        graceful = False
+                        raise
+                    stopping = True
+                    continue
                 busy.discard(conn)
                 if error is not None:
                     raise KeyboardInterrupt if error == _INTERRUPTED else error
-                nxt = next(todo, None)
+                nxt = None if stopping else next(todo, None)
                 if nxt is not None:
                     conn.send(nxt)
                     busy.add(conn)
                 yield i, out
+            if stopping:
+                raise KeyboardInterrupt
         except BaseException as exc:  # Ctrl-C, a task's error, close(): finish the points running; else kill
             why = exc.__context__ if isinstance(exc, GeneratorExit) else exc  # close(): while the caller unwinds
-            graceful = why is None or isinstance(why, (Exception, KeyboardInterrupt))
+            graceful = graceful and (why is None or isinstance(why, (Exception, KeyboardInterrupt)))
             raise
         finally:
             _stop(workers, busy, graceful)
@@ -423,6 +434,6 @@ def map_points(
                     progress(i, len(done) - 1)
         finally:
             points.close()
-    except KeyboardInterrupt:
-        return done, True
+    except KeyboardInterrupt:  # interrupted, unless the points it waited for were the last ones
+        return done, len(done) < count
     return done, False

@@ -6,6 +6,7 @@ import os
 import signal
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -81,6 +82,26 @@ def test_ctrl_c_waits_for_running_points_then_stops() -> None:
         timer.cancel()
     assert interrupted and 2 <= len(done) < 40
     assert time.perf_counter() - t0 < 3.0
+
+
+def test_ctrl_c_keeps_the_points_it_waited_for(tmp_path: Path) -> None:
+    # the points running at the Ctrl-C finish, and their answers are kept (they were waited for, then dropped)
+    started = tmp_path / "started"
+
+    def task(i: int) -> int:
+        with started.open("a") as f:
+            f.write(f"{i}\n")
+        time.sleep(0.4)
+        return i
+
+    timer = threading.Timer(0.6, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        done, interrupted = map_points(task, 40, jobs=2)
+    finally:
+        timer.cancel()
+    ran = {int(x) for x in started.read_text().split()}
+    assert interrupted and set(done) == ran and len(ran) < 40
 
 
 def test_a_worker_that_dies_is_an_error_not_a_hang() -> None:

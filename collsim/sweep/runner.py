@@ -233,8 +233,8 @@ def run_sweep(
                     out.ran += 1
                     if progress:
                         progress(out.ran, len(tasks))
-            except KeyboardInterrupt:
-                out.interrupted = True
+            except KeyboardInterrupt:  # unless the points it waited for were the last ones
+                out.interrupted = out.ran < len(tasks)
             finally:
                 points.close()
             out.lost = [todo[i] for i in getattr(runner, "lost", [])]
