@@ -15,6 +15,7 @@ Examples
 from __future__ import annotations
 
 import dataclasses
+import numbers
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -84,7 +85,7 @@ from collsim.training import (
 )
 from collsim.training.fsdp import FsdpConfig, check_checkpoint_blocks, reduces_with_average, simulate_fsdp_step
 from collsim.training.model import layer_blocks
-from collsim.units import DTYPE_SIZES, format_size
+from collsim.units import DTYPE_SIZES, UnitError, format_size, parse_size, parse_size_range
 from collsim.vocab import BACKENDS, GLOO_ALGORITHMS, REDUCE_OPS, REDUCING_COLLECTIVES, ROOTED_COLLECTIVES
 
 __all__ = [
@@ -142,6 +143,48 @@ def input_files(scenario: Scenario) -> dict[str, list[Path]]:
         path = Path(name).expanduser()
         out["backends.nccl.env.NCCL_TUNER_CONFIG_FILE"] = [path if path.is_absolute() else scenario.base_dir / path]
     return out
+
+
+def _backends_arg(backends: str | Sequence[str] | None) -> list[str] | None:
+    """A notebook's ``backends`` argument as a list (one name alone: itself), each a known backend; None stays."""
+    if backends is None:
+        return None
+    items = [backends] if isinstance(backends, str) else list(backends)
+    for b in items:
+        if b not in BACKENDS:
+            raise ScenarioError(f"unknown backend {b!r}; expected one of {', '.join(BACKENDS)}", field="backend")
+    return items
+
+
+def _size_arg(size: Any, field: str = "size") -> int:
+    """A size as a notebook gives it: whole bytes (an integral float too) or a string with a unit (``"1MiB"``)."""
+    try:
+        if isinstance(size, str):
+            return parse_size(size)
+    except UnitError as exc:
+        raise ScenarioError(str(exc), field=field) from None
+    if isinstance(size, bool) or not isinstance(size, numbers.Real):
+        raise ScenarioError(f"expected whole bytes or a size such as '1MiB', got {size!r}", field=field)
+    if not float(size).is_integer() or size < 0:
+        raise ScenarioError(f"expected whole bytes >= 0 or a size such as '1MiB', got {size!r}", field=field)
+    return int(float(size))
+
+
+def _sizes_arg(sizes: str | Sequence[Any] | None) -> list[int] | None:
+    """A notebook's ``sizes``: a list of sizes (:func:`_size_arg`) or one string as ``--sizes`` takes it
+    (``"1KiB:1GiB:x4"``, ``"8B,1MiB"``); None stays.
+
+    >>> _sizes_arg("1KiB:4KiB:x2"), _sizes_arg([8, 2.0**20, "1GiB"])
+    ([1024, 2048, 4096], [8, 1048576, 1073741824])
+    """
+    if sizes is None:
+        return None
+    if isinstance(sizes, str):
+        try:
+            return parse_size_range(sizes)
+        except UnitError as exc:
+            raise ScenarioError(str(exc), field="sizes") from None
+    return [_size_arg(x, "sizes") for x in sizes]
 
 
 #: Parsed ``topologies/software/*.yaml`` by (file, modification time, size): every Simulator reads them (a fit
@@ -664,6 +707,8 @@ class Simulator:
             NCCL's reduction instead of ``workload.op`` (what NVLS can run depends on it: a training step's
             reduce-scatter with ``ReduceOp.AVG``).
         """
+        size = _size_arg(size)
+        (backend,) = _backends_arg(backend) or [backend]
         coll = collective or self.scenario.collectives()[0]
         sym = self.scenario.engine.symmetry if symmetry is None else symmetry
         eng = self.scenario.engine
@@ -810,6 +855,7 @@ class Simulator:
             Worker processes (each simulates whole (backend, size) points; results and their order are the same
             as with 1). ``0`` means one per CPU. Needs the ``fork`` start method (Linux, macOS); elsewhere 1.
         """
+        backends, sizes = _backends_arg(backends), _sizes_arg(sizes)
         todo = [
             (b, s)
             for b in (self.backends() if backends is None else backends)
@@ -861,6 +907,7 @@ class Simulator:
         """
         if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
             raise ScenarioError(f"expected a number of runs >= 1, got {repeat!r}", file="--repeat")
+        backends, sizes = _backends_arg(backends), _sizes_arg(sizes)
         runs = repeat if self.noisy else 1
         todo = [
             (b, s, r)
@@ -951,8 +998,9 @@ class Simulator:
     ) -> tuple[list[Explanation], bool]:
         """NCCL's cost model per size for every enabled pair, its choice, and the simulated time of the choice
         (of every pair with ``all_pairs``); returns (rows, interrupted). ``jobs`` as in :meth:`run`."""
-        sizes = self.scenario.sizes() if sizes is None else sizes
-        todo = [(c, s) for c in self.scenario.collectives() for s in sizes]
+        asked = _sizes_arg(sizes)
+        every = self.scenario.sizes() if asked is None else asked
+        todo = [(c, s) for c in self.scenario.collectives() for s in every]
         done, interrupted = self.map_points(
             lambda i: self._explain_point(*todo[i], all_pairs),
             len(todo),
@@ -1129,6 +1177,7 @@ class Simulator:
         Gloo's go to its worker threads with CUDA tensors (D2H, CPU ring, H2D), simulated together from the times
         their gradients are ready. See :mod:`collsim.training.step`.
         """
+        backends = _backends_arg(backends)
         notes = self._measured_batch_notes()
         if self._training().style == "fsdp":
             return [dataclasses.replace(r, notes=(*r.notes, *notes)) for r in self._fsdp_step(backends)]
@@ -1653,6 +1702,7 @@ class Simulator:
         sizes : sequence of int, optional
             Bytes; default: the scenario's ``workload.sizes``.
         """
+        sizes = _sizes_arg(sizes)
         enabled = self.backends()
         if backend is None:
             if len(enabled) != 1:
@@ -1716,8 +1766,8 @@ class Simulator:
             When Ctrl-C stopped a sweep.
         """
         t0 = time.perf_counter()
-        sweep = list(sizes)
-        shown = representative_size(sweep) if timeline_size is None else timeline_size
+        sweep = _sizes_arg(sizes) or []
+        shown = representative_size(sweep) if timeline_size is None else _size_arg(timeline_size, "timeline_size")
         data = ReportData(self.scenario, self.topology, sweep, shown)
         for backend in BACKENDS:
             try:

@@ -364,3 +364,32 @@ def test_one_rule_for_sizes_below_one_element() -> None:
     assert ag.simulate_one("nccl", 31).time_s == 0.0 and ag.simulate_one("nccl", 32).time_s > 0
     # Gloo's allgather has no empty check: its ring still sends (0-byte) messages
     assert ag.simulate_one("gloo", 31).time_s > enqueue
+
+
+def test_a_notebooks_backends_and_sizes_as_it_writes_them() -> None:
+    # step("nccl") iterated its letters and returned [], an unknown backend too; sizes as strings or floats failed
+    # 9-14 frames deep in the units and NCCL's chunking
+    sim = Simulator.from_source("ddp-resnet50-dgx1-v100", ["cluster.nodes=1"])
+    assert [r.backend for r in sim.step("nccl")] == ["nccl"]
+    with pytest.raises(ScenarioError, match="unknown backend 'mpi'"):
+        sim.step(["mpi"])
+    one = sim.simulate_one("nccl", MiB).time_s
+    assert sim.simulate_one("nccl", "1MiB").time_s == one and sim.simulate_one("nccl", float(MiB)).time_s == one
+    assert [r.size_bytes for r in sim.run("nccl", "1KiB:4KiB:x2").records] == [KiB, 2 * KiB, 4 * KiB]
+    assert [r.size_bytes for r in sim.run(["nccl"], [8, "1KiB", 2048.0]).records] == [8, KiB, 2048]
+    for bad, why in ((1.5, "whole bytes"), (True, "whole bytes"), ("x", "cannot read 'x'"), (None, "whole bytes")):
+        with pytest.raises(ScenarioError, match=why):
+            sim.run(["nccl"], [bad])
+
+
+def test_a_loaded_scenarios_fields_are_checked_when_assigned() -> None:
+    # a notebook's scenario.training.style = "zero3" ran DDP; batch_size = 64.5 ran too
+    from pydantic import ValidationError
+
+    sc = api.load("ddp-resnet50-dgx1-v100")
+    assert sc.training is not None
+    for field, value in (("style", "zero3"), ("batch_size", 64.5), ("bucket_cap_mb", -5)):
+        with pytest.raises(ValidationError, match=field):
+            setattr(sc.training, field, value)
+    sc.training.batch_size = 64
+    assert Simulator(sc).scenario.training.batch_size == 64  # type: ignore[union-attr]

@@ -110,7 +110,7 @@ else:
 _DTYPE_ALIASES: dict[str, str] = {v: k for k, v in NCCL_TESTS_TYPE_NAMES.items()}
 
 #: Unknown keys are errors; ``.inf`` and ``.nan`` are refused where a number is expected (a finite one always is).
-_STRICT = ConfigDict(extra="forbid", validate_default=False, allow_inf_nan=False)
+_STRICT = ConfigDict(extra="forbid", validate_default=False, allow_inf_nan=False, validate_assignment=True)
 
 #: names users try for the NCCL release under backends.nccl.env (it is backends.nccl.version)
 _RELEASE_NAMES = frozenset({"NCCL_VERSION", "NCCL_VERSION_CODE", "NCCL_RELEASE"})
