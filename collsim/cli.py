@@ -29,6 +29,7 @@ from collsim.engine.budget import work_budget
 from collsim.files import check_output_path, write_atomic
 from collsim.parallel import Terminated, handle_signals
 from collsim.results import (
+    AlgorithmComparison,
     Comparison,
     RepeatedRecord,
     agreement,
@@ -38,6 +39,7 @@ from collsim.results import (
     comparisons_to_json,
     explanations_to_json,
     format_algorithm_comparison,
+    format_algorithm_perturbation,
     format_comparison,
     format_explain_perturbation,
     format_explanation,
@@ -544,19 +546,28 @@ def _compare_algorithms(args: argparse.Namespace, sim: Simulator, note: str) -> 
         )
     prog = _Progress(args.quiet)
     rows, interrupted = sim.compare_algorithms(sizes=_sizes(args.sizes), progress=prog, jobs=_jobs(args.jobs))
+    healthy: list[AlgorithmComparison] | None = None
+    if sim.perturbations() and not interrupted:  # the same sweep on the healthy cluster, to show the effect
+        healthy, interrupted = sim.healthy().compare_algorithms(sizes=_sizes(args.sizes), progress=prog,
+                                                                jobs=_jobs(args.jobs))  # fmt: skip
     prog.done()
-    total, done = _planned(sim, sim.backends(), _sizes(args.sizes)), len(rows)  # one row per collective and size
+    # one row per collective and size (twice with perturbations: the healthy rows too)
+    total = _planned(sim, sim.backends(), _sizes(args.sizes)) * (2 if sim.perturbations() else 1)
+    done = len(rows) + len(healthy or ())
     if args.format == "json":
-        text = algorithm_comparisons_to_json(
-            rows, _resolved(sim, args), interrupted, **partial_fields(interrupted, done, total)
-        )
+        part = partial_fields(interrupted, done, total)
+        if healthy is not None:
+            part["healthy"] = [r.to_dict() for r in healthy]
+        text = algorithm_comparisons_to_json(rows, _resolved(sim, args), interrupted, **part)
     elif args.format == "csv":
-        text = algorithm_comparisons_to_csv(rows)
+        text = algorithm_comparisons_to_csv(rows, healthy)
     else:
         text = format_algorithm_comparison(
             rows, name=sim.scenario.name, collectives=sim.scenario.collectives(), dtype=sim.scenario.workload.dtype,
             note=note,
         )  # fmt: skip
+        if healthy:
+            text += "\n" + format_algorithm_perturbation(rows, healthy, sim.perturbations())
     return _finish(text, args, interrupted, done, total)
 
 
@@ -586,7 +597,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         part = partial_fields(interrupted, done, total)
         text = comparisons_to_json(rows, _resolved(sim, args), interrupted, healthy or None, **part)
     elif args.format == "csv":
-        text = comparisons_to_csv(rows)
+        text = comparisons_to_csv(rows, healthy if sim.perturbations() else None)
     else:
         go = sim.gloo_options
         text = format_comparison(

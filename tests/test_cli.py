@@ -632,6 +632,30 @@ def test_compare_a_perturbed_scenario_against_the_healthy_one(capsys: pytest.Cap
     assert "healthy" not in plain
 
 
+def test_compare_of_a_perturbed_scenario_shows_the_healthy_one_in_every_mode(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # one backend (its algorithms) and CSV left the healthy sweep out (CSV simulated it, then dropped it), and the CSV
+    # wrote inf for a speedup JSON calls null
+    late = ["--set", "perturb.ranks=[{rank: 3, launch_delay: 20us}]", "--sizes", "8B", "--quiet"]
+    one = [*late, "--set", "backends.gloo.enabled=false"]
+    rc, out, _ = _run(capsys, "compare", "hgx-h100", *one)
+    section = out[out.index("# Perturbed against healthy"):].splitlines()
+    rows = {r.split()[1]: [x.rstrip("*") for x in r.split()] for r in section[3:]}  # * marks the default
+    assert rc == 0 and {"Ring", "NVLS"} <= set(rows)
+    assert float(rows["Ring"][3]) == pytest.approx(float(rows["Ring"][2]) + 20.0, abs=0.011)
+    doc = _json(capsys, "compare", "hgx-h100", *one, "--format", "json")
+    assert doc["healthy"][0]["size_bytes"] == 8 and doc["rows_total"] == 2
+    rc, out, _ = _run(capsys, "compare", "hgx-h100", *one, "--format", "csv")
+    ring = next(r for r in csv.DictReader(io.StringIO(out)) if r["variant"] == "Ring")
+    assert float(ring["time_us"]) == pytest.approx(float(ring["healthy_time_us"]) + 20.0, abs=1e-6)
+    rc, out, _ = _run(capsys, "compare", "hgx-h100", *late, "--set", "workload.collective=allgather", "--format",
+                      "csv")  # fmt: skip
+    (row,) = csv.DictReader(io.StringIO(out))
+    assert row["speedup"] == "" and float(row["nccl_healthy_time_us"]) == 0.0 and row["nccl_slowdown"] == ""
+    assert float(row["gloo_slowdown"]) > 1
+
+
 def test_json_says_the_sizes_run_and_has_no_infinity(capsys: pytest.CaptureFixture[str]) -> None:
     """The scenario in JSON is the one run: --sizes replaces the scenario's sizes. A size of no elements (8 B of an
     all-gather on 8 ranks) takes NCCL no time: its speedup is null, not the Infinity strict JSON readers refuse."""

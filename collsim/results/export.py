@@ -238,13 +238,30 @@ def comparisons_to_json(
     return json.dumps(_nulls(doc), indent=2, allow_nan=False) + "\n"
 
 
-def comparisons_to_csv(rows: Sequence[Comparison]) -> str:
-    """``collsim compare --format csv``: size (bytes), each backend's time (us) and busbw (GB/s), the speedup."""
+def _csv_number(x: float | None) -> float | str:
+    """A CSV cell: empty where JSON writes null (no value, or none that is finite)."""
+    return "" if x is None or not math.isfinite(x) else x
+
+
+def comparisons_to_csv(rows: Sequence[Comparison], healthy: Sequence[Comparison] | None = None) -> str:
+    """``collsim compare --format csv``: size (bytes), each backend's time (us) and busbw (GB/s), the speedup
+    (empty where NCCL takes no time, as JSON's null); with ``healthy`` (a perturbed scenario's healthy sweep) each
+    backend's healthy time (us) and slowdown (perturbed / healthy) too."""
     buf = io.StringIO()
     w = csv.writer(buf)
-    w.writerow(["size_bytes", "nccl_time_us", "nccl_busbw_gbps", "gloo_time_us", "gloo_busbw_gbps", "speedup"])
+    head = ["size_bytes", "nccl_time_us", "nccl_busbw_gbps", "gloo_time_us", "gloo_busbw_gbps", "speedup"]
+    base = {(h.nccl.collective, h.size_bytes): h for h in healthy or ()}
+    extra = ["nccl_healthy_time_us", "nccl_slowdown", "gloo_healthy_time_us", "gloo_slowdown"]
+    w.writerow(head + (extra if healthy is not None else []))
     for r in rows:
-        w.writerow([r.size_bytes, r.nccl.time_us, r.nccl.busbw_gbps, r.gloo.time_us, r.gloo.busbw_gbps, r.speedup])
+        row: list[Any] = [r.size_bytes, r.nccl.time_us, r.nccl.busbw_gbps, r.gloo.time_us, r.gloo.busbw_gbps,
+                          _csv_number(r.speedup)]  # fmt: skip
+        if healthy is not None:
+            h = base.get((r.nccl.collective, r.size_bytes))
+            for now, then in ((r.nccl, h.nccl if h else None), (r.gloo, h.gloo if h else None)):
+                slow = now.time_us / then.time_us if then is not None and then.time_us > 0 else None
+                row += [_csv_number(then.time_us if then is not None else None), _csv_number(slow)]
+        w.writerow(row)
     return buf.getvalue()
 
 
@@ -294,15 +311,25 @@ def algorithm_comparisons_to_json(
     return json.dumps(_nulls(doc), indent=2, allow_nan=False, default=_json_default) + "\n"
 
 
-def algorithm_comparisons_to_csv(rows: Sequence[AlgorithmComparison]) -> str:
+def algorithm_comparisons_to_csv(
+    rows: Sequence[AlgorithmComparison], healthy: Sequence[AlgorithmComparison] | None = None
+) -> str:
     """``collsim compare --format csv`` with one backend enabled: a row per (collective, size, variant) with its
-    time (us), busbw (GB/s), the algorithm and protocol run, and whether it is the default or the fastest."""
+    time (us), busbw (GB/s), the algorithm and protocol run, and whether it is the default or the fastest; with
+    ``healthy`` (a perturbed scenario's healthy sweep) the variant's healthy time (us) and slowdown too."""
     buf = io.StringIO()
     w = csv.writer(buf)
     w.writerow(["collective", "size_bytes", "backend", "variant", "algorithm", "protocol", "time_us",
-                "busbw_gbps", "default", "fastest"])  # fmt: skip
+                "busbw_gbps", "default", "fastest"] + (["healthy_time_us", "slowdown"] if healthy is not None else []))
+    base = {(h.collective, h.size_bytes): h for h in healthy or ()}
     for r in rows:
         for v, rec in r.records.items():
-            w.writerow([r.collective, r.size_bytes, r.backend, v, rec.algorithm, rec.protocol, rec.time_us,
-                        rec.busbw_gbps, v == r.default, v == r.best])  # fmt: skip
+            row: list[Any] = [r.collective, r.size_bytes, r.backend, v, rec.algorithm, rec.protocol, rec.time_us,
+                              rec.busbw_gbps, v == r.default, v == r.best]  # fmt: skip
+            if healthy is not None:
+                h = base.get((r.collective, r.size_bytes))
+                then = h.records.get(v) if h is not None else None
+                slow = rec.time_us / then.time_us if then is not None and then.time_us > 0 else None
+                row += [_csv_number(then.time_us if then is not None else None), _csv_number(slow)]
+            w.writerow(row)
     return buf.getvalue()

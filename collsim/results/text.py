@@ -280,6 +280,38 @@ def format_perturbation(rows: Sequence[Comparison], healthy: Sequence[Comparison
     return "\n".join(lines) + "\n"
 
 
+def format_algorithm_perturbation(
+    rows: Sequence[AlgorithmComparison], healthy: Sequence[AlgorithmComparison], what: Sequence[str]
+) -> str:
+    """``collsim compare``'s section for a perturbed scenario with one backend: per size and variant its time on the
+    healthy cluster and on the perturbed one (us) and the slowdown (perturbed / healthy); ``*`` marks the variant
+    the backend runs by default on each.
+
+    Parameters
+    ----------
+    rows, healthy : sequence of AlgorithmComparison
+        The perturbed and the healthy comparisons, matched by (collective, size).
+    what : sequence of str
+        The perturbations, one line each (the scenario's ``perturb`` entries).
+    """
+    base = {(r.collective, r.size_bytes): r for r in healthy}
+    width, lines = _perturbed_head([r.size_bytes for r in rows], ":", what)
+    lines.append(f"# {'size':>{width}} {'variant':>12} {'healthy':>13} {'perturbed':>13} {'slowdown':>9}")
+    for r in rows:
+        h = base.get((r.collective, r.size_bytes))
+        if h is None:
+            continue
+        for v, rec in r.records.items():
+            old = h.records.get(v)
+            if old is None:
+                continue
+            slow = f"{rec.time_us / old.time_us:8.3f}x" if old.time_us > 0 else f"{'-':>9}"
+            mark = ("*" if v == h.default else " ") + ("*" if v == r.default else " ")
+            lines.append(f"  {format_size(r.size_bytes):>{width}} {v:>12} {old.time_us:12.2f}{mark[0]} "
+                         f"{rec.time_us:12.2f}{mark[1]} {slow}")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
 def format_explain_perturbation(
     rows: Sequence[Explanation], healthy: Sequence[Explanation], what: Sequence[str]
 ) -> str:
