@@ -297,6 +297,10 @@ class ReportData:
         A backend that could not run the scenario, and why.
     seconds : float
         Wall time of the simulations, seconds.
+    perturbations : list of str
+        The scenario's ``perturb`` entries, one line each (empty: a healthy cluster).
+    healthy : list of Record
+        With perturbations, the same sweep on the healthy cluster (:meth:`Simulator.healthy`).
     """
 
     scenario: Scenario
@@ -307,6 +311,8 @@ class ReportData:
     outcomes: list[Outcome] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    perturbations: list[str] = field(default_factory=list)
+    healthy: list[Record] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -1779,6 +1785,12 @@ class Simulator:
                 raise KeyboardInterrupt
             data.records += res.records
             data.outcomes.append(self.recorded(backend, data.timeline_size))
+            if self.perturbations():  # the same sweep on the healthy cluster, to show the effect
+                healthy = self.healthy().run(backends=[backend], sizes=sweep, progress=progress)
+                if healthy.interrupted:
+                    raise KeyboardInterrupt
+                data.healthy += healthy.records
+        data.perturbations = self.perturbations()
         data.seconds = time.perf_counter() - t0
         return data
 

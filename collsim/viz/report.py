@@ -301,6 +301,31 @@ def _fig_html(fig: go.Figure, div_id: str) -> str:
     return f"<div class='collsim-figure' data-figure='{div_id}'>{body}</div>"
 
 
+def _perturbation_section(data: ReportData) -> list[str]:
+    """A perturbed scenario's warning and table: each backend's time per size on the healthy cluster and on this
+    one, and the slowdown (nothing for a healthy cluster)."""
+    if not data.perturbations:
+        return []
+    esc = html.escape
+    base = {(r.backend, r.collective, r.size_bytes): r for r in data.healthy}
+    rows = []
+    for r in data.records:
+        h = base.get((r.backend, r.collective, r.size_bytes))
+        if h is None:
+            continue
+        slow = f"{r.time_us / h.time_us:.3f}x" if h.time_us > 0 else "-"
+        rows.append(f"<tr><td>{esc(r.backend)}</td><td>{esc(r.collective)}</td><td>{esc(format_size(r.size_bytes))}"
+                    f"</td><td>{h.time_us:.2f}</td><td>{r.time_us:.2f}</td><td>{slow}</td></tr>")  # fmt: skip
+    return [
+        "<h2 id='perturbed'>A perturbed cluster</h2>",
+        "<p class='note'>Every figure below is this perturbed cluster's; the table sets it beside the same sweep on "
+        "the healthy cluster (the scenario without <code>perturb</code>).</p>",
+        "<ul>" + "".join(f"<li>{esc(w)}</li>" for w in data.perturbations) + "</ul>",
+        "<table><tr><th>backend</th><th>collective</th><th>size</th><th>healthy us</th><th>perturbed us</th>"
+        "<th>slowdown</th></tr>" + "".join(rows) + "</table>",
+    ]
+
+
 def _page(
     data: ReportData, figs: dict[str, go.Figure], steps: Sequence[StepResult] = (), step_notes: Sequence[str] = ()
 ) -> str:
@@ -324,6 +349,7 @@ def _page(
     ]
     for note in data.notes:
         parts.append(f"<p class='note'>{esc(note)}</p>")
+    parts += _perturbation_section(data)
     parts += [
         "<h2>Topology</h2>",
         "<p class='note'>Devices by kind; links coloured by kind, wider for more bandwidth per direction; hover for "

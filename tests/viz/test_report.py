@@ -73,6 +73,19 @@ def test_the_table_has_every_collective_of_the_workload() -> None:
     assert rows == [("allgather", "4KiB"), ("allgather", "1MiB"), ("broadcast", "4KiB"), ("broadcast", "1MiB")]
 
 
+def test_a_perturbed_clusters_report_says_so_beside_the_healthy_times() -> None:
+    # the page showed the degraded numbers as the cluster's own, with no word of the slow link or the straggler
+    late = ["perturb.ranks=[{rank: 1, launch_delay: 20us}]"]
+    rep = build_report(Simulator.from_source("pcie-2gpu-nop2p", late).report_data([8, MiB]))
+    section = rep.html[rep.html.index("<h2 id='perturbed'>") : rep.html.index("<h2>Topology</h2>")]
+    assert "<li>rank 1 launches 20us late</li>" in section
+    rows = re.findall(r"<tr><td>(\w+)</td><td>allreduce</td><td>(\w+)</td><td>([\d.]+)</td><td>([\d.]+)</td>", section)
+    assert [(b, size) for b, size, _, _ in rows] == [("nccl", "8B"), ("nccl", "1MiB"), ("gloo", "8B"), ("gloo", "1MiB")]
+    healthy, slow = float(rows[0][2]), float(rows[0][3])
+    assert slow == pytest.approx(healthy + 20.0, abs=0.011)  # 8 B: every rank waits for the straggler
+    assert "id='perturbed'" not in build_report(Simulator.from_source("pcie-2gpu-nop2p").report_data([8])).html
+
+
 def test_report_notes_a_backend_it_cannot_run() -> None:
     sim = Simulator.from_source(
         {"name": "cpu", "cluster": {"node": "cpu-host"}, "backends": {"gloo": {"device": "cpu"}}}
