@@ -396,7 +396,18 @@ class Simulator:
             if keep is not None:  # NCCL plans over the NICs it lists: the cluster built with those slots
                 with self._errors("cluster"):
                     topology = _with_nic_slots(scenario, keep).build_topology()
-        topology = self.profile.apply_topology(topology) if self.profile is not None else topology
+        #: what of the calibration profile acts on nothing here (a profile fitted on another cluster), one line
+        self.profile_notes: list[str] = []
+        if self.profile is not None:
+            idle = self.profile.unmatched(topology)
+            fitted = (self.profile.meta.get("fitted_on") or {}).get("scenario")
+            if idle:
+                verb = "acts" if len(idle) == 1 else "act"
+                self.profile_notes.append(
+                    f"calibration {self.profile.file or 'profile'}: {', '.join(idle)} {verb} on no link or device of "
+                    "this cluster" + (f" (fitted on {fitted})" if fitted else "")
+                )
+            topology = self.profile.apply_topology(topology)
         if scenario.perturb is not None:
             with self._errors("perturb"):
                 topology = perturb_links(topology, scenario.perturb.link_rules(), field="links")

@@ -507,7 +507,8 @@ def _nccl_notes(sim: Simulator) -> list[str]:
     the NICs' per-message cost, which tuner picks, then what of
     the benchmark's harness every NCCL time holds (serial launches of ``-g N``, the host's per-call work)."""
     env = sim.nccl_plugin_env
-    out = [f"{k}={v} set by the NICs' network plugin (NIC preset nccl_plugin_env)" for k, v in env.items()]
+    out = list(sim.profile_notes)
+    out += [f"{k}={v} set by the NICs' network plugin (NIC preset nccl_plugin_env)" for k, v in env.items()]
     out += sim.ib_hca_notes
     costs = sorted({float(d.spec.get("message_overhead") or 0.0) for d in sim.topology.nics()} - {0.0})
     if costs and "nccl" in sim.backends() and sim.topology.nodes > 1:

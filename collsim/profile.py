@@ -171,6 +171,24 @@ class Profile:
             graph.nodes[n]["device"] = dataclasses.replace(dev, spec=FrozenMap(spec))
         return topo.replaced(graph)
 
+    def unmatched(self, topo: Topology) -> list[str]:
+        """The parameters that act on nothing in ``topo``: a link kind it has no link of, a NIC or CPU cost where it
+        has no NIC or CPU (a profile fitted on another cluster). NCCL's and Gloo's own constants always act.
+
+        >>> from collsim.api import Simulator
+        >>> topo = Simulator.from_source("hgx-h100").topology
+        >>> Profile({"link.roce.bandwidth_scale": 0.9, "link.nvlink.bandwidth_scale": 0.9}).unmatched(topo)
+        ['link.roce.bandwidth_scale']
+        """
+        kinds = {ln.kind for ln in topo.links()}
+        devices = {d.kind for d in topo.devices()}
+        return [
+            name for name in self.parameters
+            if (name.startswith("link.") and name.split(".")[1] not in kinds)
+            or (name.startswith("nic.") and "nic" not in devices)
+            or (name.startswith(("gloo.tcp", "gloo.reduce", "gloo.message")) and "cpu" not in devices)
+        ]  # fmt: skip
+
     def apply_nccl(self, consts: NcclConstants) -> NcclConstants:
         """NCCL constants with the simulated per-step latency factor and per-collective overhead set."""
         p = self.parameters

@@ -108,3 +108,14 @@ def test_round_trip_keeps_parameters_and_meta(tmp_path: Path) -> None:
     p.write(tmp_path / "p.yaml")
     back = load_profile(tmp_path / "p.yaml")
     assert back.parameters == {"link.ib.bandwidth_scale": 0.9} and back.meta == {"fit": {"evaluations": 3}}
+
+
+def test_a_profile_fitted_on_another_cluster_says_what_acts_on_nothing_here() -> None:
+    # the p4de RoCE profile on an InfiniBand cluster changed nothing, and nothing said so
+    prof = Profile({"link.roce.bandwidth_scale": 0.9, "link.ib.latency_us": 1.0}, {"fitted_on": {"scenario": "p4de"}},
+                   file="p.yaml")  # fmt: skip
+    sim = Simulator.from_source("2node-h100-ib", profile=prof)
+    assert sim.profile_notes == ["calibration p.yaml: link.roce.bandwidth_scale acts on no link or device of this "
+                                 "cluster (fitted on p4de)"]  # fmt: skip
+    assert Simulator.from_source("2node-h100-ib", profile=Profile({"link.ib.latency_us": 1.0})).profile_notes == []
+    assert Simulator.from_source("2node-h100-ib").profile_notes == []

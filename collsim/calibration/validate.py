@@ -452,7 +452,7 @@ def _scenario_notes(
              device_note(m, backend, device),
              gpu_note(m, sim.scenario.preset_library(), gpus),
              *call_notes(m, out, workload.dtype, workload.host_overhead),
-             *workload_notes(m, workload.collective, workload.gpus_per_process)]  # fmt: skip
+             *workload_notes(m, workload.collective, workload.gpus_per_process), *sim.profile_notes]  # fmt: skip
     if empty:
         notes.append(f"left out {len(empty)} size{'s' if len(empty) > 1 else ''} of no elements on "
                      f"{len(sim.topology.rank_devices())} ranks ({', '.join(format_size(s) for s in empty[:4])}"
