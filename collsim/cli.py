@@ -797,7 +797,8 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     for held in (False, True):
         b, a = res.error("before", held), res.error("after", held)
         if b.count == 0:
-            out.append("# no held-out sizes (use at least 4 sizes, holdout=alternate)")
+            out.append("# no held-out sizes (holdout=alternate holds out every other size from 4 distinct sizes "
+                       "of all the measurements together; the fit counts a size once a measurement)")
             continue
         out.append(
             f"# {a.band} ({a.count}): median |time error| {b.median_abs_time_error_pct:.1f}% -> "

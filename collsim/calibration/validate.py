@@ -389,6 +389,10 @@ def validate(
     empty = m.empty_sizes(nranks)
     wanted = None if sizes is None else set(sizes)
     rows = [r for r in m.rows if (wanted is None or r.size_bytes in wanted) and r.size_bytes not in empty]
+    if not rows:  # nothing to compare: an empty table would read as a validation passed
+        why = (f"every row is below one element on {nranks} ranks" if wanted is None or set(m.sizes()) & wanted
+               else "none of the sizes asked for is in it")  # fmt: skip
+        raise MeasurementError(f"no size to compare ({why})", file=m.file)
     out: list[ValidationRow] = []
     ran_logged, refused = 0, set[str]()
     offered: set[tuple[str, str]] = set()

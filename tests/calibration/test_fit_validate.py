@@ -315,6 +315,11 @@ def test_sizes_of_no_elements_are_left_out_with_a_note() -> None:
     empty = Measurement("allgather", 2, [MeasurementRow(4, 3.0)], backend="nccl", file="ag.json")
     with pytest.raises(MeasurementError, match="no size with elements to move"):
         calibrate(sim.scenario, [empty])
+    # validate refuses it too (it printed an empty table and exited 0: a check that compared nothing passed)
+    with pytest.raises(MeasurementError, match=r"no size to compare \(every row is below one element on 2 ranks"):
+        validate(sim, empty)
+    with pytest.raises(MeasurementError, match=r"none of the sizes asked for is in it"):
+        validate(sim, m, sizes=[2048])
 
 
 def test_validate_notes_a_collective_or_gpus_per_process_other_than_the_scenarios() -> None:
