@@ -69,6 +69,9 @@ GRID_KEYS = ("name", "description", "base", "set", "backends", "mode", "axes", "
 MODES = ("product", "zip")
 #: The axis that varies the base scenario itself.
 SCENARIO_AXIS = "scenario"
+#: Scenario fields whose values name files: an axis value is taken from the grid's folder where such a file is there.
+FILE_FIELDS = frozenset({"calibration", "preset_files", "cluster.node", "training.model",
+                         "backends.nccl.env.NCCL_TUNER_CONFIG_FILE"})  # fmt: skip
 #: Where a grid given as a mapping says it came from.
 DICT_SOURCE = "<grid>"
 
@@ -242,10 +245,39 @@ class Grid:
                 if axis.path == SCENARIO_AXIS:
                     source = axis.values[i]
                 else:
-                    overrides.append(f"{axis.path}={_yaml_value(axis.values[i])}")
+                    overrides.append(f"{axis.path}={_yaml_value(self._file_value(axis.path, axis.values[i]))}")
             assert source is not None  # checked when parsed
             out.append(Variant(n, params, self._source(source), tuple(overrides)))
         return out
+
+    def _file_value(self, path: str, value: Any) -> Any:
+        """An axis value naming a file (:data:`FILE_FIELDS`) relative to the grid's folder, where such a file is
+        there (the grid is where it was written); any other value as it is."""
+        if path not in FILE_FIELDS:
+            return value
+        if isinstance(value, list):
+            return [self._file_value(path, v) for v in value]
+        if isinstance(value, str) and value:
+            candidate = Path(value).expanduser()
+            if not candidate.is_absolute() and (self.folder / candidate).exists():
+                return str(self.folder / candidate)
+        return value
+
+    def _axis_of(self, field: str | None) -> str | None:
+        """The axis whose path ``field`` (an error's or warning's) is, or lies under."""
+        for axis in self.axes:
+            if field and (field == axis.path or field.startswith(axis.path + ".")):
+                return axis.path
+        return None
+
+    def _axis_warning(self, text: str) -> str:
+        """A warning about a field an axis sets (``FILE: FIELD: what``), as the grid's: the base scenario's file
+        did not write it."""
+        for axis in self.axes:
+            at = text.find(f"{axis.path}: ")
+            if at >= 0 and (at == 0 or text[at - 2 : at] == ": "):
+                return f"{self.file}: axes.{text[at:]}"
+        return text
 
     def _source(self, source: str | Mapping[str, Any]) -> str | Mapping[str, Any]:
         """A scenario source as ``load_scenario`` takes it: a file relative to the grid's folder when one is there,
@@ -284,10 +316,10 @@ class Grid:
             if sim is not None and on_simulator is not None:
                 on_simulator(variant, sim)
             for w in caught:  # a warning of the base scenario once, not once per point
-                text = str(w.message)
+                text = self._axis_warning(str(w.message))
                 if text not in seen_warnings:
                     seen_warnings.add(text)
-                    warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+                    warnings.warn_explicit(type(w.message)(text), w.category, w.filename, w.lineno)
             scenarios.append(scenario)
             backends = self.backends if self.backends is not None else scenario.backend_names()
             if not backends:
@@ -312,7 +344,10 @@ class Grid:
         """``exc`` (from one variant's scenario) as an error naming the grid file and the point."""
         inner = f"{exc.field}: {exc.message}" if exc.field else exc.message
         source = variant.source if isinstance(variant.source, str) else None
-        if exc.file and exc.file not in ("--set", "<dict>") and exc.file != source and not (
+        axis = self._axis_of(exc.field)
+        if axis is not None:  # the grid's axis set it: not the base scenario's file
+            inner = f"{inner} (axis {axis})"
+        elif exc.file and exc.file not in ("--set", "<dict>") and exc.file != source and not (
             source and Path(exc.file).name == Path(source).name
         ):
             inner = f"{inner} (in {exc.file})"

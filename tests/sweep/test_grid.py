@@ -118,6 +118,23 @@ def test_every_point_is_validated_before_anything_runs(axes: dict[str, Any], tex
     assert "\n" not in str(err.value)
 
 
+def test_what_an_axis_sets_is_the_grids_in_errors_warnings_and_file_paths(tmp_path: Path) -> None:
+    # an axis's mistakes were said to be in the base scenario's file, and an axis's file was looked up next to the
+    # base scenario (a built-in's folder) instead of the grid
+    g = grid_from_mapping({"base": "pcie-2gpu-nop2p", "axes": {"cluster.nodez": [2]}}, file="g.yaml")
+    with pytest.raises(ScenarioError, match=r"cluster.nodez: unknown field .*\(axis cluster.nodez\)$"):
+        g.resolve()
+    typo = grid_from_mapping({"base": "pcie-2gpu-nop2p", "axes": {"backends.nccl.env.NCCL_ALGOO": ["Ring"]}},
+                             file="g.yaml")  # fmt: skip
+    with pytest.warns(UserWarning, match=r"^g.yaml: axes.backends.nccl.env.NCCL_ALGOO: unknown NCCL variable"):
+        typo.resolve()
+    (tmp_path / "prof.yaml").write_text("format: collsim-profile/1\nparameters: {nccl.launch_overhead_us: 5}\n")
+    grid = tmp_path / "g.yaml"
+    grid.write_text("base: pcie-2gpu-nop2p\naxes:\n  calibration: [null, prof.yaml]\nsizes: [8B]\n")
+    points = load_grid(grid).resolve().points
+    assert [p.scenario.calibration_path() for p in points[::2]] == [None, (tmp_path / "prof.yaml").resolve()]
+
+
 def test_the_topology_is_checked_too() -> None:
     # a field only the cluster can judge (a device a perturbation names) fails before anything runs
     g = _grid(axes={"perturb.links": [[{"device": "n9/gpu0", "scale": 0.5}]]})
