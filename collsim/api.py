@@ -1195,10 +1195,31 @@ class Simulator:
         their gradients are ready. See :mod:`collsim.training.step`.
         """
         backends = _backends_arg(backends)
-        notes = self._measured_batch_notes()
-        if self._training().style == "fsdp":
-            return [dataclasses.replace(r, notes=(*r.notes, *notes)) for r in self._fsdp_step(backends)]
-        return [dataclasses.replace(r, notes=(*r.notes, *notes)) for r in self._ddp_step(backends)]
+        notes = (*self._measured_batch_notes(), *self._style_notes())
+        gloo = self._gloo_device_notes()
+        steps = self._fsdp_step(backends) if self._training().style == "fsdp" else self._ddp_step(backends)
+        return [dataclasses.replace(r, notes=(*r.notes, *notes, *(gloo if r.backend == "gloo" else ()))) for r in steps]
+
+    def _style_notes(self) -> tuple[str, ...]:
+        """The other style's knobs the scenario sets, which this step does not use (named, so that a value given is
+        not taken for one applied)."""
+        tr = self._training()
+        if tr.style == "ddp":
+            unset = FsdpTrainingConfig.model_validate({})
+            return ("training.fsdp is FSDP's: not used with style: ddp",) if tr.fsdp != unset else ()
+        ddp_only = {"bucket_cap_mb": tr.bucket_cap_mb is not None,
+                    "gradient_as_bucket_view": tr.gradient_as_bucket_view, "first_iteration": tr.first_iteration}
+        given = [f"training.{k}" for k, on in ddp_only.items() if on]
+        return (f"{', '.join(given)}: DDP's (its Reducer's buckets); not used with style: fsdp",) if given else ()
+
+    def _gloo_device_notes(self) -> tuple[str, ...]:
+        """A note when ``backends.gloo.device`` is not the ranks' own: a step hands Gloo the ranks' tensors."""
+        gloo = self.scenario.backends.gloo
+        own = self._gloo_step_options().device
+        if gloo is None or gloo.device == own:
+            return ()
+        return (f"backends.gloo.device {gloo.device} not used: a training step hands Gloo the ranks' own {own} "
+                "tensors",)
 
     def _measured_batch_notes(self) -> tuple[str, ...]:
         """Measured layer times are a batch's: a step at another ``training.batch_size`` than the model file's

@@ -277,3 +277,22 @@ def test_fsdp_refuses_a_unit_of_mixed_dtypes_naming_the_field(tmp_path: Path) ->
         ["nccl"]
     )
     assert ok.comm_s > 0
+
+
+def test_the_other_styles_knobs_and_a_gloo_device_not_used_are_named() -> None:
+    # DDP's bucket cap under FSDP, an FSDP section under DDP and a Gloo device the ranks do not have were silently
+    # ignored (compression under FSDP is refused: it changes what moves)
+    (fsdp,) = Simulator.from_source("fsdp-gpt2xl-2node-h100", ["training.bucket_cap_mb=5"]).step(["nccl"])
+    assert "training.bucket_cap_mb: DDP's (its Reducer's buckets); not used with style: fsdp" in fsdp.notes
+    (ddp,) = Simulator.from_source("fsdp-gpt2xl-2node-h100", ["training.style=ddp"]).step(["nccl"])
+    assert "training.fsdp is FSDP's: not used with style: ddp" in ddp.notes
+    (gloo,) = Simulator.from_source(CPU_RANKS, ["backends.gloo.device=cuda"]).step()
+    assert gloo.notes[-1] == "backends.gloo.device cuda not used: a training step hands Gloo the ranks' own cpu tensors"
+    (plain,) = Simulator.from_source(SCENARIO, ["cluster.nodes=1"]).step(["nccl"])
+    assert not any("not used" in n for n in plain.notes)
+
+
+@pytest.mark.parametrize(("field", "value"), [("bucket_cap_mb", "true"), ("gradient_as_bucket_view", "'yes'")])
+def test_a_boolean_for_a_number_or_a_string_for_a_boolean_is_refused(field: str, value: str) -> None:
+    with pytest.raises(ScenarioError, match=rf"training\.{field}"):
+        Simulator.from_source(SCENARIO, [f"training.{field}={value}"])

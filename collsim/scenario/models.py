@@ -915,7 +915,7 @@ class TrainingConfig(BaseModel):
         description="DDP's bucket_cap_mb (MiB). Unset: DDP's default, a first bucket of 1 MiB then 25 MiB; a value "
         "given (even 25) caps every bucket alike, as torch 2.13 does.",
     )
-    gradient_as_bucket_view: bool = Field(False, description="DDP's gradient_as_bucket_view.")
+    gradient_as_bucket_view: StrictBool = Field(False, description="DDP's gradient_as_bucket_view.")
     accumulation: StrictInt = Field(
         1,
         ge=1,
@@ -925,19 +925,19 @@ class TrainingConfig(BaseModel):
     compression: Literal["none", "fp16", "bf16"] = Field(
         "none", description="DDP comm hook: none, fp16 (fp16_compress_hook) or bf16 (bf16_compress_hook)."
     )
-    activation_checkpointing: bool | str = Field(
+    activation_checkpointing: StrictBool | str = Field(
         False,
         description="Blocks run under torch.utils.checkpoint (apply_activation_checkpointing): each one's forward "
         "runs again in the backward, right before its first backward kernel. true: the most common prefix.N blocks "
         "of the layer names; or a layer-name pattern with * for the block index (transformer.h.*); false: none.",
     )
-    gradient_clipping: bool = Field(
+    gradient_clipping: StrictBool = Field(
         False,
         description="clip_grad_norm_ after the backward, before the optimizer: a read of the local gradients (the "
         "norm), with FSDP's sharding an all-reduce of the norm (one float32) within the shard group, then a read and "
         "write of the gradients (the scaling).",
     )
-    checkpoint_early_stop: bool = Field(
+    checkpoint_early_stop: StrictBool = Field(
         True,
         description="Activation checkpointing's recomputation stops at a block's last layer that saves a tensor "
         "(torch's non-reentrant checkpoint, early_stop=True, the default); false: the whole block again "
@@ -945,7 +945,7 @@ class TrainingConfig(BaseModel):
         "set_checkpoint_early_stop(False)).",
     )
     optimizer: Literal["none", "sgd", "momentum", "adam"] = Field("sgd", description="Optimizer step (memory-bound).")
-    first_iteration: bool = Field(
+    first_iteration: StrictBool = Field(
         False, description="Simulate DDP's first iteration (one bucket, no overlap) instead of a steady one."
     )
     compute_efficiency: float | None = Field(
@@ -960,6 +960,14 @@ class TrainingConfig(BaseModel):
         description="CPU ranks: cores one process's computation keeps busy (torch's intra-op threads; torchrun "
         "sets OMP_NUM_THREADS=1). The model's measured layer times must be measured with as many.",
     )
+
+    @field_validator("bucket_cap_mb", "compute_efficiency", "memory_efficiency", mode="before")
+    @classmethod
+    def _no_bool(cls, v: Any) -> Any:
+        """A number, not a YAML true/false (``bucket_cap_mb: true`` read as 1 MiB)."""
+        if isinstance(v, bool):
+            raise PydanticCustomError("number_not_bool", "expected a number, not true or false")
+        return v
 
     def model_path(self, base_dir: Path) -> str:
         """The model as :func:`collsim.training.load_model` takes it: a built-in name, or the file resolved against
