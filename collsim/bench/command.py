@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -133,6 +134,13 @@ def _resolve_config(args: argparse.Namespace, torch: Any) -> BenchConfig:
                              "--backend gloo to share GPUs between ranks")
     if cfg.collective in ROOTED_COLLECTIVES and cfg.root >= nprocs:
         raise BenchError(f"--root {cfg.root}: expected a rank below {nprocs}")
+    if ids is None:  # the ranks start here: what each would refuse, refused once before they start
+        cfg.effective_sizes(nprocs)
+        cores = cfg.cores_per_rank
+        allowed = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+        if cores is not None and allowed is not None and cores * nprocs > allowed:
+            raise BenchError(f"--cores-per-rank {cores}: {nprocs} ranks need {cores * nprocs} CPUs, and this process "
+                             f"may use {allowed}")
     return cfg
 
 

@@ -129,8 +129,9 @@ class BenchConfig:
     def __post_init__(self) -> None:
         try:
             coll = canonical_collective(self.collective)
-        except ValueError as exc:
-            raise BenchError(f"--collective: {exc}") from None
+        except ValueError:  # the choices bench has, not every collective a measurement may name
+            raise BenchError(f"--collective: unknown collective {self.collective!r}; expected one of: "
+                             f"{', '.join(COLLECTIVES)}") from None
         if coll not in COLLECTIVES:
             raise BenchError(f"--collective: {coll!r} is not wired to torch.distributed; expected one of: "
                              f"{', '.join(COLLECTIVES)}")

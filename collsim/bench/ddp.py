@@ -1168,6 +1168,9 @@ def _config_from_args(args: Any) -> DdpBenchConfig:
         raise BenchError("--probe and --ddp are different modes; give one of them")
     if getattr(args, "sizes", None):
         raise BenchError("--sizes: --ddp times training iterations, not collective sizes; leave --sizes out")
+    if getattr(args, "collective", "allreduce") not in (None, "allreduce", "all_reduce"):
+        raise BenchError(f"--collective {args.collective}: --ddp times training iterations, whose DDP buckets are "
+                         "all-reduced; leave --collective out")
     if getattr(args, "backend", None) not in (None, "gloo"):
         raise BenchError(f"--backend {args.backend}: --ddp runs Gloo (on CPU tensors, or CUDA with --device cuda)")
     device = getattr(args, "device", None) or "cpu"  # --ddp's default: CPU tensors, whatever the machine has

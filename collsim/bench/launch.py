@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import signal
 import socket
 import subprocess
@@ -60,6 +61,23 @@ def _failure_line(rank: int, code: int | None, log: Path) -> str:
         return f"rank {rank}: {marked[-1]}"
     last = lines[-1][:300] if lines else "no output"
     return f"rank {rank} exited with status {code}: {last}"
+
+
+def _merged(lines: list[str]) -> str:
+    """Ranks' failure lines, those saying the same once (``ranks 0, 1: BenchError: ...``).
+
+    >>> _merged(["rank 0: BenchError: x", "rank 1: BenchError: x", "rank 2 exited with status 1: y"])
+    'ranks 0, 1: BenchError: x; rank 2 exited with status 1: y'
+    """
+    groups: dict[str, list[str]] = {}
+    for line in lines:
+        rank, sep, text = line.partition(": ")
+        if not sep or not re.fullmatch(r"rank \d+", rank):
+            groups.setdefault(line, [])
+            continue
+        groups.setdefault(text, []).append(rank.split()[1])
+    return "; ".join(text if not ranks else f"rank{'s' if len(ranks) > 1 else ''} {', '.join(ranks)}: {text}"
+                     for text, ranks in groups.items())  # fmt: skip
 
 
 def _child_env(rank: int, nprocs: int, port: int) -> dict[str, str]:
@@ -180,7 +198,7 @@ def launch_ranks(
             if any(c != 0 for c in codes):
                 _stop(procs)
                 bad = [_failure_line(r, c, logs[r]) for r, c in enumerate(codes) if c not in (None, 0)]
-                raise BenchError("; ".join(bad))
+                raise BenchError(_merged(bad))
             if not result_path.exists():
                 raise BenchError(f"rank 0 finished without writing its result ({_failure_line(0, 0, logs[0])})")
             result: dict[str, Any] = json.loads(result_path.read_text())

@@ -250,6 +250,8 @@ def test_model_yaml_round_trips_through_load_model(tmp_path: Path) -> None:
     (["--bucket-cap-mb", "-1"], "--bucket-cap-mb: expected positive MiB values, got '-1'"),
     (["--sizes", "1KiB"], "--sizes: --ddp times training iterations, not collective sizes; leave --sizes out"),
     (["--backend", "nccl"], "--backend nccl: --ddp runs Gloo (on CPU tensors, or CUDA with --device cuda)"),
+    (["-c", "allgather"], "--collective allgather: --ddp times training iterations, whose DDP buckets are "
+                          "all-reduced; leave --collective out"),
     (["-o", "/nonexistent/m.json"], "-o /nonexistent/m.json: the folder /nonexistent does not exist"),
     (["-w", "0"], "-w/--warmup: expected an integer >= 1, got 0 (DDP's first iteration runs before its buckets "
                   "are rebuilt)"),

@@ -57,7 +57,8 @@ def test_config_defaults_and_aliases() -> None:
     ("kwargs", "match"),
     [
         ({"collective": "gather"}, r"--collective: 'gather' is not wired"),
-        ({"collective": "nope"}, r"--collective: unknown collective 'nope'"),
+        ({"collective": "nope"}, r"--collective: unknown collective 'nope'; expected one of: allreduce, allgather, "
+                                 r"reduce_scatter, broadcast, reduce, alltoall$"),
         ({"backend": "mpi"}, r"--backend: expected one of nccl, gloo"),
         ({"backend": "nccl", "device": "cpu"}, r"nccl needs --device cuda"),
         ({"dtype": "uint32"}, r"--dtype: expected one of"),
@@ -327,3 +328,10 @@ def test_pinning_takes_each_local_ranks_own_block_of_cpus() -> None:
         assert os.sched_getaffinity(0) == {max(allowed)}
     finally:
         os.sched_setaffinity(0, allowed)
+
+
+def test_ranks_failing_alike_are_one_line() -> None:
+    from collsim.bench.launch import _merged
+
+    one = _merged(["rank 0: BenchError: --sizes: x", "rank 1: BenchError: --sizes: x"])
+    assert one == "ranks 0, 1: BenchError: --sizes: x"
