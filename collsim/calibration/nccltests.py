@@ -64,7 +64,7 @@ import math
 import re
 import statistics
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -446,6 +446,25 @@ def _warn(source: str, line: int | None, message: str) -> None:
     warnings.warn(f"{where}: {message}", ParseWarning, stacklevel=3)
 
 
+#: Lines not understood that are named one by one; the rest in one warning (a wrong file is hundreds of them).
+_MAX_SKIPPED_SHOWN = 10
+
+
+def _warn_skipped(source: str, skipped: Sequence[tuple[int, str]], has_rows: bool) -> None:
+    """Warn of the lines that are neither data rows nor comments: each of the first few, then the count of the
+    rest; a text of many such lines and no data row in one warning (the file is likely not nccl-tests output)."""
+    if not has_rows and len(skipped) > _MAX_SKIPPED_SHOWN:
+        number, shown = skipped[0]
+        _warn(source, None, f"none of its {len(skipped)} lines that are not comments is an nccl-tests data row "
+                            f"(line {number}: {shown!r})")  # fmt: skip
+        return
+    for number, shown in skipped[:_MAX_SKIPPED_SHOWN]:
+        _warn(source, number, f"skipped a line that is neither an nccl-tests data row nor a comment: {shown!r}")
+    rest = skipped[_MAX_SKIPPED_SHOWN:]
+    if rest:
+        _warn(source, None, f"skipped {len(rest)} more such line(s) (lines {rest[0][0]}-{rest[-1][0]})")
+
+
 def parse_nccl_tests(text: str, *, source: str = "<text>", collective: str | None = None) -> NcclTestsLog:
     """Parse nccl-tests output (any ``*_perf`` binary, any version, as pasted) into rows of measurements.
 
@@ -497,6 +516,7 @@ def parse_nccl_tests(text: str, *, source: str = "<text>", collective: str | Non
     runs: list[tuple[int, _Header]] = []  # the runs before the current one: (first line, what they said)
     run_line, run_rows = 1, 0
     rows: list[MeasuredRow] = []
+    skipped: list[tuple[int, str]] = []  # (line, text) of lines neither data nor comment nor known noise
 
     for number, raw in enumerate(text.removeprefix("\ufeff").split("\n"), start=1):
         stripped = _strip_prefixes(raw.rstrip("\r"))
@@ -517,10 +537,8 @@ def parse_nccl_tests(text: str, *, source: str = "<text>", collective: str | Non
         header.take(stripped, number)  # not a data row: what it says about the run, then is it known noise?
         if not _is_noise(stripped):
             shown = raw.strip()
-            if len(shown) > _MAX_SHOWN:
-                shown = shown[:_MAX_SHOWN] + "..."
-            _warn(source, number, f"skipped a line that is neither an nccl-tests data row nor a comment: {shown!r}")
-
+            skipped.append((number, shown[:_MAX_SHOWN] + "..." if len(shown) > _MAX_SHOWN else shown))
+    _warn_skipped(source, skipped, bool(rows))
     if runs:
         header = _one_run([*runs, (run_line, header)], source)
     detected = header.collective
