@@ -233,6 +233,20 @@ class Span:
     bucket: int | None = None
 
 
+def busy_time(intervals: Sequence[tuple[float, float]]) -> float:
+    """Seconds covered by the union of ``(start, end)`` intervals.
+
+    >>> busy_time([(0.0, 2.0), (1.0, 3.0), (5.0, 6.0)])
+    4.0
+    """
+    total, reach = 0.0, -math.inf
+    for start, end in sorted(intervals):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
+
+
 @dataclass(frozen=True)
 class BucketTiming:
     """A bucket's life in the iteration: parameters, bytes all-reduced (after compression), when its gradients were
@@ -264,7 +278,11 @@ class StepResult:
     exposed_s : float
         ``iteration_s - compute_s``: what communication and DDP cost on top of the computation.
     overlap : float
-        Share of ``comm_s`` hidden behind computation: ``1 - exposed_s / comm_s`` clipped to [0, 1].
+        Share of ``comm_s`` hidden behind computation: ``1 - exposed_s / comm_s`` clipped to [0, 1]; with
+        ``waited_s``, ``1 - waited_s / comm_s``.
+    waited_s : float or None
+        FSDP: the compute stream's idle time in the iteration, waiting for collectives (its ``exposed_s`` nets the
+        sharded optimizer's saving against the unsharded ``compute_s``); None for DDP, whose ``exposed_s`` it is.
     scaling_efficiency : float
         ``compute_s / iteration_s``: throughput per GPU against one GPU without DDP (weak scaling).
     reduction : str
@@ -281,6 +299,7 @@ class StepResult:
     spans: tuple[Span, ...]
     notes: tuple[str, ...] = field(default=())
     reduction: str = ""
+    waited_s: float | None = None
 
     @property
     def exposed_s(self) -> float:
@@ -292,7 +311,8 @@ class StepResult:
         """Share of the communication hidden behind computation (0..1)."""
         if self.comm_s <= 0:
             return 1.0
-        return min(1.0, max(0.0, 1.0 - self.exposed_s / self.comm_s))
+        exposed = self.exposed_s if self.waited_s is None else self.waited_s
+        return min(1.0, max(0.0, 1.0 - exposed / self.comm_s))
 
     @property
     def scaling_efficiency(self) -> float:
