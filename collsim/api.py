@@ -725,7 +725,6 @@ class Simulator:
             reduce-scatter with ``ReduceOp.AVG``).
         """
         size = _size_arg(size)
-        (backend,) = _backends_arg(backend) or [backend]
         coll = collective or self.scenario.collectives()[0]
         sym = self.scenario.engine.symmetry if symmetry is None else symmetry
         eng = self.scenario.engine
