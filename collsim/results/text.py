@@ -285,15 +285,8 @@ def format_algorithm_perturbation(
 ) -> str:
     """``collsim compare``'s section for a perturbed scenario with one backend: per size and variant its time on the
     healthy cluster and on the perturbed one (us) and the slowdown (perturbed / healthy); ``*`` marks the variant
-    the backend runs by default on each.
-
-    Parameters
-    ----------
-    rows, healthy : sequence of AlgorithmComparison
-        The perturbed and the healthy comparisons, matched by (collective, size).
-    what : sequence of str
-        The perturbations, one line each (the scenario's ``perturb`` entries).
-    """
+    the backend runs by default on each. ``rows`` and ``healthy`` (one backend's algorithms, matched by collective
+    and size) and ``what`` as :func:`format_perturbation` takes them."""
     base = {(r.collective, r.size_bytes): r for r in healthy}
     width, lines = _perturbed_head([r.size_bytes for r in rows], ":", what)
     lines.append(f"# {'size':>{width}} {'variant':>12} {'healthy':>13} {'perturbed':>13} {'slowdown':>9}")
