@@ -163,6 +163,9 @@ class GlooSchedule:
         ``body(ctx) -> generator`` for one rank; the rank is done when it returns.
     notes : tuple of str
         What was chosen (segments, chunk counts, bases, folding).
+    idle : frozenset of int
+        Ranks that take no part (``workload.peers``' bystanders): they call nothing, so nothing of theirs is
+        simulated or timed.
     """
 
     name: str
@@ -171,6 +174,7 @@ class GlooSchedule:
     roles: dict[int, Hashable]
     body: Callable[[GlooRankContext], Proc]
     notes: tuple[str, ...] = ()
+    idle: frozenset[int] = frozenset()
 
     def relations(self) -> list[tuple[int, str, int]]:
         """``(rank, label, peer)`` for every connection (for the symmetry refinement)."""
@@ -658,7 +662,8 @@ def _sendrecv(n: int, nbytes: float, src: int = 0, dst: int = 1) -> GlooSchedule
 
     peers = {r: ({"peer": dst} if r == src else {}) for r in range(n)}
     roles: dict[int, Hashable] = {r: 0 if r == src else (1 if r == dst else 2) for r in range(n)}
-    return GlooSchedule("sendrecv/p2p", n, peers, roles, body, (f"rank {src} -> rank {dst}",))
+    idle = frozenset(range(n)) - {src, dst}
+    return GlooSchedule("sendrecv/p2p", n, peers, roles, body, (f"rank {src} -> rank {dst}",), idle)
 
 
 #: Collectives whose Gloo function returns before any message for 0 elements, and the function (gloo/allreduce.cc

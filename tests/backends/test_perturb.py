@@ -267,3 +267,15 @@ def test_decoupled_nic_down_is_within_one_percent_of_exact(nodes: int, algo: str
     assert dec.time_s == pytest.approx(exact.time_s, rel=1e-2)
     assert any(note.startswith("engine.decouple:") for note in dec.notes)
     assert dec.classes < exact.classes
+
+
+@pytest.mark.parametrize("backend", ["nccl", "gloo"])
+def test_a_bystander_of_a_sendrecv_between_two_peers_sets_nothing(backend: str) -> None:
+    # workload.peers: [0, 1]: ranks 2-7 call nothing, so their lateness (or launch skew) cannot delay the send; it
+    # set the time (1 MiB: 37.25 -> 108.4 us with rank 5 at +100 us), and the sender's own lateness still counts
+    scenario = {"name": "s", "cluster": {"node": "hgx-h100"}, "backends": {"nccl": {}, "gloo": {}},
+                "workload": {"collective": "sendrecv", "peers": [0, 1]}}  # fmt: skip
+    t0 = Simulator.from_source(scenario).simulate_one(backend, 2**20).time_s
+    for rank, extra in ((5, 0.0), (0, 100e-6)):
+        late = {**scenario, "perturb": {"ranks": [{"rank": rank, "launch_delay": "100us"}]}}
+        assert Simulator.from_source(late).simulate_one(backend, 2**20).time_s == pytest.approx(t0 + extra, abs=1e-9)

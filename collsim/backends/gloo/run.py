@@ -226,6 +226,8 @@ def _run(
         board = EventBoard(env)
         for rank_ops in map(partial(dataclasses.replace, gloo_context=k % opts.interfaces), ops):  # round robin
             rep = rank_ops.me
+            if rep in sched.idle:  # a bystander calls nothing: no thread, no copy, no time
+                continue
             late = delays.get(rep, 0.0)
             job = _rank_job(
                 rank_ops, pools[rep], sched, board, plan.staging[k][rep], consts.work_enqueue_latency, late,

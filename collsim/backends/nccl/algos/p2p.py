@@ -118,8 +118,12 @@ class P2P(NcclAlgorithm):
         slots = {n: ctx.topo.nic_slots(n) for n in set(node.values())} if plan.nnodes > 1 else {}
         assert ctx.consts.p2p is not None, "constants without NCCL's point-to-point numbers"
         per_batch = ctx.consts.p2p.works_per_batch
+        all_sends = [p2p_sends(plan, ctx.opts, ctx.consts, ctx.collective, ctx.nbytes, i) for i in range(len(ranks))]
+        receivers = {s.peer for sends in all_sends for s in sends}
         for i, g in enumerate(ranks):
-            sends = p2p_sends(plan, ctx.opts, ctx.consts, ctx.collective, ctx.nbytes, i)
+            sends = all_sends[i]
+            if not sends and i not in receivers:  # a bystander (workload.peers): it calls nothing, nothing is timed
+                continue
             channels = [_part_channels(s, plan, per_batch) for s in sends]
             load = _channel_load(channels)
             roles, parts = {}, {}
