@@ -244,3 +244,17 @@ def test_a_malformed_steps_by_collective_names_the_field(value: str) -> None:
     data["protocols"]["Simple"]["steps_by_collective"] = {"gather": [1, 1]}
     with pytest.raises(BackendError, match=r"steps_by_collective.gather: expected a collective"):
         NcclConstants.from_mapping(data)
+
+
+@pytest.mark.parametrize("collective", ["broadcast", "reduce"])
+def test_a_chains_ll128_hop_carries_the_whole_step(collective: str) -> None:
+    # a broadcast or reduce runs the ring as a chain: each hop forwards the whole chunk, not 1/n of it. Sized as a
+    # ring step, 14 KiB on one channel was one piece (a store-and-forward of the whole message over 7 hops) and
+    # 16 KiB two: 30.65 against 29.77 us
+    one = ["backends.nccl.env.NCCL_MAX_NCHANNELS=1"]
+    sim = Simulator.from_source("hgx-h100", [f"workload.collective={collective}", *one])
+    plan, consts = sim.nccl_plan, sim.nccl_constants
+    cut = [step_chunking(plan, consts, "Ring", "LL128", collective, s, 1).slices_per_chunk for s in (14336, 16384)]
+    assert cut[0] > 1 and cut[1] > 1  # pieces: each hop forwards the step as it arrives
+    t14, t16 = (sim.simulate_one("nccl", s, choice=("Ring", "LL128")).time_s for s in (14336, 16384))
+    assert t14 < t16

@@ -370,8 +370,8 @@ def step_chunking(
         # at every grain's end whatever their number, so the doubling is undone while halving keeps them within one
         # grain (fewer flows; nearly the same times: a piece straddling two grains waits for the later one, measured
         # 0.7% at most, docs/accuracy.md), and a step of one grain or less is not cut. ``step``: a step's data in the
-        # first loop
-        step = min(chunk, per / n if algo == "Ring" else per)
+        # first loop: a ring step carries 1/n of a loop, a chain's (broadcast, reduce) hop all of it
+        step = min(chunk, per / n if algo == "Ring" and ring_steps(collective, n) else per)
         grain = pc.forward_grain or 0
         while per / (chunk / pieces) < 2 * depth and pieces < consts.sim_max_pieces:
             pieces *= 2
