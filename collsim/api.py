@@ -797,6 +797,7 @@ class Simulator:
                 choice=choice,
             )
         else:
+            self._check_gloo_types(coll)
             gloo_options = self.options("gloo", repetition)
             assert isinstance(gloo_options, GlooOptions)
             if gloo_algorithm is not None:
@@ -808,6 +809,22 @@ class Simulator:
             note = f"{size} B is not whole {dtype} elements ({DTYPE_SIZES[dtype]} B each): {moved} B moved"
             out.notes = [*out.notes, note]
         return out
+
+    def _check_gloo_types(self, collective: str) -> None:
+        """Refuse what torch's ProcessGroupGloo refuses (torch 2.13, checked with two ranks on CPU tensors):
+        uint32 and uint64 in every collective but send/recv ("Invalid scalar type": its type switch has no unsigned
+        type beyond uint8), and ``avg`` of an integer type in a reduction (the division's float result "can't be cast
+        to the desired output type")."""
+        w = self.scenario.workload
+        if w.dtype in ("uint32", "uint64") and collective != "sendrecv":
+            raise ScenarioError(f"{w.dtype}: torch's Gloo backend refuses it in {collective} ('Invalid scalar type'; "
+                                "it has no unsigned type beyond uint8); use --backend nccl or another dtype",
+                                file=self.scenario.source_file, field="workload.dtype")  # fmt: skip
+        integer = w.dtype.startswith(("int", "uint"))
+        if w.op == "avg" and integer and collective in ("allreduce", "reduce_scatter", "reduce"):
+            raise ScenarioError(f"avg of {w.dtype}: torch's Gloo backend refuses it (the division's float result "
+                                "can't be cast back to an integer type); use sum or a floating dtype",
+                                file=self.scenario.source_file, field="workload.op")  # fmt: skip
 
     def recorded(self, backend: str, size: int, collective: str | None = None) -> Outcome:
         """One collective with every rank and channel simulated (symmetry off) and every flow recorded: what

@@ -697,3 +697,19 @@ def test_confined_processes_and_contexts_keep_the_engines_invariants(
     if cores is not None:
         fewer = dataclasses.replace(opts, cores_per_process=cores / 2)
         assert simulate_gloo_many(topo, fewer, consts(), [size] * count, collective=collective).time_s >= on.time_s
+
+
+@pytest.mark.parametrize(("dtype", "op", "collective", "field"), [
+    ("uint32", "sum", "allreduce", "workload.dtype"), ("uint64", "sum", "broadcast", "workload.dtype"),
+    ("int8", "avg", "allreduce", "workload.op"), ("int64", "avg", "reduce", "workload.op"),
+])
+def test_what_torchs_gloo_refuses_is_refused(dtype: str, op: str, collective: str, field: str) -> None:
+    # checked with torch 2.13's ProcessGroupGloo on two CPU ranks: "Invalid scalar type" for uint32/uint64 in every
+    # collective but send/recv, and integer AVG "can't be cast to the desired output type"; collsim gave them times
+    over = [f"workload.dtype={dtype}", f"workload.op={op}", f"workload.collective={collective}"]
+    sim = Simulator.from_source("loopback-gloo-cpu", over)
+    with pytest.raises(ScenarioError) as err:
+        sim.simulate_one("gloo", 1 << 20)
+    assert err.value.field == field
+    ok = Simulator.from_source("loopback-gloo-cpu", ["workload.dtype=uint32", "workload.collective=sendrecv"])
+    assert ok.simulate_one("gloo", 1 << 20).time_s > 0
