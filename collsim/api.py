@@ -1812,7 +1812,8 @@ class Simulator:
         Returns
         -------
         ReportData
-            A backend that cannot run this scenario (NCCL without GPUs) is left out, with a note saying why.
+            A backend that cannot run this scenario (NCCL without GPUs) is left out, with a note saying why; any
+            other error is raised, as :meth:`run` raises it.
 
         Raises
         ------
@@ -1827,6 +1828,11 @@ class Simulator:
             try:
                 res = self.run(backends=[backend], sizes=sweep, breakdown=True, progress=progress)
             except ScenarioError as exc:
+                # a backend this cluster cannot run at all (NCCL without GPUs) is left out with a note; any other
+                # error (a work limit, a variable NCCL refuses, a type the backend has not) stops the report, as it
+                # stops run and compare, rather than leave a page with a backend silently missing
+                if backend != "nccl" or self.topology.gpus():
+                    raise
                 data.notes.append(f"{backend}: not simulated: {exc}")
                 continue
             if res.interrupted:

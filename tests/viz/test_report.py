@@ -86,6 +86,16 @@ def test_a_perturbed_clusters_report_says_so_beside_the_healthy_times() -> None:
     assert "id='perturbed'" not in build_report(Simulator.from_source("pcie-2gpu-nop2p").report_data([8])).html
 
 
+def test_report_stops_on_an_error_as_run_does() -> None:
+    # a work limit hit or a variable NCCL refuses left a page with the backend missing, exit 0, nothing on stderr
+    from collsim.scenario import ScenarioError
+
+    for bad in ("engine.max_flows=50", "backends.nccl.env.NCCL_ALGO=Tree"):
+        sim = Simulator.from_source("hgx-h100", [bad, "workload.collective=allgather"])
+        with pytest.raises(ScenarioError):
+            sim.report_data([64 * MiB])
+
+
 def test_report_notes_a_backend_it_cannot_run() -> None:
     sim = Simulator.from_source(
         {"name": "cpu", "cluster": {"node": "cpu-host"}, "backends": {"gloo": {"device": "cpu"}}}
