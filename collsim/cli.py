@@ -1099,16 +1099,23 @@ def _write_trace(args: argparse.Namespace, sim: Simulator, backends: Sequence[st
     from collsim.trace import TRACE_MAX_EVENTS, chrome_trace, representative_size, write_chrome_trace
 
     size = _size_option(args.trace_size, "--trace-size")
+    given = size is not None
     if size is None:
         size = representative_size(_sizes(args.sizes) or sim.scenario.sizes())
     if not args.quiet:
         print(f"collsim: trace at {format_size(size)}: simulating every rank ...", file=sys.stderr)
     outs = [sim.recorded(b, size, collective=c) for b in backends for c in sim.scenario.collectives()]
     empty = [f"{o.backend} {o.collective}" for o in outs if not o.records]
-    if empty:  # below one element (one a rank for all-gather): the collective returns at once, nothing to draw
-        raise ScenarioError(f"{format_size(size)} of {sim.scenario.workload.dtype} moves no data for "
-                            f"{', '.join(empty)} on {len(sim.topology.rank_devices())} ranks; give a larger size",
-                            file="--trace-size")  # fmt: skip
+    # below one element (one a rank for all-gather): the collective returns at once, nothing to draw. A size given
+    # is the user's to change; the default (the sweep's) traces the others and says which it left out
+    why = (f"{format_size(size)} of {sim.scenario.workload.dtype} moves no data for {', '.join(empty)} on "
+           f"{len(sim.topology.rank_devices())} ranks")  # fmt: skip
+    if empty and (given or len(empty) == len(outs)):
+        raise ScenarioError(f"{why}; give a larger size" if given else f"{why} (the sweep's size, the default "
+                            "--trace-size); give --trace-size", file="--trace-size")  # fmt: skip
+    if empty:
+        outs = [o for o in outs if o.records]
+        print(f"collsim: trace: {why}, left out", file=sys.stderr)
     limit = None if args.trace_full else TRACE_MAX_EVENTS
     doc = chrome_trace(outs, sim.topology, title=f"collsim {sim.scenario.name}", max_events=limit)
     write_chrome_trace(args.trace, doc)

@@ -680,6 +680,19 @@ def test_a_zero_trace_size_is_a_one_line_error(capsys: pytest.CaptureFixture[str
     assert "--trace-size: 16B of float32 moves no data for nccl allgather on 8 ranks" in err
 
 
+def test_the_default_trace_size_leaves_out_a_collective_that_moves_nothing(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # the sweep's 8 B moves data for the all-reduce, none for the all-to-all (below one element a rank): the run
+    # failed, blaming a --trace-size the user never gave; now the all-reduce is traced and the other named
+    trace = tmp_path / "t.json"
+    rc, _, err = _run(capsys, "run", "hgx-h100", "--sizes", "8B", "--set", "workload.collective=[allreduce, alltoall]",
+                        "--backend", "nccl", "--trace", str(trace))  # fmt: skip
+    assert rc == 0 and "moves no data for nccl alltoall on 8 ranks, left out" in err
+    names = {c["collective"] for c in json.loads(trace.read_text())["otherData"]["collectives"]}
+    assert names == {"allreduce"}
+
+
 def test_benchmark_of_a_missing_scenario_exits_2_before_its_baselines(capsys: pytest.CaptureFixture[str]) -> None:
     rc, out, err = _run(capsys, "benchmark", "/nonexistent.yaml")
     assert rc == 2 and "/nonexistent.yaml" in err and "scenario file not found" in err and out == ""
