@@ -243,7 +243,12 @@ def test_decouple_changes_nothing_on_a_healthy_cluster_or_without_symmetry() -> 
             "nccl", 2**20
         )
         assert dec.time_s == ref.time_s and dec.classes == ref.classes
-        assert not any("engine.decouple" in note for note in dec.notes)
+        # and says why it was not used (it was silent: a user who set it for a big run got the exact, slow path)
+        why = "no link is slowed or down" if perturb is None else "the symmetry reduction is off"
+        assert [n for n in dec.notes if "engine.decouple" in n] == [
+            f"engine.decouple not used: {why}{' (engine.symmetry false, or noise.jitter)' if perturb else ''}; "
+            "every channel simulated exactly"
+        ]
 
 
 def test_decoupled_slow_port_keeps_the_closed_form() -> None:

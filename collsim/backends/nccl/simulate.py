@@ -96,6 +96,12 @@ def simulate_nccl(
     usage = {**_usage(layout), **background_usage(bg)}
     notes = list(plan.notes) + ([picked_by] if picked_by else [])
     perturbed = topo.perturbed_links() if opts.decouple and symmetric and not record and not bg else frozenset()
+    if opts.decouple and not perturbed:  # asked for, and the exact simulation runs: say why
+        why = ("the symmetry reduction is off (engine.symmetry false, or noise.jitter)" if not symmetric
+               else "every rank is recorded (a trace or timeline)" if record
+               else "perturb.background's streams share the links" if bg
+               else "no link is slowed or down")  # fmt: skip
+        notes.append(f"engine.decouple not used: {why}; every channel simulated exactly")
     if perturbed:
         dec = decouple(usage, {("link", u, v) for u, v in perturbed}, layout.relations)
         if dec.dropped:
