@@ -737,7 +737,9 @@ class Simulator:
         except WorkLimitExceeded as exc:
             how = "every rank simulated" if not sym else "symmetry on"
             raise ScenarioError(
-                f"{label} ({how}) passed the limit of {exc.limit} flows after {exc.simulated_s * 1e6:.6g} us of "
+                f"{label} ({how}) passed the limit of {exc.limit} "
+                f"{'recorded flows' if exc.field == 'engine.max_records' else 'flows'} after "
+                f"{exc.simulated_s * 1e6:.6g} us of "
                 f"simulated time; raise it (--set {exc.field}=N, or null for none: about 23 us a flow"
                 + (", 1.5 KB a recorded one" if exc.field == "engine.max_records" else "")
                 + "), or ask for fewer nodes or smaller sizes"

@@ -38,7 +38,7 @@ __all__ = [
 
 @dataclass
 class RepeatedRecord(Record):
-    """A record over repeated runs: ``time_us``, ``algbw_gbps`` and ``busbw_gbps`` are the median run's.
+    """A record over repeated runs: ``time_us``, ``algbw_gbps`` and ``busbw_gbps`` are the runs' median (p50).
 
     Attributes
     ----------
@@ -82,8 +82,8 @@ def quantile(values: Sequence[float], q: float) -> float:
 def repeated_record(record: Record, times_s: Sequence[float]) -> RepeatedRecord:
     """``record`` (one run's: what ran) with the statistics of ``times_s`` (each run's time, seconds).
 
-    The time, algbw and busbw become the median run's (nccl-tests' definitions); the breakdown is dropped (it was
-    one run's, and would not add up to the median).
+    The time is the runs' median (p50), and algbw and busbw follow from it (nccl-tests' definitions); the breakdown
+    is dropped (it was one run's, and would not add up to the median).
     """
     if not times_s:
         raise ValueError("repeated_record: no run times")
@@ -118,7 +118,7 @@ def format_repeated_sweep(
     noise: str = "",
 ) -> str:
     """``collsim run --repeat K``'s tables: :func:`~collsim.results.text.format_sweep`'s nccl-tests tables with the
-    median run's time, each followed by comment lines with the spread per size (us): p50, p99, min, max.
+    runs' median time, each followed by comment lines with the spread per size (us): p50, p99, min, max.
 
     Every added line starts with ``#``, so the tables still read as nccl-tests output.
 

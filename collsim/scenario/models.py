@@ -373,6 +373,8 @@ class WorkloadConfig(BaseModel):
         if isinstance(value, str) and value.strip().lower() in ("none", "torch"):
             return value.strip().lower()
         expected = f"expected 'none', 'torch' or a duration such as '18us', got {short_repr(value)}"
+        if value == 0 and not isinstance(value, bool):  # a bare 0 (YAML reads it as a number): no host time
+            return "none"
         if not isinstance(value, str):
             raise custom_error(expected)
         try:

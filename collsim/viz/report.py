@@ -373,7 +373,7 @@ def _page(
         f"({rep_size} bytes), {esc(sc.collectives()[0])}, simulated with <code>engine.symmetry=false</code> so "
         "that every rank appears. Rows are ranks and channels, bars the chunks each sends, receives, reduces or "
         "copies; drag to zoom, double-click to reset. Link utilisation is what the simulation charged each link "
-        "(protocol overheads included) over its capacity, at each flow's average rate.</p>",
+        "(protocol overheads included) over its capacity, at each flow's rate from each change to the next.</p>",
     ]
     for out in data.outcomes:
         b = out.backend
