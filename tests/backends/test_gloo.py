@@ -713,3 +713,12 @@ def test_what_torchs_gloo_refuses_is_refused(dtype: str, op: str, collective: st
     assert err.value.field == field
     ok = Simulator.from_source("loopback-gloo-cpu", ["workload.dtype=uint32", "workload.collective=sendrecv"])
     assert ok.simulate_one("gloo", 1 << 20).time_s > 0
+
+
+def test_a_collective_names_its_own_schedule_not_the_allreduce_algorithm() -> None:
+    # backends.gloo.algorithm picks allreduce's algorithm; a broadcast's record said "bcube" for a binomial tree
+    sim = Simulator.from_source("loopback-gloo-cpu", ["backends.gloo.algorithm=bcube"])
+    names = {c: sim.simulate_one("gloo", 1 << 20, collective=c).algorithm
+             for c in ("allreduce", "broadcast", "allgather", "alltoall", "reduce")}  # fmt: skip
+    assert names == {"allreduce": "bcube", "broadcast": "binomial", "allgather": "ring", "alltoall": "direct",
+                     "reduce": "ring+gather"}  # fmt: skip

@@ -81,6 +81,8 @@ def simulate_gloo_many(
         notes = [*notes, f"root: rank {root}"]
     staged = opts.device == "cuda" and opts.transport == "tcp"  # CUDA tensors through the host: clones on the GPU
     scheds = _schedules(topo, ranks, consts, collective, algorithm, sizes, opts.peers, tensor_copies=not staged)
+    if collective not in ("allreduce", "reduce_scatter") and scheds:  # the allreduce algorithm is not theirs: the
+        algorithm = scheds[0].name.partition("/")[2]  # schedule's own (broadcast/binomial: "binomial")
     env, net = new_network(record, check)
     plan = _plan(topo, opts, ranks, scheds, collective, sizes, consts.write_allocate)
     quotient = build_quotient(
