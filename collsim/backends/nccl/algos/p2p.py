@@ -122,8 +122,8 @@ class P2P(NcclAlgorithm):
         receivers = {s.peer for sends in all_sends for s in sends}
         for i, g in enumerate(ranks):
             sends = all_sends[i]
-            if not sends and i not in receivers:  # a bystander (workload.peers): it calls nothing, nothing is timed
-                continue
+            if ctx.opts.sendrecv_peers is not None and not sends and i not in receivers:
+                continue  # a bystander of workload.peers' one send: it calls nothing, nothing of it is timed
             channels = [_part_channels(s, plan, per_batch) for s in sends]
             load = _channel_load(channels)
             roles, parts = {}, {}
