@@ -217,3 +217,26 @@ def test_one_gpu_a_node_takes_the_network_searchs_channels() -> None:
     n = len(plan.ranks)
     busbw = (1 << 30) / t * 2 * (n - 1) / n
     assert 0.97 * plan.nic_bw < busbw <= plan.nic_bw, (busbw, plan.nic_bw)
+
+
+@pytest.mark.parametrize(("max_ch", "min_ch", "nics"), [(2, 16, 2), (4, 32, 4), (None, 32, 8)])
+def test_channels_copied_up_to_the_minimum_keep_their_originals_nics(
+    max_ch: int | None, min_ch: int, nics: int
+) -> None:
+    # connect.cc: "combining max, then min, to only use the first channels, then duplicate them": with MAX 2 and
+    # MIN 16 every channel is a copy of channel 0 or 1 and runs on their two NICs (it was spread over all eight:
+    # 381.7 GB/s busbw, the eight NICs' rate); a ring then runs at its NICs' rate, nics x the one-NIC plateau
+    env = {"NCCL_ALGO": "Ring", "NCCL_MIN_NCHANNELS": str(min_ch)}
+    if max_ch is not None:
+        env["NCCL_MAX_NCHANNELS"] = str(max_ch)
+    sc = {"name": "c", "cluster": {"node": "hgx-h100", "nodes": 2, "fabric": {"topology": "rail_optimized"}},
+          "backends": {"nccl": {"env": env}}}  # fmt: skip
+    sim = Simulator.from_source(sc)
+    assert sim.nccl_plan.channels == min_ch
+    used = {sim.nccl_plan.nic_for(sim.topology, 0, c) for c in range(min_ch)}
+    assert len(used) == nics
+    one_nic = {**sc["cluster"], "fabric": {"topology": "rail_optimized", "nics": ["nic0"]}}
+    one = Simulator.from_source({**sc, "backends": {"nccl": {"env": {"NCCL_ALGO": "Ring"}}}, "cluster": one_nic})
+    t = sim.simulate_one("nccl", 1 << 30).time_s
+    t1 = one.simulate_one("nccl", 1 << 30).time_s
+    assert t1 / t == pytest.approx(nics, rel=0.02)

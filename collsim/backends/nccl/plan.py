@@ -112,6 +112,10 @@ class NcclPlan:
     #: the ring and tree graphs' channels as NCCL's search leaves them, before connect.cc copies them: tuning.cc
     #: prices with graphs[a]->nChannels (net_search()); 0 in hand-built plans, read as channels // 2
     graph_channels: int = 0
+    #: channels that are not copies: NCCL_MAX_NCHANNELS keeps the first ones and NCCL_MIN_NCHANNELS then copies them
+    #: (connect.cc, "combining max, then min, to only use the first channels, then duplicate them"), channel c
+    #: running channel c mod this one's ring and NIC; 0: every channel its own
+    distinct_channels: int = 0
 
     @property
     def tuner_channels(self) -> int:
@@ -124,8 +128,8 @@ class NcclPlan:
         return self.nvls_head_count or self.ppn
 
     def nic_for(self, topo: Topology, node: int, channel: int) -> str | None:
-        """The NIC channel ``channel`` uses on ``node`` (:func:`channel_nic`)."""
-        return channel_nic(topo, node, channel, self.nnodes)
+        """The NIC channel ``channel`` uses on ``node`` (:func:`channel_nic`; a copy: its original's)."""
+        return channel_nic(topo, node, channel % (self.distinct_channels or self.channels or 1), self.nnodes)
 
 
 def channel_nic(topo: Topology, node: int, channel: int, nnodes: int) -> str | None:
@@ -665,7 +669,9 @@ def _intra_hop(
             return Hop(a, b, "P2P/NVLink", "NVLINK", link_uses(nvl), math.inf)
         return Hop(a, b, "P2P/PCIe", "PCI", link_uses(topo.pcie_route(a, b)), math.inf)
     if opts.shm_disable:
-        raise BackendError(f"no transport between {a} and {b}: P2P unavailable and NCCL_SHM_DISABLE=1")
+        raise BackendError(f"{a} and {b} have neither P2P nor SHM (NCCL_SHM_DISABLE=1): NCCL then connects them "
+                           "through its network transport (transport.cc tries P2P, SHM, then NET; "
+                           "NCCL_NET_DISABLE_INTRA=0), which collsim does not model inside a node")  # fmt: skip
     return _shm_hop(topo, cat, a, b, consts, opts)
 
 
@@ -897,21 +903,24 @@ def _intra_node(
 
 def _channel_count(
     nch: int, net_nch: int, nnodes: int, opts: NcclOptions, consts: NcclConstants, node_unbound: bool = False
-) -> int:
+) -> tuple[int, int]:
     """Across nodes the network search's channels ``net_nch`` (:func:`net_search`: 2 per NIC on 8 NICs of
     200 or 400 Gb/s, 4 on 4 or fewer of 400 Gb/s). Where nothing inside the node bounds them (``node_unbound``):
     behind an NVSwitch, whose NVLinks carry every such channel whatever one node alone runs (OCI's 16 NICs: 32, where
     one node runs 24), and with one GPU a node (NCCL's search has no path inside the node, typeIntra LOC,
     search.cc); elsewhere the node's own channels ``nch`` bound them too. Then MAXCHANNELS, NCCL_MAX_NCHANNELS and
     NCCL_MAX_CTAS, then NCCL_MIN_NCHANNELS and NCCL_MIN_CTAS (connect.cc: nChannels = min(ncclMaxNchannels(),
-    nChannels, maxCTAs), the rings copied up to max(ncclMinNchannels(), minCTAs)).
+    nChannels, maxCTAs), the rings copied up to max(ncclMinNchannels(), minCTAs)). Returns the channels and how many
+    of them are not copies (each copy runs its original's ring, channel c mod that count).
 
     >>> from types import SimpleNamespace
     >>> consts = SimpleNamespace(max_channels=32)
-    >>> [_channel_count(24, n, 2, NcclOptions(), consts, True) for n in (8, 16, 32, 64)]  # type: ignore[arg-type]
+    >>> [_channel_count(24, n, 2, NcclOptions(), consts, True)[0] for n in (8, 16, 32, 64)]  # type: ignore[arg-type]
     [8, 16, 32, 32]
     >>> _channel_count(4, 16, 2, NcclOptions(), consts)  # type: ignore[arg-type]
-    4
+    (4, 4)
+    >>> _channel_count(16, 16, 2, NcclOptions(max_channels=2, min_channels=16), consts)  # type: ignore[arg-type]
+    (16, 2)
     """
     if nnodes > 1:
         nch = net_nch if node_unbound else min(nch, net_nch)
@@ -920,10 +929,11 @@ def _channel_count(
     if opts.max_channels is not None:
         nch = min(nch, max(1, opts.max_channels))
     nch = min(nch, max_ctas)
+    distinct = nch
     lo = max(opts.min_channels or 0, min_ctas if opts.min_ctas else 0)
     if lo:
         nch = max(nch, min(lo, consts.max_channels))
-    return nch
+    return nch, distinct
 
 
 def _rings(
@@ -934,14 +944,17 @@ def _rings(
     opts: NcclOptions,
     consts: NcclConstants,
     fabric: Mapping[str, Any],
+    distinct: int | None = None,
 ) -> tuple[list[list[str]], dict[tuple[int, int], Hop]]:
     """Every channel's ring (node by node, entering each node next to the channel's NIC) and its hops; on nodes of
-    direct NVLinks without an NVSwitch the rings follow NVLinks, one ring per channel (:func:`mesh_chains`)."""
+    direct NVLinks without an NVSwitch the rings follow NVLinks, one ring per channel (:func:`mesh_chains`). A
+    channel beyond the first ``distinct`` is a copy: channel c runs channel c mod ``distinct``'s ring and NICs."""
+    d = distinct or nch
     rings: list[list[str]] = []
     hops: dict[tuple[int, int], Hop] = {}
     meshes = {node: nvlink_mesh(topo, node) for node in range(nnodes)}
     mesh_rings = {
-        node: mesh_chains(topo, node, mesh, [channel_nic(topo, node, c, nnodes) for c in range(nch)])
+        node: mesh_chains(topo, node, mesh, [channel_nic(topo, node, c, nnodes) for c in range(d)])
         for node, mesh in meshes.items()
         if mesh is not None
     }
@@ -950,10 +963,10 @@ def _rings(
     known: dict[tuple[str, str, str | None, str | None], Hop] = {}
     for c in range(nch):
         ring: list[str] = []
-        nic_of = {node: channel_nic(topo, node, c, nnodes) for node in range(nnodes)}
+        nic_of = {node: channel_nic(topo, node, c % d, nnodes) for node in range(nnodes)}
         for node in range(nnodes):
             if node in mesh_rings:
-                ring += mesh_rings[node][c]
+                ring += mesh_rings[node][c % d]
                 continue
             key = (node, nic_of[node])
             if key not in chains:
@@ -1041,8 +1054,10 @@ def plan_nccl(
     switch = next(iter(topo.devices("nvswitch", 0)), None)
     sm = int(topo.device(gpus[0]).spec.get("sm", 0))
     net = net_search(topo, node0, nics_used, nnodes, sm, nvl_bw, opts, consts)
-    nch = _channel_count(intra.channels, net.channels, nnodes, opts, consts, switch is not None or len(node0) == 1)
-    rings, hops = _rings(topo, cat, nch, nnodes, opts, consts, fabric)
+    nch, distinct = _channel_count(intra.channels, net.channels, nnodes, opts, consts,
+                                   switch is not None or len(node0) == 1)  # fmt: skip
+    rings, hops = _rings(topo, cat, nch, nnodes, opts, consts, fabric, distinct)
+    originals = {k: h for k, h in hops.items() if k[0] < distinct}  # a copy's hops are its original's
     notes = list(intra.notes)
     intra_bw = bus_bw = min(intra.capacity, nch * intra.channel_bw)
     nic_bw = 0.0
@@ -1088,7 +1103,7 @@ def plan_nccl(
         gdr_flush=gdr_flush(sm, opts),
         unreleased=_unreleased(opts, consts),
         unsupported=_unsupported(len(node0), opts, consts),
-        ll128_refusal=ll128_refusal(topo, gpus, intra.hw, len(node0), hops, nnodes, opts, consts),
+        ll128_refusal=ll128_refusal(topo, gpus, intra.hw, len(node0), originals, nnodes, opts, consts),
         nvls_tuned=nvls_sm100_tuning(topo, node0, nnodes, opts, consts),
         nvls_collectives=_nvls_collectives(len(gpus), nnodes, opts, consts),
         nvls_reductions=(
@@ -1098,6 +1113,7 @@ def plan_nccl(
         ),
         tree_bw=net.tree_bw,
         graph_channels=net.graph_channels or max(1, intra.channels // 2),
+        distinct_channels=distinct if distinct < nch else 0,
         unmerged_ports=tuple(_unmerged_ports(topo, opts)) if nnodes > 1 else (),
         sm=sm,
         p2p=_p2p_channels(
