@@ -305,8 +305,8 @@ def parse_name_list(
     exclude = text.startswith("^")
     if exclude:
         text = text[1:]
-    tokens = [t.strip() for t in text.split(",")]
-    if not text.strip() or any(not t for t in tokens):
+    tokens = [t.strip() for t in text.split(",") if t.strip()]  # NCCL's strtok skips empty entries ("Ring,,Tree")
+    if not tokens:
         raise NcclEnvError(
             f"expected a comma-separated list of {what}s from {listing} (optionally starting "
             f"with ^ to exclude them), got {value!r}"
@@ -418,6 +418,8 @@ def check_env_value(key: str, value: str) -> None:
         _buffsize(value)
     elif key == "NCCL_THREAD_THRESHOLDS":
         _thread_thresholds(value)
+    elif key in ("NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS"):
+        _channel_bound(value)
     elif key in INT_NCCL_ENV:
         _non_negative_int(value)
     elif key == "OFI_NCCL_TUNER_TYPE":
@@ -456,13 +458,29 @@ def _thread_thresholds(value: str) -> tuple[int, ...]:
 
 def _non_negative_int(value: str) -> int:
     """NCCL's integer knobs: a non-negative integer."""
-    try:
-        number = int(value.strip())
-    except ValueError:
-        raise NcclEnvError(f"expected an integer, got {value!r}") from None
+    number = _int(value)
     if number < 0:
         raise NcclEnvError(f"expected a non-negative integer, got {value!r}")
     return number
+
+
+def _int(value: str) -> int:
+    """An integer, any sign."""
+    try:
+        return int(value.strip())
+    except ValueError:
+        raise NcclEnvError(f"expected an integer, got {value!r}") from None
+
+
+def _channel_bound(value: str) -> int | None:
+    """NCCL_MIN_NCHANNELS or NCCL_MAX_NCHANNELS as NCCL reads them (connect.cc ncclMinNchannels, ncclMaxNchannels):
+    -2 is unset, and a value below 0 is 0 (the maximum then makes that 1 channel, as NCCL does).
+
+    >>> _channel_bound("-2"), _channel_bound("-1"), _channel_bound("4")
+    (None, 0, 4)
+    """
+    number = _int(value)
+    return None if number == -2 else max(0, number)
 
 
 def _buffsize(value: str) -> int:
@@ -754,8 +772,8 @@ class NcclOptions:
             value = as_int(name)
             return value if value else None
 
-        for name in sorted(INT_NCCL_ENV & text.keys()):  # validated like the scenario does, read or not
-            as_int(name)
+        for name in sorted(INT_NCCL_ENV & text.keys() - {"NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS"}):
+            as_int(name)  # validated like the scenario does, read or not
         buffsize = parsed("NCCL_BUFFSIZE", _buffsize)
         algos = parsed("NCCL_ALGO", lambda v: parse_function_list(v, NCCL_ALGORITHMS, NCCL_ALGO_GROUPS, "algorithm"))
         protos = parsed("NCCL_PROTO", lambda v: parse_function_list(v, NCCL_PROTOCOLS, None, "protocol"))
@@ -773,8 +791,8 @@ class NcclOptions:
             gdr_level=parsed("NCCL_NET_GDR_LEVEL", parse_level),
             pxn_disable=bool(as_int("NCCL_PXN_DISABLE")),
             cross_nic=2 if (cross := as_int("NCCL_CROSS_NIC")) is None else cross,
-            min_channels=as_int("NCCL_MIN_NCHANNELS"),
-            max_channels=as_int("NCCL_MAX_NCHANNELS"),
+            min_channels=parsed("NCCL_MIN_NCHANNELS", _channel_bound),
+            max_channels=parsed("NCCL_MAX_NCHANNELS", _channel_bound),
             min_ctas=positive("NCCL_MIN_CTAS"),
             max_ctas=positive("NCCL_MAX_CTAS"),
             nvls_channels=positive("NCCL_NVLS_NCHANNELS"),

@@ -70,3 +70,14 @@ def test_a_buffsize_below_one_pass_per_step_is_refused(value: str) -> None:
     with pytest.raises(NcclEnvError, match=rf"NCCL_BUFFSIZE='{value}': expected at least 65536 bytes"):
         NcclOptions.from_env({"NCCL_BUFFSIZE": value})
     assert NcclOptions.from_env({"NCCL_BUFFSIZE": "65536"}).buffsize == 65536
+
+
+def test_values_nccl_takes_are_taken_as_nccl_takes_them() -> None:
+    # NCCL's parseList skips empty entries (strtok), and connect.cc reads a channel bound of -2 as unset, a maximum
+    # below 1 as 1 and a minimum below 0 as 0; collsim refused them, where a job's environment should paste as it is
+    assert NcclOptions.from_env({"NCCL_ALGO": "Ring,,Tree"}).algorithms == frozenset({"Ring", "Tree"})
+    opts = NcclOptions.from_env({"NCCL_MAX_NCHANNELS": "-1", "NCCL_MIN_NCHANNELS": "-5"})
+    assert (opts.max_channels, opts.min_channels) == (0, 0)
+    assert NcclOptions.from_env({"NCCL_MAX_NCHANNELS": "-2"}).max_channels is None
+    with pytest.raises(NcclEnvError, match="expected a comma-separated list"):
+        NcclOptions.from_env({"NCCL_ALGO": ",,"})

@@ -51,6 +51,7 @@ Examples
 
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -109,7 +110,8 @@ _ALGOS, _PROTOS = NCCL_ALGORITHMS, NCCL_PROTOCOLS
 _TABLE_ALGOS = re.compile(r"^Algorithm\s*\|(.*)$")
 _ALGO_WORD = re.compile(r"\b(Tree|Ring|CollNetDirect|CollNetChain|NVLSTree|NVLS|PAT)\b")
 _TABLE_ROW = re.compile(r"^(Broadcast|Reduce|AllGather|ReduceScatter|AllReduce)\s*\|(.*)$")
-_CELL = re.compile(r"(-?\d+(?:\.\d+)?)/\s*(-?\d+(?:\.\d+)?)")
+#: a cell "latency/bandwidth" of that table, whatever its text (an unreadable one keeps its place: nan/-inf)
+_CELL = re.compile(r"(\S+)/\s*(\S+)")
 _NET_DEVICES = re.compile(r"^NET/(\S+) : Using((?: \[\d+\]\S+)+)")
 _DEVICE = re.compile(r"\[\d+\](\S+)")
 
@@ -182,6 +184,8 @@ class NcclInitLog:
     tuner : dict
         NCCL's cost model as it prints it at init (``NCCL_DEBUG_SUBSYS=TUNING``): (collective, algorithm, protocol)
         -> (latency in us, algorithm bandwidth in GB/s, GB = 1e9 bytes), 0 bandwidth where the pair is off.
+    unread : int
+        Cells of that table and TUNING choice lines that could not be read (not finite numbers, unknown names).
     """
 
     version: str | None = None
@@ -198,14 +202,20 @@ class NcclInitLog:
     tuner: dict[tuple[str, str, str], tuple[float, float]] = field(default_factory=dict)
     communicators: list[int] = field(default_factory=list)
     source: str = "<text>"
+    unread: int = 0
 
     def notes(self) -> list[str]:
-        """What to keep in mind when comparing: several communicators in one log."""
-        if len(self.communicators) < 2:
-            return []
-        sizes = ", ".join(str(n) for n in self.communicators)
-        return [f"the log holds communicators of {sizes} ranks; lines that do not name theirs (channels, "
-                "connections, choices) may mix them: a log of one communicator compares cleanly"]  # fmt: skip
+        """What to keep in mind when comparing: several communicators in one log, lines of its cost model that could
+        not be read."""
+        out = []
+        if len(self.communicators) >= 2:
+            sizes = ", ".join(str(n) for n in self.communicators)
+            out.append(f"the log holds communicators of {sizes} ranks; lines that do not name theirs (channels, "
+                       "connections, choices) may mix them: a log of one communicator compares cleanly")  # fmt: skip
+        if self.unread:
+            out.append(f"{self.unread} cell(s) of NCCL's cost-model table or TUNING choice line(s) could not be read "
+                       "and are left out (shown as off)")  # fmt: skip
+        return out
 
     def run_notes(self, nranks: int, nnodes: int, version: str | None) -> list[str]:
         """:meth:`notes`, and what says the log may not be of the run compared with it: a communicator of other
@@ -317,15 +327,33 @@ def _read_line(log: NcclInitLog, line: str, state: _Reading) -> None:
         state.table_algos = _ALGO_WORD.findall(header.group(1))
     elif (row := _TABLE_ROW.match(line)) and state.table_algos:
         func = canonical_collective(row.group(1))
-        for i, (lat, bw) in enumerate(_CELL.findall(row.group(2))):
-            if i // 3 < len(state.table_algos):
-                entry = (func, state.table_algos[i // 3], _PROTOS[i % 3])
-                log.tuner.setdefault(entry, (float(lat), float(bw)))
+        for i, (lat, bw) in enumerate(_CELL.findall(row.group(2).replace("|", " "))):
+            number = _finite_pair(lat, bw)
+            if i // 3 >= len(state.table_algos):
+                continue
+            if number is None:  # a cell not read is skipped in its place
+                log.unread += 1
+                continue
+            log.tuner.setdefault((func, state.table_algos[i // 3], _PROTOS[i % 3]), number)
     elif choice := _CHOICE.match(line):
         parsed = _choice(choice)
+        log.unread += parsed is None
         if parsed is not None and (parsed.collective, parsed.nbytes) not in state.calls:
             state.calls.add((parsed.collective, parsed.nbytes))
             log.choices.append(parsed)
+
+
+def _finite_pair(lat: str, bw: str) -> tuple[float, float] | None:
+    """A table cell's latency and bandwidth as numbers, or None where either is not a finite number.
+
+    >>> _finite_pair("23.4", "19.2"), _finite_pair("nan", "-inf"), _finite_pair("x", "1")
+    ((23.4, 19.2), None, None)
+    """
+    try:
+        pair = (float(lat), float(bw))
+    except ValueError:
+        return None
+    return pair if all(math.isfinite(x) for x in pair) else None
 
 
 def _choice(found: re.Match[str]) -> Choice | None:
@@ -387,9 +415,11 @@ class PlanCheck:
 #: What to look at in a scenario where collsim's plan and NCCL's log differ, by fact.
 HINTS: dict[str, str] = {
     "version": "set backends.nccl.version to the log's release (NCCL's tuner tables and defaults differ by release)",
-    "nranks": "cluster.nodes and the node template's GPUs (node_params.gpus), as the job ran",
+    "nranks": "cluster.nodes and the GPUs a node runs (cluster.visible_gpus, as CUDA_VISIBLE_DEVICES lists them; "
+              "node_params.gpus where the template takes it), as the job ran",
     "nnodes": "cluster.nodes",
-    "local_ranks": "the node template's GPUs (node_params.gpus), or CUDA_VISIBLE_DEVICES in the job",
+    "local_ranks": "cluster.visible_gpus (the job's CUDA_VISIBLE_DEVICES), or node_params.gpus where the template "
+                   "takes it",
     "ring_channels": (
         "NCCL's search found another count: the GPUs' links (the template's NVLink and PCIe), the NICs per node, "
         "NCCL_MIN_NCHANNELS / NCCL_MAX_NCHANNELS / NCCL_MIN_CTAS in backends.nccl.env, backends.nccl.version"

@@ -105,7 +105,7 @@ def test_nvls_needs_the_nvswitch_multicast_its_preset_declares(tmp_path: Path) -
         ("hgx-h100", "reduce", "NVLS", "NCCL runs reduce with Ring only"),
         ("hgx-h100", "allreduce", "NVLSTree", "NCCL disables NVLSTree on one node"),
         ("hgx-h100", "reduce_scatter", "PAT", "NCCL runs PAT with one GPU per node only"),
-        ("2node-h100-ib", "allreduce", "NVLS", "NCCL runs NVLS across nodes only with NCCL_COLLNET_ENABLE=1"),
+        ("2node-h100-ib", "allreduce", "NVLS", "NCCL runs NVLS across nodes only with CollNet (NVLS + SHARP"),
     ],
 )
 def test_an_algorithm_nccl_never_runs_there_says_nccls_rule(

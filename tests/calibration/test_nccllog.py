@@ -293,6 +293,20 @@ def test_nccls_printed_cost_model_against_collsims() -> None:
     assert render_tuner(rows, "allreduce").splitlines()[-1] == "# the same at 7 of 7 pairs"
 
 
+def test_an_unreadable_cell_of_the_table_keeps_the_others_in_place() -> None:
+    # a cell "nan/ -inf" shifted every later cell onto the next (algorithm, protocol), silently: Tree/Simple took
+    # Ring/LL's numbers. Cells keep their places (one cell a "|" from 2.30, three a "|" before), and a note counts
+    # what was not read
+    head = "h:1:1 [0] NCCL INFO   Algorithm   |      Tree         |       Ring        |  CollNetDirect   |\n"
+    for row in ("AllReduce |  1.0/ 2.0  3.0/ 4.0  nan/ -inf |  5.0/ 6.0  7.0/ 8.0  9.0/ 10.0 |\n",
+                "AllReduce |  1.0/ 2.0 |  3.0/ 4.0 |  nan/ -inf |  5.0/ 6.0 |  7.0/ 8.0 |  9.0/ 10.0 |\n"):
+        log = parse_nccl_log(head + "h:1:1 [0] NCCL INFO " + row)
+        assert ("allreduce", "Tree", "Simple") not in log.tuner
+        assert log.tuner[("allreduce", "Ring", "LL")] == (5.0, 6.0)
+        assert log.tuner[("allreduce", "Ring", "Simple")] == (9.0, 10.0)
+        assert log.unread == 1 and "1 cell(s) of NCCL's cost-model table" in log.notes()[-1]
+
+
 def test_the_tuner_table_is_size_independent_as_nccl_prints_it() -> None:
     """tuning.cc's table holds no size: the latency without the multi-node ring's plateau factor (1.4 from sm80 at
     sizes where each rank's channel part reaches 64 bytes), the tree's bandwidth without its correction factor."""

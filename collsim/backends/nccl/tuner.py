@@ -259,8 +259,11 @@ def nccl_lacks(algo: str, collective: str, nnodes: int, ppn: int, collnet: bool)
         return "NCCL runs PAT with one GPU per node only (ncclPatEnable)"
     if algo == "NVLSTree" and nnodes == 1:
         return "NCCL disables NVLSTree on one node (NVLS is its one-node form)"
-    if not collnet and (algo in ("CollNetDirect", "CollNetChain") or (algo == "NVLS" and nnodes > 1)):
-        return f"NCCL runs {algo} {'across nodes ' if algo == 'NVLS' else ''}only with NCCL_COLLNET_ENABLE=1"
+    if algo == "NVLS" and nnodes > 1:  # tuning.cc: NVLS across nodes is NVLS with CollNet (SHARP) only
+        return ("NCCL runs NVLS across nodes only with CollNet (NVLS + SHARP: NCCL_COLLNET_ENABLE=1 and a CollNet "
+                "network), which collsim does not model; NVLSTree is NVLS across nodes without it")
+    if not collnet and algo in ("CollNetDirect", "CollNetChain"):
+        return f"NCCL runs {algo} only with NCCL_COLLNET_ENABLE=1"
     return None
 
 
