@@ -259,7 +259,7 @@ def nccl_lacks(algo: str, collective: str, nnodes: int, ppn: int, collnet: bool)
         return "NCCL runs PAT with one GPU per node only (ncclPatEnable)"
     if algo == "NVLSTree" and nnodes == 1:
         return "NCCL disables NVLSTree on one node (NVLS is its one-node form)"
-    if algo == "NVLS" and nnodes > 1:  # tuning.cc: NVLS across nodes is NVLS with CollNet (SHARP) only
+    if not collnet and algo == "NVLS" and nnodes > 1:  # tuning.cc: NVLS across nodes is NVLS with CollNet (SHARP)
         return ("NCCL runs NVLS across nodes only with CollNet (NVLS + SHARP: NCCL_COLLNET_ENABLE=1 and a CollNet "
                 "network), which collsim does not model; NVLSTree is NVLS across nodes without it")
     if not collnet and algo in ("CollNetDirect", "CollNetChain"):
@@ -292,6 +292,8 @@ def enabled_pairs(plan: NcclPlan, opts: NcclOptions, collective: str) -> list[tu
             reasons = [
                 nccl_lacks(a, collective, plan.nnodes, plan.ppn, opts.collnet_enable)
                 or (nvls_unreduced(plan, opts, collective) if a in ("NVLS", "NVLSTree") else None)
+                or ("NVLS across nodes with CollNet (NVLS + SHARP) is not modelled; NVLSTree is NVLS across nodes "
+                    "without it" if a == "NVLS" and plan.nnodes > 1 else None)
                 or f"{a} is not offered for {collective} on this cluster"
                 for a in sorted(wanted)
             ]
