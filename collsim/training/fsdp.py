@@ -130,10 +130,10 @@ from collsim.training.step import (
     _optimizer_bytes,
     _Plan,
     _run_compute_only,
-    busy_time,
     checkpoint_note,
     checkpoint_regions,
     clip_costs,
+    compute_gaps,
     recompute_kernels,
 )
 
@@ -400,6 +400,33 @@ def simulate_fsdp_step(
     """
     if (nccl is None) == (gloo is None):
         raise ValueError("give exactly one of nccl and gloo")
+    # torch's FSDP1 on one rank (fsdp/_init_utils.py, torch 2.13 line 430): "FSDP is switching to use `NO_SHARD`
+    # instead of ... since the world size is 1"; FSDP2 keeps its strategy and skips its collectives there
+    alone = cfg.version == 1 and world == 1 and cfg.sharding != "no_shard"
+    shard = _checked_shard(cfg, consts, world, shard_world)
+    if alone:
+        cfg = replace(cfg, sharding="no_shard")
+    # the flat parameters are padded to a multiple of the ranks they are sharded over (NO_SHARD: not split, not padded)
+    units = fsdp_units(model, 1 if cfg.sharding == "no_shard" else shard, cfg.wrap, cfg.param_dtype,
+                       per_param=cfg.version == 2)  # fmt: skip
+    base = _Plan.build(model, DdpConfig(cfg.batch_size, accumulation=cfg.accumulation, optimizer=cfg.optimizer,
+                                        activation_checkpointing=cfg.activation_checkpointing,
+                                        checkpoint_blocks=cfg.checkpoint_blocks,
+                                        checkpoint_early_stop=cfg.checkpoint_early_stop,
+                                        gradient_clipping=cfg.gradient_clipping), consts)  # fmt: skip
+    if cfg.activation_checkpointing:
+        check_checkpoint_blocks(model, units, cfg.checkpoint_blocks)
+    compute_s = _run_compute_only(gpu, base)
+    result = _Fsdp(model, cfg, gpu, consts, world, nccl, gloo, units, shard, shard_crosses_network,
+                   base.regions, straggle_s).run(compute_s)  # fmt: skip
+    if alone:
+        result = replace(result, notes=(*result.notes, "one rank: FSDP1 switches to no_shard, as torch does"))
+    return result
+
+
+def _checked_shard(cfg: FsdpConfig, consts: StepConstants, world: int, shard_world: int | None) -> int:
+    """Raise ValueError for a configuration FSDP (or this model of it) does not take; return the ranks a unit is
+    sharded over (``shard_world`` with ``hybrid_shard``, else ``world``)."""
     if cfg.sharding not in SHARDINGS:
         raise ValueError(f"unknown sharding {cfg.sharding!r}; expected one of {', '.join(SHARDINGS)}")
     if cfg.backward_prefetch not in PREFETCHES:
@@ -422,41 +449,20 @@ def simulate_fsdp_step(
         raise ValueError("reduce_scatter_max_input_buffers must be at least 1")
     if cfg.modules_to_forward_prefetch < 0 or (cfg.modules_to_backward_prefetch or 0) < 0:
         raise ValueError("modules_to_forward_prefetch and modules_to_backward_prefetch must be at least 0")
-    # torch's FSDP1 on one rank (fsdp/_init_utils.py, torch 2.13 line 430): "FSDP is switching to use `NO_SHARD`
-    # instead of ... since the world size is 1"; FSDP2 keeps its strategy and skips its collectives there
-    alone = cfg.version == 1 and world == 1 and cfg.sharding != "no_shard"
-    if alone:
-        cfg = replace(cfg, sharding="no_shard")
-    post = cfg.reshard_after_forward
-    if post is not None:
-        shard_ranks = world if shard_world is None or cfg.sharding != "hybrid_shard" else shard_world
-        if cfg.version != 2 or cfg.sharding not in _RESHARD_AFTER_FORWARD:
-            raise ValueError("an integer reshard_after_forward is FSDP2's (version 2) with full_shard or hybrid_shard")
-        if not 1 < post < shard_ranks or shard_ranks % post:
-            raise ValueError(f"reshard_after_forward {post} must divide the {shard_ranks} ranks a module is sharded "
-                             "over and be neither 1 nor all of them")  # fmt: skip
     shard = world if shard_world is None or cfg.sharding != "hybrid_shard" else shard_world
     if shard < 1 or world % shard:
         raise ValueError(f"shard_world must divide world ({world}), got {shard_world}")
-    # the flat parameters are padded to a multiple of the ranks they are sharded over (NO_SHARD: not split, not padded)
+    post = cfg.reshard_after_forward
+    if post is not None:
+        if cfg.version != 2 or cfg.sharding not in _RESHARD_AFTER_FORWARD:
+            raise ValueError("an integer reshard_after_forward is FSDP2's (version 2) with full_shard or hybrid_shard")
+        if not 1 < post < shard or shard % post:
+            raise ValueError(f"reshard_after_forward {post} must divide the {shard} ranks a module is sharded "
+                             "over and be neither 1 nor all of them")  # fmt: skip
     for name, dtype in (("param_dtype", cfg.param_dtype), ("reduce_dtype", cfg.reduce_dtype)):
         if dtype is not None and dtype not in DTYPE_BYTES:
             raise ValueError(f"unknown {name} {dtype!r}; expected one of {', '.join(DTYPE_BYTES)}")
-    units = fsdp_units(model, 1 if cfg.sharding == "no_shard" else shard, cfg.wrap, cfg.param_dtype,
-                       per_param=cfg.version == 2)  # fmt: skip
-    base = _Plan.build(model, DdpConfig(cfg.batch_size, accumulation=cfg.accumulation, optimizer=cfg.optimizer,
-                                        activation_checkpointing=cfg.activation_checkpointing,
-                                        checkpoint_blocks=cfg.checkpoint_blocks,
-                                        checkpoint_early_stop=cfg.checkpoint_early_stop,
-                                        gradient_clipping=cfg.gradient_clipping), consts)  # fmt: skip
-    if cfg.activation_checkpointing:
-        check_checkpoint_blocks(model, units, cfg.checkpoint_blocks)
-    compute_s = _run_compute_only(gpu, base)
-    result = _Fsdp(model, cfg, gpu, consts, world, nccl, gloo, units, shard, shard_crosses_network,
-                   base.regions, straggle_s).run(compute_s)  # fmt: skip
-    if alone:
-        result = replace(result, notes=(*result.notes, "one rank: FSDP1 switches to no_shard, as torch does"))
-    return result
+    return shard
 
 
 def fsdp_dtypes(model: ModelSpec, cfg: FsdpConfig) -> tuple[str, str, str]:
@@ -722,7 +728,7 @@ class _Fsdp:
             self.cfg.sharding, "reduce-scatter")
         # what the compute stream waits for (the collectives, and the host the rate limiter ties to them): compute_s
         # is the unsharded step on one GPU, so iteration - compute_s nets the sharded optimizer's saving against it
-        waited = iteration - busy_time([(sp.start, sp.end) for sp in self.spans if sp.lane == "compute"])
+        waited = sum(b - a for a, b in compute_gaps(self.spans, iteration))
         notes += (f"overlap: 1 - the compute stream's {waited * 1e3:.3f} ms waiting for collectives / comm "
                   "(exposed nets the sharded optimizer's saving)",)  # fmt: skip
         return StepResult(self.backend, self.world, iteration, compute_s, sum(self.durations), buckets,

@@ -233,18 +233,23 @@ class Span:
     bucket: int | None = None
 
 
-def busy_time(intervals: Sequence[tuple[float, float]]) -> float:
-    """Seconds covered by the union of ``(start, end)`` intervals.
+def compute_gaps(spans: Sequence[Span], iteration_s: float) -> list[tuple[float, float]]:
+    """When the compute stream waits (seconds from the iteration's start): the gaps between its kernels (``spans``
+    on the ``compute`` lane), from the start of the iteration to its end (``iteration_s``).
 
-    >>> busy_time([(0.0, 2.0), (1.0, 3.0), (5.0, 6.0)])
-    4.0
+    >>> compute_gaps([Span("compute", "a", 1.0, 2.0), Span("compute", "b", 1.5, 3.0)], 4.0)
+    [(0.0, 1.0), (3.0, 4.0)]
     """
-    total, reach = 0.0, -math.inf
-    for start, end in sorted(intervals):
-        if end > reach:
-            total += end - max(start, reach)
-            reach = end
-    return total
+    eps = 1e-9 * max(iteration_s, 1e-12)  # float noise, seconds
+    gaps: list[tuple[float, float]] = []
+    t = 0.0
+    for s in sorted((s for s in spans if s.lane == "compute"), key=lambda s: (s.start, s.end)):
+        if s.start - t > eps:
+            gaps.append((t, s.start))
+        t = max(t, s.end)
+    if iteration_s - t > eps:
+        gaps.append((t, iteration_s))
+    return gaps
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from plotly.subplots import make_subplots
 
 from collsim.results.step import StepRow
 from collsim.training import BucketTiming, Span, StepResult
+from collsim.training.step import compute_gaps
 from collsim.units import format_size
 from collsim.viz.figures import BACKEND_COLORS, _backend_label
 
@@ -127,21 +128,11 @@ def timeline_row(span: Span) -> str:
 
 
 def exposed_intervals(result: StepResult) -> list[tuple[float, float]]:
-    """When the compute stream waits (seconds from the iteration's start): the gaps between its kernels, from the
-    start of the iteration to its end. DDP's compute stream only waits in ``finalize_backward``, for allreduces
-    not yet done: the exposed communication (the rest of ``exposed_s`` is the SM and HBM share NCCL's kernels take
-    from the layers they overlap, and the Reducer's copies)."""
-    spans = sorted((s for s in result.spans if s.lane == "compute"), key=lambda s: (s.start, s.end))
-    eps = 1e-9 * max(result.iteration_s, 1e-12)  # float noise, seconds
-    gaps: list[tuple[float, float]] = []
-    t = 0.0
-    for s in spans:
-        if s.start - t > eps:
-            gaps.append((t, s.start))
-        t = max(t, s.end)
-    if result.iteration_s - t > eps:
-        gaps.append((t, result.iteration_s))
-    return gaps
+    """When the compute stream waits (seconds from the iteration's start; :func:`collsim.training.step.compute_gaps`).
+    DDP's compute stream only waits in ``finalize_backward``, for allreduces not yet done: the exposed communication
+    (the rest of ``exposed_s`` is the SM and HBM share NCCL's kernels take from the layers they overlap, and the
+    Reducer's copies)."""
+    return compute_gaps(result.spans, result.iteration_s)
 
 
 def _overlap(a: float, b: float, intervals: Sequence[tuple[float, float]]) -> float:

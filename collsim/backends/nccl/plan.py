@@ -1059,18 +1059,12 @@ def plan_nccl(
     rings, hops = _rings(topo, cat, nch, nnodes, opts, consts, fabric, distinct)
     originals = {k: h for k, h in hops.items() if k[0] < distinct}  # a copy's hops are its original's
     notes = list(intra.notes)
-    intra_bw = bus_bw = min(intra.capacity, nch * intra.channel_bw)
-    nic_bw = 0.0
+    intra_bw = min(intra.capacity, nch * intra.channel_bw)
+    nic_bw, bus_bw, net_latency = 0.0, intra_bw, 0.0
     if nnodes > 1:
-        first_net = next(h for h in hops.values() if h.hw == "NET")
-        nic_bw = min(cat.specs[k].capacity / c for k, c in first_net.path.uses)
-        bus_bw = min(bus_bw, nics_used * nic_bw, nch * min(nic_bw, first_net.max_rate))
-        transports = sorted({h.transport for h in hops.values() if h.hw == "NET"})
+        nic_bw, bus_bw, net_latency, transports = _network(topo, cat, hops, nics_used, nch, intra_bw)
         notes.append(f"inter-node transport: {', '.join(transports)}")
     multicast = bool(switch.spec.get("multicast", False)) if switch is not None else False
-    # the latency the network plugin reports to NCCL (NIC preset nccl_net_latency), priced on network steps only
-    net_latency = max((float(d.spec.get("nccl_net_latency") or 0.0) for d in topo.nics()), default=0.0)
-    net_latency = net_latency if nnodes > 1 else 0.0
     tuner, tuner_note = _tuner(topo, opts, consts)
     if tuner_note:
         notes.append(tuner_note)
@@ -1121,6 +1115,20 @@ def plan_nccl(
         ),
         nvls_head_count=nvls_head_count(topo, nnodes, len(node0), consts),
     )
+
+
+def _network(
+    topo: Topology, cat: ResourceCatalog, hops: Mapping[tuple[int, int], Hop], nics: int, nch: int, intra_bw: float
+) -> tuple[float, float, float, list[str]]:
+    """Across nodes: one NIC's rate on the rings' network path (bytes/s), what the rings then carry per rank (the
+    node's ``intra_bw`` bounded by the ``nics`` NICs and the ``nch`` channels' network rate), the latency the
+    network plugin reports to NCCL (NIC preset ``nccl_net_latency``, s; priced on network steps only), and the
+    transports the network hops use."""
+    first_net = next(h for h in hops.values() if h.hw == "NET")
+    nic_bw = min(cat.specs[k].capacity / c for k, c in first_net.path.uses)
+    bus_bw = min(intra_bw, nics * nic_bw, nch * min(nic_bw, first_net.max_rate))
+    net_latency = max((float(d.spec.get("nccl_net_latency") or 0.0) for d in topo.nics()), default=0.0)
+    return nic_bw, bus_bw, net_latency, sorted({h.transport for h in hops.values() if h.hw == "NET"})
 
 
 def _nccl_gpus(topo: Topology) -> list[str]:
