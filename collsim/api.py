@@ -1825,7 +1825,8 @@ class Simulator:
         t0 = time.perf_counter()
         sweep = _sizes_arg(sizes) or []
         shown = representative_size(sweep) if timeline_size is None else _size_arg(timeline_size, "timeline_size")
-        data = ReportData(self.scenario, self.topology, sweep, shown)
+        data = ReportData(self.scenario, self.topology, sweep, shown, perturbations=self.perturbations())
+        healthy = self.healthy() if data.perturbations else None  # the same sweep on the healthy cluster beside
         for backend in BACKENDS:
             try:
                 res = self.run(backends=[backend], sizes=sweep, breakdown=True, progress=progress)
@@ -1841,12 +1842,11 @@ class Simulator:
                 raise KeyboardInterrupt
             data.records += res.records
             data.outcomes.append(self.recorded(backend, data.timeline_size))
-            if self.perturbations():  # the same sweep on the healthy cluster, to show the effect
-                healthy = self.healthy().run(backends=[backend], sizes=sweep, progress=progress)
-                if healthy.interrupted:
+            if healthy is not None:
+                base = healthy.run(backends=[backend], sizes=sweep, progress=progress)
+                if base.interrupted:
                     raise KeyboardInterrupt
-                data.healthy += healthy.records
-        data.perturbations = self.perturbations()
+                data.healthy += base.records
         data.seconds = time.perf_counter() - t0
         return data
 

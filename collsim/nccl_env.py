@@ -16,6 +16,7 @@ from typing import Any, Literal
 from collsim.vocab import NCCL_ALGO_GROUPS, NCCL_ALGORITHMS, NCCL_PROTOCOLS, PATH_CLASS_ORDER
 
 __all__ = [
+    "CHANNEL_BOUND_ENV",
     "INERT_NCCL_ENV",
     "INT_NCCL_ENV",
     "KNOWN_NCCL_ENV",
@@ -55,8 +56,6 @@ INT_NCCL_ENV: frozenset[str] = frozenset(
         "NCCL_SHM_DISABLE",
         "NCCL_IB_DISABLE",
         "NCCL_PXN_DISABLE",
-        "NCCL_MIN_NCHANNELS",
-        "NCCL_MAX_NCHANNELS",
         "NCCL_MIN_CTAS",
         "NCCL_MAX_CTAS",
         "NCCL_NVLS_NCHANNELS",
@@ -84,6 +83,8 @@ INT_NCCL_ENV: frozenset[str] = frozenset(
         "NCCL_MAX_P2P_NCHANNELS",
     }
 )
+#: Channel bounds NCCL reads with its own rule (connect.cc: -2 unset, a maximum below 1 is 1): :func:`_channel_bound`.
+CHANNEL_BOUND_ENV: frozenset[str] = frozenset({"NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS"})
 
 #: Every variable NCCL reads: the names of NCCL_PARAM, DEFINE_NCCL_PARAM and ncclGetEnv("NCCL_...") in src/ at the
 #: release tags v2.18.3-1, v2.20.5-1, v2.22.3-1, v2.24.3-1, v2.26.6-1, v2.27.7-1, v2.28.9-1, v2.29.7-1 and v2.30.7-1.
@@ -418,7 +419,7 @@ def check_env_value(key: str, value: str) -> None:
         _buffsize(value)
     elif key == "NCCL_THREAD_THRESHOLDS":
         _thread_thresholds(value)
-    elif key in ("NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS"):
+    elif key in CHANNEL_BOUND_ENV:
         _channel_bound(value)
     elif key in INT_NCCL_ENV:
         _non_negative_int(value)
@@ -772,8 +773,8 @@ class NcclOptions:
             value = as_int(name)
             return value if value else None
 
-        for name in sorted(INT_NCCL_ENV & text.keys() - {"NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS"}):
-            as_int(name)  # validated like the scenario does, read or not
+        for name in sorted(INT_NCCL_ENV & text.keys()):  # validated like the scenario does, read or not
+            as_int(name)
         buffsize = parsed("NCCL_BUFFSIZE", _buffsize)
         algos = parsed("NCCL_ALGO", lambda v: parse_function_list(v, NCCL_ALGORITHMS, NCCL_ALGO_GROUPS, "algorithm"))
         protos = parsed("NCCL_PROTO", lambda v: parse_function_list(v, NCCL_PROTOCOLS, None, "protocol"))

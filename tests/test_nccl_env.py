@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from collsim.nccl_env import INT_NCCL_ENV, NcclEnvError, NcclOptions, check_env_value, parse_level
+from collsim.nccl_env import CHANNEL_BOUND_ENV, INT_NCCL_ENV, NcclEnvError, NcclOptions, check_env_value, parse_level
 
-_KNOBS = ["NCCL_ALGO", "NCCL_PROTO", "NCCL_P2P_LEVEL", "NCCL_NET_GDR_LEVEL", *sorted(INT_NCCL_ENV)]
+_KNOBS = ["NCCL_ALGO", "NCCL_PROTO", "NCCL_P2P_LEVEL", "NCCL_NET_GDR_LEVEL", *sorted(INT_NCCL_ENV | CHANNEL_BOUND_ENV)]
 _VALUES = st.one_of(
     st.sampled_from(["ring", "^tree", "collnet", "nvls,ring", "LL", "^LL128", "Simple", "ll256", "", ",", "^"]),
     st.sampled_from(["PIX", "pxb", "NET", "sys", "LOC", "nvl", "NVB", "PHB", "PXN", "0", "4", "5", "6", "17", "-1"]),
