@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from collsim.topology.errors import TopologyError
 from collsim.topology.model import Device, Topology, ib_device_name
 
-__all__ = ["format_topo_matrix"]
+__all__ = ["format_fabric", "format_topo_matrix"]
 
 _LEGEND = (
     ("X", "the same device"),
@@ -127,6 +128,165 @@ def format_topo_matrix(topo: Topology, node: int = 0, given: Mapping[str, Any] |
         per = f"{bws[0]:.2f}" if len(bws) == 1 else f"{bws[0]:.2f}-{bws[-1]:.2f}"
         rows.append([kind, str(count), per, f"{total / 1e9:.2f}"])
     out.extend("  " + line for line in _table(rows))
+    if topo.fabric is not None and topo.nodes > 1:
+        out.append("")
+        out.append(format_fabric(topo, node).rstrip("\n"))
+    return "\n".join(out) + "\n"
+
+
+def _names(names: list[str]) -> str:
+    """Names, short: runs of one stem's consecutive indices as ``rail0..rail2`` (``rail0..rail2, rail4..rail7``);
+    at most six pieces, then how many names there are."""
+    pieces: list[str] = []
+    run: list[str] = []
+
+    def split(name: str) -> tuple[str, int | None]:
+        stem = name.rstrip("0123456789")
+        return stem, int(name[len(stem) :]) if name[len(stem) :] else None
+
+    for name in names:
+        stem, idx = split(name)
+        if run and idx is not None and split(run[-1]) == (stem, idx - 1):
+            run.append(name)
+            continue
+        if run:
+            pieces.append(run[0] if len(run) == 1 else f"{run[0]}..{run[-1]}" if len(run) > 2 else ", ".join(run))
+        run = [name]
+    if run:
+        pieces.append(run[0] if len(run) == 1 else f"{run[0]}..{run[-1]}" if len(run) > 2 else ", ".join(run))
+    return ", ".join(pieces[:6]) + (f", ... ({len(names)} in all)" if len(pieces) > 6 else "")
+
+
+def _route_line(topo: Topology, src: Device, dst: Device) -> str:
+    """One route between two NICs of different nodes: the switches it crosses (a spine hop names every spine of
+    its equal-cost set), its links and its one-way latency."""
+    links = topo.route(src.name, dst.name)
+    hops: list[str] = []
+    for i, lk in enumerate(links[:-1]):
+        sw = lk.dst
+        short = sw.split("/", 1)[-1]
+        if topo.is_spine(sw):
+            spines = [s.split("/", 1)[-1] for s in topo.equal_cost_spines(lk.src, links[i + 1].dst)]
+            short = f"{_names(spines)} ({len(spines)} equal-cost)" if len(spines) > 1 else short
+        hops.append(short)
+    latency = sum(lk.latency for lk in links) * 1e6  # s to us
+    return f"  {src.name} -> {dst.name}: {' -> '.join(hops)}; {len(links)} links, {latency:.2f} us one way"
+
+
+def format_fabric(topo: Topology, node: int = 0) -> str:
+    """Render the network joining the nodes (``cluster.fabric``): its layout, each tier's switches with their NIC
+    ports and capacities down and up, which switch each NIC of ``node`` plugs into, and sample routes to another
+    node.
+
+    Parameters
+    ----------
+    topo : Topology
+        A multi-node topology with a fabric.
+    node : int
+        The node whose NICs and routes are shown (default 0).
+
+    Returns
+    -------
+    str
+        Text. Capacities are per direction in GB/s (GB = 1e9 bytes), after each link preset's efficiency; a tier's
+        rows group switches of the same shape, so that a perturbed leaf shows on a row of its own. ``down:up`` is a
+        leaf's capacity from its NICs over its capacity to the spines (``fabric.oversubscription``, as built).
+
+    Examples
+    --------
+    >>> from collsim.topology import load_topology
+    >>> topo = load_topology("hgx-h100", nodes=4, fabric={"topology": "fat_tree", "switch": {"radix": 16}})
+    >>> print(format_fabric(topo).splitlines()[0])
+    Fabric (cluster.fabric): fat_tree, rdma over ib, GPUDirect RDMA on; 4 nodes x 8 NICs = 32 NIC ports
+    """
+    fab = topo.fabric or {}
+    nics = topo.nics()
+    switches = topo.devices("switch")
+    per_node = len(topo.nics(node))
+    kind = fab.get("link_kind", "?")
+    kind = ", ".join(kind) if isinstance(kind, (list, tuple)) else kind
+    how = f"{fab.get('transport', '?')} over {kind}"
+    if fab.get("transport") == "rdma":
+        how += ", GPUDirect RDMA " + ("on" if fab.get("gpudirect") else "off")
+    built = int(fab.get("nics_per_node") or per_node)
+    plural = "s" if built != 1 else ""
+    count = f"{topo.nodes} nodes x {built} NIC{plural} = {len(nics)} NIC ports"
+    if len(nics) != built * topo.nodes:  # perturb.down took NICs out
+        count = f"{topo.nodes} nodes x {built} NIC{plural}, {len(nics)} NIC ports up (perturb.down)"
+    out = [f"Fabric (cluster.fabric): {fab.get('topology', '?')}, {how}; {count}"]
+    sw = dict(fab.get("switch") or {})
+    radix = f"switch radix {sw.get('radix', '?')}"
+    if sw.get("preset"):
+        radix += f" (switch preset {sw['preset']}, ports at {float(sw['port_speed']) * 8 / 1e9:g} Gb/s)"  # B/s to Gb/s
+    elif not sw.get("radix_given", True):
+        radix += " (presets/fabric.yaml's default" + (
+            "; a rail leaf is not held to it)" if fab.get("topology") == "rail_optimized" else ")"
+        )
+    if sw.get("latency") is not None:
+        radix += f"; {float(sw['latency']) * 1e6:g} us a hop (fabric.switch.latency)"  # s to us
+    else:
+        radix += "; a hop's latency is its link preset's"
+    if fab.get("in_network_reduction"):
+        radix += "; switches reduce in the network (in_network_reduction)"
+    out.append("  " + radix)
+    graph = topo.graph
+    shapes: dict[tuple[str, int, float, float], list[str]] = {}
+    for s in switches:
+        tier = str(s.spec.get("tier", "?"))
+        ports = down = up = 0.0
+        for _, other, data in graph.out_edges(s.name, data=True):
+            od: Device = graph.nodes[other]["device"]
+            lk = data["link"]
+            if od.kind == "nic":
+                ports += 1
+                down += lk.bandwidth
+            elif od.kind == "switch" and od.spec.get("tier") == "spine" and tier != "spine":
+                up += lk.bandwidth
+            elif od.kind == "switch":
+                down += lk.bandwidth
+        key = (tier, int(ports), round(down / 1e9, 2), round(up / 1e9, 2))  # bytes/s to GB/s
+        shapes.setdefault(key, []).append(s.name.split("/", 1)[-1])
+    rows = [["tier", "switches", "NIC ports each", "down GB/s each", "up GB/s each", "down:up", "names"]]
+    order = {"single": 0, "leaf": 1, "spine": 2}
+    for (tier, ports_n, down_gb, up_gb), names in sorted(shapes.items(), key=lambda kv: (order.get(kv[0][0], 9),
+                                                                                         kv[1])):  # fmt: skip
+        ratio = "-" if not up_gb or tier == "spine" else f"{down_gb / up_gb:.3g}:1"
+        rows.append([tier, str(len(names)), str(ports_n) if ports_n else "-", f"{down_gb:.2f}",
+                     f"{up_gb:.2f}" if up_gb else "-", ratio, _names(names)])  # fmt: skip
+    out.extend("  " + line for line in _table(rows))
+    mine = topo.nics(node)
+    plugs: dict[str, list[int]] = {}
+    for n in mine:
+        up_sw = [d for d in graph.successors(n.name) if graph.nodes[d]["device"].kind == "switch"]
+        plugs.setdefault(up_sw[0].split("/", 1)[-1] if up_sw else "(no switch)", []).append(n.index)
+    if len(plugs) > 4 and all(k == f"rail{v[0]}" and len(v) == 1 for k, v in plugs.items()):
+        out.append(f"  node {node}'s NICs: NIC i on rail i ({_names([f'NIC{n.index}' for n in mine])})")
+    else:
+        out.append(f"  node {node}'s NICs: " + "; ".join(
+            f"{_names([f'NIC{i}' for i in idx])} on {sw}" for sw, idx in plugs.items()))  # fmt: skip
+    others = [n for n in nics if n.node != node]
+    if mine and others:
+
+        def leaf(d: Device) -> str | None:
+            ups = [x for x in graph.successors(d.name) if graph.nodes[x]["device"].kind == "switch"]
+            return ups[0] if ups else None
+
+        src = mine[0]
+        same = next((o for o in others if leaf(o) == leaf(src) and leaf(o) is not None), None)
+        far = next((o for o in others if leaf(o) != leaf(src) and leaf(o) is not None), None)
+        lines = []
+        for dst in (same, far):
+            if dst is None or leaf(src) is None:
+                continue
+            try:
+                lines.append("  " + _route_line(topo, src, dst))
+            except TopologyError:
+                lines.append(f"    {src.name} -> {dst.name}: no route (a link taken down)")
+        if lines:
+            spread = "; a crossing between leaves spreads over every spine joining them" if any(
+                s.spec.get("tier") == "spine" for s in switches) else ""  # fmt: skip
+            out.append(f"  Routes (least latency{spread}):")
+            out.extend(lines)
     return "\n".join(out) + "\n"
 
 

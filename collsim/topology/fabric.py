@@ -406,7 +406,7 @@ def add_fabric(g: nx.DiGraph, nodes: int, cfg: Mapping[str, Any], presets: Prese
                     share = len(group) / n_spines
                     b.connect(leaf, sp, preset, speed(nic0), share / over, max(1, math.ceil(share / over)))
     out = dict(cfg)
-    out["switch"] = {"latency": cfg["switch"]["latency"], "radix": radix}
+    out["switch"] = {"latency": cfg["switch"]["latency"], "radix": radix, "radix_given": cfg["switch"]["radix_given"]}
     if cfg["switch"].get("preset") is not None:
         out["switch"]["preset"] = cfg["switch"]["preset"]
         out["switch"]["port_speed"] = cfg["switch"]["port_speed"]

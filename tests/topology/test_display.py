@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from collsim.topology import Topology, format_topo_matrix, load_topology
 
 
@@ -94,3 +96,51 @@ def test_cloud_instance_and_network_plugin_are_shown() -> None:
     assert text.startswith("aws-p5: node 0 of 2 (p5.48xlarge)\n")
     assert "  NIC0: nic0 (efa-v2-p5, 400 Gb/s, NCCL network plugin aws-ofi-nccl, 3.55 us a message" in text
     assert "network plugin" not in format_topo_matrix(load_topology("hgx-h100"))
+
+
+def test_fabric_layout_fat_tree() -> None:
+    """``collsim topo`` on several nodes shows the fabric: a leaf's NIC ports and its capacity down and up (the
+    oversubscription as built), the spines, where node 0's NICs plug in, and a route through the spines. 4 x HGX
+    H100 (8 NDR NICs at 400 Gb/s x 0.96 = 48 GB/s), radix 16: 8 NICs a leaf, 4 leaves, ceil(32 / 16) = 2 spines."""
+    topo = load_topology(
+        "hgx-h100", nodes=4, fabric={"topology": "fat_tree", "switch": {"radix": 16}, "oversubscription": 2}
+    )
+    text = format_topo_matrix(topo)
+    lines = text[text.index("Fabric (") :].splitlines()
+    assert lines[0] == (
+        "Fabric (cluster.fabric): fat_tree, rdma over ib, GPUDirect RDMA on; 4 nodes x 8 NICs = 32 NIC ports"
+    )
+    assert lines[1] == "  switch radix 16; a hop's latency is its link preset's"
+    rows = [ln.split() for ln in lines[3:5]]
+    assert rows[0] == ["leaf", "4", "8", "384.00", "192.00", "2:1", "leaf0..leaf3"]  # 8 x 48; 384 / 2
+    assert rows[1] == ["spine", "2", "-", "384.00", "-", "-", "spine0,", "spine1"]  # 4 leaves x 192 / 2 spines
+    assert lines[5] == "  node 0's NICs: NIC0..NIC7 on leaf0"
+    # node 1's NICs fill leaf1 (node-major): the route crosses a spine, 4 links of NDR's 0.2 us
+    assert lines[7] == (
+        "    n0/nic0 -> n1/nic0: leaf0 -> spine0, spine1 (2 equal-cost) -> leaf1; 4 links, 0.80 us one way"
+    )
+    assert "Fabric (" not in format_topo_matrix(load_topology("hgx-h100"))
+
+
+def test_fabric_layout_rails_and_perturbations(tmp_path: Path) -> None:
+    """Rails: NIC i on rail i, a same-rail route of one switch and a cross-rail one through the spine. A NIC taken
+    down and a spine at half rate show in the counts and in a leaf row of its own."""
+    from collsim.api import Simulator
+
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        "name: s\ncluster: {node: hgx-h100, nodes: 2, fabric: {topology: rail_optimized}}\n"
+        "workload: {collective: allreduce, sizes: 1GiB}\nbackends: {nccl: {enabled: true}}\n"
+        "perturb: {links: [{device: fabric/spine0, scale: 0.5}], down: [{device: n0/nic3}]}\n"
+    )
+    text = format_topo_matrix(Simulator.from_source(str(path)).topology)
+    lines = text[text.index("Fabric (") :].splitlines()
+    assert lines[0].endswith("; 2 nodes x 8 NICs, 15 NIC ports up (perturb.down)")
+    rows = [ln.split() for ln in lines[3:6]]
+    # a rail leaf: 2 NICs (2 x 48 GB/s) and its uplink to the one spine, 2 nodes' worth (96), at half rate
+    assert rows[0] == ["leaf", "7", "2", "96.00", "48.00", "2:1", "rail0..rail2,", "rail4..rail7"]
+    assert rows[1] == ["leaf", "1", "1", "48.00", "48.00", "1:1", "rail3"]  # n0/nic3 down
+    assert rows[2] == ["spine", "1", "-", "384.00", "-", "-", "spine0"]  # 8 x 48
+    assert lines[6] == "  node 0's NICs: NIC i on rail i (NIC0..NIC2, NIC4..NIC7)"
+    assert lines[-2] == "    n0/nic0 -> n1/nic0: rail0; 2 links, 0.40 us one way"
+    assert lines[-1] == "    n0/nic0 -> n1/nic1: rail0 -> spine0 -> rail1; 4 links, 0.80 us one way"
