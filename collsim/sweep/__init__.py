@@ -98,7 +98,22 @@ def __getattr__(name: str) -> Any:
 
 
 def read_store(path: str, *, params: bool = True) -> pandas.DataFrame:
-    """Every row of the results store at ``path`` as a pandas DataFrame (with ``params``: one column per axis)."""
+    """Every row of the results store at ``path`` as a pandas DataFrame (with ``params``: one column per axis).
+
+    Raises
+    ------
+    FileNotFoundError
+        When ``path`` is not a folder: reading never creates a store (a mistyped path would otherwise read as an
+        empty table, and leave an empty folder behind).
+    """
+    from pathlib import Path
+
     from collsim.sweep.store import ResultStore
 
-    return ResultStore(path).read(params=params)
+    folder = Path(path).expanduser()
+    if not folder.is_dir():
+        raise FileNotFoundError(
+            f"{path}: no results store there (not a folder; `collsim sweep GRID.yaml` writes GRID.results beside "
+            f"the grid, or --store DIR; relative paths are from the current folder, {Path.cwd()})"
+        )
+    return ResultStore(folder).read(params=params)

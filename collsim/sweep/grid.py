@@ -347,6 +347,9 @@ class Grid:
         axis = self._axis_of(exc.field)
         if axis is not None:  # the grid's axis set it: not the base scenario's file
             inner = f"{inner} (axis {axis})"
+        elif source is not None and exc.file == source and not Path(source).expanduser().is_file():
+            # the base scenario itself is missing: say where it was looked for (_source)
+            inner = f"{inner} ({source}: looked for in the grid's folder {self.folder} and in the current folder)"
         elif exc.file and exc.file not in ("--set", "<dict>") and exc.file != source and not (
             source and Path(exc.file).name == Path(source).name
         ):

@@ -8,11 +8,13 @@ Examples
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, TextIO
 
 from collsim.results import mark_partial, partial_fields
@@ -59,7 +61,12 @@ def format_duration(seconds: float) -> str:
 
 def _summary(out: SweepOutcome) -> str:
     g = out.grid
-    where = f"store {out.store.path}" if out.store is not None else "no store"
+    where = "no store"
+    if out.store is not None:
+        path = out.store.path
+        with contextlib.suppress(ValueError):  # under the current folder: the path as the user would type it
+            path = path.resolve().relative_to(Path.cwd().resolve())
+        where = f"store {path}"
     text = (f"# collsim sweep: {g.name} ({g.file}): {len(out.points)} points, {out.ran} run, {out.skipped} from the "
             f"store; {where}")  # fmt: skip
     if out.ran:

@@ -72,6 +72,12 @@ def test_the_scenario_axis_and_a_base_relative_to_the_grid_file(tmp_path: Path) 
     assert [s.name for s in r.scenarios] == ["pcie-2gpu-nop2p", "loopback-gloo-cpu", "mine"]
     assert [p.backend for p in r.points] == ["nccl", "gloo", "gloo", "gloo"]
     assert r.grid.name == "grid"
+    # a base that is neither beside the grid nor under the current folder: the error says where it was looked for
+    (tmp_path / "moved.yaml").write_text("base: ../gone.yaml\naxes: {cluster.nodes: [1]}\n")
+    with pytest.raises(ScenarioError) as err:
+        load_grid(tmp_path / "moved.yaml").resolve()
+    assert err.value.field == "point 0 (cluster.nodes=1)"
+    assert f"(../gone.yaml: looked for in the grid's folder {tmp_path} and in the current folder)" in str(err.value)
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from collsim.api import load
-from collsim.sweep import SCHEMA, ResultStore, grid_from_mapping, point_key, run_sweep
+from collsim.sweep import SCHEMA, ResultStore, grid_from_mapping, point_key, read_store, run_sweep
 
 GRID = {
     "base": "loopback-gloo-cpu",
@@ -91,6 +91,11 @@ def test_every_file_has_the_schema_and_pandas_pyarrow_read_the_folder(tmp_path: 
     store = ResultStore(tmp_path).read()  # the axes spread into columns
     assert {"backends.gloo.algorithm", "cluster.node_params.processes"} <= set(store.columns)
     assert sorted(store["cluster.node_params.processes"].unique()) == [2, 4]
+    assert read_store(str(tmp_path)).equals(store)  # the notebook's entry point reads the same table
+    # a mistyped store is an error, not an empty table (and no empty folder is left behind)
+    with pytest.raises(FileNotFoundError, match="no results store there"):
+        read_store(str(tmp_path / "nic-speed.results"))
+    assert not (tmp_path / "nic-speed.results").exists()
 
 
 def test_duckdb_reads_the_store_when_installed(tmp_path: Path) -> None:
