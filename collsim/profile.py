@@ -12,7 +12,7 @@ Parameters (``parameters:`` keys; bounds are physical limits the fit respects):
 name                                meaning                                                                bounds
 ==================================  =====================================================================  ===========
 ``link.<kind>.bandwidth_scale``     achieved / preset bandwidth of every link of ``kind`` (nvlink, pcie,   0.05 .. 2
-                                    upi, ib, roce, eth)
+                                    upi, c2c, ib, roce, eth)
 ``link.<kind>.latency_us``          extra latency per traversal, microseconds (may be negative down to     -5 .. 500
                                     zero total)
 ``nccl.step_latency_scale``         factor on NCCL's per-step latency (hwLat) as simulated                 0.05 .. 20
