@@ -401,10 +401,13 @@ def add_fabric(g: nx.DiGraph, nodes: int, cfg: Mapping[str, Any], presets: Prese
             n_spines = max(1, math.ceil(len(ports) / radix))
             spines = [b.switch(f"spine{j}", "spine") for j in range(n_spines)]
             for leaf, group in zip(leaves, groups, strict=False):
-                nic0, preset = group[0]
+                # the leaf's down ports' capacity (NICs of different speeds: their sum, not the first one's rate
+                # times their count), spread over the spines and divided by the oversubscription
+                rates = [speed(nic) for nic, _ in group]
+                mean = rates[0] if len(set(rates)) == 1 else sum(rates) / len(rates)
+                share = len(group) / n_spines
                 for sp in spines:
-                    share = len(group) / n_spines
-                    b.connect(leaf, sp, preset, speed(nic0), share / over, max(1, math.ceil(share / over)))
+                    b.connect(leaf, sp, group[0][1], mean, share / over, max(1, math.ceil(share / over)))
     out = dict(cfg)
     out["switch"] = {"latency": cfg["switch"]["latency"], "radix": radix, "radix_given": cfg["switch"]["radix_given"]}
     if cfg["switch"].get("preset") is not None:

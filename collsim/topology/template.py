@@ -236,10 +236,10 @@ def _build_layout(data: Mapping[str, Any], presets: PresetLibrary, file: str | P
         if dev.kind == "gpu" and not any(name in pair for pair in layout.links):
             raise TopologyError(f"GPU {name!r} is connected to nothing; add a link", file=file, field=first_entry[name])
     where = display_path(file)
-    for (limit, gen, cap), ends in slowed.items():
+    for (limit, what, how), ends in slowed.items():
         warnings.warn(
-            f"{where + ': ' if where else ''}the PCIe links of {', '.join(ends)} run at Gen{cap}, not Gen{gen} "
-            f"(pcie{gen}): {limit} supports PCIe Gen{cap}, and a link trains to the highest generation both ends "
+            f"{where + ': ' if where else ''}the PCIe links of {', '.join(ends)} run at {what}: {limit} supports "
+            f"{how}, and a link trains to the highest {'width' if how.startswith('x') else 'generation'} both ends "
             "support",
             TopologyWarning,
             stacklevel=2,
@@ -306,11 +306,11 @@ def _add_devices(
 
 def _add_links(
     layout: NodeLayout, raw_links: list[Any], presets: PresetLibrary, file: str | Path | None
-) -> dict[tuple[str, int, int], list[str]]:
-    """Add every link entry's links to ``layout``; returns the PCIe links slowed by an end's generation
+) -> dict[tuple[str, str, str], list[str]]:
+    """Add every link entry's links to ``layout``; returns the PCIe links slowed by an end's generation or width
     (:func:`_trained_pcie`)."""
     nvlinks_used: dict[str, int] = {}
-    slowed: dict[tuple[str, int, int], list[str]] = {}
+    slowed: dict[tuple[str, str, str], list[str]] = {}
     for i, entry in enumerate(raw_links):
         field = f"links.{i}"
         _check_entry(entry, _LINK_KEYS, "a, b and preset", file, field)
@@ -348,6 +348,8 @@ def _add_links(
 
 
 _PCIE_PRESET = re.compile(r"pcie(\d)")
+#: The width of the ``pcie<gen>`` link presets (links.yaml: "PCIe Gen<n> x16").
+_PRESET_LANES = 16
 
 
 def _pcie_gen_of(dev: Device) -> tuple[int | None, str]:
@@ -365,28 +367,42 @@ def _trained_pcie(
     entry: Mapping[str, Any],
     base: Mapping[str, Any],
     presets: PresetLibrary,
-    slowed: dict[tuple[str, int, int], list[str]],
+    slowed: dict[tuple[str, str, str], list[str]],
 ) -> Mapping[str, Any]:
     """``base`` (a link preset with the entry's overrides), or the ``pcie<gen>`` preset of the lower generation
     where an end of the ``a``-``b`` link supports less than the link's: a PCIe link trains to the highest
     generation both ends support (PCI Express Base Specification, link training). Ends: a GPU's or CPU's preset
-    ``pcie_gen``; PCIe switches, NICs and ends without a generation do not limit. Each slowed link is
-    recorded in ``slowed`` under (the limiting end, the link's generation, the generation it runs at)."""
+    ``pcie_gen``; PCIe switches, NICs and ends without a generation do not limit. Likewise the width: the
+    ``pcie<gen>`` presets are x16 links, and a GPU preset's ``pcie_lanes`` below 16 scales the link's bandwidth by
+    lanes / 16 (link training settles on the widest width both ends have; NCCL's PCI bandwidth is width x rate,
+    ``ncclTopoGetPciLink``). Each slowed link is recorded in ``slowed`` under (the limiting end, what the link runs
+    at, what that end supports)."""
     m = _PCIE_PRESET.fullmatch(str(entry.get("preset")))
     if base.get("kind") != "pcie" or m is None:
         return base
     gen = int(m.group(1))
+    trained = dict(base)
     ends = [_pcie_gen_of(layout.devices[n]) for n in (a, b)]
     known = [(g, who) for g, who in ends if g is not None and g < gen]
-    if not known:
-        return base
-    cap, who = min(known)
-    lower = f"pcie{cap}"
-    if lower not in presets.links:
-        return base
-    trained = dict(presets.links[lower])
-    trained.update({k: v for k, v in base.items() if k in ("efficiency", "latency", "kind", "source") and k in entry})
-    slowed.setdefault((who, gen, cap), []).append(f"{a}-{b}")
+    run_gen = gen
+    if known:
+        cap, who = min(known)
+        lower = f"pcie{cap}"
+        if lower in presets.links:
+            trained = dict(presets.links[lower])
+            trained.update({k: v for k, v in base.items() if k in ("efficiency", "latency", "kind", "source")
+                            and k in entry})  # fmt: skip
+            run_gen = cap
+            slowed.setdefault((who, f"Gen{cap}, not Gen{gen} (pcie{gen})", f"PCIe Gen{cap}"), []).append(f"{a}-{b}")
+    widths = [(int(d.spec["pcie_lanes"]), n) for n in (a, b) if (d := layout.devices[n]).kind == "gpu"
+              and d.spec.get("pcie_lanes") is not None and int(d.spec["pcie_lanes"]) < _PRESET_LANES]  # fmt: skip
+    if widths:
+        lanes, gpu = min(widths)
+        trained["bandwidth"] = float(trained["bandwidth"]) * lanes / _PRESET_LANES
+        who = f"the gpu preset {layout.devices[gpu].spec.get('preset', gpu)}"
+        slowed.setdefault((who, f"Gen{run_gen} x{lanes}, not x{_PRESET_LANES}", f"x{lanes}"), []).append(
+            f"{a}-{b}"
+        )
     return trained
 
 

@@ -258,3 +258,24 @@ def test_switch_preset_bad_link_kinds(topo_dir: Any) -> None:
     with pytest.raises(TopologyError) as ei:
         load_topology("hgx-h100", nodes=2, fabric={"topology": "fat_tree", "switch": {"preset": "quantum-qm8700"}})
     assert ei.value.field == "switches.spectrum-x-sn5600.link_kinds" and "ib, roce, eth" in ei.value.message
+
+
+@pytest.mark.parametrize("order", [("hdr", "ndr"), ("ndr", "hdr")])
+def test_a_fat_tree_leaf_carries_the_sum_of_its_nics_whatever_their_order(order: tuple[str, str]) -> None:
+    """A leaf's uplinks are its down ports' capacity (NICs of 200 and 400 Gb/s: 600), not its first NIC's rate
+    times the port count (400 or 800 before, by the order the template listed its NICs)."""
+    from collsim.topology import topology_from_template
+
+    presets = {"hdr": "connectx-6-hdr", "ndr": "connectx-7-ndr"}
+    template = {
+        "name": "mixed",
+        "devices": [{"name": "gpu", "count": 2, "kind": "gpu", "preset": "h100-sxm5-80gb"},
+                    {"name": "cpu", "count": 1, "kind": "cpu", "preset": "xeon-8480"},
+                    *({"name": f"nic{i}", "kind": "nic", "preset": presets[k]} for i, k in enumerate(order))],
+        "links": [{"a": "gpu0", "b": "gpu1", "preset": "nvlink4", "count": 18},
+                  {"a": ["gpu0", "gpu1", "nic0", "nic1"], "b": "cpu0", "preset": "pcie5"}],
+    }  # fmt: skip
+    topo = topology_from_template(template, nodes=2, fabric={"topology": "fat_tree", "switch": {"radix": 4}})
+    up = topo.link("fabric/leaf0", "fabric/spine0")
+    assert up.raw_bandwidth == pytest.approx(25e9 + 50e9)  # 200 + 400 Gb/s, bits to bytes
+    assert topo.link("fabric/spine0", "fabric/leaf1").raw_bandwidth == pytest.approx(75e9)

@@ -84,3 +84,34 @@ def test_a_slowed_link_keeps_the_entrys_own_efficiency_and_latency() -> None:
         "the PCIe links of gpu0-cpu0 run at Gen3, not Gen5 (pcie5): the gpu preset rtx-2080ti supports PCIe Gen3, "
         "and a link trains to the highest generation both ends support"
     ]
+
+
+def test_a_gpu_of_fewer_lanes_narrows_its_own_links(tmp_path: Path) -> None:
+    """``pcie_lanes`` below 16 (a card on a x1 riser, an x8 slot) scales its links by lanes / 16, after the
+    generation's training: NCCL's PCI bandwidth is width x rate (topo.cc ncclTopoGetPciLink)."""
+    from collsim.topology import topology_from_template
+    from collsim.topology.presets import merge_presets, read_preset_files, read_yaml, topologies_dir
+
+    template = topologies_dir() / "nodes" / "pcie-workstation.yaml"
+    path = tmp_path / "gpus.yaml"
+    path.write_text(
+        "gpus:\n  x1-card: {base: rtx-4090, pcie_lanes: 1, source: test}\n  x8-gen3: {base: rtx-2080ti, pcie_lanes: 8,"
+        " source: test}\n"
+    )
+    presets = merge_presets(load_presets(), read_preset_files(path))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        topo, narrow = (
+            topology_from_template(read_yaml(template), file=template, presets=presets,
+                                   node_params={"gpus": 2, "gpu": gpu, "pcie_gen": 4, "cpu": "epyc-7742"})
+            for gpu in ("x1-card", "x8-gen3")
+        )  # fmt: skip
+    assert topo.link("n0/gpu0", "n0/pcie0").raw_bandwidth == pytest.approx(RAW[4] / 16)
+    assert topo.link("n0/pcie0", "n0/cpu0").raw_bandwidth == RAW[4]  # the switch's uplink keeps its width
+    assert narrow.link("n0/gpu1", "n0/pcie0").raw_bandwidth == pytest.approx(RAW[3] / 2)  # Gen3 (the 2080 Ti) x8
+    said = [str(w.message) for w in caught if issubclass(w.category, TopologyWarning)]
+    assert said[0].endswith(
+        "the PCIe links of gpu0-pcie0, gpu1-pcie0 run at Gen4 x1, not x16: the gpu preset x1-card supports x1, and a "
+        "link trains to the highest width both ends support"
+    )
+    assert any("run at Gen3 x8, not x16" in s for s in said) and any("run at Gen3, not Gen4" in s for s in said)
