@@ -79,9 +79,26 @@ def path_class_rank(cls: str) -> int:
 def gpu_nearness(topo: Topology, nic: str, ngpu: int) -> Callable[[str], tuple[int, int]]:
     """Sort key of a GPU (by name) for NCCL's channels on ``nic``: nearest path class first; among equals the GPU
     whose index matches the NIC's slot on the template (its "own" rail; a NIC keeps its slot when a fabric uses
-    fewer NICs and the kept ones are renumbered), then the following ones (``ngpu`` GPUs on the node)."""
+    fewer NICs and the kept ones are renumbered), then the following ones (``ngpu`` GPUs on the node).
+
+    Where no GPU of that index is among the nearest (other NICs numbered between the GPUs' own: a DGX A100's
+    storage NICs mlx5_4 and mlx5_5 before the compute NICs mlx5_6-9), the NICs sharing the same nearest GPUs take
+    those GPUs in turn, in slot order: NCCL's search picks GPUs by distance and charges each channel's bandwidth to
+    its PCIe path (search.cc), never by the NIC's number, so two NICs on one switch do not both enter at one GPU."""
     dev = topo.device(nic)
     nic_index = int(dev.spec.get("template_index", dev.index))
+    gpus = topo.devices("gpu", dev.node)
+
+    def nearest(n: str) -> list[Device]:
+        ranks = [path_class_rank(topo.path_class(g.name, n)) for g in gpus]
+        return [g for g, r in zip(gpus, ranks, strict=True) if r == min(ranks)]
+
+    near = nearest(nic) if gpus else []
+    if near and not any(g.index == nic_index for g in near):
+        sharing = sorted((n for n in topo.devices("nic", dev.node) if nearest(n.name) == near),
+                         key=lambda n: (int(n.spec.get("template_index", n.index)), n.name))  # fmt: skip
+        turn = [n.name for n in sharing].index(nic)
+        nic_index = near[turn % len(near)].index
     return lambda g: (path_class_rank(topo.path_class(g, nic)), (topo.device(g).index - nic_index) % ngpu)
 
 
