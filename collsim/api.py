@@ -55,6 +55,7 @@ from collsim.results import (
     Explanation,
     Record,
     make_record,
+    nccl_tests_bytes,
     records_to_dataframe,
     repeated_record,
     representative_size,
@@ -752,7 +753,8 @@ class Simulator:
                 file=self.scenario.source_file,
                 field=exc.field,
             ) from None
-        out.size_bytes = size  # the size asked for; a part element was not moved (see _simulate)
+        # the bytes moved, as nccl-tests prints them (the size asked for less any part element; for NCCL's
+        # per-rank collectives a per-rank multiple of 16 bytes): see _simulate
         return out
 
     def _simulate(
@@ -768,13 +770,16 @@ class Simulator:
         harness: bool,
         op: str | None = None,
     ) -> Outcome:
-        """:meth:`simulate_one`'s simulation of the whole elements of ``size`` (:func:`whole_element_bytes`: sizes
-        round down to whole elements, as nccl-tests passes a count; a note says so when it cuts any bytes)."""
+        """:meth:`simulate_one`'s simulation of what a benchmark of ``size`` moves: NCCL's as nccl-tests passes its
+        count (:func:`nccl_tests_bytes`: whole elements, a per-rank multiple of 16 bytes for allgather,
+        reduce_scatter and alltoall), Gloo's whole elements (:func:`whole_element_bytes`: a torch tensor). The
+        outcome's ``size_bytes`` is that size, as nccl-tests prints it; a note says so when it differs from
+        ``size``."""
         if backend not in BACKENDS:
             raise ScenarioError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}", field="backend")
         dtype = self.scenario.workload.dtype
         nranks = len(self.nccl_plan.ranks) if backend == "nccl" else len(self.topology.rank_devices())
-        moved = whole_element_bytes(size, dtype, coll, nranks)
+        moved = (nccl_tests_bytes if backend == "nccl" else whole_element_bytes)(size, dtype, coll, nranks)
         if backend == "nccl":
             nccl_options = self.options("nccl", repetition)
             assert isinstance(nccl_options, NcclOptions)
@@ -808,8 +813,14 @@ class Simulator:
                 self.topology, gloo_options, self.gloo_constants, moved, collective=coll, symmetry=sym, record=record
             )
         if moved != size:
-            note = f"{size} B is not whole {dtype} elements ({DTYPE_SIZES[dtype]} B each): {moved} B moved"
-            out.notes = [*out.notes, note]
+            elem = DTYPE_SIZES[dtype]
+            if moved == whole_element_bytes(size, dtype, coll, nranks):
+                why = f"not whole {dtype} elements ({elem} B each)"
+            else:  # nccl-tests' 16-byte multiple a rank
+                why = (f"{size // elem // nranks} {dtype} elements a rank on {nranks} ranks, which nccl-tests rounds "
+                       "down to a multiple of 16 bytes")
+            out.notes = [*out.notes, f"{size} B asked for: {why}; {moved} B moved (nccl-tests' size column)"]
+        out.size_bytes = moved
         return out
 
     def _check_gloo_types(self, collective: str) -> None:
@@ -1705,7 +1716,14 @@ class Simulator:
         sweep = self.run(backends=list(BACKENDS), sizes=sizes, breakdown=True, progress=progress, jobs=jobs)
         nccl = {(r.collective, r.size_bytes): r for r in sweep.by_backend("nccl")}
         gloo = {(r.collective, r.size_bytes): r for r in sweep.by_backend("gloo")}
-        rows = [Comparison(k[1], nccl[k], gloo[k]) for k in nccl if k in gloo]
+        # a size asked for is nccl-tests' bytes for NCCL and whole elements for Gloo (_simulate): pair them by it
+        asked = _sizes_arg(sizes)
+        dtype = self.scenario.workload.dtype
+        n_nccl, n_gloo = len(self.nccl_plan.ranks), len(self.topology.rank_devices())
+        gloo_of = {(c, nccl_tests_bytes(s, dtype, c, n_nccl)): (c, whole_element_bytes(s, dtype, c, n_gloo))
+                   for s in (self.scenario.sizes() if asked is None else asked)
+                   for c in self.scenario.collectives()}  # fmt: skip
+        rows = [Comparison(k[1], r, gloo[g]) for k, r in nccl.items() if (g := gloo_of.get(k, k)) in gloo]
         return rows, sweep.interrupted
 
     def algorithm_variants(self, backend: str, collective: str, size: int) -> tuple[dict[str, Any], str]:

@@ -349,21 +349,36 @@ def test_lower_layer_errors_become_scenario_errors_in_one_place() -> None:
 def test_one_rule_for_sizes_below_one_element() -> None:
     """Sizes round down to whole elements (nccl-tests passes a count): 3 B of float32 is the empty collective 0 B
     is (NCCL discards it: 0 us; Gloo's allreduce returns at once: only ProcessGroupGloo's hand-off to its worker
-    thread), and 4097 B is 4096 B, with a note; the record keeps the size asked for."""
+    thread), and 4097 B is 4096 B, with a note; the record's size is the size moved, as nccl-tests prints it."""
     sim = Simulator.from_source("hgx-h100")
     enqueue = sim.gloo_constants.work_enqueue_latency
     for backend, empty in (("nccl", 0.0), ("gloo", enqueue)):
         zero, three = (sim.simulate_one(backend, n) for n in (0, 3))
         assert zero.time_s == three.time_s == pytest.approx(empty, abs=1e-15)
-        assert three.size_bytes == 3 and any("0 B moved" in note for note in three.notes)
+        assert three.size_bytes == 0 and any("3 B asked for" in n and "0 B moved" in n for n in three.notes)
         whole, part = (sim.simulate_one(backend, n) for n in (4096, 4097))
-        assert part.time_s == whole.time_s and part.size_bytes == 4097 and whole.size_bytes == 4096
+        assert part.time_s == whole.time_s and part.size_bytes == whole.size_bytes == 4096
         assert sim.simulate_one(backend, 4).time_s > empty
-    # allgather counts per rank: 8 ranks x 4 B = 32 B is one element each; 31 B is none
+    # allgather counts per rank, and nccl-tests (from v2.13.12) rounds a rank's count down to a multiple of 16 bytes:
+    # on 8 ranks 127 B of float32 is 3 floats a rank, none for NCCL; 128 B is 4 a rank
     ag = Simulator.from_source("hgx-h100", ["workload.collective=allgather"])
-    assert ag.simulate_one("nccl", 31).time_s == 0.0 and ag.simulate_one("nccl", 32).time_s > 0
-    # Gloo's allgather has no empty check: its ring still sends (0-byte) messages
+    assert ag.simulate_one("nccl", 127).time_s == 0.0 and ag.simulate_one("nccl", 128).time_s > 0
+    assert ag.simulate_one("nccl", 127).size_bytes == 0
+    # Gloo's tensors are whole elements (32 B: one float a rank), and its allgather has no empty check: its ring
+    # still sends (0-byte) messages
+    assert ag.simulate_one("gloo", 32).size_bytes == 32 and ag.simulate_one("gloo", 31).size_bytes == 0
     assert ag.simulate_one("gloo", 31).time_s > enqueue
+    # three ranks: 1 MiB is 87,381 floats a rank, 87,380 for nccl-tests (a 16-byte multiple); algbw from the bytes moved
+    three = Simulator.from_source("hgx-h100", ["workload.collective=allgather", "cluster.visible_gpus=[0,1,2]"])
+    out = three.simulate_one("nccl", 1 << 20)
+    rec = three.to_record(out)
+    assert (rec.size_bytes, rec.count) == (1048560, 87380)
+    assert rec.algbw_gbps == pytest.approx(1048560 / out.time_s / 1e9)
+    assert any("87381 float32 elements a rank on 3 ranks" in n for n in out.notes)
+    assert three.simulate_one("gloo", 1 << 20).size_bytes == 87381 * 4 * 3
+    # compare pairs the two by the size asked for, though each moved its own
+    rows, _ = three.compare(sizes=[1 << 20])
+    assert [(r.size_bytes, r.nccl.size_bytes, r.gloo.size_bytes) for r in rows] == [(1048560, 1048560, 1048572)]
 
 
 def test_a_notebooks_backends_and_sizes_as_it_writes_them() -> None:

@@ -21,6 +21,7 @@ import importlib
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from collsim.results import nccl_tests_bytes
 from collsim.units import DTYPE_SIZES
 from collsim.vocab import BACKENDS, PER_RANK_COUNT_COLLECTIVES, TENSOR_DEVICES, canonical_collective
 from collsim.vocab import COLLECTIVES as SIMULATED_COLLECTIVES
@@ -171,14 +172,18 @@ class BenchConfig:
         return DTYPE_SIZES[self.dtype]
 
     def elements(self, size_bytes: int, nranks: int) -> int:
-        """Elements per rank buffer: nccl-tests' ``count`` (per rank for allgather, reduce_scatter, alltoall)."""
+        """Elements per rank buffer: nccl-tests' ``count`` (per rank for allgather, reduce_scatter, alltoall; with
+        NCCL a multiple of 16 bytes, as nccl-tests from v2.13.12 rounds it and as collsim simulates NCCL:
+        :func:`collsim.results.nccl_tests_bytes`; with Gloo whole elements, as collsim simulates Gloo)."""
         if self.collective in PER_RANK_COUNT_COLLECTIVES:
+            if self.backend == "nccl":
+                return nccl_tests_bytes(size_bytes, self.dtype, self.collective, nranks) // self.typesize // nranks
             return size_bytes // self.typesize // nranks
         return size_bytes // self.typesize
 
     def effective_sizes(self, nranks: int | None = None) -> list[int]:
         """The sizes measured, bytes: requested sizes rounded down to whole elements (per rank where the count is
-        per rank), without duplicates, in increasing order.
+        per rank; :meth:`elements`), without duplicates, in increasing order.
 
         Raises
         ------

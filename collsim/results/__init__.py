@@ -40,6 +40,7 @@ from collsim.results.records import (
     busbw_factor,
     make_record,
     representative_size,
+    nccl_tests_bytes,
     whole_element_bytes,
 )
 from collsim.results.repeat import (
@@ -110,5 +111,6 @@ __all__ = [
     "repeated_to_csv",
     "representative_size",
     "share_text",
+    "nccl_tests_bytes",
     "whole_element_bytes",
 ]

@@ -10,8 +10,9 @@ Conventions (nccl-tests, ``src/*.cu`` and ``src/common.cu`` of NVIDIA/nccl-tests
   gather and scatter that is the total ``count * nranks * typesize``; for the others it is ``count * typesize``.
 * ``count`` is the element count passed to the NCCL call: per-rank elements for allgather, reduce_scatter,
   alltoall, gather and scatter (``size // typesize // nranks``); all elements of the buffer otherwise.
-  nccl-tests also rounds the per-rank count of allgather/reduce_scatter/alltoall down to a multiple of 16 bytes
-  and prints the rounded total as size; collsim keeps the size it simulated.
+  nccl-tests (from v2.13.12) also rounds the per-rank count of allgather/reduce_scatter/alltoall down to a multiple
+  of 16 bytes and prints the rounded total as size: so does collsim's NCCL (:func:`nccl_tests_bytes`); Gloo's
+  tensors are whole elements (:func:`whole_element_bytes`). The size printed is the size simulated.
 * ``algbw = size / time`` in GB/s with GB = 1e9 bytes; ``busbw = algbw * factor`` (:data:`BUSBW_FACTORS`).
 * Times are reported in microseconds.
 
@@ -45,6 +46,7 @@ __all__ = [
     "busbw_factor",
     "make_record",
     "representative_size",
+    "nccl_tests_bytes",
     "whole_element_bytes",
 ]
 
@@ -290,6 +292,42 @@ def _check_breakdown(breakdown: Mapping[str, float] | None, time_s: float) -> di
             f"({', '.join(f'{k}={v!r}' for k, v in bd.items())})"
         )
     return bd
+
+
+def nccl_tests_bytes(size_bytes: int, dtype: str, collective: str, nranks: int) -> int:
+    """nccl-tests' size column for a requested ``size_bytes``: what ``*_perf -b/-e`` moves and prints.
+
+    ``count = size // typesize`` (``setupArgs``, src/common.cu); for allgather, reduce_scatter, alltoall, gather and
+    scatter the per-rank count ``count // nranks`` rounded down to a multiple of 16 bytes (``(count/nranks) &
+    ~(16/eltSize - 1)`` in their ``*GetCollByteCount``, NVIDIA/nccl-tests since v2.13.12, "so that non-pow2 ranks
+    have buffer addresses aligned"), times ``nranks``; whole elements otherwise. Older nccl-tests rounded only to
+    whole elements per rank (:func:`whole_element_bytes`): the two differ only where ``nranks`` is not a power of
+    two or the per-rank buffer is below 16 bytes.
+
+    Parameters
+    ----------
+    size_bytes : int
+        The size asked for, bytes.
+    dtype : str
+        Element type (:data:`collsim.units.DTYPE_SIZES`).
+    collective : str
+        Canonical name.
+    nranks : int
+        Ranks (>= 1).
+
+    Examples
+    --------
+    >>> nccl_tests_bytes(1 << 20, "float32", "allgather", 3)  # 87381 floats a rank -> 87380 (16-byte multiple)
+    1048560
+    >>> nccl_tests_bytes(1000, "int8", "allgather", 8), nccl_tests_bytes(15, "float32", "allreduce", 8)
+    (896, 12)
+    """
+    elem = DTYPE_SIZES[dtype]
+    count = size_bytes // elem
+    if collective in PER_RANK_COUNT_COLLECTIVES:
+        per_rank = (count // nranks) & ~(max(16 // elem, 1) - 1)  # a multiple of 16 bytes (of one element if larger)
+        return per_rank * nranks * elem
+    return count * elem
 
 
 def whole_element_bytes(size_bytes: int, dtype: str, collective: str, nranks: int) -> int:

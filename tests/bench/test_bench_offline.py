@@ -86,6 +86,10 @@ def test_effective_sizes_round_like_nccl_tests() -> None:
     assert cfg.elements(1020, 3) == 85
     with pytest.raises(BenchError, match=r"below one float32 element per rank \(8 B for alltoall over 2 ranks\)"):
         BenchConfig(collective="alltoall", sizes=(4,)).effective_sizes(2)
+    # with NCCL a rank's count is a multiple of 16 bytes, as nccl-tests (from v2.13.12) and collsim's NCCL have it:
+    # 85 floats a rank -> 84; 1 float a rank -> none
+    nccl = BenchConfig(collective="allgather", backend="nccl", device="cuda", sizes=(1024, 12, 48))
+    assert nccl.effective_sizes(3) == [48, 1008] and nccl.elements(1020, 3) == 84
 
 
 def test_rank_env_needs_all_three_variables() -> None:
