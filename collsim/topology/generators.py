@@ -257,6 +257,46 @@ def cpu_host(params: Mapping[str, Any], presets: PresetLibrary) -> dict[str, Any
     return {"devices": devices, "links": links}
 
 
+#: What each generator can build, checked before it runs (:func:`check_generator_params`): integer parameter ->
+#: (its allowed values, or (low, high) with None for no bound; how to say it). A user template may declare a
+#: parameter more widely than its generator can build (``hgx_board`` with 3 GPUs); the template's own ``min``,
+#: ``max`` and ``choices`` are checked first.
+GENERATOR_DOMAINS: dict[str, dict[str, tuple[tuple[int | None, ...] | set[int], str]]] = {
+    "pcie_workstation": {"gpus": ((1, None), ">= 1"), "sockets": ({1, 2}, "1 or 2"),
+                         "gpus_per_switch": ((1, None), ">= 1"), "pcie_gen": ({3, 4, 5, 6}, "3, 4, 5 or 6")},
+    "cpu_host": {"sockets": ({1, 2}, "1 or 2"), "processes": ((1, None), ">= 1"),
+                 "pcie_gen": ({3, 4, 5, 6}, "3, 4, 5 or 6")},
+    "hgx_board": {"gpus": ({4, 8}, "4 or 8 (a 4-GPU board of direct NVLinks or an 8-GPU NVSwitch board)"),
+                  "nics_per_gpu": ((0, None), ">= 0")},
+    "nvlink_rack": {"gpus": ((4, None), "a whole number of compute trays of 4 GPUs"),
+                    "nics_per_gpu": ((0, None), ">= 0"), "pcie_gen": ({3, 4, 5, 6}, "3, 4, 5 or 6")},
+    "grace_superchips": {"superchips": ({1, 2, 4}, "1, 2 or 4"), "nics_per_superchip": ((0, None), ">= 0"),
+                         "pcie_gen": ({3, 4, 5, 6}, "3, 4, 5 or 6")},
+}  # fmt: skip
+
+
+def check_generator_params(generator: str, params: Mapping[str, Any]) -> None:
+    """Refuse parameter values ``generator`` cannot build (:data:`GENERATOR_DOMAINS`), naming the parameter.
+
+    Raises
+    ------
+    TopologyError
+        With ``field`` ``params.<name>``.
+    """
+    for name, (domain, expected) in GENERATOR_DOMAINS.get(generator, {}).items():
+        value = params.get(name)
+        if value is None:
+            continue
+        if isinstance(domain, set):
+            ok = value in domain
+        else:
+            lo, hi = domain
+            ok = (lo is None or value >= lo) and (hi is None or value <= hi)
+        if not ok:
+            raise TopologyError(f"generator {generator} builds {name} {expected}; got {value!r}",
+                                field=f"params.{name}")  # fmt: skip
+
+
 #: Generator name (a template's ``generator:`` value) to builder.
 GENERATORS: dict[str, Callable[[Mapping[str, Any], PresetLibrary], dict[str, Any]]] = {
     "pcie_workstation": pcie_workstation,

@@ -26,6 +26,8 @@ __all__ = [
     "PRESET_FILE_KEYS",
     "PresetLibrary",
     "PresetSource",
+    "check_gpu_arch",
+    "check_named_links",
     "gpu_preset_for_name",
     "load_presets",
     "merge_presets",
@@ -569,53 +571,79 @@ def _check_references(lib: PresetLibrary, only: set[tuple[str, str]] | None = No
     """Check the links GPUs, CPUs, NICs and the fabric defaults name (exist, right kind); errors name the entry's
     file and field (:meth:`PresetLibrary.origin`). ``only``: check just these (library, name) entries."""
 
-    def where(library: str, name: str, sub: str) -> tuple[str, str]:
-        file, base = lib.origin(library, name)
-        return file, f"{base}.{sub}" if base else sub
-
     def wanted(library: str, name: str) -> bool:
         return only is None or (library, name) in only
 
-    for gname, g in lib.gpus.items():
-        if g["nvlink"] is not None and wanted("gpus", gname):
-            file, fld = where("gpus", gname, "nvlink")
-            link = lib.get("links", g["nvlink"], file, fld)
-            if link["kind"] != "nvlink":
-                raise TopologyError(
-                    f"link preset {g['nvlink']!r} has kind {link['kind']!r}; a GPU's nvlink needs kind 'nvlink'",
-                    file=file,
-                    field=fld,
-                )
-    for cname, c in lib.cpus.items():
-        if not wanted("cpus", cname):
-            continue
-        file, fld = where("cpus", cname, "socket_link")
-        link = lib.get("links", c["socket_link"], file, fld)
-        if link["kind"] != "upi":
-            raise TopologyError(
-                f"link preset {c['socket_link']!r} has kind {link['kind']!r}; a socket link needs kind 'upi'",
-                file=file,
-                field=fld,
-            )
-    for nname, n in lib.nics.items():
-        if not wanted("nics", nname):
-            continue
-        file, fld = where("nics", nname, "link")
-        link = lib.get("links", n["link"], file, fld)
-        if link["kind"] not in ("ib", "roce", "eth"):
-            raise TopologyError(
-                f"link preset {n['link']!r} has kind {link['kind']!r}; a NIC port needs ib, roce or eth",
-                file=file,
-                field=fld,
-            )
-        if n["rdma"] and link["kind"] == "eth":
-            raise TopologyError("an RDMA NIC needs an ib or roce link preset", file=file, field=fld)
+    for library, kind in (("gpus", "gpu"), ("cpus", "cpu"), ("nics", "nic")):
+        for name, rec in getattr(lib, library).items():
+            if wanted(library, name):
+                file, base = lib.origin(library, name)
+                check_named_links(lib, kind, rec, file, base)
+                if kind == "gpu":
+                    check_gpu_arch(rec, file, base)
     if only is None:
         ipoib = lib.get("links", lib.fabric["ipoib_link"], lib.files["fabric"], "defaults.ipoib_link")
         if ipoib["kind"] != "eth":
             raise TopologyError(
                 "the IPoIB link preset must have kind 'eth'", file=lib.files["fabric"], field="defaults.ipoib_link"
             )
+
+
+def check_gpu_arch(rec: Mapping[str, Any], file: str | Path | None, base: str | None) -> None:
+    """Refuse a GPU record whose ``arch`` is not the row NCCL picks for its ``sm``: NCCL chooses its tuning tables
+    by compute capability (src/graph/tuning.cc ncclTopoTuneModel: >= 100 Blackwell, >= 90 Hopper, >= 80 Ampere,
+    else Volta, whose values collsim's ``turing`` row repeats), and NVLS needs sm >= 90, so the two must agree (a
+    user preset ``base: h100-sxm5-80gb`` with ``sm: 80`` would otherwise keep Hopper's NVLS)."""
+    sm, arch = rec.get("sm"), rec.get("arch")
+    if sm is None or arch is None:
+        return
+    sm = int(sm)
+    want = (("blackwell",) if sm >= 100 else ("hopper",) if sm >= 90 else ("ampere",) if sm >= 80
+            else ("volta", "turing"))  # fmt: skip
+    if arch not in want:
+        raise TopologyError(
+            f"arch {arch!r} is not the row NCCL picks for sm {sm} ({' or '.join(want)}: NCCL chooses its tuning "
+            "tables by compute capability, tuning.cc ncclTopoTuneModel); set arch and sm alike",
+            file=file,
+            field=f"{base}.arch" if base else "arch",
+        )
+
+
+def check_named_links(lib: PresetLibrary, kind: str, rec: Mapping[str, Any], file: str | Path | None,
+                      base: str | None) -> None:  # fmt: skip
+    """Check the link presets a GPU (``nvlink``), CPU (``socket_link``) or NIC (``link``) record names: they exist
+    in ``lib`` and are of the right kind (an RDMA NIC's an ib or roce port). Errors name ``file`` and
+    ``base.<field>`` (a preset entry, or a node template device's ``spec`` that overrides one)."""
+
+    def fld(sub: str) -> str:
+        return f"{base}.{sub}" if base else sub
+
+    if kind == "gpu" and rec.get("nvlink") is not None:
+        link = lib.get("links", rec["nvlink"], file, fld("nvlink"))
+        if link["kind"] != "nvlink":
+            raise TopologyError(
+                f"link preset {rec['nvlink']!r} has kind {link['kind']!r}; a GPU's nvlink needs kind 'nvlink'",
+                file=file,
+                field=fld("nvlink"),
+            )
+    elif kind == "cpu":
+        link = lib.get("links", rec["socket_link"], file, fld("socket_link"))
+        if link["kind"] != "upi":
+            raise TopologyError(
+                f"link preset {rec['socket_link']!r} has kind {link['kind']!r}; a socket link needs kind 'upi'",
+                file=file,
+                field=fld("socket_link"),
+            )
+    elif kind == "nic":
+        link = lib.get("links", rec["link"], file, fld("link"))
+        if link["kind"] not in ("ib", "roce", "eth"):
+            raise TopologyError(
+                f"link preset {rec['link']!r} has kind {link['kind']!r}; a NIC port needs ib, roce or eth",
+                file=file,
+                field=fld("link"),
+            )
+        if rec["rdma"] and link["kind"] == "eth":
+            raise TopologyError("an RDMA NIC needs an ib or roce link preset", file=file, field=fld("link"))
 
 
 _CACHE: dict[tuple[str, tuple[float, ...]], PresetLibrary] = {}

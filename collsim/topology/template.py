@@ -40,7 +40,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +56,8 @@ from collsim.topology.presets import (
     LINK_SCHEMA,
     NODE_TEMPLATE_KEYS,
     PresetLibrary,
+    check_gpu_arch,
+    check_named_links,
     dma_ratio,
     load_presets,
     parse_record,
@@ -233,8 +235,14 @@ def _build_layout(data: Mapping[str, Any], presets: PresetLibrary, file: str | P
         raise TopologyError("expected a list of links", file=file, field="links")
     slowed = _add_links(layout, raw_links, presets, file)
     for name, dev in layout.devices.items():
-        if dev.kind == "gpu" and not any(name in pair for pair in layout.links):
-            raise TopologyError(f"GPU {name!r} is connected to nothing; add a link", file=file, field=first_entry[name])
+        if dev.kind in ("gpu", "nic") and not any(name in pair for pair in layout.links):
+            what = "GPU" if dev.kind == "gpu" else "NIC"
+            raise TopologyError(
+                f"{what} {name!r} is connected to nothing; add a link"
+                + (" (a NIC reaches its GPUs over PCIe: to a PCIe switch or a CPU)" if dev.kind == "nic" else ""),
+                file=file,
+                field=first_entry[name],
+            )
     where = display_path(file)
     for (limit, what, how), ends in slowed.items():
         warnings.warn(
@@ -276,6 +284,9 @@ def _add_devices(
             spec = dict(presets.get(_PRESET_KINDS[kind], preset_name, file, f"{field}.preset"))
             if entry.get("spec") is not None:
                 spec.update(parse_record(entry["spec"], DEVICE_SCHEMAS[kind], file, f"{field}.spec", partial=True))
+                check_named_links(presets, str(kind), spec, file, f"{field}.spec")  # a link it names exists
+                if kind == "gpu":
+                    check_gpu_arch(spec, file, f"{field}.spec")
         else:
             if entry.get("preset") is not None:
                 raise TopologyError(f"a {kind} takes no preset; use spec", file=file, field=f"{field}.preset")
@@ -283,6 +294,7 @@ def _add_devices(
             if not isinstance(raw_spec, Mapping):
                 raise TopologyError("expected a mapping", file=file, field=f"{field}.spec")
             spec = {str(k): v for k, v in raw_spec.items()}
+            _check_switch_spec(str(kind), spec, file, f"{field}.spec")
         if entry.get("source") is not None:
             spec["source"] = str(entry["source"])
         count = entry.get("count")
@@ -302,6 +314,40 @@ def _add_devices(
             own = FrozenMap({**spec, "ib_name": ib_names[k]}) if ib_names else FrozenMap(spec)
             layout.devices[n] = Device(n, str(kind), 0, layout.kind_count(str(kind)), own)
     return first_entry
+
+
+#: The ``spec`` keys of the devices without a preset: key -> (what it must be, the check). A misspelt key
+#: (``multicst``) would otherwise be read as absent: NVLS silently off.
+_SWITCH_SPECS: dict[str, dict[str, tuple[str, Callable[[Any], bool]]]] = {
+    "nvswitch": {
+        "physical_switches": ("a positive integer (NVSwitch chips)", lambda v: _is_int(v) and v >= 1),
+        "generation": ("a positive integer (the NVSwitch generation: 2 A100, 3 H100, 4 B200)",
+                       lambda v: _is_int(v) and v >= 1),
+        "multicast": ("true or false (NVLink SHARP: NVLS)", lambda v: isinstance(v, bool)),
+    },
+    "pcie_switch": {"gen": ("a PCIe generation, an integer >= 0 (0: unknown)", lambda v: _is_int(v) and v >= 0)},
+}  # fmt: skip
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_switch_spec(kind: str, spec: Mapping[str, Any], file: str | Path | None, field: str) -> None:
+    """Refuse an unknown key or a wrong value in an NVSwitch's or a PCIe switch's ``spec``, naming the field
+    (``source``, ``notes`` and ``description`` are free text)."""
+    known = _SWITCH_SPECS.get(kind)
+    if known is None:
+        return
+    for key, value in spec.items():
+        if key in ("source", "notes", "description"):
+            continue
+        if key not in known:
+            raise TopologyError(f"unknown {kind} spec key {key!r}; valid: {', '.join(known)}", file=file,
+                                field=f"{field}.{key}")  # fmt: skip
+        what, ok = known[key]
+        if not ok(value):
+            raise TopologyError(f"expected {what}, got {value!r}", file=file, field=f"{field}.{key}")
 
 
 def _add_links(
@@ -566,7 +612,7 @@ def _node_layout(
 ) -> NodeLayout:
     """One node's devices and links: its generator's output for ``params`` (a generator template) or the
     template's own lists."""
-    from collsim.topology.generators import GENERATORS
+    from collsim.topology.generators import GENERATORS, check_generator_params
 
     gen = data.get("generator")
     if gen is None:
@@ -578,6 +624,7 @@ def _node_layout(
     if "devices" in data or "links" in data:
         raise TopologyError("a template with a generator lists no devices or links", file=file, field="generator")
     try:
+        check_generator_params(gen, params)
         built = GENERATORS[gen](params, presets)
     except TopologyError as err:
         if err.file is not None:

@@ -67,6 +67,13 @@ def test_bases_within_one_file_resolve_in_any_order_and_across_files() -> None:
 def test_a_derived_entry_is_checked_as_any_other() -> None:
     with pytest.raises(TopologyError, match=r"mine.yaml: gpus.x.nvlink: .*kind 'nvlink'"):
         _merge({"gpus": {"x": {"base": "h100-sxm5-80gb", "nvlink": "pcie4", "source": "test"}}})
+    # arch and sm agree as NCCL reads them (an H100 with sm 80 kept Hopper's row and its NVLS)
+    with pytest.raises(TopologyError, match=r"mine.yaml: gpus.x.arch: arch 'hopper' is not the row NCCL picks for "
+                                            r"sm 80 \(ampere"):
+        _merge({"gpus": {"x": {"base": "h100-sxm5-80gb", "sm": 80, "source": "test"}}})
+    with pytest.raises(TopologyError, match=r"gpus.y.arch: arch 'ampere' is not the row NCCL picks for sm 90"):
+        _merge({"gpus": {"y": {"base": "h100-sxm5-80gb", "arch": "ampere", "source": "test"}}})
+    assert _merge({"gpus": {"z": {"base": "rtx-2080ti", "arch": "volta", "source": "t"}}}).gpus["z"]["sm"] == 75
 
 
 @pytest.mark.parametrize(

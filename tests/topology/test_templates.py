@@ -546,3 +546,70 @@ def test_gcp_a3_high_one_tcpx_nic_per_gpu_pair() -> None:
     assert _row(topo, 3)[8:] == ["PHB", "PIX", "SYS", "SYS"]
     assert topo.nearest_nic("n0/gpu5") == topo.device("n0/nic2")
     assert topo.device("n0/nic0").spec["speed"] == 25e9  # 200 Gb/s = 25e9 B/s
+
+
+_GPU = {"name": "gpu", "count": 2, "kind": "gpu", "preset": "h100-sxm5-80gb"}
+_CPU = {"name": "cpu", "count": 1, "kind": "cpu", "preset": "xeon-8480"}
+_NIC = {"name": "nic", "count": 1, "kind": "nic", "preset": "connectx-7-ndr"}
+_LINKS = [{"a": ["gpu0", "gpu1", "nic0"], "b": "cpu0", "preset": "pcie5"}]
+
+
+@pytest.mark.parametrize(
+    ("devices", "links", "field", "text"),
+    [
+        # a NIC spec naming a link preset that is not there, or not a NIC port (was a KeyError from the fabric)
+        ([_GPU, _CPU, {**_NIC, "spec": {"link": "ib-ndr-typo"}}], _LINKS, "devices.2.spec.link",
+         "unknown link preset 'ib-ndr-typo'"),
+        ([_GPU, _CPU, {**_NIC, "spec": {"link": "pcie5"}}], _LINKS, "devices.2.spec.link",
+         "has kind 'pcie'; a NIC port needs ib, roce or eth"),
+        ([_GPU, {**_CPU, "spec": {"socket_link": "nope"}}, _NIC], _LINKS, "devices.1.spec.socket_link",
+         "unknown link preset 'nope'"),
+        # a NIC joined to nothing (its GPUs had no route to it, found only by the NCCL plan)
+        ([_GPU, _CPU, _NIC], [{"a": ["gpu0", "gpu1"], "b": "cpu0", "preset": "pcie5"}], "devices.2",
+         "NIC 'nic0' is connected to nothing"),
+        # an NVSwitch's or a PCIe switch's spec: a misspelt key read as absent turned NVLS off
+        ([_GPU, _CPU, _NIC, {"name": "nvs", "kind": "nvswitch", "spec": {"multicst": True}}], _LINKS,
+         "devices.3.spec.multicst", "unknown nvswitch spec key 'multicst'; valid: physical_switches"),
+        ([_GPU, _CPU, _NIC, {"name": "nvs", "kind": "nvswitch", "spec": {"multicast": "no"}}], _LINKS,
+         "devices.3.spec.multicast", "expected true or false"),
+        ([_GPU, _CPU, _NIC, {"name": "nvs", "kind": "nvswitch", "spec": {"physical_switches": -3}}], _LINKS,
+         "devices.3.spec.physical_switches", "expected a positive integer"),
+        ([_GPU, _CPU, _NIC, {"name": "sw", "kind": "pcie_switch", "spec": {"gne": 9}}], _LINKS,
+         "devices.3.spec.gne", "unknown pcie_switch spec key 'gne'; valid: gen"),
+        # a GPU spec whose arch contradicts its compute capability (NCCL picks its row by sm)
+        ([{**_GPU, "spec": {"sm": 80}}, _CPU, _NIC], _LINKS, "devices.0.spec.arch",
+         "arch 'hopper' is not the row NCCL picks for sm 80 (ampere"),
+    ],
+)  # fmt: skip
+def test_a_template_devices_spec_is_checked(devices: list[Any], links: list[Any], field: str, text: str) -> None:
+    with pytest.raises(TopologyError) as ei:
+        topology_from_template({"name": "t", "devices": devices, "links": links}, file="t.yaml")
+    assert (ei.value.file, ei.value.field) == ("t.yaml", field) and text in ei.value.message, ei.value
+
+
+@pytest.mark.parametrize(
+    ("generator", "params", "text"),
+    [
+        ("hgx_board", {"gpus": 3}, "generator hgx_board builds gpus 4 or 8"),
+        ("hgx_board", {"gpus": 1}, "generator hgx_board builds gpus 4 or 8"),  # was a ZeroDivisionError
+        ("pcie_workstation", {"gpus_per_switch": 0}, "builds gpus_per_switch >= 1"),  # was a ValueError from range()
+    ],
+)
+def test_a_generator_refuses_what_it_cannot_build(generator: str, params: dict[str, Any], text: str) -> None:
+    declared = {"gpus": {"type": "int", "default": 8, "min": 1, "max": 16},
+                "gpus_per_switch": {"type": "int", "default": 4, "min": 0, "max": 8}}  # fmt: skip
+    template = {"name": "mine", "generator": generator, "params": declared}
+    if generator == "hgx_board":
+        template["params"] = {**declared, "gpu": {"type": "gpu", "default": "h100-sxm5-80gb"},
+                              "nic": {"type": "nic", "default": "connectx-7-ndr"},
+                              "nics_per_gpu": {"type": "int", "default": 1},
+                              "cpu": {"type": "cpu", "default": "xeon-8480"}}  # fmt: skip
+    else:
+        template["params"] = {**declared, "gpu": {"type": "gpu", "default": "rtx-4090"},
+                              "cpu": {"type": "cpu", "default": "epyc-7742"},
+                              "sockets": {"type": "int", "default": 1}, "pcie_gen": {"type": "int", "default": 4},
+                              "pcie_switch": {"type": "bool", "default": True},
+                              "nic": {"type": "nic", "default": None}}  # fmt: skip
+    with pytest.raises(TopologyError) as ei:
+        topology_from_template(template, file="mine.yaml", node_params=params)
+    assert ei.value.field == f"params.{next(iter(params))}" and text in ei.value.message, ei.value
