@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Any
 
 from collsim.files import FileReadError, read_text_file
 from collsim.safeyaml import YamlInputError, load_yaml, short_repr
-from collsim.topology.errors import TopologyError, display_path
+from collsim.topology.errors import TopologyError, TopologyWarning, display_path
 from collsim.units import DTYPE_SIZES, UnitError, parse_bandwidth, parse_size, parse_time
 from collsim.vocab import LINK_KINDS
 
@@ -853,6 +854,7 @@ def merge_presets(base: PresetLibrary, sources: Sequence[PresetSource]) -> Prese
                     )
             for name, raw in _in_base_order(entries, section, src):
                 fld = src.field(section, name)
+                _warn_replaced(base, section, name, raw, libs, origins, src.file, fld)
                 if section == "nodes":
                     nodes[name] = _node_entry(raw, name, src.file, fld)
                 else:
@@ -874,6 +876,30 @@ def merge_presets(base: PresetLibrary, sources: Sequence[PresetSource]) -> Prese
     if lib.fabric["ipoib_link"] in replaced_links:
         _check_references(lib)
     return lib
+
+
+def _warn_replaced(base: PresetLibrary, section: str, name: str, raw: Any, libs: Mapping[str, Mapping[str, Any]],
+                   origins: Mapping[tuple[str, str], tuple[str, str]], file: str, field: str) -> None:  # fmt: skip
+    """Warn when a user entry replaces a shipped preset or template, or another user entry, of its name: the
+    replaced one is then unreachable, and a shipped name such as ``connectx-7-ndr`` changes every scenario that
+    names it. An entry with ``base:`` its own name says it changes that preset, and is not warned about."""
+    if _base_of(raw) == name:
+        return
+    kind = section[:-1] if section != "nodes" else "node template"
+    if (section, name) in origins:
+        where, what = origins[(section, name)]
+        said = f"the {kind} {name!r} of {where} ({what})"
+    elif section == "nodes":
+        if not (base.root / "nodes" / f"{name}.yaml").is_file():
+            return
+        said = f"the shipped node template {name!r} (topologies/nodes/{name}.yaml)"
+    elif name in libs[section]:
+        said = f"the shipped {kind} preset {name!r} (topologies/presets/{section}.yaml)"
+    else:
+        return
+    how = f"; base: {name} changes only the fields given" if section != "nodes" else ""
+    warnings.warn(f"{file}: {field}: replaces {said} wherever it is named (another name keeps both{how})",
+                  TopologyWarning, stacklevel=3)  # fmt: skip
 
 
 #: The key of a user preset that names the preset it starts from (:func:`_user_record`).

@@ -137,3 +137,24 @@ def test_topo_shows_a_derived_gpu(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert main(["topo", str(_scenario(tmp_path, "h800", h800))]) == 0
     out = capsys.readouterr().out
     assert "NV8" in out and "NV18" not in out
+
+
+def test_an_entry_replacing_another_of_its_name_is_warned_about() -> None:
+    """A user NIC named as a shipped one changes every scenario naming it, and a later file's entry hides an
+    earlier one: both were silent (a 100 Gb/s 'connectx-7-ndr' gave 95.86 GB/s with no word). ``base:`` its own
+    name says the change is meant: no warning."""
+    from collsim.topology.errors import TopologyWarning
+
+    nic = {"model": "m", "speed": "100Gb/s", "rdma": True, "link": "ib-ndr", "latency": "1us", "source": "t"}
+    with pytest.warns(TopologyWarning, match=r"mine.yaml: nics.connectx-7-ndr: replaces the shipped nic preset "
+                                             r"'connectx-7-ndr' \(topologies/presets/nics.yaml\)"):
+        _merge({"nics": {"connectx-7-ndr": nic}})
+    with pytest.warns(TopologyWarning, match=r"b.yaml: nics.lab: replaces the nic 'lab' of a.yaml \(nics.lab\)"):
+        merge_presets(load_presets(), [PresetSource({"nics": {"lab": nic}}, "a.yaml"),
+                                       PresetSource({"nics": {"lab": nic}}, "b.yaml")])  # fmt: skip
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _merge({"nics": {"connectx-7-ndr": {"base": "connectx-7-ndr", "speed": "200Gb/s", "source": "t"}}})
+        _merge({"nics": {"lab": nic}})
