@@ -749,10 +749,19 @@ def _xml_endpoint(
     if not nets:
         notes.append(f"{path}: a <nic> without <net> is ignored (NCCL adds no network device)")
     if len(nets) > 1:
+        # NCCL merges the ports of one NIC into one network device of their summed speed (NCCL_NET_MERGE_LEVEL,
+        # default PORT: topo.cc ncclTopoAutoMerge; net_ib.cc names it "mlx5_0+mlx5_1" and sums the speeds) except
+        # while it writes a dump (topo.cc ncclTopoProcessNet: usePhysicalDevices), and the ports share the card's
+        # one PCIe link: one collsim NIC on that link
+        names = [str(net.get("name") or "") for net in nets]
+        speeds = [int(float(net.get("speed") or 0)) for net in nets]
+        merged = ET.Element("net", {**nets[0].attrib, "name": "+".join(names), "speed": str(sum(speeds))})
         notes.append(
-            f"{path}: {len(nets)} ports of one NIC: one collsim NIC each, each with the "
-            "card's PCIe link (the shared link is not modelled)"
+            f"{path}: {len(nets)} ports of one NIC ({', '.join(names)}): one NIC of their summed speed "
+            f"({sum(speeds)} Mb/s) on the card's one PCIe link, as NCCL merges a NIC's ports (NCCL_NET_MERGE_LEVEL "
+            "default PORT; set NCCL_NET_MERGE_LEVEL=LOC and model a NIC a port if yours does not)"
         )
+        nets = [merged]
     for ni, net in enumerate(nets):
         nnode = _XNode("nic", _el_path(path, net, ni), net, parent, link=link,
                        pci_id=f"{_hexid(el, 'vendor')}:{_hexid(el, 'device')}")  # fmt: skip
@@ -1825,10 +1834,12 @@ def _smi_pcie(
     gen: int,
     cpu_preset: str,
     cpu: str | None,
+    gpu_link: str | None = None,
 ) -> tuple[list[_Device], list[_Device], list[_Link]]:
     """Each socket's CPU and the fewest PCIe switches that give its devices' classes: one switch per ``PIX``
-    group, a root switch above groups ``PXB`` apart, a lone device straight on the CPU; returns the CPUs, the
-    switches and the PCIe links."""
+    group, a root switch above groups ``PXB`` apart, a lone device straight on the CPU (a GPU by the CPU preset's
+    ``gpu_link`` where it has one: a Grace superchip's NVLink-C2C, which the matrix does not show); returns the
+    CPUs, the switches and the PCIe links."""
     n = len(m.labels)
     devices: list[_Device] = []
     links: list[_Link] = []
@@ -1864,7 +1875,12 @@ def _smi_pcie(
                 groups.setdefault(guf.find(a), []).append(a)
             glist = list(groups.values())
             if len(glist) == 1 and len(glist[0]) == 1:
-                links.append(_Link(dev_name[glist[0][0]], cname, pl.preset, bandwidth=pl.bandwidth, notes=pl.notes))
+                a = glist[0][0]
+                if gpu_link is not None and a < m.ngpu:
+                    links.append(_Link(dev_name[a], cname, gpu_link, notes=f"the CPU preset {cpu_preset}'s gpu_link: "
+                                       "the superchip's GPU-CPU link (nvidia-smi's matrix does not show it)"))
+                    continue
+                links.append(_Link(dev_name[a], cname, pl.preset, bandwidth=pl.bandwidth, notes=pl.notes))
                 continue
             if len(glist) == 1:
                 sw = f"pcie{k}"
@@ -2069,6 +2085,10 @@ def template_from_nvidia_smi(
     gen = grec.get("pcie_gen")
     lanes = grec.get("pcie_lanes") or 16
     pnotes = []
+    cpu_gen = presets.cpus[cpu_preset].get("pcie_gen")
+    if gen is None and cpu_gen is not None:
+        gen = cpu_gen
+        pnotes.append(f"GPU preset {gpu} has no pcie_gen: the CPU preset {cpu_preset}'s, Gen{gen}")
     if gen is None:
         gen = 4
         pnotes.append(f"GPU preset {gpu} has no pcie_gen: PCIe Gen4 assumed")
@@ -2080,7 +2100,9 @@ def template_from_nvidia_smi(
             f"Every GPU has NV{k} to the NVSwitch where GPU preset {gpu} has {have} NVLinks: " + _fewer_nvlinks(gpu, k)
         )
     devices += switch_devices
-    cpu_devs, pcie_devices, pcie_links = _smi_pcie(m, sockets, known, dev_name, pl, int(gen), cpu_preset, cpu)
+    gpu_link = presets.cpus[cpu_preset].get("gpu_link")
+    cpu_devs, pcie_devices, pcie_links = _smi_pcie(m, sockets, known, dev_name, pl, int(gen), cpu_preset, cpu,
+                                                   gpu_link)  # fmt: skip
     devices += pcie_devices + cpu_devs
     links += pcie_links
     links.extend(_cpu_links(cpu_devs, [0] * len(cpu_devs), presets))

@@ -358,6 +358,9 @@ CPU_SCHEMA: dict[str, tuple[str, bool]] = {
     "copy_bw_per_core": ("bandwidth", False),  # bytes one thread copies per second (torch's copy_); absent: reduce's
     "first_touch_bw": ("bandwidth", False),  # bytes/s one thread faults fresh pages in at; absent: not charged
     "pcie_gen": ("pcie_gen", False),  # PCIe generation of the socket's root ports; absent: no limit
+    # the link a GPU attached straight to this socket has instead of PCIe (a Grace superchip's NVLink-C2C): what an
+    # import from nvidia-smi, whose matrix does not show it, wires; absent: PCIe
+    "gpu_link": ("link_preset", False),
 }
 NIC_SCHEMA: dict[str, tuple[str, bool]] = {
     "model": ("text", True),
@@ -635,6 +638,15 @@ def check_named_links(lib: PresetLibrary, kind: str, rec: Mapping[str, Any], fil
                 file=file,
                 field=fld("socket_link"),
             )
+        if rec.get("gpu_link") is not None:
+            link = lib.get("links", rec["gpu_link"], file, fld("gpu_link"))
+            if link["kind"] not in ("c2c", "pcie"):
+                raise TopologyError(
+                    f"link preset {rec['gpu_link']!r} has kind {link['kind']!r}; a GPU's link to its CPU is c2c or "
+                    "pcie",
+                    file=file,
+                    field=fld("gpu_link"),
+                )
     elif kind == "nic":
         link = lib.get("links", rec["link"], file, fld("link"))
         if link["kind"] not in ("ib", "roce", "eth"):

@@ -942,3 +942,34 @@ def test_fewer_nvlinks_than_the_gpu_preset_are_wired_and_noted() -> None:
     assert "8 NVLinks in the dump where GPU preset h100-sxm5-80gb has 18" in tx["notes"]
     assert "gpu0, gpu1, gpu2, gpu3, gpu4, gpu5, gpu6, gpu7" in tx["notes"]  # one note for the eight
     assert "NVLinks in the dump" not in _import_xml("hgx-h100")["notes"]
+
+
+def test_a_gh200_from_nvidia_smi_is_on_nvlink_c2c_not_pcie() -> None:
+    """nvidia-smi's matrix does not show a superchip's NVLink-C2C: a GPU straight on a Grace socket takes the CPU
+    preset's ``gpu_link`` (nvlink-c2c), and the NIC's PCIe the Grace's generation (5), as the shipped gh200 template
+    has them (it had PCIe Gen4 from both: 24 GB/s where the shipped template and the NCCL XML import give 48)."""
+    text = ("\tGPU0\tNIC0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\nGPU0\t X \tNODE\t0-71\t0\t\t1\n"
+            "NIC0\tNODE\t X \t\t\t\t\n\nNIC Legend:\n\n  NIC0: mlx5_0\n")  # fmt: skip
+    topo = topology_from_template(
+        template_from_nvidia_smi(text, file="gh200.txt", gpu="gh200-96gb", nic="connectx-7-ndr", cpu="grace")
+    )
+    shipped = load_topology("gh200")
+    assert topo.link("n0/gpu0", "n0/cpu0").preset == shipped.link("n0/gpu0", "n0/cpu0").preset == "nvlink-c2c"
+    assert topo.link("n0/nic0", "n0/cpu0").preset == shipped.link("n0/nic0", "n0/cpu0").preset == "pcie5"
+    # an x86 host keeps PCIe for a GPU straight on its socket
+    x86 = template_from_nvidia_smi(text, file="h.txt", gpu="h100-pcie-80gb", nic="connectx-7-ndr", cpu="xeon-8480")
+    assert topology_from_template(x86).link("n0/gpu0", "n0/cpu0").kind == "pcie"
+
+
+def test_the_ports_of_one_nic_are_one_device_on_its_one_link() -> None:
+    """A <nic> with two <net> ports (a dump: NCCL writes physical ports) is one NIC of their summed speed on the
+    card's one PCIe link, as NCCL merges them at run time (NCCL_NET_MERGE_LEVEL default PORT): each port had the
+    card's whole link, and two 200 Gb/s ports on a Gen4 x16 link gave 48 GB/s where the link carries 24."""
+    path = DATA / "dualport-nic.nccl-topo.xml"
+    template = template_from_nccl_xml(path.read_text(), file=path, gpu="a100-sxm4-80gb")
+    nics = [d for d in template["devices"] if d["kind"] == "nic"]
+    assert [(d["name"], d["preset"], d["spec"]["ib_name"]) for d in nics] == [
+        ("nic0", "connectx-7-ndr", "mlx5_0+mlx5_1")  # 2 x 200000 Mb/s: the shipped 400 Gb/s preset
+    ]
+    topo = topology_from_template(template)
+    assert len(topo.nics()) == 1 and topo.link("n0/nic0", "n0/pcie0").preset == "pcie4"
