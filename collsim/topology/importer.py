@@ -680,9 +680,12 @@ def _nic_preset_for(
     found = sorted(n for n in match if abs(float(presets.nics[n]["speed"]) - speed) <= 1e-9 * speed)
     if len(found) != 1:
         said = f"{' with GPUDirect RDMA' if gdr else ''}: shipped {what}" if protocol is None else f", {what}: shipped"
+        hint = ("; gdr=\"0\" only says GPUDirect RDMA is off (nvidia-peermem or dma-buf missing), not that the card "
+                "is Ethernet: an InfiniBand or RoCE card is its RDMA preset (--nic, e.g. connectx-5-edr), with "
+                "cluster.fabric.gpudirect: false" if protocol is None and not gdr else "")  # fmt: skip
         raise TopologyError(
             f"NIC of {speed * 8 / 1e9:g} Gb/s{said} NIC presets of that speed: {', '.join(found) or 'none'}; "
-            "give --nic PRESET",  # bytes/s x 8 bits / 1e9 = Gb/s
+            f"give --nic PRESET{hint}",  # bytes/s x 8 bits / 1e9 = Gb/s
             file=file,
             field=path,
         )
@@ -1643,6 +1646,10 @@ def _smi_row(
             raise TopologyError(
                 f"column {labels[j]}: {cell} between a GPU and a NIC (NVLinks join GPUs)", file=file, field=where
             )
+        if cell.startswith("NV") and int(cell[2:]) < 1:
+            raise TopologyError(f"column {labels[j]}: {cell}: a count of bonded NVLinks is at least 1 (no NVLink "
+                                "between two GPUs is a PCIe class: PIX, PXB, NODE, PHB or SYS)", file=file,
+                                field=where)  # fmt: skip
     return row, extra
 
 
@@ -2082,6 +2089,15 @@ def template_from_nvidia_smi(
 
     dev_name = [f"gpu{i}" if i < ngpu else f"nic{i - ngpu}" for i in range(n)]
     devices = _smi_endpoints(m, gpu, nic, dev_name)
+    if nic is not None and nnic == 0:
+        where = f"{Path(file).name}: " if file is not None else ""
+        warnings.warn(
+            f"{where}--nic {nic}: the matrix shows no NIC (nvidia-smi topo -m lists RDMA devices only, not an "
+            "Ethernet NIC), so the template has none and a cluster of several nodes needs one: add it to the "
+            f"template's devices ({{name: nic0, kind: nic, preset: {nic}}}) with a PCIe link to its CPU",
+            TopologyWarning,
+            stacklevel=2,
+        )
     gen = grec.get("pcie_gen")
     lanes = grec.get("pcie_lanes") or 16
     pnotes = []

@@ -973,3 +973,21 @@ def test_the_ports_of_one_nic_are_one_device_on_its_one_link() -> None:
     ]
     topo = topology_from_template(template)
     assert len(topo.nics()) == 1 and topo.link("n0/nic0", "n0/pcie0").preset == "pcie4"
+
+
+def test_import_mistakes_and_gaps_are_said_where_they_are() -> None:
+    """NV0 names its line and cell (it named a field of the generated template); --nic with no NIC in the matrix
+    is warned about (nvidia-smi lists RDMA devices only); a gdr="0" NIC's error says what gdr means."""
+    text = "\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \tNV0\t0-23\nGPU1\tNV0\t X \t0-23\n"
+    with pytest.raises(TopologyError) as ei:
+        template_from_nvidia_smi(text, file="nv0.txt", gpu="a100-sxm4-80gb")
+    assert ei.value.field == "line 2"
+    assert "column GPU1: NV0: a count of bonded NVLinks is at least 1" in ei.value.message
+    pcie = "\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \tPIX\t0-23\nGPU1\tPIX\t X \t0-23\n"
+    with pytest.warns(TopologyWarning, match=r"p.txt: --nic eth-100g: the matrix shows no NIC"):
+        template_from_nvidia_smi(pcie, file="p.txt", gpu="rtx-4090", nic="eth-100g")
+    xml = (DATA / "dualport-nic.nccl-topo.xml").read_text().replace('gdr="1"/>', 'gdr="0"/>')
+    xml = xml.replace('speed="200000"', 'speed="50000"')  # two ports: one 100 Gb/s device
+    with pytest.raises(TopologyError, match=r'NIC of 100 Gb/s: shipped eth NIC presets .*gdr="0" only says '
+                                            r"GPUDirect RDMA is off"):
+        template_from_nccl_xml(xml, file="x.xml", gpu="a100-sxm4-80gb")
