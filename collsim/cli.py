@@ -881,6 +881,7 @@ def _cmd_import(args: argparse.Namespace) -> int:
         template_from_nvidia_smi,
         write_template,
     )
+    from collsim.topology.model import ib_device_name
     from collsim.topology.presets import merge_presets, read_preset_files
 
     if args.kind == "nccl-tests":
@@ -915,6 +916,11 @@ def _cmd_import(args: argparse.Namespace) -> int:
     shown = str(out) if out.is_absolute() or str(out).startswith(".") else f"./{out}"
     sys.stdout.write(format_topo_matrix(topo))
     print(f"\ncollsim import: wrote {args.output}: node template {template['name']!r} ({template['description']})")
+    far = topo.far_nics(0)
+    if far:  # storage or management NICs on the CPU: say so, as NCCL will not use them
+        names = ", ".join(f"{topo.device(n).local_name} ({ib_device_name(topo.device(n))})" for n in far)
+        print(f"NCCL's network search leaves out {names}: farther from every GPU than the NICs on the GPUs' PCIe "
+              "switches (storage or management NICs, as on a DGX); NCCL_IB_HCA need not exclude them")  # fmt: skip
     print(f"Use it in a scenario: cluster: {{node: {shown}}} (a path relative to the scenario's folder; a value with a "
           "'/' or ending in .yaml is a template file), then collsim topo / run SCENARIO")  # fmt: skip
     if args.import_presets:

@@ -39,8 +39,8 @@ from collsim.results.records import (
     Record,
     busbw_factor,
     make_record,
-    representative_size,
     nccl_tests_bytes,
+    representative_size,
     whole_element_bytes,
 )
 from collsim.results.repeat import (
@@ -103,6 +103,7 @@ __all__ = [
     "format_sweep",
     "make_record",
     "mark_partial",
+    "nccl_tests_bytes",
     "partial_fields",
     "records_to_csv",
     "records_to_dataframe",
@@ -111,6 +112,5 @@ __all__ = [
     "repeated_to_csv",
     "representative_size",
     "share_text",
-    "nccl_tests_bytes",
     "whole_element_bytes",
 ]

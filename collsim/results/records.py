@@ -45,8 +45,8 @@ __all__ = [
     "Record",
     "busbw_factor",
     "make_record",
-    "representative_size",
     "nccl_tests_bytes",
+    "representative_size",
     "whole_element_bytes",
 ]
 
