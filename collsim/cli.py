@@ -610,6 +610,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
             gloo_transport=go.transport,
             gloo_device=go.device,
             nccl_notes=_nccl_notes(sim),
+            peers=sim.scenario.workload.peers,
         )
         if healthy:
             text += "\n" + format_perturbation(rows, healthy, sim.perturbations())

@@ -750,3 +750,16 @@ def test_the_heartbeat_names_what_it_simulates(capsys: pytest.CaptureFixture[str
                    "collsim: still simulating nccl allreduce 1MiB: 10 flows, 1 us simulated, 3 s"]  # fmt: skip
     rc, _, err2 = _run(capsys, "step", "ddp-resnet50-dgx1-v100", "--no-buckets", "--quiet", "--backend", "nccl")
     assert rc == 0 and err2 == ""
+
+
+def test_compare_names_the_gloo_algorithm_each_collective_ran(capsys: pytest.CaptureFixture[str]) -> None:
+    """The header named backends.gloo.algorithm (allreduce's ring) for every collective: broadcast runs binomial,
+    sendrecv one send; and without workload.peers the two sendrecvs differ, which the header says."""
+    assert main(["compare", "hgx-h100", "--sizes", "1MiB", "--set", "workload.collective=broadcast"]) == 0
+    assert "Gloo: binomial over tcp (cuda tensors)" in capsys.readouterr().out
+    assert main(["compare", "hgx-h100", "--sizes", "1MiB", "--set", "workload.collective=sendrecv"]) == 0
+    out = capsys.readouterr().out
+    assert "Gloo: p2p over tcp" in out and "# sendrecv: NCCL every rank to the next" in out
+    assert main(["compare", "hgx-h100", "--sizes", "1MiB", "--set", "workload.collective=sendrecv", "--set",
+                 "workload.peers=[0,1]"]) == 0  # fmt: skip
+    assert "# sendrecv:" not in capsys.readouterr().out

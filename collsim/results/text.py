@@ -194,6 +194,7 @@ def format_comparison(
     gloo_transport: str,
     gloo_device: str,
     nccl_notes: Sequence[str] = (),
+    peers: Sequence[int] | None = None,
 ) -> str:
     """``collsim compare``'s table: per size NCCL's and Gloo's time (us), busbw (GB/s) and the speedup, then where
     each one's time goes.
@@ -212,6 +213,8 @@ def format_comparison(
         How Gloo runs (for the header).
     nccl_notes : sequence of str
         Lines about NCCL's run for the header (what a network plugin set, which tuner picks), as ``run`` prints them.
+    peers : sequence of int, optional
+        ``workload.peers``: with it both backends' sendrecv is one send; without it the header says they differ.
     """
     n = rows[0].nccl.nranks if rows else 0
     many = len(collectives) > 1
@@ -221,10 +224,24 @@ def format_comparison(
         return f"{r.nccl.collective} {size}" if many else size
 
     width = max([10, *(len(label(r)) for r in rows)])
+    # the algorithm Gloo ran for each collective (backends.gloo.algorithm is allreduce's; broadcast is binomial,
+    # alltoall direct, sendrecv one send), from the rows themselves
+    ran: dict[str, str] = {}
+    for r in rows:
+        ran.setdefault(r.gloo.collective, r.gloo.algorithm)
+    if ran and len(set(ran.values())) == 1:
+        gloo_algorithm = next(iter(ran.values()))
+    elif ran:
+        gloo_algorithm = ", ".join(f"{c} {a}" for c, a in ran.items())
+    pair_note = []
+    if "sendrecv" in ran and peers is None:
+        pair_note = ["# sendrecv: NCCL every rank to the next (nccl-tests' sendrecv_perf), Gloo one send between two "
+                     "ranks (workload.peers): set workload.peers to compare one send with one send"]  # fmt: skip
     lines = [
         f"# collsim compare: {name} ({n} ranks, {', '.join(collectives)} {dtype})",
         f"# NCCL: the (algorithm/protocol) its cost model picks; Gloo: {gloo_algorithm} over {gloo_transport} "
         f"({gloo_device} tensors)",
+        *pair_note,
         *(f"# {note}" for note in nccl_notes),
         f"# {'size':>{width}} {'nccl us':>12} {'busbw':>7} {'nccl algo':>12} {'gloo us':>12} {'busbw':>7} "
         f"{'speedup':>8}",

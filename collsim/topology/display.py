@@ -128,6 +128,11 @@ def format_topo_matrix(topo: Topology, node: int = 0, given: Mapping[str, Any] |
         per = f"{bws[0]:.2f}" if len(bws) == 1 else f"{bws[0]:.2f}-{bws[-1]:.2f}"
         rows.append([kind, str(count), per, f"{total / 1e9:.2f}"])
     out.extend("  " + line for line in _table(rows))
+    dma = sorted({(lk.kind, round(lk.bandwidth * lk.dma_ratio / 1e9, 2)) for lk in topo.links() if lk.dma_ratio != 1})
+    if dma:  # a copy engine's copies (Gloo's staging, cudaMemcpy) run at the preset's dma_efficiency, not NCCL's
+        shown = ", ".join(f"{k} {bw:.2f}" for k, bw in dma)
+        out.append(f"  (a copy engine's GPU-host copies, as Gloo's staging makes, run at the measured dma_efficiency: "
+                   f"{shown} GB/s a link)")  # fmt: skip
     if topo.fabric is not None and topo.nodes > 1:
         out.append("")
         out.append(format_fabric(topo, node).rstrip("\n"))

@@ -144,3 +144,12 @@ def test_fabric_layout_rails_and_perturbations(tmp_path: Path) -> None:
     assert lines[6] == "  node 0's NICs: NIC i on rail i (NIC0..NIC2, NIC4..NIC7)"
     assert lines[-2] == "    n0/nic0 -> n1/nic0: rail0; 2 links, 0.40 us one way"
     assert lines[-1] == "    n0/nic0 -> n1/nic1: rail0 -> spine0 -> rail1; 4 links, 0.80 us one way"
+
+
+def test_the_copy_engines_rate_is_shown_beside_nccls() -> None:
+    """The links table gives NCCL's figure (48 GB/s for Gen5 x16); Gloo's staging copies run at the measured DMA
+    rate (pcie5 dma_efficiency 0.8727 x 63.015 = 54.99 GB/s), which the table now says."""
+    text = format_topo_matrix(load_topology("hgx-h100"))
+    assert ("  (a copy engine's GPU-host copies, as Gloo's staging makes, run at the measured dma_efficiency: pcie "
+            "54.99 GB/s a link)") in text.splitlines()  # fmt: skip
+    assert "dma_efficiency" not in format_topo_matrix(load_topology("dgx-a100"))  # Gen4: none measured
