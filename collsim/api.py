@@ -772,14 +772,16 @@ class Simulator:
     ) -> Outcome:
         """:meth:`simulate_one`'s simulation of what a benchmark of ``size`` moves: NCCL's as nccl-tests passes its
         count (:func:`nccl_tests_bytes`: whole elements, a per-rank multiple of 16 bytes for allgather,
-        reduce_scatter and alltoall), Gloo's whole elements (:func:`whole_element_bytes`: a torch tensor). The
+        reduce_scatter and alltoall; without the ``harness``, a training step's tensors, whole elements), Gloo's
+        whole elements (:func:`whole_element_bytes`: a torch tensor). The
         outcome's ``size_bytes`` is that size, as nccl-tests prints it; a note says so when it differs from
         ``size``."""
         if backend not in BACKENDS:
             raise ScenarioError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}", field="backend")
         dtype = self.scenario.workload.dtype
         nranks = len(self.nccl_plan.ranks) if backend == "nccl" else len(self.topology.rank_devices())
-        moved = (nccl_tests_bytes if backend == "nccl" else whole_element_bytes)(size, dtype, coll, nranks)
+        # nccl-tests' 16-byte rounding is its harness's (harness=False: a training step's tensors, whole elements)
+        moved = (nccl_tests_bytes if backend == "nccl" and harness else whole_element_bytes)(size, dtype, coll, nranks)
         if backend == "nccl":
             nccl_options = self.options("nccl", repetition)
             assert isinstance(nccl_options, NcclOptions)
