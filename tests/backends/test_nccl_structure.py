@@ -139,12 +139,12 @@ def test_an_unknown_arch_in_a_gpu_preset_names_the_preset_file(tmp_path: Path, m
     gpus = root / "presets" / "gpus.yaml"
     gpus.write_text(gpus.read_text().replace("arch: hopper", "arch: Hopper"))
     monkeypatch.setenv("COLLSIM_TOPOLOGIES", str(root))
-    sim = Simulator.from_source("hgx-h100")
+    # refused where the presets are read (the arch must be the row NCCL picks for the sm), before any plan
     with pytest.raises(ScenarioError) as err:
-        _ = sim.nccl_plan
+        Simulator.from_source("hgx-h100")
     text = str(err.value)
     assert str(gpus) in text and "h100-sxm5-80gb.arch" in text
-    assert "unknown GPU arch 'Hopper'" in text and "know volta, turing, ampere, hopper, blackwell" in text
+    assert "arch 'Hopper' is not the row NCCL picks for sm 90 (hopper" in text
 
 
 #: every node template with GPUs (cpu-host has none): a new template is checked without being listed here
