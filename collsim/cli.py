@@ -203,6 +203,9 @@ def _import_command(sub: _Sub) -> None:
                      "GPU name the run printed)")
     imp.add_argument("--node", metavar="TEMPLATE", help="nccl-tests, inspector, torch-trace: the node template the "
                      "run's hosts are (a name such as hgx or hgx-b200, or a template file)")
+    imp.add_argument("--param", dest="node_params", action="append", default=[], metavar="NAME=VALUE",
+                     help="nccl-tests, inspector, torch-trace: a parameter of the --node template (repeatable; e.g. "
+                     "--param gpus=8 --param p2p=true), as cluster.node_params")
     imp.add_argument("--collective", help="nccl-tests: for a log that does not name it (e.g. allreduce)")
     imp.add_argument("--nranks", type=int, help="nccl-tests: for a log that does not say how many ranks ran")
     imp.add_argument("--series", metavar="WORDS", help="nccl-tests: the series of a run of several (-d all, -o all): "
@@ -889,6 +892,9 @@ def _cmd_import(args: argparse.Namespace) -> int:
         return _import_nccl_tests(args)
     if args.kind in ("inspector", "torch-trace"):
         return _import_calls(args)
+    if args.node_params:
+        raise TopologyError(f"--param is for nccl-tests, inspector and torch-trace (the --node template's parameters); "
+                            f"{args.kind} writes a template", file=args.file)  # fmt: skip
     path = Path(args.file)
     if path.is_file() and path.stat().st_size > MAX_INPUT_CHARS:
         raise TopologyError(f"{path.stat().st_size} bytes; at most {MAX_INPUT_CHARS} are read", file=path)
@@ -938,6 +944,16 @@ def _scenario_paths(base: Path, node: str, presets: Sequence[str]) -> tuple[str,
     return node, [os.path.relpath(Path(f).resolve(), base.resolve()) for f in presets]
 
 
+def _node_params_arg(items: Sequence[str]) -> dict[str, Any]:
+    """``--param NAME=VALUE`` items as a template's ``node_params`` (values read as ``--set`` reads them)."""
+    from collsim.scenario.loader import apply_overrides
+
+    try:
+        return apply_overrides({}, list(items)) if items else {}
+    except ScenarioError as exc:
+        raise ScenarioError(exc.message, file="--param", field=exc.field) from None
+
+
 def _import_nccl_tests(args: argparse.Namespace) -> int:
     """``collsim import nccl-tests FILE --node T``: the scenario of a run (collsim.calibration.scenario_from)."""
     from collsim.calibration import read_measurement
@@ -958,7 +974,8 @@ def _import_nccl_tests(args: argparse.Namespace) -> int:
     # the run's file as the scenario's folder sees it, for the comment and the validate line
     shown = os.path.relpath(Path(args.file).resolve(), base.resolve())
     node, presets = _scenario_paths(base, args.node, args.import_presets)
-    imported = scenario_from_measurement(m, node, gpu=args.gpu, name=args.name, preset_files=presets, base=base)
+    imported = scenario_from_measurement(m, node, gpu=args.gpu, name=args.name, preset_files=presets, base=base,
+                                         node_params=_node_params_arg(args.node_params))  # fmt: skip
     # the options that chose what was read, for the validate line: without them it would read another series
     chosen = " ".join(f"{flag} {shlex.quote(str(value))}" for flag, value in
                       (("--series", args.series), ("--collective", args.collective), ("--nranks", args.nranks))
@@ -972,7 +989,7 @@ def _import_nccl_tests(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise MeasurementError(f"cannot write the scenario: {exc.strerror or exc}", file=str(out)) from None
     print(f"collsim import: wrote {out}: scenario {imported.data['name']!r} ({imported.data['description']})")
-    for label, items in (("from the run", imported.taken), ("assumed", imported.assumed),
+    for label, items in (("given", imported.given), ("from the run", imported.taken), ("assumed", imported.assumed),
                          ("check", imported.warnings)):  # fmt: skip
         for item in items:
             print(f"  {label}: {item}")
@@ -1029,8 +1046,9 @@ def _import_calls(args: argparse.Namespace) -> int:
             m.write(path)
             written[i] = str(path)
             if args.node:
+                params = _node_params_arg(args.node_params)
                 imported = scenario_from_measurement(m, node, gpu=args.gpu, name=stem, preset_files=presets,
-                                                     base=folder)  # fmt: skip
+                                                     base=folder, node_params=params)  # fmt: skip
                 write_atomic(folder / f"{stem}.yaml", format_scenario(imported, path.name, f"{stem}.yaml",
                                                                      what=f"{log.kind} measurement",
                                                                      command=f"import {args.kind}"))  # fmt: skip

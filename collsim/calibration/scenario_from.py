@@ -54,6 +54,8 @@ class ImportedScenario:
         The scenario as a mapping (what ``load_scenario`` reads), ``cluster.node`` as given.
     taken : list of str
         What came from the run (one line each).
+    given : list of str
+        What the user gave on the command line (``--param``, ``--gpu``), one line each.
     assumed : list of str
         What the run does not say and was assumed (one line each): check these against the cluster.
     warnings : list of str
@@ -62,6 +64,7 @@ class ImportedScenario:
 
     data: dict[str, Any]
     taken: list[str] = field(default_factory=list)
+    given: list[str] = field(default_factory=list)
     assumed: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
@@ -91,7 +94,7 @@ def _gpu_choice(
                                    "(give a template with one, e.g. hgx or pcie-workstation)", file=file)  # fmt: skip
         if gpu not in library.gpus:
             raise MeasurementError(f"--gpu {gpu}: no such GPU preset (gpus.yaml, or --presets)", file=file)
-        out.taken.append(f"GPU preset {gpu} (--gpu)")
+        out.given.append(f"GPU preset {gpu} (--gpu)")
         return {"gpu": gpu}, names, found
     if found is not None and has_gpu_param:
         out.taken.append(f"GPU preset {found}: the run's GPUs are {names[0]} (gpus.yaml cuda_names)")
@@ -201,6 +204,7 @@ def scenario_from_measurement(
     name: str | None = None,
     preset_files: Sequence[str] = (),
     base: str | Path = ".",
+    node_params: Mapping[str, Any] | None = None,
 ) -> ImportedScenario:
     """The scenario of the run ``m`` on ``node`` templates: what the run records, and the template for the rest.
 
@@ -219,6 +223,9 @@ def scenario_from_measurement(
         User preset files the scenario loads (``--presets``), relative to ``base``.
     base : str or Path
         The folder the scenario will be written to: relative paths are resolved there.
+    node_params : mapping, optional
+        The template's parameters as the user gives them (``--param gpus=8``; a ``gpu`` among them is ``--gpu``'s),
+        applied before the run's ranks are placed on the template.
 
     Returns
     -------
@@ -241,19 +248,27 @@ def scenario_from_measurement(
     if m.nranks is None:
         raise MeasurementError("the run does not say how many ranks ran: give --nranks", file=file, field="nranks")
     out = ImportedScenario(data={})
-    cluster: dict[str, Any] = {"node": node, "nodes": 1}
+    given = dict(node_params or {})
+    if "gpu" in given:
+        if gpu is not None and gpu != given["gpu"]:
+            raise MeasurementError(f"--gpu {gpu} and --param gpu={given['gpu']}: give one", file=file)
+        gpu = str(given.pop("gpu"))
+    cluster: dict[str, Any] = {"node": node, "nodes": 1, **({"node_params": dict(given)} if given else {})}
+    if given:
+        shown = ", ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in given.items())
+        out.given.append(f"node_params {shown} (--param)")
     probe_data = {"name": "probe", "cluster": cluster, "preset_files": list(preset_files),
                   "workload": {"collective": m.collective}}  # fmt: skip
     probe = _load(probe_data, base)
     params = probe.node_template_source()[0].get("params") or {}
     has_gpu_param = isinstance(params.get("gpu"), Mapping) and params["gpu"].get("type") == "gpu"
-    node_params, names, found = _gpu_choice(m, node, gpu, has_gpu_param, probe.preset_library(), out)
-    if node_params:
-        cluster["node_params"] = node_params
+    gpu_params, names, found = _gpu_choice(m, node, gpu, has_gpu_param, probe.preset_library(), out)
+    if gpu_params:
+        cluster["node_params"] = {**given, **gpu_params}
         probe = _load(probe_data, base)
     topo = probe.build_topology()
     gpu_presets = sorted({str(d.spec.get("preset")) for d in topo.gpus()})
-    if found is not None and "gpu" not in node_params and found not in gpu_presets:
+    if found is not None and "gpu" not in gpu_params and found not in gpu_presets:
         out.warnings.append(f"the run's GPUs are {names[0]} ({found}); node template {node!r} has "
                             f"{', '.join(gpu_presets)}")  # fmt: skip
     cluster.update(_placement(m, node, topo, out))
@@ -308,7 +323,7 @@ def format_scenario(
     <BLANKLINE>
     """
     lines = [f"# Scenario of the {what} {measurement}, written by collsim {command}."]
-    for label, items in (("From the run", imported.taken), ("Assumed", imported.assumed),
+    for label, items in (("Given", imported.given), ("From the run", imported.taken), ("Assumed", imported.assumed),
                          ("Check", imported.warnings)):  # fmt: skip
         lines += [f"# {label}: {item}." for item in items]
     lines.append(f"# Compare (from this folder): collsim validate {path or 'SCENARIO.yaml'} {measurement}"

@@ -193,3 +193,25 @@ def test_format_scenario_says_where_everything_came_from() -> None:
     assert text.startswith("# Scenario of the nccl-tests run run.json")
     assert "# Assumed: 2 nodes of 8 GPUs: the run names no hosts (16 ranks)." in text
     assert load_scenario(__import__("yaml").safe_load(text)).name == "run"
+
+
+def test_the_templates_parameters_are_given_with_param(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An 8-GPU run on pcie-workstation (2 GPUs unless told) was refused ('8 ranks a host, but ... has 2 GPUs') with
+    no way to say the box's shape: --param sets the template's parameters before the ranks are placed."""
+    _report_file(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    args = ["import", "nccl-tests", "runs/ag.json", "--node", "pcie-workstation", "--gpu", "rtx-4090", "-o", "ws.yaml"]
+    assert main(args) == 2
+    assert "8 ranks a host, but node template 'pcie-workstation' has 2 GPUs" in capsys.readouterr().err
+    assert main([*args, "--param", "gpus=8", "--param", "sockets=2", "--param", "p2p=true"]) == 0
+    printed = capsys.readouterr().out
+    assert "  given: node_params gpus=8, sockets=2, p2p=true (--param)" in printed
+    assert "  given: GPU preset rtx-4090 (--gpu)" in printed
+    scenario = load_scenario(tmp_path / "ws.yaml")
+    assert dict(scenario.cluster.node_params) == {"gpus": 8, "sockets": 2, "p2p": True, "gpu": "rtx-4090"}
+    assert main([*args, "--param", "gpus={"]) == 2
+    assert "--param: gpus: cannot read value" in capsys.readouterr().err
+    assert main(["import", "nvidia-smi", "x.txt", "--gpu", "rtx-4090", "--param", "gpus=8"]) == 2
+    assert "--param is for nccl-tests, inspector and torch-trace" in capsys.readouterr().err
