@@ -192,7 +192,7 @@ _PUBLISHED_BIG = {
     "aws_p4d_2node_efa_nccl2234": 4.1,
     "gcp_a3ultra_h200_2node_roce_allgather": 23.6,
     # Argonne's OCI guide (2 x 8 H200, 8 RDMA devices a node, NCCL 2.27.5, 1-16 GiB), added 2026-12-07: NVLSTree
-    # within 2.2-4.1% in time (docs/accuracy.md, "Two more published runs")
+    # within 2.2-4.1% in time (docs/accuracy.md, "Six more published runs, one kept")
     "oci_h200_2node_roce_argonne": 3.7,
 }
 
