@@ -39,7 +39,7 @@ from collsim.backends import (
     simulate_gloo_many,
     simulate_nccl,
 )
-from collsim.backends.common import ResourceCatalog
+from collsim.backends.common import Bottleneck, ResourceCatalog
 from collsim.backends.nccl import NcclPlan, choose, enabled_pairs, release_notes, tuner_table, tuner_times
 from collsim.backends.nccl.algos import NVLS
 from collsim.backends.nccl.ib_hca import ib_hca_selection
@@ -1002,16 +1002,32 @@ class Simulator:
         without them, its breakdown left empty and a note saying why (its time is the same: records only keep what
         the simulation does)."""
         try:
-            return self.simulate_one(backend, size, record=True, **kwargs)
+            out = self.simulate_one(backend, size, record=True, **kwargs)
         except ScenarioError as err:
             if err.field != "engine.max_records":
                 raise
+        else:
+            out.bottleneck = self._bottleneck(out)
+            return out
         out = self.simulate_one(backend, size, record=False, **kwargs)
         limit = self.scenario.engine.max_records
         note = (f"{NO_BREAKDOWN}: recording it passes engine.max_records ({limit} flows; --set "
                 "engine.max_records=N or null records more, 1.5 KB a flow); the time does not hang on it")  # fmt: skip
         out.notes = [*out.notes, note]
         return out
+
+    def _bottleneck(self, out: Outcome) -> Bottleneck | None:
+        """The most loaded link of a recorded outcome (:func:`collsim.trace.link_usage`: bytes over bandwidth as a
+        share of the time), or None without records."""
+        from collsim.trace import link_usage, resource_capacities
+
+        if not out.records or out.time_s <= 0:
+            return None
+        usage = link_usage(out.records, resource_capacities(self.topology), total_s=out.time_s, bins=1)
+        if not usage:
+            return None
+        top = usage[0]
+        return Bottleneck(top.name, top.kind, float(top.load_share))
 
     def map_points(
         self,
@@ -1725,7 +1741,14 @@ class Simulator:
         gloo_of = {(c, nccl_tests_bytes(s, dtype, c, n_nccl)): (c, whole_element_bytes(s, dtype, c, n_gloo))
                    for s in (self.scenario.sizes() if asked is None else asked)
                    for c in self.scenario.collectives()}  # fmt: skip
-        rows = [Comparison(k[1], r, gloo[g]) for k, r in nccl.items() if (g := gloo_of.get(k, k)) in gloo]
+        tops = {(o.backend, o.collective, o.size_bytes): o.bottleneck for o in sweep.outcomes}
+
+        def top(backend: str, key: tuple[str, int]) -> tuple[str, str, float] | None:
+            b = tops.get((backend, *key))
+            return None if b is None else (b.link, b.kind, b.load_share)
+
+        rows = [Comparison(k[1], r, gloo[g], top("nccl", k), top("gloo", g)) for k, r in nccl.items()
+                if (g := gloo_of.get(k, k)) in gloo]  # fmt: skip
         return rows, sweep.interrupted
 
     def algorithm_variants(self, backend: str, collective: str, size: int) -> tuple[dict[str, Any], str]:

@@ -410,3 +410,18 @@ def test_a_loaded_scenarios_fields_are_checked_when_assigned() -> None:
             setattr(sc.training, field, value)
     sc.training.batch_size = 64
     assert Simulator(sc).scenario.training.batch_size == 64  # type: ignore[union-attr]
+
+
+def test_compare_names_the_most_loaded_link() -> None:
+    """compare's breakdown says what each backend spends its time on; the most loaded link says what bounds it: with
+    NICs cut to 25 Gb/s the ring's time is the network's and the busiest link an InfiniBand port near 100% loaded
+    (the breakdown alone named 'network' also where a socket link was the bound)."""
+    slow = ["cluster.fabric.nic_speed=25Gb/s", "backends.nccl.env.NCCL_ALGO=Ring"]
+    sim = Simulator.from_source("2node-h100-ib", slow)
+    rows, _ = sim.compare(sizes=[256 << 20])
+    (row,) = rows
+    assert row.nccl_bottleneck is not None and row.nccl_bottleneck[1] == "ib" and row.nccl_bottleneck[2] > 0.9
+    assert row.to_dict()["nccl_bottleneck"]["kind"] == "ib"
+    # one node: NVLink is what NVLS loads
+    (one,), _ = Simulator.from_source("hgx-h100").compare(sizes=[1 << 30])
+    assert one.nccl_bottleneck is not None and one.nccl_bottleneck[1] == "nvlink"

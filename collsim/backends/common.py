@@ -51,6 +51,8 @@ class Outcome:
     ends : tuple of float
         Several collectives run together (:func:`~collsim.backends.gloo.simulate_gloo_many`): when each was done
         on every rank, seconds from the start, in issue order; empty for one collective.
+    bottleneck : Bottleneck or None
+        The most loaded link of a recorded simulation (set by the API from the flow records); None otherwise.
     """
 
     backend: str
@@ -70,6 +72,27 @@ class Outcome:
     solves: int = 0
     flows: int = 0
     ends: tuple[float, ...] = ()
+    bottleneck: Bottleneck | None = None
+
+
+@dataclass(frozen=True)
+class Bottleneck:
+    """The most loaded link of one collective: where a faster part would shorten it first.
+
+    Attributes
+    ----------
+    link : str
+        Resource name (``"n0/cpu0->n0/cpu1"``; a symmetry class's representative).
+    kind : str
+        Link kind (``nvlink``, ``pcie``, ``upi``, ``ib``, ``roce``, ``eth``, ``hostmem``, ``hbm`` ...).
+    load_share : float
+        Bytes it carried over its bandwidth, as a share of the collective's time (1.0: busy at full rate
+        throughout).
+    """
+
+    link: str
+    kind: str
+    load_share: float
 
 
 @dataclass(frozen=True)

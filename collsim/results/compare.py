@@ -34,11 +34,15 @@ class Comparison:
         Message size, bytes.
     nccl, gloo : Record
         The two backends' records at that size (times in us, bandwidths in GB/s, breakdowns in seconds).
+    nccl_bottleneck, gloo_bottleneck : tuple of (str, str, float), optional
+        Each one's most loaded link: (name, kind, load share of the time), where a faster part would help first.
     """
 
     size_bytes: int
     nccl: Record
     gloo: Record
+    nccl_bottleneck: tuple[str, str, float] | None = None
+    gloo_bottleneck: tuple[str, str, float] | None = None
 
     @property
     def speedup(self) -> float:
@@ -62,9 +66,13 @@ class Comparison:
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe form: ``size_bytes``, ``speedup`` (None where NCCL's time is 0) and both records
         (:meth:`Record.to_dict`)."""
-        return {"size_bytes": self.size_bytes, "speedup": self.speedup if math.isfinite(self.speedup) else None,
-                "nccl": self.nccl.to_dict(),
-                "gloo": self.gloo.to_dict()}
+        out: dict[str, Any] = {"size_bytes": self.size_bytes,
+                               "speedup": self.speedup if math.isfinite(self.speedup) else None,
+                               "nccl": self.nccl.to_dict(), "gloo": self.gloo.to_dict()}  # fmt: skip
+        for name, b in (("nccl_bottleneck", self.nccl_bottleneck), ("gloo_bottleneck", self.gloo_bottleneck)):
+            if b is not None:
+                out[name] = {"link": b[0], "kind": b[1], "load_share": b[2]}
+        return out
 
 
 @dataclass(frozen=True)

@@ -253,11 +253,21 @@ def format_comparison(
             f"{r.gloo.time_us:12.2f} {r.gloo.busbw_gbps:7.2f} {r.speedup:7.1f}x"
         )
     lines.append("")
-    lines.append("# Where the time goes (share of each collective's time; the parts add up to 100%)")
+    lines.append("# Where the time goes (share of each collective's time; the parts add up to 100%), and the most "
+                 "loaded link where one is busy half the time or more (its bytes over its bandwidth: where a faster "
+                 "part helps first)")
     for r in rows:
-        lines.append(f"  {label(r):>{width}}  NCCL: {share_text(r.nccl)}")
-        lines.append(f"  {'':>{width}}  Gloo: {share_text(r.gloo)}")
+        lines.append(f"  {label(r):>{width}}  NCCL: {share_text(r.nccl)}{_bound(r.nccl_bottleneck)}")
+        lines.append(f"  {'':>{width}}  Gloo: {share_text(r.gloo)}{_bound(r.gloo_bottleneck)}")
     return "\n".join(lines) + "\n"
+
+
+def _bound(b: tuple[str, str, float] | None) -> str:
+    """``; most loaded: upi n0/cpu0->n0/cpu1 95%`` for a comparison row's bottleneck, or nothing where none is at
+    least half loaded (the time is then latency's, or the CPU's: Gloo's TCP and reductions are not links)."""
+    if b is None or b[2] < 0.5:
+        return ""
+    return f"; most loaded: {b[1]} {b[0].split(' (+')[0]} {100 * b[2]:.0f}%"
 
 
 def _perturbed_head(sizes: Sequence[int], tail: str, what: Sequence[str]) -> tuple[int, list[str]]:

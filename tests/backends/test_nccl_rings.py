@@ -274,3 +274,20 @@ def test_nics_numbered_between_the_gpus_own_take_their_switchs_gpus_in_turn(tmp_
     one = {s.nccl_plan.channels for s in (shipped, storage)}
     times = [s.simulate_one("nccl", 1 << 30, choice=("Ring", "Simple")).time_s for s in (shipped, storage)]
     assert len(one) == 1 and times[1] == pytest.approx(times[0], rel=1e-9)
+
+
+def test_bridged_pairs_price_the_ring_at_its_slowest_hop() -> None:
+    """Eight H100 PCIe in NVLink-bridged pairs: a ring joins the pairs over PCIe/SHM, and NCCL's search settles on
+    the speed every hop carries (search.cc ncclTopoCompute lowers it until a ring fits). The plan took the first
+    pair's NVLinks (247 GB/s, 24 channels): NCCL's model priced Ring/Simple at 1 GiB 11x faster than simulated."""
+    from collsim.backends.nccl.tuner import tuner_times
+
+    sim = _sim("h100-pcie-nvlink-pair", gpus=8, sockets=2, pcie_switch=True, gpus_per_switch=2)
+    plan = sim.nccl_plan
+    assert plan.intra_hw != "NVLINK" and plan.intra_bw < 50e9 and plan.channels == 2
+    assert any("leaves the NVLinks" in n for n in plan.notes)
+    model = tuner_times(plan, sim.nccl_constants, "allreduce", 1 << 30, sim.nccl_options)[("Ring", "Simple")]
+    simulated = sim.simulate_one("nccl", 1 << 30, choice=("Ring", "Simple")).time_s
+    assert abs(model / simulated - 1) < 0.1, (model, simulated)
+    # a pair alone is all NVLink, as before
+    assert _sim("h100-pcie-nvlink-pair").nccl_plan.intra_hw == "NVLINK"

@@ -890,6 +890,20 @@ def _intra_node(
     notes: tuple[str, ...] = ()
     if probe.transport == "P2P/NVLink":
         cap = nvl_bw
+        mesh = nvlink_mesh(topo, 0)
+        if mesh is not None:  # NVLinks without an NVSwitch: a ring may have to leave them (bridged pairs)
+            order = mesh_chains(topo, 0, mesh, [None])[0]
+            slow = [h for h in (_intra_hop(topo, cat, a, b, opts, consts) for a, b in zip(order, order[1:] + order[:1],
+                                                                                        strict=True))
+                    if h.transport != "P2P/NVLink"]  # fmt: skip
+            if slow:
+                # NCCL's search settles on the speed every hop of its ring carries (search.cc ncclTopoCompute
+                # lowers the speed until a ring fits): a ring of NVLink pairs joined over PCIe or SHM runs at the
+                # slowest such hop, not at the pair's NVLinks
+                probe = min(slow, key=lambda h: min(cat.specs[k].capacity / c for k, c in h.path.uses))
+                cap = min(cat.specs[k].capacity / c for k, c in probe.path.uses)
+                notes = (f"a ring of {len(order)} GPUs leaves the NVLinks between {probe.src}->{probe.dst} "
+                         f"({probe.transport}): NCCL's ring runs at that hop's {cap / 1e9:.1f} GB/s",)  # GB = 1e9 B
     else:
         cap = min(cat.specs[k].capacity / c for k, c in probe.path.uses)
         if probe.transport == "SHM":
