@@ -730,6 +730,8 @@ class Simulator:
         sym = self.scenario.engine.symmetry if symmetry is None else symmetry
         eng = self.scenario.engine
         label = f"{backend} {coll} {format_size(size)}"
+        if choice is not None or gloo_algorithm is not None:  # explain --all, validate --pairs: which pair runs
+            label += f" ({'/'.join(choice) if choice is not None else gloo_algorithm})"
         try:
             with self._errors(f"backends.{backend}"), work_budget(
                 max_flows=eng.max_flows, max_records=eng.max_records, label=label

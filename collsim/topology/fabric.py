@@ -54,12 +54,13 @@ the per-hop latency stays the link preset's (or ``switch.latency``).
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
 import networkx as nx
 
-from collsim.topology.errors import TopologyError
+from collsim.topology.errors import TopologyError, TopologyWarning
 from collsim.topology.model import Device, FrozenMap, Link
 from collsim.topology.presets import PresetLibrary, dma_ratio, parse_field, parse_record, read_yaml
 from collsim.vocab import FABRIC_TOPOLOGIES, FABRIC_TRANSPORTS
@@ -408,6 +409,17 @@ def add_fabric(g: nx.DiGraph, nodes: int, cfg: Mapping[str, Any], presets: Prese
                 share = len(group) / n_spines
                 for sp in spines:
                     b.connect(leaf, sp, group[0][1], mean, share / over, max(1, math.ceil(share / over)))
+    if over != 1.0 and topo != "single_switch" and not any(
+        d["device"].spec.get("tier") == "spine" for _, d in g.nodes(data=True) if d["device"].kind == "switch"
+    ):
+        where = ("every rail's NICs fit one leaf" if topo == "rail_optimized"
+                 else f"all {len(ports)} NIC ports fit one leaf of radix {radix}")  # fmt: skip
+        warnings.warn(
+            f"fabric.oversubscription {over:g} has no effect: {where}, so nothing crosses a spine (a smaller "
+            "fabric.switch.radix, or more nodes, gives leaves and spines)",
+            TopologyWarning,
+            stacklevel=2,
+        )
     out = dict(cfg)
     out["switch"] = {"latency": cfg["switch"]["latency"], "radix": radix, "radix_given": cfg["switch"]["radix_given"]}
     if cfg["switch"].get("preset") is not None:

@@ -279,3 +279,20 @@ def test_a_fat_tree_leaf_carries_the_sum_of_its_nics_whatever_their_order(order:
     up = topo.link("fabric/leaf0", "fabric/spine0")
     assert up.raw_bandwidth == pytest.approx(25e9 + 50e9)  # 200 + 400 Gb/s, bits to bytes
     assert topo.link("fabric/spine0", "fabric/leaf1").raw_bandwidth == pytest.approx(75e9)
+
+
+def test_an_oversubscription_with_nothing_to_cross_is_warned_about() -> None:
+    """Two HGX nodes' 16 NIC ports fit one leaf of the default radix 64: no spine, so oversubscription 2 changed
+    nothing, silently. With radix 16 (8 ports a leaf) there are spines and it takes effect, without a word."""
+    import warnings
+
+    from collsim.topology.errors import TopologyWarning
+
+    with pytest.warns(TopologyWarning, match=r"fabric.oversubscription 2 has no effect: all 16 NIC ports fit one "
+                                             r"leaf of radix 64"):
+        load_topology("hgx-h100", nodes=2, fabric={"topology": "fat_tree", "oversubscription": 2})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        topo = load_topology("hgx-h100", nodes=2, fabric={"topology": "fat_tree", "oversubscription": 2,
+                                                           "switch": {"radix": 16}})  # fmt: skip
+    assert topo.link("fabric/leaf0", "fabric/spine0").bandwidth < topo.link("n0/nic0", "fabric/leaf0").bandwidth * 8
