@@ -613,3 +613,18 @@ def test_a_generator_refuses_what_it_cannot_build(generator: str, params: dict[s
     with pytest.raises(TopologyError) as ei:
         topology_from_template(template, file="mine.yaml", node_params=params)
     assert ei.value.field == f"params.{next(iter(params))}" and text in ei.value.message, ei.value
+
+
+def test_the_template_written_in_the_docs_builds() -> None:
+    """docs/nodes.md 'Writing a template': its example is a template that builds, with a NIC on each socket's
+    second switch."""
+    from pathlib import Path
+
+    import yaml
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "nodes.md").read_text()
+    at = doc.index("## Writing a template")
+    block = doc[doc.index("```yaml", at) + len("```yaml") : doc.index("```\n", doc.index("```yaml", at) + 7)]
+    topo = topology_from_template(yaml.safe_load(block), nodes=2, fabric={"topology": "rail_optimized"})
+    assert len(topo.gpus()) == 16 and len(topo.nics(0)) == 2
+    assert topo.path_type("n0/gpu2", "n0/nic0") == "PIX" and topo.path_type("n0/gpu4", "n0/nic0") == "SYS"
