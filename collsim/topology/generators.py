@@ -80,8 +80,10 @@ def pcie_workstation(params: Mapping[str, Any], presets: PresetLibrary) -> dict[
 
     GPUs are split over the sockets in consecutive blocks (GPU 0.. on socket 0). With ``pcie_switch`` each
     socket's GPUs sit under PCIe switches of up to ``gpus_per_switch`` GPUs each, every switch on its socket's root
-    complex; without it each GPU is on its socket's root complex. The optional NIC sits on the first switch (or on
-    socket 0). Every PCIe link uses the preset ``pcie{pcie_gen}``; the socket link is the CPU preset's
+    complex; without it each GPU is on its socket's root complex. The optional ``nic`` is ``nics`` NICs (default 1)
+    spread evenly over the switches in order (NIC k on switch ``k * switches // nics``: with 4 switches on 2 sockets
+    and 2 NICs, the first switch of each socket), or over the sockets' root complexes without switches. Every PCIe
+    link uses the preset ``pcie{pcie_gen}``; the socket link is the CPU preset's
     ``socket_link``. The ``p2p`` parameter, when set, overrides the GPU preset's ``p2p``. With ``nvlink_bridge``
     (absent or false by default) GPUs 0-1, 2-3, ... are joined by NVLink bridges carrying all of the GPU preset's
     ``nvlinks`` (its ``nvlink`` link preset; an H100 PCIe pair: 12 NVLink 4 links over 3 bridges).
@@ -93,7 +95,7 @@ def pcie_workstation(params: Mapping[str, Any], presets: PresetLibrary) -> dict[
         gpu["spec"] = {"p2p": params["p2p"]}
     devices.insert(0, gpu)
     switch = 0
-    first_switch: str | None = None
+    switches: list[str] = []
     for socket, block in enumerate(_split(params["gpus"], params["sockets"])):
         if not params["pcie_switch"]:
             links.extend({"a": f"gpu{g}", "b": f"cpu{socket}", "preset": pcie} for g in block)
@@ -101,7 +103,7 @@ def pcie_workstation(params: Mapping[str, Any], presets: PresetLibrary) -> dict[
         per = params["gpus_per_switch"]
         for start in range(0, len(block), per):
             sw = f"pcie{switch}"
-            first_switch = first_switch or sw
+            switches.append(sw)
             devices.append({"name": sw, "kind": "pcie_switch", "spec": {"gen": params["pcie_gen"]}})
             links.append({"a": [f"gpu{g}" for g in block[start : start + per]], "b": sw, "preset": pcie})
             links.append({"a": sw, "b": f"cpu{socket}", "preset": pcie})
@@ -113,8 +115,10 @@ def pcie_workstation(params: Mapping[str, Any], presets: PresetLibrary) -> dict[
             for g in range(0, params["gpus"] - 1, 2)
         )
     if params.get("nic") is not None:
-        devices.append({"name": "nic", "kind": "nic", "count": 1, "preset": params["nic"]})
-        links.append({"a": "nic0", "b": first_switch or "cpu0", "preset": pcie})
+        nics = int(params.get("nics") or 1)
+        homes = switches or [f"cpu{s}" for s in range(params["sockets"])]
+        devices.append({"name": "nic", "kind": "nic", "count": nics, "preset": params["nic"]})
+        links.extend({"a": f"nic{k}", "b": homes[k * len(homes) // nics], "preset": pcie} for k in range(nics))
     return {"devices": devices, "links": links}
 
 
@@ -262,7 +266,7 @@ def cpu_host(params: Mapping[str, Any], presets: PresetLibrary) -> dict[str, Any
 #: parameter more widely than its generator can build (``hgx_board`` with 3 GPUs); the template's own ``min``,
 #: ``max`` and ``choices`` are checked first.
 GENERATOR_DOMAINS: dict[str, dict[str, tuple[tuple[int | None, ...] | set[int], str]]] = {
-    "pcie_workstation": {"gpus": ((1, None), ">= 1"), "sockets": ({1, 2}, "1 or 2"),
+    "pcie_workstation": {"gpus": ((1, None), ">= 1"), "sockets": ({1, 2}, "1 or 2"), "nics": ((1, None), ">= 1"),
                          "gpus_per_switch": ((1, None), ">= 1"), "pcie_gen": ({3, 4, 5, 6}, "3, 4, 5 or 6")},
     "cpu_host": {"sockets": ({1, 2}, "1 or 2"), "processes": ((1, None), ">= 1"),
                  "pcie_gen": ({3, 4, 5, 6}, "3, 4, 5 or 6")},

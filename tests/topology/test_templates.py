@@ -628,3 +628,15 @@ def test_the_template_written_in_the_docs_builds() -> None:
     topo = topology_from_template(yaml.safe_load(block), nodes=2, fabric={"topology": "rail_optimized"})
     assert len(topo.gpus()) == 16 and len(topo.nics(0)) == 2
     assert topo.path_type("n0/gpu2", "n0/nic0") == "PIX" and topo.path_type("n0/gpu4", "n0/nic0") == "SYS"
+
+
+def test_a_pcie_box_takes_several_nics_spread_over_its_switches() -> None:
+    """pcie_workstation's NIC was one, on the first switch: a two-socket L40S server with a NIC per socket needed a
+    template of its own. ``nics`` spreads them: 2 on 2 sockets' switches, one on each; 4 on 4 switches, one each."""
+    two = load_topology("l40s-8gpu", node_params={"nic": "connectx-6-roce", "nics": 2})
+    assert [two.path_type("n0/gpu0", n.name) for n in two.nics(0)] == ["PIX", "SYS"]
+    assert [two.path_type("n0/gpu7", n.name) for n in two.nics(0)] == ["SYS", "PIX"]
+    four = load_topology("l40s-8gpu", node_params={"nic": "connectx-6-roce", "nics": 4, "gpus_per_switch": 2})
+    assert [four.path_type(f"n0/gpu{2 * k}", f"n0/nic{k}") for k in range(4)] == ["PIX"] * 4
+    one = load_topology("l40s-8gpu", node_params={"nic": "connectx-6-roce"})  # the default: one, as before
+    assert len(one.nics(0)) == 1 and one.path_type("n0/gpu0", "n0/nic0") == "PIX"
