@@ -893,9 +893,9 @@ def _intra_node(
         mesh = nvlink_mesh(topo, 0)
         if mesh is not None:  # NVLinks without an NVSwitch: a ring may have to leave them (bridged pairs)
             order = mesh_chains(topo, 0, mesh, [None])[0]
-            slow = [h for h in (_intra_hop(topo, cat, a, b, opts, consts) for a, b in zip(order, order[1:] + order[:1],
-                                                                                        strict=True))
-                    if h.transport != "P2P/NVLink"]  # fmt: skip
+            pairs = zip(order, order[1:] + order[:1], strict=True)
+            ring = [_intra_hop(topo, cat, a, b, opts, consts) for a, b in pairs]
+            slow = [h for h in ring if h.transport != "P2P/NVLink"]
             if slow:
                 # NCCL's search settles on the speed every hop of its ring carries (search.cc ncclTopoCompute
                 # lowers the speed until a ring fits): a ring of NVLink pairs joined over PCIe or SHM runs at the
