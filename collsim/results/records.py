@@ -302,18 +302,7 @@ def nccl_tests_bytes(size_bytes: int, dtype: str, collective: str, nranks: int) 
     ~(16/eltSize - 1)`` in their ``*GetCollByteCount``, NVIDIA/nccl-tests since v2.13.12, "so that non-pow2 ranks
     have buffer addresses aligned"), times ``nranks``; whole elements otherwise. Older nccl-tests rounded only to
     whole elements per rank (:func:`whole_element_bytes`): the two differ only where ``nranks`` is not a power of
-    two or the per-rank buffer is below 16 bytes.
-
-    Parameters
-    ----------
-    size_bytes : int
-        The size asked for, bytes.
-    dtype : str
-        Element type (:data:`collsim.units.DTYPE_SIZES`).
-    collective : str
-        Canonical name.
-    nranks : int
-        Ranks (>= 1).
+    two or the per-rank buffer is below 16 bytes. The parameters are :func:`whole_element_bytes`'s.
 
     Examples
     --------
