@@ -50,12 +50,12 @@ def test_blackwell_ll128_from_2_25() -> None:
 
 def test_bridged_pairs_in_a_bigger_box_leave_ll128_off() -> None:
     """Two H100 PCIe joined by NVLink bridges: every ring hop is NVLink, LL128 on. Four (two bridged pairs): the
-    rings cross PCIe between the pairs (NCCL's typeIntra past NVB), LL128 off, though the first two GPUs (which
-    ``intra_hw`` reads) are bridged."""
+    rings cross PCIe between the pairs (NCCL's typeIntra past NVB), LL128 off, and the ring's hops are priced at
+    the slowest (``intra_hw`` PCI; it read the first, bridged, two GPUs until 2026-12-07)."""
     pair = _sim("hgx-h100", "cluster.node=h100-pcie-nvlink-pair")
-    assert pair.nccl_plan.ll128_refusal is None
+    assert pair.nccl_plan.ll128_refusal is None and pair.nccl_plan.intra_hw == "NVLINK"
     four = _sim("hgx-h100", "cluster.node=h100-pcie-nvlink-pair", "cluster.node_params.gpus=4")
-    assert four.nccl_plan.intra_hw == "NVLINK"
+    assert four.nccl_plan.intra_hw == "PCI"
     assert four.nccl_plan.ll128_refusal is not None and "typeIntra past NVB" in four.nccl_plan.ll128_refusal
     assert "LL128" not in _protocols(four)
 
