@@ -890,8 +890,8 @@ class TrainingConfig(BaseModel):
     model_config = _STRICT
 
     model: str = Field(
-        description="A built-in model (resnet50, bert-large, gpt2-xl, llama-7b) or a model YAML file, relative to "
-        "the scenario."
+        description="A built-in model (resnet50, bert-large, gpt2, gpt2-xl, llama-7b) or a model YAML file, relative "
+        "to the scenario."
     )
     style: Literal["ddp", "fsdp"] = Field(
         "ddp",

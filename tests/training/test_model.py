@@ -33,7 +33,7 @@ def names(spec: ModelSpec) -> list[str]:
 
 
 def test_builtin_list_and_headers() -> None:
-    assert builtin_models() == ["bert-large", "gpt2-xl", "llama-7b", "resnet50"]
+    assert builtin_models() == ["bert-large", "gpt2", "gpt2-xl", "llama-7b", "resnet50"]
     for name in builtin_models():
         spec = load_model(name)
         assert spec.name == name and spec.source
@@ -43,12 +43,13 @@ def test_builtin_list_and_headers() -> None:
     assert load_model("resnet50") is load_model("resnet50")  # built-ins are cached (immutable)
 
 
-# Published totals: torchvision ResNet50_Weights.IMAGENET1K_V1 meta num_params; HF GPT2LMHeadModel (gpt2-xl,
-# tied head once); HF LlamaForCausalLM (Llama-2-7b-hf); HF BertModel (bert-large-uncased, with pooler).
+# Published totals: torchvision ResNet50_Weights.IMAGENET1K_V1 meta num_params; HF GPT2LMHeadModel (gpt2 and
+# gpt2-xl, tied head once); HF LlamaForCausalLM (Llama-2-7b-hf); HF BertModel (bert-large-uncased, with pooler).
 @pytest.mark.parametrize(
     ("name", "n_params", "n_tensors"),
     [
         ("resnet50", 25_557_032, 161),
+        ("gpt2", 124_439_808, 2 + 12 * 12 + 2),
         ("gpt2-xl", 1_557_611_200, 2 + 48 * 12 + 2),
         ("llama-7b", 6_738_415_616, 1 + 32 * 9 + 2),
     ],
@@ -272,7 +273,7 @@ def test_resnet_layers_field_and_unknown_names(tmp_path: Path) -> None:
     basic = (MODELS_DIR / "resnet50.yaml").read_text().replace("bottleneck", "basic")
     basic = basic.replace("[3, 4, 6, 3]", "[2, 2, 2, 2]")
     assert load_model(write(tmp_path, basic, "r18.yaml")).n_params == 11_689_512  # torchvision resnet18 num_params
-    with pytest.raises(ModelError, match="unknown model 'resnet-50'; expected one of bert-large, gpt2-xl"):
+    with pytest.raises(ModelError, match="unknown model 'resnet-50'; expected one of bert-large, gpt2, gpt2-xl"):
         load_model("resnet-50")
     with pytest.raises(ModelError, match=r"nope\.yaml: file not found"):
         load_model(tmp_path / "nope.yaml")
