@@ -228,6 +228,8 @@ def _measurement_commands(sub: _Sub) -> None:
     _common(val, ("table", "json"))
     _measurement_args(val)
     val.add_argument("--profile", metavar="YAML", help="calibration profile to apply (default: the scenario's)")
+    val.add_argument("--jobs", type=int, default=1, metavar="N",
+                     help="worker processes over the sizes (default 1: here; 0: one per CPU); the same rows either way")
     val.add_argument("--html", metavar="FILE", help="also write a self-contained HTML page with a plotly figure")
     val.add_argument("--pairs", action="store_true",
                      help="also simulate every (algorithm, protocol) NCCL may pick (Gloo: every allreduce algorithm) "
@@ -750,7 +752,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
                                        "Inspector logs record them from format v4.3)", file=m.file)  # fmt: skip
         about = [] if log is None else log.run_notes(len(sim.nccl_plan.ranks), sim.nccl_plan.nnodes,
                                                      m.software.get("nccl_version"))  # fmt: skip
-        vals.append(validate(sim, m, pairs=args.pairs, logged=logged, logged_by=by, logged_notes=about))
+        vals.append(validate(sim, m, pairs=args.pairs, logged=logged, logged_by=by, logged_notes=about,
+                             jobs=_jobs(args.jobs)))
     if args.format == "json":
         _emit(json.dumps([v.to_dict() for v in vals], indent=2) + "\n", args.output)
     else:

@@ -354,6 +354,7 @@ def validate(
     logged: Mapping[int, tuple[str, str]] | None = None,
     logged_by: str = "NCCL's log",
     logged_notes: Sequence[str] = (),
+    jobs: int = 1,
 ) -> Validation:
     """Simulate every measured size of ``m`` on ``sim`` and compare.
 
@@ -382,6 +383,14 @@ def validate(
     logged_notes : sequence of str
         Notes on where ``logged`` came from (:meth:`~collsim.calibration.nccllog.NcclInitLog.run_notes`), kept
         with the validation's.
+    jobs : int
+        Worker processes over the sizes (:meth:`Simulator.map_points`; 1: here, in order; 0: one per CPU). The
+        rows are the same whatever the count.
+
+    Raises
+    ------
+    KeyboardInterrupt
+        When Ctrl-C stops the workers (no partial validation is returned).
     """
     backend = measurement_backend(sim, m)
     nranks = len(sim.topology.rank_devices())
@@ -400,14 +409,26 @@ def validate(
         from collsim.backends.nccl import enabled_pairs
 
         offered = set(enabled_pairs(sim.nccl_plan, sim.nccl_options, m.collective))
+
+    def point(i: int) -> tuple[tuple[float, str, str, float | None], bool, set[str], tuple[str, str, float] | None]:
+        """Row ``i``'s simulation: (seconds, algorithm, protocol, model seconds), whether NCCL's logged pair ran,
+        the notes of a logged pair refused, and the nearest pair (with ``pairs``)."""
+        r = rows[i]
+        why: set[str] = set()
+        forced = _logged_run(sim, m, r.size_bytes, logged, offered, why) if backend == "nccl" and logged else None
+        (got,) = [forced] if forced else predict_times(sim, m, [r.size_bytes], backend)
+        near = nearest_pair(sim, m, r.size_bytes, r.time_us, backend, (got[1], got[2], got[0] * 1e6)) if pairs else None
+        return got, forced is not None, why, near
+
+    tick = None if progress is None else (lambda _i, n: progress(n, len(rows)))  # (done, total), as before
+    done, stopped = sim.map_points(point, len(rows), jobs, sizes=[r.size_bytes for r in rows], progress=tick)
+    if stopped:
+        raise KeyboardInterrupt
     for i, r in enumerate(rows):
-        if progress:
-            progress(i, len(rows))
-        forced = _logged_run(sim, m, r.size_bytes, logged, offered, refused) if backend == "nccl" and logged else None
-        ((t, algo, proto, model_s),) = [forced] if forced else predict_times(sim, m, [r.size_bytes], backend)
-        ran_logged += forced is not None
+        (t, algo, proto, model_s), was_logged, why, near = done[i]
+        ran_logged += was_logged
+        refused |= why
         pred_us = t * 1e6  # seconds to microseconds
-        near = nearest_pair(sim, m, r.size_bytes, r.time_us, backend, (algo, proto, pred_us)) if pairs else None
         out.append(
             ValidationRow(
                 size_bytes=r.size_bytes,

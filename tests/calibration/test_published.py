@@ -213,3 +213,15 @@ def test_the_a3_mega_run_takes_the_gcp_profile_of_its_nccl() -> None:
     assert {(r.algorithm, r.protocol) for r in v.rows} == {("Ring", "Simple"), ("Tree", "Simple")}
     small = [r for r in v.rows if r.size_bytes <= 8192]
     assert all(r.model_error_pct is not None and abs(r.model_error_pct) <= 11.0 for r in small)
+
+
+def test_validate_over_workers_gives_the_same_rows() -> None:
+    """``validate --jobs N`` spreads the sizes over forked workers: the rows, the nearest pairs and the notes are the
+    ones a serial run gives (Crusoe's run, --pairs: 10.1 s serially, 5.7 s on 2 workers here)."""
+    case = "crusoe_a100_2node_ib"
+    sim = Simulator.from_source(PUBLISHED / f"{case}.yaml")
+    m = read_measurement(PUBLISHED / f"{case}.json")
+    sizes = [1 << 20, 1 << 24, 1 << 28, 1 << 30]
+    one = validate(sim, m, sizes=sizes, pairs=True)
+    assert validate(sim, m, sizes=sizes, pairs=True, jobs=2).to_dict() == one.to_dict()
+    assert [r.size_bytes for r in one.rows] == sizes and all(r.nearest_algorithm for r in one.rows)
