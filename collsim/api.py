@@ -1021,7 +1021,7 @@ class Simulator:
     def _bottleneck(self, out: Outcome) -> Bottleneck | None:
         """The most loaded link of a recorded outcome (:func:`collsim.trace.link_usage`: bytes over bandwidth as a
         share of the time), or None without records."""
-        from collsim.trace import link_usage, resource_capacities
+        from collsim.trace import link_usage, resource_capacities, strip_symmetric
 
         if not out.records or out.time_s <= 0:
             return None
@@ -1029,7 +1029,7 @@ class Simulator:
         if not usage:
             return None
         top = usage[0]
-        return Bottleneck(top.name, top.kind, float(top.load_share))
+        return Bottleneck(strip_symmetric(top.name), top.kind, float(top.load_share))
 
     def map_points(
         self,

@@ -82,7 +82,7 @@ class Bottleneck:
     Attributes
     ----------
     link : str
-        Resource name (``"n0/cpu0->n0/cpu1"``; a symmetry class's representative).
+        Resource name (``"n0/cpu0->n0/cpu1"``; a symmetry class's representative, without its suffix).
     kind : str
         Link kind (``nvlink``, ``pcie``, ``upi``, ``ib``, ``roce``, ``eth``, ``hostmem``, ``hbm`` ...).
     load_share : float

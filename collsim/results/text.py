@@ -267,7 +267,7 @@ def _bound(b: tuple[str, str, float] | None) -> str:
     least half loaded (the time is then latency's, or the CPU's: Gloo's TCP and reductions are not links)."""
     if b is None or b[2] < 0.5:
         return ""
-    return f"; most loaded: {b[1]} {b[0].split(' (+')[0]} {100 * b[2]:.0f}%"
+    return f"; most loaded: {b[1]} {b[0]} {100 * b[2]:.0f}%"
 
 
 def _perturbed_head(sizes: Sequence[int], tail: str, what: Sequence[str]) -> tuple[int, list[str]]:

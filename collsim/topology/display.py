@@ -205,20 +205,27 @@ def format_fabric(topo: Topology, node: int = 0) -> str:
     Fabric (cluster.fabric): fat_tree, rdma over ib, GPUDirect RDMA on; 4 nodes x 8 NICs = 32 NIC ports
     """
     fab = topo.fabric or {}
+    out = _fabric_header(topo, fab, node)
+    out.extend("  " + line for line in _table(_tier_rows(topo)))
+    out.append(_plug_line(topo, node))
+    out.extend(_route_lines(topo, node))
+    return "\n".join(out) + "\n"
+
+
+def _fabric_header(topo: Topology, fab: Mapping[str, Any], node: int) -> list[str]:
+    """The fabric's first two lines: layout, transport and NIC ports (those up, where perturb.down took some out);
+    the switches' radix, where it comes from, and a hop's latency."""
     nics = topo.nics()
-    switches = topo.devices("switch")
-    per_node = len(topo.nics(node))
     kind = fab.get("link_kind", "?")
     kind = ", ".join(kind) if isinstance(kind, (list, tuple)) else kind
     how = f"{fab.get('transport', '?')} over {kind}"
     if fab.get("transport") == "rdma":
         how += ", GPUDirect RDMA " + ("on" if fab.get("gpudirect") else "off")
-    built = int(fab.get("nics_per_node") or per_node)
+    built = int(fab.get("nics_per_node") or len(topo.nics(node)))
     plural = "s" if built != 1 else ""
     count = f"{topo.nodes} nodes x {built} NIC{plural} = {len(nics)} NIC ports"
     if len(nics) != built * topo.nodes:  # perturb.down took NICs out
         count = f"{topo.nodes} nodes x {built} NIC{plural}, {len(nics)} NIC ports up (perturb.down)"
-    out = [f"Fabric (cluster.fabric): {fab.get('topology', '?')}, {how}; {count}"]
     sw = dict(fab.get("switch") or {})
     radix = f"switch radix {sw.get('radix', '?')}"
     if sw.get("preset"):
@@ -233,10 +240,14 @@ def format_fabric(topo: Topology, node: int = 0) -> str:
         radix += "; a hop's latency is its link preset's"
     if fab.get("in_network_reduction"):
         radix += "; switches reduce in the network (in_network_reduction)"
-    out.append("  " + radix)
+    return [f"Fabric (cluster.fabric): {fab.get('topology', '?')}, {how}; {count}", "  " + radix]
+
+
+def _tier_rows(topo: Topology) -> list[list[str]]:
+    """The switch table: a row per tier and shape (NIC ports, capacity down and up, down:up), switches named."""
     graph = topo.graph
     shapes: dict[tuple[str, int, float, float], list[str]] = {}
-    for s in switches:
+    for s in topo.devices("switch"):
         tier = str(s.spec.get("tier", "?"))
         ports = down = up = 0.0
         for _, other, data in graph.out_edges(s.name, data=True):
@@ -258,41 +269,51 @@ def format_fabric(topo: Topology, node: int = 0) -> str:
         ratio = "-" if not up_gb or tier == "spine" else f"{down_gb / up_gb:.3g}:1"
         rows.append([tier, str(len(names)), str(ports_n) if ports_n else "-", f"{down_gb:.2f}",
                      f"{up_gb:.2f}" if up_gb else "-", ratio, _names(names)])  # fmt: skip
-    out.extend("  " + line for line in _table(rows))
+    return rows
+
+
+def _switch_of(topo: Topology, nic: Device) -> str | None:
+    """The fabric switch ``nic`` plugs into (None where its port is down)."""
+    ups = [x for x in topo.graph.successors(nic.name) if topo.graph.nodes[x]["device"].kind == "switch"]
+    return ups[0] if ups else None
+
+
+def _plug_line(topo: Topology, node: int) -> str:
+    """Which switch each NIC of ``node`` plugs into (``NIC i on rail i`` for a rail-per-NIC layout)."""
     mine = topo.nics(node)
     plugs: dict[str, list[int]] = {}
     for n in mine:
-        up_sw = [d for d in graph.successors(n.name) if graph.nodes[d]["device"].kind == "switch"]
-        plugs.setdefault(up_sw[0].split("/", 1)[-1] if up_sw else "(no switch)", []).append(n.index)
+        sw = _switch_of(topo, n)
+        plugs.setdefault(sw.split("/", 1)[-1] if sw else "(no switch)", []).append(n.index)
     if len(plugs) > 4 and all(k == f"rail{v[0]}" and len(v) == 1 for k, v in plugs.items()):
-        out.append(f"  node {node}'s NICs: NIC i on rail i ({_names([f'NIC{n.index}' for n in mine])})")
-    else:
-        out.append(f"  node {node}'s NICs: " + "; ".join(
-            f"{_names([f'NIC{i}' for i in idx])} on {sw}" for sw, idx in plugs.items()))  # fmt: skip
-    others = [n for n in nics if n.node != node]
-    if mine and others:
+        return f"  node {node}'s NICs: NIC i on rail i ({_names([f'NIC{n.index}' for n in mine])})"
+    return f"  node {node}'s NICs: " + "; ".join(f"{_names([f'NIC{i}' for i in idx])} on {sw}"
+                                                 for sw, idx in plugs.items())  # fmt: skip
 
-        def leaf(d: Device) -> str | None:
-            ups = [x for x in graph.successors(d.name) if graph.nodes[x]["device"].kind == "switch"]
-            return ups[0] if ups else None
 
-        src = mine[0]
-        same = next((o for o in others if leaf(o) == leaf(src) and leaf(o) is not None), None)
-        far = next((o for o in others if leaf(o) != leaf(src) and leaf(o) is not None), None)
-        lines = []
-        for dst in (same, far):
-            if dst is None or leaf(src) is None:
-                continue
-            try:
-                lines.append("  " + _route_line(topo, src, dst))
-            except TopologyError:
-                lines.append(f"    {src.name} -> {dst.name}: no route (a link taken down)")
-        if lines:
-            spread = "; a crossing between leaves spreads over every spine joining them" if any(
-                s.spec.get("tier") == "spine" for s in switches) else ""  # fmt: skip
-            out.append(f"  Routes (least latency{spread}):")
-            out.extend(lines)
-    return "\n".join(out) + "\n"
+def _route_lines(topo: Topology, node: int) -> list[str]:
+    """Routes from ``node``'s first NIC to another node's NIC on its own switch and on another leaf, where they
+    exist, under a heading."""
+    mine = topo.nics(node)
+    others = [n for n in topo.nics() if n.node != node]
+    if not mine or not others or _switch_of(topo, mine[0]) is None:
+        return []
+    src, home = mine[0], _switch_of(topo, mine[0])
+    same = next((o for o in others if _switch_of(topo, o) == home), None)
+    far = next((o for o in others if _switch_of(topo, o) not in (home, None)), None)
+    lines = []
+    for dst in (same, far):
+        if dst is None:
+            continue
+        try:
+            lines.append("  " + _route_line(topo, src, dst))
+        except TopologyError:
+            lines.append(f"    {src.name} -> {dst.name}: no route (a link taken down)")
+    if not lines:
+        return []
+    spines = any(s.spec.get("tier") == "spine" for s in topo.devices("switch"))
+    spread = "; a crossing between leaves spreads over every spine joining them" if spines else ""
+    return [f"  Routes (least latency{spread}):", *lines]
 
 
 def _param_text(value: Any) -> str:
