@@ -26,6 +26,7 @@ from collsim.calibration.calls import RECORDERS
 from collsim.calibration.measurement import (
     Measurement,
     MeasurementError,
+    MeasurementRow,
     calls_info,
     recorded_pairs,
     straggler_text,
@@ -344,6 +345,43 @@ def _logged_run(
     return o.time_s, o.algorithm, o.protocol, model
 
 
+def _compared_rows(
+    m: Measurement, nranks: int, sizes: Sequence[int] | None
+) -> tuple[list[MeasurementRow], list[int]]:
+    """The measured rows to compare (those of ``sizes``, if given) and the sizes of no elements on ``nranks`` ranks,
+    which NCCL returns from at once (left out). None left is an error: an empty table would read as a pass."""
+    empty = m.empty_sizes(nranks)
+    wanted = None if sizes is None else set(sizes)
+    rows = [r for r in m.rows if (wanted is None or r.size_bytes in wanted) and r.size_bytes not in empty]
+    if not rows:
+        why = (f"every row is below one element on {nranks} ranks" if wanted is None or set(m.sizes()) & wanted
+               else "none of the sizes asked for is in it")  # fmt: skip
+        raise MeasurementError(f"no size to compare ({why})", file=m.file)
+    return rows, empty
+
+
+def _row(
+    r: MeasurementRow, factor: float, got: tuple[float, str, str, float | None], near: tuple[str, str, float] | None
+) -> ValidationRow:
+    """A measured row beside its simulation ``got`` (seconds, algorithm, protocol, NCCL's model seconds) and the
+    nearest pair (with ``pairs``); busbw with nccl-tests' ``factor``."""
+    t, algo, proto, model_s = got
+    pred_us = t * 1e6  # seconds to microseconds
+    return ValidationRow(
+        size_bytes=r.size_bytes,
+        measured_us=r.time_us,
+        predicted_us=pred_us,
+        measured_busbw_gbps=r.size_bytes * factor / r.time_us / 1e3,  # bytes/us = 1e-3 GB/s
+        predicted_busbw_gbps=r.size_bytes * factor / pred_us / 1e3,
+        algorithm=algo,
+        protocol=proto,
+        model_us=None if model_s is None else model_s * 1e6,  # seconds to microseconds
+        nearest_algorithm=near[0] if near else "",
+        nearest_protocol=near[1] if near else "",
+        nearest_us=near[2] if near else None,
+    )
+
+
 def validate(
     sim: Simulator,
     m: Measurement,
@@ -395,13 +433,7 @@ def validate(
     backend = measurement_backend(sim, m)
     nranks = len(sim.topology.rank_devices())
     factor = busbw_factor(m.collective, nranks)
-    empty = m.empty_sizes(nranks)
-    wanted = None if sizes is None else set(sizes)
-    rows = [r for r in m.rows if (wanted is None or r.size_bytes in wanted) and r.size_bytes not in empty]
-    if not rows:  # nothing to compare: an empty table would read as a validation passed
-        why = (f"every row is below one element on {nranks} ranks" if wanted is None or set(m.sizes()) & wanted
-               else "none of the sizes asked for is in it")  # fmt: skip
-        raise MeasurementError(f"no size to compare ({why})", file=m.file)
+    rows, empty = _compared_rows(m, nranks, sizes)
     out: list[ValidationRow] = []
     ran_logged, refused = 0, set[str]()
     offered: set[tuple[str, str]] = set()
@@ -425,25 +457,10 @@ def validate(
     if stopped:
         raise KeyboardInterrupt
     for i, r in enumerate(rows):
-        (t, algo, proto, model_s), was_logged, why, near = done[i]
+        got, was_logged, why, near = done[i]
         ran_logged += was_logged
         refused |= why
-        pred_us = t * 1e6  # seconds to microseconds
-        out.append(
-            ValidationRow(
-                size_bytes=r.size_bytes,
-                measured_us=r.time_us,
-                predicted_us=pred_us,
-                measured_busbw_gbps=r.size_bytes * factor / r.time_us / 1e3,  # bytes/us = 1e-3 GB/s
-                predicted_busbw_gbps=r.size_bytes * factor / pred_us / 1e3,
-                algorithm=algo,
-                protocol=proto,
-                model_us=None if model_s is None else model_s * 1e6,  # seconds to microseconds
-                nearest_algorithm=near[0] if near else "",
-                nearest_protocol=near[1] if near else "",
-                nearest_us=near[2] if near else None,
-            )
-        )
+        out.append(_row(r, factor, got, near))
     prof = sim.profile.file if sim.profile is not None else None
     notes = _scenario_notes(sim, m, backend, out, empty)
     if logged:

@@ -55,7 +55,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import networkx as nx
@@ -285,6 +285,15 @@ class _Builder:
         self.cfg = cfg
         self.presets = presets
         self.switches = 0
+        self.spines = 0
+        self.radix = int(cfg["switch"]["radix"])
+        self.over = float(cfg["oversubscription"])
+
+    def speed(self, nic: Device) -> float:
+        """Raw rate of ``nic``'s fabric port, bytes/s: the NIC speed, capped at the switch preset's port speed."""
+        s = float(nic.spec["speed"])
+        cap = self.cfg["switch"].get("port_speed")
+        return s if cap is None else min(s, float(cap))
 
     def switch(self, name: str, tier: str) -> str:
         full = f"fabric/{name}"
@@ -296,6 +305,7 @@ class _Builder:
         }
         self.g.add_node(full, device=Device(full, "switch", -1, self.switches, FrozenMap(spec)))
         self.switches += 1
+        self.spines += tier == "spine"
         return full
 
     def connect(self, a: str, b: str, preset: Mapping[str, Any], port_bw: float, ports: float, count: int) -> None:
@@ -336,8 +346,7 @@ def add_fabric(g: nx.DiGraph, nodes: int, cfg: Mapping[str, Any], presets: Prese
     k = len(per_node[0])
     b = _Builder(g, cfg, presets)
     transport = cfg["transport"]
-    radix = int(cfg["switch"]["radix"])
-    over = float(cfg["oversubscription"])
+    radix = b.radix
     ports = [(nic, _port_preset(nic, transport, presets)) for nics in per_node for nic in nics]
     kinds = sorted({str(p["kind"]) for _, p in ports})
     topo = cfg["topology"]
@@ -348,74 +357,12 @@ def add_fabric(g: nx.DiGraph, nodes: int, cfg: Mapping[str, Any], presets: Prese
             f"{', '.join(kinds)}",
             "switch.preset",
         )
-    cap = cfg["switch"].get("port_speed")
-
-    def speed(nic: Device) -> float:
-        """Raw rate of ``nic``'s fabric port, bytes/s: the NIC speed, capped at the switch port's."""
-        s = float(nic.spec["speed"])
-        return s if cap is None else min(s, float(cap))
-
-    if topo == "single_switch":
-        if cfg["switch"]["radix_given"] and len(ports) > radix:
-            raise _err(f"{len(ports)} NIC ports do not fit one switch of radix {radix}", "switch.radix")
-        sw = b.switch("sw0", "single")
-        for nic, preset in ports:
-            b.connect(nic.name, sw, preset, speed(nic), 1, 1)
-    elif topo == "rail_optimized":
-        limit = radix // 2 if k > 1 else radix
-        if cfg["switch"]["radix_given"] and nodes > limit:
-            raise _err(
-                f"rail_optimized with radix {radix} serves at most {limit} nodes per rail leaf; got {nodes} "
-                "(set fabric.switch.radix)",
-                "switch.radix",
-            )
-        rails = [b.switch(f"rail{i}", "leaf") for i in range(k)]
-        for nic, preset in ports:
-            b.connect(nic.name, rails[nic.index], preset, speed(nic), 1, 1)
-        if k > 1:
-            n_spines = max(1, math.ceil(k * nodes / radix))
-            spines = [b.switch(f"spine{j}", "spine") for j in range(n_spines)]
-            for i, leaf in enumerate(rails):
-                nic0, preset = ports[i]
-                for sp in spines:
-                    b.connect(
-                        leaf,
-                        sp,
-                        preset,
-                        speed(nic0),
-                        nodes / n_spines / over,
-                        max(1, math.ceil(nodes / n_spines / over)),
-                    )
-    else:  # fat_tree
-        down = radix // 2
-        if len(ports) > radix * down:
-            raise _err(
-                f"{len(ports)} NIC ports need more than two tiers with radix {radix} (at most {radix * down})",
-                "switch.radix",
-            )
-        groups = [ports[i : i + down] for i in range(0, len(ports), down)]
-        leaves = [b.switch(f"leaf{i}", "leaf") for i in range(len(groups))]
-        for leaf, group in zip(leaves, groups, strict=False):
-            for nic, preset in group:
-                b.connect(nic.name, leaf, preset, speed(nic), 1, 1)
-        if len(leaves) > 1:
-            n_spines = max(1, math.ceil(len(ports) / radix))
-            spines = [b.switch(f"spine{j}", "spine") for j in range(n_spines)]
-            for leaf, group in zip(leaves, groups, strict=False):
-                # the leaf's down ports' capacity (NICs of different speeds: their sum, not the first one's rate
-                # times their count), spread over the spines and divided by the oversubscription
-                rates = [speed(nic) for nic, _ in group]
-                mean = rates[0] if len(set(rates)) == 1 else sum(rates) / len(rates)
-                share = len(group) / n_spines
-                for sp in spines:
-                    b.connect(leaf, sp, group[0][1], mean, share / over, max(1, math.ceil(share / over)))
-    if over != 1.0 and topo != "single_switch" and not any(
-        d["device"].spec.get("tier") == "spine" for _, d in g.nodes(data=True) if d["device"].kind == "switch"
-    ):
+    {"single_switch": _single_switch, "rail_optimized": _rails, "fat_tree": _fat_tree}[topo](b, ports, nodes, k)
+    if b.over != 1.0 and topo != "single_switch" and not b.spines:
         where = ("every rail's NICs fit one leaf" if topo == "rail_optimized"
                  else f"all {len(ports)} NIC ports fit one leaf of radix {radix}")  # fmt: skip
         warnings.warn(
-            f"fabric.oversubscription {over:g} has no effect: {where}, so nothing crosses a spine (a smaller "
+            f"fabric.oversubscription {b.over:g} has no effect: {where}, so nothing crosses a spine (a smaller "
             "fabric.switch.radix, or more nodes, gives leaves and spines)",
             TopologyWarning,
             stacklevel=2,
@@ -430,3 +377,66 @@ def add_fabric(g: nx.DiGraph, nodes: int, cfg: Mapping[str, Any], presets: Prese
     out["gpudirect"] = bool(cfg["gpudirect"]) and transport == "rdma"
     out["link_kind"] = kinds[0] if len(kinds) == 1 else kinds
     return out
+
+
+_Ports = Sequence[tuple[Device, Mapping[str, Any]]]
+
+
+def _single_switch(b: _Builder, ports: _Ports, nodes: int, k: int) -> None:
+    """Every NIC port on ``fabric/sw0``."""
+    if b.cfg["switch"]["radix_given"] and len(ports) > b.radix:
+        raise _err(f"{len(ports)} NIC ports do not fit one switch of radix {b.radix}", "switch.radix")
+    sw = b.switch("sw0", "single")
+    for nic, preset in ports:
+        b.connect(nic.name, sw, preset, b.speed(nic), 1, 1)
+
+
+def _rails(b: _Builder, ports: _Ports, nodes: int, k: int) -> None:
+    """NIC i of every node on rail leaf i; with several rails, every leaf joins every spine with its nodes' ports'
+    capacity, divided by the oversubscription."""
+    limit = b.radix // 2 if k > 1 else b.radix
+    if b.cfg["switch"]["radix_given"] and nodes > limit:
+        raise _err(
+            f"rail_optimized with radix {b.radix} serves at most {limit} nodes per rail leaf; got {nodes} "
+            "(set fabric.switch.radix)",
+            "switch.radix",
+        )
+    rails = [b.switch(f"rail{i}", "leaf") for i in range(k)]
+    for nic, preset in ports:
+        b.connect(nic.name, rails[nic.index], preset, b.speed(nic), 1, 1)
+    if k > 1:
+        n_spines = max(1, math.ceil(k * nodes / b.radix))
+        spines = [b.switch(f"spine{j}", "spine") for j in range(n_spines)]
+        for i, leaf in enumerate(rails):
+            nic0, preset = ports[i]
+            share = nodes / n_spines / b.over
+            for sp in spines:
+                b.connect(leaf, sp, preset, b.speed(nic0), share, max(1, math.ceil(share)))
+
+
+def _fat_tree(b: _Builder, ports: _Ports, nodes: int, k: int) -> None:
+    """NICs, node-major, fill leaves of radix / 2 ports; with several leaves every leaf joins every spine with its
+    ports' capacity, divided by the oversubscription."""
+    down = b.radix // 2
+    if len(ports) > b.radix * down:
+        raise _err(
+            f"{len(ports)} NIC ports need more than two tiers with radix {b.radix} (at most {b.radix * down})",
+            "switch.radix",
+        )
+    groups = [ports[i : i + down] for i in range(0, len(ports), down)]
+    leaves = [b.switch(f"leaf{i}", "leaf") for i in range(len(groups))]
+    for leaf, group in zip(leaves, groups, strict=False):
+        for nic, preset in group:
+            b.connect(nic.name, leaf, preset, b.speed(nic), 1, 1)
+    if len(leaves) > 1:
+        n_spines = max(1, math.ceil(len(ports) / b.radix))
+        spines = [b.switch(f"spine{j}", "spine") for j in range(n_spines)]
+        for leaf, group in zip(leaves, groups, strict=False):
+            # the leaf's down ports' capacity (NICs of different speeds: their sum, not the first one's rate
+            # times their count), spread over the spines and divided by the oversubscription
+            rates = [b.speed(nic) for nic, _ in group]
+            mean = rates[0] if len(set(rates)) == 1 else sum(rates) / len(rates)
+            share = len(group) / n_spines
+            for sp in spines:
+                b.connect(leaf, sp, group[0][1], mean, share / b.over, max(1, math.ceil(share / b.over)))
+

@@ -2090,25 +2090,8 @@ def template_from_nvidia_smi(
     dev_name = [f"gpu{i}" if i < ngpu else f"nic{i - ngpu}" for i in range(n)]
     devices = _smi_endpoints(m, gpu, nic, dev_name)
     if nic is not None and nnic == 0:
-        where = f"{Path(file).name}: " if file is not None else ""
-        warnings.warn(
-            f"{where}--nic {nic}: the matrix shows no NIC (nvidia-smi topo -m lists RDMA devices only, not an "
-            "Ethernet NIC), so the template has none and a cluster of several nodes needs one: add it to the "
-            f"template's devices ({{name: nic0, kind: nic, preset: {nic}}}) with a PCIe link to its CPU",
-            TopologyWarning,
-            stacklevel=2,
-        )
-    gen = grec.get("pcie_gen")
-    lanes = grec.get("pcie_lanes") or 16
-    pnotes = []
-    cpu_gen = presets.cpus[cpu_preset].get("pcie_gen")
-    if gen is None and cpu_gen is not None:
-        gen = cpu_gen
-        pnotes.append(f"GPU preset {gpu} has no pcie_gen: the CPU preset {cpu_preset}'s, Gen{gen}")
-    if gen is None:
-        gen = 4
-        pnotes.append(f"GPU preset {gpu} has no pcie_gen: PCIe Gen4 assumed")
-    pl = _pcie_link(_RATE_OF_GEN[int(gen)], int(lanes), presets, f"{gpu}'s pcie_gen {gen} and pcie_lanes {lanes}")
+        _warn_no_nic(nic, file)
+    gen, pl, pnotes = _smi_pcie_link(grec, gpu, cpu_preset, presets)
     switch_devices, links = _smi_nvlinks(m, gpu, grec, dev_name, file)
     if switch_devices and links and links[0].count < int(grec["nvlinks"]):
         k, have = links[0].count, int(grec["nvlinks"])
@@ -2117,7 +2100,7 @@ def template_from_nvidia_smi(
         )
     devices += switch_devices
     gpu_link = presets.cpus[cpu_preset].get("gpu_link")
-    cpu_devs, pcie_devices, pcie_links = _smi_pcie(m, sockets, known, dev_name, pl, int(gen), cpu_preset, cpu,
+    cpu_devs, pcie_devices, pcie_links = _smi_pcie(m, sockets, known, dev_name, pl, gen, cpu_preset, cpu,
                                                    gpu_link)  # fmt: skip
     devices += pcie_devices + cpu_devs
     links += pcie_links
@@ -2134,6 +2117,37 @@ def template_from_nvidia_smi(
     topo = _check_builds(template, presets, file)
     _smi_check(topo, m, dev_name, file)
     return template
+
+
+def _warn_no_nic(nic: str, file: str | Path | None) -> None:
+    """``--nic`` given for a matrix that shows no NIC: nvidia-smi lists RDMA devices only."""
+    where = f"{Path(file).name}: " if file is not None else ""
+    warnings.warn(
+        f"{where}--nic {nic}: the matrix shows no NIC (nvidia-smi topo -m lists RDMA devices only, not an "
+        "Ethernet NIC), so the template has none and a cluster of several nodes needs one: add it to the "
+        f"template's devices ({{name: nic0, kind: nic, preset: {nic}}}) with a PCIe link to its CPU",
+        TopologyWarning,
+        stacklevel=3,
+    )
+
+
+def _smi_pcie_link(
+    grec: Mapping[str, Any], gpu: str, cpu_preset: str, presets: PresetLibrary
+) -> tuple[int, _PcieLink, list[str]]:
+    """The PCIe generation and link of the matrix's devices (nvidia-smi does not print them): the GPU preset's
+    ``pcie_gen`` and ``pcie_lanes``, else the CPU preset's generation, else Gen4; and the notes saying which."""
+    gen = grec.get("pcie_gen")
+    lanes = grec.get("pcie_lanes") or 16
+    notes = []
+    cpu_gen = presets.cpus[cpu_preset].get("pcie_gen")
+    if gen is None and cpu_gen is not None:
+        gen = cpu_gen
+        notes.append(f"GPU preset {gpu} has no pcie_gen: the CPU preset {cpu_preset}'s, Gen{gen}")
+    if gen is None:
+        gen = 4
+        notes.append(f"GPU preset {gpu} has no pcie_gen: PCIe Gen4 assumed")
+    pl = _pcie_link(_RATE_OF_GEN[int(gen)], int(lanes), presets, f"{gpu}'s pcie_gen {gen} and pcie_lanes {lanes}")
+    return int(gen), pl, notes
 
 
 # ---------------------------------------------------------------------------------------------------------- writing
