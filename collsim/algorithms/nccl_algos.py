@@ -79,6 +79,7 @@ def nccl_chain(
     chunking: RingChunking,
     send: Send | None,
     whole_steps: bool = False,
+    slots: int | None = None,
 ) -> Proc:
     """A pipelined chain (NCCL's ring broadcast and reduce, and a send/recv pair).
 
@@ -87,8 +88,11 @@ def nccl_chain(
     back to back; a reduction into the slice (reduce) is fused into the copy and costs no separate time.
     With ``whole_steps`` (a send over the network) a chunk cut in several slices leaves only once all of it is
     here (NCCL's network proxy sends one step at a time, see :func:`~collsim.algorithms.nccl_ring_allreduce`).
+    ``slots`` (None: ``chunking.slots``): what the connection to the successor holds
+    (:func:`~collsim.algorithms.connection_slots`: twice as much across the network).
     Fires ``(me, ("arr", i))`` when slice ``i`` has reached the successor and ``(me, "done")`` at the end.
     """
+    held = chunking.slots if slots is None else slots
     parts = slices(data_bytes, chunking)
     for i, b in enumerate(parts):
         wait = _step_end(i, len(parts), chunking, whole_steps and send is not None)
@@ -97,8 +101,8 @@ def nccl_chain(
         if succ is None or send is None:  # the tail consumes each slice as it arrives
             board.fire(me, ("fwd", i))
             continue
-        if i >= chunking.slots:
-            yield board.get(succ, ("fwd", i - chunking.slots))
+        if i >= held:
+            yield board.get(succ, ("fwd", i - held))
         streamed, arrived = send(b)
         board.bind(me, ("arr", i), arrived)
         yield streamed
@@ -119,6 +123,7 @@ def nccl_tree_up(
     send_up: Send | None,
     whole_steps: bool = False,
     buffer_slots: bool = True,
+    slots: int | None = None,
 ) -> Proc:
     """Reduce up the tree: per slice, wait for every child's slice and a free slot in the parent's buffer, send the
     (fused) sum to the parent.
@@ -128,8 +133,10 @@ def nccl_tree_up(
     chunk is here (one network send per step). With ``buffer_slots`` the parent's buffer holds ``chunking.slots``
     slices (NCCL_STEPS steps, as every NCCL connection): slice ``i`` waits until the parent has consumed slice
     ``i - slots``, i.e. sent its sum on (``(parent, ("cu", i))``: its own send up streamed, at the root its send
-    down to every child streamed, :func:`nccl_tree_down`'s ``("cd", i)``).
+    down to every child streamed, :func:`nccl_tree_down`'s ``("cd", i)``); ``slots`` (None: ``chunking.slots``)
+    says what the connection to the parent holds instead (:func:`~collsim.algorithms.connection_slots`).
     """
+    held = chunking.slots if slots is None else slots
     parts = slices(data_bytes, chunking)
     for i, b in enumerate(parts):
         wait = _step_end(i, len(parts), chunking, whole_steps and send_up is not None)
@@ -140,8 +147,8 @@ def nccl_tree_up(
             if buffer_slots:  # the root's receive buffer frees the slice once it has gone down
                 board.bind(me, ("cu", i), board.get(me, ("cd", i)))
             continue
-        if buffer_slots and i >= chunking.slots:
-            yield board.get(parent, ("cu", i - chunking.slots))
+        if buffer_slots and i >= held:
+            yield board.get(parent, ("cu", i - held))
         yield _post(board, me, ("up", i), send_up, b)
         if buffer_slots:
             board.fire(me, ("cu", i))
@@ -157,6 +164,7 @@ def nccl_tree_down(
     send_down: Sequence[Send],
     whole_steps: bool = False,
     buffer_slots: bool = True,
+    slots: Sequence[int] | None = None,
 ) -> Proc:
     """Broadcast down the tree: per slice, wait for it to arrive from the parent (or the root's reduction) and, with
     ``buffer_slots``, for a free slot in every child's buffer (the child consumed slice ``i - slots``: ``(child,
@@ -164,15 +172,17 @@ def nccl_tree_down(
     (NCCL splits a channel's threads between the two directions). With ``whole_steps`` (a send down crosses the
     network) a chunk's slices leave only once the whole chunk is here. Fires ``(me, ("cd", i))`` when slice ``i``
     is consumed here (sent to every child and streamed; a leaf: arrived) and ``(me, "done")`` when the last slice
-    is here and sent."""
+    is here and sent. ``slots`` (None: ``chunking.slots`` each) gives what each child's connection holds."""
+    held = [chunking.slots] * len(children) if slots is None else list(slots)
     parts = slices(data_bytes, chunking)
     for i, b in enumerate(parts):
         wait = _step_end(i, len(parts), chunking, whole_steps and bool(send_down))
         if wait is not None:
             yield board.get(me, ("down", wait))
-        if buffer_slots and i >= chunking.slots:
-            for ch in children:
-                yield board.get(ch, ("cd", i - chunking.slots))
+        if buffer_slots:
+            for ch, h in zip(children, held, strict=True):
+                if i >= h:
+                    yield board.get(ch, ("cd", i - h))
         streams = []
         for ch, send in zip(children, send_down, strict=True):
             streamed, arrived = send(b)
@@ -340,7 +350,7 @@ class NcclTreeMachine(_TreeLanes):
     launch is paid.
     """
 
-    __slots__ = ("chunking", "down_used", "slots", "up_used", "whole_down", "whole_up")
+    __slots__ = ("chunking", "down_slots", "down_used", "slots", "up_used", "whole_down", "whole_up")
 
     def __init__(
         self,
@@ -355,10 +365,16 @@ class NcclTreeMachine(_TreeLanes):
         send_down: Sequence[SendThen],
         whole_steps_up: bool = False,
         whole_steps_down: bool = False,
+        slots_up: int | None = None,
+        slots_down: Sequence[int] | None = None,
     ) -> None:
         super().__init__(board, me, parent, children, _board_slices(board, data_bytes, chunking), send_up, send_down)
         self.chunking = chunking
-        self.slots = chunking.slots
+        # what the connection to the parent holds, and each child's (keyed as ``children``; a twin listed twice
+        # has one connection kind): chunking.slots, twice that across the network (connection_slots)
+        self.slots = chunking.slots if slots_up is None else slots_up
+        held = [chunking.slots] * len(children) if slots_down is None else list(slots_down)
+        self.down_slots = dict(zip(children, held, strict=True))
         # per slice: consumed here, its buffer slot free again (NCCL_STEPS slots per connection); the up lane's
         # (children's shares summed and sent up; at the root, sent down), the down lane's (sent to every child; a
         # leaf, received)
@@ -413,11 +429,10 @@ class NcclTreeMachine(_TreeLanes):
         w = _step_end(i, self.n, self.chunking, self.whole_down)
         if w is not None and not self.down_ready[w]:
             return False
-        if i >= self.slots:
-            old = i - self.slots
-            for c in self.children.values():
-                if not c.down_used[old]:  # type: ignore[attr-defined]
-                    return False
+        for key, c in self.children.items():
+            old = i - self.down_slots[key]
+            if old >= 0 and not c.down_used[old]:  # type: ignore[attr-defined]
+                return False
         self.i_down = i + 1
         self._send_down(i, self.parts[i])
         if not self.busy_down:  # a leaf: the slice is consumed as it passes

@@ -29,6 +29,7 @@ __all__ = [
     "GlooRingShape",
     "NcclRingMachine",
     "RingChunking",
+    "connection_slots",
     "gloo_ring_allreduce",
     "gloo_ring_receiver",
     "gloo_ring_segments",
@@ -55,6 +56,24 @@ def send_then_of(send: Send) -> SendThen:
     return then
 
 
+def connection_slots(slots: int, net: bool) -> int:
+    """Slices a connection holds between the sender's write and the receiver's consumption: ``slots`` (NCCL_STEPS
+    over the slice's steps) for a P2P or SHM connection, whose one buffer is the receiver's, twice that across the
+    network, where both ends hold NCCL_STEPS steps.
+
+    NCCL's network transport gives the sender a buffer of its own (``src/transport/net.cc`` v2.30.7-1,
+    ``sendProxyProgress``: the GPU writes into the send connection's ``localBuff`` and may run NCCL_STEPS steps
+    ahead of the proxy's completed sends, ``*sendHead = sub->base + sub->done`` at line 1448), and the proxy's
+    ``isend`` of a step goes out once the receiver's proxy has posted a receive for it, which it does up to
+    NCCL_STEPS steps ahead of its GPU's consumption (``recvProxyProgress``: ``posted < done + maxDepth``, line 1532).
+    So a sender may write 2 x NCCL_STEPS steps beyond what its successor has consumed.
+
+    >>> connection_slots(4, False), connection_slots(4, True)  # Simple's 2-step slices: 4 over NVLink, 8 over IB
+    (4, 8)
+    """
+    return 2 * slots if net else slots
+
+
 @dataclass(frozen=True)
 class RingChunking:
     """How NCCL's ring cuts one channel's data.
@@ -66,7 +85,8 @@ class RingChunking:
     slices_per_chunk : int
         Slices a chunk is cut into; each slice is one send (Simple: 2; LL and LL128: 1).
     slots : int
-        Slices a sender may have in the receiver's buffer before it must wait (NCCL_STEPS / slice steps).
+        Slices a sender may have in the receiver's buffer before it must wait (NCCL_STEPS / slice steps): a P2P or
+        SHM connection's; one across the network holds twice as many (:func:`connection_slots`).
     slices_per_post : int
         Slices between two posts (the flag store after a step that tells the receiver it is there, and the fence
         before it): 1 when every slice is posted (Simple), ``slices_per_chunk`` for a step cut in pieces (posted
@@ -110,6 +130,7 @@ def nccl_ring_allreduce(
     send: Send,
     nsteps: int | None = None,
     whole_steps: bool = False,
+    slots: int | None = None,
 ) -> Proc:
     """One (channel, rank) of NCCL's ring allreduce: reduce-scatter then all-gather, 2(n-1) steps per chunk.
 
@@ -126,10 +147,14 @@ def nccl_ring_allreduce(
     NCCL's network proxy posts one network send per step, after the GPU has written the whole step (net.cc), so
     step k waits for the predecessor's last slice of step k-1 before its first slice streams.
 
+    ``slots`` (None: ``chunking.slots``) is what this rank's connection to its successor holds: a network
+    connection holds twice a P2P one's (:func:`connection_slots`).
+
     Fires on the board: ``(me, ("arr", loop, step, slice))`` at arrival and ``(me, ("str", ...))`` when streamed,
     and ``(me, "done")`` at the end (last slice arrived).
     """
     nsteps = 2 * (nranks - 1) if nsteps is None else nsteps
+    held = chunking.slots if slots is None else slots
     spc = chunking.slices_per_chunk
     order: list[tuple[int, int, int]] = []
     loops = chunking.loops(nranks, data_bytes)
@@ -141,8 +166,8 @@ def nccl_ring_allreduce(
                 if k > 0 and not (whole_steps and s > 0):
                     yield board.get(pred, ("arr", li, k - 1, spc - 1 if whole_steps else s))
                 seq = len(order)
-                if seq >= chunking.slots:
-                    l0, k0, s0 = order[seq - chunking.slots]
+                if seq >= held:
+                    l0, k0, s0 = order[seq - held]
                     if k0 < nsteps - 1:
                         yield board.get(succ, ("str", l0, k0 + 1, s0))
                     else:
@@ -192,6 +217,7 @@ class NcclRingMachine:
         "sending",
         "seq",
         "sizes",
+        "slots",
         "spc",
         "started",
         "streamed",
@@ -214,6 +240,7 @@ class NcclRingMachine:
         send: SendThen,
         nsteps: int | None = None,
         whole_steps: bool = False,
+        slots: int | None = None,
     ) -> None:
         self.board = board
         self.me = me
@@ -222,6 +249,7 @@ class NcclRingMachine:
         self.nsteps = 2 * (nranks - 1) if nsteps is None else nsteps
         self.spc = chunking.slices_per_chunk
         self.chunking = chunking
+        self.slots = chunking.slots if slots is None else slots
         self.send = send
         self.whole_steps = whole_steps
         loops = chunking.loops(nranks, data_bytes)
@@ -277,7 +305,7 @@ class NcclRingMachine:
             need = seq - spc + (spc - 1 - s if self.whole_steps else 0)  # (li, k - 1, last slice or s)
             if not self.pred.arrived[need]:
                 return False
-        slots = self.chunking.slots
+        slots = self.slots
         if seq >= slots:
             old = seq - slots
             k0 = (old // spc) % nsteps

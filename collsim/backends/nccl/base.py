@@ -26,7 +26,7 @@ from typing import Any, cast
 import simpy
 from simpy.events import Event
 
-from collsim.algorithms import EventBoard, RingChunking, SendThen
+from collsim.algorithms import EventBoard, RingChunking, SendThen, connection_slots
 from collsim.backends.common import ResourceCatalog
 from collsim.backends.nccl.chunking import ring_steps
 from collsim.backends.nccl.constants import NcclConstants
@@ -500,6 +500,13 @@ class Launcher:
         NVLink/PCIe, a whole step at a time over the network (Simple's slices are already one network send each)."""
         roles = self.layout.roles[e]
         return self.ctx.proto != "Simple" and any(roles[nm].net for nm in names if nm in roles)
+
+    def slots(self, e: Entity, name: str) -> int:
+        """Slices the connection of ``e``'s role ``name`` holds (:func:`~collsim.algorithms.connection_slots`: the
+        chunking's, twice that when the role crosses the network, whose sender has a buffer of its own); the
+        chunking's when ``e`` has no such role."""
+        role = self.layout.roles[e].get(name)
+        return connection_slots(self.ctx.chunking.slots, role is not None and role.net)
 
     def start(self, e: Entity, body: Proc) -> Event:
         """Start ``body`` for ``e`` after the base latency; returns the process."""

@@ -62,6 +62,7 @@ def launch_chain(run: Launcher, e: Entity) -> Event:
         chunking=ctx.chunking,
         send=run.sender(e, "send") if "send" in run.roles(e) else None,
         whole_steps=run.whole(e, "send"),
+        slots=run.slots(e, "send"),
     )
     run.start(e, body)
     return run.done(e)
@@ -177,6 +178,7 @@ class Ring(NcclAlgorithm):
             send=run.sender_then(e, "send"),
             nsteps=ring_steps(ctx.collective, n),
             whole_steps=run.whole(e, "send"),
+            slots=run.slots(e, "send"),
         )
         run.start_machine(e, machine.start)
         return run.done(e)

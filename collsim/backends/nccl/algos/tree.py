@@ -201,6 +201,8 @@ class Tree(NcclAlgorithm):
             send_down=[run.sender_then(e, d) for d in downs],
             whole_steps_up=run.whole(e, "up"),
             whole_steps_down=run.whole(e, *downs),
+            slots_up=run.slots(e, "up"),
+            slots_down=[run.slots(e, d) for d in downs],
         )
         run.start_machine(e, machine.start)
         return run.done(e)
