@@ -247,6 +247,10 @@ def parse_size_range(text: str) -> list[int]:
     [1024, 4096]
     >>> parse_size_range("0:3KiB:+1KiB")
     [0, 1024, 2048, 3072]
+    >>> parse_size_range("4M-64M")
+    Traceback (most recent call last):
+    ...
+    collsim.units.UnitError: cannot read '4M-64M' as a size; ... (a sweep is MIN:MAX:xFACTOR such as 4M:64M:x2, ...)
     """
     text = str(text).strip()
     if "," in text:
@@ -256,7 +260,11 @@ def parse_size_range(text: str) -> list[int]:
         return [parse_size(p) for p in items]
     parts = text.split(":")
     if len(parts) == 1:
-        return [parse_size(parts[0])]
+        try:
+            return [parse_size(parts[0])]
+        except UnitError as exc:  # "4M-64M", nccl-tests' -b/-e written as one: say how a sweep is written
+            hint = "a sweep is MIN:MAX:xFACTOR such as 4M:64M:x2, MIN:MAX:+STEP, or a list a,b,c"
+            raise UnitError(f"{exc} ({hint})") from None
     shown = text if len(text) <= 60 else text[:57] + "..."
     if len(parts) != 3:
         raise UnitError(f"cannot read {shown!r} as a size sweep; expected MIN:MAX:xFACTOR, MIN:MAX:+STEP or a list")
