@@ -68,3 +68,16 @@ def test_the_chunk_is_sized_by_channels_times_heads() -> None:
         assert ctx.nc == 32
         steps[size] = REGISTRY["NVLS"].sim_chunking(ctx, layout).chunk_bytes / 32
     assert steps == {256 * MIB: 32 << 10, 512 * MIB: 64 << 10, 4 * GIB: 64 << 10, 8 * GIB: 128 << 10}
+
+
+def test_a_node_that_lost_a_nic_gives_every_node_its_head_count() -> None:
+    # 2 x HGX H100 on 4 NICs (nic0, 2, 4, 6): 4 heads a node. With n1/nic2 down node 1 has 3 (gpu0, 4, 6): NCCL keeps
+    # the fewest heads of any node (connect.cc minHeadNum) and joins head c of every node in the trees, whichever
+    # GPU it is (node 0's gpu2 with node 1's gpu4); it ran into a head node 1 did not have before (KeyError)
+    sets = ["backends.nccl.env.NCCL_ALGO=NVLSTree", "cluster.fabric.nics_per_node=4"]
+    down = Simulator.from_source("2node-h100-ib", [*sets, "perturb.down=[{device: n1/nic2}]"])
+    three = Simulator.from_source("2node-h100-ib", [*sets[:1], "cluster.fabric.nics_per_node=3"])
+    assert down.nccl_plan.nvls_head_count == three.nccl_plan.nvls_head_count == 3
+    t = down.simulate_one("nccl", GIB).time_s
+    assert t == pytest.approx(three.simulate_one("nccl", GIB).time_s, rel=1e-9)
+    assert t > Simulator.from_source("2node-h100-ib", sets).simulate_one("nccl", GIB).time_s

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -289,6 +289,24 @@ def nvls_heads(topo: Topology, node: int, limit: int | None = None) -> dict[str,
     return heads if limit is None else dict(list(heads.items())[:limit])
 
 
+def nvls_heads_by_node(topo: Topology, nodes: Iterable[int], limit: int | None = None) -> dict[int, dict[str, str]]:
+    """:func:`nvls_heads` of every node in ``nodes``, each cut to the fewest any node has: NCCL keeps
+    ``minHeadNum`` heads, the least over the nodes' searches, and joins head ``c`` of every node in NVLSTree's
+    trees, whichever GPU it is on each (``src/graph/connect.cc`` v2.30.7-1 lines 430-440, ``connectNvls`` lines
+    248-300). A node that lost a NIC where NICs are fewer than GPUs has a head fewer, so every node does.
+
+    >>> from collsim.topology import load_topology
+    >>> from collsim.topology.perturb import DownRule, take_down
+    >>> four = load_topology("hgx-h100", nodes=2, fabric={"topology": "rail_optimized", "nics_per_node": 4})
+    >>> down = take_down(four, [DownRule("n1/nic2")])
+    >>> {n: list(h) for n, h in nvls_heads_by_node(down, [0, 1]).items()}
+    {0: ['n0/gpu0', 'n0/gpu2', 'n0/gpu4'], 1: ['n1/gpu0', 'n1/gpu4', 'n1/gpu6']}
+    """
+    heads = {node: nvls_heads(topo, node, limit) for node in nodes}
+    count = min((len(h) for h in heads.values()), default=0)
+    return {node: dict(list(h.items())[:count]) for node, h in heads.items()}
+
+
 def nvls_head_count(topo: Topology, nnodes: int, ppn: int, consts: NcclConstants) -> int:
     """NCCL's NVLS heads per node (``nvls.nHeads``): on one node its first min(GPUs, NCCL_MAX_NVLS_ARITY) GPUs (the
     one-node NVLS search gives channel c GPU c and searches every channel: search.cc lines 858-860 and 1126-1138,
@@ -303,7 +321,7 @@ def nvls_head_count(topo: Topology, nnodes: int, ppn: int, consts: NcclConstants
     """
     if nnodes == 1:
         return min(ppn, consts.nvls_max_arity)
-    return len(nvls_heads(topo, 0, consts.nvls_max_arity))
+    return len(nvls_heads_by_node(topo, range(nnodes), consts.nvls_max_arity)[0])
 
 
 def node_chain(topo: Topology, node: int, nic: str | None, channel: int = 0) -> list[str]:

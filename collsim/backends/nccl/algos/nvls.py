@@ -34,7 +34,7 @@ from collsim.backends.nccl.base import (
 )
 from collsim.backends.nccl.chunking import interleaved_channel_bytes, nvls_chunk, nvls_chunk_start
 from collsim.backends.nccl.constants import NcclConstants
-from collsim.backends.nccl.plan import NcclPlan, nvls_heads, nvls_unreduced
+from collsim.backends.nccl.plan import NcclPlan, nvls_heads_by_node, nvls_unreduced
 from collsim.backends.nccl.tags import NVLS_COPY_TAG, NVLS_TAG
 from collsim.backends.nccl.trees import binary_tree
 from collsim.nccl_env import NcclOptions
@@ -356,8 +356,8 @@ class NvlsTreeLinks:
 
 class NVLSTree(NVLS):
     """NVLSTree across nodes: NVLS reduces each slice inside the node, every head's 1/heads share goes up and down a
-    binary tree of the same GPU index on the other nodes through its NIC (even channels NCCL's tree 0, odd channels
-    tree 1), then the switch multicasts. The heads are NCCL's (:func:`~collsim.backends.nccl.plan.nvls_heads`):
+    binary tree of the same head on the other nodes (head c of each: the same GPU index where the nodes are alike)
+    through its NIC (even channels NCCL's tree 0, odd channels tree 1), then the switch multicasts. The heads are NCCL's (:func:`~collsim.backends.nccl.plan.nvls_heads_by_node`):
     every GPU with a NIC of its own, or with fewer NICs than GPUs the NICs' local GPUs; the others contribute to the
     switch's reduction and receive the multicast."""
 
@@ -387,14 +387,16 @@ class NVLSTree(NVLS):
         plan, topo = ctx.plan, ctx.topo
         # looked up once (per rank, a scan of every rank or device is quadratic at 1024 GPUs)
         devs = {g: topo.device(g) for g in plan.ranks}
-        by_index: dict[int, list[str]] = {}  # a GPU index -> that GPU on every node, in rank order
         by_node: dict[int, list[str]] = {}
         for g, d in devs.items():
-            by_index.setdefault(d.index, []).append(g)
             by_node.setdefault(d.node, []).append(g)
         switch = {node: topo.devices("nvswitch", node)[0].name for node in by_node}
-        heads = {node: nvls_heads(topo, node, ctx.consts.nvls_max_arity) for node in by_node}  # head GPU -> NIC
+        # head GPU -> NIC per node, as many on every node (the fewest any has), head c of each node joined in the
+        # trees whichever GPU it is there (connect.cc: nvls_heads_by_node)
+        heads = nvls_heads_by_node(topo, sorted(by_node), ctx.consts.nvls_max_arity)
         nic = {g: n for h in heads.values() for g, n in h.items()}
+        head_no = {g: c for h in heads.values() for c, g in enumerate(h)}
+        twins = {g: {node: list(heads[node])[c] for node in heads} for g, c in head_no.items()}  # head c, every node
         # the GPUs a multicast waits for: the node's heads where some GPUs are none (every GPU otherwise: empty)
         wait_for = {
             node: [] if len(heads[node]) == len(gs) else [h for h in gs if h in nic] for node, gs in by_node.items()
@@ -408,8 +410,8 @@ class NVLSTree(NVLS):
             mirror = c % 2 == 1
             for g in plan.ranks:
                 dev = devs[g]
-                same = by_index[dev.index]  # this GPU on every node
                 head = g in nic
+                same = twins.get(g, {})  # this head's fellows, by node
                 pnode, kids = binary_tree(dev.node, plan.nnodes, mirror) if head else (None, [])
                 par = same[pnode] if pnode is not None else None
                 roles = built.get((g, mirror))
