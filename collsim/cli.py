@@ -765,6 +765,20 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _no_holdout_line(holdout: str, distinct: int) -> str:
+    """What calibrate prints when no size was held out: why, and what the fit's own error is then worth.
+
+    >>> print(_no_holdout_line("alternate", 3))
+    # no held-out sizes: 3 distinct sizes, and --holdout alternate holds out every other size from 4 on; the fit ...
+    """
+    if holdout == "none":
+        why = "--holdout none"
+    else:
+        plural = "s" if distinct != 1 else ""
+        why = f"{distinct} distinct size{plural}, and --holdout alternate holds out every other size from 4 on"
+    return f"# no held-out sizes: {why}; the fit sizes' error above checks no prediction"
+
+
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     from collsim.api import load
     from collsim.calibration.fit import calibrate
@@ -804,8 +818,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     for held in (False, True):
         b, a = res.error("before", held), res.error("after", held)
         if b.count == 0:
-            out.append("# no held-out sizes (holdout=alternate holds out every other size from 4 distinct sizes "
-                       "of all the measurements together; the fit counts a size once a measurement)")
+            out.append(_no_holdout_line(args.holdout, len(res.fit_sizes) + len(res.heldout_sizes)))
             continue
         out.append(
             f"# {a.band} ({a.count}): median |time error| {b.median_abs_time_error_pct:.1f}% -> "

@@ -75,6 +75,19 @@ def test_calibrate_recovers_known_parameters() -> None:
     assert held.count == 6 and held.max_abs_time_error_pct is not None and held.max_abs_time_error_pct < 0.1
 
 
+def test_a_scale_fitted_from_its_neutral_start_moves_on_one_size() -> None:
+    # a scale starts at 1 (0 in its log search space), where a step relative to x is nothing: the fit must still
+    # find the slope (it stalled at 1.0 when scipy's relative diff_step fell back to 1.5e-8 there)
+    # (2 x HGX H100 at 1 GiB: 1 + 1.5e-8 of NVLink came out 0.12 ns slower)
+    name, size = "link.nvlink.bandwidth_scale", 2**30
+    sim = Simulator.from_source("2node-h100-ib", profile=Profile({name: 0.9}))
+    row = MeasurementRow(size, sim.simulate_one("nccl", size).time_s * 1e6)
+    one = Measurement("allreduce", 16, [row], backend="nccl", file="one.json")
+    res = calibrate(load("2node-h100-ib"), [one], parameters=[name], holdout="none")
+    assert res.profile.parameters[name] == pytest.approx(0.9, rel=2e-3)
+    assert res.error("after", held_out=False).median_abs_time_error_pct < 0.1
+
+
 def test_calibrate_with_workers_fits_the_same_profile() -> None:
     truth = Profile({"link.pcie.bandwidth_scale": 0.8, "nccl.launch_overhead_us": 6.0})
     args = (load(PCIE), [_synthetic(truth)])
