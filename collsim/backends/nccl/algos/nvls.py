@@ -357,9 +357,10 @@ class NvlsTreeLinks:
 class NVLSTree(NVLS):
     """NVLSTree across nodes: NVLS reduces each slice inside the node, every head's 1/heads share goes up and down a
     binary tree of the same head on the other nodes (head c of each: the same GPU index where the nodes are alike)
-    through its NIC (even channels NCCL's tree 0, odd channels tree 1), then the switch multicasts. The heads are NCCL's (:func:`~collsim.backends.nccl.plan.nvls_heads_by_node`):
-    every GPU with a NIC of its own, or with fewer NICs than GPUs the NICs' local GPUs; the others contribute to the
-    switch's reduction and receive the multicast."""
+    through its NIC (even channels NCCL's tree 0, odd channels tree 1), then the switch multicasts. The heads are
+    NCCL's (:func:`~collsim.backends.nccl.plan.nvls_heads_by_node`): every GPU with a NIC of its own, or with fewer
+    NICs than GPUs the NICs' local GPUs, as many on every node; the others contribute to the switch's reduction and
+    receive the multicast."""
 
     name = "NVLSTree"
     across_nodes = True
