@@ -1859,8 +1859,8 @@ class Simulator:
         Returns
         -------
         ReportData
-            A backend that cannot run this scenario (NCCL without GPUs) is left out, with a note saying why; any
-            other error is raised, as :meth:`run` raises it.
+            A backend the scenario disables, or one that cannot run it (NCCL without GPUs), is left out, with a note
+            saying why; any other error is raised, as :meth:`run` raises it.
 
         Raises
         ------
@@ -1873,6 +1873,10 @@ class Simulator:
         data = ReportData(self.scenario, self.topology, sweep, shown, perturbations=self.perturbations())
         healthy = self.healthy() if data.perturbations else None  # the same sweep on the healthy cluster beside
         for backend in BACKENDS:
+            section = getattr(self.scenario.backends, backend, None)
+            if section is not None and not section.enabled:  # as run and compare: a disabled backend is not simulated
+                data.notes.append(f"{backend}: not simulated: the scenario disables it (backends.{backend}.enabled)")
+                continue
             try:
                 res = self.run(backends=[backend], sizes=sweep, breakdown=True, progress=progress)
             except ScenarioError as exc:

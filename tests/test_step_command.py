@@ -300,11 +300,25 @@ def test_a_boolean_for_a_number_or_a_string_for_a_boolean_is_refused(field: str,
 
 def test_fsdps_overlap_is_what_the_compute_stream_does_not_wait() -> None:
     # FSDP's exposed (iteration - the unsharded step on one GPU) nets the sharded optimizer's saving and went below
-    # zero, so overlap read 100% while the compute stream waited about 1 ms for the first all-gathers
-    (r,) = Simulator.from_source("fsdp-gpt2xl-2node-h100").step(["nccl"])
+    # zero, so overlap read 100% while the compute stream waited about 1 ms for the first all-gathers (float32
+    # parameters, whose unsharded optimizer costs most, gathered in bf16: exposed -3.9 ms)
+    mixed = ["training.param_dtype=float32", "training.fsdp.param_dtype=bfloat16"]
+    (r,) = Simulator.from_source("fsdp-gpt2xl-2node-h100", mixed).step(["nccl"])
     first = min(s.start for s in r.spans if s.lane == "compute")
     gather0 = next(s for s in r.spans if s.label == "all-gather unit 0")
     assert r.exposed_s < 0 and r.waited_s is not None and r.waited_s >= first >= gather0.end > 0
-    assert r.overlap == pytest.approx(1 - r.waited_s / r.comm_s) and r.overlap < 1
+    assert r.overlap == pytest.approx(1 - r.waited_s / r.comm_wall_s) and r.overlap < 1
     (ddp,) = Simulator.from_source(SCENARIO, ["cluster.nodes=1"]).step(["nccl"])
-    assert ddp.waited_s is None and ddp.overlap == pytest.approx(max(0.0, min(1.0, 1 - ddp.exposed_s / ddp.comm_s)))
+    assert ddp.waited_s is None
+    assert ddp.overlap == pytest.approx(max(0.0, min(1.0, 1 - ddp.exposed_s / ddp.comm_wall_s)))
+
+
+def test_gloos_overlap_counts_two_buckets_at_once_once() -> None:
+    # Gloo's two worker threads run two buckets together: comm sums both, and overlap against that sum counted
+    # communication hidden behind other communication as hidden behind computation (ResNet-50 on 2 x DGX-1: 90.7%)
+    (r,) = Simulator.from_source(SCENARIO).step(["gloo"])
+    spans = sorted((b.end_s - b.comm_s, b.end_s) for b in r.buckets)
+    assert any(s1 < e0 for (_, e0), (s1, _) in itertools.pairwise(spans))  # two at once
+    assert r.comm_wall_s < r.comm_s
+    assert r.overlap == pytest.approx(1 - r.exposed_s / r.comm_wall_s)
+    assert r.overlap < 1 - r.exposed_s / r.comm_s

@@ -56,15 +56,15 @@ def default_store(grid: Grid) -> Path:
     return grid.folder / f"{Path(grid.file).stem if grid.file != '<grid>' else grid.name}.results"
 
 
-def _column(name: str, out: SweepOutcome, option: str) -> str:
-    """A figure option's axis as a DataFrame column: ``size``, ``backend``, an axis path or its short name."""
+def _column(name: str, axes: list[str], option: str) -> str:
+    """A figure option's axis as a DataFrame column: ``size``, ``backend``, an axis path (of ``axes``) or its short
+    name."""
     from collsim.sweep.output import short_names
 
     if name in ("size", "size_bytes"):
         return "size_bytes"
     if name in ("backend", "collective"):
         return name
-    axes = out.axes
     if name in axes:
         return name
     short = dict(zip(short_names(axes), axes, strict=True))
@@ -77,11 +77,27 @@ def _column(name: str, out: SweepOutcome, option: str) -> str:
     raise ScenarioError(f"unknown axis {name!r}; expected one of {known}", file=option)
 
 
+def _check_figure_options(args: argparse.Namespace, axes: list[str]) -> None:
+    """The figure's ``--x`` and ``--facet`` name axes of the grid, checked before anything runs (a long sweep found
+    out at its end); without ``--plot`` they draw nothing, which a note says."""
+    options = (("--x", args.x, "size"), ("--facet", args.facet, None))
+    given = [opt for opt, value, default in options if value != default]
+    if not args.plot:
+        if given:
+            verb = "shape" if len(given) > 1 else "shapes"
+            print(f"collsim: note: {' and '.join(given)} {verb} the figure; without --plot there is none",
+                  file=sys.stderr)  # fmt: skip
+        return
+    _column(args.x, axes, "--x")
+    if args.facet:
+        _column(args.facet, axes, "--facet")
+
+
 def _plot(args: argparse.Namespace, out: SweepOutcome) -> None:
     from collsim.viz.grid import grid_figure, grid_html
 
-    x = _column(args.x, out, "--x")
-    facet = _column(args.facet, out, "--facet") if args.facet else None
+    x = _column(args.x, out.axes, "--x")
+    facet = _column(args.facet, out.axes, "--facet") if args.facet else None
     lines = [a for a in out.axes if a not in (x, facet)]
     g = out.grid
     fig = grid_figure(out.dataframe(), x=x, y=args.y, lines=lines, facet=facet,
@@ -103,6 +119,7 @@ def run_command(args: argparse.Namespace) -> int:
     if args.jobs < 0:
         raise ScenarioError(f"expected 0 (one per CPU) or a positive count, got {args.jobs}", file="--jobs")
     store = Path(args.store) if args.store else default_store(grid)  # created once every point is valid
+    _check_figure_options(args, [a.path for a in grid.axes])
     if args.check:
         return _check(grid, store)
     prog = ProgressLine(args.quiet)

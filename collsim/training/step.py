@@ -150,7 +150,7 @@ class StepConstants:
 
     copy_in_bytes_per_byte: float
     copy_out_bytes_per_byte: float
-    optimizer_traffic: dict[str, tuple[float, float]]  # name -> (param-dtype bytes, float32 state bytes) / element
+    optimizer_traffic: dict[str, tuple[float, float]]  # name -> (parameter, state) passes per element
     nccl_hbm_bytes_per_step_byte: float
 
     @classmethod
@@ -283,8 +283,8 @@ class StepResult:
     exposed_s : float
         ``iteration_s - compute_s``: what communication and DDP cost on top of the computation.
     overlap : float
-        Share of ``comm_s`` hidden behind computation: ``1 - exposed_s / comm_s`` clipped to [0, 1]; with
-        ``waited_s``, ``1 - waited_s / comm_s``.
+        Share of the communication's wall time hidden behind computation: ``1 - exposed_s / comm_wall_s`` clipped
+        to [0, 1]; with ``waited_s``, ``1 - waited_s / comm_wall_s``.
     waited_s : float or None
         FSDP: the compute stream's idle time in the iteration, waiting for collectives (its ``exposed_s`` nets the
         sharded optimizer's saving against the unsharded ``compute_s``); None for DDP, whose ``exposed_s`` it is.
@@ -312,12 +312,29 @@ class StepResult:
         return self.iteration_s - self.compute_s
 
     @property
+    def comm_wall_s(self) -> float:
+        """``comm_s`` with the time buckets spent communicating at once counted once (Gloo's worker threads run two
+        buckets together; NCCL's run one after another on its stream): seconds.
+
+        >>> b = [BucketTiming(i, 1, 8, 0.0, s, s + 2.0, 2.0) for i, s in enumerate((0.0, 1.0))]  # 1 s together
+        >>> StepResult("gloo", 2, 10.0, 9.0, 4.0, tuple(b), ()).comm_wall_s
+        3.0
+        """
+        spans = sorted((b.end_s - b.comm_s, b.end_s) for b in self.buckets if b.comm_s > 0)
+        together, reach = 0.0, -math.inf
+        for start, end in spans:
+            together += max(0.0, min(end, reach) - start)
+            reach = max(reach, end)
+        return self.comm_s - together
+
+    @property
     def overlap(self) -> float:
-        """Share of the communication hidden behind computation (0..1)."""
-        if self.comm_s <= 0:
+        """Share of the communication's wall time hidden behind computation (0..1)."""
+        wall = self.comm_wall_s
+        if wall <= 0:
             return 1.0
         exposed = self.exposed_s if self.waited_s is None else self.waited_s
-        return min(1.0, max(0.0, 1.0 - exposed / self.comm_s))
+        return min(1.0, max(0.0, 1.0 - exposed / wall))
 
     @property
     def scaling_efficiency(self) -> float:
@@ -590,9 +607,11 @@ def _clip_kernels(gpu: _Gpu, model: ModelSpec) -> Proc:
 
 
 def _optimizer_bytes(model: ModelSpec, consts: StepConstants, optimizer: str) -> float:
-    """HBM bytes of one optimizer step over every parameter."""
+    """HBM bytes of one optimizer step over every parameter: the parameter's and gradient's passes and the state
+    buffers', all in the parameter's dtype (torch/optim/adam.py ``_init_group``: ``exp_avg`` and ``exp_avg_sq`` are
+    ``torch.zeros_like(p)``; sgd.py's momentum buffer ``torch.clone(grad)``): bf16 parameters keep bf16 state."""
     per_param, per_state = consts.optimizer_traffic[optimizer]
-    return sum(p.numel * (per_param * DTYPE_BYTES[p.dtype] + per_state * 4) for p in model.params)  # state: fp32
+    return sum(p.numel * (per_param + per_state) * DTYPE_BYTES[p.dtype] for p in model.params)
 
 
 def _compute_only(env: simpy.Environment, gpu: _Gpu, plan: _Plan, micro_steps: int) -> Proc:

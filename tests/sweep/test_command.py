@@ -80,9 +80,15 @@ def test_plot(capsys: pytest.CaptureFixture[str], grid: Path, tmp_path: Path) ->
     text = page.read_text()
     assert rc == 0 and text.startswith("<!DOCTYPE html>") and "plotly" in text and "time (us)" in text
     assert "NCCL_ALGO=Ring" in text and "no result" in text
-    rc, _, err = _run(capsys, "sweep", str(grid), "--plot", str(page), "--x", "nodes")
+    store = str(tmp_path / "fresh.results")
+    rc, out, err = _run(capsys, "sweep", str(grid), "--plot", str(page), "--x", "nodes", "--store", store)
     assert rc == 2 and err == ("collsim: error: --x: unknown axis 'nodes'; expected one of size, backend, "
                                "cluster.node_params.pcie_gen, backends.nccl.env.NCCL_ALGO\n")  # fmt: skip
+    assert out == "" and not Path(store).exists()  # refused before any point ran (it ran the whole sweep first)
+    rc, _, err = _run(capsys, "sweep", str(grid), "--check", "--plot", str(page), "--facet", "bogus")
+    assert rc == 2 and "--facet: unknown axis 'bogus'" in err
+    rc, _, err = _run(capsys, "sweep", str(grid), "--check", "--facet", "pcie_gen")
+    assert rc == 0 and err == "collsim: note: --facet shapes the figure; without --plot there is none\n"
 
 
 def test_bad_input_is_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

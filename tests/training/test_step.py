@@ -92,6 +92,19 @@ def test_copies_and_optimizer_are_hbm_passes() -> None:
     assert r.iteration_s == pytest.approx(r.compute_s + 4 * mib8 / 1e12, rel=1e-12)
 
 
+@pytest.mark.parametrize(("dtype", "size"), [("float32", 4), ("bfloat16", 2)])
+def test_adams_state_takes_the_parameters_dtype(dtype: str, size: int) -> None:
+    # Adam: 3 passes of p and g, 4 of its two states, all in the parameter's dtype (exp_avg = zeros_like(p)):
+    # 2M elements, 7 x size bytes each at 1e12 B/s, beside the 6 ms of layers
+    consts = StepConstants(0.0, 0.0, {"adam": (3.0, 4.0)}, 0.0)
+    params = tuple(Param(f"l{i}.weight", MB4, dtype) for i in range(2))
+    layers = tuple(Layer(f"l{i}", (i,), 0.0, 0.0, 0.0, fwd_time_s=1e-3, bwd_time_s=2e-3) for i in range(2))
+    model = ModelSpec("tiny", params, layers, "test")
+    cfg = DdpConfig(batch_size=1, first_iteration=True, optimizer="adam")
+    r = simulate_ddp_step(model, cfg, _gpu(), consts, 8, nccl=_nccl(0.0))
+    assert r.compute_s == pytest.approx(6e-3 + 7 * size * (2 * MB4) / 1e12, rel=1e-12)
+
+
 def test_a_write_allocate_cpu_reads_the_copies_destinations_but_not_in_place_updates() -> None:
     # write_allocate 1 (a CPU): copy-in and copy-out 3 B/B; SGD's in-place update stays 3 x 4 B per element; with
     # gradient_as_bucket_view the Reducer divides in place (2 B/B) and copies nothing back

@@ -107,6 +107,15 @@ def test_report_notes_a_backend_it_cannot_run() -> None:
     assert "nccl: not simulated" in rep.html
 
 
+def test_report_leaves_out_a_backend_the_scenario_disables() -> None:
+    # as run and compare: an imported nccl-tests scenario (gloo disabled) got a Gloo column and timeline
+    sim = Simulator.from_source("pcie-2gpu-nop2p", ["backends.gloo.enabled=false"])
+    rep = build_report(sim.report_data([4096]))
+    assert not any(f.endswith("-gloo") for f in rep.figures) and any(f.endswith("-nccl") for f in rep.figures)
+    assert rep.notes == ["gloo: not simulated: the scenario disables it (backends.gloo.enabled)"]
+    assert {r.backend for r in sim.report_data([4096]).records} == {"nccl"}
+
+
 def test_cli_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "r.html"
     rc = main(["report", "pcie-2gpu-nop2p", "--sizes", "1KiB,1MiB", "--size", "64KiB", "-o", str(out)])
