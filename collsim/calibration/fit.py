@@ -520,6 +520,14 @@ def calibrate(
     sol = fit.solve(choice.names, {})
     names, sol, notes = _swap_stuck(fit, choice, sol, progress)
     notes += _confounded(names, sol)
+    own = scenario.calibration_path()
+    if own is not None:  # "before" is the presets' error, not the one validate shows with the scenario's profile
+        notes.append(f"the scenario's own calibration profile ({own}) is not applied: the fit starts from the presets, "
+                     "and 'before' is their error; the new profile replaces it")
+    if len(names) >= len(fit_sizes):
+        notes.append(f"{len(names)} parameters fitted on {len(fit_sizes)} size{'s' if len(fit_sizes) != 1 else ''}: "
+                     "as many unknowns as data or more, so the fit sizes' error says nothing; held-out sizes or "
+                     "fewer parameters (--param) tell what the profile predicts")
     profile = Profile({n: _from_x(n, float(v)) for n, v in zip(names, sol.x, strict=True)})
     before = [validate(base_sim, m) for m in measurements]
     after_sim = Simulator(scenario, profile)

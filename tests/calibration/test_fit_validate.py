@@ -88,6 +88,22 @@ def test_a_scale_fitted_from_its_neutral_start_moves_on_one_size() -> None:
     assert res.error("after", held_out=False).median_abs_time_error_pct < 0.1
 
 
+def test_calibrate_says_what_it_does_not_apply_and_what_cannot_be_told(tmp_path: Path) -> None:
+    # a scenario naming its own profile: the fit starts from the presets; two parameters on one size: the fit
+    # sizes' error proves nothing (both passed silently)
+    prof = tmp_path / "own.yaml"
+    Profile({"link.pcie.bandwidth_scale": 0.8}).write(prof)
+    scen = tmp_path / "s.yaml"
+    shipped = Path(__file__).resolve().parents[2] / "scenarios" / f"{PCIE}.yaml"
+    scen.write_text(shipped.read_text() + "\ncalibration: own.yaml\n")
+    m = _synthetic(None)
+    one = Measurement("allreduce", 2, [r for r in m.rows if r.size_bytes == 2**27], backend="nccl", file="one.json")
+    names = ["link.pcie.bandwidth_scale", "nccl.launch_overhead_us"]
+    res = calibrate(load(scen), [one], parameters=names, holdout="none")
+    assert any(n.startswith(f"the scenario's own calibration profile ({prof}) is not applied") for n in res.notes)
+    assert any(n.startswith("2 parameters fitted on 1 size: as many unknowns as data or more") for n in res.notes)
+
+
 def test_calibrate_with_workers_fits_the_same_profile() -> None:
     truth = Profile({"link.pcie.bandwidth_scale": 0.8, "nccl.launch_overhead_us": 6.0})
     args = (load(PCIE), [_synthetic(truth)])
