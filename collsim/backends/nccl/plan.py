@@ -109,6 +109,8 @@ class NcclPlan:
     tree_bw: float = 0.0
     #: NIC presets of multi-port cards NCCL merges from a later release than the run's, a line each (_unmerged_ports)
     unmerged_ports: tuple[str, ...] = ()
+    #: a line when node 0's NICs differ in speed (_mixed_nic_speeds): channels spread evenly, not as NCCL's search
+    mixed_nic_speeds: tuple[str, ...] = ()
     #: the ring and tree graphs' channels as NCCL's search leaves them, before connect.cc copies them: tuning.cc
     #: prices with graphs[a]->nChannels (net_search()); 0 in hand-built plans, read as channels // 2
     graph_channels: int = 0
@@ -1141,6 +1143,7 @@ def plan_nccl(
         graph_channels=net.graph_channels or max(1, intra.channels // 2),
         distinct_channels=distinct if distinct < nch else 0,
         unmerged_ports=tuple(_unmerged_ports(topo, opts)) if nnodes > 1 else (),
+        mixed_nic_speeds=_mixed_nic_speeds(topo) if nnodes > 1 else (),
         sm=sm,
         p2p=_p2p_channels(
             topo, node0, sm, nvl_bw, intra.hw, nch, len(gpus), nnodes, nics_used, nic_bw, vendor == "arm", opts, consts
@@ -1222,6 +1225,24 @@ def _p2p_channels(
         net_peer_channels=opts.nchannels_per_net_peer, min_p2p=opts.min_p2p_channels, max_p2p=opts.max_p2p_channels,
         simple_step=int(step), arm_blackwell=sm >= 100 and arm_host,
     )  # fmt: skip
+
+
+def _mixed_nic_speeds(topo: Topology) -> tuple[str, ...]:
+    """A line when node 0's NICs (those NCCL lists) differ in speed: collsim gives every NIC the same number of
+    channels, so the slowest paces all of them; NCCL's search, which lowers a channel's bandwidth until the NICs fit
+    (search.cc ``ncclTopoCompute``), can give a faster NIC more channels than a slower one, and run faster.
+
+    >>> from collsim.topology import load_topology
+    >>> _mixed_nic_speeds(load_topology("hgx-h100", nodes=2, fabric={"topology": "rail_optimized"}))
+    ()
+    """
+    speeds = {float(v) for n in dict.fromkeys(topo.nic_slots(0)) if (v := topo.device(n).spec.get("speed")) is not None}
+    if len(speeds) < 2:
+        return ()
+    gbps = sorted(v * 8 / 1e9 for v in speeds)  # bytes/s to Gb/s
+    shown = ", ".join(f"{g:g}" for g in gbps)
+    return (f"the NICs differ in speed ({shown} Gb/s): collsim gives each the same channels, so the slowest paces "
+            "every channel (a lower bound); NCCL's search can give a faster NIC more channels (search.cc)",)
 
 
 def _unmerged_ports(topo: Topology, opts: NcclOptions) -> list[str]:

@@ -87,7 +87,7 @@ def release_notes(plan: NcclPlan, opts: NcclOptions, consts: NcclConstants, coll
     (``backends.nccl.version``; nothing more when unset) one outside the tuner tables collsim holds, a GPU
     generation it did not know, the algorithms and protocols it does not have yet, the one-node NVLS split before
     2.20 and the release's tuner tables; a NIC preset of a card the release does not merge yet
-    (``plan.unmerged_ports``)."""
+    (``plan.unmerged_ports``); NICs of different speeds (``plan.mixed_nic_speeds``)."""
     t = consts.threads
     out = [
         note
@@ -109,6 +109,7 @@ def release_notes(plan: NcclPlan, opts: NcclOptions, consts: NcclConstants, coll
         out.append("NCCL's NVLS tuning on Blackwell across nodes (2.30.3 on, by the GPUs' network bandwidth): "
                    + ", ".join(p for p in parts if p))  # fmt: skip
     out.extend(plan.unmerged_ports)
+    out.extend(plan.mixed_nic_speeds)
     if opts.version is None:
         return out
     head = f"NCCL {'.'.join(map(str, opts.version))} (backends.nccl.version)"
