@@ -322,3 +322,12 @@ def test_gloos_overlap_counts_two_buckets_at_once_once() -> None:
     assert r.comm_wall_s < r.comm_s
     assert r.overlap == pytest.approx(1 - r.exposed_s / r.comm_wall_s)
     assert r.overlap < 1 - r.exposed_s / r.comm_s
+
+
+def test_no_buckets_keeps_the_notes(capsys: pytest.CaptureFixture[str]) -> None:
+    # --no-buckets dropped every note with the tables: a setting not used went unsaid
+    assert main(["step", "fsdp-gpt2xl-2node-h100", "--no-buckets", "--backend", "nccl",
+                 "--set", "training.bucket_cap_mb=5"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "# training.bucket_cap_mb: DDP's (its Reducer's buckets); not used with style: fsdp" in out
+    assert out.count("not used with style: fsdp") == 1

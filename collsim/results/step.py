@@ -61,7 +61,7 @@ def format_step(
     rows: Sequence[StepRow], *, name: str, model: str, buckets: bool = True, style: str = "ddp"
 ) -> str:
     """The text of ``collsim step``: one line per row, then each row's bucket table (``buckets``; with ``style``
-    ``fsdp``, the units' reduce-scatters).
+    ``fsdp``, the units' reduce-scatters) and notes; without the tables the rows' notes, each once.
 
     Examples
     --------
@@ -98,6 +98,9 @@ def format_step(
                 out.append(f"  {b.index:>6} {b.params:>7} {b.nbytes:>12} {b.ready_s * _MS:10.3f} "
                            f"{b.start_s * _MS:10.3f} {b.end_s * _MS:10.3f} {b.comm_s * _MS:10.3f}")  # fmt: skip
             out += [f"# {n}" for n in r.notes]
+    else:  # no bucket tables: the rows' notes still said once each (a setting not used, a strategy switched)
+        notes = list(dict.fromkeys(n for row in rows for n in row.result.notes))
+        out += [""] + [f"# {n}" for n in notes] if notes else []
     return "\n".join(out) + "\n"
 
 

@@ -729,7 +729,7 @@ class _Fsdp:
         # what the compute stream waits for (the collectives, and the host the rate limiter ties to them): compute_s
         # is the unsharded step on one GPU, so iteration - compute_s nets the sharded optimizer's saving against it
         waited = sum(b - a for a, b in compute_gaps(self.spans, iteration))
-        notes += (f"overlap: 1 - the compute stream's {waited * 1e3:.3f} ms waiting for collectives / comm "
+        notes += (f"overlap: 1 - the compute stream's {waited * 1e3:.3f} ms waiting for collectives / their wall time "
                   "(exposed nets the sharded optimizer's saving)",)  # fmt: skip
         return StepResult(self.backend, self.world, iteration, compute_s, sum(self.durations), buckets,
                           tuple(self.spans), notes, reduction, waited_s=waited)  # fmt: skip
