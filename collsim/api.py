@@ -85,6 +85,7 @@ from collsim.training import (
     simulate_ddp_step,
 )
 from collsim.training.fsdp import FsdpConfig, check_checkpoint_blocks, reduces_with_average, simulate_fsdp_step
+from collsim.training.memory import model_state_bytes, state_buffers
 from collsim.training.model import layer_blocks
 from collsim.units import DTYPE_SIZES, UnitError, format_size, parse_size, parse_size_range
 from collsim.vocab import BACKENDS, GLOO_ALGORITHMS, REDUCE_OPS, REDUCING_COLLECTIVES, ROOTED_COLLECTIVES
@@ -1244,10 +1245,40 @@ class Simulator:
         their gradients are ready. See :mod:`collsim.training.step`.
         """
         backends = _backends_arg(backends)
-        notes = (*self._measured_batch_notes(), *self._style_notes())
+        notes = (*self._measured_batch_notes(), *self._style_notes(), *self._memory_notes())
         gloo = self._gloo_device_notes()
         steps = self._fsdp_step(backends) if self._training().style == "fsdp" else self._ddp_step(backends)
         return [dataclasses.replace(r, notes=(*r.notes, *notes, *(gloo if r.backend == "gloo" else ()))) for r in steps]
+
+    def _memory_notes(self) -> tuple[str, ...]:
+        """A note when the model states a rank holds at least (:func:`~collsim.training.memory.model_state_bytes`:
+        parameters, gradients, DDP's buckets, the optimizer's state; no activations) exceed 75% of the GPU's
+        ``hbm_capacity``: the step is simulated all the same, its memory is not."""
+        ranks = self.topology.rank_devices()
+        capacity = ranks[0].spec.get("hbm_capacity") if ranks and ranks[0].kind == "gpu" else None
+        if not capacity:
+            return ()
+        tr, model = self._training(), self.training_model
+        buffers = state_buffers(self.step_constants.optimizer_traffic[tr.optimizer][1])
+        if tr.style == "fsdp":
+            f = tr.fsdp
+            shards = len(ranks)
+            if f.sharding == "hybrid_shard":
+                shards = f.shard_group or sum(1 for d in ranks if d.node == ranks[0].node)
+            need = model_state_bytes(model, buffers, style="fsdp", sharding=f.sharding, shards=shards)
+            what = f"FSDP {f.sharding} over {shards} ranks: parameters, gradients"
+        else:
+            view = tr.gradient_as_bucket_view
+            need = model_state_bytes(model, buffers, style="ddp", bucket_view=view)
+            what = "DDP: parameters, gradients" + ("" if view else ", the buckets' copy")
+        share = need / float(capacity)
+        if share < 0.75:
+            return ()
+        # GB = 1e9 bytes, as the GPU presets' capacities are given
+        head = (f"memory: the model states alone take {need / 1e9:.1f} GB a GPU ({what}, {tr.optimizer}'s state; "
+                f"activations not counted), {share:.0%} of its {float(capacity) / 1e9:.0f} GB (hbm_capacity)")
+        tail = "; this step would not fit (memory is not simulated)" if share >= 1 else "; little left for activations"
+        return (head + tail,)
 
     def _style_notes(self) -> tuple[str, ...]:
         """The other style's knobs the scenario sets, which this step does not use (named, so that a value given is
