@@ -43,7 +43,7 @@ from collsim.backends.common import Bottleneck, ResourceCatalog
 from collsim.backends.nccl import NcclPlan, choose, enabled_pairs, release_notes, tuner_table, tuner_times
 from collsim.backends.nccl.algos import NVLS
 from collsim.backends.nccl.ib_hca import ib_hca_selection
-from collsim.backends.nccl.plan import nvls_heads
+from collsim.backends.nccl.plan import nvls_heads_by_node
 from collsim.engine.budget import WorkLimitExceeded, work_budget
 from collsim.nccl_env import NcclEnvError, NcclOptions
 from collsim.noise import add_delays, launch_skews, repetition_seed
@@ -627,8 +627,10 @@ class Simulator:
         }
 
     def _nvls_head_ranks(self) -> list[int]:
-        """Node 0's ranks that NCCL makes NVLS heads (:func:`~collsim.backends.nccl.plan.nvls_heads`), in order."""
-        heads = nvls_heads(self.topology, 0, self.nccl_constants.nvls_max_arity)
+        """Node 0's ranks that NCCL makes NVLS heads (:func:`~collsim.backends.nccl.plan.nvls_heads_by_node`: as
+        many as any node has), in order."""
+        nodes = sorted({d.node for d in self.topology.rank_devices()})
+        heads = nvls_heads_by_node(self.topology, nodes, self.nccl_constants.nvls_max_arity)[nodes[0]]
         ranks = self.nccl_plan.ranks
         return sorted(ranks.index(g) for g in heads if g in ranks)
 

@@ -396,8 +396,8 @@ class NVLSTree(NVLS):
         # trees whichever GPU it is there (connect.cc: nvls_heads_by_node)
         heads = nvls_heads_by_node(topo, sorted(by_node), ctx.consts.nvls_max_arity)
         nic = {g: n for h in heads.values() for g, n in h.items()}
-        head_no = {g: c for h in heads.values() for c, g in enumerate(h)}
-        twins = {g: {node: list(heads[node])[c] for node in heads} for g, c in head_no.items()}  # head c, every node
+        order = {node: list(h) for node, h in heads.items()}
+        twins = {g: {node: hs[c] for node, hs in order.items()} for h in order.values() for c, g in enumerate(h)}
         # the GPUs a multicast waits for: the node's heads where some GPUs are none (every GPU otherwise: empty)
         wait_for = {
             node: [] if len(heads[node]) == len(gs) else [h for h in gs if h in nic] for node, gs in by_node.items()
