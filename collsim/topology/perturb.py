@@ -42,12 +42,13 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import random
+import warnings
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import networkx as nx
 
-from collsim.topology.errors import TopologyError
+from collsim.topology.errors import TopologyError, TopologyWarning
 from collsim.topology.model import Device, Link, Topology, gpu_nearness, path_class_rank
 
 __all__ = [
@@ -214,14 +215,25 @@ def perturb_links(topo: Topology, rules: Sequence[LinkRule], field: str = "pertu
         return topo
     graph: nx.DiGraph = topo.graph.copy()
     scaled = set(topo.scaled)
+    by: dict[tuple[str, str], int] = {}  # link -> the rule that scaled it first here
     for i, rule in enumerate(rules):
         where = f"{field}[{i}]"
         if not rule.scale > 0:
             raise TopologyError(f"expected a positive bandwidth scale, got {rule.scale!r}", field=f"{where}.scale")
+        again: dict[int, int] = {}  # earlier rule -> links of it this one scales again
         for u, v in _rule_edges(topo, rule, _matched(topo, rule, where)):
             ln = graph.edges[u, v]["link"]
             graph.edges[u, v]["link"] = dataclasses.replace(ln, bandwidth=ln.bandwidth * rule.scale)
             scaled.add((u, v))
+            if (u, v) in by:
+                again[by[(u, v)]] = again.get(by[(u, v)], 0) + 1
+            else:
+                by[(u, v)] = i
+        named = field if field.startswith("perturb") else f"perturb.{field}"  # the caller prefixes its errors only
+        for j, count in again.items():
+            warnings.warn(f"{named}[{i}] scales {count} link(s) {named}[{j}] scaled too: the scales multiply "
+                          f"(x{rules[j].scale:g} x{rule.scale:g} = x{rules[j].scale * rule.scale:g})",
+                          TopologyWarning, stacklevel=2)  # fmt: skip
     return _like(topo, graph, scaled=scaled)
 
 

@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from collsim.topology import LinkRule, TopologyError, load_topology, perturb_links
+from collsim.topology.errors import TopologyWarning
 from collsim.topology.perturb import matching_devices
 
 FABRIC = {"topology": "rail_optimized"}
@@ -45,7 +46,9 @@ def test_without_kind_every_link_of_the_device_and_globs_on_the_fabric(topo) -> 
 
 
 def test_two_rules_on_one_link_multiply(topo) -> None:  # type: ignore[no-untyped-def]
-    slow = perturb_links(topo, [LinkRule("n0/nic0", 0.5, kind="ib"), LinkRule("fabric/rail0", 0.5)])
+    with pytest.warns(TopologyWarning, match=r"perturb.links\[1\] scales 2 link\(s\) perturb.links\[0\] scaled too: "
+                      r"the scales multiply \(x0.5 x0.5 = x0.25\)"):  # fmt: skip
+        slow = perturb_links(topo, [LinkRule("n0/nic0", 0.5, kind="ib"), LinkRule("fabric/rail0", 0.5)])
     assert slow.link("n0/nic0", "fabric/rail0").bandwidth == topo.link("n0/nic0", "fabric/rail0").bandwidth * 0.25
     assert slow.link("n1/nic0", "fabric/rail0").bandwidth == topo.link("n1/nic0", "fabric/rail0").bandwidth * 0.5
 
