@@ -495,6 +495,13 @@ def _scenario_notes(
              gpu_note(m, sim.scenario.preset_library(), gpus),
              *call_notes(m, out, workload.dtype, workload.host_overhead),
              *workload_notes(m, workload.collective, workload.gpus_per_process), *sim.profile_notes]  # fmt: skip
+    if sim.profile is not None:  # a profile's parameters of the other backend change nothing measured here
+        other = "gloo" if backend == "nccl" else "nccl"
+        idle = [k for k in sim.profile.parameters if k.startswith(f"{other}.")]
+        if idle:
+            verb = "acts" if len(idle) == 1 else "act"
+            notes.append(f"calibration {sim.profile.file or 'profile'}: {', '.join(idle)} {verb} on {other} only, "
+                         f"not on this {backend} measurement")  # fmt: skip
     if empty:
         notes.append(f"left out {len(empty)} size{'s' if len(empty) > 1 else ''} of no elements on "
                      f"{len(sim.topology.rank_devices())} ranks ({', '.join(format_size(s) for s in empty[:4])}"

@@ -104,6 +104,17 @@ def test_calibrate_says_what_it_does_not_apply_and_what_cannot_be_told(tmp_path:
     assert any(n.startswith("2 parameters fitted on 1 size: as many unknowns as data or more") for n in res.notes)
 
 
+def test_validate_notes_a_profiles_parameters_of_the_other_backend(tmp_path: Path) -> None:
+    # a Gloo profile on an NCCL validation changed nothing and said nothing
+    prof = tmp_path / "gloo.yaml"
+    Profile({"gloo.reduce_bw_scale": 0.5}).write(prof)
+    sim = Simulator.from_source(PCIE, profile=load_profile(prof))
+    v = validate(sim, _synthetic(None))
+    assert any(n == f"calibration {prof}: gloo.reduce_bw_scale acts on gloo only, not on this nccl measurement"
+               for n in v.notes)  # fmt: skip
+    assert v.overall().median_abs_time_error_pct == pytest.approx(0.0, abs=1e-9)
+
+
 def test_calibrate_with_workers_fits_the_same_profile() -> None:
     truth = Profile({"link.pcie.bandwidth_scale": 0.8, "nccl.launch_overhead_us": 6.0})
     args = (load(PCIE), [_synthetic(truth)])
