@@ -70,7 +70,7 @@ from pathlib import Path
 from typing import Any
 
 from collsim.units import NCCL_TESTS_TYPE_NAMES
-from collsim.vocab import canonical_collective
+from collsim.vocab import REDUCING_COLLECTIVES, ROOTED_COLLECTIVES, canonical_collective
 
 __all__ = [
     "MeasuredRow",
@@ -465,6 +465,26 @@ def _warn_skipped(source: str, skipped: Sequence[tuple[int, str]], has_rows: boo
         _warn(source, None, f"skipped {len(rest)} more such line(s) (lines {rest[0][0]}-{rest[-1][0]})")
 
 
+def _check_given(given: str, rows: Sequence[MeasuredRow], source: str) -> None:
+    """Warn where the rows' ``redop`` and ``root`` columns contradict a collective the caller named (the text naming
+    none): nccl-tests prints ``none`` as the redop of all_gather, alltoall, broadcast, gather and scatter and an
+    operator's name for the others, and a root only for the rooted ones, -1 otherwise (``TimeTest`` calls in
+    ``src/*.cu``, nccl-tests 2.19.6)."""
+    redops = {r.redop for r in rows if r.redop}
+    roots = {r.root for r in rows if r.root is not None}
+    reducing = given in REDUCING_COLLECTIVES
+    if redops and (reducing == (redops == {"none"})):
+        said = ", ".join(sorted(redops))
+        why = "a reducing collective prints its operator" if reducing else "nccl-tests prints none for it"
+        _warn(source, None, f"collective={given!r} given, but the rows' redop column says {said}: {why} (is the log "
+                            "another collective's?)")  # fmt: skip
+    rooted = given in ROOTED_COLLECTIVES or given in ("gather", "scatter")
+    if roots and rooted == (roots == {-1}):
+        said = ", ".join(str(r) for r in sorted(roots))
+        _warn(source, None, f"collective={given!r} given, but the rows' root column says {said}: nccl-tests prints "
+                            f"{'the root' if rooted else '-1'} for it (is the log another collective's?)")  # fmt: skip
+
+
 def parse_nccl_tests(text: str, *, source: str = "<text>", collective: str | None = None) -> NcclTestsLog:
     """Parse nccl-tests output (any ``*_perf`` binary, any version, as pasted) into rows of measurements.
 
@@ -544,6 +564,8 @@ def parse_nccl_tests(text: str, *, source: str = "<text>", collective: str | Non
     detected = header.collective
     if detected is not None and given is not None and given != detected:
         _warn(source, None, f"collective={collective!r} ignored: the text is from {detected!r}")
+    if detected is None and given is not None:
+        _check_given(given, rows, source)
     return NcclTestsLog(
         collective=detected or given,
         nranks=header.nranks or (len(header.ranks) or None),

@@ -396,3 +396,17 @@ def test_many_lines_not_understood_are_named_a_few_then_counted() -> None:
         warnings.simplefilter("always")
         assert parse_nccl_tests(noise).rows == []
     assert len(caught) == 1 and "none of its 30 lines" in str(caught[0].message)
+
+
+def test_a_named_collective_the_columns_contradict_warns() -> None:
+    # nccl-tests prints "none" as all_gather's redop and -1 as a non-rooted collective's root (TimeTest in src/*.cu):
+    # an all_reduce log read as all-gather ran silently as one
+    head = "#  size  count  type  redop  root  time  algbw  busbw  #wrong  time  algbw  busbw  #wrong\n"
+    text = head + "  1048576  262144  float  sum  -1  50.00  20.97  39.32  0  50.00  20.97  39.32  0\n"
+    with pytest.warns(ParseWarning, match=r"collective='allgather' given, but the rows' redop column says sum"):
+        parse_nccl_tests(text, collective="allgather")
+    with pytest.warns(ParseWarning, match=r"collective='reduce' given, but the rows' root column says -1"):
+        parse_nccl_tests(text, collective="reduce")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert parse_nccl_tests(text, collective="allreduce").collective == "allreduce"
