@@ -193,7 +193,10 @@ def _matched(topo: Topology, rule: _Rule, where: str) -> set[str]:
         kind = f" of kind {rule.kind!r}" if rule.kind else ""
         peer = getattr(rule, "peer", None)
         to = f" to a device matching {peer!r}" if peer else ""
-        raise TopologyError(f"no device matching {rule.device!r} has a link{kind}{to}", field=f"{where}.device")
+        named = any(fnmatch.fnmatchcase(d.name, rule.device) for d in topo.devices())
+        hint = ("" if named or "nic" not in rule.device else
+                " (a NIC that fabric.nics, fabric.nics_per_node or NCCL_IB_HCA leaves out is not in the cluster built)")
+        raise TopologyError(f"no device matching {rule.device!r} has a link{kind}{to}{hint}", field=f"{where}.device")
     return devices
 
 

@@ -63,6 +63,13 @@ def test_bad_rules_name_the_field(topo) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(TopologyError) as info:
         perturb_links(topo, [LinkRule("n0/nic0", 0.0)])
     assert info.value.field == "perturb.links[0].scale"
+    # a NIC left out of the cluster built (here fabric.nics) is named as such, not only as unmatched
+    four = load_topology("hgx-h100", nodes=2, fabric={"topology": "rail_optimized", "nics": ["nic0", "nic2"]})
+    with pytest.raises(TopologyError, match=r"a NIC that fabric.nics, fabric.nics_per_node or NCCL_IB_HCA leaves out"):
+        perturb_links(four, [LinkRule("n1/nic3", 0.5)])
+    with pytest.raises(TopologyError) as info:
+        perturb_links(four, [LinkRule("n1/gpu0", 0.5, kind="ib")])
+    assert "leaves out" not in str(info.value)  # a GPU that exists, without such a link: no NIC hint
 
 
 @settings(max_examples=25, deadline=None)
