@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import numbers
 import time
+import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -61,7 +62,7 @@ from collsim.results import (
     representative_size,
     whole_element_bytes,
 )
-from collsim.scenario import Scenario, ScenarioError, load_scenario
+from collsim.scenario import Scenario, ScenarioError, ScenarioWarning, load_scenario
 from collsim.scenario.models import FsdpTrainingConfig, TrainingConfig
 from collsim.topology import (
     Topology,
@@ -71,6 +72,7 @@ from collsim.topology import (
     take_down,
     topologies_dir,
 )
+from collsim.topology.errors import TopologyWarning
 from collsim.topology.groups import counterparts, leaves_crossed, node_name, uplinks
 from collsim.training import (
     DdpConfig,
@@ -257,6 +259,22 @@ def scenario_errors(file: str | None, field: str) -> Iterator[None]:
         raise ScenarioError(f"{where}{exc.message}{sub}", file=file, field=field) from None
 
 
+@contextmanager
+def scenario_warnings(file: str | None, field: str) -> Iterator[None]:
+    """Re-issue a :class:`~collsim.topology.TopologyWarning` of a layer below the scenario as a
+    :class:`~collsim.scenario.ScenarioWarning` naming ``file`` and ``field`` (its message names the field below
+    that), as :func:`scenario_errors` does for errors; other warnings pass through."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", TopologyWarning)
+        yield
+    for w in caught:
+        if issubclass(w.category, TopologyWarning):
+            warnings.warn(f"{file}: {field}.{w.message}" if file else f"{field}.{w.message}", ScenarioWarning,
+                          stacklevel=3)  # fmt: skip
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+
+
 @dataclass
 class SweepResult:
     """Records of a sweep (one per backend and size, in order), the raw outcomes, and whether it was interrupted."""
@@ -411,7 +429,7 @@ class Simulator:
                 )
             topology = self.profile.apply_topology(topology)
         if scenario.perturb is not None:
-            with self._errors("perturb"):
+            with self._errors("perturb"), scenario_warnings(scenario.source_file, "perturb"):
                 topology = perturb_links(topology, scenario.perturb.link_rules(), field="links")
                 topology = take_down(topology, scenario.perturb.down_rules(), field="down")
                 topology = add_background(topology, scenario.perturb.background_rules(), field="background")

@@ -278,15 +278,14 @@ class _Fit:
             values = {n: _from_x(n, float(v)) for n, v in zip(names, x, strict=True)}
             return np.log(self.predict(values) / self.measured)
 
-        seen: dict[bytes, np.ndarray] = {}  # residuals at the latest points (least_squares asks for them, then jac)
+        last: dict[bytes, np.ndarray] = {}  # the residuals at the latest x: least_squares asks for them, then jac
 
         def residuals(x: np.ndarray) -> np.ndarray:
             key = x.tobytes()
-            if key not in seen:
-                if len(seen) >= 8:
-                    del seen[next(iter(seen))]
-                seen[key] = evaluate(x)
-            return seen[key].copy()  # a copy: least_squares scales what it gets in place (robust loss)
+            if key not in last:
+                last.clear()
+                last[key] = evaluate(x)
+            return last[key].copy()  # a copy: least_squares scales what it gets in place (robust loss)
 
         def jacobian(x: np.ndarray) -> np.ndarray:
             # scipy's forward differences with diff_step 1e-3 (a step of 1e-3 x |x|, signed as x), but at least 1e-6

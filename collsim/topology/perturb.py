@@ -232,9 +232,8 @@ def perturb_links(topo: Topology, rules: Sequence[LinkRule], field: str = "pertu
                 again[by[(u, v)]] = again.get(by[(u, v)], 0) + 1
             else:
                 by[(u, v)] = i
-        named = field if field.startswith("perturb") else f"perturb.{field}"  # the caller prefixes its errors only
         for j, count in again.items():
-            warnings.warn(f"{named}[{i}] scales {count} link(s) {named}[{j}] scaled too: the scales multiply "
+            warnings.warn(f"{where} scales {count} link(s) {field}[{j}] scaled too: the scales multiply "
                           f"(x{rules[j].scale:g} x{rule.scale:g} = x{rules[j].scale * rule.scale:g})",
                           TopologyWarning, stacklevel=2)  # fmt: skip
     return _like(topo, graph, scaled=scaled)

@@ -168,3 +168,13 @@ def test_background_streams_per_matched_link_direction(topo) -> None:  # type: i
         with pytest.raises(TopologyError) as info:
             add_background(topo, [rule])
         assert info.value.field == field
+
+
+def test_the_scenario_names_its_file_in_the_perturb_warning() -> None:
+    # the warning reaches the user as the scenario's (file and perturb. field), as the template's warnings do
+    from collsim.api import Simulator
+    from collsim.scenario import ScenarioWarning
+
+    rule = "{device: n1/nic2, kind: ib, scale: 0.5}"
+    with pytest.warns(ScenarioWarning, match=r"2node-h100-ib.yaml: perturb.links\[1\] scales 2 link\(s\) links\[0\]"):
+        Simulator.from_source("2node-h100-ib", [f"perturb.links=[{rule}, {rule}]"])
