@@ -788,10 +788,11 @@ def parse_nccl_tests_json(
 
     The layout is nccl-tests' ``src/util.cu`` (JSON versions 1-3): ``args`` (the command line: its binary names
     the collective), ``env`` (``KEY=VALUE`` strings), ``nccl_version`` (NCCL_VERSION_CODE), ``config``
-    (``nthreads``, ``ngpus``, iterations ...), ``devices`` (one object per process: the first rank's ``hostname``
-    and ``device_info``), and ``results``: per size ``size``, ``count``, ``type``, ``redop``, ``root`` and the
-    ``out_of_place`` and ``in_place`` objects (``time`` or, with ``-C 1``, ``cpu_time`` in us; ``alg_bw`` and
-    ``bus_bw`` in GB/s, GB = 1e9 bytes; ``"nan"`` where nccl-tests had no value).
+    (``nthreads``, ``ngpus``, iterations ... and ``devices``: one object per process, the first rank's
+    ``hostname`` and ``device_info``; read at the top level too), and ``results``: per size ``size``, ``count``,
+    ``type``, ``redop``, ``root`` and the ``out_of_place`` and ``in_place`` objects (``time`` or, with ``-C 1``,
+    ``cpu_time`` in us; ``alg_bw`` and ``bus_bw`` in GB/s, GB = 1e9 bytes; ``"nan"`` where nccl-tests had no
+    value).
 
     Parameters
     ----------
@@ -824,9 +825,9 @@ def parse_nccl_tests_json(
     Examples
     --------
     >>> report = {"version": 3, "args": ["./build/all_gather_perf", "-b", "1M"], "env": ["NCCL_ALGO=Ring", "HOME=/x"],
-    ...           "nccl_version": 22602, "config": {"nthreads": 1, "ngpus": 1},
+    ...           "nccl_version": 22602, "config": {"nthreads": 1, "ngpus": 1,
     ...           "devices": [{"rank": 0, "hostname": "n1", "device_info": "NVIDIA H100 80GB HBM3"},
-    ...                       {"rank": 1, "hostname": "n2", "device_info": "NVIDIA H100 80GB HBM3"}],
+    ...                       {"rank": 1, "hostname": "n2", "device_info": "NVIDIA H100 80GB HBM3"}]},
     ...           "results": [{"size": 1048576, "count": 131072, "type": "float", "redop": "none", "root": "    -1",
     ...                        "out_of_place": {"time": 20.5, "alg_bw": 51.15, "bus_bw": 25.58, "nwrong": 0},
     ...                        "in_place": {"time": 19.9, "alg_bw": 52.69, "bus_bw": 26.35, "nwrong": None},
@@ -895,7 +896,10 @@ def _json_devices(data: Mapping[str, Any]) -> tuple[list[str], list[str], int | 
     ``config.nthreads`` x ``config.ngpus``; None for several ``NCCL_TESTS_SPLIT`` groups) and GPUs per thread."""
     config = data.get("config") if isinstance(data.get("config"), Mapping) else {}
     assert isinstance(config, Mapping)
-    devices = [d for d in data.get("devices") or [] if isinstance(d, Mapping)]
+    # nccl-tests writes "devices" inside "config" (src/util.cu writeDeviceReport: the config object stays open
+    # through the devices list, v2.18.0 on); a report that has it at the top level is read as well
+    listed = config.get("devices") if isinstance(config.get("devices"), list) else data.get("devices")
+    devices = [d for d in listed or [] if isinstance(d, Mapping)]
     hosts: list[str] = []
     gpus: list[str] = []
     for d in devices:

@@ -77,10 +77,11 @@ def _report(
         "config": {"nthreads": 1, "ngpus": ngpus, "minimum_bytes": 8, "maximum_bytes": 1 << 30, "step_factor": 2,
                    "warmup_iters": 1, "iterations": 20, "aggregated_iterations": 1, "validation": 1, "graph": 0,
                    "blocking_collectives": "false", "per_iter_timing": "false", "per_iter_skip": 0,
-                   "parallel_init": "false"},
-        "devices": [{"rank": p * ngpus, "group": 0 if groups is None else groups[p], "pid": 100 + p,
-                     "hostname": f"node{p // 2 + 1}", "device": 0, "device_hex": "0000:18:00",
-                     "device_info": "NVIDIA H100 80GB HBM3"} for p in range(processes)],
+                   "parallel_init": "false",
+                   # inside config, as nccl-tests writes it (src/util.cu writeDeviceReport)
+                   "devices": [{"rank": p * ngpus, "group": 0 if groups is None else groups[p], "pid": 100 + p,
+                                "hostname": f"node{p // 2 + 1}", "device": 0, "device_hex": "0000:18:00",
+                                "device_info": "NVIDIA H100 80GB HBM3"} for p in range(processes)]},
         "results": results,
         "out_of_bounds": {"count": 0, "okay": "true"},
         "average_bus_bandwidth": {"bandwidth": 100.0, "okay": "unchecked"},
@@ -117,6 +118,27 @@ def test_report_ranks_count_every_process_and_gpu() -> None:
     assert parse_nccl_tests_json(_report({8: 20.0}, processes=1, ngpus=8)).nranks == 8
     log = parse_nccl_tests_json(_report({8: 20.0}, processes=4, ngpus=1))
     assert log.hosts == ("node1", "node2")
+
+
+def test_report_devices_inside_config_or_at_the_top_level() -> None:
+    """nccl-tests writes devices inside config; read there, a top-level list is read too, and a report of 16
+    ranks is 16 ranks either way (with neither it would say nothing of its ranks and hosts)."""
+    report = _report({8: 20.0}, processes=16, ngpus=1)
+    top = dict(report, config={k: v for k, v in report["config"].items() if k != "devices"},
+               devices=report["config"]["devices"])  # fmt: skip
+    for data in (report, top):
+        log = parse_nccl_tests_json(data)
+        assert (log.nranks, len(log.hosts), log.gpus) == (16, 8, ("NVIDIA H100 80GB HBM3",))
+    bare = dict(report, config={k: v for k, v in report["config"].items() if k != "devices"})
+    assert parse_nccl_tests_json(bare).nranks is None
+
+
+def test_report_of_other_ranks_than_the_scenario_is_refused(tmp_path: Path) -> None:
+    """A 16-rank report (devices where nccl-tests writes them) against an 8-GPU scenario: an error, not a
+    silent comparison."""
+    m = read_measurement(_write(tmp_path, _report({1 << 20: 30.0}, processes=16, ngpus=1)))
+    with pytest.raises(MeasurementError, match="the measurement has 16 ranks, the scenario 8"):
+        validate(Simulator(load_scenario(SCENARIOS / "hgx-h100.yaml")), m)
 
 
 def test_report_split_into_groups_gives_no_rank_count(tmp_path: Path) -> None:
@@ -426,7 +448,7 @@ def test_nccl_tests_logs_get_the_harness_note(tmp_path: Path) -> None:
 def test_validate_notes_a_run_on_other_gpus(tmp_path: Path) -> None:
     """The run's GPU name, known to a preset's cuda_names, against the scenario's GPU presets."""
     report = _hgx_report(())
-    for d in report["devices"]:
+    for d in report["config"]["devices"]:
         d["device_info"] = "NVIDIA B200"
     m = read_measurement(_write(tmp_path, report))
     h100 = Simulator(load_scenario(SCENARIOS / "hgx-h100.yaml"))

@@ -126,9 +126,9 @@ def test_the_scenario_has_the_runs_ranks(hosts: int, per_host: int) -> None:
 
 def _report_file(tmp_path: Path) -> Path:
     report = {"version": 3, "args": ["./build/all_gather_perf", "-g", "1"], "nccl_version": 22803,
-              "env": ["NCCL_ALGO=Ring", "NCCL_IB_QPS_PER_CONNECTION=2"], "config": {"nthreads": 1, "ngpus": 1},
+              "env": ["NCCL_ALGO=Ring", "NCCL_IB_QPS_PER_CONNECTION=2"], "config": {"nthreads": 1, "ngpus": 1,
               "devices": [{"rank": r, "group": 0, "hostname": f"n{r // 8}", "device_info": "NVIDIA B200"}
-                          for r in range(16)],
+                          for r in range(16)]},
               "results": [{"size": s, "count": s // 64, "type": "float", "redop": "none", "root": "    -1",
                            "out_of_place": {"time": t, "alg_bw": 1.0, "bus_bw": 1.0, "nwrong": 0},
                            "in_place": {"time": t, "alg_bw": 1.0, "bus_bw": 1.0, "nwrong": 0},
