@@ -645,7 +645,8 @@ def measurement_from_nccl_tests(
     names the others). A size
     printed more than once in it (``-N`` cycles) becomes the mean of its rows' times, its iterations summed.
     The run's NCCL release, its ``NCCL_*`` variables (a JSON report records the whole environment:
-    ``software.env_complete``), how it timed (``software.timing``: ``cputime`` with ``-C 1``), the series'
+    ``software.env_complete``), how it timed (``software.timing``: ``cputime`` with ``-C 1``; ``agg_iters`` with
+    ``-m N``, ``cuda_graph_launches`` with ``-G N``), the series'
     operator and root (``op``, ``root``) and the GPUs a thread drove (``gpus_per_process``, nccl-tests' ``-g``) go
     into ``software``; its hosts and GPU names into ``hardware``.
 
@@ -711,6 +712,10 @@ def measurement_from_nccl_tests(
         software["gpus_per_process"] = log.gpus_per_thread  # nccl-tests -g: GPUs one thread drives
     if log.timing != "gpu":
         software["timing"] = log.timing
+    if log.agg_iters is not None and log.agg_iters > 1:
+        software["agg_iters"] = log.agg_iters  # nccl-tests -m: calls a group ran per timed iteration
+    if log.graph_launches:
+        software["cuda_graph_launches"] = log.graph_launches  # nccl-tests -G: calls replayed from a CUDA graph
     if log.env is not None:
         software["env"] = dict(sorted(log.env.items()))
         software["env_complete"] = True

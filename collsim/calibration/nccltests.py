@@ -205,6 +205,12 @@ class NcclTestsLog:
     backend, device : str, str or None
         Who ran the collectives: ``"nccl"`` and None for nccl-tests; the backend and tensor device ``collsim bench``
         names in its text's first line (``torch.distributed gloo, cpu tensors``).
+    agg_iters : int or None
+        Calls nccl-tests ran in one NCCL group per timed iteration (``-m N``: the header's ``agg iters: N``, a JSON
+        report's ``config.aggregated_iterations``), its time divided by them; None when not printed.
+    graph_launches : int or None
+        Times the timed calls were replayed from one CUDA graph (``-G N``: the header's ``graph: N``, a JSON
+        report's ``config.graph``; 0 without); None when not printed.
     """
 
     collective: str | None
@@ -219,6 +225,8 @@ class NcclTestsLog:
     gpus_per_thread: int | None = None
     backend: str = "nccl"
     device: str | None = None
+    agg_iters: int | None = None
+    graph_launches: int | None = None
 
 
 # nccl-tests type names (``float``, ``half`` ...) to collsim dtype names (``float32``, ``float16`` ...).
@@ -245,6 +253,9 @@ _NCCL_LOG = re.compile(r"\bNCCL (?:INFO|WARN|TRACE|ABORT)\b")
 _PERF_BINARY = re.compile(r"(?<![A-Za-z0-9_])([A-Za-z0-9_]*?[A-Za-z0-9])_perf(?:_mpi)?(?![A-Za-z0-9])")
 _NRANKS = re.compile(r"\bnranks\s*[:=]?\s*(\d+)", re.IGNORECASE)
 _NGPUS = re.compile(r"\bnGpus\s+(\d+)")
+# the header's "agg iters: 8" (-m) and "graph: 1" (-G), src/util.cu writeDeviceReport
+_AGG_ITERS = re.compile(r"\bagg iters:\s*(\d+)")
+_GRAPH = re.compile(r"\bgraph:\s*(\d+)")
 _NCCL_VERSION = re.compile(r"\bNCCL version (\d+\.\d+\.\d+)", re.IGNORECASE)
 _NCCL_LIBRARY = re.compile(r"\bnccl-library=(\d{4,})")
 _RANK_LINE = re.compile(r"^#\s*Rank\s+(\d+)\s+(?:Group|Pid)\b")
@@ -578,6 +589,8 @@ def parse_nccl_tests(text: str, *, source: str = "<text>", collective: str | Non
         gpus_per_thread=header.gpus_per_thread,
         backend=header.backend,
         device=header.device,
+        agg_iters=header.agg_iters,
+        graph_launches=header.graph_launches,
     )
 
 
@@ -629,6 +642,8 @@ def _one_run(runs: list[tuple[int, _Header]], source: str) -> _Header:
         first.nranks = first.nranks or h.nranks
         first.version = first.version or h.version
         first.gpus_per_thread = first.gpus_per_thread or h.gpus_per_thread
+        first.agg_iters = max(first.agg_iters or 0, h.agg_iters or 0) or None
+        first.graph_launches = max(first.graph_launches or 0, h.graph_launches or 0) or first.graph_launches
         first.ranks |= h.ranks
         first.rank_hosts = first.rank_hosts or h.rank_hosts
         first.gpus += [g for g in h.gpus if g not in first.gpus]
@@ -652,6 +667,8 @@ class _Header:
     timing: str = "gpu"
     backend: str = "nccl"
     device: str | None = None
+    agg_iters: int | None = None  # -m: "agg iters: N"
+    graph_launches: int | None = None  # -G: "graph: N"
 
     def take(self, line: str, number: int) -> None:
         """Gather what ``line`` (line ``number``, launcher prefixes removed) says."""
@@ -679,6 +696,12 @@ class _Header:
         ngpus = _NGPUS.search(line) if self.gpus_per_thread is None else None
         if ngpus and int(ngpus.group(1)) > 0:
             self.gpus_per_thread = int(ngpus.group(1))  # nccl-tests' header: "# nThread 1 nGpus 8 minBytes ..."
+        if line.startswith("#") and _NGPUS.search(line):  # the same header: "... agg iters: 1 validation: 1 graph: 0"
+            agg, graph = _AGG_ITERS.search(line), _GRAPH.search(line)
+            if agg:
+                self.agg_iters = int(agg.group(1))
+            if graph:
+                self.graph_launches = int(graph.group(1))
         if line.startswith("#") and "cputime" in line.lower().split():
             self.timing = "cputime"  # -C 1: writeResultHeader names the time column "cputime"
 
@@ -859,6 +882,7 @@ def parse_nccl_tests_json(
         _warn(source, None, f"collective={collective!r} ignored: the report is from {detected!r}")
     code = _json_count(data.get("nccl_version"))
     hosts, gpus, nranks, per_thread = _json_devices(data)
+    config = data["config"] if isinstance(data.get("config"), Mapping) else {}
     rows: list[MeasuredRow] = []
     timing = "gpu"
     for i, r in enumerate(data["results"]):
@@ -877,6 +901,8 @@ def parse_nccl_tests_json(
         hosts=tuple(hosts),
         gpus=tuple(gpus),
         gpus_per_thread=per_thread,
+        agg_iters=_json_count(config.get("aggregated_iterations")),
+        graph_launches=_json_count(config.get("graph"), 0),
     )
 
 

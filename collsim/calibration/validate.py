@@ -45,6 +45,7 @@ __all__ = [
     "Validation",
     "ValidationRow",
     "band_label",
+    "batching_note",
     "check_ranks",
     "dtype_note",
     "env_note",
@@ -490,7 +491,8 @@ def _scenario_notes(
     workload = sim.scenario.workload
     gloo = sim.scenario.backends.gloo
     device = (gloo.device if gloo is not None else None) if backend == "gloo" else "cuda"
-    notes = [harness_note(m, backend, workload.host_overhead), timing_note(m), dtype_note(m, workload.dtype),
+    notes = [harness_note(m, backend, workload.host_overhead), timing_note(m), batching_note(m),
+             dtype_note(m, workload.dtype),
              device_note(m, backend, device),
              gpu_note(m, sim.scenario.preset_library(), gpus),
              *call_notes(m, out, workload.dtype, workload.host_overhead),
@@ -715,6 +717,32 @@ def timing_note(m: Measurement) -> str | None:
         return None
     return ("the times are the host CPU time per call (nccl-tests -C 1), not the GPUs'; collsim predicts the GPUs': "
             "compare a run without -C 1")  # fmt: skip
+
+
+def batching_note(m: Measurement) -> str | None:
+    """A note when nccl-tests ran its timed calls batched: ``-m N`` (``software.agg_iters``) runs N calls in one
+    NCCL group per iteration and divides the time by N (nccl-tests ``src/common.cu`` lines 731-736 and 772), so
+    the calls share one launch; ``-G N`` (``software.cuda_graph_launches``) replays them from a CUDA graph (line
+    747), without the host's launch of each. collsim prices each call on its own: the small sizes, where the launch
+    and the per-call latency are the time, measure faster than it predicts, and a calibration would carry that
+    into ``launch``.
+
+    >>> batching_note(Measurement("allreduce", software={"agg_iters": 8}))[:44]
+    'nccl-tests -m 8 ran 8 calls in one NCCL grou'
+    >>> batching_note(Measurement("allreduce")) is None
+    True
+    """
+    agg, graph = m.software.get("agg_iters"), m.software.get("cuda_graph_launches")
+    parts = []
+    if isinstance(agg, int) and agg > 1:
+        parts.append(f"nccl-tests -m {agg} ran {agg} calls in one NCCL group per timed iteration, its time divided "
+                     f"by {agg}: they share one launch")  # fmt: skip
+    if isinstance(graph, int) and graph > 0:
+        parts.append(f"nccl-tests -G {graph} replayed the calls from a CUDA graph, without the host's launch of each")
+    if not parts:
+        return None
+    return ("; ".join(parts) + "; collsim prices each call on its own, so the small sizes measure faster than "
+            "predicted (compare a run without them; a calibration would fit the launch too low)")
 
 
 def call_notes(m: Measurement, rows: Sequence[ValidationRow], dtype: str, host_overhead: str) -> list[str]:

@@ -29,7 +29,7 @@ from collsim.calibration import (
     read_measurement,
 )
 from collsim.calibration.nccltests import is_nccl_tests_json, nccl_version
-from collsim.calibration.validate import dtype_note, env_note, timing_note, validate
+from collsim.calibration.validate import batching_note, dtype_note, env_note, timing_note, validate
 from collsim.cli import main
 from collsim.scenario import load_scenario
 
@@ -185,6 +185,27 @@ def test_report_cpu_time_is_marked(tmp_path: Path) -> None:
     note = timing_note(m)
     assert note is not None and "-C 1" in note
     assert timing_note(read_measurement(_write(tmp_path, _report({8: 20.0}), "gpu.json"))) is None
+
+
+def test_aggregated_and_graph_runs_are_noted(tmp_path: Path) -> None:
+    """nccl-tests -m 8 (eight calls in one group, the time divided by eight) and -G 1 (calls replayed from a CUDA
+    graph), from the text header and from a JSON report's config: kept in software and noted by validate."""
+    header = ("# nThread 1 nGpus 1 minBytes 8 maxBytes 1048576 step: 2(factor) warmup iters: 5 iters: 20 "
+              "agg iters: 8 validation: 1 graph: 1\n")  # fmt: skip
+    text = tmp_path / "ar.txt"
+    text.write_text("# Collective test starting: all_reduce_perf\n" + header
+                    + _text_row(1 << 20, 40.0, 39.0, per_iter=False, stamp=False) + "\n")  # fmt: skip
+    report = _report({1 << 20: 40.0}, processes=8, ngpus=1)
+    report["config"].update(aggregated_iterations=8, graph=1)
+    sim = Simulator(load_scenario(SCENARIOS / "hgx-h100.yaml"))
+    for m in (read_measurement(text, nranks=8), read_measurement(_write(tmp_path, report))):
+        assert (m.software["agg_iters"], m.software["cuda_graph_launches"]) == (8, 1)
+        note = batching_note(m)
+        assert note is not None and "-m 8" in note and "-G 1" in note
+        assert note in validate(sim, m).notes
+    plain = read_measurement(_write(tmp_path, _report({1 << 20: 40.0}, processes=8, ngpus=1), "plain.json"))
+    assert "agg_iters" not in plain.software and batching_note(plain) is None
+    assert not any("nccl-tests -m" in n for n in validate(sim, plain).notes)
 
 
 def test_report_collective_from_the_binary_and_the_argument() -> None:
