@@ -431,6 +431,13 @@ def _from_mapping(data: Any, file: str) -> Measurement:
     if hosts is not None and not (isinstance(hosts, list) and all(isinstance(h, str) and h for h in hosts)):
         raise MeasurementError(f"expected a list of host names, got {short_repr(hosts)}", file=file,
                                field="hardware.hosts")  # fmt: skip
+    per_host = (data.get("hardware") or {}).get("ranks_per_host")
+    if per_host is not None and not (
+        isinstance(per_host, list) and isinstance(hosts, list) and len(per_host) == len(hosts)
+        and all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in per_host)
+    ):  # fmt: skip
+        raise MeasurementError(f"expected a count of ranks for each of hardware.hosts, got {short_repr(per_host)}",
+                               file=file, field="hardware.ranks_per_host")  # fmt: skip
     nranks = _infer_nranks(data, file)
     rows_raw = data.get("rows")
     if not isinstance(rows_raw, list) or not rows_raw:
@@ -724,6 +731,8 @@ def measurement_from_nccl_tests(
         hardware["gpu"] = ", ".join(log.gpus)
     if log.hosts:
         hardware["hosts"] = list(log.hosts)
+    if len(set(log.host_ranks)) > 1:  # ranks spread unevenly over the hosts (mpirun -H a:8,b:4)
+        hardware["ranks_per_host"] = list(log.host_ranks)
     return Measurement(
         collective=coll,
         nranks=log.nranks or nranks,

@@ -64,6 +64,7 @@ import math
 import re
 import statistics
 import warnings
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -205,6 +206,9 @@ class NcclTestsLog:
     backend, device : str, str or None
         Who ran the collectives: ``"nccl"`` and None for nccl-tests; the backend and tensor device ``collsim bench``
         names in its text's first line (``torch.distributed gloo, cpu tensors``).
+    host_ranks : tuple of int
+        Ranks each of ``hosts`` ran, in its order (the ``#  Rank`` lines; a JSON report's processes a host x the
+        GPUs a process drove); empty when the hosts are not printed.
     agg_iters : int or None
         Calls nccl-tests ran in one NCCL group per timed iteration (``-m N``: the header's ``agg iters: N``, a JSON
         report's ``config.aggregated_iterations``), its time divided by them; None when not printed.
@@ -227,6 +231,7 @@ class NcclTestsLog:
     device: str | None = None
     agg_iters: int | None = None
     graph_launches: int | None = None
+    host_ranks: tuple[int, ...] = ()
 
 
 # nccl-tests type names (``float``, ``half`` ...) to collsim dtype names (``float32``, ``float16`` ...).
@@ -585,6 +590,7 @@ def parse_nccl_tests(text: str, *, source: str = "<text>", collective: str | Non
         nccl_version=header.version,
         timing=header.timing,
         hosts=header.hosts,
+        host_ranks=header.host_ranks,
         gpus=tuple(header.gpus),
         gpus_per_thread=header.gpus_per_thread,
         backend=header.backend,
@@ -668,6 +674,7 @@ class _Header:
     backend: str = "nccl"
     device: str | None = None
     agg_iters: int | None = None  # -m: "agg iters: N"
+    rank_clash: bool = False  # a rank printed on two hosts (warned once)
     graph_launches: int | None = None  # -G: "graph: N"
 
     def take(self, line: str, number: int) -> None:
@@ -689,7 +696,14 @@ class _Header:
             self.ranks.add(int(rank.group(1)))
             host = _RANK_HOST.search(line)
             if host:
-                self.rank_hosts[int(rank.group(1))] = host.group(1)
+                number_, name = int(rank.group(1)), host.group(1)
+                earlier = self.rank_hosts.get(number_)
+                if earlier is not None and earlier != name and not self.rank_clash:
+                    self.rank_clash = True
+                    _warn(self.source, number, f"rank {number_} is printed on {earlier} and on {name}: several "
+                          "nccl-tests processes each ran a job of their own (a build without MPI under mpirun?); "
+                          "read as one run, each size the mean of their rows")  # fmt: skip
+                self.rank_hosts[number_] = name
             gpu = _RANK_GPU.search(line)
             if gpu and gpu.group(1) not in self.gpus:
                 self.gpus.append(gpu.group(1))
@@ -709,6 +723,12 @@ class _Header:
     def hosts(self) -> tuple[str, ...]:
         """Distinct hosts of the ``#  Rank`` lines, in rank order."""
         return tuple(dict.fromkeys(self.rank_hosts[r] for r in sorted(self.rank_hosts)))
+
+    @property
+    def host_ranks(self) -> tuple[int, ...]:
+        """Ranks of each of :attr:`hosts`, in its order."""
+        counts = Counter(self.rank_hosts.values())
+        return tuple(counts[h] for h in self.hosts)
 
     def shape(self) -> tuple[Any, ...]:
         """What tells two runs apart: collective, ranks, each rank's host, GPUs a thread drove, timing."""
@@ -881,7 +901,7 @@ def parse_nccl_tests_json(
     if detected is not None and given is not None and given != detected:
         _warn(source, None, f"collective={collective!r} ignored: the report is from {detected!r}")
     code = _json_count(data.get("nccl_version"))
-    hosts, gpus, nranks, per_thread = _json_devices(data)
+    hosts, gpus, nranks, per_thread, host_ranks = _json_devices(data)
     config = data["config"] if isinstance(data.get("config"), Mapping) else {}
     rows: list[MeasuredRow] = []
     timing = "gpu"
@@ -899,6 +919,7 @@ def parse_nccl_tests_json(
         timing=timing,
         env=_json_env(data.get("env")),
         hosts=tuple(hosts),
+        host_ranks=host_ranks,
         gpus=tuple(gpus),
         gpus_per_thread=per_thread,
         agg_iters=_json_count(config.get("aggregated_iterations")),
@@ -917,9 +938,12 @@ def _json_env(items: Any) -> dict[str, str]:
     return env
 
 
-def _json_devices(data: Mapping[str, Any]) -> tuple[list[str], list[str], int | None, int | None]:
+def _json_devices(
+    data: Mapping[str, Any],
+) -> tuple[list[str], list[str], int | None, int | None, tuple[int, ...]]:
     """A report's distinct hosts and GPU names (``devices``: one object per process), its rank count (processes x
-    ``config.nthreads`` x ``config.ngpus``; None for several ``NCCL_TESTS_SPLIT`` groups) and GPUs per thread."""
+    ``config.nthreads`` x ``config.ngpus``; None for several ``NCCL_TESTS_SPLIT`` groups), GPUs per thread, and
+    the ranks of each host (empty unless every process names its host)."""
     config = data.get("config") if isinstance(data.get("config"), Mapping) else {}
     assert isinstance(config, Mapping)
     # nccl-tests writes "devices" inside "config" (src/util.cu writeDeviceReport: the config object stays open
@@ -936,7 +960,10 @@ def _json_devices(data: Mapping[str, Any]) -> tuple[list[str], list[str], int | 
     per_process = (threads or 1) * (per_thread or 1)
     groups = {d.get("group") for d in devices}
     nranks = len(devices) * per_process if devices and len(groups) <= 1 else None
-    return hosts, gpus, nranks, per_thread
+    names = [h.strip() if isinstance(h := d.get("hostname"), str) else "" for d in devices]
+    counts = Counter(names)
+    host_ranks = tuple(counts[h] * per_process for h in hosts) if nranks and all(names) else ()
+    return hosts, gpus, nranks, per_thread, host_ranks
 
 
 def _json_row(r: Any, i: int, source: str) -> tuple[MeasuredRow | None, bool]:

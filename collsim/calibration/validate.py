@@ -659,7 +659,8 @@ def gpu_note(m: Measurement, presets: Any, scenario_gpus: Collection[str]) -> st
 
 def workload_notes(m: Measurement, collective: str | Sequence[str], gpus_per_process: int) -> list[str]:
     """Notes where the measurement ran another collective than the scenario's ``workload.collective`` (the
-    measurement's is simulated), or drove another number of GPUs a process (nccl-tests' ``-g``,
+    measurement's is simulated), spread its ranks unevenly over its hosts (``hardware.ranks_per_host``), or drove
+    another number of GPUs a process (nccl-tests' ``-g``,
     ``software.gpus_per_process``) than ``workload.gpus_per_process``, whose serial launches are in the times.
 
     >>> m = Measurement("allgather", software={"gpus_per_process": 8})
@@ -671,6 +672,11 @@ def workload_notes(m: Measurement, collective: str | Sequence[str], gpus_per_pro
     if m.collective not in named:
         notes.append(f"the measurement is {m.collective}, the scenario's workload.collective {', '.join(named)}: "
                      f"{m.collective} simulated")  # fmt: skip
+    per_host, hosts = m.hardware.get("ranks_per_host"), m.hardware.get("hosts")
+    if isinstance(per_host, list) and isinstance(hosts, list) and len(set(per_host)) > 1:
+        shown = ", ".join(f"{h} {n}" for h, n in zip(hosts, per_host, strict=False))
+        notes.append(f"the run's hosts ran different numbers of ranks ({shown}); the scenario runs as many on every "
+                     "node")  # fmt: skip
     ran = m.software.get("gpus_per_process")
     if isinstance(ran, int) and not isinstance(ran, bool) and ran != gpus_per_process:
         notes.append(f"the run drove {ran} GPUs a process (nccl-tests -g {ran}), the scenario's "

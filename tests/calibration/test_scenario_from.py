@@ -176,6 +176,46 @@ def test_a_text_logs_rank_lines_give_the_nodes(tmp_path: Path, capsys: pytest.Ca
     assert scenario.cluster.nodes == 2 and scenario.cluster.visible_gpus == [0, 1, 2, 3]
 
 
+def test_ranks_spread_unevenly_over_hosts_are_refused_and_noted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """mpirun -np 12 -H a:8,b:4: two hosts of 6 would be 12 ranks too, but not this run; the import says so, and
+    validate against a scenario of 6 a node notes it."""
+    ranks = "".join(f"#  Rank {r:2d} Group  0 Pid {100 + r:6d} on {'node-' + 'ab'[r // 8]:>10s} device {r % 8:2d} "
+                    f"[0x18] NVIDIA H100 80GB HBM3\n" for r in range(12))  # fmt: skip
+    run = tmp_path / "ar.txt"
+    run.write_text(f"# Collective test starting: all_reduce_perf\n{ranks}"
+                   "  16777216  4194304  float  sum  -1  185.1  90.6  158.6  0  185.0  90.7  158.7  0\n")  # fmt: skip
+    from collsim.api import Simulator
+    from collsim.calibration import read_measurement
+    from collsim.calibration.validate import validate
+
+    m = read_measurement(run)
+    assert m.hardware["hosts"] == ["node-a", "node-b"] and m.hardware["ranks_per_host"] == [8, 4]
+    with pytest.raises(MeasurementError, match=r"different numbers of ranks \(node-a 8, node-b 4\)"):
+        scenario_from_measurement(m, "hgx-h100")
+    assert main(["import", "nccl-tests", str(run), "--node", "hgx-h100", "-o", str(tmp_path / "s.yaml")]) == 2
+    assert "different numbers of ranks" in capsys.readouterr().err
+    six = load_scenario({"name": "six", "cluster": {"node": "hgx-h100", "nodes": 2, "visible_gpus": list(range(6)),
+                                                    "fabric": {"topology": "single_switch"}},
+                         "workload": {"collective": "allreduce", "sizes": [16 << 20]},
+                         "backends": {"nccl": {}}})  # fmt: skip
+    assert any("different numbers of ranks (node-a 8, node-b 4)" in n for n in validate(Simulator(six), m).notes)
+    even = read_measurement(_report_file(tmp_path))
+    assert "ranks_per_host" not in even.hardware
+
+
+def test_a_rank_on_two_hosts_warns(tmp_path: Path) -> None:
+    """Two non-MPI nccl-tests processes under mpirun each print ranks 0-7 on their own host: a warning."""
+    from collsim.calibration import ParseWarning, parse_nccl_tests
+
+    text = "".join(f"#  Rank {r:2d} Group  0 Pid {100 + r:6d} on {host:>10s} device {r:2d} [0x18] NVIDIA H100\n"
+                   for host in ("node-a", "node-b") for r in range(8))  # fmt: skip
+    with pytest.warns(ParseWarning, match="rank 0 is printed on node-a and on node-b"):
+        parse_nccl_tests("# Collective test starting: all_reduce_perf\n" + text
+                         + "  1024  256  float  sum  -1  10.0  0.10  0.18  0  9.0  0.11  0.20  0\n")  # fmt: skip
+
+
 def test_cli_needs_a_node(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run = _report_file(tmp_path)
     assert main(["import", "nccl-tests", str(run)]) == 2
