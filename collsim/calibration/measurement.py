@@ -938,9 +938,32 @@ def calls_info(m: Measurement) -> Mapping[str, Any]:
     return info if isinstance(info, Mapping) else {}
 
 
+#: The chance at most that :func:`straggler_text` names a rank of a communicator where none is held back.
+STRAGGLER_FALSE_ALARM = 0.01
+
+
+def straggler_chance(count: int, calls: int, nranks: int) -> float:
+    """The chance that some rank of ``nranks``, each equally likely to start a call last, starts last in at least
+    ``count`` of ``calls`` calls: ``nranks`` times the binomial tail P(Binomial(calls, 1/nranks) >= count) (a union
+    bound over the ranks, 1 at most).
+
+    >>> round(straggler_chance(5, 39, 16), 2)  # the busiest of 16 ranks over 39 calls: chance, not a straggler
+    1.0
+    >>> straggler_chance(30, 40, 16) < 1e-20
+    True
+    """
+    from scipy.stats import binom
+
+    if nranks < 2 or calls < 1 or count < 1:
+        return 1.0
+    return float(min(1.0, nranks * binom.sf(count - 1, calls, 1.0 / nranks)))
+
+
 def straggler_text(m: Measurement) -> str | None:
-    """A line naming the rank that started last at least twice as often as chance gives (1 in ``nranks``) and at
-    least 3 times, from a measurement of recorded calls (``software.calls.last_to_start``); None otherwise.
+    """A line naming the rank that started last more often than chance explains, from a measurement of recorded
+    calls (``software.calls.last_to_start``): at least 3 times, and so often that the busiest of ``nranks`` ranks
+    equally likely to start last would reach it with a chance below :data:`STRAGGLER_FALSE_ALARM`
+    (:func:`straggler_chance`); None otherwise.
 
     >>> m = Measurement("allreduce", 16, software={"calls": {"communicators": ["DP (0x1)"],
     ...     "last_to_start": {"rank": 13, "host": "node1", "calls": 30, "of": 40}}})
@@ -952,7 +975,7 @@ def straggler_text(m: Measurement) -> str | None:
     if not isinstance(last, Mapping) or m.nranks is None:
         return None
     count, calls = int(last.get("calls", 0)), int(last.get("of", 0))
-    if count < 3 or count * m.nranks < 2 * calls:
+    if count < 3 or straggler_chance(count, calls, m.nranks) >= STRAGGLER_FALSE_ALARM:
         return None
     where = f" ({last['host']})" if last.get("host") else ""
     comm = ", ".join(info.get("communicators") or []) or "the communicator"
