@@ -135,6 +135,22 @@ def test_workload_peers_make_sendrecv_one_send() -> None:
         sim("workload.peers=[0, 16]")
 
 
+def test_the_protocol_follows_every_ranks_send() -> None:
+    """A network peer has no LL buffers (NCCL_ALLOC_P2P_NET_LL_BUFFERS): nccl-tests' sendrecv across two nodes
+    runs 7 -> 8 with Simple, and takes at least that send's time (it ran LL from rank 0's send inside its node,
+    11.6 us against the cross send's 22.4). One send between neighbours is the same whichever ranks they are."""
+    ring = _sim("2node-h100-ib", "workload.collective=sendrecv")
+    cross = _sim("2node-h100-ib", "workload.collective=sendrecv", "workload.peers=[7, 8]")
+    for size in (8, 4096):
+        whole, one = ring.simulate_one("nccl", size), cross.simulate_one("nccl", size)
+        assert (whole.protocol, one.protocol) == ("Simple", "Simple")
+        assert whole.time_s >= one.time_s
+    pairs = [_sim("hgx-h100", "workload.collective=sendrecv", f"workload.peers={p}").simulate_one("nccl", 8)
+             for p in ("[0, 1]", "[1, 2]", "[5, 4]")]  # fmt: skip
+    assert {(o.protocol, o.time_s) for o in pairs} == {(pairs[0].protocol, pairs[0].time_s)}
+    assert pairs[0].protocol == "LL"
+
+
 def test_pxn_relays_through_the_nics_own_gpu_and_alltoall_reaches_the_nics() -> None:
     # NCCL's PXN relay for a NIC is the NIC's local GPU (topo.cc ncclTopoGetLocalGpu): on HGX H100 NIC i's is GPU i
     # (two GPUs and two NICs a PCIe switch); on p4de (one NIC for two GPUs) NIC k's is GPU 2k

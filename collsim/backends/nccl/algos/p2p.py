@@ -90,10 +90,14 @@ class P2P(NcclAlgorithm):
         return ("LL", "Simple") if collective in P2P_COLLECTIVES else ()
 
     def pick(self, plan: NcclPlan, opts: NcclOptions, consts: NcclConstants, collective: str, nbytes: int) -> str:
-        """The protocol NCCL sends with (enqueue.cc addP2pToPlan): LL when every send qualifies (a peer's bytes at
-        most its parts x NCCL_P2P_LL_THRESHOLD, inside a node), else Simple (collsim runs one protocol a
-        collective)."""
-        sends = p2p_sends(plan, opts, consts, collective, nbytes)
+        """The protocol NCCL sends with (enqueue.cc addP2pToPlan): LL when every send of every rank qualifies (a
+        peer's bytes at most its parts x NCCL_P2P_LL_THRESHOLD, inside a node: a network peer has no LL buffers,
+        init.cc NCCL_ALLOC_P2P_NET_LL_BUFFERS), else Simple. NCCL picks per send; collsim runs one protocol a
+        collective, so where sends differ they all run Simple, the protocol of the slowest (a network send), which
+        the collective waits for. A sendrecv's sends are looked at on every rank (rank 0's may stay inside its
+        node where another crosses, or be none: ``workload.peers``); an all-to-all's rank 0 has every kind."""
+        ranks = range(len(plan.ranks)) if collective == "sendrecv" else range(1)
+        sends = [s for r in ranks for s in p2p_sends(plan, opts, consts, collective, nbytes, r)]
         return "LL" if sends and all(s.op.protocol == "LL" for s in sends) else "Simple"
 
     def model(self, m: ModelInputs) -> tuple[float, float]:
