@@ -110,8 +110,9 @@ __all__ = [
 Progress = Callable[[str, int, int, int], None]
 
 
-def load(source: str | Path | Mapping[str, Any], overrides: Sequence[str] = ()) -> Scenario:
-    """Load and validate a scenario from a file, a built-in name or a dict (see ``collsim.scenario.load_scenario``)."""
+def load(source: str | Path | Mapping[str, Any] | Scenario, overrides: Sequence[str] = ()) -> Scenario:
+    """Load and validate a scenario from a file, a built-in name, a dict or a loaded scenario with ``overrides``
+    (see ``collsim.scenario.load_scenario``)."""
     return load_scenario(source, overrides)
 
 
@@ -595,9 +596,13 @@ class Simulator:
 
     @classmethod
     def from_source(
-        cls, source: str | Path | Mapping[str, Any], overrides: Sequence[str] = (), profile: Profile | None = None
+        cls,
+        source: str | Path | Mapping[str, Any] | Scenario,
+        overrides: Sequence[str] = (),
+        profile: Profile | None = None,
     ) -> Simulator:
-        """Load a scenario (file, built-in name or dict), apply ``--set`` style overrides, and prepare it."""
+        """Load a scenario (file, built-in name, dict or a loaded one), apply ``--set`` style overrides, and prepare
+        it."""
         return cls(load(source, overrides), profile)
 
     @cached_property
@@ -703,6 +708,15 @@ class Simulator:
         """Backends the scenario enables, in order nccl, gloo."""
         return [b for b in self.scenario.backend_names() if b in BACKENDS]
 
+    def _enabled(self, backends: Sequence[str] | None) -> list[str]:
+        """``backends``, else the scenario's enabled ones; a ScenarioError (as ``collsim run`` gives) where that
+        leaves none: an empty result would read as a run that finished."""
+        chosen = self.backends() if backends is None else list(backends)
+        if not chosen:
+            raise ScenarioError("no backend enabled; enable backends.nccl or backends.gloo",
+                                file=self.scenario.source_file, field="backends")  # fmt: skip
+        return chosen
+
     def simulate_one(
         self,
         backend: str,
@@ -752,7 +766,8 @@ class Simulator:
         eng = self.scenario.engine
         label = f"{backend} {coll} {format_size(size)}"
         if choice is not None or gloo_algorithm is not None:  # explain --all, validate --pairs: which pair runs
-            label += f" ({'/'.join(choice) if choice is not None else gloo_algorithm})"
+            shown = "/".join(map(str, choice)) if isinstance(choice, tuple | list) else str(choice)
+            label += f" ({shown if choice is not None else gloo_algorithm})"
         try:
             with self._errors(f"backends.{backend}"), work_budget(
                 max_flows=eng.max_flows, max_records=eng.max_records, label=label
@@ -927,11 +942,7 @@ class Simulator:
             as with 1). ``0`` means one per CPU. Needs the ``fork`` start method (Linux, macOS); elsewhere 1.
         """
         backends, sizes = _backends_arg(backends), _sizes_arg(sizes)
-        todo = [
-            (b, s)
-            for b in (self.backends() if backends is None else backends)
-            for s in (self.scenario.sizes() if sizes is None else sizes)
-        ]
+        todo = [(b, s) for b in self._enabled(backends) for s in (self.scenario.sizes() if sizes is None else sizes)]
         result = SweepResult(self.scenario)
         keep = record or breakdown
         done, result.interrupted = self.map_points(
@@ -982,7 +993,7 @@ class Simulator:
         runs = repeat if self.noisy else 1
         todo = [
             (b, s, r)
-            for b in (self.backends() if backends is None else backends)
+            for b in self._enabled(backends)
             for s in (self.scenario.sizes() if sizes is None else sizes)
             for r in range(runs)
         ]
@@ -1791,17 +1802,18 @@ class Simulator:
         asked = _sizes_arg(sizes)
         dtype = self.scenario.workload.dtype
         n_nccl, n_gloo = len(self.nccl_plan.ranks), len(self.topology.rank_devices())
-        gloo_of = {(c, nccl_tests_bytes(s, dtype, c, n_nccl)): (c, whole_element_bytes(s, dtype, c, n_gloo))
-                   for s in (self.scenario.sizes() if asked is None else asked)
-                   for c in self.scenario.collectives()}  # fmt: skip
+        # one row a size asked for, as run gives (sizes that round to the same bytes each get theirs)
+        keys = [((c, nccl_tests_bytes(s, dtype, c, n_nccl)), (c, whole_element_bytes(s, dtype, c, n_gloo)))
+                for s in (self.scenario.sizes() if asked is None else asked)
+                for c in self.scenario.collectives()]  # fmt: skip
         tops = {(o.backend, o.collective, o.size_bytes): o.bottleneck for o in sweep.outcomes}
 
         def top(backend: str, key: tuple[str, int]) -> tuple[str, str, float] | None:
             b = tops.get((backend, *key))
             return None if b is None else (b.link, b.kind, b.load_share)
 
-        rows = [Comparison(k[1], r, gloo[g], top("nccl", k), top("gloo", g)) for k, r in nccl.items()
-                if (g := gloo_of.get(k, k)) in gloo]  # fmt: skip
+        rows = [Comparison(k[1], nccl[k], gloo[g], top("nccl", k), top("gloo", g)) for k, g in keys
+                if k in nccl and g in gloo]  # fmt: skip
         return rows, sweep.interrupted
 
     def algorithm_variants(self, backend: str, collective: str, size: int) -> tuple[dict[str, Any], str]:
@@ -1962,6 +1974,7 @@ def _core_seconds(out: Outcome, ranks: int) -> float:
 def simulate(
     source: str | Path | Mapping[str, Any] | Scenario, overrides: Sequence[str] = (), **kwargs: Any
 ) -> SweepResult:
-    """Load (unless given a Scenario) and run a scenario's sweep; keyword arguments go to :meth:`Simulator.run`."""
-    scenario = source if isinstance(source, Scenario) else load(source, overrides)
+    """Load (a Scenario with no ``overrides`` as it is) and run a scenario's sweep; keyword arguments go to
+    :meth:`Simulator.run`."""
+    scenario = source if isinstance(source, Scenario) and not overrides else load(source, overrides)
     return Simulator(scenario).run(**kwargs)

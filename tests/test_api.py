@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 from typing import Any
 
 import pytest
@@ -425,3 +426,57 @@ def test_compare_names_the_most_loaded_link() -> None:
     # one node: NVLink is what NVLS loads
     (one,), _ = Simulator.from_source("hgx-h100").compare(sizes=[1 << 30])
     assert one.nccl_bottleneck is not None and one.nccl_bottleneck[1] == "nvlink"
+
+
+def test_a_forced_pair_nccl_would_not_run_is_an_error() -> None:
+    """simulate_one(choice=...) runs only what NCCL could run here, as NCCL_ALGO/NCCL_PROTO do: NVLSTree on one
+    node ran silently as NVLS under another name, NVLS/LL ran a protocol NVLS has not, NVLS on A100 was a KeyError."""
+    sim = Simulator.from_source("hgx-h100")
+    for choice, collective, why in [
+        (("NVLSTree", "Simple"), "allreduce", "NCCL disables NVLSTree on one node"),
+        (("NVLS", "LL"), "allreduce", "NCCL runs NVLS with Simple only here"),
+        (("Tree", "Simple"), "allgather", "NCCL runs allgather with PAT, Ring, NVLS or CollNetDirect only"),
+        (("Tree", "Simple"), "broadcast", "NCCL runs broadcast with Ring only"),
+        (("PAT", "Simple"), "allgather", "NCCL runs PAT with one GPU per node only"),
+        (("CollNetDirect", "Simple"), "allreduce", "only with NCCL_COLLNET_ENABLE=1"),
+        (("Rings", "Simple"), "allreduce", "unknown algorithm 'Rings'"),
+        ("Ring", "allreduce", "expected (algorithm, protocol)"),
+    ]:
+        with pytest.raises(ScenarioError, match=re.escape(why)):
+            sim.simulate_one("nccl", 1 << 30, collective=collective, choice=choice)  # type: ignore[arg-type]
+    with pytest.raises(ScenarioError, match="NVLS needs Hopper or newer GPUs"):
+        Simulator.from_source("dgx-a100").simulate_one("nccl", 1 << 30, choice=("NVLS", "Simple"))
+    ring = sim.simulate_one("nccl", 1 << 20, choice=("Ring", "Simple"))
+    lower = sim.simulate_one("nccl", 1 << 20, choice=("ring", "SIMPLE"))  # as NCCL_ALGO, without regard to case
+    assert (lower.algorithm, lower.protocol, lower.time_s) == ("Ring", "Simple", ring.time_s)
+
+
+def test_simulate_applies_overrides_to_a_loaded_scenario() -> None:
+    """simulate(Scenario, overrides) dropped the overrides; they are applied as to a file, its file kept."""
+    loaded = api.load("hgx-h100")
+    result = api.simulate(loaded, ["backends.nccl.env.NCCL_ALGO=Ring", "backends.gloo.enabled=false"], sizes=["1GiB"])
+    assert [(r.backend, r.algorithm) for r in result.records] == [("nccl", "Ring")]
+    again = api.load(loaded, ["workload.dtype=bfloat16"])
+    assert (again.workload.dtype, again.source_file, loaded.workload.dtype) == ("bfloat16", loaded.source_file,
+                                                                               "float32")  # fmt: skip
+    with pytest.raises(ScenarioError, match=r"hgx-h100\.yaml: cluster\.nodes"):
+        api.load(loaded, ["cluster.nodes=0"])
+
+
+def test_no_backend_enabled_is_an_error_through_the_api() -> None:
+    """The CLI refuses a scenario with no backend; run() gave an empty result that read as a finished run."""
+    sim = Simulator.from_source({"name": "x", "cluster": {"node": "hgx-h100"}, "workload": {"sizes": [8]}})
+    for call in (sim.run, lambda: sim.run_repeated(2)):
+        with pytest.raises(ScenarioError, match="backends: no backend enabled"):
+            call()
+
+
+def test_compare_gives_a_row_for_every_size_asked() -> None:
+    """Sizes that round to the same bytes (an all-gather's 1000 and 1020 B on 8 ranks: nccl-tests' 896 B, Gloo's
+    992) kept one row between them, and the JSON said complete with fewer rows than asked; each gets its row, as
+    run gives."""
+    sim = Simulator.from_source("hgx-h100", ["workload.collective=allgather"])
+    rows, interrupted = sim.compare([1000, 1020, 1024])
+    assert not interrupted and [r.size_bytes for r in rows] == [896, 896, 1024]
+    assert [r.gloo.size_bytes for r in rows] == [992, 992, 1024]  # Gloo's whole elements of each rank
+    assert len(sim.run(sizes=[1000, 1020, 1024], backends=["nccl"]).records) == len(rows)

@@ -386,15 +386,19 @@ def _must_be_file(path: Path, what: str, file: str, field: str) -> None:
 
 
 def load_scenario(
-    source: str | Path | Mapping[str, Any], overrides: Sequence[str] = (), *, base_dir: str | Path | None = None
+    source: str | Path | Mapping[str, Any] | Scenario,
+    overrides: Sequence[str] = (),
+    *,
+    base_dir: str | Path | None = None,
 ) -> Scenario:
     """Load and validate a scenario.
 
     Parameters
     ----------
-    source : str, Path or mapping
+    source : str, Path, mapping or Scenario
         A YAML file path, a built-in scenario name (``"hgx-h100"`` -> ``scenarios/hgx-h100.yaml``, used when no
-        such file exists), or a dict (e.g. from a notebook; relative paths then resolve against the current folder).
+        such file exists), a dict (e.g. from a notebook; relative paths then resolve against the current folder),
+        or a loaded scenario (its data, with the overrides applied, validated anew; its file and folder kept).
     overrides : sequence of str
         ``KEY=VALUE`` items (``--set``) applied to the raw data before validation; see :func:`apply_overrides`.
     base_dir : str or Path, optional
@@ -411,10 +415,15 @@ def load_scenario(
     ScenarioError
         Naming the file and dotted field for every kind of bad input.
     """
-    if isinstance(source, Mapping):
+    data: Any
+    if isinstance(source, Scenario):
+        file = source.source_file or DICT_SOURCE
+        folder = source.base_dir if base_dir is None else Path(base_dir).resolve()
+        data = source.to_dict()
+    elif isinstance(source, Mapping):
         file = DICT_SOURCE
         folder = Path.cwd() if base_dir is None else Path(base_dir).resolve()
-        data: Any = copy.deepcopy(dict(source))
+        data = copy.deepcopy(dict(source))
     elif isinstance(source, (str, Path)):
         path = _find_source(source)
         file = str(path)

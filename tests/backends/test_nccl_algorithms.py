@@ -336,16 +336,19 @@ def test_merging_chunks_beyond_sim_max_chunks_stays_close() -> None:
 def test_collnet_needs_and_uses_in_network_reduction() -> None:
     inr = ["cluster.fabric.in_network_reduction=true"]
     sim = Simulator.from_source("2node-a100-ib", inr)
+    on = [*inr, "backends.nccl.env.NCCL_COLLNET_ENABLE=1"]
+    enabled = Simulator.from_source("2node-a100-ib", on)
     for algo in ("CollNetDirect", "CollNetChain"):
-        out = sim.simulate_one("nccl", GiB, choice=(algo, "Simple"))
+        out = enabled.simulate_one("nccl", GiB, choice=(algo, "Simple"))
         bw = GiB / out.time_s / 1e9 * busbw_factor("allreduce", 16)
         # the switches reduce, so each node sends the buffer once and receives it once: above the ring's ~192
         assert bw > 230.0
-        off = Simulator.from_source("2node-a100-ib", [*inr, "engine.symmetry=false"])
+        off = Simulator.from_source("2node-a100-ib", [*on, "engine.symmetry=false"])
         assert off.simulate_one("nccl", 3 * MiB, choice=(algo, "Simple")).time_s == pytest.approx(
-            sim.simulate_one("nccl", 3 * MiB, choice=(algo, "Simple")).time_s, rel=1e-9
+            enabled.simulate_one("nccl", 3 * MiB, choice=(algo, "Simple")).time_s, rel=1e-9
         )
-    on = [*inr, "backends.nccl.env.NCCL_COLLNET_ENABLE=1"]
+        with pytest.raises(ScenarioError, match="only with NCCL_COLLNET_ENABLE=1"):  # forced without it
+            sim.simulate_one("nccl", MiB, choice=(algo, "Simple"))
     assert (
         Simulator.from_source("2node-a100-ib", [*on, "backends.nccl.env.NCCL_ALGO=CollNet"])
         .simulate_one("nccl", MiB)

@@ -24,7 +24,7 @@ from collsim.backends.nccl.chunking import cell_channel_count, channels_for, nvl
 from collsim.backends.nccl.constants import NcclConstants
 from collsim.backends.nccl.plan import NcclPlan, plan_nccl
 from collsim.backends.nccl.tags import BREAKDOWN_PRIORITY, IDLE_TAG, LATENCY_TAG, LAUNCH_TAG, ONE_RANK_COPY_TAG
-from collsim.backends.nccl.tuner import check_collective, decide, plugin_choice, tuner_times
+from collsim.backends.nccl.tuner import check_collective, checked_choice, decide, plugin_choice, tuner_times
 from collsim.engine import FluidNetwork, Owner, attribute_time, build_quotient, decouple
 from collsim.engine.gcpause import gc_relaxed
 from collsim.nccl_env import NcclOptions
@@ -76,7 +76,7 @@ def simulate_nccl(
     if choice is None:
         algo, proto, predicted, plugin = decide(plan, opts, consts, collective, nbytes)
     else:
-        algo, proto = choice
+        algo, proto = choice = checked_choice(plan, opts, collective, choice)
         predicted = tuner_times(plan, consts, collective, nbytes, opts).get(choice, math.nan)
         plugin = plugin_choice(plan, opts, consts, collective, nbytes)
     # a forced pair that is the plugin's pick runs on the channels the plugin sets, as NCCL would run it

@@ -268,6 +268,42 @@ def nccl_lacks(algo: str, collective: str, nnodes: int, ppn: int, collnet: bool)
     return None
 
 
+def checked_choice(plan: NcclPlan, opts: NcclOptions, collective: str, choice: object) -> tuple[str, str]:
+    """A forced (algorithm, protocol) as NCCL spells them (matched without regard to case, as NCCL_ALGO and
+    NCCL_PROTO are), when it is one of :func:`candidates`: one NCCL could run for ``collective`` here. Otherwise a
+    BackendError saying why NCCL would not (the reason NCCL_ALGO would give) and which pairs it could.
+
+    >>> from collsim.api import Simulator
+    >>> s = Simulator.from_source("hgx-h100")
+    >>> checked_choice(s.nccl_plan, s.options("nccl"), "allreduce", ("ring", "simple"))
+    ('Ring', 'Simple')
+    """
+    if not (isinstance(choice, tuple | list) and len(choice) == 2 and all(isinstance(c, str) for c in choice)):
+        raise BackendError(f"choice: expected (algorithm, protocol), e.g. ('Ring', 'Simple'); got {choice!r}")
+    names = {a.lower(): a for a in REGISTRY} | {p.lower(): p for p in NCCL_PROTOCOLS}
+    given: list[str] = [str(c) for c in choice]
+    algo, proto = (names.get(c.strip().lower(), c) for c in given)
+    pairs = candidates(plan, opts, collective)
+    if (algo, proto) in pairs:
+        return algo, proto
+    shown = ", ".join(f"{a}/{p}" for a, p in pairs) or "none"
+    if algo not in REGISTRY:
+        why = f"unknown algorithm {algo!r} (NCCL's: {', '.join(REGISTRY)})"
+    elif proto not in NCCL_PROTOCOLS:
+        why = f"unknown protocol {proto!r} (NCCL's: {', '.join(NCCL_PROTOCOLS)})"
+    else:
+        why = (
+            plan.unreleased.get(algo) or plan.unreleased.get(proto)
+            or nccl_lacks(algo, collective, plan.nnodes, plan.ppn, opts.collnet_enable)
+            or REGISTRY[algo].refusal(plan, opts)
+            or (nvls_unreduced(plan, opts, collective) if algo in ("NVLS", "NVLSTree") else None)
+            or (f"NCCL runs {algo} with {', '.join(p for a, p in pairs if a == algo)} only here"
+                if any(a == algo for a, _ in pairs) else f"{algo} is not offered for {collective} on this cluster")
+        )  # fmt: skip
+    raise BackendError(f"choice {algo}/{proto}: NCCL would not run it for {collective} here: {why}; it could run "
+                       f"{shown}")  # fmt: skip
+
+
 def enabled_pairs(plan: NcclPlan, opts: NcclOptions, collective: str) -> list[tuple[str, str]]:
     """The (algorithm, protocol) pairs NCCL may pick here after NCCL_ALGO and NCCL_PROTO.
 
