@@ -480,3 +480,14 @@ def test_compare_gives_a_row_for_every_size_asked() -> None:
     assert not interrupted and [r.size_bytes for r in rows] == [896, 896, 1024]
     assert [r.gloo.size_bytes for r in rows] == [992, 992, 1024]  # Gloo's whole elements of each rank
     assert len(sim.run(sizes=[1000, 1020, 1024], backends=["nccl"]).records) == len(rows)
+
+
+def test_repeated_runs_dataframe_keeps_the_statistics() -> None:
+    """run_repeated(...).dataframe() has the columns --repeat's CSV adds; a plain run's has none of them."""
+    sim = Simulator.from_source("hgx-h100", ["noise.launch_skew=10us"])
+    result = sim.run_repeated(5, "nccl", ["8B"])
+    df = result.dataframe()
+    assert list(df.columns[-5:]) == ["runs", "time_p50_us", "time_p99_us", "time_min_us", "time_max_us"]
+    record = result.records[0]
+    assert (df.loc[0, "runs"], df.loc[0, "time_p99_us"]) == (5, record.time_p99_us)  # type: ignore[attr-defined]
+    assert "runs" not in Simulator.from_source("hgx-h100").run("nccl", ["8B"]).dataframe().columns

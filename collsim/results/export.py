@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from collsim.results.compare import AlgorithmComparison, Comparison, Explanation
 from collsim.results.records import FLAT_FIELDS, Record
+from collsim.results.repeat import REPEAT_FIELDS, RepeatedRecord
 
 if TYPE_CHECKING:
     import pandas
@@ -145,11 +146,13 @@ def _flat_rows(records: Sequence[Record]) -> tuple[list[str], list[dict[str, Any
     for r in records:
         for key in r.breakdown:
             categories.setdefault(key, None)
-    columns = [*FLAT_FIELDS, *(f"breakdown_{c}" for c in categories)]
+    # repeated runs' statistics (RepeatedRecord: --repeat's CSV columns) after the flat fields
+    stats = [*REPEAT_FIELDS] if any(isinstance(r, RepeatedRecord) for r in records) else []
+    columns = [*FLAT_FIELDS, *stats, *(f"breakdown_{c}" for c in categories)]
     rows: list[dict[str, Any]] = []
     for r in records:
         d = r.to_dict()
-        row = {name: d[name] for name in FLAT_FIELDS}
+        row = {name: d.get(name) for name in (*FLAT_FIELDS, *stats)}
         for c in categories:
             row[f"breakdown_{c}"] = r.breakdown.get(c)
         rows.append(row)
@@ -190,7 +193,8 @@ def records_to_csv(records: Sequence[Record]) -> str:
 
 
 def records_to_dataframe(records: Sequence[Record]) -> pandas.DataFrame:
-    """Return one DataFrame row per record (in order), with the columns of :func:`records_to_csv`.
+    """Return one DataFrame row per record (in order), with the columns of :func:`records_to_csv` (and, for
+    repeated runs' records, :data:`~collsim.results.repeat.REPEAT_FIELDS` after the flat fields).
 
     Missing breakdown categories (seconds) and unknown ``channels`` are NaN/None. pandas is imported here, so the
     rest of this package works without it.
