@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from functools import cache
+from typing import Any
 
 import pytest
 import yaml
@@ -60,11 +61,17 @@ def test_allreduce_symmetry_on_equals_off(algorithm: str, size: int) -> None:
     assert on.algorithm == algorithm
 
 
+def _opts_for(collective: str, **kwargs: Any) -> GlooOptions:
+    """Gloo's options for ``collective`` on hgx(): CPU tensors for sendrecv (refused on CUDA tensors)."""
+    return GlooOptions(device="cpu", **kwargs) if collective == "sendrecv" else GlooOptions(**kwargs)
+
+
 @pytest.mark.parametrize("size", [MiB, 64 * MiB])
 @pytest.mark.parametrize("collective", COLLECTIVES)
 def test_collective_symmetry_on_equals_off(collective: str, size: int) -> None:
-    on = simulate_gloo(hgx(), GlooOptions(), consts(), size, collective=collective)
-    off = simulate_gloo(hgx(), GlooOptions(), consts(), size, collective=collective, symmetry=False)
+    opts = _opts_for(collective)
+    on = simulate_gloo(hgx(), opts, consts(), size, collective=collective)
+    off = simulate_gloo(hgx(), opts, consts(), size, collective=collective, symmetry=False)
     assert on.time_s == pytest.approx(off.time_s, rel=1e-9)
     assert on.collective == collective
 
@@ -73,7 +80,8 @@ def test_collective_symmetry_on_equals_off(collective: str, size: int) -> None:
     ("collective", "algorithm"), [("allreduce", a) for a in ALGORITHMS] + [(c, "ring") for c in COLLECTIVES]
 )
 def test_breakdown_adds_up_to_the_time(collective: str, algorithm: str) -> None:
-    out = simulate_gloo(hgx(), GlooOptions(algorithm=algorithm), consts(), 16 * MiB, collective=collective, record=True)
+    out = simulate_gloo(hgx(), _opts_for(collective, algorithm=algorithm), consts(), 16 * MiB, collective=collective,
+                        record=True)  # fmt: skip
     assert sum(out.breakdown.values()) == pytest.approx(out.time_s, rel=1e-9)
     assert out.breakdown.get("TCP over loopback", 0.0) > 0
     if collective not in ("broadcast", "sendrecv"):  # a broadcast's or sendrecv's last rank only receives
@@ -96,20 +104,23 @@ def test_staging_copies_the_bytes_each_rank_holds() -> None:
     assert ag["3"] == {"D2H": size / 8, "H2D": size}
     rs = staged("reduce_scatter")  # reduce_scatter_tensor all-reduces a clone of the whole input: all down, all back
     assert rs["3"] == {"D2H": size, "H2D": size}
+    # ProcessGroupGloo's AsyncBroadcastCUDAWork copies the root's tensor out and every rank's back, the root's too;
+    # AsyncReduceCUDAWork every rank's out and back (the root had the copy back alone)
     bc = staged("broadcast")
-    assert bc["0"] == {"D2H": size} and bc["5"] == {"H2D": size}
+    assert bc["0"] == {"D2H": size, "H2D": size} and bc["5"] == {"H2D": size}
     rd = staged("reduce")
-    assert rd["0"] == {"D2H": size, "H2D": size} and rd["5"] == {"D2H": size}
-    sr = staged("sendrecv")
-    assert sr == {"0": {"D2H": size}, "1": {"H2D": size}}
+    assert rd["0"] == {"D2H": size, "H2D": size} == rd["5"]
+    # send/recv hand Gloo the tensor's own memory: on CUDA tensors over TCP, refused
+    with pytest.raises(BackendError, match="gloo runs send/recv on CPU tensors only"):
+        staged("sendrecv")
 
 
 def test_a_staging_copy_alone_runs_at_the_links_dma_rate() -> None:
-    # broadcast: only the root copies down, only the others copy back; HGX H100's GPUs sit on PCIe Gen5 x16 links,
+    # broadcast: only the root copies down, every rank copies back; HGX H100's GPUs sit on PCIe Gen5 x16 links,
     # whose copy engines move 0.8727 x 63.015 GB/s (links.yaml pcie5 dma_efficiency, the H200 probe), not NCCL's 48
     size = 64 * MiB
     out = simulate_gloo(hgx(), GlooOptions(), consts(), size, collective="broadcast", record=True, symmetry=False)
-    copies = [r for r in out.records if r.tag in (D2H_TAG, H2D_TAG) and str(r.owner.rank) in ("0", "5")]
+    copies = [r for r in out.records if (r.tag, str(r.owner.rank)) in ((D2H_TAG, "0"), (H2D_TAG, "5"))]
     assert len(copies) == 2
     pcie5 = 32e9 * 16 * 128 / 130 / 8  # bytes/s: 32 GT/s x 16 lanes, 128b/130b encoding, 8 bits per byte
     for r in copies:
@@ -290,8 +301,8 @@ def test_unknown_collective_and_algorithm_name_the_valid_ones() -> None:
 
 def test_gloo_is_slower_with_more_data_for_every_collective() -> None:
     for coll in ["allreduce", *COLLECTIVES]:
-        small = simulate_gloo(hgx(), GlooOptions(), consts(), MiB, collective=coll).time_s
-        big = simulate_gloo(hgx(), GlooOptions(), consts(), 16 * MiB, collective=coll).time_s
+        small = simulate_gloo(hgx(), _opts_for(coll), consts(), MiB, collective=coll).time_s
+        big = simulate_gloo(hgx(), _opts_for(coll), consts(), 16 * MiB, collective=coll).time_s
         assert 0 < small < big, coll
 
 
@@ -385,7 +396,7 @@ def test_one_collective_never_waits_for_a_thread() -> None:
 @pytest.mark.parametrize("collective", ["allreduce", "broadcast", "reduce", "sendrecv"])
 def test_concurrent_collectives_symmetry_on_equals_off(collective: str) -> None:
     sizes = [MiB, 8 * MiB, 2 * MiB]
-    opts = GlooOptions(threads=2)
+    opts = _opts_for(collective, threads=2)
     on = simulate_gloo_many(hgx(), opts, consts(), sizes, collective=collective, record=True)
     off = simulate_gloo_many(hgx(), opts, consts(), sizes, collective=collective, symmetry=False)
     assert on.time_s == pytest.approx(off.time_s, rel=1e-9)

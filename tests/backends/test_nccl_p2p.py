@@ -117,8 +117,8 @@ def test_published_p2p_runs_stay_within_their_error() -> None:
 
 def test_workload_peers_make_sendrecv_one_send() -> None:
     # unset: NCCL as nccl-tests (every rank to the next), Gloo rank 0 to 1; set: one send from the first to the second
-    def sim(*peers: str) -> Simulator:
-        return _sim("2node-h100-ib", "workload.collective=sendrecv", *peers)
+    def sim(*peers: str) -> Simulator:  # Gloo on CPU tensors (its send/recv on CUDA tensors is refused)
+        return _sim("2node-h100-ib", "workload.collective=sendrecv", "backends.gloo.device=cpu", *peers)
 
     ring, one, cross = sim(), sim("workload.peers=[0, 1]"), sim("workload.peers=[0, 8]")
     t = {k: s.simulate_one("nccl", 256 * MiB).time_s for k, s in (("ring", ring), ("one", one), ("cross", cross))}

@@ -179,6 +179,13 @@ def _check(topo: Topology, opts: GlooOptions, collective: str) -> list[str]:
         _check_ibverbs(topo, opts, ranks)
     if collective == "sendrecv" and len(ranks) < 2:
         raise BackendError("gloo sendrecv needs at least 2 ranks")
+    if collective == "sendrecv" and opts.device == "cuda" and opts.transport == "tcp":
+        # ProcessGroupGloo::send/recv give Gloo the tensor's own memory (no CUDA work stages it through the host,
+        # as the collectives' do: ProcessGroupGloo.cpp, torch 2.13); torch's backend table: gloo send/recv GPU no
+        raise BackendError("gloo runs send/recv on CPU tensors only: ProcessGroupGloo's send and recv hand the "
+                           "tensor's memory to Gloo's TCP transport without a copy through the host, which no socket "
+                           "reads from a GPU (torch.distributed's backend table: gloo send/recv on GPU, no); set "
+                           "backends.gloo.device: cpu, or run NCCL alone (--backend nccl)")  # fmt: skip
     return ranks
 
 

@@ -36,9 +36,12 @@ _STAGING: dict[str, tuple[str, str]] = {
     "reduce_scatter": ("all", "all"),
     "allgather": ("slice", "all"),  # nbytes is the whole output: each rank contributes nbytes/n
     "alltoall": ("all", "all"),
-    "broadcast": ("root", "nonroot"),
-    "reduce": ("all", "root"),
-    "sendrecv": ("sender", "receiver"),
+    # ProcessGroupGloo.cpp (torch 2.13): AsyncBroadcastCUDAWork copies the root's tensor out, then every rank's
+    # back (the root's too: run() has no root test); AsyncReduceCUDAWork copies every rank's out and back
+    "broadcast": ("root", "all"),
+    "reduce": ("all", "all"),
+    # send/recv on CUDA tensors over TCP is refused (paths._check): ProcessGroupGloo stages nothing for them
+    "sendrecv": ("none", "none"),
 }
 
 
@@ -47,10 +50,8 @@ def _staged_bytes(kind: str, rank: int, n: int, nbytes: float) -> float:
     return {
         "all": nbytes,
         "slice": nbytes / n,
-        "root": nbytes if rank == 0 else 0.0,
-        "nonroot": nbytes if rank != 0 else 0.0,
-        "sender": nbytes if rank == 0 else 0.0,
-        "receiver": nbytes if rank == 1 else 0.0,
+        "root": nbytes if rank == 0 else 0.0,  # the ranks are numbered from the root (simulate: Gloo's order)
+        "none": 0.0,
     }[kind]
 
 
