@@ -164,7 +164,9 @@ def test_import_torch_trace_writes_typed_measurements_and_scenarios(
     text = capsys.readouterr().out
     assert "# PyTorch profiler: 4 files from 2 hosts, 1 communicator, 16 records" in text
     assert "allreduce bfloat16" in text and "_allgather_base bfloat16" in text
-    assert "rank 2 (node1) started last in 3 of 3 calls" in text
+    # rank 2 starts last in all 3 calls, but one of 4 ranks does so by chance 1 time in 16: not named (the
+    # Inspector's tests name a rank held back over more calls)
+    assert "started last" not in text
     scenario = (out / "default_pg-0-allreduce-bfloat16.yaml").read_text()
     assert "dtype: bfloat16" in scenario and "version: 2.27.5" in scenario and "visible_gpus: [0, 1]" in scenario
     assert main(["validate", str(out / "default_pg-0-allreduce-bfloat16.yaml"),
