@@ -222,6 +222,8 @@ def to_measurement(
     software.setdefault("benchmark", "collsim bench")
     software["timing"] = out.config.timing
     software["warmup"] = out.config.warmup
+    if out.config.collective in ("broadcast", "reduce"):
+        software["root"] = out.config.root  # as nccl-tests' root column gives it (validate notes another)
     return Measurement(
         collective=out.config.collective,
         nranks=out.nranks,

@@ -496,7 +496,8 @@ def _scenario_notes(
              device_note(m, backend, device),
              gpu_note(m, sim.scenario.preset_library(), gpus),
              *call_notes(m, out, workload.dtype, workload.host_overhead),
-             *workload_notes(m, workload.collective, workload.gpus_per_process), *sim.profile_notes]  # fmt: skip
+             *workload_notes(m, workload.collective, workload.gpus_per_process, workload.op, workload.root),
+             *sim.profile_notes]  # fmt: skip
     if sim.profile is not None:  # a profile's parameters of the other backend change nothing measured here
         other = "gloo" if backend == "nccl" else "nccl"
         idle = [k for k in sim.profile.parameters if k.startswith(f"{other}.")]
@@ -657,10 +658,17 @@ def gpu_note(m: Measurement, presets: Any, scenario_gpus: Collection[str]) -> st
     return f"the run's GPUs are {', '.join(other)}, the scenario's {', '.join(sorted(scenario_gpus))}"
 
 
-def workload_notes(m: Measurement, collective: str | Sequence[str], gpus_per_process: int) -> list[str]:
+def workload_notes(
+    m: Measurement,
+    collective: str | Sequence[str],
+    gpus_per_process: int,
+    op: str | None = None,
+    root: int | None = None,
+) -> list[str]:
     """Notes where the measurement ran another collective than the scenario's ``workload.collective`` (the
-    measurement's is simulated), spread its ranks unevenly over its hosts (``hardware.ranks_per_host``), or drove
-    another number of GPUs a process (nccl-tests' ``-g``,
+    measurement's is simulated), spread its ranks unevenly over its hosts (``hardware.ranks_per_host``), reduced
+    with another operator than ``op`` or rooted at another rank than ``root`` (``software.op``, ``software.root``:
+    nccl-tests' columns, ``collsim bench --root``), or drove another number of GPUs a process (nccl-tests' ``-g``,
     ``software.gpus_per_process``) than ``workload.gpus_per_process``, whose serial launches are in the times.
 
     >>> m = Measurement("allgather", software={"gpus_per_process": 8})
@@ -677,6 +685,15 @@ def workload_notes(m: Measurement, collective: str | Sequence[str], gpus_per_pro
         shown = ", ".join(f"{h} {n}" for h, n in zip(hosts, per_host, strict=False))
         notes.append(f"the run's hosts ran different numbers of ranks ({shown}); the scenario runs as many on every "
                      "node")  # fmt: skip
+    run_op, run_root = m.software.get("op"), m.software.get("root")
+    reducing = m.collective in ("allreduce", "reduce_scatter", "reduce")
+    if op is not None and isinstance(run_op, str) and run_op.lower() != op and reducing:
+        notes.append(f"the run's operator is {run_op}, the scenario's workload.op {op} (what NVLS and Gloo's "
+                     f"reductions can run depends on it: --set workload.op={run_op.lower()})")  # fmt: skip
+    if (root is not None and isinstance(run_root, int) and not isinstance(run_root, bool) and run_root != root
+            and m.collective in ("broadcast", "reduce")):  # fmt: skip
+        notes.append(f"the run's root is rank {run_root}, the scenario's workload.root {root} (--set "
+                     f"workload.root={run_root})")  # fmt: skip
     ran = m.software.get("gpus_per_process")
     if isinstance(ran, int) and not isinstance(ran, bool) and ran != gpus_per_process:
         notes.append(f"the run drove {ran} GPUs a process (nccl-tests -g {ran}), the scenario's "
@@ -686,14 +703,15 @@ def workload_notes(m: Measurement, collective: str | Sequence[str], gpus_per_pro
 
 
 def dtype_note(m: Measurement, dtype: str) -> str | None:
-    """A note when an nccl-tests measurement ran another element type than the scenario's ``workload.dtype``
-    (nccl-tests' ``-d``): a reduction's speed and NCCL's LL128 and NVLS rules depend on it. None when they agree
-    or the file is not nccl-tests'.
+    """A note when an nccl-tests or ``collsim bench`` measurement ran another element type than the scenario's
+    ``workload.dtype`` (nccl-tests' ``-d``, bench's ``--dtype``): a reduction's speed and NCCL's LL128 and NVLS rules
+    depend on it. None when they agree or the file is neither (others may not record their type).
 
     >>> dtype_note(Measurement("allreduce", dtype="bfloat16", software={"benchmark": "NVIDIA/nccl-tests"}), "float32")
     "the run's type is bfloat16, the scenario's workload.dtype float32"
     """
-    if not str(m.software.get("benchmark", "")).lower().startswith("nvidia/nccl-tests") or m.dtype == dtype:
+    bench = str(m.software.get("benchmark", "")).lower()
+    if not bench.startswith(("nvidia/nccl-tests", "collsim bench")) or m.dtype == dtype:
         return None
     return f"the run's type is {m.dtype}, the scenario's workload.dtype {dtype}"
 

@@ -175,6 +175,9 @@ def test_records_carry_root_for_rooted_collectives() -> None:
     out.config = BenchConfig(collective="broadcast", sizes=(1024, 4096), iters=4, nprocs=2, root=1)
     assert [r.root for r in to_records(out)] == [1, 1]
     assert [r.redop for r in to_records(out)] == ["none", "none"]
+    assert to_measurement(out).software["root"] == 1  # validate notes a scenario rooted elsewhere
+    out.config = BenchConfig(collective="allreduce", sizes=(1024, 4096), iters=4, nprocs=2)
+    assert "root" not in to_measurement(out).software
 
 
 def test_metadata_helpers() -> None:

@@ -476,3 +476,23 @@ def test_validate_notes_a_run_on_other_gpus(tmp_path: Path) -> None:
     assert "the run's GPUs are NVIDIA B200 (b200-sxm-180gb), the scenario's h100-sxm5-80gb" in validate(h100, m).notes
     b200 = Simulator(load_scenario(SCENARIOS / "hgx-h100.yaml", overrides=["cluster.node=hgx-b200"]))
     assert not any("the run's GPUs" in n for n in validate(b200, m).notes)
+
+
+def test_validate_notes_another_root_operator_and_type(tmp_path: Path) -> None:
+    """A reduce_perf run with -o max -r 1 against a scenario of sum at root 0: both noted (they went unsaid); the
+    type too for a collsim bench file, as for nccl-tests'."""
+    path = tmp_path / "reduce.txt"
+    path.write_text("# Collective test starting: reduce_perf\n"
+                    "  1048576  262144  float  max  1  40.0  26.2  26.2  0  39.0  26.9  26.9  0\n")  # fmt: skip
+    m = read_measurement(path, nranks=8)
+    assert (m.software["op"], m.software["root"]) == ("max", 1)
+    notes = validate(Simulator(load_scenario(SCENARIOS / "hgx-h100.yaml", overrides=["workload.collective=reduce"])),
+                     m).notes  # fmt: skip
+    assert any(n.startswith("the run's operator is max, the scenario's workload.op sum") for n in notes)
+    assert any(n.startswith("the run's root is rank 1, the scenario's workload.root 0") for n in notes)
+    same = load_scenario(SCENARIOS / "hgx-h100.yaml",
+                         overrides=["workload.collective=reduce", "workload.op=max", "workload.root=1"])  # fmt: skip
+    assert not any("the run's root" in n or "the run's operator" in n for n in validate(Simulator(same), m).notes)
+    bench = Measurement("allreduce", 8, m.rows, backend="nccl", dtype="float16",
+                        software={"benchmark": "collsim bench"})  # fmt: skip
+    assert dtype_note(bench, "float32") == "the run's type is float16, the scenario's workload.dtype float32"
