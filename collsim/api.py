@@ -90,7 +90,15 @@ from collsim.training.fsdp import FsdpConfig, check_checkpoint_blocks, reduces_w
 from collsim.training.memory import model_state_bytes, state_buffers
 from collsim.training.model import layer_blocks
 from collsim.units import DTYPE_SIZES, UnitError, format_size, parse_size, parse_size_range
-from collsim.vocab import BACKENDS, GLOO_ALGORITHMS, REDUCE_OPS, REDUCING_COLLECTIVES, ROOTED_COLLECTIVES
+from collsim.vocab import (
+    BACKENDS,
+    GLOO_ALGORITHMS,
+    GLOO_ALLREDUCE_COLLECTIVES,
+    GLOO_COLLECTIVE_ALGORITHM,
+    REDUCE_OPS,
+    REDUCING_COLLECTIVES,
+    ROOTED_COLLECTIVES,
+)
 
 __all__ = [
     "BACKENDS",
@@ -1842,8 +1850,9 @@ class Simulator:
             return {a: {"choice": (a, p)} for a, (_t, p) in best.items()}, pick_a
         if backend == "gloo":
             default = self.gloo_options.algorithm
-            if collective != "allreduce":
-                return {default: {}}, default
+            if collective not in GLOO_ALLREDUCE_COLLECTIVES:  # one algorithm, named as run names it
+                fixed = GLOO_COLLECTIVE_ALGORITHM.get(collective, default)
+                return {fixed: {}}, fixed
             return {a: {"gloo_algorithm": a} for a in GLOO_ALGORITHMS}, default
         raise ScenarioError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}", field="backend")
 

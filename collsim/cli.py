@@ -544,7 +544,7 @@ def _nccl_notes(sim: Simulator) -> list[str]:
     return out
 
 
-def _compare_algorithms(args: argparse.Namespace, sim: Simulator, note: str) -> int:
+def _compare_algorithms(args: argparse.Namespace, sim: Simulator, note: str, command: str = "compare") -> int:
     """``compare`` (and ``explain`` without NCCL) with one backend enabled: its algorithms against each other."""
     if not sim.backends():
         raise ScenarioError(
@@ -570,7 +570,7 @@ def _compare_algorithms(args: argparse.Namespace, sim: Simulator, note: str) -> 
     else:
         text = format_algorithm_comparison(
             rows, name=sim.scenario.name, collectives=sim.scenario.collectives(), dtype=sim.scenario.workload.dtype,
-            note=note,
+            note=note, command=command,
         )  # fmt: skip
         if healthy:
             text += "\n" + format_algorithm_perturbation(rows, healthy, sim.perturbations())
@@ -582,7 +582,8 @@ def _one_backend_note(sim: Simulator) -> str:
     off = [b for b in BACKENDS if b not in sim.backends()]
     why = f"{' and '.join(off)} disabled" + ("; the cluster has no GPUs" if not sim.topology.gpus() else "")
     if sim.backends() == ["gloo"]:
-        return f"{why}. Gloo: PyTorch's ProcessGroupGloo always runs ring; the others are Gloo's own algorithms"
+        return (f"{why}. Gloo: for allreduce (and reduce_scatter, an allreduce of a clone) PyTorch's "
+                "ProcessGroupGloo runs ring, the others are Gloo's own algorithms; every other collective runs one")
     return f"{why}. NCCL: each algorithm with the protocol its cost model prices fastest; * = what NCCL picks"
 
 
@@ -627,7 +628,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     nccl_log = _read_nccl_log(sim, args.nccl_log) if args.nccl_log else None  # a bad log fails before simulating
     if "nccl" not in sim.backends() and sim.backends():  # no cost model to explain: Gloo's algorithms, simulated
         note = _one_backend_note(sim) + "; Gloo has no cost model: every algorithm is simulated"
-        return _compare_algorithms(args, sim, note)
+        return _compare_algorithms(args, sim, note, "explain")
     prog = _Progress(args.quiet)
     if args.dask:
         from collsim.sweep.execute import DaskMissing, make_executor

@@ -136,6 +136,18 @@ BREAKDOWN_CATEGORIES: tuple[str, ...] = (
 
 #: Gloo's allreduce algorithms (``gloo/allreduce*.h``).
 GLOO_ALGORITHMS: tuple[str, ...] = ("ring", "ring_chunked", "halving_doubling", "bcube")
+#: Collectives that run an allreduce algorithm (PyTorch's reduce_scatter_tensor on Gloo all-reduces a clone).
+GLOO_ALLREDUCE_COLLECTIVES: frozenset[str] = frozenset({"allreduce", "reduce_scatter"})
+#: The one algorithm Gloo (as ProcessGroupGloo calls it) runs for each other collective, whatever
+#: ``backends.gloo.algorithm`` says (``gloo/allgather.cc``, ``broadcast.cc``, ``reduce.cc``, ``alltoall.cc``;
+#: send/recv is one message).
+GLOO_COLLECTIVE_ALGORITHM: dict[str, str] = {
+    "allgather": "ring",
+    "broadcast": "binomial",
+    "reduce": "ring+gather",
+    "alltoall": "direct",
+    "sendrecv": "p2p",
+}
 #: Gloo's transports.
 GLOO_TRANSPORTS: tuple[str, ...] = ("tcp", "ibverbs")
 

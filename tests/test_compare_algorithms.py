@@ -14,6 +14,8 @@ from collsim.cli import main
 from collsim.scenario import ScenarioError
 from collsim.vocab import GLOO_ALGORITHMS
 
+MIB = 2**20
+
 MiB = 2**20
 
 
@@ -78,7 +80,7 @@ def test_compare_algorithms_needs_one_backend() -> None:
 def test_cli_table_csv_and_explain_without_nccl(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["compare", "loopback-gloo-cpu", "--sizes", "1KiB,1MiB", "--quiet"]) == 0
     out = capsys.readouterr().out
-    assert "gloo algorithms against each other" in out and "ProcessGroupGloo always runs ring" in out
+    assert "gloo algorithms against each other" in out and "ProcessGroupGloo runs ring" in out
     assert all(a in out for a in GLOO_ALGORITHMS) and "*" in out
     assert main(["compare", "loopback-gloo-cpu", "--sizes", "1MiB", "--format", "csv", "--quiet"]) == 0
     rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
@@ -87,6 +89,8 @@ def test_cli_table_csv_and_explain_without_nccl(capsys: pytest.CaptureFixture[st
     assert main(["explain", "loopback-gloo-cpu", "--sizes", "1MiB", "--format", "json", "--quiet"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["backend"] == "gloo" and list(doc["algorithms"][0]["variants"]) == list(GLOO_ALGORITHMS)
+    assert main(["explain", "loopback-gloo-cpu", "--sizes", "1MiB", "--quiet"]) == 0
+    assert capsys.readouterr().out.startswith("# collsim explain: loopback-gloo-cpu")  # it said compare
 
 
 def test_wide_cells_never_run_into_each_other(capsys: pytest.CaptureFixture[str]) -> None:
@@ -105,3 +109,20 @@ def test_other_collectives_have_one_gloo_variant() -> None:
     sim = Simulator.from_source("loopback-gloo-cpu", ["workload.collective=allgather"])
     (row,) = sim.compare_algorithms(sizes=[MiB])[0]
     assert list(row.records) == ["ring"] and row.best == row.default == "ring"
+
+
+def test_gloo_variants_are_named_as_run_names_them() -> None:
+    """compare with NCCL off labelled a broadcast 'ring' (it runs binomial) and gave reduce_scatter, which runs an
+    allreduce algorithm, one column; a non-default allreduce algorithm for an all-gather is noted, not ignored."""
+    sim = Simulator.from_source("hgx-h100", ["backends.nccl.enabled=false"])
+    assert sim.algorithm_variants("gloo", "broadcast", MIB) == ({"binomial": {}}, "binomial")
+    assert sim.algorithm_variants("gloo", "alltoall", MIB)[1] == "direct"
+    variants, default = sim.algorithm_variants("gloo", "reduce_scatter", MIB)
+    assert list(variants) == ["ring", "ring_chunked", "halving_doubling", "bcube"] and default == "ring"
+    ran = sim.simulate_one("gloo", MIB, collective="broadcast")
+    assert ran.algorithm == "binomial"
+    bcube = Simulator.from_source("hgx-h100", ["backends.gloo.algorithm=bcube"])
+    notes = bcube.simulate_one("gloo", MIB, collective="allgather").notes
+    assert "backends.gloo.algorithm bcube is an allreduce algorithm (allreduce and reduce_scatter); Gloo runs " \
+           "allgather with ring" in notes
+    assert not any("allreduce algorithm" in n for n in sim.simulate_one("gloo", MIB, collective="allgather").notes)

@@ -41,7 +41,7 @@ from collsim.algorithms.ring import (
     gloo_ring_segments,
     merge_segments,
 )
-from collsim.vocab import COLLECTIVES, GLOO_ALGORITHMS
+from collsim.vocab import COLLECTIVES, GLOO_ALGORITHMS, GLOO_COLLECTIVE_ALGORITHM
 
 __all__ = [
     "GlooParams",
@@ -491,7 +491,7 @@ def _allgather(n: int, nbytes: float) -> GlooSchedule:
             yield ctx.wait(me - 1, ("ag", i))
         yield ctx.copy(nbytes)  # ProcessGroupGloo: the flat output into the output tensors
 
-    return _same_role("allgather/ring", n, _ring_peers(n), body,
+    return _same_role(f"allgather/{GLOO_COLLECTIVE_ALGORITHM['allgather']}", n, _ring_peers(n), body,
                       (f"{ops} half chunks", "then ProcessGroupGloo copies the flat output into the output tensors"))
 
 
@@ -556,7 +556,8 @@ def _broadcast(n: int, nbytes: float) -> GlooSchedule:
         yield from done
 
     return GlooSchedule(
-        "broadcast/binomial", n, peers, roles, body if n > 1 else _nothing, (f"binomial tree, {dim} rounds",)
+        f"broadcast/{GLOO_COLLECTIVE_ALGORITHM['broadcast']}", n, peers, roles, body if n > 1 else _nothing,
+        (f"binomial tree, {dim} rounds",),
     )
 
 
@@ -605,7 +606,7 @@ def _reduce(n: int, nbytes: float, params: GlooParams) -> GlooSchedule:
             yield arr
 
     return GlooSchedule(
-        "reduce/ring+gather",
+        f"reduce/{GLOO_COLLECTIVE_ALGORITHM['reduce']}",
         n,
         peers,
         {r: r == 0 for r in range(n)},
@@ -637,7 +638,7 @@ def _alltoall(n: int, nbytes: float) -> GlooSchedule:
         yield from done
 
     peers = {r: {f"a2a{i}": (r + i) % n for i in range(1, n)} for r in range(n)}
-    return _same_role("alltoall/direct", n, peers, body, (f"{n - 1} sends",))
+    return _same_role(f"alltoall/{GLOO_COLLECTIVE_ALGORITHM['alltoall']}", n, peers, body, (f"{n - 1} sends",))
 
 
 def _sendrecv(n: int, nbytes: float, src: int = 0, dst: int = 1) -> GlooSchedule:
@@ -663,7 +664,8 @@ def _sendrecv(n: int, nbytes: float, src: int = 0, dst: int = 1) -> GlooSchedule
     peers = {r: ({"peer": dst} if r == src else {}) for r in range(n)}
     roles: dict[int, Hashable] = {r: 0 if r == src else (1 if r == dst else 2) for r in range(n)}
     idle = frozenset(range(n)) - {src, dst}
-    return GlooSchedule("sendrecv/p2p", n, peers, roles, body, (f"rank {src} -> rank {dst}",), idle)
+    name = f"sendrecv/{GLOO_COLLECTIVE_ALGORITHM['sendrecv']}"
+    return GlooSchedule(name, n, peers, roles, body, (f"rank {src} -> rank {dst}",), idle)
 
 
 #: Collectives whose Gloo function returns before any message for 0 elements, and the function (gloo/allreduce.cc

@@ -429,7 +429,13 @@ def format_explanation(
 
 
 def format_algorithm_comparison(
-    rows: Sequence[AlgorithmComparison], *, name: str, collectives: Sequence[str], dtype: str, note: str = ""
+    rows: Sequence[AlgorithmComparison],
+    *,
+    name: str,
+    collectives: Sequence[str],
+    dtype: str,
+    note: str = "",
+    command: str = "compare",
 ) -> str:
     """``collsim compare``'s table when one backend is enabled: per size each variant's time (us, with NCCL's
     protocol) and busbw (GB/s), ``*`` on the backend's default and ``+`` on the fastest, then the fastest against
@@ -447,6 +453,8 @@ def format_algorithm_comparison(
         Element type.
     note : str
         One more header line (why only one backend, what the default means).
+    command : str
+        The command the header names (``explain`` prints this table where NCCL is off).
     """
     backend = rows[0].backend if rows else ""
     n = next(iter(rows[0].records.values())).nranks if rows and rows[0].records else 0
@@ -472,7 +480,7 @@ def format_algorithm_comparison(
     # a column is at least one space wider than its widest cell (six-digit times with Gloo's protocol are 19 wide)
     col = max([18, *(len(v) + 2 for v in variants), *(len(t) + 1 for row in texts for t in row)])
     lines = [
-        f"# collsim compare: {name} ({n} ranks, {', '.join(collectives)} {dtype}), {backend} algorithms against each "
+        f"# collsim {command}: {name} ({n} ranks, {', '.join(collectives)} {dtype}), {backend} algorithms against each "
         "other; time in us (busbw GB/s); * = the default, + = the fastest",
         *([f"# {note}"] if note else []),
         f"# {'size':>{width}} " + "".join(f"{v:>{col}}" for v in variants) + f" {'fastest vs default':>19}",

@@ -22,7 +22,14 @@ from collsim.backends.gloo.tags import (
 )
 from collsim.engine import Tag
 from collsim.topology import Device, Topology, TopologyError, path_class_rank
-from collsim.vocab import COLLECTIVES, GLOO_ALGORITHMS, GLOO_TRANSPORTS, TENSOR_DEVICES
+from collsim.vocab import (
+    COLLECTIVES,
+    GLOO_ALGORITHMS,
+    GLOO_ALLREDUCE_COLLECTIVES,
+    GLOO_COLLECTIVE_ALGORITHM,
+    GLOO_TRANSPORTS,
+    TENSOR_DEVICES,
+)
 
 
 def _tcp_path(
@@ -221,10 +228,15 @@ def _bcube_base(topo: Topology, ranks: list[str], default: int) -> int:
 
 def _algorithm(opts: GlooOptions, collective: str) -> tuple[str, list[str]]:
     """The allreduce algorithm Gloo runs, and a note when it is not the one asked for: with ibverbs, CUDA tensors
-    run Gloo's GPU ring (``CudaAllreduceRingChunked``); CPU tensors run the same host ring as over TCP."""
+    run Gloo's GPU ring (``CudaAllreduceRingChunked``); CPU tensors run the same host ring as over TCP. A collective
+    that runs no allreduce algorithm notes one asked for other than the default."""
     gpu_ring = opts.transport == "ibverbs" and opts.device == "cuda"
-    if collective in ("allreduce", "reduce_scatter") and gpu_ring and opts.algorithm == "ring":
+    if collective in GLOO_ALLREDUCE_COLLECTIVES and gpu_ring and opts.algorithm == "ring":
         return "ring_chunked", ["ibverbs: CudaAllreduceRingChunked (Gloo's GPU ring) instead of PyTorch's host ring"]
+    if collective not in GLOO_ALLREDUCE_COLLECTIVES and opts.algorithm != "ring":  # the default says nothing
+        fixed = GLOO_COLLECTIVE_ALGORITHM.get(collective, "its own")
+        return opts.algorithm, [f"backends.gloo.algorithm {opts.algorithm} is an allreduce algorithm (allreduce and "
+                                f"reduce_scatter); Gloo runs {collective} with {fixed}"]  # fmt: skip
     return opts.algorithm, []
 
 
