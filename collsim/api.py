@@ -92,12 +92,14 @@ from collsim.training.model import layer_blocks
 from collsim.units import DTYPE_SIZES, UnitError, format_size, parse_size, parse_size_range
 from collsim.vocab import (
     BACKENDS,
+    COLLECTIVES,
     GLOO_ALGORITHMS,
     GLOO_ALLREDUCE_COLLECTIVES,
     GLOO_COLLECTIVE_ALGORITHM,
     REDUCE_OPS,
     REDUCING_COLLECTIVES,
     ROOTED_COLLECTIVES,
+    canonical_collective,
 )
 
 __all__ = [
@@ -180,7 +182,7 @@ def _size_arg(size: Any, field: str = "size") -> int:
         raise ScenarioError(f"expected whole bytes or a size such as '1MiB', got {size!r}", field=field)
     if not float(size).is_integer() or size < 0:
         raise ScenarioError(f"expected whole bytes >= 0 or a size such as '1MiB', got {size!r}", field=field)
-    return int(float(size))
+    return int(size) if isinstance(size, numbers.Integral) else int(float(size))  # an int exactly, at any size
 
 
 def _sizes_arg(sizes: str | Sequence[Any] | None) -> list[int] | None:
@@ -769,7 +771,10 @@ class Simulator:
             reduce-scatter with ``ReduceOp.AVG``).
         """
         size = _size_arg(size)
-        coll = collective or self.scenario.collectives()[0]
+        try:  # nccl-tests' and PyTorch's spellings, as workload.collective takes them
+            coll = canonical_collective(collective, COLLECTIVES) if collective else self.scenario.collectives()[0]
+        except ValueError as exc:
+            raise ScenarioError(str(exc), field="collective") from None
         sym = self.scenario.engine.symmetry if symmetry is None else symmetry
         eng = self.scenario.engine
         label = f"{backend} {coll} {format_size(size)}"

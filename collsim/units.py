@@ -117,7 +117,8 @@ def parse_size(text: str | int | float) -> int:
         A number of bytes, or a number with a unit: ``B``; ``kB``/``KB``, ``MB``, ``GB``, ``TB``, ``PB`` (powers of
         1000); ``KiB``, ``MiB``, ``GiB``, ``TiB``, ``PiB`` (powers of 1024). A bare ``K``/``M``/``G``/``T`` is read
         as binary (``1M`` = 1 MiB) as nccl-tests' ``-b``/``-e`` flags do. A number without a unit is bytes (the one
-        default unit of sizes). The result is rounded to whole bytes.
+        default unit of sizes). The result must be whole bytes (``"1.5KiB"`` is 1536; ``"1.5"`` is an error), to
+        within a float's error; an integer, or whole bytes written out, is exact at any size.
 
     Returns
     -------
@@ -127,13 +128,19 @@ def parse_size(text: str | int | float) -> int:
     Raises
     ------
     UnitError
-        An unknown unit (the message lists :data:`SIZE_UNITS`), a negative or non-finite size.
+        An unknown unit (the message lists :data:`SIZE_UNITS`), a negative or non-finite size, a fraction of a
+        byte.
 
     Examples
     --------
     >>> parse_size("8B"), parse_size("64KiB"), parse_size("1MB"), parse_size("1M"), parse_size("1PiB") == 2**50
     (8, 65536, 1000000, 1048576, True)
     """
+    if isinstance(text, int) and not isinstance(text, bool) and text >= 0:
+        return text  # exact: a float would round sizes above 2**53
+    exact = _QTY.match(text) if isinstance(text, str) and len(text) <= 100 else None
+    if exact and re.fullmatch(r"\+?[0-9]+", exact.group(1)) and exact.group(2) in ("", "B"):
+        return int(exact.group(1))  # whole bytes written out: exact, whatever their size
     value, unit = _split(text, "size", SIZE_UNITS)
     if not unit or unit == "B":
         factor = 1.0
@@ -146,6 +153,8 @@ def parse_size(text: str | int | float) -> int:
     nbytes = value * factor
     if nbytes < 0 or not math.isfinite(nbytes):
         raise UnitError(f"size {text!r} must be a non-negative number of bytes")
+    if abs(nbytes - round(nbytes)) > 1e-6:  # beyond a float's error: a fraction of a byte nothing can move
+        raise UnitError(f"size {text!r} is {nbytes:.6g} B, not whole bytes")
     return round(nbytes)
 
 

@@ -491,3 +491,12 @@ def test_repeated_runs_dataframe_keeps_the_statistics() -> None:
     record = result.records[0]
     assert (df.loc[0, "runs"], df.loc[0, "time_p99_us"]) == (5, record.time_p99_us)  # type: ignore[attr-defined]
     assert "runs" not in Simulator.from_source("hgx-h100").run("nccl", ["8B"]).dataframe().columns
+
+
+def test_simulate_one_takes_the_collective_as_yaml_does() -> None:
+    """workload.collective takes nccl-tests' and PyTorch's spellings; simulate_one's argument refused them."""
+    sim = Simulator.from_source("hgx-h100")
+    assert sim.simulate_one("nccl", "1MiB", collective="all_reduce").collective == "allreduce"
+    assert sim.simulate_one("nccl", "1MiB", collective="AllGather").collective == "allgather"
+    with pytest.raises(ScenarioError, match="collective: unknown collective 'gather'"):
+        sim.simulate_one("nccl", "1MiB", collective="gather")

@@ -14,7 +14,7 @@ import pytest
 
 from collsim.cli import main
 from collsim.safeyaml import LIMITS, YamlInputError, load_yaml
-from collsim.scenario import apply_overrides, load_scenario
+from collsim.scenario import ScenarioError, apply_overrides, load_scenario
 from collsim.units import (
     BANDWIDTH_UNITS,
     SIZE_UNITS,
@@ -60,6 +60,22 @@ def test_a_duration_without_unit_is_refused_except_zero() -> None:
 def test_a_size_without_unit_is_bytes() -> None:
     assert parse_size("100") == 100 == parse_size(100)
     assert load_scenario("hgx-h100", ["workload.sizes=1e6"]).sizes() == [1_000_000]  # YAML 1.2: 1e6 is a number
+
+
+def test_a_size_is_whole_bytes_exactly() -> None:
+    """A fraction of a byte was rounded silently (1.5 -> 2, 2.5 -> 2) and an int above 2**53 went through a
+    float; fractions are refused, whole bytes kept exact, a unit's fraction that is whole bytes read."""
+    big = 2**53 + 1
+    assert parse_size(big) == big == parse_size(str(big)) and parse_size("1.5KiB") == 1536
+    assert parse_size("0.3KB") == 300  # 300.00000000000006 as a float: whole bytes to within its error
+    for bad in ("1.5", 2.5, "1.1MiB"):
+        with pytest.raises(UnitError, match="not whole bytes"):
+            parse_size(bad)
+    with pytest.raises(ScenarioError, match=r"workload\.sizes: size 1\.5 is 1\.5 B, not whole bytes"):
+        load_scenario("hgx-h100", ["workload.sizes=[1.5, 3.7]"])
+    from collsim.api import Simulator
+
+    assert Simulator.from_source("hgx-h100").simulate_one("nccl", 8).size_bytes == 8
 
 
 @pytest.mark.parametrize("unit", re.findall(r"\b(?:[kKMGTP]i?)?B\b", SIZE_UNITS))
