@@ -1537,6 +1537,10 @@ class _UnionFind:
             self.parent[max(a, b)] = min(a, b)
 
 
+#: A terminal's escape sequences (SGR colours and underlines, cursor moves): ESC [ parameters final byte.
+_ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+
+
 def _smi_header(lines: list[str], file: str | Path | None) -> tuple[int, list[str], list[str]]:
     """The matrix's header: its line index, the device labels and the affinity columns after them."""
     start = None
@@ -1657,7 +1661,9 @@ def _parse_smi(text: str, file: str | Path | None) -> _SmiMatrix:
     """Read ``nvidia-smi topo -m`` text: header, square and symmetric matrix of cells, affinity, NIC legend."""
     if len(text) > MAX_INPUT_CHARS:
         raise TopologyError(f"{len(text)} characters; at most {MAX_INPUT_CHARS} are read", file=file)
-    lines = text.splitlines()
+    # nvidia-smi underlines the header on a terminal (ESC[4m ... ESC[0m): a log of kubectl exec -t, script or tmux
+    # keeps the escapes, which are no cell of the matrix
+    lines = _ANSI_ESCAPE.sub("", text).splitlines()
     start, labels, columns = _smi_header(lines, file)
     ngpu = _smi_gpu_count(labels, file, f"line {start + 1}")
     n = len(labels)

@@ -341,6 +341,19 @@ def test_smi_direct_mesh_and_nvswitch_are_told_apart() -> None:
     assert topology_from_template(_import_smi("dgx-a100")).devices("nvswitch")
 
 
+def test_smi_text_captured_from_a_terminal_keeps_its_escapes() -> None:
+    """nvidia-smi underlines the header on a terminal; a kubectl exec -t or tmux log keeps ESC[4m ... ESC[0m, which
+    was 'no nvidia-smi topo -m matrix'. The escapes are no cells: the same template as without them."""
+    path = DATA / CASES["hgx-h100"][1]
+    gpu, nic, cpu = CASES["hgx-h100"][2]
+    lines = path.read_text().splitlines()
+    head = next(i for i, line in enumerate(lines) if line.split()[:1] == ["GPU0"])
+    lines[head] = "\x1b[4m" + lines[head] + "\x1b[0m"
+    lines[head + 1] = "\x1b[1;32m" + lines[head + 1]
+    shown = template_from_nvidia_smi("\n".join(lines), file=path, gpu=gpu, nic=nic, cpu=cpu)
+    assert shown == _import_smi("hgx-h100")
+
+
 def test_old_smi_format_without_nic_legend() -> None:
     """Drivers before the NIC legend name NIC columns by device (mlx5_0) and print SOC for SYS."""
     text = (
