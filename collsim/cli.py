@@ -1052,20 +1052,27 @@ def _import_calls(args: argparse.Namespace) -> int:
         folder = Path(args.output)
         if folder.exists() and not folder.is_dir():
             raise MeasurementError(f"is a file; import {args.kind} writes a folder of measurements", file=args.output)
-        folder.mkdir(exist_ok=True)
         node, presets = _scenario_paths(folder, args.node, args.import_presets) if args.node else ("", [])
+        # every communicator's scenario first: one the template cannot hold stops the import before any file is
+        # written (it left the measurements before it, without their scenarios)
+        todo = []
         for i, (group, m, _) in enumerate(entries):
             if m is None:
                 continue
             stem = call_file_stem(group, args.pool)
             path = folder / f"{stem}.json"
             m.file = str(path)
-            m.write(path)
-            written[i] = str(path)
+            imported = None
             if args.node:
                 params = _node_params_arg(args.node_params)
                 imported = scenario_from_measurement(m, node, gpu=args.gpu, name=stem, preset_files=presets,
                                                      base=folder, node_params=params)  # fmt: skip
+            todo.append((i, stem, path, m, imported))
+        folder.mkdir(exist_ok=True)
+        for i, stem, path, m, imported in todo:
+            m.write(path)
+            written[i] = str(path)
+            if imported is not None:
                 write_atomic(folder / f"{stem}.yaml", format_scenario(imported, path.name, f"{stem}.yaml",
                                                                      what=f"{log.kind} measurement",
                                                                      command=f"import {args.kind}"))  # fmt: skip

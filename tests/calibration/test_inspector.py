@@ -357,6 +357,19 @@ def test_import_inspector_writes_measurements_and_scenarios(tmp_path: Path, caps
     assert "--collective is not an option of import inspector" in capsys.readouterr().err
 
 
+def test_import_inspector_writes_nothing_when_a_scenario_cannot_be_made(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """8 ranks a host on a template of 4 GPUs: an error before any file is written (the measurement was left
+    behind without its scenario, the other communicators never reported)."""
+    _dump(tmp_path / "dump", [("AllReduce", sn, 1 << 26, [900.0] * 16) for sn in range(4)], nranks=16, per_host=8)
+    out = tmp_path / "out"
+    node = ["--node", "pcie-workstation", "--param", "gpus=4"]
+    assert main(["import", "inspector", str(tmp_path / "dump"), "-o", str(out), *node]) == 2
+    assert "8 ranks a host, but node template" in capsys.readouterr().err
+    assert not out.exists()
+
+
 def test_a_log_read_twice_counts_once_and_is_said(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """``gzip -k`` on one rank's log, or a copy of the dump below it, puts that rank's records in twice: each call
     still counts once (every rank recorded it), and a warning says what was ignored."""
