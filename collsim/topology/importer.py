@@ -396,6 +396,7 @@ class _XNode:
     name: str = ""
     busid: str = ""  # of the <pci> (GPUs; bare GPUs and NICs of a static file)
     pci_id: str = ""  # vendor:device of the <pci> (GPUs, NICs)
+    host: int = 0  # the host (its CPU's host_hash, in order of appearance) of a dump NCCL fused over several (MNNVL)
 
 
 def _check_tree(root: ET.Element, file: str | Path | None) -> None:
@@ -744,7 +745,8 @@ def _xml_endpoint(
     sub = subs[tags.index("gpu" if "gpu" in tags else "nic")]
     if sub.tag == "gpu":
         pci_id = f"{_hexid(el, 'vendor')}:{_hexid(el, 'device')}"
-        gnode = _XNode("gpu", _el_path(path, sub, 0), sub, parent, link=link, busid=busid, pci_id=pci_id)
+        gnode = _XNode("gpu", _el_path(path, sub, 0), sub, parent, link=link, busid=busid, pci_id=pci_id,
+                       host=parent.host)
         parent.children.append(gnode)
         gpus.append(gnode)
         return
@@ -767,7 +769,7 @@ def _xml_endpoint(
         nets = [merged]
     for ni, net in enumerate(nets):
         nnode = _XNode("nic", _el_path(path, net, ni), net, parent, link=link,
-                       pci_id=f"{_hexid(el, 'vendor')}:{_hexid(el, 'device')}")  # fmt: skip
+                       pci_id=f"{_hexid(el, 'vendor')}:{_hexid(el, 'device')}", host=parent.host)  # fmt: skip
         parent.children.append(nnode)
         nics.append(nnode)
 
@@ -782,8 +784,8 @@ def _walk_nccl_xml(root: ET.Element, file: str | Path | None, notes: list[str]) 
     nics: list[_XNode] = []
     switches: list[_XNode] = []
     bare: list[_XNode] = []
-    busids: dict[str, str] = {}
-    hosts: dict[str, int] = {}
+    busids: dict[int, dict[str, str]] = {}  # per host: NCCL fuses the dumps of an NVLink domain's hosts (MNNVL,
+    hosts: dict[str, int] = {}  # topo.cc ncclTopoFuseXml), whose like trays repeat bus ids and GPU and net devs
     cpu_keys: dict[tuple[int, int], str] = {}
     for ci, cel in enumerate(root):
         cpath = _el_path("system", cel, ci)
@@ -794,7 +796,7 @@ def _walk_nccl_xml(root: ET.Element, file: str | Path | None, notes: list[str]) 
                 f"numaid {numaid} given twice (first at {cpu_keys[(host, numaid)]})", file=file, field=cpath
             )
         cpu_keys[(host, numaid)] = cpath
-        cnode = _XNode("cpu", cpath, cel, None)
+        cnode = _XNode("cpu", cpath, cel, None, host=host)
         cpus.append(cnode)
         stack: list[tuple[ET.Element, str, _XNode]] = []
         for i, child in enumerate(cel):
@@ -804,7 +806,7 @@ def _walk_nccl_xml(root: ET.Element, file: str | Path | None, notes: list[str]) 
             el, path, parent = stack.pop()
             if el.tag == "nic":  # a NIC without a PCI device, straight on the CPU (virtual NICs; topo.cc 762-773)
                 for ni, net in enumerate(el):
-                    nnode = _XNode("nic", _el_path(path, net, ni), net, parent, link=None)
+                    nnode = _XNode("nic", _el_path(path, net, ni), net, parent, link=None, host=parent.host)
                     parent.children.append(nnode)
                     nics.append(nnode)
                 continue
@@ -812,7 +814,7 @@ def _walk_nccl_xml(root: ET.Element, file: str | Path | None, notes: list[str]) 
                 notes.append(f"{path}: <pcilink> (a link between two Broadcom switches) is not modelled")
                 continue
             # <pci>
-            busid = _pci_busid(el, path, file, busids)
+            busid = _pci_busid(el, path, file, busids.setdefault(parent.host, {}))
             kind = _pci_class(el, path, file)
             link = _link_of(el, path, file, notes)
             subs = list(el)
@@ -821,8 +823,8 @@ def _walk_nccl_xml(root: ET.Element, file: str | Path | None, notes: list[str]) 
                 _xml_endpoint(el, path, parent, link, busid, file, notes, gpus, nics)
                 continue
             if kind in ("gpu", "nic") and not subs:
-                bare.append(_XNode(kind, path, el, parent, link=link, busid=busid,
-                                   pci_id=f"{_hexid(el, 'vendor')}:{_hexid(el, 'device')}"))  # fmt: skip
+                pci_id = f"{_hexid(el, 'vendor')}:{_hexid(el, 'device')}"
+                bare.append(_XNode(kind, path, el, parent, link=link, busid=busid, pci_id=pci_id, host=parent.host))
                 continue
             if kind != "pci":
                 notes.append(
@@ -830,7 +832,7 @@ def _walk_nccl_xml(root: ET.Element, file: str | Path | None, notes: list[str]) 
                     "does (topo.cc ncclTopoAddPci, lines 636-701)"
                 )
                 continue
-            snode = _XNode("switch", path, el, parent, link=link)
+            snode = _XNode("switch", path, el, parent, link=link, host=parent.host)
             parent.children.append(snode)
             switches.append(snode)
             kids = [(s, _el_path(path, s, i), snode) for i, s in enumerate(subs)]
@@ -857,8 +859,8 @@ def _static_endpoints(
     with neither ``<gpu>`` nor GPU-class ``<pci>`` is an error."""
     if tree.gpus:
         return False
-    bare_gpus = sorted((b for b in tree.bare if b.kind == "gpu"), key=lambda b: _busid_key(b.busid))
-    bare_nics = sorted((b for b in tree.bare if b.kind == "nic"), key=lambda b: _busid_key(b.busid))
+    bare_gpus = sorted((b for b in tree.bare if b.kind == "gpu"), key=lambda b: (b.host, _busid_key(b.busid)))
+    bare_nics = sorted((b for b in tree.bare if b.kind == "nic"), key=lambda b: (b.host, _busid_key(b.busid)))
     if not bare_gpus:
         raise TopologyError(
             "no <gpu> and no <pci> of a GPU's class (0x03) in the file: nothing to import (NCCL dumps the GPUs of "
@@ -943,7 +945,7 @@ def _group_efa_nics(tree: _XmlTree, nic: str | None, presets: PresetLibrary, not
             if link is not None and all(m.parent is lead.parent and m.link and m.link[0] == link[0] for m in part):
                 width = sum(m.link[1] for m in part if m.link)
                 link = (link[0], width, f"{size} links in parallel ({link[2]} each)")
-            node = _XNode("nic", lead.path, el, lead.parent, link=link, pci_id=lead.pci_id)
+            node = _XNode("nic", lead.path, el, lead.parent, link=link, pci_id=lead.pci_id, host=lead.host)
             assert lead.parent is not None
             lead.parent.children = [c for c in lead.parent.children if c not in part] + [node]
             out.append(node)
@@ -967,13 +969,14 @@ def _xml_gpu_devices(
 ) -> tuple[list[_Device], dict[str, str]]:
     """The GPUs in ``dev`` order (sorted in place and named ``gpu0`` ...), each with its preset (``--gpu``, else
     by PCI id); returns their devices and the preset per GPU name."""
-    devs: dict[int, str] = {}
+    devs: dict[tuple[int, int], str] = {}
     for g in gpus:
         dev = _int_attr(g.el, "dev", g.path, file, lo=0)
-        if dev in devs:
-            raise TopologyError(f"GPU dev {dev} given twice (first at {devs[dev]})", file=file, field=g.path)
-        devs[dev] = g.path
-    gpus.sort(key=lambda g: _int_attr(g.el, "dev", g.path, file))
+        if (g.host, dev) in devs:  # a host's CUDA devices; a fused (MNNVL) dump repeats them host after host
+            raise TopologyError(f"GPU dev {dev} given twice (first at {devs[(g.host, dev)]})", file=file,
+                                field=g.path)  # fmt: skip
+        devs[(g.host, dev)] = g.path
+    gpus.sort(key=lambda g: (g.host, _int_attr(g.el, "dev", g.path, file)))
     by_pci = _gpu_preset_by_pci(presets, file)
     devices: list[_Device] = []
     gpu_presets: dict[str, str] = {}
@@ -1017,7 +1020,7 @@ def _xml_nvlink_targets(
     """What each GPU's <nvlink> elements say: per GPU pair (lower name first) each side's link count, per GPU its
     links to NVSwitches (or NCCL's fallback class, topo.cc lines 844-858), and the distinct NVSwitch bus ids; a bad
     class or target, a second <nvlink> to one GPU and NVLink to a CPU are errors naming the element."""
-    gpu_by_busid = {g.busid: g for g in gpus}
+    gpu_by_busid = {(g.host, g.busid): g for g in gpus}
     to_switch: dict[str, int] = {}
     switch_targets: set[str] = set()
     pairs: dict[tuple[str, str], dict[str, int]] = {}
@@ -1036,7 +1039,7 @@ def _xml_nvlink_targets(
             ttype = next((k for p, k in _NCCL_PCI_CLASS if tclass.startswith(p)), "pci")
             if ttype == "gpu":
                 target = _attr(nvel, "target", lpath, file).strip().lower()
-                other = gpu_by_busid.get(target)
+                other = gpu_by_busid.get((g.host, target))
                 if other is None or other is g:
                     raise TopologyError(
                         f"target {target}: no other GPU of this file has that busid", file=file, field=lpath
@@ -1220,13 +1223,14 @@ def _xml_nic_devices(
     """The NICs in ``<net dev>`` order (sorted in place and named ``nic0`` ...), with their presets (``--nic``,
     else the shipped preset of their speed) and the file's speed where the preset's differs."""
     devices: list[_Device] = []
-    ndevs: dict[int, str] = {}
+    ndevs: dict[tuple[int, int], str] = {}
     for nn in nics:
         ndev = _int_attr(nn.el, "dev", nn.path, file, lo=0)
-        if ndev in ndevs:
-            raise TopologyError(f"net dev {ndev} given twice (first at {ndevs[ndev]})", file=file, field=nn.path)
-        ndevs[ndev] = nn.path
-    nics.sort(key=lambda nn: _int_attr(nn.el, "dev", nn.path, file))
+        if (nn.host, ndev) in ndevs:
+            raise TopologyError(f"net dev {ndev} given twice (first at {ndevs[(nn.host, ndev)]})", file=file,
+                                field=nn.path)  # fmt: skip
+        ndevs[(nn.host, ndev)] = nn.path
+    nics.sort(key=lambda nn: (nn.host, _int_attr(nn.el, "dev", nn.path, file)))
     for i, nn in enumerate(nics):
         nn.name = f"nic{i}"
         mbps = _int_attr(nn.el, "speed", nn.path, file, default=0)

@@ -341,6 +341,26 @@ def test_smi_direct_mesh_and_nvswitch_are_told_apart() -> None:
     assert topology_from_template(_import_smi("dgx-a100")).devices("nvswitch")
 
 
+def test_a_dump_nccl_fused_over_two_hosts_repeats_their_bus_ids_and_devs() -> None:
+    """A multi-node NVLink domain's dump (MNNVL: topo.cc ncclTopoFuseXml) holds every host's CPUs, each tray's GPUs
+    and NICs at the same bus ids and CUDA/net devs; it was 'busid ... given twice'. Each host's own are unique;
+    GPUs and NICs are numbered host by host, their NVLink targets read within their host."""
+    text = (DATA / CASES["hgx-h100"][0]).read_text()
+    head, _, rest = text.partition("<cpu ")
+    body, _, tail = rest.rpartition("</system>")
+    other = ("<cpu " + body).replace('host_hash="0x3f9d6e1a27c4b580"', 'host_hash="0x1111"')
+    fused = head + "<cpu " + body + other + "</system>" + tail
+    one, two = _import_xml("hgx-h100"), template_from_nccl_xml(fused, file="fused.xml")
+    kinds = [(d["kind"]) for d in two["devices"]]
+    assert kinds.count("gpu") == 2 * [d["kind"] for d in one["devices"]].count("gpu") == 16
+    assert kinds.count("nic") == 2 * [d["kind"] for d in one["devices"]].count("nic")
+    topo = topology_from_template(two)
+    assert topo.path_type("n0/gpu0", "n0/gpu7") != "NET" and topo.path_type("n0/gpu0", "n0/nic8") == "NET"
+    dup = fused.replace('host_hash="0x1111"', 'host_hash="0x3f9d6e1a27c4b580"', 1)
+    with pytest.raises(TopologyError, match="given twice"):  # one host's bus ids twice: still an error
+        template_from_nccl_xml(dup, file="dup.xml")
+
+
 def test_smi_text_captured_from_a_terminal_keeps_its_escapes() -> None:
     """nvidia-smi underlines the header on a terminal; a kubectl exec -t or tmux log keeps ESC[4m ... ESC[0m, which
     was 'no nvidia-smi topo -m matrix'. The escapes are no cells: the same template as without them."""
