@@ -12,6 +12,7 @@ import pytest
 
 from collsim.api import Simulator
 from collsim.backends.nccl import REGISTRY
+from collsim.backends.nccl.plan import nvls_heads_by_node
 from collsim.backends.nccl.simulate import _context
 
 MIB, GIB = 1 << 20, 1 << 30
@@ -81,3 +82,22 @@ def test_a_node_that_lost_a_nic_gives_every_node_its_head_count() -> None:
     t = down.simulate_one("nccl", GIB).time_s
     assert t == pytest.approx(three.simulate_one("nccl", GIB).time_s, rel=1e-9)
     assert t > Simulator.from_source("2node-h100-ib", sets).simulate_one("nccl", GIB).time_s
+
+
+def test_a_nic_down_on_a_node_of_a_nic_a_gpu_takes_its_gpu_out_of_the_heads() -> None:
+    # 2 x HGX H100, 8 NICs: n1/nic2 down leaves node 1 7 NICs, whose local GPUs are its heads (NCCL lists no
+    # inactive port; its NVLS search takes each listed NIC's GPU), and node 0 keeps 7 too (minHeadNum): as with
+    # mlx5_4 (nic2) left out of both by NCCL_IB_HCA. All 8 stayed heads before, two on the NIC that stood in
+    # (348.0 GB/s busbw at 1 GiB, now 470.9).
+    down = Simulator.from_source("2node-h100-ib", ["perturb.down=[{device: n1/nic2}]"])
+    hca = Simulator.from_source("2node-h100-ib", ["backends.nccl.env.NCCL_IB_HCA=^=mlx5_4"])
+    assert down.nccl_plan.nvls_head_count == hca.nccl_plan.nvls_head_count == 7
+    heads = nvls_heads_by_node(down.topology, [0, 1])
+    # nic3, alone under gpu2's and gpu3's switch now, is the first one's (ncclTopoGetLocalGpu's first GPU whose
+    # local NIC it is): gpu3 is no head
+    assert "n1/gpu3" not in heads[1] and heads[1]["n1/gpu2"] == "n1/nic3" and len(heads[0]) == len(heads[1]) == 7
+    t = down.simulate_one("nccl", GIB)
+    assert t.algorithm == "NVLSTree"
+    busbw = GIB / t.time_s * 2 * 15 / 16 / 1e9  # bytes/s -> GB/s (1e9 bytes), allreduce on 16 ranks
+    assert busbw == pytest.approx(470.9, abs=0.1)
+    assert t.time_s > Simulator.from_source("2node-h100-ib").simulate_one("nccl", GIB).time_s

@@ -264,11 +264,12 @@ def nvls_heads(topo: Topology, node: int, limit: int | None = None) -> dict[str,
 
     NCCL's NVLS search takes one head per NIC, the NIC's local GPU, a GPU with two NICs once (search.cc
     ``ncclTopoSearchRecNet``: "NVLS search only tries to find NIC:GPU combinations to compute the heads", at most
-    ``netCount`` heads, duplicates skipped; the local GPU: :func:`nic_local_gpu`). With at least a NIC slot per GPU
-    every GPU is a head, each with its own NIC (:func:`nvls_head_nics`; a NIC taken down keeps its slot and its
-    channels move: :meth:`~collsim.topology.Topology.nic_slots`); with fewer NICs (a fabric using fewer,
-    ``NCCL_IB_HCA``, a node with a NIC per two GPUs) only the NICs' local GPUs are, in NIC order. At most ``limit``
-    (NCCL_MAX_NVLS_ARITY, the NVLS graph's most channels: ``nvls_max_arity`` in nccl.yaml), the first found.
+    ``netCount`` heads, duplicates skipped; the local GPU: :func:`nic_local_gpu`). With at least a NIC per GPU
+    every GPU is a head, each with its own NIC (:func:`nvls_head_nics`); with fewer NICs (a fabric using fewer,
+    ``NCCL_IB_HCA``, a node with a NIC per two GPUs, a NIC taken down: NCCL lists no inactive port, and its slot's
+    channels move to another NIC, :meth:`~collsim.topology.Topology.nic_slots`) only the NICs' local GPUs are, in
+    NIC order. At most ``limit`` (NCCL_MAX_NVLS_ARITY, the NVLS graph's most channels: ``nvls_max_arity`` in
+    nccl.yaml), the first found.
 
     >>> from collsim.topology import load_topology
     >>> two = load_topology("hgx-h100", nodes=2, fabric={"topology": "rail_optimized", "nics": ["nic0", "nic5"]})
@@ -279,7 +280,7 @@ def nvls_heads(topo: Topology, node: int, limit: int | None = None) -> dict[str,
     (8, ['n1/gpu0', 'n1/gpu1'])
     """
     slots = topo.nic_slots(node)
-    if len(slots) >= len(topo.devices("gpu", node)):
+    if len(set(slots)) >= len(topo.devices("gpu", node)):
         heads = nvls_head_nics(topo, node)
     else:
         heads = {}
@@ -295,7 +296,9 @@ def nvls_heads_by_node(topo: Topology, nodes: Iterable[int], limit: int | None =
     """:func:`nvls_heads` of every node in ``nodes``, each cut to the fewest any node has: NCCL keeps
     ``minHeadNum`` heads, the least over the nodes' searches, and joins head ``c`` of every node in NVLSTree's
     trees, whichever GPU it is on each (``src/graph/connect.cc`` v2.30.7-1 lines 430-440, ``connectNvls`` lines
-    248-300). A node that lost a NIC where NICs are fewer than GPUs has a head fewer, so every node does.
+    248-300). A node that lost a NIC has a head fewer where it then has fewer NICs than GPUs, so every node does
+    (2 x HGX H100, n1/nic2 down: 7 heads on both, 470.9 GB/s busbw at 1 GiB, the 8 heads with two sharing the NIC
+    that stood in gave 348.0).
 
     >>> from collsim.topology import load_topology
     >>> from collsim.topology.perturb import DownRule, take_down
