@@ -20,7 +20,7 @@ from collsim.bench.report import SizeResult, SweepOutput, format_text, to_measur
 from collsim.bench.worker import rank_env, run_rank
 from collsim.files import write_atomic
 from collsim.units import UnitError, format_size, parse_size, parse_size_range
-from collsim.vocab import ROOTED_COLLECTIVES
+from collsim.vocab import PER_RANK_COUNT_COLLECTIVES, ROOTED_COLLECTIVES
 
 __all__ = ["DEFAULT_SIZES", "ProgressLine", "run_command", "run_sweep"]
 
@@ -184,6 +184,10 @@ def _check_outputs(args: argparse.Namespace) -> None:
         raise BenchError(f"-o {args.output}: expected a file name ending in .json or .csv")
     if args.probe and args.output and Path(args.output).suffix.lower() != ".json":
         raise BenchError(f"-o {args.output}: --probe writes JSON; expected a file name ending in .json")
+    text = getattr(args, "text", None)
+    if args.output and text and Path(args.output).resolve() == Path(text).resolve():
+        raise BenchError(f"-o {args.output} and --text {text} name one file: the text would overwrite the "
+                         "measurement; give them two")  # fmt: skip
 
 
 def run_command(args: argparse.Namespace) -> int:
@@ -216,6 +220,12 @@ def run_command(args: argparse.Namespace) -> int:
         return _run_probe(args, argv)
     cfg = _resolve_config(args, torch)
     ids = rank_env()
+    nranks = ids[1] if ids is not None else cfg.nprocs
+    below = [s for s in cfg.sizes if cfg.elements(s, nranks) == 0]
+    if below and (ids is None or ids[0] == 0) and len(below) < len(cfg.sizes):  # all below: an error, later
+        shown = ", ".join(f"{s} B" for s in below[:4]) + (" ..." if len(below) > 4 else "")
+        print(f"collsim bench: --sizes: {shown} below one {cfg.dtype} element"
+              f"{' a rank' if cfg.collective in PER_RANK_COUNT_COLLECTIVES else ''}: left out", file=sys.stderr)
     progress = ProgressLine(f"{cfg.backend} {cfg.collective}", quiet=args.quiet or (ids is not None and ids[0] != 0))
     try:
         out = run_sweep(cfg, progress=progress)

@@ -261,8 +261,9 @@ def format_text(out: SweepOutput) -> str:
     """nccl-tests style text: a header naming the ``*_perf`` binary it mimics, the ranks, then the table.
 
     The time column is the median over iterations (``iteration`` timing) or the mean (``block``). Comment lines
-    after the table give, per size, the spread (interquartile range), min and max in microseconds and the data
-    check. :func:`collsim.calibration.parse_nccl_tests` reads the text back (collective and rank count included).
+    after the table give, per size, the median, spread (interquartile range), min and max in microseconds and the
+    data check (``block``: the mean and the check; one block has no iteration's own time).
+    :func:`collsim.calibration.parse_nccl_tests` reads the text back (collective and rank count included).
     """
     cfg = out.config
     lines = [
@@ -276,11 +277,20 @@ def format_text(out: SweepOutput) -> str:
     for info in out.ranks:
         lines.append(f" Rank {info.rank:2d} Pid {info.pid:6d} on {info.hostname} device {info.device}")
     text = format_nccl_tests(to_records(out), header="\n".join(f"# {x}" if x else "#" for x in lines))
+    if out.statistic == "mean":  # block timing: one time for the whole block, no iteration's own
+        tail = [f"# {'size':>10s}  {'mean':>10s}  check   (us; one block of {cfg.iters} iterations: no spread)"]
+        for r in sorted(out.results, key=lambda r: r.size_bytes):
+            tail.append(f"# {r.size_bytes:10d}  {r.mean_us:10.2f}  {_check(r)}")
+        return text + "\n".join(tail) + "\n"
     tail = [f"# {'size':>10s}  {'median':>10s}  {'spread':>10s}  {'min':>10s}  {'max':>10s}  check   (us)"]
     for r in sorted(out.results, key=lambda r: r.size_bytes):
-        check = "-" if r.wrong is None else ("ok" if r.wrong == 0 else f"{r.wrong} wrong")
         tail.append(
             f"# {r.size_bytes:10d}  {r.median_us:10.2f}  {r.spread_us:10.2f}  {r.min_us:10.2f}  {r.max_us:10.2f}  "
-            f"{check}"
+            f"{_check(r)}"
         )
     return text + "\n".join(tail) + "\n"
+
+
+def _check(r: SizeResult) -> str:
+    """The data check's column: ``-`` (not checked), ``ok`` or how many elements were wrong."""
+    return "-" if r.wrong is None else ("ok" if r.wrong == 0 else f"{r.wrong} wrong")

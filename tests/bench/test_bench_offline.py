@@ -149,6 +149,14 @@ def test_block_timing_is_a_mean_without_spread() -> None:
     assert "averaged over ranks" in m.notes
 
 
+def test_one_file_for_the_measurement_and_the_text_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                                              ) -> None:  # fmt: skip
+    """-o same.json --text same.json: the text overwrote the measurement, leaving a .json that is no JSON."""
+    same = str(tmp_path / "same.json")
+    assert main(["bench", "--backend", "gloo", "--device", "cpu", "-o", same, "--text", same]) == 2
+    assert "name one file: the text would overwrite the measurement" in capsys.readouterr().err
+
+
 def test_text_parses_back_as_nccl_tests() -> None:
     text = format_text(_output(collective="allgather", nranks=4))
     log = parse_nccl_tests(text)

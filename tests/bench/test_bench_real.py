@@ -108,11 +108,16 @@ def test_every_collective_in_process_one_rank(collective: str) -> None:
 @pytest.mark.usefixtures("single_rank_env")
 def test_under_torchrun_the_cli_runs_as_this_rank(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "b.json"
-    rc = main(["bench", "--device", "cpu", "--sizes", "1KiB,8KiB", "-n", "3", "--timing", "block", "--quiet",
+    rc = main(["bench", "--device", "cpu", "--sizes", "1B,1KiB,8KiB", "-n", "3", "--timing", "block", "--quiet",
                "--nprocs", "4", "-o", str(path)])
     stdout, stderr = capsys.readouterr()
     assert rc == 0
     assert "running under torchrun (WORLD_SIZE=1); --nprocs 4 ignored" in stderr
+    assert "--sizes: 1 B below one float32 element: left out" in stderr  # it was dropped without a word
+    # block timing: one mean a size, no median nor spread of iterations (the summary called the mean a median)
+    flat = " ".join(stdout.split())
+    assert "# size mean check (us; one block of 3 iterations: no spread)" in flat
+    assert "median" not in stdout.split("# Avg bus bandwidth")[-1]
     doc = json.loads(path.read_text())
     assert doc["nranks"] == 1 and doc["source"]["launcher"] == "torchrun"
     command = doc["source"]["command"]
