@@ -49,6 +49,7 @@ __all__ = [
     "check_ranks",
     "dtype_note",
     "env_note",
+    "gloo_env_note",
     "gpu_note",
     "measurement_backend",
     "nearest_pair",
@@ -518,8 +519,29 @@ def _scenario_notes(
         hcas = None if "NCCL_IB_HCA" in env else (lambda v: ib_hca_selection(sim.topology, v)[0])
         notes.append(env_note(m, env, sim.nccl_plugin_env, hcas))
         notes += sim.nccl_release_notes(m.collective)
+    elif backend == "gloo" and gloo is not None:
+        notes.append(gloo_env_note(m, gloo.interfaces))
     return notes
 
+
+def gloo_env_note(m: Measurement, interfaces: int) -> str | None:
+    """A note when the run's ``GLOO_SOCKET_IFNAME`` (the measurement's ``software.env``: ``collsim bench`` records
+    it) lists another number of interfaces than the scenario's ``backends.gloo.interfaces``: ProcessGroupGloo makes
+    one context (one connection to each peer, one receiving thread) per entry. None when they agree or the run
+    recorded no such variable.
+
+    >>> gloo_env_note(Measurement("allreduce", software={"env": {"GLOO_SOCKET_IFNAME": "lo,lo"}}), 1)
+    "the run's GLOO_SOCKET_IFNAME=lo,lo lists 2 interfaces, the scenario's backends.gloo.interfaces is 1"
+    """
+    run = m.software.get("env")
+    value = run.get("GLOO_SOCKET_IFNAME") if isinstance(run, Mapping) else None
+    if not isinstance(value, str) or not value.strip():
+        return None
+    count = len([name for name in value.split(",") if name.strip()])
+    if count == interfaces:
+        return None
+    return (f"the run's GLOO_SOCKET_IFNAME={value.strip()} lists {count} interface{'s' if count != 1 else ''}, the "
+            f"scenario's backends.gloo.interfaces is {interfaces}")
 
 _VERSION = re.compile(r"(?<![\d.])(\d+)\.(\d+)\.(\d+)")
 

@@ -496,3 +496,18 @@ def test_validate_notes_another_root_operator_and_type(tmp_path: Path) -> None:
     bench = Measurement("allreduce", 8, m.rows, backend="nccl", dtype="float16",
                         software={"benchmark": "collsim bench"})  # fmt: skip
     assert dtype_note(bench, "float32") == "the run's type is float16, the scenario's workload.dtype float32"
+
+
+def test_validate_notes_a_gloo_run_on_more_interfaces() -> None:
+    """A collsim bench run with GLOO_SOCKET_IFNAME=lo,lo (two contexts) against backends.gloo.interfaces: 1."""
+    from collsim.calibration import MeasurementRow
+
+    rows = [MeasurementRow(1 << 20, 900.0, "median")]
+    env = {"GLOO_SOCKET_IFNAME": "lo,lo"}
+    m = Measurement("allreduce", 2, rows, backend="gloo", device="cpu",
+                    software={"benchmark": "collsim bench", "env": env})  # fmt: skip
+    sim = Simulator(load_scenario(SCENARIOS / "loopback-gloo-cpu.yaml"))
+    note = "the run's GLOO_SOCKET_IFNAME=lo,lo lists 2 interfaces, the scenario's backends.gloo.interfaces is 1"
+    assert note in validate(sim, m).notes
+    two = Simulator(load_scenario(SCENARIOS / "loopback-gloo-cpu.yaml", overrides=["backends.gloo.interfaces=2"]))
+    assert not any("GLOO_SOCKET_IFNAME" in n for n in validate(two, m).notes)
