@@ -199,6 +199,11 @@ def _sizes_arg(sizes: str | Sequence[Any] | None) -> list[int] | None:
             return parse_size_range(sizes)
         except UnitError as exc:
             raise ScenarioError(str(exc), field="sizes") from None
+    if isinstance(sizes, numbers.Real) and not isinstance(sizes, bool):
+        return [_size_arg(sizes, "sizes")]  # one size alone: itself, as one backend name alone is
+    if not isinstance(sizes, Sequence | set | frozenset):
+        raise ScenarioError(f"expected a list of sizes or a string such as '1KiB:1GiB:x4', got {sizes!r:.60}",
+                            field="sizes")  # fmt: skip
     return [_size_arg(x, "sizes") for x in sizes]
 
 
@@ -412,6 +417,12 @@ class Simulator:
     """
 
     def __init__(self, scenario: Scenario, profile: Profile | None = None) -> None:
+        if not isinstance(scenario, Scenario):  # a name, a path or a dict: from_source reads those
+            raise ScenarioError(f"Simulator takes a loaded Scenario, got {type(scenario).__name__} {scenario!r:.60}; "
+                                "use Simulator.from_source(...) for a file, a built-in name or a dict")  # fmt: skip
+        if profile is not None and not isinstance(profile, Profile):
+            raise ScenarioError(f"expected a Profile (collsim.profile.load_profile(PATH)), got "
+                                f"{type(profile).__name__} {profile!r:.60}", field="profile")  # fmt: skip
         self.scenario = scenario
         cal = scenario.calibration_path()
         self.profile: Profile | None = profile if profile is not None else (load_profile(cal) if cal else None)
@@ -1090,6 +1101,9 @@ class Simulator:
         With workers, the NCCL plan and each enabled backend's constants are built before they fork, so that every
         worker inherits them instead of building its own.
         """
+        if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 0:
+            raise ScenarioError(f"expected 0 (one per CPU) or a positive count of workers, got {jobs!r}",
+                                field="jobs")  # fmt: skip
         return parallel.map_points(task, count, jobs, sizes=sizes, progress=progress, prepare=self._prepare)
 
     def _prepare(self) -> None:
@@ -1890,6 +1904,8 @@ class Simulator:
                     field="backends",
                 )
             backend = enabled[0]
+        elif backend not in BACKENDS:
+            raise ScenarioError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}", field="backend")
         elif backend not in enabled:
             raise ScenarioError(
                 f"{backend} is disabled here", file=self.scenario.source_file, field=f"backends.{backend}"

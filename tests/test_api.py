@@ -500,3 +500,20 @@ def test_simulate_one_takes_the_collective_as_yaml_does() -> None:
     assert sim.simulate_one("nccl", "1MiB", collective="AllGather").collective == "allgather"
     with pytest.raises(ScenarioError, match="collective: unknown collective 'gather'"):
         sim.simulate_one("nccl", "1MiB", collective="gather")
+
+
+def test_the_api_says_what_it_expected() -> None:
+    """Arguments of the wrong kind gave an AttributeError or TypeError from deep inside, or a wrong message."""
+    sim = Simulator.from_source("hgx-h100")
+    cases = [
+        (lambda: sim.compare_algorithms("ncc", [1024]), "unknown backend 'ncc'"),
+        (lambda: Simulator("hgx-h100"), r"use Simulator\.from_source"),  # type: ignore[arg-type]
+        (lambda: Simulator(api.load("hgx-h100"), profile="x.yaml"), "expected a Profile"),  # type: ignore[arg-type]
+        (lambda: sim.run("nccl", [1024], jobs="2"), r"expected 0 \(one per CPU\)"),  # type: ignore[arg-type]
+        (lambda: sim.run("nccl", [1024], jobs=-1), r"expected 0 \(one per CPU\)"),
+        (lambda: sim.run("nccl", {"a": 1}), "expected a list of sizes"),  # type: ignore[arg-type]
+    ]
+    for call, message in cases:
+        with pytest.raises(ScenarioError, match=message):
+            call()
+    assert [r.size_bytes for r in sim.run("nccl", 1024).records] == [1024]  # type: ignore[arg-type]
