@@ -34,7 +34,7 @@ from collsim.calibration.measurement import (
 from collsim.nccl_env import INERT_NCCL_ENV, KNOWN_NCCL_ENV, PLUGIN_ENV, NcclEnvError, NcclOptions
 from collsim.results import busbw_factor
 from collsim.units import format_size
-from collsim.vocab import GLOO_ALGORITHMS
+from collsim.vocab import COLLECTIVES, GLOO_ALGORITHMS
 
 if TYPE_CHECKING:  # the simulator is only needed to predict; importing it here keeps module loading light
     from collsim.api import Simulator
@@ -431,7 +431,12 @@ def validate(
     ------
     KeyboardInterrupt
         When Ctrl-C stops the workers (no partial validation is returned).
+    MeasurementError
+        For a measurement of a collective collsim does not simulate (nccl-tests' gather, scatter), naming its file.
     """
+    if m.collective not in COLLECTIVES:
+        raise MeasurementError(f"the measurement is {m.collective}, which collsim does not simulate (it simulates "
+                               f"{', '.join(COLLECTIVES)})", file=m.file, field="collective")  # fmt: skip
     backend = measurement_backend(sim, m)
     nranks = len(sim.topology.rank_devices())
     factor = busbw_factor(m.collective, nranks)

@@ -511,3 +511,14 @@ def test_validate_notes_a_gloo_run_on_more_interfaces() -> None:
     assert note in validate(sim, m).notes
     two = Simulator(load_scenario(SCENARIOS / "loopback-gloo-cpu.yaml", overrides=["backends.gloo.interfaces=2"]))
     assert not any("GLOO_SOCKET_IFNAME" in n for n in validate(two, m).notes)
+
+
+def test_validate_names_the_measurement_of_a_collective_not_simulated(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """A gather_perf log blamed the scenario (backends.nccl: unknown collective 'gather'); the file is named."""
+    path = tmp_path / "gather.txt"
+    path.write_text("# Collective test starting: gather_perf\n"
+                    "  1048576  32768  float  none  0  40.0  26.2  22.9  0  39.0  26.9  23.5  0\n")  # fmt: skip
+    assert main(["validate", "hgx-h100", str(path), "--nranks", "8"]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: collective: the measurement is gather, which collsim does not simulate" in err
