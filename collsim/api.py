@@ -96,6 +96,7 @@ from collsim.vocab import (
     GLOO_ALGORITHMS,
     GLOO_ALLREDUCE_COLLECTIVES,
     GLOO_COLLECTIVE_ALGORITHM,
+    PER_RANK_COUNT_COLLECTIVES,
     REDUCE_OPS,
     REDUCING_COLLECTIVES,
     ROOTED_COLLECTIVES,
@@ -878,8 +879,11 @@ class Simulator:
             )
         if moved != size:
             elem = DTYPE_SIZES[dtype]
-            if moved == whole_element_bytes(size, dtype, coll, nranks):
-                why = f"not whole {dtype} elements ({elem} B each)"
+            per_rank = coll in PER_RANK_COUNT_COLLECTIVES  # the count is a rank's part of the size
+            if moved == whole_element_bytes(size, dtype, coll, nranks) and (per_rank and size % elem == 0):
+                why = f"not whole {dtype} elements a rank over {nranks} ranks ({size // elem} elements of {elem} B)"
+            elif moved == whole_element_bytes(size, dtype, coll, nranks):
+                why = f"not whole {dtype} elements{' a rank' if per_rank else ''} ({elem} B each)"
             else:  # nccl-tests' 16-byte multiple a rank
                 why = (f"{size // elem // nranks} {dtype} elements a rank on {nranks} ranks, which nccl-tests rounds "
                        "down to a multiple of 16 bytes")

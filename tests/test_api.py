@@ -517,3 +517,13 @@ def test_the_api_says_what_it_expected() -> None:
         with pytest.raises(ScenarioError, match=message):
             call()
     assert [r.size_bytes for r in sim.run("nccl", 1024).records] == [1024]  # type: ignore[arg-type]
+
+
+def test_a_rounded_size_says_why() -> None:
+    """An all-gather of 100 B on 3 ranks is 25 whole float32 elements, not whole elements a rank: the note said
+    'not whole float32 elements'."""
+    sim = Simulator.from_source("hgx-h100", ["cluster.visible_gpus=[0,1,2]"])
+    note = [n for n in sim.simulate_one("gloo", 100, collective="allgather").notes if "asked for" in n]
+    assert note == ["100 B asked for: not whole float32 elements a rank over 3 ranks (25 elements of 4 B); 96 B "
+                    "moved (nccl-tests' size column)"]  # fmt: skip
+    assert "not whole float32 elements (4 B each)" in sim.simulate_one("gloo", 101, collective="allreduce").notes[-1]
