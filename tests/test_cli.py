@@ -765,3 +765,11 @@ def test_compare_names_the_gloo_algorithm_each_collective_ran(capsys: pytest.Cap
     assert main(["compare", "hgx-h100", "--sizes", "1MiB", "--set", "workload.collective=sendrecv", "--set",
                  "workload.peers=[0,1]", *cpu]) == 0  # fmt: skip
     assert "# sendrecv:" not in capsys.readouterr().out
+
+
+def test_the_tables_header_names_the_algorithms_that_ran(capsys: pytest.CaptureFixture[str]) -> None:
+    """A size of no elements runs nothing: Gloo's 'empty' was listed as an algorithm of a reduce beside ring+gather."""
+    assert main(["run", "hgx-h100", "--backend", "gloo", "--set", "workload.collective=reduce", "--sizes", "0,1KiB",
+                 "--quiet"]) == 0  # fmt: skip
+    assert capsys.readouterr().out.splitlines()[0] == "# collsim gloo: hgx-h100, 8 ranks, reduce float32, algorithms " \
+                                                       "ring+gather"

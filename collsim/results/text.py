@@ -151,9 +151,11 @@ def format_sweep(
     for b, coll, recs in groups(records, backends, collectives):
         r0 = recs[0]
         channels = max(r.channels or 0 for r in recs)
+        # a size of no elements runs nothing (Gloo's "empty", NCCL's pick unused): not an algorithm of the table
+        ran = {r.algorithm for r in recs if r.size_bytes > 0} or {r.algorithm for r in recs}
         head = (
             f"collsim {b}: {name}, {r0.nranks} ranks, {coll} {r0.dtype}, "
-            f"algorithms {', '.join(sorted({r.algorithm for r in recs}))}"
+            f"algorithms {', '.join(sorted(ran))}"
             + (f", up to {channels} channels" if channels else "")
         )
         if b == "nccl":
