@@ -155,6 +155,9 @@ def _emitted(scenario: str, overrides: tuple[str, ...], size: int = 4096) -> tup
             choices: list[tuple[str, str] | None] = [None]
             if backend == "nccl" and coll in sim.scenario.collectives():
                 choices += enabled_pairs(sim.nccl_plan, sim.nccl_options, coll)
+            gloo = sim.gloo_options
+            if backend == "gloo" and coll == "sendrecv" and (gloo.device, gloo.transport) == ("cuda", "tcp"):
+                continue  # refused: Gloo's send/recv take no CUDA tensors over TCP
             for choice in choices:
                 out = sim.simulate_one(backend, size, collective=coll, record=True, choice=choice)
                 assert out.records and out.breakdown, (backend, coll, choice)
