@@ -548,6 +548,7 @@ def gloo_env_note(m: Measurement, interfaces: int) -> str | None:
     return (f"the run's GLOO_SOCKET_IFNAME={value.strip()} lists {count} interface{'s' if count != 1 else ''}, the "
             f"scenario's backends.gloo.interfaces is {interfaces}")
 
+
 _VERSION = re.compile(r"(?<![\d.])(\d+)\.(\d+)\.(\d+)")
 
 
