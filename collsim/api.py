@@ -15,6 +15,7 @@ Examples
 from __future__ import annotations
 
 import dataclasses
+import math
 import numbers
 import time
 import warnings
@@ -687,6 +688,32 @@ class Simulator:
         enabled = set(enabled_pairs(plan, opts, collective))
         table = tuner_table(plan, self.nccl_constants, collective, opts)
         return {pair: (lat, bw, pair in enabled) for pair, (lat, bw) in table.items()}
+
+    def nccl_tests_size_note(self, sizes: Sequence[int] | None = None) -> str | None:
+        """A note when sizes exceed what nccl-tests runs on these GPUs: it caps ``-e`` at (the GPU's memory - 1 GiB
+        a 16 GiB, at most 4 GiB - 1 GiB) / 3 with its data check (its send, receive and expected buffers; / 2 with
+        ``-c 0``) and prints "Reducing maxBytes" (nccl-tests ``src/common.cu``, the cap after writeDeviceReport).
+        From the GPU presets' ``hbm_capacity`` (the least of the ranks'; decimal bytes, where CUDA's total is a little
+        more); None when no preset gives it or every size (default: ``workload.sizes``) fits.
+
+        >>> Simulator.from_source("hgx-h100").nccl_tests_size_note(["32GiB"])[:56]
+        'nccl-tests runs at most 23.2 GiB a call on these GPUs (h'
+        """
+        caps = [float(v) for d in self.topology.gpus() if (v := d.spec.get("hbm_capacity")) is not None]
+        if not caps:
+            return None
+        wanted = self.scenario.sizes() if sizes is None else _sizes_arg(sizes) or []
+        gib = float(1 << 30)  # nccl-tests' GB is 2**30 bytes
+        memory = min(caps)
+        reserve = min(math.ceil(memory / (16 * gib)) * gib, 4 * gib)
+        cap = (memory - reserve - gib) / 3
+        over = [s for s in wanted if s > cap]
+        if not over:
+            return None
+        return (f"nccl-tests runs at most {cap / gib:.1f} GiB a call on these GPUs (hbm_capacity {memory / 1e9:.0f} "
+                "GB: less 1 GiB a 16 GiB, at most 4, and 1 GiB, over its send, receive and expected buffers; / 2 with "
+                f"-c 0; src/common.cu) and reduces -e to it: {len(over)} size{'s' if len(over) > 1 else ''} above it "
+                f"simulated all the same ({format_size(max(over))} the largest)")  # fmt: skip
 
     def nccl_release_notes(self, collective: str | None = None) -> list[str]:
         """What NCCL's defaults and the scenario's release (``backends.nccl.version``) change for ``collective``

@@ -469,7 +469,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             name=sim.scenario.name,
             backends=backends,
             collectives=sim.scenario.collectives(),
-            nccl_notes=_nccl_notes(sim),
+            nccl_notes=_nccl_notes(sim, sizes),
         )
     return _finish(text, args, result.interrupted, len(result.records), total)
 
@@ -501,13 +501,13 @@ def _run_repeated(args: argparse.Namespace, sim: Simulator, backends: Sequence[s
             name=sim.scenario.name,
             backends=backends,
             collectives=sim.scenario.collectives(),
-            nccl_notes=_nccl_notes(sim),
+            nccl_notes=_nccl_notes(sim, sizes),
             noise=sim.noise_text(),
         )
     return _finish(text, args, result.interrupted, len(records), total)
 
 
-def _nccl_notes(sim: Simulator) -> list[str]:
+def _nccl_notes(sim: Simulator, sizes: Sequence[int] | None = None) -> list[str]:
     """What the network plugin set in NCCL's environment (one line per variable), the NICs NCCL_IB_HCA leaves NCCL,
     the NICs' per-message cost, which tuner picks, then what of
     the benchmark's harness every NCCL time holds (serial launches of ``-g N``, the host's per-call work)."""
@@ -541,6 +541,9 @@ def _nccl_notes(sim: Simulator) -> list[str]:
                    "docs/perturbations.md)")
     if "nccl" in sim.backends():
         out += sim.nccl_release_notes()
+        memory = sim.nccl_tests_size_note(sizes)
+        if memory:
+            out.append(memory)
     return out
 
 
@@ -615,7 +618,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
             gloo_algorithm=go.algorithm,
             gloo_transport=go.transport,
             gloo_device=go.device,
-            nccl_notes=_nccl_notes(sim),
+            nccl_notes=_nccl_notes(sim, _sizes(args.sizes)),
             peers=sim.scenario.workload.peers,
         )
         if healthy:
@@ -654,7 +657,8 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         text = explanations_to_json(rows, _resolved(sim, args), interrupted, agreement(rows), **part)
     else:
         text = format_explanation(
-            rows, name=sim.scenario.name, nranks=len(sim.nccl_plan.ranks), notes=_nccl_notes(sim), all_pairs=args.all
+            rows, name=sim.scenario.name, nranks=len(sim.nccl_plan.ranks), notes=_nccl_notes(sim, _sizes(args.sizes)),
+            all_pairs=args.all,
         )
         if report is not None:
             text = report[0] + "\n" + text

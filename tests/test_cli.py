@@ -773,3 +773,16 @@ def test_the_tables_header_names_the_algorithms_that_ran(capsys: pytest.CaptureF
                  "--quiet"]) == 0  # fmt: skip
     assert capsys.readouterr().out.splitlines()[0] == "# collsim gloo: hgx-h100, 8 ranks, reduce float32, algorithms " \
                                                        "ring+gather"
+
+
+def test_sizes_beyond_what_nccl_tests_runs_are_noted(capsys: pytest.CaptureFixture[str]) -> None:
+    """nccl-tests caps -e at (memory - reserve - 1 GiB) / 3 (src/common.cu): on an 80 GB H100 23.2 GiB. Sizes above
+    ran without a word; the header says so, and nothing is said where every size fits."""
+    assert main(["run", "hgx-h100", "--backend", "nccl", "--sizes", "1GiB,32GiB", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "# nccl-tests runs at most 23.2 GiB a call on these GPUs (hbm_capacity 80 GB" in out
+    assert "1 size above it simulated all the same (32GiB the largest)" in out
+    assert main(["run", "hgx-h100", "--backend", "nccl", "--sizes", "1GiB", "--quiet"]) == 0
+    assert "runs at most" not in capsys.readouterr().out
+    sim = Simulator.from_source("dgx-a100")  # 80 GB too; and an explicit size list through the API
+    assert sim.nccl_tests_size_note([8]) is None and sim.nccl_tests_size_note([24 << 30]) is not None
