@@ -1060,6 +1060,7 @@ def _import_calls(args: argparse.Namespace) -> int:
         # every communicator's scenario first: one the template cannot hold stops the import before any file is
         # written (it left the measurements before it, without their scenarios)
         todo = []
+        params = _node_params_arg(args.node_params) if args.node else {}
         for i, (group, m, _) in enumerate(entries):
             if m is None:
                 continue
@@ -1068,7 +1069,6 @@ def _import_calls(args: argparse.Namespace) -> int:
             m.file = str(path)
             imported = None
             if args.node:
-                params = _node_params_arg(args.node_params)
                 imported = scenario_from_measurement(m, node, gpu=args.gpu, name=stem, preset_files=presets,
                                                      base=folder, node_params=params)  # fmt: skip
             todo.append((i, stem, path, m, imported))

@@ -94,6 +94,7 @@ __all__ = [
     "recorded_pairs",
     "straggler_text",
     "summarise_times",
+    "uneven_hosts",
 ]
 
 #: The value of the ``format`` key of collsim measurement files.
@@ -707,6 +708,24 @@ def measurement_from_nccl_tests(
         raise MeasurementError(f"no valid rows: all {len(log.rows)} data rows have a time of 0 us or no elements",
                                file=file)  # fmt: skip
     (dtype, redop, root), kept = _first_series(timed, file, series)
+    software, hardware = _nccl_tests_facts(log, redop, root)
+    return Measurement(
+        collective=coll,
+        nranks=log.nranks or nranks,
+        rows=_cycle_means(kept),
+        backend=log.backend,
+        device=log.device,
+        dtype=dtype or "float32",
+        hardware=hardware,
+        software=software,
+        source={"log": file},
+        file=file,
+    )
+
+
+def _nccl_tests_facts(log: NcclTestsLog, redop: str | None, root: int | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """What an nccl-tests run (or a ``collsim bench`` text) records beside its rows, as a measurement's ``software``
+    and ``hardware`` (see :func:`measurement_from_nccl_tests`); ``redop`` and ``root`` are the kept series'."""
     bench = log.device is not None  # collsim bench's text: torch.distributed, the backend and device it names
     software: dict[str, Any] = {"benchmark": "collsim bench" if bench else "NVIDIA/nccl-tests"}  # as the cases say
     if log.nccl_version:
@@ -733,18 +752,7 @@ def measurement_from_nccl_tests(
         hardware["hosts"] = list(log.hosts)
     if len(set(log.host_ranks)) > 1:  # ranks spread unevenly over the hosts (mpirun -H a:8,b:4)
         hardware["ranks_per_host"] = list(log.host_ranks)
-    return Measurement(
-        collective=coll,
-        nranks=log.nranks or nranks,
-        rows=_cycle_means(kept),
-        backend=log.backend,
-        device=log.device,
-        dtype=dtype or "float32",
-        hardware=hardware,
-        software=software,
-        source={"log": file},
-        file=file,
-    )
+    return software, hardware
 
 
 # --- a profiler's calls (NCCL Inspector, PyTorch profiler) ------------------------------------------------------------
@@ -936,6 +944,19 @@ def calls_info(m: Measurement) -> Mapping[str, Any]:
     mapping."""
     info = m.software.get("calls")
     return info if isinstance(info, Mapping) else {}
+
+
+def uneven_hosts(m: Measurement) -> str | None:
+    """The run's hosts with their rank counts (``"a 8, b 4"``) where they ran different numbers of ranks
+    (``hardware.ranks_per_host``: ``mpirun -H a:8,b:4``), else None.
+
+    >>> uneven_hosts(Measurement("allreduce", 12, hardware={"hosts": ["a", "b"], "ranks_per_host": [8, 4]}))
+    'a 8, b 4'
+    """
+    per_host, hosts = m.hardware.get("ranks_per_host"), m.hardware.get("hosts")
+    if not (isinstance(per_host, list) and isinstance(hosts, list) and len(set(per_host)) > 1):
+        return None
+    return ", ".join(f"{h} {n}" for h, n in zip(hosts, per_host, strict=False))
 
 
 #: The chance at most that :func:`straggler_text` names a rank of a communicator where none is held back.

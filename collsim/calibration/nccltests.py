@@ -648,14 +648,19 @@ def _one_run(runs: list[tuple[int, _Header]], source: str) -> _Header:
         first.nranks = first.nranks or h.nranks
         first.version = first.version or h.version
         first.gpus_per_thread = first.gpus_per_thread or h.gpus_per_thread
-        first.agg_iters = max(first.agg_iters or 0, h.agg_iters or 0) or None
-        first.graph_launches = max(first.graph_launches or 0, h.graph_launches or 0) or first.graph_launches
+        first.agg_iters = _largest(first.agg_iters, h.agg_iters)
+        first.graph_launches = _largest(first.graph_launches, h.graph_launches)
         first.ranks |= h.ranks
         first.rank_hosts = first.rank_hosts or h.rank_hosts
         first.gpus += [g for g in h.gpus if g not in first.gpus]
     _warn(source, first_line, f"holds {len(runs)} runs of one shape (from lines {lines}): read as one, a size "
                               f"printed by several the mean of its rows")  # fmt: skip
     return first
+
+
+def _largest(a: int | None, b: int | None) -> int | None:
+    """The larger of two header counts either run may leave unsaid (None)."""
+    return max((v for v in (a, b) if v is not None), default=None)
 
 
 @dataclass
@@ -882,18 +887,7 @@ def parse_nccl_tests_json(
     >>> row.size_bytes, row.dtype, row.root, row.time_us, row.inplace_time_us, row.iterations
     (1048576, 'float32', -1, 20.5, 19.9, 20)
     """
-    if isinstance(data, str):
-        try:
-            data = json.loads(data)
-        except json.JSONDecodeError as exc:
-            raise NcclTestsFormatError(f"invalid JSON: {exc.msg} (line {exc.lineno}); a report nccl-tests did not "
-                                       "finish writing ends early", file=source) from None  # fmt: skip
-        except RecursionError:
-            raise NcclTestsFormatError("invalid JSON: nested too deeply", file=source) from None
-    if not is_nccl_tests_json(data):
-        raise NcclTestsFormatError("expected nccl-tests' JSON report: an object with results and nccl_version",
-                                   file=source)  # fmt: skip
-    assert isinstance(data, Mapping)  # is_nccl_tests_json checked it; narrows the type for mypy
+    data = _json_report(data, source)
     given = None if collective is None else canonical_collective(collective)
     args = data.get("args")
     first = args[0] if isinstance(args, list) and args and isinstance(args[0], str) else ""
@@ -925,6 +919,24 @@ def parse_nccl_tests_json(
         agg_iters=_json_count(config.get("aggregated_iterations")),
         graph_launches=_json_count(config.get("graph"), 0),
     )
+
+
+def _json_report(data: str | Mapping[str, Any], source: str) -> Mapping[str, Any]:
+    """A report's decoded object, checked to be nccl-tests' (``results`` and ``nccl_version``); invalid JSON (a
+    report nccl-tests did not finish writing) or another object is an :class:`NcclTestsFormatError`."""
+    if isinstance(data, str):
+        try:
+            data = json.loads(data)
+        except json.JSONDecodeError as exc:
+            raise NcclTestsFormatError(f"invalid JSON: {exc.msg} (line {exc.lineno}); a report nccl-tests did not "
+                                       "finish writing ends early", file=source) from None  # fmt: skip
+        except RecursionError:
+            raise NcclTestsFormatError("invalid JSON: nested too deeply", file=source) from None
+    if not is_nccl_tests_json(data):
+        raise NcclTestsFormatError("expected nccl-tests' JSON report: an object with results and nccl_version",
+                                   file=source)  # fmt: skip
+    assert isinstance(data, Mapping)  # is_nccl_tests_json checked it; narrows the type for mypy
+    return data
 
 
 def _json_env(items: Any) -> dict[str, str]:

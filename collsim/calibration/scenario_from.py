@@ -36,7 +36,7 @@ from typing import Any
 import yaml
 
 from collsim.calibration.calls import RECORDERS
-from collsim.calibration.measurement import Measurement, MeasurementError
+from collsim.calibration.measurement import Measurement, MeasurementError, uneven_hosts
 from collsim.nccl_env import INERT_NCCL_ENV, KNOWN_NCCL_ENV, PLUGIN_ENV
 from collsim.units import DTYPE_SIZES
 from collsim.vocab import COLLECTIVES, REDUCING_COLLECTIVES, ROOTED_COLLECTIVES
@@ -113,10 +113,9 @@ def _placement(m: Measurement, node: str, topo: Any, out: ImportedScenario) -> d
     assert ranks is not None  # checked by the caller
     per_node = len(topo.gpus())
     hosts = [h for h in m.hardware.get("hosts") or [] if isinstance(h, str)]
-    per_host = m.hardware.get("ranks_per_host")
-    if hosts and isinstance(per_host, list) and len(set(per_host)) > 1:
-        shown = ", ".join(f"{h} {n}" for h, n in zip(hosts, per_host, strict=False))
-        raise MeasurementError(f"the run's hosts ran different numbers of ranks ({shown}); collsim runs as many on "
+    uneven = uneven_hosts(m)
+    if uneven:
+        raise MeasurementError(f"the run's hosts ran different numbers of ranks ({uneven}); collsim runs as many on "
                                "every node: a scenario cannot describe this run", file=file)  # fmt: skip
     if hosts:
         nodes = len(hosts)

@@ -30,6 +30,7 @@ from collsim.calibration.measurement import (
     calls_info,
     recorded_pairs,
     straggler_text,
+    uneven_hosts,
 )
 from collsim.nccl_env import INERT_NCCL_ENV, KNOWN_NCCL_ENV, PLUGIN_ENV, NcclEnvError, NcclOptions
 from collsim.results import busbw_factor
@@ -248,7 +249,12 @@ class Validation:
 
 
 def measurement_backend(sim: Simulator, m: Measurement) -> str:
-    """The backend to simulate for ``m``: its own (which the scenario must enable), else the first enabled."""
+    """The backend to simulate for ``m``: its own (which the scenario must enable), else the first enabled; a
+    :class:`MeasurementError` naming the file where there is none, or where ``m`` is of a collective collsim does
+    not simulate (nccl-tests' gather, scatter)."""
+    if m.collective not in COLLECTIVES:
+        raise MeasurementError(f"the measurement is {m.collective}, which collsim does not simulate (it simulates "
+                               f"{', '.join(COLLECTIVES)})", file=m.file, field="collective")  # fmt: skip
     enabled = sim.backends()
     if m.backend is not None:
         if m.backend not in enabled:
@@ -432,11 +438,9 @@ def validate(
     KeyboardInterrupt
         When Ctrl-C stops the workers (no partial validation is returned).
     MeasurementError
-        For a measurement of a collective collsim does not simulate (nccl-tests' gather, scatter), naming its file.
+        For a measurement of a collective collsim does not simulate (nccl-tests' gather, scatter) or of a backend the
+        scenario does not enable (:func:`measurement_backend`), naming its file.
     """
-    if m.collective not in COLLECTIVES:
-        raise MeasurementError(f"the measurement is {m.collective}, which collsim does not simulate (it simulates "
-                               f"{', '.join(COLLECTIVES)})", file=m.file, field="collective")  # fmt: skip
     backend = measurement_backend(sim, m)
     nranks = len(sim.topology.rank_devices())
     factor = busbw_factor(m.collective, nranks)
@@ -708,10 +712,9 @@ def workload_notes(
     if m.collective not in named:
         notes.append(f"the measurement is {m.collective}, the scenario's workload.collective {', '.join(named)}: "
                      f"{m.collective} simulated")  # fmt: skip
-    per_host, hosts = m.hardware.get("ranks_per_host"), m.hardware.get("hosts")
-    if isinstance(per_host, list) and isinstance(hosts, list) and len(set(per_host)) > 1:
-        shown = ", ".join(f"{h} {n}" for h, n in zip(hosts, per_host, strict=False))
-        notes.append(f"the run's hosts ran different numbers of ranks ({shown}); the scenario runs as many on every "
+    uneven = uneven_hosts(m)
+    if uneven:
+        notes.append(f"the run's hosts ran different numbers of ranks ({uneven}); the scenario runs as many on every "
                      "node")  # fmt: skip
     run_op, run_root = m.software.get("op"), m.software.get("root")
     reducing = m.collective in ("allreduce", "reduce_scatter", "reduce")
