@@ -77,6 +77,7 @@ from collsim.topology.errors import TopologyWarning
 from collsim.topology.groups import counterparts, leaves_crossed, node_name, uplinks
 from collsim.training import (
     DdpConfig,
+    GlooTimes,
     GpuCompute,
     ModelError,
     ModelSpec,
@@ -89,7 +90,8 @@ from collsim.training import (
 )
 from collsim.training.fsdp import FsdpConfig, check_checkpoint_blocks, reduces_with_average, simulate_fsdp_step
 from collsim.training.memory import model_state_bytes, state_buffers
-from collsim.training.model import layer_blocks
+from collsim.training.model import block_pattern_hint, layer_blocks
+from collsim.training.step import GlooRunner
 from collsim.units import DTYPE_SIZES, UnitError, format_size, parse_size, parse_size_range
 from collsim.vocab import (
     BACKENDS,
@@ -1478,9 +1480,9 @@ class Simulator:
                                 field=f"training.fsdp.{knob}")  # fmt: skip
         names = [ly.name for ly in self.training_model.layers]
         if f.wrap is not None and not any(layer_blocks(names, f.wrap)):  # FSDP would wrap nothing but the root
-            raise ScenarioError(f"pattern {f.wrap!r} matches no layer of model {self.training_model.name!r} (its "
-                                f"blocks: e.g. {next((b for b in layer_blocks(names) if b), names[0])!r})",
-                                file=self.scenario.source_file, field="training.fsdp.wrap")  # fmt: skip
+            raise ScenarioError(f"pattern {f.wrap!r} matches no layer of model {self.training_model.name!r} "
+                                f"({block_pattern_hint(names)})", file=self.scenario.source_file,
+                                field="training.fsdp.wrap")  # fmt: skip
         model = self.training_model
         for unit in fsdp_units(model, 1, f.wrap):  # torch flattens (FSDP1) or groups (FSDP2) a unit's parameters
             dtypes = sorted({model.params[p].dtype for p in unit.params})
@@ -1802,16 +1804,18 @@ class Simulator:
         ranks = self.topology.rank_devices()
         return dataclasses.replace(base, device="cpu" if ranks and ranks[0].kind == "cpu" else "cuda")
 
-    def _gloo_runner(self) -> tuple[Callable[[Sequence[int], Sequence[float]], Sequence[float]], int]:
-        """Gloo allreduces issued at given times -> each one's end, and the worker threads per rank
-        (:meth:`_gloo_step_options`)."""
+    def _gloo_runner(self) -> tuple[GlooRunner, int]:
+        """Gloo allreduces issued at given times -> when a worker thread took each, freed it and when it was done
+        (:class:`~collsim.training.step.GlooTimes`), and the worker threads per rank (:meth:`_gloo_step_options`)."""
         opts = self._gloo_step_options()
 
-        def gloo(sizes: Sequence[int], issue_at: Sequence[float]) -> Sequence[float]:
+        def gloo(sizes: Sequence[int], issue_at: Sequence[float]) -> Sequence[GlooTimes]:
             with work_budget(label=f"gloo's {len(sizes)} allreduces of the training step"):
                 o = simulate_gloo_many(self.topology, opts, self.gloo_constants, list(sizes),
                                        symmetry=self.scenario.engine.symmetry, issue_at=issue_at)  # fmt: skip
-            return o.ends or (o.time_s,)
+            if len(sizes) == 1:  # alone: a thread takes it when it is issued
+                return (GlooTimes(float(issue_at[0]), o.time_s, o.time_s),)
+            return tuple(GlooTimes(a, b, e) for (a, b), e in zip(o.held, o.ends, strict=True))
 
         return gloo, opts.threads
 

@@ -51,6 +51,9 @@ class Outcome:
     ends : tuple of float
         Several collectives run together (:func:`~collsim.backends.gloo.simulate_gloo_many`): when each was done
         on every rank, seconds from the start, in issue order; empty for one collective.
+    held : tuple of (float, float)
+        The same collectives: when a worker thread first took each (the earliest rank's) and when one first freed
+        it, seconds from the start, in issue order; empty for one collective.
     bottleneck : Bottleneck or None
         The most loaded link of a recorded simulation (set by the API from the flow records); None otherwise.
     """
@@ -72,6 +75,7 @@ class Outcome:
     solves: int = 0
     flows: int = 0
     ends: tuple[float, ...] = ()
+    held: tuple[tuple[float, float], ...] = ()
     bottleneck: Bottleneck | None = None
 
 

@@ -91,7 +91,9 @@ def format_step(
             coll = r.reduction or ("reduce-scatter" if fsdp else "allreduce")
             table = "units' reduce-scatters" if coll == "reduce-scatter" else "units' reductions"
             table = table if fsdp else "buckets"
-            out += ["", f"# {table}, {head} (ms from the iteration's start; comm: the {coll} alone)"]
+            comm = (f"comm: from a worker thread taking the {coll} to its end, beside the others"
+                    if r.backend == "gloo" and not fsdp else f"comm: the {coll} alone")  # fmt: skip
+            out += ["", f"# {table}, {head} (ms from the iteration's start; {comm})"]
             out.append(f"# {'unit' if fsdp else 'bucket':>6} {'params':>7} {'bytes':>12} {'ready':>10} {'start':>10} "
                        f"{'end':>10} {'comm':>10}")  # fmt: skip
             for b in r.buckets:

@@ -28,6 +28,7 @@ from collsim.training.reducer import Bucket, ddp_buckets
 from collsim.training.step import (
     BucketTiming,
     DdpConfig,
+    GlooTimes,
     GpuCompute,
     Span,
     StepConstants,
@@ -43,6 +44,7 @@ __all__ = [
     "DdpConfig",
     "FsdpConfig",
     "FsdpUnit",
+    "GlooTimes",
     "GpuCompute",
     "Layer",
     "ModelError",

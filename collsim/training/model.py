@@ -84,6 +84,7 @@ __all__ = [
     "ModelError",
     "ModelSpec",
     "Param",
+    "block_pattern_hint",
     "builtin_models",
     "layer_blocks",
     "load_model",
@@ -113,6 +114,25 @@ def _auto_prefix(names: Sequence[str]) -> str | None:
         return None
     best = max(counts.items(), key=lambda kv: (len({n for n in names if n.startswith(kv[0] + ".")}), kv[1]))
     return best[0]
+
+
+def block_pattern_hint(names: Sequence[str]) -> str:
+    """What to write for a layer-name pattern that matched nothing: the model's ``prefix.*`` blocks, or, where its
+    layers have none, how a pattern matches (from the start of a name; ``*`` a block index) and its first layers.
+
+    >>> block_pattern_hint(["transformer.wte", "transformer.h.0.attn", "transformer.h.1.attn"])
+    "its blocks: 'transformer.h.*' (transformer.h.0, transformer.h.1)"
+    >>> block_pattern_hint(["a", "b"]).split("; ")[0]
+    "its layers have no 'prefix.N' blocks"
+    """
+    auto = _auto_prefix(names)
+    if auto is not None:
+        blocks = list(dict.fromkeys(b for b in layer_blocks(names, f"{auto}.*") if b))
+        more = ", ..." if len(blocks) > 2 else ""
+        return f"its blocks: {auto + '.*'!r} ({', '.join(blocks[:2])}{more})"
+    more = ", ..." if len(names) > 4 else ""
+    return ("its layers have no 'prefix.N' blocks; a pattern matches from the start of a layer's name, its '*' a block "
+            f"index ('fc*': fc1, fc2, ...); its layers: {', '.join(names[:4])}{more}")
 
 
 def layer_blocks(names: Sequence[str], pattern: str | None = None) -> list[str]:

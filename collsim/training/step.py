@@ -36,12 +36,12 @@ import dataclasses
 import math
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import simpy
 
 from collsim.engine import FluidNetwork, Owner, Resource, Tag
-from collsim.training.model import DTYPE_BYTES, ModelSpec, layer_blocks
+from collsim.training.model import DTYPE_BYTES, ModelSpec, block_pattern_hint, layer_blocks
 from collsim.training.reducer import Bucket, ddp_buckets
 
 __all__ = [
@@ -49,6 +49,7 @@ __all__ = [
     "DdpConfig",
     "GlooCpuWork",
     "GlooRunner",
+    "GlooTimes",
     "GpuCompute",
     "NcclCosts",
     "Span",
@@ -214,8 +215,18 @@ class DdpConfig:
 
 #: An NCCL allreduce of ``nbytes`` (per rank) on the cluster -> (seconds, channels), as NCCL's simulation says.
 NcclCosts = Callable[[int], tuple[float, int]]
-#: Gloo allreduces of ``sizes`` bytes issued at ``issue_at`` seconds on every rank -> when each is done (s).
-GlooRunner = Callable[[Sequence[int], Sequence[float]], Sequence[float]]
+class GlooTimes(NamedTuple):
+    """One Gloo allreduce of a training step, in seconds from the iteration's start: when a worker thread took it
+    (the earliest rank's), when that thread was free again (ProcessGroupGloo frees it before the non-blocking copy
+    back of CUDA tensors), and when it was done on every rank (the copy back included)."""
+
+    start: float
+    freed: float
+    end: float
+
+
+#: Gloo allreduces of ``sizes`` bytes issued at ``issue_at`` seconds on every rank -> each one's :class:`GlooTimes`.
+GlooRunner = Callable[[Sequence[int], Sequence[float]], Sequence[GlooTimes]]
 #: CPU ranks: core-seconds one rank's Gloo allreduce of ``nbytes`` spends (reduction, TCP stack), as Gloo's model says.
 GlooCpuWork = Callable[[int], float]
 
@@ -553,7 +564,9 @@ def checkpoint_regions(
             members.setdefault(key, []).append(i)
     if not members:
         what = f"pattern {blocks!r}" if blocks is not None else "no prefix.N blocks in its layer names; the default"
-        raise ValueError(f"activation checkpointing: {what} matches no layer of model {model.name!r}")
+        names = [ly.name for ly in model.layers]
+        raise ValueError(f"activation checkpointing: {what} matches no layer of model {model.name!r} "
+                         f"({block_pattern_hint(names)})")  # fmt: skip
     out = {}
     for layers in members.values():
         again = layers
@@ -614,15 +627,33 @@ def _optimizer_bytes(model: ModelSpec, consts: StepConstants, optimizer: str) ->
     return sum(p.numel * (per_param + per_state) * DTYPE_BYTES[p.dtype] for p in model.params)
 
 
+def _accumulate_grads(gpu: _Gpu, model: ModelSpec, i: int) -> Proc:
+    """Autograd's ``AccumulateGrad`` for layer ``i``'s parameters in a micro-step after the first: the new gradient
+    is added in place into the ``.grad`` the earlier micro-steps left (``zero_grad`` sets it to None, so the first
+    micro-step keeps the new one as it is), reading both and writing one: 3 bytes per gradient byte. On one GPU, and
+    under DDP's ``no_sync`` and in its synchronised micro-step alike (the Reducer's hook runs after it)."""
+    nbytes = sum(model.params[p].nbytes for p in model.layers[i].params)
+    yield from gpu.kernel("compute", f"accumulate gradient {model.layers[i].name}", 0.0, 3.0 * nbytes)
+
+
+def _micro_step(gpu: _Gpu, plan: _Plan, accumulate: bool) -> Proc:
+    """One forward and backward with nothing else (one GPU, or DDP under ``no_sync``); ``accumulate``: not the
+    first micro-step, the gradients add into ``.grad`` (:func:`_accumulate_grads`)."""
+    model, batch = plan.model, plan.cfg.batch_size
+    for i, layer in enumerate(model.layers):
+        yield from gpu.kernel("compute", f"fwd {layer.name}", *_layer_costs(model, i, batch, False))
+    for i in reversed(range(len(model.layers))):
+        yield from _recompute(gpu, plan, i)
+        yield from gpu.kernel("compute", f"bwd {model.layers[i].name}", *_layer_costs(model, i, batch, True))
+        if accumulate:
+            yield from _accumulate_grads(gpu, model, i)
+
+
 def _compute_only(env: simpy.Environment, gpu: _Gpu, plan: _Plan, micro_steps: int) -> Proc:
     """``micro_steps`` forwards and backwards and one optimizer step, nothing else: one GPU without DDP."""
-    model, batch = plan.model, plan.cfg.batch_size
-    for _ in range(micro_steps):
-        for i, layer in enumerate(model.layers):
-            yield from gpu.kernel("compute", f"fwd {layer.name}", *_layer_costs(model, i, batch, False))
-        for i in reversed(range(len(model.layers))):
-            yield from _recompute(gpu, plan, i)
-            yield from gpu.kernel("compute", f"bwd {model.layers[i].name}", *_layer_costs(model, i, batch, True))
+    model = plan.model
+    for step in range(micro_steps):
+        yield from _micro_step(gpu, plan, step > 0)
     if plan.cfg.gradient_clipping:  # one GPU clips its own gradients too: the two passes, no collective
         yield from _clip_kernels(gpu, model)
     yield from gpu.kernel("compute", "optimizer", 0.0, _optimizer_bytes(model, plan.consts, plan.cfg.optimizer))
@@ -636,21 +667,19 @@ def _ddp_iteration(
     all_done: Callable[[], simpy.Event],
     ready_at: list[float],
 ) -> Proc:
-    """The synchronised micro-step on the compute stream (the ``no_sync`` ones run before it, plain).
+    """The synchronised micro-step on the compute stream (the ``no_sync`` ones run before it: the layers and, from
+    the second micro-step, ``AccumulateGrad``'s adds, :func:`_micro_step`).
 
     Waits for: each layer's kernels in order; at the end, every bucket's allreduce (``all_done``). Pays: the layers,
-    the Reducer's copy-in (divided by the world size, or the compression hook's cast and divide) as each gradient
-    is ready, the copy back after the last allreduce, and the optimizer. ``launch(b)`` hands bucket ``b`` to the
-    backend the moment it is next in order and complete; ``ready_at[b]`` records that moment.
+    with several micro-steps each gradient's add into ``.grad`` (:func:`_accumulate_grads`), the Reducer's copy-in
+    (divided by the world size, or the compression hook's cast and divide) as each gradient is ready, the copy back
+    after the last allreduce, and the optimizer. ``launch(b)`` hands bucket ``b`` to the backend the moment it is
+    next in order and complete; ``ready_at[b]`` records that moment.
     """
     model, cfg, consts = plan.model, plan.cfg, plan.consts
     batch = cfg.batch_size
-    for _ in range(cfg.accumulation - 1):  # no_sync: gradients accumulate in param.grad, no Reducer work
-        for i, layer in enumerate(model.layers):
-            yield from gpu.kernel("compute", f"fwd {layer.name}", *_layer_costs(model, i, batch, False))
-        for i in reversed(range(len(model.layers))):
-            yield from _recompute(gpu, plan, i)
-            yield from gpu.kernel("compute", f"bwd {model.layers[i].name}", *_layer_costs(model, i, batch, True))
+    for step in range(cfg.accumulation - 1):  # no_sync: gradients accumulate in param.grad, no Reducer work
+        yield from _micro_step(gpu, plan, step > 0)
     for i, layer in enumerate(model.layers):
         yield from gpu.kernel("compute", f"fwd {layer.name}", *_layer_costs(model, i, batch, False))
     pending = [len(b.params) for b in plan.buckets]
@@ -660,6 +689,8 @@ def _ddp_iteration(
         layer = model.layers[i]
         yield from _recompute(gpu, plan, i)
         yield from gpu.kernel("compute", f"bwd {layer.name}", *_layer_costs(model, i, batch, True))
+        if cfg.accumulation > 1:  # AccumulateGrad adds into what no_sync kept, then the Reducer's hook copies it
+            yield from _accumulate_grads(gpu, model, i)
         for p in sorted(layer.params, reverse=True):
             nbytes = model.params[p].nbytes
             # copy into the bucket and divide by the world size (no hook), or a plain copy (hook registered; a
@@ -823,7 +854,8 @@ def _with_gloo(
     backward_end = float(env.now)
     # also with one rank: DDP all-reduces every bucket whatever the world size (a comm hook sees each call, torch
     # 2.13), and ProcessGroupGloo still copies CUDA tensors to the host and back around its one-rank allreduce
-    ends = list(gloo([plan.wire_bytes[b] for b in range(n)], ready_at))
+    times = list(gloo([plan.wire_bytes[b] for b in range(n)], ready_at))
+    ends = [t.end for t in times]
     # pass 2: the same iteration, the final wait released when the last allreduce is done
     env = simpy.Environment()
     spans = []
@@ -835,13 +867,10 @@ def _with_gloo(
 
     main = env.process(_ddp_iteration(env, g, plan, lambda b: None, release, [math.nan] * n))
     env.run(main)
-    threads_free = [0.0] * max(1, threads)
     buckets = []
-    for b in range(n):
-        # the worker thread that frees first takes it (ProcessGroupGloo's queue is first come, first served)
-        k = min(range(len(threads_free)), key=lambda j: (threads_free[j], j))
-        start = max(ready_at[b], threads_free[k])
-        threads_free[k] = ends[b]
+    for b, k in enumerate(_thread_lanes(times, threads)):
+        # a bucket's comm runs from when a worker thread takes it to the end of its copy back (Gloo's simulation)
+        start = times[b].start
         buckets.append(BucketTiming(b, len(plan.buckets[b].params), plan.wire_bytes[b], ready_at[b], start,
                                     ends[b], ends[b] - start))  # fmt: skip
         spans.append(Span(f"Gloo thread {k}", f"allreduce bucket {b}", start, ends[b], b))
@@ -854,16 +883,21 @@ def _with_gloo(
 _CPU_ROUNDS = 6
 
 
-def _fifo_starts(ready: Sequence[float], ends: Sequence[float], threads: int) -> list[float]:
-    """When each bucket's worker thread takes it: the thread that frees first, first come first served
-    (ProcessGroupGloo's queue), at the bucket's ready time or when that thread is done with its last one."""
+def _thread_lanes(times: Sequence[GlooTimes], threads: int) -> list[int]:
+    """Which worker thread (0 .. ``threads`` - 1) runs each allreduce, for the timeline's lanes: in issue order
+    (ProcessGroupGloo's queue is first come, first served) the thread free first, free again when Gloo's
+    simulation freed it.
+
+    >>> _thread_lanes([GlooTimes(0, 2, 3), GlooTimes(0, 1, 1.5), GlooTimes(1, 4, 5)], 2)
+    [0, 1, 1]
+    """
     free = [0.0] * max(1, threads)
-    starts = []
-    for r, e in zip(ready, ends, strict=True):
+    lanes = []
+    for t in times:
         k = min(range(len(free)), key=lambda j: (free[j], j))
-        starts.append(max(r, free[k]))
-        free[k] = e
-    return starts
+        lanes.append(k)
+        free[k] = t.freed
+    return lanes
 
 
 def _with_gloo_on_cpu(
@@ -884,9 +918,7 @@ def _with_gloo_on_cpu(
     work = [cpu_work(w) for w in plan.wire_bytes]
     settled = False
     for _ in range(_CPU_ROUNDS):
-        ends = list(gloo(plan.wire_bytes, ready))
-        starts = _fifo_starts(ready, ends, lanes)
-        durations = [e - s0 for e, s0 in zip(ends, starts, strict=True)]
+        durations = [t.end - t.start for t in gloo(plan.wire_bytes, ready)]
         result, new_ready = _cpu_coupled(plan, gpu, world, durations, work, compute_s, lanes)
         settled = all(math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12) for a, b in zip(ready, new_ready, strict=True))
         ready = new_ready

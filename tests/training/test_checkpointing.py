@@ -171,8 +171,10 @@ def test_the_scenario_field_turns_it_on_and_names_itself_in_errors() -> None:
     with pytest.raises(ScenarioError) as info:
         Simulator.from_source("fsdp-gpt2xl-2node-h100", ["training.fsdp.wrap='model.layers.*'"]).step(["nccl"])
     assert info.value.field == "training.fsdp.wrap"
-    assert "pattern 'model.layers.*' matches no layer of model 'gpt2-xl' (its blocks: e.g. 'transformer.h.0')" in str(
-        info.value)  # fmt: skip
+    assert ("pattern 'model.layers.*' matches no layer of model 'gpt2-xl' (its blocks: 'transformer.h.*' "
+            "(transformer.h.0, transformer.h.1, ...))") in str(info.value)  # fmt: skip
+    # the pattern the message offers works (it offered 'transformer.h.0', refused the same way)
+    assert Simulator.from_source("fsdp-gpt2xl-2node-h100", ["training.fsdp.wrap='transformer.h.*'"])._fsdp_config()
     spans = ["training.activation_checkpointing='transformer.h.*'", "training.fsdp.wrap='transformer.h.*.mlp'"]
     with pytest.raises(ScenarioError, match="spans FSDP units") as info:
         Simulator.from_source("fsdp-gpt2xl-2node-h100", spans).step(["nccl"])

@@ -158,6 +158,7 @@ def _rank_job(
     enqueue: float,
     late: float = 0.0,
     issue: float = 0.0,
+    on_thread: Callable[[bool], None] | None = None,
 ) -> Proc:
     """One rank's part in one collective, as ProcessGroupGloo runs it (a SimPy process).
 
@@ -169,6 +170,7 @@ def _rank_job(
     waiting for it (``AsyncWork::run`` copies non-blocking, ``synchronize`` only orders the caller's stream).
     A straggler (``late`` seconds) issues the collective that much later, before asking for a thread; ``issue``
     seconds is when the caller issues it (DDP: when the bucket's gradients are ready), not recorded as an activity.
+    ``on_thread`` is told when the rank's worker thread takes the collective (True) and when it frees it (False).
     """
     if issue > 0:
         yield ops.net.env.timeout(issue)
@@ -177,12 +179,16 @@ def _rank_job(
     thread = pool.request()
     if not thread.triggered:  # a free thread is granted at once: yielding it anyway would only reorder events
         yield thread
+    if on_thread is not None:
+        on_thread(True)
     yield ops.hand_off(enqueue)
     d2h, h2d = staged
     if d2h > 0:
         yield ops.d2h(d2h)
     yield ops.net.env.process(sched.body(ops.context(board, sched.nranks)))
     pool.release(thread)
+    if on_thread is not None:
+        on_thread(False)
     if h2d > 0:
         yield ops.h2d(h2d)
 
@@ -197,13 +203,14 @@ def _run(
     consts: GlooConstants,
     background: Sequence[tuple[str, str, float]] = (),
     issue_at: Sequence[float] = (),
-) -> tuple[float, int, list[float]]:
+) -> tuple[float, int, list[float], list[tuple[float, float]]]:
     """Issue every collective on every representative rank (collective ``k`` at ``issue_at[k]`` seconds, default 0)
     and run until all are done; ``background`` streams (the topology's, :mod:`collsim.backends.background`) send
     meanwhile.
 
-    Returns the completion time (s), the representative that finished last (the lowest on a tie) and each
-    collective's completion time (s).
+    Returns the completion time (s), the representative that finished last (the lowest on a tie), each
+    collective's completion time (s), and when a worker thread first took each collective and first freed it (s:
+    the earliest rank's; a thread is freed before the H2D copy back, which runs after it).
     """
     preamble = float(consts.preamble_bytes) if opts.transport == "tcp" else 0.0
     delays = dict(opts.launch_delay)
@@ -211,11 +218,17 @@ def _run(
     pools = {rep: simpy.Resource(env, capacity=opts.threads) for rep in reps}
     by_rank: dict[int, float] = {}
     by_collective = [0.0] * len(scheds)
+    taken = [math.inf] * len(scheds)
+    freed = [math.inf] * len(scheds)
     done: list[Event] = []
 
     def finished(rep: int, k: int) -> None:
         by_rank[rep] = max(by_rank.get(rep, 0.0), env.now)
         by_collective[k] = max(by_collective[k], env.now)
+
+    def on_thread(k: int, take: bool) -> None:
+        times = taken if take else freed
+        times[k] = min(times[k], env.now)
 
     ops = [
         _RankOps(net, quotient, plan.costs[rep], rep, preamble, opts.transport != "tcp", plan.owners[rep], opts,
@@ -231,14 +244,16 @@ def _run(
             late = delays.get(rep, 0.0)
             job = _rank_job(
                 rank_ops, pools[rep], sched, board, plan.staging[k][rep], consts.work_enqueue_latency, late,
-                issue_at[k] if issue_at else 0.0,
+                issue_at[k] if issue_at else 0.0, partial(on_thread, k),
             )  # fmt: skip
             ev = env.process(job)
             ev.callbacks.append(lambda _e, rep=rep, k=k: finished(rep, k))  # type: ignore[misc]
             done.append(ev)
     start_background(env, net, quotient, background, done)
     t = run_until_done(env, done)
-    return t, max(reps, key=lambda r: (by_rank.get(r, 0.0), -r)), by_collective
+    threads = [(a if math.isfinite(a) else e, b if math.isfinite(b) else e)  # a collective no rank calls: its end
+               for a, b, e in zip(taken, freed, by_collective, strict=True)]  # fmt: skip
+    return t, max(reps, key=lambda r: (by_rank.get(r, 0.0), -r)), by_collective, threads
 
 
 def _breakdown(net: FluidNetwork, collective: str, opts: GlooOptions, last: Owner, t: float) -> dict[str, float]:

@@ -58,7 +58,9 @@ def simulate_gloo_many(
     Returns
     -------
     Outcome
-        ``time_s``: until every rank is done with all; ``size_bytes``: the sum; ``ends``: each one's end (s).
+        ``time_s``: until every rank is done with all; ``size_bytes``: the sum; ``ends``: each one's end (s);
+        ``held``: when a worker thread first took each and first freed it (s; the H2D copy back of CUDA tensors
+        runs after the thread is freed).
 
     Notes
     -----
@@ -93,7 +95,9 @@ def simulate_gloo_many(
         relations=_relations(scheds),
         symmetric=symmetry and opts.jitter <= 0,  # jitter draws per rank: no two ranks alike
     )
-    t, last, ends = _run(env, net, quotient, scheds, plan, opts, consts, background=topo.background, issue_at=issue)
+    t, last, ends, held = _run(
+        env, net, quotient, scheds, plan, opts, consts, background=topo.background, issue_at=issue
+    )
     notes += _notes(scheds, collective, opts, plan, ends)
     return Outcome(
         backend="gloo",
@@ -106,6 +110,7 @@ def simulate_gloo_many(
         breakdown=_breakdown(net, collective, opts, plan.owners[last], t) if record else {},
         notes=notes,
         ends=tuple(ends) if len(sizes) > 1 else (),
+        held=tuple(held) if len(sizes) > 1 else (),
         **run_stats(net, quotient, len(plan.usage), record),
     )
 
