@@ -1235,7 +1235,6 @@ class Scenario(BaseModel):
                     warnings.warn(f"{where}{w.message}", ScenarioWarning, stacklevel=2)
                 else:
                     warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-            return self._visible(topology)
         except TopologyError as err:
             if err.field == "ranks_per_gpu":
                 raise ScenarioError(err.message, file=self.source_file, field="cluster.ranks_per_gpu") from None
@@ -1271,6 +1270,8 @@ class Scenario(BaseModel):
                     field=prefix or None,
                 ) from None
             raise
+        # outside the template's errors: cluster.visible_gpus is the scenario's own field (its error names it)
+        return self._visible(topology)
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved scenario as JSON-serialisable data.

@@ -50,3 +50,22 @@ def test_gpus_the_node_does_not_have_are_refused(value: str, message: str) -> No
     with pytest.raises(ScenarioError, match=message) as err:
         Simulator.from_source(TWO_NODES, [f"cluster.visible_gpus={value}"])
     assert err.value.field is not None and err.value.field.startswith("cluster.visible_gpus")
+
+
+def test_a_gpu_a_users_template_does_not_have_is_the_scenarios_field_not_a_malformed_template(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """With a user's template the visible_gpus error passed through the template's catch-all for malformed
+    templates: "t.yaml: malformed node template (ScenarioError: ...)", blaming the template and cutting the text."""
+    (tmp_path / "t.yaml").write_text(
+        "name: t\nsource: x\ndevices:\n  - {name: gpu, count: 2, kind: gpu, preset: h100-pcie-80gb}\n"
+        "  - {name: cpu, count: 1, kind: cpu, preset: xeon-8480}\n"
+        "links:\n  - {a: [gpu0, gpu1], b: cpu0, preset: pcie5}\n",
+        encoding="utf-8",
+    )
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("name: s\ncluster: {node: ./t.yaml, visible_gpus: [0, 5]}\nworkload: {sizes: [1MiB]}\n",
+                        encoding="utf-8")  # fmt: skip
+    with pytest.raises(ScenarioError) as err:
+        Simulator.from_source(scenario)
+    assert err.value.field == "cluster.visible_gpus" and err.value.file is not None
+    assert err.value.file.endswith("s.yaml")
+    assert "no GPU 5 on the node" in str(err.value) and "malformed" not in str(err.value)
