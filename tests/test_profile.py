@@ -119,3 +119,21 @@ def test_a_profile_fitted_on_another_cluster_says_what_acts_on_nothing_here() ->
                                  "cluster (fitted on p4de)"]  # fmt: skip
     assert Simulator.from_source("2node-h100-ib", profile=Profile({"link.ib.latency_us": 1.0})).profile_notes == []
     assert Simulator.from_source("2node-h100-ib").profile_notes == []
+
+
+def test_profiles_are_read_with_the_scenarios_yaml_rules(tmp_path: Path) -> None:
+    """The one YAML loader (collsim/safeyaml.py), as the README says of every YAML input: a duplicate key is an error
+    with its line (PyYAML kept the last value silently: a profile edited by hand doubled a bandwidth), YAML 1.2
+    numbers read as numbers (6e-1 was refused as a string), a syntax error says line and column in one line."""
+    path = tmp_path / "p.yaml"
+    path.write_text("format: collsim-profile/1\nparameters:\n  link.pcie.bandwidth_scale: 0.6\n"
+                    "  link.pcie.bandwidth_scale: 1.5\n")  # fmt: skip
+    with pytest.raises(ScenarioError, match=r"line 4, column 3: duplicate key 'link.pcie.bandwidth_scale'") as err:
+        load_profile(path)
+    assert err.value.file == str(path)
+    path.write_text("format: collsim-profile/1\nparameters: {link.pcie.bandwidth_scale: 6e-1}\n")
+    assert load_profile(path).parameters == {"link.pcie.bandwidth_scale": 0.6}
+    path.write_text("format: collsim-profile/1\nparameters: {a: [1\n")
+    with pytest.raises(ScenarioError, match=r"invalid YAML: line \d+, column \d+") as err:
+        load_profile(path)
+    assert "\n" not in str(err.value) and "<unicode string>" not in str(err.value)
