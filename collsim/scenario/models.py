@@ -54,6 +54,7 @@ from collsim.units import (
     parse_time,
 )
 from collsim.vocab import (
+    COLLECTIVE_ALIASES,
     COLLECTIVES,
     FABRIC_TOPOLOGIES,
     FABRIC_TRANSPORTS,
@@ -160,7 +161,9 @@ class SwitchConfig(BaseModel):
         description="Switch preset of topologies/presets/fabric.yaml (radix, port speed, link kinds), e.g. "
         "'quantum-2-qm9700'.",
     )
-    latency: str | None = Field(None, description="Port-to-port latency of one switch hop, e.g. '300ns'.")
+    latency: Annotated[str | None, _duration_schema(True)] = Field(
+        None, description="Port-to-port latency of one switch hop, e.g. '300ns'."
+    )
     radix: StrictInt | None = Field(None, ge=2, description="Ports per switch (fat_tree: radix/2 go down to NICs).")
 
     @field_validator("latency", mode="before")
@@ -201,8 +204,10 @@ class FabricConfig(BaseModel):
     )
     gpudirect: StrictBool = Field(True, description="GPUDirect RDMA: NICs read/write GPU memory directly.")
     switch: SwitchConfig | None = Field(None, description="Switch latency and radix.")
-    oversubscription: StrictFloat | StrictInt = Field(
-        1.0, gt=0, description="fat_tree only: downlink/uplink bandwidth ratio (1.0 = full bisection)."
+    oversubscription: Annotated[StrictFloat, Field(gt=0)] | Annotated[StrictInt, Field(gt=0)] = Field(
+        1.0,
+        description="fat_tree and rail_optimized: a leaf's downlink/uplink bandwidth ratio (1.0 = full bisection; "
+        "no effect with one leaf).",
     )
     in_network_reduction: StrictBool = Field(False, description="Switches can reduce (SHARP/CollNet).")
 
@@ -268,13 +273,25 @@ class ClusterConfig(BaseModel):
         return value
 
 
+#: The names a scenario may give a collective: collsim's and the nccl-tests and PyTorch spellings the loader reads
+#: as them (vocab.COLLECTIVE_ALIASES; the loader also takes any letter case and '-' for '_').
+_COLLECTIVE_NAMES = list(dict.fromkeys([*COLLECTIVES, *COLLECTIVE_ALIASES]))
 _COLLECTIVE_SCHEMA: dict[str, Any] = {
-    "description": "Collective(s) to time: one name or a list.",
+    "description": "Collective(s) to time: one name or a list (collsim's names, or nccl-tests' and PyTorch's: "
+    "all_reduce, all_gather, reducescatter, all_to_all ...).",
     "anyOf": [
-        {"type": "string", "enum": list(COLLECTIVES)},
-        {"type": "array", "items": {"type": "string", "enum": list(COLLECTIVES)}, "minItems": 1},
+        {"type": "string", "enum": _COLLECTIVE_NAMES},
+        {"type": "array", "items": {"type": "string", "enum": _COLLECTIVE_NAMES}, "minItems": 1},
     ],
 }
+
+
+def _duration_schema(optional: bool) -> WithJsonSchema:
+    """A duration field's schema: a string with a unit ('1us'), or a bare 0 (the loader reads it as no time)."""
+    kinds: list[dict[str, Any]] = [{"type": "string"}, {"const": 0}]
+    if optional:
+        kinds.append({"type": "null"})
+    return WithJsonSchema({"anyOf": kinds})
 _SIZES_SCHEMA: dict[str, Any] = {
     "description": "Message sizes: a sweep 'MIN:MAX:xFACTOR' or 'MIN:MAX:+STEP' (e.g. '8B:8GiB:x2'), a "
     "comma-separated list, one size, or a list of sizes (strings like '1MiB'; a number without a unit is bytes).",
@@ -314,7 +331,7 @@ class WorkloadConfig(BaseModel):
         "--cpus-per-task; fractions allowed): Gloo's TCP sends and receives, reductions and copies of a rank, and a "
         "CPU rank's training step, share them. Unset: no limit but the node's cores, which its processes share.",
     )
-    host_overhead: str = Field(
+    host_overhead: Annotated[str, _duration_schema(False)] = Field(
         "none",
         description="The host's per-call work inside each timed NCCL collective: 'none' (calls queued back to back, "
         "as nccl-tests times them: it hides behind the GPU), 'torch' (one torch.distributed call timed on an idle "
@@ -701,7 +718,9 @@ class RankPerturbConfig(BaseModel):
     model_config = _STRICT
 
     rank: StrictInt = Field(ge=0, description="Global rank index.")
-    launch_delay: str = Field(description="How late it launches each collective, e.g. '20us'.")
+    launch_delay: Annotated[str, _duration_schema(False)] = Field(
+        description="How late it launches each collective, e.g. '20us'."
+    )
 
     @field_validator("launch_delay", mode="before")
     @classmethod
@@ -772,12 +791,12 @@ class NoiseConfig(BaseModel):
 
     model_config = _STRICT
 
-    launch_skew: str | None = Field(
+    launch_skew: Annotated[str | None, _duration_schema(True)] = Field(
         None,
         description="Largest spread between the ranks' launches, e.g. '5us': each rank launches each collective a "
         "delay drawn uniformly in [0, launch_skew] later, the first rank's taken as time 0.",
     )
-    jitter: str | None = Field(
+    jitter: Annotated[str | None, _duration_schema(True)] = Field(
         None,
         description="Mean extra latency of each message, e.g. '1us': drawn per message from an exponential "
         "distribution with that mean.",

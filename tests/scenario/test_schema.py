@@ -61,3 +61,40 @@ def test_main_check_and_write(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     out.write_text("{}\n", encoding="utf-8")
     assert main(["--check", str(out)]) == 1
     assert "out of date" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        (("cluster", "fabric", "oversubscription"), 0),  # gt=0 came out as "gt", which validators ignore
+        (("cluster", "fabric", "oversubscription"), -1.5),
+        (("cluster", "fabric", "oversubscription"), 2),
+        (("cluster", "fabric", "oversubscription"), 1.5),
+        (("workload", "collective"), "all_reduce"),  # nccl-tests' and PyTorch's spellings: the loader reads them
+        (("workload", "collective"), ["all_gather", "reducescatter"]),
+        (("workload", "collective"), "gather"),
+        (("noise", "jitter"), 0),  # a duration of 0 needs no unit
+        (("noise", "jitter"), "1us"),
+        (("noise", "launch_skew"), 0),
+        (("workload", "host_overhead"), 0),
+        (("perturb", "ranks"), [{"rank": 1, "launch_delay": 0}]),
+    ],
+)
+def test_the_schema_accepts_what_the_loader_accepts(field: tuple[str, ...], value: object) -> None:
+    """An editor validating against the schema flags a file exactly when ``collsim`` refuses it, on the fields where
+    they disagreed."""
+    jsonschema = pytest.importorskip("jsonschema")
+    from collsim.scenario import Scenario, ScenarioError
+
+    doc: dict = {"name": "s", "cluster": {"node": "hgx-h100", "nodes": 2, "fabric": {"topology": "fat_tree"}}}
+    node = doc
+    for key in field[:-1]:
+        node = node.setdefault(key, {})
+    node[field[-1]] = value
+    try:
+        Scenario.model_validate(doc)
+        loads = True
+    except (ScenarioError, ValueError):
+        loads = False
+    valid = jsonschema.Draft202012Validator(scenario_json_schema()).is_valid(doc)
+    assert valid == loads, (field, value, loads)
