@@ -253,7 +253,8 @@ def scenario_errors(file: str | None, field: str) -> Iterator[None]:
     """Turn an error of a layer below the scenario into a :class:`ScenarioError` naming ``file`` and ``field``.
 
     The one place where the API translates errors: a :class:`~collsim.topology.TopologyError` (its own field is
-    appended to ``field`` unless it already names the cluster; its file is named when it is not the scenario's),
+    appended to ``field`` unless it already names the cluster; an error in a field of another file, a node template
+    or a presets file, names that file and field and says which scenario field read it),
     a :class:`~collsim.backends.BackendError` (a choice the real library would refuse), a
     :class:`~collsim.nccl_env.NcclEnvError` (a bad NCCL variable) and a :class:`~collsim.training.ModelError` (a model
     file or name). Other exceptions pass through.
@@ -268,6 +269,10 @@ def scenario_errors(file: str | None, field: str) -> Iterator[None]:
     try:
         yield
     except TopologyError as exc:
+        if exc.file and exc.file != file and exc.field and not str(exc.field).startswith("cluster"):
+            # a field of another file (a node template, a presets file): that file and its field, the scenario said
+            raise ScenarioError(f"{exc.message} (read for {file or 'the scenario'}'s {field})", file=exc.file,
+                                field=exc.field) from None  # fmt: skip
         sub = f".{exc.field}" if exc.field and not str(exc.field).startswith("cluster") else ""
         where = f"{exc.file}: " if exc.file and exc.file != file else ""
         raise ScenarioError(f"{where}{exc.message}", file=file, field=field + sub) from None

@@ -387,7 +387,10 @@ def _row_from_mapping(
         raise MeasurementError(f"expected one of {', '.join(_STATISTICS)}, got {short_repr(stat)}", file=file,
                                field=f"{where}.statistic")
     _optional(d.get("algbw_gbps"), file, f"{where}.algbw_gbps")  # checked, then recomputed from size and time
-    time_raw = d.get("time_us")
+    time_raw, time_field = d.get("time_us"), "time_us"
+    if (time_raw is None or time_raw == "") and d.get("inplace_time_us") not in (None, ""):
+        # nccl-tests prints both; a row with only the in-place time is timed, not a bandwidth to derive one from
+        time_raw, time_field = d.get("inplace_time_us"), "inplace_time_us"
     if time_raw is None or time_raw == "":
         # Published tables sometimes give only a bandwidth (e.g. in-place busbw): time = size x factor / busbw.
         busbw = _optional(d.get("busbw_gbps"), file, f"{where}.busbw_gbps")
@@ -399,7 +402,7 @@ def _row_from_mapping(
         time_us = size * busbw_factor(collective, nranks) / (busbw * 1e3)  # GB/s x 1e3 = bytes/us
         stat = "derived"
     else:
-        time_us = _number(time_raw, file, f"{where}.time_us")
+        time_us = _number(time_raw, file, f"{where}.{time_field}")
     iters = d.get("iterations", d.get("samples"))
     spread = _optional(d.get("spread_us"), file, f"{where}.spread_us")
     return MeasurementRow(

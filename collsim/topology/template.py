@@ -243,6 +243,15 @@ def _build_layout(data: Mapping[str, Any], presets: PresetLibrary, file: str | P
                 file=file,
                 field=first_entry[name],
             )
+    if any(d.kind == "cpu" for d in layout.devices.values()):
+        for name in _off_the_host(layout):
+            raise TopologyError(
+                f"GPU {name!r} reaches no CPU over PCIe (or NVLink-C2C): every GPU hangs under a CPU socket, "
+                "through PCIe switches or directly (its host memory, its NICs' paths and NCCL's topology start there); "
+                "add a pcie link to a PCIe switch or a CPU",
+                file=file,
+                field=first_entry[name],
+            )
     where = display_path(file)
     for (limit, what, how), ends in slowed.items():
         warnings.warn(
@@ -253,6 +262,28 @@ def _build_layout(data: Mapping[str, Any], presets: PresetLibrary, file: str | P
             stacklevel=2,
         )
     return layout
+
+
+def _off_the_host(layout: NodeLayout) -> list[str]:
+    """The GPUs of ``layout`` with no path of PCIe or NVLink-C2C links to a CPU (through PCIe switches, never
+    through another GPU or a NIC), as :meth:`Topology.host_cpu` looks for one."""
+    under = ("pcie", "c2c")
+    adj: dict[str, set[str]] = {}
+    for (a, b), lk in layout.links.items():
+        if lk.kind in under:
+            adj.setdefault(a, set()).add(b)
+            adj.setdefault(b, set()).add(a)
+    reached = {n for n, d in layout.devices.items() if d.kind == "cpu"}
+    frontier = list(reached)
+    while frontier:  # from the CPUs outwards, passing PCIe switches only
+        u = frontier.pop()
+        if layout.devices[u].kind in ("gpu", "nic"):
+            continue
+        for v in adj.get(u, ()):
+            if v not in reached:
+                reached.add(v)
+                frontier.append(v)
+    return [n for n, d in layout.devices.items() if d.kind == "gpu" and n not in reached]
 
 
 def _add_devices(

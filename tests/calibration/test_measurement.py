@@ -109,6 +109,18 @@ def test_time_derived_from_busbw_when_only_bandwidth_is_published() -> None:
     assert row.statistic == "derived"
 
 
+def test_a_row_with_only_the_in_place_time_takes_it_not_a_time_from_the_rounded_bandwidth() -> None:
+    """nccl-tests prints busbw to two decimals: 0.01 GB/s at 64 B on two ranks gives 6.4 us, where the row said
+    12.21 us in place (+78% of error that was the file's rounding)."""
+    doc = {"collective": "allreduce", "nranks": 2,
+           "rows": [{"size_bytes": 64, "busbw_gbps": 0.01, "inplace_time_us": 12.21, "statistic": "mean"}]}  # fmt: skip
+    (row,) = parse_measurement_json(json.dumps(doc)).rows
+    assert (row.time_us, row.statistic) == (12.21, "mean")
+    doc["rows"][0]["inplace_time_us"] = "slow"  # type: ignore[index]
+    with pytest.raises(MeasurementError, match=r"rows\[0\]\.inplace_time_us"):
+        parse_measurement_json(json.dumps(doc))
+
+
 def test_nccl_tests_log_through_read_measurement(tmp_path: Path) -> None:
     path = tmp_path / "log.txt"
     path.write_text(

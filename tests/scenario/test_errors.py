@@ -168,6 +168,22 @@ def test_template_file_missing(write: Write) -> None:
     assert str(error_of(path)) == f"{path}: cluster.node: node template file not found: {missing}"
 
 
+def test_a_mistake_in_a_template_file_names_that_file_and_its_field(write: Write) -> None:
+    """Not the scenario's cluster with the template's field appended (``s.yaml: cluster.links.0.bandwidth: t.yaml:
+    ...``: the scenario has no cluster.links)."""
+    write("t.yaml", "name: t\nsource: x\ndevices:\n  - {name: gpu, count: 2, kind: gpu, preset: h100-pcie-80gb}\n"
+                    "  - {name: cpu, count: 1, kind: cpu, preset: xeon-8480}\n"
+                    "links:\n  - {a: [gpu0, gpu1], b: cpu0, preset: pcie5, bandwidth: 400}\n")  # fmt: skip
+    from collsim.api import Simulator
+
+    path = write("s.yaml", "name: s\ncluster: {node: ./t.yaml}\nworkload: {sizes: [1MiB]}\n")
+    with pytest.raises(ScenarioError) as info:
+        Simulator.from_source(path)
+    err = info.value
+    assert err.field == "links.0.bandwidth" and err.file is not None and err.file.endswith("t.yaml")
+    assert f"(read for {path}'s cluster)" in err.message and "has no unit" in err.message
+
+
 def test_calibration_missing(write: Write) -> None:
     path = scenario_with(write, "calibration: prof.yaml\n")
     missing = path.parent.resolve() / "prof.yaml"

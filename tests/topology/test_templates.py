@@ -271,6 +271,11 @@ def test_template_errors() -> None:
     assert e.field == "devices.1.preset" and "unknown cpu preset 'm1'" in e.message
     e = _err([GPU, CPU], [{"a": "gpu0", "b": "cpu0", "preset": "pcie4"}])
     assert e.field == "devices.0" and "'gpu1' is connected to nothing" in e.message
+    # a GPU on NVLink alone hangs under no CPU: refused with its entry (topo showed it NET from the others and no
+    # CPU affinity; a run failed later naming backends.nccl)
+    e = _err([GPU, CPU], [{"a": "gpu0", "b": "cpu0", "preset": "pcie4"},
+                          {"a": "gpu0", "b": "gpu1", "preset": "nvlink3", "count": 12}])  # fmt: skip
+    assert e.field == "devices.0" and "GPU 'gpu1' reaches no CPU over PCIe" in e.message
     e = _err([GPU, CPU], [{"a": ["gpu0", "gpu1"], "b": "cpu9", "preset": "pcie4"}])
     assert e.field == "links.0.b" and "'cpu9' is not a device" in e.message
     e = _err([GPU, CPU], [{"a": ["gpu0", "gpu1"], "b": "cpu0", "preset": "pcie4", "kind": "optical"}])
