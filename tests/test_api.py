@@ -342,7 +342,11 @@ def test_lower_layer_errors_become_scenario_errors_in_one_place() -> None:
     assert str(err.value) == "s.yaml: backends.nccl: NCCL would refuse it"
     with pytest.raises(ScenarioError) as err, api.scenario_errors("s.yaml", "cluster"):
         raise TopologyError("no such preset", file="node.yaml", field="gpus.0")
-    assert str(err.value) == "s.yaml: cluster.gpus.0: node.yaml: no such preset"
+    # a field of another file: that file and field, and the scenario field that read it
+    assert str(err.value) == "node.yaml: gpus.0: no such preset (read for s.yaml's cluster)"
+    with pytest.raises(ScenarioError) as err, api.scenario_errors("s.yaml", "cluster"):
+        raise TopologyError("no such GPU", field="gpus.0")  # the topology's own field, no file: under the scenario's
+    assert str(err.value) == "s.yaml: cluster.gpus.0: no such GPU"
     with pytest.raises(KeyError), api.scenario_errors("s.yaml", "cluster"):  # anything else passes through
         raise KeyError("x")
 
