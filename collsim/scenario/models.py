@@ -1296,7 +1296,8 @@ class Scenario(BaseModel):
         """The resolved scenario as JSON-serialisable data.
 
         Sizes become a list of byte counts, ``collective`` a list, and file paths (a node template file,
-        ``calibration``) absolute. The result is itself a valid scenario source.
+        ``calibration``, ``preset_files``, a model file, ``NCCL_TUNER_CONFIG_FILE``) absolute. The result is itself a
+        valid scenario source, read the same from any folder (a sweep's workers load it from theirs).
         """
         data = self.model_dump(mode="json")
         if data.get("noise") is None:
@@ -1309,6 +1310,14 @@ class Scenario(BaseModel):
         cal = self.calibration_path()
         if cal is not None:
             data["calibration"] = str(cal)
+        if data.get("preset_files"):
+            data["preset_files"] = [str(p) for p in self.preset_file_paths()]
+        if data.get("training") and self.training is not None:
+            data["training"]["model"] = self.training.model_path(self.base_dir)
+        env = (data.get("backends") or {}).get("nccl") or {}
+        tuner = (env.get("env") or {}).get("NCCL_TUNER_CONFIG_FILE")
+        if isinstance(tuner, str) and tuner and not Path(tuner).expanduser().is_absolute():
+            env["env"]["NCCL_TUNER_CONFIG_FILE"] = str((self.base_dir / Path(tuner).expanduser()).resolve())
         return data
 
 

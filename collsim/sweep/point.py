@@ -99,6 +99,9 @@ def _key_scenario(scenario: Scenario, backend: str) -> dict[str, Any]:
         data["calibration"] = files.pop("calibration")[0]
     if "preset_files" in files:
         data["preset_files"] = files.pop("preset_files")
+    tuner = "backends.nccl.env.NCCL_TUNER_CONFIG_FILE"
+    if tuner in files:  # the CSV by its content alone (to_dict made its path absolute: a moved folder finds it)
+        (((data.get("backends") or {}).get("nccl") or {}).get("env") or {}).pop("NCCL_TUNER_CONFIG_FILE", None)
     data.update(files)  # the tuner's CSV, beside the variable naming it
     return data
 

@@ -203,6 +203,31 @@ def test_to_dict_is_json_and_round_trips(write: Callable[[str, str], Path]) -> N
     assert again.to_dict() == d
 
 
+def test_to_dict_reads_the_same_from_any_folder(
+    write: Callable[[str, str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sweep's workers load the scenario from its to_dict() data in their own folder: preset_files, a model file
+    and the tuner's CSV named relative to the scenario came out relative and were looked up there (a point failed
+    "presets file or folder not found", or read another folder's file of the same name: silently other numbers)."""
+    write("p1.yaml", "gpus: {}\n")
+    write("m.yaml", "x: 1\n")
+    path = write(
+        "s.yaml",
+        "name: t\ncluster: {node: node.yaml}\npreset_files: [p1.yaml]\ntraining: {model: m.yaml}\n"
+        "backends: {nccl: {env: {NCCL_TUNER_PLUGIN: libnccl-tuner-example.so, NCCL_TUNER_CONFIG_FILE: t.conf}}}\n",
+    )
+    d = load_scenario(path).to_dict()
+    folder = path.parent.resolve()
+    assert d["preset_files"] == [str(folder / "p1.yaml")]
+    assert d["training"]["model"] == str(folder / "m.yaml")
+    assert d["backends"]["nccl"]["env"]["NCCL_TUNER_CONFIG_FILE"] == str(folder / "t.conf")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    again = load_scenario(d)
+    assert again.preset_file_paths() == [folder / "p1.yaml"] and again.to_dict() == d
+
+
 def test_calibration_path_resolved(write: Callable[[str, str], Path]) -> None:
     write("prof.yaml", "a: 1\n")
     path = write("s.yaml", "name: t\ncluster: {node: node.yaml}\ncalibration: prof.yaml\n")
