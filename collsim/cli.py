@@ -634,13 +634,15 @@ def _cmd_explain(args: argparse.Namespace) -> int:
         return _compare_algorithms(args, sim, note, "explain")
     prog = _Progress(args.quiet)
     if args.dask:
-        from collsim.sweep.execute import DaskMissing, make_executor
+        from collsim.sweep.execute import DaskAddressError, DaskMissing, make_executor
         from collsim.sweep.explain import explain_on
 
         try:
             runner = make_executor(_jobs(args.jobs), args.dask)
         except DaskMissing as exc:
             raise ScenarioError(str(exc)) from None
+        except DaskAddressError as exc:
+            raise ScenarioError(str(exc), file="--dask") from None
         try:
             rows, interrupted = explain_on(sim, runner, _sizes(args.sizes), all_pairs=args.all, progress=prog)
         finally:
@@ -793,12 +795,14 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     runner: Any = None
     if args.dask:  # each predicted sweep's points on Dask (collsim.sweep's executors)
         from collsim.sweep.calibrate import ExecutorEvaluate
-        from collsim.sweep.execute import DaskMissing, make_executor
+        from collsim.sweep.execute import DaskAddressError, DaskMissing, make_executor
 
         try:
             runner = make_executor(_jobs(args.jobs), args.dask)
         except DaskMissing as exc:
             raise ScenarioError(str(exc)) from None
+        except DaskAddressError as exc:
+            raise ScenarioError(str(exc), file="--dask") from None
     try:
         res = calibrate(
             scenario,

@@ -110,7 +110,7 @@ def _plot(args: argparse.Namespace, out: SweepOutcome) -> None:
 
 def run_command(args: argparse.Namespace) -> int:
     """``collsim sweep``; returns the exit status (bad input raises ScenarioError for the CLI to print)."""
-    from collsim.sweep.execute import DaskMissing, WorkersKeptDying
+    from collsim.sweep.execute import DaskAddressError, DaskMissing, WorkersKeptDying
     from collsim.sweep.grid import load_grid
     from collsim.sweep.output import ProgressLine, format_table, to_csv, to_json
     from collsim.sweep.runner import run_sweep
@@ -127,6 +127,9 @@ def run_command(args: argparse.Namespace) -> int:
         out = run_sweep(grid, store, jobs=args.jobs, dask=args.dask, force=args.force, progress=prog)
     except DaskMissing as exc:
         print(f"collsim: error: {exc}", file=sys.stderr)
+        return 2
+    except DaskAddressError as exc:
+        print(f"collsim: error: --dask: {exc}", file=sys.stderr)
         return 2
     except WorkersKeptDying as exc:
         prog.done()

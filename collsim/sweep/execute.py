@@ -43,6 +43,7 @@ Fn = Callable[[Mapping[str, Any], PointTask], R]
 
 __all__ = [
     "DASK_INSTALL",
+    "DaskAddressError",
     "DaskExecutor",
     "DaskMissing",
     "Executor",
@@ -59,6 +60,10 @@ DASK_INSTALL = "--dask needs Dask's distributed package; install it with: pip in
 
 class DaskMissing(ImportError):
     """``--dask`` without the ``distributed`` package; the message says how to install it."""
+
+
+class DaskAddressError(ValueError):
+    """``--dask`` with an address ``distributed`` cannot read (not ``local``, ``tcp://host:port`` ...)."""
 
 
 class WorkersKeptDying(RuntimeError):
@@ -199,7 +204,11 @@ class DaskExecutor:
             self.client = address
             where = f"client of {address.scheduler.address if address.scheduler else 'a scheduler'}"
         else:
-            self.client = distributed.Client(address)
+            try:
+                self.client = distributed.Client(address)
+            except ValueError as exc:  # distributed's parse of the address ("missing port number in address ...")
+                raise DaskAddressError(f"{address!r}: {exc}; expected 'local' or a scheduler's address such as "
+                                       "tcp://host:8786") from None  # fmt: skip
             where = str(address)
         self.workers = max(1, self._threads())
         self.name = f"Dask ({where})"

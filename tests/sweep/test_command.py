@@ -154,3 +154,16 @@ def test_benchmark_sweep(capsys: pytest.CaptureFixture[str], grid: Path) -> None
     assert [ln.split()[0] for ln in lines[2:5]] == ["serial", "local", "Dask"]
     assert "results: identical in every mode" in out
     assert "Dask's overhead per point beyond the local pool's:" in out
+
+
+@pytest.mark.parametrize("argv", [["sweep", "GRID"], ["explain", "pcie-2gpu-nop2p", "--all"]])
+def test_a_dask_address_distributed_cannot_read_is_one_line(
+    capsys: pytest.CaptureFixture[str], grid: Path, tmp_path: Path, argv: list[str]
+) -> None:
+    """``--dask locl`` (a typo of ``local``) gave distributed's traceback, "missing port number in address"."""
+    pytest.importorskip("distributed")
+    args = [str(grid) if a == "GRID" else a for a in argv]
+    rc, out, err = _run(capsys, *args, "--dask", "locl", "--store", str(tmp_path / "s")) if argv[0] == "sweep" else \
+        _run(capsys, *args, "--dask", "locl")  # fmt: skip
+    assert (rc, out) == (2, "")
+    assert err.startswith("collsim: error: --dask: 'locl': ") and "tcp://host:8786" in err and err.count("\n") == 1
