@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 import plotly.express as px
 import plotly.graph_objects as go
 
+from collsim.units import format_size
 from collsim.viz.figures import size_ticks
 
 if TYPE_CHECKING:
@@ -60,7 +61,8 @@ def grid_figure(
     y : str
         ``"busbw"``, ``"algbw"`` or ``"time"`` (:data:`METRICS`).
     lines : sequence of str
-        Columns whose values name the lines.
+        Columns whose values name the lines (the backend, the collective and, with ``x`` another column than
+        ``size_bytes``, the size too, where they take several values).
     facet : str, optional
         A column whose values get a panel each.
     title : str
@@ -76,7 +78,13 @@ def grid_figure(
         keys.append("backend")
     if "collective" in data.columns and data["collective"].nunique() > 1 and "collective" not in keys:
         keys.append("collective")
-    data["line"] = [", ".join(f"{k}={r[k]}" for k in keys) or "all" for r in data.to_dict("records")]
+    if x != "size_bytes" and facet != "size_bytes" and data["size_bytes"].nunique() > 1:
+        keys.append("size_bytes")  # sizes are an axis too: one line a size (they zigzagged up and down one line)
+
+    def value(k: str, v: object) -> str:
+        return f"size={format_size(float(v))}" if k == "size_bytes" else f"{k}={v}"  # type: ignore[arg-type]
+
+    data["line"] = [", ".join(value(k, r[k]) for k in keys) or "all" for r in data.to_dict("records")]
     data["algo"] = data["algorithm"].astype(str) + "/" + data["protocol"].astype(str)
     numeric_x = x == "size_bytes" or data[x].map(lambda v: isinstance(v, (int, float))).all()
     data = data.sort_values(x) if numeric_x else data
