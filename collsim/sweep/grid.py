@@ -36,6 +36,7 @@ import dataclasses
 import difflib
 import itertools
 import math
+import re
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -266,17 +267,17 @@ class Grid:
     def _axis_of(self, field: str | None) -> str | None:
         """The axis whose path ``field`` (an error's or warning's) is, or lies under."""
         for axis in self.axes:
-            if field and (field == axis.path or field.startswith(axis.path + ".")):
-                return axis.path
+            if field and (field == axis.path or field.startswith((axis.path + ".", axis.path + "["))):
+                return axis.path  # a field under it: a mapping's key or a list's item (perturb.down[0].device)
         return None
 
     def _axis_warning(self, text: str) -> str:
         """A warning about a field an axis sets (``FILE: FIELD: what``), as the grid's: the base scenario's file
         did not write it."""
-        for axis in self.axes:
-            at = text.find(f"{axis.path}: ")
-            if at >= 0 and (at == 0 or text[at - 2 : at] == ": "):
-                return f"{self.file}: axes.{text[at:]}"
+        for axis in self.axes:  # the field itself, or one under it (perturb.links[1]: ..., perturb.links.x: ...)
+            m = re.search(rf"(?:^|(?<=: )){re.escape(axis.path)}(?=: |\[|\.)", text)
+            if m is not None:
+                return f"{self.file}: axes.{text[m.start():]}"
         return text
 
     def _source(self, source: str | Mapping[str, Any]) -> str | Mapping[str, Any]:

@@ -130,6 +130,17 @@ def test_what_an_axis_sets_is_the_grids_in_errors_warnings_and_file_paths(tmp_pa
     g = grid_from_mapping({"base": "pcie-2gpu-nop2p", "axes": {"cluster.nodez": [2]}}, file="g.yaml")
     with pytest.raises(ScenarioError, match=r"cluster.nodez: unknown field .*\(axis cluster.nodez\)$"):
         g.resolve()
+    # a list-valued axis: its items' fields (perturb.down[0].device) are the axis's too, errors and warnings alike
+    down = grid_from_mapping({"base": "2node-h100-ib", "axes": {"perturb.down": {"bad": [{"device": "n7/nic2"}]}}},
+                             file="g.yaml")  # fmt: skip
+    with pytest.raises(ScenarioError, match=r"perturb.down\[0\].device: no device matching 'n7/nic2'.*\(axis "
+                                            r"perturb.down\)$") as err:  # fmt: skip
+        down.resolve()
+    assert "2node-h100-ib.yaml" not in str(err.value)
+    twice = [{"device": "n0/nic0", "scale": 0.5}, {"device": "n0/nic0", "scale": 0.4}]
+    links = grid_from_mapping({"base": "2node-h100-ib", "axes": {"perturb.links": {"two": twice}}}, file="g.yaml")
+    with pytest.warns(UserWarning, match=r"^g.yaml: axes.perturb.links\[1\] scales"):
+        links.resolve()
     typo = grid_from_mapping({"base": "pcie-2gpu-nop2p", "axes": {"backends.nccl.env.NCCL_ALGOO": ["Ring"]}},
                              file="g.yaml")  # fmt: skip
     with pytest.warns(UserWarning, match=r"^g.yaml: axes.backends.nccl.env.NCCL_ALGOO: unknown NCCL variable"):
