@@ -1993,7 +1993,8 @@ class Simulator:
         -------
         ReportData
             A backend the scenario disables, or one that cannot run it (NCCL without GPUs), is left out, with a note
-            saying why; any other error is raised, as :meth:`run` raises it.
+            saying why; any other error is raised, as :meth:`run` raises it (with no backend enabled, a
+            :class:`~collsim.scenario.ScenarioError` naming ``backends``).
 
         Raises
         ------
@@ -2001,6 +2002,7 @@ class Simulator:
             When Ctrl-C stopped a sweep.
         """
         t0 = time.perf_counter()
+        self._enabled(None)  # no backend enabled: as run and compare, an error, not an empty page
         sweep = _sizes_arg(sizes) or []
         shown = representative_size(sweep) if timeline_size is None else _size_arg(timeline_size, "timeline_size")
         data = ReportData(self.scenario, self.topology, sweep, shown, perturbations=self.perturbations())

@@ -116,6 +116,16 @@ def test_report_leaves_out_a_backend_the_scenario_disables() -> None:
     assert {r.backend for r in sim.report_data([4096]).records} == {"nccl"}
 
 
+def test_report_with_no_backend_enabled_is_an_error_as_run_gives() -> None:
+    # it wrote a page with an empty table and no timeline, and exited 0
+    from collsim.scenario import ScenarioError
+
+    sim = Simulator.from_source("pcie-2gpu-nop2p", ["backends.gloo.enabled=false", "backends.nccl.enabled=false"])
+    with pytest.raises(ScenarioError, match="no backend enabled") as err:
+        sim.report_data([4096])
+    assert err.value.field == "backends"
+
+
 def test_cli_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "r.html"
     rc = main(["report", "pcie-2gpu-nop2p", "--sizes", "1KiB,1MiB", "--size", "64KiB", "-o", str(out)])
