@@ -244,8 +244,10 @@ def build_report(data: ReportData, *, max_bars: int = 3000, steps: Sequence[Step
         "topology": topology_figure(topo),
         "path-matrix": path_matrix_figure(topo),
         "comparison": sweep_figure(data.records, title="NCCL against Gloo: busbw and time against size"),
-        "breakdown": breakdown_figure(data.records),
     }
+    colls: list[str | None] = list(dict.fromkeys(r.collective for r in data.records if r.breakdown))
+    for coll in colls or [None]:  # one figure a collective (it drew the first one's alone)
+        figs["breakdown" if len(colls) <= 1 else f"breakdown-{coll}"] = breakdown_figure(data.records, collective=coll)
     for out in data.outcomes:
         figs[f"timeline-{out.backend}"] = timeline_figure(out, topo, max_bars=max_bars)
         figs[f"bottlenecks-{out.backend}"] = bottleneck_figure(
@@ -367,7 +369,7 @@ def _page(
         "to 100%). Categories: latency and overheads (launch, per-step and per-message latency, work enqueue), "
         "transfer by link kind, host copies (D2H/H2D), CPU reduction, and waiting for peers or contended "
         "resources.</p>",
-        _fig_html(figs["breakdown"], "fig-breakdown"),
+        *(_fig_html(fig, f"fig-{key}") for key, fig in figs.items() if key.startswith("breakdown")),
         f"<h2>One collective at {esc(format_size(rep_size))}</h2>",
         f"<p class='note'>Timeline size: <b id='timeline-size'>{esc(format_size(rep_size))}</b> "
         f"({rep_size} bytes), {esc(sc.collectives()[0])}, simulated with <code>engine.symmetry=false</code> so "

@@ -71,6 +71,11 @@ def test_the_table_has_every_collective_of_the_workload() -> None:
     assert "<th class='l'>collective</th>" in table
     rows = re.findall(r"<tr><td class='l'>(\w+)</td><td>(\w+)</td>", table)
     assert rows == [("allgather", "4KiB"), ("allgather", "1MiB"), ("broadcast", "4KiB"), ("broadcast", "1MiB")]
+    # and where the time goes, a figure for each (it drew the first collective's alone)
+    rep = build_report(sim.report_data([4096, MiB]))
+    assert [f for f in rep.figures if f.startswith("breakdown")] == ["breakdown-allgather", "breakdown-broadcast"]
+    assert "(broadcast)" in rep.figures["breakdown-broadcast"].layout.title.text
+    assert "id='fig-breakdown-broadcast'" in rep.html or 'id="fig-breakdown-broadcast"' in rep.html
 
 
 def test_a_perturbed_clusters_report_says_so_beside_the_healthy_times() -> None:
