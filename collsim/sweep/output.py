@@ -124,12 +124,26 @@ def to_csv(out: SweepOutcome) -> str:
     return text
 
 
+def _plain(value: Any) -> Any:
+    """A DataFrame cell as plain JSON data: NumPy scalars as Python's, a missing value (NaN, None, pandas' NA) as
+    None."""
+    if hasattr(value, "item") and not isinstance(value, (list, dict, str)):
+        value = value.item()  # a NumPy scalar
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    if type(value).__name__ in ("NAType", "NaTType"):
+        return None
+    return value
+
+
 def to_json(out: SweepOutcome) -> str:
     """The grid, what ran and every row (all columns; ``breakdown`` and ``notes`` as JSON data); ``partial``,
     ``points_done`` and ``points_total`` say whether points are missing (:func:`collsim.results.partial_fields`)."""
     df = out.dataframe()
     df["finished_at"] = df["finished_at"].astype(str)
-    rows = json.loads(df.to_json(orient="records"))
+    # every value as Python writes it (repr: a float read back is the same float); pandas' to_json keeps 10
+    # decimals, so the JSON's figures differed from the store's, the CSV's and run's (725.4478499137 for ...7344)
+    rows = [{k: _plain(v) for k, v in r.items()} for r in df.to_dict(orient="records")]
     for row in rows:
         for col in ("breakdown", "notes"):
             if isinstance(row.get(col), str):

@@ -71,6 +71,15 @@ def test_csv_json_check_force_and_store(capsys: pytest.CaptureFixture[str], grid
     assert rc == 0 and out == "" and (doc["ran"], doc["skipped"], doc["points"]) == (8, 0, 8)
     assert doc["axes"] == ["cluster.node_params.pcie_gen", "backends.nccl.env.NCCL_ALGO"]
     assert isinstance(doc["rows"][0]["notes"], list) and doc["rows"][0]["cluster.node_params.pcie_gen"] == 3
+    # the JSON's figures are the CSV's (and the store's) to the last digit: pandas' to_json kept 10 decimals
+    rc, out, _ = _run(capsys, "sweep", str(grid), "--store", store, "--format", "csv")
+    by_csv = {(r["cluster.node_params.pcie_gen"], r["backends.nccl.env.NCCL_ALGO"], r["size_bytes"]): r["time_us"]
+              for r in csv.DictReader(io.StringIO(out))}  # fmt: skip
+    for row in doc["rows"]:
+        key = (str(row["cluster.node_params.pcie_gen"]), str(row["backends.nccl.env.NCCL_ALGO"]),
+               str(row["size_bytes"]))
+        assert (row["time_us"] is None and by_csv[key] == "") or row["time_us"] == float(by_csv[key])
+    assert any(row["time_us"] is not None and len(repr(row["time_us"])) > 13 for row in doc["rows"])
 
 
 def test_plot(capsys: pytest.CaptureFixture[str], grid: Path, tmp_path: Path) -> None:
