@@ -932,9 +932,9 @@ class TrainingConfig(BaseModel):
     )
     bucket_cap_mb: float | None = Field(
         None,
-        gt=0,
+        ge=0,
         description="DDP's bucket_cap_mb (MiB). Unset: DDP's default, a first bucket of 1 MiB then 25 MiB; a value "
-        "given (even 25) caps every bucket alike, as torch 2.13 does.",
+        "given (even 25) caps every bucket alike, as torch 2.13 does (0: each parameter a bucket of its own).",
     )
     gradient_as_bucket_view: StrictBool = Field(False, description="DDP's gradient_as_bucket_view.")
     accumulation: StrictInt = Field(

@@ -243,6 +243,7 @@ def _net(mixed: bool) -> Any:
         (None, False, False, False),
         (None, False, False, True),
         (0.5, False, False, False),
+        (0, False, False, False),  # torch takes 0: every parameter a bucket of its own (the scenario refused it)
         (None, True, False, False),
         (None, False, True, True),
         (0.25, True, True, False),
