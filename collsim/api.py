@@ -1271,6 +1271,11 @@ class Simulator:
                                 field="cluster")  # fmt: skip
         spec = gpus[0].spec
         peaks = spec.get("peak_tflops") or {}
+        if peaks and not peaks.get(tr.compute_dtype):  # the GPU has no such math (a V100 has no TF32): the choice's
+            have = ", ".join(k for k, v in peaks.items() if v)
+            raise ScenarioError(f"{tr.compute_dtype!r}: the GPU ({spec.get('preset', spec.get('model', 'gpu'))}) "
+                                f"has no peak for it in its preset; expected one of {have}",
+                                file=self.scenario.source_file, field="training.compute_dtype")  # fmt: skip
         for key, value in (("peak_tflops", peaks.get(tr.compute_dtype)), ("sm_count", spec.get("sm_count")),
                            ("hbm_bandwidth", spec.get("hbm_bandwidth"))):  # fmt: skip
             if not value:

@@ -72,6 +72,14 @@ def test_unknown_model_names_the_field() -> None:
         sim.step()
 
 
+def test_a_compute_dtype_the_gpu_has_no_math_for_names_the_scenarios_field() -> None:
+    # a V100 has no TF32: the user's choice, not the GPU preset file (the error named gpus.yaml's peak_tflops)
+    sim = Simulator.from_source("ddp-resnet50-dgx1-v100", ["training.compute_dtype=tf32"])
+    with pytest.raises(ScenarioError, match=r"'tf32': .* expected one of float32, float16") as err:
+        sim.step(["nccl"])
+    assert err.value.field == "training.compute_dtype" and err.value.file == sim.scenario.source_file
+
+
 def test_step_table_and_bucket_tables(capsys: pytest.CaptureFixture[str]) -> None:
     rc, out, _ = _run(capsys, "step", str(SCENARIO), *ONE_NODE)
     assert rc == 0
