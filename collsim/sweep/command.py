@@ -168,11 +168,11 @@ def _check(grid: Grid, path: Path) -> int:
     from collsim.sweep.store import ResultStore
 
     resolved = grid.resolve(check=True)
-    store = ResultStore(path)
     version = collsim_version()
     keys = {point_key(p.scenario, p.backend, p.size, breakdown=grid.breakdown, version=version)
             for p in resolved.points}  # fmt: skip
-    stored = len(keys & store.keys())
+    where = path.expanduser()
+    stored = len(keys & ResultStore(where).keys()) if where.is_dir() else 0  # --check creates no store
     print(f"{grid.file}: {len(resolved.points)} points valid ({len(resolved.scenarios)} scenarios x backends x "
-          f"sizes; {len(keys)} distinct); {stored} stored in {store.path}, {len(keys) - stored} to run")  # fmt: skip
+          f"sizes; {len(keys)} distinct); {stored} stored in {where}, {len(keys) - stored} to run")  # fmt: skip
     return 0

@@ -59,6 +59,7 @@ def test_csv_json_check_force_and_store(capsys: pytest.CaptureFixture[str], grid
     store = str(tmp_path / "s")
     rc, out, _ = _run(capsys, "sweep", str(grid), "--check", "--store", store)
     assert rc == 0 and "8 points valid" in out and "0 stored" in out and "8 to run" in out
+    assert not Path(store).exists()  # --check writes nothing (it made an empty store folder)
     rc, out, err = _run(capsys, "sweep", str(grid), "--store", store, "--format", "csv", "--jobs", "2")
     rows = list(csv.DictReader(io.StringIO(out)))
     assert rc == 0 and len(rows) == 8
