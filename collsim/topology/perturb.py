@@ -268,9 +268,9 @@ def take_down(topo: Topology, rules: Sequence[DownRule], field: str = "perturb.d
 
     A NIC goes down with its port: it is removed with all its links, as NCCL's IB plugin skips a port that is not
     ACTIVE at init (``src/transport/net_ib.cc:682``, v2.27.7-1); a NIC left without a fabric link (its port taken
-    down through ``peer``) goes the same way. The channels of a removed NIC go to the NIC left on its node nearest
-    the GPU that used it (best path class, then the next index): :attr:`Topology.nic_substitutes`, which
-    :meth:`Topology.nic_slots` applies. A switch, or a link between switches, is removed and routes take what is
+    down through ``peer``, or its leaf, rail or single switch down) goes the same way. The channels of a removed
+    NIC go to the NIC left on its node nearest the GPU that used it (best path class, then the next index):
+    :attr:`Topology.nic_substitutes`, which :meth:`Topology.nic_slots` applies. A switch, or a link between switches, is removed and routes take what is
     left (collsim routes statically, one shortest path per pair, without ECMP).
 
     Raises
@@ -310,11 +310,13 @@ def take_down(topo: Topology, rules: Sequence[DownRule], field: str = "perturb.d
                         field=f"{where}.peer",
                     )
                 graph.remove_edge(u, v)
-            for name in sorted(n for n in list(graph.nodes) if graph.nodes[n]["device"].kind == "nic"):
-                dev = graph.nodes[name]["device"]
-                if topo.fabric is not None and not any(graph.nodes[m]["device"].kind == "switch" for m in graph[name]):
-                    graph.remove_node(name)  # its port is down: NCCL does not list it
-                    removed.append(dev)
+        # a NIC left without a fabric link (its port taken down through peer, or its switch down: a leaf, a rail,
+        # the single switch) has no ACTIVE port: NCCL does not list it (a switch down was refused as partitioned)
+        for name in sorted(n for n in list(graph.nodes) if graph.nodes[n]["device"].kind == "nic"):
+            dev = graph.nodes[name]["device"]
+            if topo.fabric is not None and not any(graph.nodes[m]["device"].kind == "switch" for m in graph[name]):
+                graph.remove_node(name)
+                removed.append(dev)
         _check_nics_left(topo, graph, rule, where)
         result = _like(topo, graph, {**topo.nic_substitutes, **_substitutes(topo, graph, removed)})
         _check_routes(result, rule, where)

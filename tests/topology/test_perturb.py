@@ -117,6 +117,19 @@ def test_a_port_down_through_peer_takes_its_nic_down(topo) -> None:  # type: ign
     assert "n0/nic5" not in down.graph and "fabric/rail5" in down.graph and down.nic_slots(0)[5] == "n0/nic4"
 
 
+def test_a_rail_switch_down_takes_its_nics_down_as_their_ports_would(topo) -> None:  # type: ignore[no-untyped-def]
+    """With its switch gone no NIC on it has an ACTIVE port: the same cluster as the rail's ports down through
+    peer (it was refused as partitioned, the NICs kept with no fabric link)."""
+    from collsim.topology import DownRule, take_down
+
+    switch = take_down(topo, [DownRule("fabric/rail2")])
+    ports = take_down(topo, [DownRule("fabric/rail2", peer="n*/nic2")])
+    for down in (switch, ports):
+        assert "n0/nic2" not in down.graph and "n1/nic2" not in down.graph
+        assert down.nic_slots(0) == ports.nic_slots(0) and down.nic_slots(1) == ports.nic_slots(1)
+    assert "fabric/rail2" not in switch.graph
+
+
 def test_a_spine_link_down_routes_over_another_spine() -> None:
     from collsim.topology import DownRule, take_down
 
