@@ -506,8 +506,8 @@ class Topology:
 
     def perturbed_links(self) -> frozenset[tuple[str, str]]:
         """The directed links whose rate or load a perturbation changed: those ``perturb.links`` slowed
-        (:attr:`scaled`), and every link of a NIC that carries the channels of a NIC taken down (its port now serves
-        two NICs' channels: :attr:`nic_substitutes`)."""
+        (:attr:`scaled`; a rule of scale 1 or above slows none), and every link of a NIC that carries the channels
+        of a NIC taken down (its port now serves two NICs' channels: :attr:`nic_substitutes`)."""
         out = set(self.scaled)
         for _dev, sub in self.nic_substitutes.values():
             out.update(self.graph.out_edges(sub))

@@ -227,7 +227,6 @@ def perturb_links(topo: Topology, rules: Sequence[LinkRule], field: str = "pertu
         for u, v in _rule_edges(topo, rule, _matched(topo, rule, where)):
             ln = graph.edges[u, v]["link"]
             graph.edges[u, v]["link"] = dataclasses.replace(ln, bandwidth=ln.bandwidth * rule.scale)
-            scaled.add((u, v))
             if (u, v) in by:
                 again[by[(u, v)]] = again.get(by[(u, v)], 0) + 1
             else:
@@ -236,6 +235,9 @@ def perturb_links(topo: Topology, rules: Sequence[LinkRule], field: str = "pertu
             warnings.warn(f"{where} scales {count} link(s) {field}[{j}] scaled too: the scales multiply "
                           f"(x{rules[j].scale:g} x{rule.scale:g} = x{rules[j].scale * rule.scale:g})",
                           TopologyWarning, stacklevel=2)  # fmt: skip
+    # the slowed links only (what engine.decouple simulates apart): a rule of scale 1, a faster link, or two rules
+    # that cancel change nothing a decoupling could approximate (they gave the decoupled model, slower than exact)
+    scaled |= {e for e in by if graph.edges[e]["link"].bandwidth < topo.graph.edges[e]["link"].bandwidth}
     return _like(topo, graph, scaled=scaled)
 
 
@@ -270,8 +272,9 @@ def take_down(topo: Topology, rules: Sequence[DownRule], field: str = "perturb.d
     ACTIVE at init (``src/transport/net_ib.cc:682``, v2.27.7-1); a NIC left without a fabric link (its port taken
     down through ``peer``, or its leaf, rail or single switch down) goes the same way. The channels of a removed
     NIC go to the NIC left on its node nearest the GPU that used it (best path class, then the next index):
-    :attr:`Topology.nic_substitutes`, which :meth:`Topology.nic_slots` applies. A switch, or a link between switches, is removed and routes take what is
-    left (collsim routes statically, one shortest path per pair, without ECMP).
+    :attr:`Topology.nic_substitutes`, which :meth:`Topology.nic_slots` applies. A switch, or a link between
+    switches, is removed and routes take what is left (collsim routes statically, one shortest path per pair,
+    without ECMP).
 
     Raises
     ------
