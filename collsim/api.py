@@ -46,7 +46,7 @@ from collsim.backends.nccl import NcclPlan, choose, enabled_pairs, release_notes
 from collsim.backends.nccl.algos import NVLS
 from collsim.backends.nccl.ib_hca import ib_hca_selection
 from collsim.backends.nccl.plan import nvls_heads_by_node
-from collsim.engine.budget import WorkLimitExceeded, work_budget
+from collsim.engine.budget import WorkLimitExceeded, current_budget, work_budget
 from collsim.nccl_env import NcclEnvError, NcclOptions
 from collsim.noise import add_delays, launch_skews, repetition_seed
 from collsim.profile import Profile, load_profile
@@ -827,6 +827,8 @@ class Simulator:
         if choice is not None or gloo_algorithm is not None:  # explain --all, validate --pairs: which pair runs
             shown = "/".join(map(str, choice)) if isinstance(choice, tuple | list) else str(choice)
             label += f" ({shown if choice is not None else gloo_algorithm})"
+        if current_budget().label:  # a caller's word on why this runs (a rerun without records)
+            label += f", {current_budget().label}"
         try:
             with self._errors(f"backends.{backend}"), work_budget(
                 max_flows=eng.max_flows, max_records=eng.max_records, label=label
@@ -1105,8 +1107,10 @@ class Simulator:
         else:
             out.bottleneck = self._bottleneck(out)
             return out
-        out = self.simulate_one(backend, size, record=False, **kwargs)
         limit = self.scenario.engine.max_records
+        # said on the heartbeat: a long run starting over from 0 us with no word looked like a hang or a bug
+        with work_budget(label=f"again without flow records (recording them passed engine.max_records, {limit})"):
+            out = self.simulate_one(backend, size, record=False, **kwargs)
         note = (f"{NO_BREAKDOWN}: recording it passes engine.max_records ({limit} flows; --set "
                 "engine.max_records=N or null records more, 1.5 KB a flow); the time does not hang on it")  # fmt: skip
         out.notes = [*out.notes, note]

@@ -169,6 +169,15 @@ def test_compare_past_max_records_keeps_the_times_and_says_the_breakdown_is_miss
         assert share_text(rec) == "not recorded: more flows than engine.max_records (raise it to see it)"
     with pytest.raises(ScenarioError, match=r"engine\.max_records"):
         small.recorded("nccl", 1 * MiB)
+    # the rerun without records says so on the heartbeat (a long run starting over from 0 us said nothing)
+    from collsim.engine.budget import work_budget
+
+    beats: list[str] = []
+    with work_budget(heartbeat=lambda label, *rest: beats.append(label), heartbeat_s=0.0):
+        Simulator.from_source("hgx-h100", ["engine.max_records=10", "engine.symmetry=false"]).run(
+            backends=["nccl"], sizes=[256 * MiB], breakdown=True)  # fmt: skip
+    assert beats and all(b.startswith("nccl allreduce 256MiB, again without flow records (recording them passed "
+                            "engine.max_records, 10)") for b in beats), beats[:3]  # fmt: skip
 
 
 def test_run_interrupted_keeps_rows(monkeypatch: pytest.MonkeyPatch) -> None:
