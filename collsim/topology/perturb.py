@@ -42,6 +42,7 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import random
+import re
 import warnings
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
@@ -194,8 +195,12 @@ def _matched(topo: Topology, rule: _Rule, where: str) -> set[str]:
         peer = getattr(rule, "peer", None)
         to = f" to a device matching {peer!r}" if peer else ""
         named = any(fnmatch.fnmatchcase(d.name, rule.device) for d in topo.devices())
-        hint = ("" if named or "nic" not in rule.device else
-                " (a NIC that fabric.nics, fabric.nics_per_node or NCCL_IB_HCA leaves out is not in the cluster built)")
+        node = re.match(r"n(\d+)/", rule.device)
+        if not named and node is not None and int(node.group(1)) >= topo.nodes:  # a node the cluster does not have
+            hint = f" (the cluster has nodes n0-n{topo.nodes - 1})"
+        else:
+            hint = ("" if named or "nic" not in rule.device else " (a NIC that fabric.nics, fabric.nics_per_node "
+                    "or NCCL_IB_HCA leaves out, or one an earlier rule took down, is not in the cluster built)")
         raise TopologyError(f"no device matching {rule.device!r} has a link{kind}{to}{hint}", field=f"{where}.device")
     return devices
 

@@ -148,7 +148,8 @@ def test_what_cannot_go_down_names_the_rule(topo) -> None:  # type: ignore[no-un
         ([DownRule("n1/nic*")], "perturb.down[0].device", "leaves node n1 with no NIC"),
         ([DownRule("n0/gpu1")], "perturb.down[0].device", "not modelled"),
         ([DownRule("n0/nic2", peer="n0/pcie*")], "perturb.down[0].peer", "not modelled"),
-        ([DownRule("n9/nic1")], "perturb.down[0].device", "no device matching"),
+        ([DownRule("n9/nic1")], "perturb.down[0].device", "no device matching 'n9/nic1' has a link (the cluster has "
+         "nodes n0-n1)"),  # it blamed fabric.nics and NCCL_IB_HCA
         # one spine only: without it the rails are islands, and nic2's channels would cross from rail 2 to rail 3
         ([DownRule("fabric/spine0"), DownRule("n1/nic2")], "perturb.down[1].device", "partitioned"),
     ]
