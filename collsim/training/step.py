@@ -215,6 +215,8 @@ class DdpConfig:
 
 #: An NCCL allreduce of ``nbytes`` (per rank) on the cluster -> (seconds, channels), as NCCL's simulation says.
 NcclCosts = Callable[[int], tuple[float, int]]
+
+
 class GlooTimes(NamedTuple):
     """One Gloo allreduce of a training step, in seconds from the iteration's start: when a worker thread took it
     (the earliest rank's), when that thread was free again (ProcessGroupGloo frees it before the non-blocking copy
