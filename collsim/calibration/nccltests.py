@@ -271,7 +271,9 @@ _RANK_HOST = re.compile(r"\bPid\s+\d+\s+on\s+(\S+)\s+device\b")
 #: The first line of ``collsim bench --text`` (collsim/bench/report.py ``format_text``): the backend and the device.
 _COLLSIM_BENCH = re.compile(r"^#\s*collsim bench, like nccl-tests' \S+: torch\.distributed (\w+), (\w+) tensors\b")
 #: The line nccl-tests prints once at the start of a run (src/common.cu ``Collective test starting``).
-_RUN_START = re.compile(r"^#?\s*Collective test starting\b", re.IGNORECASE)
+#: The first line of a run: nccl-tests 2.18 on print their version and NCCL's (``# nccl-tests version 2.19.6
+#: nccl-headers=... nccl-library=...``) right before ``# Collective test starting`` (src/util.cu lines 623-624).
+_RUN_START = re.compile(r"^#?\s*(Collective test starting|nccl-tests version)\b", re.IGNORECASE)
 #: nccl-tests' ``-S 1`` timestamp after a row (TIME_STRING_FORMAT "%Y-%m-%d %H:%M:%S", src/util.cu).
 _ROW_DATE = re.compile(r"^\d{4}-\d\d-\d\d$")
 _ROW_TIME = re.compile(r"^\d\d:\d\d:\d\d$")
@@ -601,8 +603,9 @@ def parse_nccl_tests(text: str, *, source: str = "<text>", collective: str | Non
 
 
 def _starts_run(line: str) -> bool:
-    """True for a line nccl-tests prints before a run's rows: its ``Collective test starting``, its ``nThread ..
-    nGpus`` header, or a command line naming a ``*_perf`` binary (not its ``Collective test concluded``)."""
+    """True for a line nccl-tests prints before a run's rows: its ``nccl-tests version`` line (2.18 on) and
+    ``Collective test starting``, its ``nThread .. nGpus`` header, or a command line naming a ``*_perf`` binary (not
+    its ``Collective test concluded``)."""
     if _RUN_START.match(line) or _NGPUS.search(line):
         return True
     return "concluded" not in line.lower() and _PERF_BINARY.search(line) is not None

@@ -353,6 +353,20 @@ def test_runs_that_differ_in_one_file_are_refused(second: str, field: str) -> No
     assert "split the file" in str(info.value)
 
 
+def test_nccl_tests_version_line_starts_a_run() -> None:
+    """nccl-tests 2.18 on print ``# nccl-tests version ... nccl-library=N`` before ``Collective test starting``
+    (src/util.cu): two appended runs of different NCCL releases were averaged, the first run taking the second's
+    version line, whose release then lost to the first one seen."""
+    def run(lib: int, t: float) -> str:  # no "concluded" line: nccl-tests 2.19 prints none after its rows
+        return f"# nccl-tests version 2.19.6 nccl-headers=22102 nccl-library={lib}\n" + _run(["a", "b"], t).rsplit(
+            "# Collective test concluded", 1)[0]  # fmt: skip
+
+    with pytest.raises(NcclTestsFormatError, match=r"differ in NCCL release: 2\.21\.2 \(line 1\) against 2\.27\.3"):
+        _parse(run(22102, 10.0) + run(22703, 30.0))
+    log, warned = _parse(run(22102, 10.0) + run(22102, 30.0))
+    assert log.nccl_version == "2.21.2" and "from lines 1, 7" in warned[0]
+
+
 def test_a_second_command_line_starts_a_run() -> None:
     """A pasted command line between two outputs starts the second run (its binary is that run's)."""
     text = _run(["a", "b"], 10.0) + "$ mpirun -np 2 ./build/all_gather_perf -b 1M\n" + _run(["a", "b"], 30.0,
