@@ -345,9 +345,16 @@ def _optional(value: Any, file: str, where: str) -> float | None:
     return _number(value, file, where, positive=False)
 
 
-def _infer_backend(meta: Mapping[str, Any]) -> str | None:
-    if meta.get("backend") in BACKENDS:
-        return str(meta["backend"])
+def _infer_backend(meta: Mapping[str, Any], file: str) -> str | None:
+    """The ``backend`` field (any letter case), else a guess from ``software``; a value that is no backend is an
+    error naming the field (it was dropped and the guess, or the scenario's first backend, taken silently)."""
+    given = meta.get("backend")
+    if given not in (None, ""):
+        name = str(given).strip().lower()
+        if name not in BACKENDS:
+            raise MeasurementError(f"expected one of {', '.join(BACKENDS)}, got {short_repr(given)}", file=file,
+                                   field="backend")  # fmt: skip
+        return name
     text = json.dumps(meta.get("software", {})).lower()
     if "nccl-tests" in text or "nccl_version" in text:
         return "nccl"
@@ -461,7 +468,7 @@ def _from_mapping(data: Any, file: str) -> Measurement:
         collective=collective,
         nranks=nranks,
         rows=rows,
-        backend=_infer_backend(data),
+        backend=_infer_backend(data, file),
         device=data.get("device"),
         dtype=str(dtype).split()[0],
         hardware=dict(data.get("hardware") or {}),

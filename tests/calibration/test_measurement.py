@@ -121,6 +121,16 @@ def test_a_row_with_only_the_in_place_time_takes_it_not_a_time_from_the_rounded_
         parse_measurement_json(json.dumps(doc))
 
 
+def test_the_backend_field_is_checked_not_guessed_over() -> None:
+    """``"backend": "mpi"`` was dropped and the scenario's first backend (NCCL) compared with a Gloo run unsaid."""
+    doc = {"collective": "allreduce", "nranks": 2, "backend": "Gloo",
+           "rows": [{"size_bytes": 1024, "time_us": 10.0}]}  # fmt: skip
+    assert parse_measurement_json(json.dumps(doc)).backend == "gloo"  # the letter case as people write it
+    doc["backend"] = "mpi"
+    with pytest.raises(MeasurementError, match=r"backend: expected one of nccl, gloo, got 'mpi'"):
+        parse_measurement_json(json.dumps(doc), file="m.json")
+
+
 def test_nccl_tests_log_through_read_measurement(tmp_path: Path) -> None:
     path = tmp_path / "log.txt"
     path.write_text(
