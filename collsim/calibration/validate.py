@@ -478,6 +478,11 @@ def validate(
         notes.append(f"{ran_logged} of {len(out)} sizes simulated with the (algorithm, protocol) {logged_by} says it "
                      "ran; the others with collsim's pick")  # fmt: skip
         notes += sorted(refused)
+    elif logged is not None:  # a log given, with no choice of this collective: said, not a plain validate unsaid
+        notes.append(f"{logged_by} records no (algorithm, protocol) NCCL chose for {m.collective} (NCCL prints them "
+                     "with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING, or INIT,TUNING): every size simulated with "
+                     "collsim's pick")  # fmt: skip
+    if logged is not None:
         notes += logged_notes
     return Validation(
         scenario=sim.scenario.name,

@@ -350,3 +350,11 @@ def test_validate_simulates_the_pair_the_log_says_nccl_ran(tmp_path: Path, capsy
     out = capsys.readouterr().out
     assert "the log is of a communicator of 8 ranks on 1 node, the scenario has 16 on 2" in out
     assert "the log is of NCCL 2.26.2, the measurement names 2.21.5" in out
+    # a log with no choice of this collective (NCCL_DEBUG=INFO without TUNING): said, its other notes kept (a plain
+    # validate, with every note of the log gone)
+    log.write_text("[0] NCCL INFO NCCL version 2.26.2+cuda12.8\n"
+                   "[0] NCCL INFO comm 0x5a1 rank 0 nRanks 8 nNodes 1 localRanks 8 localRank 0 MNNVL 0\n")  # fmt: skip
+    assert main(["validate", "2node-h100-ib", str(meas), "--nccl-log", str(log)]) == 0
+    out = capsys.readouterr().out
+    assert "NCCL's log records no (algorithm, protocol) NCCL chose for allgather" in out
+    assert "the log is of a communicator of 8 ranks on 1 node, the scenario has 16 on 2" in out
