@@ -510,6 +510,7 @@ def _scenario_notes(
              dtype_note(m, workload.dtype),
              device_note(m, backend, device),
              gpu_note(m, sim.scenario.preset_library(), gpus),
+             placement_note(m, sim.topology.nodes, sim.topology.hosts_per_node()),
              *call_notes(m, out, workload.dtype, workload.host_overhead),
              *workload_notes(m, workload.collective, workload.gpus_per_process, workload.op, workload.root),
              *sim.profile_notes]  # fmt: skip
@@ -693,6 +694,34 @@ def gpu_note(m: Measurement, presets: Any, scenario_gpus: Collection[str]) -> st
     if not other:
         return None
     return f"the run's GPUs are {', '.join(other)}, the scenario's {', '.join(sorted(scenario_gpus))}"
+
+
+def placement_note(m: Measurement, nodes: int, hosts_per_node: int) -> str | None:
+    """A note when the run's hosts (``hardware.hosts``: nccl-tests' ``#  Rank`` lines or report) or, without them,
+    its nodes (``hardware.nodes``, NVLink domains as a scenario's nodes are) are not the scenario's count: the same
+    ranks spread otherwise cross hosts otherwise. None when they agree or the run says neither.
+
+    >>> placement_note(Measurement("allreduce", nranks=16, hardware={"hosts": ["a", "b", "c", "d"]}), 2, 1)[:64]
+    "the run's 16 ranks ran on 4 hosts, 4 a host; the scenario's on 2"
+    >>> placement_note(Measurement("allreduce", nranks=72, hardware={"nodes": 1}), 1, 18) is None
+    True
+    """
+    hosts = list(dict.fromkeys(h for h in m.hardware.get("hosts") or [] if isinstance(h, str)))
+    given = m.hardware.get("nodes")
+    ranks = f"{m.nranks} ranks" if m.nranks else "ranks"
+    if hosts:
+        if len(hosts) == nodes * hosts_per_node:
+            return None
+        each = f", {m.nranks // len(hosts)} a host" if m.nranks and m.nranks % len(hosts) == 0 else ""
+        total = nodes * hosts_per_node
+        per = f", {m.nranks // total} a host" if m.nranks and m.nranks % total == 0 else ""
+        return (f"the run's {ranks} ran on {len(hosts)} host{'s' if len(hosts) > 1 else ''}{each}; the scenario's on "
+                f"{nodes} node{'s' if nodes > 1 else ''} ({total} host{'s' if total > 1 else ''}){per}: what crosses "
+                "hosts differs")  # fmt: skip
+    if isinstance(given, int) and not isinstance(given, bool) and given > 0 and given != nodes:
+        return (f"the run's {ranks} ran on {given} node{'s' if given > 1 else ''}, the scenario's on {nodes}: what "
+                "crosses nodes differs")  # fmt: skip
+    return None
 
 
 def workload_notes(

@@ -642,6 +642,22 @@ class Topology:
             return []
         return self._search(a, b, frozenset({"nvlink"}))
 
+    def hosts_per_node(self) -> int:
+        """The hosts (operating systems) a node's ranks run on: 1, or, where a node template holds several hosts
+        joined only by NVLink (a GB200 NVL72 rack's compute trays), the groups of its rank devices that host links
+        (PCIe, socket links, NVLink-C2C) join."""
+        groups: list[str] = []  # one device of each host found
+        for dev in (d.name for d in self.rank_devices() if d.node == 0):
+            for first in groups:
+                try:
+                    if first == dev or self.pcie_route(first, dev) is not None:
+                        break
+                except TopologyError:
+                    continue
+            else:
+                groups.append(dev)
+        return max(1, len(groups))
+
     def pcie_route(self, a: str, b: str) -> list[Link]:
         """Return the route over the host's links only: PCIe, inter-socket links and NVLink-C2C (a Grace CPU's own
         GPU), through PCIe switches and CPU sockets."""

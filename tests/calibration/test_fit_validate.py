@@ -60,6 +60,24 @@ def test_validate_refuses_a_rank_count_mismatch() -> None:
         validate(Simulator.from_source(PCIE), m)
 
 
+def test_validate_notes_a_run_on_other_hosts_than_the_scenarios() -> None:
+    """Its ranks' count alike, a run over more hosts crosses hosts where the scenario does not (it was compared
+    unsaid); the run's hosts, else its nodes, against the scenario's."""
+    rows = [MeasurementRow(1 << 20, 100.0)]
+    two = Measurement("allreduce", 2, rows, backend="nccl", hardware={"hosts": ["a", "b"]}, file="m.json")
+    notes = validate(Simulator.from_source(PCIE), two).notes
+    assert "the run's 2 ranks ran on 2 hosts, 1 a host; the scenario's on 1 node (1 host), 2 a host: what crosses " \
+           "hosts differs" in notes  # fmt: skip
+    one = Measurement("allreduce", 2, rows, backend="nccl", hardware={"hosts": ["a"], "nodes": 1}, file="m.json")
+    assert not any("crosses" in n for n in validate(Simulator.from_source(PCIE), one).notes)
+    nodes = Measurement("allreduce", 2, rows, backend="nccl", hardware={"nodes": 2}, file="m.json")
+    assert "the run's 2 ranks ran on 2 nodes, the scenario's on 1: what crosses nodes differs" in validate(
+        Simulator.from_source(PCIE), nodes).notes  # fmt: skip
+    from collsim.topology import load_topology
+
+    assert load_topology("gb200-nvl72").hosts_per_node() == 18  # a rack's compute trays are its hosts
+
+
 def test_split_sizes_alternates_and_keeps_the_ends() -> None:
     fit, held = split_sizes(SIZES, "alternate")
     assert held == SIZES[1:-1:2] and fit[0] == SIZES[0] and fit[-1] == SIZES[-1]

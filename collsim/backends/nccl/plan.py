@@ -64,12 +64,12 @@ class NcclPlan:
     arch: str
     channel_bw: float
     intra_hw: str
-    bus_bw: float  # what the rings can carry per rank, for the tuner
+    bus_bw: float  # what the rings can carry per rank, for the tuner (its graphs' channels, before NCCL_MAX_NCHANNELS)
     net_overhead: float
     nvl_bw: float = 0.0  # one GPU's NVLink bandwidth per direction
     nvswitch: str | None = None  # the node's NVSwitch fabric device, when there is one
     ppn: int = 1  # GPUs per node
-    intra_bw: float = 0.0  # what the channels carry per rank inside a node
+    intra_bw: float = 0.0  # what the channels carry per rank inside a node (the same graphs' channels)
     nic_count: int = 0  # NICs per node in use
     nic_bw: float = 0.0  # one NIC's bandwidth per direction on the network path
     fabric: Mapping[str, Any] = field(default_factory=dict)
@@ -1096,10 +1096,16 @@ def plan_nccl(
     rings, hops = _rings(topo, cat, nch, nnodes, opts, consts, fabric, distinct)
     originals = {k: h for k, h in hops.items() if k[0] < distinct}  # a copy's hops are its original's
     notes = list(intra.notes)
-    intra_bw = min(intra.capacity, nch * intra.channel_bw)
+    # NCCL's cost model prices its graphs' channels (tuning.cc: busBw = graphs[a]->nChannels * bw, the search's
+    # count), not those NCCL_MAX_NCHANNELS, NCCL_MIN_NCHANNELS or the CTA bounds leave the communicator
+    # (connect.cc, after the model's graphs): the rates the model reads come from the uncapped count
+    uncapped = dataclasses.replace(opts, min_channels=None, max_channels=None, min_ctas=None, max_ctas=None)
+    graph_nch, _ = _channel_count(intra.channels, net.channels, nnodes, uncapped, consts,
+                                  switch is not None or len(node0) == 1)  # fmt: skip
+    intra_bw = min(intra.capacity, graph_nch * intra.channel_bw)
     nic_bw, bus_bw, net_latency = 0.0, intra_bw, 0.0
     if nnodes > 1:
-        nic_bw, bus_bw, net_latency, transports = _network(topo, cat, hops, nics_used, nch, intra_bw)
+        nic_bw, bus_bw, net_latency, transports = _network(topo, cat, hops, nics_used, graph_nch, intra_bw)
         notes.append(f"inter-node transport: {', '.join(transports)}")
     multicast = bool(switch.spec.get("multicast", False)) if switch is not None else False
     tuner, tuner_note = _tuner(topo, opts, consts)
