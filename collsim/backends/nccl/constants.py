@@ -602,6 +602,7 @@ class NcclConstants:
     nvls_ctas_one_node_since: tuple[int, int]
     nvls_chunk_bytes: int
     nvls_split_since: tuple[int, int]
+    nvls_ring_copy: tuple[tuple[int, int], tuple[int, int]]
     nvls_chunk_history: NvlsChunkHistory
     nvls_warps: NvlsWarps
     tree_correction: Mapping[str, tuple[float, ...]]
@@ -913,6 +914,7 @@ class NcclConstants:
             nvls_allgather_any_reduction_since=_major_minor(data["nvls_allgather_any_reduction_since"]),
             nvls_chunk_bytes=int(data["nvls_chunk_bytes"]),
             nvls_split_since=_major_minor(data["nvls_split_since"]),
+            nvls_ring_copy=(_major_minor(data["nvls_ring_copy"][0]), _major_minor(data["nvls_ring_copy"][1])),
             nvls_chunk_history=NvlsChunkHistory(
                 *(_release(data["nvls_chunk_history"][k]) for k in ("nvls_chunksize_since", "tree_max_variable_since",
                                                                      "tree_cap_since"))

@@ -1022,6 +1022,22 @@ def _rings(
     return rings, hops
 
 
+def nvls_channel_count(
+    arch: str, nnodes: int, tuned: int | None, opts: NcclOptions, consts: NcclConstants
+) -> int:
+    """NVLS's channels, comm->nvlsChannels (:meth:`~collsim.backends.nccl.algos.nvls.NVLS.channels` says how):
+    the release's count for the GPU (``nvls_ctas``), NCCL's tuning on Blackwell across nodes (``tuned``, from 2.30.3),
+    or NCCL_NVLS_NCHANNELS, within the CTA bounds."""
+    arch = consts.arch_as(arch, opts.version)  # a release that did not know the GPU runs its predecessor's
+    one, several = consts.nvls_ctas.get(arch, (consts.nvls_channels, consts.nvls_channels))
+    nc = one if nnodes == 1 and not opts.before(consts.nvls_ctas_one_node_since) else several
+    nc = tuned or nc  # NCCL's tuning on Blackwell across nodes, from 2.30.3 (plan.nvls_sm100_tuning)
+    if opts.nvls_channels is not None:  # NCCL_NVLS_NCHANNELS
+        nc = opts.nvls_channels
+    lo, hi = opts.cta_bounds(consts.max_channels)
+    return max(lo, min(hi, nc))
+
+
 def nvls_refusal(
     arch: str, switch: str | None, multicast: bool, consts: NcclConstants, gpus: int = 2
 ) -> str | None:
@@ -1093,9 +1109,20 @@ def plan_nccl(
     net = net_search(topo, node0, nics_used, nnodes, sm, nvl_bw, opts, consts)
     nch, distinct = _channel_count(intra.channels, net.channels, nnodes, opts, consts,
                                    switch is not None or len(node0) == 1)  # fmt: skip
+    multicast = bool(switch.spec.get("multicast", False)) if switch is not None else False
+    refusal = nvls_refusal(arch, switch.name if switch is not None else None, multicast, consts, len(node0))
+    copied_from = nch
+    first, gone = consts.nvls_ring_copy
+    if refusal is None and opts.nvls_enable and not opts.before(first) and opts.before(gone):
+        # 2.22 to 2.27 copy the rings up to NVLS's channels after the bounds, and Ring and Tree run them all
+        nch = max(nch, min(nvls_channel_count(arch, nnodes, None, opts, consts), consts.max_channels))
     rings, hops = _rings(topo, cat, nch, nnodes, opts, consts, fabric, distinct)
     originals = {k: h for k, h in hops.items() if k[0] < distinct}  # a copy's hops are its original's
     notes = list(intra.notes)
+    if nch > copied_from:
+        notes.append(f"{nch} channels for Ring and Tree where the channel bounds leave {copied_from}: NCCL "
+                     f"{'.'.join(map(str, opts.version or ()))} copies its rings up to NVLS's channels (connect.cc) "
+                     "and runs them all (enqueue.cc, 2.22 to 2.27)")  # fmt: skip
     # NCCL's cost model prices its graphs' channels (tuning.cc: busBw = graphs[a]->nChannels * bw, the search's
     # count), not those NCCL_MAX_NCHANNELS, NCCL_MIN_NCHANNELS or the CTA bounds leave the communicator
     # (connect.cc, after the model's graphs): the rates the model reads come from the uncapped count
@@ -1107,7 +1134,6 @@ def plan_nccl(
     if nnodes > 1:
         nic_bw, bus_bw, net_latency, transports = _network(topo, cat, hops, nics_used, graph_nch, intra_bw)
         notes.append(f"inter-node transport: {', '.join(transports)}")
-    multicast = bool(switch.spec.get("multicast", False)) if switch is not None else False
     tuner, tuner_note = _tuner(topo, opts, consts)
     if tuner_note:
         notes.append(tuner_note)
@@ -1132,7 +1158,7 @@ def plan_nccl(
         nic_bw=nic_bw,
         notes=notes,
         multicast=multicast,
-        nvls_refusal=nvls_refusal(arch, switch.name if switch is not None else None, multicast, consts, len(node0)),
+        nvls_refusal=refusal,
         cpu_vendor=vendor,
         tuner=tuner,
         tuner_note=tuner_note,

@@ -34,7 +34,7 @@ from collsim.backends.nccl.base import (
 )
 from collsim.backends.nccl.chunking import interleaved_channel_bytes, nvls_chunk, nvls_chunk_start
 from collsim.backends.nccl.constants import NcclConstants
-from collsim.backends.nccl.plan import NcclPlan, nvls_heads_by_node, nvls_unreduced
+from collsim.backends.nccl.plan import NcclPlan, nvls_channel_count, nvls_heads_by_node, nvls_unreduced
 from collsim.backends.nccl.tags import NVLS_COPY_TAG, NVLS_TAG
 from collsim.backends.nccl.trees import binary_tree
 from collsim.nccl_env import NcclOptions
@@ -216,14 +216,7 @@ class NVLS(NcclAlgorithm):
         ...  NcclOptions(nvls_channels=8), NcclOptions(nvls_channels=8, max_ctas=4))]  # type: ignore[arg-type]
         [24, 16, 8, 4]
         """
-        arch = consts.arch_as(plan.arch, opts.version)  # a release that did not know the GPU runs its predecessor's
-        one, several = consts.nvls_ctas.get(arch, (consts.nvls_channels, consts.nvls_channels))
-        nc = one if plan.nnodes == 1 and not opts.before(consts.nvls_ctas_one_node_since) else several
-        nc = plan.nvls_tuned[0] or nc  # NCCL's tuning on Blackwell across nodes, from 2.30.3 (plan.nvls_sm100_tuning)
-        if opts.nvls_channels is not None:  # NCCL_NVLS_NCHANNELS
-            nc = opts.nvls_channels
-        lo, hi = opts.cta_bounds(consts.max_channels)
-        return max(lo, min(hi, nc))
+        return nvls_channel_count(plan.arch, plan.nnodes, plan.nvls_tuned[0], opts, consts)
 
     def shrinks_channels(self, opts: NcclOptions, consts: NcclConstants) -> bool:
         """Before 2.20 NCCL runs every NVLS channel at every size (v2.18.5-1 enqueue.cc getAlgoInfo: ``nc =
