@@ -38,3 +38,12 @@ def test_nvls_channels_floor_ring_channels_from_2_22_to_2_27(version: str, chann
     assert sim.simulate_one("nccl", 256 * MiB).channels == channels
     off = Simulator.from_source("hgx-h100", [*sets, "backends.nccl.env.NCCL_NVLS_ENABLE=0"])
     assert off.nccl_plan.channels == 4
+
+
+@pytest.mark.parametrize(("version", "channels"), [("2.24.3", 32), ("2.25.1", 48), (None, 48)])
+def test_min_nchannels_reaches_maxchannels_of_the_release(version: str | None, channels: int) -> None:
+    """MAXCHANNELS is 64 from 2.25 (device.h), 32 before: NCCL_MIN_NCHANNELS=48 copies the rings up to 48 there (it
+    stopped at 32 whatever the release)."""
+    sets = ["backends.nccl.env.NCCL_ALGO=Ring", "backends.nccl.env.NCCL_MIN_NCHANNELS=48"]
+    sets += [f"backends.nccl.version='{version}'"] if version else []
+    assert Simulator.from_source("hgx-h100", sets).nccl_plan.channels == channels

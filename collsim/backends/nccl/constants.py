@@ -590,6 +590,7 @@ class NcclConstants:
     protocols: Mapping[str, ProtocolConstants]
     threads: ThreadLimits
     max_channels: int
+    max_channels_from: tuple[tuple[int, int], int]
     default_p2p_level: str
     default_gdr_level: str
     host_paths: HostPathConstants
@@ -762,6 +763,18 @@ class NcclConstants:
         out = self._tuner_cache[((-1,), ("example-tuner",))] = replace(self, hw_latency=hw, **tables)
         return out
 
+    def channel_limit(self, version: tuple[int, ...] | None) -> int:
+        """MAXCHANNELS of NCCL release ``version`` (unset: the newest): the most channels the channel bounds and
+        NVLS may ask for.
+
+        >>> from collsim.api import Simulator
+        >>> consts = Simulator.from_source("hgx-h100").nccl_constants
+        >>> [consts.channel_limit(v) for v in ((2, 24, 3), (2, 25, 1), None)]
+        [32, 64, 64]
+        """
+        since, count = self.max_channels_from
+        return count if version is None or tuple(version[:2]) >= since else self.max_channels
+
     def arch_as(self, arch: str, version: tuple[int, ...] | None) -> str:
         """The GPU generation whose rows NCCL release ``version`` reads for ``arch``: ``arch`` itself, or for a
         generation the release did not know yet (``arch_since``) the one before it.
@@ -900,6 +913,9 @@ class NcclConstants:
             protocols={name: _protocol(name, p) for name, p in protos.items()},
             threads=ThreadLimits(**{k: int(v) for k, v in data["threads"].items()}),
             max_channels=int(data["max_channels"]),
+            max_channels_from=(
+                _major_minor(data["max_channels_from"]["since"]), int(data["max_channels_from"]["count"])
+            ),
             default_p2p_level=str(data["default_p2p_level"]),
             default_gdr_level=str(data["default_gdr_level"]),
             host_paths=_host_paths(data["host_paths"]),

@@ -951,7 +951,7 @@ def _channel_count(
     of them are not copies (each copy runs its original's ring, channel c mod that count).
 
     >>> from types import SimpleNamespace
-    >>> consts = SimpleNamespace(max_channels=32)
+    >>> consts = SimpleNamespace(max_channels=32, channel_limit=lambda version: 32)
     >>> [_channel_count(24, n, 2, NcclOptions(), consts, True)[0] for n in (8, 16, 32, 64)]  # type: ignore[arg-type]
     [8, 16, 32, 32]
     >>> _channel_count(4, 16, 2, NcclOptions(), consts)  # type: ignore[arg-type]
@@ -961,15 +961,16 @@ def _channel_count(
     """
     if nnodes > 1:
         nch = net_nch if node_unbound else min(nch, net_nch)
-    nch = min(nch, consts.max_channels)
-    min_ctas, max_ctas = opts.cta_bounds(consts.max_channels)
+    nch = min(nch, consts.max_channels)  # what the search finds (collsim's cap: topologies/software/nccl.yaml)
+    most = consts.channel_limit(opts.version)  # MAXCHANNELS: what the bounds may ask for
+    min_ctas, max_ctas = opts.cta_bounds(most)
     if opts.max_channels is not None:
         nch = min(nch, max(1, opts.max_channels))
     nch = min(nch, max_ctas)
     distinct = nch
     lo = max(opts.min_channels or 0, min_ctas if opts.min_ctas else 0)
     if lo:
-        nch = max(nch, min(lo, consts.max_channels))
+        nch = max(nch, min(lo, most))
     return nch, distinct
 
 
@@ -1034,7 +1035,7 @@ def nvls_channel_count(
     nc = tuned or nc  # NCCL's tuning on Blackwell across nodes, from 2.30.3 (plan.nvls_sm100_tuning)
     if opts.nvls_channels is not None:  # NCCL_NVLS_NCHANNELS
         nc = opts.nvls_channels
-    lo, hi = opts.cta_bounds(consts.max_channels)
+    lo, hi = opts.cta_bounds(consts.channel_limit(opts.version))
     return max(lo, min(hi, nc))
 
 
@@ -1115,7 +1116,7 @@ def plan_nccl(
     first, gone = consts.nvls_ring_copy
     if refusal is None and opts.nvls_enable and not opts.before(first) and opts.before(gone):
         # 2.22 to 2.27 copy the rings up to NVLS's channels after the bounds, and Ring and Tree run them all
-        nch = max(nch, min(nvls_channel_count(arch, nnodes, None, opts, consts), consts.max_channels))
+        nch = max(nch, nvls_channel_count(arch, nnodes, None, opts, consts))
     rings, hops = _rings(topo, cat, nch, nnodes, opts, consts, fabric, distinct)
     originals = {k: h for k, h in hops.items() if k[0] < distinct}  # a copy's hops are its original's
     notes = list(intra.notes)

@@ -204,7 +204,7 @@ class NVLS(NcclAlgorithm):
 
         >>> from types import SimpleNamespace as NS
         >>> consts = NS(nvls_ctas={"hopper": (16, 16), "blackwell": (24, 32)}, nvls_ctas_one_node_since=(2, 27),
-        ...             nvls_channels=16, max_channels=32,
+        ...             nvls_channels=16, max_channels=32, channel_limit=lambda version: 32,
         ...             arch_as=lambda a, v: "hopper" if v is not None and v < (2, 25) else a)
         >>> nvls, plan = NVLS(), NS(arch="blackwell", nnodes=1, nvls_tuned=(None, None, None))
         >>> [nvls.channels(plan, NcclOptions(version=v), consts) for v in (None, (2, 26, 2), (2, 24, 3))]
