@@ -14,7 +14,7 @@ import pytest
 from collsim.api import Simulator
 from collsim.cli import main
 from collsim.results.step import StepRow
-from collsim.training import DdpConfig, GpuCompute, Layer, ModelSpec, Param, StepConstants, StepResult
+from collsim.training import DdpConfig, GlooTimes, GpuCompute, Layer, ModelSpec, Param, StepConstants, StepResult
 from collsim.training import simulate_ddp_step as simulate
 from collsim.viz import Report, build_report, step_sweep_figure, step_timeline_figure
 from collsim.viz.step import COMPUTE_ROW, COPIES_ROW, exposed_intervals
@@ -47,16 +47,17 @@ def _nccl(seconds: float) -> Callable[[int], tuple[float, int]]:
     return lambda nbytes: (seconds, 8)
 
 
-def _gloo(seconds: float, threads: int = 2) -> Callable[[Sequence[int], Sequence[float]], list[float]]:
+def _gloo(seconds: float, threads: int = 2) -> Callable[[Sequence[int], Sequence[float]], list[GlooTimes]]:
     """Each allreduce takes ``seconds`` on the first free of ``threads`` worker threads, in issue order."""
 
-    def run(sizes: Sequence[int], issue_at: Sequence[float]) -> list[float]:
-        free, ends = [0.0] * threads, []
+    def run(sizes: Sequence[int], issue_at: Sequence[float]) -> list[GlooTimes]:
+        free, out = [0.0] * threads, []
         for t in issue_at:
             k = min(range(threads), key=lambda j: (free[j], j))
-            free[k] = max(t, free[k]) + seconds
-            ends.append(free[k])
-        return ends
+            start = max(t, free[k])
+            free[k] = start + seconds
+            out.append(GlooTimes(start, free[k], free[k]))
+        return out
 
     return run
 
