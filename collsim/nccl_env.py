@@ -385,17 +385,30 @@ def parse_protocols(value: str, collective: str | None = None) -> set[str] | Non
     return _for(parse_function_list(value, NCCL_PROTOCOLS, None, "protocol"), collective)
 
 
+#: The names NCCL's ncclGetLevel reads (paths.cc: ``strcmp`` against topoPathTypeStr for i <= PATH_SYS; topo.h
+#: lines 62-89 of v2.27.7-1: LOC 0 .. SYS 9): exact, upper case; NET and DIS are not among them.
+_LEVEL_NAMES: tuple[str, ...] = ("LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS")
+
+
 def parse_level(value: str) -> str:
     """Canonical path-type name for a ``NCCL_P2P_LEVEL``/``NCCL_NET_GDR_LEVEL`` value.
 
-    Names are case-insensitive; integers use NCCL's legacy numbering (0 LOC, 1 PIX, 2 PXB, 3 PHB, 4 and above SYS).
+    Names as NCCL reads them (ncclGetLevel: exactly, LOC to SYS); PXN (PCIe through a peer GPU's NVLink), a class no
+    path between two GPUs or from a GPU to its NIC has in collsim, bounds them as P2C does. Integers use NCCL's legacy
+    numbering (0 LOC, 1 PIX, 2 PXB, 3 PHB, 4 and above SYS). A name NCCL would not match (``pix``, ``NET``) is an
+    error: NCCL ignores it and keeps its default, which is not what its writer meant.
 
-    >>> parse_level("pix"), parse_level("2"), parse_level("7")
-    ('PIX', 'PXB', 'SYS')
+    >>> parse_level("PIX"), parse_level("2"), parse_level("7"), parse_level("PXN")
+    ('PIX', 'PXB', 'SYS', 'P2C')
     """
     text = value.strip()
-    if text.upper() in NCCL_LEVELS:
-        return text.upper()
+    if text in _LEVEL_NAMES:
+        return "P2C" if text == "PXN" else text
+    if text.upper() in (*_LEVEL_NAMES, "NET", "DIS"):
+        raise NcclEnvError(
+            f"NCCL reads this name exactly and only up to SYS (paths.cc ncclGetLevel), so it would ignore {value!r} "
+            f"and keep its default; expected one of {', '.join(_LEVEL_NAMES)} or a legacy integer (0 LOC .. 4 SYS)"
+        )
     try:
         level = int(text)
     except ValueError:
@@ -403,7 +416,7 @@ def parse_level(value: str) -> str:
     if level >= 0:
         return _LEGACY_LEVELS[min(level, len(_LEGACY_LEVELS) - 1)]
     raise NcclEnvError(
-        f"expected a path type from {', '.join(NCCL_LEVELS)} or a legacy integer (0 LOC .. 4 SYS), got {value!r}"
+        f"expected a path type from {', '.join(_LEVEL_NAMES)} or a legacy integer (0 LOC .. 4 SYS), got {value!r}"
     )
 
 

@@ -38,12 +38,17 @@ def test_validation_and_the_backend_accept_exactly_the_same_values(key: str, val
     assert parsed == valid
 
 
-def test_legacy_levels_above_four_are_sys_and_net_is_a_level() -> None:
+def test_legacy_levels_above_four_are_sys_and_names_are_ncclss_exactly() -> None:
+    """paths.cc ncclGetLevel (v2.12.12-1 to v2.30.7-1): strcmp against the path names LOC .. SYS, so 'pix' and NET
+    are not read (NCCL keeps its default; collsim took 'loc' as LOC, P2P off, 16x slower, and NET as a level)."""
     assert [parse_level(v) for v in ("0", "1", "2", "3", "4", "5", "6", "99")] == [
         "LOC", "PIX", "PXB", "PHB", "SYS", "SYS", "SYS", "SYS",
     ]  # fmt: skip
     assert NcclOptions.from_env({"NCCL_P2P_LEVEL": 6}).p2p_level == "SYS"
-    assert NcclOptions.from_env({"NCCL_NET_GDR_LEVEL": "net"}).gdr_level == "NET"
+    assert NcclOptions.from_env({"NCCL_P2P_LEVEL": "PXN"}).p2p_level == "P2C"  # read by NCCL, bounds as P2C here
+    for text in ("net", "NET", "loc", "Sys"):
+        with pytest.raises(NcclEnvError, match="would ignore"):
+            NcclOptions.from_env({"NCCL_NET_GDR_LEVEL": text})
     with pytest.raises(NcclEnvError, match="legacy integer"):
         parse_level("-1")
 

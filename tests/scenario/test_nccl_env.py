@@ -80,7 +80,7 @@ def test_proto_syntax() -> None:
 
 
 def test_levels() -> None:
-    assert [parse_level(v) for v in ("loc", "NVL", "pix", "PXB", "phb", "SYS", "nvb")] == [
+    assert [parse_level(v) for v in ("LOC", "NVL", "PIX", "PXB", "PHB", "SYS", "NVB")] == [
         "LOC",
         "NVL",
         "PIX",
@@ -89,10 +89,10 @@ def test_levels() -> None:
         "SYS",
         "NVB",
     ]
-    # legacy integers: 0 LOC, 1 PIX, 2 PXB, 3 PHB, 4 and above SYS; NET is a path type NCCL's level names include
+    # legacy integers: 0 LOC, 1 PIX, 2 PXB, 3 PHB, 4 and above SYS; names only as NCCL matches them (strcmp, LOC to
+    # SYS: no NET, no lower case)
     assert [parse_level(str(i)) for i in range(7)] == ["LOC", "PIX", "PXB", "PHB", "SYS", "SYS", "SYS"]
-    assert parse_level("net") == "NET"
-    for bad in ("-1", "NODE", ""):
+    for bad in ("-1", "NODE", "", "net", "pix"):
         with pytest.raises(NcclEnvError):
             parse_level(bad)
 
@@ -104,7 +104,7 @@ def test_config_accessors() -> None:
                 "NCCL_ALGO": "^tree",
                 "NCCL_PROTO": "LL128",
                 "NCCL_P2P_LEVEL": 2,
-                "NCCL_NET_GDR_LEVEL": "phb",
+                "NCCL_NET_GDR_LEVEL": "PHB",
                 "NCCL_P2P_DISABLE": True,
                 "NCCL_SHM_DISABLE": False,
                 "NCCL_MAX_NCHANNELS": 16,
