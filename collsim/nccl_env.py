@@ -306,7 +306,14 @@ def parse_name_list(
     exclude = text.startswith("^")
     if exclude:
         text = text[1:]
-    tokens = [t.strip() for t in text.split(",") if t.strip()]  # NCCL's strtok skips empty entries ("Ring,,Tree")
+    tokens = [t for t in text.split(",") if t]  # NCCL's strtok skips empty entries ("Ring,,Tree")
+    spaced = next((t for t in tokens if t != t.strip()), None)
+    if spaced is not None:  # strcasecmp against the names, spaces and all (tuning.cc parseList)
+        raise NcclEnvError(
+            f"{spaced!r} in {value!r}: NCCL compares each name whole, spaces included (from 2.24 an unrecognized "
+            f"token fails the communicator's init, tuning.cc parseList; before, it was skipped); write "
+            f"{','.join(t.strip() for t in tokens)!r}"
+        )
     if not tokens:
         raise NcclEnvError(
             f"expected a comma-separated list of {what}s from {listing} (optionally starting "
@@ -315,7 +322,9 @@ def parse_name_list(
     chosen: set[str] = set()
     for tok in tokens:
         if tok.lower() not in lookup:
-            raise NcclEnvError(f"unknown {what} {tok!r} in {value!r}; valid {what}s: {listing}")
+            hint = ("; NCCL has had no 'CollNet' since 2.14 (init.cc ncclAlgoStr): name CollNetDirect or CollNetChain"
+                    if tok.lower() == "collnet" else "")  # fmt: skip
+            raise NcclEnvError(f"unknown {what} {tok!r} in {value!r}; valid {what}s: {listing}{hint}")
         chosen.update(lookup[tok.lower()])
     result = set(valid) - chosen if exclude else chosen
     if not result:
@@ -355,10 +364,11 @@ def parse_function_list(
                 raise NcclEnvError(f"every entry but the first needs a collective prefix ('allreduce:...'): {value!r}")
             out[None] = parse_name_list(entry, valid, groups, what)
             continue
-        collective = NCCL_FUNCTIONS.get(prefix.strip().lower())
+        collective = NCCL_FUNCTIONS.get(prefix.lower())  # strcasecmp, the prefix whole (tuning.cc parseList)
         if collective is None:
+            spaced = " (NCCL compares it whole, spaces included)" if prefix != prefix.strip() else ""
             raise NcclEnvError(
-                f"unknown collective prefix {prefix.strip()!r} in {value!r}; NCCL's are "
+                f"unknown collective prefix {prefix!r} in {value!r}{spaced}; NCCL's are "
                 "Broadcast, Reduce, AllGather, ReduceScatter, AllReduce"
             )
         out[collective] = parse_name_list(names, valid, groups, what)

@@ -100,8 +100,9 @@ FABRIC_TRANSPORTS: tuple[str, ...] = ("rdma", "tcp")
 #: NCCL's algorithms in NCCL's own enum order (``NCCL_ALGO_TREE`` = 0 ... ``NCCL_ALGO_PAT``), which is also the
 #: order NCCL's tuner prefers on a tie.
 NCCL_ALGORITHMS: tuple[str, ...] = ("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT")
-#: Names NCCL_ALGO accepts that stand for several algorithms.
-NCCL_ALGO_GROUPS: dict[str, tuple[str, ...]] = {"CollNet": ("CollNetDirect", "CollNetChain")}
+#: Names NCCL_ALGO accepts that stand for several algorithms: none since NCCL 2.14 dropped "CollNet" for
+#: CollNetDirect and CollNetChain (init.cc ncclAlgoStr; from 2.24 an unknown name fails the communicator's init).
+NCCL_ALGO_GROUPS: dict[str, tuple[str, ...]] = {}
 #: NCCL's protocols in NCCL's enum order.
 NCCL_PROTOCOLS: tuple[str, ...] = ("LL", "LL128", "Simple")
 #: NCCL's algorithm and protocol names as its logs and profiler records print them (src/collectives.cc

@@ -55,7 +55,7 @@ def test_legacy_levels_above_four_are_sys_and_names_are_ncclss_exactly() -> None
 
 def test_options_from_env() -> None:
     opts = NcclOptions.from_env(
-        {"NCCL_ALGO": "collnet", "NCCL_PROTO": "^LL", "NCCL_SOCKET_NTHREADS": 4, "NCCL_NSOCKS_PERTHREAD": "2",
+        {"NCCL_ALGO": "collnetdirect,collnetchain", "NCCL_PROTO": "^LL", "NCCL_SOCKET_NTHREADS": 4, "NCCL_NSOCKS_PERTHREAD": "2",
          "NCCL_NVLS_ENABLE": "0", "NCCL_BUFFSIZE": ""}
     )  # fmt: skip
     assert opts.algorithms == {"CollNetDirect", "CollNetChain"}
@@ -65,8 +65,9 @@ def test_options_from_env() -> None:
     assert opts.buffsize is None  # empty means unset
     with pytest.raises(NcclEnvError, match=r"NCCL_MAX_NCHANNELS='x': expected an integer"):
         NcclOptions.from_env({"NCCL_MAX_NCHANNELS": "x"})
-    with pytest.raises(NcclEnvError, match=r"NCCL_ALGO='\^ring,tree,collnet,nvls,nvlstree,pat': .* leaves no"):
-        NcclOptions.from_env({"NCCL_ALGO": "^ring,tree,collnet,nvls,nvlstree,pat"})
+    every = "^ring,tree,collnetdirect,collnetchain,nvls,nvlstree,pat"
+    with pytest.raises(NcclEnvError, match=r"NCCL_ALGO='\^ring,tree,collnetdirect,.*': .* leaves no"):
+        NcclOptions.from_env({"NCCL_ALGO": every})
 
 
 @pytest.mark.parametrize("value", ["0", "1", "65535"])

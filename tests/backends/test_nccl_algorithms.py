@@ -350,7 +350,7 @@ def test_collnet_needs_and_uses_in_network_reduction() -> None:
         with pytest.raises(ScenarioError, match="only with NCCL_COLLNET_ENABLE=1"):  # forced without it
             sim.simulate_one("nccl", MiB, choice=(algo, "Simple"))
     assert (
-        Simulator.from_source("2node-a100-ib", [*on, "backends.nccl.env.NCCL_ALGO=CollNet"])
+        Simulator.from_source("2node-a100-ib", [*on, "backends.nccl.env.NCCL_ALGO=CollNetDirect,CollNetChain"])
         .simulate_one("nccl", MiB)
         .algorithm.startswith("CollNet")
     )

@@ -271,7 +271,20 @@ def test_backend_and_engine_fields(write: Write, body: str, field: str) -> None:
             "{NCCL_ALGO: Rings}",
             "backends.nccl.env.NCCL_ALGO",
             "unknown algorithm 'Rings' in 'Rings'; valid algorithms: Tree, Ring, CollNetDirect, CollNetChain, NVLS, "
-            "NVLSTree, PAT, CollNet",
+            "NVLSTree, PAT",
+        ),
+        (
+            "{NCCL_ALGO: CollNet}",  # no NCCL release since 2.14 knows it (init.cc ncclAlgoStr)
+            "backends.nccl.env.NCCL_ALGO",
+            "unknown algorithm 'CollNet' in 'CollNet'; valid algorithms: Tree, Ring, CollNetDirect, CollNetChain, "
+            "NVLS, NVLSTree, PAT; NCCL has had no 'CollNet' since 2.14 (init.cc ncclAlgoStr): name CollNetDirect or "
+            "CollNetChain",
+        ),
+        (
+            "{NCCL_ALGO: 'Ring, Tree'}",  # strcasecmp on ' Tree': NCCL 2.24 fails at init, earlier skips it
+            "backends.nccl.env.NCCL_ALGO",
+            "' Tree' in 'Ring, Tree': NCCL compares each name whole, spaces included (from 2.24 an unrecognized token "
+            "fails the communicator's init, tuning.cc parseList; before, it was skipped); write 'Ring,Tree'",
         ),
         (
             "{NCCL_PROTO: LL256}",
@@ -279,9 +292,9 @@ def test_backend_and_engine_fields(write: Write, body: str, field: str) -> None:
             "unknown protocol 'LL256' in 'LL256'; valid protocols: LL, LL128, Simple",
         ),
         (
-            "{NCCL_ALGO: '^Ring,Tree,CollNet,NVLS,NVLSTree,PAT'}",
+            "{NCCL_ALGO: '^Ring,Tree,CollNetDirect,CollNetChain,NVLS,NVLSTree,PAT'}",
             "backends.nccl.env.NCCL_ALGO",
-            "'^Ring,Tree,CollNet,NVLS,NVLSTree,PAT' leaves no algorithm enabled",
+            "'^Ring,Tree,CollNetDirect,CollNetChain,NVLS,NVLSTree,PAT' leaves no algorithm enabled",
         ),
         (
             "{NCCL_P2P_DISABLE: yes please}",
@@ -297,13 +310,13 @@ def test_backend_and_engine_fields(write: Write, body: str, field: str) -> None:
         (
             "{NCCL_P2P_LEVEL: NODE}",
             "backends.nccl.env.NCCL_P2P_LEVEL",
-            "expected a path type from LOC, NVL, NVB, C2C, PIX, PXB, P2C, PHB, SYS, NET or a legacy integer "
+            "expected a path type from LOC, NVL, NVB, C2C, PIX, PXB, P2C, PXN, PHB, SYS or a legacy integer "
             "(0 LOC .. 4 SYS), got 'NODE'",
         ),
         (
             "{NCCL_NET_GDR_LEVEL: -1}",
             "backends.nccl.env.NCCL_NET_GDR_LEVEL",
-            "expected a path type from LOC, NVL, NVB, C2C, PIX, PXB, P2C, PHB, SYS, NET or a legacy integer "
+            "expected a path type from LOC, NVL, NVB, C2C, PIX, PXB, P2C, PXN, PHB, SYS or a legacy integer "
             "(0 LOC .. 4 SYS), got '-1'",
         ),
         ("{NCCL_ALGO: [Ring]}", "backends.nccl.env.NCCL_ALGO", "expected a string, number or boolean, got ['Ring']"),
