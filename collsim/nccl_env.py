@@ -9,6 +9,7 @@ a path type name or NCCL's legacy integer level). Source: NCCL documentation, "E
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -84,7 +85,9 @@ INT_NCCL_ENV: frozenset[str] = frozenset(
     }
 )
 #: Channel bounds NCCL reads with its own rule (connect.cc: -2 unset, a maximum below 1 is 1): :func:`_channel_bound`.
-CHANNEL_BOUND_ENV: frozenset[str] = frozenset({"NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS"})
+CHANNEL_BOUND_ENV: frozenset[str] = frozenset(
+    {"NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_MIN_NRINGS", "NCCL_MAX_NRINGS"}
+)
 
 #: Every variable NCCL reads: the names of NCCL_PARAM, DEFINE_NCCL_PARAM and ncclGetEnv("NCCL_...") in src/ at the
 #: release tags v2.18.3-1, v2.20.5-1, v2.22.3-1, v2.24.3-1, v2.26.6-1, v2.27.7-1, v2.28.9-1, v2.29.7-1 and v2.30.7-1.
@@ -188,22 +191,24 @@ INERT_NCCL_ENV: frozenset[str] = frozenset(
 
 #: The NCCL variables collsim knows, with a one-line meaning (used for the JSON schema and for warnings).
 KNOWN_NCCL_ENV: dict[str, str] = {
-    "NCCL_ALGO": "Algorithms NCCL may use: comma-separated from Ring, Tree, CollNetDirect, CollNetChain, CollNet, "
-    "NVLS, NVLSTree, PAT; a leading ^ excludes them instead; per collective (NCCL 2.24 on): "
-    "'ring;allreduce:tree,ring' (entries after the first start with Broadcast, Reduce, AllGather, ReduceScatter or "
-    "AllReduce and a colon).",
+    "NCCL_ALGO": "Algorithms NCCL may use: comma-separated from Ring, Tree, CollNetDirect, CollNetChain, NVLS, "
+    "NVLSTree, PAT (no spaces: NCCL compares each name whole); a leading ^ excludes them instead; per collective "
+    "(NCCL 2.24 on): 'ring;allreduce:tree,ring' (entries after the first start with Broadcast, Reduce, AllGather, "
+    "ReduceScatter or AllReduce and a colon).",
     "NCCL_PROTO": "Protocols NCCL may use: comma-separated from LL, LL128, Simple; a leading ^ excludes them; per "
     "collective as NCCL_ALGO ('^LL128;allreduce:LL128').",
-    "NCCL_P2P_DISABLE": "1 disables the P2P transport (GPU-to-GPU over NVLink/PCIe).",
-    "NCCL_P2P_LEVEL": "Farthest path on which P2P is used: LOC, NVL, NVB, C2C, PIX, PXB, P2C, PHB, SYS, NET "
-    "(or legacy 0 LOC .. 4 SYS).",
-    "NCCL_SHM_DISABLE": "1 disables the shared-host-memory transport.",
+    "NCCL_P2P_DISABLE": "1 disables the P2P transport (GPU-to-GPU over NVLink/PCIe; another value does not).",
+    "NCCL_P2P_LEVEL": "Farthest path on which P2P is used, as NCCL matches it (exact, upper case): LOC, NVL, NVB, "
+    "C2C, PIX, PXB, P2C, PXN, PHB, SYS (or legacy 0 LOC .. 4 SYS).",
+    "NCCL_SHM_DISABLE": "1 disables the shared-host-memory transport (another value does not).",
     "NCCL_IB_DISABLE": "1 disables InfiniBand/RoCE verbs; NCCL falls back to sockets (TCP).",
-    "NCCL_NET_GDR_LEVEL": "Farthest GPU-NIC path on which GPUDirect RDMA is used: LOC, NVL, NVB, C2C, PIX, PXB, P2C, "
-    "PHB, SYS, NET (or legacy 0 LOC .. 4 SYS).",
+    "NCCL_NET_GDR_LEVEL": "Farthest GPU-NIC path on which GPUDirect RDMA is used, as NCCL matches it (exact, upper "
+    "case): LOC, NVL, NVB, C2C, PIX, PXB, P2C, PXN, PHB, SYS (or legacy 0 LOC .. 4 SYS).",
     "NCCL_PXN_DISABLE": "1 disables PXN (sending through an NVLink peer's NIC).",
     "NCCL_MIN_NCHANNELS": "Minimum number of channels (integer).",
     "NCCL_MAX_NCHANNELS": "Maximum number of channels (integer).",
+    "NCCL_MIN_NRINGS": "NCCL_MIN_NCHANNELS's legacy name (connect.cc reads it; NCCL_MIN_NCHANNELS wins).",
+    "NCCL_MAX_NRINGS": "NCCL_MAX_NCHANNELS's legacy name (connect.cc reads it; NCCL_MAX_NCHANNELS wins).",
     "NCCL_MIN_CTAS": "Minimum CTAs (channels) of any algorithm, NVLS included (integer; 0: unset).",
     "NCCL_MAX_CTAS": "Maximum CTAs (channels) of any algorithm, NVLS included (integer; 0: unset).",
     "NCCL_NVLS_NCHANNELS": "Channels (CTAs) of NVLS and NVLSTree (integer; 0: NCCL's default by GPU).",
@@ -489,11 +494,24 @@ def _non_negative_int(value: str) -> int:
 
 
 def _int(value: str) -> int:
-    """An integer, any sign."""
+    """An integer, any sign, read as NCCL reads its parameters: ``strtoll(str, ..., 0)`` (param.cc), so ``0x800000``
+    is hexadecimal and ``010`` octal.
+
+    >>> _int("4194304"), _int("0x400000"), _int("010"), _int("-2")
+    (4194304, 4194304, 8, -2)
+    """
+    text = value.strip()
     try:
-        return int(value.strip())
+        if re.fullmatch(r"[+-]?0[0-7]+", text):  # C's leading zero: octal
+            return int(text, 8)
+        return int(text, 0) if re.fullmatch(r"[+-]?0[xX][0-9a-fA-F]+", text) else int(text)
     except ValueError:
         raise NcclEnvError(f"expected an integer, got {value!r}") from None
+
+
+def _first(*values: int | None) -> int | None:
+    """The first value that is set."""
+    return next((v for v in values if v is not None), None)
 
 
 def _channel_bound(value: str) -> int | None:
@@ -808,15 +826,16 @@ class NcclOptions:
             protocols=frozenset(protos[None]) if None in protos else None,
             algorithms_by={c: frozenset(v) for c, v in algos.items() if c is not None},
             protocols_by={c: frozenset(v) for c, v in protos.items() if c is not None},
-            p2p_disable=bool(as_int("NCCL_P2P_DISABLE")),
+            p2p_disable=as_int("NCCL_P2P_DISABLE") == 1,  # paths.cc ncclGetLevel: `if (disable == 1)`
             p2p_level=parsed("NCCL_P2P_LEVEL", parse_level),
-            shm_disable=bool(as_int("NCCL_SHM_DISABLE")),
+            shm_disable=as_int("NCCL_SHM_DISABLE") == 1,  # shm.cc: `if (ncclParamShmDisable() == 1)`
             ib_disable=bool(as_int("NCCL_IB_DISABLE")),
             gdr_level=parsed("NCCL_NET_GDR_LEVEL", parse_level),
             pxn_disable=bool(as_int("NCCL_PXN_DISABLE")),
             cross_nic=2 if (cross := as_int("NCCL_CROSS_NIC")) is None else cross,
-            min_channels=parsed("NCCL_MIN_NCHANNELS", _channel_bound),
-            max_channels=parsed("NCCL_MAX_NCHANNELS", _channel_bound),
+            # connect.cc ncclMinNchannels / ncclMaxNchannels: the legacy NRINGS name, then NCHANNELS over it
+            min_channels=_first(*(parsed(f"NCCL_MIN_{n}", _channel_bound) for n in ("NCHANNELS", "NRINGS"))),
+            max_channels=_first(*(parsed(f"NCCL_MAX_{n}", _channel_bound) for n in ("NCHANNELS", "NRINGS"))),
             min_ctas=positive("NCCL_MIN_CTAS"),
             max_ctas=positive("NCCL_MAX_CTAS"),
             nvls_channels=positive("NCCL_NVLS_NCHANNELS"),

@@ -87,3 +87,14 @@ def test_values_nccl_takes_are_taken_as_nccl_takes_them() -> None:
     assert NcclOptions.from_env({"NCCL_MAX_NCHANNELS": "-2"}).max_channels is None
     with pytest.raises(NcclEnvError, match="expected a comma-separated list"):
         NcclOptions.from_env({"NCCL_ALGO": ",,"})
+
+
+def test_integers_and_switches_as_nccl_reads_them() -> None:
+    """param.cc strtoll(str, ..., 0): hexadecimal and octal; paths.cc and shm.cc disable only on 1; connect.cc reads
+    the legacy NCCL_MIN_NRINGS / NCCL_MAX_NRINGS under NCCL_*_NCHANNELS (they were ignored as not modelled)."""
+    opts = NcclOptions.from_env({"NCCL_BUFFSIZE": "0x800000", "NCCL_MIN_CTAS": "010", "NCCL_P2P_DISABLE": "2",
+                                 "NCCL_SHM_DISABLE": "2", "NCCL_MAX_NRINGS": "4"})  # fmt: skip
+    assert (opts.buffsize, opts.min_ctas, opts.p2p_disable, opts.shm_disable) == (8 << 20, 8, False, False)
+    assert opts.max_channels == 4
+    assert NcclOptions.from_env({"NCCL_MAX_NRINGS": "4", "NCCL_MAX_NCHANNELS": "8"}).max_channels == 8
+    assert NcclOptions.from_env({"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": 1}).p2p_disable
