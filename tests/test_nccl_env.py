@@ -55,8 +55,8 @@ def test_legacy_levels_above_four_are_sys_and_names_are_ncclss_exactly() -> None
 
 def test_options_from_env() -> None:
     opts = NcclOptions.from_env(
-        {"NCCL_ALGO": "collnetdirect,collnetchain", "NCCL_PROTO": "^LL", "NCCL_SOCKET_NTHREADS": 4, "NCCL_NSOCKS_PERTHREAD": "2",
-         "NCCL_NVLS_ENABLE": "0", "NCCL_BUFFSIZE": ""}
+        {"NCCL_ALGO": "collnetdirect,collnetchain", "NCCL_PROTO": "^LL", "NCCL_SOCKET_NTHREADS": 4,
+         "NCCL_NSOCKS_PERTHREAD": "2", "NCCL_NVLS_ENABLE": "0", "NCCL_BUFFSIZE": ""}
     )  # fmt: skip
     assert opts.algorithms == {"CollNetDirect", "CollNetChain"}
     assert opts.protocols == {"LL128", "Simple"}
