@@ -800,7 +800,9 @@ class Simulator:
         record : bool
             Keep every flow in the outcome's ``records`` (and the time breakdown).
         choice : (str, str), optional
-            NCCL's (algorithm, protocol) instead of its cost model's pick.
+            NCCL's (algorithm, protocol) instead of its cost model's pick, forced as NCCL_ALGO and NCCL_PROTO naming
+            it alone would (over the scenario's own NCCL_ALGO and NCCL_PROTO): a pair NCCL could run on this cluster
+            for the collective, else a :class:`~collsim.scenario.ScenarioError` saying why.
         symmetry : bool, optional
             Simulate provably identical ranks once; default: the scenario's ``engine.symmetry``.
         repetition : int
