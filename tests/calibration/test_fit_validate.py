@@ -60,6 +60,15 @@ def test_validate_refuses_a_rank_count_mismatch() -> None:
         validate(Simulator.from_source(PCIE), m)
 
 
+@pytest.mark.parametrize("collective", ["alltoall", "sendrecv"])
+def test_point_to_point_has_no_nccl_model_column(collective: str) -> None:
+    """NCCL has no cost model for point-to-point: the column showed collsim's own estimate as "NCCL's model" (the
+    same 1406.5 us at 16 MiB for sendrecv and alltoall, where sendrecv moves twice the bytes per peer)."""
+    m = Measurement(collective, 2, [MeasurementRow(16 << 20, 2000.0)], backend="nccl", file="m.json")
+    v = validate(Simulator.from_source(PCIE), m)
+    assert v.rows[0].model_us is None and "NCCL model us" not in v.format_table()
+
+
 def test_validate_notes_a_run_on_other_hosts_than_the_scenarios() -> None:
     """Its ranks' count alike, a run over more hosts crosses hosts where the scenario does not (it was compared
     unsaid); the run's hosts, else its nodes, against the scenario's."""

@@ -134,7 +134,10 @@ def simulate_nccl(
     t = run_until_done(env, done, deadline)
     breakdown = _breakdown(net, ctx.owner(run.reps[0]), t) if record and math.isfinite(t) else {}
     stats = run_stats(net, quotient, len(layout.roles), record)
-    return Outcome("nccl", collective, algo, proto, n, nbytes, t, ctx.nc, breakdown, notes, predicted, **stats)
+    # NCCL has no cost model for point-to-point (enqueue.cc schedules its sends without one): the P2P column of the
+    # tuner table is collsim's reference, not NCCL's prediction
+    model = None if algo == "P2P" else predicted
+    return Outcome("nccl", collective, algo, proto, n, nbytes, t, ctx.nc, breakdown, notes, model, **stats)
 
 
 def fastest_pair(
