@@ -33,9 +33,9 @@ variables, its hosts and GPU names).
 Units are nccl-tests': size in bytes, time in microseconds, algbw and busbw in GB/s with GB = 1e9 bytes.
 
 Rank or time prefixes added by launchers are removed first (``0:`` from ``srun -l``, ``[1,0]<stdout>:`` from
-``mpirun --tag-output``, ``Thu Jul 18 15:41:05 2024<stdout>:`` from ``mpirun --timestamp-output``, ISO
-timestamps, ``host:`` from pdsh), as are markdown table pipes and code fences. Comments (``#``), ``NCCL INFO``
-lines, command lines and column headers are skipped; they give the collective (``all_reduce_perf`` ...), the
+``mpirun --tag-output``, ``[0]`` from MPICH's and Intel MPI's ``-prepend-rank``, ``Thu Jul 18 15:41:05
+2024<stdout>:`` from ``mpirun --timestamp-output``, ISO timestamps, ``host:`` from pdsh), as are markdown table
+pipes and code fences. Comments (``#``), ``NCCL INFO`` lines, command lines and column headers are skipped; they give the collective (``all_reduce_perf`` ...), the
 number of ranks and each rank's host. Any other line emits a :class:`ParseWarning` naming its line number and is
 skipped; parsing does not stop on bad lines. Several runs appended to one file are read as one when they agree
 (collective, ranks, hosts, ``-g``, timing, release) and refused when they do not.
@@ -244,6 +244,8 @@ _PREFIXES: tuple[re.Pattern[str], ...] = (
     re.compile(rf"^\s*{_MONTH_DAY}\s+\d{{1,2}}\s+\d\d:\d\d:\d\d\s+\d{{4}}(?:<std(?:out|err)>:)?"),
     # mpirun --tag-output: "[1,0]<stdout>:"
     re.compile(r"^\s*\[\d+,\d+\]<std(?:out|err)>:"),
+    # MPICH / Intel MPI (Hydra) -prepend-rank, -l: "[0] "
+    re.compile(r"^\s*\[\d+\](?=\s)"),
     # ISO timestamps (kubectl logs --timestamps, loggers): "2024-07-18T15:41:05.123Z", "[2024-07-18 15:41:05]"
     re.compile(r"^\s*\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?(?=\s|$|:)"),
     # srun -l: "0:", "  12: "

@@ -152,6 +152,7 @@ EXPECTED = MeasuredRow(1048576, 262144, "float32", "sum", -1, 20.0, 52.43, 52.43
         "0:",
         "  12: ",
         "[1,0]<stdout>:",
+        "[0] ",  # MPICH / Intel MPI -prepend-rank (the whole log was refused: no data rows)
         "Thu Jul 18 15:41:05 2024<stdout>:",
         "Thu Jul 18 15:41:05 2024[1,0]<stdout>:",
         "2024-07-18T15:41:05.123456Z ",
