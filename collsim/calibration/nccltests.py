@@ -35,10 +35,11 @@ Units are nccl-tests': size in bytes, time in microseconds, algbw and busbw in G
 Rank or time prefixes added by launchers are removed first (``0:`` from ``srun -l``, ``[1,0]<stdout>:`` from
 ``mpirun --tag-output``, ``[0]`` from MPICH's and Intel MPI's ``-prepend-rank``, ``Thu Jul 18 15:41:05
 2024<stdout>:`` from ``mpirun --timestamp-output``, ISO timestamps, ``host:`` from pdsh), as are markdown table
-pipes and code fences. Comments (``#``), ``NCCL INFO`` lines, command lines and column headers are skipped; they give the collective (``all_reduce_perf`` ...), the
-number of ranks and each rank's host. Any other line emits a :class:`ParseWarning` naming its line number and is
-skipped; parsing does not stop on bad lines. Several runs appended to one file are read as one when they agree
-(collective, ranks, hosts, ``-g``, timing, release) and refused when they do not.
+pipes and code fences. Comments (``#``), ``NCCL INFO`` lines, command lines and column headers are skipped; they
+give the collective (``all_reduce_perf`` ...), the number of ranks and each rank's host. Any other line emits a
+:class:`ParseWarning` naming its line number and is skipped; parsing does not stop on bad lines. Several runs
+appended to one file are read as one when they agree (collective, ranks, hosts, ``-g``, timing, release) and refused
+when they do not.
 
 Examples
 --------
