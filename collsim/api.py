@@ -69,6 +69,7 @@ from collsim.topology import (
     Topology,
     TopologyError,
     add_background,
+    matching_devices,
     perturb_links,
     take_down,
     topologies_dir,
@@ -459,11 +460,18 @@ class Simulator:
                     "this cluster" + (f" (fitted on {fitted})" if fitted else "")
                 )
             topology = self.profile.apply_topology(topology)
+        #: What each ``choose`` rule drew, by (perturb field, index): the devices it applies to
+        self._drawn: dict[tuple[str, int], list[str]] = {}
         if scenario.perturb is not None:
             with self._errors("perturb"), scenario_warnings(scenario.source_file, "perturb"):
-                topology = perturb_links(topology, scenario.perturb.link_rules(), field="links")
+                links = scenario.perturb.link_rules()
+                self._drawn |= {("links", i): matching_devices(topology, r) for i, r in enumerate(links) if r.choose}
+                topology = perturb_links(topology, links, field="links")
                 topology = take_down(topology, scenario.perturb.down_rules(), field="down")
-                topology = add_background(topology, scenario.perturb.background_rules(), field="background")
+                background = scenario.perturb.background_rules()
+                self._drawn |= {("background", i): matching_devices(topology, r)
+                                for i, r in enumerate(background) if r.choose}  # fmt: skip
+                topology = add_background(topology, background, field="background")
         self.topology = topology
         self._check_gpus_per_process()
         #: NCCL variables the NICs' network plugin sets because the scenario leaves them unset (NIC preset field
@@ -1213,20 +1221,25 @@ class Simulator:
         if p is None:
             return []
         out = []
+        def drawn(field: str, i: int, choose: int | None) -> str:  # which ones the seed drew, named (up to 8)
+            names = self._drawn.get((field, i), [])
+            shown = f": {', '.join(names[:8])}{' ...' if len(names) > 8 else ''}" if names else ""
+            return f", {choose} drawn (seed {p.seed + i}){shown}"
+
         for i, ln in enumerate(p.links):
             text = f"links at {ln.device}{f' ({ln.kind})' if ln.kind else ''} x{ln.scale:g}"
-            out.append(f"{text}, {ln.choose} drawn (seed {p.seed + i})" if ln.choose else text)
+            out.append(text + drawn("links", i, ln.choose) if ln.choose else text)
         for i, dn in enumerate(p.down):
             what = f"links {dn.device} -> {dn.peer}" if dn.peer else dn.device
             text = f"{what}{f' ({dn.kind})' if dn.kind else ''} down"
-            out.append(f"{text}, {dn.choose} drawn (seed {p.seed + i})" if dn.choose else text)
+            out.append(text + drawn("down", i, dn.choose) if dn.choose else text)
         for sub in sorted(self.topology.nic_substitutes.values(), key=lambda x: x[0].name):
             out.append(f"  {sub[0].name}'s channels on {sub[1]} (the nearest NIC left)")
         for i, bg in enumerate(p.background):
             offered = f"{bg.rate} per link direction" if bg.rate is not None else f"load {bg.load:g} of each link"
             where = f"{bg.device}{f' -> {bg.peer}' if bg.peer else ''}{f' ({bg.kind})' if bg.kind else ''}"
             text = f"background traffic at {where}: {offered}"
-            out.append(f"{text}, {bg.choose} drawn (seed {p.seed + i})" if bg.choose else text)
+            out.append(text + drawn("background", i, bg.choose) if bg.choose else text)
         return out + [f"rank {r.rank} launches {r.launch_delay} late" for r in p.ranks]
 
     # ------------------------------------------------------------------------------------------- training step

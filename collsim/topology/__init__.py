@@ -18,7 +18,15 @@ from collsim.topology.errors import TopologyError
 from collsim.topology.fabric import parse_fabric
 from collsim.topology.importer import template_from_nccl_xml, template_from_nvidia_smi, write_template
 from collsim.topology.model import Device, Link, Topology, ib_device_name, path_class_rank
-from collsim.topology.perturb import BackgroundRule, DownRule, LinkRule, add_background, perturb_links, take_down
+from collsim.topology.perturb import (
+    BackgroundRule,
+    DownRule,
+    LinkRule,
+    add_background,
+    matching_devices,
+    perturb_links,
+    take_down,
+)
 from collsim.topology.presets import PresetLibrary, load_presets, topologies_dir
 from collsim.topology.template import available_templates, load_topology, topology_from_template
 from collsim.vocab import DEVICE_KINDS, FABRIC_TOPOLOGIES, LINK_KINDS, PATH_CLASS_ORDER
@@ -44,6 +52,7 @@ __all__ = [
     "ib_device_name",
     "load_presets",
     "load_topology",
+    "matching_devices",
     "parse_fabric",
     "path_class_rank",
     "perturb_links",

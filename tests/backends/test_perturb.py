@@ -57,6 +57,9 @@ def test_a_random_nic_is_the_same_nic_for_the_same_seed() -> None:
     a, b = _two_nodes(rule), _two_nodes(rule)
     slow = [ln for ln in a.topology.links() if ln.kind == "ib" and ln.efficiency < 0.5]
     assert len(slow) == 2 and [ln.src for ln in slow] == [ln.src for ln in b.topology.links() if ln.efficiency < 0.5]
+    # and the output names the one drawn (it said "1 drawn (seed 11)" only)
+    nic = next(ln.src if ln.src.startswith("n") else ln.dst for ln in slow)
+    assert a.perturbations() == [f"links at n*/nic* (ib) x0.5, 1 drawn (seed 11): {nic}"]
 
 
 def test_a_rule_matching_nothing_is_one_scenario_error() -> None:
