@@ -149,6 +149,7 @@ def _names(names: list[str]) -> str:
         stem = name.rstrip("0123456789")
         return stem, int(name[len(stem) :]) if name[len(stem) :] else None
 
+    names = sorted(names, key=lambda n: (split(n)[0], split(n)[1] if split(n)[1] is not None else -1))  # spine2 < 10
     for name in names:
         stem, idx = split(name)
         if run and idx is not None and split(run[-1]) == (stem, idx - 1):
@@ -201,8 +202,8 @@ def format_fabric(topo: Topology, node: int = 0) -> str:
     --------
     >>> from collsim.topology import load_topology
     >>> topo = load_topology("hgx-h100", nodes=4, fabric={"topology": "fat_tree", "switch": {"radix": 16}})
-    >>> print(format_fabric(topo).splitlines()[0])
-    Fabric (cluster.fabric): fat_tree, rdma over ib, GPUDirect RDMA on; 4 nodes x 8 NICs = 32 NIC ports
+    >>> print(format_fabric(topo).splitlines()[0].split("; ")[0])
+    Fabric (cluster.fabric): fat_tree, rdma over ib (NVIDIA ConnectX-7 NDR InfiniBand), GPUDirect RDMA on
     """
     fab = topo.fabric or {}
     out = _fabric_header(topo, fab, node)
@@ -219,6 +220,9 @@ def _fabric_header(topo: Topology, fab: Mapping[str, Any], node: int) -> list[st
     kind = fab.get("link_kind", "?")
     kind = ", ".join(kind) if isinstance(kind, (list, tuple)) else kind
     how = f"{fab.get('transport', '?')} over {kind}"
+    models = sorted({str(n.spec.get("model")) for n in nics if n.spec.get("model")})
+    if models:  # the NICs by name: EFA's SRD, say, is an Ethernet port kind (roce) to the switches
+        how += f" ({', '.join(models[:3])}{' ...' if len(models) > 3 else ''})"
     if fab.get("transport") == "rdma":
         how += ", GPUDirect RDMA " + ("on" if fab.get("gpudirect") else "off")
     built = int(fab.get("nics_per_node") or len(topo.nics(node)))

@@ -108,7 +108,8 @@ def test_fabric_layout_fat_tree() -> None:
     text = format_topo_matrix(topo)
     lines = text[text.index("Fabric (") :].splitlines()
     assert lines[0] == (
-        "Fabric (cluster.fabric): fat_tree, rdma over ib, GPUDirect RDMA on; 4 nodes x 8 NICs = 32 NIC ports"
+        "Fabric (cluster.fabric): fat_tree, rdma over ib (NVIDIA ConnectX-7 NDR InfiniBand), GPUDirect RDMA on; 4 "
+        "nodes x 8 NICs = 32 NIC ports"
     )
     assert lines[1] == "  switch radix 16; a hop's latency is its link preset's"
     rows = [ln.split() for ln in lines[3:5]]
