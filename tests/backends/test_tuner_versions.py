@@ -130,20 +130,23 @@ def test_every_history_entry_names_known_rows() -> None:
                 assert all(math.isfinite(x) and x >= 0 for x in row.values())
 
 
-def test_tree_pattern_factor_for_one_gpu_per_node_from_2_26() -> None:
-    """tuning.cc from 2.26: Tree's bandwidth x0.85 when the tree graph has the TREE pattern, which search.cc gives
-    one GPU per node; NCCL's model slope for Tree/Simple is 1/0.85 steeper than 2.25's, with eight GPUs a node
-    (BALANCED_TREE) the same."""
-    mib = 1 << 20
+def test_tree_pattern_factor_for_one_gpu_per_node_in_every_release() -> None:
+    """tuning.cc: Tree's bandwidth x0.85 when the tree graph has the TREE pattern, which search.cc gives one GPU per
+    node: v2.18.3-1 to v2.25.1-1 test graphs[a]->pattern, 2.26 on comm->maxTreePattern (collsim read that rename as
+    the factor's start, so 2.18-2.25 priced such trees 1/0.85 too fast). Eight GPUs a node (BALANCED_TREE): none."""
+    import dataclasses
 
-    def slope(version: str, *more: str) -> float:
+    from collsim.backends.nccl import tuner_table
+
+    def tree_bw(version: str, *more: str, factor: bool = True) -> float:
         sim = _sim("2node-a100-tcp", version, *more)
-        t = [sim.simulate_one("nccl", s * mib, choice=("Tree", "Simple")).predicted_s for s in (256, 512)]
-        assert t[0] is not None and t[1] is not None
-        return t[1] - t[0]
+        consts = sim.nccl_constants if factor else dataclasses.replace(sim.nccl_constants, tree_pattern_since=(9, 9))
+        return tuner_table(sim.nccl_plan, consts, "allreduce", sim.nccl_options)[("Tree", "Simple")][1]
 
-    assert slope("2.26.2", *ONE_PER_NODE) / slope("2.25.1", *ONE_PER_NODE) == pytest.approx(1 / 0.85, rel=1e-9)
-    assert slope("2.26.2") == pytest.approx(slope("2.25.1"), rel=1e-12)
+    for version in ("2.18.5", "2.22.3", "2.25.1", "2.26.2"):
+        assert tree_bw(version, *ONE_PER_NODE) == pytest.approx(0.85 * tree_bw(version, *ONE_PER_NODE, factor=False))
+        assert tree_bw(version) == tree_bw(version, factor=False)
+    assert tree_bw("2.25.1", *ONE_PER_NODE) == pytest.approx(tree_bw("2.26.2", *ONE_PER_NODE), rel=1e-12)
 
 
 def test_nvlstree_correction_on_blackwell_from_2_29() -> None:

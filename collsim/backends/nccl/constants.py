@@ -640,7 +640,7 @@ class NcclConstants:
     tuner_ppn1_tree_net_since: tuple[int, int] = (2, 23)
     #: NCCL's tuner factor on Tree's bandwidth for a plain TREE-pattern graph (one GPU per node), and its release
     tree_pattern_factor: float = 1.0
-    tree_pattern_since: tuple[int, int] = (2, 26)
+    tree_pattern_since: tuple[int, int] = (2, 18)
     #: the first release whose cost model applies the tree correction table to NVLSTree on Blackwell x86 hosts
     nvlstree_correction_since: tuple[int, int] = (2, 29)
     #: the release (major, minor) from which tuning.cc prices with each formula collsim's cost model writes

@@ -227,8 +227,8 @@ def _inputs(
     # p5en/p6 (NIC preset nccl_net_latency). It prices the choice only: the simulation charges the path's latency.
     inter = consts.hw_latency["NET"][net_row][proto] + plan.net_latency * (2 if proto == "Simple" else 1)
     lat = consts.base_latency[table][proto]
-    # tuning.cc (from 2.26): "if (a == NCCL_ALGO_TREE && comm->maxTreePattern == NCCL_TOPO_PATTERN_TREE) busBw *=
-    # .85"; search.cc gives one GPU per node the TREE pattern (a node's tree graph otherwise starts as BALANCED_TREE)
+    # tuning.cc: "if (a == NCCL_ALGO_TREE && comm->maxTreePattern == NCCL_TOPO_PATTERN_TREE) busBw *= .85" (before
+    # 2.26 graphs[a]->pattern); search.cc gives one GPU per node the TREE pattern (else the graph starts BALANCED_TREE)
     plain_tree = plan.ppn == 1 and not opts.before(consts.tree_pattern_since)
     # ModelInputs' fields in order: what is priced, the schedule's steps, then tuning.cc's starting point
     return ModelInputs(
