@@ -25,8 +25,9 @@ NCCL's cost model                 ``  Algorithm   |  Tree  Ring  CollNetDirect |
                                   ``    AllReduce |    15.2/  44.9 |    31.5/ 132.7 | ...`` (latency us / algorithm
                                   bandwidth GB/s per algorithm's LL, LL128, Simple; tuning.cc, TUNING, rank 0)
 a call's algorithm and protocol   ``AllReduce: 1048576 Bytes -> Algo RING proto LL128 channel{Lo..Hi}={0..7}``
-                                  (``NCCL_DEBUG_SUBSYS=TUNING``, rank 0; enqueue.cc from 2.26; 2.21-2.25:
-                                  ``1048576 Bytes -> Algo 1 proto 1 time 81.0``, indices and no name)
+                                  (``NCCL_DEBUG_SUBSYS=TUNING``, rank 0; enqueue.cc from 2.24; 2.23:
+                                  ``AllReduce: 1048576 Bytes -> Algo 1 proto 1 time 81.0``, indices; 2.20-2.22
+                                  the same without the name)
 ================================  ===================================================================================
 
 Lines keep whatever prefix the launcher and NCCL put before ``NCCL INFO`` (``host:pid:tid [dev]``); other lines
@@ -98,8 +99,9 @@ _CONN = re.compile(r"^Channel (\d+)(?:/\d+)? : (\d+)\[\w+\] -> (\d+)\[\w+\] (?:\
 _NVLS_HEAD = re.compile(r"^NVLS Head\s+(\d+):((?:\s+\d+)+)\s*$")
 _TREES = re.compile(r"^Trees((?: \[\d+\] -?\d+/-?\d+/-?\d+->-?\d+->-?\d+)+)\s*$")
 _NETWORK = re.compile(r"^Using network (.+?)\s*$")
-#: NCCL_DEBUG_SUBSYS=TUNING, rank 0, per collective: from 2.26 (enqueue.cc) with its name, algorithm, protocol and
-#: channels; 2.21-2.25 with the algorithm's and protocol's indices and the model's time, and no name
+#: NCCL_DEBUG_SUBSYS=TUNING, rank 0, per collective: from 2.24 (enqueue.cc) with its name, algorithm, protocol and
+#: channels; 2.20-2.23 with the algorithm's and protocol's indices and the model's time, 2.23 after the name
+#: (v2.20.5-1 line 1498, v2.22.3-1 line 1613, v2.23.4-1 line 1855, v2.24.3-1 line 678)
 _CHOICE = re.compile(
     r"^(?:(\w+): )?(\d+) Bytes -> Algo (\w+) proto (\w+)(?: channel\{Lo\.\.Hi\}=\{(\d+)\.\.(\d+)\})?"
 )
@@ -141,9 +143,9 @@ def transport_class(via: str) -> str:
 class Choice:
     """One collective call's (algorithm, protocol) from NCCL's ``TUNING`` line.
 
-    ``collective`` is collsim's name, None where the line does not say (NCCL 2.21-2.25); ``nbytes`` the bytes NCCL
-    prints (a rank's send count for all-gather and reduce-scatter from 2.26, the whole buffer for allreduce);
-    ``channels`` the channels it ran on (from 2.26), else None.
+    ``collective`` is collsim's name, None where the line does not say (NCCL 2.20-2.22); ``nbytes`` the bytes NCCL
+    prints (from 2.24 a rank's part of an all-gather or reduce-scatter, ``per_rank``; before, the whole buffer);
+    ``channels`` the channels it ran on (from 2.24), else None.
     """
 
     collective: str | None
@@ -151,6 +153,7 @@ class Choice:
     algorithm: str
     protocol: str
     channels: int | None
+    per_rank: bool = False  # nbytes a rank's part (2.24 on: an all-gather's or reduce-scatter's count x type)
 
 
 @dataclass
@@ -372,7 +375,10 @@ def _choice(found: re.Match[str]) -> Choice | None:
     except ValueError:
         return None
     channels = int(hi) - int(lo) + 1 if lo is not None else None
-    return Choice(collective, int(nbytes), algorithm, protocol, channels)
+    # 2.24 on print the task's count x type (enqueue.cc, a rank's part of an all-gather or reduce-scatter); 2.20-2.23
+    # the model's nBytes, the whole buffer (ncclFuncMaxSendRecvCount): they print indices, not names
+    per_rank = collective in PER_RANK_COUNT_COLLECTIVES and not algo.isdigit()
+    return Choice(collective, int(nbytes), algorithm, protocol, channels, per_rank)
 
 
 def read_nccl_log(path: str | Path) -> NcclInitLog:
@@ -537,7 +543,7 @@ class ChoiceCheck:
 def logged_pairs(log: NcclInitLog, collective: str, nranks: int) -> dict[int, tuple[str, str]]:
     """The (algorithm, protocol) NCCL's log says each call of ``collective`` ran with, by size in nccl-tests'
     convention (all-gather and reduce-scatter: the line's bytes x ``nranks``; a line without the collective's name,
-    2.21-2.25, only for an allreduce), as :func:`check_choices` reads them.
+    2.20-2.22, only for an allreduce), as :func:`check_choices` reads them.
 
     >>> log = parse_nccl_log("[0] NCCL INFO AllGather: 65536 Bytes -> Algo RING proto LL128 channel{Lo..Hi}={0..15}")
     >>> logged_pairs(log, "allgather", 16)
@@ -547,7 +553,7 @@ def logged_pairs(log: NcclInitLog, collective: str, nranks: int) -> dict[int, tu
     for c in log.choices:
         if (c.collective is None and collective != "allreduce") or (c.collective not in (None, collective)):
             continue
-        size = c.nbytes * nranks if c.collective in PER_RANK_COUNT_COLLECTIVES else c.nbytes
+        size = c.nbytes * nranks if c.per_rank else c.nbytes
         out.setdefault(size, (c.algorithm, c.protocol))
     return out
 
@@ -558,12 +564,13 @@ def check_choices(
     """The log's choice for ``collective`` at each size collsim also explained (``picks``: size in nccl-tests'
     convention, bytes -> collsim's (algorithm, protocol)), in size order.
 
-    nccl-tests' size of an all-gather or reduce-scatter is the whole buffer, NCCL's TUNING line (from 2.26) prints a
-    rank's part: the line's bytes x ``nranks``. A line without the collective's name (2.21-2.25) is taken for the
+    nccl-tests' size of an all-gather or reduce-scatter is the whole buffer, NCCL's TUNING line (from 2.24) prints a
+    rank's part: the line's bytes x ``nranks`` (2.23's line, with indices, the whole buffer as it is). A line
+    without the collective's name (2.20-2.22) is taken for the
     scenario's collective only when that is an allreduce, whose bytes read the same either way.
     """
     channels = {
-        (c.nbytes * nranks if c.collective in PER_RANK_COUNT_COLLECTIVES else c.nbytes): c.channels
+        (c.nbytes * nranks if c.per_rank else c.nbytes): c.channels
         for c in log.choices
         if c.collective in (None, collective)
     }

@@ -222,6 +222,12 @@ def test_choices_against_collsims_picks() -> None:
     old = parse_nccl_log("h [0] NCCL INFO 1073741824 Bytes -> Algo 5 proto 2 time 3473.6\n")
     assert len(check_choices(old, "allreduce", 16, picks)) == 1 and not check_choices(old, "allgather", 16, picks)
     assert render_choices(rows, "allreduce").splitlines()[-1] == "# the same pair at 1 of 2 sizes"
+    # 2.23 names the collective but prints the model's nBytes, an all-gather's whole buffer (enqueue.cc v2.23.4-1
+    # line 1855, ncclFuncMaxSendRecvCount): no x ranks (the 1 MiB choice landed at 16 MiB)
+    v223 = parse_nccl_log("h [0] NCCL INFO AllGather: 1048576 Bytes -> Algo 1 proto 2 time 30.1\n")
+    assert [(r.size_bytes, r.log) for r in check_choices(v223, "allgather", 16, {1 << 20: ("Ring", "Simple")})] == [
+        (1 << 20, "Ring/Simple")
+    ]
 
 
 def test_explain_sets_the_logs_choices_beside_its_own(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
