@@ -284,6 +284,11 @@ def test_pat_with_one_gpu_per_node(nodes: int) -> None:
     only = Simulator.from_source({**scenario, "backends": {"nccl": {"env": only_pat}}})
     with pytest.raises(ScenarioError, match=r"NCCL would refuse it here: NCCL_PAT_ENABLE=0"):
         only.simulate_one("nccl", MiB, collective="allgather")
+    # an average's reduce-scatter scales: enqueue.cc skips PAT there ("Tree reduceScatter doesn't support scaling
+    # yet"); its all-gather and a sum's reduce-scatter keep it
+    avg = Simulator.from_source({**scenario, "workload": {"op": "avg"}})
+    assert "PAT" not in {a for a, _p in candidates(avg.nccl_plan, avg.nccl_options, "reduce_scatter")}
+    assert "PAT" in {a for a, _p in candidates(avg.nccl_plan, avg.nccl_options, "allgather")}
     on_two_gpus = Simulator.from_source("dgx-a100")
     assert ("PAT", "Simple") not in [
         (o.algorithm, o.protocol) for o in [on_two_gpus.simulate_one("nccl", MiB, collective="allgather")]

@@ -22,8 +22,12 @@ class PAT(NcclAlgorithm):
     name = "PAT"
 
     def protocols(self, plan: NcclPlan, opts: NcclOptions, collective: str) -> tuple[str, ...]:
-        # tuning.cc ncclPatEnable (v2.30.7-1 lines 216-223): NCCL_PAT_ENABLE=0 disables it; one GPU per node
+        # tuning.cc ncclPatEnable (v2.30.7-1 lines 216-223): NCCL_PAT_ENABLE=0 disables it; one GPU per node.
+        # enqueue.cc (v2.23.4-1 line 1798, v2.30.7-1 lines 2009-2012): "Tree reduceScatter doesn't support scaling
+        # yet": no PAT for a reduce-scatter whose op scales (an average: PreMulSum on floats, SumPostDiv on integers)
         ok = collective in ("allgather", "reduce_scatter") and plan.ppn == 1 and len(plan.ranks) > 1
+        if collective == "reduce_scatter" and opts.op == "avg":
+            ok = False
         return ("Simple",) if ok and opts.pat_enable else ()
 
     def refusal(self, plan: NcclPlan, opts: NcclOptions) -> str | None:
