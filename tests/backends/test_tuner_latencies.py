@@ -57,6 +57,14 @@ def test_nvlstree_latency_takes_the_floor_of_log2() -> None:
     assert lat[3] == pytest.approx(lat[2], abs=1e-8) and lat[4] > lat[3]
 
 
+def test_nvlstree_latency_is_linear_in_the_nodes_in_2_18() -> None:
+    """NCCL 2.18 (v2.18.6-1 tuning.cc line 238): NVLSTree's latency baseLat + 2 (nNodes - 1) x interLat; the log2i
+    form came with 2.19.1 (collsim gave 2.18 the later one: 175 us where 2.18 prices 593 on 16 H100 nodes)."""
+    sim = Simulator.from_source("16node-h100-ib", ["backends.nccl.version='2.18.6'"])
+    t = sim.nccl_tuner_table("allreduce")[("NVLSTree", "Simple")][0]
+    assert t == pytest.approx((23.0 + 2 * 15 * 19.0) * 1e-6, rel=1e-9)  # baseLat 23, hwLat[NET][NVLSTree] 19 us
+
+
 def test_collnet_direct_latency_has_the_arity_term() -> None:
     """CollNetDirect: baseLat + 2 x (min(1, ppn - 1) x intraLat + (ppn - 1) x 0.4 us) + interLat; Chain:
     baseLat + 2 (ppn - 1) intraLat + interLat."""

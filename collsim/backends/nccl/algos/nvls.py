@@ -366,6 +366,8 @@ class NVLSTree(NVLS):
         NICs count up to one per GPU."""
         plan, consts = m.plan, m.consts
         lat = m.lat + (m.intra + 2 * (plan.nnodes.bit_length() - 1) * m.inter)  # tuning.cc log2i: floor
+        if "nvls_min" in m.older:  # 2.18: 2 (nNodes - 1) x interLat, linear (v2.18.6-1 line 238; log2i from 2.19.1)
+            lat = m.lat + 2 * (plan.nnodes - 1) * m.inter
         if "nvls_efficiency" in m.older:  # a release before 2.28.3: its own formula
             return lat, _nvls_bw_before(m, tree=True)
         nc = consts.nvls_channels
