@@ -266,6 +266,16 @@ def p2p_op(
     return P2pOp(parts, part_bytes, "Simple", chunk)
 
 
+def sched_group_size(ppn: int, group_size: int) -> int:
+    """comm->p2pSchedGroupSize across nodes (init.cc ncclP2pSchedule): NCCL_P2P_SCHEDULE_GROUP_SIZE (default 8),
+    or its gcd with the GPUs per node where they are fewer or not a multiple of it.
+
+    >>> sched_group_size(8, 8), sched_group_size(4, 8), sched_group_size(1, 8), sched_group_size(12, 8)
+    (8, 4, 1, 4)
+    """
+    return math.gcd(group_size, ppn) if ppn % group_size or ppn < group_size else group_size
+
+
 def p2p_rounds(rank: int, ppn: int, nnodes: int, group_size: int) -> list[int]:
     """The peer ``rank`` sends to in each round (init.cc ncclP2pSchedule): one node, round r goes to rank + r; across
     nodes, ranks in groups of ``group_size`` (NCCL_P2P_SCHEDULE_GROUP_SIZE, 8, or the gcd with the GPUs per node),
@@ -280,7 +290,7 @@ def p2p_rounds(rank: int, ppn: int, nnodes: int, group_size: int) -> list[int]:
     n = ppn * nnodes
     if nnodes == 1:
         return [(rank + r) % n for r in range(n)]
-    g = math.gcd(group_size, ppn) if ppn % group_size or ppn < group_size else group_size
+    g = sched_group_size(ppn, group_size)
     local, group = rank % g, rank // g
     ngroups = n // g
     out: list[int] = []

@@ -12,7 +12,7 @@ from simpy.events import AllOf, Event
 from collsim.backends.nccl import base
 from collsim.backends.nccl.base import Entity, Launcher, Layout, ModelInputs, NcclAlgorithm, Proc, SimContext
 from collsim.backends.nccl.constants import NcclConstants
-from collsim.backends.nccl.p2p_sched import P2pOp, p2p_op, p2p_rounds, round_base
+from collsim.backends.nccl.p2p_sched import P2pOp, p2p_op, p2p_rounds, round_base, sched_group_size
 from collsim.backends.nccl.plan import NcclPlan, p2p_send_slots
 from collsim.nccl_env import NcclOptions
 from collsim.vocab import P2P_COLLECTIVES
@@ -180,10 +180,13 @@ def channel_rate(plan: NcclPlan, consts: NcclConstants, opts: NcclOptions, *, ne
 
 def _part_channels(s: P2pSend, plan: NcclPlan, per_batch: int) -> list[int]:
     """The channels of a send's parts: its round's base, then consecutive (device.h ncclP2pChannelForPart);
-    ``per_batch``: NCCL_MAX_DEV_WORK_P2P_PER_BATCH, also the default schedule group size."""
+    ``per_batch``: NCCL_MAX_DEV_WORK_P2P_PER_BATCH, also the default schedule group size, whose gcd with the GPUs a
+    node the rounds' bases step by (channel.h: comm->p2pSchedGroupSize; it took 8 with 4 GPUs a node, every round on
+    one base)."""
     assert plan.p2p is not None
     c = plan.p2p.channels
-    base = round_base(s.round, c, plan.nnodes, per_batch, per_batch)
+    group = sched_group_size(max(1, plan.ppn), per_batch)
+    base = round_base(s.round, c, plan.nnodes, group, per_batch)
     return [(base + k) % c for k in range(s.op.parts)]
 
 
