@@ -257,3 +257,15 @@ def test_rounds_across_nodes_step_by_the_schedules_group_of_the_gpus_a_node() ->
     assert bases == {1: 0, 2: 0, 3: 0, 4: 8, 5: 8, 6: 8, 7: 8}
     t = sim.simulate_one("nccl", 256 << 20, collective="alltoall").time_s
     assert t < 0.6 * 5713e-6
+
+
+def test_nccl_2_22_to_2_28_cut_an_ll_send_by_lls_step() -> None:
+    """enqueue.cc v2.27.7-1: the protocol is chosen first and its step (LL: buffSizes[LL] / NCCL_STEPS = 64 KiB)
+    sets the parts' minimum, 8 KiB on one node: a 32 KiB LL send is 4 parts (it was 1, cut by Simple's chunk);
+    2.29 on cut by the Simple chunk before choosing."""
+    sim = Simulator.from_source("hgx-h100", ["backends.nccl.version='2.27.7'"])
+    (op,) = {s.op for s in p2p_sends(sim.nccl_plan, sim.nccl_options, sim.nccl_constants, "alltoall", 256 << 10)}
+    assert (op.protocol, op.parts, op.part_bytes) == ("LL", 4, 8192)
+    new = Simulator.from_source("hgx-h100", ["backends.nccl.version='2.29.7'"])
+    assert {s.op.parts for s in p2p_sends(new.nccl_plan, new.nccl_options, new.nccl_constants, "alltoall",
+                                          256 << 10)} == {1}  # fmt: skip

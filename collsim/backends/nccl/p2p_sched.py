@@ -223,12 +223,14 @@ def p2p_op(
     ll_step: int,
     version: tuple[int, int] | None,
     ll_threshold: int | None = None,
+    ll_part_step: int | None = None,
 ) -> P2pOp:
     """Parts, protocol and chunk of a send of ``nbytes`` (addP2pToPlan).
 
     ``network``: the peer is on another node (its connection has no LL buffers: NCCL allocates them for network
     point-to-point only with NCCL_ALLOC_P2P_NET_LL_BUFFERS=1, so it sends with Simple). ``ll_step``: data bytes of
-    one LL step.
+    one LL step; ``ll_part_step``: LL's step as NCCL 2.22-2.28 cut an LL send's parts by it (buffSizes[LL] /
+    NCCL_STEPS, the buffer's bytes: enqueue.cc v2.27.7-1 lines 834-838 and 892-897).
 
     >>> from collsim.backends.nccl.constants import P2pConstants
     >>> p2p = P2pConstants({"net": 131072, "pci": 131072, "nvl": 524288}, 2, (8, 2), (32, 1), 16384,
@@ -243,18 +245,26 @@ def p2p_op(
     """
     step = ch.chunk
     i = 1 if nnodes > 1 else 0
-    min_part = step // p2p.part_min_divisor[i]
-    max_part = step * p2p.part_max_factor[i]
     lo, hi = ch.min_parts(nranks), ch.per_peer
-    parts = 1 if nbytes == 0 else min(lo, -(-nbytes // min_part))
-    part = max(min_part, -(-nbytes // parts))
-    while part > max_part and parts <= hi // 2:
-        parts *= 2
-        part = -(-nbytes // parts)
+
+    def cut(step: int) -> int:  # the parts (enqueue.cc): min(nChannelsMin, bytes / minPart), doubled past maxPart
+        min_part, max_part = step // p2p.part_min_divisor[i], step * p2p.part_max_factor[i]
+        parts = 1 if nbytes == 0 else min(lo, -(-nbytes // min_part))
+        part = max(min_part, -(-nbytes // parts))
+        while part > max_part and parts <= hi // 2:
+            parts *= 2
+            part = -(-nbytes // parts)
+        return parts
+
     threshold = p2p.ll_threshold if ll_threshold is None else ll_threshold
     since, until = p2p.ll_threshold_per_peer_channels
     per_peer = version is not None and since <= version < until
-    ll = not network and nbytes <= (hi if per_peer else parts) * threshold
+    if per_peer:  # 2.22-2.28: the protocol first (bytes <= nChannelsMax x threshold), its step then cuts the parts
+        ll = not network and nbytes <= hi * threshold
+        parts = cut(ll_part_step if ll and ll_part_step else step)  # LL: buffSizes[LL] / NCCL_STEPS (enqueue.cc)
+    else:  # 2.29 on (and before 2.22): the parts from the Simple chunk, then the protocol by them
+        parts = cut(step)
+        ll = not network and nbytes <= parts * threshold
     share = -(-nbytes // parts)  # ceil
     part_bytes = -(-share // 4096) * 4096  # device.h ncclP2pPartBounds: alignUp(divUp(bytes, nParts), 4 KiB)
     if ll:

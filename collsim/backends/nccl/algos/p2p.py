@@ -61,7 +61,7 @@ def p2p_sends(plan: NcclPlan, opts: NcclOptions, consts: NcclConstants, collecti
     ops = {
         net: p2p_op(
             p2p, plan.p2p, each, nranks=n, nnodes=plan.nnodes, network=net, ll_step=ll_step, version=version,
-            ll_threshold=opts.p2p_ll_threshold,
+            ll_threshold=opts.p2p_ll_threshold, ll_part_step=int(ll.buffer_bytes / consts.steps),
         )
         for net in (False, True)
     }
