@@ -269,3 +269,12 @@ def test_nccl_2_22_to_2_28_cut_an_ll_send_by_lls_step() -> None:
     new = Simulator.from_source("hgx-h100", ["backends.nccl.version='2.29.7'"])
     assert {s.op.parts for s in p2p_sends(new.nccl_plan, new.nccl_options, new.nccl_constants, "alltoall",
                                           256 << 10)} == {1}  # fmt: skip
+
+
+def test_network_peers_halve_against_p2p_channels_before_the_round_up() -> None:
+    """paths.cc v2.27.7-1: a network peer's channels halve while 2 x nRanks > p2pnChannels x 4, p2pnChannels not yet
+    rounded up to a power of two (12 here, 16 after): 32 ranks give 1 channel a peer, not 2."""
+    sets = ["cluster.nodes=4", "backends.nccl.version='2.27.7'", "backends.nccl.env.NCCL_MAX_NCHANNELS=12",
+            "backends.nccl.env.NCCL_NVLS_ENABLE=0"]  # fmt: skip
+    p2p = Simulator.from_source("2node-h100-ib", sets).nccl_plan.p2p
+    assert p2p is not None and (p2p.channels, p2p.per_peer) == (16, 1)

@@ -136,8 +136,8 @@ def p2p_channels(
     n = max(n, min_p2p or 1)
     channels = min(_pow2_up(n), most)
     counts = [] if local_peer_channels is None else [local_peer_channels]
-    if nnodes > 1:
-        counts.append(_net_peer_channels(p2p, nranks, channels, nics_per_gpu, nic_bw, version, net_peer_channels))
+    if nnodes > 1:  # against p2pnChannels before its round up (paths.cc ncclTopoComputeP2pChannels: pow2Up after)
+        counts.append(_net_peer_channels(p2p, nranks, n, nics_per_gpu, nic_bw, version, net_peer_channels))
     per = min(counts) if counts else 1
     per = _pow2_up(per)
     by_bw = version is None or version >= p2p.net_channels_by_bw_since
