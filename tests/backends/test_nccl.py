@@ -107,7 +107,7 @@ def test_choices_nccl_would_refuse_are_errors() -> None:
     a100 = Simulator.from_source("dgx-a100", ["backends.nccl.env.NCCL_ALGO=NVLS"])
     with pytest.raises(ScenarioError, match=r"NVLS.*Hopper"):
         a100.simulate_one("nccl", MiB)
-    collnet = Simulator.from_source("2node-h100-ib", ["backends.nccl.env.NCCL_ALGO=CollNet"])
+    collnet = Simulator.from_source("2node-h100-ib", ["backends.nccl.env.NCCL_ALGO=CollNetDirect,CollNetChain"])
     with pytest.raises(ScenarioError, match="in-network reduction"):
         collnet.simulate_one("nccl", MiB)
 

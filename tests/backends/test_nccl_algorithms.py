@@ -368,7 +368,8 @@ def test_collnet_needs_and_uses_in_network_reduction() -> None:
     assert offered(sim) == set()
     assert offered(Simulator.from_source("2node-a100-ib", on)) == collnet
     with pytest.raises(ScenarioError, match=r"CollNet needs NCCL_COLLNET_ENABLE=1"):
-        Simulator.from_source("2node-a100-ib", [*inr, "backends.nccl.env.NCCL_ALGO=CollNet"]).simulate_one("nccl", 8)
+        both = "backends.nccl.env.NCCL_ALGO=CollNetDirect,CollNetChain"
+        Simulator.from_source("2node-a100-ib", [*inr, both]).simulate_one("nccl", 8)
     assert any("NCCL_COLLNET_ENABLE=1 (default 0)" in n for n in sim.nccl_release_notes())
     # CollNetDirect needs an NVSwitch in the node (tuning.cc nvsCount): DGX-1 V100's hybrid cube-mesh has none
     assert offered(Simulator.from_source("ddp-resnet50-dgx1-v100", on)) == {"CollNetChain"}
