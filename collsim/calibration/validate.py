@@ -474,16 +474,8 @@ def validate(
         out.append(_row(r, factor, got, near))
     prof = sim.profile.file if sim.profile is not None else None
     notes = _scenario_notes(sim, m, backend, out, empty)
-    if logged:
-        notes.append(f"{ran_logged} of {len(out)} sizes simulated with the (algorithm, protocol) {logged_by} says it "
-                     "ran; the others with collsim's pick")  # fmt: skip
-        notes += sorted(refused)
-    elif logged is not None:  # a log given, with no choice of this collective: said, not a plain validate unsaid
-        notes.append(f"{logged_by} records no (algorithm, protocol) NCCL chose for {m.collective} (NCCL prints them "
-                     "with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING, or INIT,TUNING): every size simulated with "
-                     "collsim's pick")  # fmt: skip
     if logged is not None:
-        notes += logged_notes
+        notes += _logged_notes(m.collective, bool(logged), ran_logged, len(out), refused, logged_by, logged_notes)
     return Validation(
         scenario=sim.scenario.name,
         measurement=m.file,
@@ -494,6 +486,22 @@ def validate(
         profile=prof,
         notes=[n for n in notes if n],
     )
+
+
+def _logged_notes(
+    collective: str, any_logged: bool, ran: int, total: int, refused: set[str], logged_by: str,
+    about: Sequence[str],
+) -> list[str]:  # fmt: skip
+    """What a log of NCCL's choices did (how many sizes ran its pair, the pairs refused), or that it records none
+    for ``collective`` (every size then collsim's pick: said, not a plain validate unsaid); then ``about``, the
+    notes on the log itself (its communicator, its release)."""
+    if any_logged:
+        head = [f"{ran} of {total} sizes simulated with the (algorithm, protocol) {logged_by} says it ran; the others "
+                "with collsim's pick", *sorted(refused)]  # fmt: skip
+    else:
+        head = [f"{logged_by} records no (algorithm, protocol) NCCL chose for {collective} (NCCL prints them with "
+                "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING, or INIT,TUNING): every size simulated with collsim's pick"]
+    return [*head, *about]
 
 
 def _scenario_notes(

@@ -127,13 +127,13 @@ def to_csv(out: SweepOutcome) -> str:
 def _plain(value: Any) -> Any:
     """A DataFrame cell as plain JSON data: NumPy scalars as Python's, a missing value (NaN, None, pandas' NA) as
     None."""
-    if hasattr(value, "item") and not isinstance(value, (list, dict, str)):
+    import pandas
+
+    if isinstance(value, (list, dict, str)):
+        return value
+    if hasattr(value, "item"):
         value = value.item()  # a NumPy scalar
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return None
-    if type(value).__name__ in ("NAType", "NaTType"):
-        return None
-    return value
+    return None if pandas.isna(value) else value
 
 
 def to_json(out: SweepOutcome) -> str:

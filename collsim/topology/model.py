@@ -17,11 +17,11 @@ from collsim.vocab import LINK_KINDS, PATH_CLASS_ORDER
 __all__ = ["Device", "FrozenMap", "Link", "Topology", "path_class_rank"]
 
 # Devices a route may start or end at but never pass through.
-_NO_TRANSIT = frozenset({"gpu", "nic"})
+NO_TRANSIT_KINDS = frozenset({"gpu", "nic"})
 # Link kinds of a host's own paths (pcie_route, path classes): PCIe, inter-socket links, NVLink-C2C; the first and
 # last hang a device under its CPU (host_cpu).
 _HOST_KINDS = frozenset({"pcie", "upi", "c2c"})
-_UNDER_CPU_KINDS = frozenset({"pcie", "c2c"})
+UNDER_CPU_KINDS = frozenset({"pcie", "c2c"})
 # Order of device kinds in listings.
 _KIND_ORDER = {k: i for i, k in enumerate(("gpu", "cpu", "pcie_switch", "nic", "nvswitch", "switch"))}
 _PS_PER_S = 1e12  # route latencies are compared in integer picoseconds so that float sums tie exactly
@@ -556,14 +556,14 @@ class Topology:
             best: dict[str, tuple[int, int]] = {src: (0, 0)}
             prev: dict[str, str] = {}
             heap: list[tuple[int, int, str]] = [(0, 0, src)]
-            dst_dead_end = g.nodes[dst]["device"].kind in _NO_TRANSIT  # not among _onward's devices
+            dst_dead_end = g.nodes[dst]["device"].kind in NO_TRANSIT_KINDS  # not among _onward's devices
             while heap:
                 lat, hops, u = heapq.heappop(heap)
                 if (lat, hops) > best[u]:
                     continue
                 if u == dst:
                     break
-                if u != src and g.nodes[u]["device"].kind in _NO_TRANSIT:
+                if u != src and g.nodes[u]["device"].kind in NO_TRANSIT_KINDS:
                     continue
                 # only devices a route may pass through, and dst: a GPU or NIC other than dst is a dead end, so
                 # leaving it out changes no route, and a fabric switch's thousands of NICs are not scanned
@@ -594,7 +594,7 @@ class Topology:
             g = self.graph
             found = self._onward_cache[u] = [
                 (v, g.edges[u, v]["link"]) for v in sorted(g.successors(u))
-                if g.nodes[v]["device"].kind not in _NO_TRANSIT
+                if g.nodes[v]["device"].kind not in NO_TRANSIT_KINDS
             ]  # fmt: skip
         return found
 
@@ -647,16 +647,18 @@ class Topology:
         joined only by NVLink (a GB200 NVL72 rack's compute trays), the groups of its rank devices that host links
         (PCIe, socket links, NVLink-C2C) join."""
         groups: list[str] = []  # one device of each host found
-        for dev in (d.name for d in self.rank_devices() if d.node == 0):
-            for first in groups:
-                try:
-                    if first == dev or self.pcie_route(first, dev) is not None:
-                        break
-                except TopologyError:
-                    continue
-            else:
+        for dev in dict.fromkeys(d.name for d in self.rank_devices() if d.node == 0):
+            if not any(self._same_host(first, dev) for first in groups):
                 groups.append(dev)
         return max(1, len(groups))
+
+    def _same_host(self, a: str, b: str) -> bool:
+        """Whether host links join ``a`` and ``b`` (:meth:`pcie_route` finds a route)."""
+        try:
+            self.pcie_route(a, b)
+        except TopologyError:
+            return False
+        return True
 
     def pcie_route(self, a: str, b: str) -> list[Link]:
         """Return the route over the host's links only: PCIe, inter-socket links and NVLink-C2C (a Grace CPU's own
@@ -680,10 +682,10 @@ class Topology:
         while frontier:
             nxt: list[str] = []
             for u in frontier:
-                if u != dev and self.graph.nodes[u]["device"].kind in _NO_TRANSIT:
+                if u != dev and self.graph.nodes[u]["device"].kind in NO_TRANSIT_KINDS:
                     continue
                 for v in sorted(self.graph.successors(u)):
-                    if v in seen or self.graph.edges[u, v]["link"].kind not in _UNDER_CPU_KINDS:
+                    if v in seen or self.graph.edges[u, v]["link"].kind not in UNDER_CPU_KINDS:
                         continue
                     seen.add(v)
                     vdev: Device = self.graph.nodes[v]["device"]

@@ -48,7 +48,7 @@ import networkx as nx
 
 from collsim.topology.errors import TopologyError, TopologyWarning, display_path
 from collsim.topology.layout import NodeLayout
-from collsim.topology.model import Device, FrozenMap, Link, Topology
+from collsim.topology.model import NO_TRANSIT_KINDS, UNDER_CPU_KINDS, Device, FrozenMap, Link, Topology
 from collsim.topology.names import expand_names
 from collsim.topology.nic_placement import NicSlot, nic_slots_of, population_order, select_nics
 from collsim.topology.presets import (
@@ -267,17 +267,16 @@ def _build_layout(data: Mapping[str, Any], presets: PresetLibrary, file: str | P
 def _off_the_host(layout: NodeLayout) -> list[str]:
     """The GPUs of ``layout`` with no path of PCIe or NVLink-C2C links to a CPU (through PCIe switches, never
     through another GPU or a NIC), as :meth:`Topology.host_cpu` looks for one."""
-    under = ("pcie", "c2c")
     adj: dict[str, set[str]] = {}
     for (a, b), lk in layout.links.items():
-        if lk.kind in under:
+        if lk.kind in UNDER_CPU_KINDS:
             adj.setdefault(a, set()).add(b)
             adj.setdefault(b, set()).add(a)
     reached = {n for n, d in layout.devices.items() if d.kind == "cpu"}
     frontier = list(reached)
     while frontier:  # from the CPUs outwards, passing PCIe switches only
         u = frontier.pop()
-        if layout.devices[u].kind in ("gpu", "nic"):
+        if layout.devices[u].kind in NO_TRANSIT_KINDS:
             continue
         for v in adj.get(u, ()):
             if v not in reached:

@@ -1108,32 +1108,18 @@ def plan_nccl(
     switch = next(iter(topo.devices("nvswitch", 0)), None)
     sm = int(topo.device(gpus[0]).spec.get("sm", 0))
     net = net_search(topo, node0, nics_used, nnodes, sm, nvl_bw, opts, consts)
-    nch, distinct = _channel_count(intra.channels, net.channels, nnodes, opts, consts,
-                                   switch is not None or len(node0) == 1)  # fmt: skip
     multicast = bool(switch.spec.get("multicast", False)) if switch is not None else False
     refusal = nvls_refusal(arch, switch.name if switch is not None else None, multicast, consts, len(node0))
-    copied_from = nch
-    first, gone = consts.nvls_ring_copy
-    if refusal is None and opts.nvls_enable and not opts.before(first) and opts.before(gone):
-        # 2.22 to 2.27 copy the rings up to NVLS's channels after the bounds, and Ring and Tree run them all
-        nch = max(nch, nvls_channel_count(arch, nnodes, None, opts, consts))
+    ch = _ring_channels(intra.channels, net.channels, nnodes, arch, refusal is None and opts.nvls_enable,
+                        switch is not None or len(node0) == 1, opts, consts)  # fmt: skip
+    nch, distinct = ch.count, ch.distinct
     rings, hops = _rings(topo, cat, nch, nnodes, opts, consts, fabric, distinct)
     originals = {k: h for k, h in hops.items() if k[0] < distinct}  # a copy's hops are its original's
-    notes = list(intra.notes)
-    if nch > copied_from:
-        notes.append(f"{nch} channels for Ring and Tree where the channel bounds leave {copied_from}: NCCL "
-                     f"{'.'.join(map(str, opts.version or ()))} copies its rings up to NVLS's channels (connect.cc) "
-                     "and runs them all (enqueue.cc, 2.22 to 2.27)")  # fmt: skip
-    # NCCL's cost model prices its graphs' channels (tuning.cc: busBw = graphs[a]->nChannels * bw, the search's
-    # count), not those NCCL_MAX_NCHANNELS, NCCL_MIN_NCHANNELS or the CTA bounds leave the communicator
-    # (connect.cc, after the model's graphs): the rates the model reads come from the uncapped count
-    uncapped = dataclasses.replace(opts, min_channels=None, max_channels=None, min_ctas=None, max_ctas=None)
-    graph_nch, _ = _channel_count(intra.channels, net.channels, nnodes, uncapped, consts,
-                                  switch is not None or len(node0) == 1)  # fmt: skip
-    intra_bw = min(intra.capacity, graph_nch * intra.channel_bw)
+    notes = list(intra.notes) + ([ch.note] if ch.note else [])
+    intra_bw = min(intra.capacity, ch.graph * intra.channel_bw)  # the model's rates: its graphs' channels
     nic_bw, bus_bw, net_latency = 0.0, intra_bw, 0.0
     if nnodes > 1:
-        nic_bw, bus_bw, net_latency, transports = _network(topo, cat, hops, nics_used, graph_nch, intra_bw)
+        nic_bw, bus_bw, net_latency, transports = _network(topo, cat, hops, nics_used, ch.graph, intra_bw)
         notes.append(f"inter-node transport: {', '.join(transports)}")
     tuner, tuner_note = _tuner(topo, opts, consts)
     if tuner_note:
@@ -1186,6 +1172,38 @@ def plan_nccl(
         ),
         nvls_head_count=nvls_head_count(topo, nnodes, len(node0), consts),
     )
+
+
+@dataclass(frozen=True)
+class _Channels:
+    """Ring and Tree's channels: ``count`` the communicator runs, the first ``distinct`` of them not copies,
+    ``graph`` the count NCCL's cost model prices (its graphs'), and a note where NVLS raised ``count``."""
+
+    count: int
+    distinct: int
+    graph: int
+    note: str | None
+
+
+def _ring_channels(
+    intra: int, net: int, nnodes: int, arch: str, nvls_on: bool, node_unbound: bool, opts: NcclOptions,
+    consts: NcclConstants,
+) -> _Channels:  # fmt: skip
+    """:func:`_channel_count` with the environment's bounds, then, 2.22 to 2.27 with NVLS on, at least NVLS's
+    channels (connect.cc copies the rings up to comm->nvlsChannels after the bounds; enqueue.cc runs them all);
+    and the count without the bounds, which NCCL's cost model prices (tuning.cc ``busBw = graphs[a]->nChannels *
+    bw``: the search's count; NCCL_MAX_NCHANNELS, NCCL_MIN_NCHANNELS and the CTA bounds act in connect.cc, after)."""
+    count, distinct = _channel_count(intra, net, nnodes, opts, consts, node_unbound)
+    bounded = count
+    first, gone = consts.nvls_ring_copy
+    if nvls_on and not opts.before(first) and opts.before(gone):
+        count = max(count, nvls_channel_count(arch, nnodes, None, opts, consts))
+    uncapped = dataclasses.replace(opts, min_channels=None, max_channels=None, min_ctas=None, max_ctas=None)
+    graph, _ = _channel_count(intra, net, nnodes, uncapped, consts, node_unbound)
+    note = (f"{count} channels for Ring and Tree where the channel bounds leave {bounded}: NCCL "
+            f"{'.'.join(map(str, opts.version or ()))} copies its rings up to NVLS's channels (connect.cc) and runs "
+            "them all (enqueue.cc, 2.22 to 2.27)") if count > bounded else None  # fmt: skip
+    return _Channels(count, distinct, graph, note)
 
 
 def _network(
