@@ -95,22 +95,9 @@ def simulate_nccl(
     bg = topo.background  # another job's streams (perturb.background): entities of their own colour
     usage = {**_usage(layout), **background_usage(bg)}
     notes = list(plan.notes) + ([picked_by] if picked_by else [])
-    perturbed = topo.perturbed_links() if opts.decouple and symmetric and not record and not bg else frozenset()
-    if opts.decouple and not perturbed:  # asked for, and the exact simulation runs: say why
-        why = ("the symmetry reduction is off (engine.symmetry false, or noise.jitter)" if not symmetric
-               else "every rank is recorded (a trace or timeline)" if record
-               else "perturb.background's streams share the links" if bg
-               else "no link is slowed or down")  # fmt: skip
-        notes.append(f"engine.decouple not used: {why}; every channel simulated exactly")
-    if perturbed:
-        dec = decouple(usage, {("link", u, v) for u, v in perturbed}, layout.relations)
-        if dec.dropped:
-            usage = dec.usage
-            notes.append(
-                f"engine.decouple: {len(dec.affected)} of {len(layout.roles)} (channel, rank) pairs reach a "
-                f"slowed link or a NIC standing in for one down; their traffic on the {len(dec.shared)} links they "
-                "share with the others is left out (an approximation: docs/perturbations.md)"
-            )
+    if opts.decouple:
+        usage, said = _decoupled(topo, layout, usage, symmetric, record, bool(bg))
+        notes += [said] if said else []
     quotient = build_quotient(
         net,
         usage,
@@ -138,6 +125,29 @@ def simulate_nccl(
     # tuner table is collsim's reference, not NCCL's prediction
     model = None if algo == "P2P" else predicted
     return Outcome("nccl", collective, algo, proto, n, nbytes, t, ctx.nc, breakdown, notes, model, **stats)
+
+
+def _decoupled(
+    topo: Topology, layout: Layout, usage: dict[Any, Any], symmetric: bool, record: bool, background: bool
+) -> tuple[dict[Any, Any], str]:
+    """``engine.decouple``: the usage with the channels that reach a slowed link (or a NIC standing in for one down)
+    cut loose from the links they share with the others (:func:`~collsim.engine.decouple`), and the note saying so;
+    or, where the exact simulation runs instead, the usage as it is and the note saying why."""
+    perturbed = topo.perturbed_links() if symmetric and not record and not background else frozenset()
+    if not perturbed:
+        why = ("the symmetry reduction is off (engine.symmetry false, or noise.jitter)" if not symmetric
+               else "every rank is recorded (a trace or timeline)" if record
+               else "perturb.background's streams share the links" if background
+               else "no link is slowed or down")  # fmt: skip
+        return usage, f"engine.decouple not used: {why}; every channel simulated exactly"
+    dec = decouple(usage, {("link", u, v) for u, v in perturbed}, layout.relations)
+    if not dec.dropped:
+        return usage, ""
+    return dec.usage, (
+        f"engine.decouple: {len(dec.affected)} of {len(layout.roles)} (channel, rank) pairs reach a slowed link or a "
+        f"NIC standing in for one down; their traffic on the {len(dec.shared)} links they share with the others is "
+        "left out (an approximation: docs/perturbations.md)"
+    )
 
 
 def fastest_pair(
